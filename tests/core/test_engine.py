@@ -1,0 +1,224 @@
+"""The pure core: readiness, ordering, failure propagation, retries, slots and resources; events in, commands out."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import make_plan
+from wloadctl.core.commands import Alert, Dispatch, Persist, RunFinished
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import (
+    ExecutorLostEvent,
+    JobAcceptedEvent,
+    JobExitedEvent,
+    JobStartedEvent,
+    RunStartedEvent,
+    TimerFiredEvent,
+)
+from wloadctl.core.plan import RetryPolicy
+from wloadctl.core.states import LEGAL, TRANSITIONS, JobState
+from wloadctl.errors import InvalidTransition
+
+S = JobState
+
+
+def dispatched(cmds: list) -> list[tuple[int, int]]:
+    return [t for c in cmds if isinstance(c, Dispatch) for t in c.tasks]
+
+
+def states(core: SchedulerCore) -> dict[str, str]:
+    return {core.ids[i]: S(core.state[i]).name for i in range(core.n)}
+
+
+def finish(core: SchedulerCore, job: str, code: int = 0, now: float = 1.0, **kw: object) -> list:
+    i = core.index[job]
+    return core.handle(JobExitedEvent(i, core.attempt[i], 0, code, now, **kw))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def diamond() -> SchedulerCore:
+    plan = make_plan({"a": {}, "b": {"deps": ["a"]}, "c": {"deps": ["a"]}, "d": {"deps": ["b", "c"]}})
+    return SchedulerCore(plan, slots=10)
+
+
+def test_only_roots_are_ready_at_start(diamond: SchedulerCore) -> None:
+    cmds = diamond.handle(RunStartedEvent(0.0))
+    assert dispatched(cmds) == [(0, 1)]
+    assert states(diamond) == {"a": "QUEUED", "b": "WAITING", "c": "WAITING", "d": "WAITING"}
+    diamond.validate()
+
+
+def test_persist_comes_before_dispatch(diamond: SchedulerCore) -> None:
+    cmds = diamond.handle(RunStartedEvent(0.0))
+    kinds = [type(c) for c in cmds]
+    assert kinds.index(Persist) < kinds.index(Dispatch)
+    tx = cmds[0].transitions
+    assert [(t[1], t[2]) for t in tx] == [(S.WAITING, S.READY), (S.READY, S.QUEUED)]
+
+
+def test_dependents_start_only_after_all_upstreams(diamond: SchedulerCore) -> None:
+    diamond.handle(RunStartedEvent(0.0))
+    assert sorted(dispatched(finish(diamond, "a"))) == [(1, 1), (2, 1)]
+    assert dispatched(finish(diamond, "b")) == []
+    assert dispatched(finish(diamond, "c")) == [(3, 1)]
+    cmds = finish(diamond, "d")
+    assert any(isinstance(c, RunFinished) and c.ok for c in cmds)
+    diamond.validate()
+
+
+def test_failure_marks_success_dependents_upstream_failed_and_runs_failure_and_done_ones() -> None:
+    plan = make_plan({
+        "load": {}, "post": {"deps": ["load"]}, "report": {"deps": ["post"]},
+        "alert": {"deps": {"load": "failure"}}, "cleanup": {"deps": {"load": "done"}},
+    })
+    core = SchedulerCore(plan, slots=10)
+    core.handle(RunStartedEvent(0.0))
+    cmds = finish(core, "load", code=2)
+    assert states(core)["post"] == "UPSTREAM_FAILED"
+    assert states(core)["report"] == "UPSTREAM_FAILED"
+    assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["alert", "cleanup"]
+    assert [c.reason for c in cmds if isinstance(c, Alert)] == ["exit status 2"]
+
+
+def test_failure_dependent_is_skipped_when_upstream_succeeds() -> None:
+    plan = make_plan({"load": {}, "alert": {"deps": {"load": "failure"}}, "after": {"deps": ["alert"]}})
+    core = SchedulerCore(plan, slots=10)
+    core.handle(RunStartedEvent(0.0))
+    cmds = finish(core, "load")
+    assert states(core)["alert"] == "SKIPPED"
+    # a skipped job counts as success for its own dependents
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["after"]
+
+
+def test_ready_queue_orders_by_tier_then_priority_then_plan_order() -> None:
+    plan = make_plan({
+        "low1": {"sla": "low"}, "std": {}, "std_hi": {"priority": 5}, "crit": {"sla": "critical"},
+        "high": {"sla": "high"}, "low2": {"sla": "low", "priority": 9},
+    })
+    core = SchedulerCore(plan, slots=1)
+    order = []
+    cmds = core.handle(RunStartedEvent(0.0))
+    while True:
+        d = dispatched(cmds)
+        if not d:
+            break
+        order.append(core.ids[d[0][0]])
+        cmds = finish(core, core.ids[d[0][0]])
+    assert order == ["crit", "high", "std_hi", "std", "low2", "low1"]
+
+
+def test_critical_job_goes_before_a_thousand_low_jobs_on_one_slot() -> None:
+    spec = {f"bulk{i:04d}": {"sla": "low"} for i in range(1000)}
+    spec["gate"] = {}
+    spec["urgent"] = {"sla": "critical", "deps": ["gate"]}
+    core = SchedulerCore(make_plan(spec), slots=1)
+    cmds = core.handle(RunStartedEvent(0.0))
+    first = core.ids[dispatched(cmds)[0][0]]
+    assert first == "gate"
+    cmds = finish(core, "gate")
+    assert core.ids[dispatched(cmds)[0][0]] == "urgent"
+
+
+def test_slots_are_never_over_committed() -> None:
+    core = SchedulerCore(make_plan({f"j{i}": {} for i in range(10)}), slots=3)
+    cmds = core.handle(RunStartedEvent(0.0))
+    assert len(dispatched(cmds)) == 3
+    assert core.busy == 3
+    cmds = finish(core, "j0")
+    assert len(dispatched(cmds)) == 1
+    core.validate()
+
+
+def test_resources_limit_concurrency() -> None:
+    spec = {f"q{i}": {"resources": {"db": 2}} for i in range(4)}
+    core = SchedulerCore(make_plan(spec, resources={"db": 4}), slots=10)
+    cmds = core.handle(RunStartedEvent(0.0))
+    assert len(dispatched(cmds)) == 2
+    cmds = finish(core, "q0")
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["q2"]
+    core.validate()
+
+
+def test_retry_waits_with_backoff_then_succeeds() -> None:
+    pol = RetryPolicy(count=2, delay=10, backoff=2, jitter=0)
+    core = SchedulerCore(make_plan({"flaky": {"retry": pol}}), slots=1)
+    core.handle(RunStartedEvent(0.0))
+    finish(core, "flaky", code=1, now=100.0)
+    assert states(core)["flaky"] == "RETRY_WAIT"
+    assert core.next_timer() == pytest.approx(110.0)
+    assert dispatched(core.handle(TimerFiredEvent(105.0))) == []
+    assert dispatched(core.handle(TimerFiredEvent(110.0))) == [(0, 2)]
+    finish(core, "flaky", code=1, now=120.0)
+    assert core.next_timer() == pytest.approx(140.0)
+    core.handle(TimerFiredEvent(140.0))
+    cmds = finish(core, "flaky", code=0, now=150.0)
+    assert states(core)["flaky"] == "SUCCEEDED"
+    assert core.attempt[0] == 3
+    assert any(isinstance(c, RunFinished) and c.ok for c in cmds)
+
+
+def test_retries_exhausted_end_failed_and_non_retryable_codes_fail_at_once() -> None:
+    pol = RetryPolicy(count=3, delay=1, jitter=0, exit_codes=((75, 75),))
+    core = SchedulerCore(make_plan({"a": {"retry": pol}, "b": {"retry": pol}}), slots=2)
+    core.handle(RunStartedEvent(0.0))
+    finish(core, "a", code=2)
+    assert states(core)["a"] == "FAILED"  # 2 is not in the retried codes
+    finish(core, "b", code=75)
+    assert states(core)["b"] == "RETRY_WAIT"
+
+
+def test_timeout_ends_timed_out() -> None:
+    core = SchedulerCore(make_plan({"slow": {"timeout": 5.0}}), slots=1)
+    core.handle(RunStartedEvent(0.0))
+    finish(core, "slow", code=143, signal=15, timed_out=True)
+    assert states(core)["slow"] == "TIMED_OUT"
+
+
+def test_lost_executor_requeues_unstarted_retries_started_and_holds_non_idempotent() -> None:
+    plan = make_plan({"a": {}, "b": {"retry": RetryPolicy(count=1, delay=0, jitter=0)},
+                      "c": {"idempotent": False}})
+    core = SchedulerCore(plan, slots=3)
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobAcceptedEvent(0, 1, 7, 0.1))
+    core.handle(JobStartedEvent(1, 1, 7, 100, 0.1))
+    core.handle(JobStartedEvent(2, 1, 7, 101, 0.1))
+    cmds = core.handle(ExecutorLostEvent(7, 1.0))
+    st = states(core)
+    assert st["a"] == "QUEUED" and core.attempt[0] == 1  # requeued, attempt not counted, sent again
+    assert st["b"] == "RETRY_WAIT"
+    assert st["c"] == "HELD" and core.reasons[2] == "interrupted, needs operator"
+    assert (0, 1) in dispatched(cmds)
+    core.validate()
+
+
+def test_stale_and_duplicate_exits_are_ignored(diamond: SchedulerCore) -> None:
+    diamond.handle(RunStartedEvent(0.0))
+    finish(diamond, "a")
+    before = bytes(diamond.state)
+    assert diamond.handle(JobExitedEvent(0, 1, 0, 1, 2.0)) == []
+    assert bytes(diamond.state) == before
+
+
+def test_transition_table_is_enforced(diamond: SchedulerCore) -> None:
+    with pytest.raises(InvalidTransition, match="job 'd'.*WAITING -> RUNNING"):
+        diamond.set_state(3, S.RUNNING)
+    assert all(LEGAL[a * len(S) + b] == ((S(a), S(b)) in TRANSITIONS) for a in range(len(S)) for b in range(len(S)))
+
+
+def test_restore_rebuilds_counters_and_ready_set(diamond: SchedulerCore) -> None:
+    plan = diamond.plan
+    core = SchedulerCore(plan, slots=10)
+    core.restore([(0, S.SUCCEEDED, 1), (1, S.SUCCEEDED, 1)], now=5.0)
+    cmds = core.handle(RunStartedEvent(5.0))
+    assert dispatched(cmds) == [(2, 1)]
+    assert core.unmet[3] == 1
+    core.validate()
+
+
+def test_long_chain_resolves_without_recursion() -> None:
+    n = 50_000
+    spec = {f"j{i}": ({"deps": [f"j{i - 1}"]} if i else {}) for i in range(n)}
+    core = SchedulerCore(make_plan(spec), slots=1)
+    core.handle(RunStartedEvent(0.0))
+    finish(core, "j0", code=1)
+    assert core.counts[S.UPSTREAM_FAILED] == n - 1

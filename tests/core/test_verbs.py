@@ -1,0 +1,136 @@
+"""Operator verbs on the core: what each does, what it refuses and why, and what it cascades."""
+
+from __future__ import annotations
+
+from tests.conftest import make_plan
+from tests.core.test_engine import dispatched, finish, states
+from wloadctl.core.commands import Kill, Reply
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import JobStartedEvent, OperatorEvent, RunStartedEvent
+from wloadctl.core.states import JobState
+from wloadctl.core.verbs import applicable_verbs, resolve_jobs
+
+S = JobState
+
+
+def op(core: SchedulerCore, verb: str, *jobs: str, downstream: bool = False) -> tuple[Reply, list]:
+    cmds = core.handle(OperatorEvent(verb, tuple(core.index[j] for j in jobs), 9.0, user="ana",
+                                     reason="test", downstream=downstream))
+    reply = next(c for c in cmds if isinstance(c, Reply))
+    return reply, cmds
+
+
+def chain() -> SchedulerCore:
+    core = SchedulerCore(make_plan({"a": {}, "b": {"deps": ["a"]}, "c": {"deps": ["b"]}, "x": {}}), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    return core
+
+
+def test_hold_keeps_a_waiting_job_from_starting_until_release() -> None:
+    core = chain()
+    rep, _ = op(core, "hold", "b")
+    assert rep.results[0][1]
+    assert dispatched(finish(core, "a")) == []
+    assert states(core)["b"] == "HELD"
+    rep, cmds = op(core, "release", "b")
+    assert states(core)["b"] == "QUEUED"
+    assert dispatched(cmds) == [(1, 1)]
+    core.validate()
+
+
+def test_refusal_names_job_state_and_what_would_apply() -> None:
+    core = chain()
+    rep, _ = op(core, "release", "a")
+    ok, msg = rep.results[0][1], rep.results[0][2]
+    assert not ok
+    assert msg == "job 'a' is QUEUED: release does not apply; kill would apply"
+
+
+def test_retry_of_failed_job_reopens_its_upstream_failed_dependents() -> None:
+    core = chain()
+    finish(core, "a", code=1)
+    assert states(core)["c"] == "UPSTREAM_FAILED"
+    rep, cmds = op(core, "retry", "a")
+    assert rep.results[0][1]
+    assert states(core) == {"a": "QUEUED", "b": "WAITING", "c": "WAITING", "x": "QUEUED"}
+    assert (0, 2) in dispatched(cmds)
+    finish(core, "a")
+    finish(core, "b")
+    finish(core, "c")
+    assert states(core)["c"] == "SUCCEEDED"
+    core.validate()
+
+
+def test_rerun_downstream_reruns_exactly_the_descendants() -> None:
+    core = chain()
+    for j in ("a", "x", "b", "c"):
+        finish(core, j)
+    rep, cmds = op(core, "rerun", "b", downstream=True)
+    st = states(core)
+    assert st == {"a": "SUCCEEDED", "b": "QUEUED", "c": "WAITING", "x": "SUCCEEDED"}
+    assert sorted(core.ids[i] for i in rep.touched) == ["b", "c"]
+
+
+def test_rerun_without_downstream_leaves_succeeded_dependents() -> None:
+    core = chain()
+    for j in ("a", "x", "b", "c"):
+        finish(core, j)
+    op(core, "rerun", "a")
+    assert states(core) == {"a": "QUEUED", "b": "SUCCEEDED", "c": "SUCCEEDED", "x": "SUCCEEDED"}
+
+
+def test_rerun_pulls_a_ready_dependent_back_to_waiting() -> None:
+    core = SchedulerCore(make_plan({"a": {}, "b": {"deps": ["a"]}}), slots=1)
+    core.handle(RunStartedEvent(0.0))
+    op(core, "hold", "b")
+    finish(core, "a")
+    op(core, "rerun", "a")
+    assert core.unmet[1] == 1
+    op(core, "release", "b")
+    assert states(core)["b"] == "WAITING"
+
+
+def test_kill_asks_the_shell_and_the_exit_is_final_without_retry() -> None:
+    core = chain()
+    core.handle(JobStartedEvent(0, 1, 0, 4242, 1.0))
+    rep, cmds = op(core, "kill", "a")
+    assert any(isinstance(c, Kill) and c.job == 0 for c in cmds)
+    finish(core, "a", code=137, signal=9)
+    assert states(core)["a"] == "FAILED"
+    assert core.reasons[0].startswith("killed by ana")
+
+
+def test_set_ok_unblocks_dependents() -> None:
+    core = chain()
+    finish(core, "a", code=1)
+    rep, cmds = op(core, "set-ok", "a")
+    assert states(core)["a"] == "SUCCEEDED"
+    assert states(core)["b"] == "QUEUED"
+
+
+def test_skip_of_waiting_job_lets_dependents_run() -> None:
+    core = chain()
+    op(core, "skip", "b")
+    finish(core, "a")
+    assert states(core)["b"] == "SKIPPED"
+    assert states(core)["c"] == "QUEUED"
+
+
+def test_cancel_drains_the_run() -> None:
+    core = chain()
+    rep, _ = op(core, "cancel")
+    assert states(core)["b"] == "CANCELLED"
+    assert states(core)["a"] == "QUEUED"
+    assert dispatched(finish(core, "a")) == []
+
+
+def test_glob_resolution_and_unknown_names() -> None:
+    core = SchedulerCore(make_plan({"load_eu": {}, "load_us": {}, "post": {}}), slots=1)
+    found, unknown = resolve_jobs(core, ["load_*", "nope", "post"])
+    assert [core.ids[i] for i in found] == ["load_eu", "load_us", "post"]
+    assert unknown == ["nope"]
+
+
+def test_applicable_verbs() -> None:
+    assert applicable_verbs(S.FAILED) == ["retry", "rerun", "set-ok", "skip"]
+    assert applicable_verbs(S.RUNNING) == ["kill"]

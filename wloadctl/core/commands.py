@@ -1,0 +1,107 @@
+"""Outbound commands of the scheduling core: what the process shell must carry out, in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+class Transition(NamedTuple):
+    """One journaled job state change."""
+
+    job: int
+    """Job index."""
+    from_state: int
+    """JobState value before."""
+    to_state: int
+    """JobState value after."""
+    attempt: int
+    """Attempt number at the time of the change."""
+    ts: float
+    """When it happened."""
+    executor: int
+    """Executor concerned, -1 if none."""
+    exit_code: int | None
+    """Exit status when the change is an attempt's end."""
+    reason: str
+    """Why, in words (empty for the ordinary flow)."""
+    cause: str
+    """cause_id of the event that produced it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Write these transitions to the journal (and commit) before carrying out anything else."""
+
+    transitions: list[Transition]
+    """In the order they happened."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """Send these (job, attempt) pairs to the executors."""
+
+    tasks: list[tuple[int, int]]
+    """Job index and attempt number, in dispatch order (most urgent first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """Stop a running attempt's process group."""
+
+    job: int
+    """Job index."""
+    attempt: int
+    """The attempt to stop."""
+    graceful: bool = False
+    """Send SIGTERM first and requeue afterwards (preemption) rather than fail it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """A job failed for good: raise an alert (alert log, on_failure hook)."""
+
+    job: int
+    """Job index."""
+    state: int
+    """Final JobState value."""
+    attempts: int
+    """Attempts made."""
+    reason: str
+    """Why it failed."""
+    exit_code: int | None = None
+    """Last exit status, if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """Update the state board with these changed jobs (index, state)."""
+
+    changes: list[tuple[int, int]] = field(default_factory=list)
+    """Changed jobs since the last Publish."""
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The outcome of an operator verb, per job, to send back to whoever asked."""
+
+    verb: str
+    """The verb that was applied."""
+    results: list[tuple[int, bool, str]]
+    """(job index, applied?, message) for each job the verb named."""
+    touched: list[int] = field(default_factory=list)
+    """Every job whose state the verb changed (e.g. the descendants of a rerun)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    """Every job reached a terminal state (or the cancelled run drained)."""
+
+    ok: bool
+    """True when every job succeeded or was skipped."""
+
+
+Command = Persist | Dispatch | Kill | Alert | Publish | Reply | RunFinished
+"""Every command the core emits."""

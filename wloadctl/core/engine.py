@@ -1,0 +1,544 @@
+"""The pure scheduling core: job states, incremental readiness, the ready queue, retries; events in, commands out."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from array import array
+from collections.abc import Iterable
+
+from wloadctl.core.commands import (
+    Alert,
+    Command,
+    Dispatch,
+    Kill,
+    Persist,
+    Reply,
+    RunFinished,
+)
+from wloadctl.core.events import (
+    Event,
+    ExecutorLostEvent,
+    JobAcceptedEvent,
+    JobExitedEvent,
+    JobStartedEvent,
+    OperatorEvent,
+    RunStartedEvent,
+    SlotsChangedEvent,
+    TimerFiredEvent,
+)
+from wloadctl.core.plan import Plan
+from wloadctl.core.states import LEGAL, TERMINAL, DepKind, JobState, SlaTier
+from wloadctl.errors import InvalidTransition
+
+S = JobState
+_N = len(JobState)
+_W, _R, _Q, _RUN = int(S.WAITING), int(S.READY), int(S.QUEUED), int(S.RUNNING)
+_OK, _FAIL, _TO, _RW = int(S.SUCCEEDED), int(S.FAILED), int(S.TIMED_OUT), int(S.RETRY_WAIT)
+_HELD, _SKIP, _CANC, _UPF = int(S.HELD), int(S.SKIPPED), int(S.CANCELLED), int(S.UPSTREAM_FAILED)
+_TERMINAL = bytes(1 if JobState(s) in TERMINAL else 0 for s in range(_N))
+_MASK = (1 << 32) - 1
+_PRIO_BIAS = 1 << 20
+
+TIER_RETRY_FACTOR: dict[SlaTier, float] = {
+    SlaTier.CRITICAL: 0.25,
+    SlaTier.HIGH: 0.5,
+    SlaTier.STANDARD: 1.0,
+    SlaTier.LOW: 1.5,
+}
+"""Retry delays are multiplied by the job's tier factor: urgent work is retried sooner."""
+
+
+def ready_key(tier: int, priority: int, job: int) -> int:
+    """One int that orders the ready queue: tier first, then higher priority, then plan order.
+
+    Args:
+        tier: SlaTier value (0 = critical).
+        priority: the job's priority (higher first), clamped to +/- 2**20.
+        job: job index, the tie-breaker.
+
+    Returns:
+        A key for a min-heap of ints (cheaper than tuples at a million jobs).
+    """
+    p = _PRIO_BIAS - max(-_PRIO_BIAS + 1, min(_PRIO_BIAS - 1, priority))
+    return (tier << 53) | (p << 32) | job
+
+
+class SchedulerCore:
+    """All scheduling decisions of one run, with no I/O: feed events, flush commands.
+
+    Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
+    """
+
+    def __init__(self, plan: Plan, slots: int, *, seed: int = 0) -> None:
+        specs = list(plan.jobs.values())
+        self.plan = plan
+        """The plan being run."""
+        self.specs = specs
+        """Job specs by index (plan order)."""
+        self.ids: list[str] = [j.id for j in specs]
+        """Job ids by index."""
+        self.index: dict[str, int] = {jid: i for i, jid in enumerate(self.ids)}
+        """Job index by id."""
+        n = len(specs)
+        self.n = n
+        """Number of jobs."""
+        self.state = bytearray(n)
+        """JobState value per job (all WAITING at first)."""
+        self.attempt = array("i", bytes(4 * n))
+        """Attempts started so far per job."""
+        self.unmet = array("i", bytes(4 * n))
+        """Upstreams not yet finished, per job."""
+        self.block = bytearray(n)
+        """0: nothing blocks; 1: an upstream it needed failed; 2: a condition on an upstream is false."""
+        self.executor = array("h", [-1]) * n if n else array("h")
+        """Executor running each job, -1 if none."""
+        self.tier = bytes(int(j.sla) for j in specs)
+        """SLA tier value per job."""
+        self._build_edges(specs)
+        self.counts = [0] * _N
+        """Jobs per state value."""
+        self.counts[_W] = n
+        self.slots = slots
+        """Total executor slots."""
+        self.busy = 0
+        """Jobs QUEUED or RUNNING (each holds a slot)."""
+        self.res_free: dict[str, int] = dict(plan.resources)
+        """Free amount of each declared resource."""
+        self.res_holders: dict[str, set[int]] = {r: set() for r in plan.resources}
+        """Jobs holding each resource now."""
+        self.parked: dict[str, list[int]] = {r: [] for r in plan.resources}
+        """READY jobs waiting for a resource, by the resource they lack."""
+        self.ready: list[int] = []
+        """Min-heap of ready keys (see ready_key); stale entries are skipped on pop."""
+        self.timers: list[tuple[float, int, int]] = []
+        """Min-heap of (due time, job, attempt) for retry delays."""
+        self.retry_due: dict[int, float] = {}
+        """When each job in RETRY_WAIT becomes READY."""
+        self.attempt_base: dict[int, int] = {}
+        """Attempts made before an operator's retry/rerun, not counted against the policy."""
+        self.kill_reason: dict[int, tuple[str, bool]] = {}
+        """Jobs asked to stop, with why and whether to requeue them (preemption, shutdown) rather than fail."""
+        self.reasons: dict[int, str] = {}
+        """Last reason recorded per job (held, failed, ...), for `why` and status."""
+        self.lateness: dict[int, str] = {}
+        """Jobs at risk of, or past, their deadline, with a sentence saying so."""
+        self.cancelled = False
+        """The run was cancelled: nothing new starts."""
+        self.paused = False
+        """Dispatch is paused (the scheduler is stopping); states still change."""
+        self.finished_sent = False
+        self.rng = random.Random(seed)
+        """Jitter source (seeded: the core stays deterministic)."""
+        self.now = 0.0
+        self._cause = ""
+        self._tx: list[tuple] = []
+        self._dispatch: list[tuple[int, int]] = []
+        self._other: list[Command] = []
+
+    # -- structure -------------------------------------------------------------------
+
+    def _build_edges(self, specs: list) -> None:
+        index = self.index
+        counts = array("i", bytes(4 * (self.n + 1)))
+        any_kinds = False
+        for j in specs:
+            for dep in j.depends_on:
+                counts[index[dep] + 1] += 1
+            if j.dep_kinds is not None:
+                any_kinds = True
+        for i in range(self.n):
+            counts[i + 1] += counts[i]
+        self.down_start = counts
+        """CSR offsets: dependents of job i are down[down_start[i]:down_start[i+1]]."""
+        fill = array("i", counts)
+        down = array("i", bytes(4 * counts[self.n]))
+        kinds = bytearray(counts[self.n]) if any_kinds else None
+        for d, j in enumerate(specs):
+            for k, dep in enumerate(j.depends_on):
+                u = index[dep]
+                pos = fill[u]
+                down[pos] = d
+                if kinds is not None and j.dep_kinds is not None:
+                    kinds[pos] = int(j.dep_kinds[k])
+                fill[u] = pos + 1
+        self.down = down
+        """CSR targets: dependent job indices."""
+        self.down_kind = kinds
+        """DepKind per CSR edge, or None when every edge is SUCCESS."""
+        unmet = self.unmet
+        for d, j in enumerate(specs):
+            unmet[d] = len(j.depends_on)
+
+    def upstream(self, i: int) -> list[int]:
+        """Indices of job i's dependencies."""
+        index = self.index
+        return [index[d] for d in self.specs[i].depends_on]
+
+    def downstream(self, i: int) -> list[int]:
+        """Indices of the jobs that depend directly on job i."""
+        return list(self.down[self.down_start[i] : self.down_start[i + 1]])
+
+    # -- the one entry point -----------------------------------------------------------
+
+    def handle(self, event: Event) -> list[Command]:
+        """Apply one event and return the commands it produced."""
+        self.feed(event)
+        return self.flush()
+
+    def feed(self, event: Event) -> None:
+        """Apply one event, keeping its commands for the next flush (one flush per loop turn)."""
+        self.now = event.now
+        self._cause = event.cause_id
+        if isinstance(event, JobExitedEvent):
+            self._on_exit(event)
+        elif isinstance(event, JobStartedEvent):
+            self._on_start(event)
+        elif isinstance(event, JobAcceptedEvent):
+            if self.state[event.job] == _Q and self.attempt[event.job] == event.attempt:
+                self.executor[event.job] = event.executor
+        elif isinstance(event, ExecutorLostEvent):
+            self._on_executor_lost(event)
+        elif isinstance(event, TimerFiredEvent):
+            self._on_timer()
+        elif isinstance(event, RunStartedEvent):
+            self._on_run_started()
+        elif isinstance(event, SlotsChangedEvent):
+            self.slots = event.slots
+        elif isinstance(event, OperatorEvent):
+            from wloadctl.core.verbs import apply_verb
+
+            self._other.append(apply_verb(self, event))
+        else:  # pragma: no cover - the Event union is closed
+            raise TypeError(f"unknown event {type(event).__name__}")
+
+    def flush(self) -> list[Command]:
+        """Fill free slots, then return everything decided since the last flush.
+
+        Order matters: Persist comes first so the shell journals transitions before any
+        dispatch, kill or alert makes them visible outside the scheduler.
+        """
+        self._fill()
+        out: list[Command] = []
+        if self._tx:
+            out.append(Persist(self._tx))
+            self._tx = []
+        out.extend(self._other)
+        self._other = []
+        if self._dispatch:
+            out.append(Dispatch(self._dispatch))
+            self._dispatch = []
+        if not self.finished_sent and self.is_finished():
+            self.finished_sent = True
+            out.append(RunFinished(ok=self.counts[_OK] + self.counts[_SKIP] == self.n))
+        return out
+
+    # -- transitions ---------------------------------------------------------------------
+
+    def set_state(
+        self, i: int, to: int, reason: str = "", executor: int = -1, exit_code: int | None = None
+    ) -> None:
+        """Move job i to state `to`, checking the transition table, and record the transition.
+
+        Raises:
+            InvalidTransition: the table does not allow the change.
+        """
+        frm = self.state[i]
+        if not LEGAL[frm * _N + to]:
+            raise InvalidTransition(
+                f"{S(frm).name} -> {S(to).name} is not allowed (event {self._cause or 'unknown'})",
+                job=self.ids[i],
+            )
+        self.state[i] = to
+        c = self.counts
+        c[frm] -= 1
+        c[to] += 1
+        if reason:
+            self.reasons[i] = reason
+        self._tx.append((i, frm, to, self.attempt[i], self.now, executor, exit_code, reason, self._cause))
+
+    def _make_ready(self, i: int) -> None:
+        self.set_state(i, _R)
+        heapq.heappush(self.ready, ready_key(self.tier[i], self.specs[i].priority, i))
+
+    # -- event handlers ------------------------------------------------------------------
+
+    def _on_run_started(self) -> None:
+        state, unmet, block = self.state, self.unmet, self.block
+        for i in range(self.n):
+            if state[i] == _W and unmet[i] == 0 and not block[i]:
+                self._make_ready(i)
+
+    def _on_start(self, ev: JobStartedEvent) -> None:
+        i = ev.job
+        if self.state[i] == _Q and self.attempt[i] == ev.attempt:
+            self.executor[i] = ev.executor
+            self.set_state(i, _RUN, executor=ev.executor)
+
+    def _on_exit(self, ev: JobExitedEvent) -> None:
+        i = ev.job
+        st = self.state[i]
+        if self.attempt[i] != ev.attempt or (st != _Q and st != _RUN):
+            return  # a stale or repeated report: the journal already has this attempt's end
+        self._release(i)
+        ex = ev.executor
+        if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.lost and not ev.spawn_failed:
+            if i in self.kill_reason:
+                del self.kill_reason[i]
+            self.set_state(i, _OK, executor=ex, exit_code=0)
+            self._resolve(i)
+            return
+        spec = self.specs[i]
+        policy = spec.retry
+        kill = self.kill_reason.pop(i, None)
+        killed = kill[0] if kill else None
+        if (kill is not None and kill[1]) or (ev.lost and st == _Q):
+            # Preempted, stopped with the run, or lost before it ever started: not the
+            # job's fault, so it is requeued without using up an attempt.
+            self.attempt[i] -= 1
+            self._make_ready_from(i, reason=killed or "requeued: executor lost before start")
+            return
+        if ev.lost:
+            why, retryable = "executor lost", policy.on_lost
+            if not spec.idempotent:
+                self.set_state(i, _HELD, reason="interrupted, needs operator", executor=ex)
+                return
+        elif killed is not None:
+            why, retryable = killed, False
+        elif ev.timed_out:
+            why, retryable = f"timed out after {spec.timeout:g}s", policy.on_timeout
+        elif ev.spawn_failed:
+            why, retryable = "could not start: " + (ev.tail.strip().splitlines() or ["?"])[-1], False
+        elif ev.signal:
+            why, retryable = f"killed by signal {ev.signal}", policy.on_signal
+        else:
+            why, retryable = f"exit status {ev.exit_code}", policy.retries_exit(ev.exit_code)
+        used = self.attempt[i] - self.attempt_base.get(i, 0)
+        code = None if ev.signal else ev.exit_code
+        if retryable and used <= policy.count and not self.cancelled:
+            delay = self.retry_delay(i, used)
+            due = self.now + delay
+            self.set_state(i, _RW, reason=f"{why}; retry {used}/{policy.count} in {delay:.1f}s",
+                           executor=ex, exit_code=code)
+            self.retry_due[i] = due
+            heapq.heappush(self.timers, (due, i, self.attempt[i]))
+            return
+        final = _TO if ev.timed_out else _FAIL
+        self.set_state(i, final, reason=why, executor=ex, exit_code=code)
+        self._other.append(Alert(i, final, used, why, code))
+        self._resolve(i)
+
+    def _make_ready_from(self, i: int, reason: str) -> None:
+        self.set_state(i, _R, reason=reason)
+        heapq.heappush(self.ready, ready_key(self.tier[i], self.specs[i].priority, i))
+
+    def retry_delay(self, i: int, used: int) -> float:
+        """Delay before the retry following attempt number `used` of job i (backoff, tier factor, jitter)."""
+        p = self.specs[i].retry
+        base = min(p.max_delay, p.delay * (p.backoff ** (used - 1)))
+        base *= TIER_RETRY_FACTOR[SlaTier(self.tier[i])]
+        if p.jitter:
+            base *= 1.0 + self.rng.uniform(-p.jitter, p.jitter)
+        return max(0.0, min(base, p.max_delay))
+
+    def _on_timer(self) -> None:
+        timers, now = self.timers, self.now
+        while timers and timers[0][0] <= now:
+            _, i, att = heapq.heappop(timers)
+            if self.state[i] == _RW and self.attempt[i] == att:
+                self.retry_due.pop(i, None)
+                self._make_ready(i)
+
+    def next_timer(self) -> float | None:
+        """When the core next needs a TimerFiredEvent, or None."""
+        timers = self.timers
+        while timers and (self.state[timers[0][1]] != _RW or self.attempt[timers[0][1]] != timers[0][2]):
+            heapq.heappop(timers)
+        return timers[0][0] if timers else None
+
+    # -- readiness -----------------------------------------------------------------------
+
+    def _resolve(self, i: int) -> None:
+        """Job i reached a terminal state: update its dependents' counters, cascading without recursion."""
+        state, unmet, block, down, start = self.state, self.unmet, self.block, self.down, self.down_start
+        kinds = self.down_kind
+        stack = [i]
+        while stack:
+            u = stack.pop()
+            su = state[u]
+            ok = su == _OK or su == _SKIP
+            failed = su == _FAIL or su == _TO
+            for pos in range(start[u], start[u + 1]):
+                d = down[pos]
+                sd = state[d]
+                if sd != _W and sd != _HELD:
+                    continue
+                unmet[d] -= 1
+                kind = kinds[pos] if kinds is not None else 0
+                if kind == 0:
+                    if not ok:
+                        block[d] = 1
+                elif kind == 1:
+                    if not failed and not block[d]:
+                        block[d] = 2
+                if block[d] == 1:
+                    self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
+                    stack.append(d)
+                elif block[d] == 2:
+                    self.set_state(d, _SKIP, reason=f"condition not met: {self.ids[u]} did not fail")
+                    stack.append(d)
+                elif unmet[d] == 0 and sd == _W:
+                    if self.cancelled:
+                        self.set_state(d, _CANC, reason="run cancelled")
+                        continue
+                    self.set_state(d, _R)
+                    heapq.heappush(self.ready, ready_key(self.tier[d], self.specs[d].priority, d))
+
+    def recompute(self, d: int) -> None:
+        """Recount job d's unmet dependencies and blocks from its upstreams' current states."""
+        state = self.state
+        unmet = 0
+        block = 0
+        spec = self.specs[d]
+        for k, dep in enumerate(spec.depends_on):
+            su = state[self.index[dep]]
+            if not _TERMINAL[su]:
+                unmet += 1
+                continue
+            kind = spec.kind_of(k)
+            if kind == DepKind.SUCCESS and su not in (_OK, _SKIP):
+                block = 1
+            elif kind == DepKind.FAILURE and su not in (_FAIL, _TO) and block == 0:
+                block = 2
+        self.unmet[d] = unmet
+        self.block[d] = block
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def _fill(self) -> None:
+        if self.cancelled or self.paused:
+            return
+        ready, state, specs = self.ready, self.state, self.specs
+        free = self.slots - self.busy
+        while free > 0 and ready:
+            i = heapq.heappop(ready) & _MASK
+            if state[i] != _R:
+                continue
+            want = specs[i].resources
+            if want and not self._acquire(i, want):
+                continue
+            self.attempt[i] += 1
+            self.set_state(i, _Q)
+            self._dispatch.append((i, self.attempt[i]))
+            self.busy += 1
+            free -= 1
+
+    def _acquire(self, i: int, want: tuple[tuple[str, int], ...]) -> bool:
+        free = self.res_free
+        for name, amount in want:
+            if free[name] < amount:
+                self.parked[name].append(i)
+                return False
+        for name, amount in want:
+            free[name] -= amount
+            self.res_holders[name].add(i)
+        return True
+
+    def _release(self, i: int) -> None:
+        self.busy -= 1
+        self.executor[i] = -1
+        for name, amount in self.specs[i].resources:
+            self.res_free[name] += amount
+            self.res_holders[name].discard(i)
+            parked = self.parked[name]
+            for p in parked:
+                if self.state[p] == _R:
+                    heapq.heappush(self.ready, ready_key(self.tier[p], self.specs[p].priority, p))
+            parked.clear()
+
+    # -- queries -------------------------------------------------------------------------
+
+    def is_finished(self) -> bool:
+        """True when no job can change state without an operator (HELD jobs keep a run open)."""
+        c = self.counts
+        live = c[_W] + c[_R] + c[_Q] + c[_RUN] + c[_RW] + c[_HELD]
+        return live == 0
+
+    def outcome_ok(self) -> bool:
+        """True when every job succeeded or was skipped."""
+        return self.counts[_OK] + self.counts[_SKIP] == self.n
+
+    def validate(self) -> None:
+        """Check the core's invariants; raise AssertionError naming the first broken one."""
+        counts = [0] * _N
+        for s in self.state:
+            counts[s] += 1
+        assert counts == self.counts, f"state counts drifted: {counts} != {self.counts}"
+        active = counts[_Q] + counts[_RUN]
+        assert active == self.busy, f"busy={self.busy} but {active} jobs are queued or running"
+        assert self.busy >= 0, "more slots released than taken"
+        for name, cap in self.plan.resources.items():
+            held = sum(a for j in self.res_holders[name] for r, a in self.specs[j].resources if r == name)
+            assert held + self.res_free[name] == cap, f"resource {name} leaks: {held} held + {self.res_free[name]} free != {cap}"
+        assert len(self.down) == self.down_start[self.n], "edge table inconsistent"
+        for d in self.down:
+            assert 0 <= d < self.n, f"edge to unknown job index {d}"
+
+    def restore(self, rows: Iterable[tuple[int, int, int]], now: float) -> None:
+        """Load states from a journal before RunStartedEvent: (job, state, attempt) rows.
+
+        QUEUED and RUNNING jobs keep their slot: the shell reconciles them with the
+        executors and feeds their exits (or losses) as events.
+        """
+        state, counts = self.state, self.counts
+        for i, st, att in rows:
+            counts[state[i]] -= 1
+            state[i] = st
+            counts[st] += 1
+            self.attempt[i] = att
+        self.busy = counts[_Q] + counts[_RUN]
+        self.now = now
+        for i in range(self.n):
+            st = state[i]
+            if st == _W or st == _HELD:
+                self.recompute(i)
+            elif st == _RW:
+                self.retry_due[i] = now
+                heapq.heappush(self.timers, (now, i, self.attempt[i]))
+            elif st == _R:
+                heapq.heappush(self.ready, ready_key(self.tier[i], self.specs[i].priority, i))
+            if (st == _Q or st == _RUN) and self.specs[i].resources:
+                for name, amount in self.specs[i].resources:
+                    self.res_free[name] -= amount
+                    self.res_holders[name].add(i)
+        self._cause = "restore"
+        # Jobs whose upstreams finished while the journal lagged: resolve them now.
+        for i in range(self.n):
+            if state[i] == _W and self.block[i]:
+                failed = self.block[i] == 1
+                self.set_state(i, _UPF if failed else _SKIP,
+                               reason="upstream failed" if failed else "condition not met")
+                self._resolve(i)
+
+    def kill(self, i: int, reason: str, graceful: bool = False, requeue: bool = False) -> None:
+        """Ask the shell to stop job i's running attempt; its exit is then classified with `reason`.
+
+        Args:
+            i: job index.
+            reason: recorded as the attempt's end reason.
+            graceful: SIGTERM first, SIGKILL after a grace period.
+            requeue: put it back to READY without counting the attempt (preemption, shutdown).
+        """
+        self.kill_reason[i] = (reason, requeue)
+        self._other.append(Kill(i, self.attempt[i], graceful))
+
+    def _on_executor_lost(self, ev: ExecutorLostEvent) -> None:
+        ex, state, executor = ev.executor, self.state, self.executor
+        for i in range(self.n):
+            if executor[i] == ex and (state[i] == _Q or state[i] == _RUN):
+                self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True,
+                                             cause_id=ev.cause_id))
+
+    def touched_reply(self, verb: str, results: list[tuple[int, bool, str]], touched: list[int]) -> Reply:
+        """Build the Reply command of an operator verb."""
+        return Reply(verb, results, touched)

@@ -1,0 +1,148 @@
+"""Inbound events of the scheduling core: facts that happened, in the past tense."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RunStartedEvent:
+    """The run begins (or resumes): compute the ready set and fill the slots."""
+
+    now: float
+    """Wall-clock time, seconds since the epoch."""
+    cause_id: str = "start"
+    """Identifier carried into every command and journal row this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobStartedEvent:
+    """An executor started a job's process (or accepted it)."""
+
+    job: int
+    """Job index in the plan."""
+    attempt: int
+    """Attempt number the executor ran (1-based)."""
+    executor: int
+    """Executor index."""
+    pid: int
+    """Process id (and process group id) of the job's process."""
+    now: float
+    """When it started."""
+    cause_id: str = ""
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobAcceptedEvent:
+    """An executor took a task into its backlog; it will start it when a slot frees."""
+
+    job: int
+    """Job index in the plan."""
+    attempt: int
+    """Attempt number."""
+    executor: int
+    """Executor index."""
+    now: float
+    """When it was accepted."""
+    cause_id: str = ""
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorLostEvent:
+    """An executor died or stopped answering: every attempt it held is lost."""
+
+    executor: int
+    """Executor index."""
+    now: float
+    """When the loss was detected."""
+    reason: str = "executor lost"
+    """What was seen (exited with status, heartbeat timeout, ...)."""
+    cause_id: str = "health"
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobExitedEvent:
+    """A job's attempt ended: its process exited, was killed, timed out, or its executor was lost."""
+
+    job: int
+    """Job index in the plan."""
+    attempt: int
+    """The attempt that ended."""
+    executor: int
+    """Executor index (-1 when unknown)."""
+    exit_code: int
+    """Exit status; meaningful when `signal` is 0."""
+    now: float
+    """When it ended."""
+    signal: int = 0
+    """Signal that killed it, 0 if none."""
+    timed_out: bool = False
+    """The executor killed it for running past its timeout."""
+    lost: bool = False
+    """Its executor died or the scheduler crashed with it in flight; the outcome is unknown."""
+    spawn_failed: bool = False
+    """The command could not be started at all (missing program, bad cwd)."""
+    started: float = 0.0
+    """When the attempt started (0 when unknown)."""
+    tail: str = ""
+    """Last lines of its output."""
+    cause_id: str = ""
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFiredEvent:
+    """Time advanced: due retry delays end and time-based checks run."""
+
+    now: float
+    """The current time."""
+    cause_id: str = "timer"
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlotsChangedEvent:
+    """The number of executor slots available changed (an executor died or joined)."""
+
+    slots: int
+    """Total slots now available across live executors."""
+    now: float
+    """When it changed."""
+    cause_id: str = "slots"
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorEvent:
+    """An operator verb (hold, release, retry, rerun, kill, set-ok, skip, cancel) on some jobs."""
+
+    verb: str
+    """The verb."""
+    jobs: tuple[int, ...]
+    """Job indices it names."""
+    now: float
+    """When it was asked."""
+    user: str = ""
+    """Who asked."""
+    reason: str = ""
+    """Why, as the operator gave it."""
+    downstream: bool = False
+    """For rerun: also rerun everything that depends on the jobs."""
+    cause_id: str = "op"
+    """Identifier carried into the rows this event causes."""
+
+
+Event = (
+    RunStartedEvent
+    | JobAcceptedEvent
+    | JobStartedEvent
+    | JobExitedEvent
+    | ExecutorLostEvent
+    | TimerFiredEvent
+    | SlotsChangedEvent
+    | OperatorEvent
+)
+"""Every event the core accepts."""

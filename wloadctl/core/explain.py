@@ -1,0 +1,80 @@
+"""Why a job is not running now: a pure reading of the core's state, in words and as data."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from wloadctl.core.states import JobState, SlaTier
+from wloadctl.core.verbs import applicable_verbs
+
+if TYPE_CHECKING:
+    from wloadctl.core.engine import SchedulerCore
+
+S = JobState
+
+
+def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
+    """Explain job i's state: unmet dependencies, hold, resources, slots, retry delay, deadline.
+
+    Args:
+        core: the scheduling core.
+        i: job index.
+        now: current time (for retry countdowns).
+
+    Returns:
+        {"job", "state", "tier", "attempt", "reasons": [str, ...], "verbs": [...], "blocking": [...]}
+    """
+    st = S(core.state[i])
+    spec = core.specs[i]
+    reasons: list[str] = []
+    blocking: list[dict[str, str]] = []
+    if st == S.WAITING or st == S.HELD:
+        for k, dep in enumerate(spec.depends_on):
+            u = core.index[dep]
+            su = S(core.state[u])
+            kind = spec.kind_of(k).name.lower()
+            if su not in (S.SUCCEEDED, S.FAILED, S.TIMED_OUT, S.SKIPPED, S.CANCELLED, S.UPSTREAM_FAILED):
+                blocking.append({"job": dep, "state": su.name, "needs": kind})
+        if blocking:
+            reasons.append(f"waiting for {len(blocking)} of {len(spec.depends_on)} dependencies: "
+                           + ", ".join(f"{b['job']} ({b['state']})" for b in blocking[:10])
+                           + (" ..." if len(blocking) > 10 else ""))
+    if st == S.HELD:
+        reasons.insert(0, f"held: {core.reasons.get(i, 'by an operator')}; release it to let it run")
+    elif st == S.READY:
+        lacking = [(r, a) for r, a in spec.resources if core.res_free.get(r, 0) < a]
+        if lacking:
+            for r, a in lacking:
+                holders = sorted(core.ids[h] for h in core.res_holders.get(r, ()))
+                reasons.append(f"waiting for resource {r}: needs {a}, {core.res_free.get(r, 0)} free of "
+                               f"{core.plan.resources.get(r, 0)}; held by {', '.join(holders[:8]) or 'nobody'}")
+        elif core.paused or core.cancelled:
+            reasons.append("the run is not dispatching (stopping or cancelled)")
+        else:
+            reasons.append(f"ready, waiting for a free slot ({core.busy} of {core.slots} slots busy; "
+                           f"{core.counts[S.READY]} jobs ready)")
+    elif st == S.RETRY_WAIT:
+        due = core.retry_due.get(i)
+        left = f" in {max(0.0, due - now):.1f}s" if due else ""
+        reasons.append(f"in retry delay after attempt {core.attempt[i]}: {core.reasons.get(i, '')}; "
+                       f"becomes READY{left}")
+    elif st == S.QUEUED:
+        reasons.append("sent to the executors; not started yet")
+    elif st == S.RUNNING:
+        reasons.append(f"running (attempt {core.attempt[i]}) on executor {core.executor[i]}")
+    elif st in (S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED, S.SKIPPED):
+        reasons.append(f"{st.name.lower().replace('_', ' ')}: {core.reasons.get(i, '')}".rstrip(": "))
+    elif st == S.SUCCEEDED:
+        reasons.append(f"succeeded after {core.attempt[i]} attempt(s)")
+    late = core.lateness.get(i)
+    if late:
+        reasons.append(late)
+    return {
+        "job": spec.id,
+        "state": st.name,
+        "tier": SlaTier(spec.sla).label,
+        "attempt": core.attempt[i],
+        "reasons": reasons,
+        "blocking": blocking,
+        "verbs": applicable_verbs(st),
+    }

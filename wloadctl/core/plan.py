@@ -1,0 +1,114 @@
+"""The plan model: frozen, slotted dataclasses for a plan, its jobs, retry policies and resources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from wloadctl.core.states import DepKind, SlaTier
+
+JOB_TYPES = ("shell", "noop")
+"""`shell` runs `command`; `noop` is completed by the executor without spawning a process."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a failed attempt is retried: exponential backoff with jitter, and which failures qualify."""
+
+    count: int = 0
+    """Retries after the first attempt (0 = no retry)."""
+    delay: float = 10.0
+    """Seconds before the first retry."""
+    backoff: float = 2.0
+    """Factor applied to the delay for each further retry."""
+    max_delay: float = 3600.0
+    """Upper bound on any single delay, in seconds."""
+    jitter: float = 0.1
+    """Random spread as a fraction of the delay (0.1 = +/-10%)."""
+    exit_codes: tuple[tuple[int, int], ...] | None = None
+    """Inclusive ranges of exit codes that are retried; None = every non-zero code."""
+    on_timeout: bool = True
+    """Retry an attempt killed by its timeout."""
+    on_signal: bool = True
+    """Retry an attempt killed by a signal (other than an operator kill)."""
+    on_lost: bool = True
+    """Retry an attempt whose executor died (only for idempotent jobs)."""
+
+    def retries_exit(self, code: int) -> bool:
+        """Whether a non-zero exit `code` may be retried under this policy."""
+        if self.exit_codes is None:
+            return True
+        return any(lo <= code <= hi for lo, hi in self.exit_codes)
+
+
+NO_RETRY = RetryPolicy()
+"""The default: no retries."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job of a plan, with defaults already applied."""
+
+    id: str
+    """Unique id within the plan."""
+    command: str | tuple[str, ...] | None
+    """A string run by `/bin/sh -c`, or an argv list run with no shell; None for `noop` jobs."""
+    depends_on: tuple[str, ...] = ()
+    """Upstream job ids."""
+    dep_kinds: tuple[DepKind, ...] | None = None
+    """What each upstream must end in, parallel to `depends_on`; None means all SUCCESS (saves memory)."""
+    type: str = "shell"
+    """One of JOB_TYPES."""
+    sla: SlaTier = SlaTier.STANDARD
+    """SLA tier: orders the ready queue and shapes recovery."""
+    priority: int = 0
+    """Higher runs first within a tier."""
+    timeout: float | None = None
+    """Seconds before the whole process group is killed; None = no limit."""
+    retry: RetryPolicy = NO_RETRY
+    """Retry policy (often shared with the plan's defaults)."""
+    resources: tuple[tuple[str, int], ...] = ()
+    """(resource name, amount) pairs held while the job runs."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Extra environment variables."""
+    cwd: str | None = None
+    """Working directory (relative paths are relative to the plan file's folder)."""
+    idempotent: bool = True
+    """Whether running it twice is harmless; non-idempotent jobs are held, not retried, after a lost executor."""
+    deadline: str | None = None
+    """`HH:MM[:SS]` on the business date, or a duration from the run's start (`+2h`)."""
+    not_before: str | None = None
+    """`HH:MM[:SS]`: the job does not start before this time of the business date."""
+    preemptible: bool = False
+    """A critical job short of slots may stop this one and requeue it."""
+    condition: str | None = None
+    """`if` expression on upstream results or plan variables; false makes the job SKIPPED."""
+    description: str = ""
+    """Free text for operators."""
+    line: int = 0
+    """Line of the job in its plan file (for error messages)."""
+
+    def kind_of(self, i: int) -> DepKind:
+        """The dependency kind of `depends_on[i]`."""
+        return DepKind.SUCCESS if self.dep_kinds is None else self.dep_kinds[i]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A whole plan as loaded and validated."""
+
+    name: str
+    """The plan's name."""
+    jobs: dict[str, JobSpec]
+    """Jobs by id, in file order."""
+    resources: dict[str, int] = field(default_factory=dict)
+    """Named counted semaphores and their capacity."""
+    variables: dict[str, object] = field(default_factory=dict)
+    """Plan variables usable in conditions and loops."""
+    on_failure: str | None = None
+    """Hook command run (by the scheduler's host) when a job fails for good."""
+    timezone: str | None = None
+    """IANA time zone for `not_before` and `deadline`; None = local time."""
+    path: str = ""
+    """The file the plan came from."""
+    digest: str = ""
+    """SHA-256 of the plan file's bytes; a resumed run compares it."""

@@ -1,0 +1,246 @@
+"""Operator verbs on the core: hold, release, retry, rerun, kill, set-ok, skip, cancel; checked, cascaded, explained."""
+
+from __future__ import annotations
+
+import fnmatch
+import heapq
+from collections import deque
+from typing import TYPE_CHECKING
+
+from wloadctl.core.commands import Reply
+from wloadctl.core.events import OperatorEvent
+from wloadctl.core.states import TERMINAL, JobState
+
+if TYPE_CHECKING:
+    from wloadctl.core.engine import SchedulerCore
+
+S = JobState
+
+VERB_FROM: dict[str, frozenset[JobState]] = {
+    "hold": frozenset({S.WAITING, S.READY, S.RETRY_WAIT}),
+    "release": frozenset({S.HELD}),
+    "retry": frozenset({S.FAILED, S.TIMED_OUT}),
+    "rerun": frozenset(TERMINAL),
+    "kill": frozenset({S.QUEUED, S.RUNNING}),
+    "set-ok": frozenset(
+        {S.WAITING, S.READY, S.HELD, S.RETRY_WAIT, S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.SKIPPED,
+         S.CANCELLED}
+    ),
+    "skip": frozenset(
+        {S.WAITING, S.READY, S.HELD, S.RETRY_WAIT, S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED}
+    ),
+    "cancel": frozenset(JobState),
+}
+"""The states each verb applies to; a verb on a job in another state is refused."""
+
+VERBS: tuple[str, ...] = tuple(VERB_FROM)
+"""Every operator verb."""
+
+MUTATING_OFFLINE: frozenset[str] = frozenset({"hold", "release", "set-ok", "skip", "retry", "rerun"})
+"""Verbs that also work on the journal of a run whose scheduler is not live."""
+
+
+def applicable_verbs(state: JobState) -> list[str]:
+    """The verbs that would apply to a job in `state` (for refusal messages and the console)."""
+    return [v for v, states in VERB_FROM.items() if state in states and v != "cancel"]
+
+
+def refusal(job: str, state: JobState, verb: str) -> str:
+    """The message for a verb that does not apply: names the job, its state and what would apply."""
+    others = applicable_verbs(state)
+    would = f"; {', '.join(others)} would apply" if others else "; no verb applies to it now"
+    return f"job '{job}' is {state.name}: {verb} does not apply{would}"
+
+
+def resolve_jobs(core: SchedulerCore, names: list[str]) -> tuple[list[int], list[str]]:
+    """Job indices named by ids or globs (`load_*`), in order, and the names that matched nothing."""
+    found: list[int] = []
+    seen: set[int] = set()
+    unknown: list[str] = []
+    for name in names:
+        if any(c in name for c in "*?["):
+            hits = [core.index[j] for j in fnmatch.filter(core.ids, name)]
+        else:
+            hits = [core.index[name]] if name in core.index else []
+        if not hits:
+            unknown.append(name)
+        for h in hits:
+            if h not in seen:
+                seen.add(h)
+                found.append(h)
+    return found, unknown
+
+
+def apply_verb(core: SchedulerCore, ev: OperatorEvent) -> Reply:
+    """Apply an operator verb to the jobs it names and report, per job, what happened.
+
+    Args:
+        core: the scheduling core (mutated; its transitions go to the next Persist).
+        ev: the operator's request.
+
+    Returns:
+        A Reply with one (job, applied, message) per named job and every job touched.
+    """
+    verb = ev.verb
+    touched: list[int] = []
+    results: list[tuple[int, bool, str]] = []
+    if verb == "cancel":
+        core.cancelled = True
+        for i in range(core.n):
+            if core.state[i] in (S.WAITING, S.READY, S.HELD, S.RETRY_WAIT):
+                core.set_state(i, S.CANCELLED, reason=_why("run cancelled", ev))
+                touched.append(i)
+        return Reply(verb, [(-1, True, f"run cancelled: {len(touched)} jobs will not start; "
+                                        f"{core.busy} running jobs finish")], touched)
+    if verb not in VERB_FROM:
+        return Reply(verb, [(-1, False, f"unknown verb '{verb}'; verbs: {', '.join(VERBS)}")])
+    for i in ev.jobs:
+        st = S(core.state[i])
+        if st not in VERB_FROM[verb]:
+            results.append((i, False, refusal(core.ids[i], st, verb)))
+            continue
+        msg = _APPLY[verb](core, i, ev, touched)
+        results.append((i, True, msg))
+    return Reply(verb, results, touched)
+
+
+def _why(text: str, ev: OperatorEvent) -> str:
+    who = f" by {ev.user}" if ev.user else ""
+    because = f": {ev.reason}" if ev.reason else ""
+    return f"{text}{who}{because}"
+
+
+def _hold(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    core.set_state(i, S.HELD, reason=_why("held", ev))
+    touched.append(i)
+    return f"job '{core.ids[i]}' held"
+
+
+def _settle(core: SchedulerCore, i: int, touched: list[int]) -> None:
+    """Put a job whose dependencies were recounted into the state they call for."""
+    core.recompute(i)
+    if core.block[i] == 1:
+        core.set_state(i, S.UPSTREAM_FAILED, reason="upstream failed")
+        core._resolve(i)
+    elif core.block[i] == 2:
+        core.set_state(i, S.SKIPPED, reason="condition not met")
+        core._resolve(i)
+    elif core.unmet[i] == 0:
+        if core.state[i] != S.READY:
+            core.set_state(i, S.READY)
+        heapq.heappush(core.ready, _key(core, i))
+    elif core.state[i] != S.WAITING:
+        core.set_state(i, S.WAITING)
+    touched.append(i)
+
+
+def _key(core: SchedulerCore, i: int) -> int:
+    from wloadctl.core.engine import ready_key
+
+    return ready_key(core.tier[i], core.specs[i].priority, i)
+
+
+def _release(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    core.set_state(i, S.WAITING, reason=_why("released", ev))
+    _settle(core, i, touched)
+    return f"job '{core.ids[i]}' released, now {S(core.state[i]).name}"
+
+
+def _descendants(core: SchedulerCore, i: int) -> list[int]:
+    seen = {i}
+    order: list[int] = []
+    todo = deque([i])
+    while todo:
+        u = todo.popleft()
+        for d in core.downstream(u):
+            if d not in seen:
+                seen.add(d)
+                order.append(d)
+                todo.append(d)
+    return order
+
+
+def _reopen(core: SchedulerCore, jobs: list[int], touched: list[int], only_blocked: bool) -> None:
+    """Send finished descendants back to WAITING, then settle them upstream-first."""
+    reopened = []
+    for d in jobs:
+        st = core.state[d]
+        if only_blocked and st != S.UPSTREAM_FAILED:
+            continue
+        if st in TERMINAL:
+            core.set_state(d, S.WAITING, reason="upstream rerun")
+            core.attempt_base[d] = core.attempt[d]
+            reopened.append(d)
+    for d in reopened:
+        core.recompute(d)
+    for d in reopened:
+        if core.state[d] == S.WAITING and core.unmet[d] == 0:
+            _settle(core, d, touched)
+        else:
+            touched.append(d)
+
+
+def _again(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int], what: str) -> str:
+    core.attempt_base[i] = core.attempt[i]
+    core.set_state(i, S.WAITING, reason=_why(what, ev))
+    desc = _descendants(core, i)
+    before = len(touched)
+    _reopen(core, desc, touched, only_blocked=not (ev.downstream and ev.verb == "rerun"))
+    # Dependents that had counted this job (or a reopened one) as done must count it again.
+    again = {i, *touched[before:]}
+    for u in again:
+        for d in core.downstream(u):
+            if d not in again and core.state[d] in (S.WAITING, S.READY, S.HELD):
+                core.recompute(d)
+                if core.state[d] == S.READY and core.unmet[d] > 0:
+                    core.set_state(d, S.WAITING, reason="upstream rerun")
+    _settle(core, i, touched)
+    extra = len(touched) - 1
+    more = f" with {extra} downstream job(s)" if extra > 0 else ""
+    return f"job '{core.ids[i]}' will run again{more}"
+
+
+def _retry(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    return _again(core, i, ev, touched, "retry")
+
+
+def _rerun(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    return _again(core, i, ev, touched, "rerun")
+
+
+def _kill(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    core.kill(i, _why("killed", ev))
+    touched.append(i)
+    return f"job '{core.ids[i]}' is being killed"
+
+
+def _force(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int], to: JobState) -> str:
+    was_terminal = core.state[i] in TERMINAL
+    core.set_state(i, to, reason=_why("set ok" if to == S.SUCCEEDED else "skipped", ev))
+    touched.append(i)
+    if was_terminal:
+        # Its dependents already counted it; the ones it had blocked get a fresh look.
+        _reopen(core, _descendants(core, i), touched, only_blocked=True)
+    else:
+        core.retry_due.pop(i, None)
+        core._resolve(i)
+    return f"job '{core.ids[i]}' is now {to.name}"
+
+
+def _set_ok(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    return _force(core, i, ev, touched, S.SUCCEEDED)
+
+
+def _skip(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    return _force(core, i, ev, touched, S.SKIPPED)
+
+
+_APPLY = {
+    "hold": _hold,
+    "release": _release,
+    "retry": _retry,
+    "rerun": _rerun,
+    "kill": _kill,
+    "set-ok": _set_ok,
+    "skip": _skip,
+}

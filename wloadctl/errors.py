@@ -1,0 +1,95 @@
+"""The one exception hierarchy of wloadctl: every user-facing error has a message, a location and a hint."""
+
+from __future__ import annotations
+
+
+class WloadError(Exception):
+    """Root of every error wloadctl reports to a user (never shown as a traceback)."""
+
+    exit_code: int = 3
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        job: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        """What was wrong, in words."""
+        self.file = file
+        """The file the problem is in, when there is one."""
+        self.line = line
+        """1-based line in `file`, when known."""
+        self.job = job
+        """The job id the problem concerns, when there is one."""
+        self.hint = hint
+        """What would be accepted instead."""
+
+    def one_line(self) -> str:
+        """Format as `file:line: job 'x': message (hint)` for stderr."""
+        where = ""
+        if self.file:
+            where = self.file + (f":{self.line}" if self.line else "") + ": "
+        who = f"job '{self.job}': " if self.job else ""
+        hint = f" ({self.hint})" if self.hint else ""
+        return f"{where}{who}{self.message}{hint}"
+
+    def __str__(self) -> str:
+        return self.one_line()
+
+
+class PlanError(WloadError):
+    """A plan file is invalid; `problems` holds every problem found, not only the first."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, problems: list[WloadError] | None = None, **kw: object) -> None:
+        super().__init__(message, **kw)  # type: ignore[arg-type]
+        self.problems: list[WloadError] = problems or []
+        """Every problem of the plan, each with its own location."""
+
+    def lines(self) -> list[str]:
+        """One line per problem (or this error's own line when it holds none)."""
+        return [p.one_line() for p in self.problems] or [self.one_line()]
+
+
+class CycleError(PlanError):
+    """The dependencies of a plan form a cycle; the message lists the cycle in order."""
+
+
+class UsageError(WloadError):
+    """The command line asked for something that cannot be done (unknown run, bad option)."""
+
+    exit_code = 2
+
+
+class TransportError(WloadError):
+    """A message queue or shared-memory segment could not be created, opened or used."""
+
+    exit_code = 3
+
+
+class ProtocolError(TransportError):
+    """Bytes on a queue or in shared memory do not match the expected layout or version."""
+
+
+class StoreError(WloadError):
+    """The run journal (SQLite) is missing, corrupt, or refuses a change."""
+
+    exit_code = 3
+
+
+class InvalidTransition(WloadError):
+    """A job state change that the transition table does not allow."""
+
+    exit_code = 3
+
+
+class ControlError(WloadError):
+    """An operator verb was refused (wrong state, unknown job, no live scheduler)."""
+
+    exit_code = 1
