@@ -1,0 +1,258 @@
+"""The `wloadctl` command line: validate, gen, run, resume, status, operator verbs, why, logs, history, console."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from wloadctl.errors import PlanError, UsageError, WloadError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+VERB_COMMANDS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def _state_dir_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state-dir", help="the run's state directory (default: $WLOADCTL_STATE_DIR, or the latest run)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    ap = _Parser(prog="wloadctl", description="Workload scheduler for batch operations.")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("validate", help="check plan files; one line per problem")
+    p.add_argument("plans", nargs="+", metavar="PLAN")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("gen", help="write a synthetic plan")
+    p.add_argument("--jobs", type=int, required=True)
+    p.add_argument("--shape", choices=("bank", "wide", "chain"), default="bank")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--type", choices=("shell", "noop"), default="shell", dest="job_type")
+    p.add_argument("--command", default=None, help="shell command of every job (default: true)")
+    p.add_argument("-o", "--output", required=True)
+
+    for name, helptext in (("run", "run a plan headless to completion (resumes an unfinished run)"),
+                           ("resume", "resume the unfinished run of a state directory")):
+        p = sub.add_parser(name, help=helptext)
+        if name == "run":
+            p.add_argument("plan", metavar="PLAN")
+        else:
+            p.add_argument("plan", metavar="PLAN", nargs="?", help="the plan file, to check or accept changes")
+        _state_dir_arg(p)
+        p.add_argument("--executors", type=int, default=0, help="executor processes (default 2)")
+        p.add_argument("--slots", type=int, default=0, help="jobs per executor at once (default 4)")
+        p.add_argument("--business-date", help="YYYY-MM-DD the commands see as WLOADCTL_BUSINESS_DATE")
+        p.add_argument("--accept-plan-change", action="store_true")
+        p.add_argument("--journal-sync", choices=("full", "normal"), default="full",
+                       help="full: a commit survives power loss; normal: survives a crash of the process")
+        p.add_argument("--json", action="store_true", help="print a summary object at the end")
+        p.add_argument("--quiet", action="store_true")
+
+    p = sub.add_parser("status", help="state of a run, live or finished")
+    _state_dir_arg(p)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--all", action="store_true", help="list every job, not only the unfinished and failed")
+
+    for verb in VERB_COMMANDS:
+        p = sub.add_parser(verb, help=f"{verb} jobs (ids or globs)")
+        p.add_argument("jobs", nargs="+", metavar="JOB")
+        p.add_argument("--reason", default="")
+        _state_dir_arg(p)
+        p.add_argument("--json", action="store_true")
+        if verb == "rerun":
+            p.add_argument("--downstream", action="store_true", help="also rerun everything that depends on it")
+    p = sub.add_parser("cancel", help="drain the run: nothing new starts")
+    p.add_argument("--reason", default="")
+    _state_dir_arg(p)
+    p.add_argument("--json", action="store_true")
+
+    for name, helptext in (("why", "why a job is not running now"), ("history", "attempts and actions of a job"),
+                           ("lineage", "upstream and downstream of a job")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("job", metavar="JOB")
+        _state_dir_arg(p)
+        p.add_argument("--json", action="store_true")
+    p = sub.add_parser("logs", help="a job's output")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--attempt", type=int)
+    p.add_argument("--follow", "-f", action="store_true")
+    _state_dir_arg(p)
+    p = sub.add_parser("audit", help="the run's operator actions")
+    _state_dir_arg(p)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("cleanup", help="remove queues and shared memory left by crashed runs")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("console", help="the operations console")
+    p.add_argument("plan", metavar="PLAN", nargs="?")
+    _state_dir_arg(p)
+    p.add_argument("--readonly", action="store_true")
+    p.add_argument("--executors", type=int, default=0)
+    p.add_argument("--slots", type=int, default=0)
+    p = sub.add_parser("scheduler", help="run the scheduler of a state directory's run (used by the console)")
+    p.add_argument("plan", metavar="PLAN", nargs="?")
+    _state_dir_arg(p)
+    p.add_argument("--executors", type=int, default=0)
+    p.add_argument("--slots", type=int, default=0)
+    p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
+    p.add_argument("--business-date")
+    p = sub.add_parser("bench", help="benchmarks at bank scale")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    return ap
+
+
+def resolve_state_dir(given: str | None) -> Path:
+    """The state directory to use: given, $WLOADCTL_STATE_DIR, or the most recently used one."""
+    if given:
+        return Path(given)
+    env = os.environ.get("WLOADCTL_STATE_DIR")
+    if env:
+        return Path(env)
+    from wloadctl.store import DB_NAME, default_state_dir
+
+    base = default_state_dir("x").parent
+    journals = sorted(base.glob(f"*/{DB_NAME}"), key=lambda p: p.stat().st_mtime) if base.exists() else []
+    if not journals:
+        raise UsageError("no run found", hint="give --state-dir DIR, or start a run with `wloadctl run PLAN`")
+    return journals[-1].parent
+
+
+def cmd_validate(a: argparse.Namespace) -> int:
+    from wloadctl.core.planfile import load_plan
+
+    bad = 0
+    out = []
+    for path in a.plans:
+        try:
+            plan = load_plan(path)
+            out.append({"file": path, "ok": True, "jobs": len(plan.jobs)})
+            if not a.json:
+                print(f"{path}: ok ({len(plan.jobs)} jobs)")
+        except PlanError as e:
+            bad += 1
+            out.append({"file": path, "ok": False, "problems": e.lines()})
+            if not a.json:
+                for line in e.lines():
+                    print(line, file=sys.stderr)
+    if a.json:
+        print(json.dumps(out, indent=2))
+    return EXIT_USAGE if bad else EXIT_OK
+
+
+def cmd_gen(a: argparse.Namespace) -> int:
+    from wloadctl.gen import write_plan
+
+    if a.jobs <= 0:
+        raise UsageError(f"--jobs must be positive, not {a.jobs}")
+    t = time.time()
+    write_plan(a.output, a.jobs, a.shape, a.seed, job_type=a.job_type, command=a.command)
+    print(f"wrote {a.output}: {a.jobs} jobs, shape {a.shape}, seed {a.seed} ({time.time() - t:.1f}s)",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from wloadctl.cli_run import run_command
+
+    return run_command(a)
+
+
+def cmd_status(a: argparse.Namespace) -> int:
+    from wloadctl.cli_show import show_status
+
+    return show_status(a, resolve_state_dir(a.state_dir))
+
+
+def cmd_verb(a: argparse.Namespace) -> int:
+    from wloadctl.cli_show import show_verb
+
+    return show_verb(a, resolve_state_dir(a.state_dir))
+
+
+def cmd_read(a: argparse.Namespace) -> int:
+    from wloadctl.cli_show import show_read
+
+    return show_read(a, resolve_state_dir(a.state_dir))
+
+
+def cmd_cleanup(a: argparse.Namespace) -> int:
+    from wloadctl.procs.supervisor import clean_stale
+
+    lines: list[str] = []
+    gone = clean_stale(lines.append)
+    if a.json:
+        print(json.dumps({"removed": gone}))
+    else:
+        for line in lines:
+            print(line)
+        print(f"removed {len(gone)} stale IPC object(s)")
+    return EXIT_OK
+
+
+def cmd_console(a: argparse.Namespace) -> int:
+    from tui import run_console
+
+    return run_console(a)
+
+
+def cmd_scheduler(a: argparse.Namespace) -> int:
+    from wloadctl.cli_run import scheduler_command
+
+    return scheduler_command(a)
+
+
+def cmd_bench(a: argparse.Namespace) -> int:
+    from wloadctl.bench import main as bench_main
+
+    return bench_main(a.args)
+
+
+COMMANDS: dict[str, Any] = {
+    "validate": cmd_validate, "gen": cmd_gen, "run": cmd_run, "resume": cmd_run, "status": cmd_status,
+    "cancel": cmd_verb, "why": cmd_read, "history": cmd_read, "lineage": cmd_read, "logs": cmd_read,
+    "audit": cmd_read, "cleanup": cmd_cleanup, "console": cmd_console, "scheduler": cmd_scheduler,
+    "bench": cmd_bench, **{v: cmd_verb for v in VERB_COMMANDS},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `wloadctl` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(COMMANDS[args.cmd](args))
+    except PlanError as e:
+        for line in e.lines():
+            print(line, file=sys.stderr)
+        return EXIT_USAGE
+    except WloadError as e:
+        print(f"wloadctl: {e.one_line()}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("wloadctl: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as e:  # an internal failure: one line, the details only on request
+        if os.environ.get("WLOADCTL_DEBUG"):
+            raise
+        print(f"wloadctl: internal error: {type(e).__name__}: {e} (set WLOADCTL_DEBUG=1 for details)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

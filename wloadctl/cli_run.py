@@ -1,0 +1,159 @@
+"""`wloadctl run` / `resume` / `scheduler`: drive a run headless with a progress bar or a plain line log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from wloadctl.core.states import JobState
+from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
+from wloadctl.procs.scheduler import SchedulerLoop
+
+LINE_LOG_MAX_JOBS = 5000
+"""Plans up to this size get one line per finished job in the plain log; bigger ones a line every few seconds."""
+
+
+def _say(quiet: bool) -> Any:
+    def say(msg: str) -> None:
+        if not quiet:
+            try:
+                print(f"wloadctl: {msg}", file=sys.stderr, flush=True)
+            except OSError:
+                pass  # the terminal went away; the run goes on
+    return say
+
+
+class LineLog:
+    """Plain progress for pipes and files: a line per finished job (small plans) or a periodic summary."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.last = 0.0
+        self.loop: SchedulerLoop | None = None
+
+    def __call__(self, loop: SchedulerLoop) -> None:
+        if self.loop is None:
+            self.loop = loop
+            if loop.core.n <= LINE_LOG_MAX_JOBS:
+                loop.watch = []
+        self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        loop = self.loop
+        if loop is None:
+            return
+        core = loop.core
+        now = time.time()
+        try:
+            if loop.watch is not None:
+                names = [s.name for s in JobState]
+                for i, to, reason in loop.watch:
+                    why = f"  ({reason})" if reason and to != JobState.SUCCEEDED else ""
+                    self.out.write(f"{time.strftime('%H:%M:%S')} {names[to]:<15} {core.ids[i]}{why}\n")
+                loop.watch.clear()
+            elif final or now - self.last >= 5.0:
+                self.last = now
+                c = core.counts
+                done = c[4] + c[5] + c[6] + c[9] + c[10] + c[11]
+                self.out.write(f"{time.strftime('%H:%M:%S')} {done}/{core.n} done, {c[3]} running, "
+                               f"{c[5] + c[6]} failed\n")
+            self.out.flush()
+        except OSError:
+            pass
+
+
+class Bar:
+    """A rich progress bar with counts per state, for terminals."""
+
+    def __init__(self, total: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("{task.fields[detail]}"), transient=False)
+        self.task = self.progress.add_task("run", total=total, detail="")
+        self.progress.start()
+
+    def __call__(self, loop: SchedulerLoop) -> None:
+        self.show(loop.core.counts)
+
+    def show(self, c: list[int]) -> None:
+        done = c[4] + c[5] + c[6] + c[9] + c[10] + c[11]
+        bad = c[5] + c[6] + c[11]
+        detail = f"running {c[3]}  queued {c[2]}  ready {c[1]}" + (f"  failed {bad}" if bad else "") + (
+            f"  held {c[8]}" if c[8] else "")
+        self.progress.update(self.task, completed=done, detail=detail)
+
+
+def summary(o: RunOutcome) -> dict[str, Any]:
+    """The --json summary of a finished run."""
+    names = [s.name for s in JobState]
+    counts = {names[k]: v for k, v in enumerate(o.core.counts) if v}
+    return {"plan": o.plan.name, "run": o.run.run_id, "status": o.status, "exit_code": o.exit_code,
+            "business_date": o.run.business_date, "resumed": o.resumed, "wall_seconds": round(o.wall, 3),
+            "counts": counts, "jobs": {jid: names[o.core.state[i]] for i, jid in enumerate(o.core.ids)}}
+
+
+def run_command(a: argparse.Namespace) -> int:
+    """`wloadctl run PLAN` and `wloadctl resume`."""
+    from wloadctl.cli import resolve_state_dir
+    from wloadctl.core.planfile import load_plan
+    from wloadctl.store import default_state_dir
+
+    quiet = a.quiet or a.json
+    if a.cmd == "run":
+        plan = load_plan(a.plan)  # a bad plan fails here, before anything is created
+        state_dir = Path(a.state_dir) if a.state_dir else default_state_dir(plan.name)
+    else:
+        state_dir = resolve_state_dir(a.state_dir)
+    opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
+                      accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
+                      say=_say(quiet))
+    tty = sys.stdout.isatty() and not quiet
+    bars: list[Bar] = []
+    on_turn: Any = None
+    if tty:
+
+        def on_turn(loop: SchedulerLoop) -> None:
+            if not bars:
+                bars.append(Bar(loop.core.n))
+            bars[0](loop)
+    elif not quiet:
+        on_turn = LineLog(sys.stdout)
+    outcome = start_or_resume(a.plan, opts, resume_only=a.cmd == "resume", on_turn=on_turn)
+    if bars:
+        bars[0].show(outcome.core.counts)
+        bars[0].progress.stop()
+    elif isinstance(on_turn, LineLog):
+        on_turn.flush(final=True)
+    if a.json:
+        print(json.dumps(summary(outcome), indent=2))
+    elif not a.quiet:
+        c = summary(outcome)["counts"]
+        parts = ", ".join(f"{v} {k.lower()}" for k, v in c.items())
+        print(f"run {outcome.run.run_id} {outcome.status}: {parts} in {outcome.wall:.1f}s "
+              f"(state dir {state_dir})")
+        failed = [outcome.core.ids[i] for i in range(outcome.core.n)
+                  if outcome.core.state[i] in (JobState.FAILED, JobState.TIMED_OUT)]
+        if failed:
+            print(f"failed: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''} "
+                  f"(see `wloadctl why JOB --state-dir {state_dir}`)")
+    return outcome.exit_code if outcome.status != "interrupted" else 130
+
+
+def scheduler_command(a: argparse.Namespace) -> int:
+    """`wloadctl scheduler`: the scheduler of a run as its own process (started by the console)."""
+    from wloadctl.cli import resolve_state_dir
+
+    state_dir = resolve_state_dir(a.state_dir)
+    opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
+                      say=_say(False))
+    if a.standby:
+        from wloadctl.procs.standby import run_standby
+
+        return run_standby(a.plan, opts)
+    outcome = start_or_resume(a.plan, opts, resume_only=a.plan is None)
+    return outcome.exit_code

@@ -1,0 +1,127 @@
+"""Read and control verbs of the CLI: status, hold/release/..., why, history, lineage, logs, audit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from wloadctl.client import RunClient
+
+_BAD = ("FAILED", "TIMED_OUT", "UPSTREAM_FAILED")
+
+
+def _ts(t: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def show_status(a: argparse.Namespace, state_dir: Path) -> int:
+    """`wloadctl status`."""
+    with RunClient(state_dir) as c:
+        st = c.status(with_jobs=True)
+    if a.json:
+        print(json.dumps(st, indent=1))
+        return 0
+    counts = "  ".join(f"{k} {v}" for k, v in st["counts"].items())
+    live = f"live, scheduler pid {st['scheduler_pid']}, epoch {st['epoch']}" if st["live"] else st["status"]
+    print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  ({live})")
+    print(f"{st['total']} jobs: {counts}")
+    for e in st["executors"]:
+        print(f"  executor {e['executor']}: pid {e['pid']} {e['health']}, beat {e['beat_age']:.1f}s ago, "
+              f"running {e['running']}/{e['slots']}, load {e['load1']}, rss {e['rss_kb'] // 1024} MiB")
+    shown = st["jobs"] if a.all else [j for j in st["jobs"] if j["state"] not in ("SUCCEEDED", "SKIPPED", "WAITING")]
+    for j in shown[:200 if not a.all else None]:
+        extra = f"  {j.get('reason', '')}" if j.get("reason") and j["state"] != "SUCCEEDED" else ""
+        print(f"  {j['state']:<15} {j['job']}{extra}")
+    if not a.all and len(shown) > 200:
+        print(f"  ... {len(shown) - 200} more (use --all or --json)")
+    return 1 if any(j["state"] in _BAD for j in st["jobs"]) and not st["live"] else 0
+
+
+def show_verb(a: argparse.Namespace, state_dir: Path) -> int:
+    """`wloadctl hold|release|retry|rerun|kill|set-ok|skip|cancel`."""
+    with RunClient(state_dir) as c:
+        rep = c.control(a.cmd, list(getattr(a, "jobs", [])), reason=a.reason,
+                        downstream=bool(getattr(a, "downstream", False)))
+    if a.json:
+        print(json.dumps(rep, indent=1))
+    else:
+        if rep.get("error"):
+            print(f"wloadctl: {rep['error']}", file=sys.stderr)
+        for job, applied, msg in rep.get("results", []):
+            print(msg if applied else f"refused: {msg}", file=sys.stdout if applied else sys.stderr)
+        if rep.get("more"):
+            print(f"... and {rep['more']} more (see `wloadctl audit`)")
+    return 0 if rep.get("ok") else 1
+
+
+def show_read(a: argparse.Namespace, state_dir: Path) -> int:
+    """`wloadctl why|history|lineage|logs|audit`."""
+    with RunClient(state_dir) as c:
+        if a.cmd == "logs":
+            return _logs(c, a)
+        data: Any
+        if a.cmd == "why":
+            data = c.why(a.job)
+        elif a.cmd == "history":
+            data = c.history(a.job)
+        elif a.cmd == "lineage":
+            data = c.lineage(a.job)
+        else:
+            data = c.actions()
+    if a.json:
+        print(json.dumps(data, indent=1))
+        return 0
+    if a.cmd == "why":
+        print(f"{data['job']} is {data['state']} (tier {data['tier']}, attempt {data['attempt']})")
+        for r in data["reasons"]:
+            print(f"  - {r}")
+        if data["verbs"]:
+            print(f"  verbs that apply: {', '.join(data['verbs'])}")
+    elif a.cmd == "history":
+        print(f"{data['job']}: {data['state']} after {data['attempts']} attempt(s)")
+        for t in data["transitions"]:
+            code = f" exit {t['exit_code']}" if t["exit_code"] is not None else ""
+            ex = f" on executor {t['executor']}" if t["executor"] >= 0 else ""
+            reason = f"  {t['reason']}" if t["reason"] else ""
+            print(f"  {_ts(t['ts'])} #{t['attempt']} {t['from']} -> {t['to']}{ex}{code}{reason}")
+        for x in data["actions"]:
+            print(f"  {_ts(x['ts'])} {x['user']} {x['verb']} ({x['reason'] or 'no reason'}): {x['outcome']}")
+    elif a.cmd == "lineage":
+        print(f"{data['job']}: {len(data['upstream'])} upstream, {len(data['downstream'])} downstream")
+        print("  upstream:   " + (", ".join(data["upstream"]) or "-"))
+        print("  downstream: " + (", ".join(data["downstream"]) or "-"))
+    else:
+        for x in data:
+            ok = "applied" if x["applied"] else "refused"
+            print(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
+                  + (f"  reason: {x['reason']}" if x["reason"] else ""))
+    return 0
+
+
+def _logs(c: RunClient, a: argparse.Namespace) -> int:
+    path = c.log_file(a.job, a.attempt)
+    pos = 0
+    while True:
+        try:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos = f.tell()
+        except FileNotFoundError:
+            chunk = b""
+            if not a.follow:
+                print(f"wloadctl: no output yet for {a.job} ({path})", file=sys.stderr)
+                return 1
+        if chunk:
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+        if not a.follow:
+            return 0
+        row = c.store.job_row(c.run.id, a.job)
+        if row is not None and row[2] not in (2, 3) and not chunk:
+            return 0
+        time.sleep(0.25)

@@ -1,0 +1,340 @@
+"""The control API used by the CLI and the console: read a run's state, send operator verbs, read logs and history."""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wloadctl.core.dag import Dag
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import OperatorEvent
+from wloadctl.core.explain import why as explain
+from wloadctl.core.planfile import load_plan_text
+from wloadctl.core.states import JobState, SlaTier
+from wloadctl.core.verbs import MUTATING_OFFLINE, VERBS, resolve_jobs
+from wloadctl.errors import ControlError, TransportError, UsageError, WloadError
+from wloadctl.ipc import protocol as P
+from wloadctl.ipc.mq import MessageQueue
+from wloadctl.ipc.naming import ROLE_BOARD, ROLE_CONTROL, ROLE_EXECUTORS, object_name
+from wloadctl.ipc.shm import ExecutorBoard, StateBoard
+from wloadctl.procs.health import pid_alive
+from wloadctl.procs.runctx import log_path
+from wloadctl.store import RunRow, Store
+
+REPLY_TIMEOUT = 10.0
+"""Seconds to wait for a live scheduler's answer."""
+
+
+@dataclass
+class JobView:
+    """One job's row as shown by status."""
+
+    id: str
+    state: str
+    attempt: int
+    executor: int
+    exit_code: int | None
+    started: float | None
+    ended: float | None
+    reason: str
+
+
+class RunClient:
+    """A handle on the latest run of a state directory, live or finished."""
+
+    def __init__(self, state_dir: str | Path) -> None:
+        self.state_dir = Path(state_dir)
+        """The run's state directory."""
+        self.store = Store.open(self.state_dir, create=False, readonly=True)
+        run = self.store.latest_run()
+        if run is None:
+            raise UsageError(f"no run recorded in {self.state_dir}", hint="start one with `wloadctl run PLAN`")
+        self.run: RunRow = run
+        """The journal's record of the run."""
+        self._ids: list[str] | None = None
+
+    def close(self) -> None:
+        """Release the journal."""
+        self.store.close()
+
+    def __enter__(self) -> RunClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- liveness and boards ------------------------------------------------------------
+
+    def board_header(self) -> P.BoardHeader | None:
+        """The live scheduler's board header, or None when no scheduler is live."""
+        try:
+            board = StateBoard.open(object_name(self.run.run_id, ROLE_BOARD))
+        except WloadError:
+            return None
+        try:
+            h = board.read_header()
+        except WloadError:
+            return None
+        finally:
+            board.close()
+        return h if pid_alive(h.scheduler_pid) and not h.done else None
+
+    def is_live(self) -> bool:
+        """Whether a scheduler is running this run now."""
+        return self.board_header() is not None
+
+    def ids(self) -> list[str]:
+        """Job ids by index."""
+        if self._ids is None:
+            self._ids = self.store.job_ids(self.run.id)
+        return self._ids
+
+    def executors(self) -> list[dict[str, Any]]:
+        """Health of each executor from the heartbeat board (empty when the run is not live)."""
+        try:
+            eb = ExecutorBoard.open(object_name(self.run.run_id, ROLE_EXECUTORS))
+        except WloadError:
+            return []
+        try:
+            slots = eb.read_all()
+        finally:
+            eb.close()
+        now = time.time()
+        out = []
+        for s in slots:
+            if not s.pid:
+                continue
+            age = now - s.beat if s.beat else float("inf")
+            alive = pid_alive(s.pid)
+            health = "dead" if not alive else ("alive" if age < 1.0 else ("suspect" if age < 5.0 else "dead"))
+            out.append({"executor": s.executor, "pid": s.pid, "health": health, "beat_age": round(age, 3),
+                        "running": s.running, "slots": s.slots, "load1": round(s.load1, 2), "rss_kb": s.rss_kb,
+                        "jobs_done": s.jobs_done, "epoch": s.seen_epoch})
+        return out
+
+    def status(self, with_jobs: bool = True) -> dict[str, Any]:
+        """The run's state: record, counts per state, scheduler, executors, and each job's state."""
+        self.run = self.store.get_run(self.run.run_id) or self.run
+        h = self.board_header()
+        live = h is not None
+        names = [s.name for s in JobState]
+        jobs: list[dict[str, Any]] = []
+        if live:
+            assert h is not None
+            try:
+                board = StateBoard.open(object_name(self.run.run_id, ROLE_BOARD))
+                snap = board.read()
+                board.close()
+                states = snap.states
+            except WloadError:
+                live, states = False, b""
+        counts: dict[str, int] = {}
+        if live:
+            counts = {names[k]: c for k, c in enumerate(h.counts[: len(names)]) if c}  # type: ignore[union-attr]
+            if with_jobs:
+                ids = self.ids()
+                jobs = [{"job": j, "state": names[states[k]]} for k, j in enumerate(ids) if k < len(states)]
+        else:
+            rows = self.store.job_rows(self.run.id)
+            for r in rows:
+                counts[names[r[2]]] = counts.get(names[r[2]], 0) + 1
+            if with_jobs:
+                jobs = [{"job": r[1], "state": names[r[2]], "attempt": r[3], "exit_code": r[5],
+                         "started": r[6], "ended": r[7], "reason": r[8]} for r in rows]
+        return {
+            "run": self.run.run_id, "plan": self.run.plan_name, "business_date": self.run.business_date,
+            "status": self.run.status if not live else "running", "live": live,
+            "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
+            "scheduler_pid": h.scheduler_pid if h else None,
+            "executors": self.executors() if live else [],
+            "counts": counts, "total": len(self.ids()), "jobs": jobs,
+        }
+
+    # -- operator verbs ---------------------------------------------------------------------
+
+    def control(self, verb: str, jobs: list[str], reason: str = "", downstream: bool = False,
+                user: str | None = None) -> dict[str, Any]:
+        """Apply an operator verb: through the live scheduler, or on the journal when none is live.
+
+        Returns:
+            {"ok": bool, "results": [[job, applied, message], ...], "live": bool, ...}
+
+        Raises:
+            UsageError: unknown verb.
+            ControlError: the verb cannot be applied at all (no live scheduler for kill/cancel).
+        """
+        if verb not in VERBS and verb not in ("why", "ping"):
+            raise UsageError(f"unknown verb '{verb}'", hint=f"verbs: {', '.join(VERBS)}, why")
+        user = user or _user()
+        req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": user}
+        if self.is_live():
+            try:
+                rep = self._ask(req)
+                rep["live"] = True
+                return rep
+            except TransportError:
+                if self.is_live():
+                    raise
+        return self._offline(req)
+
+    def _ask(self, req: dict[str, Any]) -> dict[str, Any]:
+        rid = secrets.token_hex(4)
+        reply_name = object_name(self.run.run_id, f"r{os.getpid()}x{rid}")
+        reply = MessageQueue.create(reply_name, max_messages=2, max_message_size=8192)
+        try:
+            ctl = MessageQueue.open(object_name(self.run.run_id, ROLE_CONTROL))
+            try:
+                data = P.encode_control({**req, "id": rid, "reply": reply_name}, max_size=ctl.max_message_size)
+                if not ctl.send(data, timeout=REPLY_TIMEOUT):
+                    raise TransportError("the scheduler's control queue stays full", hint="is the scheduler stuck?")
+            finally:
+                ctl.close()
+            deadline = time.time() + REPLY_TIMEOUT
+            while time.time() < deadline:
+                got = reply.recv(max(0.0, deadline - time.time()))
+                if got is None:
+                    break
+                body = P.decode_control(got)
+                if body.get("id") == rid:
+                    return body
+            raise TransportError(f"no answer from the scheduler within {REPLY_TIMEOUT:.0f}s",
+                                 hint="check it with `wloadctl status`")
+        finally:
+            reply.close()
+            reply.unlink()
+
+    def _offline(self, req: dict[str, Any]) -> dict[str, Any]:
+        verb = req["verb"]
+        if verb not in MUTATING_OFFLINE and verb != "why":
+            raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
+                               hint="resume the run with `wloadctl resume --state-dir DIR`")
+        lock = open(self.state_dir / "scheduler.lock", "a+")
+        try:
+            _lock_wait(lock, 5.0)
+            with Store.open(self.state_dir, create=False) as st:
+                run = st.get_run(self.run.run_id) or self.run
+                core = journal_core(st, run)
+                idx, unknown = resolve_jobs(core, req["jobs"])
+                if unknown:
+                    msg = f"unknown job(s): {', '.join(unknown)}"
+                    st.record_action(run.id, req["user"], verb, "; ".join(unknown), req["reason"], msg, False)
+                    return {"ok": False, "error": msg, "unknown": unknown, "live": False}
+                if verb == "why":
+                    return {"ok": True, "why": [explain(core, i, time.time()) for i in idx[:20]], "live": False}
+                core.paused = True  # nothing is dispatched from here; a resume runs what becomes READY
+                cmds = core.handle(OperatorEvent(verb, tuple(idx), time.time(), user=req["user"],
+                                                 reason=req["reason"], downstream=bool(req["downstream"]),
+                                                 cause_id="op-offline"))
+                results: list[list[Any]] = []
+                ok = True
+                for c in cmds:
+                    if hasattr(c, "transitions"):
+                        st.write_turn(run.id, c.transitions)
+                    if hasattr(c, "results"):
+                        for i, applied, msg in c.results:
+                            job = core.ids[i] if i >= 0 else "*"
+                            st.record_action(run.id, req["user"], verb, job, req["reason"], msg, applied)
+                            results.append([job, applied, msg])
+                            ok = ok and applied
+                if verb in ("retry", "rerun") and ok:
+                    if run.status not in ("running", "interrupted"):
+                        st.set_status(run.id, "interrupted", None)
+                    results.append(["*", True, "the run has no live scheduler: `wloadctl resume --state-dir "
+                                    f"{self.state_dir}` will run them"])
+                return {"ok": ok, "verb": verb, "results": results, "live": False}
+        finally:
+            lock.close()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def why(self, job: str) -> dict[str, Any]:
+        """Why a job is not running now (asks the live scheduler, else reads the journal)."""
+        rep = self.control("why", [job])
+        if not rep.get("ok") or not rep.get("why"):
+            raise ControlError(rep.get("error") or f"unknown job '{job}'")
+        return dict(rep["why"][0])
+
+    def history(self, job: str) -> dict[str, Any]:
+        """Every transition and operator action of one job."""
+        row = self.store.job_row(self.run.id, job)
+        if row is None:
+            raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+        names = [s.name for s in JobState]
+        tx = [{"from": names[f], "to": names[t], "attempt": a, "ts": ts, "executor": ex, "exit_code": code,
+               "reason": reason, "cause": cause}
+              for f, t, a, ts, ex, code, reason, cause in self.store.transitions_of(self.run.id, row[0])]
+        acts = [{"ts": ts, "user": u, "verb": v, "reason": r, "outcome": o, "applied": bool(ap)}
+                for ts, u, v, _j, r, o, ap in self.store.actions(self.run.id, job)]
+        return {"job": job, "state": names[row[2]], "attempts": row[3], "transitions": tx, "actions": acts}
+
+    def log_file(self, job: str, attempt: int | None = None) -> Path:
+        """Path of a job attempt's log (the last attempt by default)."""
+        row = self.store.job_row(self.run.id, job)
+        if row is None:
+            raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+        att = attempt or row[3]
+        if att <= 0:
+            raise ControlError(f"job '{job}' has not run yet (state {JobState(row[2]).name})")
+        if att > row[3]:
+            raise ControlError(f"job '{job}' has {row[3]} attempt(s); there is no attempt {att}")
+        return log_path(self.state_dir, self.run.run_id, job, att)
+
+    def plan_dag(self) -> Dag:
+        """The run's DAG (from the plan as loaded)."""
+        plan = load_plan_text(self.store.plan_text(self.run.id), self.run.plan_path)
+        return Dag(plan)
+
+    def lineage(self, job: str) -> dict[str, Any]:
+        """Upstream and downstream of a job."""
+        dag = self.plan_dag()
+        if job not in dag.index:
+            raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+        return {"job": job, "upstream": sorted(dag.ancestors(job)), "downstream": sorted(dag.descendants(job))}
+
+    def actions(self) -> list[dict[str, Any]]:
+        """The run's audit trail."""
+        return [{"ts": ts, "user": u, "verb": v, "job": j, "reason": r, "outcome": o, "applied": bool(ap)}
+                for ts, u, v, j, r, o, ap in self.store.actions(self.run.id)]
+
+
+def journal_core(store: Store, run: RunRow) -> SchedulerCore:
+    """A core rebuilt from the journal (for verbs and `why` on a run with no live scheduler)."""
+    plan = load_plan_text(store.plan_text(run.id), run.plan_path)
+    core = SchedulerCore(plan, 0)
+    core.restore(store.job_states(run.id), time.time())
+    core.flush()  # the restore's own corrections are not the operator's doing
+    for i, _jid, _s, _a, _e, _c, _st, _en, reason in store.job_rows(run.id):
+        if reason:
+            core.reasons[i] = reason
+    return core
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def _lock_wait(f: Any, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.time() > deadline:
+                raise ControlError("the run's journal is busy (another operator or a starting scheduler)",
+                                   hint="try again") from None
+            time.sleep(0.05)
+
+
+def tier_name(v: int) -> str:
+    """Lower-case SLA tier name."""
+    return SlaTier(v).label

@@ -1,0 +1,1 @@
+"""The processes of a run: scheduler, executors, and the supervisor that spawns and reaps them."""

@@ -1,0 +1,340 @@
+"""Executor process (Process B): pulls task records, runs jobs as process groups, reports results and heartbeats."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from wloadctl.errors import WloadError
+from wloadctl.ipc import protocol as P
+from wloadctl.ipc.mq import MessageQueue, queue_name
+from wloadctl.ipc.shm import ExecutorBoard, PayloadArena, Segment, StateBoard, TailRing, segment_name
+from wloadctl.procs.health import process_rss_kb
+
+BEAT_INTERVAL = 0.25
+"""Seconds between heartbeats on the executor board."""
+KILL_GRACE = 3.0
+"""Seconds between SIGTERM and SIGKILL when a job's group is stopped for its timeout."""
+TAIL_BYTES = 4096
+"""Output kept in shared memory per finished attempt (the whole output is in the log file)."""
+
+
+@dataclass(slots=True)
+class Running:
+    """One job process this executor started and has not reaped yet."""
+
+    rec: P.TaskRecord
+    """The task record it came from."""
+    proc: subprocess.Popen[bytes]
+    """The job's process (leader of its own process group)."""
+    pidfd: int
+    """A pidfd that becomes readable when the process exits."""
+    started: float
+    """When it started."""
+    log_path: str
+    """Its log file (stdout and stderr)."""
+    deadline: float | None = None
+    """When its timeout expires."""
+    kill_at: float | None = None
+    """When SIGKILL follows the SIGTERM of a timeout."""
+    timed_out: bool = False
+    """Its timeout expired and it was told to stop."""
+
+
+@dataclass
+class Executor:
+    """The executor's loop and the jobs it holds."""
+
+    run_id: str
+    """Run whose queues it serves."""
+    index: int
+    """Its executor index (its slot on the executor board)."""
+    slots: int
+    """Jobs it runs at once."""
+    state_dir: Path
+    """Where its results journal lives."""
+    orphan_timeout: float = 120.0
+    """Exit when idle and no scheduler has beaten for this long."""
+    running: dict[int, Running] = field(default_factory=dict)
+    """Jobs running now, by pidfd."""
+    backlog: deque[tuple[P.TaskRecord, P.Payload]] = field(default_factory=deque)
+    """Accepted tasks waiting for a free slot."""
+    outbox: list[P.ResultRecord] = field(default_factory=list)
+    """Results journaled but not yet sent (the response queue was full)."""
+    unjournaled: list[P.ResultRecord] = field(default_factory=list)
+    """Results not yet written to the results journal."""
+    poller: select.poll = field(default_factory=select.poll)
+    """Waits on the request queue, the response queue and every job's pidfd."""
+    epoch: int = 0
+    done: int = 0
+    stop: bool = False
+
+    def open(self) -> None:
+        """Open the run's queues and segments (the scheduler created them)."""
+        rid = self.run_id
+        self.req = MessageQueue.open(queue_name(rid, "req"))
+        self.rsp = MessageQueue.open(queue_name(rid, "rsp"))
+        self.arena = PayloadArena(Segment.open(segment_name(rid, "arena")))
+        self.tails = TailRing(Segment.open(segment_name(rid, "tail")))
+        self.board = StateBoard.open(segment_name(rid, "board"))
+        self.eboard = ExecutorBoard.open(segment_name(rid, "exec"))
+        self.per_msg = P.results_per_message(self.rsp.max_message_size)
+        jdir = self.state_dir / "executors"
+        jdir.mkdir(parents=True, exist_ok=True)
+        # Every result is written here before it is sent: a scheduler that crashed after
+        # receiving it but before journaling it finds it again on restart.
+        self.journal: BinaryIO = open(jdir / f"{rid}-{self.index}-{os.getpid()}.results", "ab", buffering=0)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Run until told to stop, the run is done, or the scheduler is gone for good."""
+        poller = self.poller
+        req_fd, rsp_fd = self.req.fd, self.rsp.fd
+        rsp_on = False
+        req_on = False
+        next_beat = 0.0
+        last_sched = time.time()
+        sched_beat = 0.0
+        while True:
+            now = time.time()
+            want_req = not self.stop and len(self.backlog) + len(self.running) < 2 * self.slots
+            if want_req != req_on:
+                if want_req:
+                    poller.register(req_fd, select.POLLIN)
+                else:
+                    poller.unregister(req_fd)
+                req_on = want_req
+            if bool(self.outbox) != rsp_on:
+                rsp_on = not rsp_on
+                if rsp_on:
+                    poller.register(rsp_fd, select.POLLOUT)
+                else:
+                    poller.unregister(rsp_fd)
+            timeout = max(0.0, min(next_beat, self._next_deadline()) - now)
+            for fd, ev in poller.poll(timeout * 1000):
+                if fd == req_fd:
+                    self._take()
+                elif fd in self.running:
+                    self._reap(fd)
+            now = time.time()
+            self._start_backlog()
+            self._check_timeouts(now)
+            self._flush()
+            if now >= next_beat:
+                next_beat = now + BEAT_INTERVAL
+                hdr = self._header()
+                if hdr is not None:
+                    if hdr.beat != sched_beat:
+                        sched_beat, last_sched = hdr.beat, now
+                    if hdr.epoch > self.epoch:
+                        self.epoch = hdr.epoch
+                    if hdr.done and not self.running and not self.backlog and not self.outbox:
+                        break
+                self._beat(now, sched_beat)
+                if now - last_sched > self.orphan_timeout and not self.running and not self.backlog:
+                    break
+            if self.stop and not self.running and not self.outbox:
+                break
+
+    def _header(self) -> P.BoardHeader | None:
+        try:
+            return self.board.read_header()
+        except WloadError:
+            return None
+
+    def _next_deadline(self) -> float:
+        t = float("inf")
+        for r in self.running.values():
+            if r.kill_at is not None:
+                t = min(t, r.kill_at)
+            elif r.deadline is not None:
+                t = min(t, r.deadline)
+        return t
+
+    def _take(self) -> None:
+        """Receive task records while there is room; no-op tasks complete at once."""
+        while len(self.backlog) + len(self.running) < 2 * self.slots:
+            data = self.req.recv_nowait()
+            if data is None:
+                return
+            now = time.time()
+            accepted: list[P.ResultRecord] = []
+            for rec in P.decode_tasks(data):
+                if rec.epoch < self.epoch:
+                    self._emit(P.ResultRecord(P.RES_REJECTED, 0, self.index, rec.task, rec.attempt, 0, 0,
+                                              rec.epoch, 0, now, now, 0, 0))
+                    continue
+                self.epoch = rec.epoch
+                if rec.kind == P.TASK_NOOP:
+                    self.done += 1
+                    self._emit(P.ResultRecord(P.RES_EXITED, 0, self.index, rec.task, rec.attempt, 0, 0,
+                                              rec.epoch, 0, now, now, 0, 0))
+                    continue
+                payload = P.decode_payload(self.arena.get(rec.offset, rec.length))
+                self.backlog.append((rec, payload))
+                accepted.append(P.ResultRecord(P.RES_ACCEPTED, 0, self.index, rec.task, rec.attempt, 0, 0,
+                                               rec.epoch, 0, now, 0.0, 0, 0))
+            for a in accepted:
+                self._emit(a)
+            self._start_backlog()
+
+    def _start_backlog(self) -> None:
+        while self.backlog and len(self.running) < self.slots:
+            rec, payload = self.backlog.popleft()
+            self._spawn(rec, payload)
+
+    def _spawn(self, rec: P.TaskRecord, p: P.Payload) -> None:
+        now = time.time()
+        argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command or ["true"])
+        env = dict(os.environ)
+        env.update(p.env)
+        try:
+            Path(p.log_path).parent.mkdir(parents=True, exist_ok=True)
+            with open(p.log_path, "ab") as log:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        cwd=p.cwd or None, env=env, start_new_session=True, close_fds=True)
+        except OSError as e:
+            msg = f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: {e.strerror or e}"
+            off, length = self.tails.write(self.index, rec.task, rec.attempt, msg.encode())
+            self._emit(P.ResultRecord(P.RES_EXITED, P.FLAG_SPAWN_FAILED | P.FLAG_TAIL, self.index, rec.task,
+                                      rec.attempt, 0, 127, rec.epoch, 0, now, now, off, length))
+            return
+        pidfd = os.pidfd_open(proc.pid)
+        r = Running(rec, proc, pidfd, now, p.log_path, now + p.timeout if p.timeout else None)
+        self.running[pidfd] = r
+        self.poller.register(pidfd, select.POLLIN)
+        self._emit(P.ResultRecord(P.RES_STARTED, 0, self.index, rec.task, rec.attempt, 0, 0, rec.epoch,
+                                  proc.pid, now, 0.0, 0, 0))
+
+    def _reap(self, pidfd: int) -> None:
+        r = self.running.pop(pidfd)
+        self.poller.unregister(pidfd)
+        rc = r.proc.wait()
+        os.close(pidfd)
+        now = time.time()
+        if r.timed_out:
+            _killpg(r.proc.pid, signal.SIGKILL)  # stragglers of the group go too
+        sig = -rc if rc < 0 else 0
+        code = 128 + sig if sig else rc
+        tail = _tail(r.log_path)
+        off, length = self.tails.write(self.index, r.rec.task, r.rec.attempt, tail) if tail else (0, 0)
+        flags = (P.FLAG_TIMED_OUT if r.timed_out else 0) | (P.FLAG_TAIL if tail else 0)
+        self.done += 1
+        self._emit(P.ResultRecord(P.RES_EXITED, flags, self.index, r.rec.task, r.rec.attempt, sig, code,
+                                  r.rec.epoch, r.proc.pid, r.started, now, off, length))
+
+    def _check_timeouts(self, now: float) -> None:
+        for r in self.running.values():
+            if r.kill_at is not None and now >= r.kill_at:
+                _killpg(r.proc.pid, signal.SIGKILL)
+                r.kill_at = now + KILL_GRACE
+            elif r.deadline is not None and not r.timed_out and now >= r.deadline:
+                r.timed_out = True
+                _killpg(r.proc.pid, signal.SIGTERM)
+                r.kill_at = now + KILL_GRACE
+
+    def _emit(self, rec: P.ResultRecord) -> None:
+        self.outbox.append(rec)
+        self.unjournaled.append(rec)
+
+    def _flush(self) -> None:
+        """Journal, then send, every pending result; a full queue keeps the rest for the next turn."""
+        if self.unjournaled:
+            for k in range(0, len(self.unjournaled), self.per_msg):
+                self.journal.write(P.encode_results(self.unjournaled[k : k + self.per_msg]))
+            self.unjournaled.clear()
+        out = self.outbox
+        sent = 0
+        while sent < len(out):
+            batch = out[sent : sent + self.per_msg]
+            if not self.rsp.send_nowait(P.encode_results(batch)):
+                break
+            sent += len(batch)
+        del out[:sent]
+
+    def _beat(self, now: float, sched_beat: float) -> None:
+        tasks = [(r.rec.task, r.rec.attempt) for r in self.running.values()][:16]
+        self.eboard.write(self.index, P.ExecutorSlot(
+            executor=self.index, pid=os.getpid(), state=1, beat=now, load1=os.getloadavg()[0],
+            rss_kb=process_rss_kb(), running=len(self.running), slots=self.slots, jobs_done=self.done,
+            seen_epoch=self.epoch, seen_scheduler_beat=sched_beat, running_tasks=tasks))
+
+    def shutdown(self) -> None:
+        """Stop every job still running (SIGTERM, then SIGKILL) and close what was opened."""
+        for r in list(self.running.values()):
+            _killpg(r.proc.pid, signal.SIGTERM)
+        deadline = time.time() + KILL_GRACE
+        for r in list(self.running.values()):
+            try:
+                r.proc.wait(max(0.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                _killpg(r.proc.pid, signal.SIGKILL)
+                r.proc.wait()
+        for q in (self.req, self.rsp):
+            q.close()
+        for s in (self.arena, self.tails, self.board, self.eboard):
+            s.close()
+        self.journal.close()
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - TAIL_BYTES))
+            return f.read()
+    except OSError:
+        return b""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m wloadctl.procs.executor`."""
+    ap = argparse.ArgumentParser(prog="wloadctl-executor")
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--index", type=int, required=True)
+    ap.add_argument("--slots", type=int, default=1)
+    ap.add_argument("--state-dir", required=True)
+    ap.add_argument("--orphan-timeout", type=float, default=120.0)
+    a = ap.parse_args(argv)
+    ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout)
+    # Ctrl-C belongs to the scheduler; SIGTERM means: stop taking work, stop jobs, exit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def on_term(_s: int, _f: object) -> None:
+        ex.stop = True
+        for r in ex.running.values():
+            _killpg(r.proc.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        ex.open()
+    except WloadError as e:
+        print(f"wloadctl executor {a.index}: {e.one_line()}", file=sys.stderr)
+        return 3
+    try:
+        ex.serve()
+    finally:
+        ex.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""What a scheduler knows about its run outside the core: ids, files, payloads, board header, event log, alerts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from wloadctl.core.commands import Alert
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.plan import JobSpec, Plan
+from wloadctl.core.states import JobState, SlaTier
+from wloadctl.ipc import protocol as P
+from wloadctl.store import RunRow, Store
+
+_STATE_NAMES = [s.name for s in JobState]
+
+
+def log_path(state_dir: Path, run_id: str, job: str, attempt: int) -> Path:
+    """Where the output (stdout and stderr) of one attempt of a job goes."""
+    return state_dir / "logs" / run_id / f"{job}.{attempt}.log"
+
+
+class EventLog:
+    """Structured events (JSON lines) of a run: every transition, alert and operator action, with trace ids."""
+
+    def __init__(self, path: Path, run_id: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        """The events file."""
+        self.run_id = run_id
+        """Trace id of the run; an attempt's trace id is `<run>.<job index>.<attempt>`."""
+        self.f: IO[str] = open(path, "a", buffering=1 << 16)
+
+    def transitions(self, tx: list[tuple], ids: list[str]) -> None:
+        """One `transition` event per journaled transition."""
+        rid, names, w = self.run_id, _STATE_NAMES, self.f.write
+        for i, frm, to, att, ts, ex, code, reason, cause in tx:
+            extra = f',"reason":{json.dumps(reason)}' if reason else ""
+            if code is not None:
+                extra += f',"exit":{code}'
+            if ex >= 0:
+                extra += f',"executor":{ex}'
+            w(f'{{"ts":{ts:.6f},"run":"{rid}","job":{json.dumps(ids[i])},"attempt":{att},'
+              f'"trace":"{rid}.{i}.{att}","event":"transition","from":"{names[frm]}","to":"{names[to]}",'
+              f'"cause":"{cause}"{extra}}}\n')
+
+    def emit(self, event: str, job: str = "", attempt: int = 0, **fields: object) -> None:
+        """One event of another kind (alert, action, executor, scheduler)."""
+        rec = {"ts": round(time.time(), 6), "run": self.run_id, "job": job, "attempt": attempt, "event": event,
+               "trace": self.run_id, **fields}
+        self.f.write(json.dumps(rec) + "\n")
+
+    def flush(self) -> None:
+        """Push buffered events to the file (each loop turn that wrote some)."""
+        self.f.flush()
+
+    def close(self) -> None:
+        """Flush and close."""
+        self.f.close()
+
+
+@dataclass
+class RunContext:
+    """The run's identity and files, shared by the scheduler loop and its helpers."""
+
+    run: RunRow
+    """The journal's record of the run."""
+    plan: Plan
+    """The plan being run."""
+    state_dir: Path
+    """The run's state directory."""
+    epoch: int
+    """This scheduler's epoch (fencing token)."""
+    events: EventLog
+    """Structured event log."""
+    executors: int = 2
+    """Executor processes."""
+    slots: int = 4
+    """Jobs per executor at once."""
+    lease_seconds: float = 3.0
+    """How long the journal lease of this scheduler lasts without renewal."""
+    started: float = field(default_factory=time.time)
+    """When this scheduler started."""
+    hooks: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    """on_failure hook processes not yet reaped."""
+
+    @property
+    def run_id(self) -> str:
+        """The run's public id."""
+        return self.run.run_id
+
+    def payload(self, spec: JobSpec, attempt: int) -> P.Payload:
+        """What an executor needs to run one attempt of a job."""
+        env = dict(spec.env)
+        env.update(
+            WLOADCTL_RUN_ID=self.run.run_id,
+            WLOADCTL_PLAN=self.plan.name,
+            WLOADCTL_JOB=spec.id,
+            WLOADCTL_ATTEMPT=str(attempt),
+            WLOADCTL_BUSINESS_DATE=self.run.business_date,
+            WLOADCTL_STATE_DIR=str(self.state_dir),
+        )
+        cwd = spec.cwd
+        if cwd and not os.path.isabs(cwd):
+            cwd = os.path.join(os.path.dirname(os.path.abspath(self.plan.path or ".")), cwd)
+        command: str | list[str] | None = spec.command if isinstance(spec.command, str) or spec.command is None \
+            else list(spec.command)
+        return P.Payload(job=spec.id, command=command, env=env, cwd=cwd, timeout=spec.timeout,
+                         log_path=str(log_path(self.state_dir, self.run.run_id, spec.id, attempt)), extra={})
+
+    def board_header(self, core: SchedulerCore, done: bool = False) -> P.BoardHeader:
+        """The state board's header for the core's current counts."""
+        counts = tuple(core.counts) + (0,) * (16 - len(core.counts))
+        return P.BoardHeader(run_id=self.run.run_id, epoch=self.epoch, scheduler_pid=os.getpid(),
+                             beat=time.time(), started=self.run.started, n_jobs=core.n,
+                             n_executors=self.executors, done=done, counts=counts, standby_pid=0,
+                             lease_until=time.time() + self.lease_seconds)
+
+    def alert(self, store: Store, core: SchedulerCore, a: Alert) -> None:
+        """A job failed for good: journal the alert, log it, and run the plan's on_failure hook."""
+        spec = core.specs[a.job]
+        tier = SlaTier(spec.sla).label
+        state = JobState(a.state).name
+        lp = str(log_path(self.state_dir, self.run.run_id, spec.id, core.attempt[a.job]))
+        now = time.time()
+        store.record_alert(self.run.id, now, spec.id, tier, state, a.attempts, a.reason, lp)
+        self.events.emit("alert", spec.id, core.attempt[a.job], tier=tier, state=state, reason=a.reason,
+                         attempts=a.attempts, log=lp)
+        with open(self.state_dir / "alerts.log", "a") as f:
+            f.write(json.dumps({"ts": round(now, 3), "run": self.run.run_id, "job": spec.id, "tier": tier,
+                                "state": state, "attempts": a.attempts, "reason": a.reason, "log": lp}) + "\n")
+        self.reap_hooks()
+        if self.plan.on_failure:
+            env = dict(os.environ, WLOADCTL_RUN_ID=self.run.run_id, WLOADCTL_PLAN=self.plan.name,
+                       WLOADCTL_JOB=spec.id, WLOADCTL_TIER=tier, WLOADCTL_STATE=state,
+                       WLOADCTL_REASON=a.reason, WLOADCTL_ATTEMPTS=str(a.attempts), WLOADCTL_LOG=lp,
+                       WLOADCTL_EXIT_CODE="" if a.exit_code is None else str(a.exit_code),
+                       WLOADCTL_BUSINESS_DATE=self.run.business_date)
+            hook_log = open(self.state_dir / "hooks.log", "ab")
+            try:
+                self.hooks.append(subprocess.Popen(["/bin/sh", "-c", self.plan.on_failure], env=env,
+                                                   stdin=subprocess.DEVNULL, stdout=hook_log,
+                                                   stderr=subprocess.STDOUT, start_new_session=True))
+            except OSError as e:
+                self.events.emit("hook_failed", spec.id, reason=str(e))
+            finally:
+                hook_log.close()
+
+    def reap_hooks(self, wait: float = 0.0) -> None:
+        """Reap finished hook processes (waiting up to `wait` seconds for the rest)."""
+        deadline = time.time() + wait
+        for h in list(self.hooks):
+            try:
+                h.wait(max(0.0, deadline - time.time()) if wait else 0)
+            except subprocess.TimeoutExpired:
+                continue
+            self.hooks.remove(h)

@@ -1,0 +1,265 @@
+"""Starting, resuming and finishing a run: journal, IPC objects, executors, recovery, then the scheduler loop."""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import RunStartedEvent
+from wloadctl.core.plan import Plan
+from wloadctl.core.planfile import load_plan, load_plan_text
+from wloadctl.core.states import JobState
+from wloadctl.errors import PlanError, StoreError, UsageError, WloadError
+from wloadctl.ipc.shm import run_is_alive
+from wloadctl.procs.recovery import reconcile
+from wloadctl.procs.runctx import EventLog, RunContext
+from wloadctl.procs.scheduler import SchedulerLoop
+from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale
+from wloadctl.store import RunRow, Store
+
+UNFINISHED = ("running", "interrupted")
+"""Run statuses that `wloadctl run` resumes rather than starting afresh."""
+
+
+@dataclass
+class RunOptions:
+    """How to run: the command line's choices."""
+
+    state_dir: Path
+    executors: int = 2
+    slots: int = 4
+    business_date: str | None = None
+    accept_plan_change: bool = False
+    journal_sync: str = "FULL"
+    lease_seconds: float = 3.0
+    dead_after: float = 5.0
+    orphan_timeout: float = 120.0
+    say: Callable[[str], None] = field(default=lambda _m: None)
+    """Where one-line notices go (stale objects removed, resuming, executor restarts)."""
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended."""
+
+    run: RunRow
+    plan: Plan
+    core: SchedulerCore
+    status: str
+    """succeeded | failed | cancelled | interrupted."""
+    wall: float
+    """Seconds this scheduler ran."""
+    resumed: bool
+
+    @property
+    def exit_code(self) -> int:
+        """0 all succeeded or skipped, 1 some job failed for good (or the run was interrupted)."""
+        return 0 if self.status == "succeeded" else 1
+
+
+class StateDirLock:
+    """One active scheduler per state directory: an exclusive flock on `scheduler.lock`."""
+
+    def __init__(self, state_dir: Path) -> None:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.path = state_dir / "scheduler.lock"
+        self.f: IO[str] = open(self.path, "a+")
+
+    def acquire(self) -> None:
+        """Take the lock or raise UsageError naming the live scheduler."""
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.f.seek(0)
+            pid = self.f.read().strip() or "?"
+            self.f.close()
+            raise UsageError(f"a scheduler (pid {pid}) is already running the run in {self.path.parent}",
+                             hint="watch it with `wloadctl status`, or stop it first") from None
+        self.f.seek(0)
+        self.f.truncate()
+        self.f.write(str(os.getpid()))
+        self.f.flush()
+
+    def release(self) -> None:
+        """Drop the lock."""
+        self.f.close()
+
+
+def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOptions) -> Plan:
+    """The plan a resumed run continues with: the journal's copy, or the changed file if accepted."""
+    stored = load_plan_text(store.plan_text(run.id), run.plan_path)
+    if plan_path is None:
+        return stored
+    text = Path(plan_path).read_bytes()
+    fresh = load_plan(plan_path)
+    if fresh.digest == run.plan_digest:
+        return stored
+    if not opts.accept_plan_change:
+        raise UsageError(f"{plan_path}: the plan changed since run {run.run_id} started",
+                         hint="resume with --accept-plan-change to apply added jobs, or use another --state-dir")
+    rows = {r[1]: r for r in store.job_rows(run.id)}
+    removed = [j for j in rows if j not in fresh.jobs]
+    ran = [j for j in removed if rows[j][3] > 0 or rows[j][2] != JobState.WAITING]
+    if ran:
+        raise PlanError(f"{plan_path}: the changed plan removes job(s) that already ran: {', '.join(ran[:10])}",
+                        hint="put them back; only jobs that never ran may be removed")
+    if removed:
+        raise PlanError(f"{plan_path}: the changed plan removes job(s) {', '.join(removed[:10])}",
+                        hint="a running run keeps its jobs; hold or skip them instead")
+    # Existing jobs keep their indices; new jobs come after them.
+    order = list(stored.jobs) + [j for j in fresh.jobs if j not in stored.jobs]
+    plan = Plan(fresh.name, {j: fresh.jobs[j] for j in order}, fresh.resources, fresh.variables,
+                fresh.on_failure, fresh.timezone, fresh.path, fresh.digest)
+    added = [(k, j) for k, j in enumerate(order) if j not in stored.jobs]
+    store.replace_plan(run.id, fresh.digest, text.decode("utf-8", "replace"), plan_path, added)
+    opts.say(f"plan change accepted: {len(added)} job(s) added")
+    return plan
+
+
+def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool = False,
+                    on_turn: Callable[[SchedulerLoop], None] | None = None) -> RunOutcome:
+    """Run a plan headless to completion in this process (the scheduler), resuming an unfinished run.
+
+    Raises:
+        PlanError: the plan is invalid.
+        UsageError: nothing to resume, another scheduler is live, or the plan changed.
+        WloadError: IPC or journal failures.
+    """
+    plan = load_plan(plan_path) if plan_path is not None else None
+    lock = StateDirLock(opts.state_dir)
+    lock.acquire()
+    store = None
+    try:
+        store = Store.open(opts.state_dir, sync=opts.journal_sync)
+        prev = store.latest_run()
+        resumed = bool(prev and prev.status in UNFINISHED and (plan is None or prev.plan_name == plan.name))
+        if resume_only and not resumed:
+            raise UsageError(f"no unfinished run to resume in {opts.state_dir}",
+                             hint="start one with `wloadctl run PLAN --state-dir DIR`")
+        if prev and prev.status in UNFINISHED and plan is not None and prev.plan_name != plan.name:
+            raise UsageError(f"{opts.state_dir} holds unfinished run {prev.run_id} of plan '{prev.plan_name}'",
+                             hint="resume it with `wloadctl resume --state-dir DIR`, or use another --state-dir")
+        if resumed:
+            assert prev is not None
+            settings = json.loads(prev.settings or "{}")
+            plan = _plan_for_run(store, prev, plan_path, opts)
+            run = prev
+            opts.say(f"resuming run {run.run_id} of plan '{plan.name}' (business date {run.business_date})")
+            if opts.executors <= 0:
+                opts.executors = int(settings.get("executors", 2))
+            if opts.slots <= 0:
+                opts.slots = int(settings.get("slots", 4))
+        else:
+            assert plan is not None
+            opts.executors = opts.executors if opts.executors > 0 else 2
+            opts.slots = opts.slots if opts.slots > 0 else 4
+            bdate = opts.business_date or dt.date.today().isoformat()
+            rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+            text = Path(plan.path).read_text(encoding="utf-8", errors="replace")
+            run = store.create_run(rid, plan.name, plan.path, plan.digest, text, plan.jobs.keys(), bdate,
+                                   time.time(), json.dumps({"executors": opts.executors, "slots": opts.slots}))
+        return _drive(store, run, plan, opts, resumed, on_turn)
+    finally:
+        if store is not None:
+            store.close()
+        lock.release()
+
+
+def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
+           on_turn: Callable[[SchedulerLoop], None] | None) -> RunOutcome:
+    t0 = time.time()
+    for line in clean_stale_lines():
+        opts.say(line)
+    epoch = store.begin_epoch(run.id, os.getpid(), t0 + opts.lease_seconds)
+    run = store.get_run(run.run_id) or run
+    core = SchedulerCore(plan, opts.executors * opts.slots, seed=epoch)
+    adopt = resumed and run_is_alive(run.run_id)
+    objs = RunObjects.open(run.run_id) if adopt else _fresh_objects(run.run_id, core.n, opts)
+    events = EventLog(opts.state_dir / "events.jsonl", run.run_id)
+    ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds)
+    sup = Supervisor(run.run_id, opts.state_dir, objs.eboard, opts.executors, opts.slots,
+                     dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout)
+    loop = SchedulerLoop(ctx, core, store, objs, sup, on_turn=on_turn)
+    stop_signals = _install_signals(loop)
+    status = "interrupted"
+    try:
+        if resumed:
+            core.restore(store.job_states(run.id), t0)
+            notes = reconcile(loop, adopt)
+            for n in notes:
+                opts.say(n)
+        events.emit("scheduler_start", pid=os.getpid(), epoch=epoch, resumed=resumed)
+        for i in range(opts.executors):
+            if i not in sup.workers:
+                sup.spawn(i)
+        core.feed(RunStartedEvent(time.time(), cause_id="resume" if resumed else "start"))
+        finished = loop.run()
+        if finished is not None:
+            status = "succeeded" if finished.ok else ("cancelled" if core.cancelled else "failed")
+        else:
+            loop.drain_after_stop(grace=8.0)
+    finally:
+        _restore_signals(stop_signals)
+        ended = time.time()
+        try:
+            store.set_status(run.id, status, ended if status != "interrupted" else None)
+            events.emit("scheduler_stop", status=status)
+        finally:
+            loop.publish_final()
+            if status == "interrupted":
+                sup.terminate_all()
+            sup.wait_all(timeout=10.0)
+            ctx.reap_hooks(wait=5.0)
+            objs.remove()
+            events.close()
+    return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed)
+
+
+def clean_stale_lines() -> list[str]:
+    """Remove IPC objects of crashed runs; one line per run cleaned."""
+    lines: list[str] = []
+    clean_stale(lines.append)
+    return lines
+
+
+def _fresh_objects(run_id: str, n_jobs: int, opts: RunOptions) -> RunObjects:
+    try:
+        return RunObjects.create(run_id, n_jobs)
+    except WloadError as e:
+        # Our own run's names may be left from a crash of this very run: remove and retry once.
+        from wloadctl.ipc.shm import remove_run_objects
+
+        gone = remove_run_objects(run_id)
+        if not gone:
+            raise
+        opts.say(f"removed {len(gone)} stale IPC object(s) of run {run_id} left by a crash ({e.message})")
+        return RunObjects.create(run_id, n_jobs)
+
+
+def _install_signals(loop: SchedulerLoop) -> dict[int, object]:
+    old: dict[int, object] = {}
+
+    def stop(_s: int, _f: object) -> None:
+        loop.request_stop()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        old[sig] = signal.signal(sig, stop)
+    # A dropped SSH session must not kill a night's run: the scheduler ignores hangups.
+    old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    return old
+
+
+def _restore_signals(old: dict[int, object]) -> None:
+    for sig, h in old.items():
+        signal.signal(sig, h)  # type: ignore[arg-type]
+

@@ -1,0 +1,298 @@
+"""Scheduler process loop (Process A): results and operator verbs in, core decisions out, journal first."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from wloadctl.core.commands import Alert, Dispatch, Kill, Persist, Reply, RunFinished
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import (
+    ExecutorLostEvent,
+    JobAcceptedEvent,
+    JobExitedEvent,
+    JobStartedEvent,
+    TimerFiredEvent,
+)
+from wloadctl.core.states import JobState
+from wloadctl.errors import StoreError, WloadError
+from wloadctl.ipc import protocol as P
+from wloadctl.procs.control import ControlDesk
+from wloadctl.procs.runctx import RunContext
+from wloadctl.procs.supervisor import RunObjects, Supervisor
+from wloadctl.store import Store
+
+_SHOWN = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED,
+                    JobState.SKIPPED, JobState.CANCELLED, JobState.HELD, JobState.RETRY_WAIT})
+HEALTH_INTERVAL = 0.25
+"""Seconds between checks of the executors' health and the lease."""
+KILL_GRACE = 5.0
+"""Seconds between SIGTERM and SIGKILL of an operator kill or preemption."""
+
+
+@dataclass
+class SchedulerLoop:
+    """The scheduler's event loop around a SchedulerCore."""
+
+    ctx: RunContext
+    """What run this is and where its files live."""
+    core: SchedulerCore
+    """The pure engine."""
+    store: Store
+    """The journal."""
+    objs: RunObjects
+    """The run's queues and segments."""
+    sup: Supervisor
+    """Spawns, watches and replaces executors."""
+    on_turn: Callable[[SchedulerLoop], None] | None = None
+    """Called after each turn (progress display), at most every 0.2 s."""
+    stop_requested: bool = False
+    """Set by SIGINT/SIGTERM: stop the run (it can be resumed)."""
+    finished: RunFinished | None = None
+    """Set when the core reports the run finished."""
+    sendq: deque[P.TaskRecord] = field(default_factory=deque)
+    """Task records waiting for room in the request queue."""
+    unplaced: deque[tuple[int, int]] = field(default_factory=deque)
+    """Dispatches waiting for room in the payload arena."""
+    payload_at: dict[int, int] = field(default_factory=dict)
+    """Arena offset of each in-flight job's payload, released at its first result."""
+    pids: dict[int, int] = field(default_factory=dict)
+    """Process (group) id of each running job, for kills."""
+    kills: list[tuple[float, int, int]] = field(default_factory=list)
+    """(when, job, attempt) SIGKILLs that follow a graceful SIGTERM."""
+    pending_kill: dict[int, bool] = field(default_factory=dict)
+    """Kills asked for before the job started, applied at its start."""
+    changes: list[tuple[int, int]] = field(default_factory=list)
+    """Board changes not yet published."""
+    turn: int = 0
+    """Loop turns so far (cause ids of results name their turn)."""
+    watch: list[tuple[int, int, str]] | None = None
+    """When a list: every terminal transition (job, state, reason) is appended for a line log."""
+
+    def run(self) -> RunFinished | None:
+        """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
+        ctx, core = self.ctx, self.core
+        req, rsp = self.objs.req, self.objs.rsp
+        self.per_msg = P.tasks_per_message(req.max_message_size)
+        self.desk = ControlDesk(self)
+        poller = select.poll()
+        poller.register(rsp.fd, select.POLLIN)
+        poller.register(self.objs.ctl.fd, select.POLLIN)
+        self.sup.poller = poller
+        for fd in self.sup.fds():
+            poller.register(fd, select.POLLIN)
+        req_out = False
+        next_health = 0.0
+        last_progress = 0.0
+        self.objs.board.publish(self.ctx.board_header(core), full=bytes(core.state))
+        self._execute(core.flush())
+        self._publish(force=True)
+        while self.finished is None and not self.stop_requested:
+            now = time.time()
+            due = min(next_health, core.next_timer() or float("inf"), self.kills[0][0] if self.kills else float("inf"))
+            timeout_ms = max(0, int((due - now) * 1000) + 1)
+            want_out = bool(self.sendq)
+            if want_out != req_out:
+                if want_out:
+                    poller.register(req.fd, select.POLLOUT)
+                else:
+                    poller.unregister(req.fd)
+                req_out = want_out
+            ready = poller.poll(timeout_ms)
+            self.turn += 1
+            now = time.time()
+            for fd, _ev in ready:
+                if fd == rsp.fd:
+                    self._drain_results()
+                elif fd == self.objs.ctl.fd:
+                    self.desk.drain(now)
+                elif fd != req.fd:
+                    next_health = now  # an executor's pidfd: it exited
+            nt = core.next_timer()
+            if nt is not None and nt <= now:
+                core.feed(TimerFiredEvent(now, cause_id=f"timer-{self.turn}"))
+            if now >= next_health:
+                next_health = now + HEALTH_INTERVAL
+                self._check_health(now)
+            self._fire_kills(now)
+            self._execute(core.flush())
+            self._place()
+            self._send()
+            self._publish()
+            if self.on_turn is not None and now - last_progress >= 0.2:
+                last_progress = now
+                self.on_turn(self)
+        if self.finished is not None:
+            self._publish(force=True, done=True)
+        return self.finished
+
+    # -- inputs --------------------------------------------------------------------------
+
+    def _drain_results(self) -> None:
+        rsp, core, tails = self.objs.rsp, self.core, self.objs.tails
+        cause = f"turn-{self.turn}"
+        while True:
+            data = rsp.recv_nowait()
+            if data is None:
+                return
+            for r in P.decode_results(data):
+                i = r.task
+                if i >= core.n:
+                    continue
+                off = self.payload_at.pop(i, None)
+                if off is not None:
+                    self.objs.arena.release(off)
+                k = r.kind
+                if k == P.RES_EXITED:
+                    self.pids.pop(i, None)
+                    tail = ""
+                    if r.flags & P.FLAG_TAIL:
+                        raw = tails.read(r.tail_offset, r.tail_length, r.task, r.attempt)
+                        tail = raw.decode("utf-8", "replace") if raw else ""
+                    core.feed(JobExitedEvent(i, r.attempt, r.executor, r.exit_code, r.ended or time.time(),
+                                             signal=r.signal, timed_out=bool(r.flags & P.FLAG_TIMED_OUT),
+                                             spawn_failed=bool(r.flags & P.FLAG_SPAWN_FAILED),
+                                             started=r.started, tail=tail, cause_id=cause))
+                elif k == P.RES_STARTED:
+                    self.pids[i] = r.pid
+                    core.feed(JobStartedEvent(i, r.attempt, r.executor, r.pid, r.started, cause_id=cause))
+                    if self.pending_kill.pop(i, None) is not None:
+                        self._signal_job(i, signal.SIGTERM)
+                        self.kills.append((time.time() + KILL_GRACE, i, r.attempt))
+                elif k == P.RES_ACCEPTED:
+                    core.feed(JobAcceptedEvent(i, r.attempt, r.executor, r.started, cause_id=cause))
+                elif k == P.RES_REJECTED and r.epoch == self.ctx.epoch:
+                    raise StoreError("an executor rejected this scheduler's epoch: another scheduler took over")
+
+    def _check_health(self, now: float) -> None:
+        """Executors that exited or stopped beating lose their jobs; replacements are started."""
+        for index, why in self.sup.check(now):
+            self.core.feed(ExecutorLostEvent(index, now, why, cause_id=f"health-{self.turn}"))
+            self.sup.log(f"executor {index}: {why}")
+            self.ctx.events.emit("executor_lost", executor=index, reason=why)
+            if not self.stop_requested and self.finished is None:
+                self.sup.respawn(index)
+        if not self.store.renew_lease(self.ctx.run.id, self.ctx.epoch, now + self.ctx.lease_seconds):
+            raise StoreError("fenced: another scheduler holds this run now")
+
+    # -- outputs -------------------------------------------------------------------------
+
+    def _execute(self, cmds: list) -> None:
+        for c in cmds:
+            if isinstance(c, Persist):
+                # The journal first: nothing below may be visible before this commits.
+                self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch)
+                self.changes.extend((t[0], t[2]) for t in c.transitions)
+                self.ctx.events.transitions(c.transitions, self.core.ids)
+                if self.watch is not None:
+                    self.watch.extend((t[0], t[2], t[7]) for t in c.transitions if t[2] in _SHOWN)
+            elif isinstance(c, Dispatch):
+                self.unplaced.extend(c.tasks)
+            elif isinstance(c, Kill):
+                self._kill(c)
+            elif isinstance(c, Alert):
+                self.ctx.alert(self.store, self.core, c)
+            elif isinstance(c, Reply):
+                self.desk.reply(c)
+            elif isinstance(c, RunFinished):
+                self.finished = c
+
+    def _place(self) -> None:
+        """Turn dispatches into task records, writing shell payloads into the arena."""
+        core, ctx, arena = self.core, self.ctx, self.objs.arena
+        epoch = ctx.epoch
+        un = self.unplaced
+        while un:
+            i, att = un[0]
+            if core.state[i] != JobState.QUEUED or core.attempt[i] != att:
+                un.popleft()
+                continue
+            spec = core.specs[i]
+            if spec.type == "noop":
+                self.sendq.append(P.TaskRecord(i, att, P.TASK_NOOP, 0, epoch, 0, 0))
+            else:
+                data = P.encode_payload(ctx.payload(spec, att))
+                off = arena.put(data)
+                if off is None:
+                    return  # the arena is full: the rest waits for results to free room
+                self.payload_at[i] = off
+                self.sendq.append(P.TaskRecord(i, att, P.TASK_SHELL, 0, epoch, off, len(data)))
+            un.popleft()
+
+    def _send(self) -> None:
+        q, req = self.sendq, self.objs.req
+        if not q:
+            return
+        # Spread small batches over the executors so one does not hoard the work.
+        per = max(1, min(self.per_msg, len(q) // max(1, self.sup.alive_count())))
+        while q:
+            batch = [q[k] for k in range(min(per, len(q)))]
+            if not req.send_nowait(P.encode_tasks(batch)):
+                return  # full: keep the batch for the next turn, never block, never drop
+            for _ in batch:
+                q.popleft()
+
+    def _publish(self, force: bool = False, done: bool = False) -> None:
+        if not self.changes and not force:
+            return
+        self.objs.board.publish(self.ctx.board_header(self.core, done=done), changes=self.changes)
+        self.changes = []
+
+    def publish_final(self) -> None:
+        """Publish the last states with the done flag (executors exit when they see it)."""
+        try:
+            self._publish(force=True, done=True)
+        except WloadError:
+            pass
+
+    def _kill(self, c: Kill) -> None:
+        i = c.job
+        if i not in self.pids:
+            self.pending_kill[i] = c.graceful
+            return
+        self._signal_job(i, signal.SIGTERM)
+        self.kills.append((time.time() + (KILL_GRACE if c.graceful else 1.0), i, c.attempt))
+        self.kills.sort()
+
+    def _fire_kills(self, now: float) -> None:
+        while self.kills and self.kills[0][0] <= now:
+            _, i, att = self.kills.pop(0)
+            if self.core.attempt[i] == att and i in self.pids:
+                self._signal_job(i, signal.SIGKILL)
+
+    def _signal_job(self, i: int, sig: int) -> None:
+        pid = self.pids.get(i)
+        if pid:
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def request_stop(self) -> None:
+        """Stop dispatching; running jobs are stopped and requeued so a resume runs them again."""
+        self.stop_requested = True
+        self.core.paused = True
+
+    def drain_after_stop(self, grace: float) -> None:
+        """After a stop: requeue running jobs, let executors stop them, and journal what they report."""
+        core = self.core
+        for i in range(core.n):
+            if core.state[i] in (JobState.QUEUED, JobState.RUNNING):
+                core.kill_reason[i] = ("interrupted: run stopped", True)
+        self.sup.terminate_all()
+        deadline = time.time() + grace
+        while time.time() < deadline and core.busy and self.sup.alive_count():
+            select.select([self.objs.rsp.fd], [], [], 0.05)
+            self._drain_results()
+            self._execute(core.flush())
+        try:
+            self._drain_results()
+            self._execute(core.flush())
+            self._publish(force=True)
+        except WloadError:
+            pass

@@ -1,0 +1,311 @@
+"""Spawning, watching, replacing and reaping executors, and the life of a run's IPC objects."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wloadctl.core.states import ExecutorState
+from wloadctl.errors import TransportError, WloadError
+from wloadctl.ipc.arena import DEFAULT_ARENA_SIZE
+from wloadctl.ipc.mq import MessageQueue
+from wloadctl.ipc.naming import (
+    ROLE_ARENA,
+    ROLE_BOARD,
+    ROLE_CONTROL,
+    ROLE_EXECUTORS,
+    ROLE_REQUEST,
+    ROLE_RESPONSE,
+    ROLE_TAILS,
+    object_name,
+)
+from wloadctl.ipc.shm import (
+    MAX_EXECUTOR_SLOTS,
+    ExecutorBoard,
+    PayloadArena,
+    StateBoard,
+    TailRing,
+    remove_run_objects,
+    run_is_alive,
+    stale_runs,
+)
+from wloadctl.procs.health import pid_alive
+
+CONTROL_QUEUE = (8, 4096)
+"""Messages and message size of the control queue: small, to spare the user's queue quota."""
+
+
+@dataclass
+class RunObjects:
+    """The queues and segments of one run, as opened by its scheduler."""
+
+    run_id: str
+    req: MessageQueue
+    rsp: MessageQueue
+    ctl: MessageQueue
+    arena: PayloadArena
+    board: StateBoard
+    eboard: ExecutorBoard
+    tails: TailRing
+
+    @classmethod
+    def create(cls, run_id: str, n_jobs: int, arena_size: int = DEFAULT_ARENA_SIZE) -> RunObjects:
+        """Create every object of a new run (0600); on failure remove what was made.
+
+        Raises:
+            TransportError: a name is taken or the user's quota is exhausted.
+        """
+        made: list[object] = []
+        try:
+            req = MessageQueue.create(object_name(run_id, ROLE_REQUEST))
+            made.append(req)
+            rsp = MessageQueue.create(object_name(run_id, ROLE_RESPONSE))
+            made.append(rsp)
+            ctl = MessageQueue.create(object_name(run_id, ROLE_CONTROL), *CONTROL_QUEUE)
+            made.append(ctl)
+            arena = PayloadArena.create(object_name(run_id, ROLE_ARENA), arena_size)
+            made.append(arena)
+            board = StateBoard.create(object_name(run_id, ROLE_BOARD), n_jobs)
+            made.append(board)
+            eboard = ExecutorBoard.create(object_name(run_id, ROLE_EXECUTORS), MAX_EXECUTOR_SLOTS)
+            made.append(eboard)
+            tails = TailRing.create(object_name(run_id, ROLE_TAILS), MAX_EXECUTOR_SLOTS, 64 * 1024)
+        except WloadError:
+            for o in made:
+                o.close()  # type: ignore[attr-defined]
+            remove_run_objects(run_id)
+            raise
+        return cls(run_id, req, rsp, ctl, arena, board, eboard, tails)
+
+    @classmethod
+    def open(cls, run_id: str) -> RunObjects:
+        """Open the objects of a run that outlived its scheduler (its executors still run)."""
+        return cls(
+            run_id,
+            MessageQueue.open(object_name(run_id, ROLE_REQUEST)),
+            MessageQueue.open(object_name(run_id, ROLE_RESPONSE)),
+            MessageQueue.open(object_name(run_id, ROLE_CONTROL)),
+            PayloadArena.open(object_name(run_id, ROLE_ARENA)),
+            StateBoard.open(object_name(run_id, ROLE_BOARD)),
+            ExecutorBoard.open(object_name(run_id, ROLE_EXECUTORS)),
+            TailRing.open(object_name(run_id, ROLE_TAILS)),
+        )
+
+    def close(self) -> None:
+        """Close every handle (a queue counts against the quota until every handle is closed)."""
+        for o in (self.req, self.rsp, self.ctl, self.arena, self.board, self.eboard, self.tails):
+            try:
+                o.close()
+            except WloadError:
+                pass
+
+    def remove(self) -> list[str]:
+        """Close and unlink everything of the run."""
+        self.close()
+        return remove_run_objects(self.run_id)
+
+
+def clean_stale(say: object = None) -> list[str]:
+    """Remove objects left by crashed runs of this user (no process of theirs alive); return what went."""
+    removed: list[str] = []
+    for rid in stale_runs(run_is_alive, grace=0.0):
+        gone = remove_run_objects(rid)
+        removed.extend(gone)
+        if callable(say) and gone:
+            say(f"removed {len(gone)} IPC object(s) left by crashed run {rid}")
+    return removed
+
+
+@dataclass
+class Worker:
+    """One executor process as the supervisor tracks it."""
+
+    index: int
+    """Executor index (board slot)."""
+    pid: int
+    """Its process id."""
+    pidfd: int
+    """Readable when it exits."""
+    proc: subprocess.Popen[bytes] | None
+    """Set when it is our child (None for an adopted executor of a previous scheduler)."""
+    state: ExecutorState = ExecutorState.STARTING
+    """Health as last judged."""
+    spawned: float = field(default_factory=time.time)
+    """When it was started or adopted."""
+    last_beat: float = 0.0
+    """Its last heartbeat seen on the board."""
+    restarts: int = 0
+    """How many times this index was replaced."""
+
+
+@dataclass
+class Supervisor:
+    """Owns the executor processes of a run: spawn, health, replacement, shutdown."""
+
+    run_id: str
+    state_dir: Path
+    eboard: ExecutorBoard
+    executors: int = 2
+    slots: int = 4
+    suspect_after: float = 1.0
+    """Seconds without a heartbeat before an executor is SUSPECT (nothing new is sent to it)."""
+    dead_after: float = 5.0
+    """Seconds without a heartbeat before it is DEAD: killed, its jobs reassigned, replaced."""
+    orphan_timeout: float = 120.0
+    """How long executors wait for a scheduler to come back before exiting."""
+    workers: dict[int, Worker] = field(default_factory=dict)
+    poller: select.poll | None = None
+    messages: list[str] = field(default_factory=list)
+    """Health events for the operator (restarts, deaths)."""
+
+    def spawn(self, index: int) -> Worker:
+        """Start executor `index` in its own session (a closed terminal or Ctrl-C does not reach it)."""
+        logf = open(self.state_dir / f"executor-{index}.log", "ab")
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "wloadctl.procs.executor", "--run", self.run_id, "--index", str(index),
+                 "--slots", str(self.slots), "--state-dir", str(self.state_dir),
+                 "--orphan-timeout", str(self.orphan_timeout)],
+                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            raise TransportError(f"cannot start executor {index}: {e}") from None
+        finally:
+            logf.close()
+        w = Worker(index, proc.pid, os.pidfd_open(proc.pid), proc)
+        prev = self.workers.get(index)
+        if prev is not None:
+            w.restarts = prev.restarts + 1
+        self.workers[index] = w
+        if self.poller is not None:
+            self.poller.register(w.pidfd, select.POLLIN)
+        return w
+
+    def start(self) -> None:
+        """Start every executor."""
+        for i in range(self.executors):
+            self.spawn(i)
+
+    def adopt(self) -> list[int]:
+        """Take over executors of a previous scheduler that are still alive; return their indices."""
+        found = []
+        for slot in self.eboard.read_all():
+            if slot.pid and pid_alive(slot.pid) and slot.executor not in self.workers:
+                try:
+                    fd = os.pidfd_open(slot.pid)
+                except OSError:
+                    continue
+                self.workers[slot.executor] = Worker(slot.executor, slot.pid, fd, None, ExecutorState.ALIVE,
+                                                     last_beat=slot.beat)
+                if self.poller is not None:
+                    self.poller.register(fd, select.POLLIN)
+                found.append(slot.executor)
+        return found
+
+    def fds(self) -> list[int]:
+        """pidfds to watch."""
+        return [w.pidfd for w in self.workers.values() if w.state != ExecutorState.DEAD]
+
+    def alive_count(self) -> int:
+        """Executors not judged dead or suspect."""
+        return sum(1 for w in self.workers.values()
+                   if w.state in (ExecutorState.ALIVE, ExecutorState.STARTING))
+
+    def check(self, now: float) -> list[tuple[int, str]]:
+        """Judge every executor; return (index, why) for each that just became DEAD."""
+        dead: list[tuple[int, str]] = []
+        slots = {s.executor: s for s in self.eboard.read_all() if s.pid}
+        for w in list(self.workers.values()):
+            if w.state == ExecutorState.DEAD:
+                continue
+            slot = slots.get(w.index)
+            if slot is not None and slot.pid == w.pid and slot.beat > w.last_beat:
+                w.last_beat = slot.beat
+            exited = self._exited(w)
+            if exited is not None:
+                dead.append((w.index, exited))
+                self._bury(w)
+                continue
+            since = now - (w.last_beat or w.spawned)
+            if since > self.dead_after + (5.0 if w.state == ExecutorState.STARTING else 0.0):
+                os.kill(w.pid, signal.SIGKILL)
+                dead.append((w.index, f"no heartbeat for {since:.1f}s (stuck); killed"))
+                self._bury(w)
+            elif since > self.suspect_after and w.state != ExecutorState.STARTING:
+                w.state = ExecutorState.SUSPECT
+            elif w.last_beat:
+                w.state = ExecutorState.ALIVE
+        return dead
+
+    def _exited(self, w: Worker) -> str | None:
+        if w.proc is not None:
+            rc = w.proc.poll()
+            if rc is None:
+                return None
+            return f"exited with status {rc}" if rc >= 0 else f"killed by signal {-rc}"
+        return None if pid_alive(w.pid) else "exited"
+
+    def _bury(self, w: Worker) -> None:
+        w.state = ExecutorState.DEAD
+        if self.poller is not None:
+            try:
+                self.poller.unregister(w.pidfd)
+            except KeyError:
+                pass
+        if w.proc is not None:
+            try:
+                w.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        os.close(w.pidfd)
+
+    def respawn(self, index: int) -> Worker | None:
+        """Start a replacement for a dead executor (spawn registers it with the poller)."""
+        try:
+            w = self.spawn(index)
+        except WloadError as e:
+            self.log(str(e))
+            return None
+        self.log(f"executor {index} restarted (pid {w.pid}, restart #{w.restarts})")
+        return w
+
+    def log(self, msg: str) -> None:
+        """Keep a health message for the operator."""
+        self.messages.append(f"{time.strftime('%H:%M:%S')} {msg}")
+
+    def terminate_all(self) -> None:
+        """SIGTERM every executor (each stops its jobs and exits)."""
+        for w in self.workers.values():
+            if w.state != ExecutorState.DEAD:
+                try:
+                    os.kill(w.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def wait_all(self, timeout: float) -> None:
+        """Wait for every executor to exit; SIGKILL the ones that do not in time; reap them all."""
+        deadline = time.time() + timeout
+        for w in self.workers.values():
+            if w.state == ExecutorState.DEAD:
+                continue
+            while pid_alive(w.pid) and time.time() < deadline:
+                if w.proc is not None:
+                    try:
+                        w.proc.wait(max(0.0, min(0.05, deadline - time.time())))
+                    except subprocess.TimeoutExpired:
+                        pass
+                else:
+                    time.sleep(0.02)
+            if pid_alive(w.pid):
+                try:
+                    os.kill(w.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if w.proc is not None:
+                w.proc.wait()
+            self._bury(w)

@@ -1,0 +1,395 @@
+"""The run journal: SQLite in WAL mode holding runs, plans as loaded, job states, every transition and operator action."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from wloadctl.errors import StoreError
+
+SCHEMA_VERSION = 1
+DB_NAME = "journal.db"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT UNIQUE NOT NULL,
+    plan_name TEXT NOT NULL,
+    plan_path TEXT NOT NULL,
+    plan_digest TEXT NOT NULL,
+    plan_text TEXT NOT NULL,
+    business_date TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,
+    status TEXT NOT NULL,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    scheduler_pid INTEGER,
+    lease_until REAL NOT NULL DEFAULT 0,
+    settings TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    run INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    executor INTEGER NOT NULL DEFAULT -1,
+    exit_code INTEGER,
+    started REAL,
+    ended REAL,
+    reason TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (run, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS transitions (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    from_state INTEGER NOT NULL,
+    to_state INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    executor INTEGER NOT NULL,
+    exit_code INTEGER,
+    reason TEXT NOT NULL,
+    cause TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transitions_job ON transitions (run, idx);
+CREATE TABLE IF NOT EXISTS actions (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    user TEXT NOT NULL,
+    verb TEXT NOT NULL,
+    job TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    applied INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS alerts (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    job TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    log_path TEXT NOT NULL
+);
+"""
+
+_TERMINAL_STATES = (4, 5, 6, 9, 10, 11)
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """One run as recorded in the journal."""
+
+    id: int
+    """Row id (the `run` column of the other tables)."""
+    run_id: str
+    """The run's public id (also in its IPC object names)."""
+    plan_name: str
+    """Name of the plan."""
+    plan_path: str
+    """Path of the plan file as given at the start."""
+    plan_digest: str
+    """SHA-256 of the plan text."""
+    business_date: str
+    """Business date (YYYY-MM-DD) the run is for."""
+    started: float
+    """When it started."""
+    ended: float | None
+    """When it ended, if it did."""
+    status: str
+    """running | succeeded | failed | cancelled | interrupted."""
+    epoch: int
+    """Scheduler epoch (fencing token), incremented at every scheduler start or takeover."""
+    scheduler_pid: int | None
+    """Pid of the scheduler that last held the run."""
+    lease_until: float
+    """Until when the active scheduler's lease runs."""
+    settings: str
+    """JSON of the run's settings (executors, slots, ...)."""
+
+
+def default_state_dir(plan_name: str) -> Path:
+    """The state directory of a plan when `--state-dir` is not given: under the XDG state home."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in plan_name) or "plan"
+    return Path(base) / "wloadctl" / safe
+
+
+class Store:
+    """The journal of the runs in one state directory."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, *, readonly: bool) -> None:
+        self.path = path
+        """The database file."""
+        self.conn = conn
+        """The open connection (owned by this object)."""
+        self.readonly = readonly
+        """Opened for reading only."""
+
+    @classmethod
+    def open(cls, state_dir: str | Path, *, create: bool = True, readonly: bool = False,
+             sync: str = "FULL") -> Store:
+        """Open (or create) the journal of a state directory.
+
+        Args:
+            state_dir: the run's state directory.
+            create: create the directory and database if missing.
+            readonly: open for reading (status, logs); never writes.
+            sync: SQLite `synchronous` level for writers: FULL survives power loss, NORMAL a process crash.
+
+        Raises:
+            StoreError: missing (when not creating), unreadable, corrupt or truncated database.
+        """
+        d = Path(state_dir)
+        path = d / DB_NAME
+        if not path.exists():
+            if not create:
+                raise StoreError(f"no run journal in {d}", hint="start a run there with `wloadctl run PLAN --state-dir DIR`")
+            d.mkdir(parents=True, exist_ok=True)
+        elif path.stat().st_size and path.stat().st_size < 100:
+            raise StoreError(f"run journal {path} is truncated ({path.stat().st_size} bytes)",
+                             hint="restore it from a backup or move it away to start afresh")
+        try:
+            if readonly:
+                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10, isolation_level=None,
+                                       check_same_thread=False)
+            else:
+                conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 10000")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if not readonly:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {sync}")
+                if version == 0:
+                    conn.executescript(_SCHEMA)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    version = SCHEMA_VERSION
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"run journal {path} has schema {version}, newer than this wloadctl ({SCHEMA_VERSION})",
+                                 hint="upgrade wloadctl")
+            if path.exists() and path.stat().st_size:
+                ok = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
+                if ok != "ok":
+                    raise StoreError(f"run journal {path} is corrupt: {ok}",
+                                     hint="restore it from a backup or move it away to start afresh")
+            conn.execute("SELECT count(*) FROM runs").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"run journal {path} is unreadable or corrupt: {e}",
+                             hint="restore it from a backup or move it away; wloadctl never starts afresh over it") from None
+        return cls(path, conn, readonly=readonly)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- runs -------------------------------------------------------------------------
+
+    def create_run(self, run_id: str, plan_name: str, plan_path: str, plan_digest: str, plan_text: str,
+                   job_ids: Iterable[str], business_date: str, now: float, settings: str = "{}") -> RunRow:
+        """Record a new run and its jobs (all WAITING) in one transaction."""
+        c = self.conn
+        try:
+            c.execute("BEGIN IMMEDIATE")
+            cur = c.execute(
+                "INSERT INTO runs (run_id, plan_name, plan_path, plan_digest, plan_text, business_date, started, status, settings)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                (run_id, plan_name, plan_path, plan_digest, plan_text, business_date, now, settings),
+            )
+            rid = cur.lastrowid
+            c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)",
+                          ((rid, i, j) for i, j in enumerate(job_ids)))
+            c.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            c.execute("ROLLBACK")
+            raise StoreError(f"could not record the run in {self.path}: {e}") from None
+        row = self.get_run(run_id)
+        assert row is not None
+        return row
+
+    def _run(self, sql: str, args: Sequence[object]) -> RunRow | None:
+        r = self.conn.execute(
+            "SELECT id, run_id, plan_name, plan_path, plan_digest, business_date, started, ended, status,"
+            " epoch, scheduler_pid, lease_until, settings FROM runs " + sql, args).fetchone()
+        return RunRow(*r) if r else None
+
+    def get_run(self, run_id: str) -> RunRow | None:
+        """The run with this public id."""
+        return self._run("WHERE run_id = ?", (run_id,))
+
+    def latest_run(self) -> RunRow | None:
+        """The most recent run of the state directory."""
+        return self._run("ORDER BY id DESC LIMIT 1", ())
+
+    def plan_text(self, run: int) -> str:
+        """The plan text as loaded at the run's start."""
+        return str(self.conn.execute("SELECT plan_text FROM runs WHERE id = ?", (run,)).fetchone()[0])
+
+    def replace_plan(self, run: int, digest: str, text: str, path: str, new_job_ids: Sequence[tuple[int, str]]) -> None:
+        """Accept a changed plan on resume: store its text and add rows for its new jobs."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        c.execute("UPDATE runs SET plan_digest = ?, plan_text = ?, plan_path = ? WHERE id = ?", (digest, text, path, run))
+        c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", ((run, i, j) for i, j in new_job_ids))
+        c.execute("COMMIT")
+
+    def reindex_jobs(self, run: int, mapping: Sequence[tuple[int, int]]) -> None:
+        """Renumber job rows (old idx -> new idx) when a changed plan reorders jobs."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        c.executemany("UPDATE jobs SET idx = -1 - ? WHERE run = ? AND idx = ?", ((new, run, old) for old, new in mapping))
+        c.execute("UPDATE jobs SET idx = -1 - idx WHERE run = ? AND idx < 0", (run,))
+        c.executemany("UPDATE transitions SET idx = -1 - ? WHERE run = ? AND idx = ?", ((new, run, old) for old, new in mapping))
+        c.execute("UPDATE transitions SET idx = -1 - idx WHERE run = ? AND idx < 0", (run,))
+        c.execute("COMMIT")
+
+    def begin_epoch(self, run: int, pid: int, lease: float, expect_epoch: int | None = None) -> int:
+        """Take the run for a scheduler: increment its epoch (one writer wins) and return the new epoch.
+
+        Raises:
+            StoreError: `expect_epoch` was given and another scheduler moved the epoch first.
+        """
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            cur = c.execute("SELECT epoch FROM runs WHERE id = ?", (run,)).fetchone()[0]
+            if expect_epoch is not None and cur != expect_epoch:
+                raise StoreError(f"another scheduler took the run first (epoch {cur}, expected {expect_epoch})")
+            c.execute("UPDATE runs SET epoch = ?, scheduler_pid = ?, lease_until = ?, status = 'running', ended = NULL"
+                      " WHERE id = ?", (cur + 1, pid, lease, run))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        return int(cur) + 1
+
+    def renew_lease(self, run: int, epoch: int, lease: float) -> bool:
+        """Extend the lease of the scheduler holding `epoch`; False if it was fenced off."""
+        cur = self.conn.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND epoch = ?", (lease, run, epoch))
+        return cur.rowcount == 1
+
+    def set_status(self, run: int, status: str, ended: float | None) -> None:
+        """Record the run's status (and end time)."""
+        self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run))
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def job_ids(self, run: int) -> list[str]:
+        """Job ids by index."""
+        return [r[0] for r in self.conn.execute("SELECT job_id FROM jobs WHERE run = ? ORDER BY idx", (run,))]
+
+    def job_states(self, run: int) -> list[tuple[int, int, int]]:
+        """(index, state, attempt) of every job not in its initial state."""
+        return list(self.conn.execute(
+            "SELECT idx, state, attempt FROM jobs WHERE run = ? AND (state != 0 OR attempt != 0) ORDER BY idx", (run,)))
+
+    def job_rows(self, run: int) -> list[tuple]:
+        """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job."""
+        return list(self.conn.execute(
+            "SELECT idx, job_id, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
+            " WHERE run = ? ORDER BY idx", (run,)))
+
+    def job_row(self, run: int, job_id: str) -> tuple | None:
+        """One job's row (see job_rows)."""
+        return self.conn.execute(
+            "SELECT idx, job_id, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
+            " WHERE run = ? AND job_id = ?", (run, job_id)).fetchone()
+
+    def transitions_of(self, run: int, idx: int) -> list[tuple]:
+        """(from, to, attempt, ts, executor, exit_code, reason, cause) of one job, in order."""
+        return list(self.conn.execute(
+            "SELECT from_state, to_state, attempt, ts, executor, exit_code, reason, cause FROM transitions"
+            " WHERE run = ? AND idx = ? ORDER BY seq", (run, idx)))
+
+    def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None) -> None:
+        """Journal one loop turn's transitions and the jobs' resulting rows, in one transaction.
+
+        Each transition is (job, from, to, attempt, ts, executor, exit_code, reason, cause).
+
+        Raises:
+            StoreError: the write failed, or `epoch` is given and the run moved to a newer epoch (fenced).
+        """
+        if not transitions:
+            return
+        last: dict[int, list] = {}
+        for t in transitions:
+            i, _f, to, att, ts, ex, code, reason, _c = t
+            row = last.get(i)
+            if row is None:
+                row = last[i] = [to, att, ex, code, reason, None, None, i]
+            else:
+                row[0], row[1], row[4] = to, att, reason or row[4]
+                if ex >= 0:
+                    row[2] = ex
+                if code is not None:
+                    row[3] = code
+            if to == 3:
+                row[5] = ts
+            elif to in _TERMINAL_STATES:
+                row[6] = ts
+        c = self.conn
+        try:
+            c.execute("BEGIN IMMEDIATE")
+            if epoch is not None:
+                cur = c.execute("SELECT epoch FROM runs WHERE id = ?", (run,)).fetchone()[0]
+                if cur != epoch:
+                    c.execute("ROLLBACK")
+                    raise StoreError(f"fenced: the run is at epoch {cur}, this scheduler holds {epoch}")
+            c.executemany(
+                "INSERT INTO transitions (run, idx, from_state, to_state, attempt, ts, executor, exit_code, reason, cause)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", ((run, *t) for t in transitions))
+            c.executemany(
+                "UPDATE jobs SET state = ?1, attempt = ?2, executor = CASE WHEN ?3 >= 0 THEN ?3 ELSE executor END,"
+                " exit_code = coalesce(?4, exit_code), reason = ?5, started = coalesce(?6, started),"
+                " ended = CASE WHEN ?1 IN (4,5,6,9,10,11) THEN coalesce(?7, ended) ELSE NULL END"
+                " WHERE run = ?8 AND idx = ?9",
+                ((r[0], r[1], r[2], r[3], r[4], r[5], r[6], run, r[7]) for r in last.values()))
+            c.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            if c.in_transaction:
+                c.execute("ROLLBACK")
+            raise StoreError(f"could not write the journal {self.path}: {e}") from None
+
+    # -- operator actions and alerts ------------------------------------------------------
+
+    def record_action(self, run: int, user: str, verb: str, job: str, reason: str, outcome: str,
+                      applied: bool, ts: float | None = None) -> None:
+        """Append one operator action to the audit trail."""
+        self.conn.execute(
+            "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (run, ts or time.time(), user, verb, job, reason, outcome, int(applied)))
+
+    def actions(self, run: int, job: str | None = None) -> list[tuple]:
+        """(ts, user, verb, job, reason, outcome, applied) of the run's actions, optionally of one job."""
+        sql = "SELECT ts, user, verb, job, reason, outcome, applied FROM actions WHERE run = ?"
+        args: tuple = (run,)
+        if job is not None:
+            sql += " AND job = ?"
+            args = (run, job)
+        return list(self.conn.execute(sql + " ORDER BY seq", args))
+
+    def record_alert(self, run: int, ts: float, job: str, tier: str, state: str, attempts: int, reason: str,
+                     log_path: str) -> None:
+        """Append one alert (a job failed for good)."""
+        self.conn.execute(
+            "INSERT INTO alerts (run, ts, job, tier, state, attempts, reason, log_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (run, ts, job, tier, state, attempts, reason, log_path))
+
+    def alerts(self, run: int) -> list[tuple]:
+        """(ts, job, tier, state, attempts, reason, log_path) of the run's alerts."""
+        return list(self.conn.execute(
+            "SELECT ts, job, tier, state, attempts, reason, log_path FROM alerts WHERE run = ? ORDER BY seq", (run,)))
