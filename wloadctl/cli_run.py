@@ -111,7 +111,7 @@ def run_command(a: argparse.Namespace) -> int:
         state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
-                      say=_say(quiet))
+                      say=_say(a.quiet))
     tty = sys.stdout.isatty() and not quiet
     bars: list[Bar] = []
     on_turn: Any = None
@@ -141,7 +141,9 @@ def run_command(a: argparse.Namespace) -> int:
         if failed:
             print(f"failed: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''} "
                   f"(see `wloadctl why JOB --state-dir {state_dir}`)")
-    return outcome.exit_code if outcome.status != "interrupted" else 130
+    if outcome.status == "interrupted":
+        return 130
+    return outcome.exit_code
 
 
 def scheduler_command(a: argparse.Namespace) -> int:
@@ -150,7 +152,7 @@ def scheduler_command(a: argparse.Namespace) -> int:
 
     state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
-                      say=_say(False))
+                      say=_say(False), exit_when_stalled=False)
     if a.standby:
         from wloadctl.procs.standby import run_standby
 

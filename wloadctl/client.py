@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import getpass
 import os
@@ -15,6 +16,7 @@ from wloadctl.core.dag import Dag
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.explain import why as explain
+from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan_text
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.core.verbs import MUTATING_OFFLINE, VERBS, resolve_jobs
@@ -58,6 +60,7 @@ class RunClient:
         self.run: RunRow = run
         """The journal's record of the run."""
         self._ids: list[str] | None = None
+        self._plan: Plan | None = None
 
     def close(self) -> None:
         """Release the journal."""
@@ -123,6 +126,8 @@ class RunClient:
         self.run = self.store.get_run(self.run.run_id) or self.run
         h = self.board_header()
         live = h is not None
+        if not live and self.run.status == "running":
+            self.run = dataclasses.replace(self.run, status="interrupted")
         names = [s.name for s in JobState]
         jobs: list[dict[str, Any]] = []
         if live:
@@ -243,7 +248,7 @@ class RunClient:
                             results.append([job, applied, msg])
                             ok = ok and applied
                 if verb in ("retry", "rerun") and ok:
-                    if run.status not in ("running", "interrupted"):
+                    if run.status not in ("running", "interrupted", "held"):
                         st.set_status(run.id, "interrupted", None)
                     results.append(["*", True, "the run has no live scheduler: `wloadctl resume --state-dir "
                                     f"{self.state_dir}` will run them"])
@@ -285,10 +290,23 @@ class RunClient:
             raise ControlError(f"job '{job}' has {row[3]} attempt(s); there is no attempt {att}")
         return log_path(self.state_dir, self.run.run_id, job, att)
 
+    def plan(self) -> Plan:
+        """The run's plan as loaded at its start (or as accepted on a resume)."""
+        if self._plan is None:
+            self._plan = load_plan_text(self.store.plan_text(self.run.id), self.run.plan_path)
+        return self._plan
+
+    def job_rows(self) -> list[tuple]:
+        """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job, from the journal."""
+        return self.store.job_rows(self.run.id)
+
+    def changes_since(self, seq: int, limit: int = 100_000) -> list[tuple]:
+        """Journaled transitions after `seq`: (seq, idx, from, to, attempt, ts, executor, exit_code, reason)."""
+        return self.store.transitions_since(self.run.id, seq, limit)
+
     def plan_dag(self) -> Dag:
         """The run's DAG (from the plan as loaded)."""
-        plan = load_plan_text(self.store.plan_text(self.run.id), self.run.plan_path)
-        return Dag(plan)
+        return Dag(self.plan())
 
     def lineage(self, job: str) -> dict[str, Any]:
         """Upstream and downstream of a job."""

@@ -315,6 +315,15 @@ class Store:
             "SELECT from_state, to_state, attempt, ts, executor, exit_code, reason, cause FROM transitions"
             " WHERE run = ? AND idx = ? ORDER BY seq", (run, idx)))
 
+    def transitions_since(self, run: int, seq: int, limit: int = 100_000) -> list[tuple]:
+        """(seq, idx, from, to, attempt, ts, executor, exit_code, reason) after `seq`, oldest first.
+
+        Readers (the console) follow a live run with this instead of re-reading every job.
+        """
+        return list(self.conn.execute(
+            "SELECT seq, idx, from_state, to_state, attempt, ts, executor, exit_code, reason FROM transitions"
+            " WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?", (run, seq, limit)))
+
     def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None) -> None:
         """Journal one loop turn's transitions and the jobs' resulting rows, in one transaction.
 

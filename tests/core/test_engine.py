@@ -185,10 +185,23 @@ def test_lost_executor_requeues_unstarted_retries_started_and_holds_non_idempote
     cmds = core.handle(ExecutorLostEvent(7, 1.0))
     st = states(core)
     assert st["a"] == "QUEUED" and core.attempt[0] == 1  # requeued, attempt not counted, sent again
-    assert st["b"] == "RETRY_WAIT"
+    assert st["b"] == "QUEUED" and core.attempt[1] == 2  # run again at once, budget untouched
+    assert core.attempt[1] - core.attempt_base[1] == 1
     assert st["c"] == "HELD" and core.reasons[2] == "interrupted, needs operator"
     assert (0, 1) in dispatched(cmds)
     core.validate()
+
+
+def test_a_job_lost_again_and_again_fails() -> None:
+    core = SchedulerCore(make_plan({"poison": {}}), slots=1)
+    core.handle(RunStartedEvent(0.0))
+    for _ in range(3):
+        core.handle(JobStartedEvent(0, core.attempt[0], 1, 100, 0.1))
+        core.handle(ExecutorLostEvent(1, 1.0))
+        assert states(core)["poison"] == "QUEUED"
+    core.handle(JobStartedEvent(0, core.attempt[0], 1, 100, 0.1))
+    core.handle(ExecutorLostEvent(1, 1.0))
+    assert states(core)["poison"] == "FAILED"
 
 
 def test_stale_and_duplicate_exits_are_ignored(diamond: SchedulerCore) -> None:

@@ -39,6 +39,8 @@ _HELD, _SKIP, _CANC, _UPF = int(S.HELD), int(S.SKIPPED), int(S.CANCELLED), int(S
 _TERMINAL = bytes(1 if JobState(s) in TERMINAL else 0 for s in range(_N))
 _MASK = (1 << 32) - 1
 _PRIO_BIAS = 1 << 20
+MAX_LOST = 3
+"""A job whose attempts are lost with their executor this many times fails (it may be what kills them)."""
 
 TIER_RETRY_FACTOR: dict[SlaTier, float] = {
     SlaTier.CRITICAL: 0.25,
@@ -117,6 +119,8 @@ class SchedulerCore:
         """When each job in RETRY_WAIT becomes READY."""
         self.attempt_base: dict[int, int] = {}
         """Attempts made before an operator's retry/rerun, not counted against the policy."""
+        self.lost_count: dict[int, int] = {}
+        """How many attempts of each job were lost with their executor."""
         self.kill_reason: dict[int, tuple[str, bool]] = {}
         """Jobs asked to stop, with why and whether to requeue them (preemption, shutdown) rather than fail."""
         self.reasons: dict[int, str] = {}
@@ -303,6 +307,15 @@ class SchedulerCore:
             if not spec.idempotent:
                 self.set_state(i, _HELD, reason="interrupted, needs operator", executor=ex)
                 return
+            lost = self.lost_count.get(i, 0)
+            if policy.on_lost and lost < MAX_LOST:
+                # The infrastructure failed, not the job: run it again at once, without
+                # spending its retry budget (but not forever: a job that keeps killing its
+                # executor fails after MAX_LOST losses).
+                self.lost_count[i] = lost + 1
+                self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
+                self._make_ready_from(i, reason=f"executor lost during attempt {self.attempt[i]}; running it again")
+                return
         elif killed is not None:
             why, retryable = killed, False
         elif ev.timed_out:
@@ -463,6 +476,11 @@ class SchedulerCore:
         c = self.counts
         live = c[_W] + c[_R] + c[_Q] + c[_RUN] + c[_RW] + c[_HELD]
         return live == 0
+
+    def is_stalled(self) -> bool:
+        """True when nothing can move without an operator: no work in flight or due, yet jobs are HELD."""
+        c = self.counts
+        return c[_HELD] > 0 and c[_R] + c[_Q] + c[_RUN] + c[_RW] == 0
 
     def outcome_ok(self) -> bool:
         """True when every job succeeded or was skipped."""

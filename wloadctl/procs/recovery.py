@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,6 +52,14 @@ def _decode_log(data: bytes) -> list[P.ResultRecord]:
         out.extend(P.decode_results(data[pos:end]))
         pos = end
     return out
+
+
+def _killpg(pgid: int) -> None:
+    if pgid > 0:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def reconcile(loop: SchedulerLoop, adopt: bool) -> list[str]:
@@ -117,6 +127,10 @@ def reconcile(loop: SchedulerLoop, adopt: bool) -> list[str]:
         if holder is not None and holder[0] in alive and pid_alive(holder[0]):
             kept += 1
             continue
+        if started is not None:
+            # Its executor is gone but the job's process group may live on: stop it first.
+            _killpg(started[1].pid)
+            loop.pids.pop(i, None)
         core.feed(JobExitedEvent(i, att, holder[1].executor if holder else -1, -1, time.time(), lost=True,
                                  cause_id="recovery"))
         lost += 1

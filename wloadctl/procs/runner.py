@@ -27,7 +27,7 @@ from wloadctl.procs.scheduler import SchedulerLoop
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale
 from wloadctl.store import RunRow, Store
 
-UNFINISHED = ("running", "interrupted")
+UNFINISHED = ("running", "interrupted", "held")
 """Run statuses that `wloadctl run` resumes rather than starting afresh."""
 
 
@@ -44,6 +44,8 @@ class RunOptions:
     lease_seconds: float = 3.0
     dead_after: float = 5.0
     orphan_timeout: float = 120.0
+    exit_when_stalled: bool = True
+    """Headless runs end (resumable, status `held`) when only operator-held jobs remain."""
     say: Callable[[str], None] = field(default=lambda _m: None)
     """Where one-line notices go (stale objects removed, resuming, executor restarts)."""
 
@@ -189,7 +191,7 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds)
     sup = Supervisor(run.run_id, opts.state_dir, objs.eboard, opts.executors, opts.slots,
                      dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout)
-    loop = SchedulerLoop(ctx, core, store, objs, sup, on_turn=on_turn)
+    loop = SchedulerLoop(ctx, core, store, objs, sup, on_turn=on_turn, exit_when_stalled=opts.exit_when_stalled)
     stop_signals = _install_signals(loop)
     status = "interrupted"
     try:
@@ -206,17 +208,22 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
         finished = loop.run()
         if finished is not None:
             status = "succeeded" if finished.ok else ("cancelled" if core.cancelled else "failed")
+        elif loop.stalled:
+            status = "held"
+            held = [core.ids[i] for i in range(core.n) if core.state[i] == JobState.HELD]
+            opts.say(f"run stalled: {len(held)} held job(s) need an operator: {', '.join(held[:10])}; "
+                     f"release them and `wloadctl resume --state-dir {opts.state_dir}`")
         else:
             loop.drain_after_stop(grace=8.0)
     finally:
         _restore_signals(stop_signals)
         ended = time.time()
         try:
-            store.set_status(run.id, status, ended if status != "interrupted" else None)
+            store.set_status(run.id, status, ended if status not in UNFINISHED else None)
             events.emit("scheduler_stop", status=status)
         finally:
             loop.publish_final()
-            if status == "interrupted":
+            if status in ("interrupted", "held"):
                 sup.terminate_all()
             sup.wait_all(timeout=10.0)
             ctx.reap_hooks(wait=5.0)

@@ -71,6 +71,10 @@ class SchedulerLoop:
     """Board changes not yet published."""
     turn: int = 0
     """Loop turns so far (cause ids of results name their turn)."""
+    exit_when_stalled: bool = False
+    """Stop (resumable) when only HELD jobs remain: a headless run has nobody to release them."""
+    stalled: bool = False
+    """Set when the loop stopped because the run stalled on held jobs."""
     watch: list[tuple[int, int, str]] | None = None
     """When a list: every terminal transition (job, state, reason) is appended for a line log."""
 
@@ -124,6 +128,9 @@ class SchedulerLoop:
             self._place()
             self._send()
             self._publish()
+            if self.exit_when_stalled and core.is_stalled() and not self.sendq:
+                self.stalled = True
+                break
             if self.on_turn is not None and now - last_progress >= 0.2:
                 last_progress = now
                 self.on_turn(self)
@@ -172,6 +179,7 @@ class SchedulerLoop:
     def _check_health(self, now: float) -> None:
         """Executors that exited or stopped beating lose their jobs; replacements are started."""
         for index, why in self.sup.check(now):
+            self._kill_orphans(index)
             self.core.feed(ExecutorLostEvent(index, now, why, cause_id=f"health-{self.turn}"))
             self.sup.log(f"executor {index}: {why}")
             self.ctx.events.emit("executor_lost", executor=index, reason=why)
@@ -264,6 +272,14 @@ class SchedulerLoop:
             _, i, att = self.kills.pop(0)
             if self.core.attempt[i] == att and i in self.pids:
                 self._signal_job(i, signal.SIGKILL)
+
+    def _kill_orphans(self, executor: int) -> None:
+        """Jobs of a dead executor may still run, unsupervised: stop them before they are retried."""
+        core = self.core
+        for i, pid in list(self.pids.items()):
+            if core.executor[i] == executor:
+                self._signal_job(i, signal.SIGKILL)
+                del self.pids[i]
 
     def _signal_job(self, i: int, sig: int) -> None:
         pid = self.pids.get(i)

@@ -1,0 +1,122 @@
+"""Helpers of the process tests: write plans whose jobs leave evidence, run the real CLI, read what happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def evidence_plan(path: Path, out: Path, jobs: dict[str, dict[str, Any]], name: str = "it",
+                  sleep: float = 0.0, extra: dict[str, Any] | None = None) -> Path:
+    """Write a plan whose every job appends `<job> start|end <time>` lines to `out`.
+
+    `jobs` maps id -> extra job keys (depends_on, retries, ...); a job may set `exit` to fail
+    with that status, or `sleep` to run longer.
+    """
+    spec: dict[str, Any] = {"name": name, "jobs": {}}
+    if extra:
+        spec.update(extra)
+    for jid, keys in jobs.items():
+        keys = dict(keys)
+        code = keys.pop("exit", 0)
+        nap = keys.pop("sleep", sleep)
+        cmd = (f'echo "{jid} start $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}; sleep {nap}; '
+               f'echo "{jid} end $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}; exit {code}')
+        spec["jobs"][jid] = {"command": cmd, **keys}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def read_evidence(out: Path) -> dict[str, list[tuple[str, float]]]:
+    """job -> [(start|end, time), ...] in file order."""
+    got: dict[str, list[tuple[str, float]]] = {}
+    if not out.exists():
+        return got
+    for line in out.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 3:
+            got.setdefault(parts[0], []).append((parts[1], float(parts[2])))
+    return got
+
+
+def cli(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run `python -m wloadctl ARGS` and wait for it."""
+    p = subprocess.run([sys.executable, "-m", "wloadctl", *args], capture_output=True, text=True,
+                       timeout=timeout, env=ENV)
+    if check and p.returncode != 0:
+        raise AssertionError(f"wloadctl {' '.join(args)} exited {p.returncode}: {p.stderr}")
+    return p
+
+
+def start(*args: str) -> subprocess.Popen[bytes]:
+    """Start `python -m wloadctl ARGS` in the background (its own session, like a real operator's shell)."""
+    return subprocess.Popen([sys.executable, "-m", "wloadctl", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+
+
+def status(state_dir: Path) -> dict[str, Any]:
+    """`wloadctl status --json` as a dict."""
+    p = cli("status", "--state-dir", str(state_dir), "--json", timeout=30)
+    return json.loads(p.stdout)
+
+
+def job_states(state_dir: Path) -> dict[str, str]:
+    """job -> state name."""
+    return {j["job"]: j["state"] for j in status(state_dir)["jobs"]}
+
+
+def wait_for(pred: Any, timeout: float = 30.0, every: float = 0.1, what: str = "condition") -> Any:
+    """Poll `pred` until it returns something truthy."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def executor_pids(run_id: str | None = None) -> list[int]:
+    """Pids of running executor processes (optionally of one run)."""
+    out = subprocess.run(["pgrep", "-f", "wloadctl.procs.executor" + (f" --run {run_id}" if run_id else "")],
+                         capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    """SIGKILL these processes, ignoring the gone."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def reap_orphans(run_id: str, timeout: float = 10.0) -> None:
+    """Wait for the executors of a run to go (they exit when their run is done); kill the stragglers."""
+    deadline = time.time() + timeout
+    while executor_pids(run_id) and time.time() < deadline:
+        time.sleep(0.1)
+    kill_all(executor_pids(run_id))
+
+
+def ipc_names(run_id: str) -> list[str]:
+    """Queues and segments of a run still present."""
+    found = []
+    for d in ("/dev/mqueue", "/dev/shm"):
+        try:
+            found += [n for n in os.listdir(d) if run_id in n]
+        except OSError:
+            pass
+    return found

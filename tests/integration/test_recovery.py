@@ -1,0 +1,169 @@
+"""Durable runs: kill -9 of the scheduler (and of the whole tree), resume, exactly-once side effects, bad journals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import (
+    cli,
+    evidence_plan,
+    executor_pids,
+    ipc_names,
+    job_states,
+    kill_all,
+    read_evidence,
+    reap_orphans,
+    start,
+    status,
+    wait_for,
+)
+
+pytestmark = pytest.mark.ipc
+
+
+def layered(n_layers: int = 4, width: int = 5) -> dict[str, dict]:
+    jobs: dict[str, dict] = {}
+    for layer in range(n_layers):
+        for k in range(width):
+            jid = f"l{layer}_{k}"
+            jobs[jid] = {"depends_on": [f"l{layer - 1}_{k}", f"l{layer - 1}_{(k + 1) % width}"]} if layer else {}
+    return jobs
+
+
+def run_until_some_running(tmp_path: Path, jobs: dict[str, dict], sleep: float = 0.4):
+    out = tmp_path / "evidence"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, sleep=sleep)
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "2")
+
+    def mid_run() -> bool:
+        if not (sd / "journal.db").exists():
+            return False
+        try:
+            st = job_states(sd)
+        except (json.JSONDecodeError, ValueError):
+            return False
+        vals = list(st.values())
+        return vals.count("SUCCEEDED") >= 4 and vals.count("RUNNING") >= 2
+
+    wait_for(mid_run, timeout=30, what="a run in the middle")
+    return proc, plan, sd, out
+
+
+def test_kill_9_of_the_scheduler_then_resume_runs_every_job_exactly_once(tmp_path: Path) -> None:
+    # Given a run in the middle, with jobs running on live executors
+    proc, plan, sd, out = run_until_some_running(tmp_path, layered())
+    run_id = status(sd)["run"]
+    # When the scheduler alone is killed (its executors keep running their jobs)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert executor_pids(run_id), "executors must outlive a crashed scheduler"
+    # and the run is resumed
+    p = cli("resume", "--state-dir", str(sd), "--json")
+    # Then it completes, and every job's side effect happened exactly once
+    assert p.returncode == 0, p.stderr
+    assert set(json.loads(p.stdout)["jobs"].values()) == {"SUCCEEDED"}
+    ev = read_evidence(out)
+    assert len(ev) == 20
+    for jid, lines in ev.items():
+        assert [k for k, _ in lines] == ["start", "end"], f"{jid}: {lines}"
+    assert "reattached to 2 executor(s)" in p.stderr
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []
+
+
+def test_kill_9_of_the_whole_tree_then_resume(tmp_path: Path) -> None:
+    # Given a run in the middle
+    jobs = layered()
+    jobs["l1_0"]["idempotent"] = False
+    proc, plan, sd, out = run_until_some_running(tmp_path, jobs)
+    run_id = status(sd)["run"]
+    # When the scheduler and every executor are killed at once
+    kill_all([proc.pid, *executor_pids(run_id)])
+    proc.wait()
+    running_at_kill = {j for j, s in job_states(sd).items() if s == "RUNNING"}
+    # Then `run` on the same state dir resumes the run
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    assert "resuming run" in p.stderr
+    jobs_after = json.loads(p.stdout)["jobs"]
+    ev = read_evidence(out)
+    for jid, lines in ev.items():
+        starts = [k for k, _ in lines].count("start")
+        if jid in running_at_kill:
+            # interrupted with its executor: retried at most once more, and only when idempotent
+            assert starts <= (2 if jobs[jid].get("idempotent", True) else 1), jid
+        else:
+            assert starts == 1, f"{jid} ran {starts} times"
+    if "l1_0" in running_at_kill:
+        assert jobs_after["l1_0"] == "HELD"
+        why = json.loads(cli("why", "l1_0", "--state-dir", str(sd), "--json").stdout)
+        assert "interrupted, needs operator" in " ".join(why["reasons"])
+    else:
+        assert p.returncode == 0, p.stderr
+    assert ipc_names(run_id) == []
+
+
+def test_resume_refuses_a_changed_plan_unless_accepted(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {"a": {}, "b": {"depends_on": ["a"], "exit": 1}})
+    sd = str(tmp_path / "sd")
+    cli("run", str(plan), "--state-dir", sd)
+    cli("retry", "b", "--state-dir", sd)  # the run is unfinished again
+    evidence_plan(plan, out, {"a": {}, "b": {"depends_on": ["a"]}, "c": {"depends_on": ["b"]}})
+    p = cli("run", str(plan), "--state-dir", sd)
+    assert p.returncode == 2 and "plan changed" in p.stderr and "Traceback" not in p.stderr
+    p = cli("run", str(plan), "--state-dir", sd, "--accept-plan-change", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"a": "SUCCEEDED", "b": "SUCCEEDED", "c": "SUCCEEDED"}
+    assert [k for k, _ in read_evidence(out)["a"]] == ["start", "end"]
+
+
+def test_resume_refuses_removing_jobs_that_ran(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {"a": {}, "b": {"exit": 1}})
+    sd = str(tmp_path / "sd")
+    cli("run", str(plan), "--state-dir", sd)
+    cli("retry", "b", "--state-dir", sd)
+    evidence_plan(plan, out, {"b": {}})
+    p = cli("run", str(plan), "--state-dir", sd, "--accept-plan-change")
+    assert p.returncode == 2 and "removes job(s) that already ran: a" in p.stderr
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_corrupt_journal_is_a_clear_error_never_a_fresh_start(tmp_path: Path, damage: str) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {}})
+    sd = tmp_path / "sd"
+    cli("run", str(plan), "--state-dir", str(sd))
+    db = sd / "journal.db"
+    for extra in ("journal.db-wal", "journal.db-shm"):
+        (sd / extra).unlink(missing_ok=True)
+    data = db.read_bytes()
+    db.write_bytes(b"this is not a database" * 50 if damage == "garbage" else data[: len(data) // 3])
+    before = db.read_bytes()
+    p = cli("run", str(plan), "--state-dir", str(sd))
+    assert p.returncode == 3
+    assert "journal" in p.stderr and ("corrupt" in p.stderr or "truncated" in p.stderr)
+    assert "Traceback" not in p.stderr
+    assert db.read_bytes() == before
+    p = cli("status", "--state-dir", str(sd))
+    assert p.returncode == 3 and "Traceback" not in p.stderr
+
+
+def test_journal_records_every_transition_before_its_effect(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {}, "b": {"depends_on": ["a"]}})
+    sd = tmp_path / "sd"
+    cli("run", str(plan), "--state-dir", str(sd))
+    con = sqlite3.connect(sd / "journal.db")
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    rows = con.execute("SELECT idx, to_state, ts FROM transitions ORDER BY seq").fetchall()
+    a_done = next(ts for idx, to, ts in rows if idx == 0 and to == 4)
+    b_ready = next(ts for idx, to, ts in rows if idx == 1 and to == 1)
+    assert a_done <= b_ready
+    seqs = [r[0] for r in con.execute("SELECT seq FROM transitions WHERE idx = 1 ORDER BY seq")]
+    assert len(seqs) == 4

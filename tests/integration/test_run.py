@@ -1,0 +1,112 @@
+"""Real runs: real scheduler and executor processes over real POSIX queues and shared memory, a real journal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import cli, evidence_plan, executor_pids, ipc_names, read_evidence
+
+pytestmark = pytest.mark.ipc
+
+
+def test_every_job_runs_once_after_all_its_dependencies(tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given a layered plan whose jobs record when they start and end
+    out = tmp_path / "evidence"
+    jobs: dict[str, dict] = {"open": {}}
+    for i in range(6):
+        jobs[f"load{i}"] = {"depends_on": ["open"]}
+    for i in range(3):
+        jobs[f"post{i}"] = {"depends_on": [f"load{i}", f"load{i + 3}"]}
+    jobs["close"] = {"depends_on": ["post0", "post1", "post2"]}
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, sleep=0.05)
+    # When it runs headless
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--executors", "2", "--slots", "3", "--json")
+    # Then it succeeds, every job ran exactly once, and never before its dependencies ended
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["status"] == "succeeded"
+    assert set(summary["jobs"].values()) == {"SUCCEEDED"}
+    ev = read_evidence(out)
+    assert sorted(ev) == sorted(jobs)
+    for jid, keys in jobs.items():
+        assert [k for k, _ in ev[jid]] == ["start", "end"], jid
+        for dep in keys.get("depends_on", []):
+            assert ev[dep][1][1] <= ev[jid][0][1], f"{jid} started before {dep} ended"
+    # and nothing is left behind
+    assert ipc_names(summary["run"]) == []
+    assert executor_pids(summary["run"]) == []
+
+
+def test_a_failing_job_stops_its_dependents_and_the_run_exits_1(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "evidence"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {
+        "load": {"exit": 3},
+        "post": {"depends_on": ["load"]},
+        "report": {"depends_on": ["post"]},
+        "page_oncall": {"depends_on": {"load": "failure"}},
+        "cleanup": {"depends_on": {"load": "done"}},
+        "independent": {},
+    })
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--json")
+    assert p.returncode == 1, p.stderr
+    jobs = json.loads(p.stdout)["jobs"]
+    assert jobs == {"load": "FAILED", "post": "UPSTREAM_FAILED", "report": "UPSTREAM_FAILED",
+                    "page_oncall": "SUCCEEDED", "cleanup": "SUCCEEDED", "independent": "SUCCEEDED"}
+    ev = read_evidence(out)
+    assert "post" not in ev and "report" not in ev
+
+
+def test_plain_line_log_when_not_a_terminal(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {}, "b": {"depends_on": ["a"]}})
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"))
+    assert p.returncode == 0
+    lines = p.stdout.splitlines()
+    assert any(line.endswith("SUCCEEDED       a") for line in lines)
+    assert "succeeded: 2 succeeded" in lines[-1]
+
+
+def test_bad_plan_exits_2_with_one_line_per_problem_and_creates_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\njobs:\n  a:\n    command: true\n    depends_on: [ghost]\n")
+    p = cli("run", str(bad), "--state-dir", str(tmp_path / "sd"))
+    assert p.returncode == 2
+    assert "ghost" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "sd").exists()
+
+
+def test_status_of_a_finished_run_and_history(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {}, "b": {"depends_on": ["a"], "exit": 1}})
+    sd = str(tmp_path / "sd")
+    cli("run", str(plan), "--state-dir", sd)
+    st = json.loads(cli("status", "--state-dir", sd, "--json").stdout)
+    assert st["counts"] == {"SUCCEEDED": 1, "FAILED": 1}
+    assert {j["job"]: j["state"] for j in st["jobs"]} == {"a": "SUCCEEDED", "b": "FAILED"}
+    h = json.loads(cli("history", "b", "--state-dir", sd, "--json").stdout)
+    assert [t["to"] for t in h["transitions"]] == ["READY", "QUEUED", "RUNNING", "FAILED"]
+    assert h["transitions"][-1]["exit_code"] == 1
+    log = cli("logs", "a", "--state-dir", sd)
+    assert log.returncode == 0
+
+
+def test_argv_commands_run_without_a_shell_and_a_missing_program_fails_cleanly(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "argv.txt"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "name: argv\njobs:\n"
+        f"  literal:\n    command: [\"/bin/sh\", \"-c\", \"echo '$HOME;*' > {out}\"]\n"
+        "  missing:\n    command: [\"/no/such/program\"]\n")
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--json")
+    assert json.loads(p.stdout)["jobs"] == {"literal": "SUCCEEDED", "missing": "FAILED"}
+    assert out.read_text() == "$HOME;*\n"
+    why = json.loads(cli("why", "missing", "--state-dir", str(tmp_path / "sd"), "--json").stdout)
+    assert "could not start" in " ".join(why["reasons"])
+
+
+def test_python_dash_m_works(tmp_path: Path) -> None:
+    p = subprocess.run(["python", "-m", "wloadctl", "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and "validate" in p.stdout
