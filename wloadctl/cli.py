@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="full: a commit survives power loss; normal: survives a crash of the process")
         p.add_argument("--json", action="store_true", help="print a summary object at the end")
         p.add_argument("--quiet", action="store_true")
+        p.add_argument("--executor-timeout", type=float, default=5.0,
+                       help="seconds without a heartbeat before an executor is declared dead and replaced")
 
     p = sub.add_parser("status", help="state of a run, live or finished")
     _state_dir_arg(p)

@@ -111,6 +111,7 @@ def run_command(a: argparse.Namespace) -> int:
         state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
+                      dead_after=a.executor_timeout,
                       say=_say(a.quiet))
     tty = sys.stdout.isatty() and not quiet
     bars: list[Bar] = []

@@ -158,8 +158,16 @@ class RunClient:
             "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
             "scheduler_pid": h.scheduler_pid if h else None,
             "executors": self.executors() if live else [],
-            "counts": counts, "total": len(self.ids()), "jobs": jobs,
+            "counts": counts, "total": len(self.ids()), "jobs": jobs, "flags": self.flags(),
         }
+
+    def flags(self) -> dict[str, str]:
+        """Jobs flagged AT_RISK or LATE (job -> latest flag), unless they have since succeeded."""
+        out: dict[str, str] = {}
+        for _ts, job, _tier, state, _att, _reason, _log in self.store.alerts(self.run.id):
+            if state in ("AT_RISK", "LATE"):
+                out[job] = state
+        return out
 
     # -- operator verbs ---------------------------------------------------------------------
 

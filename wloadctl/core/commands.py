@@ -74,6 +74,20 @@ class Alert:
 
 
 @dataclass(frozen=True, slots=True)
+class Flag:
+    """A job is at risk of missing, or has missed, its deadline."""
+
+    job: int
+    """Job index."""
+    level: str
+    """AT_RISK or LATE."""
+    deadline: float
+    """The deadline, epoch seconds."""
+    text: str
+    """One line for operators."""
+
+
+@dataclass(frozen=True, slots=True)
 class Publish:
     """Update the state board with these changed jobs (index, state)."""
 
@@ -103,5 +117,5 @@ class RunFinished:
     """True when every job succeeded or was skipped."""
 
 
-Command = Persist | Dispatch | Kill | Alert | Publish | Reply | RunFinished
+Command = Persist | Dispatch | Kill | Alert | Flag | Publish | Reply | RunFinished
 """Every command the core emits."""

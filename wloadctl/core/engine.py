@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from wloadctl.core.commands import (
     Alert,
+    Flag,
     Command,
     Dispatch,
     Kill,
@@ -28,6 +29,7 @@ from wloadctl.core.events import (
     TimerFiredEvent,
 )
 from wloadctl.core.plan import Plan
+from wloadctl.core.sla import TIMER_LATE, TIMER_NOT_BEFORE, TIMER_RISK, RISK_WINDOW, TierSlots
 from wloadctl.core.states import LEGAL, TERMINAL, DepKind, JobState, SlaTier
 from wloadctl.errors import InvalidTransition
 
@@ -72,7 +74,8 @@ class SchedulerCore:
     Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
     """
 
-    def __init__(self, plan: Plan, slots: int, *, seed: int = 0) -> None:
+    def __init__(self, plan: Plan, slots: int, *, seed: int = 0,
+                 reserve: dict[SlaTier, float] | None = None) -> None:
         specs = list(plan.jobs.values())
         self.plan = plan
         """The plan being run."""
@@ -103,6 +106,12 @@ class SchedulerCore:
         self.counts[_W] = n
         self.slots = slots
         """Total executor slots."""
+        self.tiers = TierSlots(slots, reserve)
+        """Slots reserved per SLA tier and used per tier."""
+        self.deadline: dict[int, float] = {}
+        """Absolute deadline of each job that has one."""
+        self.not_before: dict[int, float] = {}
+        """Absolute earliest start of each job that has one."""
         self.busy = 0
         """Jobs QUEUED or RUNNING (each holds a slot)."""
         self.res_free: dict[str, int] = dict(plan.resources)
@@ -209,6 +218,7 @@ class SchedulerCore:
             self._on_run_started()
         elif isinstance(event, SlotsChangedEvent):
             self.slots = event.slots
+            self.tiers.resize(event.slots)
         elif isinstance(event, OperatorEvent):
             from wloadctl.core.verbs import apply_verb
 
@@ -357,15 +367,43 @@ class SchedulerCore:
     def _on_timer(self) -> None:
         timers, now = self.timers, self.now
         while timers and timers[0][0] <= now:
-            _, i, att = heapq.heappop(timers)
-            if self.state[i] == _RW and self.attempt[i] == att:
-                self.retry_due.pop(i, None)
-                self._make_ready(i)
+            due, i, mark = heapq.heappop(timers)
+            st = self.state[i]
+            if mark >= 0:
+                if st == _RW and self.attempt[i] == mark:
+                    self.retry_due.pop(i, None)
+                    self._make_ready(i)
+            elif mark == TIMER_NOT_BEFORE:
+                if st == _R:
+                    heapq.heappush(self.ready, ready_key(self.tier[i], self.specs[i].priority, i))
+            elif st != _OK and st != _SKIP:
+                self._flag(i, "LATE" if mark == TIMER_LATE else "AT_RISK")
+
+    def _flag(self, i: int, level: str) -> None:
+        dl = self.deadline[i]
+        when = "passed" if level == "LATE" else "is near"
+        text = f"{level}: deadline {when} ({S(self.state[i]).name})"
+        if self.lateness.get(i, "").startswith("LATE"):
+            return
+        self.lateness[i] = text
+        self._other.append(Flag(i, level, dl, text))
+
+    def set_times(self, deadlines: dict[int, float], not_before: dict[int, float]) -> None:
+        """Give the core the absolute deadlines and not-before times of jobs (computed by the shell)."""
+        self.deadline = dict(deadlines)
+        self.not_before = dict(not_before)
+        for i, dl in deadlines.items():
+            window = max(RISK_WINDOW, self.specs[i].timeout or 0.0)
+            heapq.heappush(self.timers, (dl - window, i, TIMER_RISK))
+            heapq.heappush(self.timers, (dl, i, TIMER_LATE))
+        for i, t in not_before.items():
+            heapq.heappush(self.timers, (t, i, TIMER_NOT_BEFORE))
 
     def next_timer(self) -> float | None:
         """When the core next needs a TimerFiredEvent, or None."""
         timers = self.timers
-        while timers and (self.state[timers[0][1]] != _RW or self.attempt[timers[0][1]] != timers[0][2]):
+        while timers and timers[0][2] >= 0 and (
+                self.state[timers[0][1]] != _RW or self.attempt[timers[0][1]] != timers[0][2]):
             heapq.heappop(timers)
         return timers[0][0] if timers else None
 
@@ -431,12 +469,21 @@ class SchedulerCore:
     def _fill(self) -> None:
         if self.cancelled or self.paused:
             return
-        ready, state, specs = self.ready, self.state, self.specs
+        ready, state, specs, tiers = self.ready, self.state, self.specs, self.tiers
+        not_before, now = self.not_before, self.now
         free = self.slots - self.busy
         while free > 0 and ready:
-            i = heapq.heappop(ready) & _MASK
+            key = heapq.heappop(ready)
+            i = key & _MASK
             if state[i] != _R:
                 continue
+            t = self.tier[i]
+            if t and not tiers.may_start(t, free):
+                # What is left is this tier or less urgent: the rest of the slots are reserved.
+                heapq.heappush(ready, key)
+                break
+            if not_before and i in not_before and now < not_before[i]:
+                continue  # its not-before timer puts it back
             want = specs[i].resources
             if want and not self._acquire(i, want):
                 continue
@@ -444,6 +491,7 @@ class SchedulerCore:
             self.set_state(i, _Q)
             self._dispatch.append((i, self.attempt[i]))
             self.busy += 1
+            tiers.in_use[t] += 1
             free -= 1
 
     def _acquire(self, i: int, want: tuple[tuple[str, int], ...]) -> bool:
@@ -459,6 +507,7 @@ class SchedulerCore:
 
     def _release(self, i: int) -> None:
         self.busy -= 1
+        self.tiers.in_use[self.tier[i]] -= 1
         self.executor[i] = -1
         for name, amount in self.specs[i].resources:
             self.res_free[name] += amount
@@ -525,6 +574,8 @@ class SchedulerCore:
                 heapq.heappush(self.timers, (now, i, self.attempt[i]))
             elif st == _R:
                 heapq.heappush(self.ready, ready_key(self.tier[i], self.specs[i].priority, i))
+            if st == _Q or st == _RUN:
+                self.tiers.in_use[self.tier[i]] += 1
             if (st == _Q or st == _RUN) and self.specs[i].resources:
                 for name, amount in self.specs[i].resources:
                     self.res_free[name] -= amount

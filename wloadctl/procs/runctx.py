@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from wloadctl.core.commands import Alert
+from wloadctl.core.commands import Alert, Flag
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.plan import JobSpec, Plan
 from wloadctl.core.states import JobState, SlaTier
@@ -150,6 +150,27 @@ class RunContext:
                 self.events.emit("hook_failed", spec.id, reason=str(e))
             finally:
                 hook_log.close()
+
+    def flag(self, store: Store, core: SchedulerCore, f: Flag) -> None:
+        """A job is AT_RISK or LATE: journal it (status shows it) and log an event."""
+        spec = core.specs[f.job]
+        tier = SlaTier(spec.sla).label
+        store.record_alert(self.run.id, time.time(), spec.id, tier, f.level, core.attempt[f.job], f.text, "")
+        self.events.emit("deadline", spec.id, core.attempt[f.job], level=f.level, tier=tier,
+                         deadline=round(f.deadline, 3), text=f.text)
+
+    def times(self, core: SchedulerCore) -> tuple[dict[int, float], dict[int, float]]:
+        """Absolute deadlines and not-before times of the plan's jobs for this run's business date."""
+        from wloadctl.core.sla import instant
+
+        dls: dict[int, float] = {}
+        nbs: dict[int, float] = {}
+        for i, spec in enumerate(core.specs):
+            if spec.deadline:
+                dls[i] = instant(spec.deadline, self.run.business_date, self.run.started, self.plan.timezone)
+            if spec.not_before:
+                nbs[i] = instant(spec.not_before, self.run.business_date, self.run.started, self.plan.timezone)
+        return dls, nbs
 
     def reap_hooks(self, wait: float = 0.0) -> None:
         """Reap finished hook processes (waiting up to `wait` seconds for the rest)."""

@@ -195,6 +195,7 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     stop_signals = _install_signals(loop)
     status = "interrupted"
     try:
+        core.set_times(*ctx.times(core))
         if resumed:
             core.restore(store.job_states(run.id), t0)
             notes = reconcile(loop, adopt)

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wloadctl.core.commands import Alert, Dispatch, Kill, Persist, Reply, RunFinished
+from wloadctl.core.commands import Alert, Dispatch, Flag, Kill, Persist, Reply, RunFinished
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import (
     ExecutorLostEvent,
@@ -205,6 +205,8 @@ class SchedulerLoop:
                 self._kill(c)
             elif isinstance(c, Alert):
                 self.ctx.alert(self.store, self.core, c)
+            elif isinstance(c, Flag):
+                self.ctx.flag(self.store, self.core, c)
             elif isinstance(c, Reply):
                 self.desk.reply(c)
             elif isinstance(c, RunFinished):

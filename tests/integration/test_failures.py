@@ -1,0 +1,165 @@
+"""Failure governance with real processes: retries and their delays, timeouts, dead and stuck executors, tiers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.helpers import (
+    cli,
+    evidence_plan,
+    executor_pids,
+    read_evidence,
+    start,
+    status,
+    wait_for,
+)
+
+pytestmark = pytest.mark.ipc
+
+
+def test_a_job_failing_twice_then_succeeding_ends_succeeded_after_3_attempts_with_policy_delays(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    counter = tmp_path / "count"
+    out = tmp_path / "ev"
+    plan = tmp_path / "plan.yaml"
+    cmd = (f'n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}; '
+           f'echo "flaky start $(date +%s.%N)" >> {out}; [ $n -ge 3 ]')
+    plan.write_text(yaml.safe_dump({"name": "retry", "jobs": {"flaky": {
+        "command": cmd, "retries": {"count": 3, "delay": "1s", "backoff": 2, "jitter": 0}}}}))
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"flaky": "SUCCEEDED"}
+    starts = [t for _, t in read_evidence(out)["flaky"]]
+    assert len(starts) == 3
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert 1.0 <= gaps[0] < 1.8, gaps  # delay 1s
+    assert 2.0 <= gaps[1] < 2.8, gaps  # delay 1s x backoff 2
+    h = json.loads(cli("history", "flaky", "--state-dir", str(tmp_path / "sd"), "--json").stdout)
+    assert h["attempts"] == 3
+    assert [t["to"] for t in h["transitions"]].count("RETRY_WAIT") == 2
+
+
+def test_a_timed_out_job_leaves_no_process_of_its_tree(tmp_path: Path, no_ipc_leaks: None) -> None:
+    marker = f"wloadctl-timeout-{os.getpid()}-{time.time_ns()}"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "to", "jobs": {"stuck": {
+        "command": f"sh -c 'sleep 300; echo {marker}' & sh -c 'sleep 301; echo {marker}' & wait",
+        "timeout": "1s"}}}))
+    t0 = time.time()
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--json")
+    assert p.returncode == 1
+    assert json.loads(p.stdout)["jobs"] == {"stuck": "TIMED_OUT"}
+    assert time.time() - t0 < 30
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes of the timed-out job survive: {left}"
+
+
+def test_kill_9_of_one_executor_its_jobs_finish_on_others_and_the_run_succeeds(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    jobs = {f"j{i}": {} for i in range(12)}
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, sleep=0.6)
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "3", "--slots", "2")
+    try:
+        def busy_executor() -> int | None:
+            if not (sd / "journal.db").exists():
+                return None
+            for e in status(sd).get("executors", []):
+                if e["running"] >= 1:
+                    return int(e["pid"])
+            return None
+
+        victim = wait_for(busy_executor, timeout=30, what="an executor running jobs")
+        os.kill(victim, signal.SIGKILL)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    ev = read_evidence(out)
+    assert sorted(ev) == sorted(jobs)
+    for jid, lines in ev.items():
+        # every job ended once; the victim's were stopped and run again elsewhere
+        assert [k for k, _ in lines].count("end") == 1, (jid, lines)
+    events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "executor_lost" for e in events)
+
+
+def test_a_stuck_executor_is_declared_dead_and_replaced(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {f"j{i}": {} for i in range(6)}, sleep=0.5)
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "1",
+                 "--executor-timeout", "2")
+    stopped = None
+    try:
+        def first_executor() -> int | None:
+            if not (sd / "journal.db").exists():
+                return None
+            ex = status(sd).get("executors", [])
+            return int(ex[0]["pid"]) if len(ex) == 2 and ex[0]["running"] else None
+
+        stopped = wait_for(first_executor, timeout=30, what="executors")
+        os.kill(stopped, signal.SIGSTOP)  # alive but silent
+        assert proc.wait(60) == 0
+    finally:
+        if stopped:
+            try:
+                os.kill(stopped, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
+    lost = [e for e in events if e["event"] == "executor_lost"]
+    assert lost and "no heartbeat" in lost[0]["reason"]
+    assert sorted(read_evidence(out)) == [f"j{i}" for i in range(6)]
+
+
+def test_a_critical_job_queued_behind_1000_low_jobs_on_one_slot_starts_next(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    spec: dict = {"name": "tiers", "jobs": {"gate": {"command": "sleep 0.3"}}}
+    for i in range(1000):
+        spec["jobs"][f"bulk{i:04d}"] = {"type": "noop", "sla": "low"}
+    spec["jobs"]["urgent"] = {"type": "noop", "sla": "critical", "depends_on": ["gate"]}
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump(spec, sort_keys=False))
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    con = sqlite3.connect(sd / "journal.db")
+    ids = {i: j for i, j in con.execute("SELECT idx, job_id FROM jobs")}
+    queued = [ids[i] for i, to in con.execute("SELECT idx, to_state FROM transitions ORDER BY seq") if to == 2]
+    gate_done = [ids[i] for i, to in con.execute(
+        "SELECT idx, to_state FROM transitions ORDER BY seq") if to in (2, 4)]
+    after_gate = gate_done[gate_done.index("gate", gate_done.index("gate") + 1) + 1:]
+    assert after_gate[0] == "urgent", after_gate[:3]
+    assert queued[0] == "gate"
+
+
+def test_final_failure_raises_an_alert_and_runs_the_on_failure_hook(tmp_path: Path, no_ipc_leaks: None) -> None:
+    hook_out = tmp_path / "hook.txt"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({
+        "name": "alerts",
+        "on_failure": f'echo "$WLOADCTL_JOB $WLOADCTL_TIER $WLOADCTL_ATTEMPTS $WLOADCTL_EXIT_CODE" >> {hook_out}',
+        "jobs": {"recon": {"command": "exit 4", "sla": "critical", "retries": {"count": 1, "delay": "0s"}}}}))
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd))
+    assert p.returncode == 1
+    wait_for(lambda: hook_out.exists(), timeout=10, what="the hook")
+    assert hook_out.read_text().split() == ["recon", "critical", "2", "4"]
+    alert = json.loads((sd / "alerts.log").read_text().splitlines()[0])
+    assert alert["job"] == "recon" and alert["tier"] == "critical" and alert["attempts"] == 2
+    assert alert["log"].endswith("recon.2.log")

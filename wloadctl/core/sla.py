@@ -1,0 +1,88 @@
+"""SLA policy of the core: slots reserved per tier, deadlines and not-before times as absolute instants."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from zoneinfo import ZoneInfo
+
+from wloadctl.core.durations import parse_duration
+from wloadctl.core.states import SlaTier
+
+DEFAULT_RESERVE: dict[SlaTier, float] = {SlaTier.CRITICAL: 0.10, SlaTier.HIGH: 0.05}
+"""Share of all slots kept for a tier and the tiers above it, so bulk low work cannot starve urgent work."""
+
+RISK_WINDOW = 300.0
+"""A job not finished this many seconds (or its timeout, if longer) before its deadline is AT_RISK."""
+
+TIMER_RISK, TIMER_LATE, TIMER_NOT_BEFORE = -1, -2, -3
+"""Markers in the core's timer heap (a non-negative marker is a retry of that attempt)."""
+
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+
+
+class TierSlots:
+    """Which tier may take the next free slot, given the reserved shares and what each tier uses now."""
+
+    def __init__(self, slots: int, reserve: dict[SlaTier, float] | None = None) -> None:
+        self.reserve = dict(DEFAULT_RESERVE if reserve is None else reserve)
+        """Share of slots reserved per tier."""
+        self.in_use = [0] * len(SlaTier)
+        """Slots held now by each tier."""
+        self.reserved = [0] * len(SlaTier)
+        """Slots reserved for each tier (floor of share x slots)."""
+        self.resize(slots)
+
+    def resize(self, slots: int) -> None:
+        """Recompute the reserved counts for a new total of slots."""
+        self.reserved = [int(self.reserve.get(SlaTier(t), 0.0) * slots) for t in range(len(SlaTier))]
+
+    def may_start(self, tier: int, free: int) -> bool:
+        """Whether a job of `tier` may take one of `free` slots without eating a more urgent tier's reserve."""
+        need = 0
+        for u in range(tier):
+            need += max(0, self.reserved[u] - self.in_use[u])
+        return free - 1 >= need
+
+
+def clock_time(text: str) -> tuple[int, int, int]:
+    """Parse `HH:MM[:SS]`.
+
+    Raises:
+        ValueError: not a time of day.
+    """
+    m = _CLOCK.match(text.strip())
+    if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59 or int(m.group(3) or 0) > 59:
+        raise ValueError(f"'{text}' is not a time of day (HH:MM or HH:MM:SS)")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def instant(text: str, business_date: str, run_started: float, tz: str | None) -> float:
+    """An absolute time for a deadline or not-before: `HH:MM[:SS]` on the business date, or `+duration` from the start.
+
+    A time of day earlier than... is taken on the business date as given; batch nights that
+    cross midnight write `+duration` or a time after 24:00 as the next day's `HH:MM` with `+1d`.
+
+    Args:
+        text: `HH:MM[:SS]`, `+1h30m`, or `HH:MM+1d` (the day after the business date).
+        business_date: `YYYY-MM-DD`.
+        run_started: epoch seconds of the run's start.
+        tz: IANA zone of the plan, None for local time.
+
+    Returns:
+        Epoch seconds.
+    """
+    text = text.strip()
+    if text.startswith("+"):
+        return run_started + parse_duration(text[1:])
+    days = 0
+    if "+" in text:
+        text, extra = text.split("+", 1)
+        days = int(parse_duration(extra) // 86400)
+    h, m, s = clock_time(text)
+    d = dt.date.fromisoformat(business_date) + dt.timedelta(days=days)
+    zone = ZoneInfo(tz) if tz else None
+    when = dt.datetime(d.year, d.month, d.day, h, m, s, tzinfo=zone)
+    if zone is None:
+        when = when.astimezone()  # local time of this host
+    return when.timestamp()
