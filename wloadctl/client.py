@@ -255,11 +255,13 @@ class RunClient:
                             st.record_action(run.id, req["user"], verb, job, req["reason"], msg, applied)
                             results.append([job, applied, msg])
                             ok = ok and applied
-                if verb in ("retry", "rerun") and ok:
+                if not core.is_finished():
+                    # Jobs can run again: the run is unfinished, and a resume runs them.
                     if run.status not in ("running", "interrupted", "held"):
                         st.set_status(run.id, "interrupted", None)
-                    results.append(["*", True, "the run has no live scheduler: `wloadctl resume --state-dir "
-                                    f"{self.state_dir}` will run them"])
+                    if verb in ("retry", "rerun", "set-ok", "skip", "release") and ok:
+                        results.append(["*", True, "the run has no live scheduler: `wloadctl resume --state-dir "
+                                        f"{self.state_dir}` will run what is now due"])
                 return {"ok": ok, "verb": verb, "results": results, "live": False}
         finally:
             lock.close()

@@ -1,0 +1,168 @@
+"""Operator verbs against live runs (through the control queue) and finished ones (on the journal), with audit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import ENV, cli, evidence_plan, job_states, read_evidence, start, wait_for
+
+pytestmark = pytest.mark.ipc
+
+
+def states_of(sd: Path) -> dict[str, str]:
+    try:
+        return job_states(sd)
+    except (json.JSONDecodeError, ValueError):
+        return {}
+
+
+def test_hold_before_start_stays_held_while_others_run_then_release_runs_it(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {
+        "extract": {"sleep": 1.0}, "post": {"depends_on": ["extract"], "sleep": 0},
+        "long_batch": {"sleep": 3.0}})
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: states_of(sd).get("extract") == "RUNNING", what="extract running")
+        p = cli("hold", "post", "--state-dir", str(sd), "--reason", "waiting for the GL team")
+        assert p.returncode == 0, p.stderr
+        assert "held" in p.stdout
+        wait_for(lambda: states_of(sd).get("extract") == "SUCCEEDED", what="extract done")
+        time.sleep(0.5)
+        st = states_of(sd)
+        assert st["post"] == "HELD" and st["long_batch"] == "RUNNING"
+        why = json.loads(cli("why", "post", "--state-dir", str(sd), "--json").stdout)
+        assert why["reasons"][0].startswith("held: held by") and "GL team" in why["reasons"][0]
+        assert cli("release", "post", "--state-dir", str(sd)).returncode == 0
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    ev = read_evidence(out)
+    assert ev["post"][0][1] > ev["extract"][1][1]
+    audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
+    assert [(a["verb"], a["job"], a["applied"]) for a in audit] == [("hold", "post", True), ("release", "post", True)]
+    assert audit[0]["reason"] == "waiting for the GL team" and audit[0]["user"]
+
+
+def test_kill_a_sleeping_job_ends_it_failed_as_killed(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"sleeper": {"sleep": 60}})
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: states_of(sd).get("sleeper") == "RUNNING", what="sleeper running")
+        p = cli("kill", "sleeper", "--state-dir", str(sd), "--reason", "runaway")
+        assert p.returncode == 0, p.stderr
+        assert proc.wait(20) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    why = json.loads(cli("why", "sleeper", "--state-dir", str(sd), "--json").stdout)
+    assert why["state"] == "FAILED" and "killed by" in why["reasons"][0] and "runaway" in why["reasons"][0]
+
+
+def test_refused_verbs_name_the_job_its_state_and_what_would_apply(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {}, "b": {"exit": 1}})
+    sd = str(tmp_path / "sd")
+    cli("run", str(plan), "--state-dir", sd)
+    p = cli("release", "a", "--state-dir", sd)
+    assert p.returncode == 1
+    assert "refused: job 'a' is SUCCEEDED: release does not apply; rerun would apply" in p.stderr
+    p = cli("kill", "b", "--state-dir", sd)
+    assert p.returncode == 1 and "needs a live scheduler" in p.stderr
+    p = cli("hold", "nosuchjob", "--state-dir", sd)
+    assert p.returncode == 1 and "unknown job(s): nosuchjob" in p.stderr
+    p = cli("frobnicate", "a", "--state-dir", sd)
+    assert p.returncode == 2 and "invalid choice" in p.stderr and "Traceback" not in p.stderr
+    audit = json.loads(cli("audit", "--state-dir", sd, "--json").stdout)
+    assert [(a["verb"], a["applied"]) for a in audit] == [("release", False), ("hold", False)]
+
+
+def test_rerun_downstream_on_a_finished_run_reruns_exactly_the_descendants(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {
+        "open": {}, "load": {"depends_on": ["open"]}, "post": {"depends_on": ["load"]},
+        "report": {"depends_on": ["post"]}, "fx": {"depends_on": ["open"]}})
+    sd = str(tmp_path / "sd")
+    assert cli("run", str(plan), "--state-dir", sd).returncode == 0
+    p = cli("rerun", "load", "--downstream", "--state-dir", sd, "--reason", "bad input file")
+    assert p.returncode == 0, p.stderr
+    assert "will run again with 2 downstream job(s)" in p.stdout and "wloadctl resume" in p.stdout
+    assert cli("resume", "--state-dir", sd).returncode == 0
+    runs = {j: [k for k, _ in v].count("start") for j, v in read_evidence(out).items()}
+    assert runs == {"open": 1, "load": 2, "post": 2, "report": 2, "fx": 1}
+
+
+def test_set_ok_unblocks_dependents_of_a_failed_job(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {"feed": {"exit": 1}, "post": {"depends_on": ["feed"]}})
+    sd = str(tmp_path / "sd")
+    assert cli("run", str(plan), "--state-dir", sd).returncode == 1
+    assert job_states(Path(sd))["post"] == "UPSTREAM_FAILED"
+    assert cli("set-ok", "feed", "--state-dir", sd, "--reason", "loaded by hand").returncode == 0
+    assert job_states(Path(sd)) == {"feed": "SUCCEEDED", "post": "WAITING"} or \
+        job_states(Path(sd))["post"] in ("READY", "WAITING")
+    assert cli("resume", "--state-dir", sd).returncode == 0
+    assert job_states(Path(sd)) == {"feed": "SUCCEEDED", "post": "SUCCEEDED"}
+    assert [k for k, _ in read_evidence(out)["feed"]].count("start") == 1
+
+
+def test_two_operators_at_once_one_wins_the_other_is_refused(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
+        "a": {"sleep": 2.0}, "b": {"depends_on": ["a"]}})
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: states_of(sd).get("a") == "RUNNING", what="a running")
+        ops = [subprocess.Popen([sys.executable, "-m", "wloadctl", "hold", "b", "--state-dir", str(sd)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+               for _ in range(2)]
+        results = [(o.wait(30), o.stdout.read(), o.stderr.read()) for o in ops]  # type: ignore[union-attr]
+        for o in ops:
+            o.stdout.close()  # type: ignore[union-attr]
+            o.stderr.close()  # type: ignore[union-attr]
+        codes = sorted(r[0] for r in results)
+        assert codes == [0, 1], results
+        loser = next(r for r in results if r[0] == 1)
+        assert "job 'b' is HELD: hold does not apply" in loser[2]
+        cli("release", "b", "--state-dir", str(sd))
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_why_explains_unmet_dependencies_and_lineage(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
+        "a": {"sleep": 2.0}, "b": {}, "c": {"depends_on": ["a", "b"]}, "d": {"depends_on": ["c"]}})
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: states_of(sd).get("b") == "SUCCEEDED" and states_of(sd).get("a") == "RUNNING",
+                 what="b done, a running")
+        why = json.loads(cli("why", "c", "--state-dir", str(sd), "--json").stdout)
+        assert why["state"] == "WAITING"
+        assert why["blocking"] == [{"job": "a", "state": "RUNNING", "needs": "success"}]
+        assert "waiting for 1 of 2 dependencies: a (RUNNING)" in why["reasons"][0]
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lin = json.loads(cli("lineage", "c", "--state-dir", str(sd), "--json").stdout)
+    assert lin == {"job": "c", "upstream": ["a", "b"], "downstream": ["d"]}
+    events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
+    c_events = [e for e in events if e["job"] == "c" and e["event"] == "transition"]
+    assert {e["trace"] for e in c_events if e["attempt"] == 1} == {f"{e['run']}.2.1" for e in c_events[:1]}
