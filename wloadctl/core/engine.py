@@ -19,6 +19,7 @@ from wloadctl.core.commands import (
 )
 from wloadctl.core.events import (
     Event,
+    JobsFinishedEvent,
     ExecutorLostEvent,
     JobAcceptedEvent,
     JobExitedEvent,
@@ -100,6 +101,10 @@ class SchedulerCore:
         """Executor running each job, -1 if none."""
         self.tier = bytes(int(j.sla) for j in specs)
         """SLA tier value per job."""
+        bases: dict[tuple[int, int], int] = {}
+        self.key_base = array("q", (bases.get((j.sla, j.priority)) or bases.setdefault(
+            (j.sla, j.priority), ready_key(j.sla, j.priority, 0)) for j in specs))
+        """Ready-queue key of each job without its index (key = key_base[i] | i)."""
         self._build_edges(specs)
         self.counts = [0] * _N
         """Jobs per state value."""
@@ -203,7 +208,9 @@ class SchedulerCore:
         """Apply one event, keeping its commands for the next flush (one flush per loop turn)."""
         self.now = event.now
         self._cause = event.cause_id
-        if isinstance(event, JobExitedEvent):
+        if isinstance(event, JobsFinishedEvent):
+            self._on_finished(event)
+        elif isinstance(event, JobExitedEvent):
             self._on_exit(event)
         elif isinstance(event, JobStartedEvent):
             self._on_start(event)
@@ -273,7 +280,7 @@ class SchedulerCore:
 
     def _make_ready(self, i: int) -> None:
         self.set_state(i, _R)
-        heapq.heappush(self.ready, ready_key(self.tier[i], self.specs[i].priority, i))
+        heapq.heappush(self.ready, self.key_base[i] | i)
 
     # -- event handlers ------------------------------------------------------------------
 
@@ -288,6 +295,28 @@ class SchedulerCore:
         if self.state[i] == _Q and self.attempt[i] == ev.attempt:
             self.executor[i] = ev.executor
             self.set_state(i, _RUN, executor=ev.executor)
+
+    def _on_finished(self, ev: JobsFinishedEvent) -> None:
+        """Plain exits in bulk (the common case at scale): successes take a fast path."""
+        state, attempt, counts, tx_append = self.state, self.attempt, self.counts, self._tx.append
+        executor, tier, in_use, specs = self.executor, self.tier, self.tiers.in_use, self.specs
+        kill_reason, now, cause = self.kill_reason, ev.now, ev.cause_id
+        for i, att, ex, code in ev.results:
+            st = state[i]
+            if attempt[i] != att or (st != _Q and st != _RUN):
+                continue  # stale or repeated: this attempt's end is already recorded
+            if code != 0 or specs[i].resources or i in kill_reason:
+                self._on_exit(JobExitedEvent(i, att, ex, code, now, cause_id=cause))
+                continue
+            self.busy -= 1
+            in_use[tier[i]] -= 1
+            executor[i] = -1
+            # QUEUED/RUNNING -> SUCCEEDED is always legal: the hot path skips the table lookup.
+            state[i] = _OK
+            counts[st] -= 1
+            counts[_OK] += 1
+            tx_append((i, st, _OK, att, now, ex, 0, "", cause))
+            self._resolve(i)
 
     def _on_exit(self, ev: JobExitedEvent) -> None:
         i = ev.job
@@ -353,7 +382,7 @@ class SchedulerCore:
 
     def _make_ready_from(self, i: int, reason: str) -> None:
         self.set_state(i, _R, reason=reason)
-        heapq.heappush(self.ready, ready_key(self.tier[i], self.specs[i].priority, i))
+        heapq.heappush(self.ready, self.key_base[i] | i)
 
     def retry_delay(self, i: int, used: int) -> float:
         """Delay before the retry following attempt number `used` of job i (backoff, tier factor, jitter)."""
@@ -375,7 +404,7 @@ class SchedulerCore:
                     self._make_ready(i)
             elif mark == TIMER_NOT_BEFORE:
                 if st == _R:
-                    heapq.heappush(self.ready, ready_key(self.tier[i], self.specs[i].priority, i))
+                    heapq.heappush(self.ready, self.key_base[i] | i)
             elif st != _OK and st != _SKIP:
                 self._flag(i, "LATE" if mark == TIMER_LATE else "AT_RISK")
 
@@ -413,6 +442,8 @@ class SchedulerCore:
         """Job i reached a terminal state: update its dependents' counters, cascading without recursion."""
         state, unmet, block, down, start = self.state, self.unmet, self.block, self.down, self.down_start
         kinds = self.down_kind
+        counts, attempt, now, cause = self.counts, self.attempt, self.now, self._cause
+        tx_append, ready, key_base, heappush = self._tx.append, self.ready, self.key_base, heapq.heappush
         stack = [i]
         while stack:
             u = stack.pop()
@@ -442,8 +473,12 @@ class SchedulerCore:
                     if self.cancelled:
                         self.set_state(d, _CANC, reason="run cancelled")
                         continue
-                    self.set_state(d, _R)
-                    heapq.heappush(self.ready, ready_key(self.tier[d], self.specs[d].priority, d))
+                    # WAITING -> READY is always legal: the hot path skips the table lookup.
+                    state[d] = _R
+                    counts[_W] -= 1
+                    counts[_R] += 1
+                    tx_append((d, _W, _R, attempt[d], now, -1, None, "", cause))
+                    heappush(ready, key_base[d] | d)
 
     def recompute(self, d: int) -> None:
         """Recount job d's unmet dependencies and blocks from its upstreams' current states."""
@@ -471,6 +506,8 @@ class SchedulerCore:
             return
         ready, state, specs, tiers = self.ready, self.state, self.specs, self.tiers
         not_before, now = self.not_before, self.now
+        attempt, counts, tx_append, cause = self.attempt, self.counts, self._tx.append, self._cause
+        dispatch, in_use = self._dispatch.append, tiers.in_use
         free = self.slots - self.busy
         while free > 0 and ready:
             key = heapq.heappop(ready)
@@ -478,7 +515,7 @@ class SchedulerCore:
             if state[i] != _R:
                 continue
             t = self.tier[i]
-            if t and not tiers.may_start(t, free):
+            if t and free <= tiers.total_reserved and not tiers.may_start(t, free):
                 # What is left is this tier or less urgent: the rest of the slots are reserved.
                 heapq.heappush(ready, key)
                 break
@@ -487,12 +524,17 @@ class SchedulerCore:
             want = specs[i].resources
             if want and not self._acquire(i, want):
                 continue
-            self.attempt[i] += 1
-            self.set_state(i, _Q)
-            self._dispatch.append((i, self.attempt[i]))
-            self.busy += 1
-            tiers.in_use[t] += 1
+            att = attempt[i] + 1
+            attempt[i] = att
+            # READY -> QUEUED is always legal: the hot path skips the table lookup.
+            state[i] = _Q
+            counts[_R] -= 1
+            counts[_Q] += 1
+            tx_append((i, _R, _Q, att, now, -1, None, "", cause))
+            dispatch((i, att))
+            in_use[t] += 1
             free -= 1
+        self.busy = self.slots - free
 
     def _acquire(self, i: int, want: tuple[tuple[str, int], ...]) -> bool:
         free = self.res_free
@@ -515,7 +557,7 @@ class SchedulerCore:
             parked = self.parked[name]
             for p in parked:
                 if self.state[p] == _R:
-                    heapq.heappush(self.ready, ready_key(self.tier[p], self.specs[p].priority, p))
+                    heapq.heappush(self.ready, self.key_base[p] | p)
             parked.clear()
 
     # -- queries -------------------------------------------------------------------------
@@ -573,7 +615,7 @@ class SchedulerCore:
                 self.retry_due[i] = now
                 heapq.heappush(self.timers, (now, i, self.attempt[i]))
             elif st == _R:
-                heapq.heappush(self.ready, ready_key(self.tier[i], self.specs[i].priority, i))
+                heapq.heappush(self.ready, self.key_base[i] | i)
             if st == _Q or st == _RUN:
                 self.tiers.in_use[self.tier[i]] += 1
             if (st == _Q or st == _RUN) and self.specs[i].resources:

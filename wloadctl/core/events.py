@@ -94,6 +94,18 @@ class JobExitedEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsFinishedEvent:
+    """Many attempts ended with a plain exit status (no signal, no timeout): one event per received batch."""
+
+    results: list[tuple[int, int, int, int]]
+    """(job, attempt, executor, exit status) per attempt."""
+    now: float
+    """When they were received."""
+    cause_id: str = ""
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
 class TimerFiredEvent:
     """Time advanced: due retry delays end and time-based checks run."""
 
@@ -140,6 +152,7 @@ Event = (
     | JobAcceptedEvent
     | JobStartedEvent
     | JobExitedEvent
+    | JobsFinishedEvent
     | ExecutorLostEvent
     | TimerFiredEvent
     | SlotsChangedEvent

@@ -36,6 +36,8 @@ class TierSlots:
     def resize(self, slots: int) -> None:
         """Recompute the reserved counts for a new total of slots."""
         self.reserved = [int(self.reserve.get(SlaTier(t), 0.0) * slots) for t in range(len(SlaTier))]
+        self.total_reserved = sum(self.reserved)
+        """While more slots than this are free, no reservation can bind (a fast path)."""
 
     def may_start(self, tier: int, free: int) -> bool:
         """Whether a job of `tier` may take one of `free` slots without eating a more urgent tier's reserve."""

@@ -16,6 +16,7 @@ from wloadctl.core.events import (
     ExecutorLostEvent,
     JobAcceptedEvent,
     JobExitedEvent,
+    JobsFinishedEvent,
     JobStartedEvent,
     TimerFiredEvent,
 )
@@ -147,15 +148,21 @@ class SchedulerLoop:
             data = rsp.recv_nowait()
             if data is None:
                 return
+            plain: list[tuple[int, int, int, int]] = []
             for r in P.decode_results(data):
                 i = r.task
                 if i >= core.n:
                     continue
-                off = self.payload_at.pop(i, None)
-                if off is not None:
-                    self.objs.arena.release(off)
+                if self.payload_at:
+                    off = self.payload_at.pop(i, None)
+                    if off is not None:
+                        self.objs.arena.release(off)
                 k = r.kind
-                if k == P.RES_EXITED:
+                if k == P.RES_EXITED and not r.signal and not (r.flags & ~P.FLAG_TAIL):
+                    # A plain exit status: batched into one event (the common case at scale).
+                    self.pids.pop(i, None)
+                    plain.append((i, r.attempt, r.executor, r.exit_code))
+                elif k == P.RES_EXITED:
                     self.pids.pop(i, None)
                     tail = ""
                     if r.flags & P.FLAG_TAIL:
@@ -175,6 +182,8 @@ class SchedulerLoop:
                     core.feed(JobAcceptedEvent(i, r.attempt, r.executor, r.started, cause_id=cause))
                 elif k == P.RES_REJECTED and r.epoch == self.ctx.epoch:
                     raise StoreError("an executor rejected this scheduler's epoch: another scheduler took over")
+            if plain:
+                core.feed(JobsFinishedEvent(plain, time.time(), cause_id=cause))
 
     def _check_health(self, now: float) -> None:
         """Executors that exited or stopped beating lose their jobs; replacements are started."""
