@@ -29,6 +29,7 @@ from wloadctl.core.events import (
     SlotsChangedEvent,
     TimerFiredEvent,
 )
+from wloadctl.core.condition import Condition, ConditionError, parse_condition
 from wloadctl.core.plan import Plan
 from wloadctl.core.sla import TIMER_LATE, TIMER_NOT_BEFORE, TIMER_RISK, RISK_WINDOW, TierSlots
 from wloadctl.core.states import LEGAL, TERMINAL, DepKind, JobState, SlaTier
@@ -106,6 +107,7 @@ class SchedulerCore:
             (j.sla, j.priority), ready_key(j.sla, j.priority, 0)) for j in specs))
         """Ready-queue key of each job without its index (key = key_base[i] | i)."""
         self._build_edges(specs)
+        self._build_conditions(specs)
         self.counts = [0] * _N
         """Jobs per state value."""
         self.counts[_W] = n
@@ -187,6 +189,44 @@ class SchedulerCore:
         unmet = self.unmet
         for d, j in enumerate(specs):
             unmet[d] = len(j.depends_on)
+
+    def _build_conditions(self, specs: list) -> None:
+        self.conds: dict[int, Condition] = {}
+        """Parsed `if` conditions by job."""
+        self.untils: dict[int, Condition] = {}
+        """Parsed `until` conditions by job."""
+        self.want: set[int] = set()
+        """Jobs whose outcome (exit status, result file) some condition reads."""
+        self.outcomes: dict[int, dict[str, object]] = {}
+        """Outcome of each wanted job: exit_code, state, result."""
+        self.branch_skipped: set[int] = set()
+        """Jobs SKIPPED because their branch was not taken: unlike an operator's skip, this propagates."""
+        self.iterations: dict[int, int] = {}
+        """Completed iterations of each `until` job."""
+        for i, j in enumerate(specs):
+            if j.condition:
+                c = parse_condition(j.condition)
+                self.conds[i] = c
+                self.want.update(self.index[x] for x in c.jobs if x in self.index)
+            if j.until:
+                self.untils[i] = parse_condition(j.until)
+                self.want.add(i)
+
+    def condition_holds(self, i: int) -> tuple[bool, str]:
+        """Evaluate job i's `if` on its upstreams' outcomes and the plan's variables."""
+        c = self.conds[i]
+        jobs = {}
+        for jid in c.jobs:
+            k = self.index.get(jid)
+            if k is not None:
+                o = dict(self.outcomes.get(k, {}))
+                o.setdefault("state", S(self.state[k]).name)
+                jobs[jid] = o
+        try:
+            ok = c.evaluate(jobs, self.plan.variables)
+        except ConditionError as e:
+            return False, f"condition could not be evaluated: {e}"
+        return ok, "" if ok else f"condition false: {c.text}"
 
     def upstream(self, i: int) -> list[int]:
         """Indices of job i's dependencies."""
@@ -288,6 +328,13 @@ class SchedulerCore:
         state, unmet, block = self.state, self.unmet, self.block
         for i in range(self.n):
             if state[i] == _W and unmet[i] == 0 and not block[i]:
+                if i in self.conds:
+                    holds, why = self.condition_holds(i)
+                    if not holds:
+                        self.branch_skipped.add(i)
+                        self.set_state(i, _SKIP, reason=why)
+                        self._resolve(i)
+                        continue
                 self._make_ready(i)
 
     def _on_start(self, ev: JobStartedEvent) -> None:
@@ -305,7 +352,7 @@ class SchedulerCore:
             st = state[i]
             if attempt[i] != att or (st != _Q and st != _RUN):
                 continue  # stale or repeated: this attempt's end is already recorded
-            if code != 0 or specs[i].resources or i in kill_reason:
+            if code != 0 or specs[i].resources or i in kill_reason or i in self.want:
                 self._on_exit(JobExitedEvent(i, att, ex, code, now, cause_id=cause))
                 continue
             self.busy -= 1
@@ -325,9 +372,13 @@ class SchedulerCore:
             return  # a stale or repeated report: the journal already has this attempt's end
         self._release(i)
         ex = ev.executor
+        if i in self.want and not ev.lost:
+            self.outcomes[i] = {"exit_code": None if ev.signal else ev.exit_code, "result": ev.result or {}}
         if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.lost and not ev.spawn_failed:
             if i in self.kill_reason:
                 del self.kill_reason[i]
+            if i in self.untils and self._again_until(i, ev):
+                return
             self.set_state(i, _OK, executor=ex, exit_code=0)
             self._resolve(i)
             return
@@ -379,6 +430,22 @@ class SchedulerCore:
         self.set_state(i, final, reason=why, executor=ex, exit_code=code)
         self._other.append(Alert(i, final, used, why, code))
         self._resolve(i)
+
+    def _again_until(self, i: int, ev: JobExitedEvent) -> bool:
+        """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""
+        n = self.iterations.get(i, 0) + 1
+        self.iterations[i] = n
+        own = {"result": ev.result or {}, "exit_code": ev.exit_code, "iteration": n}
+        try:
+            done = self.untils[i].evaluate({}, self.plan.variables, own)
+        except ConditionError:
+            done = False
+        if done or n >= self.specs[i].max_iterations:
+            return False
+        # Another iteration is not a retry: it does not spend the retry budget.
+        self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
+        self._make_ready_from(i, reason=f"until not met after iteration {n}/{self.specs[i].max_iterations}")
+        return True
 
     def _make_ready_from(self, i: int, reason: str) -> None:
         self.set_state(i, _R, reason=reason)
@@ -448,7 +515,8 @@ class SchedulerCore:
         while stack:
             u = stack.pop()
             su = state[u]
-            ok = su == _OK or su == _SKIP
+            branch = su == _SKIP and u in self.branch_skipped
+            ok = su == _OK or (su == _SKIP and not branch)
             failed = su == _FAIL or su == _TO
             for pos in range(start[u], start[u + 1]):
                 d = down[pos]
@@ -458,7 +526,9 @@ class SchedulerCore:
                 unmet[d] -= 1
                 kind = kinds[pos] if kinds is not None else 0
                 if kind == 0:
-                    if not ok:
+                    if branch:
+                        block[d] = block[d] or 2
+                    elif not ok:
                         block[d] = 1
                 elif kind == 1:
                     if not failed and not block[d]:
@@ -467,12 +537,22 @@ class SchedulerCore:
                     self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
                     stack.append(d)
                 elif block[d] == 2:
-                    self.set_state(d, _SKIP, reason=f"condition not met: {self.ids[u]} did not fail")
+                    why = f"branch not taken: {self.ids[u]} skipped" if branch else \
+                        f"condition not met: {self.ids[u]} did not fail"
+                    self.branch_skipped.add(d)
+                    self.set_state(d, _SKIP, reason=why)
                     stack.append(d)
                 elif unmet[d] == 0 and sd == _W:
                     if self.cancelled:
                         self.set_state(d, _CANC, reason="run cancelled")
                         continue
+                    if d in self.conds:
+                        holds, why = self.condition_holds(d)
+                        if not holds:
+                            self.branch_skipped.add(d)
+                            self.set_state(d, _SKIP, reason=why)
+                            stack.append(d)
+                            continue
                     # WAITING -> READY is always legal: the hot path skips the table lookup.
                     state[d] = _R
                     counts[_W] -= 1
@@ -492,7 +572,10 @@ class SchedulerCore:
                 unmet += 1
                 continue
             kind = spec.kind_of(k)
-            if kind == DepKind.SUCCESS and su not in (_OK, _SKIP):
+            u = self.index[dep]
+            if kind == DepKind.SUCCESS and su == _SKIP and u in self.branch_skipped:
+                block = block or 2
+            elif kind == DepKind.SUCCESS and su not in (_OK, _SKIP):
                 block = 1
             elif kind == DepKind.FAILURE and su not in (_FAIL, _TO) and block == 0:
                 block = 2

@@ -89,6 +89,8 @@ class JobExitedEvent:
     """When the attempt started (0 when unknown)."""
     tail: str = ""
     """Last lines of its output."""
+    result: dict[str, object] | None = None
+    """What the job wrote to its result file (read only for jobs a condition looks at)."""
     cause_id: str = ""
     """Identifier carried into the rows this event causes."""
 

@@ -82,6 +82,12 @@ class JobSpec:
     """A critical job short of slots may stop this one and requeue it."""
     condition: str | None = None
     """`if` expression on upstream results or plan variables; false makes the job SKIPPED."""
+    until: str | None = None
+    """Repeat the job after each success until this expression on its own result holds."""
+    max_iterations: int = 10
+    """Most runs of an `until` job; the last one ends it whatever the expression says."""
+    item: str | None = None
+    """The `for_each` item this job instance runs for (also in WLOADCTL_ITEM)."""
     description: str = ""
     """Free text for operators."""
     line: int = 0

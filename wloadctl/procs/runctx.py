@@ -25,6 +25,51 @@ def log_path(state_dir: Path, run_id: str, job: str, attempt: int) -> Path:
     return state_dir / "logs" / run_id / f"{job}.{attempt}.log"
 
 
+def checkpoint_path(state_dir: Path, run_id: str, job: str) -> Path:
+    """Where a job keeps its checkpoint token across attempts."""
+    return state_dir / "checkpoints" / run_id / job
+
+
+def result_path(state_dir: Path, run_id: str, job: str, attempt: int) -> Path:
+    """Where one attempt of a job may write its result (read by conditions of its dependents)."""
+    return state_dir / "results" / run_id / f"{job}.{attempt}"
+
+
+def read_small(path: Path, limit: int = 4096) -> str:
+    """A small text file's content ('' when missing); bigger files are cut to `limit` bytes."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def read_result(path: Path) -> dict[str, object]:
+    """A job's result file: a JSON object, or `key=value` lines (values stay strings, numbers become numbers)."""
+    text = read_small(path, 65536)
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+            return obj if isinstance(obj, dict) else {}
+        except ValueError:
+            return {}
+    out: dict[str, object] = {}
+    for line in text.splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            v = v.strip()
+            try:
+                out[k.strip()] = int(v)
+            except ValueError:
+                try:
+                    out[k.strip()] = float(v)
+                except ValueError:
+                    out[k.strip()] = v
+    return out
+
+
 class EventLog:
     """Structured events (JSON lines) of a run: every transition, alert and operator action, with trace ids."""
 
@@ -89,6 +134,10 @@ class RunContext:
     hooks: list[subprocess.Popen[bytes]] = field(default_factory=list)
     """on_failure hook processes not yet reaped."""
 
+    def __post_init__(self) -> None:
+        for sub in ("checkpoints", "results"):
+            (self.state_dir / sub / self.run.run_id).mkdir(parents=True, exist_ok=True)
+
     @property
     def run_id(self) -> str:
         """The run's public id."""
@@ -97,6 +146,7 @@ class RunContext:
     def payload(self, spec: JobSpec, attempt: int) -> P.Payload:
         """What an executor needs to run one attempt of a job."""
         env = dict(spec.env)
+        ckpt = checkpoint_path(self.state_dir, self.run.run_id, spec.id)
         env.update(
             WLOADCTL_RUN_ID=self.run.run_id,
             WLOADCTL_PLAN=self.plan.name,
@@ -104,6 +154,11 @@ class RunContext:
             WLOADCTL_ATTEMPT=str(attempt),
             WLOADCTL_BUSINESS_DATE=self.run.business_date,
             WLOADCTL_STATE_DIR=str(self.state_dir),
+            # A long job writes its progress token here; a retry gets the last one back.
+            WLOADCTL_CHECKPOINT_FILE=str(ckpt),
+            WLOADCTL_CHECKPOINT=read_small(ckpt),
+            # What a job writes here (JSON object or key=value lines) is its result for `if`/`until`.
+            WLOADCTL_RESULT_FILE=str(result_path(self.state_dir, self.run.run_id, spec.id, attempt)),
         )
         cwd = spec.cwd
         if cwd and not os.path.isabs(cwd):

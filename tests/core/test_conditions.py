@@ -1,0 +1,81 @@
+"""Conditional branches (`if`), repeat-until loops, and the safe expression language behind them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import make_plan
+from tests.core.test_engine import dispatched, states
+from wloadctl.core.condition import ConditionError, parse_condition
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import JobExitedEvent, RunStartedEvent
+from wloadctl.core.plan import JobSpec, Plan
+
+
+def with_fields(plan: Plan, **per_job: dict) -> Plan:
+    jobs = {}
+    for jid, spec in plan.jobs.items():
+        fields = per_job.get(jid, {})
+        jobs[jid] = JobSpec(**{**{f: getattr(spec, f) for f in JobSpec.__slots__}, **fields})  # type: ignore[arg-type]
+    return Plan(plan.name, jobs, plan.resources, dict(per_job.get("__vars__", {})))
+
+
+def exit_with(core: SchedulerCore, job: str, code: int = 0, result: dict | None = None) -> list:
+    i = core.index[job]
+    return core.handle(JobExitedEvent(i, core.attempt[i], 0, code, 1.0, result=result))
+
+
+def test_branch_on_an_upstream_result_value_skips_the_branch_not_taken() -> None:
+    base = make_plan({"count": {}, "big": {"deps": ["count"]}, "small": {"deps": ["count"]},
+                      "after_big": {"deps": ["big"]}})
+    plan = with_fields(base, big={"condition": 'jobs["count"].result.rows > 1000'},
+                       small={"condition": "jobs.count.result.rows <= 1000"})
+    core = SchedulerCore(plan, slots=5)
+    core.handle(RunStartedEvent(0.0))
+    cmds = exit_with(core, "count", 0, {"rows": 25})
+    assert states(core)["big"] == "SKIPPED" and states(core)["after_big"] == "SKIPPED"
+    assert core.reasons[core.index["big"]] == "condition false: jobs[\"count\"].result.rows > 1000"
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["small"]
+
+
+def test_branch_on_exit_status_of_a_done_dependency_and_on_a_plan_variable() -> None:
+    base = make_plan({"probe": {}, "fallback": {"deps": {"probe": "done"}}, "eu_only": {}})
+    plan = with_fields(base, fallback={"condition": 'jobs["probe"].exit_code != 0'},
+                       eu_only={"condition": 'vars.region == "eu"'}, __vars__={"region": "us"})
+    core = SchedulerCore(plan, slots=5)
+    core.handle(RunStartedEvent(0.0))
+    assert states(core)["eu_only"] == "SKIPPED"
+    exit_with(core, "probe", 3)
+    assert states(core)["fallback"] == "QUEUED"
+
+
+def test_until_repeats_the_job_until_its_result_says_done_without_spending_retries() -> None:
+    plan = with_fields(make_plan({"poll": {}}), poll={"until": "result.ready == 1", "max_iterations": 5})
+    core = SchedulerCore(plan, slots=1)
+    core.handle(RunStartedEvent(0.0))
+    exit_with(core, "poll", 0, {"ready": 0})
+    assert states(core)["poll"] == "QUEUED" and core.attempt[0] == 2
+    exit_with(core, "poll", 0, {"ready": 1})
+    assert states(core)["poll"] == "SUCCEEDED"
+    assert core.iterations[0] == 2
+
+
+def test_until_stops_at_max_iterations() -> None:
+    plan = with_fields(make_plan({"poll": {}}), poll={"until": "result.ready == 1", "max_iterations": 3})
+    core = SchedulerCore(plan, slots=1)
+    core.handle(RunStartedEvent(0.0))
+    for _ in range(3):
+        exit_with(core, "poll", 0, {})
+    assert states(core)["poll"] == "SUCCEEDED" and core.iterations[0] == 3
+
+
+@pytest.mark.parametrize("text", ['__import__("os")', "open('x')", "jobs[x]", "lambda: 1", "a + b", "1 +"])
+def test_expressions_outside_the_language_are_refused(text: str) -> None:
+    with pytest.raises(ConditionError):
+        parse_condition(text)
+
+
+def test_missing_values_satisfy_no_ordering() -> None:
+    c = parse_condition("jobs.a.result.n > 0")
+    assert c.evaluate({"a": {"result": {}}}, {}) is False
+    assert parse_condition("jobs.a.result.n == None").evaluate({"a": {}}, {}) is True

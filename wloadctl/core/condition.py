@@ -1,0 +1,133 @@
+"""Conditions of `if` and `until`: a small, safe expression language over upstream results and plan variables."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_CMP: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+NAMES = ("jobs", "vars", "result", "exit_code", "iteration")
+"""Names an expression may use: jobs["id"].exit_code / .state / .result.KEY, vars.NAME, and for `until`
+the job's own result, exit_code and iteration."""
+
+
+class ConditionError(ValueError):
+    """An expression that is not allowed or cannot be evaluated."""
+
+
+class Record:
+    """Attribute access over a mapping; a missing key reads as None."""
+
+    __slots__ = ("_m",)
+
+    def __init__(self, m: Mapping[str, Any]) -> None:
+        self._m = m
+
+    def get(self, key: str) -> Any:
+        v = self._m.get(key)
+        return Record(v) if isinstance(v, Mapping) else v
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A parsed expression and the upstream jobs it reads."""
+
+    text: str
+    """As written in the plan."""
+    tree: ast.Expression
+    """The checked syntax tree."""
+    jobs: frozenset[str]
+    """Job ids it reads through `jobs[...]` / `jobs.NAME`."""
+
+    def evaluate(self, jobs: Mapping[str, Mapping[str, Any]], variables: Mapping[str, Any],
+                 own: Mapping[str, Any] | None = None) -> bool:
+        """True when the condition holds.
+
+        Raises:
+            ConditionError: a comparison of incompatible values, or an unknown job.
+        """
+        env: dict[str, Any] = {"jobs": Record(jobs), "vars": Record(variables)}
+        if own is not None:
+            env.update(result=Record(own.get("result") or {}), exit_code=own.get("exit_code"),
+                       iteration=own.get("iteration"))
+        try:
+            return bool(_eval(self.tree.body, env))
+        except ConditionError:
+            raise
+        except (TypeError, ValueError, KeyError) as e:
+            raise ConditionError(f"cannot evaluate '{self.text}': {e}") from None
+
+
+def parse_condition(text: str) -> Condition:
+    """Parse and check an expression.
+
+    Raises:
+        ConditionError: a syntax error or a construct outside the language (calls, lambdas, imports...).
+    """
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ConditionError(f"'{text}' is not a valid expression: {e.msg}") from None
+    jobs: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in NAMES:
+            raise ConditionError(f"'{text}': unknown name '{node.id}' (use {', '.join(NAMES)})")
+        if not isinstance(node, _ALLOWED):
+            raise ConditionError(f"'{text}': {type(node).__name__.lower()} is not allowed in a condition")
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "jobs":
+            if not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+                raise ConditionError(f"'{text}': write jobs[\"id\"] with a literal job id")
+            jobs.add(node.slice.value)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "jobs":
+            jobs.add(node.attr)
+    return Condition(text, tree, frozenset(jobs))
+
+
+_ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare,
+            ast.Constant, ast.Name, ast.Load, ast.Attribute, ast.Subscript, ast.List, ast.Tuple,
+            *_CMP.keys())
+
+
+def _eval(node: ast.AST, env: dict[str, Any]) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env[node.id]
+    if isinstance(node, ast.BoolOp):
+        vals = (_eval(v, env) for v in node.values)
+        return all(vals) if isinstance(node.op, ast.And) else any(vals)
+    if isinstance(node, ast.UnaryOp):
+        v = _eval(node.operand, env)
+        return (not v) if isinstance(node.op, ast.Not) else -v
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, env)
+        for op, comp in zip(node.ops, node.comparators, strict=True):
+            right = _eval(comp, env)
+            if left is None or right is None:
+                if not isinstance(op, (ast.Eq, ast.NotEq)):
+                    return False  # a missing value satisfies no ordering
+            if not _CMP[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.Attribute):
+        base = _eval(node.value, env)
+        return base.get(node.attr) if isinstance(base, Record) else None
+    if isinstance(node, ast.Subscript):
+        base = _eval(node.value, env)
+        key = _eval(node.slice, env)
+        if isinstance(base, Record):
+            return base.get(key)
+        try:
+            return base[key] if base is not None else None
+        except (IndexError, KeyError, TypeError):
+            return None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_eval(e, env) for e in node.elts]
+    raise ConditionError(f"{type(node).__name__} is not allowed")  # pragma: no cover - checked at parse
