@@ -1,0 +1,181 @@
+"""Durations (`90s`, `1h30m`) and times of day (`06:30`) as written in plans."""
+
+from __future__ import annotations
+
+import math
+import re
+
+DURATION_FORMS = (
+    "a number of seconds (90, 1.5) or units ms/s/m/h/d (500ms, 20m, 1h30m, 2d)"
+)
+"""The accepted duration forms, for error messages."""
+
+TIME_FORMS = "HH:MM or HH:MM:SS on a 24-hour clock (06:30, 23:59:59)"
+"""The accepted time-of-day forms, for error messages."""
+
+_UNIT_SECONDS: dict[str, float] = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+
+# Units must appear largest first and at most once, so "30m1h" and "1h1h" are
+# rejected: they are almost always typos, and accepting them hides the mistake.
+_UNIT_ORDER = ("d", "h", "m", "s", "ms")
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|d|h|m|s)")
+_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*")
+_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Turn a plan duration into seconds.
+
+    Args:
+        value: a number of seconds, or text such as `90`, `90s`, `20m`,
+            `1h30m`, `1h 30m`, `2d` or `500ms`.
+
+    Returns:
+        The duration in seconds (never negative).
+
+    Raises:
+        ValueError: the value is not a duration; the message names the bad
+            text and the accepted forms.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"'{value}' is not a duration; use {DURATION_FORMS}")
+    if isinstance(value, int | float):
+        if value < 0 or not math.isfinite(value):
+            raise ValueError(f"'{value}' is not a duration; use {DURATION_FORMS}")
+        return float(value)
+    text = str(value)
+    whole = _NUMBER.fullmatch(text)
+    if whole:
+        return float(whole.group(1))
+    total = 0.0
+    pos = 0
+    seen = -1
+    while pos < len(text):
+        part = _PART.match(text, pos)
+        if part is None or _UNIT_ORDER.index(part.group(2)) <= seen:
+            if text[pos:].strip() == "":
+                break
+            raise ValueError(f"'{text}' is not a duration; use {DURATION_FORMS}")
+        seen = _UNIT_ORDER.index(part.group(2))
+        total += float(part.group(1)) * _UNIT_SECONDS[part.group(2)]
+        pos = part.end()
+    if seen < 0:
+        raise ValueError(f"'{text}' is not a duration; use {DURATION_FORMS}")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """Write seconds the way an operator reads them.
+
+    Under a minute keeps one decimal when it matters (`1.2s`, `45s`,
+    `250ms`); longer spans use whole units (`1h30m`, `2d3h`, `20m5s`).
+
+    Args:
+        seconds: the duration; negative values are shown with a minus sign.
+
+    Returns:
+        A short text such as `1h30m`, `45s` or `1.2s`.
+    """
+    if seconds < 0:
+        return "-" + format_duration(-seconds)
+    if seconds < 1:
+        ms = round(seconds * 1000)
+        return "1s" if ms >= 1000 else f"{ms}ms"
+    if seconds < 60:
+        tenths = round(seconds, 1)
+        if tenths >= 60:
+            return "1m"
+        return f"{tenths:.0f}s" if tenths == int(tenths) else f"{tenths:.1f}s"
+    rest = round(seconds)
+    out = []
+    for unit in ("d", "h", "m", "s"):
+        size = int(_UNIT_SECONDS[unit])
+        count, rest = divmod(rest, size)
+        if count:
+            out.append(f"{count}{unit}")
+    return "".join(out)
+
+
+def parse_time_of_day(text: str) -> int:
+    """Turn `HH:MM` or `HH:MM:SS` into seconds after midnight.
+
+    Args:
+        text: the time as written in the plan.
+
+    Returns:
+        Seconds after midnight, from 0 to 86399.
+
+    Raises:
+        ValueError: the text is not a time of day on a 24-hour clock.
+    """
+    match = _CLOCK.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"'{text}' is not a time of day; use {TIME_FORMS}")
+    hours, minutes = int(match.group(1)), int(match.group(2))
+    secs = int(match.group(3) or 0)
+    if hours > 23 or minutes > 59 or secs > 59:
+        raise ValueError(f"'{text}' is not a time of day; use {TIME_FORMS}")
+    return hours * 3600 + minutes * 60 + secs
+
+
+def parse_day_time(text: str) -> tuple[int, int]:
+    """Read `HH:MM[:SS]`, optionally followed by `+Nd`: N days after the business date.
+
+    Batch nights cross midnight: `01:30+1d` is half past one on the next day.
+
+    Args:
+        text: the time as written in the plan.
+
+    Returns:
+        (days after the business date, seconds after that day's midnight).
+
+    Raises:
+        ValueError: not of that form.
+    """
+    clock, plus, later = text.strip().partition("+")
+    days = 0
+    if plus:
+        try:
+            span = parse_duration(later)
+        except ValueError:
+            span = -1.0
+        if span < 0 or span % 86400:
+            raise ValueError(
+                f"'{text}' is not a time of day; use {TIME_FORMS}, "
+                "then +1d for the next day"
+            )
+        days = int(span // 86400)
+    return days, parse_time_of_day(clock)
+
+
+def parse_deadline(text: str) -> tuple[bool, float]:
+    """Read a deadline or not-before: a time of day, or `+duration` after the start.
+
+    Args:
+        text: `HH:MM[:SS]`, `HH:MM[:SS]+Nd` (N days after the business date),
+            or `+` followed by a duration (`+2h`).
+
+    Returns:
+        (relative, seconds): relative is True for `+duration`, and seconds is
+        the duration; otherwise seconds after the business date's midnight.
+
+    Raises:
+        ValueError: the text is none of these forms.
+    """
+    stripped = text.strip()
+    try:
+        if stripped.startswith("+"):
+            return True, parse_duration(stripped[1:])
+        days, seconds = parse_day_time(stripped)
+        return False, float(days * 86400 + seconds)
+    except ValueError:
+        raise ValueError(
+            f"'{text}' is not a time; use {TIME_FORMS} (+1d for the next day), "
+            "or +duration from the run's start (+2h, +90m)"
+        ) from None

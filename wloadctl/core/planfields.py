@@ -1,0 +1,498 @@
+"""Typed reading of single plan fields (command, retries, durations, resources)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from typing import Any
+
+from wloadctl.core.durations import DURATION_FORMS, parse_deadline, parse_duration
+from wloadctl.core.plan import JOB_TYPES, NO_RETRY, RetryPolicy
+from wloadctl.core.states import DepKind, SlaTier
+from wloadctl.core.yamltree import Entry, describe
+
+JOB_KEYS: tuple[str, ...] = (
+    "command",
+    "type",
+    "depends_on",
+    "sla",
+    "priority",
+    "timeout",
+    "retries",
+    "resources",
+    "env",
+    "cwd",
+    "idempotent",
+    "deadline",
+    "not_before",
+    "preemptible",
+    "if",
+    "description",
+)
+"""Keys a job may have, in the order the docs list them."""
+
+DEFAULT_KEYS: tuple[str, ...] = tuple(
+    k for k in JOB_KEYS if k not in ("command", "depends_on")
+)
+"""Keys `defaults` may have: every job key but the two that make a job what it is."""
+
+RETRY_KEYS: tuple[str, ...] = (
+    "count",
+    "delay",
+    "backoff",
+    "max_delay",
+    "jitter",
+    "exit_codes",
+    "on_timeout",
+    "on_signal",
+    "on_lost",
+)
+"""Keys of a `retries` mapping."""
+
+TOP_KEYS: tuple[str, ...] = (
+    "name",
+    "defaults",
+    "resources",
+    "variables",
+    "on_failure",
+    "timezone",
+    "jobs",
+)
+"""Keys at the top of a plan."""
+
+SLA_NAMES: dict[str, SlaTier] = {tier.label: tier for tier in SlaTier}
+"""SLA tiers by the name used in plans."""
+
+DEP_KIND_NAMES: dict[str, DepKind] = {kind.name.lower(): kind for kind in DepKind}
+"""Dependency kinds by the name used in plans."""
+
+JOB_ID = re.compile(r"[A-Za-z0-9_.:-]+")
+"""What a job id may be made of."""
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
+_MAX_PRIORITY = 1_000_000
+_MAX_RETRIES = 1000
+# A bounded intern table: shared command templates cost one string, while a
+# plan where every command differs does not grow a second copy of them all.
+_INTERN_LIMIT = 65536
+
+
+class FieldError(Exception):
+    """One field is wrong; carries what a problem report needs."""
+
+    def __init__(self, message: str, line: int, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        """What was wrong."""
+        self.line = line
+        """1-based line of the offending node."""
+        self.hint = hint
+        """What would be accepted."""
+
+
+def key_hint(key: str, accepted: tuple[str, ...]) -> str:
+    """The hint for an unknown key: the accepted keys and the closest one.
+
+    Args:
+        key: the key as written.
+        accepted: the keys allowed at that place.
+
+    Returns:
+        "did you mean 'x'? accepted: a, b, c" (without the guess when none is close).
+    """
+    close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+    guess = f"did you mean '{close[0]}'? " if close else ""
+    return f"{guess}accepted: {', '.join(accepted)}"
+
+
+def choice_hint(word: str, accepted: tuple[str, ...] | list[str]) -> str:
+    """The hint for a value outside a closed set, with the closest choice."""
+    close = difflib.get_close_matches(word, accepted, n=1, cutoff=0.5)
+    guess = f"did you mean '{close[0]}'? " if close else ""
+    return f"{guess}use one of: {', '.join(accepted)}"
+
+
+def text_of(entry: Entry, what: str, *, lenient: bool = False) -> str:
+    """A string field.
+
+    Args:
+        entry: the YAML entry.
+        what: the field's name for messages.
+        lenient: accept any scalar's text (`description: 42`); otherwise an
+            unquoted number or boolean is refused, since YAML read it as one.
+
+    Returns:
+        The text.
+
+    Raises:
+        FieldError: not a string.
+    """
+    value, line, text = entry
+    if type(value) is str:
+        return value
+    if lenient and text is not None and value is not None:
+        return text
+    quote = f" (quote it: '{text}')" if text and value is not None else ""
+    raise FieldError(f"{what} must be text, not {describe(value)}{quote}", line)
+
+
+def integer(entry: Entry, what: str, low: int, high: int) -> int:
+    """An int field within [low, high]; booleans are refused."""
+    value, line, _ = entry
+    if type(value) is not int:
+        raise FieldError(f"{what} must be a whole number, not {describe(value)}", line)
+    if not low <= value <= high:
+        raise FieldError(f"{what} must be between {low} and {high}, not {value}", line)
+    return value
+
+
+def number(entry: Entry, what: str, low: float, high: float | None = None) -> float:
+    """A float field within [low, high]."""
+    value, line, _ = entry
+    if type(value) not in (int, float) or value != value:
+        raise FieldError(f"{what} must be a number, not {describe(value)}", line)
+    if value < low or (high is not None and value > high):
+        span = (
+            f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
+        )
+        raise FieldError(f"{what} must be {span}, not {value}", line)
+    return float(value)
+
+
+def boolean(entry: Entry, what: str) -> bool:
+    """A yes/no field."""
+    value, line, _ = entry
+    if type(value) is not bool:
+        raise FieldError(f"{what} must be true or false, not {describe(value)}", line)
+    return value
+
+
+def duration(entry: Entry, what: str, *, positive: bool = False) -> float:
+    """A duration field (`90`, `20m`, `1h30m`) in seconds."""
+    value, line, text = entry
+    if text is None or value is None or type(value) is bool:
+        raise FieldError(
+            f"{what} must be a duration, not {describe(value)}", line, DURATION_FORMS
+        )
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise FieldError(
+            f"{what}: '{text}' is not a duration", line, f"use {DURATION_FORMS}"
+        ) from None
+    if positive and seconds <= 0:
+        raise FieldError(f"{what} must be more than zero, not '{text}'", line)
+    return seconds
+
+
+def mapping(entry: Entry, what: str) -> dict[str, Entry]:
+    """A field that must be a mapping."""
+    if type(entry[0]) is not dict:
+        raise FieldError(
+            f"{what} must be a mapping, not {describe(entry[0])}", entry[1]
+        )
+    return entry[0]
+
+
+def amounts(entry: Entry, what: str) -> list[tuple[str, int, int]]:
+    """A mapping of names to positive whole numbers, as (name, amount, line)."""
+    out = []
+    for name, item in mapping(entry, what).items():
+        value = item[0]
+        if type(value) is not int or value < 1:
+            raise FieldError(
+                f"{what} '{name}' must be a whole number of at least 1, "
+                f"not {describe(value)}",
+                item[1],
+            )
+        out.append((name, value, item[1]))
+    return out
+
+
+class FieldReader:
+    """Reads the fields of jobs and defaults, sharing equal values to save memory.
+
+    A million-job plan repeats the same few commands, retry policies and
+    resource sets; each distinct value is kept once.
+    """
+
+    def __init__(self, capacity: dict[str, int]) -> None:
+        """Prepare for a plan whose declared resources are `capacity`."""
+        self.capacity = capacity
+        """Declared resources and their capacity."""
+        self.extra: list[FieldError] = []
+        """More problems of the field just read (it gave a value); callers empty it."""
+        self.shared: dict[Any, Any] = {}
+        """Interned commands, tuples and retry policies."""
+        self.default_env: dict[str, str] = {}
+        """The defaults' env, under which each job's env is merged."""
+        self.default_retry = NO_RETRY
+        """The defaults' retry policy: a job's bare `retries: N` keeps its delays."""
+
+    def share(self, value: Any) -> Any:
+        """The kept copy of an equal value (or `value`, kept now if there is room)."""
+        found = self.shared.get(value)
+        if found is not None:
+            return found
+        if len(self.shared) < _INTERN_LIMIT:
+            self.shared[value] = value
+        return value
+
+    def command(self, entry: Entry) -> str | tuple[str, ...]:
+        """`command`: shell text, or a list of argv strings."""
+        value, line, _ = entry
+        if type(value) is str:
+            if not value.strip():
+                raise FieldError(
+                    "command is empty", line, "give a shell command or an argv list"
+                )
+            return self.share(value)
+        if type(value) is list:
+            if not value:
+                raise FieldError(
+                    "command is an empty list", line, "give at least the program name"
+                )
+            argv = []
+            for item in value:
+                if item[2] is None or item[0] is None:
+                    raise FieldError(
+                        f"command list items must be text, not {describe(item[0])}",
+                        item[1],
+                    )
+                argv.append(item[2] if type(item[0]) is not str else item[0])
+            return self.share(tuple(argv))
+        raise FieldError(
+            f"command must be text or a list of text, not {describe(value)}",
+            line,
+            f"quote it: command: '{entry[2]}'" if entry[2] else None,
+        )
+
+    def job_type(self, entry: Entry) -> str:
+        """`type`: shell or noop."""
+        word = text_of(entry, "type")
+        if word not in JOB_TYPES:
+            raise FieldError(
+                f"unknown job type '{word}'", entry[1], choice_hint(word, JOB_TYPES)
+            )
+        return self.share(word)
+
+    def depends_on(
+        self, entry: Entry
+    ) -> tuple[list[str], list[int], tuple[DepKind, ...] | None]:
+        """`depends_on`: a list of ids, or a mapping id -> success | failure | done.
+
+        Returns:
+            (ids, line of each id, kinds or None when all are `success`).
+        """
+        value, line, _ = entry
+        if type(value) is list:
+            names = []
+            lines = []
+            for item in value:
+                name = item[2]
+                if name is None or item[0] is None:
+                    raise FieldError(
+                        f"depends_on items must be job ids, not {describe(item[0])}",
+                        item[1],
+                    )
+                names.append(name)
+                lines.append(item[1])
+            return names, lines, None
+        if type(value) is dict:
+            kinds = []
+            names = list(value)
+            lines = []
+            for name, item in value.items():
+                word = item[2]
+                kind = DEP_KIND_NAMES.get(word) if type(word) is str else None
+                if kind is None:
+                    raise FieldError(
+                        f"unknown dependency kind '{word}' for '{name}'",
+                        item[1],
+                        choice_hint(str(word), list(DEP_KIND_NAMES)),
+                    )
+                kinds.append(kind)
+                lines.append(item[1])
+            if all(kind is DepKind.SUCCESS for kind in kinds):
+                return names, lines, None
+            return names, lines, self.share(tuple(kinds))
+        if value is None:
+            return [], [], None
+        raise FieldError(
+            f"depends_on must be a list of job ids or a mapping, not {describe(value)}",
+            line,
+            "write depends_on: [a, b] or depends_on: {a: success, b: failure}",
+        )
+
+    def sla(self, entry: Entry) -> SlaTier:
+        """`sla`: critical | high | standard | low."""
+        value, line, text = entry
+        tier = SLA_NAMES.get(value) if type(value) is str else None
+        if tier is None:
+            word = str(text if text is not None else value)
+            tier = SLA_NAMES.get(word.lower())
+            if tier is None:
+                raise FieldError(
+                    f"unknown SLA tier '{word}'",
+                    line,
+                    choice_hint(word, list(SLA_NAMES)),
+                )
+        return tier
+
+    def priority(self, entry: Entry) -> int:
+        """`priority`: higher runs first within a tier."""
+        return integer(entry, "priority", -_MAX_PRIORITY, _MAX_PRIORITY)
+
+    def timeout(self, entry: Entry) -> float | None:
+        """`timeout`: a duration, or null for none."""
+        if entry[0] is None:
+            return None
+        return duration(entry, "timeout", positive=True)
+
+    def retries(self, entry: Entry) -> RetryPolicy:
+        """`retries`: a count (the defaults' policy with that count), or a policy."""
+        if type(entry[0]) is not dict:
+            count = integer(entry, "retries", 0, _MAX_RETRIES)
+            policy = dataclasses.replace(self.default_retry, count=count)
+            return self.share(policy)
+        fields = entry[0]
+        extra = [k for k in fields if k not in RETRY_KEYS]
+        for key in extra:
+            self.extra.append(
+                FieldError(
+                    f"unknown key '{key}' in retries",
+                    fields[key][1],
+                    key_hint(key, RETRY_KEYS),
+                )
+            )
+        if "count" not in fields:
+            raise FieldError(
+                "retries needs a count",
+                entry[1],
+                "add count: N (retries after the first try)",
+            )
+        kw: dict[str, Any] = {
+            "count": integer(fields["count"], "retries count", 0, _MAX_RETRIES)
+        }
+        if "delay" in fields:
+            kw["delay"] = duration(fields["delay"], "retries delay")
+        if "backoff" in fields:
+            kw["backoff"] = number(fields["backoff"], "retries backoff", 1.0)
+        if "max_delay" in fields:
+            kw["max_delay"] = duration(fields["max_delay"], "retries max_delay")
+        if "jitter" in fields:
+            kw["jitter"] = number(fields["jitter"], "retries jitter", 0.0, 1.0)
+        if "exit_codes" in fields:
+            kw["exit_codes"] = self.exit_codes(fields["exit_codes"])
+        for key in ("on_timeout", "on_signal", "on_lost"):
+            if key in fields:
+                kw[key] = boolean(fields[key], f"retries {key}")
+        return self.share(RetryPolicy(**kw))
+
+    def exit_codes(self, entry: Entry) -> tuple[tuple[int, int], ...]:
+        """`exit_codes`: a list of codes (1-255) or `a-b` ranges."""
+        value, line, _ = entry
+        if type(value) is not list or not value:
+            raise FieldError(
+                f"exit_codes must be a list of codes or ranges, not {describe(value)}",
+                line,
+                "write exit_codes: [1, 75, '100-110']",
+            )
+        out = []
+        for item in value:
+            match = (
+                _RANGE.fullmatch(item[2])
+                if item[2] is not None and item[0] is not None
+                else None
+            )
+            low = int(match.group(1)) if match else -1
+            high = int(match.group(2) or low) if match else -1
+            if not 1 <= low <= high <= 255:
+                raise FieldError(
+                    f"'{item[2]}' is not an exit code or range",
+                    item[1],
+                    "use codes 1-255 or ranges like '100-110'",
+                )
+            out.append((low, high))
+        return tuple(out)
+
+    def resources(self, entry: Entry) -> tuple[tuple[str, int], ...]:
+        """`resources`: declared resource -> amount held while the job runs."""
+        out = []
+        for name, amount, line in amounts(entry, "resource"):
+            cap = self.capacity.get(name)
+            if cap is None:
+                declared = ", ".join(self.capacity) or "none are declared"
+                raise FieldError(
+                    f"resource '{name}' is not declared",
+                    line,
+                    f"declare it under the plan's top-level resources ({declared})",
+                )
+            if amount > cap:
+                raise FieldError(
+                    f"asks for {amount} of resource '{name}', which has only {cap}",
+                    line,
+                    f"ask for at most {cap}, or raise its capacity",
+                )
+            out.append((name, amount))
+        return self.share(tuple(out))
+
+    def env(self, entry: Entry) -> tuple[tuple[str, str], ...]:
+        """`env`: variables added to the job's environment, over the defaults' env."""
+        merged = dict(self.default_env)
+        for name, item in mapping(entry, "env").items():
+            if not _ENV_NAME.fullmatch(name):
+                raise FieldError(
+                    f"'{name}' is not an environment variable name",
+                    item[1],
+                    "use letters, digits and _, not starting with a digit",
+                )
+            if type(item[0]) in (dict, list):
+                raise FieldError(
+                    f"env '{name}' must be text, not {describe(item[0])}", item[1]
+                )
+            merged[name] = "" if item[0] is None else str(item[2])
+        return self.share(tuple(merged.items()))
+
+    def cwd(self, entry: Entry) -> str | None:
+        """`cwd`: the working directory."""
+        return None if entry[0] is None else text_of(entry, "cwd")
+
+    def idempotent(self, entry: Entry) -> bool:
+        """`idempotent`: whether a second run is harmless."""
+        return boolean(entry, "idempotent")
+
+    def preemptible(self, entry: Entry) -> bool:
+        """`preemptible`: whether a critical job may stop this one."""
+        return boolean(entry, "preemptible")
+
+    def deadline(self, entry: Entry) -> str | None:
+        """`deadline`: HH:MM[:SS] (+1d for the next day) or +duration."""
+        return self._when(entry, "deadline")
+
+    def not_before(self, entry: Entry) -> str | None:
+        """`not_before`: the same forms as a deadline."""
+        return self._when(entry, "not_before")
+
+    def _when(self, entry: Entry, what: str) -> str | None:
+        # The source text counts: YAML 1.1 reads an unquoted 06:30 as base-60 390.
+        value, line, text = entry
+        if value is None:
+            return None
+        if text is None or type(value) is bool:
+            raise FieldError(f"{what} must be a time, not {describe(value)}", line)
+        try:
+            parse_deadline(text)
+        except ValueError as err:
+            raise FieldError(str(err), line) from None
+        return text.strip()
+
+    def condition(self, entry: Entry) -> str | None:
+        """`if`: the condition text."""
+        return None if entry[0] is None else text_of(entry, "if", lenient=True)
+
+    def description(self, entry: Entry) -> str:
+        """`description`: free text."""
+        return "" if entry[0] is None else text_of(entry, "description", lenient=True)

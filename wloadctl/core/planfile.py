@@ -1,0 +1,394 @@
+"""Plan files: YAML to a validated Plan, all problems reported at once by line."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import yaml
+from yaml.events import MappingEndEvent, MappingStartEvent, ScalarEvent
+
+from wloadctl.core.plan import JobSpec, Plan
+from wloadctl.core.planfields import (
+    DEFAULT_KEYS,
+    TOP_KEYS,
+    FieldError,
+    FieldReader,
+    amounts,
+    key_hint,
+    mapping,
+    text_of,
+)
+from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
+from wloadctl.core.yamltree import (
+    Entry,
+    TreeReader,
+    YamlEvent,
+    describe,
+    line_of,
+    plain_value,
+    syntax_line,
+)
+from wloadctl.errors import PlanError, WloadError
+
+MAX_PROBLEMS = 1000
+"""Problems listed in full; past this, one closing line counts the ones left out."""
+
+_BLANK = JobSpec(id="", command=None)
+_SETTINGS = ("defaults", "resources")
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan file.
+
+    Args:
+        path: the YAML file.
+
+    Returns:
+        The plan, with `path` as given and `digest` the SHA-256 of the file's bytes.
+
+    Raises:
+        PlanError: the file cannot be read, or the plan is invalid; `problems`
+            lists every problem found, each with file, line and job.
+    """
+    name = str(path)
+    try:
+        # The parser pulls the file in chunks: a million-job plan is never
+        # held as one block of bytes.
+        with open(path, "rb") as stream:
+            digesting = _Digesting(stream)
+            return _load(
+                lambda: digesting if digesting.fresh else open(path, "rb"),
+                digesting,
+                name,
+            )
+    except FileNotFoundError:
+        raise PlanError(
+            f"plan file not found: {name}",
+            file=name,
+            hint="check the path; plans are YAML files",
+        ) from None
+    except IsADirectoryError:
+        raise PlanError(f"{name} is a directory, not a plan file", file=name) from None
+    except OSError as err:
+        raise PlanError(
+            f"cannot read plan file {name}: {err.strerror or err}", file=name
+        ) from None
+
+
+def load_plan_text(text: str, path: str = "<string>") -> Plan:
+    """Validate a plan given as text (a stored copy, or a test's inline YAML).
+
+    Args:
+        text: the YAML.
+        path: the name used in messages and kept as `Plan.path`.
+
+    Returns:
+        The plan; its digest is that of the UTF-8 bytes of `text`.
+
+    Raises:
+        PlanError: the plan is invalid.
+    """
+    data = text.encode("utf-8")
+    return _load(lambda: data, hashlib.sha256(data), path)
+
+
+class _Digesting:
+    """A binary file that hashes the bytes the YAML parser reads from it."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.sha = hashlib.sha256()
+        self.fresh = True
+        self.name = getattr(stream, "name", "<file>")
+
+    def read(self, size: int = -1) -> bytes:
+        self.fresh = False
+        data = self.stream.read(size)
+        self.sha.update(data)
+        return data
+
+    def hexdigest(self) -> str:
+        # A parser stops at the end of the document; anything after it still counts.
+        self.read()
+        return self.sha.hexdigest()
+
+
+def _load(source: Callable[[], Any], digest: Any, path: str) -> Plan:
+    """Build the plan from `source` (called once a pass); report every problem."""
+    # A plan is millions of objects and no reference cycles: the cyclic
+    # collector would only walk them over and over while they are built.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        builder = _PlanBuilder(path)
+        plan = builder.build(source)
+    finally:
+        if collecting:
+            gc.enable()
+    problems = builder.all_problems()
+    if problems or plan is None:
+        if not problems:
+            problems = [WloadError("the plan could not be read", file=path)]
+        shown = sorted(problems, key=lambda p: p.line or 0)[:MAX_PROBLEMS]
+        if len(problems) > MAX_PROBLEMS:
+            more = len(problems) - MAX_PROBLEMS
+            shown.append(WloadError(f"{more} more problems not shown", file=path))
+        count = len(problems)
+        raise PlanError(
+            f"{count} problem{'s' if count > 1 else ''} in the plan",
+            problems=shown,
+            file=path,
+        )
+    return dataclasses.replace(plan, digest=digest.hexdigest())
+
+
+class _PlanBuilder:
+    """One load of one plan: reads the YAML once (twice if `defaults` follow `jobs`)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.problems: list[WloadError] = []
+        self.sink = self.problems
+        self.settle_problems: list[WloadError] = []
+        self.job_problems: list[WloadError] = []
+        self.top: dict[str, Entry] = {}
+        self.failed = False
+        self.capacity: dict[str, int] = {}
+        self.jobs_reader: JobsReader | None = None
+
+    def all_problems(self) -> list[WloadError]:
+        return self.problems + self.settle_problems + self.job_problems
+
+    def report(
+        self,
+        line: int | None,
+        message: str,
+        hint: str | None = None,
+        job: str | None = None,
+        kind: type[WloadError] = WloadError,
+    ) -> None:
+        self.sink.append(kind(message, file=self.path, line=line, job=job, hint=hint))
+
+    def build(self, source: Callable[[], Any]) -> Plan | None:
+        late = self._pass(source(), first=True)
+        if late and not self.failed:
+            # `defaults` or `resources` came after `jobs`: read the jobs again
+            # under them. Plans written that way are small; generated ones
+            # put the jobs last.
+            again = source()
+            try:
+                self._pass(again, first=False)
+            finally:
+                if hasattr(again, "close"):
+                    again.close()
+        if self.failed:
+            return None
+        jobs = self.jobs_reader
+        if jobs is None:
+            self.problems.append(
+                WloadError(
+                    "the plan has no jobs",
+                    file=self.path,
+                    hint="add a 'jobs:' mapping of job id -> job",
+                )
+            )
+            return None
+        self.sink = self.job_problems
+        jobs.finish()
+        self.sink = self.problems
+        name = self._top_field("name", lambda e: text_of(e, "name", lenient=True), None)
+        if not name:
+            self.report(
+                self.top["name"][1] if "name" in self.top else 1,
+                "the plan has no name",
+                "add 'name: <plan name>' at the top",
+            )
+        return Plan(
+            name=name or "",
+            jobs=jobs.jobs,
+            resources=self.capacity,
+            variables=self._top_field(
+                "variables",
+                lambda e: plain_value((mapping(e, "variables"), 0, None)),
+                {},
+            ),
+            on_failure=self._top_field(
+                "on_failure", lambda e: text_of(e, "on_failure"), None
+            ),
+            timezone=self._top_field("timezone", _timezone, None),
+            path=self.path,
+        )
+
+    def _top_field(self, key: str, read: Callable[[Entry], Any], absent: Any) -> Any:
+        entry = self.top.get(key)
+        if entry is None or entry[0] is None:
+            return absent
+        try:
+            return read(entry)
+        except FieldError as bad:
+            self.report(bad.line, bad.message, bad.hint)
+            return absent
+
+    def _pass(self, data: Any, *, first: bool) -> bool:
+        """Read the document; returns whether settings came after the jobs."""
+        # A second pass only re-reads jobs: the first reported everything else.
+        outside: list[WloadError] = self.problems if first else []
+        self.sink = outside
+        reader = TreeReader(
+            data, lambda line, message, hint: self.report(line, message, hint)
+        )
+        late = False
+        try:
+            root = reader.root()
+            if not self._root_ok(reader, root):
+                return False
+            self._settle()
+            next_event = reader.next
+            while True:
+                ev = next_event()
+                if type(ev) is MappingEndEvent:
+                    break
+                if type(ev) is not ScalarEvent:
+                    line = line_of(ev)
+                    reader.node(ev)
+                    reader.node(next_event())
+                    self.report(
+                        line,
+                        "a top-level key must be plain text",
+                        key_hint("?", TOP_KEYS),
+                    )
+                    continue
+                key, line = ev.value, line_of(ev)
+                value_ev = next_event()
+                if key in self.top and first:
+                    self.report(
+                        line,
+                        f"duplicate key '{key}' (first at line {self.top[key][1]})",
+                        "YAML keeps only the last one; remove or rename one of them",
+                    )
+                if key == "jobs":
+                    self.top[key] = (True, line, None)
+                    self.sink = self.job_problems = []
+                    self.jobs_reader = JobsReader(
+                        self.fields, self.template, self.report
+                    )
+                    self.jobs_reader.read(reader, value_ev, line)
+                    self.sink = outside
+                    continue
+                entry = reader.node(value_ev)
+                if not first:
+                    continue
+                if key not in TOP_KEYS:
+                    self.report(
+                        line, f"unknown top-level key '{key}'", key_hint(key, TOP_KEYS)
+                    )
+                self.top[key] = (entry[0], line, entry[2])
+                if key in _SETTINGS:
+                    late = late or "jobs" in self.top
+                    self._settle()
+            reader.finish()
+        except yaml.YAMLError as err:
+            self.failed = True
+            where, text = syntax_line(err)
+            self.sink = self.problems
+            self.report(
+                where,
+                f"YAML syntax error: {text}",
+                "check the indentation and quoting around this line",
+            )
+        except RecursionError:
+            self.failed = True
+            self.sink = self.problems
+            self.report(None, "the YAML is nested too deeply to be a plan")
+        finally:
+            reader.close()
+            self.sink = self.problems
+        return late
+
+    def _root_ok(self, reader: TreeReader, root: YamlEvent | None) -> bool:
+        if type(root) is MappingStartEvent:
+            return True
+        self.failed = True
+        if root is None:
+            self.report(
+                None, "the plan is empty", "a plan needs at least 'name:' and 'jobs:'"
+            )
+            return False
+        entry = reader.node(root)
+        if entry[0] is None:
+            self.report(
+                entry[1],
+                "the plan is empty",
+                "a plan needs at least 'name:' and 'jobs:'",
+            )
+        else:
+            self.report(
+                entry[1],
+                f"the top level must be a mapping, not {describe(entry[0])}",
+                "start with 'name: ...' and 'jobs:'",
+            )
+        return False
+
+    def _settle(self) -> None:
+        """Read `resources` and `defaults` (again), which every job starts from."""
+        saved, self.sink = self.sink, []
+        self.capacity = {}
+        res = self.top.get("resources")
+        if res is not None and res[0] is not None:
+            try:
+                self.capacity = {
+                    name: amount for name, amount, _ in amounts(res, "resource")
+                }
+            except FieldError as bad:
+                self.report(bad.line, bad.message, bad.hint)
+        self.fields = FieldReader(self.capacity)
+        self.template = [getattr(_BLANK, name) for name in FIELDS]
+        defaults = self.top.get("defaults")
+        if defaults is not None and defaults[0] is not None:
+            try:
+                self._defaults(mapping(defaults, "defaults"))
+            except FieldError as bad:
+                self.report(bad.line, bad.message, bad.hint)
+        self.fields.default_env = dict(self.template[SLOT["env"]])
+        self.fields.default_retry = self.template[SLOT["retry"]]
+        self.settle_problems, self.sink = self.sink, saved
+
+    def _defaults(self, given: dict[str, Entry]) -> None:
+        readers = JobsReader(self.fields, self.template, self.report).readers
+        for key, entry in given.items():
+            if key not in DEFAULT_KEYS:
+                hint = key_hint(key, DEFAULT_KEYS)
+                if key in ("command", "depends_on"):
+                    hint = f"'{key}' belongs to each job, not to defaults"
+                self.report(entry[1], f"unknown key '{key}' in defaults", hint)
+                continue
+            slot, read = readers[key]
+            try:
+                self.template[slot] = read(entry)
+            except FieldError as bad:
+                self.report(bad.line, f"defaults: {bad.message}", bad.hint)
+            for more in self.fields.extra:
+                self.report(more.line, f"defaults: {more.message}", more.hint)
+            self.fields.extra.clear()
+
+
+def _timezone(entry: Entry) -> str:
+    """A `timezone` that the system's zone database knows."""
+    # zoneinfo reads the zone database from disk: this is the core's one file reader.
+    import zoneinfo
+
+    zone = text_of(entry, "timezone")
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise FieldError(
+            f"unknown time zone '{zone}'",
+            entry[1],
+            "use an IANA name such as Europe/London or America/New_York",
+        ) from None
+    return zone

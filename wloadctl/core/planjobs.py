@@ -1,0 +1,512 @@
+"""The `jobs` section: specs streamed from YAML events, their edges, the cycle check."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from array import array
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any
+
+from yaml.events import (
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
+
+from wloadctl.core.dag import cycle_in, reverse_kahn
+from wloadctl.core.plan import JobSpec
+from wloadctl.core.planfields import (
+    JOB_ID,
+    JOB_KEYS,
+    SLA_NAMES,
+    FieldError,
+    FieldReader,
+    key_hint,
+)
+from wloadctl.core.yamltree import Entry, TreeReader, YamlEvent, describe, line_of
+from wloadctl.errors import CycleError
+
+FIELDS: list[str] = [f.name for f in dataclasses.fields(JobSpec)]
+"""JobSpec's fields in constructor order: a job is built as a list, then unpacked."""
+
+SLOT: dict[str, int] = {name: i for i, name in enumerate(FIELDS)}
+"""Position of each JobSpec field in that list."""
+
+_ID, _COMMAND, _DEPS, _KINDS = (
+    SLOT["id"],
+    SLOT["command"],
+    SLOT["depends_on"],
+    SLOT["dep_kinds"],
+)
+_TYPE, _SLA, _LINE = SLOT["type"], SLOT["sla"], SLOT["line"]
+# Job keys whose JobSpec field or FieldReader method has another name.
+_KEY_FIELD = {"retries": "retry", "if": "condition"}
+_KEY_METHOD = {"type": "job_type", "if": "condition"}
+# Checking all ids with one regex over their space-joined text is far cheaper
+# than a match per id; the count of spaces proves no id held a space itself.
+_ALL_IDS = re.compile(r"[A-Za-z0-9_.:-]+(?: [A-Za-z0-9_.:-]+)*")
+# Suggesting a close id compares with every id; past this many jobs it costs too much.
+_SUGGEST_LIMIT = 20000
+_VALUE = attrgetter("value")
+_MARK_LINE = attrgetter("start_mark.line")
+
+Report = Callable[..., None]
+"""report(line, message, hint=None, job=None, kind=WloadError)."""
+
+
+def _line(where: int | YamlEvent) -> int:
+    """A 1-based line from a line number or from the event of the node."""
+    return where if isinstance(where, int) else line_of(where)
+
+
+class JobsReader:
+    """Builds the JobSpecs of a plan and its upstream rows as compact integer arrays.
+
+    The common shapes of a job (a mapping of plain keys with a quoted command,
+    a flow list of dependencies, a tier name) are read straight from parser
+    events; anything else (anchors, aliases, merges, tags, unusual types) goes
+    through the general tree reader. At a million jobs the difference is
+    several times the load time.
+    """
+
+    def __init__(
+        self, fields: FieldReader, template: list[Any], report: Report
+    ) -> None:
+        """Prepare to read jobs, each starting from `template` (the defaults)."""
+        self.fields = fields
+        """Reads single fields, sharing equal values."""
+        self.template = template
+        """JobSpec values before a job's own settings are applied."""
+        self.report = report
+        """Receives each problem."""
+        self.readers: dict[str, tuple[int, Callable[[Entry], Any]]] = {
+            key: (
+                SLOT[_KEY_FIELD.get(key, key)],
+                getattr(fields, _KEY_METHOD.get(key, key)),
+            )
+            for key in JOB_KEYS
+            if key != "depends_on"
+        }
+        """Job key -> (JobSpec slot, reader method)."""
+        self.jobs: dict[str, JobSpec] = {}
+        """The jobs read so far, by id."""
+        self.ids: list[str] = []
+        """Job ids by index."""
+        self.index: dict[str, int] = {}
+        """Index by job id."""
+        self.up_off = array("i", [0])
+        """Upstream row offsets."""
+        self.up = array("i")
+        """Upstream rows (forward references hold -1 until `finish`)."""
+        self.pending: list[tuple[int, str, int | YamlEvent, str]] = []
+        """Forward references: (position in `up`, upstream id, where, job id)."""
+        self._index_get = self.index.get
+        self._id_at = self.ids.__getitem__
+        self._shared = fields.shared
+
+    def read(self, reader: TreeReader, start: YamlEvent, line: int) -> None:
+        """Read the `jobs` mapping whose first event is `start` (key on `line`)."""
+        if type(start) is MappingStartEvent:
+            self._stream(reader)
+            if not self.jobs:
+                self.report(
+                    line,
+                    "the plan has no jobs",
+                    "add jobs under 'jobs:' as job id -> job",
+                )
+            return
+        entry = reader.node(start)
+        if entry[0] is None or entry[0] == [] or entry[0] == {}:
+            self.report(
+                line, "the plan has no jobs", "add jobs under 'jobs:' as job id -> job"
+            )
+        elif type(entry[0]) is dict:
+            for jid, job in entry[0].items():
+                self.add_entry(jid, job[1], job)
+        else:
+            self.report(
+                line,
+                f"jobs must be a mapping of job id -> job, not {describe(entry[0])}",
+            )
+
+    def _stream(self, reader: TreeReader) -> None:
+        """The loop over every job; its MappingStartEvent was just consumed.
+
+        This is where a million-job plan spends its time, so names are bound
+        to locals and the usual settings are taken straight from the events.
+        """
+        next_event = reader.next
+        node = reader.node
+        template = self.template
+        shared_get = self.fields.shared.get
+        sla_names = SLA_NAMES
+        add = self._add
+        index, ids, jobs, up = self.index, self.ids, self.jobs, self.up
+        index_get, id_at, ids_append = index.get, ids.__getitem__, ids.append
+        up_extend, up_off_append = up.extend, self.up_off.append
+        make = JobSpec
+        mark_line = _MARK_LINE
+        while True:
+            ev = next_event()
+            if ev.__class__ is not ScalarEvent:
+                if ev.__class__ is MappingEndEvent:
+                    return
+                self._skip_key(reader, ev, None)
+                continue
+            jid = ev.value
+            jline = mark_line(ev) + 1
+            ev = next_event()
+            if (
+                ev.__class__ is not MappingStartEvent
+                or ev.anchor is not None
+                or ev.tag is not None
+            ):
+                entry = node(ev)
+                self.add_entry(jid, jline, (entry[0], jline, entry[2]))
+                continue
+            vals = template.copy()
+            vals[_ID] = jid
+            vals[_LINE] = jline
+            deps: list[YamlEvent] | tuple[list[str], list[int | YamlEvent]] | None = (
+                None
+            )
+            others: list[tuple[YamlEvent, Entry]] | None = None
+            keys: list[YamlEvent] = []
+            while True:
+                k = next_event()
+                if k.__class__ is not ScalarEvent:
+                    if k.__class__ is MappingEndEvent:
+                        break
+                    self._skip_key(reader, k, jid)
+                    continue
+                keys.append(k)
+                key = k.value
+                v = next_event()
+                if v.__class__ is ScalarEvent:
+                    if v.anchor is None and v.tag is None:
+                        if key == "command":
+                            if not v.implicit[0]:
+                                command = shared_get(v.value)
+                                if command is not None:
+                                    vals[_COMMAND] = command
+                                    continue
+                        elif key == "sla":
+                            tier = sla_names.get(v.value)
+                            if tier is not None:
+                                vals[_SLA] = tier
+                                continue
+                elif (
+                    v.__class__ is SequenceStartEvent
+                    and key == "depends_on"
+                    and v.anchor is None
+                    and v.tag is None
+                ):
+                    devs: list[YamlEvent] = []
+                    while True:
+                        d = next_event()
+                        if d.__class__ is ScalarEvent and d.anchor is None:
+                            devs.append(d)
+                        elif d.__class__ is SequenceEndEvent:
+                            deps = devs
+                            break
+                        else:
+                            deps = self._dep_rest(reader, jid, devs, d)
+                            break
+                    vals[_KINDS] = None
+                    continue
+                if others is None:
+                    others = []
+                others.append((k, node(v)))
+            if len(keys) > 1 and len(set(map(_VALUE, keys))) < len(keys):
+                self._report_repeats(jid, keys)
+            if others is not None:
+                deps = self._apply_others(reader, vals, jid, others, keys, deps)
+            if type(deps) is not list:
+                add(jid, jline, vals, *(deps or (None, None)))
+                continue
+            if jid in index or (vals[_COMMAND] is None and vals[_TYPE] == "shell"):
+                add(jid, jline, vals, list(map(_VALUE, deps)), deps)
+                continue
+            # What follows is `_add` for a job with a plain list of upstream
+            # ids, kept inline: it runs once per job.
+            if deps:
+                found: list[Any] = list(map(index_get, map(_VALUE, deps)))
+                if None in found:
+                    add(jid, jline, vals, list(map(_VALUE, deps)), deps)
+                    continue
+                up_extend(found)
+                vals[_DEPS] = tuple(map(id_at, found))
+                if len(found) > 1 and len(set(found)) < len(found):
+                    self._report_twice(jid, jline, list(map(_VALUE, deps)))
+            up_off_append(len(up))
+            index[jid] = len(ids)
+            ids_append(jid)
+            jobs[jid] = make(*vals)
+
+    def _skip_key(self, reader: TreeReader, ev: YamlEvent, jid: str | None) -> None:
+        """Consume and report a key that is a list or mapping, with its value."""
+        where = line_of(ev)
+        reader.node(ev)
+        reader.node(reader.next())
+        if jid is None:
+            self.report(
+                where, "a job id must be plain text", "write ids like load_accounts_01"
+            )
+        else:
+            self.report(where, "a job setting's key must be plain text", job=jid)
+
+    def _report_repeats(self, jid: str, keys: list[YamlEvent]) -> None:
+        first: dict[str, int] = {}
+        for k in keys:
+            line = line_of(k)
+            if k.value in first:
+                self.report(
+                    line,
+                    f"duplicate key '{k.value}' (first at line {first[k.value]})",
+                    "YAML keeps only the last one; remove one of them",
+                    job=jid,
+                )
+            else:
+                first[k.value] = line
+
+    def _dep_rest(
+        self, reader: TreeReader, jid: str, devs: list[YamlEvent], odd: YamlEvent
+    ) -> tuple[list[str], list[int | YamlEvent]]:
+        """Finish a dependency list that holds something other than plain ids."""
+        names: list[str] = [d.value for d in devs]
+        wheres: list[int | YamlEvent] = list(devs)
+        ev = odd
+        while ev.__class__ is not SequenceEndEvent:
+            entry = reader.node(ev)
+            if entry[2] is None or entry[0] is None:
+                self.report(
+                    entry[1],
+                    f"depends_on items must be job ids, not {describe(entry[0])}",
+                    job=jid,
+                )
+            else:
+                names.append(entry[2])
+                wheres.append(entry[1])
+            ev = reader.next()
+        return names, wheres
+
+    def _apply_others(
+        self,
+        reader: TreeReader,
+        vals: list[Any],
+        jid: str,
+        others: list[tuple[YamlEvent, Entry]],
+        keys: list[YamlEvent],
+        deps: list[YamlEvent] | tuple[list[str], list[int | YamlEvent]] | None,
+    ) -> list[YamlEvent] | tuple[list[str], list[int | YamlEvent]] | None:
+        """Apply the settings read as general entries, then any `<<` merges."""
+        merges: list[Entry] = []
+        for k, entry in others:
+            line = line_of(k)
+            if k.value == "<<" and k.implicit[0]:
+                merges.append(entry)
+            elif k.value == "depends_on":
+                deps = self._apply_deps(vals, jid, (entry[0], line, entry[2])) or deps
+            else:
+                self._apply(vals, jid, k.value, (entry[0], line, entry[2]))
+        if merges:
+            own = {k.value for k in keys}
+            for key, entry in reader.merged({}, merges).items():
+                if key in own:
+                    continue
+                if key == "depends_on":
+                    deps = self._apply_deps(vals, jid, entry) or deps
+                else:
+                    self._apply(vals, jid, key, entry)
+        return deps
+
+    def _apply(self, vals: list[Any], jid: str, key: str, entry: Entry) -> None:
+        """Set one job field from a general entry, reporting what is wrong with it."""
+        found = self.readers.get(key)
+        if found is None:
+            self.report(
+                entry[1], f"unknown key '{key}'", key_hint(key, JOB_KEYS), job=jid
+            )
+            return
+        try:
+            vals[found[0]] = found[1](entry)
+        except FieldError as bad:
+            self.report(bad.line, bad.message, bad.hint, job=jid)
+            if key == "command":
+                # A wrong command is still a command: "no command" would be false.
+                vals[_COMMAND] = ""
+        extra = self.fields.extra
+        if extra:
+            for more in extra:
+                self.report(more.line, more.message, more.hint, job=jid)
+            extra.clear()
+
+    def _apply_deps(
+        self, vals: list[Any], jid: str, entry: Entry
+    ) -> tuple[list[str], list[int | YamlEvent]] | None:
+        try:
+            names, lines, vals[_KINDS] = self.fields.depends_on(entry)
+        except FieldError as bad:
+            self.report(bad.line, bad.message, bad.hint, job=jid)
+            return None
+        return names, list(lines)
+
+    def add_entry(self, jid: str, line: int, entry: Entry) -> None:
+        """Add a job given as a general entry (aliases, anchors, tags, bad values)."""
+        fields = entry[0]
+        vals = self.template.copy()
+        vals[_ID] = jid
+        vals[_LINE] = line
+        if type(fields) is not dict:
+            if fields is not None:
+                self.report(
+                    line,
+                    f"a job must be a mapping of its settings, not {describe(fields)}",
+                    "write 'command: ...' and the other settings under the job's id",
+                    job=jid,
+                )
+                vals[_COMMAND] = ""
+            fields = {}
+        names: list[str] = []
+        wheres: list[int | YamlEvent] = []
+        for key, field in fields.items():
+            if key == "depends_on":
+                got = self._apply_deps(vals, jid, field)
+                if got is not None:
+                    names, wheres = got
+            else:
+                self._apply(vals, jid, key, field)
+        self._add(jid, line, vals, names, wheres)
+
+    def _add(
+        self,
+        jid: str,
+        line: int,
+        vals: list[Any],
+        names: list[str] | None,
+        wheres: list[int | YamlEvent] | None,
+    ) -> None:
+        """Check the finished job, record its edges and keep it."""
+        index = self.index
+        if jid in index:
+            self.report(
+                line,
+                f"duplicate job id '{jid}' (first at line {self.jobs[jid].line})",
+                "YAML keeps only the last one; give each job its own id",
+                job=jid,
+            )
+            return
+        if vals[_COMMAND] is None and vals[_TYPE] == "shell":
+            self.report(
+                line,
+                "the job has no command",
+                "add 'command: ...', or 'type: noop' for a job that only joins others",
+                job=jid,
+            )
+        if names:
+            # Upstream jobs usually come first in the file: resolve them all
+            # with C-level map calls, and take the slow path only when one is
+            # not known yet (or is the job itself).
+            found: list[Any] = list(map(self._index_get, names))
+            if None in found:
+                vals[_DEPS] = self._link_slowly(jid, names, wheres or [])
+            else:
+                self.up.extend(found)
+                # The upstream's own id string replaces the parsed copy.
+                vals[_DEPS] = tuple(map(self._id_at, found))
+                if len(found) > 1 and len(set(found)) < len(found):
+                    self._report_twice(jid, line, names)
+        self.up_off.append(len(self.up))
+        index[jid] = len(self.ids)
+        self.ids.append(jid)
+        self.jobs[jid] = JobSpec(*vals)
+
+    def _link_slowly(
+        self, jid: str, names: list[str], wheres: list[int | YamlEvent]
+    ) -> tuple[str, ...]:
+        """Record edges one by one, keeping forward references for `finish`."""
+        up, ids = self.up, self.ids
+        if len(names) > 1 and len(set(names)) < len(names):
+            self._report_twice(jid, _line(wheres[0]), names)
+        for pos, name in enumerate(names):
+            i = self.index.get(name)
+            if i is not None:
+                names[pos] = ids[i]
+                up.append(i)
+            elif name == jid:
+                self.report(
+                    _line(wheres[pos]),
+                    "the job depends on itself",
+                    "remove it from its own depends_on",
+                    job=jid,
+                )
+            else:
+                self.pending.append((len(up), name, wheres[pos], jid))
+                up.append(-1)
+        return tuple(names)
+
+    def _report_twice(self, jid: str, line: int, names: list[str]) -> None:
+        dup = next(n for i, n in enumerate(names) if n in names[:i])
+        self.report(
+            line,
+            f"depends on '{dup}' more than once",
+            "list each upstream once",
+            job=jid,
+        )
+
+    def finish(self) -> None:
+        """Check ids, resolve forward references, report unknown ones, find a cycle."""
+        self._check_ids()
+        up, up_off = self.up, self.up_off
+        missing = False
+        for pos, name, where, jid in self.pending:
+            i = self.index.get(name)
+            if i is not None:
+                up[pos] = i
+                continue
+            missing = True
+            hint = f"no job '{name}' in this plan"
+            if len(self.ids) <= _SUGGEST_LIMIT:
+                close = difflib.get_close_matches(name, self.ids, n=1)
+                if close:
+                    hint = f"did you mean '{close[0]}'?"
+            self.report(_line(where), f"depends on unknown job '{name}'", hint, job=jid)
+        if missing:
+            kept = array("i")
+            offsets = array("i", [0])
+            for v in range(len(self.ids)):
+                kept.extend(u for u in up[up_off[v] : up_off[v + 1]] if u >= 0)
+                offsets.append(len(kept))
+            up, up_off = kept, offsets
+            self.up, self.up_off = up, up_off
+        n = len(self.ids)
+        order, left = reverse_kahn(n, up_off, up)
+        if len(order) < n:
+            loop = [self.ids[i] for i in cycle_in(n, up_off, up, left)]
+            first = self.jobs[loop[0]]
+            self.report(
+                first.line,
+                f"dependency cycle: {' -> '.join(loop)}",
+                "each job depends on the next; remove one of these dependencies",
+                job=first.id,
+                kind=CycleError,
+            )
+
+    def _check_ids(self) -> None:
+        ids = self.ids
+        joined = " ".join(ids)
+        if _ALL_IDS.fullmatch(joined) and joined.count(" ") == len(ids) - 1:
+            return
+        for jid in ids:
+            if not JOB_ID.fullmatch(jid):
+                self.report(
+                    self.jobs[jid].line,
+                    f"'{jid}' is not a valid job id",
+                    "use letters, digits and _ . : - only",
+                    job=jid,
+                )
