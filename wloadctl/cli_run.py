@@ -70,7 +70,13 @@ class Bar:
     """A rich progress bar with counts per state, for terminals."""
 
     def __init__(self, total: int) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("{task.fields[detail]}"), transient=False)
@@ -111,8 +117,8 @@ def run_command(a: argparse.Namespace) -> int:
         state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
-                      dead_after=a.executor_timeout,
-                      say=_say(a.quiet))
+                      dead_after=a.executor_timeout, heartbeat_interval=a.heartbeat_interval,
+                      lease_seconds=a.heartbeat_timeout, say=_say(a.quiet))
     tty = sys.stdout.isatty() and not quiet
     bars: list[Bar] = []
     on_turn: Any = None
@@ -153,6 +159,7 @@ def scheduler_command(a: argparse.Namespace) -> int:
 
     state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
+                      heartbeat_interval=a.heartbeat_interval, lease_seconds=a.heartbeat_timeout,
                       say=_say(False), exit_when_stalled=False)
     if a.standby:
         from wloadctl.procs.standby import run_standby

@@ -51,7 +51,7 @@ def show_verb(a: argparse.Namespace, state_dir: Path) -> int:
     else:
         if rep.get("error"):
             print(f"wloadctl: {rep['error']}", file=sys.stderr)
-        for job, applied, msg in rep.get("results", []):
+        for _job, applied, msg in rep.get("results", []):
             print(msg if applied else f"refused: {msg}", file=sys.stdout if applied else sys.stderr)
         if rep.get("more"):
             print(f"... and {rep['more']} more (see `wloadctl audit`)")

@@ -5,34 +5,34 @@ from __future__ import annotations
 import heapq
 import random
 from array import array
-from collections.abc import Iterable
 
+from wloadctl.core.branches import BranchesMixin
 from wloadctl.core.commands import (
     Alert,
-    Flag,
     Command,
     Dispatch,
-    Kill,
     Persist,
-    Reply,
     RunFinished,
 )
 from wloadctl.core.events import (
     Event,
-    JobsFinishedEvent,
     ExecutorLostEvent,
     JobAcceptedEvent,
     JobExitedEvent,
+    JobsFinishedEvent,
     JobStartedEvent,
     OperatorEvent,
     RunStartedEvent,
     SlotsChangedEvent,
     TimerFiredEvent,
 )
-from wloadctl.core.condition import Condition, ConditionError, parse_condition
+from wloadctl.core.holding import HoldingMixin
 from wloadctl.core.plan import Plan
-from wloadctl.core.sla import TIMER_LATE, TIMER_NOT_BEFORE, TIMER_RISK, RISK_WINDOW, TierSlots
+from wloadctl.core.sla import (
+    TierSlots,
+)
 from wloadctl.core.states import LEGAL, TERMINAL, DepKind, JobState, SlaTier
+from wloadctl.core.timers import TimersMixin
 from wloadctl.errors import InvalidTransition
 
 S = JobState
@@ -45,15 +45,6 @@ _MASK = (1 << 32) - 1
 _PRIO_BIAS = 1 << 20
 MAX_LOST = 3
 """A job whose attempts are lost with their executor this many times fails (it may be what kills them)."""
-
-TIER_RETRY_FACTOR: dict[SlaTier, float] = {
-    SlaTier.CRITICAL: 0.25,
-    SlaTier.HIGH: 0.5,
-    SlaTier.STANDARD: 1.0,
-    SlaTier.LOW: 1.5,
-}
-"""Retry delays are multiplied by the job's tier factor: urgent work is retried sooner."""
-
 
 def ready_key(tier: int, priority: int, job: int) -> int:
     """One int that orders the ready queue: tier first, then higher priority, then plan order.
@@ -70,7 +61,7 @@ def ready_key(tier: int, priority: int, job: int) -> int:
     return (tier << 53) | (p << 32) | job
 
 
-class SchedulerCore:
+class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
     """All scheduling decisions of one run, with no I/O: feed events, flush commands.
 
     Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
@@ -189,44 +180,6 @@ class SchedulerCore:
         unmet = self.unmet
         for d, j in enumerate(specs):
             unmet[d] = len(j.depends_on)
-
-    def _build_conditions(self, specs: list) -> None:
-        self.conds: dict[int, Condition] = {}
-        """Parsed `if` conditions by job."""
-        self.untils: dict[int, Condition] = {}
-        """Parsed `until` conditions by job."""
-        self.want: set[int] = set()
-        """Jobs whose outcome (exit status, result file) some condition reads."""
-        self.outcomes: dict[int, dict[str, object]] = {}
-        """Outcome of each wanted job: exit_code, state, result."""
-        self.branch_skipped: set[int] = set()
-        """Jobs SKIPPED because their branch was not taken: unlike an operator's skip, this propagates."""
-        self.iterations: dict[int, int] = {}
-        """Completed iterations of each `until` job."""
-        for i, j in enumerate(specs):
-            if j.condition:
-                c = parse_condition(j.condition)
-                self.conds[i] = c
-                self.want.update(self.index[x] for x in c.jobs if x in self.index)
-            if j.until:
-                self.untils[i] = parse_condition(j.until)
-                self.want.add(i)
-
-    def condition_holds(self, i: int) -> tuple[bool, str]:
-        """Evaluate job i's `if` on its upstreams' outcomes and the plan's variables."""
-        c = self.conds[i]
-        jobs = {}
-        for jid in c.jobs:
-            k = self.index.get(jid)
-            if k is not None:
-                o = dict(self.outcomes.get(k, {}))
-                o.setdefault("state", S(self.state[k]).name)
-                jobs[jid] = o
-        try:
-            ok = c.evaluate(jobs, self.plan.variables)
-        except ConditionError as e:
-            return False, f"condition could not be evaluated: {e}"
-        return ok, "" if ok else f"condition false: {c.text}"
 
     def upstream(self, i: int) -> list[int]:
         """Indices of job i's dependencies."""
@@ -431,79 +384,9 @@ class SchedulerCore:
         self._other.append(Alert(i, final, used, why, code))
         self._resolve(i)
 
-    def _again_until(self, i: int, ev: JobExitedEvent) -> bool:
-        """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""
-        n = self.iterations.get(i, 0) + 1
-        self.iterations[i] = n
-        own = {"result": ev.result or {}, "exit_code": ev.exit_code, "iteration": n}
-        try:
-            done = self.untils[i].evaluate({}, self.plan.variables, own)
-        except ConditionError:
-            done = False
-        if done or n >= self.specs[i].max_iterations:
-            return False
-        # Another iteration is not a retry: it does not spend the retry budget.
-        self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
-        self._make_ready_from(i, reason=f"until not met after iteration {n}/{self.specs[i].max_iterations}")
-        return True
-
     def _make_ready_from(self, i: int, reason: str) -> None:
         self.set_state(i, _R, reason=reason)
         heapq.heappush(self.ready, self.key_base[i] | i)
-
-    def retry_delay(self, i: int, used: int) -> float:
-        """Delay before the retry following attempt number `used` of job i (backoff, tier factor, jitter)."""
-        p = self.specs[i].retry
-        base = min(p.max_delay, p.delay * (p.backoff ** (used - 1)))
-        base *= TIER_RETRY_FACTOR[SlaTier(self.tier[i])]
-        if p.jitter:
-            base *= 1.0 + self.rng.uniform(-p.jitter, p.jitter)
-        return max(0.0, min(base, p.max_delay))
-
-    def _on_timer(self) -> None:
-        timers, now = self.timers, self.now
-        while timers and timers[0][0] <= now:
-            due, i, mark = heapq.heappop(timers)
-            st = self.state[i]
-            if mark >= 0:
-                if st == _RW and self.attempt[i] == mark:
-                    self.retry_due.pop(i, None)
-                    self._make_ready(i)
-            elif mark == TIMER_NOT_BEFORE:
-                if st == _R:
-                    heapq.heappush(self.ready, self.key_base[i] | i)
-            elif st != _OK and st != _SKIP:
-                self._flag(i, "LATE" if mark == TIMER_LATE else "AT_RISK")
-
-    def _flag(self, i: int, level: str) -> None:
-        dl = self.deadline[i]
-        when = "passed" if level == "LATE" else "is near"
-        text = f"{level}: deadline {when} ({S(self.state[i]).name})"
-        if self.lateness.get(i, "").startswith("LATE"):
-            return
-        self.lateness[i] = text
-        self._other.append(Flag(i, level, dl, text))
-
-    def set_times(self, deadlines: dict[int, float], not_before: dict[int, float]) -> None:
-        """Give the core the absolute deadlines and not-before times of jobs (computed by the shell)."""
-        self.deadline = dict(deadlines)
-        self.not_before = dict(not_before)
-        for i, dl in deadlines.items():
-            window = max(RISK_WINDOW, self.specs[i].timeout or 0.0)
-            heapq.heappush(self.timers, (dl - window, i, TIMER_RISK))
-            heapq.heappush(self.timers, (dl, i, TIMER_LATE))
-        for i, t in not_before.items():
-            heapq.heappush(self.timers, (t, i, TIMER_NOT_BEFORE))
-
-    def next_timer(self) -> float | None:
-        """When the core next needs a TimerFiredEvent, or None."""
-        timers = self.timers
-        while timers and timers[0][2] >= 0 and (
-                self.state[timers[0][1]] != _RW or self.attempt[timers[0][1]] != timers[0][2]):
-            heapq.heappop(timers)
-        return timers[0][0] if timers else None
-
-    # -- readiness -----------------------------------------------------------------------
 
     def _resolve(self, i: int) -> None:
         """Job i reached a terminal state: update its dependents' counters, cascading without recursion."""
@@ -619,32 +502,6 @@ class SchedulerCore:
             free -= 1
         self.busy = self.slots - free
 
-    def _acquire(self, i: int, want: tuple[tuple[str, int], ...]) -> bool:
-        free = self.res_free
-        for name, amount in want:
-            if free[name] < amount:
-                self.parked[name].append(i)
-                return False
-        for name, amount in want:
-            free[name] -= amount
-            self.res_holders[name].add(i)
-        return True
-
-    def _release(self, i: int) -> None:
-        self.busy -= 1
-        self.tiers.in_use[self.tier[i]] -= 1
-        self.executor[i] = -1
-        for name, amount in self.specs[i].resources:
-            self.res_free[name] += amount
-            self.res_holders[name].discard(i)
-            parked = self.parked[name]
-            for p in parked:
-                if self.state[p] == _R:
-                    heapq.heappush(self.ready, self.key_base[p] | p)
-            parked.clear()
-
-    # -- queries -------------------------------------------------------------------------
-
     def is_finished(self) -> bool:
         """True when no job can change state without an operator (HELD jobs keep a run open)."""
         c = self.counts
@@ -660,79 +517,3 @@ class SchedulerCore:
         """True when every job succeeded or was skipped."""
         return self.counts[_OK] + self.counts[_SKIP] == self.n
 
-    def validate(self) -> None:
-        """Check the core's invariants; raise AssertionError naming the first broken one."""
-        counts = [0] * _N
-        for s in self.state:
-            counts[s] += 1
-        assert counts == self.counts, f"state counts drifted: {counts} != {self.counts}"
-        active = counts[_Q] + counts[_RUN]
-        assert active == self.busy, f"busy={self.busy} but {active} jobs are queued or running"
-        assert self.busy >= 0, "more slots released than taken"
-        for name, cap in self.plan.resources.items():
-            held = sum(a for j in self.res_holders[name] for r, a in self.specs[j].resources if r == name)
-            assert held + self.res_free[name] == cap, f"resource {name} leaks: {held} held + {self.res_free[name]} free != {cap}"
-        assert len(self.down) == self.down_start[self.n], "edge table inconsistent"
-        for d in self.down:
-            assert 0 <= d < self.n, f"edge to unknown job index {d}"
-
-    def restore(self, rows: Iterable[tuple[int, int, int]], now: float) -> None:
-        """Load states from a journal before RunStartedEvent: (job, state, attempt) rows.
-
-        QUEUED and RUNNING jobs keep their slot: the shell reconciles them with the
-        executors and feeds their exits (or losses) as events.
-        """
-        state, counts = self.state, self.counts
-        for i, st, att in rows:
-            counts[state[i]] -= 1
-            state[i] = st
-            counts[st] += 1
-            self.attempt[i] = att
-        self.busy = counts[_Q] + counts[_RUN]
-        self.now = now
-        for i in range(self.n):
-            st = state[i]
-            if st == _W or st == _HELD:
-                self.recompute(i)
-            elif st == _RW:
-                self.retry_due[i] = now
-                heapq.heappush(self.timers, (now, i, self.attempt[i]))
-            elif st == _R:
-                heapq.heappush(self.ready, self.key_base[i] | i)
-            if st == _Q or st == _RUN:
-                self.tiers.in_use[self.tier[i]] += 1
-            if (st == _Q or st == _RUN) and self.specs[i].resources:
-                for name, amount in self.specs[i].resources:
-                    self.res_free[name] -= amount
-                    self.res_holders[name].add(i)
-        self._cause = "restore"
-        # Jobs whose upstreams finished while the journal lagged: resolve them now.
-        for i in range(self.n):
-            if state[i] == _W and self.block[i]:
-                failed = self.block[i] == 1
-                self.set_state(i, _UPF if failed else _SKIP,
-                               reason="upstream failed" if failed else "condition not met")
-                self._resolve(i)
-
-    def kill(self, i: int, reason: str, graceful: bool = False, requeue: bool = False) -> None:
-        """Ask the shell to stop job i's running attempt; its exit is then classified with `reason`.
-
-        Args:
-            i: job index.
-            reason: recorded as the attempt's end reason.
-            graceful: SIGTERM first, SIGKILL after a grace period.
-            requeue: put it back to READY without counting the attempt (preemption, shutdown).
-        """
-        self.kill_reason[i] = (reason, requeue)
-        self._other.append(Kill(i, self.attempt[i], graceful))
-
-    def _on_executor_lost(self, ev: ExecutorLostEvent) -> None:
-        ex, state, executor = ev.executor, self.state, self.executor
-        for i in range(self.n):
-            if executor[i] == ex and (state[i] == _Q or state[i] == _RUN):
-                self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True,
-                                             cause_id=ev.cause_id))
-
-    def touched_reply(self, verb: str, results: list[tuple[int, bool, str]], touched: list[int]) -> Reply:
-        """Build the Reply command of an operator verb."""
-        return Reply(verb, results, touched)

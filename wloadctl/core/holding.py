@@ -1,0 +1,120 @@
+"""What the core holds and restores: resources, slots, kills, lost executors, invariants, restore from a journal."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from wloadctl.core import codes as C
+from wloadctl.core.commands import Kill
+from wloadctl.core.events import ExecutorLostEvent, JobExitedEvent
+from wloadctl.core.states import JobState
+
+if TYPE_CHECKING:
+    from wloadctl.core.engine import SchedulerCore
+
+S = JobState
+
+
+class HoldingMixin:
+    """Resources, kills, restore and invariants for SchedulerCore."""
+
+    def _acquire(self: SchedulerCore, i: int, want: tuple[tuple[str, int], ...]) -> bool:
+        free = self.res_free
+        for name, amount in want:
+            if free[name] < amount:
+                self.parked[name].append(i)
+                return False
+        for name, amount in want:
+            free[name] -= amount
+            self.res_holders[name].add(i)
+        return True
+
+    def _release(self: SchedulerCore, i: int) -> None:
+        self.busy -= 1
+        self.tiers.in_use[self.tier[i]] -= 1
+        self.executor[i] = -1
+        for name, amount in self.specs[i].resources:
+            self.res_free[name] += amount
+            self.res_holders[name].discard(i)
+            parked = self.parked[name]
+            for p in parked:
+                if self.state[p] == C.R:
+                    heapq.heappush(self.ready, self.key_base[p] | p)
+            parked.clear()
+
+    # -- queries -------------------------------------------------------------------------
+
+    def restore(self: SchedulerCore, rows: Iterable[tuple[int, int, int]], now: float) -> None:
+        """Load states from a journal before RunStartedEvent: (job, state, attempt) rows.
+
+        QUEUED and RUNNING jobs keep their slot: the shell reconciles them with the
+        executors and feeds their exits (or losses) as events.
+        """
+        state, counts = self.state, self.counts
+        for i, st, att in rows:
+            counts[state[i]] -= 1
+            state[i] = st
+            counts[st] += 1
+            self.attempt[i] = att
+        self.busy = counts[C.Q] + counts[C.RUN]
+        self.now = now
+        for i in range(self.n):
+            st = state[i]
+            if st == C.W or st == C.HELD:
+                self.recompute(i)
+            elif st == C.RW:
+                self.retry_due[i] = now
+                heapq.heappush(self.timers, (now, i, self.attempt[i]))
+            elif st == C.R:
+                heapq.heappush(self.ready, self.key_base[i] | i)
+            if st == C.Q or st == C.RUN:
+                self.tiers.in_use[self.tier[i]] += 1
+            if (st == C.Q or st == C.RUN) and self.specs[i].resources:
+                for name, amount in self.specs[i].resources:
+                    self.res_free[name] -= amount
+                    self.res_holders[name].add(i)
+        self._cause = "restore"
+        # Jobs whose upstreams finished while the journal lagged: resolve them now.
+        for i in range(self.n):
+            if state[i] == C.W and self.block[i]:
+                failed = self.block[i] == 1
+                self.set_state(i, C.UPF if failed else C.SKIP,
+                               reason="upstream failed" if failed else "condition not met")
+                self._resolve(i)
+
+    def validate(self: SchedulerCore) -> None:
+        """Check the core's invariants; raise AssertionError naming the first broken one."""
+        counts = [0] * C.N_STATES
+        for s in self.state:
+            counts[s] += 1
+        assert counts == self.counts, f"state counts drifted: {counts} != {self.counts}"
+        active = counts[C.Q] + counts[C.RUN]
+        assert active == self.busy, f"busy={self.busy} but {active} jobs are queued or running"
+        assert self.busy >= 0, "more slots released than taken"
+        for name, cap in self.plan.resources.items():
+            held = sum(a for j in self.res_holders[name] for r, a in self.specs[j].resources if r == name)
+            assert held + self.res_free[name] == cap, f"resource {name} leaks: {held} held + {self.res_free[name]} free != {cap}"
+        assert len(self.down) == self.down_start[self.n], "edge table inconsistent"
+        for d in self.down:
+            assert 0 <= d < self.n, f"edge to unknown job index {d}"
+
+    def kill(self: SchedulerCore, i: int, reason: str, graceful: bool = False, requeue: bool = False) -> None:
+        """Ask the shell to stop job i's running attempt; its exit is then classified with `reason`.
+
+        Args:
+            i: job index.
+            reason: recorded as the attempt's end reason.
+            graceful: SIGTERM first, SIGKILL after a grace period.
+            requeue: put it back to READY without counting the attempt (preemption, shutdown).
+        """
+        self.kill_reason[i] = (reason, requeue)
+        self._other.append(Kill(i, self.attempt[i], graceful))
+
+    def _on_executor_lost(self: SchedulerCore, ev: ExecutorLostEvent) -> None:
+        ex, state, executor = ev.executor, self.state, self.executor
+        for i in range(self.n):
+            if executor[i] == ex and (state[i] == C.Q or state[i] == C.RUN):
+                self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True,
+                                             cause_id=ev.cause_id))
