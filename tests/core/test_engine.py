@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import make_plan
-from wloadctl.core.commands import Alert, Dispatch, Persist, RunFinished
+from wloadctl.core.commands import Alert, Dispatch, Kill, Persist, RunFinished
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import (
     ExecutorLostEvent,
     JobAcceptedEvent,
     JobExitedEvent,
     JobStartedEvent,
+    OperatorEvent,
     RunStartedEvent,
     TimerFiredEvent,
 )
@@ -236,3 +237,40 @@ def test_long_chain_resolves_without_recursion() -> None:
     core.handle(RunStartedEvent(0.0))
     finish(core, "j0", code=1)
     assert core.counts[S.UPSTREAM_FAILED] == n - 1
+
+
+def test_a_job_asking_for_much_is_not_overtaken_forever_by_small_ones() -> None:
+    spec = {"small0": {"resources": {"db": 1}}, "small1": {"resources": {"db": 1}},
+            "big": {"resources": {"db": 4}}}
+    spec.update({f"late{i}": {"resources": {"db": 1}} for i in range(6)})
+    core = SchedulerCore(make_plan(spec, resources={"db": 4}), slots=10)
+    cmds = core.handle(RunStartedEvent(0.0))
+    # big waits for the two small ones; the later small jobs queue behind it
+    assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["small0", "small1"]
+    assert dispatched(finish(core, "small0")) == []
+    assert [core.ids[i] for i, _ in dispatched(finish(core, "small1"))] == ["big"]
+    core.validate()
+
+
+def test_a_critical_job_short_of_slots_preempts_the_lowest_tier_preemptible_job() -> None:
+    from tests.core.test_conditions import with_fields
+
+    spec = {"bulk_std": {"sla": "standard"}, "bulk_low": {"sla": "low"}, "gate": {},
+            "urgent": {"sla": "critical", "deps": ["gate"]}}
+    plan = with_fields(make_plan(spec), bulk_std={"preemptible": True}, bulk_low={"preemptible": True})
+    core = SchedulerCore(plan, slots=2)
+    core.handle(OperatorEvent("hold", (core.index["gate"],), 0.0))
+    core.handle(RunStartedEvent(0.0))
+    for j in ("bulk_std", "bulk_low"):
+        i = core.index[j]
+        core.handle(JobStartedEvent(i, 1, 0, 100 + i, 0.5))
+    # no free slot: a critical job that becomes ready preempts bulk_low (the lowest tier), gracefully
+    cmds = core.handle(OperatorEvent("set-ok", (core.index["gate"],), 1.0))
+    kills = [c for c in cmds if isinstance(c, Kill)]
+    assert [core.ids[k.job] for k in kills] == ["bulk_low"] and kills[0].graceful
+    i = core.index["bulk_low"]
+    cmds = core.handle(JobExitedEvent(i, 1, 0, 143, 2.0, signal=15))
+    # requeued without counting an attempt; the freed slot goes to the critical job
+    assert states(core)["bulk_low"] == "READY" and core.attempt[i] == 0
+    assert [core.ids[j] for j, _ in dispatched(cmds)] == ["urgent"]
+    core.validate()

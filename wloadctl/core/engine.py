@@ -118,6 +118,11 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
         """Jobs holding each resource now."""
         self.parked: dict[str, list[int]] = {r: [] for r in plan.resources}
         """READY jobs waiting for a resource, by the resource they lack."""
+        self.res_waiter: dict[str, int] = {}
+        """Ready key of the most urgent job waiting for each resource: less urgent jobs may not take it
+        meanwhile, so a job asking for much is not overtaken forever by small ones."""
+        self.preemptible_running: set[int] = set()
+        """Running jobs marked preemptible (candidates to make room for critical work)."""
         self.ready: list[int] = []
         """Min-heap of ready keys (see ready_key); stale entries are skipped on pop."""
         self.timers: list[tuple[float, int, int]] = []
@@ -295,6 +300,8 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
         if self.state[i] == _Q and self.attempt[i] == ev.attempt:
             self.executor[i] = ev.executor
             self.set_state(i, _RUN, executor=ev.executor)
+            if self.specs[i].preemptible:
+                self.preemptible_running.add(i)
 
     def _on_finished(self, ev: JobsFinishedEvent) -> None:
         """Plain exits in bulk (the common case at scale): successes take a fast path."""
@@ -488,7 +495,7 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
             if not_before and i in not_before and now < not_before[i]:
                 continue  # its not-before timer puts it back
             want = specs[i].resources
-            if want and not self._acquire(i, want):
+            if want and not self._acquire(i, want, key):
                 continue
             att = attempt[i] + 1
             attempt[i] = att
@@ -501,6 +508,8 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
             in_use[t] += 1
             free -= 1
         self.busy = self.slots - free
+        if free <= 0 and ready and self.preemptible_running:
+            self._preempt_for_critical()
 
     def is_finished(self) -> bool:
         """True when no job can change state without an operator (HELD jobs keep a run open)."""

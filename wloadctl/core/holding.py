@@ -20,21 +20,45 @@ S = JobState
 class HoldingMixin:
     """Resources, kills, restore and invariants for SchedulerCore."""
 
-    def _acquire(self: SchedulerCore, i: int, want: tuple[tuple[str, int], ...]) -> bool:
-        free = self.res_free
+    def _acquire(self: SchedulerCore, i: int, want: tuple[tuple[str, int], ...], key: int) -> bool:
+        """Take every resource job i asks for, or none; a job that cannot becomes its resource's waiter."""
+        free, waiter = self.res_free, self.res_waiter
         for name, amount in want:
-            if free[name] < amount:
+            w = waiter.get(name)
+            if free[name] < amount or (w is not None and w < key):
                 self.parked[name].append(i)
+                if w is None or key < w:
+                    waiter[name] = key
                 return False
         for name, amount in want:
             free[name] -= amount
             self.res_holders[name].add(i)
+            if waiter.get(name) == key:
+                del waiter[name]
         return True
+
+    def _preempt_for_critical(self: SchedulerCore) -> None:
+        """A critical job is ready but no slot is free: stop the least urgent preemptible job to make room."""
+        ready = self.ready
+        while ready and self.state[ready[0] & 0xFFFFFFFF] != C.R:
+            heapq.heappop(ready)
+        if not ready or self.tier[ready[0] & 0xFFFFFFFF] != 0:
+            return
+        if any(req and r.startswith("preempted") for r, req in self.kill_reason.values()):
+            return  # one preemption at a time: its slot goes to the critical job first
+        cands = [v for v in self.preemptible_running if self.state[v] == C.RUN and self.tier[v] > 0
+                 and v not in self.kill_reason]
+        if not cands:
+            return
+        victim = max(cands, key=lambda v: (self.tier[v], v))
+        critical = self.ids[ready[0] & 0xFFFFFFFF]
+        self.kill(victim, f"preempted for critical job {critical}", graceful=True, requeue=True)
 
     def _release(self: SchedulerCore, i: int) -> None:
         self.busy -= 1
         self.tiers.in_use[self.tier[i]] -= 1
         self.executor[i] = -1
+        self.preemptible_running.discard(i)
         for name, amount in self.specs[i].resources:
             self.res_free[name] += amount
             self.res_holders[name].discard(i)
@@ -43,6 +67,7 @@ class HoldingMixin:
                 if self.state[p] == C.R:
                     heapq.heappush(self.ready, self.key_base[p] | p)
             parked.clear()
+            self.res_waiter.pop(name, None)  # the parked jobs compete again, most urgent first
 
     # -- queries -------------------------------------------------------------------------
 
