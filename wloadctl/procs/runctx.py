@@ -168,6 +168,10 @@ class RunContext:
         return P.Payload(job=spec.id, command=command, env=env, cwd=cwd, timeout=spec.timeout,
                          log_path=str(log_path(self.state_dir, self.run.run_id, spec.id, attempt)), extra={})
 
+    def result_of(self, job: str, attempt: int) -> dict[str, object]:
+        """What an attempt wrote to its result file."""
+        return read_result(result_path(self.state_dir, self.run.run_id, job, attempt))
+
     def board_header(self, core: SchedulerCore, done: bool = False) -> P.BoardHeader:
         """The state board's header for the core's current counts."""
         counts = tuple(core.counts) + (0,) * (16 - len(core.counts))
