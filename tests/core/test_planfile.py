@@ -95,6 +95,10 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("bad_bool.yaml", 5, "idempotent must be true or false"),
     ("depends_on_number.yaml", 5, "depends_on must be a list of job ids or a mapping"),
     ("unsupported_tag.yaml", 4, "unsupported YAML tag"),
+    ("bad_condition.yaml", 7, "call is not allowed in a condition"),
+    ("condition_not_upstream.yaml", 5, "reads job 'side', which is not upstream of it"),
+    ("condition_unknown_job.yaml", 4, "the condition reads unknown job 'lod'"),
+    ("bad_until.yaml", 5, "'result.ready ==' is not a valid expression"),
     ("many_problems.yaml", 10, "depends on unknown job 'opn'"),
 ]
 
@@ -262,7 +266,7 @@ def test_every_key_is_read() -> None:
     assert (load.deadline, load.preemptible, load.condition) == (
         "+2h",
         True,
-        "region == 'emea'",
+        "vars.region == 'emea'",
     )
     assert load.description == "Load accounts"
     assert load.cwd == "/tmp"

@@ -13,17 +13,10 @@ import yaml
 from yaml.events import MappingEndEvent, MappingStartEvent, ScalarEvent
 
 from wloadctl.core.plan import JobSpec, Plan
-from wloadctl.core.planfields import (
-    DEFAULT_KEYS,
-    TOP_KEYS,
-    FieldError,
-    FieldReader,
-    amounts,
-    key_hint,
-    mapping,
-    text_of,
-)
+from wloadctl.core.planchecks import check_jobs
+from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
+from wloadctl.core.planvalues import FieldError, amounts, key_hint, mapping, text_of
 from wloadctl.core.yamltree import (
     Entry,
     TreeReader,
@@ -199,7 +192,7 @@ class _PlanBuilder:
             )
             return None
         self.sink = self.job_problems
-        jobs.finish()
+        check_jobs(jobs)
         self.sink = self.problems
         name = self._top_field("name", lambda e: text_of(e, "name", lenient=True), None)
         if not name:

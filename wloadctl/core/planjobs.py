@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import re
 from array import array
 from collections.abc import Callable
 from operator import attrgetter
@@ -18,18 +16,10 @@ from yaml.events import (
     SequenceStartEvent,
 )
 
-from wloadctl.core.dag import cycle_in, reverse_kahn
 from wloadctl.core.plan import JobSpec
-from wloadctl.core.planfields import (
-    JOB_ID,
-    JOB_KEYS,
-    SLA_NAMES,
-    FieldError,
-    FieldReader,
-    key_hint,
-)
+from wloadctl.core.planfields import JOB_KEYS, SLA_NAMES, FieldReader
+from wloadctl.core.planvalues import FieldError, key_hint
 from wloadctl.core.yamltree import Entry, TreeReader, YamlEvent, describe, line_of
-from wloadctl.errors import CycleError
 
 FIELDS: list[str] = [f.name for f in dataclasses.fields(JobSpec)]
 """JobSpec's fields in constructor order: a job is built as a list, then unpacked."""
@@ -47,11 +37,6 @@ _TYPE, _SLA, _LINE = SLOT["type"], SLOT["sla"], SLOT["line"]
 # Job keys whose JobSpec field or FieldReader method has another name.
 _KEY_FIELD = {"retries": "retry", "if": "condition"}
 _KEY_METHOD = {"type": "job_type", "if": "condition"}
-# Checking all ids with one regex over their space-joined text is far cheaper
-# than a match per id; the count of spaces proves no id held a space itself.
-_ALL_IDS = re.compile(r"[A-Za-z0-9_.:-]+(?: [A-Za-z0-9_.:-]+)*")
-# Suggesting a close id compares with every id; past this many jobs it costs too much.
-_SUGGEST_LIMIT = 20000
 _VALUE = attrgetter("value")
 _MARK_LINE = attrgetter("start_mark.line")
 
@@ -59,7 +44,7 @@ Report = Callable[..., None]
 """report(line, message, hint=None, job=None, kind=WloadError)."""
 
 
-def _line(where: int | YamlEvent) -> int:
+def where_line(where: int | YamlEvent) -> int:
     """A 1-based line from a line number or from the event of the node."""
     return where if isinstance(where, int) else line_of(where)
 
@@ -105,6 +90,8 @@ class JobsReader:
         """Upstream rows (forward references hold -1 until `finish`)."""
         self.pending: list[tuple[int, str, int | YamlEvent, str]] = []
         """Forward references: (position in `up`, upstream id, where, job id)."""
+        self.conditional: list[str] = []
+        """Jobs given an `if` of their own (the defaults' `if` applies to all)."""
         self._index_get = self.index.get
         self._id_at = self.ids.__getitem__
         self._shared = fields.shared
@@ -335,6 +322,8 @@ class JobsReader:
             return
         try:
             vals[found[0]] = found[1](entry)
+            if key == "if":
+                self.conditional.append(jid)
         except FieldError as bad:
             self.report(bad.line, bad.message, bad.hint, job=jid)
             if key == "command":
@@ -432,7 +421,7 @@ class JobsReader:
         """Record edges one by one, keeping forward references for `finish`."""
         up, ids = self.up, self.ids
         if len(names) > 1 and len(set(names)) < len(names):
-            self._report_twice(jid, _line(wheres[0]), names)
+            self._report_twice(jid, where_line(wheres[0]), names)
         for pos, name in enumerate(names):
             i = self.index.get(name)
             if i is not None:
@@ -440,7 +429,7 @@ class JobsReader:
                 up.append(i)
             elif name == jid:
                 self.report(
-                    _line(wheres[pos]),
+                    where_line(wheres[pos]),
                     "the job depends on itself",
                     "remove it from its own depends_on",
                     job=jid,
@@ -458,55 +447,3 @@ class JobsReader:
             "list each upstream once",
             job=jid,
         )
-
-    def finish(self) -> None:
-        """Check ids, resolve forward references, report unknown ones, find a cycle."""
-        self._check_ids()
-        up, up_off = self.up, self.up_off
-        missing = False
-        for pos, name, where, jid in self.pending:
-            i = self.index.get(name)
-            if i is not None:
-                up[pos] = i
-                continue
-            missing = True
-            hint = f"no job '{name}' in this plan"
-            if len(self.ids) <= _SUGGEST_LIMIT:
-                close = difflib.get_close_matches(name, self.ids, n=1)
-                if close:
-                    hint = f"did you mean '{close[0]}'?"
-            self.report(_line(where), f"depends on unknown job '{name}'", hint, job=jid)
-        if missing:
-            kept = array("i")
-            offsets = array("i", [0])
-            for v in range(len(self.ids)):
-                kept.extend(u for u in up[up_off[v] : up_off[v + 1]] if u >= 0)
-                offsets.append(len(kept))
-            up, up_off = kept, offsets
-            self.up, self.up_off = up, up_off
-        n = len(self.ids)
-        order, left = reverse_kahn(n, up_off, up)
-        if len(order) < n:
-            loop = [self.ids[i] for i in cycle_in(n, up_off, up, left)]
-            first = self.jobs[loop[0]]
-            self.report(
-                first.line,
-                f"dependency cycle: {' -> '.join(loop)}",
-                "each job depends on the next; remove one of these dependencies",
-                job=first.id,
-                kind=CycleError,
-            )
-
-    def _check_ids(self) -> None:
-        ids = self.ids
-        joined = " ".join(ids)
-        if _ALL_IDS.fullmatch(joined) and joined.count(" ") == len(ids) - 1:
-            return
-        for jid in ids:
-            if not JOB_ID.fullmatch(jid):
-                self.report(
-                    self.jobs[jid].line,
-                    f"'{jid}' is not a valid job id",
-                    "use letters, digits and _ . : - only",
-                    job=jid,
-                )

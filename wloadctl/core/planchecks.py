@@ -1,0 +1,127 @@
+"""Checks across a plan's jobs once all are read: ids, upstreams, cycles, conditions."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from array import array
+
+from wloadctl.core.condition import parse_condition
+from wloadctl.core.dag import cycle_in, reverse_kahn
+from wloadctl.core.planfields import JOB_ID
+from wloadctl.core.planjobs import SLOT, JobsReader, where_line
+from wloadctl.errors import CycleError
+
+# Checking all ids with one regex over their space-joined text is far cheaper
+# than a match per id; the count of spaces proves no id held a space itself.
+_ALL_IDS = re.compile(r"[A-Za-z0-9_.:-]+(?: [A-Za-z0-9_.:-]+)*")
+# Suggesting a close id compares with every id; past this many it costs too much.
+_SUGGEST_LIMIT = 20000
+
+
+def check_jobs(jobs: JobsReader) -> None:
+    """Finish a plan's jobs: check ids, resolve forward references, find a cycle.
+
+    Unknown upstream ids are reported and their edges dropped, so the cycle
+    search and the checks of conditions see only real edges. Problems go to
+    the reader's `report`.
+
+    Args:
+        jobs: the reader, after the whole `jobs` mapping was read.
+    """
+    _check_ids(jobs)
+    _resolve(jobs)
+    n = len(jobs.ids)
+    order, left = reverse_kahn(n, jobs.up_off, jobs.up)
+    if len(order) < n:
+        loop = [jobs.ids[i] for i in cycle_in(n, jobs.up_off, jobs.up, left)]
+        first = jobs.jobs[loop[0]]
+        jobs.report(
+            first.line,
+            f"dependency cycle: {' -> '.join(loop)}",
+            "each job depends on the next; remove one of these dependencies",
+            job=first.id,
+            kind=CycleError,
+        )
+    _check_conditions(jobs)
+
+
+def _resolve(jobs: JobsReader) -> None:
+    """Fill in forward references; report and drop the ones that name no job."""
+    up, up_off, ids = jobs.up, jobs.up_off, jobs.ids
+    missing = False
+    for pos, name, where, jid in jobs.pending:
+        i = jobs.index.get(name)
+        if i is not None:
+            up[pos] = i
+            continue
+        missing = True
+        hint = f"no job '{name}' in this plan"
+        if len(ids) <= _SUGGEST_LIMIT:
+            close = difflib.get_close_matches(name, ids, n=1)
+            if close:
+                hint = f"did you mean '{close[0]}'?"
+        jobs.report(
+            where_line(where), f"depends on unknown job '{name}'", hint, job=jid
+        )
+    if missing:
+        kept = array("i")
+        offsets = array("i", [0])
+        for v in range(len(ids)):
+            kept.extend(u for u in up[up_off[v] : up_off[v + 1]] if u >= 0)
+            offsets.append(len(kept))
+        jobs.up, jobs.up_off = kept, offsets
+
+
+def _check_conditions(jobs: JobsReader) -> None:
+    """Each job an `if` reads must be upstream of it, or its outcome is unknown then."""
+    everyone = jobs.template[SLOT["condition"]] is not None
+    for jid in jobs.jobs if everyone else jobs.conditional:
+        spec = jobs.jobs[jid]
+        if spec.condition is None:
+            continue
+        above: set[int] | None = None
+        for name in sorted(parse_condition(spec.condition).jobs):
+            i = jobs.index.get(name)
+            if i is None:
+                jobs.report(
+                    spec.line, f"the condition reads unknown job '{name}'", job=jid
+                )
+                continue
+            if above is None:
+                above = _upstream_closure(jobs, jobs.index[jid])
+            if i not in above:
+                jobs.report(
+                    spec.line,
+                    f"the condition reads job '{name}', which is not upstream of it",
+                    f"add '{name}' to depends_on (or '{name}: done' for any outcome)",
+                    job=jid,
+                )
+
+
+def _upstream_closure(jobs: JobsReader, start: int) -> set[int]:
+    up, up_off = jobs.up, jobs.up_off
+    seen: set[int] = set()
+    stack = [start]
+    while stack:
+        v = stack.pop()
+        for u in up[up_off[v] : up_off[v + 1]]:
+            if u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return seen
+
+
+def _check_ids(jobs: JobsReader) -> None:
+    ids = jobs.ids
+    joined = " ".join(ids)
+    if _ALL_IDS.fullmatch(joined) and joined.count(" ") == len(ids) - 1:
+        return
+    for jid in ids:
+        if not JOB_ID.fullmatch(jid):
+            jobs.report(
+                jobs.jobs[jid].line,
+                f"'{jid}' is not a valid job id",
+                "use letters, digits and _ . : - only",
+                job=jid,
+            )

@@ -1,0 +1,140 @@
+"""Checks of single YAML values in plans: a typed value, or a FieldError with a hint."""
+
+from __future__ import annotations
+
+import difflib
+
+from wloadctl.core.durations import DURATION_FORMS, parse_duration
+from wloadctl.core.yamltree import Entry, describe
+
+
+class FieldError(Exception):
+    """One field is wrong; carries what a problem report needs."""
+
+    def __init__(self, message: str, line: int, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        """What was wrong."""
+        self.line = line
+        """1-based line of the offending node."""
+        self.hint = hint
+        """What would be accepted."""
+
+
+def key_hint(key: str, accepted: tuple[str, ...]) -> str:
+    """The hint for an unknown key: the accepted keys and the closest one.
+
+    Args:
+        key: the key as written.
+        accepted: the keys allowed at that place.
+
+    Returns:
+        "did you mean 'x'? accepted: a, b, c" (without the guess when none is close).
+    """
+    close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+    guess = f"did you mean '{close[0]}'? " if close else ""
+    return f"{guess}accepted: {', '.join(accepted)}"
+
+
+def choice_hint(word: str, accepted: tuple[str, ...] | list[str]) -> str:
+    """The hint for a value outside a closed set, with the closest choice."""
+    close = difflib.get_close_matches(word, accepted, n=1, cutoff=0.5)
+    guess = f"did you mean '{close[0]}'? " if close else ""
+    return f"{guess}use one of: {', '.join(accepted)}"
+
+
+def text_of(entry: Entry, what: str, *, lenient: bool = False) -> str:
+    """A string field.
+
+    Args:
+        entry: the YAML entry.
+        what: the field's name for messages.
+        lenient: accept any scalar's text (`description: 42`); otherwise an
+            unquoted number or boolean is refused, since YAML read it as one.
+
+    Returns:
+        The text.
+
+    Raises:
+        FieldError: not a string.
+    """
+    value, line, text = entry
+    if type(value) is str:
+        return value
+    if lenient and text is not None and value is not None:
+        return text
+    quote = f" (quote it: '{text}')" if text and value is not None else ""
+    raise FieldError(f"{what} must be text, not {describe(value)}{quote}", line)
+
+
+def integer(entry: Entry, what: str, low: int, high: int) -> int:
+    """An int field within [low, high]; booleans are refused."""
+    value, line, _ = entry
+    if type(value) is not int:
+        raise FieldError(f"{what} must be a whole number, not {describe(value)}", line)
+    if not low <= value <= high:
+        raise FieldError(f"{what} must be between {low} and {high}, not {value}", line)
+    return value
+
+
+def number(entry: Entry, what: str, low: float, high: float | None = None) -> float:
+    """A float field within [low, high]."""
+    value, line, _ = entry
+    if type(value) not in (int, float) or value != value:
+        raise FieldError(f"{what} must be a number, not {describe(value)}", line)
+    if value < low or (high is not None and value > high):
+        span = (
+            f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
+        )
+        raise FieldError(f"{what} must be {span}, not {value}", line)
+    return float(value)
+
+
+def boolean(entry: Entry, what: str) -> bool:
+    """A yes/no field."""
+    value, line, _ = entry
+    if type(value) is not bool:
+        raise FieldError(f"{what} must be true or false, not {describe(value)}", line)
+    return value
+
+
+def duration(entry: Entry, what: str, *, positive: bool = False) -> float:
+    """A duration field (`90`, `20m`, `1h30m`) in seconds."""
+    value, line, text = entry
+    if text is None or value is None or type(value) is bool:
+        raise FieldError(
+            f"{what} must be a duration, not {describe(value)}", line, DURATION_FORMS
+        )
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise FieldError(
+            f"{what}: '{text}' is not a duration", line, f"use {DURATION_FORMS}"
+        ) from None
+    if positive and seconds <= 0:
+        raise FieldError(f"{what} must be more than zero, not '{text}'", line)
+    return seconds
+
+
+def mapping(entry: Entry, what: str) -> dict[str, Entry]:
+    """A field that must be a mapping."""
+    if type(entry[0]) is not dict:
+        raise FieldError(
+            f"{what} must be a mapping, not {describe(entry[0])}", entry[1]
+        )
+    return entry[0]
+
+
+def amounts(entry: Entry, what: str) -> list[tuple[str, int, int]]:
+    """A mapping of names to positive whole numbers, as (name, amount, line)."""
+    out = []
+    for name, item in mapping(entry, what).items():
+        value = item[0]
+        if type(value) is not int or value < 1:
+            raise FieldError(
+                f"{what} '{name}' must be a whole number of at least 1, "
+                f"not {describe(value)}",
+                item[1],
+            )
+        out.append((name, value, item[1]))
+    return out
