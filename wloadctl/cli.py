@@ -28,6 +28,13 @@ def _state_dir_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", help="the run's state directory (default: $WLOADCTL_STATE_DIR, or the latest run)")
 
 
+def _heartbeat_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--heartbeat-interval", type=float, default=0.25,
+                   help="seconds between the active scheduler's heartbeats (and a standby's looks at them)")
+    p.add_argument("--heartbeat-timeout", type=float, default=1.5,
+                   help="seconds of silence (board beat and journal lease) before a standby verifies and takes over")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = _Parser(prog="wloadctl", description="Workload scheduler for batch operations.")
@@ -64,6 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--quiet", action="store_true")
         p.add_argument("--executor-timeout", type=float, default=5.0,
                        help="seconds without a heartbeat before an executor is declared dead and replaced")
+        _heartbeat_args(p)
+
+    p = sub.add_parser("trigger", help="start runs of a plan at its cron schedule, on business days")
+    p.add_argument("plan", metavar="PLAN")
+    _state_dir_arg(p)
+    p.add_argument("--next", type=int, default=0, metavar="N", help="only print the next N trigger times")
+    p.add_argument("--once", action="store_true", help="wait for the next trigger, run once, exit")
+    p.add_argument("--executors", type=int, default=0)
+    p.add_argument("--slots", type=int, default=0)
+    p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("status", help="state of a run, live or finished")
     _state_dir_arg(p)
@@ -112,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slots", type=int, default=0)
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--business-date")
+    _heartbeat_args(p)
     p = sub.add_parser("bench", help="benchmarks at bank scale")
     p.add_argument("args", nargs=argparse.REMAINDER)
     return ap
@@ -211,6 +229,12 @@ def cmd_console(a: argparse.Namespace) -> int:
     return run_console(a)
 
 
+def cmd_trigger(a: argparse.Namespace) -> int:
+    from wloadctl.cli_run import trigger_command
+
+    return trigger_command(a)
+
+
 def cmd_scheduler(a: argparse.Namespace) -> int:
     from wloadctl.cli_run import scheduler_command
 
@@ -226,7 +250,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
 COMMANDS: dict[str, Any] = {
     "validate": cmd_validate, "gen": cmd_gen, "run": cmd_run, "resume": cmd_run, "status": cmd_status,
     "cancel": cmd_verb, "why": cmd_read, "history": cmd_read, "lineage": cmd_read, "logs": cmd_read,
-    "audit": cmd_read, "cleanup": cmd_cleanup, "console": cmd_console, "scheduler": cmd_scheduler,
+    "audit": cmd_read, "cleanup": cmd_cleanup, "console": cmd_console, "scheduler": cmd_scheduler, "trigger": cmd_trigger,
     "bench": cmd_bench, **{v: cmd_verb for v in VERB_COMMANDS},
 }
 

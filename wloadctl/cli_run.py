@@ -167,3 +167,57 @@ def scheduler_command(a: argparse.Namespace) -> int:
         return run_standby(a.plan, opts)
     outcome = start_or_resume(a.plan, opts, resume_only=a.plan is None)
     return outcome.exit_code
+
+
+def trigger_command(a: argparse.Namespace) -> int:
+    """`wloadctl trigger PLAN`: run the plan at each cron trigger that falls on a business day."""
+    import datetime as dt
+    import signal
+
+    from wloadctl.core.calendar import business_date_of, next_triggers
+    from wloadctl.core.planfile import load_plan
+    from wloadctl.errors import UsageError
+    from wloadctl.store import default_state_dir
+
+    plan = load_plan(a.plan)
+    if plan.schedule is None:
+        raise UsageError(f"{a.plan}: the plan has no `schedule` (cron and calendar) to trigger on",
+                         hint="add schedule: {cron: '30 18 * * 1-5'} or run it with `wloadctl run`")
+    if a.next:
+        times = next_triggers(plan.schedule, dt.datetime.now().astimezone(), a.next, plan.timezone)
+        rows = [{"at": t.isoformat(), "business_date": business_date_of(t)} for t in times]
+        if a.json:
+            print(json.dumps(rows, indent=1))
+        else:
+            for r in rows:
+                print(f"{r['at']}  business date {r['business_date']}")
+        return 0
+    stop = {"now": False}
+
+    def on_signal(_s: int, _f: object) -> None:
+        stop["now"] = True
+
+    old = signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    try:
+        while not stop["now"]:
+            nxt = next_triggers(plan.schedule, dt.datetime.now().astimezone(), 1, plan.timezone)
+            if not nxt:
+                raise UsageError(f"{a.plan}: the schedule never falls on a business day")
+            when = nxt[0]
+            _say(False)(f"next run of '{plan.name}' at {when.isoformat()} (business date {business_date_of(when)})")
+            while not stop["now"] and time.time() < when.timestamp():
+                time.sleep(min(1.0, max(0.0, when.timestamp() - time.time())))
+            if stop["now"]:
+                break
+            state_dir = Path(a.state_dir) if a.state_dir else default_state_dir(plan.name)
+            opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots,
+                              business_date=business_date_of(when), say=_say(False))
+            outcome = start_or_resume(a.plan, opts)
+            code = outcome.exit_code
+            print(f"run {outcome.run.run_id} for {outcome.run.business_date}: {outcome.status}", flush=True)
+            if a.once:
+                break
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    return code

@@ -99,6 +99,18 @@ class JobSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Schedule:
+    """When runs of a plan start: a cron expression, on the business days of a calendar."""
+
+    cron: str
+    """Five-field cron expression in the plan's time zone (e.g. `30 18 * * 1-5`)."""
+    business_days: tuple[int, ...] = (0, 1, 2, 3, 4)
+    """Weekdays that are business days (0 = Monday)."""
+    holidays: tuple[str, ...] = ()
+    """ISO dates that are not business days."""
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A whole plan as loaded and validated."""
 
@@ -116,5 +128,7 @@ class Plan:
     """IANA time zone for `not_before` and `deadline`; None = local time."""
     path: str = ""
     """The file the plan came from."""
+    schedule: Schedule | None = None
+    """When runs of the plan are triggered (cron and business calendar), if it says."""
     digest: str = ""
     """SHA-256 of the plan file's bytes; a resumed run compares it."""

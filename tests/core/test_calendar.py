@@ -1,0 +1,31 @@
+"""Business calendars and cron triggers."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from wloadctl.core.calendar import is_business_day, next_triggers, valid_cron
+from wloadctl.core.plan import Schedule
+
+
+def test_triggers_skip_weekends_and_holidays_in_the_plans_zone() -> None:
+    s = Schedule("30 18 * * *", holidays=("2026-12-25",))
+    got = next_triggers(s, dt.datetime(2026, 12, 24, 19, 0), 3, "Europe/Paris")
+    assert [t.isoformat() for t in got] == [
+        "2026-12-28T18:30:00+01:00", "2026-12-29T18:30:00+01:00", "2026-12-30T18:30:00+01:00"]
+
+
+def test_custom_business_days() -> None:
+    s = Schedule("0 6 * * *", business_days=(5,))  # Saturdays only
+    got = next_triggers(s, dt.datetime(2026, 11, 29, 0, 0), 2, "UTC")
+    assert all(t.weekday() == 5 for t in got) and len(got) == 2
+    assert not is_business_day(dt.date(2026, 11, 30), s)
+
+
+def test_a_calendar_without_business_days_ends_the_search() -> None:
+    assert next_triggers(Schedule("* * * * *", business_days=()), dt.datetime(2026, 1, 1), 1, "UTC",
+                         horizon_days=3) == []
+
+
+def test_cron_validation() -> None:
+    assert valid_cron("30 18 * * 1-5") and not valid_cron("61 25 * * *")

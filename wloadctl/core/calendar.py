@@ -1,0 +1,57 @@
+"""Business calendars and cron triggers: when the next runs of a plan start, and for which business date."""
+
+from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+
+from wloadctl.core.plan import Schedule
+
+WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+"""Weekday names as written in plans (index = Python's weekday())."""
+
+
+def is_business_day(day: dt.date, schedule: Schedule) -> bool:
+    """Whether `day` is a business day of the schedule's calendar."""
+    return day.weekday() in schedule.business_days and day.isoformat() not in schedule.holidays
+
+
+def valid_cron(expr: str) -> bool:
+    """Whether a cron expression parses."""
+    return bool(croniter.is_valid(expr))
+
+
+def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: str | None = None,
+                  horizon_days: int = 3660) -> list[dt.datetime]:
+    """The next `count` trigger times strictly after `after` that fall on business days.
+
+    Args:
+        schedule: cron expression and calendar.
+        after: start of the search (aware, or naive in `tz`).
+        count: how many times to return.
+        tz: the plan's time zone (None: the host's local zone).
+        horizon_days: stop searching this far ahead (a calendar with no business day at all).
+
+    Returns:
+        Aware datetimes in the plan's zone, in order.
+    """
+    zone = ZoneInfo(tz) if tz else dt.datetime.now().astimezone().tzinfo
+    start = after if after.tzinfo else after.replace(tzinfo=zone)
+    start = start.astimezone(zone)
+    it = croniter(schedule.cron, start)
+    out: list[dt.datetime] = []
+    limit = start + dt.timedelta(days=horizon_days)
+    while len(out) < count:
+        when = it.get_next(dt.datetime)
+        if when > limit:
+            break
+        if is_business_day(when.date(), schedule):
+            out.append(when)
+    return out
+
+
+def business_date_of(when: dt.datetime) -> str:
+    """The business date a run triggered at `when` is for (the trigger's calendar day)."""
+    return when.date().isoformat()
