@@ -1,0 +1,266 @@
+"""The console on real runs: real scheduler and executor processes, POSIX queues and shared memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from conftest import LiveRun, loaded, screen_text, wait_for
+
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.main import MainScreen
+from tui.screens.quit import QuitScreen
+from tui.widgets.job_table import JobTable
+from tui.widgets.node_panel import NodePanel
+from wloadctl.client import RunClient
+from wloadctl.core.states import JobState
+
+pytestmark = pytest.mark.ipc
+S = JobState
+
+
+def state_of(app, job: str) -> JobState:  # type: ignore[no-untyped-def]
+    """A job's state as the console shows it."""
+    m = app.model
+    return JobState(m.state[m.index[job]])
+
+
+def journal_states(run: LiveRun) -> dict[str, str]:
+    """Every job's state as the run's client reports it (the scheduler's board when live)."""
+    with RunClient(run.state_dir) as client:
+        return {j["job"]: j["state"] for j in client.status()["jobs"]}
+
+
+async def test_hold_release_and_rerun_with_downstream_by_keys(
+    live_run: LiveRun,
+) -> None:
+    # Given a live run whose first job waits for the test
+    sup = live_run.supervisor(live_run.plan("flow.yaml"))
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        await wait_for(
+            pilot, lambda: state_of(app, "gate") == S.RUNNING, what="gate RUNNING"
+        )
+        table = app.screen.query_one(JobTable)
+
+        # When the operator holds `load` and confirms
+        assert table.select_job("load")
+        await pilot.press("h")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen),
+            what="the confirmation",
+        )
+        assert "hold 1 job(s): load" in screen_text(app)
+        await pilot.press("y")
+
+        # Then both the screen and the scheduler have it HELD, also after its upstream finished
+        await wait_for(
+            pilot, lambda: state_of(app, "load") == S.HELD, what="load HELD on screen"
+        )
+        assert journal_states(live_run)["load"] == "HELD"
+        live_run.open_gate()
+        await wait_for(
+            pilot, lambda: state_of(app, "gate") == S.SUCCEEDED, what="gate SUCCEEDED"
+        )
+        await pilot.pause(0.3)
+        assert state_of(app, "load") == S.HELD
+        assert "HELD" in screen_text(app)
+
+        # When it is released, the rest of the run goes through and the run ends
+        await pilot.press("r")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen),
+            what="the confirmation",
+        )
+        await pilot.press("enter")  # release is harmless: enter confirms it
+        await wait_for(
+            pilot,
+            lambda: state_of(app, "report") == S.SUCCEEDED,
+            what="report SUCCEEDED",
+        )
+        await wait_for(
+            pilot,
+            lambda: app.status is not None and not app.status.live,
+            what="the run to end",
+        )
+
+        # When `load` is rerun with its downstream on the finished run
+        assert table.select_job("load")
+        await pilot.press("R")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen),
+            what="the confirmation",
+        )
+        await pilot.press("d")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.impact.downstream and app.screen.impact.affected == ["report"]
+        assert "downstream: 1 job(s) run again" in screen_text(app)
+        await pilot.press("y")
+
+        # Then the console resumes the run, and both run a second time
+        await wait_for(
+            pilot,
+            lambda: (
+                app.model.attempt[app.model.index["report"]] == 2
+                and state_of(app, "report") == S.SUCCEEDED
+            ),
+            timeout=30,
+            what="report's second run",
+        )
+        assert any("resume" in n.text for n in app.notes)
+        with RunClient(live_run.state_dir) as client:
+            assert client.history("load")["attempts"] == 2
+            acts = [(a["verb"], a["job"], a["applied"]) for a in client.actions()]
+        assert ("hold", "load", True) in acts
+        assert ("release", "load", True) in acts
+        assert ("rerun", "load", True) in acts
+        await wait_for(
+            pilot,
+            lambda: app.status is not None and not app.status.live,
+            what="the run to end again",
+        )
+        await pilot.press("q")  # the run is over: no question
+    assert app.return_value == "quit"
+
+
+async def test_a_killed_executor_is_replaced_and_the_node_panel_shows_it(
+    live_run: LiveRun,
+) -> None:
+    sup = live_run.supervisor(live_run.plan("slow.yaml"))
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await loaded(pilot)
+        await wait_for(
+            pilot,
+            lambda: app.status is not None and len(app.status.executors) == 2,
+            what="two executors on the board",
+        )
+        victim = app.status.executors[0]
+        os.kill(victim.pid, signal.SIGKILL)
+
+        await wait_for(
+            pilot,
+            lambda: app.screen.query_one(NodePanel).restarted().get(victim.index),
+            timeout=20,
+            what="the node panel to count a restart",
+        )
+        new = {e.index: e.pid for e in app.status.executors}
+        assert new[victim.index] != victim.pid
+        assert any(f"executor {victim.index} restarted" in n.text for n in app.notes)
+        await wait_for(
+            pilot,
+            lambda: f"executor {victim.index} restarted" in screen_text(app),
+            what="the restart on screen",
+        )
+
+        # Quitting a live run asks; stopping it leaves it resumable
+        await pilot.press("q")
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, QuitScreen), what="the quit question"
+        )
+        await pilot.press("s")
+        await wait_for(
+            pilot,
+            lambda: app.return_value is not None,
+            timeout=30,
+            what="the console to exit",
+        )
+    assert app.return_value == "stopped"
+    with RunClient(live_run.state_dir) as client:
+        assert client.run.status == "interrupted"
+        assert not client.is_live()
+
+
+async def test_detach_then_attach_again_and_a_crashed_scheduler_is_restarted(
+    live_run: LiveRun,
+) -> None:
+    # Given a console that started the run and detached from it
+    plan = live_run.plan("slow.yaml")
+    first = live_run.supervisor(plan)
+    first.attach_or_start()
+    pid = first.pid
+    app1 = live_run.app(first)
+    async with app1.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(
+            pilot, lambda: app1.status is not None and app1.status.live, what="live"
+        )
+        await pilot.press("q")
+        await wait_for(
+            pilot, lambda: isinstance(app1.screen, QuitScreen), what="the quit question"
+        )
+        await pilot.press("d")
+    assert app1.return_value == "detach"
+    with RunClient(live_run.state_dir) as client:
+        assert client.is_live()
+
+    # When a second console attaches with the state directory only
+    second = live_run.supervisor(None)
+    second.attach_or_start()
+    assert second.pid == pid and second.proc is None
+    app2 = live_run.app(second)
+    async with app2.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(
+            pilot,
+            lambda: app2.status is not None and app2.status.scheduler_pid == pid,
+            what="attached",
+        )
+
+        # and the scheduler is killed
+        os.kill(pid, signal.SIGKILL)
+        first.reap()
+
+        # Then the console starts another, which resumes the run from the journal, and says so
+        await wait_for(
+            pilot,
+            lambda: any("restarted as pid" in n.text for n in app2.notes),
+            what="the restart note",
+        )
+        await wait_for(
+            pilot,
+            lambda: (
+                app2.status is not None
+                and app2.status.live
+                and app2.status.scheduler_pid not in (None, pid)
+            ),
+            timeout=20,
+            what="a new live scheduler",
+        )
+        assert (
+            "restarted 1x" in screen_text(app2)
+            or app2.screen.query_one(NodePanel).status is not None
+        )
+        live_run.open_gate()
+        await wait_for(
+            pilot,
+            lambda: state_of(app2, "after_b") == S.SUCCEEDED,
+            timeout=20,
+            what="the run to finish",
+        )
+        await pilot.press("q")
+    assert app2.return_value in ("quit", None) or isinstance(app2.screen, MainScreen)
+
+
+async def test_a_readonly_console_offers_no_action(live_run: LiveRun) -> None:
+    sup = live_run.supervisor(live_run.plan("slow.yaml"))
+    sup.attach_or_start()
+    app = live_run.app(None, readonly=True)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("h", "x", "R")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, MainScreen)
+        assert "Hold" not in screen_text(app).splitlines()[-1]
+        await pilot.press("q")
+    assert app.return_value == "quit"
+    with RunClient(live_run.state_dir) as client:
+        assert client.actions() == []
+        assert client.is_live()  # a read-only console leaves the run alone

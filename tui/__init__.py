@@ -1,0 +1,94 @@
+"""The operations console: `run_console` starts or joins a run, then runs the app."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+__all__ = ["run_console"]
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    if args.state_dir:
+        return Path(args.state_dir)
+    if args.plan:
+        # Loading the plan here also reports every problem in it before anything starts.
+        from wloadctl.core.planfile import load_plan
+        from wloadctl.store import default_state_dir
+
+        return default_state_dir(load_plan(args.plan).name)
+    from wloadctl.cli import resolve_state_dir
+
+    return resolve_state_dir(None)
+
+
+def run_console(args: argparse.Namespace) -> int:
+    """`wloadctl console [PLAN] [--state-dir DIR] [--readonly]`.
+
+    Starts the run's scheduler in its own session when none is live (a closed terminal
+    does not stop it), or attaches to the live one; then runs the console until the
+    operator quits, detaching from the run or stopping it.
+
+    Args:
+        args: plan, state_dir, readonly, executors, slots.
+
+    Returns:
+        The exit status: 0.
+
+    Raises:
+        WloadError: a bad plan, no run to show, or a scheduler that would not start.
+    """
+    from tui.app import ConsoleApp
+    from tui.supervise import SchedulerSupervisor
+    from wloadctl.client import RunClient
+    from wloadctl.errors import UsageError
+
+    state_dir = _state_dir(args)
+    supervisor = None
+    if args.readonly:
+        RunClient(
+            state_dir
+        ).close()  # fails with a clear message when there is no run to show
+    else:
+        supervisor = SchedulerSupervisor(
+            state_dir, args.plan, args.executors, args.slots
+        )
+        print(
+            f"wloadctl: {state_dir}: looking for the run's scheduler...",
+            file=sys.stderr,
+        )
+        event = supervisor.attach_or_start()
+        print(f"wloadctl: {event.text}", file=sys.stderr)
+        if args.plan:
+            from wloadctl.core.planfile import load_plan
+
+            with RunClient(state_dir) as client:
+                wanted = load_plan(args.plan).name
+                if client.run.plan_name != wanted:
+                    raise UsageError(
+                        f"{state_dir} runs plan '{client.run.plan_name}', "
+                        f"not '{wanted}'",
+                        hint="give another --state-dir, or attach without a plan",
+                    )
+    result = ConsoleApp(state_dir, supervisor=supervisor, readonly=args.readonly).run()
+    where = f"--state-dir {state_dir}"
+    if result == "detach" and supervisor is not None:
+        print(
+            f"wloadctl: the run goes on (scheduler pid {supervisor.pid}); "
+            "attach again with "
+            f"`wloadctl console {where}`",
+            file=sys.stderr,
+        )
+    elif result == "stopped":
+        print(
+            f"wloadctl: run stopped; resume it with `wloadctl console {where}`",
+            file=sys.stderr,
+        )
+    elif result == "stop-timeout":
+        print(
+            "wloadctl: the scheduler is still stopping; "
+            f"check with `wloadctl status {where}`",
+            file=sys.stderr,
+        )
+    return 0

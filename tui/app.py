@@ -1,0 +1,235 @@
+"""The console app: app-wide bindings, the screens, the feed and the run's model."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.command import CommandPalette
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.scrollbar import ScrollBar, ScrollBarRender
+
+from tui.feed import POLL, Client, Feed
+from tui.messages import (
+    JobsChanged,
+    LiveStatus,
+    ModelLoaded,
+    Note,
+    NoteAdded,
+    RunInfo,
+    StatusChanged,
+)
+from tui.screens.main import MainScreen
+from tui.supervise import SchedulerSupervisor
+from tui.view_model import JobsModel
+from wloadctl.client import RunClient
+from wloadctl.core.dag import Dag
+
+
+class AsciiScrollBarRender(ScrollBarRender):
+    """Scrollbars of spaces only: SSH terminals may lack the eighth-block glyphs."""
+
+    VERTICAL_BARS = [" "] * 8
+    HORIZONTAL_BARS = [" "] * 8
+
+
+class AsciiCommandPalette(CommandPalette):
+    """Textual's command palette without its emoji search icon."""
+
+    def on_mount(self) -> None:
+        """Replace the icon by an ASCII prompt."""
+        for icon in self.query("SearchIcon"):
+            icon.icon = ">"  # type: ignore[attr-defined]
+
+
+class ConsoleApp(App[str]):
+    """The operations console of one run."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "wloadctl console"
+    MODES: ClassVar[dict[str, Any]] = {
+        "main": MainScreen
+    }  # a mode (not the default screen) loads its screen's own .tcss
+    DEFAULT_MODE = "main"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit_console", "Quit"),
+        Binding("question_mark", "help", "Help", key_display="?", show=False),
+        Binding("ctrl+c", "quit_console", "Quit", show=False, priority=True),
+    ]
+
+    jobs_version: reactive[int] = reactive(0, init=False)
+    """Bumped when jobs changed (screens watch it)."""
+    status_version: reactive[int] = reactive(0, init=False)
+    """Bumped at each reading of the scheduler and executors."""
+    notes_version: reactive[int] = reactive(0, init=False)
+    """Bumped when a note was added."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        supervisor: SchedulerSupervisor | None = None,
+        readonly: bool = False,
+        open_client: Callable[[], Client] | None = None,
+        clock: Callable[[], float] = time.time,
+        poll: float = POLL,
+    ) -> None:
+        super().__init__()
+        self.state_dir = state_dir
+        """The run's state directory."""
+        self.supervisor = supervisor
+        """Keeps the scheduler running; None in a read-only console."""
+        self.readonly = readonly
+        """No operator action is allowed."""
+        self.open_client: Callable[[], Client] = open_client or (
+            lambda: RunClient(state_dir)
+        )
+        """Opens a client of the run (the feed and the actions each get their own)."""
+        self.clock = clock
+        """The time (frozen in snapshot tests)."""
+        self.info: RunInfo | None = None
+        """The run's identity, once loaded."""
+        self.model: JobsModel | None = None
+        """Every job's state, once loaded; changed only on this thread."""
+        self.dag: Dag | None = None
+        """The plan's graph, once loaded."""
+        self.status: LiveStatus | None = None
+        """The latest reading of the live side."""
+        self.notes: list[Note] = []
+        """Events for the operator, oldest first."""
+        self.feed = Feed(self.open_client, self._post, supervisor, clock, poll)
+        """The live feed."""
+        self.client_lock = threading.Lock()
+        """Serialises the actions' client (one journal connection)."""
+        self._action_client: Client | None = None
+        self.loaded = threading.Event()
+        """Set once the model is loaded and a first status came (tests wait on it)."""
+
+    def _post(self, message: Any) -> None:
+        try:
+            self.post_message(message)
+        except RuntimeError:
+            pass  # the event loop closed under the feed: the console is exiting
+
+    def on_mount(self) -> None:
+        """Start the feed; ASCII scrollbars everywhere."""
+        ScrollBar.renderer = AsciiScrollBarRender
+        self._follow()
+
+    @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
+    def _follow(self) -> None:
+        self.feed.run()
+
+    def on_unmount(self) -> None:
+        """Stop the feed thread: the event loop waits for it before it closes."""
+        self.feed.stop()
+
+    def exit(
+        self, result: str | None = None, return_code: int = 0, message: Any = None
+    ) -> None:
+        """Stop the feed, release the actions' client, and exit."""
+        self.feed.stop()
+        with self.client_lock:
+            if self._action_client is not None:
+                self._action_client.close()
+                self._action_client = None
+        super().exit(result, return_code, message)
+
+    def action_client(self) -> Client:
+        """The client of operator actions (use with `client_lock` held, in a worker)."""
+        if self._action_client is None:
+            self._action_client = self.open_client()
+        return self._action_client
+
+    # -- feed messages -------------------------------------------------------------
+
+    def on_model_loaded(self, message: ModelLoaded) -> None:
+        """Take the model the feed built."""
+        self.info, self.model, self.dag = message.info, message.model, message.dag
+        self.model.apply(self.feed.take())
+        self.jobs_version += 1
+        self._maybe_loaded()
+
+    def on_jobs_changed(self, _message: JobsChanged) -> None:
+        """Apply the transitions waiting in the feed."""
+        if self.model is None:
+            return
+        if self.model.apply(self.feed.take()):
+            self.jobs_version += 1
+
+    def on_status_changed(self, message: StatusChanged) -> None:
+        """Keep the latest reading."""
+        self.status = message.status
+        self.status_version += 1
+        self._maybe_loaded()
+
+    def on_note_added(self, message: NoteAdded) -> None:
+        """Show a note and keep it for the node panel."""
+        self.add_note(message.note)
+
+    def add_note(self, note: Note) -> None:
+        """Keep a note and pop it up."""
+        self.notes.append(note)
+        del self.notes[:-50]
+        self.notes_version += 1
+        self.notify(note.text, severity=note.level, markup=False)  # type: ignore[arg-type]
+
+    def _maybe_loaded(self) -> None:
+        if self.model is not None and self.status is not None:
+            self.loaded.set()
+
+    # -- app-wide actions ----------------------------------------------------------
+
+    def action_help(self) -> None:
+        """Show the keys and the state legend."""
+        from tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_quit_console(self) -> None:
+        """Quit; when the run is live, ask whether to leave it going or stop it."""
+        from tui.screens.quit import QuitScreen, StoppingScreen
+
+        live = self.status is not None and self.status.live
+        if self.readonly or self.supervisor is None or not live:
+            self.exit("quit")
+            return
+        if isinstance(self.screen, QuitScreen | StoppingScreen):
+            return
+
+        def chosen(choice: str | None) -> None:
+            if choice == "detach":
+                self.exit("detach")
+            elif choice == "stop":
+                self.push_screen(StoppingScreen())
+
+        self.push_screen(
+            QuitScreen(self.status.scheduler_pid if self.status else None), chosen
+        )
+
+    def action_command_palette(self) -> None:
+        """Open the command palette (ctrl+p)."""
+        if self.use_command_palette and not CommandPalette.is_open(self):  # type: ignore[arg-type]
+            self.push_screen(
+                AsciiCommandPalette(
+                    id="--command-palette", placeholder="Search for commands..."
+                )
+            )
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """The palette: the screen's own commands, then help and quit."""
+        own = getattr(screen, "palette_commands", None)
+        if callable(own):
+            yield from own()
+        yield SystemCommand("Help", "Keys and state legend", self.action_help)
+        yield SystemCommand(
+            "Quit", "Quit the console (asks about a live run)", self.action_quit_console
+        )

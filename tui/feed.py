@@ -1,0 +1,288 @@
+"""The live feed: a thread following board and journal, posting coalescing messages."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from textual.message import Message
+
+from tui.messages import (
+    ExecutorView,
+    JobsChanged,
+    LiveStatus,
+    ModelLoaded,
+    Note,
+    NoteAdded,
+    RunInfo,
+    StatusChanged,
+)
+from tui.sla import deadline_at
+from tui.supervise import SchedulerSupervisor
+from tui.view_model import JobsModel
+from wloadctl.core.dag import Dag
+
+POLL = 0.25
+"""Seconds between looks at the board header while the run is live."""
+IDLE_POLL = 2.0
+"""Seconds between journal reads while no scheduler is live (offline verbs)."""
+STATUS_EVERY = 1.0
+"""Seconds between readings of the executors' heartbeats."""
+BATCH = 50_000
+"""Transitions read from the journal at once."""
+
+
+class Client(Protocol):
+    """What the feed needs of wloadctl.client.RunClient (tests pass a canned twin)."""
+
+    run: Any
+
+    def board_header(self) -> Any: ...
+    def ids(self) -> list[str]: ...
+    def plan(self) -> Any: ...
+    def plan_dag(self) -> Dag: ...
+    def job_rows(self) -> list[tuple]: ...
+    def changes_since(self, seq: int, limit: int = ...) -> list[tuple]: ...
+    def executors(self) -> list[dict[str, Any]]: ...
+    def close(self) -> None: ...
+
+
+def last_seq(client: Client) -> int:
+    """The journal's latest transition number, found with a few indexed one-row reads.
+
+    Replaying a whole night's transitions to learn it would cost seconds on a large run;
+    doubling then bisecting on `changes_since(s, limit=1)` costs about 40 tiny queries.
+    """
+    if not client.changes_since(0, limit=1):
+        return 0
+    lo, hi = 0, 1
+    while client.changes_since(hi, limit=1):
+        lo, hi = hi, hi * 2
+    # Invariant: something lies after lo, nothing after hi.
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if client.changes_since(mid, limit=1):
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def load_model(client: Client) -> tuple[RunInfo, JobsModel, Dag]:
+    """Read a run once: plan, graph, deadlines, critical path and every job's row."""
+    run = client.run
+    plan = client.plan()
+    dag = client.plan_dag()
+    ids = list(client.ids())
+    specs = plan.jobs
+    tier = bytearray(int(specs[j].sla) if j in specs else 2 for j in ids)
+    model = JobsModel(ids, tier)
+    for i, j in enumerate(ids):
+        spec = specs.get(j)
+        if spec is not None and spec.deadline:
+            at = deadline_at(
+                spec.deadline, run.business_date, run.started, plan.timezone
+            )
+            if at is not None:
+                model.deadline[i] = at
+                model.deadline_text[i] = spec.deadline
+    seq = last_seq(client)
+    # Rows read after `seq` already include some of the transitions past it; replaying
+    # those again leaves each job where its latest transition put it.
+    model.load_rows(client.job_rows())
+    model.seq = seq
+    durations = {
+        ids[i]: (model.ended[i] or 0.0) - (model.started[i] or 0.0)
+        for i in range(len(ids))
+        if model.ended[i] is not None and model.started[i] is not None
+    }
+    # A validated plan has no cycle, so this cannot raise CycleError.
+    path = dag.critical_path(durations or None)
+    model.critical = frozenset(model.index[j] for j in path if j in model.index)
+    info = RunInfo(
+        run.run_id,
+        run.plan_name,
+        run.business_date,
+        run.started,
+        str(getattr(client, "state_dir", "")),
+    )
+    return info, model, dag
+
+
+class Feed:
+    """Follows a run from a thread: ModelLoaded once, then JobsChanged, StatusChanged.
+
+    Transitions wait in `pending` until the UI thread takes them, so a JobsChanged that
+    Textual drops in favour of a newer one loses nothing.
+    """
+
+    def __init__(
+        self,
+        open_client: Callable[[], Client],
+        post: Callable[[Message], Any],
+        supervisor: SchedulerSupervisor | None = None,
+        clock: Callable[[], float] = time.time,
+        poll: float = POLL,
+    ) -> None:
+        self.open_client = open_client
+        """Opens the feed's own client (its own journal connection)."""
+        self.post = post
+        """Posts a message to the app (thread-safe)."""
+        self.supervisor = supervisor
+        """Restarts the scheduler when it dies; None when the console only watches."""
+        self.clock = clock
+        self.poll = poll
+        """Seconds between board looks while live."""
+        self.stop_event = threading.Event()
+        """Set to end the loop."""
+        self.pending: list[tuple] = []
+        """Transitions fetched and not yet taken by the UI thread."""
+        self.lock = threading.Lock()
+        self.pids: dict[int, int] = {}
+        """Last pid seen in each executor slot."""
+        self.restarts: dict[int, int] = {}
+        """Replacements seen per executor slot."""
+        self.wake = threading.Event()
+        """Set to look at the run now (after an operator action)."""
+
+    def take(self) -> list[tuple]:
+        """Hand the pending transitions to the UI thread."""
+        with self.lock:
+            out, self.pending = self.pending, []
+        return out
+
+    def stop(self) -> None:
+        """End the loop at its next look."""
+        self.stop_event.set()
+        self.wake.set()
+
+    def run(self) -> None:
+        """The thread's body: load, then follow until stopped."""
+        client = None
+        while client is None and not self.stop_event.is_set():
+            try:
+                client = self.open_client()
+                info, model, dag = load_model(client)
+            except Exception as e:
+                if client is not None:
+                    client.close()
+                    client = None
+                self.post(
+                    StatusChanged(
+                        LiveStatus(
+                            False, None, 0, None, error=f"cannot read the run: {e}"
+                        )
+                    )
+                )
+                self.stop_event.wait(1.0)
+        if client is None:
+            return
+        seq = model.seq
+        self.post(ModelLoaded(info, model, dag))
+        try:
+            self._follow(client, seq)
+        finally:
+            client.close()
+
+    def _follow(self, client: Client, seq: int) -> None:
+        last_beat: float | None = -1.0
+        last_read = 0.0
+        last_status = 0.0
+        error = ""
+        while not self.stop_event.is_set():
+            now = self.clock()
+            try:
+                header = client.board_header()
+                beat = header.beat if header is not None else None
+                if (
+                    beat != last_beat
+                    or now - last_read >= IDLE_POLL
+                    or self.wake.is_set()
+                ):
+                    self.wake.clear()
+                    last_read = now
+                    last_beat = beat
+                    seq = self._read_changes(client, seq)
+                if self.supervisor is not None:
+                    for ev in self.supervisor.check():
+                        self.post(
+                            NoteAdded(Note(ev.text, ev.level, now, ("scheduler",)))
+                        )
+                if now - last_status >= STATUS_EVERY or (header is None) != (
+                    last_beat is None
+                ):
+                    last_status = now
+                    self.post(StatusChanged(self._status(client, header, now, error)))
+                error = ""
+            except Exception as e:
+                error = f"{type(e).__name__}: {e}"
+                self.post(StatusChanged(LiveStatus(False, None, 0, None, error=error)))
+                self.stop_event.wait(1.0)
+            self.wake.wait(
+                self.poll if last_beat is not None else min(IDLE_POLL, self.poll * 4)
+            )
+
+    def _read_changes(self, client: Client, seq: int) -> int:
+        while True:
+            rows = client.changes_since(seq, limit=BATCH)
+            if not rows:
+                return seq
+            seq = rows[-1][0]
+            with self.lock:
+                self.pending.extend(rows)
+            self.post(JobsChanged())
+            if len(rows) < BATCH:
+                return seq
+
+    def _status(
+        self, client: Client, header: Any, now: float, error: str
+    ) -> LiveStatus:
+        views = []
+        for e in client.executors() if header is not None else []:
+            k, pid = int(e["executor"]), int(e["pid"])
+            old = self.pids.get(k)
+            if old is not None and old != pid:
+                self.restarts[k] = self.restarts.get(k, 0) + 1
+                self.post(
+                    NoteAdded(
+                        Note(
+                            f"executor {k} restarted: pid {old} -> {pid}",
+                            "warning",
+                            now,
+                            ("executor",),
+                        )
+                    )
+                )
+            self.pids[k] = pid
+            views.append(
+                ExecutorView(
+                    k,
+                    pid,
+                    str(e["health"]),
+                    float(e["beat_age"]),
+                    int(e["running"]),
+                    int(e["slots"]),
+                    float(e["load1"]),
+                    int(e["rss_kb"]),
+                    int(e["jobs_done"]),
+                    self.restarts.get(k, 0),
+                )
+            )
+        sup = (
+            self.supervisor.describe()
+            if self.supervisor is not None
+            else "watching only (read-only)"
+        )
+        if header is None:
+            return LiveStatus(False, None, 0, None, (), sup, error)
+        return LiveStatus(
+            True,
+            header.scheduler_pid,
+            header.epoch,
+            max(0.0, now - header.beat),
+            tuple(views),
+            sup,
+            error,
+        )

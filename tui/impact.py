@@ -1,0 +1,200 @@
+"""Textual-free impact of a verb: jobs touched, downstream, critical, deadlines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tui.view_model import JobsModel, fmt_clock
+from wloadctl.core.dag import Dag
+from wloadctl.core.states import TERMINAL, JobState, SlaTier
+from wloadctl.core.verbs import VERB_FROM, applicable_verbs
+
+S = JobState
+VERB_KEYS: dict[str, str] = {
+    "hold": "h",
+    "release": "r",
+    "retry": "t",
+    "rerun": "R",
+    "kill": "x",
+    "set-ok": "o",
+    "skip": "s",
+}
+"""One key per verb (shown in the footer and the help screen)."""
+
+DESTRUCTIVE: frozenset[str] = frozenset({"kill", "set-ok", "skip", "rerun"})
+"""Verbs whose confirmation defaults to No: they throw work away or declare it done."""
+
+EFFECT: dict[str, str] = {
+    "hold": "will not start until released; their downstream waits",
+    "release": "may start as soon as their dependencies allow",
+    "retry": "run again; jobs blocked by their failure are reopened",
+    "rerun": "run again",
+    "kill": "are killed now; without a retry they fail and block their downstream",
+    "set-ok": "are declared SUCCEEDED without running; their downstream starts",
+    "skip": "are SKIPPED; their downstream treats them as done",
+}
+"""What a verb does to the jobs it applies to, in words."""
+
+
+@dataclass(frozen=True)
+class DeadlineMove:
+    """A deadline an action puts at stake."""
+
+    job: str
+    """The job that has the deadline."""
+    text: str
+    """The deadline as written in the plan."""
+    at: float
+    """Its absolute time."""
+    direct: bool
+    """True when the job itself is acted on, False when it is downstream."""
+
+
+@dataclass
+class Impact:
+    """What a verb on some jobs would do, as the confirmation dialog shows it."""
+
+    verb: str
+    """The verb."""
+    downstream: bool
+    """Rerun with everything downstream."""
+    applies: list[str] = field(default_factory=list)
+    """Jobs the verb applies to."""
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    """(job, why) for jobs it does not apply to."""
+    affected: list[str] = field(default_factory=list)
+    """Downstream jobs that change too (reopened, blocked, released)."""
+    critical_tier: int = 0
+    """Jobs of the critical SLA tier among those touched or affected."""
+    critical_path: int = 0
+    """Jobs on the run's critical path among those touched or affected."""
+    deadlines: list[DeadlineMove] = field(default_factory=list)
+    """Deadlines at stake, soonest first."""
+
+    @property
+    def destructive(self) -> bool:
+        """Whether the dialog defaults to No."""
+        return self.verb in DESTRUCTIVE
+
+    @property
+    def total(self) -> int:
+        """Jobs touched in all."""
+        return len(self.applies) + len(self.affected)
+
+    def lines(self, limit: int = 6) -> list[str]:
+        """The impact in plain sentences (the dialog's body)."""
+        out: list[str] = []
+        if self.applies:
+            names = ", ".join(self.applies[:limit]) + (
+                f" and {len(self.applies) - limit} more"
+                if len(self.applies) > limit
+                else ""
+            )
+            out.append(f"{self.verb} {len(self.applies)} job(s): {names}")
+            out.append(f"they {EFFECT[self.verb]}")
+        else:
+            out.append(f"{self.verb} applies to none of the selected jobs")
+        if self.affected:
+            what = {
+                "hold": "will wait behind them",
+                "kill": "would be blocked if they fail",
+                "rerun": "run again"
+                if self.downstream
+                else "are reopened (blocked by them)",
+                "retry": "are reopened (blocked by them)",
+                "release": "may then run",
+                "set-ok": "may then run",
+                "skip": "may then run",
+            }[self.verb]
+            out.append(f"downstream: {len(self.affected)} job(s) {what}")
+        elif self.verb == "rerun" and not self.downstream:
+            out.append(
+                "downstream: finished jobs below keep their results (d reruns them too)"
+            )
+        out.append(
+            f"critical: {self.critical_tier} in the critical tier, "
+            f"{self.critical_path} on the "
+            "critical path"
+        )
+        if self.deadlines:
+            shown = [
+                f"{d.job} {d.text} ({fmt_clock(d.at)})" for d in self.deadlines[:limit]
+            ]
+            more = (
+                f" and {len(self.deadlines) - limit} more"
+                if len(self.deadlines) > limit
+                else ""
+            )
+            out.append("deadlines at stake: " + ", ".join(shown) + more)
+        else:
+            out.append("deadlines at stake: none")
+        for _job, why in self.refused[:limit]:
+            out.append(f"not applied: {why}")
+        if len(self.refused) > limit:
+            out.append(f"not applied: {len(self.refused) - limit} more job(s)")
+        return out
+
+
+def impact(
+    verb: str, jobs: list[str], model: JobsModel, dag: Dag, downstream: bool = False
+) -> Impact:
+    """Work out what `verb` would do, from the console's copy of the states.
+
+    It mirrors the engine's rules (which states a verb applies to, what it reopens)
+    closely enough to warn; the scheduler still decides, and its answer is shown after.
+
+    Args:
+        verb: one of VERB_KEYS.
+        jobs: the selected job ids.
+        model: the jobs' states.
+        dag: the plan's graph.
+        downstream: for rerun, whether finished downstream jobs run again too.
+
+    Returns:
+        The impact.
+    """
+    imp = Impact(verb, downstream and verb == "rerun")
+    allowed = VERB_FROM[verb]
+    for job in jobs:
+        i = model.index.get(job)
+        if i is None:
+            imp.refused.append((job, f"unknown job '{job}'"))
+            continue
+        st = JobState(model.state[i])
+        if st in allowed:
+            imp.applies.append(job)
+        else:
+            others = applicable_verbs(st)
+            would = f"; {', '.join(others)} would apply" if others else ""
+            imp.refused.append(
+                (job, f"'{job}' is {st.name}: {verb} does not apply{would}")
+            )
+    chosen = set(imp.applies)
+    below: set[str] = set()
+    for job in imp.applies:
+        below |= dag.descendants(job)
+    below -= chosen
+    st_of = model.state
+    idx = model.index
+    if verb in ("retry", "rerun"):
+        keep = TERMINAL if imp.downstream else frozenset({S.UPSTREAM_FAILED})
+        affected = {j for j in below if st_of[idx[j]] in keep}
+    elif verb in ("hold", "kill"):
+        affected = {j for j in below if st_of[idx[j]] not in TERMINAL}
+    else:
+        affected = {j for j in below if st_of[idx[j]] in (S.WAITING, S.UPSTREAM_FAILED)}
+    imp.affected = sorted(affected, key=idx.__getitem__)
+    touched = [*imp.applies, *imp.affected]
+    crit_value = int(SlaTier.CRITICAL)
+    imp.critical_tier = sum(1 for j in touched if model.tier[idx[j]] == crit_value)
+    imp.critical_path = sum(1 for j in touched if idx[j] in model.critical)
+    moves = []
+    for j in touched:
+        k = idx[j]
+        at = model.deadline.get(k)
+        if at is not None:
+            moves.append(
+                DeadlineMove(j, model.deadline_text.get(k, ""), at, j in chosen)
+            )
+    imp.deadlines = sorted(moves, key=lambda d: d.at)
+    return imp

@@ -1,0 +1,1 @@
+"""The console's screens: the main view, a job's detail, and the dialogs."""

@@ -1,0 +1,133 @@
+"""The confirmation of a verb: shows its impact, returns the request to send or None."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from tui.impact import Impact
+
+
+@dataclass(frozen=True)
+class ActionRequest:
+    """What the operator confirmed."""
+
+    verb: str
+    """The verb."""
+    jobs: tuple[str, ...]
+    """The jobs it applies to."""
+    downstream: bool = False
+    """Rerun the downstream too."""
+    reason: str = ""
+    """Why, for the audit trail."""
+
+
+class ConfirmScreen(ModalScreen[ActionRequest | None]):
+    """Impact, a reason field, y / n; destructive verbs never confirm on bare Enter."""
+
+    CSS_PATH = "dialogs.tcss"
+    AUTO_FOCUS = ""  # keys y/n/d act at once; tab reaches the reason field
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "confirm", "Yes"),
+        Binding("n,escape", "cancel", "No"),
+        Binding("enter", "enter", "Confirm", show=False),
+        Binding("d", "toggle_downstream", "Downstream"),
+    ]
+
+    def __init__(
+        self, impact: Impact, recompute: Callable[[bool], Impact] | None = None
+    ) -> None:
+        super().__init__()
+        self.impact = impact
+        """The impact shown (recomputed when the downstream choice changes)."""
+        self.recompute = recompute
+        """Computes the impact again for a new downstream choice."""
+
+    def compose(self) -> ComposeResult:
+        """The dialog."""
+        with Vertical(id="dialog") as box:
+            box.border_title = f"{self.impact.verb} - confirm"
+            yield Static(id="impact", markup=False)
+            yield Input(
+                placeholder="reason, for the audit trail (optional)", id="reason"
+            )
+            yield Static(id="keys")
+
+    def on_mount(self) -> None:
+        """Fill the dialog."""
+        self._show()
+
+    def _show(self) -> None:
+        imp = self.impact
+        body = imp.lines()
+        if imp.verb == "rerun":
+            body.append(
+                f"[{'x' if imp.downstream else ' '}] "
+                "with everything downstream (d switches)"
+            )
+        self.query_one("#impact", Static).update("\n".join(body))
+        box = self.query_one("#dialog")
+        box.set_class(imp.destructive, "-destructive")
+        keys = []
+        if imp.applies:
+            keys.append(f"y: {imp.verb} {len(imp.applies)} job(s)")
+        keys.append("n/esc: cancel")
+        if imp.verb == "rerun":
+            keys.append("d: downstream")
+        keys.append("tab: reason")
+        if imp.destructive:
+            keys.append("(enter does not confirm)")
+        self.query_one("#keys", Static).update("  ".join(keys))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The downstream switch exists for rerun only."""
+        if action == "toggle_downstream":
+            return self.impact.verb == "rerun"
+        return True
+
+    def action_toggle_downstream(self) -> None:
+        """Rerun with or without the downstream jobs; the impact is worked out again."""
+        if self.recompute is not None and self.impact.verb == "rerun":
+            self.impact = self.recompute(not self.impact.downstream)
+            self._show()
+
+    def action_confirm(self) -> None:
+        """Send it (when it applies to some job)."""
+        if not self.impact.applies:
+            self.dismiss(None)
+            return
+        reason = self.query_one("#reason", Input).value.strip()
+        self.dismiss(
+            ActionRequest(
+                self.impact.verb,
+                tuple(self.impact.applies),
+                self.impact.downstream,
+                reason,
+            )
+        )
+
+    def action_enter(self) -> None:
+        """Enter confirms harmless verbs only."""
+        if self.impact.destructive:
+            self.notify(
+                f"{self.impact.verb} is destructive: press y to confirm",
+                severity="warning",
+            )
+        else:
+            self.action_confirm()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter after typing a reason is a deliberate confirmation."""
+        event.stop()
+        self.action_confirm()
+
+    def action_cancel(self) -> None:
+        """Do nothing."""
+        self.dismiss(None)

@@ -1,0 +1,296 @@
+"""One job: what it is, why it is in its state, its attempts, its log followed live."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import Footer, Log, Static
+
+from tui.screens.operator import OperatorScreen
+from tui.view_model import SHORT, fmt_clock, fmt_duration
+from tui.widgets.tones import state_style, tone_classes
+from wloadctl.core.states import JobState, SlaTier
+from wloadctl.errors import WloadError
+
+TAIL_BYTES = 64 * 1024
+"""How much of a log is read when it is first shown."""
+LOG_LINES = 2000
+"""Lines the log view keeps."""
+
+
+class JobDetailScreen(OperatorScreen):
+    """The detail of one job; the verbs act on it."""
+
+    CSS_PATH = "job_detail.tcss"
+    COMPONENT_CLASSES = tone_classes()
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("f", "follow", "Follow log"),
+        Binding("left_square_bracket", "attempt(-1)", "Prev attempt", key_display="["),
+        Binding("right_square_bracket", "attempt(1)", "Next attempt", key_display="]"),
+        Binding("w", "refresh_why", "Refresh why", show=False),
+        *OperatorScreen.VERB_BINDINGS,
+    ]
+
+    def __init__(self, job: str) -> None:
+        super().__init__()
+        self.job = job
+        """The job shown."""
+        self.attempt: int | None = None
+        """The attempt whose log is shown (None: the latest)."""
+        self.follow = True
+        """Keep reading the log as it grows."""
+        self.why: dict[str, Any] | None = None
+        """The last `why` answer."""
+        self.history: dict[str, Any] | None = None
+        """The last history answer."""
+        self._seen = -1
+        self._log_path: Path | None = None
+        self._log_pos = 0
+        self._log_note = ""
+
+    def compose(self) -> ComposeResult:
+        """Facts above, log below."""
+        yield Static(id="title")
+        with VerticalScroll(id="facts-box") as box:
+            box.border_title = "job"
+            yield Static(id="facts")
+        log = Log(max_lines=LOG_LINES, id="log", auto_scroll=True)
+        log.border_title = "log"
+        yield log
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        """Load what the journal knows and follow the job."""
+        self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
+        self.set_interval(0.5, self._poll_log)
+        self._jobs_changed()
+        self.query_one("#facts-box").focus()
+
+    def selected_jobs(self) -> list[str]:
+        """This job."""
+        return [self.job]
+
+    def action_back(self) -> None:
+        """Back to the table."""
+        self.dismiss()
+
+    # -- facts -----------------------------------------------------------------------
+
+    def _jobs_changed(self, _version: int = 0) -> None:
+        model = self.console.model
+        if model is None or self.job not in model.index:
+            return
+        i = model.index[self.job]
+        changed = model.touched_at.get(i, 0)
+        if changed != self._seen:
+            self._seen = changed
+            self.fetch()
+            if self.attempt is None:
+                self._log_path = None  # a new attempt has a new log file
+        self._show()
+
+    @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
+    def fetch(self) -> None:
+        """Ask `why` and the history (the live scheduler answers, else the journal)."""
+        app = self.console
+        why: dict[str, Any] | None
+        hist: dict[str, Any] | None
+        try:
+            with app.client_lock:
+                client = app.action_client()
+                hist = client.history(self.job)
+                why = client.why(self.job)
+        except WloadError as e:
+            why, hist = (
+                {"reasons": [f"cannot ask: {e.one_line()}"], "verbs": []},
+                self.history,
+            )
+        app.call_from_thread(self._fetched, why, hist)
+
+    def _fetched(self, why: dict[str, Any] | None, hist: dict[str, Any] | None) -> None:
+        self.why, self.history = why, hist
+        self._show()
+
+    def action_refresh_why(self) -> None:
+        """Ask again now."""
+        self.fetch()
+
+    def _show(self) -> None:
+        app = self.console
+        model, dag = app.model, app.dag
+        if model is None or dag is None:
+            return
+        i = model.index[self.job]
+        st = JobState(model.state[i])
+        now = app.clock()
+        title = Text(no_wrap=True, overflow="crop")
+        title.append(f" {self.job}  ", "bold")
+        title.append(st.name, state_style(self, st))
+        title.append(
+            f"  tier {SlaTier(model.tier[i]).label}  attempt {model.attempt[i]}"
+        )
+        if model.executor[i] >= 0 and model.attempt[i]:
+            title.append(f"  executor {model.executor[i]}")
+        if model.exit_code[i] is not None:
+            title.append(f"  exit {model.exit_code[i]}")
+        self.query_one("#title", Static).update(title)
+        lines: list[str] = []
+        took = fmt_duration(model.duration(i, now))
+        lines.append(
+            f"started {fmt_clock(model.started[i]) or '-'}  "
+            f"ended {fmt_clock(model.ended[i]) or '-'}"
+            f"  took {took or '-'}"
+            + ("  (critical path)" if i in model.critical else "")
+        )
+        if i in model.deadline:
+            left = model.deadline[i] - now
+            lines.append(
+                f"deadline {model.deadline_text[i]} at {fmt_clock(model.deadline[i])} "
+                + (
+                    f"(in {fmt_duration(left)})"
+                    if left >= 0
+                    else f"(passed {fmt_duration(-left)} ago)"
+                )
+            )
+        ups = dag.upstream_of(self.job)
+        downs = dag.downstream_of(self.job)
+        lines.append(f"depends on ({len(ups)}): " + _states(ups, model))
+        lines.append(f"dependents ({len(downs)}): " + _states(downs, model))
+        lines.append("")
+        lines.append("why:")
+        why = self.why
+        if why is None:
+            lines.append("  asking...")
+        else:
+            lines.extend(
+                f"  {r}" for r in why.get("reasons", []) or ["(no reason given)"]
+            )
+            verbs = why.get("verbs", [])
+            lines.append(f"  verbs that apply: {', '.join(verbs) if verbs else 'none'}")
+        hist = self.history
+        if hist:
+            lines.append("")
+            lines.append("transitions (attempt, time, from -> to, reason):")
+            for t in hist.get("transitions", [])[-12:]:
+                extra = f"  {t['reason']}" if t.get("reason") else ""
+                code = (
+                    f" exit {t['exit_code']}" if t.get("exit_code") is not None else ""
+                )
+                lines.append(
+                    f"  #{t['attempt']} {fmt_clock(t['ts'])} "
+                    f"{t['from']} -> {t['to']}{code}{extra}"
+                )
+            acts = hist.get("actions", [])
+            if acts:
+                lines.append("operator actions:")
+                for a in acts[-8:]:
+                    ok = "applied" if a["applied"] else "refused"
+                    why_txt = f" ({a['reason']})" if a.get("reason") else ""
+                    lines.append(
+                        f"  {fmt_clock(a['ts'])} {a['user']} {a['verb']}{why_txt}: "
+                        f"{ok}, {a['outcome']}"
+                    )
+        self.query_one("#facts", Static).update(
+            Text("\n".join(lines), no_wrap=True, overflow="crop")
+        )
+        shown = self.attempt or model.attempt[i]
+        log = self.query_one("#log", Log)
+        log.border_title = (
+            f"log attempt {shown} of {model.attempt[i]}"
+            if shown
+            else "log (not run yet)"
+        )
+        log.border_subtitle = ("following" if self.follow else "paused (f)") + (
+            f"  {self._log_note}" if self._log_note else ""
+        )
+
+    # -- log -------------------------------------------------------------------------
+
+    def action_follow(self) -> None:
+        """Pause or resume following the log."""
+        self.follow = not self.follow
+        self.query_one("#log", Log).auto_scroll = self.follow
+        self._show()
+
+    def action_attempt(self, step: int) -> None:
+        """Show the log of an earlier or later attempt."""
+        model = self.console.model
+        if model is None:
+            return
+        latest = model.attempt[model.index[self.job]]
+        if latest <= 0:
+            return
+        cur = self.attempt or latest
+        new = max(1, min(latest, cur + step))
+        self.attempt = None if new == latest else new
+        self._log_path = None
+        self._show()
+
+    @work(thread=True, exclusive=True, group="log-path", exit_on_error=False)
+    def _find_log(self, attempt: int | None) -> None:
+        app = self.console
+        try:
+            with app.client_lock:
+                path: Path | None = app.action_client().log_file(self.job, attempt)
+            note = ""
+        except WloadError as e:
+            path, note = None, e.one_line()
+        app.call_from_thread(self._log_found, path, note)
+
+    def _log_found(self, path: Path | None, note: str) -> None:
+        log = self.query_one("#log", Log)
+        log.clear()
+        self._log_path, self._log_pos, self._log_note = path, 0, note
+        if path is None:
+            log.write_line(note or "no log")
+        self._poll_log()
+        self._show()
+
+    def _poll_log(self) -> None:
+        """Read what the log gained since the last look (a stat when nothing did)."""
+        if self._log_path is None:
+            model = self.console.model
+            if (
+                model is not None
+                and model.attempt[model.index[self.job]] > 0
+                and not self._log_note
+            ):
+                self._log_note = "..."
+                self._find_log(self.attempt)
+            return
+        if not self.follow and self._log_pos:
+            return
+        try:
+            size = os.stat(self._log_path).st_size
+        except OSError:
+            return
+        if size < self._log_pos:
+            self._log_pos = 0
+            self.query_one("#log", Log).clear()
+        if size == self._log_pos:
+            return
+        with open(self._log_path, "rb") as f:
+            start = self._log_pos or max(0, size - TAIL_BYTES)
+            f.seek(start)
+            data = f.read(size - start)
+        self._log_pos = size
+        text = data.decode("utf-8", "replace").expandtabs()
+        # Only ASCII reaches the screen: a plain SSH terminal may not draw the rest.
+        text = "".join(c if 32 <= ord(c) < 127 or c == "\n" else "?" for c in text)
+        self.query_one("#log", Log).write(text)
+
+
+def _states(jobs: list[str], model: Any, limit: int = 8) -> str:
+    parts = [
+        f"{j} {SHORT[JobState(model.state[model.index[j]])]}" for j in jobs[:limit]
+    ]
+    more = f" ... {len(jobs) - limit} more" if len(jobs) > limit else ""
+    return (", ".join(parts) or "none") + more

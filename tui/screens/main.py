@@ -1,0 +1,453 @@
+"""The main screen: header, job table, DAG, node and SLA panes; filter, sort, verbs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.widget import Widget
+from textual.widgets import Footer
+
+from tui.commands import Command, CommandError, parse_command, resolve
+from tui.impact import VERB_KEYS
+from tui.messages import Note
+from tui.screens.confirm import ActionRequest
+from tui.screens.operator import OperatorScreen
+from tui.screens.prompt import PromptScreen
+from tui.sla import sla_view
+from tui.view_model import SORT_KEYS, JobFilter, parse_filter, summarize, view_order
+from tui.widgets.dag_view import DagView
+from tui.widgets.job_table import JobTable
+from tui.widgets.node_panel import NodePanel
+from tui.widgets.run_header import RunHeader
+from tui.widgets.sla_panel import SlaPanel
+
+PANES = ("dag", "nodes", "sla")
+"""The lower panes, in tab order."""
+NARROW = 140
+"""Below this width the lower panes take turns instead of standing side by side."""
+REORDER_EVERY = 0.5
+"""Seconds between re-sorts/re-filters of a large table while states change under it."""
+
+
+class MainScreen(OperatorScreen):
+    """What the night shift watches."""
+
+    CSS_PATH = "main.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "app.help", "Help", key_display="?"),
+        Binding("slash", "filter", "Filter", key_display="/"),
+        Binding("colon", "command_line", "Cmd", key_display=":"),
+        *OperatorScreen.VERB_BINDINGS,
+        Binding("space", "mark", "Mark", key_display="spc"),
+        Binding("escape", "back", "Clear", show=False),
+        Binding("S", "cycle_sort", "Sort"),
+        Binding("I", "reverse_sort", "Reverse sort", show=False),
+        Binding(
+            "exclamation_mark", "trouble", "Trouble only", show=False, key_display="!"
+        ),
+        Binding("1", "pane('dag')", "DAG pane", show=False),
+        Binding("2", "pane('nodes')", "Nodes pane", show=False),
+        Binding("3", "pane('sla')", "SLA pane", show=False),
+        Binding(
+            "plus,equals_sign",
+            "depth(1)",
+            "More DAG levels",
+            show=False,
+            key_display="+",
+        ),
+        Binding("minus", "depth(-1)", "Fewer DAG levels", show=False, key_display="-"),
+        Binding("enter", "open", "Detail", show=False),
+        Binding("ctrl+p", "app.command_palette", "Palette", key_display="^p"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter = JobFilter()
+        """What the table shows."""
+        self.sort_key = "plan"
+        """The sort column."""
+        self.reverse = False
+        """Descending sort."""
+        self.active_pane = "dag"
+        """The pane shown when they take turns."""
+        self._order_dirty = False
+        self._last_order = 0.0
+        self._jobs_version = -1
+
+    def compose(self) -> ComposeResult:
+        """Header, table, panes, footer."""
+        yield RunHeader(id="header")
+        table = JobTable(self.app_clock, id="jobs")
+        table.border_title = "jobs"
+        yield table
+        with Horizontal(id="panes"):
+            dag = DagView(id="dag")
+            dag.border_title = "1 dag"
+            yield dag
+            nodes = NodePanel(id="nodes")
+            nodes.border_title = "2 nodes"
+            yield nodes
+            sla = SlaPanel(id="sla")
+            sla.border_title = "3 sla"
+            yield sla
+        yield Footer(compact=True, show_command_palette=False)
+
+    def app_clock(self) -> float:
+        """The console's clock (frozen in snapshot tests)."""
+        clock = getattr(self.app, "clock", None)
+        return clock() if clock is not None else time.time()
+
+    def on_mount(self) -> None:
+        """Follow the console's data."""
+        self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
+        self.watch(self.app, "status_version", self._status_changed, init=False)
+        self.watch(self.app, "notes_version", self._status_changed, init=False)
+        self.set_interval(1.0, self._tick)
+        self.set_interval(REORDER_EVERY, self._reorder_if_dirty)
+        self._show_pane(self.active_pane)
+        if getattr(self.app, "readonly", False):
+            self.query_one(RunHeader).mode = "read-only"
+        if getattr(self.app, "model", None) is not None:
+            self._jobs_changed()
+        self._status_changed()
+        self.query_one(JobTable).focus()
+
+    # -- data ------------------------------------------------------------------------
+
+    def _order_depends_on_state(self) -> bool:
+        return bool(self.filter.states) or self.sort_key not in ("plan", "id", "tier")
+
+    def _jobs_changed(self, _version: int = 0) -> None:
+        model = self.console.model
+        if model is None:
+            return
+        table = self.query_one(JobTable)
+        if (
+            table.model is None
+            or not self._order_depends_on_state()
+            or len(model) < 20_000
+        ):
+            self._reorder()
+        else:
+            # Re-sorting 100,000 rows at every change would eat the UI thread: the
+            # visible rows repaint now with fresh states, the order catches up soon.
+            self._order_dirty = True
+            table.refresh()
+        self._refresh_panels()
+
+    def _reorder(self) -> None:
+        model = self.console.model
+        if model is None:
+            return
+        self._order_dirty = False
+        self._last_order = time.monotonic()
+        table = self.query_one(JobTable)
+        table.sort_key, table.reverse = self.sort_key, self.reverse
+        order = view_order(
+            model, self.filter, self.sort_key, self.reverse, self.app_clock()
+        )
+        table.set_rows(model, order)
+        self._reorder_title()
+
+    def _reorder_title(self) -> None:
+        table = self.query_one(JobTable)
+        what = (
+            f"jobs  filter: {self.filter.describe()}" if self.filter.active else "jobs"
+        )
+        if self.sort_key != "plan" or self.reverse:
+            what += f"  sort: {self.sort_key}{' desc' if self.reverse else ''}"
+        table.border_title = what + (
+            f"  {len(table.marks)} marked" if table.marks else ""
+        )
+
+    def _reorder_if_dirty(self) -> None:
+        if self._order_dirty:
+            self._reorder()
+
+    def _refresh_panels(self) -> None:
+        app = self.console
+        model = app.model
+        if model is None:
+            return
+        now = self.app_clock()
+        status = app.status
+        finished = model.done_count() == len(model) and not (
+            status is not None and status.live
+        )
+        summary = (
+            summarize(model, app.info.started, now, finished) if app.info else None
+        )
+        self.query_one(RunHeader).show(app.info, summary, model.counts, status, now)
+        self.query_one(SlaPanel).show(sla_view(model, now), now)
+        self.query_one(NodePanel).show(
+            status,
+            [n for n in app.notes if set(n.tags) & {"scheduler", "executor"}],
+            model,
+        )
+        self._refresh_dag()
+
+    def _refresh_dag(self) -> None:
+        app = self.console
+        if app.model is None or app.dag is None:
+            return
+        job = self.query_one(JobTable).current_job
+        dag = self.query_one(DagView)
+        dag.show(app.dag, app.model, job)
+        dag.border_title = f"1 dag: {job}" if job else "1 dag"
+
+    def _status_changed(self, _version: int = 0) -> None:
+        app = self.console
+        if app.model is None:
+            self.query_one(RunHeader).show(None, None, [], app.status, self.app_clock())
+            return
+        self._refresh_panels()
+
+    def _tick(self) -> None:
+        """Running jobs' durations and the elapsed time grow without any transition."""
+        app = self.console
+        model = app.model
+        if model is None:
+            return
+        if (
+            model.counts[3]
+            or model.counts[2]
+            or (app.status is not None and app.status.live)
+        ):
+            self.query_one(JobTable).refresh()
+            self._refresh_panels()
+
+    # -- the table -------------------------------------------------------------------
+
+    def selected_jobs(self) -> list[str]:
+        """Marked jobs, or the one under the cursor."""
+        return self.query_one(JobTable).selection()
+
+    def after_action(self, request: ActionRequest, reply: dict[str, Any]) -> None:
+        """Marks are spent by an action."""
+        table = self.query_one(JobTable)
+        if table.marks:
+            table.clear_marks()
+            self._reorder()
+
+    def action_mark(self) -> None:
+        """Mark or unmark the job under the cursor (also from another pane)."""
+        self.query_one(JobTable).action_mark()
+        self._reorder_title()
+
+    def action_open(self) -> None:
+        """Open the job under the cursor."""
+        job = self.query_one(JobTable).current_job
+        if job is not None:
+            self.open_job(job)
+
+    def on_job_table_highlighted(self, _event: JobTable.Highlighted) -> None:
+        """The DAG follows the cursor."""
+        self._refresh_dag()
+
+    def on_job_table_opened(self, event: JobTable.Opened) -> None:
+        """Enter opens the job's detail."""
+        self.open_job(event.job)
+
+    def open_job(self, job: str) -> None:
+        """Show one job's detail."""
+        from tui.screens.job_detail import JobDetailScreen
+
+        self.app.push_screen(JobDetailScreen(job))
+
+    # -- panes -----------------------------------------------------------------------
+
+    def on_resize(self) -> None:
+        """Panes take turns on narrow terminals."""
+        narrow = self.size.width < NARROW
+        self.set_class(narrow, "-narrow")
+        for p in PANES:
+            self.query_one(f"#{p}").border_subtitle = "1 2 3: panes" if narrow else ""
+
+    def _show_pane(self, name: str) -> None:
+        self.active_pane = name
+        for p in PANES:
+            self.query_one(f"#{p}").set_class(p == name, "-active")
+
+    def action_pane(self, name: str) -> None:
+        """Show a pane (on narrow terminals the others hide)."""
+        self._show_pane(name)
+
+    def on_descendant_focus(self, event: Any) -> None:
+        """Tabbing onto a pane shows it."""
+        widget: Widget | None = getattr(event, "widget", None)
+        if widget is not None and widget.id in PANES:
+            self._show_pane(str(widget.id))
+
+    def action_depth(self, step: int) -> None:
+        """More or fewer DAG levels."""
+        self.query_one(DagView).change_depth(step)
+
+    # -- filter, sort, command line ------------------------------------------------
+
+    def action_filter(self) -> None:
+        """Ask for a filter."""
+        self.app.push_screen(
+            PromptScreen(
+                "/ filter",
+                self.filter.describe(),
+                parse_filter,
+                "e.g. load_* state:failed,held tier:critical  (empty: all jobs)",
+            ),
+            self._filter_entered,
+        )
+
+    def _filter_entered(self, text: str | None) -> None:
+        if text is not None:
+            self.set_filter(parse_filter(text))
+
+    def set_filter(self, flt: JobFilter) -> None:
+        """Show only matching jobs."""
+        self.filter = flt
+        self._reorder()
+
+    def action_trouble(self) -> None:
+        """Show only jobs that need an operator (failed, held, blocked, retrying)."""
+        self.set_filter(
+            parse_filter("state:stuck")
+            if self.filter != parse_filter("state:stuck")
+            else JobFilter()
+        )
+
+    def action_back(self) -> None:
+        """Esc: drop the marks, then the filter."""
+        table = self.query_one(JobTable)
+        if table.marks:
+            table.clear_marks()
+            self._reorder()
+        elif self.filter.active:
+            self.set_filter(JobFilter())
+
+    def action_cycle_sort(self) -> None:
+        """Sort by the next column."""
+        self.sort_key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)]
+        self._reorder()
+        self.notify(f"sorted by {self.sort_key}", timeout=1.5)
+
+    def action_reverse_sort(self) -> None:
+        """Reverse the order."""
+        self.reverse = not self.reverse
+        self._reorder()
+
+    def action_command_line(self) -> None:
+        """Ask for a command."""
+        self.app.push_screen(
+            PromptScreen(
+                ": command",
+                "",
+                parse_command,
+                "e.g. rerun load_gl --downstream | hold load_* | sort duration desc",
+                allow_empty=False,
+            ),
+            self._command_entered,
+        )
+
+    def _command_entered(self, text: str | None) -> None:
+        if not text:
+            return
+        try:
+            self.run_command(parse_command(text))
+        except CommandError as e:
+            self.notify(str(e), severity="error")
+
+    def run_command(self, cmd: Command) -> None:
+        """Carry out a parsed command."""
+        app = self.console
+        model = app.model
+        if cmd.is_verb:
+            if cmd.args and model is not None:
+                jobs, unknown = resolve(cmd.args, model.ids, model.index)
+                if unknown:
+                    raise CommandError(f"no job matches {', '.join(unknown)}")
+            else:
+                jobs = self.selected_jobs()
+            self.ask_verb(cmd.name, jobs, cmd.downstream)
+        elif cmd.name == "filter":
+            self.set_filter(parse_filter(" ".join(cmd.args)))
+        elif cmd.name == "sort":
+            self.sort_key = cmd.args[0]
+            self.reverse = len(cmd.args) > 1 and cmd.args[1] == "desc"
+            self._reorder()
+        elif cmd.name in ("job", "goto"):
+            if model is None or cmd.args[0] not in model.index:
+                raise CommandError(f"unknown job '{cmd.args[0]}'")
+            if cmd.name == "job":
+                self.open_job(cmd.args[0])
+            elif not self.query_one(JobTable).select_job(cmd.args[0]):
+                self.set_filter(JobFilter())
+                self.query_one(JobTable).select_job(cmd.args[0])
+        elif cmd.name == "dag":
+            dag = self.query_one(DagView)
+            dag.depth = int(cmd.args[0])
+            dag.refresh()
+            self._show_pane("dag")
+        elif cmd.name in ("nodes", "sla"):
+            self._show_pane(cmd.name)
+        elif cmd.name == "resume":
+            self._resume()
+        elif cmd.name == "help":
+            self.app.action_help()  # type: ignore[attr-defined]
+        elif cmd.name == "quit":
+            self.app.action_quit_console()  # type: ignore[attr-defined]
+
+    def _resume(self) -> None:
+        app = self.console
+        sup = getattr(app, "supervisor", None)
+        if sup is None or app.readonly:
+            self.notify(
+                "read-only console: it does not start schedulers", severity="warning"
+            )
+            return
+        ev = sup.resume()
+        app.add_note(Note(ev.text, ev.level, self.app_clock(), ("scheduler",)))
+
+    def palette_commands(self) -> Iterable[SystemCommand]:
+        """Commands offered by ctrl+p on this screen."""
+        for verb in VERB_KEYS:
+            if not getattr(self.app, "readonly", False):
+                yield SystemCommand(
+                    f"{verb.capitalize()} selected jobs",
+                    f"key {VERB_KEYS[verb]}: {verb} the "
+                    "marked jobs or the one under the cursor",
+                    lambda v=verb: self.action_verb(v),
+                )  # type: ignore[misc]
+        yield SystemCommand(
+            "Rerun with downstream",
+            "rerun the selection and everything below it",
+            lambda: self.ask_verb("rerun", self.selected_jobs(), True),
+        )
+        yield SystemCommand("Filter jobs", "key /", self.action_filter)
+        yield SystemCommand(
+            "Show trouble only",
+            "key !: failed, held, blocked, retrying",
+            self.action_trouble,
+        )
+        for key in SORT_KEYS:
+            yield SystemCommand(
+                f"Sort by {key}", "key S cycles", lambda k=key: self._sort_by(k)
+            )  # type: ignore[misc]
+        for pane in PANES:
+            yield SystemCommand(
+                f"Show {pane} pane",
+                f"key {PANES.index(pane) + 1}",
+                lambda p=pane: self._show_pane(p),
+            )  # type: ignore[misc]
+        if not getattr(self.app, "readonly", False):
+            yield SystemCommand(
+                "Resume the run",
+                "start a scheduler for an interrupted run",
+                self._resume,
+            )
+
+    def _sort_by(self, key: str) -> None:
+        self.sort_key = key
+        self._reorder()

@@ -1,0 +1,142 @@
+"""Screens an operator acts from: a key per verb, the impact dialog, the client call."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, cast
+
+from textual import work
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from tui.impact import VERB_KEYS, impact
+from tui.messages import Note
+from tui.screens.confirm import ActionRequest, ConfirmScreen
+from wloadctl.errors import WloadError
+
+VERB_LABELS = {
+    "hold": "Hold",
+    "release": "Release",
+    "retry": "Retry",
+    "rerun": "Rerun",
+    "kill": "Kill",
+    "set-ok": "OK",
+    "skip": "Skip",
+}
+"""Footer labels of the verbs."""
+
+RESUMING_VERBS = frozenset({"retry", "rerun"})
+"""Verbs after which a stopped run is resumed, so the jobs they reopen run."""
+
+
+class OperatorScreen(Screen[None]):
+    """Base of the screens with verbs; subclasses say which jobs are selected."""
+
+    VERB_BINDINGS: ClassVar[list[BindingType]] = [
+        Binding(key, f"verb('{verb}')", VERB_LABELS[verb])
+        for verb, key in VERB_KEYS.items()
+    ]
+    """A key per verb; subclasses place them in BINDINGS where the footer shows them."""
+
+    @property
+    def console(self) -> Any:
+        """The console app (typed loosely: tests mount screens in their own apps)."""
+        return self.app
+
+    def selected_jobs(self) -> list[str]:
+        """The jobs a verb applies to."""
+        return []
+
+    def after_action(self, request: ActionRequest, reply: dict[str, Any]) -> None:
+        """Called on the UI thread once the scheduler answered."""
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A read-only console has no verbs (they leave the footer too)."""
+        if action == "verb" and getattr(self.app, "readonly", False):
+            return False
+        return True
+
+    def action_verb(self, verb: str) -> None:
+        """Ask to apply `verb` to the selected jobs."""
+        self.ask_verb(verb, self.selected_jobs())
+
+    def ask_verb(self, verb: str, jobs: list[str], downstream: bool = False) -> None:
+        """Show the impact of `verb` on `jobs` and send it if confirmed."""
+        app = self.console
+        if getattr(app, "readonly", False):
+            self.notify("read-only console: no actions", severity="warning")
+            return
+        model, dag = app.model, app.dag
+        if model is None or dag is None:
+            return
+        if not jobs:
+            self.notify("no job selected", severity="warning")
+            return
+        first = impact(verb, jobs, model, dag, downstream)
+        app.push_screen(
+            ConfirmScreen(first, lambda ds: impact(verb, jobs, model, dag, ds)),
+            self._confirmed,
+        )
+
+    def _confirmed(self, request: ActionRequest | None) -> None:
+        if request is not None:
+            self.send_action(request)
+
+    @work(thread=True, group="control", exit_on_error=False)
+    def send_action(self, request: ActionRequest) -> None:
+        """Send a confirmed verb by the CLI's path: scheduler queue, or the journal."""
+        app = self.console
+        try:
+            with app.client_lock:
+                reply = cast(
+                    dict[str, Any],
+                    app.action_client().control(
+                        request.verb,
+                        list(request.jobs),
+                        request.reason,
+                        request.downstream,
+                    ),
+                )
+        except WloadError as e:
+            reply = {"ok": False, "error": e.one_line()}
+        except Exception as e:
+            reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        resumed = None
+        sup = getattr(app, "supervisor", None)
+        applied = [r for r in reply.get("results", []) if r[1] and r[0] != "*"]
+        if (
+            applied
+            and not reply.get("live", True)
+            and request.verb in RESUMING_VERBS
+            and sup is not None
+        ):
+            try:
+                resumed = sup.resume().text
+            except (WloadError, OSError) as e:
+                resumed = f"could not resume the run: {e}"
+        app.call_from_thread(self._reported, request, reply, resumed)
+
+    def _reported(
+        self, request: ActionRequest, reply: dict[str, Any], resumed: str | None
+    ) -> None:
+        app = self.console
+        results = [r for r in reply.get("results", []) if r[0] != "*"]
+        applied = [r for r in results if r[1]]
+        refused = [r for r in results if not r[1]]
+        if reply.get("error"):
+            text, level = f"{request.verb} failed: {reply['error']}", "error"
+        elif refused:
+            text = (
+                f"{request.verb}: {len(applied)} applied, {len(refused)} refused: "
+                f"{refused[0][2]}"
+            )
+            level = "warning"
+        else:
+            text = f"{request.verb}: {len(applied)} job(s) - " + (
+                applied[0][2] if applied else "nothing to do"
+            )
+            level = "information"
+        app.add_note(Note(text, level, app.clock(), ("action",)))
+        if resumed:
+            app.add_note(Note(resumed, "information", app.clock(), ("scheduler",)))
+        app.feed.wake.set()
+        self.after_action(request, reply)

@@ -1,0 +1,180 @@
+"""Textual-free SLA figures: deadlines, per-tier progress, late and at-risk jobs."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from tui.view_model import JobsModel
+from wloadctl.core.durations import parse_deadline
+from wloadctl.core.states import OK_STATES, TERMINAL, JobState, SlaTier
+
+S = JobState
+RISK_WINDOW = 30 * 60.0
+"""An unfinished job whose deadline is closer than this (seconds) is at risk."""
+STUCK: frozenset[int] = frozenset(
+    int(s)
+    for s in (
+        S.FAILED,
+        S.TIMED_OUT,
+        S.HELD,
+        S.UPSTREAM_FAILED,
+        S.CANCELLED,
+        S.RETRY_WAIT,
+    )
+)
+"""States in which a job with a deadline cannot make it without an operator."""
+_OK = frozenset(int(s) for s in OK_STATES)
+_DONE = frozenset(int(s) for s in TERMINAL)
+
+
+def deadline_at(
+    text: str, business_date: str, run_started: float, timezone: str | None
+) -> float | None:
+    """The absolute time of a plan deadline.
+
+    A time of day is read on the business date in the plan's time zone; when that
+    is before the run started, it means the next morning (an overnight batch's
+    06:00 deadline falls on the day after its business date).
+
+    Args:
+        text: `HH:MM[:SS]` or `+duration`.
+        business_date: `YYYY-MM-DD`.
+        run_started: when the run started (epoch seconds).
+        timezone: IANA zone name, or None for local time.
+
+    Returns:
+        Epoch seconds, or None when the text or the date cannot be read.
+    """
+    try:
+        relative, seconds = parse_deadline(text)
+    except ValueError:
+        return None
+    if relative:
+        return run_started + seconds
+    try:
+        day = dt.date.fromisoformat(business_date)
+    except ValueError:
+        day = dt.datetime.fromtimestamp(run_started).date()
+    tz: dt.tzinfo | None = None
+    if timezone:
+        try:
+            tz = ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            tz = None
+    midnight = dt.datetime(day.year, day.month, day.day, tzinfo=tz)
+    at = (midnight + dt.timedelta(seconds=seconds)).timestamp()
+    if at < run_started:
+        at = (midnight + dt.timedelta(days=1, seconds=seconds)).timestamp()
+    return at
+
+
+@dataclass(frozen=True)
+class Due:
+    """One job's deadline as the SLA panel shows it."""
+
+    job: str
+    """Job id."""
+    at: float
+    """Deadline, epoch seconds."""
+    text: str
+    """Deadline as written in the plan."""
+    state: JobState
+    """The job's state."""
+    why: str
+    """Why it is at risk or late (empty when on track)."""
+
+
+@dataclass(frozen=True)
+class TierFigures:
+    """One SLA tier's line in the panel."""
+
+    tier: SlaTier
+    """The tier."""
+    total: int
+    """Jobs in the tier."""
+    done: int
+    """Succeeded or skipped."""
+    running: int
+    """Queued or running."""
+    failed: int
+    """Failed, timed out, cancelled or blocked by a failure."""
+    late: int
+    """Past their deadline and not done, or done after it."""
+    next_due: Due | None
+    """The soonest deadline of an unfinished job of this tier."""
+
+
+@dataclass(frozen=True)
+class SlaView:
+    """Everything the SLA panel shows."""
+
+    tiers: list[TierFigures]
+    """One entry per tier that has jobs, most urgent first."""
+    at_risk: list[Due]
+    """Unfinished jobs that will or may miss their deadline; most urgent first."""
+    late: list[Due]
+    """Jobs already past their deadline without having succeeded."""
+
+
+def sla_view(model: JobsModel, now: float, window: float = RISK_WINDOW) -> SlaView:
+    """Per-tier figures and the jobs whose deadlines are in danger.
+
+    Only jobs with a deadline are walked, so this stays cheap on large runs.
+
+    Args:
+        model: the jobs.
+        now: the time.
+        window: how close an unfinished job's deadline must be to count as at risk.
+    """
+    late_by_tier = [0] * len(SlaTier)
+    next_by_tier: list[Due | None] = [None] * len(SlaTier)
+    at_risk: list[Due] = []
+    late: list[Due] = []
+    for i, at in sorted(model.deadline.items(), key=lambda kv: kv[1]):
+        st = model.state[i]
+        tier = model.tier[i]
+        text = model.deadline_text.get(i, "")
+        state = JobState(st)
+        ended = model.ended[i]
+        if st in _OK:
+            if ended is not None and ended > at:
+                late_by_tier[tier] += 1
+            continue
+        if now > at:
+            late_by_tier[tier] += 1
+            late.append(Due(model.ids[i], at, text, state, "past its deadline"))
+            continue
+        if next_by_tier[tier] is None and st not in _DONE:
+            next_by_tier[tier] = Due(model.ids[i], at, text, state, "")
+        if st in STUCK:
+            at_risk.append(
+                Due(model.ids[i], at, text, state, "blocked: needs an operator")
+            )
+        elif at - now < window:
+            at_risk.append(Due(model.ids[i], at, text, state, "deadline close"))
+    figures = []
+    for t in SlaTier:
+        row = model.tier_counts[t]
+        total = sum(row)
+        if not total:
+            continue
+        figures.append(
+            TierFigures(
+                t,
+                total,
+                row[S.SUCCEEDED] + row[S.SKIPPED],
+                row[S.QUEUED] + row[S.RUNNING],
+                row[S.FAILED]
+                + row[S.TIMED_OUT]
+                + row[S.CANCELLED]
+                + row[S.UPSTREAM_FAILED],
+                late_by_tier[t],
+                next_by_tier[t],
+            )
+        )
+    at_risk.sort(
+        key=lambda d: (d.state not in (S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED), d.at)
+    )
+    return SlaView(figures, at_risk, late)

@@ -1,0 +1,653 @@
+"""Textual-free projections of a run: jobs model, filters, sorting, rows, figures."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import inspect
+import itertools
+import math
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from wloadctl.core.states import (
+    ACTIVE,
+    FAIL_STATES,
+    OK_STATES,
+    TERMINAL,
+    TRANSITIONS,
+    JobState,
+    SlaTier,
+)
+from wloadctl.core.verbs import VERB_FROM
+
+S = JobState
+STATE_NAMES: tuple[str, ...] = tuple(s.name for s in JobState)
+"""State names by value."""
+
+SHORT: dict[JobState, str] = {
+    S.WAITING: "WAIT",
+    S.READY: "READY",
+    S.QUEUED: "QUEUE",
+    S.RUNNING: "RUN",
+    S.SUCCEEDED: "OK",
+    S.FAILED: "FAIL",
+    S.TIMED_OUT: "TIMEOUT",
+    S.RETRY_WAIT: "RETRY",
+    S.HELD: "HELD",
+    S.SKIPPED: "SKIP",
+    S.CANCELLED: "CANCEL",
+    S.UPSTREAM_FAILED: "UPFAIL",
+}
+"""Short state labels for narrow columns; the help maps them to the full names."""
+
+TONE: dict[JobState, str] = {
+    S.WAITING: "idle",
+    S.READY: "idle",
+    S.QUEUED: "run",
+    S.RUNNING: "run",
+    S.SUCCEEDED: "ok",
+    S.FAILED: "bad",
+    S.TIMED_OUT: "bad",
+    S.RETRY_WAIT: "warn",
+    S.HELD: "warn",
+    S.SKIPPED: "ok",
+    S.CANCELLED: "bad",
+    S.UPSTREAM_FAILED: "bad",
+}
+"""What each state means to an operator; widgets turn the tone into a colour."""
+
+TIER_SHORT: dict[SlaTier, str] = {
+    SlaTier.CRITICAL: "crit",
+    SlaTier.HIGH: "high",
+    SlaTier.STANDARD: "std",
+    SlaTier.LOW: "low",
+}
+"""Short SLA tier labels."""
+
+STATE_GROUPS: dict[str, frozenset[JobState]] = {
+    "bad": frozenset({S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED}),
+    "failed": frozenset({S.FAILED, S.TIMED_OUT}),
+    "active": frozenset(ACTIVE),
+    "done": frozenset(TERMINAL),
+    "todo": frozenset(set(JobState) - TERMINAL),
+    "stuck": frozenset(
+        {S.HELD, S.FAILED, S.TIMED_OUT, S.RETRY_WAIT, S.UPSTREAM_FAILED}
+    ),
+}
+"""Named groups of states usable in filters (`state:bad`)."""
+
+SORT_KEYS: tuple[str, ...] = (
+    "plan",
+    "id",
+    "state",
+    "tier",
+    "start",
+    "duration",
+    "attempt",
+    "executor",
+)
+"""Columns the job table sorts by; `plan` is the plan's own order."""
+
+_OK_VALUES = frozenset(int(s) for s in OK_STATES)
+_FAIL_VALUES = frozenset(int(s) for s in FAIL_STATES)
+_TERMINAL_VALUES = frozenset(int(s) for s in TERMINAL)
+
+
+class FilterError(ValueError):
+    """A typed filter cannot be understood; the message says what would be."""
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs the table shows: an id pattern, states, tiers (each empty = any)."""
+
+    pattern: str = ""
+    """A glob on the job id, or text found anywhere in it (case-insensitive)."""
+    states: frozenset[int] = frozenset()
+    """State values to show."""
+    tiers: frozenset[int] = frozenset()
+    """SLA tier values to show."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the filter hides anything."""
+        return bool(self.pattern or self.states or self.tiers)
+
+    def describe(self) -> str:
+        """The filter in the syntax it is typed in."""
+        parts = [self.pattern] if self.pattern else []
+        if self.states:
+            parts.append(
+                "state:" + ",".join(STATE_NAMES[s].lower() for s in sorted(self.states))
+            )
+        if self.tiers:
+            parts.append(
+                "tier:" + ",".join(SlaTier(t).label for t in sorted(self.tiers))
+            )
+        return " ".join(parts)
+
+    def matcher(self) -> Callable[[str], bool]:
+        """A predicate on job ids for the pattern part."""
+        pat = self.pattern.lower()
+        if not pat:
+            return lambda _j: True
+        if any(c in pat for c in "*?["):
+            return lambda j: fnmatch.fnmatchcase(j.lower(), pat)
+        return lambda j: pat in j.lower()
+
+
+def _state_by_word(word: str) -> frozenset[JobState]:
+    w = word.strip().lower().replace("-", "_")
+    if w in STATE_GROUPS:
+        return STATE_GROUPS[w]
+    for s in JobState:
+        if w in (s.name.lower(), SHORT[s].lower()):
+            return frozenset({s})
+    choices = ", ".join(s.name.lower() for s in JobState)
+    raise FilterError(
+        f"'{word}' is not a state; use one of {choices}, "
+        f"or a group: {', '.join(STATE_GROUPS)}"
+    )
+
+
+def _tier_by_word(word: str) -> SlaTier:
+    w = word.strip().lower()
+    for t in SlaTier:
+        if w in (t.label, TIER_SHORT[t]):
+            return t
+    raise FilterError(
+        f"'{word}' is not an SLA tier; use one of {', '.join(t.label for t in SlaTier)}"
+    )
+
+
+def parse_filter(text: str) -> JobFilter:
+    """Read a filter as typed after `/`: `load_* state:failed,held tier:critical`.
+
+    Args:
+        text: words separated by spaces; `state:` (or `s:`) and `tier:` (or `t:`)
+            take comma-separated values; any other word is the id pattern.
+
+    Returns:
+        The filter (empty text gives the empty filter).
+
+    Raises:
+        FilterError: an unknown state or tier, an empty value, or two id patterns.
+    """
+    pattern = ""
+    states: set[int] = set()
+    tiers: set[int] = set()
+    for word in text.split():
+        key, sep, value = word.partition(":")
+        key = key.lower()
+        if sep and key in ("state", "s", "tier", "t"):
+            if not value.strip(","):
+                raise FilterError(
+                    f"'{word}' has no value; e.g. state:failed or tier:critical"
+                )
+            for v in value.split(","):
+                if not v:
+                    continue
+                if key in ("state", "s"):
+                    states.update(int(s) for s in _state_by_word(v))
+                else:
+                    tiers.add(int(_tier_by_word(v)))
+        elif pattern:
+            raise FilterError(
+                f"one id pattern at a time: '{pattern}' and '{word}'; "
+                "use a glob like 'load_*'"
+            )
+        else:
+            pattern = word
+    return JobFilter(pattern, frozenset(states), frozenset(tiers))
+
+
+@dataclass
+class JobsModel:
+    """Every job's latest state as the console knows it, kept by journaled transitions.
+
+    Columns are parallel sequences indexed like the plan, so 100,000 jobs cost a few
+    megabytes and one transition costs a few assignments.
+    """
+
+    ids: list[str]
+    """Job ids in plan order."""
+    tier: bytearray
+    """SLA tier value per job."""
+    state: bytearray = field(default_factory=bytearray)
+    """State value per job."""
+    attempt: array[int] = field(default_factory=lambda: array("i"))
+    """Attempts so far per job."""
+    executor: array[int] = field(default_factory=lambda: array("i"))
+    """Executor of the latest attempt (-1 none)."""
+    exit_code: list[int | None] = field(default_factory=list)
+    """Exit status of the latest attempt."""
+    started: list[float | None] = field(default_factory=list)
+    """When the latest attempt started."""
+    ended: list[float | None] = field(default_factory=list)
+    """When the job last reached a terminal state (None while it is not in one)."""
+    reason: list[str] = field(default_factory=list)
+    """Latest reason recorded for the job (failure, hold, skip)."""
+    deadline: dict[int, float] = field(default_factory=dict)
+    """Absolute deadline (epoch seconds) of jobs that have one."""
+    deadline_text: dict[int, str] = field(default_factory=dict)
+    """Deadlines as written in the plan."""
+    critical: frozenset[int] = frozenset()
+    """Jobs on the run's critical path."""
+    seq: int = 0
+    """Last journal transition applied."""
+    version: int = 0
+    """Bumped at every change, so views know when to repaint."""
+    touched_at: dict[int, int] = field(default_factory=dict)
+    """Version at which each job last changed (job detail follows its job with it)."""
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        self.index: dict[str, int] = {j: i for i, j in enumerate(self.ids)}
+        """Index by job id."""
+        if len(self.state) != n:
+            self.state = bytearray(n)
+            self.attempt = array("i", bytes(4 * n))
+            self.executor = array("i", [-1]) * n
+            self.exit_code = [None] * n
+            self.started = [None] * n
+            self.ended = [None] * n
+            self.reason = [""] * n
+        self.counts: list[int] = [0] * len(JobState)
+        """Jobs per state value."""
+        self.tier_counts: list[list[int]] = [[0] * len(JobState) for _ in SlaTier]
+        """Jobs per tier value and state value."""
+        self._recount()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _recount(self) -> None:
+        self.counts = [0] * len(JobState)
+        self.tier_counts = [[0] * len(JobState) for _ in SlaTier]
+        for st, t in zip(self.state, self.tier, strict=True):
+            self.counts[st] += 1
+            self.tier_counts[t][st] += 1
+
+    def load_rows(self, rows: Iterable[Sequence[Any]]) -> None:
+        """Take every job's journal row.
+
+        Rows are (idx, job_id, state, attempt, executor, exit, started, ended, reason).
+        """
+        for idx, _jid, st, att, ex, code, started, ended, reason in rows:
+            i = int(idx)
+            if i >= len(self.ids):
+                continue
+            self.state[i] = int(st)
+            self.attempt[i] = int(att)
+            self.executor[i] = int(ex)
+            self.exit_code[i] = code
+            self.started[i] = started
+            self.ended[i] = ended
+            self.reason[i] = str(reason or "")
+        self._recount()
+        self.version += 1
+
+    def apply(self, changes: Sequence[Sequence[Any]]) -> set[int]:
+        """Apply journaled transitions.
+
+        Each is (seq, idx, from, to, attempt, ts, executor, exit_code, reason).
+
+        It mirrors how the journal updates a job's row: model and `job_rows()` agree.
+
+        Returns:
+            The indices of the jobs that changed.
+        """
+        touched: set[int] = set()
+        n = len(self.ids)
+        counts, tier_counts = self.counts, self.tier_counts
+        for seq, idx, _frm, to, att, ts, ex, code, reason in changes:
+            self.seq = max(self.seq, int(seq))
+            i = int(idx)
+            if i >= n:
+                continue
+            to_v = int(to)
+            old = self.state[i]
+            if old != to_v:
+                counts[old] -= 1
+                counts[to_v] += 1
+                row = tier_counts[self.tier[i]]
+                row[old] -= 1
+                row[to_v] += 1
+                self.state[i] = to_v
+            self.attempt[i] = int(att)
+            if int(ex) >= 0:
+                self.executor[i] = int(ex)
+            if code is not None:
+                self.exit_code[i] = int(code)
+            self.reason[i] = str(reason or "")
+            if to_v == S.RUNNING:
+                self.started[i] = float(ts)
+            if to_v in _TERMINAL_VALUES:
+                self.ended[i] = float(ts)
+            else:
+                self.ended[i] = None
+            touched.add(i)
+        if touched:
+            self.version += 1
+            for i in touched:
+                self.touched_at[i] = self.version
+        return touched
+
+    # -- figures -------------------------------------------------------------------
+
+    def done_count(self) -> int:
+        """Jobs in a terminal state."""
+        return sum(self.counts[s] for s in _TERMINAL_VALUES)
+
+    def duration(self, i: int, now: float) -> float | None:
+        """Seconds the latest attempt ran (so far, while it runs)."""
+        start = self.started[i]
+        if start is None:
+            return None
+        st = self.state[i]
+        if st in (S.RUNNING, S.QUEUED):
+            return max(0.0, now - start)
+        end = self.ended[i]
+        return max(0.0, end - start) if end is not None and end >= start else None
+
+    def running_on(self, executor: int) -> list[str]:
+        """Ids of the jobs running on one executor (from the journal's view)."""
+        return [
+            self.ids[i]
+            for i, st in enumerate(self.state)
+            if st == S.RUNNING and self.executor[i] == executor
+        ]
+
+
+# -- sorting and filtering ---------------------------------------------------------
+
+
+def view_order(
+    model: JobsModel,
+    flt: JobFilter,
+    sort_key: str = "plan",
+    reverse: bool = False,
+    now: float = 0.0,
+) -> list[int]:
+    """The job indices the table shows, filtered and sorted.
+
+    Args:
+        model: the jobs.
+        flt: which jobs to show.
+        sort_key: one of SORT_KEYS.
+        reverse: descending order.
+        now: the time (durations of running jobs grow with it).
+
+    Returns:
+        Indices into the model, in display order.
+    """
+    n = len(model)
+    idx: Iterable[int] = range(n)
+    if flt.states:
+        st, states = model.state, flt.states
+        idx = [i for i in idx if st[i] in states]
+    if flt.tiers:
+        tr, tiers = model.tier, flt.tiers
+        idx = [i for i in idx if tr[i] in tiers]
+    if flt.pattern:
+        match, ids = flt.matcher(), model.ids
+        idx = [i for i in idx if match(ids[i])]
+    out = list(idx)
+    if sort_key == "plan" or sort_key not in SORT_KEYS:
+        if reverse:
+            out.reverse()
+        return out
+    key: Callable[[int], Any]
+    if sort_key == "id":
+        ids = model.ids
+        key = ids.__getitem__
+    elif sort_key == "state":
+        # Trouble first: a sort by state is how an operator finds what needs them.
+        rank = _STATE_RANK
+        st = model.state
+        key = lambda i: rank[st[i]]  # noqa: E731
+    elif sort_key == "tier":
+        key = model.tier.__getitem__
+    elif sort_key == "start":
+        started = model.started
+        key = lambda i: started[i] if started[i] is not None else math.inf  # noqa: E731
+    elif sort_key == "duration":
+        key = lambda i: -(model.duration(i, now) or -1.0)  # noqa: E731
+    elif sort_key == "attempt":
+        att = model.attempt
+        key = lambda i: -att[i]  # noqa: E731
+    else:
+        ex = model.executor
+        key = lambda i: ex[i] if ex[i] >= 0 else 1 << 30  # noqa: E731
+    # mypy narrows `key` to the union of what was assigned; each returns a sortable.
+    out.sort(key=key, reverse=reverse)  # type: ignore[arg-type]
+    return out
+
+
+_STATE_ORDER = (
+    S.FAILED,
+    S.TIMED_OUT,
+    S.UPSTREAM_FAILED,
+    S.HELD,
+    S.RETRY_WAIT,
+    S.RUNNING,
+    S.QUEUED,
+    S.READY,
+    S.WAITING,
+    S.CANCELLED,
+    S.SKIPPED,
+    S.SUCCEEDED,
+)
+_STATE_RANK = [0] * len(JobState)
+for _rank, _s in enumerate(_STATE_ORDER):
+    _STATE_RANK[_s] = _rank
+
+
+# -- formatting ----------------------------------------------------------------------
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """A short duration: `0.4s`, `12s`, `4m05s`, `1h02m`, `2d03h`; empty for None."""
+    if seconds is None:
+        return ""
+    s = max(0.0, seconds)
+    if s < 10:
+        return f"{s:.1f}s"
+    if s < 60:
+        return f"{s:.0f}s"
+    m, sec = divmod(int(s), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def fmt_clock(
+    ts: float | None, localtime: Callable[[float], object] | None = None
+) -> str:
+    """A time of day `HH:MM:SS` in local time; empty for None."""
+    if ts is None:
+        return ""
+    import time as _time
+
+    t = (localtime or _time.localtime)(ts)
+    return f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"  # type: ignore[attr-defined]
+
+
+def clip(text: str, width: int) -> str:
+    """Cut text to `width` columns, marking the cut with `~` (ASCII only)."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    return text[: width - 1] + "~" if width > 1 else text[:1]
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """The cells of one job table row, as text."""
+
+    state: JobState
+    """The job's state."""
+    job: str
+    """Job id."""
+    tier: str
+    """Short tier label."""
+    attempt: str
+    """Attempts so far."""
+    start: str
+    """Start time of the latest attempt."""
+    duration: str
+    """Duration of the latest attempt."""
+    executor: str
+    """Executor of the latest attempt."""
+    info: str
+    """Reason, exit status or deadline."""
+
+
+def job_row(model: JobsModel, i: int, now: float) -> JobRow:
+    """The text of job i's row."""
+    st = JobState(model.state[i])
+    att = model.attempt[i]
+    ex = model.executor[i]
+    info = model.reason[i]
+    if not info and model.exit_code[i] not in (None, 0):
+        info = f"exit status {model.exit_code[i]}"
+    dl = model.deadline_text.get(i)
+    if dl and st not in OK_STATES:
+        info = f"due {dl}" + (f"; {info}" if info else "")
+    return JobRow(
+        st,
+        model.ids[i],
+        TIER_SHORT[SlaTier(model.tier[i])],
+        str(att) if att else "",
+        fmt_clock(model.started[i]),
+        fmt_duration(model.duration(i, now)),
+        str(ex) if ex >= 0 and att else "",
+        info,
+    )
+
+
+# -- the run header ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The run-wide figures of the header."""
+
+    total: int
+    """Jobs in the run."""
+    done: int
+    """Jobs in a terminal state."""
+    ok: int
+    """Succeeded or skipped."""
+    bad: int
+    """Failed, timed out, cancelled or blocked by a failure."""
+    active: int
+    """Queued or running."""
+    elapsed: float
+    """Seconds since the run started (until it ended, when it has)."""
+    forecast: float | None
+    """Seconds until the run should end at its pace so far; None when unknown."""
+
+    @property
+    def percent(self) -> float:
+        """Share of jobs done, 0-100."""
+        return 100.0 * self.done / self.total if self.total else 100.0
+
+
+def summarize(
+    model: JobsModel, started: float, now: float, finished: bool
+) -> RunSummary:
+    """Progress, elapsed time and a forecast of the end.
+
+    The forecast extrapolates the pace of finished jobs; a plan's long tail makes it
+    optimistic early on, which is why the header labels it a forecast.
+    """
+    c = model.counts
+    done = model.done_count()
+    ok = sum(c[s] for s in _OK_VALUES)
+    bad = sum(c[s] for s in _FAIL_VALUES)
+    active = c[S.QUEUED] + c[S.RUNNING]
+    end = now
+    if finished:
+        ends = [e for e in model.ended if e is not None]
+        end = max(ends) if ends else now
+    elapsed = max(0.0, end - started)
+    forecast: float | None = None
+    total = len(model)
+    if not finished and 0 < done < total and elapsed > 0:
+        forecast = elapsed * (total - done) / done
+    elif finished or done == total:
+        forecast = 0.0
+    return RunSummary(total, done, ok, bad, active, elapsed, forecast)
+
+
+def progress_bar(fraction: float, width: int) -> str:
+    """An ASCII progress bar `[#####.....]` of `width` columns."""
+    inner = max(1, width - 2)
+    full = round(max(0.0, min(1.0, fraction)) * inner)
+    return "[" + "#" * full + "." * (inner - full) + "]"
+
+
+# -- the legend ----------------------------------------------------------------------
+
+
+def _member_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of an enum's members, read from its source."""
+    try:
+        tree = ast.parse(inspect.getsource(cls))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    docs: dict[str, str] = {}
+    body = (
+        tree.body[0].body
+        if tree.body and isinstance(tree.body[0], ast.ClassDef)
+        else []
+    )
+    for a, b in itertools.pairwise(body):
+        if (
+            isinstance(a, ast.Assign)
+            and len(a.targets) == 1
+            and isinstance(a.targets[0], ast.Name)
+            and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant)
+            and isinstance(b.value.value, str)
+        ):
+            docs[a.targets[0].id] = " ".join(b.value.value.split())
+    return docs
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    """One state in the help screen's legend."""
+
+    state: JobState
+    """The state."""
+    short: str
+    """Its label in the table."""
+    meaning: str
+    """What it means (the enum's own documentation)."""
+    leads_to: tuple[str, ...]
+    """States it may move to, from the transition table."""
+    verbs: tuple[str, ...]
+    """Operator verbs that apply to it."""
+
+
+def legend() -> list[LegendEntry]:
+    """The state legend, generated from the transition table and the verbs' table."""
+    docs = _member_docs(JobState)
+    out = []
+    for s in JobState:
+        to = tuple(b.name for b in JobState if (s, b) in TRANSITIONS)
+        verbs = tuple(
+            v for v, states in VERB_FROM.items() if s in states and v != "cancel"
+        )
+        out.append(LegendEntry(s, SHORT[s], docs.get(s.name, ""), to, verbs))
+    return out

@@ -1,0 +1,1 @@
+"""The console's widgets, grouped by the screen area they fill."""

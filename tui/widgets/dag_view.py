@@ -1,0 +1,129 @@
+"""The live DAG around the selected job: upstream left, downstream right."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.widget import Widget
+
+from tui.dag_layout import DagLayout, important_job, layout, render
+from tui.view_model import JobsModel
+from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
+from wloadctl.core.dag import Dag
+from wloadctl.core.states import JobState
+
+MAX_DEPTH = 4
+"""Most levels shown on either side."""
+
+
+class DagView(Widget, can_focus=True):
+    """Columns by distance from the selected job; `+`/`-` change the levels shown."""
+
+    DEFAULT_CSS = (
+        "DagView { height: 1fr; text-wrap: nowrap; text-overflow: clip; }\n"
+        "DagView > .dag--centre { text-style: bold reverse; }\n"
+        "DagView > .dag--edge { color: $text-muted; }\n"
+        + TONE_CSS.format(cls="DagView")
+    )
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "dag--centre",
+        "dag--edge",
+        *tone_classes(),
+    }
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.dag: Dag | None = None
+        """The plan's graph."""
+        self.model: JobsModel | None = None
+        """The jobs' states."""
+        self.job: str | None = None
+        """The centre."""
+        self.depth: int | None = None
+        """Levels on each side; None fits them to the width."""
+        self._layout: DagLayout | None = None
+        self._key: tuple[object, ...] = ()
+
+    def show(self, dag: Dag, model: JobsModel, job: str | None) -> None:
+        """Centre on `job` (laid out again only when the centre or the size changes)."""
+        self.dag, self.model, self.job = dag, model, job
+        self.refresh()
+
+    def levels(self) -> int:
+        """Levels shown on each side at this width."""
+        if self.depth is not None:
+            return self.depth
+        w = self.size.width
+        return 1 if w < 70 else 2 if w < 150 else 3
+
+    def change_depth(self, step: int) -> None:
+        """Show more (+1) or fewer (-1) levels."""
+        self.depth = max(1, min(MAX_DEPTH, self.levels() + step))
+        self.refresh()
+
+    def _state(self, job: str) -> JobState:
+        assert self.model is not None
+        return JobState(self.model.state[self.model.index[job]])
+
+    def _critical(self, job: str) -> bool:
+        assert self.model is not None
+        return self.model.index[job] in self.model.critical
+
+    def render(self) -> Text:
+        """The layout drawn with state colours."""
+        out = Text(no_wrap=True, overflow="crop")
+        if (
+            self.dag is None
+            or self.model is None
+            or self.job is None
+            or self.job not in self.dag.index
+        ):
+            out.append("no job selected")
+            return out
+        depth = self.levels()
+        height = max(1, self.size.height - 1)
+        key = (self.job, depth, height, id(self.dag))
+        if self._key != key or self._layout is None:
+            self._layout = layout(
+                self.dag,
+                self.job,
+                depth,
+                depth,
+                height,
+                important_job(self._state, self._critical),
+            )
+            self._key = key
+        lay = self._layout
+        lines = render(lay, self.size.width, self._state, self._critical)
+        edge = self.get_component_rich_style("dag--edge", partial=True)
+        centre = self.get_component_rich_style("dag--centre", partial=True)
+        for n, spans in enumerate(lines):
+            if n:
+                out.append("\n")
+            for sp in spans:
+                if sp.state is not None:
+                    out.append(sp.text, state_style(self, sp.state))
+                elif sp.role == "edge":
+                    out.append(sp.text, edge)
+                elif sp.role == "centre":
+                    out.append(sp.text, centre)
+                elif sp.role in ("critical", "more"):
+                    out.append(
+                        sp.text,
+                        "bold" if sp.role == "critical" else tone_style(self, "idle"),
+                    )
+                else:
+                    out.append(sp.text)
+        more = []
+        if lay.more_up:
+            more.append("more upstream")
+        if lay.more_down:
+            more.append("more downstream")
+        out.append("\n")
+        out.append(
+            f"levels {depth} (+/-)  * critical path  [ ] selected"
+            + (f"  ({', '.join(more)})" if more else ""),
+            tone_style(self, "idle"),
+        )
+        return out

@@ -1,0 +1,124 @@
+"""The run header: identity, liveness, progress, counts per state, elapsed, forecast."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from tui.messages import LiveStatus, RunInfo
+from tui.view_model import SHORT, RunSummary, fmt_clock, fmt_duration, progress_bar
+from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
+from wloadctl.core.states import JobState
+
+# Trouble first, then work in hand, then the rest: what an operator scans for.
+_COUNT_ORDER = (
+    JobState.FAILED,
+    JobState.TIMED_OUT,
+    JobState.UPSTREAM_FAILED,
+    JobState.HELD,
+    JobState.RETRY_WAIT,
+    JobState.RUNNING,
+    JobState.QUEUED,
+    JobState.READY,
+    JobState.WAITING,
+    JobState.SUCCEEDED,
+    JobState.SKIPPED,
+    JobState.CANCELLED,
+)
+
+
+class RunHeader(Widget):
+    """Two lines at the top of the main screen."""
+
+    DEFAULT_CSS = (
+        "RunHeader { height: 2; padding: 0 1; text-wrap: nowrap; "
+        "text-overflow: clip; }\n" + TONE_CSS.format(cls="RunHeader")
+    )
+    COMPONENT_CLASSES = tone_classes()
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.info: RunInfo | None = None
+        """The run's identity."""
+        self.summary: RunSummary | None = None
+        """Progress figures."""
+        self.counts: list[int] = []
+        """Jobs per state value."""
+        self.status: LiveStatus | None = None
+        """Liveness of the scheduler."""
+        self.now = 0.0
+        """The time of the figures."""
+        self.mode = ""
+        """"read-only" or "" (shown so an operator knows why keys do nothing)."""
+
+    def show(
+        self,
+        info: RunInfo | None,
+        summary: RunSummary | None,
+        counts: list[int],
+        status: LiveStatus | None,
+        now: float,
+    ) -> None:
+        """Take fresh figures and repaint."""
+        self.info, self.summary, self.counts, self.status, self.now = (
+            info,
+            summary,
+            counts,
+            status,
+            now,
+        )
+        self.refresh()
+
+    def render(self) -> Text:
+        """Both lines as text, cut at the width (never wrapped)."""
+        out = Text(no_wrap=True, overflow="crop")
+        info, s, st = self.info, self.summary, self.status
+        if info is None or s is None:
+            out.append("loading the run...")
+            if st is not None and st.error:
+                out.append(f"\n{st.error}", tone_style(self, "bad"))
+            return out
+        out.append(f"{info.plan_name}", "bold")
+        out.append(f"  bd {info.business_date}  ")
+        if st is None:
+            out.append("...")
+        elif st.error:
+            out.append(f"FEED ERROR {st.error}", tone_style(self, "bad"))
+        elif st.live:
+            out.append("LIVE", tone_style(self, "ok"))
+            out.append(f" pid {st.scheduler_pid} e{st.epoch}")
+        elif s.done == s.total:
+            out.append(
+                "OVER" if not s.bad else "OVER, FAILURES",
+                tone_style(self, "bad" if s.bad else "ok"),
+            )
+        else:
+            out.append("NO SCHEDULER", tone_style(self, "bad"))
+        if self.mode:
+            out.append(f"  [{self.mode}]", tone_style(self, "warn"))
+        # The rest goes in while it fits, most useful first: narrow loses the run id.
+        room = self.size.width - 2 - out.cell_len
+        extras = [f"  elapsed {fmt_duration(s.elapsed)}"]
+        if s.forecast is not None and s.done < s.total:
+            extras.append(
+                f"  forecast {fmt_duration(s.forecast)} "
+                f"(ends ~{fmt_clock(self.now + s.forecast)[:5]})"
+            )
+        extras.append(f"  run {info.run_id}")
+        for part in extras:
+            if len(part) <= room:
+                out.append(part)
+                room -= len(part)
+        out.append("\n")
+        width = max(10, min(32, self.size.width // 4))
+        frac = s.done / s.total if s.total else 1.0
+        out.append(
+            progress_bar(frac, width), tone_style(self, "bad" if s.bad else "ok")
+        )
+        out.append(f" {s.done}/{s.total} {s.percent:.0f}%")
+        for state in _COUNT_ORDER:
+            n = self.counts[state] if state < len(self.counts) else 0
+            if n:
+                out.append("  ")
+                out.append(f"{SHORT[state]} {n}", state_style(self, state))
+        return out

@@ -1,0 +1,73 @@
+"""SLA tiers: per tier done/running/failed/late, next deadline, jobs at risk."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from tui.sla import SlaView
+from tui.view_model import SHORT, fmt_clock, fmt_duration
+from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
+
+
+class SlaPanel(Widget, can_focus=True):
+    """One line per SLA tier, then the at-risk and late jobs."""
+
+    DEFAULT_CSS = (
+        "SlaPanel { height: auto; text-wrap: nowrap; text-overflow: clip; }\n"
+        + TONE_CSS.format(cls="SlaPanel")
+    )
+    COMPONENT_CLASSES = tone_classes()
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.view: SlaView | None = None
+        """The figures."""
+        self.now = 0.0
+        """Their time."""
+
+    def show(self, view: SlaView, now: float) -> None:
+        """Take fresh figures and repaint."""
+        self.view, self.now = view, now
+        self.refresh()
+
+    def render(self) -> Text:
+        """The tier table and the jobs in danger."""
+        out = Text(no_wrap=True, overflow="crop")
+        v = self.view
+        if v is None:
+            out.append("loading...")
+            return out
+        out.append("TIER      DONE        RUN FAIL LATE NEXT DEADLINE")
+        for t in v.tiers:
+            out.append(
+                f"\n{t.tier.label:<9} {f'{t.done}/{t.total}':<11} {t.running:>3} "
+            )
+            out.append(f"{t.failed:>4}", tone_style(self, "bad") if t.failed else "")
+            out.append(" ")
+            out.append(f"{t.late:>4}", tone_style(self, "bad") if t.late else "")
+            if t.next_due is not None:
+                left = fmt_duration(t.next_due.at - self.now)
+                out.append(f" {t.next_due.text} {t.next_due.job} (in {left})")
+        if v.at_risk:
+            out.append("\nat risk:", tone_style(self, "warn"))
+            for d in v.at_risk[:5]:
+                out.append("\n ")
+                out.append(f"{SHORT[d.state]:<7}", state_style(self, d.state))
+                out.append(
+                    f" {d.job} due {fmt_clock(d.at)[:5]} "
+                    f"(in {fmt_duration(d.at - self.now)}) {d.why}"
+                )
+            if len(v.at_risk) > 5:
+                out.append(f"\n ... {len(v.at_risk) - 5} more")
+        if v.late:
+            out.append(f"\nlate: {len(v.late)}", tone_style(self, "bad"))
+            for d in v.late[:3]:
+                out.append(
+                    f"\n {SHORT[d.state]:<7} {d.job} was due {fmt_clock(d.at)[:5]}"
+                )
+        if not v.at_risk and not v.late and any(t.next_due for t in v.tiers):
+            out.append("\nevery deadline on track", tone_style(self, "ok"))
+        elif not any(t.next_due for t in v.tiers) and not v.late:
+            out.append("\nno open deadline")
+        return out
