@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-import time
+import sqlite3
+from pathlib import Path
 from collections.abc import Iterator
 
 import pytest
@@ -43,14 +44,24 @@ def _ours() -> set[str]:
     return names
 
 
+def _run_ids_under(root: Path) -> set[str]:
+    ids: set[str] = set()
+    for db in root.rglob("journal.db"):
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            try:
+                ids |= {r[0] for r in con.execute("SELECT run_id FROM runs")}
+            finally:
+                con.close()
+        except sqlite3.Error:
+            pass
+    return ids
+
+
 @pytest.fixture
-def no_ipc_leaks() -> Iterator[None]:
-    """Fail a test that leaves a queue or segment of ours behind."""
-    before = _ours()
+def no_ipc_leaks(tmp_path: Path) -> Iterator[None]:
+    """Fail a test whose runs (those journaled under its tmp_path) leave a queue or segment behind."""
     yield
-    left = _ours() - before
-    if left:
-        # Another process's short-lived objects may pass by; a leak stays.
-        time.sleep(1.0)
-        left &= _ours()
-    assert not left, f"IPC objects left behind: {sorted(left)}"
+    ids = _run_ids_under(tmp_path)
+    left = sorted(n for n in _ours() if any(f".{rid}." in n for rid in ids))
+    assert not left, f"IPC objects left behind: {left}"
