@@ -21,9 +21,11 @@ def _ts(t: float | None) -> str:
 def show_status(a: argparse.Namespace, state_dir: Path) -> int:
     """`wloadctl status`."""
     with RunClient(state_dir) as c:
-        st = c.status(with_jobs=True)
+        brief = not (a.json or a.all)
+        st = c.status(with_jobs=True, only_unfinished=brief, limit=201 if brief else -1)
     if a.json:
-        print(json.dumps(st, indent=1))
+        # Compact: the C encoder is an order of magnitude faster than the indenting one at 100k jobs.
+        print(json.dumps(st, separators=(",", ":")))
         return 0
     counts = "  ".join(f"{k} {v}" for k, v in st["counts"].items())
     live = f"live, scheduler pid {st['scheduler_pid']}, epoch {st['epoch']}" if st["live"] else st["status"]
@@ -32,13 +34,13 @@ def show_status(a: argparse.Namespace, state_dir: Path) -> int:
     for e in st["executors"]:
         print(f"  executor {e['executor']}: pid {e['pid']} {e['health']}, beat {e['beat_age']:.1f}s ago, "
               f"running {e['running']}/{e['slots']}, load {e['load1']}, rss {e['rss_kb'] // 1024} MiB")
-    shown = st["jobs"] if a.all else [j for j in st["jobs"] if j["state"] not in ("SUCCEEDED", "SKIPPED", "WAITING")]
+    shown = st["jobs"]
     for j in shown[:200 if not a.all else None]:
         extra = f"  {j.get('reason', '')}" if j.get("reason") and j["state"] != "SUCCEEDED" else ""
         print(f"  {j['state']:<15} {j['job']}{extra}")
     if not a.all and len(shown) > 200:
-        print(f"  ... {len(shown) - 200} more (use --all or --json)")
-    return 1 if any(j["state"] in _BAD for j in st["jobs"]) and not st["live"] else 0
+        print("  ... more (use --all or --json)")
+    return 1 if any(st["counts"].get(b) for b in _BAD) and not st["live"] else 0
 
 
 def show_verb(a: argparse.Namespace, state_dir: Path) -> int:

@@ -10,24 +10,26 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wloadctl.core.dag import Dag
-from wloadctl.core.engine import SchedulerCore
-from wloadctl.core.events import OperatorEvent
-from wloadctl.core.explain import why as explain
-from wloadctl.core.plan import Plan
-from wloadctl.core.planfile import load_plan_text
 from wloadctl.core.states import JobState, SlaTier
-from wloadctl.core.verbs import MUTATING_OFFLINE, VERBS, resolve_jobs
 from wloadctl.errors import ControlError, TransportError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.mq import MessageQueue
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_CONTROL, ROLE_EXECUTORS, object_name
 from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.health import pid_alive
-from wloadctl.procs.runctx import log_path
+from wloadctl.paths import log_path
 from wloadctl.store import RunRow, Store
+
+if TYPE_CHECKING:
+    # The engine, plan loader and DAG are imported where used: `status` must answer fast.
+    from wloadctl.core.dag import Dag
+    from wloadctl.core.engine import SchedulerCore
+    from wloadctl.core.plan import Plan
+
+VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel")
+"""Operator verbs (the core's wloadctl.core.verbs.VERBS, repeated here to keep imports light; a test checks)."""
 
 REPLY_TIMEOUT = 10.0
 """Seconds to wait for a live scheduler's answer."""
@@ -121,8 +123,13 @@ class RunClient:
                         "jobs_done": s.jobs_done, "epoch": s.seen_epoch})
         return out
 
-    def status(self, with_jobs: bool = True) -> dict[str, Any]:
-        """The run's state: record, counts per state, scheduler, executors, and each job's state."""
+    def status(self, with_jobs: bool = True, only_unfinished: bool = False, limit: int = -1) -> dict[str, Any]:
+        """The run's state: record, counts per state, scheduler, executors, and each job's state.
+
+        Args:
+            with_jobs: include the per-job list.
+            only_unfinished: list only jobs not SUCCEEDED, SKIPPED or WAITING (what an operator looks at).
+        """
         self.run = self.store.get_run(self.run.run_id) or self.run
         h = self.board_header()
         live = h is not None
@@ -144,12 +151,16 @@ class RunClient:
             counts = {names[k]: c for k, c in enumerate(h.counts[: len(names)]) if c}  # type: ignore[union-attr]
             if with_jobs:
                 ids = self.ids()
-                jobs = [{"job": j, "state": names[states[k]]} for k, j in enumerate(ids) if k < len(states)]
+                skip = {0, 4, 9} if only_unfinished else set()
+                jobs = [{"job": j, "state": names[states[k]]} for k, j in enumerate(ids)
+                        if k < len(states) and states[k] not in skip]
+                if limit >= 0:
+                    jobs = jobs[:limit]
         else:
-            rows = self.store.job_rows(self.run.id)
-            for r in rows:
-                counts[names[r[2]]] = counts.get(names[r[2]], 0) + 1
+            counts = {names[s]: n for s, n in self.store.state_counts(self.run.id)}
             if with_jobs:
+                rows = self.store.job_rows(self.run.id, exclude_states=(0, 4, 9) if only_unfinished else (),
+                                           limit=limit)
                 jobs = [{"job": r[1], "state": names[r[2]], "attempt": r[3], "exit_code": r[5],
                          "started": r[6], "ended": r[7], "reason": r[8]} for r in rows]
         return {
@@ -158,7 +169,7 @@ class RunClient:
             "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
             "scheduler_pid": h.scheduler_pid if h else None,
             "executors": self.executors() if live else [],
-            "counts": counts, "total": len(self.ids()), "jobs": jobs, "flags": self.flags(),
+            "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
         }
 
     def flags(self) -> dict[str, str]:
@@ -223,6 +234,10 @@ class RunClient:
             reply.unlink()
 
     def _offline(self, req: dict[str, Any]) -> dict[str, Any]:
+        from wloadctl.core.events import OperatorEvent
+        from wloadctl.core.explain import why as explain
+        from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs
+
         verb = req["verb"]
         if verb not in MUTATING_OFFLINE and verb != "why":
             raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
@@ -303,6 +318,8 @@ class RunClient:
     def plan(self) -> Plan:
         """The run's plan as loaded at its start (or as accepted on a resume)."""
         if self._plan is None:
+            from wloadctl.core.planfile import load_plan_text
+
             self._plan = load_plan_text(self.store.plan_text(self.run.id), self.run.plan_path)
         return self._plan
 
@@ -316,6 +333,8 @@ class RunClient:
 
     def plan_dag(self) -> Dag:
         """The run's DAG (from the plan as loaded)."""
+        from wloadctl.core.dag import Dag
+
         return Dag(self.plan())
 
     def lineage(self, job: str) -> dict[str, Any]:
@@ -333,6 +352,9 @@ class RunClient:
 
 def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     """A core rebuilt from the journal (for verbs and `why` on a run with no live scheduler)."""
+    from wloadctl.core.engine import SchedulerCore
+    from wloadctl.core.planfile import load_plan_text
+
     plan = load_plan_text(store.plan_text(run.id), run.plan_path)
     core = SchedulerCore(plan, 0)
     core.restore(store.job_states(run.id), time.time())

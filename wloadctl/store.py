@@ -297,11 +297,16 @@ class Store:
         return list(self.conn.execute(
             "SELECT idx, state, attempt FROM jobs WHERE run = ? AND (state != 0 OR attempt != 0) ORDER BY idx", (run,)))
 
-    def job_rows(self, run: int) -> list[tuple]:
+    def job_rows(self, run: int, exclude_states: Sequence[int] = (), limit: int = -1) -> list[tuple]:
         """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job."""
+        cond = f" AND state NOT IN ({','.join(str(int(x)) for x in exclude_states)})" if exclude_states else ""
         return list(self.conn.execute(
             "SELECT idx, job_id, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
-            " WHERE run = ? ORDER BY idx", (run,)))
+            " WHERE run = ?" + cond + " ORDER BY idx LIMIT ?", (run, limit)))
+
+    def state_counts(self, run: int) -> list[tuple[int, int]]:
+        """(state, number of jobs) of a run."""
+        return list(self.conn.execute("SELECT state, count(*) FROM jobs WHERE run = ? GROUP BY state", (run,)))
 
     def job_row(self, run: int, job_id: str) -> tuple | None:
         """One job's row (see job_rows)."""

@@ -15,24 +15,10 @@ from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.plan import JobSpec, Plan
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.ipc import protocol as P
+from wloadctl.paths import checkpoint_path, log_path, result_path
 from wloadctl.store import RunRow, Store
 
 _STATE_NAMES = [s.name for s in JobState]
-
-
-def log_path(state_dir: Path, run_id: str, job: str, attempt: int) -> Path:
-    """Where the output (stdout and stderr) of one attempt of a job goes."""
-    return state_dir / "logs" / run_id / f"{job}.{attempt}.log"
-
-
-def checkpoint_path(state_dir: Path, run_id: str, job: str) -> Path:
-    """Where a job keeps its checkpoint token across attempts."""
-    return state_dir / "checkpoints" / run_id / job
-
-
-def result_path(state_dir: Path, run_id: str, job: str, attempt: int) -> Path:
-    """Where one attempt of a job may write its result (read by conditions of its dependents)."""
-    return state_dir / "results" / run_id / f"{job}.{attempt}"
 
 
 def read_small(path: Path, limit: int = 4096) -> str:
