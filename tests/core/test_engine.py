@@ -274,3 +274,20 @@ def test_a_critical_job_short_of_slots_preempts_the_lowest_tier_preemptible_job(
     assert states(core)["bulk_low"] == "READY" and core.attempt[i] == 0
     assert [core.ids[j] for j, _ in dispatched(cmds)] == ["urgent"]
     core.validate()
+
+
+def test_fair_share_splits_slots_between_groups_by_weight() -> None:
+    from tests.core.test_conditions import with_fields
+
+    spec = {f"a{i}": {} for i in range(20)}
+    spec.update({f"b{i}": {} for i in range(20)})
+    base = make_plan(spec)
+    plan = with_fields(base, **{j: {"group": "treasury" if j.startswith("a") else "cards"} for j in spec})
+    from wloadctl.core.plan import Plan
+
+    plan = Plan(plan.name, plan.jobs, groups={"treasury": 3, "cards": 1})
+    core = SchedulerCore(plan, slots=8)
+    cmds = core.handle(RunStartedEvent(0.0))
+    names = [core.ids[i][0] for i, _ in dispatched(cmds)]
+    assert names.count("a") == 6 and names.count("b") == 2
+    core.validate()

@@ -43,6 +43,8 @@ _HELD, _SKIP, _CANC, _UPF = int(S.HELD), int(S.SKIPPED), int(S.CANCELLED), int(S
 _TERMINAL = bytes(1 if JobState(s) in TERMINAL else 0 for s in range(_N))
 _MASK = (1 << 32) - 1
 _PRIO_BIAS = 1 << 20
+FAIR_SCAN = 256
+"""Ready jobs looked at per pick to find each group's most urgent one (fair share only)."""
 MAX_LOST = 3
 """A job whose attempts are lost with their executor this many times fails (it may be what kills them)."""
 
@@ -121,6 +123,7 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
         self.res_waiter: dict[str, int] = {}
         """Ready key of the most urgent job waiting for each resource: less urgent jobs may not take it
         meanwhile, so a job asking for much is not overtaken forever by small ones."""
+        self._build_groups(plan, specs)
         self.preemptible_running: set[int] = set()
         """Running jobs marked preemptible (candidates to make room for critical work)."""
         self.ready: list[int] = []
@@ -482,8 +485,16 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
         attempt, counts, tx_append, cause = self.attempt, self.counts, self._tx.append, self._cause
         dispatch, in_use = self._dispatch.append, tiers.in_use
         free = self.slots - self.busy
-        while free > 0 and ready:
-            key = heapq.heappop(ready)
+        fair = self.group_of is not None
+        stash: dict[int, list[int]] = {}
+        while free > 0 and (ready or stash):
+            if fair:
+                picked = self._next_fair(stash)
+                if picked is None:
+                    break
+                key = picked
+            else:
+                key = heapq.heappop(ready)
             i = key & _MASK
             if state[i] != _R:
                 continue
@@ -507,9 +518,50 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
             dispatch((i, att))
             in_use[t] += 1
             free -= 1
+            if fair:
+                self.group_use[self.group_of[i]] += 1  # type: ignore[index]
+        for keys in stash.values():
+            for k in keys:
+                heapq.heappush(ready, k)
         self.busy = self.slots - free
         if free <= 0 and ready and self.preemptible_running:
             self._preempt_for_critical()
+
+    def _build_groups(self, plan: Plan, specs: list) -> None:
+        self.group_of: bytearray | None = None
+        """Fair-share group index of each job (0 = no group), or None when the plan has no groups."""
+        self.group_weight: list[float] = [1.0]
+        """Weight of each group index."""
+        self.group_use: list[int] = [0]
+        """Slots each group holds now."""
+        if not plan.groups:
+            return
+        names = list(plan.groups)
+        self.group_weight = [1.0] + [max(1e-6, float(plan.groups[g])) for g in names]
+        self.group_use = [0] * len(self.group_weight)
+        at = {g: k + 1 for k, g in enumerate(names)}
+        self.group_of = bytearray(at.get(j.group, 0) if j.group else 0 for j in specs)
+
+    def _next_fair(self, stash: dict[int, list[int]]) -> int | None:
+        """The next ready key under fair share: most urgent tier first, then the group furthest below its share."""
+        ready, state, gof = self.ready, self.state, self.group_of
+        assert gof is not None
+        scanned = 0
+        while ready and scanned < FAIR_SCAN and len(stash) < len(self.group_weight):
+            key = heapq.heappop(ready)
+            scanned += 1
+            if state[key & _MASK] == _R:
+                stash.setdefault(gof[key & _MASK], []).append(key)  # popped in order: each list is sorted
+        if not stash:
+            return None
+        top = min(keys[0] >> 53 for keys in stash.values())
+        use, weight = self.group_use, self.group_weight
+        g = min((g for g, keys in stash.items() if keys[0] >> 53 == top),
+                key=lambda g: (use[g] / weight[g], stash[g][0]))
+        key = stash[g].pop(0)
+        if not stash[g]:
+            del stash[g]
+        return key
 
     def is_finished(self) -> bool:
         """True when no job can change state without an operator (HELD jobs keep a run open)."""

@@ -59,6 +59,8 @@ class HoldingMixin:
         self.tiers.in_use[self.tier[i]] -= 1
         self.executor[i] = -1
         self.preemptible_running.discard(i)
+        if self.group_of is not None:
+            self.group_use[self.group_of[i]] -= 1
         for name, amount in self.specs[i].resources:
             self.res_free[name] += amount
             self.res_holders[name].discard(i)
@@ -96,6 +98,8 @@ class HoldingMixin:
                 heapq.heappush(self.ready, self.key_base[i] | i)
             if st == C.Q or st == C.RUN:
                 self.tiers.in_use[self.tier[i]] += 1
+                if self.group_of is not None:
+                    self.group_use[self.group_of[i]] += 1
             if (st == C.Q or st == C.RUN) and self.specs[i].resources:
                 for name, amount in self.specs[i].resources:
                     self.res_free[name] -= amount

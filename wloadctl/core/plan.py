@@ -88,6 +88,8 @@ class JobSpec:
     """Most runs of an `until` job; the last one ends it whatever the expression says."""
     item: str | None = None
     """The `for_each` item this job instance runs for (also in WLOADCTL_ITEM)."""
+    group: str | None = None
+    """Fair-share group (the plan's `groups` give each a weight of the slots)."""
     description: str = ""
     """Free text for operators."""
     line: int = 0
@@ -128,6 +130,8 @@ class Plan:
     """IANA time zone for `not_before` and `deadline`; None = local time."""
     path: str = ""
     """The file the plan came from."""
+    groups: dict[str, float] = field(default_factory=dict)
+    """Fair-share weights of job groups: busy slots are shared in these proportions within a tier."""
     schedule: Schedule | None = None
     """When runs of the plan are triggered (cron and business calendar), if it says."""
     digest: str = ""
