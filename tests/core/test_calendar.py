@@ -23,7 +23,7 @@ def test_custom_business_days() -> None:
 
 
 def test_a_calendar_without_business_days_ends_the_search() -> None:
-    assert next_triggers(Schedule("* * * * *", business_days=()), dt.datetime(2026, 1, 1), 1, "UTC",
+    assert next_triggers(Schedule("0 * * * *", business_days=()), dt.datetime(2026, 1, 1), 1, "UTC",
                          horizon_days=3) == []
 
 
