@@ -12,7 +12,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.command import CommandPalette
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 
@@ -20,6 +20,7 @@ from tui.feed import POLL, Client, Feed
 from tui.messages import (
     JobsChanged,
     LiveStatus,
+    LoadStep,
     ModelLoaded,
     Note,
     NoteAdded,
@@ -64,11 +65,11 @@ class ConsoleApp(App[str]):
         Binding("ctrl+c", "quit_console", "Quit", show=False, priority=True),
     ]
 
-    jobs_version: reactive[int] = reactive(0, init=False)
-    """Bumped when jobs changed (screens watch it)."""
-    status_version: reactive[int] = reactive(0, init=False)
+    jobs_version: var[int] = var(0, init=False)
+    """Bumped when jobs changed; screens watch it (a var: the app never repaints)."""
+    status_version: var[int] = var(0, init=False)
     """Bumped at each reading of the scheduler and executors."""
-    notes_version: reactive[int] = reactive(0, init=False)
+    notes_version: var[int] = var(0, init=False)
     """Bumped when a note was added."""
 
     def __init__(
@@ -102,6 +103,8 @@ class ConsoleApp(App[str]):
         """The plan's graph, once loaded."""
         self.status: LiveStatus | None = None
         """The latest reading of the live side."""
+        self.load_step = ""
+        """What the feed is loading, until the model is there."""
         self.notes: list[Note] = []
         """Events for the operator, oldest first."""
         self.feed = Feed(self.open_client, self._post, supervisor, clock, poll)
@@ -156,6 +159,11 @@ class ConsoleApp(App[str]):
         self.model.apply(self.feed.take())
         self.jobs_version += 1
         self._maybe_loaded()
+
+    def on_load_step(self, message: LoadStep) -> None:
+        """Say what is being loaded."""
+        self.load_step = message.text
+        self.status_version += 1
 
     def on_jobs_changed(self, _message: JobsChanged) -> None:
         """Apply the transitions waiting in the feed."""

@@ -10,7 +10,7 @@ from wloadctl.core.dag import Dag
 from wloadctl.core.states import FAIL_STATES, JobState
 
 GUTTER = 5
-"""Columns between two levels: a stub, two lanes for vertical runs, a stub, an arrow."""
+"""Columns between two levels: a stub, three lanes for vertical runs, an arrow head."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,7 @@ def layout(
     lay = DagLayout(centre, cols)
     pos: dict[str, float] = {centre: 0.0}
     placed: dict[int, list[str]] = {0: [centre]}
+    more: dict[int, int] = {}
     # Walk outward from the centre so each column is ordered by the one nearer it.
     for d in [c for c in cols if c > 0] + [
         c for c in sorted(cols, reverse=True) if c < 0
@@ -105,18 +106,68 @@ def layout(
             kept = set((first + rest)[:keep_n])
             shown = [j for j in jobs if j in kept]
             placed[d] = shown
-            lay.cells.append(Cell("", d, keep_n, more=len(jobs) - keep_n))
+            more[d] = len(jobs) - keep_n
         else:
             placed[d] = jobs
         for r, j in enumerate(placed[d]):
             pos[j] = float(r)
+    # Then inward: each column follows the column further out, so siblings that feed
+    # the same job sit together and their edges do not cross.
+    for d in [c for c in sorted(cols, reverse=True) if 0 < c < max(cols)] + [
+        c for c in cols if min(cols) < c < 0
+    ]:
+        outer = d + 1 if d > 0 else d - 1
+        opos = {j: float(r) for r, j in enumerate(placed[outer])}
+
+        def outward(job: str, d: int = d, opos: dict[str, float] = opos) -> float:
+            links = dag.downstream_of(job) if d > 0 else dag.upstream_of(job)
+            ps = [opos[j] for j in links if j in opos]
+            return sum(ps) / len(ps) if ps else 1e9
+
+        placed[d].sort(key=lambda j: (outward(j), pos[j]))
+        for r, j in enumerate(placed[d]):
+            pos[j] = float(r)
+    # And outward once more, so the outer columns follow the reordered inner ones.
+    for d in [c for c in cols if c > 1] + [
+        c for c in sorted(cols, reverse=True) if c < -1
+    ]:
+        inner = d - 1 if d > 0 else d + 1
+        ipos = {j: float(r) for r, j in enumerate(placed[inner])}
+
+        def inward(job: str, d: int = d, ipos: dict[str, float] = ipos) -> float:
+            links = dag.upstream_of(job) if d > 0 else dag.downstream_of(job)
+            ps = [ipos[j] for j in links if j in ipos]
+            return sum(ps) / len(ps) if ps else 1e9
+
+        placed[d].sort(key=lambda j: (inward(j), pos[j]))
+        for r, j in enumerate(placed[d]):
+            pos[j] = float(r)
     # The centre sits level with its neighbours' middle, which reads better than row 0.
     sides = [len(placed.get(-1, [])), len(placed.get(1, []))]
-    centre_row = max(0, (max(sides) - 1) // 2)
-    pos[centre] = float(centre_row)
+    row: dict[str, int] = {centre: max(0, (max(sides) - 1) // 2)}
+    for d in (-1, 1):
+        row.update((j, r) for r, j in enumerate(placed.get(d, [])))
+    # Further out, a job sits level with the jobs it links to when there is room, so
+    # most edges run straight across.
+    for d in [c for c in cols if c > 1] + [
+        c for c in sorted(cols, reverse=True) if c < -1
+    ]:
+        inner = d - 1 if d > 0 else d + 1
+        want: dict[str, int] = {}
+        last = -1
+        for j in placed[d]:
+            links = dag.upstream_of(j) if d > 0 else dag.downstream_of(j)
+            ps = [row[u] for u in links if u in row and near.get(u) == inner]
+            last = max(last + 1, round(sum(ps) / len(ps)) if ps else last + 1)
+            want[j] = last
+        if last + (1 if d in more else 0) >= max_rows:
+            want = {j: r for r, j in enumerate(placed[d])}
+        row.update(want)
     for d, jobs in placed.items():
-        for r, j in enumerate(jobs):
-            lay.cells.append(Cell(j, d, centre_row if d == 0 else r))
+        for j in jobs:
+            lay.cells.append(Cell(j, d, row[j]))
+        if d in more:
+            lay.cells.append(Cell("", d, max(row[j] for j in jobs) + 1, more=more[d]))
     shown_set = {c.job for c in lay.cells if c.job}
     for u, v in dag.edges_among(shown_set):
         if near[v] == near[u] + 1:
@@ -147,6 +198,77 @@ class Span:
     """"centre", "critical", "edge", "more" or ""."""
 
 
+def _gutter(lay: DagLayout, left: int, right: int, height: int) -> list[list[str]]:
+    """The characters between two columns: each target's vertical run gets a lane.
+
+    A turn or a fork is `+`; where a vertical run crosses another edge's horizontal
+    run without joining it, the vertical wins (`|`), so a `+` always means "joined".
+    """
+    where = {c.job: c for c in lay.cells if c.job}
+    horiz = [[False] * GUTTER for _ in range(height)]
+    vert = [[False] * GUTTER for _ in range(height)]
+    joint = [[False] * GUTTER for _ in range(height)]
+    arrow = [False] * height
+    targets: dict[str, list[int]] = {}
+    for u, v in lay.edges:
+        if where[u].column == left and where[v].column == right:
+            targets.setdefault(v, []).append(where[u].row)
+    # Targets fed by exactly the same sources share one bus: that drawing is exact,
+    # and it keeps a fan-out (or fan-in) to a single vertical line.
+    groups: dict[frozenset[int], list[int]] = {}
+    for v, src_rows in targets.items():
+        groups.setdefault(frozenset(src_rows), []).append(where[v].row)
+    taken: dict[int, list[tuple[int, int]]] = {
+        lane: [] for lane in range(1, GUTTER - 1)
+    }
+    for srcs, dst_rows in sorted(groups.items(), key=lambda kv: min(kv[1])):
+        lo, hi = min([*srcs, *dst_rows]), max([*srcs, *dst_rows])
+        # The first lane whose runs do not overlap this one; else the least crowded.
+        free = [
+            ln for ln, runs in taken.items() if all(b < lo or a > hi for a, b in runs)
+        ]
+        lane = free[0] if free else min(taken, key=lambda ln: len(taken[ln]))
+        taken[lane].append((lo, hi))
+        for r in range(lo, hi + 1):
+            vert[r][lane] = vert[r][lane] or hi > lo
+        for r in srcs:
+            for x in range(0, lane + 1):
+                horiz[r][x] = True
+            joint[r][lane] = joint[r][lane] or hi > lo
+        for rv in dst_rows:
+            for x in range(lane, GUTTER - 1):
+                horiz[rv][x] = True
+            joint[rv][lane] = joint[rv][lane] or hi > lo
+            arrow[rv] = True
+    out = []
+    for r in range(height):
+        row = []
+        for x in range(GUTTER - 1):
+            if joint[r][x]:
+                row.append("+")
+            elif vert[r][x]:
+                row.append("|")
+            elif horiz[r][x]:
+                row.append("-")
+            else:
+                row.append(" ")
+        row.append(">" if arrow[r] else " ")
+        out.append(row)
+    return out
+
+
+def column_widths(lay: DagLayout, width: int) -> dict[int, int]:
+    """Width of each column: the selected job's column fits its name, the rest share."""
+    ncols = len(lay.columns)
+    room = width - GUTTER * (ncols - 1)
+    even = max(8, room // max(1, ncols))
+    if ncols == 1:
+        return {lay.columns[0]: max(8, room)}
+    centre = min(max(even, len(lay.centre) + 11), max(even, room // 2))
+    others = max(8, (room - centre) // (ncols - 1))
+    return {d: centre if d == 0 else others for d in lay.columns}
+
+
 def render(
     lay: DagLayout,
     width: int,
@@ -156,7 +278,8 @@ def render(
     """Draw a layout as lines of spans, ASCII only.
 
     A node reads `FAIL load_fx*`: its state label, its id, and `*` when it is on the
-    run's critical path; the selected job is framed `[...]`.
+    run's critical path; the selected job is framed `[...]`. A node with an edge to
+    the next column is followed by dashes up to it.
 
     Args:
         lay: the layout.
@@ -167,49 +290,27 @@ def render(
     Returns:
         One list of spans per line.
     """
-    ncols = len(lay.columns)
-    colw = max(8, (width - GUTTER * (ncols - 1)) // max(1, ncols))
     height = max(1, lay.height)
+    widths = column_widths(lay, width)
     grid: list[list[Span]] = [[] for _ in range(height)]
     cursor = [0] * height  # characters written on each line so far
-    where = {c.job: c for c in lay.cells if c.job}
-    col_x = {d: k * (colw + GUTTER) for k, d in enumerate(lay.columns)}
+    col_x: dict[int, int] = {}
+    x = 0
+    for d in lay.columns:
+        col_x[d] = x
+        x += widths[d] + GUTTER
+    col_of = {c.job: c.column for c in lay.cells if c.job}
+    leaves = {u for u, v in lay.edges if col_of[v] == col_of[u] + 1}
 
-    def put(row: int, x: int, span: Span) -> None:
-        if x > cursor[row]:
-            grid[row].append(Span(" " * (x - cursor[row])))
-            cursor[row] = x
+    def put(row: int, at: int, span: Span) -> None:
+        if at > cursor[row]:
+            grid[row].append(Span(" " * (at - cursor[row])))
+            cursor[row] = at
         grid[row].append(span)
         cursor[row] += len(span.text)
 
-    # Lay the gutters out first as character grids, then merge them in column order.
-    gutters: dict[int, list[list[str]]] = {}
-    for k, d in enumerate(lay.columns[:-1]):
-        g = [[" "] * GUTTER for _ in range(height)]
-        nxt = lay.columns[k + 1]
-        targets: dict[str, list[int]] = {}
-        for u, v in lay.edges:
-            if where[u].column == d and where[v].column == nxt:
-                targets.setdefault(v, []).append(where[u].row)
-        for t, (v, src_rows) in enumerate(
-            sorted(targets.items(), key=lambda kv: where[kv[0]].row)
-        ):
-            lane = 1 + t % 2
-            rv = where[v].row
-            lo, hi = min([*src_rows, rv]), max([*src_rows, rv])
-            for r in range(lo, hi + 1):
-                g[r][lane] = "+" if g[r][lane] == "-" else "|"
-            for r in src_rows:
-                for x in range(0, lane):
-                    g[r][x] = "+" if g[r][x] == "|" else "-"
-                g[r][lane] = "+" if hi > lo else "-"
-            for x in range(lane + 1, GUTTER - 1):
-                g[rv][x] = "+" if g[rv][x] == "|" else "-"
-            g[rv][lane] = "+" if hi > lo else "-"
-            g[rv][GUTTER - 1] = ">"
-        gutters[d] = g
-    for d in lay.columns:
-        x0 = col_x[d]
+    for k, d in enumerate(lay.columns):
+        x0, colw = col_x[d], widths[d]
         for c in (c for c in lay.cells if c.column == d):
             if not c.job:
                 put(c.row, x0, Span(clip(f"  +{c.more} more", colw), role="more"))
@@ -236,8 +337,14 @@ def render(
                         x0 + len(label) + 1 + len(name),
                         Span("*", role="critical"),
                     )
-        if d in gutters:
-            for r, chars in enumerate(gutters[d]):
+            if c.job in leaves and cursor[c.row] < x0 + colw:
+                put(
+                    c.row,
+                    cursor[c.row],
+                    Span("-" * (x0 + colw - cursor[c.row]), role="edge"),
+                )
+        if k + 1 < len(lay.columns):
+            for r, chars in enumerate(_gutter(lay, d, lay.columns[k + 1], height)):
                 text = "".join(chars)
                 if text.strip():
                     put(r, x0 + colw, Span(text, role="edge"))

@@ -13,6 +13,7 @@ from tui.messages import (
     ExecutorView,
     JobsChanged,
     LiveStatus,
+    LoadStep,
     ModelLoaded,
     Note,
     NoteAdded,
@@ -70,12 +71,21 @@ def last_seq(client: Client) -> int:
     return hi
 
 
-def load_model(client: Client) -> tuple[RunInfo, JobsModel, Dag]:
-    """Read a run once: plan, graph, deadlines, critical path and every job's row."""
+def load_model(
+    client: Client, step: Callable[[str], None] = lambda _s: None
+) -> tuple[RunInfo, JobsModel, Dag]:
+    """Read a run once: plan, graph, deadlines, critical path and every job's row.
+
+    Args:
+        client: the run's client.
+        step: told what is being read (a large plan takes a while to parse).
+    """
     run = client.run
-    plan = client.plan()
-    dag = client.plan_dag()
     ids = list(client.ids())
+    step(f"reading the plan ({len(ids):,} jobs)")
+    plan = client.plan()
+    step("building the graph")
+    dag = client.plan_dag()
     specs = plan.jobs
     tier = bytearray(int(specs[j].sla) if j in specs else 2 for j in ids)
     model = JobsModel(ids, tier)
@@ -88,6 +98,7 @@ def load_model(client: Client) -> tuple[RunInfo, JobsModel, Dag]:
             if at is not None:
                 model.deadline[i] = at
                 model.deadline_text[i] = spec.deadline
+    step("reading the jobs' states")
     seq = last_seq(client)
     # Rows read after `seq` already include some of the transitions past it; replaying
     # those again leaves each job where its latest transition put it.
@@ -98,6 +109,7 @@ def load_model(client: Client) -> tuple[RunInfo, JobsModel, Dag]:
         for i in range(len(ids))
         if model.ended[i] is not None and model.started[i] is not None
     }
+    step("finding the critical path")
     # A validated plan has no cycle, so this cannot raise CycleError.
     path = dag.critical_path(durations or None)
     model.critical = frozenset(model.index[j] for j in path if j in model.index)
@@ -163,8 +175,9 @@ class Feed:
         client = None
         while client is None and not self.stop_event.is_set():
             try:
+                self.post(LoadStep("opening the journal"))
                 client = self.open_client()
-                info, model, dag = load_model(client)
+                info, model, dag = load_model(client, lambda s: self.post(LoadStep(s)))
             except Exception as e:
                 if client is not None:
                     client.close()

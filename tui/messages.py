@@ -85,6 +85,19 @@ class ModelLoaded(Message):
         """The plan's graph."""
 
 
+class LoadStep(Message):
+    """What the feed is reading while it loads the run (a large plan takes a while)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        """The step, e.g. "reading the plan (100,000 jobs)"."""
+
+    def can_replace(self, message: Message) -> bool:
+        """Only the latest step matters."""
+        return isinstance(message, LoadStep)
+
+
 class JobsChanged(Message):
     """New transitions wait in the feed (a newer message makes this one redundant)."""
 

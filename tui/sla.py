@@ -104,6 +104,8 @@ class TierFigures:
     """Past their deadline and not done, or done after it."""
     next_due: Due | None
     """The soonest deadline of an unfinished job of this tier."""
+    at_risk: int = 0
+    """Unfinished jobs of this tier whose deadline is in danger."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ def sla_view(model: JobsModel, now: float, window: float = RISK_WINDOW) -> SlaVi
         window: how close an unfinished job's deadline must be to count as at risk.
     """
     late_by_tier = [0] * len(SlaTier)
+    risk_by_tier = [0] * len(SlaTier)
     next_by_tier: list[Due | None] = [None] * len(SlaTier)
     at_risk: list[Due] = []
     late: list[Due] = []
@@ -148,6 +151,8 @@ def sla_view(model: JobsModel, now: float, window: float = RISK_WINDOW) -> SlaVi
             continue
         if next_by_tier[tier] is None and st not in _DONE:
             next_by_tier[tier] = Due(model.ids[i], at, text, state, "")
+        if st in STUCK or at - now < window:
+            risk_by_tier[tier] += 1
         if st in STUCK:
             at_risk.append(
                 Due(model.ids[i], at, text, state, "blocked: needs an operator")
@@ -172,6 +177,7 @@ def sla_view(model: JobsModel, now: float, window: float = RISK_WINDOW) -> SlaVi
                 + row[S.UPSTREAM_FAILED],
                 late_by_tier[t],
                 next_by_tier[t],
+                risk_by_tier[t],
             )
         )
     at_risk.sort(

@@ -110,6 +110,8 @@ class JobFilter:
     """State values to show."""
     tiers: frozenset[int] = frozenset()
     """SLA tier values to show."""
+    text: str = ""
+    """The filter as the operator typed it (group names and all)."""
 
     @property
     def active(self) -> bool:
@@ -118,6 +120,8 @@ class JobFilter:
 
     def describe(self) -> str:
         """The filter in the syntax it is typed in."""
+        if self.text:
+            return self.text
         parts = [self.pattern] if self.pattern else []
         if self.states:
             parts.append(
@@ -201,7 +205,9 @@ def parse_filter(text: str) -> JobFilter:
             )
         else:
             pattern = word
-    return JobFilter(pattern, frozenset(states), frozenset(tiers))
+    return JobFilter(
+        pattern, frozenset(states), frozenset(tiers), " ".join(text.split())
+    )
 
 
 @dataclass

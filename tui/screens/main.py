@@ -203,6 +203,7 @@ class MainScreen(OperatorScreen):
     def _status_changed(self, _version: int = 0) -> None:
         app = self.console
         if app.model is None:
+            self.query_one(RunHeader).load_step = getattr(app, "load_step", "")
             self.query_one(RunHeader).show(None, None, [], app.status, self.app_clock())
             return
         self._refresh_panels()
@@ -312,11 +313,8 @@ class MainScreen(OperatorScreen):
 
     def action_trouble(self) -> None:
         """Show only jobs that need an operator (failed, held, blocked, retrying)."""
-        self.set_filter(
-            parse_filter("state:stuck")
-            if self.filter != parse_filter("state:stuck")
-            else JobFilter()
-        )
+        stuck = parse_filter("state:stuck")
+        self.set_filter(JobFilter() if self.filter == stuck else stuck)
 
     def action_back(self) -> None:
         """Esc: drop the marks, then the filter."""

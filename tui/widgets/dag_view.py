@@ -55,7 +55,7 @@ class DagView(Widget, can_focus=True):
         if self.depth is not None:
             return self.depth
         w = self.size.width
-        return 1 if w < 70 else 2 if w < 150 else 3
+        return 1 if w < 100 else 2 if w < 160 else 3
 
     def change_depth(self, step: int) -> None:
         """Show more (+1) or fewer (-1) levels."""

@@ -287,9 +287,8 @@ class JobTable(Widget, can_focus=True):
             return Strip([Segment(text.ljust(width), base)], width)
         if pos >= len(self.order):
             if pos == 0 and y == 1:
-                return Strip(
-                    [Segment("no job matches the filter".ljust(width), base)], width
-                )
+                text = "  no job matches the filter (esc clears it)"
+                return Strip([Segment(text.ljust(width)[:width], base)], width)
             return Strip.blank(width, base)
         return self._row(pos, cols, width, base)
 
@@ -321,7 +320,13 @@ class JobTable(Widget, can_focus=True):
             style = style + self._style("job-table--cursor")
         if marked:
             style = style + self._style("job-table--marked")
-        tone = style + self._style(f"job-table--tone-{TONE[row.state]}")
+        # On the cursor row the state keeps the row's colours: under NO_COLOR a grey
+        # label on the grey cursor bar would vanish, and the word carries the meaning.
+        tone = (
+            style
+            if is_cursor
+            else style + self._style(f"job-table--tone-{TONE[row.state]}")
+        )
         wide = cols[0].width > 7
         label = row.state.name if wide else SHORT[row.state]
         crit = i in self.model.critical

@@ -48,6 +48,8 @@ class RunHeader(Widget):
         """Liveness of the scheduler."""
         self.now = 0.0
         """The time of the figures."""
+        self.load_step = ""
+        """What is being loaded, before the run can be shown."""
         self.mode = ""
         """"read-only" or "" (shown so an operator knows why keys do nothing)."""
 
@@ -74,7 +76,7 @@ class RunHeader(Widget):
         out = Text(no_wrap=True, overflow="crop")
         info, s, st = self.info, self.summary, self.status
         if info is None or s is None:
-            out.append("loading the run...")
+            out.append(f"loading the run: {self.load_step or 'starting'}...")
             if st is not None and st.error:
                 out.append(f"\n{st.error}", tone_style(self, "bad"))
             return out
@@ -86,7 +88,7 @@ class RunHeader(Widget):
             out.append(f"FEED ERROR {st.error}", tone_style(self, "bad"))
         elif st.live:
             out.append("LIVE", tone_style(self, "ok"))
-            out.append(f" pid {st.scheduler_pid} e{st.epoch}")
+            out.append(f" pid {st.scheduler_pid}")
         elif s.done == s.total:
             out.append(
                 "OVER" if not s.bad else "OVER, FAILURES",
@@ -97,12 +99,12 @@ class RunHeader(Widget):
         if self.mode:
             out.append(f"  [{self.mode}]", tone_style(self, "warn"))
         # The rest goes in while it fits, most useful first: narrow loses the run id.
-        room = self.size.width - 2 - out.cell_len
-        extras = [f"  elapsed {fmt_duration(s.elapsed)}"]
+        room = self.size.width - out.cell_len
+        extras = [f"  {fmt_duration(s.elapsed)} elapsed"]
         if s.forecast is not None and s.done < s.total:
             extras.append(
-                f"  forecast {fmt_duration(s.forecast)} "
-                f"(ends ~{fmt_clock(self.now + s.forecast)[:5]})"
+                f", ~{fmt_duration(s.forecast)} to go "
+                f"({fmt_clock(self.now + s.forecast)[:5]})"
             )
         extras.append(f"  run {info.run_id}")
         for part in extras:

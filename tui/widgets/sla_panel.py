@@ -38,17 +38,20 @@ class SlaPanel(Widget, can_focus=True):
         if v is None:
             out.append("loading...")
             return out
-        out.append("TIER      DONE        RUN FAIL LATE NEXT DEADLINE")
+        out.append("TIER     DONE      RUN FAIL LATE RISK  NEXT DEADLINE")
         for t in v.tiers:
             out.append(
-                f"\n{t.tier.label:<9} {f'{t.done}/{t.total}':<11} {t.running:>3} "
+                f"\n{t.tier.label:<8} {f'{t.done}/{t.total}':<9} {t.running:>3} "
             )
             out.append(f"{t.failed:>4}", tone_style(self, "bad") if t.failed else "")
             out.append(" ")
             out.append(f"{t.late:>4}", tone_style(self, "bad") if t.late else "")
+            out.append(" ")
+            out.append(f"{t.at_risk:>4}", tone_style(self, "warn") if t.at_risk else "")
             if t.next_due is not None:
                 left = fmt_duration(t.next_due.at - self.now)
-                out.append(f" {t.next_due.text} {t.next_due.job} (in {left})")
+                due = fmt_clock(t.next_due.at)[:5]
+                out.append(f"  {due} {t.next_due.job} (in {left})")
         if v.at_risk:
             out.append("\nat risk:", tone_style(self, "warn"))
             for d in v.at_risk[:5]:
