@@ -459,3 +459,12 @@ def test_every_sample_command_succeeds(name: str, tmp_path: Path) -> None:
     if name == "eod_bank.yaml":
         assert (tmp_path / "closed").read_text() == "closed 2024-03-29\n"
         assert "ok" in (tmp_path / "reports" / "recon_summary.txt").read_text()
+
+
+def test_unquoted_true_stays_a_boolean_after_a_quoted_one() -> None:
+    text = "name: b\njobs:\n  a: {command: 'true'}\n  b: {command: true}\n"
+    with pytest.raises(PlanError) as caught:
+        load_plan_text(text)
+    (problem,) = caught.value.problems
+    assert (problem.job, problem.line) == ("b", 4)
+    assert problem.hint == "quote it: command: 'true'"

@@ -1,4 +1,4 @@
-"""The `jobs` section: specs streamed from YAML events, their edges, the cycle check."""
+"""The `jobs` section of a plan: JobSpecs read from YAML events, and upstream rows."""
 
 from __future__ import annotations
 
@@ -19,7 +19,14 @@ from yaml.events import (
 from wloadctl.core.plan import JobSpec
 from wloadctl.core.planfields import JOB_KEYS, SLA_NAMES, FieldReader
 from wloadctl.core.planvalues import FieldError, key_hint
-from wloadctl.core.yamltree import Entry, TreeReader, YamlEvent, describe, line_of
+from wloadctl.core.yamltree import (
+    Entry,
+    TreeReader,
+    YamlEvent,
+    describe,
+    line_of,
+    resolve_plain,
+)
 
 FIELDS: list[str] = [f.name for f in dataclasses.fields(JobSpec)]
 """JobSpec's fields in constructor order: a job is built as a list, then unpacked."""
@@ -87,7 +94,7 @@ class JobsReader:
         self.up_off = array("i", [0])
         """Upstream row offsets."""
         self.up = array("i")
-        """Upstream rows (forward references hold -1 until `finish`)."""
+        """Upstream rows (forward references hold -1 until check_jobs resolves them)."""
         self.pending: list[tuple[int, str, int | YamlEvent, str]] = []
         """Forward references: (position in `up`, upstream id, where, job id)."""
         self.conditional: list[str] = []
@@ -131,6 +138,7 @@ class JobsReader:
         node = reader.node
         template = self.template
         shared_get = self.fields.shared.get
+        share = self.fields.share
         sla_names = SLA_NAMES
         add = self._add
         index, ids, jobs, up = self.index, self.ids, self.jobs, self.up
@@ -177,8 +185,13 @@ class JobsReader:
                 if v.__class__ is ScalarEvent:
                     if v.anchor is None and v.tag is None:
                         if key == "command":
-                            if not v.implicit[0]:
-                                command = shared_get(v.value)
+                            text = v.value
+                            # Unquoted text may be a number or a boolean to
+                            # YAML: those go the general way, to be refused.
+                            if not v.implicit[0] or resolve_plain(text) is text:
+                                command = shared_get(text)
+                                if command is None and text.strip():
+                                    command = share(text)
                                 if command is not None:
                                     vals[_COMMAND] = command
                                     continue
