@@ -69,7 +69,6 @@ TIER_SHORT: dict[SlaTier, str] = {
 
 STATE_GROUPS: dict[str, frozenset[JobState]] = {
     "bad": frozenset({S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED}),
-    "failed": frozenset({S.FAILED, S.TIMED_OUT}),
     "active": frozenset(ACTIVE),
     "done": frozenset(TERMINAL),
     "todo": frozenset(set(JobState) - TERMINAL),
@@ -145,11 +144,11 @@ class JobFilter:
 
 def _state_by_word(word: str) -> frozenset[JobState]:
     w = word.strip().lower().replace("-", "_")
-    if w in STATE_GROUPS:
-        return STATE_GROUPS[w]
     for s in JobState:
         if w in (s.name.lower(), SHORT[s].lower()):
             return frozenset({s})
+    if w in STATE_GROUPS:
+        return STATE_GROUPS[w]
     choices = ", ".join(s.name.lower() for s in JobState)
     raise FilterError(
         f"'{word}' is not a state; use one of {choices}, "

@@ -1,4 +1,4 @@
-"""A canned twin of RunClient for console tests: a small bank plan frozen mid-run, with fixed times."""
+"""A canned twin of RunClient for console tests: a small bank plan frozen mid-run."""
 
 from __future__ import annotations
 
@@ -23,13 +23,20 @@ jobs:
   extract_core:   {command: "sleep 1", sla: critical}
   extract_cards:  {command: "sleep 1", sla: high}
   extract_fx:     {command: "sleep 1", sla: standard}
-  load_gl:        {command: "sleep 1", depends_on: [extract_core, extract_cards], sla: critical, deadline: "+30m"}
+  load_gl:
+    {command: "sleep 1", depends_on: [extract_core, extract_cards], sla: critical,
+     deadline: "+30m"}
   load_fx_rates:  {command: "exit 3", depends_on: [extract_fx], sla: high}
   post_interest:  {command: "sleep 1", depends_on: [load_gl], sla: critical}
-  revalue_fx:     {command: "sleep 1", depends_on: [load_fx_rates, load_gl], sla: high, deadline: "+20m"}
+  revalue_fx:
+    {command: "sleep 1", depends_on: [load_fx_rates, load_gl], sla: high,
+     deadline: "+20m"}
   limits_check:   {command: "sleep 1", depends_on: [load_gl], sla: standard}
-  gl_close:       {command: "sleep 1", depends_on: [post_interest, revalue_fx], sla: critical, deadline: "+2h"}
-  reg_report:     {command: "sleep 1", depends_on: [gl_close], sla: critical, deadline: "+3h"}
+  gl_close:
+    {command: "sleep 1", depends_on: [post_interest, revalue_fx], sla: critical,
+     deadline: "+2h"}
+  reg_report:
+    {command: "sleep 1", depends_on: [gl_close], sla: critical, deadline: "+3h"}
   mgmt_pack:      {command: "sleep 1", depends_on: [gl_close, limits_check], sla: low}
   archive_logs:   {command: "sleep 1", sla: low}
   stmt_print:     {command: "sleep 1", depends_on: [post_interest], sla: standard}
@@ -89,7 +96,7 @@ class Run:
 
 @dataclass
 class FakeClient:
-    """Answers like RunClient from canned data; records the verbs it is asked to apply."""
+    """Answers like RunClient from canned data; records the verbs it is asked for."""
 
     live: bool = True
     state_dir: Path = Path("/nonexistent/eod_mini")

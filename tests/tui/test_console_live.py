@@ -1,4 +1,4 @@
-"""The console on real runs: real scheduler and executor processes, POSIX queues and shared memory."""
+"""The console on real runs: scheduler and executor processes, POSIX IPC, journal."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import os
 import signal
 
 import pytest
-from conftest import LiveRun, loaded, screen_text, wait_for
+from console_helpers import LiveRun, loaded, screen_text, wait_for
 
+from tui.app import ConsoleApp
+from tui.messages import LiveStatus
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.main import MainScreen
 from tui.screens.quit import QuitScreen
@@ -20,14 +22,26 @@ pytestmark = pytest.mark.ipc
 S = JobState
 
 
-def state_of(app, job: str) -> JobState:  # type: ignore[no-untyped-def]
+def state_of(app: ConsoleApp, job: str) -> JobState:
     """A job's state as the console shows it."""
-    m = app.model
-    return JobState(m.state[m.index[job]])
+    assert app.model is not None
+    return JobState(app.model.state[app.model.index[job]])
+
+
+def attempt_of(app: ConsoleApp, job: str) -> int:
+    """A job's attempts as the console shows them."""
+    assert app.model is not None
+    return app.model.attempt[app.model.index[job]]
+
+
+def live_status(app: ConsoleApp) -> LiveStatus:
+    """The console's latest reading of the live side."""
+    assert app.status is not None
+    return app.status
 
 
 def journal_states(run: LiveRun) -> dict[str, str]:
-    """Every job's state as the run's client reports it (the scheduler's board when live)."""
+    """Every job's state as the client reports it (the scheduler's board when live)."""
     with RunClient(run.state_dir) as client:
         return {j["job"]: j["state"] for j in client.status()["jobs"]}
 
@@ -57,7 +71,7 @@ async def test_hold_release_and_rerun_with_downstream_by_keys(
         assert "hold 1 job(s): load" in screen_text(app)
         await pilot.press("y")
 
-        # Then both the screen and the scheduler have it HELD, also after its upstream finished
+        # Then screen and scheduler have it HELD, also after its upstream finished
         await wait_for(
             pilot, lambda: state_of(app, "load") == S.HELD, what="load HELD on screen"
         )
@@ -107,7 +121,7 @@ async def test_hold_release_and_rerun_with_downstream_by_keys(
         await wait_for(
             pilot,
             lambda: (
-                app.model.attempt[app.model.index["report"]] == 2
+                attempt_of(app, "report") == 2
                 and state_of(app, "report") == S.SUCCEEDED
             ),
             timeout=30,
@@ -117,6 +131,12 @@ async def test_hold_release_and_rerun_with_downstream_by_keys(
         with RunClient(live_run.state_dir) as client:
             assert client.history("load")["attempts"] == 2
             acts = [(a["verb"], a["job"], a["applied"]) for a in client.actions()]
+            rows = client.job_rows()
+        # The console followed transitions only, and agrees with the journal's rows
+        assert app.model is not None
+        for idx, _job, state, attempt, _ex, code, _s, _e, _r in rows:
+            assert (app.model.state[idx], app.model.attempt[idx]) == (state, attempt)
+            assert app.model.exit_code[idx] == code
         assert ("hold", "load", True) in acts
         assert ("release", "load", True) in acts
         assert ("rerun", "load", True) in acts
@@ -142,7 +162,7 @@ async def test_a_killed_executor_is_replaced_and_the_node_panel_shows_it(
             lambda: app.status is not None and len(app.status.executors) == 2,
             what="two executors on the board",
         )
-        victim = app.status.executors[0]
+        victim = live_status(app).executors[0]
         os.kill(victim.pid, signal.SIGKILL)
 
         await wait_for(
@@ -151,7 +171,7 @@ async def test_a_killed_executor_is_replaced_and_the_node_panel_shows_it(
             timeout=20,
             what="the node panel to count a restart",
         )
-        new = {e.index: e.pid for e in app.status.executors}
+        new = {e.index: e.pid for e in live_status(app).executors}
         assert new[victim.index] != victim.pid
         assert any(f"executor {victim.index} restarted" in n.text for n in app.notes)
         await wait_for(
@@ -186,6 +206,7 @@ async def test_detach_then_attach_again_and_a_crashed_scheduler_is_restarted(
     first = live_run.supervisor(plan)
     first.attach_or_start()
     pid = first.pid
+    assert pid is not None
     app1 = live_run.app(first)
     async with app1.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
@@ -218,7 +239,7 @@ async def test_detach_then_attach_again_and_a_crashed_scheduler_is_restarted(
         os.kill(pid, signal.SIGKILL)
         first.reap()
 
-        # Then the console starts another, which resumes the run from the journal, and says so
+        # Then the console starts another that resumes from the journal, and says so
         await wait_for(
             pilot,
             lambda: any("restarted as pid" in n.text for n in app2.notes),

@@ -1,0 +1,268 @@
+"""Console behaviour on canned data: keys, dialogs, filter, marks, commands, ASCII."""
+
+from __future__ import annotations
+
+from console_fakes import FakeClient
+from console_helpers import fake_app, loaded, screen_text, wait_for
+
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.help import HelpScreen
+from tui.screens.job_detail import JobDetailScreen
+from tui.screens.main import MainScreen
+from tui.screens.prompt import PromptScreen
+from tui.screens.quit import QuitScreen
+from tui.widgets.dag_view import DagView
+from tui.widgets.job_table import JobTable
+
+
+def ascii_only(text: str) -> bool:
+    """Whether a plain SSH terminal can draw it."""
+    return all(ord(c) < 128 for c in text)
+
+
+async def test_vim_keys_move_and_the_dag_follows_the_cursor() -> None:
+    app = fake_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        table = app.screen.query_one(JobTable)
+        await pilot.press("j", "j", "j")
+        assert table.current_job == "load_gl"
+        await pilot.press("G")
+        assert table.current_job == "cleanup_tmp"
+        await pilot.press("g", "k")
+        assert table.current_job == "extract_core"
+        await pilot.press("j", "j", "j")
+        await pilot.pause()
+        assert app.screen.query_one(DagView).job == "load_gl"
+        assert "[RUN load_gl*]" in screen_text(app)
+
+
+async def test_filter_by_state_shows_an_error_for_a_bad_one_and_esc_clears_it() -> None:
+    app = fake_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        table = app.screen.query_one(JobTable)
+        await pilot.press("slash")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, PromptScreen),
+            what="the filter prompt",
+        )
+        await pilot.press(*"state:broken", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, PromptScreen)
+        assert "'broken' is not a state" in screen_text(app)
+        await pilot.press(*["backspace"] * 6, *"bad", "enter")
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, MainScreen), what="the main screen"
+        )
+        assert table.selection() == ["load_fx_rates"]
+        assert [table.current_job, len(table.order)] == ["load_fx_rates", 2]
+        assert table.model is not None
+        assert [table.model.ids[i] for i in table.order] == [
+            "load_fx_rates",
+            "revalue_fx",
+        ]  # type: ignore[union-attr]
+        assert "filter: state:bad" in screen_text(app)
+        await pilot.press("escape")
+        assert len(table.order) == 14
+
+
+async def test_marked_jobs_go_to_one_verb_and_refused_ones_are_not_sent() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        table = app.screen.query_one(JobTable)
+        assert table.select_job("post_interest")
+        await pilot.press("space")  # marks post_interest, moves to revalue_fx
+        await pilot.press(
+            "space"
+        )  # marks revalue_fx (UPSTREAM_FAILED: hold does not apply)
+        await pilot.press("j", "space")  # skips limits_check, marks gl_close
+        assert table.selection() == ["post_interest", "revalue_fx", "gl_close"]
+        await pilot.press("h")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen),
+            what="the confirmation",
+        )
+        text = screen_text(app)
+        assert "hold 2 job(s): post_interest, gl_close" in text
+        assert "not applied: 'revalue_fx' is UPSTREAM_FAILED" in text
+        await pilot.press("tab", *"ops asked", "enter")
+        await wait_for(pilot, lambda: fake.sent, what="the verb")
+        await wait_for(pilot, lambda: not table.marks, what="the marks to be spent")
+    assert fake.sent == [("hold", ["post_interest", "gl_close"], "ops asked", False)]
+
+
+async def test_destructive_verbs_do_not_confirm_on_enter() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        app.screen.query_one(JobTable).select_job("load_gl")
+        await pilot.press("x")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen),
+            what="the confirmation",
+        )
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and not fake.sent
+        await pilot.press("y")
+        await wait_for(pilot, lambda: fake.sent, what="the kill")
+    assert fake.sent == [("kill", ["load_gl"], "", False)]
+
+
+async def test_rerun_with_downstream_is_a_choice_in_the_dialog() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        app.screen.query_one(JobTable).select_job("extract_fx")
+        await pilot.press("R")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen),
+            what="the confirmation",
+        )
+        assert "[ ] with everything downstream" in screen_text(app)
+        await pilot.press("d")
+        assert "[x] with everything downstream" in screen_text(app)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: fake.sent, what="the rerun")
+    assert fake.sent == [("rerun", ["extract_fx"], "", True)]
+
+
+async def test_command_line_runs_verbs_on_globs_and_sorts() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        screen = app.screen
+        await pilot.press("colon", *"sort start desc", "enter")
+        await pilot.pause()
+        table = screen.query_one(JobTable)
+        assert (table.sort_key, table.reverse) == ("start", True)
+        assert "START" in screen_text(app) and "sort: start desc" in screen_text(app)
+        await pilot.press("colon", *"launch", "enter")
+        await pilot.pause()
+        assert isinstance(
+            app.screen, PromptScreen
+        )  # still open: the command is invalid
+        assert "unknown command 'launch'" in screen_text(app)
+        await pilot.press("escape", "colon", *"hold post_* gl_close", "enter")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen),
+            what="the confirmation",
+        )
+        await pilot.press("y")
+        await wait_for(pilot, lambda: fake.sent, what="the hold")
+    assert fake.sent == [("hold", ["post_interest", "gl_close"], "", False)]
+
+
+async def test_enter_opens_the_job_with_why_and_history_and_esc_goes_back() -> None:
+    app = fake_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        app.screen.query_one(JobTable).select_job("load_fx_rates")
+        await pilot.press("enter")
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen), what="the job"
+        )
+        await wait_for(
+            pilot,
+            lambda: "canned reason for load_fx_rates" in screen_text(app),
+            what="why",
+        )
+        text = screen_text(app)
+        assert "load_fx_rates  FAILED  tier high  attempt 2" in text
+        assert "depends on (1): extract_fx OK" in text
+        assert "#2 22:21:52 RUNNING -> FAILED exit 3  exit status 3" in text
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+async def test_a_readonly_console_has_no_verbs() -> None:
+    fake = FakeClient()
+    app = fake_app(fake, readonly=True)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("h", "x", "o")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+        footer = screen_text(app).splitlines()[-1]
+        assert "Hold" not in footer and "Filter" in footer
+        assert "[read-only]" in screen_text(app)
+        await pilot.press("colon", *"kill load_gl", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+        await pilot.press("q")
+    assert fake.sent == [] and app.return_value == "quit"
+
+
+async def test_quitting_a_live_supervised_run_asks_detach_or_stop() -> None:
+    app = fake_app(supervised=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("q")
+        await wait_for(
+            pilot, lambda: isinstance(app.screen, QuitScreen), what="the question"
+        )
+        assert "scheduler pid 4242" in screen_text(app)
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+        await pilot.press("q", "s")
+        await wait_for(pilot, lambda: app.return_value is not None, what="the stop")
+    assert app.return_value == "stopped" and app.supervisor.stopped  # type: ignore[union-attr]
+
+
+async def test_help_lists_every_verb_key_and_the_state_legend() -> None:
+    app = fake_app()
+    async with app.run_test(size=(120, 60)) as pilot:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        text = screen_text(app)
+        for line in (
+            "h                hold:",
+            "R                rerun:",
+            "x                kill:",
+            "o                set-ok:",
+            "s                skip:",
+            "/                Filter",
+        ):
+            assert line in text
+        await pilot.press(
+            "G"
+        )  # not bound here: the help keeps scrolling with j/k/space
+        await pilot.press(*["space"] * 6)
+        assert "UPFAIL  UPSTREAM_FAILED" in screen_text(app)
+        await pilot.press("escape")
+        assert isinstance(app.screen, MainScreen)
+
+
+async def test_every_screen_is_ascii_at_80x24() -> None:
+    app = fake_app(supervised=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        seen = [screen_text(app)]
+        for keys in (
+            ["2"],
+            ["3"],
+            ["1", "R"],
+            ["escape", "question_mark"],
+            ["escape", "ctrl+p"],
+            ["escape", "slash"],
+            ["escape", "enter"],
+            ["escape", "q"],
+        ):
+            await pilot.press(*keys)
+            await pilot.pause(0.1)
+            seen.append(screen_text(app))
+        assert isinstance(app.screen, QuitScreen)
+    bad = {c for text in seen for c in text if ord(c) >= 128}
+    assert not bad, f"characters a plain terminal may lack: {bad}"

@@ -1,0 +1,296 @@
+"""Textual-free parts: jobs model, filters, sorting, figures, legend, DAG, SLA."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from console_fakes import NOW, T0, FakeClient
+
+from tui.commands import CommandError, parse_command, resolve
+from tui.dag_layout import layout, render
+from tui.feed import last_seq, load_model
+from tui.impact import impact
+from tui.sla import deadline_at, sla_view
+from tui.view_model import (
+    FilterError,
+    JobFilter,
+    JobsModel,
+    clip,
+    fmt_duration,
+    job_row,
+    legend,
+    parse_filter,
+    progress_bar,
+    summarize,
+    view_order,
+)
+from wloadctl.core.dag import Dag
+from wloadctl.core.planfile import load_plan_text
+from wloadctl.core.states import TRANSITIONS, JobState, SlaTier
+from wloadctl.core.verbs import VERB_FROM
+
+S = JobState
+
+
+@pytest.fixture
+def loaded() -> tuple[JobsModel, Dag]:
+    """The canned run, as the feed loads it."""
+    _info, model, dag = load_model(FakeClient())
+    return model, dag
+
+
+def test_filter_words_become_pattern_states_and_tiers() -> None:
+    f = parse_filter("LOAD_* state:failed,held t:critical")
+    assert f.pattern == "LOAD_*"
+    assert f.states == {S.FAILED, S.HELD}
+    assert f.tiers == {SlaTier.CRITICAL}
+    assert f.describe() == "LOAD_* state:failed,held t:critical"
+    assert f.matcher()("load_gl") and not f.matcher()("post_load")
+    assert parse_filter("gl").matcher()("load_gl_close")
+
+
+def test_filter_groups_and_short_labels() -> None:
+    assert parse_filter("s:bad").states == {
+        S.FAILED,
+        S.TIMED_OUT,
+        S.UPSTREAM_FAILED,
+        S.CANCELLED,
+    }
+    assert parse_filter("state:upfail,RUN").states == {S.UPSTREAM_FAILED, S.RUNNING}
+    assert parse_filter("").active is False
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("state:broken", "'broken' is not a state; use one of waiting"),
+        ("tier:urgent", "'urgent' is not an SLA tier; use one of critical"),
+        ("state:", "has no value"),
+        ("a* b*", "one id pattern at a time"),
+    ],
+)
+def test_bad_filters_say_what_would_be_accepted(text: str, fragment: str) -> None:
+    with pytest.raises(FilterError, match=fragment):
+        parse_filter(text)
+
+
+def test_apply_mirrors_the_journal_row_updates(loaded: tuple[JobsModel, Dag]) -> None:
+    model, _dag = loaded
+    i = model.index["load_fx_rates"]
+    before = list(model.counts)
+    v = model.version
+    # Given a retry: FAILED -> WAITING -> READY -> QUEUED -> RUNNING -> SUCCEEDED
+    ts = NOW
+    touched = model.apply(
+        [
+            (100, i, S.FAILED, S.WAITING, 2, ts, -1, None, "retry by ops"),
+            (101, i, S.WAITING, S.READY, 2, ts, -1, None, ""),
+            (102, i, S.READY, S.QUEUED, 3, ts + 1, -1, None, ""),
+            (103, i, S.QUEUED, S.RUNNING, 3, ts + 2, 1, None, ""),
+        ]
+    )
+    assert touched == {i}
+    assert (
+        model.state[i] == S.RUNNING and model.attempt[i] == 3 and model.executor[i] == 1
+    )
+    assert model.started[i] == ts + 2 and model.ended[i] is None
+    assert model.exit_code[i] == 3  # kept until a new exit status arrives
+    assert model.counts[S.FAILED] == before[S.FAILED] - 1
+    assert model.counts[S.RUNNING] == before[S.RUNNING] + 1
+    assert model.tier_counts[SlaTier.HIGH][S.RUNNING] >= 1
+    assert (
+        model.version == v + 1
+        and model.touched_at[i] == model.version
+        and model.seq == 103
+    )
+    model.apply([(104, i, S.RUNNING, S.SUCCEEDED, 3, ts + 5, 1, 0, "")])
+    assert model.ended[i] == ts + 5 and model.exit_code[i] == 0
+    assert model.duration(i, NOW + 100) == pytest.approx(3.0)
+
+
+def test_order_by_state_puts_trouble_first_and_filters_compose(
+    loaded: tuple[JobsModel, Dag],
+) -> None:
+    model, _dag = loaded
+    order = view_order(model, JobFilter(), "state")
+    assert [model.ids[i] for i in order[:3]] == [
+        "load_fx_rates",
+        "revalue_fx",
+        "limits_check",
+    ]
+    crit = view_order(model, parse_filter("state:waiting tier:critical"))
+    assert [model.ids[i] for i in crit] == ["post_interest", "gl_close", "reg_report"]
+    assert view_order(model, JobFilter(), "plan", reverse=True)[0] == len(model) - 1
+    longest = view_order(model, JobFilter(), "duration", now=NOW)
+    assert model.ids[longest[0]] == "load_gl"  # running for 9m24s
+
+
+def test_row_cells_and_formatting(loaded: tuple[JobsModel, Dag]) -> None:
+    model, _dag = loaded
+    row = job_row(model, model.index["revalue_fx"], NOW)
+    assert (row.state, row.tier, row.attempt, row.start) == (
+        S.UPSTREAM_FAILED,
+        "high",
+        "",
+        "",
+    )
+    assert row.info == "due +20m; upstream load_fx_rates FAILED"
+    assert [fmt_duration(x) for x in (0.42, 12.4, 245, 3720, 90000)] == [
+        "0.4s",
+        "12s",
+        "4m05s",
+        "1h02m",
+        "1d01h",
+    ]
+    assert clip("load_accounts_emea", 8) == "load_ac~"
+    assert progress_bar(0.5, 12) == "[#####.....]"
+
+
+def test_summary_forecasts_from_the_pace(loaded: tuple[JobsModel, Dag]) -> None:
+    model, _dag = loaded
+    s = summarize(model, T0, NOW, finished=False)
+    assert (s.total, s.done, s.ok, s.bad, s.active) == (14, 5, 3, 2, 2)
+    assert s.elapsed == 754.0
+    assert s.forecast == pytest.approx(754.0 * 9 / 5)
+
+
+def test_the_legend_is_generated_from_the_transition_table() -> None:
+    entries = legend()
+    assert [e.state for e in entries] == list(JobState)
+    for e in entries:
+        assert e.meaning, f"{e.state.name} has no documentation"
+        assert set(e.leads_to) == {b.name for a, b in TRANSITIONS if a == e.state}
+        assert set(e.verbs) == {
+            v for v, st in VERB_FROM.items() if e.state in st and v != "cancel"
+        }
+
+
+def test_dag_layout_puts_levels_in_columns_in_ascii(
+    loaded: tuple[JobsModel, Dag],
+) -> None:
+    model, dag = loaded
+    lay = layout(dag, "load_gl", 2, 2, 10)
+    assert lay.columns == [-1, 0, 1, 2]
+    col = {c.job: c.column for c in lay.cells}
+    assert (
+        col["extract_core"] == -1 and col["gl_close"] == 2 and col["post_interest"] == 1
+    )
+    assert ("load_gl", "post_interest") in lay.edges and (
+        "post_interest",
+        "gl_close",
+    ) in lay.edges
+
+    def state(j: str) -> JobState:
+        return JobState(model.state[model.index[j]])
+
+    lines = [
+        "".join(s.text for s in spans)
+        for spans in render(lay, 100, state, lambda j: j == "load_gl")
+    ]
+    text = "\n".join(lines)
+    assert "[RUN load_gl*]" in text and "UPFAIL revalue_fx" in text
+    assert all(ord(c) < 128 for c in text)
+    assert any("-->" in line for line in lines)
+
+
+def test_a_tall_column_keeps_broken_jobs_and_says_how_many_more() -> None:
+    text = "name: fan\njobs:\n  root: {command: 'true'}\n" + "".join(
+        f"  leaf{k:02d}: {{command: 'true', depends_on: [root]}}\n" for k in range(20)
+    )
+    dag = Dag(load_plan_text(text))
+    lay = layout(dag, "root", 1, 1, 5, important=lambda j: j == "leaf17")
+    shown = [c.job for c in lay.cells if c.column == 1 and c.job]
+    more = [c.more for c in lay.cells if not c.job]
+    assert "leaf17" in shown and len(shown) == 4 and more == [16]
+
+
+def test_rerun_impact_counts_downstream_critical_and_deadlines(
+    loaded: tuple[JobsModel, Dag],
+) -> None:
+    model, dag = loaded
+    alone = impact("rerun", ["extract_fx"], model, dag)
+    assert alone.applies == ["extract_fx"] and alone.affected == [
+        "revalue_fx"
+    ]  # only what it blocked
+    assert alone.destructive
+    everything = impact("retry", ["load_fx_rates"], model, dag)
+    assert everything.affected == ["revalue_fx"]
+    assert [d.job for d in everything.deadlines] == ["revalue_fx"]
+    held = impact("hold", ["load_gl", "extract_core"], model, dag)
+    assert held.applies == []  # RUNNING and SUCCEEDED cannot be held
+    assert (
+        "'load_gl' is RUNNING: hold does not apply; kill would apply"
+        in held.refused[0][1]
+    )
+    kill = impact("kill", ["load_gl"], model, dag)
+    assert "gl_close" in kill.affected and kill.critical_tier >= 3
+    assert [d.job for d in kill.deadlines][:2] == ["load_gl", "gl_close"]
+    assert any(
+        line.startswith("deadlines at stake: load_gl +30m") for line in kill.lines()
+    )
+
+
+def test_deadlines_are_absolute_and_overnight_ones_fall_next_morning() -> None:
+    started = dt.datetime(2024, 3, 29, 20, 0, tzinfo=dt.UTC).timestamp()
+    assert deadline_at("+2h", "2024-03-29", started, "UTC") == started + 7200
+    morning = deadline_at("06:00", "2024-03-29", started, "UTC")
+    assert morning == dt.datetime(2024, 3, 30, 6, 0, tzinfo=dt.UTC).timestamp()
+    evening = deadline_at("22:30", "2024-03-29", started, "Europe/London")
+    assert evening == dt.datetime(2024, 3, 29, 22, 30, tzinfo=dt.UTC).timestamp()
+    assert deadline_at("25:00", "2024-03-29", started, None) is None
+
+
+def test_sla_view_per_tier_and_at_risk(loaded: tuple[JobsModel, Dag]) -> None:
+    model, _dag = loaded
+    view = sla_view(model, NOW)
+    crit = next(t for t in view.tiers if t.tier == SlaTier.CRITICAL)
+    assert (crit.total, crit.done, crit.running, crit.failed) == (5, 1, 1, 0)
+    assert crit.next_due is not None and crit.next_due.job == "load_gl"
+    assert [d.job for d in view.at_risk] == ["revalue_fx", "load_gl"]
+    later = sla_view(model, T0 + 3600)  # past +20m and +30m
+    assert {d.job for d in later.late} == {"revalue_fx", "load_gl"}
+
+
+def test_commands_parse_with_helpful_errors() -> None:
+    cmd = parse_command("rerun load_gl --downstream")
+    assert (cmd.name, cmd.args, cmd.downstream, cmd.is_verb) == (
+        "rerun",
+        ("load_gl",),
+        True,
+        True,
+    )
+    assert parse_command("ok a").name == "set-ok" and parse_command("q").name == "quit"
+    assert parse_command("sort duration desc").args == ("duration", "desc")
+    for bad, fragment in (
+        ("", "type a command"),
+        ("launch", "unknown command 'launch'"),
+        ("hold x --downstream", "applies to rerun only"),
+        ("sort colour", "sort KEY"),
+        ("dag 9", "dag N"),
+    ):
+        with pytest.raises(CommandError, match=fragment):
+            parse_command(bad)
+    ids = ["load_a", "load_b", "post"]
+    assert resolve(
+        ("load_*", "post", "nope"), ids, {j: k for k, j in enumerate(ids)}
+    ) == (ids, ["nope"])
+
+
+def test_last_seq_finds_the_latest_transition_with_few_reads() -> None:
+    class Counting(FakeClient):
+        reads = 0
+
+        def changes_since(
+            self, seq: int, limit: int = 100_000
+        ) -> list[tuple[Any, ...]]:
+            self.reads += 1
+            return [(s,) for s in range(seq + 1, min(seq + 1 + limit, 1_000_001))]
+
+    client = Counting()
+    assert last_seq(client) == 1_000_000
+    assert client.reads < 50
+    empty = FakeClient()
+    empty.transitions.clear()
+    assert last_seq(empty) == 0
