@@ -166,3 +166,21 @@ def test_why_explains_unmet_dependencies_and_lineage(tmp_path: Path, no_ipc_leak
     events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
     c_events = [e for e in events if e["job"] == "c" and e["event"] == "transition"]
     assert {e["trace"] for e in c_events if e["attempt"] == 1} == {f"{e['run']}.2.1" for e in c_events[:1]}
+
+
+def test_logs_follow_streams_a_running_job_until_it_ends(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: logs\njobs:\n  talker:\n    command: 'for i in 1 2 3; do echo line$i; sleep 0.4; done'\n")
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: states_of(sd).get("talker") == "RUNNING", what="talker running")
+        p = cli("logs", "talker", "--follow", "--state-dir", str(sd), timeout=30)
+        assert p.stdout.split() == ["line1", "line2", "line3"]
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    p = cli("logs", "talker", "--attempt", "2", "--state-dir", str(sd))
+    assert p.returncode == 1 and "there is no attempt 2" in p.stderr

@@ -163,3 +163,18 @@ def test_final_failure_raises_an_alert_and_runs_the_on_failure_hook(tmp_path: Pa
     alert = json.loads((sd / "alerts.log").read_text().splitlines()[0])
     assert alert["job"] == "recon" and alert["tier"] == "critical" and alert["attempts"] == 2
     assert alert["log"].endswith("recon.2.log")
+
+
+def test_a_job_past_its_deadline_is_flagged_late_in_status_and_events(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "late", "jobs": {
+        "slow_report": {"command": "sleep 1.5", "deadline": "+1s", "sla": "high"},
+        "on_time": {"command": "true", "deadline": "+1h"}}}))
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd))
+    assert p.returncode == 0, p.stderr
+    st = status(sd)
+    assert st["flags"] == {"slow_report": "LATE"}
+    events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
+    flagged = [(e["job"], e["level"]) for e in events if e["event"] == "deadline"]
+    assert ("slow_report", "LATE") in flagged and all(j != "on_time" for j, _ in flagged)
