@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tui.view_model import SHORT, clip
+from tui.labels import SHORT, clip
 from wloadctl.core.dag import Dag
 from wloadctl.core.states import FAIL_STATES, JobState
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tui.view_model import JobsModel, fmt_clock
+from tui.labels import fmt_clock
+from tui.view_model import JobsModel
 from wloadctl.core.dag import Dag
 from wloadctl.core.states import TERMINAL, JobState, SlaTier
 from wloadctl.core.verbs import VERB_FROM, applicable_verbs

@@ -1,82 +1,18 @@
-"""Textual-free projections of a run: jobs model, filters, sorting, rows, figures."""
+"""Textual-free projections of a run: the jobs model, sorting, rows, run figures."""
 
 from __future__ import annotations
 
-import ast
-import fnmatch
-import inspect
-import itertools
 import math
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from wloadctl.core.states import (
-    ACTIVE,
-    FAIL_STATES,
-    OK_STATES,
-    TERMINAL,
-    TRANSITIONS,
-    JobState,
-    SlaTier,
-)
-from wloadctl.core.verbs import VERB_FROM
+from tui.filters import JobFilter
+from tui.labels import TIER_SHORT, fmt_clock, fmt_duration
+from wloadctl.core.states import FAIL_STATES, OK_STATES, TERMINAL, JobState, SlaTier
 
 S = JobState
-STATE_NAMES: tuple[str, ...] = tuple(s.name for s in JobState)
-"""State names by value."""
-
-SHORT: dict[JobState, str] = {
-    S.WAITING: "WAIT",
-    S.READY: "READY",
-    S.QUEUED: "QUEUE",
-    S.RUNNING: "RUN",
-    S.SUCCEEDED: "OK",
-    S.FAILED: "FAIL",
-    S.TIMED_OUT: "TIMEOUT",
-    S.RETRY_WAIT: "RETRY",
-    S.HELD: "HELD",
-    S.SKIPPED: "SKIP",
-    S.CANCELLED: "CANCEL",
-    S.UPSTREAM_FAILED: "UPFAIL",
-}
-"""Short state labels for narrow columns; the help maps them to the full names."""
-
-TONE: dict[JobState, str] = {
-    S.WAITING: "idle",
-    S.READY: "idle",
-    S.QUEUED: "run",
-    S.RUNNING: "run",
-    S.SUCCEEDED: "ok",
-    S.FAILED: "bad",
-    S.TIMED_OUT: "bad",
-    S.RETRY_WAIT: "warn",
-    S.HELD: "warn",
-    S.SKIPPED: "ok",
-    S.CANCELLED: "bad",
-    S.UPSTREAM_FAILED: "bad",
-}
-"""What each state means to an operator; widgets turn the tone into a colour."""
-
-TIER_SHORT: dict[SlaTier, str] = {
-    SlaTier.CRITICAL: "crit",
-    SlaTier.HIGH: "high",
-    SlaTier.STANDARD: "std",
-    SlaTier.LOW: "low",
-}
-"""Short SLA tier labels."""
-
-STATE_GROUPS: dict[str, frozenset[JobState]] = {
-    "bad": frozenset({S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED}),
-    "active": frozenset(ACTIVE),
-    "done": frozenset(TERMINAL),
-    "todo": frozenset(set(JobState) - TERMINAL),
-    "stuck": frozenset(
-        {S.HELD, S.FAILED, S.TIMED_OUT, S.RETRY_WAIT, S.UPSTREAM_FAILED}
-    ),
-}
-"""Named groups of states usable in filters (`state:bad`)."""
 
 SORT_KEYS: tuple[str, ...] = (
     "plan",
@@ -93,120 +29,6 @@ SORT_KEYS: tuple[str, ...] = (
 _OK_VALUES = frozenset(int(s) for s in OK_STATES)
 _FAIL_VALUES = frozenset(int(s) for s in FAIL_STATES)
 _TERMINAL_VALUES = frozenset(int(s) for s in TERMINAL)
-
-
-class FilterError(ValueError):
-    """A typed filter cannot be understood; the message says what would be."""
-
-
-@dataclass(frozen=True)
-class JobFilter:
-    """Which jobs the table shows: an id pattern, states, tiers (each empty = any)."""
-
-    pattern: str = ""
-    """A glob on the job id, or text found anywhere in it (case-insensitive)."""
-    states: frozenset[int] = frozenset()
-    """State values to show."""
-    tiers: frozenset[int] = frozenset()
-    """SLA tier values to show."""
-    text: str = ""
-    """The filter as the operator typed it (group names and all)."""
-
-    @property
-    def active(self) -> bool:
-        """Whether the filter hides anything."""
-        return bool(self.pattern or self.states or self.tiers)
-
-    def describe(self) -> str:
-        """The filter in the syntax it is typed in."""
-        if self.text:
-            return self.text
-        parts = [self.pattern] if self.pattern else []
-        if self.states:
-            parts.append(
-                "state:" + ",".join(STATE_NAMES[s].lower() for s in sorted(self.states))
-            )
-        if self.tiers:
-            parts.append(
-                "tier:" + ",".join(SlaTier(t).label for t in sorted(self.tiers))
-            )
-        return " ".join(parts)
-
-    def matcher(self) -> Callable[[str], bool]:
-        """A predicate on job ids for the pattern part."""
-        pat = self.pattern.lower()
-        if not pat:
-            return lambda _j: True
-        if any(c in pat for c in "*?["):
-            return lambda j: fnmatch.fnmatchcase(j.lower(), pat)
-        return lambda j: pat in j.lower()
-
-
-def _state_by_word(word: str) -> frozenset[JobState]:
-    w = word.strip().lower().replace("-", "_")
-    for s in JobState:
-        if w in (s.name.lower(), SHORT[s].lower()):
-            return frozenset({s})
-    if w in STATE_GROUPS:
-        return STATE_GROUPS[w]
-    choices = ", ".join(s.name.lower() for s in JobState)
-    raise FilterError(
-        f"'{word}' is not a state; use one of {choices}, "
-        f"or a group: {', '.join(STATE_GROUPS)}"
-    )
-
-
-def _tier_by_word(word: str) -> SlaTier:
-    w = word.strip().lower()
-    for t in SlaTier:
-        if w in (t.label, TIER_SHORT[t]):
-            return t
-    raise FilterError(
-        f"'{word}' is not an SLA tier; use one of {', '.join(t.label for t in SlaTier)}"
-    )
-
-
-def parse_filter(text: str) -> JobFilter:
-    """Read a filter as typed after `/`: `load_* state:failed,held tier:critical`.
-
-    Args:
-        text: words separated by spaces; `state:` (or `s:`) and `tier:` (or `t:`)
-            take comma-separated values; any other word is the id pattern.
-
-    Returns:
-        The filter (empty text gives the empty filter).
-
-    Raises:
-        FilterError: an unknown state or tier, an empty value, or two id patterns.
-    """
-    pattern = ""
-    states: set[int] = set()
-    tiers: set[int] = set()
-    for word in text.split():
-        key, sep, value = word.partition(":")
-        key = key.lower()
-        if sep and key in ("state", "s", "tier", "t"):
-            if not value.strip(","):
-                raise FilterError(
-                    f"'{word}' has no value; e.g. state:failed or tier:critical"
-                )
-            for v in value.split(","):
-                if not v:
-                    continue
-                if key in ("state", "s"):
-                    states.update(int(s) for s in _state_by_word(v))
-                else:
-                    tiers.add(int(_tier_by_word(v)))
-        elif pattern:
-            raise FilterError(
-                f"one id pattern at a time: '{pattern}' and '{word}'; "
-                "use a glob like 'load_*'"
-            )
-        else:
-            pattern = word
-    return JobFilter(
-        pattern, frozenset(states), frozenset(tiers), " ".join(text.split())
-    )
 
 
 @dataclass
@@ -451,49 +273,6 @@ for _rank, _s in enumerate(_STATE_ORDER):
     _STATE_RANK[_s] = _rank
 
 
-# -- formatting ----------------------------------------------------------------------
-
-
-def fmt_duration(seconds: float | None) -> str:
-    """A short duration: `0.4s`, `12s`, `4m05s`, `1h02m`, `2d03h`; empty for None."""
-    if seconds is None:
-        return ""
-    s = max(0.0, seconds)
-    if s < 10:
-        return f"{s:.1f}s"
-    if s < 60:
-        return f"{s:.0f}s"
-    m, sec = divmod(int(s), 60)
-    if m < 60:
-        return f"{m}m{sec:02d}s"
-    h, m = divmod(m, 60)
-    if h < 24:
-        return f"{h}h{m:02d}m"
-    d, h = divmod(h, 24)
-    return f"{d}d{h:02d}h"
-
-
-def fmt_clock(
-    ts: float | None, localtime: Callable[[float], object] | None = None
-) -> str:
-    """A time of day `HH:MM:SS` in local time; empty for None."""
-    if ts is None:
-        return ""
-    import time as _time
-
-    t = (localtime or _time.localtime)(ts)
-    return f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"  # type: ignore[attr-defined]
-
-
-def clip(text: str, width: int) -> str:
-    """Cut text to `width` columns, marking the cut with `~` (ASCII only)."""
-    if width <= 0:
-        return ""
-    if len(text) <= width:
-        return text
-    return text[: width - 1] + "~" if width > 1 else text[:1]
-
-
 @dataclass(frozen=True)
 class JobRow:
     """The cells of one job table row, as text."""
@@ -592,67 +371,3 @@ def summarize(
     elif finished or done == total:
         forecast = 0.0
     return RunSummary(total, done, ok, bad, active, elapsed, forecast)
-
-
-def progress_bar(fraction: float, width: int) -> str:
-    """An ASCII progress bar `[#####.....]` of `width` columns."""
-    inner = max(1, width - 2)
-    full = round(max(0.0, min(1.0, fraction)) * inner)
-    return "[" + "#" * full + "." * (inner - full) + "]"
-
-
-# -- the legend ----------------------------------------------------------------------
-
-
-def _member_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings of an enum's members, read from its source."""
-    try:
-        tree = ast.parse(inspect.getsource(cls))
-    except (OSError, TypeError, SyntaxError):
-        return {}
-    docs: dict[str, str] = {}
-    body = (
-        tree.body[0].body
-        if tree.body and isinstance(tree.body[0], ast.ClassDef)
-        else []
-    )
-    for a, b in itertools.pairwise(body):
-        if (
-            isinstance(a, ast.Assign)
-            and len(a.targets) == 1
-            and isinstance(a.targets[0], ast.Name)
-            and isinstance(b, ast.Expr)
-            and isinstance(b.value, ast.Constant)
-            and isinstance(b.value.value, str)
-        ):
-            docs[a.targets[0].id] = " ".join(b.value.value.split())
-    return docs
-
-
-@dataclass(frozen=True)
-class LegendEntry:
-    """One state in the help screen's legend."""
-
-    state: JobState
-    """The state."""
-    short: str
-    """Its label in the table."""
-    meaning: str
-    """What it means (the enum's own documentation)."""
-    leads_to: tuple[str, ...]
-    """States it may move to, from the transition table."""
-    verbs: tuple[str, ...]
-    """Operator verbs that apply to it."""
-
-
-def legend() -> list[LegendEntry]:
-    """The state legend, generated from the transition table and the verbs' table."""
-    docs = _member_docs(JobState)
-    out = []
-    for s in JobState:
-        to = tuple(b.name for b in JobState if (s, b) in TRANSITIONS)
-        verbs = tuple(
-            v for v, states in VERB_FROM.items() if s in states and v != "cancel"
-        )
-        out.append(LegendEntry(s, SHORT[s], docs.get(s.name, ""), to, verbs))
-    return out

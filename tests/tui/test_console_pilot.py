@@ -266,3 +266,22 @@ async def test_every_screen_is_ascii_at_80x24() -> None:
         assert isinstance(app.screen, QuitScreen)
     bad = {c for text in seen for c in text if ord(c) >= 128}
     assert not bad, f"characters a plain terminal may lack: {bad}"
+
+
+async def test_tab_walks_the_panes_and_shows_hidden_ones_on_a_narrow_terminal() -> None:
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        seen = []
+        for _ in range(4):
+            await pilot.press("tab")
+            await pilot.pause()
+            focused = app.screen.focused
+            seen.append((focused.id if focused else None, app.screen.active_pane))  # type: ignore[attr-defined]
+        assert seen == [
+            ("dag", "dag"),
+            ("nodes", "nodes"),
+            ("sla", "sla"),
+            ("jobs", "sla"),
+        ]
+        assert "TIER" in screen_text(app)

@@ -11,21 +11,11 @@ from console_fakes import NOW, T0, FakeClient
 from tui.commands import CommandError, parse_command, resolve
 from tui.dag_layout import layout, render
 from tui.feed import last_seq, load_model
+from tui.filters import FilterError, JobFilter, parse_filter
 from tui.impact import impact
+from tui.labels import clip, fmt_duration, legend, progress_bar
 from tui.sla import deadline_at, sla_view
-from tui.view_model import (
-    FilterError,
-    JobFilter,
-    JobsModel,
-    clip,
-    fmt_duration,
-    job_row,
-    legend,
-    parse_filter,
-    progress_bar,
-    summarize,
-    view_order,
-)
+from tui.view_model import JobsModel, job_row, summarize, view_order
 from wloadctl.core.dag import Dag
 from wloadctl.core.planfile import load_plan_text
 from wloadctl.core.states import TRANSITIONS, JobState, SlaTier

@@ -12,8 +12,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tui.commands import VERB_HELP, VIEW_COMMANDS
+from tui.filters import STATE_GROUPS
 from tui.impact import EFFECT, VERB_KEYS
-from tui.view_model import STATE_GROUPS, legend
+from tui.labels import legend
 
 FILTER_HELP = (
     "/ filter: words separated by spaces, e.g.  load_* state:failed,held "

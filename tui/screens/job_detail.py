@@ -13,8 +13,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Log, Static
 
+from tui.labels import SHORT, fmt_clock, fmt_duration
 from tui.screens.operator import OperatorScreen
-from tui.view_model import SHORT, fmt_clock, fmt_duration
 from tui.widgets.tones import state_style, tone_classes
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.errors import WloadError

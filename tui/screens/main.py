@@ -13,13 +13,14 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from tui.commands import Command, CommandError, parse_command, resolve
+from tui.filters import JobFilter, parse_filter
 from tui.impact import VERB_KEYS
 from tui.messages import Note
 from tui.screens.confirm import ActionRequest
 from tui.screens.operator import OperatorScreen
 from tui.screens.prompt import PromptScreen
 from tui.sla import sla_view
-from tui.view_model import SORT_KEYS, JobFilter, parse_filter, summarize, view_order
+from tui.view_model import SORT_KEYS, summarize, view_order
 from tui.widgets.dag_view import DagView
 from tui.widgets.job_table import JobTable
 from tui.widgets.node_panel import NodePanel
@@ -62,6 +63,8 @@ class MainScreen(OperatorScreen):
         ),
         Binding("minus", "depth(-1)", "Fewer DAG levels", show=False, key_display="-"),
         Binding("enter", "open", "Detail", show=False),
+        Binding("tab", "next_pane(1)", "Next pane", show=False),
+        Binding("shift+tab", "next_pane(-1)", "Previous pane", show=False),
         Binding("ctrl+p", "app.command_palette", "Palette", key_display="^p"),
     ]
 
@@ -277,6 +280,17 @@ class MainScreen(OperatorScreen):
     def action_pane(self, name: str) -> None:
         """Show a pane (on narrow terminals the others hide)."""
         self._show_pane(name)
+
+    def action_next_pane(self, step: int) -> None:
+        """Tab: table, DAG, nodes, SLA in turn; a hidden pane shows as it gets focus."""
+        order = ["jobs", *PANES]
+        focused = self.focused.id if self.focused is not None else None
+        k = order.index(focused) if focused in order else 0
+        target = order[(k + step) % len(order)]
+        if target in PANES:
+            self._show_pane(target)
+        # A pane that was hidden takes the focus only once it is displayed.
+        self.call_after_refresh(self.query_one(f"#{target}").focus)
 
     def on_descendant_focus(self, event: Any) -> None:
         """Tabbing onto a pane shows it."""

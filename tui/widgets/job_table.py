@@ -14,7 +14,8 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tui.view_model import SHORT, TONE, JobsModel, clip, job_row
+from tui.labels import SHORT, TONE, clip
+from tui.view_model import JobsModel, job_row
 
 TONES = ("ok", "bad", "run", "warn", "idle")
 

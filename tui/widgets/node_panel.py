@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
+from tui.labels import clip, fmt_clock, fmt_duration
 from tui.messages import LiveStatus, Note
-from tui.view_model import JobsModel, clip, fmt_clock, fmt_duration
+from tui.view_model import JobsModel
 from tui.widgets.tones import HEALTH_TONE, TONE_CSS, tone_classes, tone_style
 
 

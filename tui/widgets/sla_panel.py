@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
+from tui.labels import SHORT, fmt_clock, fmt_duration
 from tui.sla import SlaView
-from tui.view_model import SHORT, fmt_clock, fmt_duration
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
 
 

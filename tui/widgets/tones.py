@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.style import Style
 from textual.widget import Widget
 
-from tui.view_model import TONE
+from tui.labels import TONE
 from wloadctl.core.states import JobState
 
 TONES = ("ok", "bad", "run", "warn", "idle")

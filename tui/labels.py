@@ -1,0 +1,162 @@
+"""Textual-free words of the console: state labels, tones, durations, the legend."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from wloadctl.core.states import TRANSITIONS, JobState, SlaTier
+from wloadctl.core.verbs import VERB_FROM
+
+S = JobState
+STATE_NAMES: tuple[str, ...] = tuple(s.name for s in JobState)
+"""State names by value."""
+
+SHORT: dict[JobState, str] = {
+    S.WAITING: "WAIT",
+    S.READY: "READY",
+    S.QUEUED: "QUEUE",
+    S.RUNNING: "RUN",
+    S.SUCCEEDED: "OK",
+    S.FAILED: "FAIL",
+    S.TIMED_OUT: "TIMEOUT",
+    S.RETRY_WAIT: "RETRY",
+    S.HELD: "HELD",
+    S.SKIPPED: "SKIP",
+    S.CANCELLED: "CANCEL",
+    S.UPSTREAM_FAILED: "UPFAIL",
+}
+"""Short state labels for narrow columns; the help maps them to the full names."""
+
+TONE: dict[JobState, str] = {
+    S.WAITING: "idle",
+    S.READY: "idle",
+    S.QUEUED: "run",
+    S.RUNNING: "run",
+    S.SUCCEEDED: "ok",
+    S.FAILED: "bad",
+    S.TIMED_OUT: "bad",
+    S.RETRY_WAIT: "warn",
+    S.HELD: "warn",
+    S.SKIPPED: "ok",
+    S.CANCELLED: "bad",
+    S.UPSTREAM_FAILED: "bad",
+}
+"""What each state means to an operator; widgets turn the tone into a colour."""
+
+TIER_SHORT: dict[SlaTier, str] = {
+    SlaTier.CRITICAL: "crit",
+    SlaTier.HIGH: "high",
+    SlaTier.STANDARD: "std",
+    SlaTier.LOW: "low",
+}
+"""Short SLA tier labels."""
+
+
+# -- formatting ----------------------------------------------------------------------
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """A short duration: `0.4s`, `12s`, `4m05s`, `1h02m`, `2d03h`; empty for None."""
+    if seconds is None:
+        return ""
+    s = max(0.0, seconds)
+    if s < 10:
+        return f"{s:.1f}s"
+    if s < 60:
+        return f"{s:.0f}s"
+    m, sec = divmod(int(s), 60)
+    if m < 60:
+        return f"{m}m{sec:02d}s"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"
+
+
+def fmt_clock(
+    ts: float | None, localtime: Callable[[float], object] | None = None
+) -> str:
+    """A time of day `HH:MM:SS` in local time; empty for None."""
+    if ts is None:
+        return ""
+    t = (localtime or time.localtime)(ts)
+    return f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"  # type: ignore[attr-defined]
+
+
+def clip(text: str, width: int) -> str:
+    """Cut text to `width` columns, marking the cut with `~` (ASCII only)."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    return text[: width - 1] + "~" if width > 1 else text[:1]
+
+
+def progress_bar(fraction: float, width: int) -> str:
+    """An ASCII progress bar `[#####.....]` of `width` columns."""
+    inner = max(1, width - 2)
+    full = round(max(0.0, min(1.0, fraction)) * inner)
+    return "[" + "#" * full + "." * (inner - full) + "]"
+
+
+# -- the legend ----------------------------------------------------------------------
+
+
+def _member_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of an enum's members, read from its source."""
+    try:
+        tree = ast.parse(inspect.getsource(cls))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    docs: dict[str, str] = {}
+    body = (
+        tree.body[0].body
+        if tree.body and isinstance(tree.body[0], ast.ClassDef)
+        else []
+    )
+    for a, b in itertools.pairwise(body):
+        if (
+            isinstance(a, ast.Assign)
+            and len(a.targets) == 1
+            and isinstance(a.targets[0], ast.Name)
+            and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant)
+            and isinstance(b.value.value, str)
+        ):
+            docs[a.targets[0].id] = " ".join(b.value.value.split())
+    return docs
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    """One state in the help screen's legend."""
+
+    state: JobState
+    """The state."""
+    short: str
+    """Its label in the table."""
+    meaning: str
+    """What it means (the enum's own documentation)."""
+    leads_to: tuple[str, ...]
+    """States it may move to, from the transition table."""
+    verbs: tuple[str, ...]
+    """Operator verbs that apply to it."""
+
+
+def legend() -> list[LegendEntry]:
+    """The state legend, generated from the transition table and the verbs' table."""
+    docs = _member_docs(JobState)
+    out = []
+    for s in JobState:
+        to = tuple(b.name for b in JobState if (s, b) in TRANSITIONS)
+        verbs = tuple(
+            v for v, states in VERB_FROM.items() if s in states and v != "cancel"
+        )
+        out.append(LegendEntry(s, SHORT[s], docs.get(s.name, ""), to, verbs))
+    return out
