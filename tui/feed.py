@@ -178,6 +178,7 @@ class Feed:
                 self.post(LoadStep("opening the journal"))
                 client = self.open_client()
                 info, model, dag = load_model(client, lambda s: self.post(LoadStep(s)))
+            # The journal may not exist yet (a scheduler just starting): say why, retry.
             except Exception as e:
                 if client is not None:
                     client.close()
@@ -203,35 +204,37 @@ class Feed:
         last_beat: float | None = -1.0
         last_read = 0.0
         last_status = 0.0
-        error = ""
+        was_live: bool | None = None
         while not self.stop_event.is_set():
             now = self.clock()
             try:
                 header = client.board_header()
                 beat = header.beat if header is not None else None
+                # The scheduler publishes the board only when states changed, so an
+                # unchanged beat means nothing new in the journal either.
                 if (
                     beat != last_beat
                     or now - last_read >= IDLE_POLL
                     or self.wake.is_set()
                 ):
                     self.wake.clear()
-                    last_read = now
-                    last_beat = beat
+                    last_read, last_beat = now, beat
                     seq = self._read_changes(client, seq)
                 if self.supervisor is not None:
                     for ev in self.supervisor.check():
                         self.post(
                             NoteAdded(Note(ev.text, ev.level, now, ("scheduler",)))
                         )
-                if now - last_status >= STATUS_EVERY or (header is None) != (
-                    last_beat is None
-                ):
-                    last_status = now
-                    self.post(StatusChanged(self._status(client, header, now, error)))
-                error = ""
+                live = header is not None
+                if now - last_status >= STATUS_EVERY or live != was_live:
+                    last_status, was_live = now, live
+                    self.post(StatusChanged(self._status(client, header, now)))
+            # Any failure (a journal being replaced, a board torn down mid-read) is
+            # shown on screen and retried: the feed must outlive it.
             except Exception as e:
                 error = f"{type(e).__name__}: {e}"
                 self.post(StatusChanged(LiveStatus(False, None, 0, None, error=error)))
+                was_live = None
                 self.stop_event.wait(1.0)
             self.wake.wait(
                 self.poll if last_beat is not None else min(IDLE_POLL, self.poll * 4)
@@ -249,9 +252,7 @@ class Feed:
             if len(rows) < BATCH:
                 return seq
 
-    def _status(
-        self, client: Client, header: Any, now: float, error: str
-    ) -> LiveStatus:
+    def _status(self, client: Client, header: Any, now: float) -> LiveStatus:
         views = []
         for e in client.executors() if header is not None else []:
             k, pid = int(e["executor"]), int(e["pid"])
@@ -289,7 +290,7 @@ class Feed:
             else "watching only (read-only)"
         )
         if header is None:
-            return LiveStatus(False, None, 0, None, (), sup, error)
+            return LiveStatus(False, None, 0, None, (), sup)
         return LiveStatus(
             True,
             header.scheduler_pid,
@@ -297,5 +298,4 @@ class Feed:
             max(0.0, now - header.beat),
             tuple(views),
             sup,
-            error,
         )

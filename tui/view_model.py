@@ -84,6 +84,8 @@ class JobsModel:
             self.reason = [""] * n
         self.counts: list[int] = [0] * len(JobState)
         """Jobs per state value."""
+        self.running: set[int] = set()
+        """Jobs RUNNING now (the node panel names them per executor)."""
         self.tier_counts: list[list[int]] = [[0] * len(JobState) for _ in SlaTier]
         """Jobs per tier value and state value."""
         self._recount()
@@ -94,6 +96,7 @@ class JobsModel:
     def _recount(self) -> None:
         self.counts = [0] * len(JobState)
         self.tier_counts = [[0] * len(JobState) for _ in SlaTier]
+        self.running = {i for i, st in enumerate(self.state) if st == S.RUNNING}
         for st, t in zip(self.state, self.tier, strict=True):
             self.counts[st] += 1
             self.tier_counts[t][st] += 1
@@ -138,6 +141,10 @@ class JobsModel:
             to_v = int(to)
             old = self.state[i]
             if old != to_v:
+                if to_v == S.RUNNING:
+                    self.running.add(i)
+                elif old == S.RUNNING:
+                    self.running.discard(i)
                 counts[old] -= 1
                 counts[to_v] += 1
                 row = tier_counts[self.tier[i]]
@@ -182,11 +189,7 @@ class JobsModel:
 
     def running_on(self, executor: int) -> list[str]:
         """Ids of the jobs running on one executor (from the journal's view)."""
-        return [
-            self.ids[i]
-            for i, st in enumerate(self.state)
-            if st == S.RUNNING and self.executor[i] == executor
-        ]
+        return sorted(self.ids[i] for i in self.running if self.executor[i] == executor)
 
 
 # -- sorting and filtering ---------------------------------------------------------

@@ -172,13 +172,22 @@ class MainScreen(OperatorScreen):
         if self._order_dirty:
             self._reorder()
 
-    def _refresh_panels(self) -> None:
+    def _refresh_panels(self, dag: bool = True) -> None:
+        """Repaint header, SLA and node panes (and the DAG when states changed)."""
         app = self.console
         model = app.model
         if model is None:
             return
         now = self.app_clock()
-        status = app.status
+        self._refresh_header(now)
+        self.query_one(SlaPanel).show(sla_view(model, now), now)
+        self._refresh_nodes()
+        if dag:
+            self._refresh_dag()
+
+    def _refresh_header(self, now: float) -> None:
+        app = self.console
+        model, status = app.model, app.status
         finished = model.done_count() == len(model) and not (
             status is not None and status.live
         )
@@ -186,13 +195,11 @@ class MainScreen(OperatorScreen):
             summarize(model, app.info.started, now, finished) if app.info else None
         )
         self.query_one(RunHeader).show(app.info, summary, model.counts, status, now)
-        self.query_one(SlaPanel).show(sla_view(model, now), now)
-        self.query_one(NodePanel).show(
-            status,
-            [n for n in app.notes if set(n.tags) & {"scheduler", "executor"}],
-            model,
-        )
-        self._refresh_dag()
+
+    def _refresh_nodes(self) -> None:
+        app = self.console
+        notes = [n for n in app.notes if set(n.tags) & {"scheduler", "executor"}]
+        self.query_one(NodePanel).show(app.status, notes, app.model)
 
     def _refresh_dag(self) -> None:
         app = self.console
@@ -209,7 +216,9 @@ class MainScreen(OperatorScreen):
             self.query_one(RunHeader).load_step = getattr(app, "load_step", "")
             self.query_one(RunHeader).show(None, None, [], app.status, self.app_clock())
             return
-        self._refresh_panels()
+        # A reading of the boards changes liveness and heartbeats, not job states.
+        self._refresh_header(self.app_clock())
+        self._refresh_nodes()
 
     def _tick(self) -> None:
         """Running jobs' durations and the elapsed time grow without any transition."""
@@ -217,13 +226,12 @@ class MainScreen(OperatorScreen):
         model = app.model
         if model is None:
             return
-        if (
-            model.counts[3]
-            or model.counts[2]
-            or (app.status is not None and app.status.live)
-        ):
+        live = app.status is not None and app.status.live
+        if model.counts[3] or model.counts[2]:
             self.query_one(JobTable).refresh()
-            self._refresh_panels()
+            self._refresh_panels(dag=False)
+        elif live:
+            self._refresh_header(self.app_clock())
 
     # -- the table -------------------------------------------------------------------
 

@@ -98,6 +98,8 @@ class OperatorScreen(Screen[None]):
                 )
         except WloadError as e:
             reply = {"ok": False, "error": e.one_line()}
+        # Anything else (a journal locked for too long, a full queue) is the operator's
+        # to see as a failed action, not a crash of the console.
         except Exception as e:
             reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         resumed = None

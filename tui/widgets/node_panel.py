@@ -58,10 +58,13 @@ class NodePanel(Widget, can_focus=True):
             out.append("reading the boards...")
             return out
         out.append("scheduler ")
+        over = self.model is not None and self.model.done_count() == len(self.model)
         if st.live:
             out.append("LIVE", tone_style(self, "ok"))
             age = fmt_duration(st.beat_age) if st.beat_age is not None else "?"
             out.append(f" pid {st.scheduler_pid} epoch {st.epoch} beat {age}")
+        elif over:
+            out.append("none (the run is over)")
         else:
             out.append("DOWN", tone_style(self, "bad" if not st.error else "warn"))
         out.append(f"\nconsole: {st.supervision}")
@@ -84,11 +87,7 @@ class NodePanel(Widget, can_focus=True):
                     f"{e.restarts:>3}", tone_style(self, "warn") if e.restarts else ""
                 )
                 if self.model is not None and e.running:
-                    names = (
-                        self.model.running_on(e.index)
-                        if len(self.model) <= 20_000
-                        else []
-                    )
+                    names = self.model.running_on(e.index)
                     if names:
                         out.append("  " + clip(", ".join(names), 40))
         elif st.live:

@@ -92,11 +92,12 @@ class RunHeader(Widget):
             out.append(f" pid {st.scheduler_pid}")
         elif s.done == s.total:
             out.append(
-                "OVER" if not s.bad else "OVER, FAILURES",
+                f"FINISHED, {s.bad} FAILED" if s.bad else "FINISHED",
                 tone_style(self, "bad" if s.bad else "ok"),
             )
         else:
-            out.append("NO SCHEDULER", tone_style(self, "bad"))
+            # Stopped on purpose, or crashed and about to be restarted by the console.
+            out.append("STOPPED, NO SCHEDULER", tone_style(self, "bad"))
         if self.mode:
             out.append(f"  [{self.mode}]", tone_style(self, "warn"))
         # The rest goes in while it fits, most useful first: narrow loses the run id.
