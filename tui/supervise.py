@@ -327,23 +327,30 @@ class SchedulerSupervisor:
         pid = self.pid or lock_holder(self.state_dir)
         if pid is None:
             return True
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return True
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.pid == pid:
-                if self.proc.poll() is not None:
-                    break
-            elif not pid_alive(pid):
-                break
-            time.sleep(0.05)
-        else:
+        run = _latest_run(self.state_dir)
+        # A scheduler whose run is over is already cleaning up (its signal handlers
+        # are gone by then): a SIGTERM would cut that short and leave its queues.
+        if run is None or run.status not in FINISHED:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return True
+        if not self._wait_gone(pid, timeout):
             return False
         self.reap()
         self.pid = None
         return True
+
+    def _wait_gone(self, pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.pid == pid:
+                if self.proc.poll() is not None:
+                    return True
+            elif not pid_alive(pid):
+                return True
+            time.sleep(0.05)
+        return False
 
     def reap(self) -> None:
         """Collect the exit status of schedulers started here that have exited."""

@@ -16,7 +16,7 @@ from textual.app import App
 from textual.pilot import Pilot
 
 from tui.app import ConsoleApp
-from tui.supervise import SchedulerSupervisor
+from tui.supervise import FINISHED, SchedulerSupervisor, lock_holder
 from wloadctl.client import RunClient
 from wloadctl.errors import WloadError
 
@@ -159,9 +159,24 @@ class LiveRun:
         """A console of this run that looks at the board often (tests wait less)."""
         return ConsoleApp(self.state_dir, supervisor=sup, readonly=readonly, poll=0.05)
 
+    def _run_status(self) -> str:
+        try:
+            with RunClient(self.state_dir) as client:
+                return client.run.status
+        except WloadError:
+            return ""
+
     def teardown(self) -> list[int]:
         """Stop every scheduler; return the processes still around (should be none)."""
         self.open_gate()
+        # A scheduler whose run just ended is still cleaning up; a SIGTERM then would
+        # cut its cleanup short, so let it finish on its own first.
+        if self._run_status() in FINISHED:
+            holder = lock_holder(self.state_dir)
+            deadline = time.monotonic() + 15
+            while holder is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+                holder = lock_holder(self.state_dir)
         for sup in self.supervisors:
             sup.stop(timeout=20)
             sup.reap()
