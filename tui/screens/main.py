@@ -79,8 +79,6 @@ class MainScreen(OperatorScreen):
         self.active_pane = "dag"
         """The pane shown when they take turns."""
         self._order_dirty = False
-        self._last_order = 0.0
-        self._jobs_version = -1
 
     def compose(self) -> ComposeResult:
         """Header, table, panes, footer."""
@@ -130,11 +128,11 @@ class MainScreen(OperatorScreen):
         if model is None:
             return
         table = self.query_one(JobTable)
-        if (
-            table.model is None
-            or not self._order_depends_on_state()
-            or len(model) < 20_000
-        ):
+        if table.model is not model:
+            self._reorder()
+        elif not self._order_depends_on_state():
+            table.refresh()  # same rows in the same order: only their cells changed
+        elif len(model) < 20_000:
             self._reorder()
         else:
             # Re-sorting 100,000 rows at every change would eat the UI thread: the
@@ -148,7 +146,6 @@ class MainScreen(OperatorScreen):
         if model is None:
             return
         self._order_dirty = False
-        self._last_order = time.monotonic()
         table = self.query_one(JobTable)
         table.sort_key, table.reverse = self.sort_key, self.reverse
         order = view_order(
