@@ -15,7 +15,7 @@ STATE_GROUPS: dict[str, frozenset[JobState]] = {
     "bad": frozenset({S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED}),
     "active": frozenset(ACTIVE),
     "done": frozenset(TERMINAL),
-    "todo": frozenset(set(JobState) - TERMINAL),
+    "open": frozenset(set(JobState) - TERMINAL),
     "stuck": frozenset(
         {S.HELD, S.FAILED, S.TIMED_OUT, S.RETRY_WAIT, S.UPSTREAM_FAILED}
     ),
