@@ -127,12 +127,13 @@ class MainScreen(OperatorScreen):
         model = self.console.model
         if model is None:
             return
+        size = len(model)
         table = self.query_one(JobTable)
         if table.model is not model:
             self._reorder()
         elif not self._order_depends_on_state():
             table.refresh()  # same rows in the same order: only their cells changed
-        elif len(model) < 20_000:
+        elif size < 20_000:
             self._reorder()
         else:
             # Re-sorting 100,000 rows at every change would eat the UI thread: the
