@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -17,8 +18,9 @@ from wloadctl.core.durations import (
     parse_duration,
     parse_time_of_day,
 )
-from wloadctl.core.plan import NO_RETRY, Plan
+from wloadctl.core.plan import NO_RETRY, JobSpec, Plan
 from wloadctl.core.planfile import MAX_PROBLEMS, load_plan, load_plan_text
+from wloadctl.core.planjobs import FIELDS, spec_maker
 from wloadctl.core.states import DepKind, SlaTier
 from wloadctl.errors import CycleError, PlanError, WloadError
 
@@ -468,3 +470,27 @@ def test_unquoted_true_stays_a_boolean_after_a_quoted_one() -> None:
     (problem,) = caught.value.problems
     assert (problem.job, problem.line) == ("b", 4)
     assert problem.hint == "quote it: command: 'true'"
+
+
+def test_fast_spec_builder_gives_the_same_objects() -> None:
+    plan = load_plan(DATA / "good" / "all_features.yaml")
+    make = spec_maker(JobSpec)
+    assert make is not JobSpec
+    for job in plan.jobs.values():
+        values = [getattr(job, name) for name in FIELDS]
+        built = make(*values)
+        assert type(built) is JobSpec
+        assert built == JobSpec(*values) == job
+        assert hash(built) == hash(job)
+
+
+def test_fast_spec_builder_steps_aside_for_post_init() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        amount: int
+
+        def __post_init__(self) -> None:
+            if self.amount < 0:
+                raise ValueError("negative")
+
+    assert spec_maker(Checked) is Checked
