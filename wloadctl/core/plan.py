@@ -86,6 +86,8 @@ class JobSpec:
     """Repeat the job after each success until this expression on its own result holds."""
     max_iterations: int = 10
     """Most runs of an `until` job; the last one ends it whatever the expression says."""
+    for_each: tuple[str, ...] | str | None = None
+    """Items to make one instance of the job for, or `vars.NAME` naming a list variable (expanded at load)."""
     item: str | None = None
     """The `for_each` item this job instance runs for (also in WLOADCTL_ITEM)."""
     group: str | None = None
