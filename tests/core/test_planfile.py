@@ -494,3 +494,14 @@ def test_fast_spec_builder_steps_aside_for_post_init() -> None:
                 raise ValueError("negative")
 
     assert spec_maker(Checked) is Checked
+
+
+def test_nested_aliases_in_variables_stay_small() -> None:
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 30):
+        levels.append(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]")
+    text = "name: laughs\nvariables:\n" + "".join(f"  {line}\n" for line in levels)
+    plan = load_plan_text(text + "jobs:\n  a: {command: 'true'}\n")
+    deepest = plan.variables["l29"]
+    assert isinstance(deepest, list)
+    assert deepest[0] is deepest[1]

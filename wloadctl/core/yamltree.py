@@ -115,14 +115,29 @@ def describe(value: Any) -> str:
     return f"the text '{value}'"
 
 
-def plain_value(entry: Entry) -> Any:
-    """Strip the lines from an entry, giving plain Python data (for plan variables)."""
+def plain_value(entry: Entry, _done: dict[int, Any] | None = None) -> Any:
+    """Strip the lines from an entry, giving plain Python data (for plan variables).
+
+    An alias gives the same object as its anchor, as PyYAML does: nested
+    aliases (the "billion laughs") stay small instead of growing exponentially.
+    """
+    done = {} if _done is None else _done
     value = entry[0]
+    if not isinstance(value, dict | list):
+        return value
+    found = done.get(id(entry))
+    if found is not None:
+        return found
     if isinstance(value, dict):
-        return {k: plain_value(e) for k, e in value.items()}
-    if isinstance(value, list):
-        return [plain_value(e) for e in value]
-    return value
+        out: Any = {}
+        done[id(entry)] = out
+        for key, item in value.items():
+            out[key] = plain_value(item, done)
+    else:
+        out = []
+        done[id(entry)] = out
+        out.extend(plain_value(item, done) for item in value)
+    return out
 
 
 class TreeReader:
