@@ -318,10 +318,12 @@ class RunClient:
     def plan(self) -> Plan:
         """The run's plan as loaded at its start (or as accepted on a resume)."""
         if self._plan is None:
-            from wloadctl.core.planfile import load_plan_text
-
-            self._plan = load_plan_text(self.store.plan_text(self.run.id), self.run.plan_path)
+            self._plan = run_plan(self.store, self.run)
         return self._plan
+
+    def last_seq(self) -> int:
+        """Sequence number of the latest journaled transition (follow a run from there with changes_since)."""
+        return self.store.last_seq(self.run.id)
 
     def job_rows(self) -> list[tuple]:
         """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job, from the journal."""
@@ -350,12 +352,24 @@ class RunClient:
                 for ts, u, v, j, r, o, ap in self.store.actions(self.run.id)]
 
 
+def run_plan(store: Store, run: RunRow) -> Plan:
+    """The plan of a run as loaded at its start: from its encoded form, else by parsing its stored text."""
+    from wloadctl.core.plancodec import decode_plan
+
+    blob = store.plan_blob(run.id)
+    plan = decode_plan(blob) if blob else None
+    if plan is None:
+        from wloadctl.core.planfile import load_plan_text
+
+        plan = load_plan_text(store.plan_text(run.id), run.plan_path)
+    return plan
+
+
 def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     """A core rebuilt from the journal (for verbs and `why` on a run with no live scheduler)."""
     from wloadctl.core.engine import SchedulerCore
-    from wloadctl.core.planfile import load_plan_text
 
-    plan = load_plan_text(store.plan_text(run.id), run.plan_path)
+    plan = run_plan(store, run)
     core = SchedulerCore(plan, 0)
     core.restore(store.job_states(run.id), time.time())
     core.flush()  # the restore's own corrections are not the operator's doing

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from wloadctl.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DB_NAME = "journal.db"
 
 _SCHEMA = """
@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS runs (
     epoch INTEGER NOT NULL DEFAULT 0,
     scheduler_pid INTEGER,
     lease_until REAL NOT NULL DEFAULT 0,
-    settings TEXT NOT NULL DEFAULT '{}'
+    settings TEXT NOT NULL DEFAULT '{}',
+    plan_blob TEXT
 );
 CREATE TABLE IF NOT EXISTS jobs (
     run INTEGER NOT NULL,
@@ -124,6 +125,15 @@ def default_state_dir(plan_name: str) -> Path:
     return Path(base) / "wloadctl" / safe
 
 
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring an older journal's schema up to SCHEMA_VERSION, in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    if version < 2:
+        conn.execute("ALTER TABLE runs ADD COLUMN plan_blob TEXT")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    conn.execute("COMMIT")
+
+
 class Store:
     """The journal of the runs in one state directory."""
 
@@ -172,6 +182,9 @@ class Store:
                 if version == 0:
                     conn.executescript(_SCHEMA)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    version = SCHEMA_VERSION
+                elif version < SCHEMA_VERSION:
+                    _migrate(conn, version)
                     version = SCHEMA_VERSION
             if version > SCHEMA_VERSION:
                 raise StoreError(f"run journal {path} has schema {version}, newer than this wloadctl ({SCHEMA_VERSION})",
@@ -238,6 +251,15 @@ class Store:
     def plan_text(self, run: int) -> str:
         """The plan text as loaded at the run's start."""
         return str(self.conn.execute("SELECT plan_text FROM runs WHERE id = ?", (run,)).fetchone()[0])
+
+    def plan_blob(self, run: int) -> str | None:
+        """The plan as loaded, in its compact encoded form (None for journals written before it existed)."""
+        row = self.conn.execute("SELECT plan_blob FROM runs WHERE id = ?", (run,)).fetchone()
+        return row[0] if row else None
+
+    def set_plan_blob(self, run: int, blob: str) -> None:
+        """Keep the plan's encoded form beside its text."""
+        self.conn.execute("UPDATE runs SET plan_blob = ? WHERE id = ?", (blob, run))
 
     def replace_plan(self, run: int, digest: str, text: str, path: str, new_job_ids: Sequence[tuple[int, str]]) -> None:
         """Accept a changed plan on resume: store its text and add rows for its new jobs."""
@@ -325,9 +347,15 @@ class Store:
 
         Readers (the console) follow a live run with this instead of re-reading every job.
         """
+        # `+run` keeps SQLite on the rowid range (seq) instead of the (run, idx) index and a sort.
         return list(self.conn.execute(
             "SELECT seq, idx, from_state, to_state, attempt, ts, executor, exit_code, reason FROM transitions"
-            " WHERE run = ? AND seq > ? ORDER BY seq LIMIT ?", (run, seq, limit)))
+            " WHERE seq > ? AND +run = ? ORDER BY seq LIMIT ?", (seq, run, limit)))
+
+    def last_seq(self, run: int) -> int:
+        """Sequence number of the run's latest transition (0 if none)."""
+        row = self.conn.execute("SELECT max(seq) FROM transitions WHERE +run = ?", (run,)).fetchone()
+        return int(row[0] or 0)
 
     def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None) -> None:
         """Journal one loop turn's transitions and the jobs' resulting rows, in one transaction.

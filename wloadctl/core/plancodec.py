@@ -1,0 +1,98 @@
+"""A compact JSON form of a loaded plan, so a resumed run or a console does not parse its YAML again."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+from typing import Any
+
+from wloadctl.core.plan import JobSpec, Plan, RetryPolicy, Schedule
+from wloadctl.core.states import DepKind, SlaTier
+
+CODEC_VERSION = 1
+_FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(JobSpec) if f.default is not dataclasses.MISSING}
+
+
+def _tuples(v: Any) -> Any:
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def _pairs(v: list[list[Any]]) -> tuple[tuple[Any, Any], ...]:
+    return tuple((a, b) for a, b in v)
+
+
+def encode_plan(plan: Plan) -> str:
+    """The plan as JSON: retry policies deduplicated, each job a row of the fields that differ from defaults."""
+    policies: dict[RetryPolicy, int] = {}
+    rows = []
+    for j in plan.jobs.values():
+        row: dict[str, Any] = {}
+        for name in _FIELDS:
+            v = getattr(j, name)
+            if name == "retry":
+                if v != _DEFAULTS["retry"]:
+                    row["retry"] = policies.setdefault(v, len(policies))
+                continue
+            if name not in _DEFAULTS or v != _DEFAULTS[name]:
+                row[name] = [int(k) for k in v] if name == "dep_kinds" else (int(v) if name == "sla" else v)
+        rows.append(row)
+    doc = {
+        "v": CODEC_VERSION,
+        "plan": {"name": plan.name, "resources": plan.resources, "variables": plan.variables,
+                 "on_failure": plan.on_failure, "timezone": plan.timezone, "path": plan.path,
+                 "groups": plan.groups, "digest": plan.digest,
+                 "schedule": dataclasses.asdict(plan.schedule) if plan.schedule else None},
+        "retries": [dataclasses.asdict(p) for p in policies],
+        "jobs": rows,
+    }
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def decode_plan(text: str) -> Plan | None:
+    """The plan back from encode_plan's JSON; None when the form is unknown (then parse the YAML)."""
+    # Hundreds of thousands of small objects: the cyclic collector would walk them again and again.
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _decode(text)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _decode(text: str) -> Plan | None:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("v") != CODEC_VERSION:
+        return None
+    policies = [RetryPolicy(**{k: _tuples(v) for k, v in p.items()}) for p in doc["retries"]]
+    jobs: dict[str, JobSpec] = {}
+    pairs = _pairs
+    for kw in doc["jobs"]:
+        if "depends_on" in kw:
+            kw["depends_on"] = tuple(kw["depends_on"])
+        cmd = kw.get("command")
+        if isinstance(cmd, list):
+            kw["command"] = tuple(cmd)
+        for name in ("resources", "env"):
+            if name in kw:
+                kw[name] = pairs(kw[name])
+        if isinstance(kw.get("for_each"), list):
+            kw["for_each"] = tuple(kw["for_each"])
+        if "retry" in kw:
+            kw["retry"] = policies[kw["retry"]]
+        if "sla" in kw:
+            kw["sla"] = SlaTier(kw["sla"])
+        if "dep_kinds" in kw and kw["dep_kinds"] is not None:
+            kw["dep_kinds"] = tuple(DepKind(k) for k in kw["dep_kinds"])
+        kw.setdefault("command", None)
+        spec = JobSpec(**kw)
+        jobs[spec.id] = spec
+    p = doc["plan"]
+    sched = Schedule(**{k: _tuples(v) for k, v in p["schedule"].items()}) if p.get("schedule") else None
+    return Plan(p["name"], jobs, p["resources"], p["variables"], p["on_failure"], p["timezone"], p["path"],
+                p.get("groups") or {}, sched, p["digest"])
