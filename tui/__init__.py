@@ -14,11 +14,10 @@ def _state_dir(args: argparse.Namespace) -> Path:
         return Path(args.state_dir)
     if args.plan:
         # Loading the plan here also reports every problem in it before anything starts.
-        from wloadctl.core.planfile import load_plan
-        from wloadctl.store import default_state_dir
+        from wloadctl.client import state_dir_for_plan
 
-        return default_state_dir(load_plan(args.plan).name)
-    from wloadctl.cli import resolve_state_dir
+        return state_dir_for_plan(args.plan)
+    from wloadctl.client import resolve_state_dir
 
     return resolve_state_dir(None)
 

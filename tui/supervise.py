@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wloadctl.client import RunClient
+from wloadctl.client import RunClient, pid_alive
 from wloadctl.errors import UsageError, WloadError
-from wloadctl.procs.health import pid_alive
 
 if TYPE_CHECKING:
-    from wloadctl.store import RunRow
+    from wloadctl.client import RunRow
 
 FINISHED = ("succeeded", "failed", "cancelled")
 """Journal statuses of a run that is over."""

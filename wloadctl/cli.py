@@ -136,19 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_state_dir(given: str | None) -> Path:
-    """The state directory to use: given, $WLOADCTL_STATE_DIR, or the most recently used one."""
-    if given:
-        return Path(given)
-    env = os.environ.get("WLOADCTL_STATE_DIR")
-    if env:
-        return Path(env)
-    from wloadctl.store import DB_NAME, default_state_dir
+    """The state directory to use (see wloadctl.client.resolve_state_dir)."""
+    from wloadctl.client import resolve_state_dir as resolve
 
-    base = default_state_dir("x").parent
-    journals = sorted(base.glob(f"*/{DB_NAME}"), key=lambda p: p.stat().st_mtime) if base.exists() else []
-    if not journals:
-        raise UsageError("no run found", hint="give --state-dir DIR, or start a run with `wloadctl run PLAN`")
-    return journals[-1].parent
+    return resolve(given)
 
 
 def cmd_validate(a: argparse.Namespace) -> int:

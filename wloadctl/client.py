@@ -19,8 +19,10 @@ from wloadctl.ipc.mq import MessageQueue
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_CONTROL, ROLE_EXECUTORS, object_name
 from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.health import pid_alive
+
+__all__ = ["RunClient", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
 from wloadctl.paths import log_path
-from wloadctl.store import RunRow, Store
+from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir
 
 if TYPE_CHECKING:
     # The engine, plan loader and DAG are imported where used: `status` must answer fast.
@@ -377,6 +379,35 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
         if reason:
             core.reasons[i] = reason
     return core
+
+
+def state_dir_for_plan(plan_path: str) -> Path:
+    """The default state directory of a plan file (loading it also reports every problem it has).
+
+    Raises:
+        PlanError: the plan is invalid.
+    """
+    from wloadctl.core.planfile import load_plan
+
+    return default_state_dir(load_plan(plan_path).name)
+
+
+def resolve_state_dir(given: str | None) -> Path:
+    """The state directory to use: given, $WLOADCTL_STATE_DIR, or the most recently used one.
+
+    Raises:
+        UsageError: none given and no run found.
+    """
+    if given:
+        return Path(given)
+    env = os.environ.get("WLOADCTL_STATE_DIR")
+    if env:
+        return Path(env)
+    base = default_state_dir("x").parent
+    journals = sorted(base.glob(f"*/{DB_NAME}"), key=lambda p: p.stat().st_mtime) if base.exists() else []
+    if not journals:
+        raise UsageError("no run found", hint="give --state-dir DIR, or start a run with `wloadctl run PLAN`")
+    return journals[-1].parent
 
 
 def _user() -> str:
