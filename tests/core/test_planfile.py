@@ -102,6 +102,11 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("condition_unknown_job.yaml", 4, "the condition reads unknown job 'lod'"),
     ("bad_until.yaml", 5, "'result.ready ==' is not a valid expression"),
     ("many_problems.yaml", 10, "depends on unknown job 'opn'"),
+    ("for_each_empty.yaml", 5, "for_each lists no items"),
+    ("for_each_unknown_variable.yaml", 5, "for_each: vars.regions is not a non-empty list variable"),
+    ("undeclared_group.yaml", 5, "group 'cards' is not declared under groups"),
+    ("bad_cron.yaml", 4, "'99 * * * *' is not a cron expression"),
+    ("bad_holiday.yaml", 4, "holiday 'christmas' is not a date"),
 ]
 
 # Problems whose message names a job: the job the report must carry.

@@ -42,12 +42,14 @@ JOB_KEYS: tuple[str, ...] = (
     "if",
     "until",
     "max_iterations",
+    "for_each",
+    "group",
     "description",
 )
 """Keys a job may have, in the order the docs list them."""
 
 DEFAULT_KEYS: tuple[str, ...] = tuple(
-    k for k in JOB_KEYS if k not in ("command", "depends_on")
+    k for k in JOB_KEYS if k not in ("command", "depends_on", "for_each")
 )
 """Keys `defaults` may have: every job key but the two that make a job what it is."""
 
@@ -71,6 +73,8 @@ TOP_KEYS: tuple[str, ...] = (
     "variables",
     "on_failure",
     "timezone",
+    "groups",
+    "schedule",
     "jobs",
 )
 """Keys at the top of a plan."""
@@ -398,6 +402,31 @@ class FieldReader:
         except ConditionError as err:
             raise FieldError(f"{what}: {err}", entry[1], _EXAMPLES[what]) from None
         return self.share(text)
+
+    def for_each(self, entry: Entry) -> tuple[str, ...] | str | None:
+        """`for_each`: a list of items, or `vars.NAME` naming a list variable."""
+        value, line, _ = entry
+        if value is None:
+            return None
+        if type(value) is str and value.startswith("vars."):
+            return value
+        if type(value) is list and not value:
+            raise FieldError("for_each lists no items", line, "write for_each: [emea, amer, apac]")
+        if type(value) is not list:
+            raise FieldError(f"for_each must be a list or vars.NAME, not {describe(value)}", line,
+                             "write for_each: [emea, amer, apac] or for_each: vars.regions")
+        items = []
+        for item in value:
+            if type(item[0]) not in (str, int, float):
+                raise FieldError(f"for_each items must be text or numbers, not {describe(item[0])}", item[1])
+            items.append(str(item[0]))
+        if len(set(items)) != len(items):
+            raise FieldError("for_each lists an item twice", line)
+        return tuple(items)
+
+    def group(self, entry: Entry) -> str | None:
+        """`group`: the fair-share group the job belongs to (a key of the plan's `groups`)."""
+        return None if entry[0] is None else text_of(entry, "group")
 
     def description(self, entry: Entry) -> str:
         """`description`: free text."""
