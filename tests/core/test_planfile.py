@@ -105,7 +105,7 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("for_each_empty.yaml", 5, "for_each lists no items"),
     ("for_each_unknown_variable.yaml", 5, "for_each: vars.regions is not a non-empty list variable"),
     ("undeclared_group.yaml", 5, "group 'cards' is not declared under groups"),
-    ("bad_cron.yaml", 4, "'99 * * * *' is not a cron expression"),
+    ("bad_cron.yaml", 3, "'99 * * * *' is not a cron expression"),
     ("bad_holiday.yaml", 4, "holiday 'christmas' is not a date"),
 ]
 

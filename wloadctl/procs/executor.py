@@ -134,11 +134,14 @@ class Executor:
                 next_beat = now + BEAT_INTERVAL
                 hdr = self._header()
                 if hdr is not None:
-                    if hdr.beat != sched_beat:
-                        sched_beat, last_sched = hdr.beat, now
                     if hdr.epoch > self.epoch:
                         self.epoch = hdr.epoch
-                    if hdr.done and not self.running and not self.backlog and not self.outbox:
+                    # Only the newest epoch's beats count as hearing the active scheduler: a
+                    # standby reads `seen_scheduler_beat` before it decides to take over.
+                    if hdr.epoch == self.epoch and hdr.beat != sched_beat:
+                        sched_beat, last_sched = hdr.beat, now
+                    if hdr.done and hdr.epoch == self.epoch and not self.running and not self.backlog \
+                            and not self.outbox:
                         break
                 self._beat(now, sched_beat)
                 if now - last_sched > self.orphan_timeout and not self.running and not self.backlog:
@@ -163,6 +166,11 @@ class Executor:
 
     def _take(self) -> None:
         """Receive task records while there is room; no-op tasks complete at once."""
+        # A takeover publishes its epoch on the board before it dispatches anything: reading
+        # it here, not only at the next beat, fences a woken predecessor's records at once.
+        hdr = self._header()
+        if hdr is not None and hdr.epoch > self.epoch:
+            self.epoch = hdr.epoch
         while len(self.backlog) + len(self.running) < 2 * self.slots:
             data = self.req.recv_nowait()
             if data is None:
@@ -180,7 +188,12 @@ class Executor:
                     self._emit(P.ResultRecord(P.RES_EXITED, 0, self.index, rec.task, rec.attempt, 0, 0,
                                               rec.epoch, 0, now, now, 0, 0))
                     continue
-                payload = P.decode_payload(self.arena.get(rec.offset, rec.length))
+                try:
+                    payload = P.decode_payload(self.arena.get_for(rec))
+                except WloadError as e:
+                    # Never run what another record's payload says: report a failed start.
+                    self._spawn_failed(rec, f"cannot read the task's payload: {e.message}")
+                    continue
                 self.backlog.append((rec, payload))
                 accepted.append(P.ResultRecord(P.RES_ACCEPTED, 0, self.index, rec.task, rec.attempt, 0, 0,
                                                rec.epoch, 0, now, 0.0, 0, 0))
@@ -204,10 +217,8 @@ class Executor:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                         cwd=p.cwd or None, env=env, start_new_session=True, close_fds=True)
         except OSError as e:
-            msg = f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: {e.strerror or e}"
-            off, length = self.tails.write(self.index, rec.task, rec.attempt, msg.encode())
-            self._emit(P.ResultRecord(P.RES_EXITED, P.FLAG_SPAWN_FAILED | P.FLAG_TAIL, self.index, rec.task,
-                                      rec.attempt, 0, 127, rec.epoch, 0, now, now, off, length))
+            self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
+                                    f"{e.strerror or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
         r = Running(rec, proc, pidfd, now, p.log_path, now + p.timeout if p.timeout else None)
@@ -215,6 +226,12 @@ class Executor:
         self.poller.register(pidfd, select.POLLIN)
         self._emit(P.ResultRecord(P.RES_STARTED, 0, self.index, rec.task, rec.attempt, 0, 0, rec.epoch,
                                   proc.pid, now, 0.0, 0, 0))
+
+    def _spawn_failed(self, rec: P.TaskRecord, msg: str) -> None:
+        now = time.time()
+        off, length = self.tails.write(self.index, rec.task, rec.attempt, msg.encode())
+        self._emit(P.ResultRecord(P.RES_EXITED, P.FLAG_SPAWN_FAILED | P.FLAG_TAIL, self.index, rec.task,
+                                  rec.attempt, 0, 127, rec.epoch, 0, now, now, off, length))
 
     def _reap(self, pidfd: int) -> None:
         r = self.running.pop(pidfd)
@@ -263,7 +280,7 @@ class Executor:
         del out[:sent]
 
     def _beat(self, now: float, sched_beat: float) -> None:
-        tasks = [(r.rec.task, r.rec.attempt) for r in self.running.values()][:16]
+        tasks = tuple((r.rec.task, r.rec.attempt) for r in self.running.values())[:16]
         self.eboard.write(self.index, P.ExecutorSlot(
             executor=self.index, pid=os.getpid(), state=1, beat=now, load1=os.getloadavg()[0],
             rss_kb=process_rss_kb(), running=len(self.running), slots=self.slots, jobs_done=self.done,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from wloadctl.core.events import JobAcceptedEvent, JobExitedEvent, JobStartedEvent
 from wloadctl.core.states import JobState
+from wloadctl.errors import WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.health import pid_alive
 
@@ -18,6 +19,10 @@ if TYPE_CHECKING:
 
 SETTLE = 0.3
 """Seconds to let live executors journal what they took from the request queue before it is read."""
+SWEEP_INTERVAL = 1.0
+"""Seconds between sweeps for reports a fenced predecessor took from the response queue."""
+SWEEP_AFTER_DEATH = 3.0
+"""Sweeps stop this long after the predecessor's process is gone (nothing can take reports then)."""
 
 
 def result_journals(state_dir: Path, run_id: str) -> list[tuple[int, Path]]:
@@ -52,6 +57,20 @@ def _decode_log(data: bytes) -> list[P.ResultRecord]:
         out.extend(P.decode_results(data[pos:end]))
         pos = end
     return out
+
+
+def _decode_prefix(data: bytes) -> tuple[list[P.ResultRecord], int]:
+    """The complete messages at the start of a journal's tail, and how many bytes they take.
+
+    A message still being appended is left for the next read.
+    """
+    pos = 0
+    while len(data) - pos >= P.HEADER.size:
+        end = pos + P.HEADER.size + P.HEADER.unpack_from(data, pos)[3] * P.RESULT.size
+        if end > len(data):
+            break
+        pos = end
+    return P.decode_result_log(data[:pos]), pos
 
 
 def _killpg(pgid: int) -> None:
@@ -138,3 +157,135 @@ def reconcile(loop: SchedulerLoop, adopt: bool) -> list[str]:
                  f"{kept} still running on live executors, {lost} lost (requeued or retried under policy)")
     return notes
 
+
+class ResultSweeper:
+    """Finds, in the executors' result journals, reports a woken predecessor took from the response queue.
+
+    A scheduler frozen mid-drain (SIGSTOP) and woken after a takeover may receive records
+    meant for its successor before it notices it is fenced. Executors journal every report
+    before they send it, so while the predecessor lives the successor compares what it
+    holds in flight with what the executors list as running, and reads the journals for
+    each attempt whose report is overdue: one still QUEUED, or RUNNING but no longer listed
+    by its executor, at two sweeps in a row.
+    """
+
+    def __init__(self, state_dir: Path, run_id: str, predecessor: int) -> None:
+        self.state_dir = state_dir
+        """The run's state directory (executors' result journals are under it)."""
+        self.run_id = run_id
+        """The run."""
+        self.predecessor = predecessor
+        """Pid of the fenced scheduler; sweeps stop once it is gone."""
+        self.offsets: dict[Path, int] = {}
+        """Bytes of each result journal already read."""
+        self.found: dict[tuple[int, int], dict[int, tuple[int, P.ResultRecord]]] = {}
+        """Reports read for attempts in flight: (job, attempt) -> kind -> (executor pid, record)."""
+        self.suspects: set[tuple[int, int]] = set()
+        """Attempts whose report looked overdue at the last sweep."""
+        self.next = 0.0
+        """When the next sweep is due."""
+        self.gone_at: float | None = None
+        """When the predecessor was first seen gone."""
+        self.recovered = 0
+        """Reports recovered from the journals so far."""
+
+    def sweep(self, loop: SchedulerLoop, now: float) -> bool:
+        """Sweep if one is due; return False once the predecessor is long gone (no more sweeps needed)."""
+        if now < self.next:
+            return True
+        self.next = now + SWEEP_INTERVAL
+        if not pid_alive(self.predecessor):
+            self.gone_at = self.gone_at or now
+            if now - self.gone_at > SWEEP_AFTER_DEATH:
+                return False
+        core = loop.core
+        try:
+            slots = [s for s in loop.objs.eboard.read_all() if s.pid and pid_alive(s.pid)]
+        except WloadError:
+            return True  # a slot caught mid-write: the next sweep reads it
+        listed = {t for s in slots for t in s.running_tasks}
+        # A slot lists at most MAX_RUNNING_TASKS jobs: a longer list is cut and proves nothing.
+        complete = {s.executor for s in slots if s.running <= P.MAX_RUNNING_TASKS}
+        suspects: set[tuple[int, int]] = set()
+        for i in _in_flight(core.state):
+            key = (i, core.attempt[i])
+            if core.state[i] == JobState.RUNNING and (key in listed or core.executor[i] not in complete):
+                continue
+            suspects.add(key)
+        overdue = suspects & self.suspects
+        self.suspects = suspects
+        if overdue:
+            self._read(suspects)
+            for key in sorted(overdue):
+                self._apply(loop, key)
+        return True
+
+    def _read(self, keep: set[tuple[int, int]]) -> None:
+        """Read what the journals gained since the last read, keeping reports of attempts in `keep`."""
+        for pid, path in result_journals(self.state_dir, self.run_id):
+            start = self.offsets.get(path, 0)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    data = f.read()
+            except OSError:
+                continue
+            records, used = _decode_prefix(data)
+            self.offsets[path] = start + used
+            for r in records:
+                key = (r.task, r.attempt)
+                if key in keep:
+                    self.found.setdefault(key, {})[r.kind] = (pid, r)
+        self.found = {k: v for k, v in self.found.items() if k in keep}
+
+    def _apply(self, loop: SchedulerLoop, key: tuple[int, int]) -> None:
+        """Feed the core what the journals say about one overdue attempt."""
+        core, (i, att) = loop.core, key
+        recs = self.found.get(key, {})
+        fed = []
+        for kind in (P.RES_ACCEPTED, P.RES_STARTED, P.RES_EXITED):
+            if kind not in recs:
+                continue
+            r = recs[kind][1]
+            if r.epoch == loop.ctx.epoch and i in loop.payload_at:
+                loop.objs.arena.release(loop.payload_at.pop(i))
+            st = core.state[i]
+            if kind == P.RES_ACCEPTED and st == JobState.QUEUED and core.executor[i] < 0:
+                core.feed(JobAcceptedEvent(i, att, r.executor, r.started, cause_id="sweep"))
+            elif kind == P.RES_STARTED and st == JobState.QUEUED:
+                loop.pids[i] = r.pid
+                core.feed(JobStartedEvent(i, att, r.executor, r.pid, r.started, cause_id="sweep"))
+            elif kind == P.RES_EXITED and st in (JobState.QUEUED, JobState.RUNNING):
+                loop.pids.pop(i, None)
+                core.feed(JobExitedEvent(i, att, r.executor, r.exit_code, r.ended, signal=r.signal,
+                                         timed_out=bool(r.flags & P.FLAG_TIMED_OUT),
+                                         spawn_failed=bool(r.flags & P.FLAG_SPAWN_FAILED),
+                                         started=r.started, tail=_tail(loop, r), cause_id="sweep"))
+            else:
+                continue
+            fed.append(kind)
+        if fed:
+            self.recovered += len(fed)
+            loop.ctx.events.emit("report_recovered", core.ids[i], att, kinds=fed)
+
+
+def _tail(loop: SchedulerLoop, r: P.ResultRecord) -> str:
+    if not r.flags & P.FLAG_TAIL:
+        return ""
+    try:
+        raw = loop.objs.tails.read(r.tail_offset, r.tail_length, r.task, r.attempt)
+    except WloadError:
+        return ""
+    return raw.decode("utf-8", "replace") if raw else ""
+
+
+def _in_flight(state: bytearray) -> list[int]:
+    """Indices of QUEUED and RUNNING jobs (a C-speed scan: in flight is a few jobs among many)."""
+    out: list[int] = []
+    for st in (JobState.QUEUED, JobState.RUNNING):
+        needle = bytes((st,))
+        k = state.find(needle)
+        while k >= 0:
+            out.append(k)
+            k = state.find(needle, k + 1)
+    return out

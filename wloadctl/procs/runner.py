@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import fcntl
 import json
@@ -19,16 +20,21 @@ from wloadctl.core.events import RunStartedEvent
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan, load_plan_text
 from wloadctl.core.states import JobState
-from wloadctl.errors import PlanError, StoreError, UsageError, WloadError
+from wloadctl.errors import PlanError, UsageError, WloadError
+from wloadctl.ipc import protocol as P
 from wloadctl.ipc.shm import run_is_alive
-from wloadctl.procs.recovery import reconcile
+from wloadctl.procs.health import pid_alive
+from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.runctx import EventLog, RunContext
-from wloadctl.procs.scheduler import SchedulerLoop
-from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale
+from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
+from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby
 from wloadctl.store import RunRow, Store
 
 UNFINISHED = ("running", "interrupted", "held")
 """Run statuses that `wloadctl run` resumes rather than starting afresh."""
+START_GRACE = 10.0
+"""Seconds added to the first lease of a starting scheduler: rebuilding a big run from the
+journal takes a while before the loop beats, and a standby must not take that for death."""
 
 
 @dataclass
@@ -41,7 +47,12 @@ class RunOptions:
     business_date: str | None = None
     accept_plan_change: bool = False
     journal_sync: str = "FULL"
-    lease_seconds: float = 3.0
+    lease_seconds: float = 1.5
+    """Heartbeat timeout: the journal lease lasts this long past each beat; a standby takes
+    over only once the board's beat and the lease are both older than its own timeout."""
+    heartbeat_interval: float = HEALTH_INTERVAL
+    """Seconds between beats of the active scheduler (board beat, lease renewal) and between
+    a standby's looks at them."""
     dead_after: float = 5.0
     orphan_timeout: float = 120.0
     exit_when_stalled: bool = True
@@ -67,6 +78,18 @@ class RunOutcome:
     def exit_code(self) -> int:
         """0 all succeeded or skipped, 1 some job failed for good (or the run was interrupted)."""
         return 0 if self.status == "succeeded" else 1
+
+
+@dataclass
+class Claim:
+    """A run a standby has just taken over: its new epoch is in the journal already."""
+
+    epoch: int
+    """The epoch begin_epoch returned."""
+    predecessor: int
+    """Pid of the scheduler it replaced (maybe frozen, not dead)."""
+    announce: Callable[[EventLog], None]
+    """Emits the takeover event, once the new epoch is on the board."""
 
 
 class StateDirLock:
@@ -120,8 +143,7 @@ def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOpt
                         hint="a running run keeps its jobs; hold or skip them instead")
     # Existing jobs keep their indices; new jobs come after them.
     order = list(stored.jobs) + [j for j in fresh.jobs if j not in stored.jobs]
-    plan = Plan(fresh.name, {j: fresh.jobs[j] for j in order}, fresh.resources, fresh.variables,
-                fresh.on_failure, fresh.timezone, fresh.path, fresh.digest)
+    plan = dataclasses.replace(fresh, jobs={j: fresh.jobs[j] for j in order})
     added = [(k, j) for k, j in enumerate(order) if j not in stored.jobs]
     store.replace_plan(run.id, fresh.digest, text.decode("utf-8", "replace"), plan_path, added)
     opts.say(f"plan change accepted: {len(added)} job(s) added")
@@ -148,6 +170,8 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         if resume_only and not resumed:
             raise UsageError(f"no unfinished run to resume in {opts.state_dir}",
                              hint="start one with `wloadctl run PLAN --state-dir DIR`")
+        if prev and prev.status in UNFINISHED:
+            _refuse_live_lease(prev, opts.state_dir)
         if prev and prev.status in UNFINISHED and plan is not None and prev.plan_name != plan.name:
             raise UsageError(f"{opts.state_dir} holds unfinished run {prev.run_id} of plan '{prev.plan_name}'",
                              hint="resume it with `wloadctl resume --state-dir DIR`, or use another --state-dir")
@@ -177,23 +201,58 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         lock.release()
 
 
+def _refuse_live_lease(run: RunRow, state_dir: Path) -> None:
+    """Refuse to start a scheduler while another one (maybe a standby that took over) holds the run."""
+    pid = run.scheduler_pid
+    if run.status == "running" and run.lease_until > time.time() and pid and pid != os.getpid() \
+            and pid_alive(pid):
+        raise UsageError(f"scheduler pid {pid} holds the lease of run {run.run_id} in {state_dir} "
+                         f"(epoch {run.epoch})", hint="watch it with `wloadctl status`, or stop it first")
+
+
+def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim) -> RunOutcome:
+    """Drive a run this process has just claimed from a failed scheduler, reattaching to its executors.
+
+    Raises:
+        Fenced: yet another scheduler took the run over meanwhile.
+        WloadError: IPC or journal failures.
+    """
+    settings = json.loads(run.settings or "{}")
+    opts.executors = opts.executors if opts.executors > 0 else int(settings.get("executors", 2))
+    opts.slots = opts.slots if opts.slots > 0 else int(settings.get("slots", 4))
+    plan = load_plan_text(store.plan_text(run.id), run.plan_path)
+    return _drive(store, run, plan, opts, True, None, claim)
+
+
 def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
-           on_turn: Callable[[SchedulerLoop], None] | None) -> RunOutcome:
+           on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None = None) -> RunOutcome:
     t0 = time.time()
-    for line in clean_stale_lines():
-        opts.say(line)
-    epoch = store.begin_epoch(run.id, os.getpid(), t0 + opts.lease_seconds)
+    if claim is None:
+        for line in clean_stale_lines():
+            opts.say(line)
+        # expect_epoch: a standby that took over since the run was read wins, and this one stops.
+        epoch = store.begin_epoch(run.id, os.getpid(), t0 + opts.lease_seconds + START_GRACE,
+                                  expect_epoch=run.epoch)
+    else:
+        epoch = claim.epoch
     run = store.get_run(run.run_id) or run
     core = SchedulerCore(plan, opts.executors * opts.slots, seed=epoch)
     adopt = resumed and run_is_alive(run.run_id)
     objs = RunObjects.open(run.run_id) if adopt else _fresh_objects(run.run_id, core.n, opts)
+    _fence_board(objs, epoch, t0 + opts.lease_seconds + START_GRACE, opts.state_dir)
     events = EventLog(opts.state_dir / "events.jsonl", run.run_id)
+    if claim is not None:
+        claim.announce(events)
     ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds)
     sup = Supervisor(run.run_id, opts.state_dir, objs.eboard, opts.executors, opts.slots,
                      dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout)
-    loop = SchedulerLoop(ctx, core, store, objs, sup, on_turn=on_turn, exit_when_stalled=opts.exit_when_stalled)
+    loop = SchedulerLoop(ctx, core, store, objs, sup, on_turn=on_turn, exit_when_stalled=opts.exit_when_stalled,
+                         beat_interval=opts.heartbeat_interval)
+    if claim is not None and adopt:
+        loop.sweeper = ResultSweeper(opts.state_dir, run.run_id, claim.predecessor)
     stop_signals = _install_signals(loop)
     status = "interrupted"
+    fenced: Fenced | None = None
     try:
         core.set_times(*ctx.times(core))
         if resumed:
@@ -216,21 +275,75 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
                      f"release them and `wloadctl resume --state-dir {opts.state_dir}`")
         else:
             loop.drain_after_stop(grace=8.0)
+    except Fenced as e:
+        fenced = e
+        raise
     finally:
         _restore_signals(stop_signals)
-        ended = time.time()
-        try:
-            store.set_status(run.id, status, ended if status not in UNFINISHED else None)
-            events.emit("scheduler_stop", status=status)
-        finally:
-            loop.publish_final()
-            if status in ("interrupted", "held"):
-                sup.terminate_all()
-            sup.wait_all(timeout=10.0)
-            ctx.reap_hooks(wait=5.0)
-            objs.remove()
-            events.close()
+        # Whatever ended the loop, a scheduler that lost its epoch must not journal the
+        # run's status, publish `done`, stop executors or remove the run's objects.
+        fenced = fenced or _lost_epoch(store, run, epoch)
+        if fenced is not None:
+            _stand_down(loop, fenced, opts)
+        else:
+            ended = time.time()
+            try:
+                store.set_status(run.id, status, ended if status not in UNFINISHED else None)
+                events.emit("scheduler_stop", status=status)
+            finally:
+                loop.publish_final()
+                if status in ("interrupted", "held"):
+                    sup.terminate_all()
+                sup.wait_all(timeout=10.0)
+                ctx.reap_hooks(wait=5.0)
+                objs.remove()
+                events.close()
+    if fenced is not None:
+        raise fenced
     return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed)
+
+
+def _lost_epoch(store: Store, run: RunRow, epoch: int) -> Fenced | None:
+    """A Fenced error if the journal moved past this scheduler's epoch, else None."""
+    try:
+        row = store.get_run(run.run_id)
+    except WloadError:
+        return None  # the journal cannot say; the caller's own error tells the story
+    if row is None or row.epoch == epoch:
+        return None
+    return Fenced(f"fenced: scheduler pid {row.scheduler_pid} took run {run.run_id} over at epoch "
+                  f"{row.epoch} (this scheduler held epoch {epoch})", row.scheduler_pid or 0, row.epoch)
+
+
+def _fence_board(objs: RunObjects, epoch: int, lease_until: float, state_dir: Path) -> None:
+    """Publish this scheduler's epoch on the board at once, before recovery and dispatch.
+
+    Executors adopt the board's epoch when they next take work, so from here on they
+    refuse the records of any older scheduler, even one frozen mid-send that wakes up.
+    The job states stay as the predecessor left them until the loop publishes its own.
+    """
+    try:
+        old = objs.board.read_header()
+    except WloadError:
+        old = P.BoardHeader()
+    objs.board.publish(dataclasses.replace(
+        old, epoch=epoch, scheduler_pid=os.getpid(), beat=time.time(), lease_until=lease_until,
+        standby_pid=live_standby(state_dir)))
+
+
+def _stand_down(loop: SchedulerLoop, fenced: Fenced, opts: RunOptions) -> None:
+    """Leave a run another scheduler took over: nothing published, stopped, removed or journaled.
+
+    The run's queues, segments and executors now serve the successor, and the journal's
+    status is its to write; only this process's own handles are closed.
+    """
+    loop.ctx.events.emit("fenced", pid=os.getpid(), epoch=loop.ctx.epoch, by_pid=fenced.by_pid,
+                         by_epoch=fenced.by_epoch, how="exited: it found a newer epoch")
+    opts.say(f"this scheduler (pid {os.getpid()}, epoch {loop.ctx.epoch}) was fenced: "
+             f"{fenced.message}; it exits without touching the run")
+    loop.ctx.reap_hooks()
+    loop.objs.close()
+    loop.ctx.events.close()
 
 
 def clean_stale_lines() -> list[str]:
@@ -241,17 +354,14 @@ def clean_stale_lines() -> list[str]:
 
 
 def _fresh_objects(run_id: str, n_jobs: int, opts: RunOptions) -> RunObjects:
-    try:
-        return RunObjects.create(run_id, n_jobs)
-    except WloadError as e:
-        # Our own run's names may be left from a crash of this very run: remove and retry once.
-        from wloadctl.ipc.shm import remove_run_objects
+    # Names of this very run may be left by a crash of all its processes: the epoch is
+    # ours and nothing of the run lives, so they go before the run's objects are made.
+    from wloadctl.ipc.shm import remove_run_objects
 
-        gone = remove_run_objects(run_id)
-        if not gone:
-            raise
-        opts.say(f"removed {len(gone)} stale IPC object(s) of run {run_id} left by a crash ({e.message})")
-        return RunObjects.create(run_id, n_jobs)
+    gone = remove_run_objects(run_id)
+    if gone:
+        opts.say(f"removed {len(gone)} stale IPC object(s) of run {run_id} left by a crash")
+    return RunObjects.create(run_id, n_jobs)
 
 
 def _install_signals(loop: SchedulerLoop) -> dict[int, object]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import signal
@@ -24,16 +25,28 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import StoreError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.control import ControlDesk
+from wloadctl.procs.recovery import ResultSweeper
 from wloadctl.procs.runctx import RunContext
-from wloadctl.procs.supervisor import RunObjects, Supervisor
+from wloadctl.procs.supervisor import RunObjects, Supervisor, live_standby
 from wloadctl.store import Store
 
 _SHOWN = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED,
                     JobState.SKIPPED, JobState.CANCELLED, JobState.HELD, JobState.RETRY_WAIT})
 HEALTH_INTERVAL = 0.25
-"""Seconds between checks of the executors' health and the lease."""
+"""Default seconds between heartbeats: board beat, lease renewal, executor health check."""
 KILL_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL of an operator kill or preemption."""
+
+
+class Fenced(StoreError):
+    """Another scheduler took the run over (a newer epoch): this one must stop without touching it."""
+
+    def __init__(self, message: str, by_pid: int = 0, by_epoch: int = 0) -> None:
+        super().__init__(message, hint="the run goes on under the newer scheduler; see `wloadctl status`")
+        self.by_pid = by_pid
+        """Pid of the scheduler that holds the run now (0 when unknown)."""
+        self.by_epoch = by_epoch
+        """Its epoch (0 when unknown)."""
 
 
 @dataclass
@@ -78,6 +91,12 @@ class SchedulerLoop:
     """Set when the loop stopped because the run stalled on held jobs."""
     watch: list[tuple[int, int, str]] | None = None
     """When a list: every terminal transition (job, state, reason) is appended for a line log."""
+    beat_interval: float = HEALTH_INTERVAL
+    """Seconds between heartbeats (board beat and lease renewal) and executor health checks."""
+    sweeper: ResultSweeper | None = None
+    """After a takeover: recovers results a fenced predecessor took from the response queue."""
+    standby_pid: int = 0
+    """The standby scheduler watching this one, published on the board."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -94,6 +113,7 @@ class SchedulerLoop:
         req_out = False
         next_health = 0.0
         last_progress = 0.0
+        self._check_fenced()
         self.objs.board.publish(self.ctx.board_header(core), full=bytes(core.state))
         self._execute(core.flush())
         self._publish(force=True)
@@ -109,8 +129,12 @@ class SchedulerLoop:
                     poller.unregister(req.fd)
                 req_out = want_out
             ready = poller.poll(timeout_ms)
+            # A scheduler frozen (SIGSTOP) past its lease wakes here: it must learn that it
+            # was fenced before it touches a queue, a job or the board.
+            self._check_fenced()
             self.turn += 1
             now = time.time()
+            beat = False
             for fd, _ev in ready:
                 if fd == rsp.fd:
                     self._drain_results()
@@ -122,13 +146,16 @@ class SchedulerLoop:
             if nt is not None and nt <= now:
                 core.feed(TimerFiredEvent(now, cause_id=f"timer-{self.turn}"))
             if now >= next_health:
-                next_health = now + HEALTH_INTERVAL
+                next_health = now + self.beat_interval
                 self._check_health(now)
+                beat = True
             self._fire_kills(now)
             self._execute(core.flush())
             self._place()
             self._send()
-            self._publish()
+            # The board's beat is the heartbeat standbys and executors watch: publish it
+            # every interval even when no job changed state.
+            self._publish(force=beat)
             if self.exit_when_stalled and core.is_stalled() and not self.sendq:
                 self.stalled = True
                 break
@@ -145,19 +172,30 @@ class SchedulerLoop:
         rsp, core, tails = self.objs.rsp, self.core, self.objs.tails
         cause = f"turn-{self.turn}"
         while True:
+            # Checked before every message, so a scheduler frozen mid-drain takes at most
+            # one message of its successor's when it wakes (the successor's sweeper finds
+            # those reports in the executors' journals).
+            self._check_fenced()
             data = rsp.recv_nowait()
             if data is None:
                 return
             plain: list[tuple[int, int, int, int]] = []
             for r in P.decode_results(data):
                 i = r.task
+                k = r.kind
                 if i >= core.n:
                     continue
-                if self.payload_at:
+                if k == P.RES_REJECTED:
+                    if r.epoch == self.ctx.epoch:
+                        raise Fenced("fenced: an executor rejected this scheduler's epoch "
+                                     f"{r.epoch}: another scheduler took over")
+                    continue  # a predecessor's record, refused for us: nothing to apply
+                # Only this scheduler's records point at payloads it placed; a predecessor's
+                # late report of the same job must not free the payload of its new attempt.
+                if self.payload_at and r.epoch == self.ctx.epoch:
                     off = self.payload_at.pop(i, None)
                     if off is not None:
                         self.objs.arena.release(off)
-                k = r.kind
                 if k == P.RES_EXITED and not r.signal and not (r.flags & ~P.FLAG_TAIL):
                     # A plain exit status: batched into one event (the common case at scale).
                     self.pids.pop(i, None)
@@ -180,13 +218,20 @@ class SchedulerLoop:
                         self.kills.append((time.time() + KILL_GRACE, i, r.attempt))
                 elif k == P.RES_ACCEPTED:
                     core.feed(JobAcceptedEvent(i, r.attempt, r.executor, r.started, cause_id=cause))
-                elif k == P.RES_REJECTED and r.epoch == self.ctx.epoch:
-                    raise StoreError("an executor rejected this scheduler's epoch: another scheduler took over")
             if plain:
                 core.feed(JobsFinishedEvent(plain, time.time(), cause_id=cause))
 
     def _check_health(self, now: float) -> None:
-        """Executors that exited or stopped beating lose their jobs; replacements are started."""
+        """Renew the lease; executors that exited or stopped beating lose their jobs and are replaced.
+
+        The lease comes first: a fenced scheduler must not kill or respawn anything.
+        """
+        if not self.store.renew_lease(self.ctx.run.id, self.ctx.epoch, now + self.ctx.lease_seconds):
+            self._raise_if_fenced()
+        self.standby_pid = live_standby(self.ctx.state_dir)
+        # Each beat pushes the event log out, so a console following it (and a crash) loses
+        # at most one interval of events.
+        self.ctx.events.flush()
         for index, why in self.sup.check(now):
             self._kill_orphans(index)
             self.core.feed(ExecutorLostEvent(index, now, why, cause_id=f"health-{self.turn}"))
@@ -194,8 +239,27 @@ class SchedulerLoop:
             self.ctx.events.emit("executor_lost", executor=index, reason=why)
             if not self.stop_requested and self.finished is None:
                 self.sup.respawn(index)
-        if not self.store.renew_lease(self.ctx.run.id, self.ctx.epoch, now + self.ctx.lease_seconds):
-            raise StoreError("fenced: another scheduler holds this run now")
+        if self.sweeper is not None and not self.sweeper.sweep(self, now):
+            self.sweeper = None
+
+    def _check_fenced(self) -> None:
+        """Raise Fenced if the board shows a newer epoch (a successor published it)."""
+        try:
+            hdr = self.objs.board.read_header()
+        except WloadError:
+            return  # unreadable for now: the journal's epoch check still guards every write
+        if hdr.epoch > self.ctx.epoch:
+            raise Fenced(f"fenced: scheduler pid {hdr.scheduler_pid} took run {self.ctx.run_id} over at "
+                         f"epoch {hdr.epoch} (this scheduler held epoch {self.ctx.epoch})",
+                         hdr.scheduler_pid, hdr.epoch)
+
+    def _raise_if_fenced(self) -> None:
+        """Raise Fenced if the journal moved to a newer epoch; otherwise return (the caller re-raises)."""
+        row = self.store.get_run(self.ctx.run_id)
+        if row is None or row.epoch != self.ctx.epoch:
+            pid, epoch = (row.scheduler_pid or 0, row.epoch) if row else (0, 0)
+            raise Fenced(f"fenced: scheduler pid {pid} took run {self.ctx.run_id} over at epoch {epoch} "
+                         f"(this scheduler held epoch {self.ctx.epoch})", pid, epoch)
 
     # -- outputs -------------------------------------------------------------------------
 
@@ -203,7 +267,11 @@ class SchedulerLoop:
         for c in cmds:
             if isinstance(c, Persist):
                 # The journal first: nothing below may be visible before this commits.
-                self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch)
+                try:
+                    self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch)
+                except StoreError:
+                    self._raise_if_fenced()
+                    raise
                 self.changes.extend((t[0], t[2]) for t in c.transitions)
                 self.ctx.events.transitions(c.transitions, self.core.ids)
                 if self.watch is not None:
@@ -236,7 +304,7 @@ class SchedulerLoop:
                 self.sendq.append(P.TaskRecord(i, att, P.TASK_NOOP, 0, epoch, 0, 0))
             else:
                 data = P.encode_payload(ctx.payload(spec, att))
-                off = arena.put(data)
+                off = arena.put(data, task=i, attempt=att, epoch=epoch)
                 if off is None:
                     return  # the arena is full: the rest waits for results to free room
                 self.payload_at[i] = off
@@ -247,6 +315,7 @@ class SchedulerLoop:
         q, req = self.sendq, self.objs.req
         if not q:
             return
+        self._check_fenced()
         # Spread small batches over the executors so one does not hoard the work.
         per = max(1, min(self.per_msg, len(q) // max(1, self.sup.alive_count())))
         while q:
@@ -259,7 +328,10 @@ class SchedulerLoop:
     def _publish(self, force: bool = False, done: bool = False) -> None:
         if not self.changes and not force:
             return
-        self.objs.board.publish(self.ctx.board_header(self.core, done=done), changes=self.changes)
+        # The board has one writer: once a successor published there, this one must not.
+        self._check_fenced()
+        hdr = dataclasses.replace(self.ctx.board_header(self.core, done=done), standby_pid=self.standby_pid)
+        self.objs.board.publish(hdr, changes=self.changes)
         self.changes = []
 
     def publish_final(self) -> None:
@@ -306,7 +378,13 @@ class SchedulerLoop:
         self.core.paused = True
 
     def drain_after_stop(self, grace: float) -> None:
-        """After a stop: requeue running jobs, let executors stop them, and journal what they report."""
+        """After a stop: requeue running jobs, let executors stop them, and journal what they report.
+
+        Raises:
+            Fenced: a successor holds the run; its executors are not this scheduler's to stop.
+        """
+        self._check_fenced()
+        self._raise_if_fenced()
         core = self.core
         for i in range(core.n):
             if core.state[i] in (JobState.QUEUED, JobState.RUNNING):
@@ -321,5 +399,7 @@ class SchedulerLoop:
             self._drain_results()
             self._execute(core.flush())
             self._publish(force=True)
+        except Fenced:
+            raise
         except WloadError:
             pass

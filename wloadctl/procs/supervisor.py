@@ -39,6 +39,8 @@ from wloadctl.procs.health import pid_alive
 
 CONTROL_QUEUE = (8, 4096)
 """Messages and message size of the control queue: small, to spare the user's queue quota."""
+STANDBY_DIR = "standbys"
+"""Directory of a state dir where each standby scheduler keeps a pidfile while it watches."""
 
 
 @dataclass
@@ -120,6 +122,36 @@ def clean_stale(say: object = None) -> list[str]:
         if callable(say) and gone:
             say(f"removed {len(gone)} IPC object(s) left by crashed run {rid}")
     return removed
+
+
+def register_standby(state_dir: Path) -> Path:
+    """Record this process as a standby of the state dir's run; return its pidfile.
+
+    The board has a single writer (the active scheduler), so a standby does not write
+    it: the active reads these pidfiles and publishes one as `standby_pid`.
+    """
+    d = state_dir / STANDBY_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / str(os.getpid())
+    path.write_text(f"{time.time():.3f}\n")
+    return path
+
+
+def live_standby(state_dir: Path) -> int:
+    """Pid of the longest-registered live standby of the state dir (0 if none)."""
+    try:
+        entries = list((state_dir / STANDBY_DIR).iterdir())
+    except OSError:
+        return 0
+    best: tuple[float, int] = (float("inf"), 0)
+    for e in entries:
+        try:
+            pid, since = int(e.name), e.stat().st_mtime
+        except (ValueError, OSError):
+            continue
+        if pid_alive(pid) and (since, pid) < best:
+            best = (since, pid)
+    return best[1]
 
 
 @dataclass

@@ -1,0 +1,377 @@
+"""Standby scheduler: watches the active one, checks with executors, takes over."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from wloadctl.core.planfile import load_plan
+from wloadctl.errors import StoreError, UsageError, WloadError
+from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, object_name
+from wloadctl.ipc.protocol import BoardHeader, ExecutorSlot
+from wloadctl.ipc.shm import ExecutorBoard, StateBoard
+from wloadctl.procs.executor import BEAT_INTERVAL as EXECUTOR_BEAT
+from wloadctl.procs.health import pid_alive
+from wloadctl.procs.runctx import EventLog
+from wloadctl.procs.runner import START_GRACE, Claim, RunOptions, continue_run
+from wloadctl.procs.supervisor import register_standby
+from wloadctl.store import RunRow, Store
+
+RUN_WAIT = 60.0
+"""Seconds a standby waits for a running run to appear in its state directory."""
+VERIFY_WAIT = 2 * EXECUTOR_BEAT + 0.1
+"""Longest wait for every live executor to beat once after the silence was noticed."""
+LOCK_WAIT = 0.5
+"""Seconds a claim waits for the journal's write lock before it kills the silent one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the executors say about an active scheduler that went silent."""
+
+    asked: tuple[int, ...]
+    """Executors that are alive and beat after the silence was noticed."""
+    hearing: tuple[int, ...]
+    """Those of them that still hear the active scheduler."""
+
+    @property
+    def partitioned(self) -> bool:
+        """Some executor still hears the active: the standby is cut off from it."""
+        return bool(self.hearing)
+
+
+def verify(
+    slots: Iterable[ExecutorSlot],
+    epoch: int,
+    since: float,
+    now: float,
+    timeout: float,
+    alive: Callable[[int], bool] = pid_alive,
+) -> Verdict:
+    """Ask the executors' heartbeat records whether they still hear the active one.
+
+    Args:
+        slots: The executor board's slots.
+        epoch: The active scheduler's epoch (from the journal).
+        since: When the silence was noticed: only slots written after it count, so a
+            stuck executor cannot vouch for anybody.
+        now: The current time.
+        timeout: How recent a beat must be to count as heard.
+        alive: Whether a pid lives (injected for tests).
+
+    Returns:
+        The executors asked, and those that still hear a scheduler of `epoch` or newer.
+    """
+    asked: list[int] = []
+    hearing: list[int] = []
+    for s in slots:
+        if not s.pid or s.beat < since or not alive(s.pid):
+            continue
+        asked.append(s.executor)
+        if s.seen_epoch >= epoch and now - s.seen_scheduler_beat <= timeout:
+            hearing.append(s.executor)
+    return Verdict(tuple(asked), tuple(hearing))
+
+
+class Standby:
+    """Watches one run's active scheduler and becomes the active one when it dies."""
+
+    def __init__(self, opts: RunOptions, plan_name: str | None = None) -> None:
+        self.opts = opts
+        """heartbeat_interval and lease_seconds (the timeout) drive the watch."""
+        self.plan_name = plan_name
+        """When given, the run must be of this plan."""
+        self.stop = False
+        """Set by SIGINT/SIGTERM: stop watching."""
+        self.board: StateBoard | None = None
+        """The run's state board, once it exists."""
+        self.eboard: ExecutorBoard | None = None
+        """The run's executor board, once it exists."""
+
+    def serve(self) -> int:
+        """Stand by until the run ends (0), or take it over and drive it (exit code).
+
+        Raises:
+            UsageError: no running run appeared in time, or it is of another plan.
+            WloadError: journal or IPC failures.
+        """
+        old: dict[int, object] = {
+            s: signal.signal(s, self._on_stop) for s in (signal.SIGINT, signal.SIGTERM)
+        }
+        # Like the active scheduler, a standby outlives a dropped SSH session.
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        pidfile: Path | None = None
+        store: Store | None = None
+        try:
+            found = self._wait_for_run()
+            if found is None:
+                return 0
+            store, run = found
+            pidfile = register_standby(self.opts.state_dir)
+            claim = self._watch(store, run)
+            if claim is None:
+                return 0
+            pidfile.unlink(missing_ok=True)
+            pidfile = None
+            # From here on this is the active scheduler, with the runner's signals.
+            _restore(old)
+            row = store.get_run(run.run_id) or run
+            return continue_run(store, row, self.opts, claim).exit_code
+        finally:
+            _restore(old)
+            if pidfile is not None:
+                pidfile.unlink(missing_ok=True)
+            self._close_boards()
+            if store is not None:
+                store.close()
+
+    def _on_stop(self, _sig: int, _frame: object) -> None:
+        self.stop = True
+
+    def _wait_for_run(self) -> tuple[Store, RunRow] | None:
+        """The journal and its running run, awaited up to RUN_WAIT (None if stopped)."""
+        sd, deadline = self.opts.state_dir, time.time() + RUN_WAIT
+        store: Store | None = None
+        try:
+            while not self.stop:
+                if store is None and (sd / "journal.db").exists():
+                    store = Store.open(sd, create=False, sync=self.opts.journal_sync)
+                run = store.latest_run() if store is not None else None
+                if store is not None and run is not None and run.status == "running":
+                    if self.plan_name is not None and run.plan_name != self.plan_name:
+                        raise UsageError(
+                            f"{sd} runs plan '{run.plan_name}', not '{self.plan_name}'",
+                            hint="give the plan of that run, or no plan",
+                        )
+                    found, store = (store, run), None
+                    return found
+                if time.time() > deadline:
+                    raise UsageError(
+                        f"no running run in {sd} to stand by for",
+                        hint="start the run first: `wloadctl run PLAN --state-dir DIR`",
+                    )
+                time.sleep(self.opts.heartbeat_interval)
+            return None
+        finally:
+            if store is not None:
+                store.close()
+
+    def _watch(self, store: Store, run: RunRow) -> Claim | None:
+        """Watch until the run ends (None) or this standby wins a takeover (a claim)."""
+        opts, say = self.opts, self.opts.say
+        interval, timeout = opts.heartbeat_interval, opts.lease_seconds
+        events = EventLog(opts.state_dir / "events.jsonl", run.run_id)
+        say(
+            f"standing by for run {run.run_id}: active scheduler pid "
+            f"{run.scheduler_pid}, epoch {run.epoch}; heartbeat every {interval}s, "
+            f"takeover after {timeout}s of silence"
+        )
+        epoch, watch_from, suspected = -1, time.time(), False
+        try:
+            while not self.stop:
+                time.sleep(interval)
+                now = time.time()
+                row = store.get_run(run.run_id)
+                if row is None or row.status != "running":
+                    status = row.status if row else "gone"
+                    say(f"run {run.run_id} is {status}; the standby exits")
+                    return None
+                if row.epoch != epoch:
+                    # A new active (a start, or another standby's takeover) gets a full
+                    # timeout from the moment it is seen, whatever its board says yet;
+                    # it may have made the run's objects afresh, so they are reopened.
+                    epoch, watch_from, suspected = row.epoch, now, False
+                    self._close_boards()
+                hdr = self._header(run.run_id)
+                beat = hdr.beat if hdr is not None and hdr.epoch >= row.epoch else 0.0
+                silent = now - max(beat, watch_from)
+                if silent <= timeout or now <= row.lease_until:
+                    if suspected:
+                        say(f"scheduler pid {row.scheduler_pid} beats again")
+                        suspected = False
+                    continue
+                verdict = self._ask_executors(run.run_id, row.epoch, now, timeout)
+                hdr = self._header(run.run_id)
+                if hdr is not None and hdr.epoch >= row.epoch and hdr.beat > beat:
+                    continue  # it beat while the executors were asked: slow, not dead
+                if verdict.partitioned:
+                    if not suspected:
+                        suspected = True
+                        events.emit(
+                            "partition_suspected",
+                            pid=os.getpid(),
+                            active_pid=row.scheduler_pid or 0,
+                            epoch=row.epoch,
+                            silent_for=round(silent, 3),
+                            hearing=list(verdict.hearing),
+                            asked=list(verdict.asked),
+                        )
+                        events.flush()
+                        say(
+                            f"suspected partition: no heartbeat from scheduler pid "
+                            f"{row.scheduler_pid} for {silent:.1f}s, but executor(s) "
+                            f"{list(verdict.hearing)} still hear it; not taking over"
+                        )
+                    continue
+                claim = self._claim(store, row, silent, verdict)
+                if claim is not None:
+                    return claim
+                watch_from = time.time()
+            return None
+        finally:
+            events.close()
+
+    def _claim(
+        self, store: Store, row: RunRow, silent: float, verdict: Verdict
+    ) -> Claim | None:
+        """Increment the epoch in the journal; None if another scheduler did first."""
+        opts, old_pid = self.opts, row.scheduler_pid or 0
+        lease = time.time() + opts.lease_seconds + START_GRACE
+        got: list[int] = []
+        errors: list[Exception] = []
+
+        def begin() -> None:
+            try:
+                got.append(
+                    store.begin_epoch(
+                        row.id, os.getpid(), lease, expect_epoch=row.epoch
+                    )
+                )
+            except Exception as e:  # handed over to the watching thread below
+                errors.append(e)
+
+        # A scheduler frozen inside a journal transaction keeps SQLite's write lock, and
+        # nothing but its death releases it: after LOCK_WAIT the silent active is killed
+        # (it is a crash like any other: executors and jobs live in their own sessions).
+        claimer = threading.Thread(target=begin, name="claim", daemon=True)
+        claimer.start()
+        claimer.join(LOCK_WAIT)
+        killed = claimer.is_alive() and _kill_scheduler(old_pid)
+        claimer.join()
+        if errors:
+            err = errors[0]
+            why = err.message if isinstance(err, StoreError) else str(err)
+            opts.say(f"could not take run {row.run_id} over ({why}); standing by")
+            return None
+        epoch = got[0]
+        detected = time.time()
+
+        def announce(events: EventLog) -> None:
+            if killed:
+                events.emit(
+                    "fenced",
+                    pid=old_pid,
+                    epoch=row.epoch,
+                    by_pid=os.getpid(),
+                    by_epoch=epoch,
+                    how="killed: it froze holding the journal's write lock",
+                )
+            events.emit(
+                "takeover",
+                pid=os.getpid(),
+                epoch=epoch,
+                from_pid=old_pid,
+                from_epoch=row.epoch,
+                from_alive=pid_alive(old_pid),
+                from_killed=killed,
+                silent_for=round(silent, 3),
+                asked=list(verdict.asked),
+                claimed_at=round(detected, 6),
+            )
+            events.flush()
+            opts.say(
+                f"took run {row.run_id} over from scheduler pid {old_pid} "
+                f"(silent {silent:.1f}s; {len(verdict.asked)} executor(s) no longer "
+                f"hear it{'; killed, it held the journal lock' if killed else ''}): "
+                f"epoch {row.epoch} -> {epoch}"
+            )
+
+        return Claim(epoch, old_pid, announce)
+
+    def _close_boards(self) -> None:
+        for b in (self.board, self.eboard):
+            if b is not None:
+                b.close()
+        self.board = self.eboard = None
+
+    def _header(self, run_id: str) -> BoardHeader | None:
+        if self.board is None:
+            try:
+                self.board = StateBoard.open(object_name(run_id, ROLE_BOARD))
+            except WloadError:
+                return None
+        try:
+            return self.board.read_header()
+        except WloadError:
+            return None
+
+    def _ask_executors(
+        self, run_id: str, epoch: int, since: float, timeout: float
+    ) -> Verdict:
+        """Wait until each live executor beat after `since` (or VERIFY_WAIT), ask."""
+        if self.eboard is None:
+            try:
+                self.eboard = ExecutorBoard.open(object_name(run_id, ROLE_EXECUTORS))
+            except WloadError:
+                return Verdict((), ())
+        deadline = since + VERIFY_WAIT
+        while True:
+            try:
+                slots = [
+                    s for s in self.eboard.read_all() if s.pid and pid_alive(s.pid)
+                ]
+            except WloadError:
+                slots = []
+            now = time.time()
+            if all(s.beat > since for s in slots) or now >= deadline or self.stop:
+                return verify(slots, epoch, since, now, timeout)
+            time.sleep(0.05)
+
+
+def _kill_scheduler(pid: int) -> bool:
+    """SIGKILL a silent scheduler; False if the pid is gone or is not a scheduler."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    # The journal's pid may have been reused since: only a wloadctl process is killed.
+    if not any(b"wloadctl" in a for a in argv) or not pid_alive(pid):
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        return False
+    return True
+
+
+def _restore(old: dict[int, object]) -> None:
+    """Put back the signal handlers saved in `old`, once (it is emptied)."""
+    for sig, h in old.items():
+        signal.signal(sig, h)  # type: ignore[arg-type]
+    old.clear()
+
+
+def run_standby(plan_path: str | None, opts: RunOptions) -> int:
+    """`wloadctl scheduler --standby`: take the run over if its scheduler dies.
+
+    Args:
+        plan_path: When given, the run must be of this plan (the journal's copy runs).
+        opts: Where the run is and how to watch it (heartbeat_interval; lease_seconds
+            is the timeout).
+
+    Returns:
+        0 when the run ended under another scheduler; after a takeover, the run's
+        exit code.
+
+    Raises:
+        UsageError: no running run to stand by for.
+        WloadError: journal or IPC failures.
+    """
+    plan_name = load_plan(plan_path).name if plan_path else None
+    return Standby(opts, plan_name).serve()
