@@ -43,20 +43,7 @@ def read_results(path: Path) -> list[P.ResultRecord]:
         data = path.read_bytes()
     except OSError:
         return []
-    return P.decode_result_log(data) if hasattr(P, "decode_result_log") else _decode_log(data)
-
-
-def _decode_log(data: bytes) -> list[P.ResultRecord]:
-    out: list[P.ResultRecord] = []
-    pos = 0
-    while pos + P.HEADER.size <= len(data):
-        count = P.HEADER.unpack_from(data, pos)[3]
-        end = pos + P.HEADER.size + count * P.RESULT.size
-        if end > len(data):
-            break
-        out.extend(P.decode_results(data[pos:end]))
-        pos = end
-    return out
+    return P.decode_result_log(data)
 
 
 def _decode_prefix(data: bytes) -> tuple[list[P.ResultRecord], int]:

@@ -170,6 +170,7 @@ class SchedulerLoop:
 
     def _drain_results(self) -> None:
         rsp, core, tails = self.objs.rsp, self.core, self.objs.tails
+        want = core.want
         cause = f"turn-{self.turn}"
         while True:
             # Checked before every message, so a scheduler frozen mid-drain takes at most
@@ -196,7 +197,7 @@ class SchedulerLoop:
                     off = self.payload_at.pop(i, None)
                     if off is not None:
                         self.objs.arena.release(off)
-                if k == P.RES_EXITED and not r.signal and not (r.flags & ~P.FLAG_TAIL):
+                if k == P.RES_EXITED and not r.signal and not (r.flags & ~P.FLAG_TAIL) and i not in want:
                     # A plain exit status: batched into one event (the common case at scale).
                     self.pids.pop(i, None)
                     plain.append((i, r.attempt, r.executor, r.exit_code))
@@ -209,7 +210,9 @@ class SchedulerLoop:
                     core.feed(JobExitedEvent(i, r.attempt, r.executor, r.exit_code, r.ended or time.time(),
                                              signal=r.signal, timed_out=bool(r.flags & P.FLAG_TIMED_OUT),
                                              spawn_failed=bool(r.flags & P.FLAG_SPAWN_FAILED),
-                                             started=r.started, tail=tail, cause_id=cause))
+                                             started=r.started, tail=tail, cause_id=cause,
+                                             result=self.ctx.result_of(core.specs[i].id, r.attempt)
+                                             if i in want else None))
                 elif k == P.RES_STARTED:
                     self.pids[i] = r.pid
                     core.feed(JobStartedEvent(i, r.attempt, r.executor, r.pid, r.started, cause_id=cause))

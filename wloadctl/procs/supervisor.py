@@ -116,7 +116,7 @@ class RunObjects:
 def clean_stale(say: object = None) -> list[str]:
     """Remove objects left by crashed runs of this user (no process of theirs alive); return what went."""
     removed: list[str] = []
-    for rid in stale_runs(run_is_alive, grace=0.0):
+    for rid in stale_runs(run_is_alive):
         gone = remove_run_objects(rid)
         removed.extend(gone)
         if callable(say) and gone:
