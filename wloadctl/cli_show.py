@@ -28,7 +28,8 @@ def show_status(a: argparse.Namespace, state_dir: Path) -> int:
         print(json.dumps(st, separators=(",", ":")))
         return 0
     counts = "  ".join(f"{k} {v}" for k, v in st["counts"].items())
-    live = f"live, scheduler pid {st['scheduler_pid']}, epoch {st['epoch']}" if st["live"] else st["status"]
+    standby = f", standby pid {st['standby_pid']}" if st.get("standby_pid") else ""
+    live = f"live, scheduler pid {st['scheduler_pid']}{standby}, epoch {st['epoch']}" if st["live"] else st["status"]
     print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  ({live})")
     print(f"{st['total']} jobs: {counts}")
     for e in st["executors"]:

@@ -19,6 +19,7 @@ from wloadctl.ipc.mq import MessageQueue
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_CONTROL, ROLE_EXECUTORS, object_name
 from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.health import pid_alive
+from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
 from wloadctl.paths import log_path
@@ -170,6 +171,8 @@ class RunClient:
             "status": self.run.status if not live else "running", "live": live,
             "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
             "scheduler_pid": h.scheduler_pid if h else None,
+            "standby_pid": (h.standby_pid or None) if h else None,
+            "lease_until": h.lease_until if h else self.run.lease_until,
             "executors": self.executors() if live else [],
             "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
         }
@@ -352,19 +355,6 @@ class RunClient:
         """The run's audit trail."""
         return [{"ts": ts, "user": u, "verb": v, "job": j, "reason": r, "outcome": o, "applied": bool(ap)}
                 for ts, u, v, j, r, o, ap in self.store.actions(self.run.id)]
-
-
-def run_plan(store: Store, run: RunRow) -> Plan:
-    """The plan of a run as loaded at its start: from its encoded form, else by parsing its stored text."""
-    from wloadctl.core.plancodec import decode_plan
-
-    blob = store.plan_blob(run.id)
-    plan = decode_plan(blob) if blob else None
-    if plan is None:
-        from wloadctl.core.planfile import load_plan_text
-
-        plan = load_plan_text(store.plan_text(run.id), run.plan_path)
-    return plan
 
 
 def journal_core(store: Store, run: RunRow) -> SchedulerCore:

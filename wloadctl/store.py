@@ -286,7 +286,11 @@ class Store:
             StoreError: `expect_epoch` was given and another scheduler moved the epoch first.
         """
         c = self.conn
-        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"the journal {self.path} stays locked: {e}",
+                             hint="another scheduler holds it (maybe frozen)") from None
         try:
             cur = c.execute("SELECT epoch FROM runs WHERE id = ?", (run,)).fetchone()[0]
             if expect_epoch is not None and cur != expect_epoch:

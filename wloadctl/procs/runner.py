@@ -18,7 +18,7 @@ from typing import IO
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import RunStartedEvent
 from wloadctl.core.plan import Plan
-from wloadctl.core.planfile import load_plan, load_plan_text
+from wloadctl.core.planfile import load_plan
 from wloadctl.core.states import JobState
 from wloadctl.errors import PlanError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
@@ -28,6 +28,7 @@ from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby
+from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.store import RunRow, Store
 
 UNFINISHED = ("running", "interrupted", "held")
@@ -122,7 +123,7 @@ class StateDirLock:
 
 def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOptions) -> Plan:
     """The plan a resumed run continues with: the journal's copy, or the changed file if accepted."""
-    stored = load_plan_text(store.plan_text(run.id), run.plan_path)
+    stored = run_plan(store, run)
     if plan_path is None:
         return stored
     text = Path(plan_path).read_bytes()
@@ -146,6 +147,7 @@ def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOpt
     plan = dataclasses.replace(fresh, jobs={j: fresh.jobs[j] for j in order})
     added = [(k, j) for k, j in enumerate(order) if j not in stored.jobs]
     store.replace_plan(run.id, fresh.digest, text.decode("utf-8", "replace"), plan_path, added)
+    keep_plan(store, run, plan)
     opts.say(f"plan change accepted: {len(added)} job(s) added")
     return plan
 
@@ -194,6 +196,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             text = Path(plan.path).read_text(encoding="utf-8", errors="replace")
             run = store.create_run(rid, plan.name, plan.path, plan.digest, text, plan.jobs.keys(), bdate,
                                    time.time(), json.dumps({"executors": opts.executors, "slots": opts.slots}))
+            keep_plan(store, run, plan)
         return _drive(store, run, plan, opts, resumed, on_turn)
     finally:
         if store is not None:
@@ -220,7 +223,7 @@ def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim) -> R
     settings = json.loads(run.settings or "{}")
     opts.executors = opts.executors if opts.executors > 0 else int(settings.get("executors", 2))
     opts.slots = opts.slots if opts.slots > 0 else int(settings.get("slots", 4))
-    plan = load_plan_text(store.plan_text(run.id), run.plan_path)
+    plan = run_plan(store, run)
     return _drive(store, run, plan, opts, True, None, claim)
 
 
@@ -279,25 +282,29 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
         fenced = e
         raise
     finally:
-        _restore_signals(stop_signals)
-        # Whatever ended the loop, a scheduler that lost its epoch must not journal the
-        # run's status, publish `done`, stop executors or remove the run's objects.
-        fenced = fenced or _lost_epoch(store, run, epoch)
-        if fenced is not None:
-            _stand_down(loop, fenced, opts)
-        else:
-            ended = time.time()
-            try:
-                store.set_status(run.id, status, ended if status not in UNFINISHED else None)
-                events.emit("scheduler_stop", status=status)
-            finally:
-                loop.publish_final()
-                if status in ("interrupted", "held"):
-                    sup.terminate_all()
-                sup.wait_all(timeout=10.0)
-                ctx.reap_hooks(wait=5.0)
-                objs.remove()
-                events.close()
+        # Signals stay caught (they only ask the finished loop to stop) until the cleanup
+        # is done: a SIGTERM here must not leave the run's queues and segments behind.
+        try:
+            # Whatever ended the loop, a scheduler that lost its epoch must not journal the
+            # run's status, publish `done`, stop executors or remove the run's objects.
+            fenced = fenced or _lost_epoch(store, run, epoch)
+            if fenced is not None:
+                _stand_down(loop, fenced, opts)
+            else:
+                ended = time.time()
+                try:
+                    store.set_status(run.id, status, ended if status not in UNFINISHED else None)
+                    events.emit("scheduler_stop", status=status)
+                finally:
+                    loop.publish_final()
+                    if status in ("interrupted", "held"):
+                        sup.terminate_all()
+                    sup.wait_all(timeout=10.0)
+                    ctx.reap_hooks(wait=5.0)
+                    objs.remove()
+                    events.close()
+        finally:
+            _restore_signals(stop_signals)
     if fenced is not None:
         raise fenced
     return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed)

@@ -1,0 +1,25 @@
+"""The plan of a recorded run: from the journal's encoded form, else by parsing the stored text."""
+
+from __future__ import annotations
+
+from wloadctl.core.plan import Plan
+from wloadctl.core.plancodec import decode_plan, encode_plan
+from wloadctl.store import RunRow, Store
+
+__all__ = ["keep_plan", "run_plan"]
+
+
+def run_plan(store: Store, run: RunRow) -> Plan:
+    """The plan of a run as loaded at its start (or as accepted on a resume)."""
+    blob = store.plan_blob(run.id)
+    plan = decode_plan(blob) if blob else None
+    if plan is None:
+        from wloadctl.core.planfile import load_plan_text
+
+        plan = load_plan_text(store.plan_text(run.id), run.plan_path)
+    return plan
+
+
+def keep_plan(store: Store, run: RunRow, plan: Plan) -> None:
+    """Store the plan's encoded form, so resuming or watching the run skips parsing the YAML."""
+    store.set_plan_blob(run.id, encode_plan(plan))
