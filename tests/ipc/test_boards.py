@@ -281,3 +281,22 @@ def test_slot_count_out_of_range_is_refused(
 ) -> None:
     with pytest.raises(TransportError, match=f"{n_slots} slots"):
         ipc.track(ExecutorBoard.create(ipc.name("exec"), n_slots, backend=backend))
+
+
+def test_read_all_leaves_out_a_slot_whose_writer_died_mid_write() -> None:
+    from wloadctl.ipc.boards import SEQ
+    from wloadctl.ipc.memory import MemorySegment
+    from wloadctl.ipc.protocol import ExecutorSlot
+
+    board = ExecutorBoard.create("/wloadctl.test.torn.exec", 3, backend=MemorySegment)
+    board.read_tries = 5
+    for i in range(3):
+        board.write(i, ExecutorSlot(executor=i, pid=100 + i, state=1, beat=1.0, load1=0.0, rss_kb=0, running=0,
+                                    slots=1, jobs_done=0, seen_epoch=1, seen_scheduler_beat=1.0, running_tasks=[]))
+    offset = board._slot_offset(1)
+    (seq,) = SEQ.unpack_from(board.segment.buf, offset)
+    SEQ.pack_into(board.segment.buf, offset, seq + 1)  # the writer of slot 1 died mid-write
+    assert [s.executor for s in board.read_all()] == [0, 2]
+    board.write(1, ExecutorSlot(executor=1, pid=201, state=1, beat=2.0, load1=0.0, rss_kb=0, running=0,
+                                slots=1, jobs_done=0, seen_epoch=1, seen_scheduler_beat=2.0, running_tasks=[]))
+    assert [s.pid for s in board.read_all()] == [100, 201, 102]

@@ -385,9 +385,16 @@ class ExecutorBoard(_Board):
         return unpack_executor_slot(data)
 
     def read_all(self) -> list[ExecutorSlot]:
-        """Every slot, in index order.
+        """Every slot that reads consistently, in index order.
 
-        Raises:
-            TransportError: If some slot could not be read consistently.
+        A slot whose executor was killed in the middle of writing it stays mid-write
+        until a replacement writes it again; it is left out rather than failing every
+        reader (the scheduler's health check among them) until then.
         """
-        return [self.read(i) for i in range(self._n_slots)]
+        out = []
+        for i in range(self._n_slots):
+            try:
+                out.append(self.read(i))
+            except TransportError:
+                continue
+        return out
