@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="full: a commit survives power loss; normal: survives a crash of the process")
         p.add_argument("--json", action="store_true", help="print a summary object at the end")
         p.add_argument("--quiet", action="store_true")
+        p.add_argument("--executor-cpus", type=float, default=0.0,
+                       help="CPUs each executor offers jobs that declare `cpu` (0: no limit)")
+        p.add_argument("--executor-memory", type=int, default=0,
+                       help="MiB each executor offers jobs that declare `memory` (0: no limit)")
         p.add_argument("--executor-timeout", type=float, default=5.0,
                        help="seconds without a heartbeat before an executor is declared dead and replaced")
         _heartbeat_args(p)

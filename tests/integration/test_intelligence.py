@@ -123,3 +123,21 @@ def test_a_critical_job_preempts_a_preemptible_low_job_which_completes_later(
     h = json.loads(cli("history", "bulk", "--state-dir", str(tmp_path / "sd"), "--json").stdout)
     assert any("preempted for critical job urgent" in t["reason"] for t in h["transitions"])
     assert h["attempts"] == 1 or h["transitions"][-1]["to"] == "SUCCEEDED"
+
+
+def test_executor_cpu_capacity_limits_jobs_that_claim_cpus(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    jobs = {f"heavy{i}": {"command": stamp(out, f"heavy{i}", 0.3), "cpu": 2} for i in range(4)}
+    jobs["too_big"] = {"command": "true", "cpu": 16}
+    jobs["light"] = {"command": stamp(out, "light", 0.3), "memory": "64M"}
+    plan = write(tmp_path / "p.yaml", {"name": "cpu", "jobs": jobs})
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--executors", "1", "--slots", "4",
+            "--executor-cpus", "3", "--executor-memory", "1024", "--json")
+    assert json.loads(p.stdout)["jobs"]["too_big"] == "FAILED"
+    iv = intervals(out)
+    heavy = [v for k, v in iv.items() if k.startswith("heavy")]
+    points = sorted({t for a, b in heavy for t in (a, b)})
+    # 3 CPUs and 2 per job: never two heavy jobs at once on the one executor
+    assert max(sum(1 for a, b in heavy if a <= t < b) for t in points) == 1
+    why = json.loads(cli("why", "too_big", "--state-dir", str(tmp_path / "sd"), "--json").stdout)
+    assert "needs cpu 16" in " ".join(why["reasons"])

@@ -92,6 +92,10 @@ class JobSpec:
     """The `for_each` item this job instance runs for (also in WLOADCTL_ITEM)."""
     group: str | None = None
     """Fair-share group (the plan's `groups` give each a weight of the slots)."""
+    cpu: float = 0.0
+    """CPUs the job needs on its executor (0 = no claim); an executor starts it only when they are free."""
+    memory: int = 0
+    """Memory in MiB the job needs on its executor (0 = no claim)."""
     description: str = ""
     """Free text for operators."""
     line: int = 0

@@ -44,6 +44,8 @@ JOB_KEYS: tuple[str, ...] = (
     "max_iterations",
     "for_each",
     "group",
+    "cpu",
+    "memory",
     "description",
 )
 """Keys a job may have, in the order the docs list them."""
@@ -93,6 +95,7 @@ _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
 _MAX_PRIORITY = 1_000_000
 _MAX_RETRIES = 1000
 _MAX_ITERATIONS = 100_000
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KkMmGgTt](?:i?[Bb])?)?")
 _EXAMPLES = {
     "if": 'write e.g. jobs["load"].exit_code == 0, jobs.load.result.rows > 10, '
     'vars.region == "emea"',
@@ -423,6 +426,22 @@ class FieldReader:
         if len(set(items)) != len(items):
             raise FieldError("for_each lists an item twice", line)
         return tuple(items)
+
+    def cpu(self, entry: Entry) -> float:
+        """`cpu`: CPUs the job needs on its executor."""
+        return number(entry, "cpu", 0.0, 4096.0)
+
+    def memory(self, entry: Entry) -> int:
+        """`memory`: MiB the job needs on its executor, as a number of MiB or with a unit (512M, 4G)."""
+        value, line, _ = entry
+        if type(value) is int and value >= 0:
+            return value
+        m = _SIZE.fullmatch(str(value).strip()) if type(value) is str else None
+        if not m:
+            raise FieldError(f"memory must be MiB or a size like 512M or 4G, not {describe(value)}", line,
+                             "write memory: 2G")
+        n, unit = float(m.group(1)), (m.group(2) or "M").upper()
+        return int(n * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[unit[0]])
 
     def group(self, entry: Entry) -> str | None:
         """`group`: the fair-share group the job belongs to (a key of the plan's `groups`)."""

@@ -48,6 +48,10 @@ class Running:
     """When SIGKILL follows the SIGTERM of a timeout."""
     timed_out: bool = False
     """Its timeout expired and it was told to stop."""
+    cpu: float = 0.0
+    """CPUs it holds on this executor."""
+    memory: int = 0
+    """MiB it holds on this executor."""
 
 
 @dataclass
@@ -64,6 +68,10 @@ class Executor:
     """Where its results journal lives."""
     orphan_timeout: float = 120.0
     """Exit when idle and no scheduler has beaten for this long."""
+    cpus: float = 0.0
+    """CPUs this executor offers to jobs that claim some (0 = no limit)."""
+    memory: int = 0
+    """MiB this executor offers to jobs that claim some (0 = no limit)."""
     running: dict[int, Running] = field(default_factory=dict)
     """Jobs running now, by pidfd."""
     backlog: deque[tuple[P.TaskRecord, P.Payload]] = field(default_factory=deque)
@@ -203,8 +211,25 @@ class Executor:
 
     def _start_backlog(self) -> None:
         while self.backlog and len(self.running) < self.slots:
-            rec, payload = self.backlog.popleft()
+            rec, payload = self.backlog[0]
+            cpu, mem = _claim(payload)
+            if (self.cpus and cpu > self.cpus) or (self.memory and mem > self.memory):
+                self.backlog.popleft()
+                self._refuse(rec, f"needs cpu {cpu:g} and memory {mem} MiB; an executor offers cpu "
+                                  f"{self.cpus:g} and memory {self.memory} MiB")
+                continue
+            used_cpu = sum(r.cpu for r in self.running.values())
+            used_mem = sum(r.memory for r in self.running.values())
+            if (self.cpus and used_cpu + cpu > self.cpus) or (self.memory and used_mem + mem > self.memory):
+                return  # first in line waits for room, so a big job is not overtaken forever
+            self.backlog.popleft()
             self._spawn(rec, payload)
+
+    def _refuse(self, rec: P.TaskRecord, why: str) -> None:
+        now = time.time()
+        off, length = self.tails.write(self.index, rec.task, rec.attempt, why.encode())
+        self._emit(P.ResultRecord(P.RES_EXITED, P.FLAG_SPAWN_FAILED | P.FLAG_TAIL, self.index, rec.task,
+                                  rec.attempt, 0, 126, rec.epoch, 0, now, now, off, length))
 
     def _spawn(self, rec: P.TaskRecord, p: P.Payload) -> None:
         now = time.time()
@@ -221,7 +246,9 @@ class Executor:
                                     f"{e.strerror or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
-        r = Running(rec, proc, pidfd, now, p.log_path, now + p.timeout if p.timeout else None)
+        cpu, mem = _claim(p)
+        r = Running(rec, proc, pidfd, now, p.log_path, now + p.timeout if p.timeout else None, cpu=cpu,
+                    memory=mem)
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
         self._emit(P.ResultRecord(P.RES_STARTED, 0, self.index, rec.task, rec.attempt, 0, 0, rec.epoch,
@@ -304,6 +331,13 @@ class Executor:
         self.journal.close()
 
 
+def _claim(p: P.Payload) -> tuple[float, int]:
+    """CPUs and MiB a job's payload claims."""
+    if not p.extra:
+        return 0.0, 0
+    return float(p.extra.get("cpu", 0) or 0), int(p.extra.get("memory", 0) or 0)
+
+
 def _killpg(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -330,8 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slots", type=int, default=1)
     ap.add_argument("--state-dir", required=True)
     ap.add_argument("--orphan-timeout", type=float, default=120.0)
+    ap.add_argument("--cpus", type=float, default=0.0)
+    ap.add_argument("--memory", type=int, default=0)
     a = ap.parse_args(argv)
-    ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout)
+    ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory)
     # Ctrl-C belongs to the scheduler; SIGTERM means: stop taking work, stop jobs, exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -152,7 +152,9 @@ class RunContext:
         command: str | list[str] | None = spec.command if isinstance(spec.command, str) or spec.command is None \
             else list(spec.command)
         return P.Payload(job=spec.id, command=command, env=env, cwd=cwd, timeout=spec.timeout,
-                         log_path=str(log_path(self.state_dir, self.run.run_id, spec.id, attempt)), extra={})
+                         log_path=str(log_path(self.state_dir, self.run.run_id, spec.id, attempt)),
+                         extra={"cpu": str(spec.cpu), "memory": str(spec.memory)}
+                         if spec.cpu or spec.memory else {})
 
     def result_of(self, job: str, attempt: int) -> dict[str, object]:
         """What an attempt wrote to its result file."""

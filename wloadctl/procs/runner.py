@@ -56,6 +56,10 @@ class RunOptions:
     a standby's looks at them."""
     dead_after: float = 5.0
     orphan_timeout: float = 120.0
+    executor_cpus: float = 0.0
+    """CPUs each executor offers jobs that claim some (0 = no limit)."""
+    executor_memory: int = 0
+    """MiB each executor offers jobs that claim some (0 = no limit)."""
     exit_when_stalled: bool = True
     """Headless runs end (resumable, status `held`) when only operator-held jobs remain."""
     say: Callable[[str], None] = field(default=lambda _m: None)
@@ -248,7 +252,8 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
         claim.announce(events)
     ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds)
     sup = Supervisor(run.run_id, opts.state_dir, objs.eboard, opts.executors, opts.slots,
-                     dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout)
+                     dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
+                     cpus=opts.executor_cpus, memory=opts.executor_memory)
     loop = SchedulerLoop(ctx, core, store, objs, sup, on_turn=on_turn, exit_when_stalled=opts.exit_when_stalled,
                          beat_interval=opts.heartbeat_interval)
     if claim is not None and adopt:

@@ -191,6 +191,10 @@ class Supervisor:
     """Seconds without a heartbeat before it is DEAD: killed, its jobs reassigned, replaced."""
     orphan_timeout: float = 120.0
     """How long executors wait for a scheduler to come back before exiting."""
+    cpus: float = 0.0
+    """CPUs each executor offers jobs that claim some (0 = no limit)."""
+    memory: int = 0
+    """MiB each executor offers jobs that claim some (0 = no limit)."""
     workers: dict[int, Worker] = field(default_factory=dict)
     poller: select.poll | None = None
     messages: list[str] = field(default_factory=list)
@@ -203,7 +207,8 @@ class Supervisor:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "wloadctl.procs.executor", "--run", self.run_id, "--index", str(index),
                  "--slots", str(self.slots), "--state-dir", str(self.state_dir),
-                 "--orphan-timeout", str(self.orphan_timeout)],
+                 "--orphan-timeout", str(self.orphan_timeout), "--cpus", str(self.cpus),
+                 "--memory", str(self.memory)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:
             raise TransportError(f"cannot start executor {index}: {e}") from None
