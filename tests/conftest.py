@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 

@@ -29,10 +29,18 @@ def _state_dir_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _heartbeat_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--heartbeat-interval", type=float, default=0.25,
-                   help="seconds between the active scheduler's heartbeats (and a standby's looks at them)")
-    p.add_argument("--heartbeat-timeout", type=float, default=1.5,
-                   help="seconds of silence (board beat and journal lease) before a standby verifies and takes over")
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=0.25,
+        help="seconds between the active scheduler's heartbeats (and a standby's looks at them)",
+    )
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=1.5,
+        help="seconds of silence (board beat and journal lease) before a standby verifies and takes over",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--command", default=None, help="shell command of every job (default: true)")
     p.add_argument("-o", "--output", required=True)
 
-    for name, helptext in (("run", "run a plan headless to completion (resumes an unfinished run)"),
-                           ("resume", "resume the unfinished run of a state directory")):
+    for name, helptext in (
+        ("run", "run a plan headless to completion (resumes an unfinished run)"),
+        ("resume", "resume the unfinished run of a state directory"),
+    ):
         p = sub.add_parser(name, help=helptext)
         if name == "run":
             p.add_argument("plan", metavar="PLAN")
@@ -65,16 +75,32 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--slots", type=int, default=0, help="jobs per executor at once (default 4)")
         p.add_argument("--business-date", help="YYYY-MM-DD the commands see as WLOADCTL_BUSINESS_DATE")
         p.add_argument("--accept-plan-change", action="store_true")
-        p.add_argument("--journal-sync", choices=("full", "normal"), default="full",
-                       help="full: a commit survives power loss; normal: survives a crash of the process")
+        p.add_argument(
+            "--journal-sync",
+            choices=("full", "normal"),
+            default="full",
+            help="full: a commit survives power loss; normal: survives a crash of the process",
+        )
         p.add_argument("--json", action="store_true", help="print a summary object at the end")
         p.add_argument("--quiet", action="store_true")
-        p.add_argument("--executor-cpus", type=float, default=0.0,
-                       help="CPUs each executor offers jobs that declare `cpu` (0: no limit)")
-        p.add_argument("--executor-memory", type=int, default=0,
-                       help="MiB each executor offers jobs that declare `memory` (0: no limit)")
-        p.add_argument("--executor-timeout", type=float, default=5.0,
-                       help="seconds without a heartbeat before an executor is declared dead and replaced")
+        p.add_argument(
+            "--executor-cpus",
+            type=float,
+            default=0.0,
+            help="CPUs each executor offers jobs that declare `cpu` (0: no limit)",
+        )
+        p.add_argument(
+            "--executor-memory",
+            type=int,
+            default=0,
+            help="MiB each executor offers jobs that declare `memory` (0: no limit)",
+        )
+        p.add_argument(
+            "--executor-timeout",
+            type=float,
+            default=5.0,
+            help="seconds without a heartbeat before an executor is declared dead and replaced",
+        )
         _heartbeat_args(p)
 
     p = sub.add_parser("trigger", help="start runs of a plan at its cron schedule, on business days")
@@ -104,8 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true")
 
-    for name, helptext in (("why", "why a job is not running now"), ("history", "attempts and actions of a job"),
-                           ("lineage", "upstream and downstream of a job")):
+    for name, helptext in (
+        ("why", "why a job is not running now"),
+        ("history", "attempts and actions of a job"),
+        ("lineage", "upstream and downstream of a job"),
+    ):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("job", metavar="JOB")
         _state_dir_arg(p)
@@ -175,8 +204,7 @@ def cmd_gen(a: argparse.Namespace) -> int:
         raise UsageError(f"--jobs must be positive, not {a.jobs}")
     t = time.time()
     write_plan(a.output, a.jobs, a.shape, a.seed, job_type=a.job_type, command=a.command)
-    print(f"wrote {a.output}: {a.jobs} jobs, shape {a.shape}, seed {a.seed} ({time.time() - t:.1f}s)",
-          file=sys.stderr)
+    print(f"wrote {a.output}: {a.jobs} jobs, shape {a.shape}, seed {a.seed} ({time.time() - t:.1f}s)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -243,10 +271,23 @@ def cmd_bench(a: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Any] = {
-    "validate": cmd_validate, "gen": cmd_gen, "run": cmd_run, "resume": cmd_run, "status": cmd_status,
-    "cancel": cmd_verb, "why": cmd_read, "history": cmd_read, "lineage": cmd_read, "logs": cmd_read,
-    "audit": cmd_read, "cleanup": cmd_cleanup, "console": cmd_console, "scheduler": cmd_scheduler, "trigger": cmd_trigger,
-    "bench": cmd_bench, **{v: cmd_verb for v in VERB_COMMANDS},
+    "validate": cmd_validate,
+    "gen": cmd_gen,
+    "run": cmd_run,
+    "resume": cmd_run,
+    "status": cmd_status,
+    "cancel": cmd_verb,
+    "why": cmd_read,
+    "history": cmd_read,
+    "lineage": cmd_read,
+    "logs": cmd_read,
+    "audit": cmd_read,
+    "cleanup": cmd_cleanup,
+    "console": cmd_console,
+    "scheduler": cmd_scheduler,
+    "trigger": cmd_trigger,
+    "bench": cmd_bench,
+    **{v: cmd_verb for v in VERB_COMMANDS},
 }
 
 
@@ -270,8 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # an internal failure: one line, the details only on request
         if os.environ.get("WLOADCTL_DEBUG"):
             raise
-        print(f"wloadctl: internal error: {type(e).__name__}: {e} (set WLOADCTL_DEBUG=1 for details)",
-              file=sys.stderr)
+        print(f"wloadctl: internal error: {type(e).__name__}: {e} (set WLOADCTL_DEBUG=1 for details)", file=sys.stderr)
         return EXIT_INTERNAL
 
 

@@ -1,4 +1,4 @@
-"""The run journal: SQLite in WAL mode holding runs, plans as loaded, job states, every transition and operator action."""
+"""The run journal: SQLite in WAL mode with runs, plans as loaded, job states, transitions and operator actions."""
 
 from __future__ import annotations
 
@@ -146,8 +146,7 @@ class Store:
         """Opened for reading only."""
 
     @classmethod
-    def open(cls, state_dir: str | Path, *, create: bool = True, readonly: bool = False,
-             sync: str = "FULL") -> Store:
+    def open(cls, state_dir: str | Path, *, create: bool = True, readonly: bool = False, sync: str = "FULL") -> Store:
         """Open (or create) the journal of a state directory.
 
         Args:
@@ -163,15 +162,20 @@ class Store:
         path = d / DB_NAME
         if not path.exists():
             if not create:
-                raise StoreError(f"no run journal in {d}", hint="start a run there with `wloadctl run PLAN --state-dir DIR`")
+                raise StoreError(
+                    f"no run journal in {d}", hint="start a run there with `wloadctl run PLAN --state-dir DIR`"
+                )
             d.mkdir(parents=True, exist_ok=True)
         elif path.stat().st_size and path.stat().st_size < 100:
-            raise StoreError(f"run journal {path} is truncated ({path.stat().st_size} bytes)",
-                             hint="restore it from a backup or move it away to start afresh")
+            raise StoreError(
+                f"run journal {path} is truncated ({path.stat().st_size} bytes)",
+                hint="restore it from a backup or move it away to start afresh",
+            )
         try:
             if readonly:
-                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10, isolation_level=None,
-                                       check_same_thread=False)
+                conn = sqlite3.connect(
+                    f"file:{path}?mode=ro", uri=True, timeout=10, isolation_level=None, check_same_thread=False
+                )
             else:
                 conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 10000")
@@ -187,17 +191,23 @@ class Store:
                     _migrate(conn, version)
                     version = SCHEMA_VERSION
             if version > SCHEMA_VERSION:
-                raise StoreError(f"run journal {path} has schema {version}, newer than this wloadctl ({SCHEMA_VERSION})",
-                                 hint="upgrade wloadctl")
+                raise StoreError(
+                    f"run journal {path} has schema {version}, newer than this wloadctl ({SCHEMA_VERSION})",
+                    hint="upgrade wloadctl",
+                )
             if path.exists() and path.stat().st_size:
                 ok = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
                 if ok != "ok":
-                    raise StoreError(f"run journal {path} is corrupt: {ok}",
-                                     hint="restore it from a backup or move it away to start afresh")
+                    raise StoreError(
+                        f"run journal {path} is corrupt: {ok}",
+                        hint="restore it from a backup or move it away to start afresh",
+                    )
             conn.execute("SELECT count(*) FROM runs").fetchone()
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"run journal {path} is unreadable or corrupt: {e}",
-                             hint="restore it from a backup or move it away; wloadctl never starts afresh over it") from None
+            raise StoreError(
+                f"run journal {path} is unreadable or corrupt: {e}",
+                hint="restore it from a backup or move it away; wloadctl never starts afresh over it",
+            ) from None
         return cls(path, conn, readonly=readonly)
 
     def close(self) -> None:
@@ -212,20 +222,32 @@ class Store:
 
     # -- runs -------------------------------------------------------------------------
 
-    def create_run(self, run_id: str, plan_name: str, plan_path: str, plan_digest: str, plan_text: str,
-                   job_ids: Iterable[str], business_date: str, now: float, settings: str = "{}") -> RunRow:
+    def create_run(
+        self,
+        run_id: str,
+        plan_name: str,
+        plan_path: str,
+        plan_digest: str,
+        plan_text: str,
+        job_ids: Iterable[str],
+        business_date: str,
+        now: float,
+        settings: str = "{}",
+    ) -> RunRow:
         """Record a new run and its jobs (all WAITING) in one transaction."""
         c = self.conn
         try:
             c.execute("BEGIN IMMEDIATE")
             cur = c.execute(
-                "INSERT INTO runs (run_id, plan_name, plan_path, plan_digest, plan_text, business_date, started, status, settings)"
+                "INSERT INTO runs (run_id, plan_name, plan_path, plan_digest, plan_text, business_date, started,"
+                " status, settings)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
                 (run_id, plan_name, plan_path, plan_digest, plan_text, business_date, now, settings),
             )
             rid = cur.lastrowid
-            c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)",
-                          ((rid, i, j) for i, j in enumerate(job_ids)))
+            c.executemany(
+                "INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", ((rid, i, j) for i, j in enumerate(job_ids))
+            )
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             c.execute("ROLLBACK")
@@ -237,7 +259,9 @@ class Store:
     def _run(self, sql: str, args: Sequence[object]) -> RunRow | None:
         r = self.conn.execute(
             "SELECT id, run_id, plan_name, plan_path, plan_digest, business_date, started, ended, status,"
-            " epoch, scheduler_pid, lease_until, settings FROM runs " + sql, args).fetchone()
+            " epoch, scheduler_pid, lease_until, settings FROM runs " + sql,
+            args,
+        ).fetchone()
         return RunRow(*r) if r else None
 
     def get_run(self, run_id: str) -> RunRow | None:
@@ -265,7 +289,9 @@ class Store:
         """Accept a changed plan on resume: store its text and add rows for its new jobs."""
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
-        c.execute("UPDATE runs SET plan_digest = ?, plan_text = ?, plan_path = ? WHERE id = ?", (digest, text, path, run))
+        c.execute(
+            "UPDATE runs SET plan_digest = ?, plan_text = ?, plan_path = ? WHERE id = ?", (digest, text, path, run)
+        )
         c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", ((run, i, j) for i, j in new_job_ids))
         c.execute("COMMIT")
 
@@ -273,9 +299,13 @@ class Store:
         """Renumber job rows (old idx -> new idx) when a changed plan reorders jobs."""
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
-        c.executemany("UPDATE jobs SET idx = -1 - ? WHERE run = ? AND idx = ?", ((new, run, old) for old, new in mapping))
+        c.executemany(
+            "UPDATE jobs SET idx = -1 - ? WHERE run = ? AND idx = ?", ((new, run, old) for old, new in mapping)
+        )
         c.execute("UPDATE jobs SET idx = -1 - idx WHERE run = ? AND idx < 0", (run,))
-        c.executemany("UPDATE transitions SET idx = -1 - ? WHERE run = ? AND idx = ?", ((new, run, old) for old, new in mapping))
+        c.executemany(
+            "UPDATE transitions SET idx = -1 - ? WHERE run = ? AND idx = ?", ((new, run, old) for old, new in mapping)
+        )
         c.execute("UPDATE transitions SET idx = -1 - idx WHERE run = ? AND idx < 0", (run,))
         c.execute("COMMIT")
 
@@ -289,14 +319,18 @@ class Store:
         try:
             c.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
-            raise StoreError(f"the journal {self.path} stays locked: {e}",
-                             hint="another scheduler holds it (maybe frozen)") from None
+            raise StoreError(
+                f"the journal {self.path} stays locked: {e}", hint="another scheduler holds it (maybe frozen)"
+            ) from None
         try:
             cur = c.execute("SELECT epoch FROM runs WHERE id = ?", (run,)).fetchone()[0]
             if expect_epoch is not None and cur != expect_epoch:
                 raise StoreError(f"another scheduler took the run first (epoch {cur}, expected {expect_epoch})")
-            c.execute("UPDATE runs SET epoch = ?, scheduler_pid = ?, lease_until = ?, status = 'running', ended = NULL"
-                      " WHERE id = ?", (cur + 1, pid, lease, run))
+            c.execute(
+                "UPDATE runs SET epoch = ?, scheduler_pid = ?, lease_until = ?, status = 'running', ended = NULL"
+                " WHERE id = ?",
+                (cur + 1, pid, lease, run),
+            )
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")
@@ -320,15 +354,23 @@ class Store:
 
     def job_states(self, run: int) -> list[tuple[int, int, int]]:
         """(index, state, attempt) of every job not in its initial state."""
-        return list(self.conn.execute(
-            "SELECT idx, state, attempt FROM jobs WHERE run = ? AND (state != 0 OR attempt != 0) ORDER BY idx", (run,)))
+        return list(
+            self.conn.execute(
+                "SELECT idx, state, attempt FROM jobs WHERE run = ? AND (state != 0 OR attempt != 0) ORDER BY idx",
+                (run,),
+            )
+        )
 
     def job_rows(self, run: int, exclude_states: Sequence[int] = (), limit: int = -1) -> list[tuple]:
         """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job."""
         cond = f" AND state NOT IN ({','.join(str(int(x)) for x in exclude_states)})" if exclude_states else ""
-        return list(self.conn.execute(
-            "SELECT idx, job_id, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
-            " WHERE run = ?" + cond + " ORDER BY idx LIMIT ?", (run, limit)))
+        return list(
+            self.conn.execute(
+                "SELECT idx, job_id, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
+                " WHERE run = ?" + cond + " ORDER BY idx LIMIT ?",
+                (run, limit),
+            )
+        )
 
     def state_counts(self, run: int) -> list[tuple[int, int]]:
         """(state, number of jobs) of a run."""
@@ -338,13 +380,19 @@ class Store:
         """One job's row (see job_rows)."""
         return self.conn.execute(
             "SELECT idx, job_id, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
-            " WHERE run = ? AND job_id = ?", (run, job_id)).fetchone()
+            " WHERE run = ? AND job_id = ?",
+            (run, job_id),
+        ).fetchone()
 
     def transitions_of(self, run: int, idx: int) -> list[tuple]:
         """(from, to, attempt, ts, executor, exit_code, reason, cause) of one job, in order."""
-        return list(self.conn.execute(
-            "SELECT from_state, to_state, attempt, ts, executor, exit_code, reason, cause FROM transitions"
-            " WHERE run = ? AND idx = ? ORDER BY seq", (run, idx)))
+        return list(
+            self.conn.execute(
+                "SELECT from_state, to_state, attempt, ts, executor, exit_code, reason, cause FROM transitions"
+                " WHERE run = ? AND idx = ? ORDER BY seq",
+                (run, idx),
+            )
+        )
 
     def transitions_since(self, run: int, seq: int, limit: int = 100_000) -> list[tuple]:
         """(seq, idx, from, to, attempt, ts, executor, exit_code, reason) after `seq`, oldest first.
@@ -352,9 +400,13 @@ class Store:
         Readers (the console) follow a live run with this instead of re-reading every job.
         """
         # `+run` keeps SQLite on the rowid range (seq) instead of the (run, idx) index and a sort.
-        return list(self.conn.execute(
-            "SELECT seq, idx, from_state, to_state, attempt, ts, executor, exit_code, reason FROM transitions"
-            " WHERE seq > ? AND +run = ? ORDER BY seq LIMIT ?", (seq, run, limit)))
+        return list(
+            self.conn.execute(
+                "SELECT seq, idx, from_state, to_state, attempt, ts, executor, exit_code, reason FROM transitions"
+                " WHERE seq > ? AND +run = ? ORDER BY seq LIMIT ?",
+                (seq, run, limit),
+            )
+        )
 
     def last_seq(self, run: int) -> int:
         """Sequence number of the run's latest transition (0 if none)."""
@@ -396,14 +448,18 @@ class Store:
                     c.execute("ROLLBACK")
                     raise StoreError(f"fenced: the run is at epoch {cur}, this scheduler holds {epoch}")
             c.executemany(
-                "INSERT INTO transitions (run, idx, from_state, to_state, attempt, ts, executor, exit_code, reason, cause)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", ((run, *t) for t in transitions))
+                "INSERT INTO transitions (run, idx, from_state, to_state, attempt, ts, executor, exit_code, reason,"
+                " cause)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ((run, *t) for t in transitions),
+            )
             c.executemany(
                 "UPDATE jobs SET state = ?1, attempt = ?2, executor = CASE WHEN ?3 >= 0 THEN ?3 ELSE executor END,"
                 " exit_code = coalesce(?4, exit_code), reason = ?5, started = coalesce(?6, started),"
                 " ended = CASE WHEN ?1 IN (4,5,6,9,10,11) THEN coalesce(?7, ended) ELSE NULL END"
                 " WHERE run = ?8 AND idx = ?9",
-                ((r[0], r[1], r[2], r[3], r[4], r[5], r[6], run, r[7]) for r in last.values()))
+                ((r[0], r[1], r[2], r[3], r[4], r[5], r[6], run, r[7]) for r in last.values()),
+            )
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             if c.in_transaction:
@@ -412,12 +468,22 @@ class Store:
 
     # -- operator actions and alerts ------------------------------------------------------
 
-    def record_action(self, run: int, user: str, verb: str, job: str, reason: str, outcome: str,
-                      applied: bool, ts: float | None = None) -> None:
+    def record_action(
+        self,
+        run: int,
+        user: str,
+        verb: str,
+        job: str,
+        reason: str,
+        outcome: str,
+        applied: bool,
+        ts: float | None = None,
+    ) -> None:
         """Append one operator action to the audit trail."""
         self.conn.execute(
             "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (run, ts or time.time(), user, verb, job, reason, outcome, int(applied)))
+            (run, ts or time.time(), user, verb, job, reason, outcome, int(applied)),
+        )
 
     def actions(self, run: int, job: str | None = None) -> list[tuple]:
         """(ts, user, verb, job, reason, outcome, applied) of the run's actions, optionally of one job."""
@@ -428,14 +494,20 @@ class Store:
             args = (run, job)
         return list(self.conn.execute(sql + " ORDER BY seq", args))
 
-    def record_alert(self, run: int, ts: float, job: str, tier: str, state: str, attempts: int, reason: str,
-                     log_path: str) -> None:
+    def record_alert(
+        self, run: int, ts: float, job: str, tier: str, state: str, attempts: int, reason: str, log_path: str
+    ) -> None:
         """Append one alert (a job failed for good)."""
         self.conn.execute(
-            "INSERT INTO alerts (run, ts, job, tier, state, attempts, reason, log_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (run, ts, job, tier, state, attempts, reason, log_path))
+            "INSERT INTO alerts (run, ts, job, tier, state, attempts, reason, log_path)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (run, ts, job, tier, state, attempts, reason, log_path),
+        )
 
     def alerts(self, run: int) -> list[tuple]:
         """(ts, job, tier, state, attempts, reason, log_path) of the run's alerts."""
-        return list(self.conn.execute(
-            "SELECT ts, job, tier, state, attempts, reason, log_path FROM alerts WHERE run = ? ORDER BY seq", (run,)))
+        return list(
+            self.conn.execute(
+                "SELECT ts, job, tier, state, attempts, reason, log_path FROM alerts WHERE run = ? ORDER BY seq", (run,)
+            )
+        )

@@ -68,10 +68,15 @@ def test_dependents_start_only_after_all_upstreams(diamond: SchedulerCore) -> No
 
 
 def test_failure_marks_success_dependents_upstream_failed_and_runs_failure_and_done_ones() -> None:
-    plan = make_plan({
-        "load": {}, "post": {"deps": ["load"]}, "report": {"deps": ["post"]},
-        "alert": {"deps": {"load": "failure"}}, "cleanup": {"deps": {"load": "done"}},
-    })
+    plan = make_plan(
+        {
+            "load": {},
+            "post": {"deps": ["load"]},
+            "report": {"deps": ["post"]},
+            "alert": {"deps": {"load": "failure"}},
+            "cleanup": {"deps": {"load": "done"}},
+        }
+    )
     core = SchedulerCore(plan, slots=10)
     core.handle(RunStartedEvent(0.0))
     cmds = finish(core, "load", code=2)
@@ -93,10 +98,16 @@ def test_failure_dependent_is_skipped_when_upstream_succeeds() -> None:
 
 
 def test_ready_queue_orders_by_tier_then_priority_then_plan_order() -> None:
-    plan = make_plan({
-        "low1": {"sla": "low"}, "std": {}, "std_hi": {"priority": 5}, "crit": {"sla": "critical"},
-        "high": {"sla": "high"}, "low2": {"sla": "low", "priority": 9},
-    })
+    plan = make_plan(
+        {
+            "low1": {"sla": "low"},
+            "std": {},
+            "std_hi": {"priority": 5},
+            "crit": {"sla": "critical"},
+            "high": {"sla": "high"},
+            "low2": {"sla": "low", "priority": 9},
+        }
+    )
     core = SchedulerCore(plan, slots=1)
     order = []
     cmds = core.handle(RunStartedEvent(0.0))
@@ -177,8 +188,7 @@ def test_timeout_ends_timed_out() -> None:
 
 
 def test_lost_executor_requeues_unstarted_retries_started_and_holds_non_idempotent() -> None:
-    plan = make_plan({"a": {}, "b": {"retry": RetryPolicy(count=1, delay=0, jitter=0)},
-                      "c": {"idempotent": False}})
+    plan = make_plan({"a": {}, "b": {"retry": RetryPolicy(count=1, delay=0, jitter=0)}, "c": {"idempotent": False}})
     core = SchedulerCore(plan, slots=3)
     core.handle(RunStartedEvent(0.0))
     core.handle(JobAcceptedEvent(0, 1, 7, 0.1))
@@ -215,7 +225,7 @@ def test_stale_and_duplicate_exits_are_ignored(diamond: SchedulerCore) -> None:
 
 
 def test_transition_table_is_enforced(diamond: SchedulerCore) -> None:
-    with pytest.raises(InvalidTransition, match="job 'd'.*WAITING -> RUNNING"):
+    with pytest.raises(InvalidTransition, match=r"job 'd'.*WAITING -> RUNNING"):
         diamond.set_state(3, S.RUNNING)
     assert all(LEGAL[a * len(S) + b] == ((S(a), S(b)) in TRANSITIONS) for a in range(len(S)) for b in range(len(S)))
 
@@ -240,8 +250,7 @@ def test_long_chain_resolves_without_recursion() -> None:
 
 
 def test_a_job_asking_for_much_is_not_overtaken_forever_by_small_ones() -> None:
-    spec = {"small0": {"resources": {"db": 1}}, "small1": {"resources": {"db": 1}},
-            "big": {"resources": {"db": 4}}}
+    spec = {"small0": {"resources": {"db": 1}}, "small1": {"resources": {"db": 1}}, "big": {"resources": {"db": 4}}}
     spec.update({f"late{i}": {"resources": {"db": 1}} for i in range(6)})
     core = SchedulerCore(make_plan(spec, resources={"db": 4}), slots=10)
     cmds = core.handle(RunStartedEvent(0.0))
@@ -255,8 +264,12 @@ def test_a_job_asking_for_much_is_not_overtaken_forever_by_small_ones() -> None:
 def test_a_critical_job_short_of_slots_preempts_the_lowest_tier_preemptible_job() -> None:
     from tests.core.test_conditions import with_fields
 
-    spec = {"bulk_std": {"sla": "standard"}, "bulk_low": {"sla": "low"}, "gate": {},
-            "urgent": {"sla": "critical", "deps": ["gate"]}}
+    spec = {
+        "bulk_std": {"sla": "standard"},
+        "bulk_low": {"sla": "low"},
+        "gate": {},
+        "urgent": {"sla": "critical", "deps": ["gate"]},
+    }
     plan = with_fields(make_plan(spec), bulk_std={"preemptible": True}, bulk_low={"preemptible": True})
     core = SchedulerCore(plan, slots=2)
     core.handle(OperatorEvent("hold", (core.index["gate"],), 0.0))

@@ -65,7 +65,7 @@ def test_rerun_downstream_reruns_exactly_the_descendants() -> None:
     core = chain()
     for j in ("a", "x", "b", "c"):
         finish(core, j)
-    rep, cmds = op(core, "rerun", "b", downstream=True)
+    rep, _cmds = op(core, "rerun", "b", downstream=True)
     st = states(core)
     assert st == {"a": "SUCCEEDED", "b": "QUEUED", "c": "WAITING", "x": "SUCCEEDED"}
     assert sorted(core.ids[i] for i in rep.touched) == ["b", "c"]
@@ -93,7 +93,7 @@ def test_rerun_pulls_a_ready_dependent_back_to_waiting() -> None:
 def test_kill_asks_the_shell_and_the_exit_is_final_without_retry() -> None:
     core = chain()
     core.handle(JobStartedEvent(0, 1, 0, 4242, 1.0))
-    rep, cmds = op(core, "kill", "a")
+    _rep, cmds = op(core, "kill", "a")
     assert any(isinstance(c, Kill) and c.job == 0 for c in cmds)
     finish(core, "a", code=137, signal=9)
     assert states(core)["a"] == "FAILED"
@@ -103,7 +103,7 @@ def test_kill_asks_the_shell_and_the_exit_is_final_without_retry() -> None:
 def test_set_ok_unblocks_dependents() -> None:
     core = chain()
     finish(core, "a", code=1)
-    rep, cmds = op(core, "set-ok", "a")
+    _rep, _cmds = op(core, "set-ok", "a")
     assert states(core)["a"] == "SUCCEEDED"
     assert states(core)["b"] == "QUEUED"
 
@@ -118,7 +118,7 @@ def test_skip_of_waiting_job_lets_dependents_run() -> None:
 
 def test_cancel_drains_the_run() -> None:
     core = chain()
-    rep, _ = op(core, "cancel")
+    _rep, _ = op(core, "cancel")
     assert states(core)["b"] == "CANCELLED"
     assert states(core)["a"] == "QUEUED"
     assert dispatched(finish(core, "a")) == []

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, cli, evidence_plan, job_states, read_evidence, start, wait_for
+from tests.integration.helpers import (
+    ENV,
+    cli,
+    evidence_plan,
+    job_states,
+    read_evidence,
+    start,
+    wait_for,
+)
 
 pytestmark = pytest.mark.ipc
 

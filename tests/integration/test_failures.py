@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -16,7 +17,6 @@ import yaml
 from tests.integration.helpers import (
     cli,
     evidence_plan,
-    executor_pids,
     read_evidence,
     start,
     status,
@@ -40,7 +40,7 @@ def test_a_job_failing_twice_then_succeeding_ends_succeeded_after_3_attempts_wit
     assert json.loads(p.stdout)["jobs"] == {"flaky": "SUCCEEDED"}
     starts = [t for _, t in read_evidence(out)["flaky"]]
     assert len(starts) == 3
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert 1.0 <= gaps[0] < 1.8, gaps  # delay 1s
     assert 2.0 <= gaps[1] < 2.8, gaps  # delay 1s x backoff 2
     h = json.loads(cli("history", "flaky", "--state-dir", str(tmp_path / "sd"), "--json").stdout)

@@ -20,8 +20,7 @@ def write(path: Path, spec: dict) -> Path:
 
 
 def stamp(out: Path, jid: str, nap: float = 0.0) -> str:
-    return (f'echo "{jid} start $(date +%s.%N)" >> {out}; sleep {nap}; '
-            f'echo "{jid} end $(date +%s.%N)" >> {out}')
+    return f'echo "{jid} start $(date +%s.%N)" >> {out}; sleep {nap}; echo "{jid} end $(date +%s.%N)" >> {out}'
 
 
 def intervals(out: Path) -> dict[str, tuple[float, float]]:
@@ -44,28 +43,55 @@ def test_a_resource_of_2_is_never_held_by_3_jobs_at_once(tmp_path: Path, no_ipc_
 
 def test_branch_not_taken_never_runs_and_the_join_still_runs(tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "ev"
-    plan = write(tmp_path / "p.yaml", {"name": "branch", "jobs": {
-        "count": {"command": 'echo "rows=25" > $WLOADCTL_RESULT_FILE'},
-        "bulk_path": {"command": stamp(out, "bulk_path"), "depends_on": ["count"],
-                      "if": 'jobs["count"].result.rows > 1000'},
-        "bulk_report": {"command": stamp(out, "bulk_report"), "depends_on": ["bulk_path"]},
-        "small_path": {"command": stamp(out, "small_path"), "depends_on": ["count"],
-                       "if": "jobs.count.result.rows <= 1000"},
-        "join": {"command": stamp(out, "join"), "depends_on": {"bulk_report": "done", "small_path": "done"}},
-    }})
+    plan = write(
+        tmp_path / "p.yaml",
+        {
+            "name": "branch",
+            "jobs": {
+                "count": {"command": 'echo "rows=25" > $WLOADCTL_RESULT_FILE'},
+                "bulk_path": {
+                    "command": stamp(out, "bulk_path"),
+                    "depends_on": ["count"],
+                    "if": 'jobs["count"].result.rows > 1000',
+                },
+                "bulk_report": {"command": stamp(out, "bulk_report"), "depends_on": ["bulk_path"]},
+                "small_path": {
+                    "command": stamp(out, "small_path"),
+                    "depends_on": ["count"],
+                    "if": "jobs.count.result.rows <= 1000",
+                },
+                "join": {"command": stamp(out, "join"), "depends_on": {"bulk_report": "done", "small_path": "done"}},
+            },
+        },
+    )
     p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--json")
     assert p.returncode == 0, p.stderr
-    assert json.loads(p.stdout)["jobs"] == {"count": "SUCCEEDED", "bulk_path": "SKIPPED", "bulk_report": "SKIPPED",
-                                            "small_path": "SUCCEEDED", "join": "SUCCEEDED"}
+    assert json.loads(p.stdout)["jobs"] == {
+        "count": "SUCCEEDED",
+        "bulk_path": "SKIPPED",
+        "bulk_report": "SKIPPED",
+        "small_path": "SUCCEEDED",
+        "join": "SUCCEEDED",
+    }
     assert sorted(read_evidence(out)) == ["join", "small_path"]
 
 
 def test_until_repeats_a_job_until_its_result_says_done(tmp_path: Path, no_ipc_leaks: None) -> None:
     counter = tmp_path / "n"
-    plan = write(tmp_path / "p.yaml", {"name": "until", "jobs": {"poll": {
-        "command": f'n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}; '
-                   f'if [ $n -ge 3 ]; then echo "ready=1"; else echo "ready=0"; fi > $WLOADCTL_RESULT_FILE',
-        "until": "result.ready == 1", "max_iterations": 10}}})
+    plan = write(
+        tmp_path / "p.yaml",
+        {
+            "name": "until",
+            "jobs": {
+                "poll": {
+                    "command": f"n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}; "
+                    f'if [ $n -ge 3 ]; then echo "ready=1"; else echo "ready=0"; fi > $WLOADCTL_RESULT_FILE',
+                    "until": "result.ready == 1",
+                    "max_iterations": 10,
+                }
+            },
+        },
+    )
     p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--json")
     assert p.returncode == 0, p.stderr
     assert counter.read_text().strip() == "3"
@@ -75,12 +101,18 @@ def test_not_before_holds_a_ready_job_until_its_time(tmp_path: Path, no_ipc_leak
     out = tmp_path / "ev"
     at = time.localtime(time.time() + 3)
     nb = time.strftime("%H:%M:%S", at)
-    plan = write(tmp_path / "p.yaml", {"name": "nb", "jobs": {
-        "early": {"command": stamp(out, "early")},
-        "gated": {"command": stamp(out, "gated"), "not_before": nb}}})
+    plan = write(
+        tmp_path / "p.yaml",
+        {
+            "name": "nb",
+            "jobs": {
+                "early": {"command": stamp(out, "early")},
+                "gated": {"command": stamp(out, "gated"), "not_before": nb},
+            },
+        },
+    )
     t0 = time.time()
-    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--business-date",
-            time.strftime("%Y-%m-%d", at))
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--business-date", time.strftime("%Y-%m-%d", at))
     assert p.returncode == 0, p.stderr
     iv = intervals(out)
     assert iv["gated"][0] >= time.mktime(at) - 0.05
@@ -89,32 +121,62 @@ def test_not_before_holds_a_ready_job_until_its_time(tmp_path: Path, no_ipc_leak
 
 def test_business_date_reaches_the_commands(tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "bd"
-    plan = write(tmp_path / "p.yaml", {"name": "bd", "jobs": {"j": {"command": f"echo $WLOADCTL_BUSINESS_DATE > {out}"}}})
+    plan = write(
+        tmp_path / "p.yaml", {"name": "bd", "jobs": {"j": {"command": f"echo $WLOADCTL_BUSINESS_DATE > {out}"}}}
+    )
     assert cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--business-date", "2026-12-31").returncode == 0
     assert out.read_text().strip() == "2026-12-31"
 
 
 def test_a_retry_resumes_from_the_last_checkpoint(tmp_path: Path, no_ipc_leaks: None) -> None:
     seen = tmp_path / "seen"
-    plan = write(tmp_path / "p.yaml", {"name": "ckpt", "jobs": {"long": {
-        "command": f'echo "got:$WLOADCTL_CHECKPOINT" >> {seen}; '
-                   'if [ -z "$WLOADCTL_CHECKPOINT" ]; then echo "chunk-42" > $WLOADCTL_CHECKPOINT_FILE; exit 1; fi',
-        "retries": {"count": 1, "delay": "0s"}}}})
+    plan = write(
+        tmp_path / "p.yaml",
+        {
+            "name": "ckpt",
+            "jobs": {
+                "long": {
+                    "command": f'echo "got:$WLOADCTL_CHECKPOINT" >> {seen}; '
+                    'if [ -z "$WLOADCTL_CHECKPOINT" ]; then echo "chunk-42" > $WLOADCTL_CHECKPOINT_FILE; exit 1; fi',
+                    "retries": {"count": 1, "delay": "0s"},
+                }
+            },
+        },
+    )
     p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"))
     assert p.returncode == 0, p.stderr
     assert seen.read_text().split() == ["got:", "got:chunk-42"]
 
 
 def test_a_critical_job_preempts_a_preemptible_low_job_which_completes_later(
-        tmp_path: Path, no_ipc_leaks: None) -> None:
+    tmp_path: Path, no_ipc_leaks: None
+) -> None:
     out = tmp_path / "ev"
     nb = time.strftime("%H:%M:%S", time.localtime(time.time() + 2))
-    plan = write(tmp_path / "p.yaml", {"name": "preempt", "jobs": {
-        "bulk": {"command": stamp(out, "bulk", 2.5), "sla": "low", "preemptible": True},
-        "urgent": {"command": stamp(out, "urgent", 0.2), "sla": "critical", "not_before": nb}}})
+    plan = write(
+        tmp_path / "p.yaml",
+        {
+            "name": "preempt",
+            "jobs": {
+                "bulk": {"command": stamp(out, "bulk", 2.5), "sla": "low", "preemptible": True},
+                "urgent": {"command": stamp(out, "urgent", 0.2), "sla": "critical", "not_before": nb},
+            },
+        },
+    )
     # one slot: when urgent's time comes, the only slot is busy with bulk
-    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--executors", "1", "--slots", "1", "--json",
-            "--business-date", time.strftime("%Y-%m-%d"))
+    p = cli(
+        "run",
+        str(plan),
+        "--state-dir",
+        str(tmp_path / "sd"),
+        "--executors",
+        "1",
+        "--slots",
+        "1",
+        "--json",
+        "--business-date",
+        time.strftime("%Y-%m-%d"),
+    )
     assert p.returncode == 0, p.stderr
     ev = read_evidence(out)
     kinds = [k for k, _ in ev["bulk"]]
@@ -131,8 +193,21 @@ def test_executor_cpu_capacity_limits_jobs_that_claim_cpus(tmp_path: Path, no_ip
     jobs["too_big"] = {"command": "true", "cpu": 16}
     jobs["light"] = {"command": stamp(out, "light", 0.3), "memory": "64M"}
     plan = write(tmp_path / "p.yaml", {"name": "cpu", "jobs": jobs})
-    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--executors", "1", "--slots", "4",
-            "--executor-cpus", "3", "--executor-memory", "1024", "--json")
+    p = cli(
+        "run",
+        str(plan),
+        "--state-dir",
+        str(tmp_path / "sd"),
+        "--executors",
+        "1",
+        "--slots",
+        "4",
+        "--executor-cpus",
+        "3",
+        "--executor-memory",
+        "1024",
+        "--json",
+    )
     assert json.loads(p.stdout)["jobs"]["too_big"] == "FAILED"
     iv = intervals(out)
     heavy = [v for k, v in iv.items() if k.startswith("heavy")]

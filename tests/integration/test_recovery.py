@@ -58,7 +58,7 @@ def run_until_some_running(tmp_path: Path, jobs: dict[str, dict], sleep: float =
 
 def test_kill_9_of_the_scheduler_then_resume_runs_every_job_exactly_once(tmp_path: Path) -> None:
     # Given a run in the middle, with jobs running on live executors
-    proc, plan, sd, out = run_until_some_running(tmp_path, layered())
+    proc, _plan, sd, out = run_until_some_running(tmp_path, layered())
     run_id = status(sd)["run"]
     # When the scheduler alone is killed (its executors keep running their jobs)
     os.kill(proc.pid, signal.SIGKILL)

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import cli, evidence_plan, executor_pids, ipc_names, read_evidence
+from tests.integration.helpers import (
+    cli,
+    evidence_plan,
+    executor_pids,
+    ipc_names,
+    read_evidence,
+)
 
 pytestmark = pytest.mark.ipc
 

@@ -46,8 +46,11 @@ class HoldingMixin:
             return
         if any(req and r.startswith("preempted") for r, req in self.kill_reason.values()):
             return  # one preemption at a time: its slot goes to the critical job first
-        cands = [v for v in self.preemptible_running if self.state[v] == C.RUN and self.tier[v] > 0
-                 and v not in self.kill_reason]
+        cands = [
+            v
+            for v in self.preemptible_running
+            if self.state[v] == C.RUN and self.tier[v] > 0 and v not in self.kill_reason
+        ]
         if not cands:
             return
         victim = max(cands, key=lambda v: (self.tier[v], v))
@@ -109,8 +112,9 @@ class HoldingMixin:
         for i in range(self.n):
             if state[i] == C.W and self.block[i]:
                 failed = self.block[i] == 1
-                self.set_state(i, C.UPF if failed else C.SKIP,
-                               reason="upstream failed" if failed else "condition not met")
+                self.set_state(
+                    i, C.UPF if failed else C.SKIP, reason="upstream failed" if failed else "condition not met"
+                )
                 self._resolve(i)
 
     def validate(self: SchedulerCore) -> None:
@@ -124,7 +128,9 @@ class HoldingMixin:
         assert self.busy >= 0, "more slots released than taken"
         for name, cap in self.plan.resources.items():
             held = sum(a for j in self.res_holders[name] for r, a in self.specs[j].resources if r == name)
-            assert held + self.res_free[name] == cap, f"resource {name} leaks: {held} held + {self.res_free[name]} free != {cap}"
+            assert held + self.res_free[name] == cap, (
+                f"resource {name} leaks: {held} held + {self.res_free[name]} free != {cap}"
+            )
         assert len(self.down) == self.down_start[self.n], "edge table inconsistent"
         for d in self.down:
             assert 0 <= d < self.n, f"edge to unknown job index {d}"
@@ -145,5 +151,4 @@ class HoldingMixin:
         ex, state, executor = ev.executor, self.state, self.executor
         for i in range(self.n):
             if executor[i] == ex and (state[i] == C.Q or state[i] == C.RUN):
-                self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True,
-                                             cause_id=ev.cause_id))
+                self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True, cause_id=ev.cause_id))

@@ -18,7 +18,14 @@ from wloadctl.core.plan import JobSpec, Plan, Schedule
 from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
-from wloadctl.core.planvalues import FieldError, amounts, key_hint, mapping, number, text_of
+from wloadctl.core.planvalues import (
+    FieldError,
+    amounts,
+    key_hint,
+    mapping,
+    number,
+    text_of,
+)
 from wloadctl.core.yamltree import (
     Entry,
     TreeReader,

@@ -17,7 +17,14 @@ from typing import BinaryIO
 from wloadctl.errors import WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.mq import MessageQueue, queue_name
-from wloadctl.ipc.shm import ExecutorBoard, PayloadArena, Segment, StateBoard, TailRing, segment_name
+from wloadctl.ipc.shm import (
+    ExecutorBoard,
+    PayloadArena,
+    Segment,
+    StateBoard,
+    TailRing,
+    segment_name,
+)
 from wloadctl.procs.health import process_rss_kb
 
 BEAT_INTERVAL = 0.25
@@ -129,7 +136,7 @@ class Executor:
                 else:
                     poller.unregister(rsp_fd)
             timeout = max(0.0, min(next_beat, self._next_deadline()) - now)
-            for fd, ev in poller.poll(timeout * 1000):
+            for fd, _ev in poller.poll(timeout * 1000):
                 if fd == req_fd:
                     self._take()
                 elif fd in self.running:

@@ -11,7 +11,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wloadctl.core.commands import Alert, Dispatch, Flag, Kill, Persist, Reply, RunFinished
+from wloadctl.core.commands import (
+    Alert,
+    Dispatch,
+    Flag,
+    Kill,
+    Persist,
+    Reply,
+    RunFinished,
+)
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import (
     ExecutorLostEvent,
@@ -100,7 +108,7 @@ class SchedulerLoop:
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
-        ctx, core = self.ctx, self.core
+        core = self.core
         req, rsp = self.objs.req, self.objs.rsp
         self.per_msg = P.tasks_per_message(req.max_message_size)
         self.desk = ControlDesk(self)
@@ -362,7 +370,7 @@ class SchedulerLoop:
     def _kill_orphans(self, executor: int) -> None:
         """Jobs of a dead executor may still run, unsupervised: stop them before they are retried."""
         core = self.core
-        for i, pid in list(self.pids.items()):
+        for i, _pid in list(self.pids.items()):
             if core.executor[i] == executor:
                 self._signal_job(i, signal.SIGKILL)
                 del self.pids[i]
