@@ -246,8 +246,10 @@ class SchedulerSupervisor:
         self.reap()
         self.pid = None
         how = _exit_words(rc)
-        other = lock_holder(self.state_dir)
+        other = lock_holder(self.state_dir) or _board_scheduler(self.state_dir, gone)
         if other is not None:
+            # A standby that took over (or another console's scheduler) holds the run:
+            # attach to it rather than starting a rival that the journal would refuse.
             self.pid = other
             return [
                 Event(
@@ -360,6 +362,18 @@ class SchedulerSupervisor:
     def children(self) -> list[subprocess.Popen[bytes]]:
         """Schedulers started here that may still run (detaching leaves them)."""
         return [self.proc] if self.proc is not None else []
+
+
+def _board_scheduler(state_dir: Path, not_pid: int) -> int | None:
+    """The live scheduler the run's state board names, if it is another process than `not_pid`."""
+    try:
+        with RunClient(state_dir) as client:
+            header = client.board_header()
+    except WloadError:
+        return None
+    if header is None or header.scheduler_pid == not_pid or not pid_alive(header.scheduler_pid):
+        return None
+    return int(header.scheduler_pid)
 
 
 def _latest_run(state_dir: Path) -> RunRow | None:
