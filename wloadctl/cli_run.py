@@ -110,9 +110,12 @@ def run_command(a: argparse.Namespace) -> int:
     from wloadctl.store import default_state_dir
 
     quiet = a.quiet or a.json
-    if a.cmd == "run":
-        plan = load_plan(a.plan)  # a bad plan fails here, before anything is created
-        state_dir = Path(a.state_dir) if a.state_dir else default_state_dir(plan.name)
+    loaded = None
+    if a.cmd == "run" and not a.state_dir:
+        loaded = load_plan(a.plan)  # a bad plan fails here, before anything is created
+        state_dir = default_state_dir(loaded.name)
+    elif a.cmd == "run":
+        state_dir = Path(a.state_dir)
     else:
         state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
@@ -131,7 +134,7 @@ def run_command(a: argparse.Namespace) -> int:
             bars[0](loop)
     elif not quiet:
         on_turn = LineLog(sys.stdout)
-    outcome = start_or_resume(a.plan, opts, resume_only=a.cmd == "resume", on_turn=on_turn)
+    outcome = start_or_resume(a.plan, opts, resume_only=a.cmd == "resume", on_turn=on_turn, loaded=loaded)
     if bars:
         bars[0].show(outcome.core.counts)
         bars[0].progress.stop()

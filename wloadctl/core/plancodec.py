@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import operator
 from typing import Any
 
 from wloadctl.core.plan import JobSpec, Plan, RetryPolicy, Schedule
@@ -13,6 +14,7 @@ from wloadctl.core.states import DepKind, SlaTier
 CODEC_VERSION = 1
 _FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(JobSpec) if f.default is not dataclasses.MISSING}
+_MISSING = object()
 
 
 def _tuples(v: Any) -> Any:
@@ -27,16 +29,17 @@ def encode_plan(plan: Plan) -> str:
     """The plan as JSON: retry policies deduplicated, each job a row of the fields that differ from defaults."""
     policies: dict[RetryPolicy, int] = {}
     rows = []
+    get_all = operator.attrgetter(*_FIELDS)
+    pairs = [(name, _DEFAULTS.get(name, _MISSING)) for name in _FIELDS]
     for j in plan.jobs.values():
-        row: dict[str, Any] = {}
-        for name in _FIELDS:
-            v = getattr(j, name)
-            if name == "retry":
-                if v != _DEFAULTS["retry"]:
-                    row["retry"] = policies.setdefault(v, len(policies))
-                continue
-            if name not in _DEFAULTS or v != _DEFAULTS[name]:
-                row[name] = [int(k) for k in v] if name == "dep_kinds" else (int(v) if name == "sla" else v)
+        # Only the fields that differ from the defaults are written (attrgetter reads all in one call).
+        row: dict[str, Any] = {name: v for (name, d), v in zip(pairs, get_all(j), strict=True) if v != d}
+        if "retry" in row:
+            row["retry"] = policies.setdefault(row["retry"], len(policies))
+        if "sla" in row:
+            row["sla"] = int(row["sla"])
+        if row.get("dep_kinds") is not None:
+            row["dep_kinds"] = [int(k) for k in row["dep_kinds"]]
         rows.append(row)
     doc = {
         "v": CODEC_VERSION,

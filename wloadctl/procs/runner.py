@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import os
 import secrets
@@ -29,7 +30,7 @@ from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby
 from wloadctl.runplan import keep_plan, run_plan
-from wloadctl.store import RunRow, Store
+from wloadctl.store import DB_NAME, RunRow, Store
 
 UNFINISHED = ("running", "interrupted", "held")
 """Run statuses that `wloadctl run` resumes rather than starting afresh."""
@@ -125,15 +126,23 @@ class StateDirLock:
         self.f.close()
 
 
-def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOptions) -> Plan:
+def _file_digest(path: str) -> str:
+    """SHA-256 of a plan file's bytes (the Plan.digest a parse would give), without parsing it."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOptions,
+                  loaded: Plan | None) -> Plan:
     """The plan a resumed run continues with: the journal's copy, or the changed file if accepted."""
+    if plan_path is None or _file_digest(plan_path) == run.plan_digest:
+        # Unchanged: the journal's encoded copy is the same plan and needs no YAML parse.
+        return loaded if loaded is not None else run_plan(store, run)
     stored = run_plan(store, run)
-    if plan_path is None:
-        return stored
     text = Path(plan_path).read_bytes()
-    fresh = load_plan(plan_path)
-    if fresh.digest == run.plan_digest:
-        return stored
+    fresh = loaded if loaded is not None else load_plan(plan_path)
     if not opts.accept_plan_change:
         raise UsageError(f"{plan_path}: the plan changed since run {run.run_id} started",
                          hint="resume with --accept-plan-change to apply added jobs, or use another --state-dir")
@@ -157,22 +166,37 @@ def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOpt
 
 
 def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool = False,
-                    on_turn: Callable[[SchedulerLoop], None] | None = None) -> RunOutcome:
+                    on_turn: Callable[[SchedulerLoop], None] | None = None,
+                    loaded: Plan | None = None) -> RunOutcome:
     """Run a plan headless to completion in this process (the scheduler), resuming an unfinished run.
+
+    Args:
+        plan_path: the plan file (None: resume the state directory's run with its own plan).
+        opts: how to run.
+        resume_only: refuse to start a new run.
+        on_turn: progress callback.
+        loaded: the plan file already parsed by the caller (it is not parsed twice).
 
     Raises:
         PlanError: the plan is invalid.
         UsageError: nothing to resume, another scheduler is live, or the plan changed.
         WloadError: IPC or journal failures.
     """
-    plan = load_plan(plan_path) if plan_path is not None else None
+    plan = loaded
+    if plan is None and plan_path is not None and not (opts.state_dir / DB_NAME).exists():
+        plan = load_plan(plan_path)  # a new run: a bad plan fails before anything is created
     lock = StateDirLock(opts.state_dir)
     lock.acquire()
     store = None
     try:
         store = Store.open(opts.state_dir, sync=opts.journal_sync)
         prev = store.latest_run()
-        resumed = bool(prev and prev.status in UNFINISHED and (plan is None or prev.plan_name == plan.name))
+        unfinished = bool(prev and prev.status in UNFINISHED)
+        if plan is None and plan_path is not None and not (
+                unfinished and prev is not None and _file_digest(plan_path) == prev.plan_digest):
+            plan = load_plan(plan_path)  # a new run, or a changed plan: parse (and validate) the file
+        same = plan is None or (prev is not None and prev.plan_name == plan.name)
+        resumed = unfinished and same
         if resume_only and not resumed:
             raise UsageError(f"no unfinished run to resume in {opts.state_dir}",
                              hint="start one with `wloadctl run PLAN --state-dir DIR`")
@@ -184,7 +208,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         if resumed:
             assert prev is not None
             settings = json.loads(prev.settings or "{}")
-            plan = _plan_for_run(store, prev, plan_path, opts)
+            plan = _plan_for_run(store, prev, plan_path, opts, plan)
             run = prev
             opts.say(f"resuming run {run.run_id} of plan '{plan.name}' (business date {run.business_date})")
             if opts.executors <= 0:
