@@ -66,17 +66,22 @@ class EventLog:
         self.run_id = run_id
         """Trace id of the run; an attempt's trace id is `<run>.<job index>.<attempt>`."""
         self.f: IO[str] = open(path, "a", buffering=1 << 16)
+        self.quoted: dict[int, str] = {}
+        """JSON-quoted job ids by index, made once per job rather than once per event."""
 
     def transitions(self, tx: list[tuple], ids: list[str]) -> None:
         """One `transition` event per journaled transition."""
-        rid, names, w = self.run_id, _STATE_NAMES, self.f.write
+        rid, names, w, quoted = self.run_id, _STATE_NAMES, self.f.write, self.quoted
         for i, frm, to, att, ts, ex, code, reason, cause in tx:
+            q = quoted.get(i)
+            if q is None:
+                q = quoted[i] = json.dumps(ids[i])
             extra = f',"reason":{json.dumps(reason)}' if reason else ""
             if code is not None:
                 extra += f',"exit":{code}'
             if ex >= 0:
                 extra += f',"executor":{ex}'
-            w(f'{{"ts":{ts:.6f},"run":"{rid}","job":{json.dumps(ids[i])},"attempt":{att},'
+            w(f'{{"ts":{ts:.6f},"run":"{rid}","job":{q},"attempt":{att},'
               f'"trace":"{rid}.{i}.{att}","event":"transition","from":"{names[frm]}","to":"{names[to]}",'
               f'"cause":"{cause}"{extra}}}\n')
 
