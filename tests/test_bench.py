@@ -1,0 +1,288 @@
+"""The benchmark at small sizes: it runs, its figures are positive and consistent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+from array import array
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wloadctl.bench import buildtools, compare, daskcmp
+from wloadctl.bench.baselines import (
+    Graph,
+    counter_run,
+    rescan_run,
+    rescan_total_checks,
+)
+from wloadctl.bench.context import QUICK, Context, Settings
+from wloadctl.bench.figures import SECTIONS, combine, field_of, ratio
+from wloadctl.bench.runs import chain_latencies, run_processes
+from wloadctl.bench.suite import build_parser, main, settings_from
+from wloadctl.ipc import protocol as P
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One `wloadctl bench --quick` for the whole module (it is the slow part)."""
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    code = main(["--quick", "--quiet", "--out", str(out)])
+    data: dict[str, Any] = json.loads(out.read_text())
+    data["exit_code"] = code
+    return data
+
+
+def _figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["key"]: f for f in data["figures"]}
+
+
+# -- the quick run --------------------------------------------------------------------
+
+
+@pytest.mark.ipc
+def test_quick_run_succeeds_and_measures_every_section(quick: dict[str, Any]) -> None:
+    assert quick["exit_code"] == 0
+    assert quick["mode"] == "quick"
+    measured = {f["section"] for f in quick["figures"]}
+    assert {"engine", "e2e", "shell", "latency", "memory"} <= measured
+    if daskcmp.available():
+        assert "dask" in measured
+    else:
+        assert daskcmp.MISSING in quick["notes"]
+
+
+@pytest.mark.ipc
+def test_report_describes_the_machine(quick: dict[str, Any]) -> None:
+    m = quick["machine"]
+    assert m["cores"] >= 1
+    assert m["python"].count(".") == 2
+    assert m["platform"]
+    assert len(m["load_average_start"]) == 3
+
+
+@pytest.mark.ipc
+def test_figures_are_positive_and_jobs_per_second_follow_from_seconds(
+    quick: dict[str, Any],
+) -> None:
+    for f in quick["figures"]:
+        assert f["jobs"] > 0, f["key"]
+        assert f["seconds"] is not None and f["seconds"] > 0, f["key"]
+        assert f["seconds"] == pytest.approx(statistics.median(f["samples"])), f["key"]
+        assert f["jobs_per_s"] == pytest.approx(f["jobs"] / f["seconds"], rel=1e-9), f[
+            "key"
+        ]
+        for k, v in f["extra"].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                assert v >= 0, (f["key"], k)
+
+
+@pytest.mark.ipc
+def test_ratios_come_from_figures_of_the_same_run(quick: dict[str, Any]) -> None:
+    figs = _figures(quick)
+    assert quick["ratios"]
+    for r in quick["ratios"]:
+        num, den = figs[r["numerator"]], figs[r["denominator"]]
+
+        def value(f: dict[str, Any], of: str) -> float:
+            return float(f[of] if of in ("seconds", "jobs_per_s") else f["extra"][of])
+
+        assert r["value"] == pytest.approx(
+            value(num, r["of"]) / value(den, r["den_of"]), rel=1e-9
+        )
+
+
+@pytest.mark.ipc
+def test_engine_and_reference_loops_complete_the_same_dag(
+    quick: dict[str, Any],
+) -> None:
+    figs = _figures(quick)
+    for jobs in QUICK.engine:
+        eng = figs[f"engine/simulated run/wloadctl/bank/{jobs}"]
+        counter = figs[f"engine/simulated run/counter loop/bank/{jobs}"]
+        assert eng["extra"]["completed"] == counter["extra"]["completed"] == jobs
+        # The engine has a slot per job here: it runs in the loops' rounds.
+        assert eng["extra"]["rounds"] == counter["extra"]["rounds"]
+
+
+@pytest.mark.ipc
+def test_shell_comparison_ran_every_tool_on_every_shape(quick: dict[str, Any]) -> None:
+    figs = _figures(quick)
+    tools = ["wloadctl"] + [
+        f"{t} -j2" for t in buildtools.TOOLS if buildtools.available(t)
+    ]
+    for shape in ("bank", "wide", "chain"):
+        for tool in tools:
+            assert f"shell/shell jobs (true)/{tool}/{shape}/{QUICK.shell}" in figs
+
+
+@pytest.mark.ipc
+def test_latency_and_memory_figures_are_there(quick: dict[str, Any]) -> None:
+    lat = _figures(quick)[
+        f"latency/completion-to-dependent-start/wloadctl/chain/{QUICK.latency}"
+    ]
+    assert lat["extra"]["gaps"] == QUICK.latency - 1
+    assert 0 < lat["extra"]["p50_ms"] <= lat["extra"]["p99_ms"]
+    mem = _figures(quick)[f"memory/scheduler memory per job/wloadctl/bank/{QUICK.big}"]
+    assert mem["extra"]["peak_rss_mib"] > 0
+
+
+@pytest.mark.ipc
+def test_targets_are_listed_but_not_judged_at_quick_sizes(
+    quick: dict[str, Any],
+) -> None:
+    labels = [t["label"] for t in quick["targets"]]
+    assert labels == ["a1", "a2", "b1", "b2", "c1", "c2", "c3", "d", "e"]
+    assert all(t["met"] is None for t in quick["targets"])
+
+
+@pytest.mark.ipc
+def test_nothing_is_left_behind(quick: dict[str, Any]) -> None:
+    c = quick["cleanup"]
+    assert c["scratch_removed"] and not Path(c["scratch_dir"]).exists()
+    assert c["leftovers"] == []
+    assert c["run_ids"]
+    names: list[str] = []
+    for d in ("/dev/mqueue", "/dev/shm"):
+        if os.path.isdir(d):
+            names += os.listdir(d)
+    for rid in c["run_ids"]:
+        assert not [n for n in names if f".{rid}." in n]
+        assert run_processes(rid) == []
+
+
+# -- the parts, without processes -----------------------------------------------------
+
+
+def _graph(upstreams: list[list[int]]) -> Graph:
+    """A Graph from each job's upstream list."""
+    n = len(upstreams)
+    up_start = array("i", [0])
+    up = array("i")
+    for ups in upstreams:
+        up.extend(ups)
+        up_start.append(len(up))
+    down_lists: list[list[int]] = [[] for _ in range(n)]
+    for d, ups in enumerate(upstreams):
+        for u in ups:
+            down_lists[u].append(d)
+    down_start = array("i", [0])
+    down = array("i")
+    for ds in down_lists:
+        down.extend(ds)
+        down_start.append(len(down))
+    indegree = array("i", (len(u) for u in upstreams))
+    return Graph(n, indegree, up_start, up, down_start, down)
+
+
+def test_counter_and_rescan_loops_agree_on_rounds() -> None:
+    # a -> b -> d, a -> c -> d, e alone
+    g = _graph([[], [0], [0], [1, 2], []])
+    sizes = counter_run(g)
+    assert sizes == [2, 2, 1]
+    r = rescan_run(g, cap_seconds=60)
+    assert (r.rounds, r.completed, r.capped) == (3, 5, False)
+    assert r.checks == rescan_total_checks(5, sizes) == 5 + 3 + 1
+
+
+def test_rescan_stops_at_its_cap_on_a_chain() -> None:
+    g = _graph([[]] + [[i] for i in range(999)])
+    r = rescan_run(g, cap_seconds=0.0)
+    assert r.capped and r.completed < 1000
+    assert rescan_total_checks(1000, counter_run(g)) == 1000 * 1001 // 2
+
+
+def test_combine_takes_medians_and_ratio_divides_the_named_fields() -> None:
+    a = combine(
+        "e2e",
+        "x",
+        "wloadctl",
+        "bank",
+        100,
+        [
+            {"seconds": 2.0, "cpu": 1},
+            {"seconds": 4.0, "cpu": 3},
+            {"seconds": 1.0, "cpu": 2},
+        ],
+        "wall",
+    )
+    assert a.seconds == 2.0 and a.samples == [2.0, 4.0, 1.0] and a.jobs_per_s == 50.0
+    assert a.extra["cpu"] == 2
+    b = combine("dask", "y", "dask", "bank", 100, [{"seconds": 4.0}], "wall")
+    r = ratio("a/b", a, b)
+    assert r is not None and r.value == pytest.approx(2.0)
+    assert field_of(a, "cpu") == 2.0
+    assert ratio("missing", a, None) is None
+
+
+def test_a_failed_repeat_leaves_the_figure_without_seconds() -> None:
+    f = combine(
+        "e2e",
+        "x",
+        "wloadctl",
+        "bank",
+        10,
+        [{"seconds": 1.0}, {"seconds": None, "note": "boom"}],
+        "w",
+    )
+    assert f.seconds is None and f.jobs_per_s is None and f.note == "boom"
+
+
+def test_chain_latency_runs_from_one_end_to_the_next_start() -> None:
+    def rec(kind: int, task: int, started: float, ended: float) -> P.ResultRecord:
+        return P.ResultRecord(kind, 0, 0, task, 1, 0, 0, 1, 0, started, ended, 0, 0)
+
+    records = [
+        rec(P.RES_EXITED, 0, 10.0, 10.0),
+        rec(P.RES_EXITED, 1, 10.002, 10.002),
+        rec(P.RES_EXITED, 2, 10.005, 10.005),
+    ]
+    assert chain_latencies(records, 3) == pytest.approx([0.002, 0.003])
+
+
+def test_build_files_hold_one_edge_or_target_per_job(tmp_path: Path) -> None:
+    buildtools.write_ninja_file(tmp_path / "build.ninja", 50, "bank", 1, "true")
+    buildtools.write_makefile(tmp_path / "Makefile", 50, "bank", 1, "true")
+    ninja = (tmp_path / "build.ninja").read_text()
+    make = (tmp_path / "Makefile").read_text()
+    assert ninja.count("\nbuild ") == 50
+    assert make.count("\nall: ") == 50
+    assert "touch" not in ninja and "touch" not in make
+
+
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="ninja is not installed")
+def test_ninja_runs_every_command_once(tmp_path: Path) -> None:
+    log = tmp_path / "ran"
+    buildtools.write_ninja_file(
+        tmp_path / "build.ninja", 40, "bank", 1, f"echo x >> {log}"
+    )
+    r = buildtools.run_tool("ninja", tmp_path, 2, timeout=60)
+    assert r.ok and len(log.read_text().splitlines()) == 40
+
+
+def test_missing_dask_is_said_not_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(daskcmp, "available", lambda: False)
+    settings = Settings(QUICK, True, 1, ("dask",), 1, "normal", 2, 8, 2)
+    ctx = Context(settings)
+    try:
+        compare.dask(ctx)
+    finally:
+        ctx.cleanup()
+    assert ctx.notes == [daskcmp.MISSING]
+    assert ctx.figures == []
+
+
+def test_command_line_defaults_and_sections() -> None:
+    s = settings_from(
+        build_parser().parse_args(["--quick", "--only", "engine", "dask"])
+    )
+    assert s.quick and s.repeat == 1 and s.sections == ("engine", "dask")
+    full = settings_from(build_parser().parse_args([]))
+    assert (
+        full.repeat == 3
+        and full.sections == SECTIONS
+        and full.sizes.engine[-1] == 1_000_000
+    )

@@ -1,0 +1,228 @@
+"""What one benchmark run shares: sizes, settings, scratch plans and results."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from wloadctl.bench.figures import Figure, Ratio, Section
+from wloadctl.bench.runs import RunResult, run_wloadctl
+from wloadctl.gen import Shape, write_plan
+
+JobKind = Literal["noop", "shell"]
+"""Generated jobs either do nothing (`noop`) or run `true` (`shell`)."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each measurement is."""
+
+    engine: tuple[int, ...]
+    """Bank-shape plans for dependency evaluation."""
+    engine_chain: int
+    """A chain for the same comparison, where re-scanning is quadratic."""
+    rescan_cap: float
+    """Seconds the re-scanning reference loop may run per plan before it is stopped."""
+    e2e: tuple[int, ...]
+    """No-op plans run end to end."""
+    big: int
+    """The large end-to-end run that scheduler memory per job is read from."""
+    shell: int
+    """Shell jobs per shape (bank, wide, chain) beside ninja and make."""
+    latency: int
+    """No-op chain for completion-to-dependent-start latency."""
+    dask: tuple[int, ...]
+    """No-op plans given to dask's threaded scheduler."""
+
+
+FULL = Sizes(
+    engine=(100_000, 1_000_000),
+    engine_chain=100_000,
+    rescan_cap=60.0,
+    e2e=(10_000, 100_000),
+    big=1_000_000,
+    shell=10_000,
+    latency=1_000,
+    dask=(10_000, 100_000),
+)
+"""The sizes the issue asks for."""
+
+QUICK = Sizes(
+    engine=(2_000, 10_000),
+    engine_chain=1_000,
+    rescan_cap=1.0,
+    e2e=(2_000,),
+    big=2_000,
+    shell=150,
+    latency=100,
+    dask=(2_000,),
+)
+"""Small sizes that run everything in well under a minute (used by the tests)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the suite runs."""
+
+    sizes: Sizes
+    """Sizes of every measurement."""
+    quick: bool
+    """Small sizes (`--quick`)."""
+    repeat: int
+    """Repeats of each measurement; figures are medians."""
+    sections: tuple[Section, ...]
+    """Sections to run."""
+    seed: int
+    """Seed of every generated plan."""
+    journal_sync: str
+    """`--journal-sync` of every wloadctl run."""
+    executors: int
+    """Executors of the no-op runs (throughput, latency, memory)."""
+    slots: int
+    """Slots per executor of the no-op runs."""
+    shell_parallel: int
+    """Executors (1 slot each) of the shell runs, and `-j` of ninja and make."""
+
+
+def run_timeout(jobs: int) -> float:
+    """Seconds a run of this many jobs may take: generous, never hours."""
+    return max(120.0, jobs / 250)
+
+
+@dataclass
+class Context:
+    """A benchmark run in progress."""
+
+    settings: Settings
+    """What to measure."""
+    root: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="wloadctl-bench-"))
+    )
+    """Scratch directory for plans, build files and state dirs (removed at the end)."""
+    figures: list[Figure] = field(default_factory=list)
+    """Every figure measured so far."""
+    ratios: list[Ratio] = field(default_factory=list)
+    """Every ratio computed so far."""
+    notes: list[str] = field(default_factory=list)
+    """Remarks for the reader (skipped comparisons, generation times)."""
+    run_ids: list[str] = field(default_factory=list)
+    """Ids of every wloadctl run started (their IPC names carry them)."""
+    leftovers: list[str] = field(default_factory=list)
+    """Objects or processes runs left behind (then removed): should stay empty."""
+    say: Callable[[str], None] = field(default=lambda _m: None)
+    """Progress lines for the terminal."""
+    _plans: dict[tuple[int, str, str], Path] = field(default_factory=dict)
+    _runs: dict[tuple[str, int], list[RunResult]] = field(default_factory=dict)
+    _serial: int = 0
+
+    def plan(self, jobs: int, shape: Shape, kind: JobKind) -> Path:
+        """A generated plan file (made once per run of the suite)."""
+        key = (jobs, shape, kind)
+        if key not in self._plans:
+            path = self.root / f"{shape}-{kind}-{jobs}.yaml"
+            t0 = time.perf_counter()
+            write_plan(
+                path,
+                jobs,
+                shape,
+                self.settings.seed,
+                job_type=kind,
+                command="true" if kind == "shell" else None,
+            )
+            self.notes.append(
+                f"generated {path.name} in {time.perf_counter() - t0:.1f}s"
+            )
+            self._plans[key] = path
+        return self._plans[key]
+
+    def scratch(self, name: str) -> Path:
+        """A new empty directory under the scratch root."""
+        self._serial += 1
+        d = self.root / f"{name}-{self._serial}"
+        d.mkdir(parents=True)
+        return d
+
+    def run(
+        self,
+        plan: Path,
+        jobs: int,
+        *,
+        executors: int,
+        slots: int,
+        keep_records: bool = False,
+        cache: str = "",
+        timeout: float | None = None,
+    ) -> RunResult:
+        """One `wloadctl run` of a plan, recorded for the cleanup check.
+
+        Args:
+            plan: the plan file.
+            jobs: its job count.
+            executors: `--executors`.
+            slots: `--slots`.
+            keep_records: keep the executors' result records.
+            cache: when given, the result is kept under (cache, jobs).
+            timeout: seconds before the run is stopped (default: run_timeout(jobs)).
+        """
+        self._serial += 1
+        state_dir = self.root / f"state-{self._serial}"
+        res = run_wloadctl(
+            plan,
+            state_dir,
+            jobs,
+            executors=executors,
+            slots=slots,
+            journal_sync=self.settings.journal_sync,
+            timeout=timeout if timeout is not None else run_timeout(jobs),
+            keep_records=keep_records,
+        )
+        if res.run_id:
+            self.run_ids.append(res.run_id)
+        self.leftovers += res.leftovers
+        if cache:
+            self._runs.setdefault((cache, jobs), []).append(res)
+        return res
+
+    def cached_runs(self, cache: str, jobs: int) -> list[RunResult]:
+        """Runs kept under (cache, jobs) by `run`."""
+        return self._runs.get((cache, jobs), [])
+
+    def find(
+        self, section: Section, name: str, tool: str, shape: str, jobs: int
+    ) -> Figure | None:
+        """The figure measured for these, if any."""
+        for f in self.figures:
+            if (f.section, f.name, f.tool, f.shape, f.jobs) == (
+                section,
+                name,
+                tool,
+                shape,
+                jobs,
+            ):
+                return f
+        return None
+
+    def add_ratio(self, r: Ratio | None) -> None:
+        """Keep a ratio when both of its figures were measured."""
+        if r is not None:
+            self.ratios.append(r)
+
+    def cleanup(self) -> None:
+        """Remove the scratch directory and everything in it."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def progress(quiet: bool) -> Callable[[str], None]:
+    """A `say` that writes one line to stderr (or nothing)."""
+
+    def say(msg: str) -> None:
+        if not quiet:
+            print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+    return say

@@ -1,0 +1,251 @@
+"""The benchmark's output: targets judged, a terminal table, the JSON file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from wloadctl.bench.figures import Extra, Figure, Ratio, Target, field_of
+
+Op = Literal["<", ">="]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One target of the issue, and where its value comes from."""
+
+    label: str
+    """Short id (a1, b1, ...)."""
+    text: str
+    """The target in words."""
+    source: str
+    """A figure key, or `ratio:<name>`."""
+    field: str
+    """Field of the figure (`seconds`, `jobs_per_s`, an extra key); `value`: a ratio."""
+    op: Op
+    """How the value is compared with `bound`."""
+    bound: float
+    """The limit."""
+    unit: str
+    """Unit of the value."""
+
+
+def _fig(section: str, name: str, tool: str, shape: str, jobs: int) -> str:
+    return f"{section}/{name}/{tool}/{shape}/{jobs}"
+
+
+def _shell_ratio(shape: str) -> str:
+    return f"ratio:shell {shape} 10000: wloadctl / ninja -j2 throughput (whole command)"
+
+
+TARGETS: tuple[TargetSpec, ...] = (
+    TargetSpec(
+        "a1",
+        "engine: simulated run of a 1,000,000-job bank DAG under 5 s",
+        _fig("engine", "simulated run", "wloadctl", "bank", 1_000_000),
+        "seconds",
+        "<",
+        5.0,
+        "s",
+    ),
+    TargetSpec(
+        "a2",
+        "load and validate the same plan from YAML under 30 s",
+        _fig("engine", "load+validate (YAML)", "wloadctl", "bank", 1_000_000),
+        "seconds",
+        "<",
+        30.0,
+        "s",
+    ),
+    TargetSpec(
+        "b1",
+        "no-op jobs end to end at 100,000 jobs: 35,000 jobs/s or more",
+        _fig("e2e", "no-op throughput", "wloadctl", "bank", 100_000),
+        "jobs_per_s",
+        ">=",
+        35_000.0,
+        "jobs/s",
+    ),
+    TargetSpec(
+        "b2",
+        "a 1,000,000-job no-op run completes (jobs/s shown)",
+        _fig("e2e", "no-op throughput", "wloadctl", "bank", 1_000_000),
+        "jobs_per_s",
+        ">=",
+        0.0,
+        "jobs/s",
+    ),
+    TargetSpec(
+        "c1",
+        "shell jobs, bank 10,000: 0.8 x ninja -j2 or better",
+        _shell_ratio("bank"),
+        "value",
+        ">=",
+        0.8,
+        "x",
+    ),
+    TargetSpec(
+        "c2",
+        "shell jobs, wide 10,000: 0.8 x ninja -j2 or better",
+        _shell_ratio("wide"),
+        "value",
+        ">=",
+        0.8,
+        "x",
+    ),
+    TargetSpec(
+        "c3",
+        "shell jobs, chain 10,000: 0.9 x ninja -j2 or better",
+        _shell_ratio("chain"),
+        "value",
+        ">=",
+        0.9,
+        "x",
+    ),
+    TargetSpec(
+        "d",
+        "chain of 1,000 no-op jobs: completion-to-dependent-start p50 under 1 ms",
+        _fig("latency", "completion-to-dependent-start", "wloadctl", "chain", 1_000),
+        "p50_ms",
+        "<",
+        1.0,
+        "ms",
+    ),
+    TargetSpec(
+        "e",
+        "scheduler memory at 1,000,000 jobs under 1.5 KiB per job",
+        _fig("memory", "scheduler memory per job", "wloadctl", "bank", 1_000_000),
+        "bytes_per_job",
+        "<",
+        1536.0,
+        "bytes/job",
+    ),
+)
+"""The issue's targets (on 2 cores)."""
+
+
+def judge(figures: list[Figure], ratios: list[Ratio]) -> list[Target]:
+    """Each target with its measured value (None when this run did not measure it)."""
+    by_key = {f.key: f for f in figures}
+    by_ratio = {r.name: r for r in ratios}
+    out = []
+    for t in TARGETS:
+        value: float | None = None
+        if t.source.startswith("ratio:"):
+            r = by_ratio.get(t.source[len("ratio:") :])
+            value = r.value if r is not None else None
+        elif (f := by_key.get(t.source)) is not None:
+            value = field_of(f, t.field)
+        met = (
+            None
+            if value is None
+            else (value < t.bound if t.op == "<" else value >= t.bound)
+        )
+        out.append(Target(t.label, t.text, t.source, value, t.unit, met))
+    return out
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write the report (atomically: a reader never sees half a file)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+_DETAILS = (
+    ("peak_mib", "peak {:.0f} MiB"),
+    ("peak_rss_mib", "peak RSS {:.0f} MiB"),
+    ("bytes_per_job", "{:.0f} B/job"),
+    ("p50_ms", "p50 {:.2f} ms"),
+    ("p99_ms", "p99 {:.2f} ms"),
+    ("run_jobs_per_s", "run only {:,.0f}/s"),
+    ("window_jobs_per_s", "steady {:,.0f}/s"),
+    ("process_seconds", "command {:.1f}s"),
+    ("cpu_seconds", "cpu {:.1f}s"),
+    ("rounds", "{:,} rounds"),
+)
+
+
+def _number(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else spec.format(v)
+
+
+def _details(extra: dict[str, Extra], note: str) -> str:
+    parts = []
+    for key, spec in _DETAILS:
+        v = extra.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            parts.append(spec.format(v))
+    if note:
+        parts.append(note)
+    return ", ".join(parts)
+
+
+def print_report(
+    data: dict[str, Any],
+    figures: list[Figure],
+    ratios: list[Ratio],
+    targets: list[Target],
+) -> None:
+    """Print the figures, ratios, targets and notes as tables on the terminal."""
+    # rich is a dependency of the CLI's display only; the engine never imports it.
+    from rich.console import Console
+    from rich.table import Table
+
+    # Piped or redirected output would wrap at 80 columns: give the table room.
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    m = data["machine"]
+    start, end = m["load_average_start"][0], m["load_average_end"][0]
+    load = f"{start:.1f} at start, {end:.1f} at end"
+    console.print(
+        f"[bold]wloadctl bench[/] ({data['mode']}, median of "
+        f"{data['settings']['repeat']}) on {m['cores']} cores, {m['cpu']}, "
+        f"Python {m['python']}, {m['platform']}; load average {load}"
+    )
+    t = Table(title="figures", show_lines=False)
+    for col in ("section", "measurement", "tool", "shape", "jobs"):
+        t.add_column(col)
+    t.add_column("seconds", justify="right")
+    t.add_column("jobs/s", justify="right")
+    t.add_column("details", overflow="fold")
+    for f in figures:
+        t.add_row(
+            f.section,
+            f.name,
+            f.tool,
+            f.shape,
+            f"{f.jobs:,}",
+            _fmt(f.seconds, "{:.3f}"),
+            _fmt(f.jobs_per_s, "{:,.0f}"),
+            _details(f.extra, f.note),
+        )
+    console.print(t)
+    if ratios:
+        rt = Table(title="ratios (same run)")
+        rt.add_column("ratio")
+        rt.add_column("value", justify="right")
+        for r in ratios:
+            rt.add_row(r.name, f"{r.value:.2f}")
+        console.print(rt)
+    tt = Table(title="targets of the issue")
+    for col in ("", "target", "measured", "met"):
+        tt.add_column(col)
+    for g in targets:
+        met = "-" if g.met is None else ("[green]yes[/]" if g.met else "[red]no[/]")
+        shown = (
+            "not measured at this size"
+            if g.value is None
+            else f"{_number(g.value)} {g.unit}"
+        )
+        tt.add_row(g.label, g.text, shown, met)
+    console.print(tt)
+    for note in data["notes"]:
+        console.print(f"note: {note}")
+    console.print(f"JSON: {data['out']}")

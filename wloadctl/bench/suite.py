@@ -1,0 +1,181 @@
+"""`wloadctl bench`: its command line, the sections in order, and the report."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from wloadctl.bench.context import FULL, QUICK, Context, Settings, progress
+from wloadctl.bench.figures import SECTIONS, Section, as_json
+from wloadctl.bench.measure import machine_info
+from wloadctl.bench.report import judge, print_report, write_json
+
+DEFAULT_OUT = "wloadctl-bench.json"
+"""Where the JSON report goes unless --out says otherwise."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments of `wloadctl bench`."""
+    ap = argparse.ArgumentParser(
+        prog="wloadctl bench",
+        description="Benchmarks at bank scale: dependency evaluation, end-to-end "
+        "throughput, shell jobs beside ninja and make, chain latency, scheduler "
+        "memory, and dask when installed.",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes: everything in well under a minute",
+    )
+    ap.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"the JSON report (default {DEFAULT_OUT})"
+    )
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        choices=SECTIONS,
+        metavar="NAME",
+        help=f"run only these sections: {', '.join(SECTIONS)}",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=0,
+        help="repeats of each measurement, figures are medians "
+        "(default: 3, or 1 with --quick)",
+    )
+    ap.add_argument(
+        "--journal-sync",
+        choices=("full", "normal"),
+        default="full",
+        help="journal durability of every wloadctl run (full is the product's default)",
+    )
+    ap.add_argument(
+        "--executors",
+        type=int,
+        default=2,
+        help="executors of the no-op runs (default 2)",
+    )
+    ap.add_argument(
+        "--slots",
+        type=int,
+        default=512,
+        help="slots per executor of the no-op runs (default 512)",
+    )
+    ap.add_argument(
+        "--parallel",
+        type=int,
+        default=2,
+        help="shell runs: executors with one slot each, and -j of ninja and make "
+        "(default 2)",
+    )
+    ap.add_argument("--seed", type=int, default=1, help="seed of every generated plan")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return ap
+
+
+def settings_from(a: argparse.Namespace) -> Settings:
+    """Settings from parsed arguments."""
+    only: tuple[Section, ...] = tuple(s for s in SECTIONS if not a.only or s in a.only)
+    repeat = a.repeat if a.repeat > 0 else (1 if a.quick else 3)
+    return Settings(
+        sizes=QUICK if a.quick else FULL,
+        quick=a.quick,
+        repeat=repeat,
+        sections=only,
+        seed=a.seed,
+        journal_sync=a.journal_sync,
+        executors=max(1, a.executors),
+        slots=max(1, a.slots),
+        shell_parallel=max(1, a.parallel),
+    )
+
+
+def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, Any]:
+    """Run the chosen sections, write the JSON report and return it.
+
+    Every plan, build file and state directory lives in a scratch directory
+    that is removed at the end, whatever happens; each run is checked for
+    queues, segments and processes left behind.
+    """
+    from wloadctl.bench import compare, sections
+
+    runners = {
+        "engine": sections.engine,
+        "e2e": sections.e2e,
+        "shell": compare.shell,
+        "latency": sections.latency,
+        "memory": sections.memory,
+        "dask": compare.dask,
+    }
+    started = dt.datetime.now(dt.UTC)
+    machine = machine_info()
+    ctx = Context(settings, say=progress(quiet))
+    t0 = time.perf_counter()
+    try:
+        for name in settings.sections:
+            runners[name](ctx)
+    finally:
+        ctx.cleanup()
+    machine["load_average_end"] = list(os.getloadavg())
+    targets = judge(ctx.figures, ctx.ratios)
+    data: dict[str, Any] = {
+        "benchmark": "wloadctl bench",
+        "mode": "quick" if settings.quick else "full",
+        "started": started.isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - t0,
+        "out": str(out),
+        "settings": {
+            "sizes": dataclasses.asdict(settings.sizes),
+            "repeat": settings.repeat,
+            "sections": settings.sections,
+            "seed": settings.seed,
+            "journal_sync": settings.journal_sync,
+            "executors": settings.executors,
+            "slots": settings.slots,
+            "shell_parallel": settings.shell_parallel,
+        },
+        "machine": machine,
+        **as_json(ctx.figures, ctx.ratios, targets),
+        "notes": ctx.notes,
+        "cleanup": {
+            "scratch_dir": str(ctx.root),
+            "scratch_removed": not ctx.root.exists(),
+            "run_ids": ctx.run_ids,
+            "leftovers": ctx.leftovers,
+        },
+    }
+    write_json(out, data)
+    print_report(data, ctx.figures, ctx.ratios, targets)
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `wloadctl bench` and `benchmarks/run.py`.
+
+    Returns:
+        0 when every measurement ran and nothing was left behind; 1 otherwise
+        (missing targets do not fail the benchmark: they are what it reports).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    # `wloadctl bench -- --quick`: the top-level parser hands the separator over too.
+    if args[:1] == ["--"]:
+        args = args[1:]
+    a = build_parser().parse_args(args)
+    data = run_suite(settings_from(a), Path(a.out), quiet=a.quiet)
+    failed = [
+        f for f in data["figures"] if f["seconds"] is None and f["section"] != "dask"
+    ]
+    if data["cleanup"]["leftovers"] or failed:
+        for f in failed:
+            print(f"bench: {f['key']} did not complete: {f['note']}", file=sys.stderr)
+        for x in data["cleanup"]["leftovers"]:
+            print(f"bench: left behind by a run (removed): {x}", file=sys.stderr)
+        return 1
+    return 0
