@@ -309,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return EXIT_OK
     except Exception as e:  # an internal failure: one line, the details only on request
+        if type(e).__module__ == "sqlite3":
+            # A journal damaged in a way the first look at it did not catch.
+            print(f"wloadctl: the run journal is unreadable or corrupt: {e}", file=sys.stderr)
+            return EXIT_INTERNAL
         if os.environ.get("WLOADCTL_DEBUG"):
             raise
         print(f"wloadctl: internal error: {type(e).__name__}: {e} (set WLOADCTL_DEBUG=1 for details)", file=sys.stderr)

@@ -22,7 +22,7 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import log_path
+from wloadctl.paths import log_path, read_ids
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir
 
 if TYPE_CHECKING:
@@ -98,9 +98,9 @@ class RunClient:
         return self.board_header() is not None
 
     def ids(self) -> list[str]:
-        """Job ids by index."""
+        """Job ids by index (from the run's id list file when it is there: cheaper than the journal)."""
         if self._ids is None:
-            self._ids = self.store.job_ids(self.run.id)
+            self._ids = read_ids(self.state_dir, self.run.run_id) or self.store.job_ids(self.run.id)
         return self._ids
 
     def executors(self) -> list[dict[str, Any]]:

@@ -18,3 +18,26 @@ def checkpoint_path(state_dir: Path, run_id: str, job: str) -> Path:
 def result_path(state_dir: Path, run_id: str, job: str, attempt: int) -> Path:
     """Where one attempt of a job may write its result (read by conditions of its dependents)."""
     return state_dir / "results" / run_id / f"{job}.{attempt}"
+
+
+def ids_path(state_dir: Path, run_id: str) -> Path:
+    """A run's job ids, one per line in index order: read by `status` instead of the journal."""
+    return state_dir / "jobs" / f"{run_id}.ids"
+
+
+def write_ids(state_dir: Path, run_id: str, ids: list[str]) -> None:
+    """Write a run's job id list (atomically: a reader sees the old list or the new one)."""
+    path = ids_path(state_dir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(ids) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_ids(state_dir: Path, run_id: str) -> list[str] | None:
+    """A run's job ids, or None when the list file is missing."""
+    try:
+        text = ids_path(state_dir, run_id).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return text.split("\n")[:-1]

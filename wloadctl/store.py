@@ -195,7 +195,9 @@ class Store:
                     f"run journal {path} has schema {version}, newer than this wloadctl ({SCHEMA_VERSION})",
                     hint="upgrade wloadctl",
                 )
-            if path.exists() and path.stat().st_size:
+            # The full check reads the whole file: writers (a scheduler starting or resuming) pay it
+            # once; readers (status, the console) rely on SQLite's own errors, reported as StoreError.
+            if not readonly and path.exists() and path.stat().st_size:
                 ok = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
                 if ok != "ok":
                     raise StoreError(

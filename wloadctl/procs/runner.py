@@ -24,6 +24,7 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import PlanError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.shm import run_is_alive
+from wloadctl.paths import ids_path, write_ids
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.runctx import EventLog, RunContext
@@ -225,6 +226,8 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             run = store.create_run(rid, plan.name, plan.path, plan.digest, text, plan.jobs.keys(), bdate,
                                    time.time(), json.dumps({"executors": opts.executors, "slots": opts.slots}))
             keep_plan(store, run, plan)
+        if resumed or not ids_path(opts.state_dir, run.run_id).exists():
+            write_ids(opts.state_dir, run.run_id, list(plan.jobs))
         return _drive(store, run, plan, opts, resumed, on_turn)
     finally:
         if store is not None:
