@@ -104,17 +104,23 @@ class _Digesting:
 
     def __init__(self, stream: BinaryIO) -> None:
         self.stream = stream
+        """The open plan file."""
         self.sha = hashlib.sha256()
+        """The digest of what was read so far."""
         self.fresh = True
+        """Nothing was read yet (so a first pass may use this stream)."""
         self.name = getattr(stream, "name", "<file>")
+        """The file's name, which the parser puts in its marks."""
 
     def read(self, size: int = -1) -> bytes:
+        """Read like the file does, hashing what is read."""
         self.fresh = False
         data = self.stream.read(size)
         self.sha.update(data)
         return data
 
     def hexdigest(self) -> str:
+        """SHA-256 of the whole file, in hex."""
         # A parser stops at the end of the document; anything after it still counts.
         self.read()
         return self.sha.hexdigest()
@@ -155,16 +161,26 @@ class _PlanBuilder:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        """The plan's name in messages."""
         self.problems: list[WloadError] = []
+        """Problems outside the jobs and the settings."""
         self.sink = self.problems
+        """Where `report` puts the next problem."""
         self.settle_problems: list[WloadError] = []
+        """Problems of `defaults` and `resources` (replaced when they are read again)."""
         self.job_problems: list[WloadError] = []
+        """Problems of the jobs (replaced when they are read again)."""
         self.top: dict[str, Entry] = {}
+        """Top-level entries other than the jobs."""
         self.failed = False
+        """The YAML could not be read to the end: no cross-job checks."""
         self.capacity: dict[str, int] = {}
+        """Declared resources."""
         self.jobs_reader: JobsReader | None = None
+        """The reader of the `jobs` section, once it was met."""
 
     def all_problems(self) -> list[WloadError]:
+        """Every problem found, from every part of the plan."""
         return self.problems + self.settle_problems + self.job_problems
 
     def report(
@@ -175,9 +191,11 @@ class _PlanBuilder:
         job: str | None = None,
         kind: type[WloadError] = WloadError,
     ) -> None:
+        """Record one problem of this plan file."""
         self.sink.append(kind(message, file=self.path, line=line, job=job, hint=hint))
 
     def build(self, source: Callable[[], Any]) -> Plan | None:
+        """Read and check the plan; None when it cannot be read to the end."""
         late = self._pass(source(), first=True)
         if late and not self.failed:
             # `defaults` or `resources` came after `jobs`: read the jobs again
