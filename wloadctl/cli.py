@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print a summary object at the end")
         p.add_argument("--quiet", action="store_true")
         p.add_argument(
+            "--prefetch",
+            type=int,
+            default=0,
+            help="tasks per slot sent to executors ahead of time: more throughput, less strict priority",
+        )
+        p.add_argument(
             "--executor-cpus",
             type=float,
             default=0.0,

@@ -121,7 +121,8 @@ def run_command(a: argparse.Namespace) -> int:
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
                       dead_after=a.executor_timeout, executor_cpus=a.executor_cpus,
-                      executor_memory=a.executor_memory, heartbeat_interval=a.heartbeat_interval,
+                      executor_memory=a.executor_memory, prefetch=max(0, a.prefetch),
+                      heartbeat_interval=a.heartbeat_interval,
                       lease_seconds=a.heartbeat_timeout, say=_say(a.quiet))
     tty = sys.stdout.isatty() and not quiet
     bars: list[Bar] = []

@@ -178,3 +178,19 @@ def test_a_job_past_its_deadline_is_flagged_late_in_status_and_events(tmp_path: 
     events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
     flagged = [(e["job"], e["level"]) for e in events if e["event"] == "deadline"]
     assert ("slow_report", "LATE") in flagged and all(j != "on_time" for j, _ in flagged)
+
+
+def test_a_critical_shell_job_starts_before_low_jobs_already_sent_to_the_executor(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    jobs: dict = {"gate": {"sleep": 0.5}}
+    for i in range(6):
+        jobs[f"low{i}"] = {"sla": "low", "sleep": 0.2}
+    jobs["urgent"] = {"sla": "critical", "depends_on": ["gate"], "sleep": 0}
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs)
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--executors", "1", "--slots", "1")
+    assert p.returncode == 0, p.stderr
+    ev = read_evidence(out)
+    gate_end = ev["gate"][1][1]
+    started_after_gate = sorted((v[0][1], j) for j, v in ev.items() if v[0][1] >= gate_end)
+    assert started_after_gate[0][1] == "urgent", started_after_gate[:3]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import heapq
 import os
 import select
 import signal
 import subprocess
 import sys
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -75,17 +75,20 @@ class Executor:
     """Where its results journal lives."""
     orphan_timeout: float = 120.0
     """Exit when idle and no scheduler has beaten for this long."""
+    prefetch: int = 0
+    """Tasks per slot it may hold beyond those it runs."""
     cpus: float = 0.0
     """CPUs this executor offers to jobs that claim some (0 = no limit)."""
     memory: int = 0
     """MiB this executor offers to jobs that claim some (0 = no limit)."""
     running: dict[int, Running] = field(default_factory=dict)
     """Jobs running now, by pidfd."""
-    backlog: deque[tuple[P.TaskRecord, P.Payload]] = field(default_factory=deque)
+    backlog: list[tuple[int, int, P.TaskRecord, P.Payload]] = field(default_factory=list)
     """Accepted tasks waiting for a free slot."""
     outbox: list[P.ResultRecord] = field(default_factory=list)
     """Results journaled but not yet sent (the response queue was full)."""
     unjournaled: list[P.ResultRecord] = field(default_factory=list)
+    _seq: int = 0
     """Results not yet written to the results journal."""
     poller: select.poll = field(default_factory=select.poll)
     """Waits on the request queue, the response queue and every job's pidfd."""
@@ -122,7 +125,7 @@ class Executor:
         sched_beat = 0.0
         while True:
             now = time.time()
-            want_req = not self.stop and len(self.backlog) + len(self.running) < 2 * self.slots
+            want_req = not self.stop and len(self.backlog) + len(self.running) < (1 + self.prefetch) * self.slots
             if want_req != req_on:
                 if want_req:
                     poller.register(req_fd, select.POLLIN)
@@ -186,7 +189,7 @@ class Executor:
         hdr = self._header()
         if hdr is not None and hdr.epoch > self.epoch:
             self.epoch = hdr.epoch
-        while len(self.backlog) + len(self.running) < 2 * self.slots:
+        while len(self.backlog) + len(self.running) < (1 + self.prefetch) * self.slots:
             data = self.req.recv_nowait()
             if data is None:
                 return
@@ -209,7 +212,10 @@ class Executor:
                     # Never run what another record's payload says: report a failed start.
                     self._spawn_failed(rec, f"cannot read the task's payload: {e.message}")
                     continue
-                self.backlog.append((rec, payload))
+                # Most urgent SLA tier first (the record's flags carry it), then arrival order:
+                # a critical task sent after a prefetched low one still starts first.
+                self._seq += 1
+                heapq.heappush(self.backlog, (rec.flags, self._seq, rec, payload))
                 accepted.append(P.ResultRecord(P.RES_ACCEPTED, 0, self.index, rec.task, rec.attempt, 0, 0,
                                                rec.epoch, 0, now, 0.0, 0, 0))
             for a in accepted:
@@ -218,10 +224,10 @@ class Executor:
 
     def _start_backlog(self) -> None:
         while self.backlog and len(self.running) < self.slots:
-            rec, payload = self.backlog[0]
+            _tier, _seq, rec, payload = self.backlog[0]
             cpu, mem = _claim(payload)
             if (self.cpus and cpu > self.cpus) or (self.memory and mem > self.memory):
-                self.backlog.popleft()
+                heapq.heappop(self.backlog)
                 self._refuse(rec, f"needs cpu {cpu:g} and memory {mem} MiB; an executor offers cpu "
                                   f"{self.cpus:g} and memory {self.memory} MiB")
                 continue
@@ -229,7 +235,7 @@ class Executor:
             used_mem = sum(r.memory for r in self.running.values())
             if (self.cpus and used_cpu + cpu > self.cpus) or (self.memory and used_mem + mem > self.memory):
                 return  # first in line waits for room, so a big job is not overtaken forever
-            self.backlog.popleft()
+            heapq.heappop(self.backlog)
             self._spawn(rec, payload)
 
     def _refuse(self, rec: P.TaskRecord, why: str) -> None:
@@ -372,9 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state-dir", required=True)
     ap.add_argument("--orphan-timeout", type=float, default=120.0)
     ap.add_argument("--cpus", type=float, default=0.0)
+    ap.add_argument("--prefetch", type=int, default=0)
     ap.add_argument("--memory", type=int, default=0)
     a = ap.parse_args(argv)
-    ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory)
+    ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory,
+                  prefetch=a.prefetch)
     # Ctrl-C belongs to the scheduler; SIGTERM means: stop taking work, stop jobs, exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -34,6 +34,7 @@ from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.store import DB_NAME, RunRow, Store
 
 UNFINISHED = ("running", "interrupted", "held")
+
 """Run statuses that `wloadctl run` resumes rather than starting afresh."""
 START_GRACE = 10.0
 """Seconds added to the first lease of a starting scheduler: rebuilding a big run from the
@@ -58,6 +59,8 @@ class RunOptions:
     a standby's looks at them."""
     dead_after: float = 5.0
     orphan_timeout: float = 120.0
+    prefetch: int = 0
+    """Tasks per executor slot sent ahead (0: strict priority; 1 or more: throughput)."""
     executor_cpus: float = 0.0
     """CPUs each executor offers jobs that claim some (0 = no limit)."""
     executor_memory: int = 0
@@ -270,7 +273,10 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     else:
         epoch = claim.epoch
     run = store.get_run(run.run_id) or run
-    core = SchedulerCore(plan, opts.executors * opts.slots, seed=epoch)
+    # With prefetch, each executor holds tasks beyond the ones it runs and starts the next the moment
+    # one ends, instead of waiting a round trip through the scheduler and its journal commit. The
+    # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
+    core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch)
     adopt = resumed and run_is_alive(run.run_id)
     objs = RunObjects.open(run.run_id) if adopt else _fresh_objects(run.run_id, core.n, opts)
     _fence_board(objs, epoch, t0 + opts.lease_seconds + START_GRACE, opts.state_dir)
@@ -280,7 +286,7 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds)
     sup = Supervisor(run.run_id, opts.state_dir, objs.eboard, opts.executors, opts.slots,
                      dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
-                     cpus=opts.executor_cpus, memory=opts.executor_memory)
+                     cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch)
     loop = SchedulerLoop(ctx, core, store, objs, sup, on_turn=on_turn, exit_when_stalled=opts.exit_when_stalled,
                          beat_interval=opts.heartbeat_interval)
     if claim is not None and adopt:

@@ -319,7 +319,8 @@ class SchedulerLoop:
                 if off is None:
                     return  # the arena is full: the rest waits for results to free room
                 self.payload_at[i] = off
-                self.sendq.append(P.TaskRecord(i, att, P.TASK_SHELL, 0, epoch, off, len(data)))
+                # flags carry the SLA tier: an executor starts its most urgent backlog task first.
+                self.sendq.append(P.TaskRecord(i, att, P.TASK_SHELL, core.tier[i], epoch, off, len(data)))
             un.popleft()
 
     def _send(self) -> None:

@@ -193,6 +193,8 @@ class Supervisor:
     """How long executors wait for a scheduler to come back before exiting."""
     cpus: float = 0.0
     """CPUs each executor offers jobs that claim some (0 = no limit)."""
+    prefetch: int = 0
+    """Tasks per slot each executor may hold beyond those it runs."""
     memory: int = 0
     """MiB each executor offers jobs that claim some (0 = no limit)."""
     workers: dict[int, Worker] = field(default_factory=dict)
@@ -208,6 +210,7 @@ class Supervisor:
                 [sys.executable, "-m", "wloadctl.procs.executor", "--run", self.run_id, "--index", str(index),
                  "--slots", str(self.slots), "--state-dir", str(self.state_dir),
                  "--orphan-timeout", str(self.orphan_timeout), "--cpus", str(self.cpus),
+                 "--prefetch", str(self.prefetch),
                  "--memory", str(self.memory)],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:
