@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -277,6 +278,9 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     # one ends, instead of waiting a round trip through the scheduler and its journal commit. The
     # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
     core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch)
+    # The plan and the core's arrays live as long as the run: keep the cyclic collector from
+    # walking millions of their objects again at every collection.
+    gc.freeze()
     adopt = resumed and run_is_alive(run.run_id)
     objs = RunObjects.open(run.run_id) if adopt else _fresh_objects(run.run_id, core.n, opts)
     _fence_board(objs, epoch, t0 + opts.lease_seconds + START_GRACE, opts.state_dir)
