@@ -169,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--business-date")
     _heartbeat_args(p)
-    p = sub.add_parser("bench", help="benchmarks at bank scale")
+    p = sub.add_parser("bench", help="benchmarks at bank scale (see `wloadctl bench --help`)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     return ap
 
