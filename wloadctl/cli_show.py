@@ -32,6 +32,13 @@ def show_status(a: argparse.Namespace, state_dir: Path) -> int:
     live = f"live, scheduler pid {st['scheduler_pid']}{standby}, epoch {st['epoch']}" if st["live"] else st["status"]
     print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  ({live})")
     print(f"{st['total']} jobs: {counts}")
+    if st.get("flags"):
+        late = sorted(j for j, f in st["flags"].items() if f == "LATE")
+        risk = sorted(j for j, f in st["flags"].items() if f == "AT_RISK")
+        if late:
+            print(f"LATE ({len(late)}): {', '.join(late[:20])}{' ...' if len(late) > 20 else ''}")
+        if risk:
+            print(f"AT_RISK ({len(risk)}): {', '.join(risk[:20])}{' ...' if len(risk) > 20 else ''}")
     for e in st["executors"]:
         print(f"  executor {e['executor']}: pid {e['pid']} {e['health']}, beat {e['beat_age']:.1f}s ago, "
               f"running {e['running']}/{e['slots']}, load {e['load1']}, rss {e['rss_kb'] // 1024} MiB")

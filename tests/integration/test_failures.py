@@ -175,6 +175,7 @@ def test_a_job_past_its_deadline_is_flagged_late_in_status_and_events(tmp_path: 
     assert p.returncode == 0, p.stderr
     st = status(sd)
     assert st["flags"] == {"slow_report": "LATE"}
+    assert "LATE (1): slow_report" in cli("status", "--state-dir", str(sd)).stdout
     events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
     flagged = [(e["job"], e["level"]) for e in events if e["event"] == "deadline"]
     assert ("slow_report", "LATE") in flagged and all(j != "on_time" for j, _ in flagged)
