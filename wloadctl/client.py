@@ -178,7 +178,7 @@ class RunClient:
         }
 
     def flags(self) -> dict[str, str]:
-        """Jobs flagged AT_RISK or LATE (job -> latest flag), unless they have since succeeded."""
+        """Jobs flagged AT_RISK or LATE during the run (job -> its latest flag)."""
         out: dict[str, str] = {}
         for _ts, job, _tier, state, _att, _reason, _log in self.store.alerts(self.run.id):
             if state in ("AT_RISK", "LATE"):
