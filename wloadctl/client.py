@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wloadctl.core.states import JobState, SlaTier
+from wloadctl.core.states import JobState
 from wloadctl.errors import ControlError, TransportError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.mq import MessageQueue
@@ -418,8 +418,3 @@ def _lock_wait(f: Any, timeout: float) -> None:
                 raise ControlError("the run's journal is busy (another operator or a starting scheduler)",
                                    hint="try again") from None
             time.sleep(0.05)
-
-
-def tier_name(v: int) -> str:
-    """Lower-case SLA tier name."""
-    return SlaTier(v).label

@@ -88,16 +88,6 @@ class Flag:
 
 
 @dataclass(frozen=True, slots=True)
-class Publish:
-    """Update the state board with these changed jobs (index, state)."""
-
-    changes: list[tuple[int, int]] = field(default_factory=list)
-    """Changed jobs since the last Publish."""
-
-
-
-
-@dataclass(frozen=True, slots=True)
 class Reply:
     """The outcome of an operator verb, per job, to send back to whoever asked."""
 
@@ -117,5 +107,5 @@ class RunFinished:
     """True when every job succeeded or was skipped."""
 
 
-Command = Persist | Dispatch | Kill | Alert | Flag | Publish | Reply | RunFinished
+Command = Persist | Dispatch | Kill | Alert | Flag | Reply | RunFinished
 """Every command the core emits."""
