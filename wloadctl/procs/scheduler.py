@@ -27,6 +27,7 @@ from wloadctl.core.events import (
     JobExitedEvent,
     JobsFinishedEvent,
     JobStartedEvent,
+    SlotsChangedEvent,
     TimerFiredEvent,
 )
 from wloadctl.core.states import JobState
@@ -248,8 +249,11 @@ class SchedulerLoop:
             self.core.feed(ExecutorLostEvent(index, now, why, cause_id=f"health-{self.turn}"))
             self.sup.log(f"executor {index}: {why}")
             self.ctx.events.emit("executor_lost", executor=index, reason=why)
-            if not self.stop_requested and self.finished is None:
-                self.sup.respawn(index)
+            if not self.stop_requested and self.finished is None and self.sup.respawn(index) is None:
+                # No replacement: the run goes on with fewer slots rather than over-committing the rest.
+                per_executor = self.core.slots // max(1, len(self.sup.workers))
+                self.core.feed(SlotsChangedEvent(self.sup.alive_count() * per_executor, now,
+                                                 cause_id=f"health-{self.turn}"))
         if self.sweeper is not None and not self.sweeper.sweep(self, now):
             self.sweeper = None
 
