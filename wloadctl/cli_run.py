@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from wloadctl.core.states import JobState
+from wloadctl.errors import UsageError
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
 
@@ -110,6 +111,11 @@ def run_command(a: argparse.Namespace) -> int:
     from wloadctl.store import default_state_dir
 
     quiet = a.quiet or a.json
+    for flag, value in (("--executors", a.executors), ("--slots", a.slots), ("--prefetch", a.prefetch)):
+        if value < 0:
+            raise UsageError(f"{flag} must be 0 (the default) or more, not {value}")
+        if flag == "--executors" and value > 64:
+            raise UsageError(f"--executors {value}: at most 64 executors per run")
     loaded = None
     if a.cmd == "run" and not a.state_dir:
         loaded = load_plan(a.plan)  # a bad plan fails here, before anything is created

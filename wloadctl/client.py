@@ -58,6 +58,9 @@ class RunClient:
     def __init__(self, state_dir: str | Path) -> None:
         self.state_dir = Path(state_dir)
         """The run's state directory."""
+        if not (self.state_dir / DB_NAME).exists():
+            raise UsageError(f"no run journal in {self.state_dir}",
+                             hint="start a run there with `wloadctl run PLAN --state-dir DIR`")
         self.store = Store.open(self.state_dir, create=False, readonly=True)
         run = self.store.latest_run()
         if run is None:
