@@ -176,6 +176,9 @@ class FakeClient:
     def changes_since(self, seq: int, limit: int = 100_000) -> list[tuple]:
         return [t for t in self.transitions if t[0] > seq][:limit]
 
+    def last_seq(self) -> int:
+        return max((t[0] for t in self.transitions), default=0)
+
     def executors(self) -> list[dict[str, Any]]:
         return list(self.executor_rows) if self.live else []
 
