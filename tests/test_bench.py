@@ -6,6 +6,8 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
+import tempfile
 from array import array
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,14 @@ from wloadctl.bench.baselines import (
     rescan_run,
     rescan_total_checks,
 )
-from wloadctl.bench.context import QUICK, Context, Settings
+from wloadctl.bench.context import (
+    OWNER_FILE,
+    QUICK,
+    SCRATCH_PREFIX,
+    Context,
+    Settings,
+    clean_stale_scratch,
+)
 from wloadctl.bench.figures import SECTIONS, combine, field_of, ratio
 from wloadctl.bench.runs import chain_latencies, run_processes
 from wloadctl.bench.suite import build_parser, main, settings_from
@@ -286,3 +295,23 @@ def test_command_line_defaults_and_sections() -> None:
         and full.sections == SECTIONS
         and full.sizes.engine[-1] == 1_000_000
     )
+
+
+def test_scratch_of_a_killed_benchmark_is_removed_on_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a scratch directory whose owner is gone, one whose owner lives, and one
+    # without an owner file
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale, live, unknown = (tmp_path / f"{SCRATCH_PREFIX}{n}" for n in ("a", "b", "c"))
+    for d in (stale, live, unknown):
+        d.mkdir()
+    (stale / OWNER_FILE).write_text(str(dead.pid))
+    (live / OWNER_FILE).write_text(str(os.getpid()))
+    # When a benchmark starts
+    gone = clean_stale_scratch()
+    # Then only the dead owner's directory goes
+    assert gone == [str(stale)]
+    assert not stale.exists() and live.exists() and unknown.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -90,6 +91,47 @@ class Settings:
     """Executors (1 slot each) of the shell runs, and `-j` of ninja and make."""
 
 
+SCRATCH_PREFIX = "wloadctl-bench-"
+"""Scratch directories are made in the system's temporary directory with this prefix."""
+OWNER_FILE = "owner.pid"
+"""Holds the pid of the benchmark that owns a scratch directory."""
+
+
+def new_scratch() -> Path:
+    """A fresh scratch directory, marked with this process as its owner."""
+    root = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+    (root / OWNER_FILE).write_text(str(os.getpid()))
+    return root
+
+
+def clean_stale_scratch() -> list[str]:
+    """Remove scratch directories of benchmarks that were killed before they cleaned up.
+
+    A directory is stale when its owner is gone and no live process names it
+    (a run started from it finishes on its own first). Directories without an
+    owner file, or of other users, are left alone.
+
+    Returns:
+        The directories removed.
+    """
+    from wloadctl.bench.runs import run_processes
+    from wloadctl.ipc.shm import pid_alive
+
+    gone = []
+    for d in Path(tempfile.gettempdir()).glob(SCRATCH_PREFIX + "*"):
+        try:
+            if d.stat().st_uid != os.getuid():
+                continue
+            owner = int((d / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if pid_alive(owner) or run_processes(str(d)):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        gone.append(str(d))
+    return gone
+
+
 def run_timeout(jobs: int) -> float:
     """Seconds a run of this many jobs may take: generous, never hours."""
     return max(120.0, jobs / 250)
@@ -101,9 +143,7 @@ class Context:
 
     settings: Settings
     """What to measure."""
-    root: Path = field(
-        default_factory=lambda: Path(tempfile.mkdtemp(prefix="wloadctl-bench-"))
-    )
+    root: Path = field(default_factory=lambda: new_scratch())
     """Scratch directory for plans, build files and state dirs (removed at the end)."""
     figures: list[Figure] = field(default_factory=list)
     """Every figure measured so far."""

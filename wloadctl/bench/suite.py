@@ -6,12 +6,20 @@ import argparse
 import dataclasses
 import datetime as dt
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from wloadctl.bench.context import FULL, QUICK, Context, Settings, progress
+from wloadctl.bench.context import (
+    FULL,
+    QUICK,
+    Context,
+    Settings,
+    clean_stale_scratch,
+    progress,
+)
 from wloadctl.bench.figures import SECTIONS, Section, as_json
 from wloadctl.bench.measure import machine_info
 from wloadctl.bench.report import judge, print_report, write_json
@@ -116,7 +124,11 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
     }
     started = dt.datetime.now(dt.UTC)
     machine = machine_info()
+    stale = clean_stale_scratch()
     ctx = Context(settings, say=progress(quiet))
+    ctx.notes += [
+        f"removed the scratch directory of a killed benchmark: {d}" for d in stale
+    ]
     t0 = time.perf_counter()
     try:
         for name in settings.sections:
@@ -168,7 +180,18 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     a = build_parser().parse_args(args)
-    data = run_suite(settings_from(a), Path(a.out), quiet=a.quiet)
+
+    def stop(signum: int, _frame: object) -> None:
+        # Unwind like Ctrl-C, so the run in progress is stopped and the scratch
+        # directory removed; the default action would leave both behind.
+        raise SystemExit(128 + signum)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        data = run_suite(settings_from(a), Path(a.out), quiet=a.quiet)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     failed = [
         f for f in data["figures"] if f["seconds"] is None and f["section"] != "dask"
     ]
