@@ -156,6 +156,7 @@ class ConsoleApp(App[str]):
     def on_model_loaded(self, message: ModelLoaded) -> None:
         """Take the model the feed built."""
         self.info, self.model, self.dag = message.info, message.model, message.dag
+        self.model.grow(self.feed.take_ids())
         self.model.apply(self.feed.take())
         self.jobs_version += 1
         self._maybe_loaded()
@@ -169,7 +170,8 @@ class ConsoleApp(App[str]):
         """Apply the transitions waiting in the feed."""
         if self.model is None:
             return
-        if self.model.apply(self.feed.take()):
+        grown = self.model.grow(self.feed.take_ids())
+        if self.model.apply(self.feed.take()) or grown:
             self.jobs_version += 1
 
     def on_status_changed(self, message: StatusChanged) -> None:

@@ -42,6 +42,7 @@ class Client(Protocol):
 
     def board_header(self) -> Any: ...
     def ids(self) -> list[str]: ...
+    def refresh_ids(self) -> list[str]: ...
     def plan(self) -> Any: ...
     def plan_dag(self) -> Dag: ...
     def job_rows(self) -> list[tuple]: ...
@@ -143,11 +144,21 @@ class Feed:
         """Replacements seen per executor slot."""
         self.wake = threading.Event()
         """Set to look at the run now (after an operator action)."""
+        self.known = 0
+        """Jobs the model holds: a transition of a later index names a job the run made since."""
+        self.new_ids: list[str] = []
+        """Ids of jobs made since the model was loaded, not yet taken by the UI thread."""
 
     def take(self) -> list[tuple]:
         """Hand the pending transitions to the UI thread."""
         with self.lock:
             out, self.pending = self.pending, []
+        return out
+
+    def take_ids(self) -> list[str]:
+        """Hand the UI thread the ids of jobs the run made since (loop instances), to add before `take`."""
+        with self.lock:
+            out, self.new_ids = self.new_ids, []
         return out
 
     def stop(self) -> None:
@@ -179,6 +190,7 @@ class Feed:
         if client is None:
             return
         seq = model.seq
+        self.known = len(model)
         self.post(ModelLoaded(info, model, dag))
         try:
             self._follow(client, seq)
@@ -231,7 +243,12 @@ class Feed:
             if not rows:
                 return seq
             seq = rows[-1][0]
+            top = max(r[1] for r in rows)
+            grown = client.refresh_ids()[self.known :] if top >= self.known else []
             with self.lock:
+                # New ids first: the transitions naming them are applied after them.
+                self.new_ids.extend(grown)
+                self.known += len(grown)
                 self.pending.extend(rows)
             self.post(JobsChanged())
             if len(rows) < BATCH:

@@ -120,6 +120,33 @@ class JobsModel:
         self._recount()
         self.version += 1
 
+    def grow(self, ids: Sequence[str]) -> bool:
+        """Add jobs the run made (loop instances `job@item`, in the parent's SLA tier), WAITING.
+
+        Returns:
+            Whether any job was added.
+        """
+        for jid in ids:
+            if jid in self.index:
+                continue
+            parent = self.index.get(jid.rsplit("@", 1)[0])
+            t = self.tier[parent] if parent is not None else int(SlaTier.STANDARD)
+            self.index[jid] = len(self.ids)
+            self.ids.append(jid)
+            self.tier.append(t)
+            self.state.append(int(S.WAITING))
+            self.attempt.append(0)
+            self.executor.append(-1)
+            self.exit_code.append(None)
+            self.started.append(None)
+            self.ended.append(None)
+            self.reason.append("")
+            self.counts[S.WAITING] += 1
+            self.tier_counts[t][S.WAITING] += 1
+        if ids:
+            self.version += 1
+        return bool(ids)
+
     def apply(self, changes: Sequence[Sequence[Any]]) -> set[int]:
         """Apply journaled transitions.
 

@@ -34,6 +34,15 @@ def write_ids(state_dir: Path, run_id: str, ids: list[str]) -> None:
     tmp.replace(path)
 
 
+def append_ids(state_dir: Path, run_id: str, ids: list[str]) -> None:
+    """Add job ids made during the run (loop instances) to the end of the run's id list.
+
+    One write: a reader sees the new lines whole or not at all (read_ids drops a cut last line).
+    """
+    with open(ids_path(state_dir, run_id), "a", encoding="utf-8") as f:
+        f.write("".join(j + "\n" for j in ids))
+
+
 def read_ids(state_dir: Path, run_id: str) -> list[str] | None:
     """A run's job ids, or None when the list file is missing."""
     try:

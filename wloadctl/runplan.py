@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from wloadctl.core.loops import apply_expansions
 from wloadctl.core.plan import Plan
 from wloadctl.core.plancodec import decode_plan, encode_plan
 from wloadctl.store import RunRow, Store
@@ -10,13 +11,17 @@ __all__ = ["keep_plan", "run_plan"]
 
 
 def run_plan(store: Store, run: RunRow) -> Plan:
-    """The plan of a run as loaded at its start (or as accepted on a resume)."""
+    """The plan of a run as loaded at its start (or as accepted on a resume), with the loop instances it made."""
     blob = store.plan_blob(run.id)
     plan = decode_plan(blob) if blob else None
     if plan is None:
         from wloadctl.core.planfile import load_plan_text
 
         plan = load_plan_text(store.plan_text(run.id), run.plan_path)
+    expansions = store.expansions(run.id)
+    if expansions:
+        # Instances of `for_each` loops over output, in the order the run made them.
+        plan = apply_expansions(plan, expansions)
     return plan
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from wloadctl.errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "journal.db"
 
 _SCHEMA = """
@@ -69,6 +70,13 @@ CREATE TABLE IF NOT EXISTS actions (
     reason TEXT NOT NULL,
     outcome TEXT NOT NULL,
     applied INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS expansions (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    first_idx INTEGER NOT NULL,
+    items TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS alerts (
     seq INTEGER PRIMARY KEY,
@@ -130,6 +138,11 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
     conn.execute("BEGIN IMMEDIATE")
     if version < 2:
         conn.execute("ALTER TABLE runs ADD COLUMN plan_blob TEXT")
+    if version < 3:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS expansions (seq INTEGER PRIMARY KEY, run INTEGER NOT NULL,"
+            " job_id TEXT NOT NULL, first_idx INTEGER NOT NULL, items TEXT NOT NULL)"
+        )
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -350,6 +363,14 @@ class Store:
 
     # -- jobs -------------------------------------------------------------------------
 
+    def expansions(self, run: int) -> list[tuple[str, tuple[str, ...]]]:
+        """The run's `for_each` loops over output expanded so far, in order: (looped job id, items)."""
+        try:
+            rows = list(self.conn.execute("SELECT job_id, items FROM expansions WHERE run = ? ORDER BY seq", (run,)))
+        except sqlite3.OperationalError:
+            return []  # a journal from before loops over output, opened read-only
+        return [(j, tuple(json.loads(items))) for j, items in rows]
+
     def job_ids(self, run: int) -> list[str]:
         """Job ids by index."""
         return [r[0] for r in self.conn.execute("SELECT job_id FROM jobs WHERE run = ? ORDER BY idx", (run,))]
@@ -415,15 +436,18 @@ class Store:
         row = self.conn.execute("SELECT max(seq) FROM transitions WHERE +run = ?", (run,)).fetchone()
         return int(row[0] or 0)
 
-    def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None) -> None:
+    def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None,
+                   added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]] = ()) -> None:
         """Journal one loop turn's transitions and the jobs' resulting rows, in one transaction.
 
         Each transition is (job, from, to, attempt, ts, executor, exit_code, reason, cause).
+        `added` holds the `for_each` loops expanded in the turn: (looped job id, index of its first
+        instance, items, instance ids); their job rows are written before the transitions that name them.
 
         Raises:
             StoreError: the write failed, or `epoch` is given and the run moved to a newer epoch (fenced).
         """
-        if not transitions:
+        if not transitions and not added:
             return
         last: dict[int, list] = {}
         for t in transitions:
@@ -449,6 +473,11 @@ class Store:
                 if cur != epoch:
                     c.execute("ROLLBACK")
                     raise StoreError(f"fenced: the run is at epoch {cur}, this scheduler holds {epoch}")
+            for parent, first, items, ids in added:
+                c.execute("INSERT INTO expansions (run, job_id, first_idx, items) VALUES (?, ?, ?, ?)",
+                          (run, parent, first, json.dumps(list(items))))
+                c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)",
+                              ((run, first + k, j) for k, j in enumerate(ids)))
             c.executemany(
                 "INSERT INTO transitions (run, idx, from_state, to_state, attempt, ts, executor, exit_code, reason,"
                 " cause)"

@@ -42,3 +42,135 @@ def test_a_missing_variable_is_a_plan_error() -> None:
     with pytest.raises(PlanError) as e:
         expand_for_each(looped("vars.nope"))
     assert "not a non-empty list variable" in e.value.lines()[0]
+
+
+# -- for_each over an upstream's output ---------------------------------------------------
+
+from wloadctl.core.commands import Alert, Dispatch, Persist  # noqa: E402
+from wloadctl.core.events import JobExitedEvent, JobsFinishedEvent, OperatorEvent  # noqa: E402
+from wloadctl.core.loops import apply_expansions  # noqa: E402
+from wloadctl.core.plan import DynamicItems  # noqa: E402
+from wloadctl.core.states import JobState  # noqa: E402
+
+
+def dynamic(max_items: int = 1000):  # type: ignore[no-untyped-def]
+    base = make_plan({"list": {}, "load": {"deps": ["list"], "command": "load {item}"},
+                      "post": {"deps": ["load"]}, "side": {}})
+    jobs = dict(base.jobs)
+    jobs["load"] = dataclasses.replace(jobs["load"], for_each=DynamicItems("jobs.list.result.files", max_items))
+    return dataclasses.replace(base, jobs=jobs)
+
+
+def dispatched(cmds: list) -> list[tuple[int, int]]:
+    return [t for c in cmds if isinstance(c, Dispatch) for t in c.tasks]
+
+
+def finish_list(core: SchedulerCore, result: dict, code: int = 0) -> list:
+    i = core.index["list"]
+    return core.handle(JobExitedEvent(i, core.attempt[i], 0, code, 1.0, result=result, cause_id="t"))
+
+
+def state(core: SchedulerCore, jid: str) -> JobState:
+    return JobState(core.state[core.index[jid]])
+
+
+def test_output_loop_makes_instances_when_its_upstream_ends() -> None:
+    core = SchedulerCore(dynamic(), slots=10)
+    first = core.handle(RunStartedEvent(0.0))
+    assert sorted(core.ids[i] for i, _ in dispatched(first)) == ["list", "side"]
+    assert core.index["list"] in core.want
+    cmds = finish_list(core, {"files": ["a.csv", "b csv", 7]})
+    assert core.ids[4:] == ["load@a.csv", "load@b_csv", "load@7"]
+    assert core.specs[core.index["load@7"]].command == "load 7"
+    assert ("WLOADCTL_ITEM", "b csv") in core.specs[core.index["load@b_csv"]].env
+    # The instances run; the looped job itself is never dispatched.
+    assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["load@7", "load@a.csv", "load@b_csv"]
+    persist = next(c for c in cmds if isinstance(c, Persist))
+    assert persist.added == [(core.index["load"], 4, ("a.csv", "b csv", "7"))]
+    assert cmds.index(persist) == 0
+    assert state(core, "load") == JobState.WAITING and state(core, "post") == JobState.WAITING
+    core.validate()
+    done = [(i, a, 0, 0) for i, a in dispatched(cmds)[:2]]
+    assert not dispatched(core.handle(JobsFinishedEvent(done, 2.0)))
+    assert state(core, "load") == JobState.WAITING, "one instance is still running"
+    i = core.index["load@7"]
+    cmds = core.handle(JobsFinishedEvent([(i, core.attempt[i], 0, 0)], 3.0))
+    assert state(core, "load") == JobState.SUCCEEDED
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["post"]
+    core.validate()
+
+
+def test_failed_instance_fails_the_loop_and_its_dependents_and_a_retry_heals_it() -> None:
+    core = SchedulerCore(dynamic(), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    finish_list(core, {"files": ["x", "y"]})
+    x, y = core.index["load@x"], core.index["load@y"]
+    core.handle(JobsFinishedEvent([(x, 1, 0, 0)], 2.0))
+    cmds = core.handle(JobExitedEvent(y, 1, 0, 3, 2.0))
+    assert any(isinstance(c, Alert) for c in cmds)
+    assert state(core, "load") == JobState.UPSTREAM_FAILED
+    assert state(core, "post") == JobState.UPSTREAM_FAILED
+    cmds = core.handle(OperatorEvent("retry", (y,), 3.0, user="op"))
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["load@y"]
+    assert state(core, "load") == JobState.WAITING
+    cmds = core.handle(JobsFinishedEvent([(y, 2, 0, 0)], 4.0))
+    assert state(core, "load") == JobState.SUCCEEDED
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["post"]
+    core.validate()
+
+
+@pytest.mark.parametrize(("result", "why"), [
+    ({}, "gave nothing, not a list"),
+    ({"files": "a,b"}, "gave a str, not a list"),
+    ({"files": {"a": 1}}, "gave a mapping, not a list"),
+    ({"files": [["a"]]}, "holds list items"),
+    ({"files": ["a", "a"]}, "gives item 'a' twice"),
+    ({"files": [str(k) for k in range(4)]}, "gave 4 items, more than max_items 3"),
+])
+def test_an_unusable_list_fails_the_loop_with_its_reason(result: dict, why: str) -> None:
+    core = SchedulerCore(dynamic(max_items=3), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    cmds = finish_list(core, result)
+    assert state(core, "load") == JobState.FAILED
+    assert why in core.reasons[core.index["load"]]
+    assert any(isinstance(c, Alert) and c.job == core.index["load"] for c in cmds)
+    assert state(core, "post") == JobState.UPSTREAM_FAILED
+    assert core.n == 4
+    core.validate()
+
+
+def test_an_empty_list_skips_the_loop_and_its_dependents_run() -> None:
+    core = SchedulerCore(dynamic(), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    cmds = finish_list(core, {"files": []})
+    assert state(core, "load") == JobState.SKIPPED
+    assert "is empty" in core.reasons[core.index["load"]]
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["post"]
+
+
+def test_no_room_left_on_the_board_fails_the_loop() -> None:
+    core = SchedulerCore(dynamic(), slots=10)
+    assert core.capacity() == 4 + 1000
+    core.room = 5
+    core.handle(RunStartedEvent(0.0))
+    finish_list(core, {"files": ["a", "b"]})
+    assert state(core, "load") == JobState.FAILED
+    assert "do not fit" in core.reasons[core.index["load"]]
+
+
+def test_a_plan_rebuilt_with_its_expansions_continues_where_it_was() -> None:
+    core = SchedulerCore(dynamic(), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    finish_list(core, {"files": ["p", "q"]})
+    rebuilt = apply_expansions(dynamic(), [("load", ("p", "q"))])
+    assert list(rebuilt.jobs) == core.ids
+    again = SchedulerCore(rebuilt, slots=10)
+    assert again.expanded == {again.index["load"]: 2}
+    assert again.capacity() == again.n
+    rows = [(i, core.state[i], core.attempt[i]) for i in range(core.n) if core.state[i] or core.attempt[i]]
+    again.restore(rows, 5.0)
+    again.handle(RunStartedEvent(5.0))
+    p, q = again.index["load@p"], again.index["load@q"]
+    again.handle(JobsFinishedEvent([(p, 1, 0, 0), (q, 1, 0, 0)], 6.0))
+    assert JobState(again.state[again.index["load"]]) == JobState.SUCCEEDED
+    again.validate()

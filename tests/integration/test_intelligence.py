@@ -216,3 +216,90 @@ def test_executor_cpu_capacity_limits_jobs_that_claim_cpus(tmp_path: Path, no_ip
     assert max(sum(1 for a, b in heavy if a <= t < b) for t in points) == 1
     why = json.loads(cli("why", "too_big", "--state-dir", str(tmp_path / "sd"), "--json").stdout)
     assert "needs cpu 16" in " ".join(why["reasons"])
+
+
+def loop_over_output_plan(tmp_path: Path, out: Path, files: str, nap: float = 0.0) -> Path:
+    return write(
+        tmp_path / "p.yaml",
+        {
+            "name": "fanout",
+            "jobs": {
+                "list_files": {"command": f"echo '{{\"files\": {files}}}' > $WLOADCTL_RESULT_FILE"},
+                "load": {
+                    "command": stamp(out, "load@{item}", nap) + ' && echo "item=$WLOADCTL_ITEM" > /dev/null',
+                    "depends_on": ["list_files"],
+                    "for_each": {"items": "jobs.list_files.result.files", "max_items": 50},
+                },
+                "report": {"command": stamp(out, "report"), "depends_on": ["load"]},
+            },
+        },
+    )
+
+
+def test_for_each_over_an_upstreams_output_runs_one_instance_per_item(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    plan = loop_over_output_plan(tmp_path, out, '["emea.csv", "amer.csv", "apac.csv"]', nap=0.2)
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    jobs = json.loads(p.stdout)["jobs"]
+    assert jobs == {"list_files": "SUCCEEDED", "load": "SUCCEEDED", "report": "SUCCEEDED",
+                    "load@emea.csv": "SUCCEEDED", "load@amer.csv": "SUCCEEDED", "load@apac.csv": "SUCCEEDED"}
+    iv = intervals(out)
+    loads = [iv[f"load@{r}.csv"] for r in ("emea", "amer", "apac")]
+    # the report waits for every instance; the instances overlap (they run side by side)
+    assert iv["report"][0] >= max(end for _s, end in loads)
+    assert min(end for _s, end in loads) > max(start for start, _e in loads)
+    # instances show in status, history and the id list like any job
+    st = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)
+    assert {j["job"] for j in st["jobs"]} >= {"load@emea.csv", "load@apac.csv"}
+    h = cli("history", "load@amer.csv", "--state-dir", str(sd), "--json")
+    assert h.returncode == 0, h.stderr
+    assert "SUCCEEDED" in h.stdout
+    why = json.loads(cli("why", "load", "--state-dir", str(sd), "--json").stdout)
+    assert "3 instance(s) finished" in " ".join(why["reasons"])
+
+
+def test_for_each_over_a_bad_output_fails_the_loop_and_says_why(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    plan = loop_over_output_plan(tmp_path, out, '"not-a-list"')
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    assert p.returncode == 1
+    jobs = json.loads(p.stdout)["jobs"]
+    assert jobs["load"] == "FAILED" and jobs["report"] == "UPSTREAM_FAILED"
+    assert not out.exists(), "nothing of the loop ran"
+    why = json.loads(cli("why", "load", "--state-dir", str(sd), "--json").stdout)
+    assert "jobs.list_files.result.files gave a str, not a list" in " ".join(why["reasons"])
+
+
+def test_loop_instances_survive_a_kill_9_of_the_scheduler(tmp_path: Path) -> None:
+    from tests.integration.helpers import executor_pids, ipc_names, reap_orphans, start, status, wait_for
+
+    out = tmp_path / "ev"
+    items = json.dumps([f"f{k}" for k in range(8)])
+    plan = loop_over_output_plan(tmp_path, out, items, nap=0.4)
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "2")
+
+    def some_instances_done() -> bool:
+        ev = read_evidence(out)
+        return sum(1 for v in ev.values() if [k for k, _ in v] == ["start", "end"]) >= 2
+
+    wait_for(some_instances_done, timeout=30, what="instances finishing")
+    run_id = status(sd)["run"]
+    import os
+    import signal
+
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    p = cli("resume", "--state-dir", str(sd), "--json")
+    assert p.returncode == 0, p.stderr
+    jobs = json.loads(p.stdout)["jobs"]
+    assert len(jobs) == 11 and set(jobs.values()) == {"SUCCEEDED"}
+    ev = read_evidence(out)
+    assert sorted(ev) == sorted([f"load@f{k}" for k in range(8)] + ["report"])
+    for jid, lines in ev.items():
+        assert [k for k, _ in lines] == ["start", "end"], f"{jid} ran more than once: {lines}"
+    assert executor_pids(run_id) == [] or reap_orphans(run_id) is None
+    assert ipc_names(run_id) == []

@@ -273,3 +273,14 @@ def test_last_seq_is_the_journals_latest_transition() -> None:
     empty = FakeClient()
     empty.transitions.clear()
     assert last_seq(empty) == 0
+
+
+def test_jobs_a_run_makes_join_the_model_in_their_parents_tier() -> None:
+    model = JobsModel(["list", "load"], bytearray([int(SlaTier.CRITICAL), int(SlaTier.HIGH)]))
+    assert model.grow(["load@a", "load@b", "load@a"])
+    assert model.ids == ["list", "load", "load@a", "load@b"]
+    assert model.tier[2] == int(SlaTier.HIGH) and model.state[3] == JobState.WAITING
+    assert model.counts[JobState.WAITING] == 4
+    touched = model.apply([(7, 3, int(JobState.WAITING), int(JobState.RUNNING), 1, 5.0, 0, None, "")])
+    assert touched == {3} and model.running == {3}
+    assert not model.grow([])

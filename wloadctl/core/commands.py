@@ -35,6 +35,9 @@ class Persist:
 
     transitions: list[Transition]
     """In the order they happened."""
+    added: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
+    """`for_each` loops expanded meanwhile, journaled with the transitions: (parent job, index of
+    its first instance, items). Their instances are the jobs the transitions' new indices name."""
 
 
 @dataclass(frozen=True, slots=True)

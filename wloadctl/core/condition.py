@@ -52,12 +52,21 @@ class Condition:
         Raises:
             ConditionError: a comparison of incompatible values, or an unknown job.
         """
+        return bool(self.value(jobs, variables, own))
+
+    def value(self, jobs: Mapping[str, Mapping[str, Any]], variables: Mapping[str, Any],
+              own: Mapping[str, Any] | None = None) -> Any:
+        """What the expression evaluates to (a list for `for_each`; a mapping comes back as a Record).
+
+        Raises:
+            ConditionError: a comparison of incompatible values, or an unknown job.
+        """
         env: dict[str, Any] = {"jobs": Record(jobs), "vars": Record(variables)}
         if own is not None:
             env.update(result=Record(own.get("result") or {}), exit_code=own.get("exit_code"),
                        iteration=own.get("iteration"))
         try:
-            return bool(_eval(self.tree.body, env))
+            return _eval(self.tree.body, env)
         except ConditionError:
             raise
         except (TypeError, ValueError, KeyError) as e:

@@ -26,6 +26,7 @@ from wloadctl.core.events import (
     SlotsChangedEvent,
     TimerFiredEvent,
 )
+from wloadctl.core.fanout import FanOutMixin
 from wloadctl.core.holding import HoldingMixin
 from wloadctl.core.plan import Plan
 from wloadctl.core.sla import (
@@ -63,7 +64,7 @@ def ready_key(tier: int, priority: int, job: int) -> int:
     return (tier << 53) | (p << 32) | job
 
 
-class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
+class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
     """All scheduling decisions of one run, with no I/O: feed events, flush commands.
 
     Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
@@ -93,7 +94,7 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
         """0: nothing blocks; 1: an upstream it needed failed; 2: a condition on an upstream is false."""
         self.executor = array("h", [-1]) * n if n else array("h")
         """Executor running each job, -1 if none."""
-        self.tier = bytes(int(j.sla) for j in specs)
+        self.tier = bytearray(int(j.sla) for j in specs)
         """SLA tier value per job."""
         bases: dict[tuple[int, int], int] = {}
         self.key_base = array("q", (bases.get((j.sla, j.priority)) or bases.setdefault(
@@ -101,6 +102,7 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
         """Ready-queue key of each job without its index (key = key_base[i] | i)."""
         self._build_edges(specs)
         self._build_conditions(specs)
+        self._build_loops(specs)
         self.counts = [0] * _N
         """Jobs per state value."""
         self.counts[_W] = n
@@ -242,9 +244,10 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
         """
         self._fill()
         out: list[Command] = []
-        if self._tx:
-            out.append(Persist(self._tx))
+        if self._tx or self.added:
+            out.append(Persist(self._tx, self.added))
             self._tx = []
+            self.added = []
         out.extend(self._other)
         self._other = []
         if self._dispatch:
@@ -296,6 +299,9 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
                         self.set_state(i, _SKIP, reason=why)
                         self._resolve(i)
                         continue
+                if i in self.loops:
+                    self._reach_loop(i)
+                    continue
                 self._make_ready(i)
 
     def _on_start(self, ev: JobStartedEvent) -> None:
@@ -446,6 +452,9 @@ class SchedulerCore(BranchesMixin, TimersMixin, HoldingMixin):
                             self.set_state(d, _SKIP, reason=why)
                             stack.append(d)
                             continue
+                    if d in self.loops:
+                        self._reach_loop(d)
+                        continue
                     # WAITING -> READY is always legal: the hot path skips the table lookup.
                     state[d] = _R
                     counts[_W] -= 1

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from wloadctl.core.plan import JobSpec, Plan
+from wloadctl.core.condition import ConditionError, parse_condition
+from wloadctl.core.plan import DynamicItems, JobSpec, Plan
+from wloadctl.core.states import DepKind
 from wloadctl.errors import PlanError, WloadError
 
 ITEM_SEP = "@"
@@ -37,6 +41,76 @@ def instance_id(job: str, item: str) -> str:
     return f"{job}{ITEM_SEP}{_SAFE.sub('_', item)}"
 
 
+def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None = None) -> JobSpec:
+    """One instance of a `for_each` job: `{item}` in its command replaced, WLOADCTL_ITEM in its environment."""
+    cmd = spec.command
+    if isinstance(cmd, str):
+        cmd = cmd.replace("{item}", item)
+    elif cmd is not None:
+        cmd = tuple(c.replace("{item}", item) for c in cmd)
+    extra = {} if depends_on is None else {"depends_on": depends_on, "dep_kinds": None}
+    return dataclasses.replace(spec, id=instance_id(spec.id, item), command=cmd, for_each=None, item=item,
+                               env=(*spec.env, ("WLOADCTL_ITEM", item)), **extra)
+
+
+def output_items(spec: JobSpec, outcomes: Mapping[str, Mapping[str, Any]],
+                 variables: Mapping[str, object]) -> tuple[str, ...]:
+    """The items of a `for_each` over upstream output, from the upstreams' outcomes.
+
+    Args:
+        spec: the looped job (its for_each is a DynamicItems).
+        outcomes: exit_code, state and result of each job the expression reads, by id.
+        variables: the plan's variables.
+
+    Raises:
+        ConditionError: the expression cannot be evaluated, or does not give a list of distinct
+            texts or numbers, or gives more than max_items.
+    """
+    loop = spec.for_each
+    assert isinstance(loop, DynamicItems)
+    value = parse_condition(loop.expr).value(outcomes, variables)
+    if not isinstance(value, list):
+        what = "nothing" if value is None else f"a {type(value).__name__}" if not hasattr(value, "get") \
+            else "a mapping"
+        raise ConditionError(f"{loop.expr} gave {what}, not a list")
+    items: list[str] = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise ConditionError(f"{loop.expr} holds {type(v).__name__} items; items must be text or numbers")
+        items.append(str(v))
+    if len(items) > loop.max_items:
+        raise ConditionError(f"{loop.expr} gave {len(items)} items, more than max_items {loop.max_items}")
+    seen: set[str] = set()
+    for item in items:
+        iid = instance_id(spec.id, item)
+        if iid in seen:
+            raise ConditionError(f"{loop.expr} gives item '{item}' twice (instance {iid})")
+        seen.add(iid)
+    return tuple(items)
+
+
+def with_instances(parent: JobSpec, instances: Iterable[JobSpec]) -> JobSpec:
+    """The looped job once expanded: it also waits for every instance (it ends when they all have)."""
+    ids = tuple(j.id for j in instances)
+    kinds = None if parent.dep_kinds is None else (*parent.dep_kinds, *([DepKind.SUCCESS] * len(ids)))
+    return dataclasses.replace(parent, depends_on=(*parent.depends_on, *ids), dep_kinds=kinds)
+
+
+def apply_expansions(plan: Plan, expansions: Iterable[tuple[str, tuple[str, ...]]]) -> Plan:
+    """The plan with the instances of each `for_each` over output that a run has expanded, in order.
+
+    Instances come after every job, in the order they were made, as they did in the run.
+    """
+    jobs = dict(plan.jobs)
+    for parent_id, items in expansions:
+        parent = jobs[parent_id]
+        made = [make_instance(parent, item, depends_on=()) for item in items]
+        for inst in made:
+            jobs[inst.id] = inst
+        jobs[parent_id] = with_instances(parent, made)
+    return dataclasses.replace(plan, jobs=jobs)
+
+
 def expand_for_each(plan: Plan) -> Plan:
     """Replace every `for_each` job by its instances and point its dependents at all of them.
 
@@ -46,7 +120,8 @@ def expand_for_each(plan: Plan) -> Plan:
     Raises:
         PlanError: every problem found (bad variable, empty list, instance id clashing with a job).
     """
-    looped = {jid: j for jid, j in plan.jobs.items() if j.for_each is not None}
+    looped = {jid: j for jid, j in plan.jobs.items()
+              if j.for_each is not None and not isinstance(j.for_each, DynamicItems)}
     if not looped:
         return plan
     problems: list[WloadError] = []
@@ -64,19 +139,13 @@ def expand_for_each(plan: Plan) -> Plan:
             continue
         ids = []
         for item in items:
-            iid = instance_id(jid, item)
-            if iid in plan.jobs or iid in jobs:
-                problems.append(WloadError(f"instance '{iid}' of for_each clashes with another job", file=plan.path,
-                                           line=j.line, job=jid))
+            inst = make_instance(j, item)
+            if inst.id in plan.jobs or inst.id in jobs:
+                problems.append(WloadError(f"instance '{inst.id}' of for_each clashes with another job",
+                                           file=plan.path, line=j.line, job=jid))
                 continue
-            cmd = j.command
-            if isinstance(cmd, str):
-                cmd = cmd.replace("{item}", item)
-            elif cmd is not None:
-                cmd = tuple(c.replace("{item}", item) for c in cmd)
-            jobs[iid] = dataclasses.replace(j, id=iid, command=cmd, for_each=None, item=item,
-                                            env=(*j.env, ("WLOADCTL_ITEM", item)))
-            ids.append(iid)
+            jobs[inst.id] = inst
+            ids.append(inst.id)
         instances[jid] = ids
     if problems:
         raise PlanError(f"{plan.path}: {len(problems)} problem(s) in for_each loops", problems=problems,

@@ -44,6 +44,20 @@ NO_RETRY = RetryPolicy()
 """The default: no retries."""
 
 
+DEFAULT_MAX_ITEMS = 1000
+"""Most instances a `for_each` over an upstream's output may make unless the plan says otherwise."""
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicItems:
+    """A `for_each` over what an upstream job produced: known only when that job has finished."""
+
+    expr: str
+    """An expression over upstream results giving the list, e.g. `jobs.list_files.result.files`."""
+    max_items: int = DEFAULT_MAX_ITEMS
+    """More items than this fail the loop instead of flooding the run."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """One job of a plan, with defaults already applied."""
@@ -86,8 +100,9 @@ class JobSpec:
     """Repeat the job after each success until this expression on its own result holds."""
     max_iterations: int = 10
     """Most runs of an `until` job; the last one ends it whatever the expression says."""
-    for_each: tuple[str, ...] | str | None = None
-    """Items to make one instance of the job for, or `vars.NAME` naming a list variable (expanded at load)."""
+    for_each: tuple[str, ...] | str | DynamicItems | None = None
+    """Items to make one instance of the job for, `vars.NAME` naming a list variable (both expanded at load),
+    or a list an upstream job produces (expanded when that upstream has finished)."""
     item: str | None = None
     """The `for_each` item this job instance runs for (also in WLOADCTL_ITEM)."""
     group: str | None = None

@@ -8,6 +8,7 @@ from array import array
 
 from wloadctl.core.condition import parse_condition
 from wloadctl.core.dag import cycle_in, reverse_kahn
+from wloadctl.core.plan import DynamicItems
 from wloadctl.core.planfields import JOB_ID
 from wloadctl.core.planjobs import SLOT, JobsReader, where_line
 from wloadctl.errors import CycleError
@@ -74,29 +75,29 @@ def _resolve(jobs: JobsReader) -> None:
 
 
 def _check_conditions(jobs: JobsReader) -> None:
-    """Each job an `if` reads must be upstream of it, or its outcome is unknown then."""
+    """Each job an `if` or a `for_each` over output reads must be upstream of it, or its outcome is unknown then."""
     everyone = jobs.template[SLOT["condition"]] is not None
     for jid in jobs.jobs if everyone else jobs.conditional:
         spec = jobs.jobs[jid]
-        if spec.condition is None:
-            continue
         above: set[int] | None = None
-        for name in sorted(parse_condition(spec.condition).jobs):
-            i = jobs.index.get(name)
-            if i is None:
-                jobs.report(
-                    spec.line, f"the condition reads unknown job '{name}'", job=jid
-                )
+        for text, what in ((spec.condition, "condition"),
+                           (spec.for_each.expr if isinstance(spec.for_each, DynamicItems) else None, "for_each")):
+            if text is None:
                 continue
-            if above is None:
-                above = _upstream_closure(jobs, jobs.index[jid])
-            if i not in above:
-                jobs.report(
-                    spec.line,
-                    f"the condition reads job '{name}', which is not upstream of it",
-                    f"add '{name}' to depends_on (or '{name}: done' for any outcome)",
-                    job=jid,
-                )
+            for name in sorted(parse_condition(text).jobs):
+                i = jobs.index.get(name)
+                if i is None:
+                    jobs.report(spec.line, f"the {what} reads unknown job '{name}'", job=jid)
+                    continue
+                if above is None:
+                    above = _upstream_closure(jobs, jobs.index[jid])
+                if i not in above:
+                    jobs.report(
+                        spec.line,
+                        f"the {what} reads job '{name}', which is not upstream of it",
+                        f"add '{name}' to depends_on (or '{name}: done' for any outcome)",
+                        job=jid,
+                    )
 
 
 def _upstream_closure(jobs: JobsReader, start: int) -> set[int]:

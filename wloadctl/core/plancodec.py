@@ -8,7 +8,7 @@ import json
 import operator
 from typing import Any
 
-from wloadctl.core.plan import JobSpec, Plan, RetryPolicy, Schedule
+from wloadctl.core.plan import DynamicItems, JobSpec, Plan, RetryPolicy, Schedule
 from wloadctl.core.states import DepKind, SlaTier
 
 CODEC_VERSION = 1
@@ -40,6 +40,8 @@ def encode_plan(plan: Plan) -> str:
             row["sla"] = int(row["sla"])
         if row.get("dep_kinds") is not None:
             row["dep_kinds"] = [int(k) for k in row["dep_kinds"]]
+        if isinstance(row.get("for_each"), DynamicItems):
+            row["for_each"] = {"expr": row["for_each"].expr, "max_items": row["for_each"].max_items}
         rows.append(row)
     doc = {
         "v": CODEC_VERSION,
@@ -86,6 +88,8 @@ def _decode(text: str) -> Plan | None:
                 kw[name] = pairs(kw[name])
         if isinstance(kw.get("for_each"), list):
             kw["for_each"] = tuple(kw["for_each"])
+        elif isinstance(kw.get("for_each"), dict):
+            kw["for_each"] = DynamicItems(**kw["for_each"])
         if "retry" in kw:
             kw["retry"] = policies[kw["retry"]]
         if "sla" in kw:

@@ -8,7 +8,7 @@ from typing import Any
 
 from wloadctl.core.condition import ConditionError, parse_condition
 from wloadctl.core.durations import parse_deadline
-from wloadctl.core.plan import JOB_TYPES, NO_RETRY, RetryPolicy
+from wloadctl.core.plan import DEFAULT_MAX_ITEMS, JOB_TYPES, NO_RETRY, DynamicItems, RetryPolicy
 from wloadctl.core.planvalues import (
     FieldError,
     amounts,
@@ -95,6 +95,7 @@ _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
 _MAX_PRIORITY = 1_000_000
 _MAX_RETRIES = 1000
 _MAX_ITERATIONS = 100_000
+_MAX_ITEMS = 1_000_000
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KkMmGgTt](?:i?[Bb])?)?")
 _EXAMPLES = {
     "if": 'write e.g. jobs["load"].exit_code == 0, jobs.load.result.rows > 10, '
@@ -406,18 +407,34 @@ class FieldReader:
             raise FieldError(f"{what}: {err}", entry[1], _EXAMPLES[what]) from None
         return self.share(text)
 
-    def for_each(self, entry: Entry) -> tuple[str, ...] | str | None:
-        """`for_each`: a list of items, or `vars.NAME` naming a list variable."""
+    def for_each(self, entry: Entry) -> tuple[str, ...] | str | DynamicItems | None:
+        """`for_each`: a list of items, `vars.NAME` naming a list variable, or an upstream's output.
+
+        An upstream's output is an expression like `jobs.list_files.result.files` (the same language
+        as `if`), or a mapping `{items: EXPR, max_items: N}` to change the cap on instances.
+        """
         value, line, _ = entry
         if value is None:
             return None
         if type(value) is str and value.startswith("vars."):
             return value
+        if type(value) is str and value.startswith("jobs"):
+            return DynamicItems(self._items_expr(entry))
+        if type(value) is dict:
+            unknown = [k for k in value if k not in ("items", "max_items")]
+            if unknown:
+                raise FieldError(f"unknown key '{unknown[0]}' in for_each", value[unknown[0]][1],
+                                 "for_each takes items and max_items")
+            if "items" not in value:
+                raise FieldError("for_each needs items", line, "write for_each: {items: jobs.list.result.files}")
+            cap = integer(value["max_items"], "max_items", 1, _MAX_ITEMS) if "max_items" in value \
+                else DEFAULT_MAX_ITEMS
+            return DynamicItems(self._items_expr(value["items"]), cap)
         if type(value) is list and not value:
             raise FieldError("for_each lists no items", line, "write for_each: [emea, amer, apac]")
         if type(value) is not list:
-            raise FieldError(f"for_each must be a list or vars.NAME, not {describe(value)}", line,
-                             "write for_each: [emea, amer, apac] or for_each: vars.regions")
+            raise FieldError(f"for_each must be a list, vars.NAME or jobs.NAME.result.KEY, not {describe(value)}",
+                             line, "write for_each: [emea, amer, apac] or for_each: vars.regions")
         items = []
         for item in value:
             if type(item[0]) not in (str, int, float):
@@ -426,6 +443,18 @@ class FieldReader:
         if len(set(items)) != len(items):
             raise FieldError("for_each lists an item twice", line)
         return tuple(items)
+
+    def _items_expr(self, entry: Entry) -> str:
+        """The expression of a `for_each` over upstream output: it must read at least one job."""
+        text = text_of(entry, "for_each items")
+        try:
+            cond = parse_condition(text)
+        except ConditionError as err:
+            raise FieldError(f"for_each: {err}", entry[1], "write for_each: jobs.list_files.result.files") from None
+        if not cond.jobs:
+            raise FieldError("for_each over an upstream's output must read a job", entry[1],
+                             "write for_each: jobs.list_files.result.files")
+        return self.share(text)
 
     def cpu(self, entry: Entry) -> float:
         """`cpu`: CPUs the job needs on its executor."""

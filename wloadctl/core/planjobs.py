@@ -18,7 +18,7 @@ from yaml.events import (
     SequenceStartEvent,
 )
 
-from wloadctl.core.plan import JobSpec
+from wloadctl.core.plan import DynamicItems, JobSpec
 from wloadctl.core.planfields import JOB_KEYS, SLA_NAMES, FieldReader
 from wloadctl.core.planvalues import FieldError, key_hint
 from wloadctl.core.yamltree import (
@@ -378,7 +378,8 @@ class JobsReader:
             return
         try:
             vals[found[0]] = found[1](entry)
-            if key == "if":
+            if (key == "if" or (key == "for_each" and isinstance(vals[found[0]], DynamicItems))) and (
+                    not self.conditional or self.conditional[-1] != jid):
                 self.conditional.append(jid)
         except FieldError as bad:
             self.report(bad.line, bad.message, bad.hint, job=jid)

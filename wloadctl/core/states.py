@@ -48,7 +48,8 @@ TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (_S.WAITING, _S.SKIPPED),
         (_S.WAITING, _S.CANCELLED),
         (_S.WAITING, _S.UPSTREAM_FAILED),
-        (_S.WAITING, _S.SUCCEEDED),  # set-ok by an operator
+        (_S.WAITING, _S.SUCCEEDED),  # set-ok by an operator; a loop whose instances all ended
+        (_S.WAITING, _S.FAILED),  # a for_each over an upstream's output that gives no usable list
         (_S.READY, _S.QUEUED),
         (_S.READY, _S.HELD),
         (_S.READY, _S.SKIPPED),

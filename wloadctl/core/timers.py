@@ -60,10 +60,21 @@ class TimersMixin:
         self.lateness[i] = text
         self._other.append(Flag(i, level, dl, text))
 
-    def set_times(self: SchedulerCore, deadlines: dict[int, float], not_before: dict[int, float]) -> None:
-        """Give the core the absolute deadlines and not-before times of jobs (computed by the shell)."""
-        self.deadline = dict(deadlines)
-        self.not_before = dict(not_before)
+    def set_times(self: SchedulerCore, deadlines: dict[int, float], not_before: dict[int, float],
+                  add: bool = False) -> None:
+        """Give the core the absolute deadlines and not-before times of jobs (computed by the shell).
+
+        Args:
+            deadlines: absolute deadline by job.
+            not_before: absolute earliest start by job.
+            add: add to the times already given instead of replacing them.
+        """
+        if add:
+            self.deadline.update(deadlines)
+            self.not_before.update(not_before)
+        else:
+            self.deadline = dict(deadlines)
+            self.not_before = dict(not_before)
         for i, dl in deadlines.items():
             window = max(RISK_WINDOW, self.specs[i].timeout or 0.0)
             heapq.heappush(self.timers, (dl - window, i, TIMER_RISK))

@@ -151,6 +151,10 @@ def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOpt
     if not opts.accept_plan_change:
         raise UsageError(f"{plan_path}: the plan changed since run {run.run_id} started",
                          hint="resume with --accept-plan-change to apply added jobs, or use another --state-dir")
+    if store.expansions(run.id):
+        raise UsageError(f"{plan_path}: the plan changed since run {run.run_id} started, and the run has made "
+                         "for_each instances, whose places a changed plan would move",
+                         hint="put the plan back to resume this run, or start a new run in another --state-dir")
     rows = {r[1]: r for r in store.job_rows(run.id)}
     removed = [j for j in rows if j not in fresh.jobs]
     ran = [j for j in removed if rows[j][3] > 0 or rows[j][2] != JobState.WAITING]
@@ -282,7 +286,9 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     # walking millions of their objects again at every collection.
     gc.freeze()
     adopt = resumed and run_is_alive(run.run_id)
-    objs = RunObjects.open(run.run_id) if adopt else _fresh_objects(run.run_id, core.n, opts)
+    # The state board is sized once: room for the instances loops over output may still make.
+    objs = RunObjects.open(run.run_id) if adopt else _fresh_objects(run.run_id, core.capacity(), opts)
+    core.room = objs.board.capacity
     _fence_board(objs, epoch, t0 + opts.lease_seconds + START_GRACE, opts.state_dir)
     events = EventLog(opts.state_dir / "events.jsonl", run.run_id)
     if claim is not None:
@@ -302,6 +308,7 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
         core.set_times(*ctx.times(core))
         if resumed:
             core.restore(store.job_states(run.id), t0)
+            _restore_outcomes(store, run, ctx, core)
             notes = reconcile(loop, adopt)
             for n in notes:
                 opts.say(n)
@@ -350,6 +357,15 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     if fenced is not None:
         raise fenced
     return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed)
+
+
+def _restore_outcomes(store: Store, run: RunRow, ctx: RunContext, core: SchedulerCore) -> None:
+    """Give the core the outcomes of finished jobs that conditions and loops read (they are not journaled)."""
+    if not core.want:
+        return
+    for i, _job, state, attempt, _ex, code, *_rest in store.job_rows(run.id):
+        if i in core.want and state in (JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT) and attempt:
+            core.outcomes[i] = {"exit_code": code, "result": ctx.result_of(core.ids[i], attempt)}
 
 
 def _lost_epoch(store: Store, run: RunRow, epoch: int) -> Fenced | None:

@@ -33,6 +33,7 @@ from wloadctl.core.events import (
 from wloadctl.core.states import JobState
 from wloadctl.errors import StoreError, WloadError
 from wloadctl.ipc import protocol as P
+from wloadctl.paths import append_ids
 from wloadctl.procs.control import ControlDesk
 from wloadctl.procs.recovery import ResultSweeper
 from wloadctl.procs.runctx import RunContext
@@ -282,11 +283,16 @@ class SchedulerLoop:
         for c in cmds:
             if isinstance(c, Persist):
                 # The journal first: nothing below may be visible before this commits.
+                ids = self.core.ids
+                added = [(ids[parent], first, items, ids[first : first + len(items)])
+                         for parent, first, items in c.added]
                 try:
-                    self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch)
+                    self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added)
                 except StoreError:
                     self._raise_if_fenced()
                     raise
+                if added:
+                    self._announce_instances(added)
                 self.changes.extend((t[0], t[2]) for t in c.transitions)
                 self.ctx.events.transitions(c.transitions, self.core.ids)
                 if self.watch is not None:
@@ -303,6 +309,12 @@ class SchedulerLoop:
                 self.desk.reply(c)
             elif isinstance(c, RunFinished):
                 self.finished = c
+
+    def _announce_instances(self, added: list[tuple[str, int, tuple[str, ...], list[str]]]) -> None:
+        """New loop instances: readers of the id list see them, the event log says so."""
+        append_ids(self.ctx.state_dir, self.ctx.run.run_id, [j for a in added for j in a[3]])
+        for parent, first, items, _ids in added:
+            self.ctx.events.emit("for_each_expanded", job=parent, items=len(items), first_index=first)
 
     def _place(self) -> None:
         """Turn dispatches into task records, writing shell payloads into the arena."""
