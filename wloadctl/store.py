@@ -6,13 +6,14 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from wloadctl.errors import StoreError
+from wloadctl.turns import JobColumns, pack_turn, unpack_turn
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DB_NAME = "journal.db"
 
 _SCHEMA = """
@@ -60,6 +61,20 @@ CREATE TABLE IF NOT EXISTS transitions (
     cause TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS transitions_job ON transitions (run, idx);
+CREATE TABLE IF NOT EXISTS plans (
+    run INTEGER PRIMARY KEY,
+    text TEXT NOT NULL,
+    blob TEXT
+);
+CREATE TABLE IF NOT EXISTS turns (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    recs BLOB NOT NULL,
+    causes TEXT NOT NULL,
+    reasons TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_run ON turns (run, seq);
 CREATE TABLE IF NOT EXISTS actions (
     seq INTEGER PRIMARY KEY,
     run INTEGER NOT NULL,
@@ -91,7 +106,6 @@ CREATE TABLE IF NOT EXISTS alerts (
 );
 """
 
-_TERMINAL_STATES = (4, 5, 6, 9, 10, 11)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +157,18 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
             "CREATE TABLE IF NOT EXISTS expansions (seq INTEGER PRIMARY KEY, run INTEGER NOT NULL,"
             " job_id TEXT NOT NULL, first_idx INTEGER NOT NULL, items TEXT NOT NULL)"
         )
+    if version < 4:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS turns (seq INTEGER PRIMARY KEY, run INTEGER NOT NULL, n INTEGER NOT NULL,"
+            " recs BLOB NOT NULL, causes TEXT NOT NULL, reasons TEXT NOT NULL)"
+        )
+        conn.execute("CREATE INDEX IF NOT EXISTS turns_run ON turns (run, seq)")
+        # A run's row is rewritten at every lease renewal: the plan (megabytes) moves out of it.
+        conn.execute("CREATE TABLE IF NOT EXISTS plans (run INTEGER PRIMARY KEY, text TEXT NOT NULL, blob TEXT)")
+        conn.execute("INSERT OR IGNORE INTO plans (run, text, blob) SELECT id, plan_text, plan_blob FROM runs")
+        conn.execute("UPDATE runs SET plan_text = '', plan_blob = NULL")
+        # Job rows already hold where the old transitions led; the old transitions stay
+        # readable (history) in their own table, and new turns number on after them.
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -157,6 +183,10 @@ class Store:
         """The open connection (owned by this object)."""
         self.readonly = readonly
         """Opened for reading only."""
+        self._columns: dict[int, JobColumns] = {}
+        """Job rows per run as last replayed (see columns)."""
+        self._has_turns = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'turns'").fetchone() is not None
 
     @classmethod
     def open(cls, state_dir: str | Path, *, create: bool = True, readonly: bool = False, sync: str = "FULL") -> Store:
@@ -257,9 +287,11 @@ class Store:
                 "INSERT INTO runs (run_id, plan_name, plan_path, plan_digest, plan_text, business_date, started,"
                 " status, settings)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                (run_id, plan_name, plan_path, plan_digest, plan_text, business_date, now, settings),
+                (run_id, plan_name, plan_path, plan_digest, "", business_date, now, settings),
             )
             rid = cur.lastrowid
+            # The plan lives in its own row: the run's row is rewritten at every lease renewal.
+            c.execute("INSERT INTO plans (run, text) VALUES (?, ?)", (rid, plan_text))
             c.executemany(
                 "INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", ((rid, i, j) for i, j in enumerate(job_ids))
             )
@@ -289,39 +321,33 @@ class Store:
 
     def plan_text(self, run: int) -> str:
         """The plan text as loaded at the run's start."""
-        return str(self.conn.execute("SELECT plan_text FROM runs WHERE id = ?", (run,)).fetchone()[0])
+        row = self.conn.execute("SELECT text FROM plans WHERE run = ?", (run,)).fetchone() if self._has_turns \
+            else None
+        if row is None:
+            row = self.conn.execute("SELECT plan_text FROM runs WHERE id = ?", (run,)).fetchone()
+        return str(row[0])
 
     def plan_blob(self, run: int) -> str | None:
         """The plan as loaded, in its compact encoded form (None for journals written before it existed)."""
-        row = self.conn.execute("SELECT plan_blob FROM runs WHERE id = ?", (run,)).fetchone()
+        row = self.conn.execute("SELECT blob FROM plans WHERE run = ?", (run,)).fetchone() if self._has_turns \
+            else None
+        if row is None:
+            row = self.conn.execute("SELECT plan_blob FROM runs WHERE id = ?", (run,)).fetchone()
         return row[0] if row else None
 
     def set_plan_blob(self, run: int, blob: str) -> None:
         """Keep the plan's encoded form beside its text."""
-        self.conn.execute("UPDATE runs SET plan_blob = ? WHERE id = ?", (blob, run))
+        self.conn.execute("UPDATE plans SET blob = ? WHERE run = ?", (blob, run))
 
     def replace_plan(self, run: int, digest: str, text: str, path: str, new_job_ids: Sequence[tuple[int, str]]) -> None:
         """Accept a changed plan on resume: store its text and add rows for its new jobs."""
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         c.execute(
-            "UPDATE runs SET plan_digest = ?, plan_text = ?, plan_path = ? WHERE id = ?", (digest, text, path, run)
+            "UPDATE runs SET plan_digest = ?, plan_path = ? WHERE id = ?", (digest, path, run)
         )
+        c.execute("UPDATE plans SET text = ?, blob = NULL WHERE run = ?", (text, run))
         c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", ((run, i, j) for i, j in new_job_ids))
-        c.execute("COMMIT")
-
-    def reindex_jobs(self, run: int, mapping: Sequence[tuple[int, int]]) -> None:
-        """Renumber job rows (old idx -> new idx) when a changed plan reorders jobs."""
-        c = self.conn
-        c.execute("BEGIN IMMEDIATE")
-        c.executemany(
-            "UPDATE jobs SET idx = -1 - ? WHERE run = ? AND idx = ?", ((new, run, old) for old, new in mapping)
-        )
-        c.execute("UPDATE jobs SET idx = -1 - idx WHERE run = ? AND idx < 0", (run,))
-        c.executemany(
-            "UPDATE transitions SET idx = -1 - ? WHERE run = ? AND idx = ?", ((new, run, old) for old, new in mapping)
-        )
-        c.execute("UPDATE transitions SET idx = -1 - idx WHERE run = ? AND idx < 0", (run,))
         c.execute("COMMIT")
 
     def begin_epoch(self, run: int, pid: int, lease: float, expect_epoch: int | None = None) -> int:
@@ -377,45 +403,80 @@ class Store:
 
     def job_states(self, run: int) -> list[tuple[int, int, int]]:
         """(index, state, attempt) of every job not in its initial state."""
-        return list(
-            self.conn.execute(
-                "SELECT idx, state, attempt FROM jobs WHERE run = ? AND (state != 0 OR attempt != 0) ORDER BY idx",
-                (run,),
-            )
-        )
+        cols = self.columns(run)
+        cols.grow(len(self.job_ids(run)))
+        state, attempt = cols.state, cols.attempt
+        return [(i, state[i], attempt[i]) for i in range(len(state)) if state[i] or attempt[i]]
 
     def job_rows(self, run: int, exclude_states: Sequence[int] = (), limit: int = -1) -> list[tuple]:
         """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job."""
-        cond = f" AND state NOT IN ({','.join(str(int(x)) for x in exclude_states)})" if exclude_states else ""
-        return list(
-            self.conn.execute(
-                "SELECT idx, job_id, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
-                " WHERE run = ?" + cond + " ORDER BY idx LIMIT ?",
-                (run, limit),
-            )
-        )
+        cols = self.columns(run)
+        ids = self.job_ids(run)
+        cols.grow(len(ids))
+        skip = set(exclude_states)
+        out = []
+        state = cols.state
+        for i, jid in enumerate(ids):
+            if state[i] in skip:
+                continue
+            if 0 <= limit <= len(out):
+                break
+            out.append(cols.row(i, jid))
+        return out
 
     def state_counts(self, run: int) -> list[tuple[int, int]]:
         """(state, number of jobs) of a run."""
-        return list(self.conn.execute("SELECT state, count(*) FROM jobs WHERE run = ? GROUP BY state", (run,)))
+        cols = self.columns(run)
+        cols.grow(len(self.job_ids(run)))
+        state = cols.state
+        return [(s, state.count(s)) for s in sorted(set(state))]
 
     def job_row(self, run: int, job_id: str) -> tuple | None:
         """One job's row (see job_rows)."""
-        return self.conn.execute(
-            "SELECT idx, job_id, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
-            " WHERE run = ? AND job_id = ?",
-            (run, job_id),
-        ).fetchone()
+        found = self.conn.execute("SELECT idx FROM jobs WHERE run = ? AND job_id = ?", (run, job_id)).fetchone()
+        if found is None:
+            return None
+        cols = self.columns(run)
+        cols.grow(found[0] + 1)
+        return cols.row(found[0], job_id)
+
+    def columns(self, run: int) -> JobColumns:
+        """Every job's row of a run as columns: the stored rows, then every turn journaled since.
+
+        Kept between calls and brought up to date with only the turns written since the last one.
+        """
+        cached = self._columns.get(run)
+        if cached is None:
+            n = self.conn.execute("SELECT count(*) FROM jobs WHERE run = ?", (run,)).fetchone()[0]
+            cached = JobColumns(n)
+            for i, st, att, ex, code, started, ended, reason in self.conn.execute(
+                    "SELECT idx, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
+                    " WHERE run = ? AND (state != 0 OR attempt != 0)", (run,)):
+                cached.set_row(i, st, att, ex, code, started, ended, reason)
+            self._columns[run] = cached
+        for turn in self._turns(run, cached.seq):
+            cached.apply(turn)
+        return cached
+
+    def _turns(self, run: int, after: int) -> Iterator[list[tuple]]:
+        """The records of each turn of a run with a transition after `after`, oldest first."""
+        if not self._has_turns:
+            return  # a journal no scheduler of this version has written to (read-only)
+        for first, recs, causes, reasons in self.conn.execute(
+                "SELECT seq, recs, causes, reasons FROM turns WHERE run = ? AND seq + n > ? ORDER BY seq",
+                (run, after)):
+            yield [r for r in unpack_turn(first, recs, causes, reasons) if r[0] > after]
 
     def transitions_of(self, run: int, idx: int) -> list[tuple]:
         """(from, to, attempt, ts, executor, exit_code, reason, cause) of one job, in order."""
-        return list(
+        old = list(
             self.conn.execute(
                 "SELECT from_state, to_state, attempt, ts, executor, exit_code, reason, cause FROM transitions"
                 " WHERE run = ? AND idx = ? ORDER BY seq",
                 (run, idx),
             )
         )
+        return old + [r[2:] for turn in self._turns(run, 0) for r in turn if r[1] == idx]
 
     def transitions_since(self, run: int, seq: int, limit: int = 100_000) -> list[tuple]:
         """(seq, idx, from, to, attempt, ts, executor, exit_code, reason) after `seq`, oldest first.
@@ -423,16 +484,25 @@ class Store:
         Readers (the console) follow a live run with this instead of re-reading every job.
         """
         # `+run` keeps SQLite on the rowid range (seq) instead of the (run, idx) index and a sort.
-        return list(
+        out = list(
             self.conn.execute(
                 "SELECT seq, idx, from_state, to_state, attempt, ts, executor, exit_code, reason FROM transitions"
                 " WHERE seq > ? AND +run = ? ORDER BY seq LIMIT ?",
                 (seq, run, limit),
             )
         )
+        for turn in self._turns(run, seq):
+            out.extend(r[:9] for r in turn)
+            if len(out) >= limit:
+                break
+        return out[:limit]
 
     def last_seq(self, run: int) -> int:
         """Sequence number of the run's latest transition (0 if none)."""
+        row = self.conn.execute("SELECT max(seq + n - 1) FROM turns WHERE run = ?", (run,)).fetchone() \
+            if self._has_turns else (None,)
+        if row[0] is not None:
+            return int(row[0])
         row = self.conn.execute("SELECT max(seq) FROM transitions WHERE +run = ?", (run,)).fetchone()
         return int(row[0] or 0)
 
@@ -449,22 +519,7 @@ class Store:
         """
         if not transitions and not added:
             return
-        last: dict[int, list] = {}
-        for t in transitions:
-            i, _f, to, att, ts, ex, code, reason, _c = t
-            row = last.get(i)
-            if row is None:
-                row = last[i] = [to, att, ex, code, reason, None, None, i]
-            else:
-                row[0], row[1], row[4] = to, att, reason or row[4]
-                if ex >= 0:
-                    row[2] = ex
-                if code is not None:
-                    row[3] = code
-            if to == 3:
-                row[5] = ts
-            elif to in _TERMINAL_STATES:
-                row[6] = ts
+        recs, causes, reasons = pack_turn(transitions)
         c = self.conn
         try:
             c.execute("BEGIN IMMEDIATE")
@@ -478,19 +533,13 @@ class Store:
                           (run, parent, first, json.dumps(list(items))))
                 c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)",
                               ((run, first + k, j) for k, j in enumerate(ids)))
-            c.executemany(
-                "INSERT INTO transitions (run, idx, from_state, to_state, attempt, ts, executor, exit_code, reason,"
-                " cause)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                ((run, *t) for t in transitions),
-            )
-            c.executemany(
-                "UPDATE jobs SET state = ?1, attempt = ?2, executor = CASE WHEN ?3 >= 0 THEN ?3 ELSE executor END,"
-                " exit_code = coalesce(?4, exit_code), reason = ?5, started = coalesce(?6, started),"
-                " ended = CASE WHEN ?1 IN (4,5,6,9,10,11) THEN coalesce(?7, ended) ELSE NULL END"
-                " WHERE run = ?8 AND idx = ?9",
-                ((r[0], r[1], r[2], r[3], r[4], r[5], r[6], run, r[7]) for r in last.values()),
-            )
+            if transitions:
+                # Turns number on from the last transition of any run in this journal.
+                top = c.execute("SELECT seq + n FROM turns ORDER BY seq DESC LIMIT 1").fetchone()
+                if top is None:
+                    top = c.execute("SELECT coalesce(max(seq), 0) + 1 FROM transitions").fetchone()
+                c.execute("INSERT INTO turns (seq, run, n, recs, causes, reasons) VALUES (?, ?, ?, ?, ?, ?)",
+                          (top[0], run, len(transitions), recs, causes, reasons))
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             if c.in_transaction:

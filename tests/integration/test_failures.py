@@ -6,7 +6,6 @@ import itertools
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.integration.helpers import (
     status,
     wait_for,
 )
+from wloadctl.store import Store
 
 pytestmark = pytest.mark.ipc
 
@@ -138,11 +138,13 @@ def test_a_critical_job_queued_behind_1000_low_jobs_on_one_slot_starts_next(
     sd = tmp_path / "sd"
     p = cli("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "1", "--json")
     assert p.returncode == 0, p.stderr
-    con = sqlite3.connect(sd / "journal.db")
-    ids = {i: j for i, j in con.execute("SELECT idx, job_id FROM jobs")}
-    queued = [ids[i] for i, to in con.execute("SELECT idx, to_state FROM transitions ORDER BY seq") if to == 2]
-    gate_done = [ids[i] for i, to in con.execute(
-        "SELECT idx, to_state FROM transitions ORDER BY seq") if to in (2, 4)]
+    with Store.open(sd, readonly=True) as st:
+        run = st.latest_run()
+        assert run is not None
+        ids = dict(enumerate(st.job_ids(run.id)))
+        rows = st.transitions_since(run.id, 0)
+    queued = [ids[r[1]] for r in rows if r[3] == 2]
+    gate_done = [ids[r[1]] for r in rows if r[3] in (2, 4)]
     after_gate = gate_done[gate_done.index("gate", gate_done.index("gate") + 1) + 1:]
     assert after_gate[0] == "urgent", after_gate[:3]
     assert queued[0] == "gate"

@@ -23,6 +23,7 @@ from tests.integration.helpers import (
     status,
     wait_for,
 )
+from wloadctl.store import Store
 
 pytestmark = pytest.mark.ipc
 
@@ -161,9 +162,14 @@ def test_journal_records_every_transition_before_its_effect(tmp_path: Path, no_i
     cli("run", str(plan), "--state-dir", str(sd))
     con = sqlite3.connect(sd / "journal.db")
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    rows = con.execute("SELECT idx, to_state, ts FROM transitions ORDER BY seq").fetchall()
-    a_done = next(ts for idx, to, ts in rows if idx == 0 and to == 4)
-    b_ready = next(ts for idx, to, ts in rows if idx == 1 and to == 1)
+    con.close()
+    with Store.open(sd, readonly=True) as st:
+        run = st.latest_run()
+        assert run is not None
+        rows = st.transitions_since(run.id, 0)
+    a_done = next(ts for _seq, idx, _f, to, _a, ts, *_ in rows if idx == 0 and to == 4)
+    b_ready = next(ts for _seq, idx, _f, to, _a, ts, *_ in rows if idx == 1 and to == 1)
     assert a_done <= b_ready
-    seqs = [r[0] for r in con.execute("SELECT seq FROM transitions WHERE idx = 1 ORDER BY seq")]
+    seqs = [r[0] for r in rows if r[1] == 1]
+    assert seqs == sorted(seqs)
     assert len(seqs) == 4

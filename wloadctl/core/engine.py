@@ -43,6 +43,10 @@ _OK, _FAIL, _TO, _RW = int(S.SUCCEEDED), int(S.FAILED), int(S.TIMED_OUT), int(S.
 _HELD, _SKIP, _CANC, _UPF = int(S.HELD), int(S.SKIPPED), int(S.CANCELLED), int(S.UPSTREAM_FAILED)
 _TERMINAL = bytes(1 if JobState(s) in TERMINAL else 0 for s in range(_N))
 _MASK = (1 << 32) - 1
+_GATE_READY = 1
+"""gate bit: an `if` or a loop over output decides what happens when the job has nothing left to wait for."""
+_GATE_EXIT = 2
+"""gate bit: the job's exit needs more than the bulk path (resources to free, a result someone reads, until)."""
 _PRIO_BIAS = 1 << 20
 FAIR_SCAN = 256
 """Ready jobs looked at per pick to find each group's most urgent one (fair share only)."""
@@ -103,6 +107,15 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         self._build_edges(specs)
         self._build_conditions(specs)
         self._build_loops(specs)
+        self.gate = bytearray(n)
+        """Per job, the _GATE_* bits of the paths that must look at it (0 for most jobs)."""
+        for i in self.conds.keys() | self.loops.keys():
+            self.gate[i] |= _GATE_READY
+        for i in self.want | self.untils.keys():
+            self.gate[i] |= _GATE_EXIT
+        for i, j in enumerate(specs):
+            if j.resources:
+                self.gate[i] |= _GATE_EXIT
         self.counts = [0] * _N
         """Jobs per state value."""
         self.counts[_W] = n
@@ -315,25 +328,29 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
     def _on_finished(self, ev: JobsFinishedEvent) -> None:
         """Plain exits in bulk (the common case at scale): successes take a fast path."""
         state, attempt, counts, tx_append = self.state, self.attempt, self.counts, self._tx.append
-        executor, tier, in_use, specs = self.executor, self.tier, self.tiers.in_use, self.specs
+        executor, tier, in_use, gate = self.executor, self.tier, self.tiers.in_use, self.gate
         kill_reason, now, cause = self.kill_reason, ev.now, ev.cause_id
+        done: list[int] = []
+        ok = 0
         for i, att, ex, code in ev.results:
             st = state[i]
             if attempt[i] != att or (st != _Q and st != _RUN):
                 continue  # stale or repeated: this attempt's end is already recorded
-            if code != 0 or specs[i].resources or i in kill_reason or i in self.want:
+            if code != 0 or gate[i] & _GATE_EXIT or (kill_reason and i in kill_reason):
                 self._on_exit(JobExitedEvent(i, att, ex, code, now, cause_id=cause))
                 continue
-            self.busy -= 1
             in_use[tier[i]] -= 1
             executor[i] = -1
             # QUEUED/RUNNING -> SUCCEEDED is always legal: the hot path skips the table lookup.
             state[i] = _OK
             counts[st] -= 1
-            counts[_OK] += 1
+            ok += 1
             tx_append((i, st, _OK, att, now, ex, 0, "", cause))
-            self._resolve(i)
-
+            done.append(i)
+        self.busy -= ok
+        counts[_OK] += ok
+        if done:
+            self._resolve_many(done)
     def _on_exit(self, ev: JobExitedEvent) -> None:
         i = ev.job
         st = self.state[i]
@@ -406,14 +423,44 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
 
     def _resolve(self, i: int) -> None:
         """Job i reached a terminal state: update its dependents' counters, cascading without recursion."""
+        self._resolve_many([i])
+
+    def _resolve_many(self, roots: list[int]) -> None:
+        """Jobs that reached a terminal state: update their dependents' counters, cascading without recursion.
+
+        A success whose edges are all plain (the common case) takes a tight loop; anything
+        else (a failure, a skip, a dependency kind, a gated dependent) the general one.
+        """
         state, unmet, block, down, start = self.state, self.unmet, self.block, self.down, self.down_start
-        kinds = self.down_kind
+        kinds, gate = self.down_kind, self.gate
         counts, attempt, now, cause = self.counts, self.attempt, self.now, self._cause
         tx_append, ready, key_base, heappush = self._tx.append, self.ready, self.key_base, heapq.heappush
-        stack = [i]
+        stack = roots
+        made_ready = 0
         while stack:
             u = stack.pop()
             su = state[u]
+            if su == _OK and kinds is None and not self.cancelled:
+                for pos in range(start[u], start[u + 1]):
+                    d = down[pos]
+                    sd = state[d]
+                    if sd != _W:
+                        if sd == _HELD:
+                            unmet[d] -= 1  # a success changes nothing else for a held job
+                        continue
+                    left = unmet[d] - 1
+                    unmet[d] = left
+                    if left or block[d]:
+                        continue
+                    if gate[d] & _GATE_READY:
+                        self._gated_ready(d, stack)
+                        continue
+                    # WAITING -> READY is always legal: the hot path skips the table lookup.
+                    state[d] = _R
+                    made_ready += 1
+                    tx_append((d, _W, _R, attempt[d], now, -1, None, "", cause))
+                    heappush(ready, key_base[d] | d)
+                continue
             branch = su == _SKIP and u in self.branch_skipped
             ok = su == _OK or (su == _SKIP and not branch)
             failed = su == _FAIL or su == _TO
@@ -445,22 +492,29 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                     if self.cancelled:
                         self.set_state(d, _CANC, reason="run cancelled")
                         continue
-                    if d in self.conds:
-                        holds, why = self.condition_holds(d)
-                        if not holds:
-                            self.branch_skipped.add(d)
-                            self.set_state(d, _SKIP, reason=why)
-                            stack.append(d)
-                            continue
-                    if d in self.loops:
-                        self._reach_loop(d)
+                    if gate[d] & _GATE_READY:
+                        self._gated_ready(d, stack)
                         continue
-                    # WAITING -> READY is always legal: the hot path skips the table lookup.
                     state[d] = _R
-                    counts[_W] -= 1
-                    counts[_R] += 1
+                    made_ready += 1
                     tx_append((d, _W, _R, attempt[d], now, -1, None, "", cause))
                     heappush(ready, key_base[d] | d)
+        counts[_W] -= made_ready
+        counts[_R] += made_ready
+
+    def _gated_ready(self, d: int, stack: list[int]) -> None:
+        """Job d has nothing left to wait for, but an `if` or a loop over output decides what happens to it."""
+        if d in self.conds:
+            holds, why = self.condition_holds(d)
+            if not holds:
+                self.branch_skipped.add(d)
+                self.set_state(d, _SKIP, reason=why)
+                stack.append(d)
+                return
+        if d in self.loops:
+            self._reach_loop(d)
+            return
+        self._make_ready(d)
 
     def recompute(self, d: int) -> None:
         """Recount job d's unmet dependencies and blocks from its upstreams' current states."""

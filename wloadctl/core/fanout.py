@@ -138,6 +138,7 @@ class FanOutMixin:
         if self.group_of is not None:
             self.group_of.append(self.group_of[parent])
         self.counts[C.W] += 1
+        self.gate.append(2 if spec.until or spec.resources else 0)  # engine._GATE_EXIT
         if spec.until:
             self.untils[k] = parse_condition(spec.until)
             self.want.add(k)

@@ -1,0 +1,124 @@
+"""The journal: turns of packed transitions, the job rows they add up to, journals of older versions."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from wloadctl.errors import StoreError
+from wloadctl.store import Store
+from wloadctl.turns import JobColumns, pack_turn, unpack_turn
+
+W, R, Q, RUN, OK, FAIL, RW, HELD = 0, 1, 2, 3, 4, 5, 7, 8
+
+
+def new_run(st: Store, ids: list[str], run_id: str = "r1"):  # type: ignore[no-untyped-def]
+    return st.create_run(run_id, "p", "p.yaml", "d", "text", ids, "2026-11-30", 100.0)
+
+
+def test_a_turn_packs_and_unpacks_every_field() -> None:
+    tx = [(0, W, R, 0, 1.5, -1, None, "", "start"), (7, RUN, FAIL, 2, 2.25, 1, -9, "killed by signal 9", "turn-3"),
+          (70000, Q, OK, 65536, 3.0, 3, 0, "", "turn-3")]
+    recs, causes, reasons = pack_turn(tx)
+    assert len(recs) == 3 * 26
+    back = list(unpack_turn(10, recs, causes, reasons))
+    assert back == [(10 + k, *t[:4], t[4], t[5], t[6], t[7], t[8]) for k, t in enumerate(tx)]
+
+
+def test_job_rows_follow_the_turns(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ["a", "b", "c"])
+        st.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "start"),
+                               (0, R, Q, 1, 1.0, -1, None, "", "start")])
+        st.write_turn(run.id, [(0, Q, RUN, 1, 2.0, 1, None, "", "t1"),
+                               (1, W, HELD, 0, 2.0, -1, None, "held: op", "op")])
+        st.write_turn(run.id, [(0, RUN, RW, 1, 3.0, 1, 2, "exit status 2; retry 1/1 in 1.0s", "t2")])
+        rows = {r[1]: r for r in st.job_rows(run.id)}
+        assert rows["a"] == (0, "a", RW, 1, 1, 2, 2.0, None, "exit status 2; retry 1/1 in 1.0s")
+        assert rows["b"][2] == HELD and rows["b"][8] == "held: op"
+        assert rows["c"] == (2, "c", W, 0, -1, None, None, None, "")
+        st.write_turn(run.id, [(0, RW, R, 1, 4.0, -1, None, "", "timer"), (0, R, Q, 2, 4.0, -1, None, "", "timer"),
+                               (0, Q, RUN, 2, 4.5, 0, None, "", "t3"), (0, RUN, OK, 2, 5.0, 0, 0, "", "t3")])
+        # the reason of a turn without one is cleared; started is the last start, ended the end
+        assert st.job_row(run.id, "a") == (0, "a", OK, 2, 0, 0, 4.5, 5.0, "")
+        assert dict(st.state_counts(run.id)) == {W: 1, OK: 1, HELD: 1}
+        assert st.job_states(run.id) == [(0, OK, 2), (1, HELD, 0)]
+        assert st.job_rows(run.id, exclude_states=(OK,), limit=1) == [st.job_row(run.id, "b")]
+        hist = st.transitions_of(run.id, 0)
+        assert [h[1] for h in hist] == [R, Q, RUN, RW, R, Q, RUN, OK]
+        assert hist[3][5:] == (2, "exit status 2; retry 1/1 in 1.0s", "t2")
+        since = st.transitions_since(run.id, 3, limit=3)
+        assert [s[0] for s in since] == [4, 5, 6] and since[0][1:4] == (1, W, HELD)
+        assert st.last_seq(run.id) == 9
+    # a reader in another process sees the same rows
+    with Store.open(tmp_path, readonly=True) as ro:
+        assert ro.job_row(run.id, "a") == (0, "a", OK, 2, 0, 0, 4.5, 5.0, "")
+
+
+def test_runs_share_one_numbering_and_keep_their_own_rows(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as st:
+        r1 = new_run(st, ["x"], "r1")
+        st.write_turn(r1.id, [(0, W, R, 0, 1.0, -1, None, "", "s")])
+        r2 = new_run(st, ["y", "z"], "r2")
+        st.write_turn(r2.id, [(1, W, R, 0, 2.0, -1, None, "", "s"), (1, R, Q, 1, 2.0, -1, None, "", "s")])
+        st.write_turn(r1.id, [(0, R, Q, 1, 3.0, -1, None, "", "s")])
+        assert st.last_seq(r1.id) == 4 and st.last_seq(r2.id) == 3
+        assert st.job_states(r1.id) == [(0, Q, 1)]
+        assert st.job_states(r2.id) == [(1, Q, 1)]
+        assert [s[0] for s in st.transitions_since(r1.id, 0)] == [1, 4]
+
+
+def test_loop_instances_get_rows_in_the_turn_that_made_them(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ["list", "load"])
+        st.write_turn(run.id, [(2, W, R, 0, 1.0, -1, None, "", "t"), (3, W, R, 0, 1.0, -1, None, "", "t")],
+                      added=[("load", 2, ("a", "b"), ["load@a", "load@b"])])
+        assert st.job_ids(run.id) == ["list", "load", "load@a", "load@b"]
+        assert st.expansions(run.id) == [("load", ("a", "b"))]
+        assert [r[2] for r in st.job_rows(run.id)] == [W, W, R, R]
+
+
+def test_a_fenced_writer_writes_nothing(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ["a"])
+        epoch = st.begin_epoch(run.id, 1, 0.0)
+        st.begin_epoch(run.id, 2, 0.0)
+        with pytest.raises(StoreError, match="fenced"):
+            st.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "s")], epoch=epoch)
+        assert st.last_seq(run.id) == 0 and st.job_states(run.id) == []
+
+
+def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ["a", "b"])
+    # Make it look like a version 3 journal: transitions as rows, job rows kept up to date.
+    con = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+    con.execute("DROP TABLE turns")
+    con.execute("UPDATE runs SET plan_text = (SELECT text FROM plans WHERE run = runs.id)")
+    con.execute("DROP TABLE plans")
+    con.executemany("INSERT INTO transitions (run, idx, from_state, to_state, attempt, ts, executor, exit_code,"
+                    " reason, cause) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(run.id, 0, W, R, 0, 1.0, -1, None, "", "s"), (run.id, 0, R, Q, 1, 1.0, -1, None, "", "s"),
+                     (run.id, 0, Q, RUN, 1, 2.0, 0, None, "", "t")])
+    con.execute("UPDATE jobs SET state = ?, attempt = 1, executor = 0, started = 2.0 WHERE idx = 0", (RUN,))
+    con.execute("PRAGMA user_version = 3")
+    con.close()
+    with Store.open(tmp_path, readonly=True) as ro:
+        assert ro.job_row(run.id, "a") == (0, "a", RUN, 1, 0, None, 2.0, None, "")
+        assert ro.plan_text(run.id) == "text"
+        assert ro.last_seq(run.id) == 3
+    with Store.open(tmp_path) as st:
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert st.plan_text(run.id) == "text"
+        st.write_turn(run.id, [(0, RUN, OK, 1, 3.0, 0, 0, "", "t2")])
+        assert st.job_row(run.id, "a") == (0, "a", OK, 1, 0, 0, 2.0, 3.0, "")
+        assert [t[1] for t in st.transitions_of(run.id, 0)] == [R, Q, RUN, OK]
+        assert [s[0] for s in st.transitions_since(run.id, 2)] == [3, 4]
+
+
+def test_columns_grow_for_jobs_added_later() -> None:
+    cols = JobColumns(1)
+    cols.apply([(1, 4, W, R, 0, 1.0, -1, None, "", "s")])
+    assert len(cols.state) == 5 and cols.state[4] == R and cols.executor[3] == -1
