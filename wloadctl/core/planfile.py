@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import gc
 import hashlib
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -18,6 +19,7 @@ from wloadctl.core.plan import JobSpec, Plan, Schedule
 from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
+from wloadctl.core.planlines import JobLines, NotPlain, read_job_lines
 from wloadctl.core.planvalues import (
     FieldError,
     amounts,
@@ -133,8 +135,14 @@ def _load(source: Callable[[], Any], digest: Any, path: str) -> Plan:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        builder = _PlanBuilder(path)
-        plan = builder.build(source)
+        builder: _PlanBuilder | None = _PlanBuilder(path)
+        try:
+            plan = builder.build(source, by_lines=True)  # type: ignore[union-attr]
+        except NotPlain:
+            builder = None
+        if builder is None:
+            builder = _PlanBuilder(path)
+            plan = builder.build(source)
     finally:
         if collecting:
             gc.enable()
@@ -194,9 +202,25 @@ class _PlanBuilder:
         """Record one problem of this plan file."""
         self.sink.append(kind(message, file=self.path, line=line, job=job, hint=hint))
 
-    def build(self, source: Callable[[], Any]) -> Plan | None:
-        """Read and check the plan; None when it cannot be read to the end."""
-        late = self._pass(source(), first=True)
+    def build(self, source: Callable[[], Any], *, by_lines: bool = False) -> Plan | None:
+        """Read and check the plan; None when it cannot be read to the end.
+
+        With `by_lines`, the jobs are read as one-line jobs after the rest of
+        the plan (see planlines), and NotPlain is raised when the plan is not
+        written that way: it must then be read again by a fresh builder.
+        """
+        data = source()
+        try:
+            if by_lines:
+                split = JobLines.split(io.BytesIO(data) if isinstance(data, bytes) else data)
+                if split is None:
+                    raise NotPlain
+                late = self._pass(split.header, first=True, lines=split)
+            else:
+                late = self._pass(data, first=True)
+        finally:
+            if hasattr(data, "close"):
+                data.close()
         if late and not self.failed:
             # `defaults` or `resources` came after `jobs`: read the jobs again
             # under them. Plans written that way are small; generated ones
@@ -266,8 +290,14 @@ class _PlanBuilder:
             self.report(bad.line, bad.message, bad.hint)
             return absent
 
-    def _pass(self, data: Any, *, first: bool) -> bool:
-        """Read the document; returns whether settings came after the jobs."""
+    def _pass(self, data: Any, *, first: bool, lines: JobLines | None = None) -> bool:
+        """Read the document; returns whether settings came after the jobs.
+
+        With `lines`, `data` is the plan up to its `jobs:` line and the jobs
+        are read from `lines`; NotPlain is raised when that split does not
+        hold (the `jobs` key is not that line's, or the text before it is not
+        a plain block mapping).
+        """
         # A second pass only re-reads jobs: the first reported everything else.
         outside: list[WloadError] = self.problems if first else []
         self.sink = outside
@@ -278,6 +308,8 @@ class _PlanBuilder:
         try:
             root = reader.root()
             if not self._root_ok(reader, root):
+                if lines is not None:
+                    raise NotPlain
                 return False
             self._settle()
             next_event = reader.next
@@ -285,6 +317,8 @@ class _PlanBuilder:
                 ev = next_event()
                 if type(ev) is MappingEndEvent:
                     break
+                if lines is not None and self.jobs_reader is not None:
+                    raise NotPlain
                 if type(ev) is not ScalarEvent:
                     line = line_of(ev)
                     reader.node(ev)
@@ -297,6 +331,10 @@ class _PlanBuilder:
                     continue
                 key, line = ev.value, line_of(ev)
                 value_ev = next_event()
+                if lines is not None and key == "jobs" and (
+                    key in self.top or line != lines.line or not _bare(value_ev)
+                ):
+                    raise NotPlain
                 if key in self.top and first:
                     self.report(
                         line,
@@ -309,7 +347,10 @@ class _PlanBuilder:
                     self.jobs_reader = JobsReader(
                         self.fields, self.template, self.report
                     )
-                    self.jobs_reader.read(reader, value_ev, line)
+                    if lines is None:
+                        self.jobs_reader.read(reader, value_ev, line)
+                    else:
+                        read_job_lines(self.jobs_reader, lines.lines(), line)
                     self.sink = outside
                     continue
                 entry = reader.node(value_ev)
@@ -324,7 +365,11 @@ class _PlanBuilder:
                     late = late or "jobs" in self.top
                     self._settle()
             reader.finish()
+            if lines is not None and self.jobs_reader is None:
+                raise NotPlain
         except yaml.YAMLError as err:
+            if lines is not None:
+                raise NotPlain from None
             self.failed = True
             where, text = syntax_line(err)
             self.sink = self.problems
@@ -334,6 +379,8 @@ class _PlanBuilder:
                 "check the indentation and quoting around this line",
             )
         except RecursionError:
+            if lines is not None:
+                raise NotPlain from None
             self.failed = True
             self.sink = self.problems
             self.report(None, "the YAML is nested too deeply to be a plan")
@@ -407,6 +454,17 @@ class _PlanBuilder:
             for more in self.fields.extra:
                 self.report(more.line, f"defaults: {more.message}", more.hint)
             self.fields.extra.clear()
+
+
+def _bare(ev: YamlEvent) -> bool:
+    """Whether `ev` is the empty plain value YAML gives a key with nothing after it."""
+    return (
+        type(ev) is ScalarEvent
+        and ev.value == ""
+        and ev.implicit[0]
+        and ev.anchor is None
+        and ev.tag is None
+    )
 
 
 def _group_weights(entry: Entry) -> dict[str, float]:
