@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import gc
 import hashlib
 import io
@@ -15,17 +14,17 @@ import yaml
 from yaml.events import MappingEndEvent, MappingStartEvent, ScalarEvent
 
 from wloadctl.core.loops import expand_for_each
-from wloadctl.core.plan import JobSpec, Plan, Schedule
+from wloadctl.core.plan import JobSpec, Plan
 from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
-from wloadctl.core.planlines import JobLines, NotPlain, read_job_lines
+from wloadctl.core.planlines import JobLines, NotPlain, bare_value, read_job_lines
+from wloadctl.core.plantop import group_weights, read_schedule, read_timezone
 from wloadctl.core.planvalues import (
     FieldError,
     amounts,
     key_hint,
     mapping,
-    number,
     text_of,
 )
 from wloadctl.core.yamltree import (
@@ -265,15 +264,15 @@ class _PlanBuilder:
             on_failure=self._top_field(
                 "on_failure", lambda e: text_of(e, "on_failure"), None
             ),
-            timezone=self._top_field("timezone", _timezone, None),
+            timezone=self._top_field("timezone", read_timezone, None),
             path=self.path,
             groups=self._groups(jobs.jobs),
-            schedule=self._top_field("schedule", _schedule, None),
+            schedule=self._top_field("schedule", read_schedule, None),
         )
 
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:
         """The fair-share `groups` (name -> weight); every job's group must be one of them."""
-        groups: dict[str, float] = self._top_field("groups", _group_weights, {})
+        groups: dict[str, float] = self._top_field("groups", group_weights, {})
         for j in jobs.values():
             if j.group is not None and j.group not in groups:
                 self.report(j.line, f"job '{j.id}': group '{j.group}' is not declared under groups",
@@ -332,7 +331,7 @@ class _PlanBuilder:
                 key, line = ev.value, line_of(ev)
                 value_ev = next_event()
                 if lines is not None and key == "jobs" and (
-                    key in self.top or line != lines.line or not _bare(value_ev)
+                    key in self.top or line != lines.line or not bare_value(value_ev)
                 ):
                     raise NotPlain
                 if key in self.top and first:
@@ -454,81 +453,3 @@ class _PlanBuilder:
             for more in self.fields.extra:
                 self.report(more.line, f"defaults: {more.message}", more.hint)
             self.fields.extra.clear()
-
-
-def _bare(ev: YamlEvent) -> bool:
-    """Whether `ev` is the empty plain value YAML gives a key with nothing after it."""
-    return (
-        type(ev) is ScalarEvent
-        and ev.value == ""
-        and ev.implicit[0]
-        and ev.anchor is None
-        and ev.tag is None
-    )
-
-
-def _group_weights(entry: Entry) -> dict[str, float]:
-    """`groups`: group name -> positive weight."""
-    out: dict[str, float] = {}
-    for name, item in mapping(entry, "groups").items():
-        out[name] = number(item, f"weight of group {name}", 0.0)
-        if out[name] <= 0:
-            raise FieldError(f"weight of group {name} must be positive", item[1])
-    return out
-
-
-def _schedule(entry: Entry) -> Schedule:
-    """`schedule`: {cron, business_days, holidays}."""
-    from wloadctl.core.calendar import WEEKDAYS, valid_cron
-
-    fields = mapping(entry, "schedule")
-    for key in fields:
-        if key not in ("cron", "business_days", "holidays"):
-            raise FieldError(f"unknown key '{key}' in schedule", fields[key][1], "keys: cron, business_days, holidays")
-    if "cron" not in fields:
-        raise FieldError("schedule needs a cron expression", entry[1], "write cron: '30 18 * * 1-5'")
-    cron = text_of(fields["cron"], "cron")
-    if not valid_cron(cron):
-        raise FieldError(f"'{cron}' is not a cron expression", fields["cron"][1],
-                         "five fields: minute hour day-of-month month day-of-week")
-    days: tuple[int, ...] = (0, 1, 2, 3, 4)
-    if "business_days" in fields:
-        raw = fields["business_days"]
-        if type(raw[0]) is not list:
-            raise FieldError("business_days must be a list of weekdays", raw[1], "write [mon, tue, wed, thu, fri]")
-        picked = []
-        for item in raw[0]:
-            name = str(item[0]).lower()[:3]
-            if name not in WEEKDAYS:
-                raise FieldError(f"'{item[0]}' is not a weekday", item[1], ", ".join(WEEKDAYS))
-            picked.append(WEEKDAYS.index(name))
-        days = tuple(sorted(set(picked)))
-    holidays: list[str] = []
-    if "holidays" in fields:
-        raw = fields["holidays"]
-        if type(raw[0]) is not list:
-            raise FieldError("holidays must be a list of dates", raw[1], "write [2026-12-25, 2027-01-01]")
-        for item in raw[0]:
-            text = str(item[0])
-            try:
-                holidays.append(dt.date.fromisoformat(text).isoformat())
-            except ValueError:
-                raise FieldError(f"holiday '{text}' is not a date", item[1], "write YYYY-MM-DD") from None
-    return Schedule(cron, days, tuple(holidays))
-
-
-def _timezone(entry: Entry) -> str:
-    """A `timezone` that the system's zone database knows."""
-    # zoneinfo reads the zone database from disk: this is the core's one file reader.
-    import zoneinfo
-
-    zone = text_of(entry, "timezone")
-    try:
-        zoneinfo.ZoneInfo(zone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise FieldError(
-            f"unknown time zone '{zone}'",
-            entry[1],
-            "use an IANA name such as Europe/London or America/New_York",
-        ) from None
-    return zone

@@ -18,9 +18,11 @@ import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from yaml.events import ScalarEvent
+
 from wloadctl.core.planfields import SLA_NAMES
 from wloadctl.core.planjobs import MAKE_SPEC, SLOT, JobsReader
-from wloadctl.core.yamltree import Entry, resolve_plain
+from wloadctl.core.yamltree import Entry, YamlEvent, resolve_plain
 
 _CHUNK = 1 << 20
 """Bytes read from the plan at a time."""
@@ -285,3 +287,14 @@ def _job_items(jobs: JobsReader, jid: str, line: int, body: str) -> None:
         jobs.add(jid, line, vals, deps, [line] * len(deps))
     else:
         jobs.add(jid, line, vals, *(deps or (None, None)))
+
+
+def bare_value(ev: YamlEvent) -> bool:
+    """Whether `ev` is the empty plain value YAML gives a key with nothing after it."""
+    return (
+        type(ev) is ScalarEvent
+        and ev.value == ""
+        and ev.implicit[0]
+        and ev.anchor is None
+        and ev.tag is None
+    )
