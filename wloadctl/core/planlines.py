@@ -24,7 +24,7 @@ from wloadctl.core.planfields import SLA_NAMES
 from wloadctl.core.planjobs import MAKE_SPEC, SLOT, JobsReader
 from wloadctl.core.yamltree import Entry, YamlEvent, resolve_plain
 
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16
 """Bytes read from the plan at a time."""
 _HEADER_LIMIT = 1 << 26
 """The most text read looking for the `jobs:` line."""
