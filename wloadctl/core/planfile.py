@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import gc
 import hashlib
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -14,16 +14,17 @@ import yaml
 from yaml.events import MappingEndEvent, MappingStartEvent, ScalarEvent
 
 from wloadctl.core.loops import expand_for_each
-from wloadctl.core.plan import JobSpec, Plan, Schedule
+from wloadctl.core.plan import JobSpec, Plan
 from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
+from wloadctl.core.planlines import JobLines, NotPlain, bare_value, read_job_lines
+from wloadctl.core.plantop import group_weights, read_schedule, read_timezone
 from wloadctl.core.planvalues import (
     FieldError,
     amounts,
     key_hint,
     mapping,
-    number,
     text_of,
 )
 from wloadctl.core.yamltree import (
@@ -133,8 +134,14 @@ def _load(source: Callable[[], Any], digest: Any, path: str) -> Plan:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        builder = _PlanBuilder(path)
-        plan = builder.build(source)
+        builder: _PlanBuilder | None = _PlanBuilder(path)
+        try:
+            plan = builder.build(source, by_lines=True)  # type: ignore[union-attr]
+        except NotPlain:
+            builder = None
+        if builder is None:
+            builder = _PlanBuilder(path)
+            plan = builder.build(source)
     finally:
         if collecting:
             gc.enable()
@@ -194,9 +201,25 @@ class _PlanBuilder:
         """Record one problem of this plan file."""
         self.sink.append(kind(message, file=self.path, line=line, job=job, hint=hint))
 
-    def build(self, source: Callable[[], Any]) -> Plan | None:
-        """Read and check the plan; None when it cannot be read to the end."""
-        late = self._pass(source(), first=True)
+    def build(self, source: Callable[[], Any], *, by_lines: bool = False) -> Plan | None:
+        """Read and check the plan; None when it cannot be read to the end.
+
+        With `by_lines`, the jobs are read as one-line jobs after the rest of
+        the plan (see planlines), and NotPlain is raised when the plan is not
+        written that way: it must then be read again by a fresh builder.
+        """
+        data = source()
+        try:
+            if by_lines:
+                split = JobLines.split(io.BytesIO(data) if isinstance(data, bytes) else data)
+                if split is None:
+                    raise NotPlain
+                late = self._pass(split.header, first=True, lines=split)
+            else:
+                late = self._pass(data, first=True)
+        finally:
+            if hasattr(data, "close"):
+                data.close()
         if late and not self.failed:
             # `defaults` or `resources` came after `jobs`: read the jobs again
             # under them. Plans written that way are small; generated ones
@@ -241,15 +264,15 @@ class _PlanBuilder:
             on_failure=self._top_field(
                 "on_failure", lambda e: text_of(e, "on_failure"), None
             ),
-            timezone=self._top_field("timezone", _timezone, None),
+            timezone=self._top_field("timezone", read_timezone, None),
             path=self.path,
             groups=self._groups(jobs.jobs),
-            schedule=self._top_field("schedule", _schedule, None),
+            schedule=self._top_field("schedule", read_schedule, None),
         )
 
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:
         """The fair-share `groups` (name -> weight); every job's group must be one of them."""
-        groups: dict[str, float] = self._top_field("groups", _group_weights, {})
+        groups: dict[str, float] = self._top_field("groups", group_weights, {})
         for j in jobs.values():
             if j.group is not None and j.group not in groups:
                 self.report(j.line, f"job '{j.id}': group '{j.group}' is not declared under groups",
@@ -266,8 +289,14 @@ class _PlanBuilder:
             self.report(bad.line, bad.message, bad.hint)
             return absent
 
-    def _pass(self, data: Any, *, first: bool) -> bool:
-        """Read the document; returns whether settings came after the jobs."""
+    def _pass(self, data: Any, *, first: bool, lines: JobLines | None = None) -> bool:
+        """Read the document; returns whether settings came after the jobs.
+
+        With `lines`, `data` is the plan up to its `jobs:` line and the jobs
+        are read from `lines`; NotPlain is raised when that split does not
+        hold (the `jobs` key is not that line's, or the text before it is not
+        a plain block mapping).
+        """
         # A second pass only re-reads jobs: the first reported everything else.
         outside: list[WloadError] = self.problems if first else []
         self.sink = outside
@@ -278,6 +307,8 @@ class _PlanBuilder:
         try:
             root = reader.root()
             if not self._root_ok(reader, root):
+                if lines is not None:
+                    raise NotPlain
                 return False
             self._settle()
             next_event = reader.next
@@ -285,6 +316,8 @@ class _PlanBuilder:
                 ev = next_event()
                 if type(ev) is MappingEndEvent:
                     break
+                if lines is not None and self.jobs_reader is not None:
+                    raise NotPlain
                 if type(ev) is not ScalarEvent:
                     line = line_of(ev)
                     reader.node(ev)
@@ -297,6 +330,10 @@ class _PlanBuilder:
                     continue
                 key, line = ev.value, line_of(ev)
                 value_ev = next_event()
+                if lines is not None and key == "jobs" and (
+                    key in self.top or line != lines.line or not bare_value(value_ev)
+                ):
+                    raise NotPlain
                 if key in self.top and first:
                     self.report(
                         line,
@@ -309,7 +346,10 @@ class _PlanBuilder:
                     self.jobs_reader = JobsReader(
                         self.fields, self.template, self.report
                     )
-                    self.jobs_reader.read(reader, value_ev, line)
+                    if lines is None:
+                        self.jobs_reader.read(reader, value_ev, line)
+                    else:
+                        read_job_lines(self.jobs_reader, lines.lines(), line)
                     self.sink = outside
                     continue
                 entry = reader.node(value_ev)
@@ -324,7 +364,11 @@ class _PlanBuilder:
                     late = late or "jobs" in self.top
                     self._settle()
             reader.finish()
+            if lines is not None and self.jobs_reader is None:
+                raise NotPlain
         except yaml.YAMLError as err:
+            if lines is not None:
+                raise NotPlain from None
             self.failed = True
             where, text = syntax_line(err)
             self.sink = self.problems
@@ -334,6 +378,8 @@ class _PlanBuilder:
                 "check the indentation and quoting around this line",
             )
         except RecursionError:
+            if lines is not None:
+                raise NotPlain from None
             self.failed = True
             self.sink = self.problems
             self.report(None, "the YAML is nested too deeply to be a plan")
@@ -407,70 +453,3 @@ class _PlanBuilder:
             for more in self.fields.extra:
                 self.report(more.line, f"defaults: {more.message}", more.hint)
             self.fields.extra.clear()
-
-
-def _group_weights(entry: Entry) -> dict[str, float]:
-    """`groups`: group name -> positive weight."""
-    out: dict[str, float] = {}
-    for name, item in mapping(entry, "groups").items():
-        out[name] = number(item, f"weight of group {name}", 0.0)
-        if out[name] <= 0:
-            raise FieldError(f"weight of group {name} must be positive", item[1])
-    return out
-
-
-def _schedule(entry: Entry) -> Schedule:
-    """`schedule`: {cron, business_days, holidays}."""
-    from wloadctl.core.calendar import WEEKDAYS, valid_cron
-
-    fields = mapping(entry, "schedule")
-    for key in fields:
-        if key not in ("cron", "business_days", "holidays"):
-            raise FieldError(f"unknown key '{key}' in schedule", fields[key][1], "keys: cron, business_days, holidays")
-    if "cron" not in fields:
-        raise FieldError("schedule needs a cron expression", entry[1], "write cron: '30 18 * * 1-5'")
-    cron = text_of(fields["cron"], "cron")
-    if not valid_cron(cron):
-        raise FieldError(f"'{cron}' is not a cron expression", fields["cron"][1],
-                         "five fields: minute hour day-of-month month day-of-week")
-    days: tuple[int, ...] = (0, 1, 2, 3, 4)
-    if "business_days" in fields:
-        raw = fields["business_days"]
-        if type(raw[0]) is not list:
-            raise FieldError("business_days must be a list of weekdays", raw[1], "write [mon, tue, wed, thu, fri]")
-        picked = []
-        for item in raw[0]:
-            name = str(item[0]).lower()[:3]
-            if name not in WEEKDAYS:
-                raise FieldError(f"'{item[0]}' is not a weekday", item[1], ", ".join(WEEKDAYS))
-            picked.append(WEEKDAYS.index(name))
-        days = tuple(sorted(set(picked)))
-    holidays: list[str] = []
-    if "holidays" in fields:
-        raw = fields["holidays"]
-        if type(raw[0]) is not list:
-            raise FieldError("holidays must be a list of dates", raw[1], "write [2026-12-25, 2027-01-01]")
-        for item in raw[0]:
-            text = str(item[0])
-            try:
-                holidays.append(dt.date.fromisoformat(text).isoformat())
-            except ValueError:
-                raise FieldError(f"holiday '{text}' is not a date", item[1], "write YYYY-MM-DD") from None
-    return Schedule(cron, days, tuple(holidays))
-
-
-def _timezone(entry: Entry) -> str:
-    """A `timezone` that the system's zone database knows."""
-    # zoneinfo reads the zone database from disk: this is the core's one file reader.
-    import zoneinfo
-
-    zone = text_of(entry, "timezone")
-    try:
-        zoneinfo.ZoneInfo(zone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise FieldError(
-            f"unknown time zone '{zone}'",
-            entry[1],
-            "use an IANA name such as Europe/London or America/New_York",
-        ) from None
-    return zone

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from collections import deque
 from collections.abc import Callable
-from itertools import repeat
-from operator import attrgetter, call
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from yaml.events import (
@@ -58,9 +56,10 @@ def spec_maker(cls: type[T]) -> Callable[..., T]:
     A frozen dataclass's __init__ stores each field through object.__setattr__;
     at two dozen fields and a million jobs that costs seconds. Storing the
     slots through their descriptors on a fresh instance gives an identical
-    object for about two thirds of the cost. This holds only while the class
-    stays a frozen, slotted dataclass with no __post_init__; otherwise the
-    class itself is returned.
+    object for about a third of the cost, when the stores are written out
+    one per line (as dataclasses writes __init__) rather than looped over.
+    This holds only while the class stays a frozen, slotted dataclass with
+    no __post_init__; otherwise the class itself is returned.
 
     Args:
         cls: the dataclass to build.
@@ -76,19 +75,17 @@ def spec_maker(cls: type[T]) -> Callable[..., T]:
     )
     if not plain:
         return cls
-    setters = [getattr(cls, name).__set__ for name in names]
-    new = object.__new__
-    count = len(names)
-
-    def make(*values: Any) -> T:
-        spec = new(cls)
-        deque(map(call, setters, repeat(spec, count), values), 0)
-        return spec
-
+    space: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    space.update((f"set_{i}", getattr(cls, name).__set__) for i, name in enumerate(names))
+    params = ", ".join(f"v_{i}" for i in range(len(names)))
+    stores = "".join(f"    set_{i}(spec, v_{i})\n" for i in range(len(names)))
+    exec(f"def make({params}):\n    spec = new(cls)\n{stores}    return spec\n", space)
+    make: Callable[..., T] = space["make"]
     return make
 
 
-_MAKE_SPEC = spec_maker(JobSpec)
+MAKE_SPEC = spec_maker(JobSpec)
+"""Builds a JobSpec from its field values in FIELDS order."""
 
 Report = Callable[..., None]
 """report(line, message, hint=None, job=None, kind=WloadError)."""
@@ -183,11 +180,11 @@ class JobsReader:
         shared_get = self.fields.shared.get
         share = self.fields.share
         sla_names = SLA_NAMES
-        add = self._add
+        add = self.add
         index, ids, jobs, up = self.index, self.ids, self.jobs, self.up
         index_get, id_at, ids_append = index.get, ids.__getitem__, ids.append
         up_extend, up_off_append = up.extend, self.up_off.append
-        make = _MAKE_SPEC
+        make = MAKE_SPEC
         mark_line = _MARK_LINE
         while True:
             ev = next_event()
@@ -266,7 +263,7 @@ class JobsReader:
                     others = []
                 others.append((k, node(v)))
             if len(keys) > 1 and len(set(map(_VALUE, keys))) < len(keys):
-                self._report_repeats(jid, keys)
+                self.report_repeats(jid, [(k.value, line_of(k)) for k in keys])
             if others is not None:
                 deps = self._apply_others(reader, vals, jid, others, keys, deps)
             if type(deps) is not list:
@@ -285,7 +282,7 @@ class JobsReader:
                 up_extend(found)
                 vals[_DEPS] = tuple(map(id_at, found))
                 if len(found) > 1 and len(set(found)) < len(found):
-                    self._report_twice(jid, jline, list(map(_VALUE, deps)))
+                    self.report_twice(jid, jline, list(map(_VALUE, deps)))
             up_off_append(len(up))
             index[jid] = len(ids)
             ids_append(jid)
@@ -303,19 +300,19 @@ class JobsReader:
         else:
             self.report(where, "a job setting's key must be plain text", job=jid)
 
-    def _report_repeats(self, jid: str, keys: list[YamlEvent]) -> None:
+    def report_repeats(self, jid: str, keys: list[tuple[str, int]]) -> None:
+        """Report each key of a job that was given before, from its (key, line) pairs."""
         first: dict[str, int] = {}
-        for k in keys:
-            line = line_of(k)
-            if k.value in first:
+        for key, line in keys:
+            if key in first:
                 self.report(
                     line,
-                    f"duplicate key '{k.value}' (first at line {first[k.value]})",
+                    f"duplicate key '{key}' (first at line {first[key]})",
                     "YAML keeps only the last one; remove one of them",
                     job=jid,
                 )
             else:
-                first[k.value] = line
+                first[key] = line
 
     def _dep_rest(
         self, reader: TreeReader, jid: str, devs: list[YamlEvent], odd: YamlEvent
@@ -354,21 +351,21 @@ class JobsReader:
             if k.value == "<<" and k.implicit[0]:
                 merges.append(entry)
             elif k.value == "depends_on":
-                deps = self._apply_deps(vals, jid, (entry[0], line, entry[2])) or deps
+                deps = self.apply_deps(vals, jid, (entry[0], line, entry[2])) or deps
             else:
-                self._apply(vals, jid, k.value, (entry[0], line, entry[2]))
+                self.apply(vals, jid, k.value, (entry[0], line, entry[2]))
         if merges:
             own = {k.value for k in keys}
             for key, entry in reader.merged({}, merges).items():
                 if key in own:
                     continue
                 if key == "depends_on":
-                    deps = self._apply_deps(vals, jid, entry) or deps
+                    deps = self.apply_deps(vals, jid, entry) or deps
                 else:
-                    self._apply(vals, jid, key, entry)
+                    self.apply(vals, jid, key, entry)
         return deps
 
-    def _apply(self, vals: list[Any], jid: str, key: str, entry: Entry) -> None:
+    def apply(self, vals: list[Any], jid: str, key: str, entry: Entry) -> None:
         """Set one job field from a general entry, reporting what is wrong with it."""
         found = self.readers.get(key)
         if found is None:
@@ -392,9 +389,10 @@ class JobsReader:
                 self.report(more.line, more.message, more.hint, job=jid)
             extra.clear()
 
-    def _apply_deps(
+    def apply_deps(
         self, vals: list[Any], jid: str, entry: Entry
     ) -> tuple[list[str], list[int | YamlEvent]] | None:
+        """Set a job's dependency kinds from a general entry; (ids, their lines) or None."""
         try:
             names, lines, vals[_KINDS] = self.fields.depends_on(entry)
         except FieldError as bad:
@@ -422,14 +420,14 @@ class JobsReader:
         wheres: list[int | YamlEvent] = []
         for key, field in fields.items():
             if key == "depends_on":
-                got = self._apply_deps(vals, jid, field)
+                got = self.apply_deps(vals, jid, field)
                 if got is not None:
                     names, wheres = got
             else:
-                self._apply(vals, jid, key, field)
-        self._add(jid, line, vals, names, wheres)
+                self.apply(vals, jid, key, field)
+        self.add(jid, line, vals, names, wheres)
 
-    def _add(
+    def add(
         self,
         jid: str,
         line: int,
@@ -466,11 +464,11 @@ class JobsReader:
                 # The upstream's own id string replaces the parsed copy.
                 vals[_DEPS] = tuple(map(self._id_at, found))
                 if len(found) > 1 and len(set(found)) < len(found):
-                    self._report_twice(jid, line, names)
+                    self.report_twice(jid, line, names)
         self.up_off.append(len(self.up))
         index[jid] = len(self.ids)
         self.ids.append(jid)
-        self.jobs[jid] = _MAKE_SPEC(*vals)
+        self.jobs[jid] = MAKE_SPEC(*vals)
 
     def _link_slowly(
         self, jid: str, names: list[str], wheres: list[int | YamlEvent]
@@ -478,7 +476,7 @@ class JobsReader:
         """Record edges one by one, keeping forward references for `finish`."""
         up, ids = self.up, self.ids
         if len(names) > 1 and len(set(names)) < len(names):
-            self._report_twice(jid, where_line(wheres[0]), names)
+            self.report_twice(jid, where_line(wheres[0]), names)
         for pos, name in enumerate(names):
             i = self.index.get(name)
             if i is not None:
@@ -496,7 +494,8 @@ class JobsReader:
                 up.append(-1)
         return tuple(names)
 
-    def _report_twice(self, jid: str, line: int, names: list[str]) -> None:
+    def report_twice(self, jid: str, line: int, names: list[str]) -> None:
+        """Report the first upstream id that `names` lists twice."""
         dup = next(n for i, n in enumerate(names) if n in names[:i])
         self.report(
             line,

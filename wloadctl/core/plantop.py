@@ -1,0 +1,76 @@
+"""The top-level fields of a plan read from entries: fair-share groups, schedule, time zone."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from wloadctl.core.plan import Schedule
+from wloadctl.core.planvalues import FieldError, mapping, number, text_of
+from wloadctl.core.yamltree import Entry
+
+
+def group_weights(entry: Entry) -> dict[str, float]:
+    """`groups`: group name -> positive weight."""
+    out: dict[str, float] = {}
+    for name, item in mapping(entry, "groups").items():
+        out[name] = number(item, f"weight of group {name}", 0.0)
+        if out[name] <= 0:
+            raise FieldError(f"weight of group {name} must be positive", item[1])
+    return out
+
+
+def read_schedule(entry: Entry) -> Schedule:
+    """`schedule`: {cron, business_days, holidays}."""
+    from wloadctl.core.calendar import WEEKDAYS, valid_cron
+
+    fields = mapping(entry, "schedule")
+    for key in fields:
+        if key not in ("cron", "business_days", "holidays"):
+            raise FieldError(f"unknown key '{key}' in schedule", fields[key][1], "keys: cron, business_days, holidays")
+    if "cron" not in fields:
+        raise FieldError("schedule needs a cron expression", entry[1], "write cron: '30 18 * * 1-5'")
+    cron = text_of(fields["cron"], "cron")
+    if not valid_cron(cron):
+        raise FieldError(f"'{cron}' is not a cron expression", fields["cron"][1],
+                         "five fields: minute hour day-of-month month day-of-week")
+    days: tuple[int, ...] = (0, 1, 2, 3, 4)
+    if "business_days" in fields:
+        raw = fields["business_days"]
+        if type(raw[0]) is not list:
+            raise FieldError("business_days must be a list of weekdays", raw[1], "write [mon, tue, wed, thu, fri]")
+        picked = []
+        for item in raw[0]:
+            name = str(item[0]).lower()[:3]
+            if name not in WEEKDAYS:
+                raise FieldError(f"'{item[0]}' is not a weekday", item[1], ", ".join(WEEKDAYS))
+            picked.append(WEEKDAYS.index(name))
+        days = tuple(sorted(set(picked)))
+    holidays: list[str] = []
+    if "holidays" in fields:
+        raw = fields["holidays"]
+        if type(raw[0]) is not list:
+            raise FieldError("holidays must be a list of dates", raw[1], "write [2026-12-25, 2027-01-01]")
+        for item in raw[0]:
+            text = str(item[0])
+            try:
+                holidays.append(dt.date.fromisoformat(text).isoformat())
+            except ValueError:
+                raise FieldError(f"holiday '{text}' is not a date", item[1], "write YYYY-MM-DD") from None
+    return Schedule(cron, days, tuple(holidays))
+
+
+def read_timezone(entry: Entry) -> str:
+    """A `timezone` that the system's zone database knows."""
+    # zoneinfo reads the zone database from disk: this is the core's one file reader.
+    import zoneinfo
+
+    zone = text_of(entry, "timezone")
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise FieldError(
+            f"unknown time zone '{zone}'",
+            entry[1],
+            "use an IANA name such as Europe/London or America/New_York",
+        ) from None
+    return zone
