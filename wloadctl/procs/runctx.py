@@ -68,11 +68,23 @@ class EventLog:
         self.f: IO[str] = open(path, "a", buffering=1 << 16)
         self.quoted: dict[int, str] = {}
         """JSON-quoted job ids by index, made once per job rather than once per event."""
+        names = _STATE_NAMES
+        self.heads = [f'"event":"transition","from":"{names[f]}","to":"{names[t]}",' if f < len(names) and
+                      t < len(names) else "" for f in range(16) for t in range(16)]
+        """The from/to part of a transition event, by from * 16 + to."""
 
     def transitions(self, tx: list[tuple], ids: list[str]) -> None:
-        """One `transition` event per journaled transition."""
-        rid, names, w, quoted = self.run_id, _STATE_NAMES, self.f.write, self.quoted
+        """One `transition` event per journaled transition but WAITING -> READY.
+
+        READY follows from the upstreams' ends (the journal has it); leaving it out keeps the log
+        to what an attempt did: queued, started, ended, and every retry, hold, skip or failure.
+        """
+        rid, w, quoted = self.run_id, self.f.write, self.quoted
+        heads = self.heads
+        out = []
         for i, frm, to, att, ts, ex, code, reason, cause in tx:
+            if frm == 0 and to == 1:
+                continue
             q = quoted.get(i)
             if q is None:
                 q = quoted[i] = json.dumps(ids[i])
@@ -81,9 +93,10 @@ class EventLog:
                 extra += f',"exit":{code}'
             if ex >= 0:
                 extra += f',"executor":{ex}'
-            w(f'{{"ts":{ts:.6f},"run":"{rid}","job":{q},"attempt":{att},'
-              f'"trace":"{rid}.{i}.{att}","event":"transition","from":"{names[frm]}","to":"{names[to]}",'
-              f'"cause":"{cause}"{extra}}}\n')
+            out.append(f'{{"ts":{ts:.6f},"run":"{rid}","job":{q},"attempt":{att},"trace":"{rid}.{i}.{att}",'
+                       f'{heads[frm * 16 + to]}"cause":"{cause}"{extra}}}\n')
+        if out:
+            w("".join(out))
 
     def emit(self, event: str, job: str = "", attempt: int = 0, **fields: object) -> None:
         """One event of another kind (alert, action, executor, scheduler)."""
