@@ -47,6 +47,8 @@ _GATE_READY = 1
 """gate bit: an `if` or a loop over output decides what happens when the job has nothing left to wait for."""
 _GATE_EXIT = 2
 """gate bit: the job's exit needs more than the bulk path (resources to free, a result someone reads, until)."""
+_GATE_RES = 4
+"""gate bit: the job holds resources while it runs (dispatch must acquire them)."""
 _PRIO_BIAS = 1 << 20
 FAIR_SCAN = 256
 """Ready jobs looked at per pick to find each group's most urgent one (fair share only)."""
@@ -115,7 +117,7 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
             self.gate[i] |= _GATE_EXIT
         for i, j in enumerate(specs):
             if j.resources:
-                self.gate[i] |= _GATE_EXIT
+                self.gate[i] |= _GATE_EXIT | _GATE_RES
         self.counts = [0] * _N
         """Jobs per state value."""
         self.counts[_W] = n
@@ -327,30 +329,36 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
 
     def _on_finished(self, ev: JobsFinishedEvent) -> None:
         """Plain exits in bulk (the common case at scale): successes take a fast path."""
-        state, attempt, counts, tx_append = self.state, self.attempt, self.counts, self._tx.append
+        state, attempt, tx_append = self.state, self.attempt, self._tx.append
         executor, tier, in_use, gate = self.executor, self.tier, self.tiers.in_use, self.gate
         kill_reason, now, cause = self.kill_reason, ev.now, ev.cause_id
+        q_, run_, ok_, slow = _Q, _RUN, _OK, _GATE_EXIT
         done: list[int] = []
-        ok = 0
+        append = done.append
+        was_queued = 0
         for i, att, ex, code in ev.results:
             st = state[i]
-            if attempt[i] != att or (st != _Q and st != _RUN):
+            if attempt[i] != att or (st != q_ and st != run_):
                 continue  # stale or repeated: this attempt's end is already recorded
-            if code != 0 or gate[i] & _GATE_EXIT or (kill_reason and i in kill_reason):
+            if code or gate[i] & slow or (kill_reason and i in kill_reason):
                 self._on_exit(JobExitedEvent(i, att, ex, code, now, cause_id=cause))
                 continue
             in_use[tier[i]] -= 1
             executor[i] = -1
             # QUEUED/RUNNING -> SUCCEEDED is always legal: the hot path skips the table lookup.
-            state[i] = _OK
-            counts[st] -= 1
-            ok += 1
-            tx_append((i, st, _OK, att, now, ex, 0, "", cause))
-            done.append(i)
-        self.busy -= ok
-        counts[_OK] += ok
+            state[i] = ok_
+            if st == q_:
+                was_queued += 1
+            tx_append((i, st, ok_, att, now, ex, 0, "", cause))
+            append(i)
         if done:
+            counts = self.counts
+            self.busy -= len(done)
+            counts[_Q] -= was_queued
+            counts[_RUN] -= len(done) - was_queued
+            counts[_OK] += len(done)
             self._resolve_many(done)
+
     def _on_exit(self, ev: JobExitedEvent) -> None:
         i = ev.job
         st = self.state[i]
@@ -437,28 +445,29 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         tx_append, ready, key_base, heappush = self._tx.append, self.ready, self.key_base, heapq.heappush
         stack = roots
         made_ready = 0
+        w_, r_, ok_, held_, gated = _W, _R, _OK, _HELD, _GATE_READY
         while stack:
             u = stack.pop()
             su = state[u]
-            if su == _OK and kinds is None and not self.cancelled:
+            if su == ok_ and kinds is None and not self.cancelled:
                 for pos in range(start[u], start[u + 1]):
                     d = down[pos]
                     sd = state[d]
-                    if sd != _W:
-                        if sd == _HELD:
+                    if sd != w_:
+                        if sd == held_:
                             unmet[d] -= 1  # a success changes nothing else for a held job
                         continue
                     left = unmet[d] - 1
                     unmet[d] = left
                     if left or block[d]:
                         continue
-                    if gate[d] & _GATE_READY:
+                    if gate[d] & gated:
                         self._gated_ready(d, stack)
                         continue
                     # WAITING -> READY is always legal: the hot path skips the table lookup.
-                    state[d] = _R
+                    state[d] = r_
                     made_ready += 1
-                    tx_append((d, _W, _R, attempt[d], now, -1, None, "", cause))
+                    tx_append((d, w_, r_, attempt[d], now, -1, None, "", cause))
                     heappush(ready, key_base[d] | d)
                 continue
             branch = su == _SKIP and u in self.branch_skipped
@@ -543,13 +552,19 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
     def _fill(self) -> None:
         if self.cancelled or self.paused:
             return
-        ready, state, specs, tiers = self.ready, self.state, self.specs, self.tiers
-        not_before, now = self.not_before, self.now
-        attempt, counts, tx_append, cause = self.attempt, self.counts, self._tx.append, self._cause
-        dispatch, in_use = self._dispatch.append, tiers.in_use
         free = self.slots - self.busy
+        if free <= 0 or not self.ready:
+            if free <= 0 and self.ready and self.preemptible_running:
+                self._preempt_for_critical()
+            return
+        ready, state, tier, gate, tiers = self.ready, self.state, self.tier, self.gate, self.tiers
+        not_before, now = self.not_before, self.now
+        attempt, tx_append, cause = self.attempt, self._tx.append, self._cause
+        dispatch, in_use, reserved = self._dispatch.append, tiers.in_use, tiers.total_reserved
+        heappop = heapq.heappop
         fair = self.group_of is not None
         stash: dict[int, list[int]] = {}
+        sent = 0
         while free > 0 and (ready or stash):
             if fair:
                 picked = self._next_fair(stash)
@@ -557,32 +572,33 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                     break
                 key = picked
             else:
-                key = heapq.heappop(ready)
+                key = heappop(ready)
             i = key & _MASK
             if state[i] != _R:
                 continue
-            t = self.tier[i]
-            if t and free <= tiers.total_reserved and not tiers.may_start(t, free):
+            t = tier[i]
+            if free <= reserved and t and not tiers.may_start(t, free):
                 # What is left is this tier or less urgent: the rest of the slots are reserved.
                 heapq.heappush(ready, key)
                 break
             if not_before and i in not_before and now < not_before[i]:
                 continue  # its not-before timer puts it back
-            want = specs[i].resources
-            if want and not self._acquire(i, want, key):
+            if gate[i] & _GATE_RES and not self._acquire(i, self.specs[i].resources, key):
                 continue
             att = attempt[i] + 1
             attempt[i] = att
             # READY -> QUEUED is always legal: the hot path skips the table lookup.
             state[i] = _Q
-            counts[_R] -= 1
-            counts[_Q] += 1
+            sent += 1
             tx_append((i, _R, _Q, att, now, -1, None, "", cause))
             dispatch((i, att))
             in_use[t] += 1
             free -= 1
             if fair:
                 self.group_use[self.group_of[i]] += 1  # type: ignore[index]
+        counts = self.counts
+        counts[_R] -= sent
+        counts[_Q] += sent
         for keys in stash.values():
             for k in keys:
                 heapq.heappush(ready, k)

@@ -138,7 +138,8 @@ class FanOutMixin:
         if self.group_of is not None:
             self.group_of.append(self.group_of[parent])
         self.counts[C.W] += 1
-        self.gate.append(2 if spec.until or spec.resources else 0)  # engine._GATE_EXIT
+        # engine._GATE_EXIT (2) for until and resources, _GATE_RES (4) for resources
+        self.gate.append((2 if spec.until or spec.resources else 0) | (4 if spec.resources else 0))
         if spec.until:
             self.untils[k] = parse_condition(spec.until)
             self.want.add(k)
