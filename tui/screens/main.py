@@ -79,6 +79,7 @@ class MainScreen(OperatorScreen):
         self.active_pane = "dag"
         """The pane shown when they take turns."""
         self._order_dirty = False
+        self._model_size = 0
 
     def compose(self) -> ComposeResult:
         """Header, table, panes, footer."""
@@ -129,7 +130,9 @@ class MainScreen(OperatorScreen):
             return
         size = len(model)
         table = self.query_one(JobTable)
-        if table.model is not model:
+        if table.model is not model or size != self._model_size:
+            # A new model, or jobs the run added (loop instances): the rows change.
+            self._model_size = size
             self._reorder()
         elif not self._order_depends_on_state():
             table.refresh()  # same rows in the same order: only their cells changed
