@@ -66,8 +66,6 @@ class EventLog:
         self.run_id = run_id
         """Trace id of the run; an attempt's trace id is `<run>.<job index>.<attempt>`."""
         self.f: IO[str] = open(path, "a", buffering=1 << 16)
-        self.quoted: dict[int, str] = {}
-        """JSON-quoted job ids by index, made once per job rather than once per event."""
         names = _STATE_NAMES
         self.heads = [f'"event":"transition","from":"{names[f]}","to":"{names[t]}",' if f < len(names) and
                       t < len(names) else "" for f in range(16) for t in range(16)]
@@ -79,15 +77,15 @@ class EventLog:
         READY follows from the upstreams' ends (the journal has it); leaving it out keeps the log
         to what an attempt did: queued, started, ended, and every retry, hold, skip or failure.
         """
-        rid, w, quoted = self.run_id, self.f.write, self.quoted
+        rid, w = self.run_id, self.f.write
         heads = self.heads
         out = []
         for i, frm, to, att, ts, ex, code, reason, cause in tx:
             if frm == 0 and to == 1:
                 continue
-            q = quoted.get(i)
-            if q is None:
-                q = quoted[i] = json.dumps(ids[i])
+            jid = ids[i]
+            # Plan ids are letters, digits and _.:-@ : quoting them needs no escapes.
+            q = json.dumps(jid) if '"' in jid or "\\" in jid else f'"{jid}"'
             extra = f',"reason":{json.dumps(reason)}' if reason else ""
             if code is not None:
                 extra += f',"exit":{code}'
