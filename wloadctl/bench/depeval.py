@@ -105,11 +105,15 @@ def evaluate(plan_path: str, slots: int, rescan_cap: float) -> dict[str, Any]:
     with Phase(resettable) as build:
         core = SchedulerCore(plan, slots)
     out["build"] = build
+    # As the scheduler does once its plan and core are built: the collector leaves the
+    # millions of long-lived objects alone (the reference loops get the same below).
+    gc.freeze()
     out["initial"], out["run"] = _simulate(core)
     del core
     with Phase(resettable) as graph:
         g = build_graph(plan)
     graph["edges"] = g.edges
+    gc.freeze()
     out["graph"] = graph
     with Phase(resettable) as counter:
         sizes = counter_run(g)

@@ -443,13 +443,16 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         kinds, gate = self.down_kind, self.gate
         counts, attempt, now, cause = self.counts, self.attempt, self.now, self._cause
         tx_append, ready, key_base, heappush = self._tx.append, self.ready, self.key_base, heapq.heappush
-        stack = roots
         made_ready = 0
+        fresh: list[int] = []
+        add_fresh = fresh.append
         w_, r_, ok_, held_, gated = _W, _R, _OK, _HELD, _GATE_READY
-        while stack:
-            u = stack.pop()
-            su = state[u]
-            if su == ok_ and kinds is None and not self.cancelled:
+        if kinds is None and not self.cancelled:
+            stack = []
+            for u in roots:
+                if state[u] != ok_:
+                    stack.append(u)
+                    continue
                 for pos in range(start[u], start[u + 1]):
                     d = down[pos]
                     sd = state[d]
@@ -468,8 +471,12 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                     state[d] = r_
                     made_ready += 1
                     tx_append((d, w_, r_, attempt[d], now, -1, None, "", cause))
-                    heappush(ready, key_base[d] | d)
-                continue
+                    add_fresh(key_base[d] | d)
+        else:
+            stack = roots
+        while stack:
+            u = stack.pop()
+            su = state[u]
             branch = su == _SKIP and u in self.branch_skipped
             ok = su == _OK or (su == _SKIP and not branch)
             failed = su == _FAIL or su == _TO
@@ -507,9 +514,15 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                     state[d] = _R
                     made_ready += 1
                     tx_append((d, _W, _R, attempt[d], now, -1, None, "", cause))
-                    heappush(ready, key_base[d] | d)
+                    add_fresh(key_base[d] | d)
         counts[_W] -= made_ready
         counts[_R] += made_ready
+        if len(fresh) > 64 and len(fresh) * 4 > len(ready):
+            ready.extend(fresh)  # many at once: one linear heapify beats a push each
+            heapq.heapify(ready)
+        else:
+            for key in fresh:
+                heappush(ready, key)
 
     def _gated_ready(self, d: int, stack: list[int]) -> None:
         """Job d has nothing left to wait for, but an `if` or a loop over output decides what happens to it."""
@@ -565,6 +578,31 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         fair = self.group_of is not None
         stash: dict[int, list[int]] = {}
         sent = 0
+        if not fair and free >= len(ready):
+            # Room for every ready job: one sort (a sorted list is a heap) beats a pop each.
+            keys = sorted(ready)
+            ready.clear()
+            for k, key in enumerate(keys):
+                i = key & _MASK
+                if state[i] != _R:
+                    continue
+                t = tier[i]
+                if free <= reserved and t and not tiers.may_start(t, free):
+                    ready.extend(keys[k:])  # still sorted: still a heap
+                    break
+                if not_before and i in not_before and now < not_before[i]:
+                    continue  # its not-before timer puts it back
+                if gate[i] & _GATE_RES and not self._acquire(i, self.specs[i].resources, key):
+                    continue
+                att = attempt[i] + 1
+                attempt[i] = att
+                # READY -> QUEUED is always legal: the hot path skips the table lookup.
+                state[i] = _Q
+                sent += 1
+                tx_append((i, _R, _Q, att, now, -1, None, "", cause))
+                dispatch((i, att))
+                in_use[t] += 1
+                free -= 1
         while free > 0 and (ready or stash):
             if fair:
                 picked = self._next_fair(stash)
