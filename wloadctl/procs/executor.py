@@ -7,7 +7,6 @@ import heapq
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from wloadctl.ipc.shm import (
     segment_name,
 )
 from wloadctl.procs.health import process_rss_kb
+from wloadctl.procs.spawning import Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
 
 BEAT_INTERVAL = 0.25
 """Seconds between heartbeats on the executor board."""
@@ -41,7 +41,7 @@ class Running:
 
     rec: P.TaskRecord
     """The task record it came from."""
-    proc: subprocess.Popen[bytes]
+    proc: Spawned
     """The job's process (leader of its own process group)."""
     pidfd: int
     """A pidfd that becomes readable when the process exits."""
@@ -49,6 +49,8 @@ class Running:
     """When it started."""
     log_path: str
     """Its log file (stdout and stderr)."""
+    log_fd: int
+    """The executor's descriptor of that log, kept until the job is reaped (its size tells if a tail is due)."""
     deadline: float | None = None
     """When its timeout expires."""
     kill_at: float | None = None
@@ -88,8 +90,11 @@ class Executor:
     outbox: list[P.ResultRecord] = field(default_factory=list)
     """Results journaled but not yet sent (the response queue was full)."""
     unjournaled: list[P.ResultRecord] = field(default_factory=list)
-    _seq: int = 0
     """Results not yet written to the results journal."""
+    _seq: int = 0
+    """Arrival order of backlog tasks."""
+    spawner: Spawner = field(default_factory=Spawner)
+    """Starts the jobs' processes."""
     poller: select.poll = field(default_factory=select.poll)
     """Waits on the request queue, the response queue and every job's pidfd."""
     epoch: int = 0
@@ -111,6 +116,7 @@ class Executor:
         # Every result is written here before it is sent: a scheduler that crashed after
         # receiving it but before journaling it finds it again on restart.
         self.journal: BinaryIO = open(jdir / f"{rid}-{self.index}-{os.getpid()}.results", "ab", buffering=0)
+        keep_descriptors_from_jobs()
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -247,20 +253,20 @@ class Executor:
     def _spawn(self, rec: P.TaskRecord, p: P.Payload) -> None:
         now = time.time()
         argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command or ["true"])
-        env = dict(os.environ)
-        env.update(p.env)
+        spawner = self.spawner
+        log_fd = -1
         try:
-            Path(p.log_path).parent.mkdir(parents=True, exist_ok=True)
-            with open(p.log_path, "ab") as log:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        cwd=p.cwd or None, env=env, start_new_session=True, close_fds=True)
+            log_fd = spawner.open_log(p.log_path)
+            proc = spawner.spawn(argv, spawner.env_for(p.env), p.cwd, log_fd)
         except OSError as e:
+            if log_fd >= 0:
+                os.close(log_fd)
             self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
                                     f"{e.strerror or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
         cpu, mem = _claim(p)
-        r = Running(rec, proc, pidfd, now, p.log_path, now + p.timeout if p.timeout else None, cpu=cpu,
+        r = Running(rec, proc, pidfd, now, p.log_path, log_fd, now + p.timeout if p.timeout else None, cpu=cpu,
                     memory=mem)
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
@@ -276,14 +282,15 @@ class Executor:
     def _reap(self, pidfd: int) -> None:
         r = self.running.pop(pidfd)
         self.poller.unregister(pidfd)
-        rc = r.proc.wait()
+        rc = reap(r.proc)
         os.close(pidfd)
         now = time.time()
         if r.timed_out:
             _killpg(r.proc.pid, signal.SIGKILL)  # stragglers of the group go too
         sig = -rc if rc < 0 else 0
         code = 128 + sig if sig else rc
-        tail = _tail(r.log_path)
+        tail = tail_of(r.log_fd, r.log_path, TAIL_BYTES)
+        os.close(r.log_fd)
         off, length = self.tails.write(self.index, r.rec.task, r.rec.attempt, tail) if tail else (0, 0)
         flags = (P.FLAG_TIMED_OUT if r.timed_out else 0) | (P.FLAG_TAIL if tail else 0)
         self.done += 1
@@ -332,11 +339,14 @@ class Executor:
             _killpg(r.proc.pid, signal.SIGTERM)
         deadline = time.time() + KILL_GRACE
         for r in list(self.running.values()):
-            try:
-                r.proc.wait(max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:
+            waiter = select.poll()
+            waiter.register(r.pidfd, select.POLLIN)
+            if not waiter.poll(max(0.0, deadline - time.time()) * 1000):
                 _killpg(r.proc.pid, signal.SIGKILL)
-                r.proc.wait()
+            reap(r.proc)
+            os.close(r.pidfd)
+            os.close(r.log_fd)
+        self.running.clear()
         for q in (self.req, self.rsp):
             q.close()
         for s in (self.arena, self.tails, self.board, self.eboard):
@@ -356,17 +366,6 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _tail(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - TAIL_BYTES))
-            return f.read()
-    except OSError:
-        return b""
 
 
 def main(argv: list[str] | None = None) -> int:
