@@ -33,6 +33,9 @@ KILL_GRACE = 3.0
 """Seconds between SIGTERM and SIGKILL when a job's group is stopped for its timeout."""
 TAIL_BYTES = 4096
 """Output kept in shared memory per finished attempt (the whole output is in the log file)."""
+REPORT_HOLD = 0.005
+"""Seconds an acceptance or start report may wait (journaled already) for an exit report to go out with:
+a job that ends within them costs the scheduler one turn and one journal commit instead of two."""
 
 
 @dataclass(slots=True)
@@ -88,7 +91,13 @@ class Executor:
     backlog: list[tuple[int, int, P.TaskRecord, P.Payload]] = field(default_factory=list)
     """Accepted tasks waiting for a free slot."""
     outbox: list[P.ResultRecord] = field(default_factory=list)
-    """Results journaled but not yet sent (the response queue was full)."""
+    """Results journaled but not yet sent (held, or the response queue was full)."""
+    report_due: float = 0.0
+    """When the oldest held report in the outbox must go out (0: none held)."""
+    urgent: bool = False
+    """The outbox holds an exit or a rejection: send it now."""
+    rsp_full: bool = False
+    """The last send found the response queue full."""
     unjournaled: list[P.ResultRecord] = field(default_factory=list)
     """Results not yet written to the results journal."""
     _seq: int = 0
@@ -138,13 +147,14 @@ class Executor:
                 else:
                     poller.unregister(req_fd)
                 req_on = want_req
-            if bool(self.outbox) != rsp_on:
+            if self.rsp_full != rsp_on:
                 rsp_on = not rsp_on
                 if rsp_on:
                     poller.register(rsp_fd, select.POLLOUT)
                 else:
                     poller.unregister(rsp_fd)
-            timeout = max(0.0, min(next_beat, self._next_deadline()) - now)
+            due = min(next_beat, self._next_deadline(), self.report_due if self.outbox else next_beat)
+            timeout = max(0.0, due - now)
             for fd, _ev in poller.poll(timeout * 1000):
                 if fd == req_fd:
                     self._take()
@@ -153,7 +163,7 @@ class Executor:
             now = time.time()
             self._start_backlog()
             self._check_timeouts(now)
-            self._flush()
+            self._flush(now)
             if now >= next_beat:
                 next_beat = now + BEAT_INTERVAL
                 hdr = self._header()
@@ -310,14 +320,23 @@ class Executor:
     def _emit(self, rec: P.ResultRecord) -> None:
         self.outbox.append(rec)
         self.unjournaled.append(rec)
+        if rec.kind == P.RES_EXITED or rec.kind == P.RES_REJECTED:
+            self.urgent = True
+        elif not self.report_due:
+            self.report_due = time.time() + REPORT_HOLD
 
-    def _flush(self) -> None:
-        """Journal, then send, every pending result; a full queue keeps the rest for the next turn."""
+    def _flush(self, now: float) -> None:
+        """Journal every pending result, then send them unless they may still wait for an exit report.
+
+        A full queue keeps the rest for the next turn.
+        """
         if self.unjournaled:
             for k in range(0, len(self.unjournaled), self.per_msg):
                 self.journal.write(P.encode_results(self.unjournaled[k : k + self.per_msg]))
             self.unjournaled.clear()
         out = self.outbox
+        if not out or (not self.urgent and not self.rsp_full and now < self.report_due):
+            return
         sent = 0
         while sent < len(out):
             batch = out[sent : sent + self.per_msg]
@@ -325,6 +344,10 @@ class Executor:
                 break
             sent += len(batch)
         del out[:sent]
+        self.rsp_full = bool(out)
+        if not out:
+            self.urgent = False
+            self.report_due = 0.0
 
     def _beat(self, now: float, sched_beat: float) -> None:
         tasks = tuple((r.rec.task, r.rec.attempt) for r in self.running.values())[:16]
