@@ -30,6 +30,7 @@ from wloadctl.bench.context import (
     clean_stale_scratch,
 )
 from wloadctl.bench.figures import SECTIONS, combine, field_of, ratio
+from wloadctl.bench.measure import file_create_micros
 from wloadctl.bench.runs import chain_latencies, run_processes
 from wloadctl.bench.suite import build_parser, main, settings_from
 from wloadctl.ipc import protocol as P
@@ -315,3 +316,10 @@ def test_scratch_of_a_killed_benchmark_is_removed_on_the_next_start(
     # Then only the dead owner's directory goes
     assert gone == [str(stale)]
     assert not stale.exists() and live.exists() and unknown.exists()
+
+
+def test_file_creation_cost_is_measured_on_new_files_left_for_cleanup(tmp_path: Path) -> None:
+    # When the cost of creating a file is measured in a new directory
+    us = file_create_micros(tmp_path / "files", count=20)
+    # Then it is a positive time per file, and the files stay for the scratch cleanup
+    assert us > 0 and len(list((tmp_path / "files").iterdir())) == 20

@@ -198,6 +198,7 @@ class Context:
         keep_records: bool = False,
         cache: str = "",
         timeout: float | None = None,
+        keep_state: bool = False,
     ) -> RunResult:
         """One `wloadctl run` of a plan, recorded for the cleanup check.
 
@@ -209,6 +210,7 @@ class Context:
             keep_records: keep the executors' result records.
             cache: when given, the result is kept under (cache, jobs).
             timeout: seconds before the run is stopped (default: run_timeout(jobs)).
+            keep_state: leave its state directory until the scratch directory is removed.
         """
         self._serial += 1
         state_dir = self.root / f"state-{self._serial}"
@@ -221,6 +223,7 @@ class Context:
             journal_sync=self.settings.journal_sync,
             timeout=timeout if timeout is not None else run_timeout(jobs),
             keep_records=keep_records,
+            keep_state=keep_state,
         )
         if res.run_id:
             self.run_ids.append(res.run_id)

@@ -93,6 +93,20 @@ class RssSampler:
         return self.samples[-1][2] if self.samples else 0
 
 
+def file_create_micros(directory: Path, count: int = 200) -> float:
+    """Microseconds to create (and close) one empty file in `directory`, over `count` new files.
+
+    Every shell job's attempt log is a new file: on some filesystems (ext4 without a
+    journal shortly after many deletions) creating one costs as much as starting a
+    process. The files are left in place for the caller's cleanup.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    for k in range(count):
+        os.close(os.open(directory / f"f{k}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+    return (time.perf_counter() - t0) / count * 1e6
+
+
 def _version(argv: list[str]) -> str:
     exe = shutil.which(argv[0])
     if exe is None:

@@ -159,11 +159,12 @@ def run_wloadctl(
     timeout: float,
     keep_records: bool = False,
     sample_interval: float = 0.02,
+    keep_state: bool = False,
 ) -> RunResult:
     """Run `python -m wloadctl run PLAN --json` to the end and measure it from outside.
 
-    The state directory is removed afterwards, and anything the run left behind
-    (queues, segments, executor processes) is reported and removed.
+    The state directory is removed afterwards (unless `keep_state`), and anything
+    the run left behind (queues, segments, executor processes) is reported and removed.
 
     Args:
         plan: the plan file.
@@ -175,6 +176,7 @@ def run_wloadctl(
         timeout: seconds before the run is stopped (SIGTERM, as an operator would).
         keep_records: also return every executor result record (for latencies).
         sample_interval: seconds between RSS samples of the scheduler.
+        keep_state: leave the state directory for the caller to remove later.
 
     Returns:
         The run's figures; `status` says how it ended.
@@ -243,7 +245,8 @@ def run_wloadctl(
             keep_records,
         )
     finally:
-        shutil.rmtree(state_dir, ignore_errors=True)
+        if not keep_state:
+            shutil.rmtree(state_dir, ignore_errors=True)
         for p in (out_path, err_path):
             p.unlink(missing_ok=True)
 

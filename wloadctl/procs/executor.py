@@ -7,7 +7,6 @@ import heapq
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from wloadctl.ipc.shm import (
     segment_name,
 )
 from wloadctl.procs.health import process_rss_kb
+from wloadctl.procs.spawning import Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
 
 BEAT_INTERVAL = 0.25
 """Seconds between heartbeats on the executor board."""
@@ -33,6 +33,9 @@ KILL_GRACE = 3.0
 """Seconds between SIGTERM and SIGKILL when a job's group is stopped for its timeout."""
 TAIL_BYTES = 4096
 """Output kept in shared memory per finished attempt (the whole output is in the log file)."""
+REPORT_HOLD = 0.005
+"""Seconds an acceptance or start report may wait (journaled already) for an exit report to go out with:
+a job that ends within them costs the scheduler one turn and one journal commit instead of two."""
 
 
 @dataclass(slots=True)
@@ -41,7 +44,7 @@ class Running:
 
     rec: P.TaskRecord
     """The task record it came from."""
-    proc: subprocess.Popen[bytes]
+    proc: Spawned
     """The job's process (leader of its own process group)."""
     pidfd: int
     """A pidfd that becomes readable when the process exits."""
@@ -49,6 +52,8 @@ class Running:
     """When it started."""
     log_path: str
     """Its log file (stdout and stderr)."""
+    log_fd: int
+    """The executor's descriptor of that log, kept until the job is reaped (its size tells if a tail is due)."""
     deadline: float | None = None
     """When its timeout expires."""
     kill_at: float | None = None
@@ -86,10 +91,19 @@ class Executor:
     backlog: list[tuple[int, int, P.TaskRecord, P.Payload]] = field(default_factory=list)
     """Accepted tasks waiting for a free slot."""
     outbox: list[P.ResultRecord] = field(default_factory=list)
-    """Results journaled but not yet sent (the response queue was full)."""
+    """Results journaled but not yet sent (held, or the response queue was full)."""
+    report_due: float = 0.0
+    """When the oldest held report in the outbox must go out (0: none held)."""
+    urgent: bool = False
+    """The outbox holds an exit or a rejection: send it now."""
+    rsp_full: bool = False
+    """The last send found the response queue full."""
     unjournaled: list[P.ResultRecord] = field(default_factory=list)
-    _seq: int = 0
     """Results not yet written to the results journal."""
+    _seq: int = 0
+    """Arrival order of backlog tasks."""
+    spawner: Spawner = field(default_factory=Spawner)
+    """Starts the jobs' processes."""
     poller: select.poll = field(default_factory=select.poll)
     """Waits on the request queue, the response queue and every job's pidfd."""
     epoch: int = 0
@@ -111,6 +125,7 @@ class Executor:
         # Every result is written here before it is sent: a scheduler that crashed after
         # receiving it but before journaling it finds it again on restart.
         self.journal: BinaryIO = open(jdir / f"{rid}-{self.index}-{os.getpid()}.results", "ab", buffering=0)
+        keep_descriptors_from_jobs()
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -132,13 +147,14 @@ class Executor:
                 else:
                     poller.unregister(req_fd)
                 req_on = want_req
-            if bool(self.outbox) != rsp_on:
+            if self.rsp_full != rsp_on:
                 rsp_on = not rsp_on
                 if rsp_on:
                     poller.register(rsp_fd, select.POLLOUT)
                 else:
                     poller.unregister(rsp_fd)
-            timeout = max(0.0, min(next_beat, self._next_deadline()) - now)
+            due = min(next_beat, self._next_deadline(), self.report_due if self.outbox else next_beat)
+            timeout = max(0.0, due - now)
             for fd, _ev in poller.poll(timeout * 1000):
                 if fd == req_fd:
                     self._take()
@@ -147,7 +163,7 @@ class Executor:
             now = time.time()
             self._start_backlog()
             self._check_timeouts(now)
-            self._flush()
+            self._flush(now)
             if now >= next_beat:
                 next_beat = now + BEAT_INTERVAL
                 hdr = self._header()
@@ -247,20 +263,20 @@ class Executor:
     def _spawn(self, rec: P.TaskRecord, p: P.Payload) -> None:
         now = time.time()
         argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command or ["true"])
-        env = dict(os.environ)
-        env.update(p.env)
+        spawner = self.spawner
+        log_fd = -1
         try:
-            Path(p.log_path).parent.mkdir(parents=True, exist_ok=True)
-            with open(p.log_path, "ab") as log:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        cwd=p.cwd or None, env=env, start_new_session=True, close_fds=True)
+            log_fd = spawner.open_log(p.log_path)
+            proc = spawner.spawn(argv, spawner.env_for(p.env), p.cwd, log_fd)
         except OSError as e:
+            if log_fd >= 0:
+                os.close(log_fd)
             self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
                                     f"{e.strerror or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
         cpu, mem = _claim(p)
-        r = Running(rec, proc, pidfd, now, p.log_path, now + p.timeout if p.timeout else None, cpu=cpu,
+        r = Running(rec, proc, pidfd, now, p.log_path, log_fd, now + p.timeout if p.timeout else None, cpu=cpu,
                     memory=mem)
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
@@ -276,14 +292,15 @@ class Executor:
     def _reap(self, pidfd: int) -> None:
         r = self.running.pop(pidfd)
         self.poller.unregister(pidfd)
-        rc = r.proc.wait()
+        rc = reap(r.proc)
         os.close(pidfd)
         now = time.time()
         if r.timed_out:
             _killpg(r.proc.pid, signal.SIGKILL)  # stragglers of the group go too
         sig = -rc if rc < 0 else 0
         code = 128 + sig if sig else rc
-        tail = _tail(r.log_path)
+        tail = tail_of(r.log_fd, r.log_path, TAIL_BYTES)
+        os.close(r.log_fd)
         off, length = self.tails.write(self.index, r.rec.task, r.rec.attempt, tail) if tail else (0, 0)
         flags = (P.FLAG_TIMED_OUT if r.timed_out else 0) | (P.FLAG_TAIL if tail else 0)
         self.done += 1
@@ -303,14 +320,23 @@ class Executor:
     def _emit(self, rec: P.ResultRecord) -> None:
         self.outbox.append(rec)
         self.unjournaled.append(rec)
+        if rec.kind == P.RES_EXITED or rec.kind == P.RES_REJECTED:
+            self.urgent = True
+        elif not self.report_due:
+            self.report_due = time.time() + REPORT_HOLD
 
-    def _flush(self) -> None:
-        """Journal, then send, every pending result; a full queue keeps the rest for the next turn."""
+    def _flush(self, now: float) -> None:
+        """Journal every pending result, then send them unless they may still wait for an exit report.
+
+        A full queue keeps the rest for the next turn.
+        """
         if self.unjournaled:
             for k in range(0, len(self.unjournaled), self.per_msg):
                 self.journal.write(P.encode_results(self.unjournaled[k : k + self.per_msg]))
             self.unjournaled.clear()
         out = self.outbox
+        if not out or (not self.urgent and not self.rsp_full and now < self.report_due):
+            return
         sent = 0
         while sent < len(out):
             batch = out[sent : sent + self.per_msg]
@@ -318,6 +344,10 @@ class Executor:
                 break
             sent += len(batch)
         del out[:sent]
+        self.rsp_full = bool(out)
+        if not out:
+            self.urgent = False
+            self.report_due = 0.0
 
     def _beat(self, now: float, sched_beat: float) -> None:
         tasks = tuple((r.rec.task, r.rec.attempt) for r in self.running.values())[:16]
@@ -332,11 +362,14 @@ class Executor:
             _killpg(r.proc.pid, signal.SIGTERM)
         deadline = time.time() + KILL_GRACE
         for r in list(self.running.values()):
-            try:
-                r.proc.wait(max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:
+            waiter = select.poll()
+            waiter.register(r.pidfd, select.POLLIN)
+            if not waiter.poll(max(0.0, deadline - time.time()) * 1000):
                 _killpg(r.proc.pid, signal.SIGKILL)
-                r.proc.wait()
+            reap(r.proc)
+            os.close(r.pidfd)
+            os.close(r.log_fd)
+        self.running.clear()
         for q in (self.req, self.rsp):
             q.close()
         for s in (self.arena, self.tails, self.board, self.eboard):
@@ -356,17 +389,6 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _tail(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - TAIL_BYTES))
-            return f.read()
-    except OSError:
-        return b""
 
 
 def main(argv: list[str] | None = None) -> int:

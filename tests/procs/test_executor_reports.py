@@ -1,0 +1,69 @@
+"""The executor journals every report at once and holds start reports briefly for the job's exit report."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from wloadctl.ipc import protocol as P
+from wloadctl.procs.executor import REPORT_HOLD, Executor
+
+
+class FakeQueue:
+    """A response queue that records what is sent, or refuses it when full."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[P.ResultRecord]] = []
+        self.full = False
+
+    def send_nowait(self, data: bytes) -> bool:
+        if self.full:
+            return False
+        self.sent.append(P.decode_results(data))
+        return True
+
+
+def executor(tmp_path: Path) -> tuple[Executor, FakeQueue, io.BytesIO]:
+    """An executor whose response queue and results journal are in memory."""
+    ex = Executor("r", 0, 1, tmp_path)
+    q, journal = FakeQueue(), io.BytesIO()
+    ex.rsp, ex.journal, ex.per_msg = q, journal, 64  # type: ignore[assignment]
+    return ex, q, journal
+
+
+def record(kind: int, task: int = 1) -> P.ResultRecord:
+    return P.ResultRecord(kind, 0, 0, task, 1, 0, 0, 1, 0, 0.0, 0.0, 0, 0)
+
+
+def test_a_start_report_waits_for_the_exit_and_both_go_in_one_message(tmp_path: Path) -> None:
+    ex, q, journal = executor(tmp_path)
+    held = [record(P.RES_ACCEPTED), record(P.RES_STARTED)]
+    for r in held:
+        ex._emit(r)
+    now = ex.report_due - REPORT_HOLD
+    ex._flush(now)
+    assert q.sent == [] and journal.getvalue() == P.encode_results(held), "journaled at once, not sent yet"
+    ex._emit(record(P.RES_EXITED))
+    ex._flush(now)
+    assert [[r.kind for r in m] for m in q.sent] == [[P.RES_ACCEPTED, P.RES_STARTED, P.RES_EXITED]]
+    assert not ex.outbox and not ex.urgent and ex.report_due == 0.0
+
+
+def test_a_start_report_goes_alone_once_its_hold_is_over(tmp_path: Path) -> None:
+    ex, q, _ = executor(tmp_path)
+    ex._emit(record(P.RES_STARTED))
+    ex._flush(ex.report_due - REPORT_HOLD / 2)
+    assert q.sent == []
+    ex._flush(ex.report_due)
+    assert [[r.kind for r in m] for m in q.sent] == [[P.RES_STARTED]]
+
+
+def test_exits_and_rejections_go_at_once_and_a_full_queue_keeps_them(tmp_path: Path) -> None:
+    ex, q, _ = executor(tmp_path)
+    q.full = True
+    ex._emit(record(P.RES_REJECTED, task=2))
+    ex._flush(0.0)
+    assert q.sent == [] and ex.rsp_full and len(ex.outbox) == 1
+    q.full = False
+    ex._flush(0.0)
+    assert [[r.kind for r in m] for m in q.sent] == [[P.RES_REJECTED]] and not ex.rsp_full

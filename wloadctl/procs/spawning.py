@@ -1,0 +1,150 @@
+"""Starting a job's process for the executor: its own session, its output in a log file.
+
+`os.posix_spawn` starts a job with one clone-and-exec and no Python work in between;
+`subprocess.Popen` is kept for what posix_spawn cannot do here (a working directory,
+a bare program name looked up in the job's own PATH). Both give the same process: the
+leader of a new session and process group, stdin from /dev/null, stdout and stderr
+appended to the attempt's log, no descriptor of the executor's inherited, SIGPIPE and
+SIGXFSZ at their defaults.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+"""How a log file is opened: appended to, created when missing, never inherited as such."""
+LOG_MODE = 0o666
+"""Permissions of a new log file before the umask (those of `open(path, "ab")`)."""
+DEFAULT_SIGNALS: tuple[int, ...] = tuple(
+    getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name)
+)
+"""Signals Python ignores for itself and a job gets back at their defaults (as Popen's restore_signals)."""
+
+
+@dataclass(slots=True)
+class Spawned:
+    """A started job process."""
+
+    pid: int
+    """Its pid, also its process group and session id."""
+    proc: subprocess.Popen[bytes] | None = None
+    """The Popen object when it was started through subprocess (told the exit status once reaped)."""
+
+
+@dataclass
+class Spawner:
+    """Starts job processes; remembers the environment and the log directories it already made."""
+
+    base_env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    """The executor's environment, every job's starting point."""
+    posix_spawn: bool = hasattr(os, "posix_spawn")
+    """Start through os.posix_spawn where it can (False: always subprocess.Popen)."""
+    made_dirs: set[str] = field(default_factory=set)
+    """Log directories known to exist."""
+
+    def env_for(self, extra: Mapping[str, str]) -> dict[str, str]:
+        """The environment of a job adding `extra` (the shared base itself when it adds nothing)."""
+        if not extra:
+            return self.base_env
+        env = dict(self.base_env)
+        env.update(extra)
+        return env
+
+    def open_log(self, path: str) -> int:
+        """Open (create) a log file for appending, making its directory when needed.
+
+        Returns:
+            A close-on-exec descriptor numbered 3 or above.
+
+        Raises:
+            OSError: The directory or the file cannot be made or opened.
+        """
+        d = os.path.dirname(path)
+        if d and d not in self.made_dirs:
+            os.makedirs(d, exist_ok=True)
+            self.made_dirs.add(d)
+        try:
+            fd = os.open(path, LOG_FLAGS, LOG_MODE)
+        except FileNotFoundError:
+            if not d:
+                raise
+            # The directory was removed since it was made: make it again, once.
+            self.made_dirs.discard(d)
+            os.makedirs(d, exist_ok=True)
+            self.made_dirs.add(d)
+            fd = os.open(path, LOG_FLAGS, LOG_MODE)
+        if fd < 3:
+            # Only when the executor runs without a standard descriptor: keep 0-2 for the job.
+            low, fd = fd, fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(low)
+        return fd
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, log_fd: int) -> Spawned:
+        """Start `argv` in a new session with stdin from /dev/null and stdout and stderr on `log_fd`.
+
+        Raises:
+            OSError: The process could not be started (no such program, no such directory, ...).
+        """
+        if self.posix_spawn and not cwd and "/" in argv[0]:
+            try:
+                pid = os.posix_spawn(
+                    argv[0], list(argv), env,
+                    file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                  (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)],
+                    setsid=True, setsigdef=DEFAULT_SIGNALS)
+                return Spawned(pid)
+            except NotImplementedError:
+                self.posix_spawn = False  # a C library without POSIX_SPAWN_SETSID
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                                cwd=cwd or None, env=env, start_new_session=True, close_fds=True)
+        return Spawned(proc.pid, proc)
+
+
+def keep_descriptors_from_jobs(low: int = 3) -> None:
+    """Mark every open descriptor from `low` up close-on-exec (posix_spawn has no close_fds).
+
+    What Python opens is close-on-exec already; this covers what the executor inherited.
+    """
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        return
+    for fd in fds:
+        if fd >= low:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass  # the listing's own descriptor, closed by now
+
+
+def reap(sp: Spawned) -> int:
+    """Wait for a started process; return its exit code, or minus the signal that ended it."""
+    _, status = os.waitpid(sp.pid, 0)
+    rc = os.waitstatus_to_exitcode(status)
+    if sp.proc is not None:
+        sp.proc.returncode = rc  # reaped here: Popen must never wait for this pid again
+    return rc
+
+
+def tail_of(log_fd: int, path: str, limit: int) -> bytes:
+    """The last `limit` bytes written to an open log file (b"" when nothing was, without opening it)."""
+    try:
+        size = os.fstat(log_fd).st_size
+        if not size:
+            return b""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        start = max(0, size - limit)
+        return os.pread(fd, size - start, start)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
