@@ -122,3 +122,23 @@ def test_columns_grow_for_jobs_added_later() -> None:
     cols = JobColumns(1)
     cols.apply([(1, 4, W, R, 0, 1.0, -1, None, "", "s")])
     assert len(cols.state) == 5 and cols.state[4] == R and cols.executor[3] == -1
+
+
+def test_auto_sync_relaxes_only_turns_that_allow_it(tmp_path: Path) -> None:
+    def level(st: Store) -> int:
+        return int(st.conn.execute("PRAGMA synchronous").fetchone()[0])
+
+    with Store.open(tmp_path, sync="AUTO") as st:
+        assert level(st) == 2  # FULL
+        run = new_run(st, ["a"])
+        st.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "s")], durable=False)
+        assert level(st) == 1  # NORMAL: survives a crash of the process
+        st.write_turn(run.id, [(0, R, Q, 1, 1.0, -1, None, "", "s")], durable=True)
+        assert level(st) == 2
+        st.write_turn(run.id, [(0, Q, RUN, 1, 2.0, 0, None, "", "s")], durable=False)
+        st.record_action(run.id, "op", "hold", "a", "", "refused", False)
+        assert level(st) == 2, "operator actions are always durable"
+    with Store.open(tmp_path, sync="FULL") as st:
+        st.write_turn(run.id, [(0, RUN, OK, 1, 3.0, 0, 0, "", "s")], durable=False)
+        assert level(st) == 2, "full means every turn"
+        assert st.job_states(run.id) == [(0, OK, 1)]

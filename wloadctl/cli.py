@@ -77,9 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--accept-plan-change", action="store_true")
         p.add_argument(
             "--journal-sync",
-            choices=("full", "normal"),
-            default="full",
-            help="full: a commit survives power loss; normal: survives a crash of the process",
+            choices=("auto", "full", "normal"),
+            default="auto",
+            help="auto (default): turns touching a non-idempotent job, and operator actions, survive power "
+            "loss, the rest a crash of the process; full: every commit survives power loss; normal: every "
+            "commit survives a crash of the process",
         )
         p.add_argument("--json", action="store_true", help="print a summary object at the end")
         p.add_argument("--quiet", action="store_true")

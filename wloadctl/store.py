@@ -183,6 +183,10 @@ class Store:
         """The open connection (owned by this object)."""
         self.readonly = readonly
         """Opened for reading only."""
+        self.auto_sync = False
+        """Whether turns choose their durability (see open's `sync`)."""
+        self._relaxed = False
+        """The connection commits with synchronous=NORMAL now (auto_sync, after a turn that allowed it)."""
         self._columns: dict[int, JobColumns] = {}
         """Job rows per run as last replayed (see columns)."""
         self._has_turns = conn.execute(
@@ -196,7 +200,10 @@ class Store:
             state_dir: the run's state directory.
             create: create the directory and database if missing.
             readonly: open for reading (status, logs); never writes.
-            sync: SQLite `synchronous` level for writers: FULL survives power loss, NORMAL a process crash.
+            sync: durability of commits. FULL: every commit survives power loss. NORMAL: a crash of the
+                process. AUTO: loop turns that touch a job declared not idempotent, and everything else
+                written (runs, operator actions, alerts), are FULL; other turns NORMAL, so after a power
+                loss the last moments of idempotent work may be done again, which is what they allow.
 
         Raises:
             StoreError: missing (when not creating), unreadable, corrupt or truncated database.
@@ -225,7 +232,7 @@ class Store:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if not readonly:
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute(f"PRAGMA synchronous = {sync}")
+                conn.execute(f"PRAGMA synchronous = {'FULL' if sync == 'AUTO' else sync}")
                 if version == 0:
                     conn.executescript(_SCHEMA)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -253,7 +260,9 @@ class Store:
                 f"run journal {path} is unreadable or corrupt: {e}",
                 hint="restore it from a backup or move it away; wloadctl never starts afresh over it",
             ) from None
-        return cls(path, conn, readonly=readonly)
+        store = cls(path, conn, readonly=readonly)
+        store.auto_sync = sync == "AUTO"
+        return store
 
     def close(self) -> None:
         """Close the connection."""
@@ -280,6 +289,7 @@ class Store:
         settings: str = "{}",
     ) -> RunRow:
         """Record a new run and its jobs (all WAITING) in one transaction."""
+        self._durable()
         c = self.conn
         try:
             c.execute("BEGIN IMMEDIATE")
@@ -356,6 +366,7 @@ class Store:
         Raises:
             StoreError: `expect_epoch` was given and another scheduler moved the epoch first.
         """
+        self._durable()
         c = self.conn
         try:
             c.execute("BEGIN IMMEDIATE")
@@ -385,6 +396,7 @@ class Store:
 
     def set_status(self, run: int, status: str, ended: float | None) -> None:
         """Record the run's status (and end time)."""
+        self._durable()
         self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run))
 
     # -- jobs -------------------------------------------------------------------------
@@ -507,12 +519,14 @@ class Store:
         return int(row[0] or 0)
 
     def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None,
-                   added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]] = ()) -> None:
+                   added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]] = (), durable: bool = True) -> None:
         """Journal one loop turn's transitions and the jobs' resulting rows, in one transaction.
 
         Each transition is (job, from, to, attempt, ts, executor, exit_code, reason, cause).
         `added` holds the `for_each` loops expanded in the turn: (looped job id, index of its first
         instance, items, instance ids); their job rows are written before the transitions that name them.
+        With auto_sync, `durable=False` lets the commit skip its fsync (it still survives a process crash;
+        the next durable commit makes it durable too, the log being written in order).
 
         Raises:
             StoreError: the write failed, or `epoch` is given and the run moved to a newer epoch (fenced).
@@ -521,6 +535,8 @@ class Store:
             return
         recs, causes, reasons = pack_turn(transitions)
         c = self.conn
+        if self.auto_sync and durable == self._relaxed:
+            self._set_relaxed(not durable)
         try:
             c.execute("BEGIN IMMEDIATE")
             if epoch is not None:
@@ -546,6 +562,15 @@ class Store:
                 c.execute("ROLLBACK")
             raise StoreError(f"could not write the journal {self.path}: {e}") from None
 
+    def _set_relaxed(self, relaxed: bool) -> None:
+        self.conn.execute(f"PRAGMA synchronous = {'NORMAL' if relaxed else 'FULL'}")
+        self._relaxed = relaxed
+
+    def _durable(self) -> None:
+        """The next commit survives power loss (auto_sync relaxes only loop turns that allow it)."""
+        if self._relaxed:
+            self._set_relaxed(False)
+
     # -- operator actions and alerts ------------------------------------------------------
 
     def record_action(
@@ -560,6 +585,7 @@ class Store:
         ts: float | None = None,
     ) -> None:
         """Append one operator action to the audit trail."""
+        self._durable()
         self.conn.execute(
             "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (run, ts or time.time(), user, verb, job, reason, outcome, int(applied)),
@@ -578,6 +604,7 @@ class Store:
         self, run: int, ts: float, job: str, tier: str, state: str, attempts: int, reason: str, log_path: str
     ) -> None:
         """Append one alert (a job failed for good)."""
+        self._durable()
         self.conn.execute(
             "INSERT INTO alerts (run, ts, job, tier, state, attempts, reason, log_path)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

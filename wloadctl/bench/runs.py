@@ -172,7 +172,7 @@ def run_wloadctl(
         jobs: jobs in the plan.
         executors: `--executors`.
         slots: `--slots`.
-        journal_sync: `--journal-sync` (`full` or `normal`).
+        journal_sync: `--journal-sync` (`auto`, `full` or `normal`).
         timeout: seconds before the run is stopped (SIGTERM, as an operator would).
         keep_records: also return every executor result record (for latencies).
         sample_interval: seconds between RSS samples of the scheduler.

@@ -60,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--journal-sync",
-        choices=("full", "normal"),
-        default="full",
-        help="journal durability of every wloadctl run (full is the product's default)",
+        choices=("auto", "full", "normal"),
+        default="auto",
+        help="journal durability of every wloadctl run (auto is the product's default)",
     )
     ap.add_argument(
         "--executors",

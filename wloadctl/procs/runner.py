@@ -51,7 +51,7 @@ class RunOptions:
     slots: int = 4
     business_date: str | None = None
     accept_plan_change: bool = False
-    journal_sync: str = "FULL"
+    journal_sync: str = "AUTO"
     lease_seconds: float = 1.5
     """Heartbeat timeout: the journal lease lasts this long past each beat; a standby takes
     over only once the board's beat and the lease are both older than its own timeout."""

@@ -103,6 +103,8 @@ class SchedulerLoop:
     """When a list: every terminal transition (job, state, reason) is appended for a line log."""
     beat_interval: float = HEALTH_INTERVAL
     """Seconds between heartbeats (board beat and lease renewal) and executor health checks."""
+    not_idempotent: set[int] | None = None
+    """Jobs declared `idempotent: false`: a turn that touches one is committed durably (see Store.open)."""
     sweeper: ResultSweeper | None = None
     """After a takeover: recovers results a fenced predecessor took from the response queue."""
     standby_pid: int = 0
@@ -286,8 +288,15 @@ class SchedulerLoop:
                 ids = self.core.ids
                 added = [(ids[parent], first, items, ids[first : first + len(items)])
                          for parent, first, items in c.added]
+                if self.not_idempotent is None:
+                    self.not_idempotent = {i for i, spec in enumerate(self.core.specs) if not spec.idempotent}
+                risky = self.not_idempotent
+                if added:
+                    risky.update(k for k in range(added[0][1], self.core.n) if not self.core.specs[k].idempotent)
+                durable = bool(risky) and any(t[0] in risky for t in c.transitions)
                 try:
-                    self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added)
+                    self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
+                                          durable=durable)
                 except StoreError:
                     self._raise_if_fenced()
                     raise
