@@ -14,6 +14,7 @@ from wloadctl.core.events import (
     JobStartedEvent,
     OperatorEvent,
     RunStartedEvent,
+    TasksLostEvent,
     TimerFiredEvent,
 )
 from wloadctl.core.plan import RetryPolicy
@@ -201,6 +202,20 @@ def test_lost_executor_requeues_unstarted_retries_started_and_holds_non_idempote
     assert core.attempt[1] - core.attempt_base[1] == 1
     assert st["c"] == "HELD" and core.reasons[2] == "interrupted, needs operator"
     assert (0, 1) in dispatched(cmds)
+    core.validate()
+
+
+def test_tasks_a_lost_executor_took_before_accepting_them_are_sent_again() -> None:
+    core = SchedulerCore(make_plan({"a": {}, "b": {}, "c": {}}), slots=3)
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobAcceptedEvent(0, 1, 0, 0.1))  # a: accepted by a live executor
+    lost = core.unaccepted()
+    assert lost == ((1, 1), (2, 1))
+    core.handle(JobAcceptedEvent(2, 1, 0, 0.2))  # c: turned up after all
+    cmds = core.handle(TasksLostEvent(lost, 3.0))
+    assert dispatched(cmds) == [(1, 1)], "only b, at the same attempt: it never started"
+    assert core.executor[0] == 0 and core.executor[2] == 0
+    assert core.unaccepted() == ((1, 1),)
     core.validate()
 
 

@@ -24,6 +24,7 @@ from wloadctl.core.events import (
     OperatorEvent,
     RunStartedEvent,
     SlotsChangedEvent,
+    TasksLostEvent,
     TimerFiredEvent,
 )
 from wloadctl.core.fanout import FanOutMixin
@@ -237,6 +238,8 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                 self.executor[event.job] = event.executor
         elif isinstance(event, ExecutorLostEvent):
             self._on_executor_lost(event)
+        elif isinstance(event, TasksLostEvent):
+            self._on_tasks_lost(event)
         elif isinstance(event, TimerFiredEvent):
             self._on_timer()
         elif isinstance(event, RunStartedEvent):

@@ -64,6 +64,23 @@ class ExecutorLostEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class TasksLostEvent:
+    """Task records an executor took off the queue and died with before accepting them.
+
+    The shell knows it when, after an executor was lost, the request queue has emptied and
+    these jobs, unaccepted then, are still unaccepted well past the time any live executor
+    takes to accept what it takes.
+    """
+
+    jobs: tuple[tuple[int, int], ...]
+    """(job, attempt) pairs that were unaccepted when the executor was lost."""
+    now: float
+    """When it was decided."""
+    cause_id: str = "health"
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
 class JobExitedEvent:
     """A job's attempt ended: its process exited, was killed, timed out, or its executor was lost."""
 
@@ -156,6 +173,7 @@ Event = (
     | JobExitedEvent
     | JobsFinishedEvent
     | ExecutorLostEvent
+    | TasksLostEvent
     | TimerFiredEvent
     | SlotsChangedEvent
     | OperatorEvent

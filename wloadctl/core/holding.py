@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from wloadctl.core import codes as C
 from wloadctl.core.commands import Kill
-from wloadctl.core.events import ExecutorLostEvent, JobExitedEvent
+from wloadctl.core.events import ExecutorLostEvent, JobExitedEvent, TasksLostEvent
 from wloadctl.core.states import JobState
 
 if TYPE_CHECKING:
@@ -152,3 +152,15 @@ class HoldingMixin:
         for i in range(self.n):
             if executor[i] == ex and (state[i] == C.Q or state[i] == C.RUN):
                 self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True, cause_id=ev.cause_id))
+
+    def unaccepted(self: SchedulerCore) -> tuple[tuple[int, int], ...]:
+        """QUEUED jobs no executor has accepted yet: (job, attempt) pairs."""
+        state, executor, attempt = self.state, self.executor, self.attempt
+        return tuple((i, attempt[i]) for i in range(self.n) if state[i] == C.Q and executor[i] < 0)
+
+    def _on_tasks_lost(self: SchedulerCore, ev: TasksLostEvent) -> None:
+        """Requeue jobs still QUEUED, unaccepted, at the same attempt: like any job lost before it started,
+        they run again without spending an attempt."""
+        for i, att in ev.jobs:
+            if self.state[i] == C.Q and self.executor[i] < 0 and self.attempt[i] == att:
+                self._on_exit(JobExitedEvent(i, att, -1, -1, ev.now, lost=True, cause_id=ev.cause_id))

@@ -28,6 +28,7 @@ from wloadctl.core.events import (
     JobsFinishedEvent,
     JobStartedEvent,
     SlotsChangedEvent,
+    TasksLostEvent,
     TimerFiredEvent,
 )
 from wloadctl.core.states import JobState
@@ -46,6 +47,9 @@ HEALTH_INTERVAL = 0.25
 """Default seconds between heartbeats: board beat, lease renewal, executor health check."""
 KILL_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL of an operator kill or preemption."""
+UNACCEPTED_GRACE = 2.0
+"""Seconds after an executor was lost before tasks nobody accepted count as lost with it (a live
+executor accepts what it takes within milliseconds)."""
 
 
 class Fenced(StoreError):
@@ -103,6 +107,8 @@ class SchedulerLoop:
     """When a list: every terminal transition (job, state, reason) is appended for a line log."""
     beat_interval: float = HEALTH_INTERVAL
     """Seconds between heartbeats (board beat and lease renewal) and executor health checks."""
+    unaccepted: tuple[float, tuple[tuple[int, int], ...]] | None = None
+    """After an executor was lost: when, and the tasks no executor had accepted then."""
     not_idempotent: set[int] | None = None
     """Jobs declared `idempotent: false`: a turn that touches one is committed durably (see Store.open)."""
     sweeper: ResultSweeper | None = None
@@ -250,6 +256,9 @@ class SchedulerLoop:
         for index, why in self.sup.check(now):
             self._kill_orphans(index)
             self.core.feed(ExecutorLostEvent(index, now, why, cause_id=f"health-{self.turn}"))
+            # Tasks sent but not accepted yet may be in the queue, or taken by the dead one:
+            # watched until the queue has emptied (see _settle_unaccepted).
+            self.unaccepted = (now, self.core.unaccepted())
             self.sup.log(f"executor {index}: {why}")
             self.ctx.events.emit("executor_lost", executor=index, reason=why)
             if not self.stop_requested and self.finished is None and self.sup.respawn(index) is None:
@@ -259,6 +268,24 @@ class SchedulerLoop:
                                                  cause_id=f"health-{self.turn}"))
         if self.sweeper is not None and not self.sweeper.sweep(self, now):
             self.sweeper = None
+        if self.unaccepted is not None:
+            self._settle_unaccepted(now)
+
+    def _settle_unaccepted(self, now: float) -> None:
+        """Requeue tasks a lost executor took with it before accepting them.
+
+        Once the request queue is empty, every task sent before the loss has been taken, and a
+        live executor accepts what it takes at once: tasks still unaccepted a grace period
+        later went with the dead executor.
+        """
+        since, jobs = self.unaccepted  # type: ignore[misc]
+        if not jobs:
+            self.unaccepted = None
+            return
+        if now - since < UNACCEPTED_GRACE or self.sendq or self.unplaced or self.objs.req.current_messages > 0:
+            return  # some may still be on their way to a live executor
+        self.unaccepted = None
+        self.core.feed(TasksLostEvent(jobs, now, cause_id=f"health-{self.turn}"))
 
     def _check_fenced(self) -> None:
         """Raise Fenced if the board shows a newer epoch (a successor published it)."""
