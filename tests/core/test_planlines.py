@@ -32,6 +32,10 @@ CASES: list[tuple[str, bool]] = [
     ("name: p\njobs:\n  a: {command: echo, depends_on: [1, true], priority: 1.5, sla: null}\n", True),
     ('name: p\njobs:\n  a: {command: "true", depends_on: [b]}\n  b: {command: "true", depends_on: [a]}\n', True),
     ('name: p\ndefaults: {sla: high, type: noop}\njobs:\n  a: {}\n  b: {depends_on: [a]}\n', True),
+    ('name: p\ndefaults: {type: noop}\njobs:\n  a: {sla: critical}\n  b: {depends_on: [a], sla: low}\n'
+     '  c: {depends_on: [a, b]}\n  d: {sla: nope}\n  e: {depends_on: [zz]}\n  a: {}\n  f: {depends_on: [f]}\n', True),
+    ('name: p\ndefaults: {command: "echo hi"}\njobs:\n  a: {}\n  b: {depends_on: [a], sla: high}\n', True),
+    ('name: p\njobs:\n  a: {}\n  b: {depends_on: [a]}\n  c: {sla: high}\n', True),
     ('name: p\ngroups: {g: 1}\njobs:\n  a: {command: "true", group: g}\n  b: {command: "true", group: h}\n', True),
     ('name: p\njobs:\n  a: {command: "true"}\n  b: {command: "true", if: "jobs.a.exit_code == 0"}\n', True),
     ('name: p\nvariables: {r: [1, 2]}\njobs:\n  a: {command: "echo", for_each: r}\n', True),
@@ -92,10 +96,12 @@ def test_data_plans_same_as_the_parser(monkeypatch: pytest.MonkeyPatch, path: Pa
     assert fast == slow
 
 
+@pytest.mark.parametrize("kind", ["shell", "noop"])
 @pytest.mark.parametrize("shape", ["bank", "wide", "chain"])
-def test_generated_plans_read_by_lines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shape: str) -> None:
+def test_generated_plans_read_by_lines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shape: str,
+                                       kind: str) -> None:
     path = tmp_path / "plan.yaml"
-    write_plan(path, 3000, shape, 1)  # type: ignore[arg-type]
+    write_plan(path, 3000, shape, 1, job_type=kind)  # type: ignore[arg-type]
     fast, slow, used = _both(monkeypatch, lambda: load_plan(path))
     assert used and fast[0] == "plan" and len(fast[1]) == 3000
     assert fast == slow

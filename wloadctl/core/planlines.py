@@ -52,7 +52,7 @@ _SEQ_ITEM = re.compile(r"\"([^\"]*)\"|'([^']*)'|([^ ,\[\]]+)")
 """One item of a flow list already known to be well formed."""
 
 _ID_SLOT, _LINE_SLOT, _COMMAND, _SLA = SLOT["id"], SLOT["line"], SLOT["command"], SLOT["sla"]
-_DEPS, _KINDS = SLOT["depends_on"], SLOT["dep_kinds"]
+_DEPS, _KINDS, _TYPE = SLOT["depends_on"], SLOT["dep_kinds"], SLOT["type"]
 
 
 class NotPlain(Exception):
@@ -134,8 +134,8 @@ def _text(block: bytes) -> str:
 def read_job_lines(jobs: JobsReader, lines: Iterator[str], line: int) -> None:
     """Read every job line after the `jobs:` key on `line` into `jobs`.
 
-    The usual line (a quoted command, maybe a list of upstream ids, maybe a
-    known SLA tier) is taken apart by one pattern and the job built inline,
+    The usual line (a quoted command or none, maybe a list of upstream ids,
+    maybe a known SLA tier) is taken apart by one pattern and the job built inline,
     as `JobsReader._stream` does; any other one-line job goes item by item.
 
     Args:
@@ -157,6 +157,8 @@ def read_job_lines(jobs: JobsReader, lines: Iterator[str], line: int) -> None:
     index_get, id_at, ids_append = index.get, ids.__getitem__, ids.append
     up_extend, up_off_append = up.extend, jobs.up_off.append
     make = MAKE_SPEC
+    # A job line without a command is complete only when the defaults give one, or make it a noop.
+    bare_ok = template[_COMMAND] is not None or template[_TYPE] != "shell"
     for text in lines:
         line += 1
         m = usual(text)
@@ -173,16 +175,28 @@ def read_job_lines(jobs: JobsReader, lines: Iterator[str], line: int) -> None:
                 raise NotPlain
             _job_items(jobs, m[1], line, m[2])
             continue
-        jid, body, command, deps, sla = m.groups()
+        jid, body, command, deps, sla, deps2, sla2, sla3 = m.groups()
+        if command is None:
+            # No command of its own: the defaults' command or type (noop) must do.
+            if not bare_ok:
+                _job_items(jobs, jid, line, body)
+                continue
+            deps = deps2
+            sla = sla2 if sla2 is not None else sla3
         tier = sla_names.get(sla) if sla is not None else None
-        command = shared_get(command) or (share(command) if command.strip() else None)
-        if command is None or (sla is not None and tier is None) or jid in index:
+        if command is not None:
+            command = shared_get(command) or (share(command) if command.strip() else None)
+            if command is None:
+                _job_items(jobs, jid, line, body)
+                continue
+        if (sla is not None and tier is None) or jid in index:
             _job_items(jobs, jid, line, body)
             continue
         vals = template.copy()
         vals[_ID_SLOT] = jid
         vals[_LINE_SLOT] = line
-        vals[_COMMAND] = command
+        if command is not None:
+            vals[_COMMAND] = command
         if tier is not None:
             vals[_SLA] = tier
         if deps is not None:
@@ -213,12 +227,15 @@ def _patterns(indent: str) -> tuple[Any, Any]:
     """(general, usual) fullmatch of a job line at this indentation.
 
     The general one gives (id, body); the usual one (id, body, command,
-    upstream ids joined by ", " or None, SLA word or None).
+    upstream ids joined by ", " or None, SLA word or None, and for a line
+    without a command: upstream ids, SLA word, SLA word of a line with only
+    an SLA tier).
     """
     general = re.compile(rf"{indent}({_ID}): +\{{({_BODY})\}}(?: *| +#[ -~]*)")
+    deps = rf"depends_on: \[((?:{_PLAIN}, )*{_PLAIN})\]"
     usual = re.compile(
-        rf'{indent}({_ID}): \{{(command: "([ !#-\[\]-~]*)"'
-        rf"(?:, depends_on: \[((?:{_PLAIN}, )*{_PLAIN})\])?(?:, sla: ([a-z]+))?)\}}"
+        rf'{indent}({_ID}): \{{((?:command: "([ !#-\[\]-~]*)"(?:, {deps})?(?:, sla: ([a-z]+))?)'
+        rf"|(?:{deps}(?:, sla: ([a-z]+))?)|(?:sla: ([a-z]+))|)\}}"
     )
     return general.fullmatch, usual.fullmatch
 
