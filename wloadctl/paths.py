@@ -5,19 +5,35 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def run_dirs(state_dir: Path, run_id: str) -> tuple[str, str, str]:
+    """A run's folders of logs, checkpoints and results, as text (a job's files are `<folder>/<name>`)."""
+    return (str(state_dir / "logs" / run_id), str(state_dir / "checkpoints" / run_id),
+            str(state_dir / "results" / run_id))
+
+
 def log_path(state_dir: Path, run_id: str, job: str, attempt: int) -> Path:
     """Where the output (stdout and stderr) of one attempt of a job goes."""
-    return state_dir / "logs" / run_id / f"{job}.{attempt}.log"
+    return Path(log_name(run_dirs(state_dir, run_id)[0], job, attempt))
+
+
+def log_name(logs: str, job: str, attempt: int) -> str:
+    """log_path within a run's logs folder (see run_dirs)."""
+    return f"{logs}/{job}.{attempt}.log"
 
 
 def checkpoint_path(state_dir: Path, run_id: str, job: str) -> Path:
     """Where a job keeps its checkpoint token across attempts."""
-    return state_dir / "checkpoints" / run_id / job
+    return Path(run_dirs(state_dir, run_id)[1], job)
 
 
 def result_path(state_dir: Path, run_id: str, job: str, attempt: int) -> Path:
     """Where one attempt of a job may write its result (read by conditions of its dependents)."""
-    return state_dir / "results" / run_id / f"{job}.{attempt}"
+    return Path(result_name(run_dirs(state_dir, run_id)[2], job, attempt))
+
+
+def result_name(results: str, job: str, attempt: int) -> str:
+    """result_path within a run's results folder (see run_dirs)."""
+    return f"{results}/{job}.{attempt}"
 
 
 def ids_path(state_dir: Path, run_id: str) -> Path:

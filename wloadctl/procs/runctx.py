@@ -15,13 +15,13 @@ from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.plan import JobSpec, Plan
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.ipc import protocol as P
-from wloadctl.paths import checkpoint_path, log_path, result_path
+from wloadctl.paths import log_name, log_path, result_name, result_path, run_dirs
 from wloadctl.store import RunRow, Store
 
 _STATE_NAMES = [s.name for s in JobState]
 
 
-def read_small(path: Path, limit: int = 4096) -> str:
+def read_small(path: Path | str, limit: int = 4096) -> str:
     """A small text file's content ('' when missing); bigger files are cut to `limit` bytes."""
     try:
         with open(path, "rb") as f:
@@ -135,10 +135,13 @@ class RunContext:
     """When this scheduler started."""
     hooks: list[subprocess.Popen[bytes]] = field(default_factory=list)
     """on_failure hook processes not yet reaped."""
+    dirs: tuple[str, str, str] = field(init=False)
+    """The run's logs, checkpoints and results folders, as text (made once: a payload per dispatch)."""
 
     def __post_init__(self) -> None:
         for sub in ("checkpoints", "results"):
             (self.state_dir / sub / self.run.run_id).mkdir(parents=True, exist_ok=True)
+        self.dirs = run_dirs(self.state_dir, self.run.run_id)
 
     @property
     def run_id(self) -> str:
@@ -148,7 +151,8 @@ class RunContext:
     def payload(self, spec: JobSpec, attempt: int) -> P.Payload:
         """What an executor needs to run one attempt of a job."""
         env = dict(spec.env)
-        ckpt = checkpoint_path(self.state_dir, self.run.run_id, spec.id)
+        logs, checkpoints, results = self.dirs
+        ckpt = f"{checkpoints}/{spec.id}"
         env.update(
             WLOADCTL_RUN_ID=self.run.run_id,
             WLOADCTL_PLAN=self.plan.name,
@@ -157,10 +161,10 @@ class RunContext:
             WLOADCTL_BUSINESS_DATE=self.run.business_date,
             WLOADCTL_STATE_DIR=str(self.state_dir),
             # A long job writes its progress token here; a retry gets the last one back.
-            WLOADCTL_CHECKPOINT_FILE=str(ckpt),
+            WLOADCTL_CHECKPOINT_FILE=ckpt,
             WLOADCTL_CHECKPOINT=read_small(ckpt),
             # What a job writes here (JSON object or key=value lines) is its result for `if`/`until`.
-            WLOADCTL_RESULT_FILE=str(result_path(self.state_dir, self.run.run_id, spec.id, attempt)),
+            WLOADCTL_RESULT_FILE=result_name(results, spec.id, attempt),
         )
         cwd = spec.cwd
         if cwd and not os.path.isabs(cwd):
@@ -168,7 +172,7 @@ class RunContext:
         command: str | list[str] | None = spec.command if isinstance(spec.command, str) or spec.command is None \
             else list(spec.command)
         return P.Payload(job=spec.id, command=command, env=env, cwd=cwd, timeout=spec.timeout,
-                         log_path=str(log_path(self.state_dir, self.run.run_id, spec.id, attempt)),
+                         log_path=log_name(logs, spec.id, attempt),
                          extra={"cpu": str(spec.cpu), "memory": str(spec.memory)}
                          if spec.cpu or spec.memory else {})
 
