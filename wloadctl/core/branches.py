@@ -42,6 +42,14 @@ class BranchesMixin:
     def condition_holds(self: SchedulerCore, i: int) -> tuple[bool, str]:
         """Evaluate job i's `if` on its upstreams' outcomes and the plan's variables."""
         c = self.conds[i]
+        try:
+            ok = c.evaluate(self._outcomes_of(c), self.plan.variables)
+        except ConditionError as e:
+            return False, f"condition could not be evaluated: {e}"
+        return ok, "" if ok else f"condition false: {c.text}"
+
+    def _outcomes_of(self: SchedulerCore, c: Condition) -> dict[str, dict[str, object]]:
+        """Exit code, result and state of the jobs an expression reads, by id."""
         jobs = {}
         for jid in c.jobs:
             k = self.index.get(jid)
@@ -49,11 +57,7 @@ class BranchesMixin:
                 o = dict(self.outcomes.get(k, {}))
                 o.setdefault("state", S(self.state[k]).name)
                 jobs[jid] = o
-        try:
-            ok = c.evaluate(jobs, self.plan.variables)
-        except ConditionError as e:
-            return False, f"condition could not be evaluated: {e}"
-        return ok, "" if ok else f"condition false: {c.text}"
+        return jobs
 
     def _again_until(self: SchedulerCore, i: int, ev: JobExitedEvent) -> bool:
         """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""

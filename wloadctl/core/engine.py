@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import random
 from array import array
+from collections.abc import Iterator
 
 from wloadctl.core.branches import BranchesMixin
 from wloadctl.core.commands import (
@@ -310,15 +311,11 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         state, unmet, block = self.state, self.unmet, self.block
         for i in range(self.n):
             if state[i] == _W and unmet[i] == 0 and not block[i]:
-                if i in self.conds:
-                    holds, why = self.condition_holds(i)
-                    if not holds:
-                        self.branch_skipped.add(i)
-                        self.set_state(i, _SKIP, reason=why)
-                        self._resolve(i)
-                        continue
-                if i in self.loops:
-                    self._reach_loop(i)
+                if self.gate[i] & _GATE_READY:
+                    skipped: list[int] = []
+                    self._gated_ready(i, skipped)
+                    if skipped:
+                        self._resolve_many(skipped)
                     continue
                 self._make_ready(i)
 
@@ -577,43 +574,29 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         not_before, now = self.not_before, self.now
         attempt, tx_append, cause = self.attempt, self._tx.append, self._cause
         dispatch, in_use, reserved = self._dispatch.append, tiers.in_use, tiers.total_reserved
-        heappop = heapq.heappop
         fair = self.group_of is not None
         stash: dict[int, list[int]] = {}
         sent = 0
+        batch: Iterator[int] | None = None
         if not fair and free >= len(ready):
             # Room for every ready job: one sort (a sorted list is a heap) beats a pop each.
-            keys = sorted(ready)
+            batch = iter(sorted(ready))
             ready.clear()
-            for k, key in enumerate(keys):
-                i = key & _MASK
-                if state[i] != _R:
-                    continue
-                t = tier[i]
-                if free <= reserved and t and not tiers.may_start(t, free):
-                    ready.extend(keys[k:])  # still sorted: still a heap
+        heappop = heapq.heappop
+        while free > 0:
+            if batch is not None:
+                key = next(batch, -1)
+                if key < 0:
                     break
-                if not_before and i in not_before and now < not_before[i]:
-                    continue  # its not-before timer puts it back
-                if gate[i] & _GATE_RES and not self._acquire(i, self.specs[i].resources, key):
-                    continue
-                att = attempt[i] + 1
-                attempt[i] = att
-                # READY -> QUEUED is always legal: the hot path skips the table lookup.
-                state[i] = _Q
-                sent += 1
-                tx_append((i, _R, _Q, att, now, -1, None, "", cause))
-                dispatch((i, att))
-                in_use[t] += 1
-                free -= 1
-        while free > 0 and (ready or stash):
-            if fair:
+            elif fair:
                 picked = self._next_fair(stash)
                 if picked is None:
                     break
                 key = picked
-            else:
+            elif ready:
                 key = heappop(ready)
+            else:
+                break
             i = key & _MASK
             if state[i] != _R:
                 continue
@@ -621,6 +604,9 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
             if free <= reserved and t and not tiers.may_start(t, free):
                 # What is left is this tier or less urgent: the rest of the slots are reserved.
                 heapq.heappush(ready, key)
+                if batch is not None:
+                    ready.extend(batch)
+                    heapq.heapify(ready)
                 break
             if not_before and i in not_before and now < not_before[i]:
                 continue  # its not-before timer puts it back

@@ -103,17 +103,6 @@ class FanOutMixin:
         for k in range(first, self.n):
             self._make_ready(k)
 
-    def _outcomes_of(self: SchedulerCore, c: Condition) -> dict[str, dict[str, object]]:
-        """Exit code, result and state of the jobs an expression reads, by id."""
-        jobs = {}
-        for jid in c.jobs:
-            k = self.index.get(jid)
-            if k is not None:
-                o = dict(self.outcomes.get(k, {}))
-                o.setdefault("state", S(self.state[k]).name)
-                jobs[jid] = o
-        return jobs
-
     def _append_job(self: SchedulerCore, spec: JobSpec, parent: int) -> None:
         """Add one job after all others, WAITING, whose only dependent is `parent`."""
         from wloadctl.core.engine import ready_key
