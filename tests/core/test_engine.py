@@ -11,6 +11,7 @@ from wloadctl.core.events import (
     ExecutorLostEvent,
     JobAcceptedEvent,
     JobExitedEvent,
+    JobsFinishedEvent,
     JobStartedEvent,
     OperatorEvent,
     RunStartedEvent,
@@ -318,4 +319,18 @@ def test_fair_share_splits_slots_between_groups_by_weight() -> None:
     cmds = core.handle(RunStartedEvent(0.0))
     names = [core.ids[i][0] for i, _ in dispatched(cmds)]
     assert names.count("a") == 6 and names.count("b") == 2
+    core.validate()
+
+
+def test_a_job_waiting_with_a_failed_upstream_fails_when_its_last_upstream_succeeds() -> None:
+    core = SchedulerCore(make_plan({"f": {}, "u": {}, "d": {"deps": ["f", "u"]}}), slots=2)
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobExitedEvent(0, 1, 0, 1, 1.0))  # f fails
+    core.handle(JobsFinishedEvent([(1, 1, 0, 0)], 1.0))  # u succeeds
+    assert states(core)["d"] == "UPSTREAM_FAILED"
+    # Rerun u with its downstream: d waits for u again, still blocked by f.
+    core.handle(OperatorEvent("rerun", (1,), 2.0, downstream=True))
+    assert states(core)["d"] == "WAITING" and core.block[2] == 1
+    core.handle(JobsFinishedEvent([(1, core.attempt[1], 0, 0)], 3.0))
+    assert states(core)["d"] == "UPSTREAM_FAILED"
     core.validate()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import random
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from wloadctl.core.branches import BranchesMixin
 from wloadctl.core.commands import (
@@ -56,6 +56,13 @@ FAIR_SCAN = 256
 """Ready jobs looked at per pick to find each group's most urgent one (fair share only)."""
 MAX_LOST = 3
 """A job whose attempts are lost with their executor this many times fails (it may be what kills them)."""
+
+def _popping(heap: list[int]) -> Iterator[int]:
+    """Pop a heap's keys, least first, until it is empty."""
+    pop = heapq.heappop
+    while heap:
+        yield pop(heap)
+
 
 def ready_key(tier: int, priority: int, job: int) -> int:
     """One int that orders the ready queue: tier first, then higher priority, then plan order.
@@ -458,11 +465,16 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                     sd = state[d]
                     if sd != w_:
                         if sd == held_:
-                            unmet[d] -= 1  # a success changes nothing else for a held job
+                            unmet[d] -= 1  # a success changes nothing else for a held job...
+                            if block[d]:
+                                self._blocked(u, d, stack)  # ...unless another upstream had failed
                         continue
                     left = unmet[d] - 1
                     unmet[d] = left
-                    if left or block[d]:
+                    if block[d]:
+                        self._blocked(u, d, stack)  # waiting with a failed or untaken upstream
+                        continue
+                    if left:
                         continue
                     if gate[d] & gated:
                         self._gated_ready(d, stack)
@@ -495,15 +507,8 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                 elif kind == 1:
                     if not failed and not block[d]:
                         block[d] = 2
-                if block[d] == 1:
-                    self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
-                    stack.append(d)
-                elif block[d] == 2:
-                    why = f"branch not taken: {self.ids[u]} skipped" if branch else \
-                        f"condition not met: {self.ids[u]} did not fail"
-                    self.branch_skipped.add(d)
-                    self.set_state(d, _SKIP, reason=why)
-                    stack.append(d)
+                if block[d]:
+                    self._blocked(u, d, stack)
                 elif unmet[d] == 0 and sd == _W:
                     if self.cancelled:
                         self.set_state(d, _CANC, reason="run cancelled")
@@ -523,6 +528,19 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         else:
             for key in fresh:
                 heappush(ready, key)
+
+    def _blocked(self, u: int, d: int, stack: list[int]) -> None:
+        """Job d, just counted upstream u as ended, is blocked: it ends UPSTREAM_FAILED or SKIPPED (then resolved)."""
+        su = self.state[u]
+        if self.block[d] == 1:
+            self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
+        else:
+            branch = su == _SKIP and u in self.branch_skipped
+            why = f"branch not taken: {self.ids[u]} skipped" if branch else \
+                f"condition not met: {self.ids[u]} did not fail"
+            self.branch_skipped.add(d)
+            self.set_state(d, _SKIP, reason=why)
+        stack.append(d)
 
     def _gated_ready(self, d: int, stack: list[int]) -> None:
         """Job d has nothing left to wait for, but an `if` or a loop over output decides what happens to it."""
@@ -566,46 +584,48 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         if self.cancelled or self.paused:
             return
         free = self.slots - self.busy
-        if free <= 0 or not self.ready:
-            if free <= 0 and self.ready and self.preemptible_running:
-                self._preempt_for_critical()
-            return
+        ready = self.ready
+        if free > 0 and ready:
+            stash: dict[int, list[int]] = {}
+            source: Iterable[int]
+            if self.group_of is not None:
+                source = iter(lambda: self._next_fair(stash), None)
+            elif free >= len(ready):
+                # Room for every ready job: one sort (a sorted list is a heap) beats a pop each.
+                source = sorted(ready)
+                ready.clear()
+            else:
+                source = _popping(ready)
+            free = self._start_from(source, free)
+            for keys in stash.values():
+                for k in keys:
+                    heapq.heappush(ready, k)
+            self.busy = self.slots - free
+        if free <= 0 and ready and self.preemptible_running:
+            self._preempt_for_critical()
+
+    def _start_from(self, source: Iterable[int], free: int) -> int:
+        """Dispatch ready jobs in the order `source` gives their keys while slots are free; return those left.
+
+        A key not taken (no slot left, slots reserved for more urgent tiers) goes back to the heap,
+        with the rest of a sorted list.
+        """
         ready, state, tier, gate, tiers = self.ready, self.state, self.tier, self.gate, self.tiers
         not_before, now = self.not_before, self.now
         attempt, tx_append, cause = self.attempt, self._tx.append, self._cause
         dispatch, in_use, reserved = self._dispatch.append, tiers.in_use, tiers.total_reserved
-        fair = self.group_of is not None
-        stash: dict[int, list[int]] = {}
+        group_of = self.group_of
         sent = 0
-        batch: Iterator[int] | None = None
-        if not fair and free >= len(ready):
-            # Room for every ready job: one sort (a sorted list is a heap) beats a pop each.
-            batch = iter(sorted(ready))
-            ready.clear()
-        heappop = heapq.heappop
-        while free > 0:
-            if batch is not None:
-                key = next(batch, -1)
-                if key < 0:
-                    break
-            elif fair:
-                picked = self._next_fair(stash)
-                if picked is None:
-                    break
-                key = picked
-            elif ready:
-                key = heappop(ready)
-            else:
-                break
+        for k, key in enumerate(source):
             i = key & _MASK
             if state[i] != _R:
                 continue
             t = tier[i]
-            if free <= reserved and t and not tiers.may_start(t, free):
-                # What is left is this tier or less urgent: the rest of the slots are reserved.
+            if free <= 0 or (free <= reserved and t and not tiers.may_start(t, free)):
+                # No slot, or what is left is this tier or less urgent and the rest is reserved.
                 heapq.heappush(ready, key)
-                if batch is not None:
-                    ready.extend(batch)
+                if type(source) is list:
+                    ready.extend(source[k + 1 :])
                     heapq.heapify(ready)
                 break
             if not_before and i in not_before and now < not_before[i]:
@@ -621,17 +641,12 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
             dispatch((i, att))
             in_use[t] += 1
             free -= 1
-            if fair:
-                self.group_use[self.group_of[i]] += 1  # type: ignore[index]
+            if group_of is not None:
+                self.group_use[group_of[i]] += 1
         counts = self.counts
         counts[_R] -= sent
         counts[_Q] += sent
-        for keys in stash.values():
-            for k in keys:
-                heapq.heappush(ready, k)
-        self.busy = self.slots - free
-        if free <= 0 and ready and self.preemptible_running:
-            self._preempt_for_critical()
+        return free
 
     def _build_groups(self, plan: Plan, specs: list) -> None:
         self.group_of: bytearray | None = None
