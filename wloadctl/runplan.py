@@ -26,5 +26,10 @@ def run_plan(store: Store, run: RunRow) -> Plan:
 
 
 def keep_plan(store: Store, run: RunRow, plan: Plan) -> None:
-    """Store the plan's encoded form, so resuming or watching the run skips parsing the YAML."""
-    store.set_plan_blob(run.id, encode_plan(plan))
+    """Store the plan's encoded form, so resuming or watching the run skips parsing the YAML.
+
+    A plan of one-line jobs is read again from its text about as fast as its encoded form is
+    decoded (and encoding a million jobs takes seconds at the start of the run): none is kept.
+    """
+    if not plan.read_by_lines:
+        store.set_plan_blob(run.id, encode_plan(plan))

@@ -173,3 +173,31 @@ def test_journal_records_every_transition_before_its_effect(tmp_path: Path, no_i
     seqs = [r[0] for r in rows if r[1] == 1]
     assert seqs == sorted(seqs)
     assert len(seqs) == 4
+
+
+def test_a_one_line_plan_keeps_no_encoded_copy_and_resumes_from_its_text(tmp_path: Path) -> None:
+    plan = tmp_path / "gen.yaml"
+    cli("gen", "--jobs", "120", "--shape", "bank", "--command", "sleep 0.05", "-o", str(plan), check=True)
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "2")
+
+    def some_done() -> bool:
+        if not (sd / "journal.db").exists():
+            return False
+        try:
+            return list(job_states(sd).values()).count("SUCCEEDED") >= 10
+        except (json.JSONDecodeError, ValueError):
+            return False
+
+    wait_for(some_done, timeout=30, what="a run in the middle")
+    run_id = status(sd)["run"]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with Store.open(sd, readonly=True) as st:
+        run = st.latest_run()
+        assert run is not None and st.plan_blob(run.id) is None
+    p = cli("resume", "--state-dir", str(sd), "--json")
+    assert p.returncode == 0, p.stderr
+    assert set(json.loads(p.stdout)["jobs"].values()) == {"SUCCEEDED"}
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []

@@ -135,10 +135,12 @@ def _load(source: Callable[[], Any], digest: Any, path: str) -> Plan:
     gc.disable()
     try:
         builder: _PlanBuilder | None = _PlanBuilder(path)
+        by_lines = True
         try:
             plan = builder.build(source, by_lines=True)  # type: ignore[union-attr]
         except NotPlain:
             builder = None
+            by_lines = False
         if builder is None:
             builder = _PlanBuilder(path)
             plan = builder.build(source)
@@ -159,7 +161,7 @@ def _load(source: Callable[[], Any], digest: Any, path: str) -> Plan:
             problems=shown,
             file=path,
         )
-    plan = dataclasses.replace(plan, digest=digest.hexdigest())
+    plan = dataclasses.replace(plan, digest=digest.hexdigest(), read_by_lines=by_lines)
     return expand_for_each(plan) if any(j.for_each is not None for j in plan.jobs.values()) else plan
 
 
