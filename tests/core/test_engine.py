@@ -334,3 +334,20 @@ def test_a_job_waiting_with_a_failed_upstream_fails_when_its_last_upstream_succe
     core.handle(JobsFinishedEvent([(1, core.attempt[1], 0, 0)], 3.0))
     assert states(core)["d"] == "UPSTREAM_FAILED"
     core.validate()
+
+
+def test_the_last_free_slots_stay_reserved_for_critical_work_when_every_ready_job_would_fit() -> None:
+    jobs = {f"low{k}": {"sla": "low"} for k in range(12)}
+    jobs["crit"] = {"sla": "critical", "deps": ["low0"]}
+    core = SchedulerCore(make_plan(jobs), slots=10)  # 1 slot reserved for critical work
+    started = dispatched(core.handle(RunStartedEvent(0.0)))
+    assert len(started) == 9 and core.busy == 9
+    assert core.counts[S.READY] == 3
+    # two jobs end: three free slots and three low jobs ready, all of which would fit one batch;
+    # two start, the third may not take the slot reserved for critical work
+    cmds = core.handle(JobsFinishedEvent([(1, 1, 0, 0), (2, 1, 0, 0)], 1.0))
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["low9", "low10"]
+    assert [core.ids[k & 0xFFFFFFFF] for k in core.ready] == ["low11"]
+    cmds = core.handle(JobsFinishedEvent([(0, 1, 0, 0)], 2.0))  # low0 ends: crit ready, takes the reserve
+    assert [core.ids[i] for i, _ in dispatched(cmds)][0] == "crit"
+    core.validate()

@@ -450,7 +450,6 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         kinds, gate = self.down_kind, self.gate
         counts, attempt, now, cause = self.counts, self.attempt, self.now, self._cause
         tx_append, ready, key_base, heappush = self._tx.append, self.ready, self.key_base, heapq.heappush
-        made_ready = 0
         fresh: list[int] = []
         add_fresh = fresh.append
         w_, r_, ok_, held_, gated = _W, _R, _OK, _HELD, _GATE_READY
@@ -481,7 +480,6 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                         continue
                     # WAITING -> READY is always legal: the hot path skips the table lookup.
                     state[d] = r_
-                    made_ready += 1
                     tx_append((d, w_, r_, attempt[d], now, -1, None, "", cause))
                     add_fresh(key_base[d] | d)
         else:
@@ -517,11 +515,11 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                         self._gated_ready(d, stack)
                         continue
                     state[d] = _R
-                    made_ready += 1
                     tx_append((d, _W, _R, attempt[d], now, -1, None, "", cause))
                     add_fresh(key_base[d] | d)
-        counts[_W] -= made_ready
-        counts[_R] += made_ready
+        # Every job made READY here went to `fresh`.
+        counts[_W] -= len(fresh)
+        counts[_R] += len(fresh)
         if len(fresh) > 64 and len(fresh) * 4 > len(ready):
             ready.extend(fresh)  # many at once: one linear heapify beats a push each
             heapq.heapify(ready)
@@ -615,37 +613,37 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         attempt, tx_append, cause = self.attempt, self._tx.append, self._cause
         dispatch, in_use, reserved = self._dispatch.append, tiers.in_use, tiers.total_reserved
         group_of = self.group_of
-        sent = 0
-        for k, key in enumerate(source):
-            i = key & _MASK
-            if state[i] != _R:
+        r_, q_, res_, mask = _R, _Q, _GATE_RES, _MASK
+        had = free
+        for key in source:
+            i = key & mask
+            if state[i] != r_:
                 continue
             t = tier[i]
             if free <= 0 or (free <= reserved and t and not tiers.may_start(t, free)):
                 # No slot, or what is left is this tier or less urgent and the rest is reserved.
                 heapq.heappush(ready, key)
                 if type(source) is list:
-                    ready.extend(source[k + 1 :])
+                    ready.extend(source[source.index(key) + 1 :])  # once, when the batch stops short
                     heapq.heapify(ready)
                 break
             if not_before and i in not_before and now < not_before[i]:
                 continue  # its not-before timer puts it back
-            if gate[i] & _GATE_RES and not self._acquire(i, self.specs[i].resources, key):
+            if gate[i] & res_ and not self._acquire(i, self.specs[i].resources, key):
                 continue
             att = attempt[i] + 1
             attempt[i] = att
             # READY -> QUEUED is always legal: the hot path skips the table lookup.
-            state[i] = _Q
-            sent += 1
-            tx_append((i, _R, _Q, att, now, -1, None, "", cause))
+            state[i] = q_
+            tx_append((i, r_, q_, att, now, -1, None, "", cause))
             dispatch((i, att))
             in_use[t] += 1
             free -= 1
             if group_of is not None:
                 self.group_use[group_of[i]] += 1
         counts = self.counts
-        counts[_R] -= sent
-        counts[_Q] += sent
+        counts[_R] -= had - free  # one slot taken per job sent
+        counts[_Q] += had - free
         return free
 
     def _build_groups(self, plan: Plan, specs: list) -> None:
