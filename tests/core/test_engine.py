@@ -349,5 +349,5 @@ def test_the_last_free_slots_stay_reserved_for_critical_work_when_every_ready_jo
     assert [core.ids[i] for i, _ in dispatched(cmds)] == ["low9", "low10"]
     assert [core.ids[k & 0xFFFFFFFF] for k in core.ready] == ["low11"]
     cmds = core.handle(JobsFinishedEvent([(0, 1, 0, 0)], 2.0))  # low0 ends: crit ready, takes the reserve
-    assert [core.ids[i] for i, _ in dispatched(cmds)][0] == "crit"
+    assert core.ids[dispatched(cmds)[0][0]] == "crit"
     core.validate()
