@@ -209,6 +209,10 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                 fill[u] = pos + 1
         self.down = down
         """CSR targets: dependent job indices."""
+        empty: tuple[int, ...] = ()
+        self.downs: list[tuple[int, ...]] = [
+            tuple(down[counts[u] : counts[u + 1]]) if counts[u + 1] > counts[u] else empty for u in range(self.n)]
+        """The same edges as one tuple of dependents per job: the bulk path walks them several times faster."""
         self.down_kind = kinds
         """DepKind per CSR edge, or None when every edge is SUCCESS."""
         unmet = self.unmet
@@ -447,7 +451,7 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         else (a failure, a skip, a dependency kind, a gated dependent) the general one.
         """
         state, unmet, block, down, start = self.state, self.unmet, self.block, self.down, self.down_start
-        kinds, gate = self.down_kind, self.gate
+        kinds, gate, downs = self.down_kind, self.gate, self.downs
         counts, attempt, now, cause = self.counts, self.attempt, self.now, self._cause
         tx_append, ready, key_base, heappush = self._tx.append, self.ready, self.key_base, heapq.heappush
         fresh: list[int] = []
@@ -459,8 +463,7 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                 if state[u] != ok_:
                     stack.append(u)
                     continue
-                for pos in range(start[u], start[u + 1]):
-                    d = down[pos]
+                for d in downs[u]:
                     sd = state[d]
                     if sd != w_:
                         if sd == held_:

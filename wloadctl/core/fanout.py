@@ -122,6 +122,7 @@ class FanOutMixin:
         self.key_base.append(ready_key(spec.sla, spec.priority, 0))
         self.down.append(parent)
         self.down_start.append(len(self.down))
+        self.downs.append((parent,))
         if self.down_kind is not None:
             self.down_kind.append(0)
         if self.group_of is not None:

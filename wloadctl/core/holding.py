@@ -132,6 +132,7 @@ class HoldingMixin:
                 f"resource {name} leaks: {held} held + {self.res_free[name]} free != {cap}"
             )
         assert len(self.down) == self.down_start[self.n], "edge table inconsistent"
+        assert len(self.downs) == self.n, "dependents tuples out of step with the jobs"
         for d in self.down:
             assert 0 <= d < self.n, f"edge to unknown job index {d}"
 
