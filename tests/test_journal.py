@@ -142,3 +142,13 @@ def test_auto_sync_relaxes_only_turns_that_allow_it(tmp_path: Path) -> None:
         st.write_turn(run.id, [(0, RUN, OK, 1, 3.0, 0, 0, "", "s")], durable=False)
         assert level(st) == 2, "full means every turn"
         assert st.job_states(run.id) == [(0, OK, 1)]
+
+
+def test_a_writer_can_drop_the_rows_it_replayed(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ["a"])
+        st.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "s")])
+        assert st.job_states(run.id) == [(0, R, 0)]
+        st.drop_columns()
+        st.write_turn(run.id, [(0, R, Q, 1, 2.0, -1, None, "", "s")])
+        assert st.job_states(run.id) == [(0, Q, 1)], "replayed again from the start"

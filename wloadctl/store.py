@@ -470,6 +470,10 @@ class Store:
             cached.apply(turn)
         return cached
 
+    def drop_columns(self) -> None:
+        """Forget the job rows kept by `columns` (a scheduler reads them once, at a resume)."""
+        self._columns.clear()
+
     def _turns(self, run: int, after: int) -> Iterator[list[tuple]]:
         """The records of each turn of a run with a transition after `after`, oldest first."""
         if not self._has_turns:

@@ -312,6 +312,7 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
             notes = reconcile(loop, adopt)
             for n in notes:
                 opts.say(n)
+            store.drop_columns()  # every job's row, read for the resume: not kept for the whole run
         events.emit("scheduler_start", pid=os.getpid(), epoch=epoch, resumed=resumed)
         for i in range(opts.executors):
             if i not in sup.workers:
