@@ -510,3 +510,10 @@ def test_nested_aliases_in_variables_stay_small() -> None:
     deepest = plan.variables["l29"]
     assert isinstance(deepest, list)
     assert deepest[0] is deepest[1]
+
+
+def test_a_very_long_value_is_clipped_in_its_message() -> None:
+    with pytest.raises(PlanError) as e:
+        load_plan_text("name: p\njobs: " + "x" * 5000 + "\n")
+    line = e.value.lines()[0]
+    assert "(5000 characters)" in line and len(line) < 200

@@ -112,7 +112,10 @@ def describe(value: Any) -> str:
         return f"the boolean {str(value).lower()}"
     if isinstance(value, int | float):
         return f"the number {value}"
-    return f"the text '{value}'"
+    text = str(value)
+    if len(text) > 80:
+        text = f"{text[:60]}...({len(text)} characters)"
+    return f"the text '{text}'"
 
 
 def plain_value(entry: Entry, _done: dict[int, Any] | None = None) -> Any:
