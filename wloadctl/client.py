@@ -102,7 +102,7 @@ class RunClient:
 
     def ids(self) -> list[str]:
         """Job ids by index (from the run's id list file when it is there: cheaper than the journal)."""
-        if self._ids is None or self._ids_grow():
+        if self._ids is None:
             self._ids = read_ids(self.state_dir, self.run.run_id) or self.store.job_ids(self.run.id)
         return self._ids
 
@@ -110,11 +110,6 @@ class RunClient:
         """Job ids by index, read again (a run adds loop instances as it goes)."""
         self._ids = None
         return self.ids()
-
-    def _ids_grow(self) -> bool:
-        """Whether the run made jobs (loop instances) since the ids were read."""
-        h = self.board_header()
-        return h is not None and self._ids is not None and h.n_jobs > len(self._ids)
 
     def executors(self) -> list[dict[str, Any]]:
         """Health of each executor from the heartbeat board (empty when the run is not live)."""

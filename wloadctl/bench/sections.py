@@ -245,17 +245,16 @@ def e2e(ctx: Context) -> None:
             )
             if not runs[-1].ok:
                 break
-        ctx.figures.append(
-            combine(
-                "e2e",
-                "no-op throughput",
-                "wloadctl",
-                "bank",
-                jobs,
-                [_run_extra(r, ctx, s.executors, s.slots) for r in runs],
-                _E2E_BASIS,
-            )
-        )
+        _e2e_figure(ctx, jobs, runs)
+
+
+def _e2e_figure(ctx: Context, jobs: int, runs: list[RunResult]) -> None:
+    """The end-to-end no-op throughput figure of these runs."""
+    s = ctx.settings
+    ctx.figures.append(
+        combine("e2e", "no-op throughput", "wloadctl", "bank", jobs,
+                [_run_extra(r, ctx, s.executors, s.slots) for r in runs], _E2E_BASIS)
+    )
 
 
 def memory(ctx: Context) -> None:
@@ -275,17 +274,7 @@ def memory(ctx: Context) -> None:
             )
         ]
         if big not in s.sizes.e2e:
-            ctx.figures.append(
-                combine(
-                    "e2e",
-                    "no-op throughput",
-                    "wloadctl",
-                    "bank",
-                    big,
-                    [_run_extra(r, ctx, s.executors, s.slots) for r in runs],
-                    _E2E_BASIS,
-                )
-            )
+            _e2e_figure(ctx, big, runs)
     tiny = []
     for k in range(s.repeat):
         ctx.say(f"end to end, one no-op job (memory baseline) ({k + 1}/{s.repeat})")

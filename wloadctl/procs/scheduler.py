@@ -109,7 +109,7 @@ class SchedulerLoop:
     """Seconds between heartbeats (board beat and lease renewal) and executor health checks."""
     unaccepted: tuple[float, tuple[tuple[int, int], ...]] | None = None
     """After an executor was lost: when, and the tasks no executor had accepted then."""
-    not_idempotent: set[int] | None = None
+    not_idempotent: set[int] = field(default_factory=set)
     """Jobs declared `idempotent: false`: a turn that touches one is committed durably (see Store.open)."""
     sweeper: ResultSweeper | None = None
     """After a takeover: recovers results a fenced predecessor took from the response queue."""
@@ -122,6 +122,7 @@ class SchedulerLoop:
         req, rsp = self.objs.req, self.objs.rsp
         self.per_msg = P.tasks_per_message(req.max_message_size)
         self.desk = ControlDesk(self)
+        self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
         poller = select.poll()
         poller.register(rsp.fd, select.POLLIN)
         poller.register(self.objs.ctl.fd, select.POLLIN)
@@ -315,10 +316,8 @@ class SchedulerLoop:
                 ids = self.core.ids
                 added = [(ids[parent], first, items, ids[first : first + len(items)])
                          for parent, first, items in c.added]
-                if self.not_idempotent is None:
-                    self.not_idempotent = {i for i, spec in enumerate(self.core.specs) if not spec.idempotent}
                 risky = self.not_idempotent
-                if added:
+                if added:  # loop instances are as idempotent as their loop
                     risky.update(k for k in range(added[0][1], self.core.n) if not self.core.specs[k].idempotent)
                 durable = bool(risky) and any(t[0] in risky for t in c.transitions)
                 try:
