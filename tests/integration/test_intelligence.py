@@ -304,3 +304,42 @@ def test_loop_instances_survive_a_kill_9_of_the_scheduler(tmp_path: Path) -> Non
     reap_orphans(run_id)
     assert executor_pids(run_id) == []
     assert ipc_names(run_id) == []
+
+
+def test_groups_share_busy_slots_by_weight(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    jobs = {f"{g}{k}": {"command": stamp(out, f"{g}{k}", 0.4), "group": g} for g in ("risk", "ops") for k in range(8)}
+    plan = write(tmp_path / "p.yaml", {"name": "fair", "groups": {"risk": 3, "ops": 1}, "jobs": jobs})
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--executors", "1", "--slots", "4")
+    assert p.returncode == 0, p.stderr
+    iv = intervals(out)
+    assert len(iv) == 16
+    # While both groups still had work waiting (the first two waves), the four slots went 3 to risk, 1 to ops.
+    first_end = min(end for _s, end in iv.values())
+    first_wave = [j for j, (start, _e) in iv.items() if start < first_end]
+    assert sorted(j.rstrip("0123456789") for j in first_wave) == ["ops", "risk", "risk", "risk"]
+    last_risk_start = max(a for j, (a, _b) in iv.items() if j.startswith("risk"))
+    peak_ops = max(sum(1 for j, (a, b) in iv.items() if j.startswith("ops") and a <= t < b)
+                   for t in sorted(a for a, _b in iv.values()) if t < last_risk_start)
+    assert peak_ops == 1, "ops held more than its share while risk jobs were waiting"
+
+
+def test_trigger_lists_runs_on_business_days_only(tmp_path: Path) -> None:
+    import datetime as dt
+
+    holiday = dt.date.today() + dt.timedelta(days=10)
+    while holiday.weekday() >= 5:
+        holiday += dt.timedelta(days=1)
+    plan = write(tmp_path / "p.yaml", {
+        "name": "cal", "timezone": "UTC",
+        "schedule": {"cron": "30 18 * * *", "business_days": ["mon", "tue", "wed", "thu", "fri"],
+                     "holidays": [holiday.isoformat()]},
+        "jobs": {"a": {"command": "true"}},
+    })
+    p = cli("trigger", str(plan), "--next", "40", "--json", "--state-dir", str(tmp_path / "sd"))
+    assert p.returncode == 0, p.stderr
+    days = [dt.date.fromisoformat(t["business_date"]) for t in json.loads(p.stdout)]
+    assert all(d.weekday() < 5 for d in days) and holiday not in days
+    assert holiday - dt.timedelta(days=1) in days or holiday + dt.timedelta(days=1) in days
+    assert len(set(days)) == len(days) and days == sorted(days)
+    assert all(t["at"].endswith("T18:30:00+00:00") for t in json.loads(p.stdout))
