@@ -93,3 +93,14 @@ class ControlError(WloadError):
     """An operator verb was refused (wrong state, unknown job, no live scheduler)."""
 
     exit_code = 1
+
+
+class Fenced(StoreError):
+    """Another scheduler took the run over (a newer epoch): this one must stop without touching it."""
+
+    def __init__(self, message: str, by_pid: int = 0, by_epoch: int = 0) -> None:
+        super().__init__(message, hint="the run goes on under the newer scheduler; see `wloadctl status`")
+        self.by_pid = by_pid
+        """Pid of the scheduler that holds the run now (0 when unknown)."""
+        self.by_epoch = by_epoch
+        """Its epoch (0 when unknown)."""

@@ -29,7 +29,7 @@ from tests.integration.helpers import (
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, ROLE_RESPONSE, object_name
 from wloadctl.ipc.shm import StateBoard, remove_run_objects
-from wloadctl.procs.recovery import read_results, result_journals
+from wloadctl.procs.localpool import read_results, result_journals
 from wloadctl.procs.standby import verify
 
 pytestmark = pytest.mark.ipc
@@ -156,7 +156,7 @@ class Cluster:
     def results(self) -> list[P.ResultRecord]:
         """Every report the executors journaled."""
         journals = result_journals(self.sd, self.run_id())
-        return [r for _pid, path in journals for r in read_results(path)]
+        return [r for _ex, _pid, path in journals for r in read_results(path)]
 
     def assert_exactly_once(self) -> None:
         assert set(job_states(self.sd).values()) == {"SUCCEEDED"}

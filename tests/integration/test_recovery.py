@@ -201,3 +201,52 @@ def test_a_one_line_plan_keeps_no_encoded_copy_and_resumes_from_its_text(tmp_pat
     assert set(json.loads(p.stdout)["jobs"].values()) == {"SUCCEEDED"}
     reap_orphans(run_id)
     assert ipc_names(run_id) == []
+
+
+def test_a_result_written_while_the_scheduler_was_down_reaches_if_and_for_each(tmp_path: Path) -> None:
+    # Given a job that writes its result (a branch to take and items to loop over) after a while
+    gate = tmp_path / "go"
+    out = tmp_path / "evidence"
+    script = tmp_path / "decide.sh"
+    script.write_text(f'while [ ! -e {gate} ]; do sleep 0.05; done\n'
+                      'echo \'{"route": "b", "items": ["x", "y"]}\' > "$WLOADCTL_RESULT_FILE"\n')
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"""
+name: results-across-a-crash
+jobs:
+  decide:
+    command: [/bin/sh, {script}]
+  branch_a:
+    command: echo a >> {out}
+    depends_on: [decide]
+    if: 'jobs["decide"].result.route == "a"'
+  branch_b:
+    command: echo b >> {out}
+    depends_on: [decide]
+    if: 'jobs["decide"].result.route == "b"'
+  fan:
+    command: echo "fan {{item}}" >> {out}
+    depends_on: [decide]
+    for_each: jobs.decide.result.items
+""")
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "2")
+    wait_for(lambda: (sd / "journal.db").exists() and job_states(sd).get("decide") == "RUNNING", timeout=30,
+             what="decide running")
+    run_id = status(sd)["run"]
+    # When the scheduler is killed, and the job writes its result and ends while no scheduler runs
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    gate.touch()
+    wait_for(lambda: any(b'"route"' in p.read_bytes() for p in (sd / "results").rglob("*") if p.is_file()),
+             timeout=30, what="the result file")
+    p = cli("resume", "--state-dir", str(sd), "--json")
+    # Then the resumed run reads that result: the branch it names runs, the other is skipped,
+    # and the loop makes one instance per item
+    assert p.returncode == 0, p.stderr
+    jobs = json.loads(p.stdout)["jobs"]
+    assert jobs["branch_a"] == "SKIPPED" and jobs["branch_b"] == "SUCCEEDED", jobs
+    assert jobs["fan@x"] == "SUCCEEDED" and jobs["fan@y"] == "SUCCEEDED", jobs
+    assert sorted(out.read_text().split("\n")) == ["", "b", "fan x", "fan y"]
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []

@@ -140,10 +140,10 @@ def leftovers(run_id: str, wait: float = 5.0) -> list[str]:
 
 
 def _executor_records(state_dir: Path, run_id: str) -> list[P.ResultRecord]:
-    from wloadctl.procs.recovery import read_results, result_journals
+    from wloadctl.procs.localpool import read_results, result_journals
 
     records: list[P.ResultRecord] = []
-    for _pid, path in result_journals(state_dir, run_id):
+    for _ex, _pid, path in result_journals(state_dir, run_id):
         records += read_results(path)
     return records
 

@@ -23,13 +23,14 @@ from wloadctl.core.events import (
     JobsFinishedEvent,
     JobStartedEvent,
     OperatorEvent,
+    PlaceCapacityEvent,
     RunStartedEvent,
     SlotsChangedEvent,
     TasksLostEvent,
     TimerFiredEvent,
 )
 from wloadctl.core.fanout import FanOutMixin
-from wloadctl.core.holding import HoldingMixin
+from wloadctl.core.holding import LOCAL_PLACE, HoldingMixin
 from wloadctl.core.plan import Plan
 from wloadctl.core.sla import (
     TierSlots,
@@ -150,6 +151,13 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         """Ready key of the most urgent job waiting for each resource: less urgent jobs may not take it
         meanwhile, so a job asking for much is not overtaken forever by small ones."""
         self._build_groups(plan, specs)
+        self.capacity_of: dict[str, int] = dict(plan.resources)
+        """What each resource and place offers in all (places change as agents come and go)."""
+        self.claims: dict[int, tuple[tuple[str, int], ...]] = {}
+        """Jobs whose dispatch needs more than their declared resources: their place too (only when the
+        plan runs anything on agents; then every job claims one slot of its place)."""
+        if any(j.pool or j.agent for j in specs):
+            self._build_places(specs)
         self.preemptible_running: set[int] = set()
         """Running jobs marked preemptible (candidates to make room for critical work)."""
         self.ready: list[int] = []
@@ -257,8 +265,13 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         elif isinstance(event, RunStartedEvent):
             self._on_run_started()
         elif isinstance(event, SlotsChangedEvent):
-            self.slots = event.slots
-            self.tiers.resize(event.slots)
+            if self.claims:
+                self.set_capacity(LOCAL_PLACE, event.slots)  # this host's slots, beside the agents'
+            else:
+                self.slots = event.slots
+                self.tiers.resize(event.slots)
+        elif isinstance(event, PlaceCapacityEvent):
+            self.set_capacity(event.place, event.slots)
         elif isinstance(event, OperatorEvent):
             from wloadctl.core.verbs import apply_verb
 
@@ -632,7 +645,7 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                 break
             if not_before and i in not_before and now < not_before[i]:
                 continue  # its not-before timer puts it back
-            if gate[i] & res_ and not self._acquire(i, self.specs[i].resources, key):
+            if gate[i] & res_ and not self._acquire(i, self.needs(i), key):
                 continue
             att = attempt[i] + 1
             attempt[i] = att

@@ -147,6 +147,23 @@ class SlotsChangedEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class PlaceCapacityEvent:
+    """The slots a place offers changed: a pool's agents joined or were lost, an agent's slots changed.
+
+    A place is `pool:NAME` or `agent:NAME` (see SchedulerCore.place_of); `pool:local` is this host.
+    """
+
+    place: str
+    """The place."""
+    slots: int
+    """Slots it offers now (0: nothing can run there; its jobs wait)."""
+    now: float
+    """When it changed."""
+    cause_id: str = "capacity"
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorEvent:
     """An operator verb (hold, release, retry, rerun, kill, set-ok, skip, cancel) on some jobs."""
 
@@ -176,6 +193,7 @@ Event = (
     | TasksLostEvent
     | TimerFiredEvent
     | SlotsChangedEvent
+    | PlaceCapacityEvent
     | OperatorEvent
 )
 """Every event the core accepts."""

@@ -130,6 +130,8 @@ class FanOutMixin:
         self.counts[C.W] += 1
         # engine._GATE_EXIT (2) for until and resources, _GATE_RES (4) for resources
         self.gate.append((2 if spec.until or spec.resources else 0) | (4 if spec.resources else 0))
+        if self.claims:
+            self._claim_place(k, spec)
         if spec.until:
             self.untils[k] = parse_condition(spec.until)
             self.want.add(k)

@@ -9,12 +9,24 @@ from typing import TYPE_CHECKING
 from wloadctl.core import codes as C
 from wloadctl.core.commands import Kill
 from wloadctl.core.events import ExecutorLostEvent, JobExitedEvent, TasksLostEvent
+from wloadctl.core.plan import JobSpec
 from wloadctl.core.states import JobState
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
 
 S = JobState
+LOCAL_PLACE = "pool:local"
+"""The place of jobs that run on this host's executors."""
+
+
+def place_of(spec: JobSpec) -> str:
+    """Where a job runs: `agent:NAME` when pinned, `pool:NAME` for a pool of agents, else this host."""
+    if spec.agent:
+        return f"agent:{spec.agent}"
+    if spec.pool:
+        return f"pool:{spec.pool}"
+    return LOCAL_PLACE
 
 
 class HoldingMixin:
@@ -36,6 +48,53 @@ class HoldingMixin:
             if waiter.get(name) == key:
                 del waiter[name]
         return True
+
+    def needs(self: SchedulerCore, i: int) -> tuple[tuple[str, int], ...]:
+        """What job i holds while it runs: its declared resources, and a slot of its place when places apply."""
+        claims = self.claims
+        if claims:
+            c = claims.get(i)
+            if c is not None:
+                return c
+        return self.specs[i].resources
+
+    def _build_places(self: SchedulerCore, specs: list) -> None:
+        """Every job claims a slot of its place: this host, a pool of agents, or one agent."""
+        self._add_place(LOCAL_PLACE, self.slots)
+        for i, j in enumerate(specs):
+            self._claim_place(i, j)
+
+    def _claim_place(self: SchedulerCore, i: int, spec: JobSpec) -> None:
+        place = place_of(spec)
+        if place not in self.capacity_of:
+            self._add_place(place, 0)
+        self.claims[i] = (*spec.resources, (place, 1))
+        self.gate[i] |= 2 | 4  # engine._GATE_EXIT | engine._GATE_RES: dispatch acquires, the exit releases
+
+    def _add_place(self: SchedulerCore, place: str, slots: int) -> None:
+        self.capacity_of[place] = slots
+        self.res_free[place] = slots
+        self.res_holders[place] = set()
+        self.parked[place] = []
+
+    def set_capacity(self: SchedulerCore, place: str, slots: int) -> None:
+        """A place now offers `slots`: the run's slots follow, and jobs waiting for it compete again."""
+        if place not in self.capacity_of:
+            self._add_place(place, 0)
+        delta = slots - self.capacity_of[place]
+        if not delta:
+            return
+        self.capacity_of[place] = slots
+        self.res_free[place] += delta
+        self.slots += delta
+        self.tiers.resize(self.slots)
+        if delta > 0:
+            parked = self.parked[place]
+            for p in parked:
+                if self.state[p] == C.R:
+                    heapq.heappush(self.ready, self.key_base[p] | p)
+            parked.clear()
+            self.res_waiter.pop(place, None)
 
     def _preempt_for_critical(self: SchedulerCore) -> None:
         """A critical job is ready but no slot is free: stop the least urgent preemptible job to make room."""
@@ -64,7 +123,7 @@ class HoldingMixin:
         self.preemptible_running.discard(i)
         if self.group_of is not None:
             self.group_use[self.group_of[i]] -= 1
-        for name, amount in self.specs[i].resources:
+        for name, amount in self.needs(i):
             self.res_free[name] += amount
             self.res_holders[name].discard(i)
             parked = self.parked[name]
@@ -103,8 +162,8 @@ class HoldingMixin:
                 self.tiers.in_use[self.tier[i]] += 1
                 if self.group_of is not None:
                     self.group_use[self.group_of[i]] += 1
-            if (st == C.Q or st == C.RUN) and self.specs[i].resources:
-                for name, amount in self.specs[i].resources:
+            if (st == C.Q or st == C.RUN) and (self.specs[i].resources or i in self.claims):
+                for name, amount in self.needs(i):
                     self.res_free[name] -= amount
                     self.res_holders[name].add(i)
         self._cause = "restore"
@@ -126,8 +185,8 @@ class HoldingMixin:
         active = counts[C.Q] + counts[C.RUN]
         assert active == self.busy, f"busy={self.busy} but {active} jobs are queued or running"
         assert self.busy >= 0, "more slots released than taken"
-        for name, cap in self.plan.resources.items():
-            held = sum(a for j in self.res_holders[name] for r, a in self.specs[j].resources if r == name)
+        for name, cap in self.capacity_of.items():
+            held = sum(a for j in self.res_holders[name] for r, a in self.needs(j) if r == name)
             assert held + self.res_free[name] == cap, (
                 f"resource {name} leaks: {held} held + {self.res_free[name]} free != {cap}"
             )

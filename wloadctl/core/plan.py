@@ -107,6 +107,10 @@ class JobSpec:
     """The `for_each` item this job instance runs for (also in WLOADCTL_ITEM)."""
     group: str | None = None
     """Fair-share group (the plan's `groups` give each a weight of the slots)."""
+    pool: str | None = None
+    """Pool of agents (hosts) that runs it; None runs it on this host's executors."""
+    agent: str | None = None
+    """One agent (host) by name that must run it; None lets its pool choose."""
     cpu: float = 0.0
     """CPUs the job needs on its executor (0 = no claim); an executor starts it only when they are free."""
     memory: int = 0

@@ -44,6 +44,8 @@ JOB_KEYS: tuple[str, ...] = (
     "max_iterations",
     "for_each",
     "group",
+    "pool",
+    "agent",
     "cpu",
     "memory",
     "description",
@@ -90,6 +92,10 @@ DEP_KIND_NAMES: dict[str, DepKind] = {kind.name.lower(): kind for kind in DepKin
 JOB_ID = re.compile(r"[A-Za-z0-9_.:-]+")
 """What a job id may be made of."""
 
+PLACE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""What a pool or agent name may be made of (it becomes part of a broker subject)."""
+LOCAL_POOL = "local"
+"""The pool of this host's own executors."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
 _MAX_PRIORITY = 1_000_000
@@ -475,6 +481,25 @@ class FieldReader:
     def group(self, entry: Entry) -> str | None:
         """`group`: the fair-share group the job belongs to (a key of the plan's `groups`)."""
         return None if entry[0] is None else text_of(entry, "group")
+
+    def pool(self, entry: Entry) -> str | None:
+        """`pool`: the pool of agents that runs the job (`local`, the default, is this host)."""
+        name = self._place_name(entry, "pool")
+        return None if name == LOCAL_POOL else name
+
+    def agent(self, entry: Entry) -> str | None:
+        """`agent`: the one agent (host) that must run the job."""
+        return self._place_name(entry, "agent")
+
+    @staticmethod
+    def _place_name(entry: Entry, what: str) -> str | None:
+        if entry[0] is None:
+            return None
+        name = text_of(entry, what)
+        if not PLACE_NAME.fullmatch(name):
+            raise FieldError(f"{what} must be a name of letters, digits, '_' or '-' (at most 64), not {name!r}",
+                             entry[1], f"write {what}: etl-nodes")
+        return name
 
     def description(self, entry: Entry) -> str:
         """`description`: free text."""

@@ -15,7 +15,9 @@ from wloadctl.ipc import protocol as P
 from wloadctl.ipc.mq import MessageQueue
 
 if TYPE_CHECKING:
-    from wloadctl.procs.scheduler import SchedulerLoop
+    from wloadctl.core.engine import SchedulerCore
+    from wloadctl.procs.runctx import RunContext
+    from wloadctl.store import Store
 
 MAX_REPLY_LINES = 40
 """Per-job messages in one reply; the rest are counted (a reply must fit one queue message)."""
@@ -24,15 +26,21 @@ MAX_REPLY_LINES = 40
 class ControlDesk:
     """Receives operator requests, feeds them to the core, journals them and answers."""
 
-    def __init__(self, loop: SchedulerLoop) -> None:
-        self.loop = loop
-        """The scheduler loop it serves."""
+    def __init__(self, ctl: MessageQueue, core: SchedulerCore, ctx: RunContext, store: Store) -> None:
+        self.ctl = ctl
+        """The run's control queue."""
+        self.core = core
+        """The engine verbs are fed to."""
+        self.ctx = ctx
+        """The run (its id, epoch and event log)."""
+        self.store = store
+        """The journal operator actions are recorded in."""
         self.waiting: deque[dict[str, Any]] = deque()
         """Requests fed to the core whose Reply has not come out yet (FIFO, same order)."""
 
     def drain(self, now: float) -> None:
         """Take every waiting request from the control queue."""
-        ctl = self.loop.objs.ctl
+        ctl = self.ctl
         while True:
             data = ctl.recv_nowait()
             if data is None:
@@ -44,7 +52,7 @@ class ControlDesk:
             self._handle(req, now)
 
     def _handle(self, req: dict[str, Any], now: float) -> None:
-        core = self.loop.core
+        core = self.core
         verb = str(req.get("verb", ""))
         names = [str(n) for n in req.get("jobs", [])]
         if verb == "why":
@@ -53,7 +61,7 @@ class ControlDesk:
                              "unknown": unknown})
             return
         if verb == "ping":
-            self._send(req, {"ok": True, "pid": self.loop.ctx.run.scheduler_pid, "epoch": self.loop.ctx.epoch})
+            self._send(req, {"ok": True, "pid": self.ctx.run.scheduler_pid, "epoch": self.ctx.epoch})
             return
         if verb not in VERBS:
             self._send(req, {"ok": False, "error": f"unknown verb '{verb}'; verbs: {', '.join(VERBS)}"})
@@ -72,7 +80,7 @@ class ControlDesk:
     def reply(self, rep: Reply) -> None:
         """A Reply came out of the core: journal each job's outcome and answer the request."""
         req = self.waiting.popleft() if self.waiting else {}
-        core = self.loop.core
+        core = self.core
         lines = []
         ok = True
         for i, applied, msg in rep.results:
@@ -89,10 +97,9 @@ class ControlDesk:
             self._send(req, body)
 
     def _journal(self, req: dict[str, Any], job: str, outcome: str, applied: bool) -> None:
-        loop = self.loop
         user, verb, reason = str(req.get("user", "")), str(req.get("verb", "")), str(req.get("reason", ""))
-        loop.store.record_action(loop.ctx.run.id, user, verb, job, reason, outcome, applied, time.time())
-        loop.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied)
+        self.store.record_action(self.ctx.run.id, user, verb, job, reason, outcome, applied, time.time())
+        self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied)
 
     def _send(self, req: dict[str, Any], body: dict[str, Any]) -> None:
         name = req.get("reply")

@@ -210,8 +210,16 @@ class Executor:
             if data is None:
                 return
             now = time.time()
+            recs = P.decode_tasks(data)
+            # What was taken is recorded before anything else is done with it: if this
+            # executor dies from here on, its journal, not a guess, tells the scheduler
+            # which tasks it held.
+            taken = [P.ResultRecord(P.RES_ACCEPTED, 0, self.index, rec.task, rec.attempt, 0, 0, rec.epoch, 0,
+                                    now, 0.0, 0, 0) for rec in recs if rec.epoch >= self.epoch]
+            for k in range(0, len(taken), self.per_msg):
+                self.journal.write(P.encode_results(taken[k : k + self.per_msg]))
             accepted: list[P.ResultRecord] = []
-            for rec in P.decode_tasks(data):
+            for rec in recs:
                 if rec.epoch < self.epoch:
                     self._emit(P.ResultRecord(P.RES_REJECTED, 0, self.index, rec.task, rec.attempt, 0, 0,
                                               rec.epoch, 0, now, now, 0, 0))
@@ -234,8 +242,9 @@ class Executor:
                 heapq.heappush(self.backlog, (rec.flags, self._seq, rec, payload))
                 accepted.append(P.ResultRecord(P.RES_ACCEPTED, 0, self.index, rec.task, rec.attempt, 0, 0,
                                                rec.epoch, 0, now, 0.0, 0, 0))
+            # Acceptances are journaled already (above): they only need sending.
             for a in accepted:
-                self._emit(a)
+                self._send_only(a)
             self._start_backlog()
 
     def _start_backlog(self) -> None:
@@ -323,6 +332,12 @@ class Executor:
         if rec.kind == P.RES_EXITED or rec.kind == P.RES_REJECTED:
             self.urgent = True
         elif not self.report_due:
+            self.report_due = time.time() + REPORT_HOLD
+
+    def _send_only(self, rec: P.ResultRecord) -> None:
+        """Queue a report that is in the journal already."""
+        self.outbox.append(rec)
+        if not self.report_due:
             self.report_due = time.time() + REPORT_HOLD
 
     def _flush(self, now: float) -> None:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from wloadctl.core.events import JobAcceptedEvent, JobExitedEvent, JobStartedEvent
+from wloadctl.core.events import JobExitedEvent
 from wloadctl.core.states import JobState
 from wloadctl.errors import WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.health import pid_alive
-
-if TYPE_CHECKING:
-    from wloadctl.procs.scheduler import SchedulerLoop
+from wloadctl.procs.localpool import Feed, LocalPool, killpg, read_results, result_journals
 
 SETTLE = 0.3
 """Seconds to let live executors journal what they took from the request queue before it is read."""
@@ -23,27 +20,6 @@ SWEEP_INTERVAL = 1.0
 """Seconds between sweeps for reports a fenced predecessor took from the response queue."""
 SWEEP_AFTER_DEATH = 3.0
 """Sweeps stop this long after the predecessor's process is gone (nothing can take reports then)."""
-
-
-def result_journals(state_dir: Path, run_id: str) -> list[tuple[int, Path]]:
-    """(executor pid, path) of every executor results journal of a run."""
-    out = []
-    for p in sorted((state_dir / "executors").glob(f"{run_id}-*.results")):
-        try:
-            pid = int(p.stem.rsplit("-", 1)[1])
-        except (IndexError, ValueError):
-            continue
-        out.append((pid, p))
-    return out
-
-
-def read_results(path: Path) -> list[P.ResultRecord]:
-    """Every result record in one executor's journal (a torn last record is ignored)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return []
-    return P.decode_result_log(data)
 
 
 def _decode_prefix(data: bytes) -> tuple[list[P.ResultRecord], int]:
@@ -60,15 +36,7 @@ def _decode_prefix(data: bytes) -> tuple[list[P.ResultRecord], int]:
     return P.decode_result_log(data[:pos]), pos
 
 
-def _killpg(pgid: int) -> None:
-    if pgid > 0:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def reconcile(loop: SchedulerLoop, adopt: bool) -> list[str]:
+def reconcile(pool: LocalPool, feed: Feed, adopt: bool) -> list[str]:
     """Settle every job the journal shows QUEUED or RUNNING, before dispatching anything.
 
     Results the executors journaled are applied; attempts still held by live (adopted)
@@ -76,13 +44,14 @@ def reconcile(loop: SchedulerLoop, adopt: bool) -> list[str]:
     never started, otherwise retried under the job's policy (or held when not idempotent).
 
     Args:
-        loop: the scheduler loop (its core has been restored from the journal).
+        pool: the local pool (its core has been restored from the journal).
+        feed: where the events go (the core).
         adopt: the previous scheduler's executors may still be alive and were kept.
 
     Returns:
         One line per notable finding, for the operator.
     """
-    core, objs, sup = loop.core, loop.objs, loop.sup
+    core, objs, sup = pool.core, pool.objs, pool.sup
     notes: list[str] = []
     alive: set[int] = set()
     if adopt:
@@ -103,7 +72,7 @@ def reconcile(loop: SchedulerLoop, adopt: bool) -> list[str]:
         return notes
     want = {(i, core.attempt[i]) for i in inflight}
     seen: dict[tuple[int, int], dict[int, tuple[int, P.ResultRecord]]] = {}
-    for pid, path in result_journals(loop.ctx.state_dir, loop.ctx.run_id):
+    for _ex, pid, path in result_journals(pool.state_dir, objs.run_id):
         for r in read_results(path):
             key = (r.task, r.attempt)
             if key in want:
@@ -113,32 +82,27 @@ def reconcile(loop: SchedulerLoop, adopt: bool) -> list[str]:
         att = core.attempt[i]
         recs = seen.get((i, att), {})
         if P.RES_EXITED in recs:
-            _, r = recs[P.RES_EXITED]
-            core.feed(JobExitedEvent(i, att, r.executor, r.exit_code, r.ended, signal=r.signal,
-                                     timed_out=bool(r.flags & P.FLAG_TIMED_OUT),
-                                     spawn_failed=bool(r.flags & P.FLAG_SPAWN_FAILED), started=r.started,
-                                     cause_id="recovery"))
+            feed(pool.reader.exited(recs[P.RES_EXITED][1], "recovery"))
             applied += 1
             continue
         started = recs.get(P.RES_STARTED)
         accepted = recs.get(P.RES_ACCEPTED)
         holder = started or accepted
-        if started is not None:
-            pid, r = started
-            loop.pids[i] = r.pid
-            core.feed(JobStartedEvent(i, att, r.executor, r.pid, r.started, cause_id="recovery"))
-        elif accepted is not None:
-            pid, r = accepted
-            core.feed(JobAcceptedEvent(i, att, r.executor, r.started, cause_id="recovery"))
+        if holder is not None:
+            if started is not None:
+                pool.pids[i] = started[1].pid
+            ev = pool.reader.event(holder[1], "recovery")
+            assert ev is not None
+            feed(ev)
         if holder is not None and holder[0] in alive and pid_alive(holder[0]):
             kept += 1
             continue
         if started is not None:
             # Its executor is gone but the job's process group may live on: stop it first.
-            _killpg(started[1].pid)
-            loop.pids.pop(i, None)
-        core.feed(JobExitedEvent(i, att, holder[1].executor if holder else -1, -1, time.time(), lost=True,
-                                 cause_id="recovery"))
+            killpg(started[1].pid, signal.SIGKILL)
+            pool.pids.pop(i, None)
+        feed(JobExitedEvent(i, att, holder[1].executor if holder else -1, -1, time.time(), lost=True,
+                            cause_id="recovery"))
         lost += 1
     notes.append(f"recovered {len(inflight)} in-flight job(s): {applied} finished while the scheduler was down, "
                  f"{kept} still running on live executors, {lost} lost (requeued or retried under policy)")
@@ -156,13 +120,15 @@ class ResultSweeper:
     by its executor, at two sweeps in a row.
     """
 
-    def __init__(self, state_dir: Path, run_id: str, predecessor: int) -> None:
-        self.state_dir = state_dir
-        """The run's state directory (executors' result journals are under it)."""
-        self.run_id = run_id
-        """The run."""
+    def __init__(self, pool: LocalPool, ids: list[str], predecessor: int, emit: Callable[..., None]) -> None:
+        self.pool = pool
+        """The local pool whose executors' journals are read."""
+        self.ids = ids
+        """Job ids by index (for the event log)."""
         self.predecessor = predecessor
         """Pid of the fenced scheduler; sweeps stop once it is gone."""
+        self.emit = emit
+        """Event log line (event, job, attempt, **fields)."""
         self.offsets: dict[Path, int] = {}
         """Bytes of each result journal already read."""
         self.found: dict[tuple[int, int], dict[int, tuple[int, P.ResultRecord]]] = {}
@@ -176,7 +142,7 @@ class ResultSweeper:
         self.recovered = 0
         """Reports recovered from the journals so far."""
 
-    def sweep(self, loop: SchedulerLoop, now: float) -> bool:
+    def sweep(self, feed: Feed, now: float) -> bool:
         """Sweep if one is due; return False once the predecessor is long gone (no more sweeps needed)."""
         if now < self.next:
             return True
@@ -185,9 +151,9 @@ class ResultSweeper:
             self.gone_at = self.gone_at or now
             if now - self.gone_at > SWEEP_AFTER_DEATH:
                 return False
-        core = loop.core
+        core = self.pool.core
         try:
-            slots = [s for s in loop.objs.eboard.read_all() if s.pid and pid_alive(s.pid)]
+            slots = [s for s in self.pool.objs.eboard.read_all() if s.pid and pid_alive(s.pid)]
         except WloadError:
             return True  # a slot caught mid-write: the next sweep reads it
         listed = {t for s in slots for t in s.running_tasks}
@@ -204,12 +170,12 @@ class ResultSweeper:
         if overdue:
             self._read(suspects)
             for key in sorted(overdue):
-                self._apply(loop, key)
+                self._apply(feed, key)
         return True
 
     def _read(self, keep: set[tuple[int, int]]) -> None:
         """Read what the journals gained since the last read, keeping reports of attempts in `keep`."""
-        for pid, path in result_journals(self.state_dir, self.run_id):
+        for _ex, pid, path in result_journals(self.pool.state_dir, self.pool.objs.run_id):
             start = self.offsets.get(path, 0)
             try:
                 with open(path, "rb") as f:
@@ -225,45 +191,31 @@ class ResultSweeper:
                     self.found.setdefault(key, {})[r.kind] = (pid, r)
         self.found = {k: v for k, v in self.found.items() if k in keep}
 
-    def _apply(self, loop: SchedulerLoop, key: tuple[int, int]) -> None:
+    def _apply(self, feed: Feed, key: tuple[int, int]) -> None:
         """Feed the core what the journals say about one overdue attempt."""
-        core, (i, att) = loop.core, key
+        pool = self.pool
+        core, (i, att) = pool.core, key
         recs = self.found.get(key, {})
         fed = []
         for kind in (P.RES_ACCEPTED, P.RES_STARTED, P.RES_EXITED):
             if kind not in recs:
                 continue
             r = recs[kind][1]
-            if r.epoch == loop.ctx.epoch and i in loop.payload_at:
-                loop.objs.arena.release(loop.payload_at.pop(i))
             st = core.state[i]
-            if kind == P.RES_ACCEPTED and st == JobState.QUEUED and core.executor[i] < 0:
-                core.feed(JobAcceptedEvent(i, att, r.executor, r.started, cause_id="sweep"))
-            elif kind == P.RES_STARTED and st == JobState.QUEUED:
-                loop.pids[i] = r.pid
-                core.feed(JobStartedEvent(i, att, r.executor, r.pid, r.started, cause_id="sweep"))
-            elif kind == P.RES_EXITED and st in (JobState.QUEUED, JobState.RUNNING):
-                loop.pids.pop(i, None)
-                core.feed(JobExitedEvent(i, att, r.executor, r.exit_code, r.ended, signal=r.signal,
-                                         timed_out=bool(r.flags & P.FLAG_TIMED_OUT),
-                                         spawn_failed=bool(r.flags & P.FLAG_SPAWN_FAILED),
-                                         started=r.started, tail=_tail(loop, r), cause_id="sweep"))
-            else:
+            if kind == P.RES_ACCEPTED and not (st == JobState.QUEUED and core.executor[i] < 0):
                 continue
+            if kind == P.RES_STARTED and st != JobState.QUEUED:
+                continue
+            if kind == P.RES_EXITED and st not in (JobState.QUEUED, JobState.RUNNING):
+                continue
+            pool._settle_record(r)
+            ev = pool.reader.event(r, "sweep")
+            assert ev is not None
+            feed(ev)
             fed.append(kind)
         if fed:
             self.recovered += len(fed)
-            loop.ctx.events.emit("report_recovered", core.ids[i], att, kinds=fed)
-
-
-def _tail(loop: SchedulerLoop, r: P.ResultRecord) -> str:
-    if not r.flags & P.FLAG_TAIL:
-        return ""
-    try:
-        raw = loop.objs.tails.read(r.tail_offset, r.tail_length, r.task, r.attempt)
-    except WloadError:
-        return ""
-    return raw.decode("utf-8", "replace") if raw else ""
+            self.emit("report_recovered", self.ids[i], att, kinds=fed)
 
 
 def _in_flight(state: bytearray) -> list[int]:

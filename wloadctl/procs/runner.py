@@ -27,7 +27,9 @@ from wloadctl.ipc import protocol as P
 from wloadctl.ipc.shm import run_is_alive
 from wloadctl.paths import ids_path, write_ids
 from wloadctl.procs.health import pid_alive
+from wloadctl.procs.localpool import LocalPool
 from wloadctl.procs.recovery import ResultSweeper, reconcile
+from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby
@@ -297,10 +299,13 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     sup = Supervisor(run.run_id, opts.state_dir, objs.eboard, opts.executors, opts.slots,
                      dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
                      cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch)
-    loop = SchedulerLoop(ctx, core, store, objs, sup, on_turn=on_turn, exit_when_stalled=opts.exit_when_stalled,
-                         beat_interval=opts.heartbeat_interval)
+    reader = ReportReader(core.want, _tail_reader(objs), lambda i, a: ctx.result_of(core.ids[i], a))
+    local = LocalPool(core, objs, sup, reader, _payloads(ctx, core), lambda: loop._check_fenced(), epoch,
+                      opts.state_dir, say=lambda e, f: events.emit(e, **f))
+    loop = SchedulerLoop(ctx, core, store, objs, local, on_turn=on_turn,
+                         exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval)
     if claim is not None and adopt:
-        loop.sweeper = ResultSweeper(opts.state_dir, run.run_id, claim.predecessor)
+        loop.sweeper = ResultSweeper(local, core.ids, claim.predecessor, events.emit)
     stop_signals = _install_signals(loop)
     status = "interrupted"
     fenced: Fenced | None = None
@@ -309,14 +314,12 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
         if resumed:
             core.restore(store.job_states(run.id), t0)
             _restore_outcomes(store, run, ctx, core)
-            notes = reconcile(loop, adopt)
+            notes = reconcile(local, core.feed, adopt)
             for n in notes:
                 opts.say(n)
             store.drop_columns()  # every job's row, read for the resume: not kept for the whole run
         events.emit("scheduler_start", pid=os.getpid(), epoch=epoch, resumed=resumed)
-        for i in range(opts.executors):
-            if i not in sup.workers:
-                sup.spawn(i)
+        local.spawn_missing(opts.executors)
         core.feed(RunStartedEvent(time.time(), cause_id="resume" if resumed else "start"))
         finished = loop.run()
         if finished is not None:
@@ -348,8 +351,8 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
                 finally:
                     loop.publish_final()
                     if status in ("interrupted", "held"):
-                        sup.terminate_all()
-                    sup.wait_all(timeout=10.0)
+                        local.stop_all()
+                    local.wait_all(timeout=10.0)
                     ctx.reap_hooks(wait=5.0)
                     objs.remove()
                     events.close()
@@ -358,6 +361,30 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     if fenced is not None:
         raise fenced
     return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed)
+
+
+def _tail_reader(objs: RunObjects) -> Callable[[P.ResultRecord], str]:
+    """Reads the output tail a record points at in the run's tail ring."""
+
+    def tail(r: P.ResultRecord) -> str:
+        try:
+            raw = objs.tails.read(r.tail_offset, r.tail_length, r.task, r.attempt)
+        except WloadError:
+            return ""
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    return tail
+
+
+def _payloads(ctx: RunContext, core: SchedulerCore) -> Callable[[int, int], bytes | None]:
+    """Encoded payload of (job, attempt) for the local executors; None for a no-op job."""
+    specs = core.specs
+
+    def payload(i: int, attempt: int) -> bytes | None:
+        spec = specs[i]
+        return None if spec.type == "noop" else P.encode_payload(ctx.payload(spec, attempt))
+
+    return payload
 
 
 def _restore_outcomes(store: Store, run: RunRow, ctx: RunContext, core: SchedulerCore) -> None:

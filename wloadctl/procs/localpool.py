@@ -1,0 +1,405 @@
+"""The local pool: this host's executors over MQ+SHM, as the scheduler loop sees them through the pool seam.
+
+A pool takes dispatches, places their payloads, sends task records, turns reports into
+engine events, kills jobs, watches its nodes and says what each one holds. The loop
+never touches an executor, a queue of theirs or a job's process itself.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from wloadctl.core.commands import Kill
+from wloadctl.core.events import ExecutorLostEvent, JobAcceptedEvent, SlotsChangedEvent, TasksLostEvent
+from wloadctl.core.states import ExecutorState, JobState
+from wloadctl.errors import Fenced
+from wloadctl.ipc import protocol as P
+from wloadctl.procs.reports import ReportReader
+from wloadctl.procs.supervisor import RunObjects, Supervisor
+
+if TYPE_CHECKING:
+    from wloadctl.core.events import Event
+
+KILL_GRACE = 5.0
+"""Seconds between SIGTERM and SIGKILL of an operator kill or preemption."""
+UNACCEPTED_SETTLE = 0.25
+"""Seconds, once the request queue has emptied after an executor died, before tasks found in no
+executor's record count as lost with it (live executors record what they take at once)."""
+
+Feed = Callable[["Event"], None]
+"""Where a pool's events go (the core's feed)."""
+
+
+class Book(Protocol):
+    """What a local pool reads of the tasks it runs, indexed by task id: the engine's arrays on a
+    scheduler, an agent's book of the tasks it took on a node. A pool never writes them."""
+
+    n: int
+    """Task ids are below this."""
+    state: Any
+    """JobState value per task."""
+    attempt: Any
+    """Current attempt per task."""
+    executor: Any
+    """Executor holding each task (-1: none known)."""
+    tier: Any
+    """SLA tier per task (an executor starts the most urgent first)."""
+    slots: int
+    """Slots offered in all."""
+
+    def unaccepted(self) -> tuple[tuple[int, int], ...]:
+        """QUEUED tasks no executor has accepted yet: (task, attempt) pairs."""
+        ...
+
+    def feed(self, event: Event) -> None:
+        """Take one event."""
+        ...
+
+
+def result_journals(state_dir: Path, run_id: str) -> list[tuple[int, int, Path]]:
+    """(executor index, executor pid, path) of every executor results journal of a run."""
+    out = []
+    for p in sorted((state_dir / "executors").glob(f"{run_id}-*.results")):
+        try:
+            index, pid = (int(x) for x in p.stem[len(run_id) + 1 :].split("-"))
+        except ValueError:
+            continue
+        out.append((index, pid, p))
+    return out
+
+
+def read_results(path: Path) -> list[P.ResultRecord]:
+    """Every result record in one executor's journal (a torn last record is ignored)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    return P.decode_result_log(data)
+
+
+def killpg(pgid: int, sig: int) -> None:
+    """Signal a job's process group, if it is still there."""
+    if pgid > 0:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@dataclass
+class LocalPool:
+    """This host's executors: MQ+SHM transport, their processes, their jobs' process groups."""
+
+    core: Book
+    """The engine (or an agent's book), read only here: states and attempts decide what is stale."""
+    objs: RunObjects
+    """The run's queues and segments."""
+    sup: Supervisor
+    """Spawns, watches and replaces the executor processes."""
+    reader: ReportReader
+    """Records to events."""
+    payload_of: Callable[[int, int], bytes | None]
+    """Encoded payload of (job, attempt); None for a no-op job."""
+    guard: Callable[[], None]
+    """Raises when this scheduler was fenced: called before every queue operation."""
+    epoch: int
+    """This scheduler's epoch, carried by every task record."""
+    state_dir: Path
+    """Where executors keep their results journals."""
+    say: Callable[[str, dict[str, object]], None] = field(default=lambda _e, _f: None)
+    """Event log line for the operator (event name, fields)."""
+    sendq: deque[P.TaskRecord] = field(default_factory=deque)
+    """Task records waiting for room in the request queue."""
+    unplaced: deque[tuple[int, int]] = field(default_factory=deque)
+    """Dispatches waiting for room in the payload arena."""
+    payload_at: dict[int, int] = field(default_factory=dict)
+    """Arena offset of each in-flight job's payload, released at its first report."""
+    pids: dict[int, int] = field(default_factory=dict)
+    """Process (group) id of each running job, for kills."""
+    kills: list[tuple[float, int, int]] = field(default_factory=list)
+    """(when, job, attempt) SIGKILLs that follow a graceful SIGTERM."""
+    pending_kill: dict[int, bool] = field(default_factory=dict)
+    """Kills asked for before the job started, applied at its start."""
+    unaccepted: tuple[float, tuple[tuple[int, int], ...]] | None = None
+    """After an executor was lost: when the queue was seen empty (0: not yet), and the tasks nobody had
+    accepted then."""
+    health_due: bool = False
+    """An executor's pidfd fired: judge health at once."""
+    per_msg: int = 0
+    """Task records per request message."""
+
+    def __post_init__(self) -> None:
+        self.per_msg = P.tasks_per_message(self.objs.req.max_message_size)
+        self._req_out = False
+        self._poller: select.poll | None = None
+
+    # -- the loop's side -----------------------------------------------------------------
+
+    def attach(self, poller: select.poll) -> None:
+        """Register the response queue and the executors' pidfds."""
+        self._poller = poller
+        poller.register(self.objs.rsp.fd, select.POLLIN)
+        self.sup.poller = poller
+        for fd in self.sup.fds():
+            poller.register(fd, select.POLLIN)
+
+    def on_ready(self, fd: int, cause: str) -> bool:
+        """Handle one ready descriptor if it is this pool's; return whether it was."""
+        if fd == self.objs.rsp.fd:
+            self.drain(self.core.feed, cause)
+            return True
+        if fd == self.objs.req.fd:
+            return True
+        if any(w.pidfd == fd for w in self.sup.workers.values()):
+            self.health_due = True  # an executor exited
+            return True
+        return False
+
+    def submit(self, tasks: list[tuple[int, int]]) -> None:
+        """Take dispatched (job, attempt) pairs; they are placed and sent by pump()."""
+        self.unplaced.extend(tasks)
+
+    def pump(self) -> None:
+        """Place payloads and send task records while there is room; keep the rest for the next turn."""
+        self._place()
+        self._send()
+        want_out = bool(self.sendq)
+        if self._poller is not None and want_out != self._req_out:
+            if want_out:
+                self._poller.register(self.objs.req.fd, select.POLLOUT)
+            else:
+                self._poller.unregister(self.objs.req.fd)
+            self._req_out = want_out
+
+    def pending(self) -> bool:
+        """Dispatches not yet handed to an executor's queue."""
+        return bool(self.sendq or self.unplaced)
+
+    def next_due(self) -> float:
+        """When this pool next needs the loop (a SIGKILL due after a SIGTERM)."""
+        return self.kills[0][0] if self.kills else float("inf")
+
+    def alive(self) -> int:
+        """Executors alive now."""
+        return self.sup.alive_count()
+
+    # -- reports -------------------------------------------------------------------------
+
+    def drain(self, feed: Feed, cause: str) -> None:
+        """Feed the engine every report waiting in the response queue."""
+        recs = self.take_reports()
+        if recs:
+            for ev in self.reader.batch(recs, cause, time.time()):
+                feed(ev)
+
+    def take_reports(self) -> list[P.ResultRecord]:
+        """Every report waiting in the response queue, with this pool's bookkeeping of each done.
+
+        Raises:
+            Fenced: an executor refused this scheduler's epoch (a newer one took over).
+        """
+        rsp, n = self.objs.rsp, self.core.n
+        recs: list[P.ResultRecord] = []
+        while True:
+            # Checked before every message, so a scheduler frozen mid-drain takes at most
+            # one message of its successor's when it wakes (the successor's sweeper finds
+            # those reports in the executors' journals).
+            self.guard()
+            data = rsp.recv_nowait()
+            if data is None:
+                return recs
+            for r in P.decode_results(data):
+                if r.task >= n:
+                    continue
+                if r.kind == P.RES_REJECTED:
+                    if r.epoch == self.epoch:
+                        raise Fenced(f"fenced: an executor rejected this scheduler's epoch {r.epoch}: "
+                                     "another scheduler took over")
+                    continue  # a predecessor's record, refused for us: nothing to apply
+                self._settle_record(r)
+                recs.append(r)
+
+    def _settle_record(self, r: P.ResultRecord) -> None:
+        """Bookkeeping of one report: its payload's room, its process group, a kill waiting for its start."""
+        i = r.task
+        # Only this scheduler's records point at payloads it placed; a predecessor's late report
+        # of the same job must not free the payload of its new attempt.
+        if self.payload_at and r.epoch == self.epoch:
+            off = self.payload_at.pop(i, None)
+            if off is not None:
+                self.objs.arena.release(off)
+        if r.kind == P.RES_EXITED:
+            self.pids.pop(i, None)
+        elif r.kind == P.RES_STARTED:
+            self.pids[i] = r.pid
+            if self.pending_kill.pop(i, None) is not None:
+                killpg(r.pid, signal.SIGTERM)
+                self.kills.append((time.time() + KILL_GRACE, i, r.attempt))
+                self.kills.sort()
+
+    # -- health --------------------------------------------------------------------------
+
+    def check(self, now: float, feed: Feed, cause: str, replace: bool = True) -> None:
+        """Judge every executor; one that died loses its jobs (from its record) and is replaced."""
+        self.health_due = False
+        for index, why in self.sup.check(now):
+            self._claim_from_record(index, feed, cause)
+            self._kill_orphans(index)
+            feed(ExecutorLostEvent(index, now, why, cause_id=cause))
+            # Tasks sent but accepted by nobody may still be in the queue, or be taken by a
+            # live executor right now: watched until the queue has emptied (_settle_unaccepted).
+            self.unaccepted = (0.0, self.core.unaccepted())
+            self.sup.log(f"executor {index}: {why}")
+            self.say("executor_lost", {"executor": index, "reason": why})
+            if replace and self.sup.respawn(index) is None:
+                # No replacement: the run goes on with fewer slots rather than over-committing the rest.
+                per_executor = self.core.slots // max(1, len(self.sup.workers))
+                feed(SlotsChangedEvent(self.sup.alive_count() * per_executor, now, cause_id=cause))
+        if self.unaccepted is not None:
+            self._settle_unaccepted(now, feed, cause)
+
+    def _claim_from_record(self, index: int, feed: Feed, cause: str) -> None:
+        """Tell the engine every task the dead executor recorded as taken, even those it never reported.
+
+        An executor journals what it takes right after taking it off the queue, before it does
+        anything else with it, so its journal, not a guess, says what it held when it died.
+        """
+        core = self.core
+        held: dict[tuple[int, int], P.ResultRecord] = {}
+        for ex, _pid, path in result_journals(self.state_dir, self.objs.run_id):
+            if ex != index:
+                continue
+            for r in read_results(path):
+                key = (r.task, r.attempt)
+                if r.kind == P.RES_ACCEPTED and r.epoch == self.epoch:
+                    held[key] = r
+                elif r.kind == P.RES_EXITED:
+                    held.pop(key, None)
+        for (i, att), r in held.items():
+            if i < core.n and core.state[i] == JobState.QUEUED and core.attempt[i] == att and core.executor[i] < 0:
+                feed(JobAcceptedEvent(i, att, index, r.started, cause_id=cause))
+
+    def _settle_unaccepted(self, now: float, feed: Feed, cause: str) -> None:
+        """Requeue tasks a lost executor took off the queue and died with before it recorded them.
+
+        Once the request queue is empty every task sent before the loss has been taken; live
+        executors record what they take at once, so a task in nobody's record a moment later
+        went with the dead one.
+        """
+        since, jobs = self.unaccepted  # type: ignore[misc]
+        core = self.core
+        jobs = tuple((i, a) for i, a in jobs
+                     if core.state[i] == JobState.QUEUED and core.attempt[i] == a and core.executor[i] < 0)
+        if not jobs:
+            self.unaccepted = None
+            return
+        if self.sendq or self.unplaced or self.objs.req.current_messages > 0:
+            self.unaccepted = (0.0, jobs)
+            return  # some may still be on their way to a live executor
+        if not since:
+            self.unaccepted = (now, jobs)
+            return
+        if now - since < UNACCEPTED_SETTLE:
+            return
+        recorded = self._recorded(set(jobs))
+        lost = tuple(k for k in jobs if k not in recorded)
+        self.unaccepted = None
+        if lost:
+            feed(TasksLostEvent(lost, now, cause_id=cause))
+
+    def _recorded(self, keys: set[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Which of these attempts some live executor's journal shows as taken (its report is on its way)."""
+        live = {w.pid for w in self.sup.workers.values() if w.state != ExecutorState.DEAD}
+        found: set[tuple[int, int]] = set()
+        for _ex, pid, path in result_journals(self.state_dir, self.objs.run_id):
+            if pid in live:
+                found.update(k for r in read_results(path) if (k := (r.task, r.attempt)) in keys)
+        return found
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def _place(self) -> None:
+        """Turn dispatches into task records, writing shell payloads into the arena."""
+        core, arena, epoch = self.core, self.objs.arena, self.epoch
+        un = self.unplaced
+        while un:
+            i, att = un[0]
+            if core.state[i] != JobState.QUEUED or core.attempt[i] != att:
+                un.popleft()
+                continue
+            data = self.payload_of(i, att)
+            if data is None:
+                self.sendq.append(P.TaskRecord(i, att, P.TASK_NOOP, 0, epoch, 0, 0))
+            else:
+                off = arena.put(data, task=i, attempt=att, epoch=epoch)
+                if off is None:
+                    return  # the arena is full: the rest waits for results to free room
+                self.payload_at[i] = off
+                # flags carry the SLA tier: an executor starts its most urgent backlog task first.
+                self.sendq.append(P.TaskRecord(i, att, P.TASK_SHELL, core.tier[i], epoch, off, len(data)))
+            un.popleft()
+
+    def _send(self) -> None:
+        q, req = self.sendq, self.objs.req
+        if not q:
+            return
+        self.guard()
+        # Spread small batches over the executors so one does not hoard the work.
+        per = max(1, min(self.per_msg, len(q) // max(1, self.sup.alive_count())))
+        while q:
+            batch = [q[k] for k in range(min(per, len(q)))]
+            if not req.send_nowait(P.encode_tasks(batch)):
+                return  # full: keep the batch for the next turn, never block, never drop
+            for _ in batch:
+                q.popleft()
+
+    # -- kills ---------------------------------------------------------------------------
+
+    def kill(self, c: Kill) -> None:
+        """Stop a job's attempt: SIGTERM now (or at its start), SIGKILL after a grace period."""
+        i = c.job
+        if i not in self.pids:
+            self.pending_kill[i] = c.graceful
+            return
+        killpg(self.pids[i], signal.SIGTERM)
+        self.kills.append((time.time() + (KILL_GRACE if c.graceful else 1.0), i, c.attempt))
+        self.kills.sort()
+
+    def fire_kills(self, now: float) -> None:
+        """Send the SIGKILLs that are due."""
+        while self.kills and self.kills[0][0] <= now:
+            _, i, att = self.kills.pop(0)
+            if self.core.attempt[i] == att and i in self.pids:
+                killpg(self.pids[i], signal.SIGKILL)
+
+    def _kill_orphans(self, executor: int) -> None:
+        """Jobs of a dead executor may still run, unsupervised: stop them before they are retried."""
+        core = self.core
+        for i, pid in list(self.pids.items()):
+            if core.executor[i] == executor:
+                killpg(pid, signal.SIGKILL)
+                del self.pids[i]
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    def spawn_missing(self, count: int) -> None:
+        """Start executors 0..count-1 that are not running (adopted ones are kept)."""
+        for i in range(count):
+            if i not in self.sup.workers:
+                self.sup.spawn(i)
+
+    def stop_all(self) -> None:
+        """Ask every executor to stop its jobs and exit."""
+        self.sup.terminate_all()
+
+    def wait_all(self, timeout: float) -> None:
+        """Wait for the executors to exit, killing the ones that do not in time."""
+        self.sup.wait_all(timeout)
