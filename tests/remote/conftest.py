@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import socket
 import subprocess
 import sysconfig
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
+from wloadctl.remote.link import BrokerLink
+from wloadctl.remote.pulling import Msg
 
 DEBIAN_BINARY = "/usr/sbin/nats-server"
 
@@ -112,3 +118,30 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
         yield server
     finally:
         server.stop()
+
+
+def collect(link: BrokerLink, count: int, timeout: float = 10.0) -> list[Msg]:
+    """Messages from the link's inbox until `count` arrived or `timeout` passed, waiting on its descriptor."""
+    got: list[Msg] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        select.select([link], [], [], min(0.2, max(0.0, deadline - time.monotonic())))
+        got += link.drain()
+    return got
+
+
+def broker_threads() -> list[str]:
+    """Names of the link threads still running."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("broker-")]
+
+
+@pytest.fixture
+def link(nats_server: NatsServer) -> Iterator[BrokerLink]:
+    """An open link to `nats_server` with the default installation's streams and buckets made."""
+    lk = BrokerLink.open(BrokerOptions(nats_server.url), name="test")
+    try:
+        ensure_streams(lk, Subjects())
+        yield lk
+    finally:
+        lk.close()
+    assert broker_threads() == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
+from wloadctl.errors import TransportError
+
 if TYPE_CHECKING:
     from nats.js.kv import KeyValue
 
@@ -55,10 +57,18 @@ class Buckets:
         self.link._call(go(), timeout, f"create bucket {bucket}")
 
     async def _kv(self, bucket: str) -> KeyValue:
+        import nats.js.errors as jse
+
         kv = self._kvs.get(bucket)
         if kv is None:
             _, js = self.link._client()
-            kv = self._kvs[bucket] = await js.key_value(bucket)
+            try:
+                kv = self._kvs[bucket] = await js.key_value(bucket)
+            except jse.BucketNotFoundError:
+                raise TransportError(
+                    f"KV bucket {bucket} does not exist on the broker",
+                    hint="ensure_streams makes it; is --prefix the installation's?",
+                ) from None
         return kv
 
     def _kv_call(self, bucket: str, op: Callable[[KeyValue], Awaitable[T]], what: str, timeout: float) -> T:
@@ -116,11 +126,19 @@ class Buckets:
 
         return self._kv_call(bucket, op, f"update {key}", timeout)
 
-    def entries(self, bucket: str, timeout: float = 5.0) -> dict[str, KvEntry]:
-        """Every key's current value (one watch, not one request per key)."""
+    def entries(self, bucket: str, timeout: float = 5.0, *, missing_ok: bool = False) -> dict[str, KvEntry]:
+        """Every key's current value (one watch, not one request per key).
 
-        async def op(kv: KeyValue) -> dict[str, KvEntry]:
+        Args:
+            bucket: Bucket name.
+            timeout: Seconds to wait for the broker.
+            missing_ok: Return {} when the bucket does not exist instead of raising.
+        """
+
+        async def op(kv: KeyValue | None) -> dict[str, KvEntry]:
             out: dict[str, KvEntry] = {}
+            if kv is None:
+                return out
             w = await kv.watchall(ignore_deletes=True)
             try:
                 while (e := await w.updates(timeout)) is not None:
@@ -129,4 +147,13 @@ class Buckets:
                 await w.stop()
             return out
 
-        return self._kv_call(bucket, op, "list keys", timeout + 2.0)
+        async def go() -> dict[str, KvEntry]:
+            try:
+                kv = await self._kv(bucket)
+            except TransportError:
+                if not missing_ok:
+                    raise
+                kv = None
+            return await op(kv)
+
+        return self.link._call(go(), timeout + 2.0, f"list keys in bucket {bucket}")

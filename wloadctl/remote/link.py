@@ -486,3 +486,12 @@ class BrokerLink:
                 await js.stream_info(str(config.name))  # made by a racing process: fine if it exists
 
         self._call(go(), timeout, f"create stream {config.name}")
+
+    def stream_messages(self, stream: str, timeout: float = 5.0) -> int:
+        """How many messages `stream` holds now (for a work queue: work not yet acked)."""
+        _, js = self._client()
+
+        async def go() -> int:
+            return int((await js.stream_info(stream)).state.messages)
+
+        return self._call(go(), timeout, f"info of stream {stream}")
