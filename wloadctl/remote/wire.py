@@ -91,6 +91,9 @@ class ResultEntry(NamedTuple):
     """The JSON the job wrote to $WLOADCTL_RESULT_FILE, or None if it wrote none."""
 
 
+_new_entry = partial(tuple.__new__, ResultEntry)
+
+
 class ResultBatch(NamedTuple):
     """A decoded results message."""
 
@@ -285,21 +288,25 @@ def encode_results(agent: str, run: str, entries: Sequence[ResultEntry]) -> byte
     a, b = _names(agent, run, "agent")
     tails = [e[1] for e in entries]
     results = [e[2] for e in entries]
-    chunks = [c for pair in zip(tails, results, strict=True) for c in (pair[0], pair[1] or b"")]
-    positions = list(accumulate(map(len, chunks), initial=0))
+    tail_lengths = list(map(len, tails))
+    result_lengths = [NO_RESULT if r is None else len(r) for r in results]
+    # The data area holds tail 0, result 0, tail 1, result 1, ...
+    chunks: list[bytes] = [b""] * (2 * count)
+    chunks[0::2] = tails
+    chunks[1::2] = [r or b"" for r in results]
+    lengths = [0] * (2 * count)
+    lengths[0::2] = tail_lengths
+    lengths[1::2] = [0 if n == NO_RESULT else n for n in result_lengths]
+    positions = list(accumulate(lengths, initial=0))
     flat: list[int | float] = list(chain.from_iterable(e[0] for e in entries))
     if len(flat) != count * 13:
         raise ProtocolError("a result is not a 13-field ResultRecord")
-    flat[1::13] = [
-        (f | FLAG_TAIL) if t else (f & ~FLAG_TAIL) for f, t in zip(flat[1::13], tails, strict=True)
-    ]
+    flat[1::13] = [(e[0].flags | FLAG_TAIL) if e[1] else (e[0].flags & ~FLAG_TAIL) for e in entries]
     flat[11::13] = positions[0:-1:2]
-    flat[12::13] = list(map(len, tails))
-    extra: list[int | float] = list(
-        chain.from_iterable(
-            (p, NO_RESULT if r is None else len(r)) for p, r in zip(positions[1::2], results, strict=True)
-        )
-    )
+    flat[12::13] = tail_lengths
+    extra: list[int | float] = [0] * (2 * count)
+    extra[0::2] = positions[1::2]
+    extra[1::2] = result_lengths
     try:
         head = HEAD.pack(MAGIC, VERSION, KIND_RESULTS, 0, count, len(a), len(b), 0)
     except struct.error as exc:
@@ -324,17 +331,27 @@ def decode_results(data: bytes | bytearray | memoryview) -> ResultBatch:
             f"results message of {len(view)} bytes declares {count} results (at least {end} bytes expected)"
         )
     records = list(map(_new_result, RESULT.iter_unpack(view[pos:mid])))
-    extras = list(EXTRA.iter_unpack(view[mid:end]))
-    offsets = [o for r, x in zip(records, extras, strict=True) for o in (r[11], x[0])]
-    lengths = [
-        n for r, x in zip(records, extras, strict=True) for n in (r[12], 0 if x[1] == NO_RESULT else x[1])
-    ]
+    extra = EXTRA.iter_unpack(view[mid:end])
+    result_offsets, result_lengths = (list(c) for c in zip(*extra, strict=True)) if count else ([], [])
+    tail_offsets = [r[11] for r in records]
+    tail_lengths = [r[12] for r in records]
+    offsets = [0] * (2 * count)
+    offsets[0::2] = tail_offsets
+    offsets[1::2] = result_offsets
+    lengths = [0] * (2 * count)
+    lengths[0::2] = tail_lengths
+    lengths[1::2] = [0 if n == NO_RESULT else n for n in result_lengths]
     _areas(view, end, lengths, offsets, "results")
-    blob = bytes(view[end:])
-    entries = [
-        ResultEntry(r, blob[r[11] : r[11] + r[12]], None if x[1] == NO_RESULT else blob[x[0] : x[0] + x[1]])
-        for r, x in zip(records, extras, strict=True)
-    ]
+    if end == len(view):  # no tails and no job results: the common case of a no-op batch
+        tails: list[bytes] = [b""] * count
+        results: list[bytes | None] = [None if n == NO_RESULT else b"" for n in result_lengths]
+    else:
+        blob = bytes(view[end:])
+        tails = [blob[o : o + n] for o, n in zip(tail_offsets, tail_lengths, strict=True)]
+        results = [
+            None if n == NO_RESULT else blob[o : o + n] for o, n in zip(result_offsets, result_lengths, strict=True)
+        ]
+    entries = list(map(_new_entry, zip(records, tails, results, strict=True)))
     return ResultBatch(agent, run, entries)
 
 
