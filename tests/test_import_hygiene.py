@@ -37,6 +37,8 @@ def test_only_the_transport_imports_posix_ipc_and_only_the_store_sqlite3() -> No
             assert rel.startswith("wloadctl/ipc/"), rel
         if "sqlite3" in mods:
             assert rel == "wloadctl/store.py", rel
+        if any(m == "nats" or m.startswith("nats.") for m in mods):
+            assert rel.startswith("wloadctl/remote/"), rel
         assert not any(m == "textual" or m.startswith("textual.") for m in mods), rel
 
 
@@ -53,3 +55,10 @@ def test_the_clients_verb_list_is_the_cores() -> None:
     from wloadctl.core.verbs import VERBS as core_verbs
 
     assert tuple(client_verbs) == tuple(core_verbs)
+
+
+def test_the_command_line_and_the_remote_layer_load_no_broker_client_until_a_link_opens() -> None:
+    code = ("import sys, wloadctl.cli, wloadctl.remote.agents, wloadctl.remote.wire, wloadctl.remote.link; "
+            "wloadctl.cli.build_parser().parse_args(['status']); print('nats' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -1,4 +1,4 @@
-"""The `wloadctl` command line: validate, gen, run, resume, status, operator verbs, why, logs, history, console."""
+"""The `wloadctl` command line: validate, gen, run, resume, status, verbs, why, logs, history, console, agents."""
 
 from __future__ import annotations
 
@@ -171,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--business-date")
     _heartbeat_args(p)
+    p = sub.add_parser("agents", help="remote agents (nodes) from the broker, with their state")
+    from wloadctl.remote.agents import add_agents_args
+    from wloadctl.remote.broker import add_broker_args
+
+    add_broker_args(p)
+    add_agents_args(p)
     p = sub.add_parser("bench", help="benchmarks at bank scale (see `wloadctl bench --help`)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     return ap
@@ -272,6 +278,12 @@ def cmd_scheduler(a: argparse.Namespace) -> int:
     return scheduler_command(a)
 
 
+def cmd_agents(a: argparse.Namespace) -> int:
+    from wloadctl.remote.agents import agents_command
+
+    return agents_command(a)
+
+
 def cmd_bench(a: argparse.Namespace) -> int:
     from wloadctl.bench import main as bench_main
 
@@ -294,6 +306,7 @@ COMMANDS: dict[str, Any] = {
     "console": cmd_console,
     "scheduler": cmd_scheduler,
     "trigger": cmd_trigger,
+    "agents": cmd_agents,
     "bench": cmd_bench,
     **{v: cmd_verb for v in VERB_COMMANDS},
 }

@@ -1,0 +1,131 @@
+"""Agent liveness, broker options and subject names, and `wloadctl agents` through the real CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.remote.conftest import NatsServer, free_port
+from tests.remote.test_wire import _beat
+from wloadctl.errors import UsageError
+from wloadctl.remote.agents import AgentState, agent_rows, agent_state, format_table
+from wloadctl.remote.broker import BrokerOptions, Subjects, add_broker_args
+from wloadctl.remote.link import BrokerLink
+
+
+@pytest.mark.parametrize(
+    ("age", "timeout", "state"),
+    [
+        (0.0, 10.0, AgentState.ALIVE),
+        (-3.0, 10.0, AgentState.ALIVE),  # the agent's clock ahead of ours
+        (5.0, 10.0, AgentState.ALIVE),
+        (5.1, 10.0, AgentState.SUSPECT),
+        (10.0, 10.0, AgentState.SUSPECT),
+        (10.1, 10.0, AgentState.LOST),
+        (1.6, 3.0, AgentState.SUSPECT),
+    ],
+)
+def test_agent_state_from_the_age_of_the_last_heartbeat(age: float, timeout: float, state: AgentState) -> None:
+    assert agent_state(age, timeout) is state
+
+
+def test_agent_rows_sort_judge_and_report_unreadable_values() -> None:
+    beats = {"b": _beat(agent="b", sent=95.0).encode(), "a": _beat(agent="a", sent=99.0).encode(), "c": b"junk"}
+    rows, problems = agent_rows(beats, now=100.0, timeout=4.0)
+    assert [(r.beat.agent, r.state) for r in rows] == [("a", AgentState.ALIVE), ("b", AgentState.LOST)]
+    assert problems and problems[0].startswith("agent c: unreadable heartbeat")
+    table = format_table(rows).splitlines()
+    assert table[0].split()[:3] == ["NAME", "POOLS", "SLOTS"] and table[2].split()[-1] == "LOST"
+
+
+def _ns(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_broker_args(p)
+    return p.parse_args(argv)
+
+
+def test_broker_options_from_arguments_and_environment(tmp_path: Path) -> None:
+    creds = tmp_path / "user.creds"
+    creds.write_text("x")
+    env = {"WLOADCTL_BROKER": "nats://h1:4222,nats://h2:4222", "WLOADCTL_BROKER_PASSWORD": "s3cret"}
+    o = BrokerOptions.from_args(_ns("--broker-user", "u", "--broker-creds", str(creds), "--prefix", "bank_1"), env)
+    assert o.servers == ["nats://h1:4222", "nats://h2:4222"] and o.password == "s3cret" and o.prefix == "bank_1"
+    assert BrokerOptions.from_args(_ns("--broker", "tls://u:pw@h:4222"), {}).shown() == "tls://h:4222"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ((), "no broker given"),
+        (("--broker", "http://h:4222"), "is not a NATS URL"),
+        (("--broker", "nats://h:99999"), "broker URL 'nats://h:99999'"),
+        (("--broker", "nats://h", "--broker-creds", "/nonexistent/u.creds"), "--broker-creds /nonexistent/u.creds"),
+        (("--broker", "nats://h", "--prefix", "a.b"), "--prefix 'a.b' is not a valid name"),
+        (("--broker", "nats://h", "--broker-tls-cert", "/etc/hostname"), "go together"),
+    ],
+)
+def test_bad_broker_options_are_usage_errors(argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(UsageError, match=message.replace(".", r"\.")):
+        BrokerOptions.from_args(_ns(*argv), {})
+
+
+def test_subject_names_and_their_validation() -> None:
+    s = Subjects("wl")
+    assert s.dispatch_pool("etl") == "wl.dispatch.pool.etl"
+    assert s.dispatch_agent("node-7") == "wl.dispatch.agent.node-7"
+    assert s.results("20261201-101010-abc123") == "wl.results.20261201-101010-abc123"
+    assert (s.hb("n1"), s.ctl("n1"), s.ask) == ("wl.hb.n1", "wl.ctl.n1", "wl.ask")
+    assert (s.dispatch_stream, s.results_stream, s.leader_bucket, s.agents_bucket) == (
+        "wl-dispatch", "wl-results", "wl-leader", "wl-agents",
+    )  # fmt: skip
+    for bad in ("a.b", "x*", "", "sp ace", "n>"):
+        with pytest.raises(UsageError, match="not a valid name"):
+            s.dispatch_pool(bad)
+
+
+def _agents(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wloadctl", "agents", *argv], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_agents_json_lists_each_node_with_its_state(nats_server: NatsServer) -> None:
+    # Given three agents whose last beats are 1 s, 7 s and 30 s old
+    now = time.time()
+    with BrokerLink.open(BrokerOptions(nats_server.url)) as link:
+        bucket = Subjects().agents_bucket
+        link.kv.ensure(bucket)
+        for name, age in (("fresh", 1.0), ("quiet", 7.0), ("gone", 30.0)):
+            link.kv.put(bucket, name, _beat(agent=name, sent=now - age, jobs_held=2).encode())
+    # When `wloadctl agents --json` lists them
+    done = _agents("--broker", nats_server.url, "--json")
+    # Then each has the state its age calls for
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [(r["agent"], r["state"]) for r in rows] == [("fresh", "ALIVE"), ("gone", "LOST"), ("quiet", "SUSPECT")]
+    assert rows[0]["pools"] == ["etl"] and rows[0]["jobs_held"] == 2 and rows[0]["slots_total"] == 4
+    table = _agents("--broker", nats_server.url, "--agent-timeout", "100")
+    assert table.returncode == 0 and table.stdout.count("ALIVE") == 3
+
+
+def test_agents_against_an_empty_broker_lists_none(nats_server: NatsServer) -> None:
+    done = _agents("--broker", nats_server.url, "--json")
+    assert done.returncode == 0 and json.loads(done.stdout) == []
+
+
+def test_agents_against_a_dead_broker_is_one_line_and_exit_3() -> None:
+    done = _agents("--broker", f"nats://127.0.0.1:{free_port()}")
+    assert done.returncode == 3
+    assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
+    assert done.stderr.startswith("wloadctl: cannot reach the broker at nats://127.0.0.1:")
+
+
+def test_agents_with_a_bad_url_is_a_usage_error() -> None:
+    done = _agents("--broker", "localhost:4222")
+    assert done.returncode == 2 and "is not a NATS URL" in done.stderr and "Traceback" not in done.stderr

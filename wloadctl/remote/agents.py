@@ -1,0 +1,159 @@
+"""Whether an agent is alive, judged from the age of its last heartbeat, and the `wloadctl agents` listing.
+
+Agents beat once a second. One that has been silent for more than half the agent
+timeout (5 s by default) has missed several beats in a row: that is worth showing
+(SUSPECT) but not yet acting on, since a long pause of the host or a broker restart
+looks the same for a while. Silent for more than the whole timeout (10 s by default) it
+is LOST: its unfinished jobs are retried elsewhere under their policy. `agent_state` is
+the one place that judgement is made; pools and the CLI both call it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+from wloadctl.errors import ProtocolError, UsageError
+from wloadctl.remote.broker import BrokerOptions, Subjects
+from wloadctl.remote.messages import Heartbeat
+
+DEFAULT_AGENT_TIMEOUT = 10.0
+"""Seconds of silence after which an agent is LOST (`--agent-timeout`)."""
+SUSPECT_FRACTION = 0.5
+"""Share of the agent timeout after which a silent agent is SUSPECT."""
+
+
+class AgentState(enum.Enum):
+    """How an agent stands, from the age of its last heartbeat."""
+
+    ALIVE = "ALIVE"
+    """Heard within the last half agent timeout."""
+    SUSPECT = "SUSPECT"
+    """Silent for more than half the agent timeout: shown, not yet acted on."""
+    LOST = "LOST"
+    """Silent for more than the agent timeout: its unfinished jobs are to be retried elsewhere."""
+
+
+def agent_state(age: float, timeout: float = DEFAULT_AGENT_TIMEOUT) -> AgentState:
+    """Judge an agent from the seconds since its last heartbeat.
+
+    Args:
+        age: Seconds since the last heartbeat (negative, from clock skew, counts as 0).
+        timeout: The agent timeout.
+
+    Returns:
+        LOST past `timeout`, SUSPECT past half of it, else ALIVE.
+    """
+    if age > timeout:
+        return AgentState.LOST
+    if age > timeout * SUSPECT_FRACTION:
+        return AgentState.SUSPECT
+    return AgentState.ALIVE
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRow:
+    """One agent as listed: its last heartbeat, how old it is, and the judgement."""
+
+    beat: Heartbeat
+    """The last heartbeat stored in the agents bucket."""
+    age: float
+    """Seconds since it was sent (by the agent's clock against ours)."""
+    state: AgentState
+    """ALIVE, SUSPECT or LOST."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as a JSON object: the heartbeat's fields plus `age` and `state`."""
+        obj = asdict(self.beat)
+        obj["age"] = round(self.age, 3)
+        obj["state"] = self.state.value
+        return obj
+
+
+def agent_rows(
+    beats: dict[str, bytes], now: float, timeout: float = DEFAULT_AGENT_TIMEOUT
+) -> tuple[list[AgentRow], list[str]]:
+    """Decode the agents bucket's values and judge each agent.
+
+    Args:
+        beats: Value of each key (agent name) of the agents bucket.
+        now: Current time, epoch seconds.
+        timeout: The agent timeout.
+
+    Returns:
+        The rows sorted by name, and one line per value that is not a heartbeat.
+    """
+    rows: list[AgentRow] = []
+    problems: list[str] = []
+    for key, value in sorted(beats.items()):
+        try:
+            beat = Heartbeat.decode(value)
+        except ProtocolError as exc:
+            problems.append(f"agent {key}: unreadable heartbeat ({exc.one_line()})")
+            continue
+        age = max(0.0, now - beat.sent)
+        rows.append(AgentRow(beat, age, agent_state(age, timeout)))
+    return rows, problems
+
+
+def format_table(rows: list[AgentRow]) -> str:
+    """The rows as a small text table (one header line, one line per agent)."""
+    head = ("NAME", "POOLS", "SLOTS", "LOAD", "MEM MiB", "FREE MiB", "JOBS", "BEAT", "STATE")
+    lines = [head]
+    for r in rows:
+        b = r.beat
+        lines.append((
+            b.agent, ",".join(b.pools) or "-", f"{b.slots_used}/{b.slots_total}", f"{b.load1:.2f}",
+            str(b.memory_mb or "-"), str(b.mem_free_mb), str(b.jobs_held), f"{r.age:.1f}s", r.state.value,
+        ))  # fmt: skip
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
+
+
+def agents_command(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """`wloadctl agents`: list the agents of the agents bucket with their state.
+
+    Returns:
+        0 (an empty list is not an error: no agent has started yet).
+
+    Raises:
+        UsageError: Bad broker options or timeout (exit 2).
+        TransportError: The broker cannot be reached (exit 3: a runtime failure of the
+            environment, not of the command line).
+    """
+    from wloadctl.remote.link import BrokerLink
+
+    if ns.agent_timeout <= 0:
+        raise UsageError(f"--agent-timeout must be positive, not {ns.agent_timeout:g}")
+    opts = BrokerOptions.from_args(ns)
+    subjects = Subjects(opts.prefix)
+    with BrokerLink.open(opts, name="wloadctl-agents", connect_timeout=ns.connect_timeout) as link:
+        entries = link.kv.entries(subjects.agents_bucket, missing_ok=True)
+    rows, problems = agent_rows({k: e.value for k, e in entries.items()}, time.time(), ns.agent_timeout)
+    for line in problems:
+        print(f"wloadctl: {line}", file=sys.stderr)
+    if ns.json:
+        print(json.dumps([r.to_json() for r in rows], indent=2), file=out)
+    elif rows:
+        print(format_table(rows), file=out)
+    else:
+        print(f"no agents in {subjects.agents_bucket} on {opts.shown()}", file=out)
+    return 0
+
+
+def add_agents_args(p: argparse.ArgumentParser) -> None:
+    """Options of `wloadctl agents` besides the broker's."""
+    p.add_argument("--json", action="store_true", help="a JSON list of objects")
+    p.add_argument(
+        "--agent-timeout",
+        type=float,
+        default=DEFAULT_AGENT_TIMEOUT,
+        metavar="S",
+        help="seconds of silence before an agent is LOST (SUSPECT after half of it; default 10)",
+    )
+    p.add_argument("--connect-timeout", type=float, default=3.0, metavar="S", help=argparse.SUPPRESS)
