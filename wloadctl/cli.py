@@ -43,6 +43,15 @@ def _heartbeat_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _remote_args(p: argparse.ArgumentParser) -> None:
+    """The broker (for jobs on agents) and how long an agent may be silent."""
+    from wloadctl.remote.broker import add_broker_args
+
+    add_broker_args(p)
+    p.add_argument("--agent-timeout", type=float, default=10.0,
+                   help="seconds an agent may be silent before it is LOST and its jobs are retried (default 10)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = _Parser(prog="wloadctl", description="Workload scheduler for batch operations.")
@@ -110,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="seconds without a heartbeat before an executor is declared dead and replaced",
         )
         _heartbeat_args(p)
+        _remote_args(p)
 
     p = sub.add_parser("trigger", help="start runs of a plan at its cron schedule, on business days")
     p.add_argument("plan", metavar="PLAN")
@@ -151,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job", metavar="JOB")
     p.add_argument("--attempt", type=int)
     p.add_argument("--follow", "-f", action="store_true")
+    p.add_argument("--broker", metavar="URL", help="broker of the agent that ran it (default: the run's)")
     _state_dir_arg(p)
     p = sub.add_parser("audit", help="the run's operator actions")
     _state_dir_arg(p)
@@ -171,6 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--business-date")
     _heartbeat_args(p)
+    _remote_args(p)
+    p = sub.add_parser("agent", help="serve pools of a broker on this node: run their jobs on local executors")
+    from wloadctl.remote.agent_cli import add_agent_args
+
+    add_agent_args(p)
     p = sub.add_parser("agents", help="remote agents (nodes) from the broker, with their state")
     from wloadctl.remote.agents import add_agents_args
     from wloadctl.remote.broker import add_broker_args
@@ -278,6 +294,12 @@ def cmd_scheduler(a: argparse.Namespace) -> int:
     return scheduler_command(a)
 
 
+def cmd_agent(a: argparse.Namespace) -> int:
+    from wloadctl.remote.agent_cli import agent_command
+
+    return agent_command(a)
+
+
 def cmd_agents(a: argparse.Namespace) -> int:
     from wloadctl.remote.agents import agents_command
 
@@ -307,6 +329,7 @@ COMMANDS: dict[str, Any] = {
     "scheduler": cmd_scheduler,
     "trigger": cmd_trigger,
     "agents": cmd_agents,
+    "agent": cmd_agent,
     "bench": cmd_bench,
     **{v: cmd_verb for v in VERB_COMMANDS},
 }

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wloadctl.core.states import JobState
 from wloadctl.errors import UsageError
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
+
+if TYPE_CHECKING:
+    from wloadctl.remote.broker import BrokerOptions
 
 LINE_LOG_MAX_JOBS = 5000
 """Plans up to this size get one line per finished job in the plain log; bigger ones a line every few seconds."""
@@ -104,6 +108,15 @@ def summary(o: RunOutcome) -> dict[str, Any]:
             "counts": counts, "jobs": {jid: names[o.core.state[i]] for i, jid in enumerate(o.core.ids)}}
 
 
+def broker_of(a: argparse.Namespace) -> BrokerOptions | None:
+    """The broker options of a command line (or $WLOADCTL_BROKER), None when neither names one."""
+    from wloadctl.remote.broker import ENV_BROKER, BrokerOptions
+
+    if not (a.broker or os.environ.get(ENV_BROKER)):
+        return None
+    return BrokerOptions.from_args(a)
+
+
 def run_command(a: argparse.Namespace) -> int:
     """`wloadctl run PLAN` and `wloadctl resume`."""
     from wloadctl.cli import resolve_state_dir
@@ -129,7 +142,8 @@ def run_command(a: argparse.Namespace) -> int:
                       dead_after=a.executor_timeout, executor_cpus=a.executor_cpus,
                       executor_memory=a.executor_memory, prefetch=max(0, a.prefetch),
                       heartbeat_interval=a.heartbeat_interval,
-                      lease_seconds=a.heartbeat_timeout, say=_say(a.quiet))
+                      lease_seconds=a.heartbeat_timeout, say=_say(a.quiet), broker=broker_of(a),
+                      agent_timeout=a.agent_timeout)
     tty = sys.stdout.isatty() and not quiet
     bars: list[Bar] = []
     on_turn: Any = None
@@ -171,7 +185,7 @@ def scheduler_command(a: argparse.Namespace) -> int:
     state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       heartbeat_interval=a.heartbeat_interval, lease_seconds=a.heartbeat_timeout,
-                      say=_say(False), exit_when_stalled=False)
+                      say=_say(False), exit_when_stalled=False, broker=broker_of(a), agent_timeout=a.agent_timeout)
     if a.standby:
         from wloadctl.procs.standby import run_standby
 

@@ -72,6 +72,7 @@ def show_read(a: argparse.Namespace, state_dir: Path) -> int:
     """`wloadctl why|history|lineage|logs|audit`."""
     with RunClient(state_dir) as c:
         if a.cmd == "logs":
+            c.broker_url = a.broker
             return _logs(c, a)
         data: Any
         if a.cmd == "why":
@@ -116,6 +117,8 @@ def _logs(c: RunClient, a: argparse.Namespace) -> int:
     path = c.log_file(a.job, a.attempt)
     pos = 0
     while True:
+        if pos and a.follow:
+            c.log_file(a.job, a.attempt)  # a job on an agent: its log is copied again
         try:
             with open(path, "rb") as f:
                 f.seek(pos)

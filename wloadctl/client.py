@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import getpass
+import json
 import os
 import secrets
 import time
@@ -23,6 +24,7 @@ from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
 from wloadctl.paths import log_path, read_ids
+from wloadctl.remote.agents import AGENT_BASE
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir
 
 if TYPE_CHECKING:
@@ -57,6 +59,8 @@ class RunClient:
 
     def __init__(self, state_dir: str | Path) -> None:
         self.state_dir = Path(state_dir)
+        self.broker_url: str | None = None
+        """Broker of the run's agents (for logs of their jobs); default: the run's own setting."""
         """The run's state directory."""
         if not (self.state_dir / DB_NAME).exists():
             raise UsageError(f"no run journal in {self.state_dir}",
@@ -326,7 +330,25 @@ class RunClient:
             raise ControlError(f"job '{job}' has not run yet (state {JobState(row[2]).name})")
         if att > row[3]:
             raise ControlError(f"job '{job}' has {row[3]} attempt(s); there is no attempt {att}")
-        return log_path(self.state_dir, self.run.run_id, job, att)
+        path = log_path(self.state_dir, self.run.run_id, job, att)
+        if row[4] >= AGENT_BASE and (not path.exists() or row[2] in (JobState.QUEUED, JobState.RUNNING)):
+            self._mirror_log(job, row, att, path)
+        return path
+
+    def _mirror_log(self, job: str, row: tuple, attempt: int, path: Path) -> None:
+        """Copy the log of a job that ran on an agent from that agent (through the broker) to `path`."""
+        from wloadctl.remote.agents import fetch_log, node_names
+        from wloadctl.remote.broker import ENV_BROKER, BrokerOptions
+
+        agent = node_names(self.state_dir).get(row[4])
+        settings = json.loads(self.run.settings or "{}")
+        url = self.broker_url or os.environ.get(ENV_BROKER) or settings.get("broker")
+        if agent is None or not url:
+            raise ControlError(f"{job} attempt {attempt} ran on an agent (node {row[4]}) and no broker is known",
+                               hint="pass --broker URL")
+        options = BrokerOptions(url=url, prefix=str(settings.get("prefix", "wl")),
+                                password=os.environ.get("WLOADCTL_BROKER_PASSWORD"))
+        fetch_log(options, agent, self.run.run_id, row[0], job, attempt, path)
 
     def plan(self) -> Plan:
         """The run's plan as loaded at its start (or as accepted on a resume)."""

@@ -36,7 +36,7 @@ def _decode_prefix(data: bytes) -> tuple[list[P.ResultRecord], int]:
     return P.decode_result_log(data[:pos]), pos
 
 
-def reconcile(pool: LocalPool, feed: Feed, adopt: bool) -> list[str]:
+def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bool] = lambda _i: True) -> list[str]:
     """Settle every job the journal shows QUEUED or RUNNING, before dispatching anything.
 
     Results the executors journaled are applied; attempts still held by live (adopted)
@@ -47,6 +47,7 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool) -> list[str]:
         pool: the local pool (its core has been restored from the journal).
         feed: where the events go (the core).
         adopt: the previous scheduler's executors may still be alive and were kept.
+        mine: whether a job runs on this host (jobs of agents are the agent pool's to recover).
 
     Returns:
         One line per notable finding, for the operator.
@@ -67,7 +68,7 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool) -> list[str]:
         if dropped:
             notes.append(f"dropped {dropped} unsent task record(s) of the previous scheduler")
         time.sleep(SETTLE)
-    inflight = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING)]
+    inflight = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and mine(i)]
     if not inflight:
         return notes
     want = {(i, core.attempt[i]) for i in inflight}

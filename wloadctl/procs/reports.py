@@ -52,7 +52,8 @@ class ReportReader:
             result = self.result_of(i, r.attempt)
         return JobExitedEvent(i, r.attempt, r.executor if node is None else node, r.exit_code,
                               r.ended, signal=r.signal, timed_out=bool(r.flags & P.FLAG_TIMED_OUT),
-                              spawn_failed=bool(r.flags & P.FLAG_SPAWN_FAILED), started=r.started, tail=tail,
+                              spawn_failed=bool(r.flags & P.FLAG_SPAWN_FAILED), lost=bool(r.flags & P.FLAG_LOST),
+                              started=r.started, tail=tail,
                               result=result if i in self.want else None, cause_id=cause)
 
     def event(self, r: P.ResultRecord, cause: str, *, node: int | None = None) -> Event | None:

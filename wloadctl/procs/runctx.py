@@ -32,7 +32,16 @@ def read_small(path: Path | str, limit: int = 4096) -> str:
 
 def read_result(path: Path) -> dict[str, object]:
     """A job's result file: a JSON object, or `key=value` lines (values stay strings, numbers become numbers)."""
-    text = read_small(path, 65536)
+    return parse_result(read_small(path, RESULT_LIMIT))
+
+
+RESULT_LIMIT = 65536
+"""Bytes of a job's result file that are read (a result is a few values, not data)."""
+
+
+def parse_result(text: str) -> dict[str, object]:
+    """What a job wrote to its result file (see read_result), from its text."""
+    text = text.strip()
     if not text:
         return {}
     if text.startswith("{"):

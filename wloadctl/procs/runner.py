@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import RunStartedEvent
@@ -35,6 +35,11 @@ from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby
 from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.store import DB_NAME, RunRow, Store
+
+if TYPE_CHECKING:
+    from wloadctl.remote.agentpool import AgentPool
+    from wloadctl.remote.broker import BrokerOptions
+    from wloadctl.remote.link import BrokerLink
 
 UNFINISHED = ("running", "interrupted", "held")
 
@@ -72,6 +77,10 @@ class RunOptions:
     """Headless runs end (resumable, status `held`) when only operator-held jobs remain."""
     say: Callable[[str], None] = field(default=lambda _m: None)
     """Where one-line notices go (stale objects removed, resuming, executor restarts)."""
+    broker: BrokerOptions | None = None
+    """The broker of the agents that run the plan's `pool:`/`agent:` jobs (None: this host only)."""
+    agent_timeout: float = 10.0
+    """Seconds an agent may be silent before it is LOST and its jobs go back to their policy."""
 
 
 @dataclass
@@ -234,7 +243,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
             text = Path(plan.path).read_text(encoding="utf-8", errors="replace")
             run = store.create_run(rid, plan.name, plan.path, plan.digest, text, plan.jobs.keys(), bdate,
-                                   time.time(), json.dumps({"executors": opts.executors, "slots": opts.slots}))
+                                   time.time(), json.dumps(_settings(opts)))
             keep_plan(store, run, plan)
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
             write_ids(opts.state_dir, run.run_id, list(plan.jobs))
@@ -243,6 +252,14 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         if store is not None:
             store.close()
         lock.release()
+
+
+def _settings(opts: RunOptions) -> dict[str, object]:
+    """What a run keeps of how it was started: a resume uses it, `logs` finds the broker of agents' jobs."""
+    out: dict[str, object] = {"executors": opts.executors, "slots": opts.slots}
+    if opts.broker is not None:
+        out.update(broker=opts.broker.shown(), prefix=opts.broker.prefix)
+    return out
 
 
 def _refuse_live_lease(run: RunRow, state_dir: Path) -> None:
@@ -271,6 +288,37 @@ def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim) -> R
 def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
            on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None = None) -> RunOutcome:
     t0 = time.time()
+    link = _broker_link(plan, opts, run)
+    try:
+        return _drive_with(store, run, plan, opts, resumed, on_turn, claim, link, t0)
+    finally:
+        if link is not None:
+            link.close(timeout=5.0)
+
+
+def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None:
+    """The broker connection a plan with jobs on agents needs (None when every job runs here).
+
+    Raises:
+        UsageError: jobs name a pool or an agent and no broker was given.
+        TransportError: the broker does not answer.
+    """
+    away = [j.id for j in plan.jobs.values() if j.pool or j.agent]
+    if not away:
+        return None
+    if opts.broker is None:
+        raise UsageError(f"{plan.path or plan.name}: job(s) {', '.join(away[:5])}"
+                         f"{' ...' if len(away) > 5 else ''} run on agents (pool:/agent:), and no broker was "
+                         "given", hint="pass --broker nats://HOST:4222 or set WLOADCTL_BROKER")
+    from wloadctl.remote.link import BrokerLink
+
+    opts.say(f"broker {opts.broker.shown()}: jobs with pool:/agent: run on agents")
+    return BrokerLink.open(opts.broker, name=f"scheduler-{run.run_id}")
+
+
+def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
+                on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None,
+                link: BrokerLink | None, t0: float) -> RunOutcome:
     if claim is None:
         for line in clean_stale_lines():
             opts.say(line)
@@ -302,7 +350,8 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     reader = ReportReader(core.want, _tail_reader(objs), lambda i, a: ctx.result_of(core.ids[i], a))
     local = LocalPool(core, objs, sup, reader, _payloads(ctx, core), lambda: loop._check_fenced(), epoch,
                       opts.state_dir, say=lambda e, f: events.emit(e, **f))
-    loop = SchedulerLoop(ctx, core, store, objs, local, on_turn=on_turn,
+    remote = _agent_pool(link, core, ctx, epoch, opts, events) if link is not None else None
+    loop = SchedulerLoop(ctx, core, store, objs, local, remote=remote, on_turn=on_turn,
                          exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval)
     if claim is not None and adopt:
         loop.sweeper = ResultSweeper(local, core.ids, claim.predecessor, events.emit)
@@ -314,7 +363,10 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
         if resumed:
             core.restore(store.job_states(run.id), t0)
             _restore_outcomes(store, run, ctx, core)
-            notes = reconcile(local, core.feed, adopt)
+            notes = reconcile(local, core.feed, adopt,
+                              mine=(lambda i: not remote.remote_of(i)) if remote is not None else (lambda _i: True))
+            if remote is not None:
+                notes += remote.recover(core.feed)
             for n in notes:
                 opts.say(n)
             store.drop_columns()  # every job's row, read for the resume: not kept for the whole run
@@ -361,6 +413,20 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     if fenced is not None:
         raise fenced
     return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed)
+
+
+def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: int, opts: RunOptions,
+                events: EventLog) -> AgentPool:
+    """The pool of agents the run's pool:/agent: jobs go to, listening already."""
+    from wloadctl.remote.agentpool import AgentPool
+    from wloadctl.remote.broker import Subjects
+
+    assert opts.broker is not None
+    reader = ReportReader(core.want, lambda _r: "", lambda i, a: ctx.result_of(core.ids[i], a))
+    pool = AgentPool(core, link, Subjects(opts.broker.prefix), ctx.run_id, epoch, reader, _payloads(ctx, core),
+                     opts.state_dir, core.specs, timeout=opts.agent_timeout, say=lambda e, f: events.emit(e, **f))
+    pool.start()
+    return pool
 
 
 def _tail_reader(objs: RunObjects) -> Callable[[P.ResultRecord], str]:

@@ -7,6 +7,7 @@ import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from wloadctl.core.commands import (
     Alert,
@@ -29,6 +30,9 @@ from wloadctl.procs.runctx import RunContext
 from wloadctl.procs.supervisor import RunObjects, live_standby
 from wloadctl.store import Store
 
+if TYPE_CHECKING:
+    from wloadctl.remote.agentpool import AgentPool
+
 _SHOWN = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED,
                     JobState.SKIPPED, JobState.CANCELLED, JobState.HELD, JobState.RETRY_WAIT})
 HEALTH_INTERVAL = 0.25
@@ -50,6 +54,8 @@ class SchedulerLoop:
     """The run's queues and segments (the loop itself uses the control queue and the state board)."""
     local: LocalPool
     """This host's executors."""
+    remote: AgentPool | None = None
+    """Agents on other hosts, when the run has a broker."""
     on_turn: Callable[[SchedulerLoop], None] | None = None
     """Called after each turn (progress display), at most every 0.2 s."""
     stop_requested: bool = False
@@ -77,12 +83,16 @@ class SchedulerLoop:
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
-        core, local = self.core, self.local
-        self.desk = ControlDesk(self.objs.ctl, core, self.ctx, self.store)
+        core, local, remote = self.core, self.local, self.remote
+        ctl = self.objs.ctl
+        assert ctl is not None, "a scheduler's run has a control queue"
+        self.desk = ControlDesk(ctl, core, self.ctx, self.store)
         self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
         poller = select.poll()
-        poller.register(self.objs.ctl.fd, select.POLLIN)
+        poller.register(ctl.fd, select.POLLIN)
         local.attach(poller)
+        if remote is not None:
+            remote.attach(poller)
         next_health = 0.0
         last_progress = 0.0
         self._check_fenced()
@@ -100,12 +110,13 @@ class SchedulerLoop:
             self.turn += 1
             now = time.time()
             beat = False
+            cause = f"turn-{self.turn}"
             for fd, _ev in ready:
-                if fd == self.objs.ctl.fd:
+                if fd == ctl.fd:
                     self.desk.drain(now)
-                else:
-                    local.on_ready(fd, f"turn-{self.turn}")
-            if local.health_due:
+                elif remote is None or not remote.on_ready(fd, cause):
+                    local.on_ready(fd, cause)
+            if local.health_due or (remote is not None and remote.health_due):
                 next_health = now
             nt = core.next_timer()
             if nt is not None and nt <= now:
@@ -117,10 +128,17 @@ class SchedulerLoop:
             local.fire_kills(now)
             self._execute(core.flush())
             local.pump()
+            if remote is not None:
+                # Results applied this turn are journaled now: they may leave the broker's stream.
+                remote.after_commit()
+                if remote.pending():
+                    self._check_fenced()
+                    remote.pump()
             # The board's beat is the heartbeat standbys and executors watch: publish it
             # every interval even when no job changed state.
             self._publish(force=beat)
-            if self.exit_when_stalled and core.is_stalled() and not local.pending():
+            if self.exit_when_stalled and core.is_stalled() and not local.pending() and \
+                    not (remote is not None and remote.pending()):
                 self.stalled = True
                 break
             if self.on_turn is not None and now - last_progress >= 0.2:
@@ -145,6 +163,8 @@ class SchedulerLoop:
         self.ctx.events.flush()
         cause = f"health-{self.turn}"
         self.local.check(now, self.core.feed, cause, replace=not self.stop_requested and self.finished is None)
+        if self.remote is not None:
+            self.remote.check(now, self.core.feed, cause)
         if self.sweeper is not None and not self.sweeper.sweep(self.core.feed, now):
             self.sweeper = None
 
@@ -193,9 +213,17 @@ class SchedulerLoop:
                 if self.watch is not None:
                     self.watch.extend((t[0], t[2], t[7]) for t in c.transitions if t[2] in _SHOWN)
             elif isinstance(c, Dispatch):
-                self.local.submit(c.tasks)
+                if self.remote is None:
+                    self.local.submit(c.tasks)
+                else:
+                    away = self.remote.remote_of
+                    self.remote.submit([t for t in c.tasks if away(t[0])])
+                    self.local.submit([t for t in c.tasks if not away(t[0])])
             elif isinstance(c, Kill):
-                self.local.kill(c)
+                if self.remote is not None and self.remote.remote_of(c.job):
+                    self.remote.kill(c)
+                else:
+                    self.local.kill(c)
             elif isinstance(c, Alert):
                 self.ctx.alert(self.store, self.core, c)
             elif isinstance(c, Flag):
@@ -241,12 +269,15 @@ class SchedulerLoop:
         self._check_fenced()
         self._raise_if_fenced()
         core, local = self.core, self.local
-        for i in range(core.n):
-            if core.state[i] in (JobState.QUEUED, JobState.RUNNING):
-                core.kill_reason[i] = ("interrupted: run stopped", True)
+        away = self.remote.remote_of if self.remote is not None else (lambda _i: False)
+        # Jobs on agents keep running there: their results wait in the broker for the next scheduler.
+        here = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and not away(i)]
+        for i in here:
+            core.kill_reason[i] = ("interrupted: run stopped", True)
         local.stop_all()
         deadline = time.time() + grace
-        while time.time() < deadline and core.busy and local.alive():
+        while time.time() < deadline and local.alive() and \
+                any(core.state[i] in (JobState.QUEUED, JobState.RUNNING) for i in here):
             select.select([self.objs.rsp.fd], [], [], 0.05)
             local.drain(core.feed, "stop")
             self._execute(core.flush())

@@ -50,15 +50,18 @@ class RunObjects:
     run_id: str
     req: MessageQueue
     rsp: MessageQueue
-    ctl: MessageQueue
+    ctl: MessageQueue | None
     arena: PayloadArena
     board: StateBoard
     eboard: ExecutorBoard
     tails: TailRing
 
     @classmethod
-    def create(cls, run_id: str, n_jobs: int, arena_size: int = DEFAULT_ARENA_SIZE) -> RunObjects:
+    def create(cls, run_id: str, n_jobs: int, arena_size: int = DEFAULT_ARENA_SIZE,
+               control: bool = True) -> RunObjects:
         """Create every object of a new run (0600); on failure remove what was made.
+
+        An agent's node makes no control queue (`control=False`): operators reach it through the broker.
 
         Raises:
             TransportError: a name is taken or the user's quota is exhausted.
@@ -69,7 +72,7 @@ class RunObjects:
             made.append(req)
             rsp = MessageQueue.create(object_name(run_id, ROLE_RESPONSE))
             made.append(rsp)
-            ctl = MessageQueue.create(object_name(run_id, ROLE_CONTROL), *CONTROL_QUEUE)
+            ctl = MessageQueue.create(object_name(run_id, ROLE_CONTROL), *CONTROL_QUEUE) if control else None
             made.append(ctl)
             arena = PayloadArena.create(object_name(run_id, ROLE_ARENA), arena_size)
             made.append(arena)
@@ -80,19 +83,20 @@ class RunObjects:
             tails = TailRing.create(object_name(run_id, ROLE_TAILS), MAX_EXECUTOR_SLOTS, 64 * 1024)
         except WloadError:
             for o in made:
-                o.close()  # type: ignore[attr-defined]
+                if o is not None:
+                    o.close()  # type: ignore[attr-defined]
             remove_run_objects(run_id)
             raise
         return cls(run_id, req, rsp, ctl, arena, board, eboard, tails)
 
     @classmethod
-    def open(cls, run_id: str) -> RunObjects:
+    def open(cls, run_id: str, control: bool = True) -> RunObjects:
         """Open the objects of a run that outlived its scheduler (its executors still run)."""
         return cls(
             run_id,
             MessageQueue.open(object_name(run_id, ROLE_REQUEST)),
             MessageQueue.open(object_name(run_id, ROLE_RESPONSE)),
-            MessageQueue.open(object_name(run_id, ROLE_CONTROL)),
+            MessageQueue.open(object_name(run_id, ROLE_CONTROL)) if control else None,
             PayloadArena.open(object_name(run_id, ROLE_ARENA)),
             StateBoard.open(object_name(run_id, ROLE_BOARD)),
             ExecutorBoard.open(object_name(run_id, ROLE_EXECUTORS)),
@@ -102,6 +106,8 @@ class RunObjects:
     def close(self) -> None:
         """Close every handle (a queue counts against the quota until every handle is closed)."""
         for o in (self.req, self.rsp, self.ctl, self.arena, self.board, self.eboard, self.tails):
+            if o is None:
+                continue
             try:
                 o.close()
             except WloadError:

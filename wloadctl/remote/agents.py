@@ -16,9 +16,10 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
-from wloadctl.errors import ProtocolError, UsageError
+from wloadctl.errors import ControlError, ProtocolError, UsageError, WloadError
 from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.messages import Heartbeat
 
@@ -26,6 +27,61 @@ DEFAULT_AGENT_TIMEOUT = 10.0
 """Seconds of silence after which an agent is LOST (`--agent-timeout`)."""
 SUSPECT_FRACTION = 0.5
 """Share of the agent timeout after which a silent agent is SUSPECT."""
+
+
+AGENT_BASE = 1000
+"""Engine executor index of a run's first agent: indices below are the scheduler host's own executors."""
+AGENTS_FILE = "agents.json"
+"""File of a run's state directory mapping agent names to their executor index (kept across restarts)."""
+LOG_SLICE = 512 * 1024
+"""Bytes of a log asked for in one request (a reply must fit a broker message)."""
+
+def node_names(state_dir: Path) -> dict[int, str]:
+    """Executor index -> agent name, as a run's scheduler numbered its agents."""
+    try:
+        return {int(v): k for k, v in json.loads((state_dir / AGENTS_FILE).read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def fetch_log(options: BrokerOptions, agent: str, run: str, job: int, job_id: str, attempt: int, dest: Path,
+              timeout: float = 5.0) -> None:
+    """Copy a job attempt's log from the agent that ran it into `dest` (its place in the run's state dir).
+
+    Raises:
+        ControlError: the broker or the agent did not answer, or the agent has no such log.
+    """
+    from wloadctl.remote.link import BrokerLink
+    from wloadctl.remote.messages import LogsRequest, Reply, split
+
+    try:
+        link = BrokerLink.open(options, name=f"logs-{agent}", connect_timeout=timeout)
+    except WloadError as e:
+        raise ControlError(f"the log of {job_id} attempt {attempt} is on agent {agent}; the broker "
+                           f"{options.shown()} did not answer: {e.message}") from None
+    try:
+        chunks: list[bytes] = []
+        offset = 0
+        while True:
+            raw = link.request(Subjects(options.prefix).ctl(agent),
+                               LogsRequest(run, job, attempt, offset, LOG_SLICE, job_id).encode(), timeout=timeout)
+            if raw is None:
+                raise ControlError(f"the log of {job_id} attempt {attempt} is on agent {agent}, which did not "
+                                   f"answer (see `wloadctl agents --broker {options.shown()}`)")
+            rep = Reply.decode(raw)
+            if not rep.ok:
+                raise ControlError(f"agent {agent}: {rep.error}")
+            data = split(raw)[1]
+            chunks.append(data)
+            offset += len(data)
+            if not data or offset >= rep.size:
+                break
+    finally:
+        link.close(timeout=2.0)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    tmp.write_bytes(b"".join(chunks))
+    tmp.replace(dest)
 
 
 class AgentState(enum.Enum):

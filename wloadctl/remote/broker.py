@@ -200,6 +200,8 @@ class Subjects:
         """Every results subject (the results stream's subjects)."""
         self.hb_all = f"{p}.hb.*"
         """Every agent's heartbeat."""
+        self.beat_all = f"{p}.beat.*"
+        """Every run's scheduler beat."""
         self.ask = f"{p}.ask"
         """Request/reply to every agent at once."""
         self.dispatch_stream = f"{p}-dispatch"
@@ -226,6 +228,10 @@ class Subjects:
     def hb(self, name: str) -> str:
         """Heartbeat subject of agent `name`."""
         return f"{self.prefix}.hb.{check_name(name, 'agent')}"
+
+    def beat(self, run: str) -> str:
+        """Subject of the beats of run `run`'s active scheduler."""
+        return f"{self.prefix}.beat.{check_name(run, 'run id')}"
 
     def ctl(self, name: str) -> str:
         """Request/reply subject of agent `name`."""

@@ -151,6 +151,22 @@ class Heartbeat(Body):
 
 
 @dataclass(slots=True)
+class SchedulerBeat(Body):
+    """`beat.RUN` (core NATS): the active scheduler of a run is alive; agents note when they last heard it."""
+
+    run: str
+    """Run id."""
+    epoch: int
+    """Its epoch."""
+    pid: int
+    """Its process id."""
+    host: str
+    """Its host name."""
+    sent: float
+    """When sent, epoch seconds."""
+
+
+@dataclass(slots=True)
 class KillRequest(Body):
     """`ctl.NAME`: kill one task attempt (refused below the agent's highest epoch)."""
 
@@ -191,6 +207,8 @@ class LogsRequest(Body):
     """First byte to read; negative counts from the end."""
     max_bytes: int = 65536
     """Most bytes to return."""
+    job_id: str = ""
+    """Job id (the agent names log files by it)."""
 
 
 @dataclass(slots=True)

@@ -1,0 +1,122 @@
+"""Agents as separate hosts for tests: each in its own IPC, mount and pid namespaces (its own /dev/shm and
+/dev/mqueue), sharing nothing with the scheduler but the broker; killing the node kills everything on it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def unshare_available() -> bool:
+    """Whether this process may make namespaces (root, or a user namespace of its own; util-linux unshare)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = ([] if os.geteuid() == 0 else ["--user", "--map-root-user"]) + ["--ipc", "--mount", "true"]
+    return subprocess.run(["unshare", *probe], capture_output=True).returncode == 0
+
+
+class Node:
+    """One agent on its own "host"."""
+
+    def __init__(self, name: str, url: str, state_dir: Path, pools: list[str], slots: int = 4,
+                 isolated: bool = True) -> None:
+        self.name = name
+        self.url = url
+        self.state_dir = state_dir
+        self.pools = pools
+        self.slots = slots
+        self.isolated = isolated
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = state_dir.parent / f"{name}.out"
+
+    def start(self) -> Node:
+        """Start the agent (in its namespaces when isolated)."""
+        args = [sys.executable, "-m", "wloadctl", "agent", "--broker", self.url, "--name", self.name,
+                "--slots", str(self.slots), "--state-dir", str(self.state_dir)]
+        for p in self.pools:
+            args += ["--pool", p]
+        if self.isolated:
+            script = ("mount -t tmpfs tmpfs /dev/shm && mkdir -p /dev/mqueue && mount -t mqueue mqueue /dev/mqueue"
+                      " && exec \"$@\"")
+            # Without root, a user namespace of its own lets the node mount its /dev/shm and /dev/mqueue.
+            own = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+            args = ["unshare", *own, "--ipc", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+                    "sh", "-c", script, "node", *args]
+        out = open(self.log, "ab")
+        self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=ENV, cwd=self.state_dir.parent,
+                                     start_new_session=True)
+        out.close()
+        return self
+
+    def output(self) -> str:
+        """What the agent printed."""
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def kill_node(self) -> None:
+        """kill -9 the whole node: the agent, its executors and their jobs."""
+        assert self.proc is not None
+        if self.isolated:
+            os.kill(self.proc.pid, signal.SIGKILL)  # the namespace's init goes, and everything in it
+        else:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def signal_agent(self, sig: int) -> None:
+        """Send a signal to the agent process alone."""
+        pid = self.agent_pid()
+        os.kill(pid, sig)
+
+    def agent_pid(self) -> int:
+        """The agent's pid as this host sees it."""
+        assert self.proc is not None
+        if not self.isolated:
+            return self.proc.pid
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            for pid in _children(self.proc.pid, deep=True):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"agent" in cmd and b"wloadctl" in cmd and b"--name" in cmd:
+                    return pid
+            time.sleep(0.05)
+        raise AssertionError(f"no agent process of {self.name}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop the agent cleanly (SIGTERM), then make sure nothing of the node is left."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            self.signal_agent(signal.SIGTERM)
+            self.proc.wait(timeout)
+        except (AssertionError, ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        if self.proc.poll() is None:
+            self.kill_node()
+
+
+def _children(pid: int, deep: bool = False) -> list[int]:
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for tid in os.listdir(f"/proc/{p}/task") if os.path.isdir(f"/proc/{p}/task") else []:
+            try:
+                kids = [int(x) for x in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            if deep:
+                todo += kids
+    return out

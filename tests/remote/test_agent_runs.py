@@ -1,0 +1,245 @@
+"""Runs with jobs on agents: real nats-server, real agents on their own "hosts" (namespaces), real scheduler."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.helpers import ENV, cli, job_states, read_evidence, wait_for
+from tests.remote.conftest import NatsServer
+from tests.remote.nodes import Node, unshare_available
+
+pytestmark = pytest.mark.ipc
+
+
+@pytest.fixture
+def nodes(tmp_path: Path, nats_server: NatsServer) -> Iterator[dict[str, Node]]:
+    """Two agents of pool `etl`, n1 and n2, each on its own host; stopped at teardown whatever happened."""
+    if not unshare_available():
+        pytest.fail("these tests put each agent in its own namespaces: they need util-linux unshare, and root "
+                    "or unprivileged user namespaces", pytrace=False)
+    made: dict[str, Node] = {}
+    try:
+        for name in ("n1", "n2"):
+            made[name] = Node(name, nats_server.url, tmp_path / name, ["etl"]).start()
+        wait_for(lambda: all(_alive(nats_server.url, n) for n in made), timeout=30, what="both agents beating")
+        yield made
+    finally:
+        for n in made.values():
+            n.stop()
+
+
+def _alive(url: str, name: str) -> bool:
+    p = cli("agents", "--broker", url, "--json")
+    return p.returncode == 0 and any(a["agent"] == name and a["state"] == "ALIVE" for a in json.loads(p.stdout))
+
+
+def plan_file(path: Path, out: Path, jobs: dict[str, dict], name: str = "remote") -> Path:
+    """A plan whose jobs append `<job> start|end <time> <agent>` lines to `out`."""
+    spec: dict = {"name": name, "jobs": {}}
+    for jid, keys in jobs.items():
+        keys = dict(keys)
+        nap = keys.pop("sleep", 0.2)
+        cmd = (f'echo "{jid} start $(date +%s.%N) ${{WLOADCTL_AGENT:-local}}" >> {out}; sleep {nap}; '
+               f'echo "{jid} end $(date +%s.%N) ${{WLOADCTL_AGENT:-local}}" >> {out}')
+        spec["jobs"][jid] = {"command": keys.pop("command", cmd), **keys}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def agents_of(out: Path) -> dict[str, list[tuple[str, str]]]:
+    """job -> [(start|end, agent), ...]."""
+    got: dict[str, list[tuple[str, str]]] = {}
+    for line in out.read_text().splitlines() if out.exists() else []:
+        parts = line.split()
+        got.setdefault(parts[0], []).append((parts[1], parts[3]))
+    return got
+
+
+def run_bg(plan: Path, sd: Path, url: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
+                             "--broker", url, "--json", "--executors", "1", "--slots", "2", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def test_pools_and_pins_are_honoured_and_results_logs_and_environment_cross_hosts(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    # Given a plan mixing local jobs, a pool of two agents, a job pinned to n2 and a condition on a remote result
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {
+        "first": {},
+        **{f"e{k}": {"pool": "etl", "depends_on": ["first"], "sleep": 1} for k in range(6)},
+        "pinned": {"agent": "n2", "depends_on": ["e0"]},
+        "decide": {"pool": "etl", "command": "echo \"pool=$WLOADCTL_POOL\"; echo '{\"go\": 1}' > "
+                   "\"$WLOADCTL_RESULT_FILE\""},
+        "yes": {"depends_on": ["decide"], "if": 'jobs["decide"].result.go == 1'},
+        "no": {"depends_on": ["decide"], "if": 'jobs["decide"].result.go == 2'},
+        "last": {"depends_on": ["pinned", "e5", "yes", "no"]},
+    })
+    sd = tmp_path / "sd"
+    # When it runs with the broker
+    p = cli("run", str(plan), "--state-dir", str(sd), "--broker", nats_server.url, "--json", timeout=120)
+    # Then every job succeeded (the untaken branch skipped), each where the plan said
+    assert p.returncode == 0, p.stderr
+    jobs = json.loads(p.stdout)["jobs"]
+    assert jobs["yes"] == "SUCCEEDED" and jobs["no"] == "SKIPPED", jobs
+    where = agents_of(out)
+    assert where["first"] == [("start", "local"), ("end", "local")]
+    assert {where[f"e{k}"][0][1] for k in range(6)} <= {"n1", "n2"}
+    assert {where[f"e{k}"][0][1] for k in range(6)} == {"n1", "n2"}, "the pool's work spreads over its agents"
+    assert [a for _k, a in where["pinned"]] == ["n2", "n2"]
+    assert all(len(v) == 2 for v in where.values()), "every job ran once"
+    # and a job's output is read from the host that ran it
+    logs = cli("logs", "decide", "--state-dir", str(sd))
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.strip() == "pool=etl"
+
+
+def test_a_pool_without_agents_waits_and_says_so(tmp_path: Path, nats_server: NatsServer) -> None:
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {"far": {"pool": "nobody"}, "here": {}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url)
+    try:
+        wait_for(lambda: (sd / "journal.db").exists() and job_states(sd).get("here") == "SUCCEEDED", timeout=30,
+                 what="the local job done")
+        why = cli("why", "far", "--state-dir", str(sd), "--json")
+        assert why.returncode == 0, why.stderr
+        text = " ".join(json.loads(why.stdout)["reasons"])
+        assert "pool nobody" in text and "no live agent" in text, text
+        assert job_states(sd)["far"] == "READY"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def test_a_plan_with_agent_jobs_and_no_broker_is_refused_in_one_line(tmp_path: Path) -> None:
+    plan = plan_file(tmp_path / "p.yaml", tmp_path / "ev", {"far": {"pool": "etl"}})
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"))
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "far" in p.stderr and "--broker" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_kill_9_of_an_agent_host_mid_job_retries_its_jobs_elsewhere_and_nothing_done_twice(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    # Given a run whose pool jobs are running on both agents
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {
+        **{f"a{k}": {"pool": "etl", "sleep": 0.1} for k in range(4)},
+        **{f"b{k}": {"pool": "etl", "sleep": 4, "depends_on": [f"a{k}"]} for k in range(4)},
+    })
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
+    wait_for(lambda: sum(1 for v in agents_of(out).values() if v and v[0][1] == "n1" and v[-1][0] == "start"
+                         and len(v) == 1) >= 1, timeout=60, what="a long job running on n1")
+    done_before = {j for j, v in agents_of(out).items() if v[-1][0] == "end"}
+    # When the whole of n1 dies (agent, executors and jobs)
+    nodes["n1"].kill_node()
+    stdout, stderr = proc.communicate(timeout=120)
+    # Then the run finishes: what was cut short on n1 ran again on n2, and nothing that had ended ran again
+    assert proc.returncode == 0, stderr
+    assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
+    ev = agents_of(out)
+    for job, lines in ev.items():
+        ends = [a for k, a in lines if k == "end"]
+        assert len(ends) == 1, f"{job} ended {len(ends)} times: {lines}"
+        if job in done_before:
+            assert len(lines) == 2, f"{job} had ended before the kill and ran again: {lines}"
+    cut = [j for j, lines in ev.items() if len(lines) == 3]
+    assert cut, "some job was running on n1 when it died"
+    assert all(lines[0] == ("start", "n1") and lines[-1] == ("end", "n2") for j, lines in ev.items() if j in cut)
+
+
+def test_broker_stopped_and_started_mid_run_loses_nothing(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {
+        **{f"a{k}": {"pool": "etl", "sleep": 2} for k in range(4)},
+        **{f"b{k}": {"pool": "etl", "depends_on": [f"a{k}"]} for k in range(4)},
+    })
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "30")
+    wait_for(lambda: len(agents_of(out)) >= 2, timeout=60, what="jobs started")
+    # When the broker goes away while jobs run, and comes back
+    nats_server.stop()
+    time.sleep(3)
+    nats_server.start()
+    stdout, stderr = proc.communicate(timeout=120)
+    # Then the run finishes and every job ran exactly once
+    assert proc.returncode == 0, stderr
+    assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
+    ev = agents_of(out)
+    assert sorted(ev) == sorted([f"a{k}" for k in range(4)] + [f"b{k}" for k in range(4)])
+    assert all([k for k, _a in lines] == ["start", "end"] for lines in ev.values()), ev
+
+
+def test_a_paused_agent_is_declared_lost_its_job_runs_elsewhere_and_its_late_copy_is_stopped(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {"slow": {"pool": "etl", "sleep": 8},
+                                                 "after": {"pool": "etl", "depends_on": ["slow"]}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
+    wait_for(lambda: "slow" in agents_of(out), timeout=60, what="slow started")
+    first = agents_of(out)["slow"][0][1]
+    paused = nodes[first]
+    # When that agent is frozen past the agent timeout
+    paused.signal_agent(signal.SIGSTOP)
+    try:
+        wait_for(lambda: len(agents_of(out).get("slow", [])) >= 2, timeout=60, what="slow started again elsewhere")
+    finally:
+        paused.signal_agent(signal.SIGCONT)
+    # Then, once it wakes, its stale copy of the job is killed (it never ends there), and the run finishes
+    _out, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    lines = agents_of(out)["slow"]
+    assert [x for x in lines if x[0] == "end"] == [("end", lines[1][1])]
+    assert lines[1][1] != first
+    evidence = read_evidence(out)
+    assert len(evidence["after"]) == 2
+
+
+def test_an_agent_refuses_a_dispatch_or_kill_of_an_older_epoch(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    from tests.remote.conftest import collect
+    from wloadctl.ipc import protocol as P
+    from wloadctl.remote import messages as M
+    from wloadctl.remote import wire
+    from wloadctl.remote.broker import BrokerOptions, Subjects
+    from wloadctl.remote.link import BrokerLink
+
+    subj = Subjects()
+    link = BrokerLink.open(BrokerOptions(nats_server.url), name="old-scheduler")
+    try:
+        link.subscribe(subj.results("r1"))
+        mark = tmp_path / "ran"
+        payload = P.encode_payload(P.Payload(job="j", command=f"echo x >> {mark}", log_path=""))
+        # Given an agent that has seen epoch 5 of run r1
+        task = P.TaskRecord(0, 1, P.TASK_SHELL, 0, 5, 0, len(payload))
+        link.js_publish(subj.dispatch_agent("n1"), wire.encode_dispatch(5, "r1", "r1", [task], [payload]))
+        got = collect(link, 2, timeout=20)
+        kinds = [e.record.kind for m in got for e in wire.decode_results(m.data).entries]
+        wait_for(lambda: mark.exists(), timeout=20, what="the epoch-5 task ran")
+        # When a scheduler of epoch 3 sends a task and a kill
+        old = P.TaskRecord(1, 1, P.TASK_SHELL, 0, 3, 0, len(payload))
+        link.js_publish(subj.dispatch_agent("n1"), wire.encode_dispatch(3, "r1", "r1", [old], [payload]))
+        got = collect(link, 1, timeout=20)
+        rec = [e.record for m in got for e in wire.decode_results(m.data).entries]
+        # Then the task is refused and said so, and it never runs
+        assert [r.kind for r in rec] == [P.RES_REJECTED] and rec[0].epoch == 3
+        time.sleep(0.5)
+        assert mark.read_text() == "x\n"
+        rep = link.request(subj.ctl("n1"), M.KillRequest("r1", 0, 1, signal.SIGKILL, 3).encode(), timeout=5)
+        assert rep is not None and not M.Reply.decode(rep).ok and "older" in M.Reply.decode(rep).error
+        assert P.RES_EXITED in kinds
+    finally:
+        link.close()

@@ -1,0 +1,516 @@
+"""The agent process: takes work of its pools from the broker and runs it on this node's executors (MQ+SHM).
+
+Inside the node the seeds' design holds unchanged: the agent is its executors' scheduler (a
+LocalPool over the node's own queues and segments); the broker carries work and results
+between hosts. Per task, in order: journal it as taken, acknowledge the dispatch, run it;
+journal its end, publish it, mark it stored once the broker acknowledged. So a task is
+never lost (a dispatch not acknowledged is delivered again) and never run twice by this
+node (a redelivered task it holds is recognised), and results survive an agent restart.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import select
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wloadctl.core.commands import Kill
+from wloadctl.errors import WloadError
+from wloadctl.ipc import protocol as P
+from wloadctl.ipc.shm import remove_run_objects, run_is_alive
+from wloadctl.paths import log_name, result_name, run_dirs
+from wloadctl.procs.health import process_rss_kb
+from wloadctl.procs.localpool import LocalPool, read_results, result_journals
+from wloadctl.procs.reports import ReportReader
+from wloadctl.procs.runctx import RESULT_LIMIT
+from wloadctl.procs.supervisor import RunObjects, Supervisor
+from wloadctl.remote import messages as M
+from wloadctl.remote import wire
+from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
+from wloadctl.remote.link import BrokerLink
+from wloadctl.remote.node import Held, NodeBook, NodeJournal
+from wloadctl.remote.pulling import Msg, Puller
+
+BEAT = 1.0
+"""Seconds between heartbeats."""
+HEALTH = 0.25
+"""Seconds between looks at the node's executors."""
+MAX_LOG_SLICE = 512 * 1024
+"""Most bytes of a log one reply carries (it must fit a broker message)."""
+
+
+def node_run_id(name: str) -> str:
+    """The id the node's queues and segments carry (an agent is its executors' "run")."""
+    return f"agent-{name}"[:64]
+
+
+@dataclass
+class AgentOptions:
+    """How an agent serves: its name, pools, capacity and where it keeps its files."""
+
+    broker: BrokerOptions
+    """Where the broker is."""
+    name: str
+    """This node's agent name."""
+    pools: list[str]
+    """Pools it serves."""
+    state_dir: Path
+    """Where its journal, logs and results live."""
+    slots: int = 4
+    """Tasks it runs at once."""
+    executors: int = 2
+    """Executor processes on this node."""
+    cpus: float = 0.0
+    """CPUs it offers jobs that claim some (0: no limit)."""
+    memory: int = 0
+    """MiB it offers jobs that claim some (0: no limit)."""
+    prefetch: int = 1
+    """Tasks per slot it takes ahead, so its executors never wait for the broker."""
+
+
+@dataclass
+class Agent:
+    """One node's agent."""
+
+    opts: AgentOptions
+    """How it serves."""
+    link: BrokerLink
+    """Its broker connection."""
+    stop: bool = False
+    """Set by SIGTERM/SIGINT: stop taking work, stop the jobs, report them, exit."""
+    heard_active: float = 0.0
+    """When a scheduler's dispatch, kill or beat last reached it."""
+    notes: list[str] = field(default_factory=list)
+    """Lines for its log."""
+
+    def open(self) -> None:
+        """Make or reattach the node's queues, segments and executors, read the journal, start pulling."""
+        o = self.opts
+        self.subjects = Subjects(o.broker.prefix)
+        ensure_streams(self.link, self.subjects)
+        o.state_dir.mkdir(parents=True, exist_ok=True)
+        self.node = node_run_id(o.name)
+        self.journal = NodeJournal(o.state_dir / f"agent-{o.name}.journal")
+        self.journal.load()
+        self.epoch = self._bump_local_epoch()
+        adopt = run_is_alive(self.node)
+        if adopt:
+            objs = RunObjects.open(self.node, control=False)
+        else:
+            remove_run_objects(self.node)
+            objs = RunObjects.create(self.node, 1, control=False)
+        self.objs = objs
+        per = max(1, -(-o.slots // o.executors))
+        self.book = NodeBook(per * o.executors)
+        self.payloads: dict[int, bytes | None] = {}
+        sup = Supervisor(self.node, o.state_dir, objs.eboard, o.executors, per, cpus=o.cpus, memory=o.memory,
+                         prefetch=o.prefetch)
+        self.pool = LocalPool(self.book, objs, sup, ReportReader((), lambda _r: "", lambda _i, _a: None),
+                              self._payload, lambda: None, self.epoch, o.state_dir,
+                              say=lambda e, f: self.note(f"{e}: {f}"))
+        self._beat_board()
+        self._restore(adopt)
+        self.pool.spawn_missing(o.executors)
+        self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
+        self.pullers: list[Puller] = []
+        cap = self.capacity()
+        for pool in o.pools:
+            self.pullers.append(self.link.pull(self.subjects.dispatch_stream, self.subjects.pool_consumer(pool),
+                                               self.subjects.dispatch_pool(pool), window=cap,
+                                               source=f"pool:{pool}"))
+        self.pullers.append(self.link.pull(self.subjects.dispatch_stream, self.subjects.agent_consumer(o.name),
+                                           self.subjects.dispatch_agent(o.name), window=cap, source="agent"))
+        self.link.subscribe(self.subjects.ctl(o.name), source="ctl")
+        self.link.subscribe(self.subjects.ask, source="ctl")
+        self.link.subscribe(self.subjects.beat_all, source="beat")
+
+    def _bump_local_epoch(self) -> int:
+        """This start's epoch on the node's own board: higher than any before, so a predecessor's
+        task records left in the node's queue are refused by the executors."""
+        path = self.opts.state_dir / f"agent-{self.opts.name}.epoch"
+        try:
+            epoch = int(path.read_text().strip() or 0) + 1
+        except (OSError, ValueError):
+            epoch = 1
+        path.write_text(f"{epoch}\n")
+        return epoch
+
+    def capacity(self) -> int:
+        """Tasks this node holds at most: its slots, and as many again taken ahead."""
+        return self.book.slots * (1 + self.opts.prefetch)
+
+    def note(self, line: str) -> None:
+        """One line for the agent's log (stderr)."""
+        print(f"{time.strftime('%H:%M:%S')} agent {self.opts.name}: {line}", flush=True)
+
+    # -- restart ---------------------------------------------------------------------------
+
+    def _restore(self, adopt: bool) -> None:
+        """Rebuild the book from the journal: reattach to live executors, report what ended meanwhile."""
+        j = self.journal
+        self.book.next_id = j.next_id
+        self.epochs = dict(j.epochs)
+        if j.unsent:
+            self.note(f"publishing {len(j.unsent)} result(s) journaled before a restart")
+            self._publish_entries([(int(loc), e) for loc, e in j.unsent.items()])
+        if not j.held:
+            return
+        for h in j.held.values():
+            self.book.take(h, 0)
+        if not adopt:
+            self.note(f"{len(j.held)} task(s) held before a restart had no live executor: reported lost")
+            self.book.lost.extend(j.held)
+            return
+        found = self.pool.sup.adopt()
+        self.note(f"reattached to {len(found)} executor(s) still running {len(j.held)} task(s)")
+        # Every report the executors journaled for held tasks is applied, as if it had just come.
+        recs = [r for _ex, _pid, path in result_journals(self.opts.state_dir, self.node)
+                for r in read_results(path) if r.task in self.book.held]
+        self._reports(recs)
+        # What no live executor holds went with a dead one.
+        alive = {w.index for w in self.pool.sup.workers.values()}
+        for loc, ex in list(self.book.executor.items()):
+            if ex < 0 or ex not in alive:
+                self.book.lost.append(loc)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Serve until asked to stop."""
+        poller = select.poll()
+        poller.register(self.link.fileno(), select.POLLIN)
+        self.pool.attach(poller)
+        next_beat = next_health = 0.0
+        while not self.stop:
+            now = time.time()
+            due = min(next_beat, next_health, self.pool.next_due())
+            ready = poller.poll(max(0, int((due - now) * 1000) + 1))
+            for fd, _ev in ready:
+                if fd == self.link.fileno():
+                    self._inbox()
+                elif fd == self.objs.rsp.fd:
+                    self._reports(self.pool.take_reports())
+                else:
+                    self.pool.on_ready(fd, "node")
+            now = time.time()
+            if now >= next_health or self.pool.health_due:
+                next_health = now + HEALTH
+                self.pool.check(now, self.book.feed, "node", replace=not self.stop)
+            self.pool.fire_kills(now)
+            self.pool.pump()
+            self._report_lost()
+            self._settle_published()
+            self._throttle()
+            if now >= next_beat:
+                next_beat = now + BEAT
+                self._beat(now)
+
+    def shutdown(self) -> None:
+        """Stop pulling, stop the jobs (each is reported lost, so its scheduler runs it elsewhere), exit clean."""
+        for p in self.pullers:
+            p.stop()
+        self.pool.stop_all()
+        deadline = time.time() + 10.0
+        while self.book.held and self.pool.alive() and time.time() < deadline:
+            select.select([self.objs.rsp.fd], [], [], 0.1)
+            self._reports(self.pool.take_reports())
+            self.pool.check(time.time(), self.book.feed, "node", replace=False)
+        self._reports(self.pool.take_reports())
+        self.book.lost.extend(self.book.held)
+        self._report_lost()
+        deadline = time.time() + 5.0
+        while self.pending and time.time() < deadline:
+            time.sleep(0.05)
+            self._settle_published()
+        self.pool.wait_all(5.0)
+        self.journal.close()
+        self.objs.remove()
+
+    # -- work in -----------------------------------------------------------------------------
+
+    def _inbox(self) -> None:
+        for msg in self.link.drain():
+            try:
+                if msg.source == "ctl":
+                    self._request(msg)
+                elif msg.source == "beat":
+                    self._scheduler_beat(msg)
+                elif msg.jetstream:
+                    self._dispatch(msg)
+            except WloadError as e:
+                self.note(f"bad message on {msg.subject}: {e.one_line()}")
+                if msg.jetstream:
+                    msg.term()  # never delivered again: it can never be read
+
+    def _dispatch(self, msg: Msg) -> None:
+        batch = wire.decode_dispatch(msg.data)
+        run, epoch, now = batch.run, batch.epoch, time.time()
+        seen = self.epochs.get(run, 0)
+        if epoch < seen:
+            # A scheduler older than one already heard from: refused, and told so.
+            self.note(f"refused {len(batch.tasks)} task(s) of run {run} from epoch {epoch} (seen {seen})")
+            self._publish_rejections(run, batch.tasks, now)
+            msg.ack()
+            return
+        if epoch > seen:
+            self.epochs[run] = epoch
+            self.journal.epoch(run, epoch)
+        self.heard_active = now
+        pool = msg.source[5:] if msg.source.startswith("pool:") else ""
+        took: list[tuple[Held, int, bytes | None]] = []
+        for t, payload in zip(batch.tasks, batch.payloads, strict=True):
+            if (run, t.task, t.attempt) in self.book.by_key:
+                continue  # delivered again: this node holds it already
+            local = self.book.next_id
+            self.book.next_id += 1
+            h = Held(local, run, t.task, t.attempt, t.epoch, str(t.task), pool)
+            data = self._localize(h, payload) if t.kind == P.TASK_SHELL else None
+            took.append((h, t.flags, data))
+        # Taken before acknowledged: a crash between the two delivers the batch again, and
+        # the journal tells this node it holds those tasks already.
+        self.journal.take([h for h, _t, _d in took])
+        msg.ack()
+        for h, tier, data in took:
+            self.book.take(h, tier)
+            self.payloads[h.local] = data
+        self.pool.submit([(h.local, 1) for h, _t, _d in took])
+
+    def _localize(self, h: Held, payload: bytes) -> bytes:
+        """The task's payload with its files on this node and the node's name in its environment."""
+        p = P.decode_payload(payload)
+        h.job_id = p.job
+        logs, checkpoints, results = run_dirs(self.opts.state_dir, h.run)
+        for d in (logs, checkpoints, results):
+            os.makedirs(d, exist_ok=True)
+        h.log = log_name(logs, p.job, h.attempt)
+        h.result = result_name(results, p.job, h.attempt)
+        env = dict(p.env, WLOADCTL_AGENT=self.opts.name, WLOADCTL_POOL=h.pool or "",
+                   WLOADCTL_STATE_DIR=str(self.opts.state_dir), WLOADCTL_RESULT_FILE=h.result,
+                   WLOADCTL_CHECKPOINT_FILE=f"{checkpoints}/{p.job}")
+        return P.encode_payload(dataclasses.replace(p, env=env, log_path=h.log))
+
+    def _payload(self, local: int, _attempt: int) -> bytes | None:
+        return self.payloads.pop(local, None)
+
+    def _throttle(self) -> None:
+        """Pull only while there is room: a busy node leaves the pool's work to the others."""
+        room = max(0, self.capacity() - len(self.book.held))
+        for p in self.pullers:
+            if p.window != min(room, self.capacity()):
+                p.set_window(min(room, self.capacity()))
+
+    # -- results out -------------------------------------------------------------------------
+
+    def _reports(self, recs: list[P.ResultRecord]) -> None:
+        """Turn the executors' reports into result entries of the runs, journal ends, publish."""
+        out: list[tuple[int, dict[str, object]]] = []
+        for r in recs:
+            h = self.book.held.get(r.task)
+            if h is None:
+                continue
+            if r.kind == P.RES_ACCEPTED:
+                self.book.executor[r.task] = r.executor
+            elif r.kind == P.RES_STARTED:
+                self.book.executor[r.task] = r.executor
+                self.book.started(r.task)
+            entry = self._entry(h, r)
+            if r.kind == P.RES_EXITED:
+                self.journal.end(h.local, entry)
+                self.book.drop(h.local)
+                self.payloads.pop(h.local, None)
+            out.append((h.local, entry))
+        if out:
+            self.journal.flush()
+            self._publish_entries(out)
+
+    def _entry(self, h: Held, r: P.ResultRecord) -> dict[str, object]:
+        """A report as it is journaled: the run's view of it, its output tail and result file."""
+        tail = b""
+        result: bytes | None = None
+        if r.kind == P.RES_EXITED:
+            if r.flags & P.FLAG_TAIL:
+                try:
+                    tail = self.objs.tails.read(r.tail_offset, r.tail_length, r.task, r.attempt) or b""
+                except WloadError:
+                    tail = b""
+            if h.result:
+                try:
+                    with open(h.result, "rb") as f:
+                        result = f.read(RESULT_LIMIT)
+                except OSError:
+                    result = None
+        return {"run": h.run, "kind": r.kind, "flags": r.flags & ~P.FLAG_TAIL, "job": h.job, "attempt": h.attempt,
+                "signal": r.signal, "code": r.exit_code, "epoch": h.epoch, "pid": r.pid, "started": r.started,
+                "ended": r.ended, "tail": tail.decode("utf-8", "replace"),
+                "result": None if result is None else result.decode("utf-8", "replace")}
+
+    def _report_lost(self) -> None:
+        """Tasks that went with a dead executor (or a restart that found none): reported lost."""
+        if not self.book.lost:
+            return
+        now = time.time()
+        out = []
+        for loc in dict.fromkeys(self.book.lost):
+            h = self.book.drop(loc)
+            if h is None:
+                continue
+            entry: dict[str, object] = {"run": h.run, "kind": P.RES_EXITED, "flags": P.FLAG_LOST, "job": h.job,
+                                        "attempt": h.attempt, "signal": 0, "code": -1, "epoch": h.epoch, "pid": 0,
+                                        "started": 0.0, "ended": now, "tail": "", "result": None}
+            self.journal.end(loc, entry)
+            out.append((loc, entry))
+        self.book.lost.clear()
+        if out:
+            self.journal.flush()
+            self._publish_entries(out)
+
+    def _publish_entries(self, items: list[tuple[int, dict[str, object]]]) -> None:
+        """Publish journaled entries, one batch per run; ends are marked stored when the broker acks."""
+        by_run: dict[str, list[tuple[int, dict[str, object]]]] = {}
+        for loc, e in items:
+            by_run.setdefault(str(e["run"]), []).append((loc, e))
+        for run, group in by_run.items():
+            entries = [wire.ResultEntry(_record(e), str(e["tail"]).encode(),
+                                        None if e["result"] is None else str(e["result"]).encode())
+                       for _loc, e in group]
+            ends = [loc for loc, e in group if e["kind"] == P.RES_EXITED]
+            for data in wire.split_results(self.opts.name, run, entries):
+                fut = self.link.js_publish_async(self.subjects.results(run), data)
+                self.pending.append((fut, ends))  # type: ignore[arg-type]
+                ends = []
+
+    def _publish_rejections(self, run: str, tasks: list[P.TaskRecord], now: float) -> None:
+        entries = [wire.ResultEntry(P.ResultRecord(P.RES_REJECTED, 0, 0, t.task, t.attempt, 0, 0, t.epoch, 0,
+                                                   now, now, 0, 0)) for t in tasks]
+        for data in wire.split_results(self.opts.name, run, entries):
+            self.link.js_publish_async(self.subjects.results(run), data)
+
+    def _settle_published(self) -> None:
+        """Mark stored the ends whose batch the broker acknowledged."""
+        if not self.pending:
+            return
+        keep = []
+        stored: list[int] = []
+        for fut, ends in self.pending:
+            if not fut.done():
+                keep.append((fut, ends))
+            elif fut.exception() is None:
+                stored.extend(ends)
+            else:
+                self.note(f"a result batch was refused by the broker: {fut.exception()}")
+        self.pending = keep
+        if stored:
+            self.journal.stored(stored)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _request(self, msg: Msg) -> None:
+        req = M.decode_request(msg.data)
+        seen = max(self.epochs.values(), default=0)
+        if isinstance(req, M.KillRequest):
+            self.link.respond(msg, self._kill(req).encode())
+        elif isinstance(req, M.InventoryRequest):
+            held = [{"job": h.job, "attempt": h.attempt, "epoch": h.epoch, "state": h.state}
+                    for h in self.book.held.values() if h.run == req.run]
+            self.link.respond(msg, M.Reply(self.opts.name, True, held=held, epoch_seen=seen).encode())
+        elif isinstance(req, M.LogsRequest):
+            self.link.respond(msg, self._logs(req))
+        elif isinstance(req, M.HearRequest):
+            self.link.respond(msg, M.Reply(self.opts.name, True, heard_active=self.heard_active or None,
+                                           epoch_seen=seen).encode())
+
+    def _kill(self, req: M.KillRequest) -> M.Reply:
+        seen = self.epochs.get(req.run, 0)
+        if req.epoch < seen:
+            return M.Reply(self.opts.name, False, error=f"epoch {req.epoch} is older than {seen}: refused",
+                           epoch_seen=seen)
+        self.heard_active = time.time()
+        loc = self.book.by_key.get((req.run, req.job, req.attempt))
+        if loc is None:
+            return M.Reply(self.opts.name, False, error="not held here", epoch_seen=seen)
+        self.pool.kill(Kill(loc, 1, graceful=req.signal == signal.SIGTERM))
+        return M.Reply(self.opts.name, True, epoch_seen=seen)
+
+    def _logs(self, req: M.LogsRequest) -> bytes:
+        """A slice of a job attempt's output, from its log on this node."""
+        path = log_name(run_dirs(self.opts.state_dir, req.run)[0], req.job_id or str(req.job), req.attempt)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                start = max(0, size + req.offset) if req.offset < 0 else min(req.offset, size)
+                f.seek(start)
+                data = f.read(max(0, min(req.max_bytes, MAX_LOG_SLICE)))
+        except OSError as e:
+            return M.Reply(self.opts.name, False, error=f"no log for {req.job_id} attempt {req.attempt} on "
+                                                        f"{self.opts.name}: {e.strerror}").encode()
+        return M.Reply(self.opts.name, True, size=size).encode(data)
+
+    # -- beats ---------------------------------------------------------------------------------
+
+    def _scheduler_beat(self, msg: Msg) -> None:
+        """A scheduler's beat: the active one of a run is heard (only the newest epoch's counts)."""
+        try:
+            beat = M.SchedulerBeat.decode(msg.data)
+        except WloadError:
+            return
+        seen = self.epochs.get(beat.run, 0)
+        if beat.epoch >= seen:
+            self.heard_active = time.time()
+        if beat.epoch > seen:
+            # From now on, a dispatch of an older epoch still waiting in the stream is refused.
+            self.epochs[beat.run] = beat.epoch
+            self.journal.epoch(beat.run, beat.epoch)
+
+    def _beat_board(self) -> None:
+        """The node's board beat: its executors' sign of a live "scheduler" (this agent)."""
+        hdr = P.BoardHeader(run_id=self.node, epoch=self.epoch, scheduler_pid=os.getpid(), beat=time.time(),
+                            n_executors=self.opts.executors, lease_until=time.time() + 3 * BEAT)
+        self.objs.board.publish(hdr)
+
+    def _beat(self, now: float) -> None:
+        self._beat_board()
+        held = [[h.run, h.job, h.attempt] for h in list(self.book.held.values())[:200]]
+        hb = M.Heartbeat(agent=self.opts.name, pools=list(self.opts.pools), slots_used=self.book.running_count(),
+                         slots_total=self.book.slots, cpus=self.opts.cpus, memory_mb=self.opts.memory,
+                         load1=os.getloadavg()[0], rss_kb=process_rss_kb(), mem_free_mb=_mem_free_mb(),
+                         jobs_held=len(self.book.held), held=held, epoch_seen=max(self.epochs.values(), default=0),
+                         heard_active=self.heard_active, pid=os.getpid(), host=socket.gethostname(),
+                         version=_version(), sent=now)
+        data = hb.encode()
+        if self.link.connected:
+            self.link.publish(self.subjects.hb(self.opts.name), data)
+            # The agents bucket keeps the last beat for `wloadctl agents`; a put is a stream publish.
+            self.link.js_publish_async(f"$KV.{self.subjects.agents_bucket}.{self.opts.name}", data)
+
+
+def _record(e: dict[str, object]) -> P.ResultRecord:
+    """The run's result record of a journaled entry (executor 0: the scheduler knows the node by its name)."""
+    return P.ResultRecord(int(e["kind"]), int(e["flags"]), 0, int(e["job"]), int(e["attempt"]),  # type: ignore[call-overload]
+                          int(e["signal"]), int(e["code"]), int(e["epoch"]), int(e["pid"]),  # type: ignore[call-overload]
+                          float(e["started"]), float(e["ended"]), 0, 0)  # type: ignore[arg-type]
+
+
+def _mem_free_mb() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wloadctl")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,74 @@
+"""`wloadctl agent`: its options, its signals, and its one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from wloadctl.errors import UsageError, WloadError
+from wloadctl.remote.broker import BrokerOptions, add_broker_args, check_name
+
+
+def add_agent_args(p: argparse.ArgumentParser) -> None:
+    """The options of `wloadctl agent`."""
+    add_broker_args(p)
+    p.add_argument("--name", help="this node's agent name (default: the host name)")
+    p.add_argument("--pool", action="append", default=[], metavar="POOL",
+                   help="a pool this agent serves (repeat for several; default: default)")
+    p.add_argument("--slots", type=int, default=4, help="jobs it runs at once (default 4)")
+    p.add_argument("--executors", type=int, default=2, help="executor processes on this node (default 2)")
+    p.add_argument("--cpus", type=float, default=0.0, help="CPUs it offers jobs that claim `cpu` (0: no limit)")
+    p.add_argument("--memory", default="0", help="memory it offers jobs that claim `memory`: MiB or 4G (0: no limit)")
+    p.add_argument("--state-dir", help="its journal, logs and results (default: ~/.local/state/wloadctl/agent-NAME)")
+
+
+def _memory(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    units = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(float(t))
+    except ValueError:
+        raise UsageError(f"--memory must be MiB or a size like 4G, not {text!r}") from None
+
+
+def agent_command(a: argparse.Namespace) -> int:
+    """Run the agent until SIGTERM/SIGINT."""
+    from wloadctl.remote.agent import Agent, AgentOptions
+    from wloadctl.remote.link import BrokerLink
+
+    name = check_name(a.name or socket.gethostname().split(".")[0], "agent name")
+    pools = [check_name(p, "pool") for p in (a.pool or ["default"])]
+    if a.slots < 1 or a.executors < 1 or a.executors > 64:
+        raise UsageError("--slots must be 1 or more and --executors 1 to 64")
+    state_dir = Path(a.state_dir) if a.state_dir else \
+        Path(os.environ.get("WLOADCTL_HOME", Path.home() / ".local" / "state" / "wloadctl")) / f"agent-{name}"
+    opts = AgentOptions(BrokerOptions.from_args(a), name, pools, state_dir, slots=a.slots, executors=a.executors,
+                        cpus=a.cpus, memory=_memory(a.memory))
+    link = BrokerLink.open(opts.broker, name=f"agent-{name}")
+    agent = Agent(opts, link)
+
+    def stop(_s: int, _f: object) -> None:
+        agent.stop = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        agent.open()
+        agent.note(f"serving pool(s) {', '.join(pools)} with {opts.slots} slot(s) on broker "
+                   f"{opts.broker.shown()} (state dir {state_dir})")
+        agent.serve()
+        agent.note("stopping: running jobs are stopped and reported lost, so their runs retry them")
+        agent.shutdown()
+    except WloadError as e:
+        print(f"wloadctl agent {name}: {e.one_line()}", file=sys.stderr)
+        return 3
+    finally:
+        link.close(timeout=5.0)
+    return 0

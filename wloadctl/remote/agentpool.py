@@ -1,0 +1,368 @@
+"""The agent pool: jobs of other hosts through the broker, as the scheduler loop sees them through the pool seam.
+
+Dispatches go to work-queue streams (a pool's subject, or one agent's); results come back on
+the run's results stream, read through a durable consumer and acknowledged only after the
+turn that applied them is journaled; heartbeats tell which agents live and what they offer.
+Each agent is one node of the engine (executor index AGENT_BASE and up): a node silent past the
+agent timeout is LOST and its jobs go back to the engine's policy; what it reports later about
+those attempts is ignored, and what it still runs of them is killed once it is heard again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wloadctl.core.commands import Kill
+from wloadctl.core.events import ExecutorLostEvent, JobAcceptedEvent, JobExitedEvent, PlaceCapacityEvent
+from wloadctl.core.holding import LOCAL_PLACE, place_of
+from wloadctl.core.states import JobState
+from wloadctl.errors import Fenced, WloadError
+from wloadctl.ipc import protocol as P
+from wloadctl.procs.localpool import Book, Feed
+from wloadctl.procs.reports import ReportReader
+from wloadctl.procs.runctx import parse_result
+from wloadctl.remote import messages as M
+from wloadctl.remote import wire
+from wloadctl.remote.agents import AGENT_BASE, AGENTS_FILE, AgentState, agent_state, node_names
+from wloadctl.remote.broker import Subjects, ensure_streams
+from wloadctl.remote.link import BrokerLink
+from wloadctl.remote.pulling import Msg
+
+BEAT = 1.0
+"""Seconds between the scheduler's beats to the agents."""
+MAX_BATCH = 512
+"""Most tasks in one dispatch message."""
+
+
+@dataclass
+class Node:
+    """One agent as the scheduler knows it."""
+
+    name: str
+    """Its name."""
+    index: int
+    """Its executor index in the engine."""
+    pools: list[str] = field(default_factory=list)
+    """Pools it serves."""
+    slots: int = 0
+    """Tasks it runs at once."""
+    heard: float = 0.0
+    """When its last heartbeat arrived (this host's clock)."""
+    state: AgentState = AgentState.LOST
+    """As last judged."""
+    beat: M.Heartbeat | None = None
+    """Its last heartbeat."""
+    stale: set[tuple[int, int]] = field(default_factory=set)
+    """(job, attempt) it held when it was declared LOST: not its to finish any more."""
+
+
+class AgentPool:
+    """Agents on other hosts, reached through the broker."""
+
+    def __init__(self, core: Book, link: BrokerLink, subjects: Subjects, run_id: str, epoch: int,
+                 reader: ReportReader, payload_of: Callable[[int, int], bytes | None], state_dir: Path,
+                 specs: list, *, timeout: float = 10.0, say: Callable[[str, dict[str, object]], None]) -> None:
+        self.core = core
+        """The engine (read only)."""
+        self.link = link
+        """The broker connection."""
+        self.subjects = subjects
+        """Names on the broker."""
+        self.run_id = run_id
+        """The run."""
+        self.epoch = epoch
+        """This scheduler's epoch, carried by every dispatch and kill."""
+        self.reader = reader
+        """Records to events."""
+        self.payload_of = payload_of
+        """Encoded payload of (job, attempt); None for a no-op job."""
+        self.state_dir = state_dir
+        """Where the node numbering is kept."""
+        self.specs = specs
+        """Job specs by index (their place)."""
+        self.timeout = timeout
+        """Seconds of silence before an agent is LOST."""
+        self.say = say
+        """Event log line for the operator."""
+        self.nodes: dict[str, Node] = {}
+        """Agents heard of, by name."""
+        self.by_index: dict[int, Node] = {}
+        """The same, by executor index."""
+        self.waiting: dict[str, list[tuple[int, int]]] = {}
+        """Dispatches not yet published, by place."""
+        self.to_ack: list[Msg] = []
+        """Result messages applied this turn: acknowledged once the turn is journaled."""
+        self.pending_kill: dict[int, Kill] = {}
+        """Kills of jobs no agent had accepted yet."""
+        self.capacity: dict[str, int] = {}
+        """Slots each remote place was last said to offer."""
+        self.places = {place_of(s) for s in specs} - {LOCAL_PLACE}
+        """The remote places this plan uses."""
+        self.next_beat = 0.0
+        self.seq = 0
+        self.health_due = False
+        self._load_numbering()
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create what the broker needs, read this run's results, hear the agents."""
+        ensure_streams(self.link, self.subjects)
+        self.link.pull(self.subjects.results_stream, self.subjects.results_consumer(self.run_id),
+                       self.subjects.results(self.run_id), window=256, source="results")
+        self.link.subscribe(self.subjects.hb_all, source="hb")
+
+    def _load_numbering(self) -> None:
+        for index, name in node_names(self.state_dir).items():
+            self._add(name, index)
+
+    def _add(self, name: str, index: int | None = None) -> Node:
+        """Know of an agent (heard of just now: it has the agent timeout to beat, or it is LOST)."""
+        fresh = index is None
+        if index is None:
+            index = max((n.index for n in self.nodes.values()), default=AGENT_BASE - 1) + 1
+        node = Node(name, index, heard=time.time(), state=AgentState.ALIVE)
+        self.nodes[name] = node
+        self.by_index[index] = node
+        if fresh:
+            tmp = self.state_dir / f".{AGENTS_FILE}.tmp"
+            tmp.write_text(json.dumps({n.name: n.index for n in self.nodes.values()}))
+            os.replace(tmp, self.state_dir / AGENTS_FILE)
+        return node
+
+    def recover(self, feed: Feed, wait: float = 1.0) -> list[str]:
+        """After a restart: ask the agents what they hold of this run; in-flight jobs nobody holds are lost.
+
+        Results already stored for this run come through the results consumer first (read here),
+        so a job that ended while no scheduler ran is applied, not lost.
+        """
+        core = self.core
+        inflight = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING)
+                    and place_of(self.specs[i]) != LOCAL_PLACE]
+        if not inflight:
+            return []
+        held: dict[tuple[int, int], str] = {}
+        for raw in self.link.gather(self.subjects.ask, M.InventoryRequest(self.run_id).encode(), wait=wait):
+            try:
+                rep = M.Reply.decode(raw)
+                for t in rep.tasks():
+                    held[(t.job, t.attempt)] = rep.agent
+            except WloadError:
+                continue
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            select.select([self.link.fileno()], [], [], 0.1)
+            self.drain(feed, "recovery")
+        kept = lost = 0
+        for i in inflight:
+            if core.state[i] not in (JobState.QUEUED, JobState.RUNNING):
+                continue  # its result came through the consumer
+            who = held.get((i, core.attempt[i]))
+            if who is not None:
+                node = self.nodes.get(who) or self._add(who)
+                feed(JobAcceptedEvent(i, core.attempt[i], node.index, time.time(), cause_id="recovery"))
+                kept += 1
+            elif core.state[i] == JobState.RUNNING:
+                feed(JobExitedEvent(i, core.attempt[i], -1, -1, time.time(), lost=True, cause_id="recovery"))
+                lost += 1
+            else:
+                # QUEUED and held by nobody: sent again under this epoch (agents refuse the older copy,
+                # if one still waits in the stream, once they have heard this scheduler's epoch).
+                self.submit([(i, core.attempt[i])])
+        return [f"agents hold {kept} of {len(inflight)} in-flight remote job(s); {lost} lost (retried under policy)"]
+
+    # -- the loop's side -----------------------------------------------------------------------
+
+    def attach(self, poller: select.poll) -> None:
+        """Wait on the broker link's wake descriptor."""
+        poller.register(self.link.fileno(), select.POLLIN)
+
+    def on_ready(self, fd: int, cause: str) -> bool:
+        """Handle the link's descriptor."""
+        if fd != self.link.fileno():
+            return False
+        self.drain(self.core.feed, cause)
+        return True
+
+    def submit(self, tasks: list[tuple[int, int]]) -> None:
+        """Take dispatched (job, attempt) pairs; pump() publishes them."""
+        for i, att in tasks:
+            self.waiting.setdefault(place_of(self.specs[i]), []).append((i, att))
+
+    def pump(self) -> None:
+        """Publish waiting dispatches, many tasks a message (the broker keeps them until an agent pulls)."""
+        if not self.waiting:
+            return
+        core = self.core
+        for place, tasks in self.waiting.items():
+            kind, _, name = place.partition(":")
+            subject = self.subjects.dispatch_pool(name) if kind == "pool" else self.subjects.dispatch_agent(name)
+            live = [t for t in tasks if core.state[t[0]] == JobState.QUEUED and core.attempt[t[0]] == t[1]]
+            per = self._batch_size(place)
+            for k in range(0, len(live), per):
+                chunk = live[k : k + per]
+                recs, payloads = [], []
+                for i, att in chunk:
+                    data = self.payload_of(i, att)
+                    recs.append(P.TaskRecord(i, att, P.TASK_NOOP if data is None else P.TASK_SHELL, core.tier[i],
+                                             self.epoch, 0, 0))
+                    payloads.append(data or b"")
+                for msg in wire.split_dispatch(self.epoch, self.run_id, self.run_id, recs, payloads):
+                    self.seq += 1
+                    self.link.js_publish_async(subject, msg, msg_id=f"{self.run_id}.{self.epoch}.{self.seq}")
+        self.waiting.clear()
+
+    def _batch_size(self, place: str) -> int:
+        """Tasks per message: no more than one agent of the place takes at once, so work spreads."""
+        kind, _, name = place.partition(":")
+        sizes = [n.slots for n in self.nodes.values() if n.state == AgentState.ALIVE and
+                 (name in n.pools if kind == "pool" else n.name == name)]
+        return max(1, min(MAX_BATCH, min(sizes) if sizes else 1))
+
+    def pending(self) -> bool:
+        """Dispatches not yet published."""
+        return bool(self.waiting)
+
+    def after_commit(self) -> None:
+        """The turn is journaled: the results it applied may leave the stream."""
+        for m in self.to_ack:
+            m.ack()
+        self.to_ack.clear()
+
+    # -- results and heartbeats ----------------------------------------------------------------
+
+    def drain(self, feed: Feed, cause: str) -> None:
+        """Apply every result batch and heartbeat the link has delivered."""
+        for m in self.link.drain():
+            if m.source == "hb":
+                self._heartbeat(m)
+            elif m.source == "results":
+                try:
+                    self._results(m, feed, cause)
+                except WloadError as e:
+                    if isinstance(e, Fenced):
+                        raise
+                    self.say("bad_result_message", {"error": e.one_line()})
+                    m.term()
+                    continue
+                self.to_ack.append(m)
+
+    def _results(self, m: Msg, feed: Feed, cause: str) -> None:
+        batch = wire.decode_results(m.data)
+        node = self.nodes.get(batch.agent) or self._add(batch.agent)
+        reader, n = self.reader, self.core.n
+        plain: list[P.ResultRecord] = []
+        for e in batch.entries:
+            r = e.record
+            i = r.task
+            if i >= n:
+                continue
+            if r.kind == P.RES_REJECTED:
+                if r.epoch == self.epoch:
+                    raise Fenced(f"fenced: agent {batch.agent} refused this scheduler's epoch {r.epoch}: "
+                                 "another scheduler took over")
+                continue
+            if (i, r.attempt) in node.stale:
+                if r.kind == P.RES_EXITED:
+                    node.stale.discard((i, r.attempt))
+                continue  # the node was declared lost with it: the engine has moved on
+            if r.kind == P.RES_EXITED and (e.tail or e.result is not None or r.flags):
+                result = parse_result(e.result.decode("utf-8", "replace")) if e.result is not None else None
+                feed(reader.exited(r, cause, node=node.index, tail=e.tail.decode("utf-8", "replace"),
+                                   result=result if result is not None else {}))
+                continue
+            if r.kind != P.RES_EXITED:
+                k = self.pending_kill.pop(i, None)
+                if k is not None:
+                    self._send_kill(node, i, k.attempt, signal.SIGTERM if k.graceful else signal.SIGKILL)
+            plain.append(r)
+        for ev in reader.batch(plain, cause, time.time(), node=node.index):
+            feed(ev)
+
+    def _heartbeat(self, m: Msg) -> None:
+        try:
+            hb = M.Heartbeat.decode(m.data)
+        except WloadError:
+            return
+        node = self.nodes.get(hb.agent) or self._add(hb.agent)
+        was = node.state
+        node.heard, node.beat, node.pools, node.slots = time.time(), hb, list(hb.pools), hb.slots_total
+        if was != AgentState.ALIVE:
+            node.state = AgentState.ALIVE
+            self.health_due = True
+            if was == AgentState.LOST and node.stale:
+                self.say("agent_back", {"agent": node.name, "stale": len(node.stale)})
+        if node.stale:
+            # Heard again after being declared lost: what it still runs of those attempts must stop.
+            for run, job, att in hb.held:
+                if run == self.run_id and (job, att) in node.stale:
+                    self._send_kill(node, int(job), int(att), signal.SIGKILL)
+
+    # -- health --------------------------------------------------------------------------------
+
+    def check(self, now: float, feed: Feed, cause: str) -> None:
+        """Judge every agent, give the engine each place's slots, beat to the agents."""
+        self.health_due = False
+        core = self.core
+        for node in self.nodes.values():
+            st = agent_state(now - node.heard, self.timeout)
+            if st == node.state:
+                continue
+            if st == AgentState.LOST:
+                node.stale = {(i, core.attempt[i]) for i in range(core.n) if core.executor[i] == node.index
+                              and core.state[i] in (JobState.QUEUED, JobState.RUNNING)}
+                why = f"agent {node.name} silent for {now - node.heard:.1f}s"
+                self.say("agent_lost", {"agent": node.name, "jobs": len(node.stale), "reason": why})
+                feed(ExecutorLostEvent(node.index, now, why, cause_id=cause))
+            node.state = st
+        for place in self.places:
+            kind, _, name = place.partition(":")
+            slots = sum(n.slots for n in self.nodes.values() if n.state == AgentState.ALIVE and
+                        (name in n.pools if kind == "pool" else n.name == name))
+            if self.capacity.get(place) != slots:
+                self.capacity[place] = slots
+                feed(PlaceCapacityEvent(place, slots, now, cause_id=cause))
+        if now >= self.next_beat and self.link.connected:
+            self.next_beat = now + BEAT
+            self.link.publish(self.subjects.beat(self.run_id), M.SchedulerBeat(
+                self.run_id, self.epoch, os.getpid(), socket.gethostname(), now).encode())
+
+    # -- kills ---------------------------------------------------------------------------------
+
+    def kill(self, c: Kill) -> None:
+        """Ask the agent that holds the job to stop it (or remember it until one accepts it)."""
+        node = self.by_index.get(self.core.executor[c.job])
+        if node is None:
+            self.pending_kill[c.job] = c
+            return
+        self._send_kill(node, c.job, c.attempt, signal.SIGTERM if c.graceful else signal.SIGKILL)
+
+    def _send_kill(self, node: Node, job: int, attempt: int, sig: int) -> None:
+        if self.link.connected:
+            self.link.publish(self.subjects.ctl(node.name),
+                              M.KillRequest(self.run_id, job, attempt, int(sig), self.epoch).encode())
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def rows(self, now: float) -> list[dict[str, object]]:
+        """One row per agent, for status and the console."""
+        out = []
+        for n in sorted(self.nodes.values(), key=lambda n: n.index):
+            b = n.beat
+            out.append({"agent": n.name, "index": n.index, "state": n.state.name, "pools": n.pools,
+                        "slots_used": b.slots_used if b else 0, "slots": n.slots,
+                        "load1": b.load1 if b else 0.0, "jobs_held": b.jobs_held if b else 0,
+                        "age": round(now - n.heard, 1) if n.heard else None})
+        return out
+
+    def remote_of(self, i: int) -> bool:
+        """Whether job i runs on an agent."""
+        return place_of(self.specs[i]) != LOCAL_PLACE
