@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print a summary object at the end")
         p.add_argument("--quiet", action="store_true")
         p.add_argument(
+            "--exit-on-hold",
+            action="store_true",
+            help="end the run (status held, exit 1, resumable) when only held jobs remain, instead of "
+            "waiting for them to be released",
+        )
+        p.add_argument(
             "--prefetch",
             type=int,
             default=0,

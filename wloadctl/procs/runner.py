@@ -66,8 +66,9 @@ class RunOptions:
     """CPUs each executor offers jobs that claim some (0 = no limit)."""
     executor_memory: int = 0
     """MiB each executor offers jobs that claim some (0 = no limit)."""
-    exit_when_stalled: bool = True
-    """Headless runs end (resumable, status `held`) when only operator-held jobs remain."""
+    exit_when_stalled: bool = False
+    """End the run (resumable, status `held`) when only operator-held jobs remain (`--exit-on-hold`);
+    otherwise the scheduler stays up and the run goes on when they are released."""
     say: Callable[[str], None] = field(default=lambda _m: None)
     """Where one-line notices go (stale objects removed, resuming, executor restarts)."""
 
