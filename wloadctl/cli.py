@@ -46,6 +46,7 @@ def _heartbeat_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = _Parser(prog="wloadctl", description="Workload scheduler for batch operations.")
+    ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -177,9 +178,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--business-date")
     _heartbeat_args(p)
+    p = sub.add_parser("completion", help="print a shell completion script (source <(wloadctl completion bash))")
+    p.add_argument("shell", choices=("bash", "zsh"))
+    # Called by the completion scripts, so not listed: job ids of the latest run, one a line.
+    p = sub.add_parser("_complete-jobs")
+    _state_dir_arg(p)
     p = sub.add_parser("bench", help="benchmarks at bank scale (see `wloadctl bench --help`)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     return ap
+
+
+def _version() -> str:
+    """The installed package's version (its metadata), or the source tree's when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wloadctl")
+    except PackageNotFoundError:
+        from wloadctl import __version__
+
+        return __version__
 
 
 def resolve_state_dir(given: str | None) -> Path:
@@ -278,6 +296,22 @@ def cmd_scheduler(a: argparse.Namespace) -> int:
     return scheduler_command(a)
 
 
+def cmd_completion(a: argparse.Namespace) -> int:
+    from wloadctl.completion import script
+
+    sys.stdout.write(script(a.shell, build_parser()))
+    return EXIT_OK
+
+
+def cmd_complete_jobs(a: argparse.Namespace) -> int:
+    from wloadctl.completion import job_ids
+
+    ids = job_ids(a.state_dir)
+    if ids:
+        sys.stdout.write("\n".join(ids) + "\n")
+    return EXIT_OK
+
+
 def cmd_bench(a: argparse.Namespace) -> int:
     from wloadctl.bench import main as bench_main
 
@@ -301,6 +335,8 @@ COMMANDS: dict[str, Any] = {
     "scheduler": cmd_scheduler,
     "trigger": cmd_trigger,
     "bench": cmd_bench,
+    "completion": cmd_completion,
+    "_complete-jobs": cmd_complete_jobs,
     **{v: cmd_verb for v in VERB_COMMANDS},
 }
 

@@ -66,3 +66,14 @@ def read_ids(state_dir: Path, run_id: str) -> list[str] | None:
     except OSError:
         return None
     return text.split("\n")[:-1]
+
+
+def newest_ids(state_dir: Path) -> list[str]:
+    """Job ids of the newest run of a state directory (its newest id list), or [] when it has none."""
+    try:
+        lists = sorted(state_dir.joinpath("jobs").glob("*.ids"), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return []
+    if not lists:
+        return []
+    return read_ids(state_dir, lists[-1].stem) or []
