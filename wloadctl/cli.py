@@ -178,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--business-date")
     _heartbeat_args(p)
+    p = sub.add_parser("doctor", help="host limits that matter (queues, /dev/shm, files, processes, cgroups) and use")
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("completion", help="print a shell completion script (source <(wloadctl completion bash))")
     p.add_argument("shell", choices=("bash", "zsh"))
     # Called by the completion scripts, so not listed: job ids of the latest run, one a line.
@@ -296,6 +298,23 @@ def cmd_scheduler(a: argparse.Namespace) -> int:
     return scheduler_command(a)
 
 
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from wloadctl.procs.limits import probe
+
+    limits = probe()
+    if a.json:
+        print(json.dumps([lim.as_dict() for lim in limits], indent=1))
+        return EXIT_OK
+    for lim in limits:
+        limit = "unlimited" if lim.limit is None and lim.unit else ("-" if lim.limit is None else f"{lim.limit}")
+        used = "-" if lim.used is None else f"{lim.used}"
+        amount = f"{used} of {limit} {lim.unit}".rstrip() if lim.unit else ""
+        print(f"{lim.verdict:<9} {lim.name}: {amount}{'  ' if amount else ''}({lim.note})")
+        if lim.verdict != "ok" and lim.hint:
+            print(f"{'':<10}{lim.hint}")
+    return EXIT_OK
+
+
 def cmd_completion(a: argparse.Namespace) -> int:
     from wloadctl.completion import script
 
@@ -336,6 +355,7 @@ COMMANDS: dict[str, Any] = {
     "trigger": cmd_trigger,
     "bench": cmd_bench,
     "completion": cmd_completion,
+    "doctor": cmd_doctor,
     "_complete-jobs": cmd_complete_jobs,
     **{v: cmd_verb for v in VERB_COMMANDS},
 }
