@@ -178,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--business-date")
     _heartbeat_args(p)
+    p = sub.add_parser("runs", help="every run under a root directory, live or finished")
+    p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
+                   "~/.local/state/wloadctl)")
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("doctor", help="host limits that matter (queues, /dev/shm, files, processes, cgroups) and use")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("completion", help="print a shell completion script (source <(wloadctl completion bash))")
@@ -298,6 +302,33 @@ def cmd_scheduler(a: argparse.Namespace) -> int:
     return scheduler_command(a)
 
 
+def cmd_runs(a: argparse.Namespace) -> int:
+    from wloadctl.paths import state_root
+    from wloadctl.runlist import list_runs
+
+    root = Path(a.root) if a.root else state_root()
+    if a.root and not root.is_dir():
+        raise UsageError(f"--root {root}: no such directory")
+    entries, problems = list_runs(root)
+    for line in problems:
+        print(f"wloadctl: {line}", file=sys.stderr)
+    if a.json:
+        print(json.dumps([e.as_dict() for e in entries], indent=1))
+        return EXIT_OK
+    if not entries:
+        print(f"no runs under {root}")
+        return EXIT_OK
+    rows = [("RUN", "PLAN", "BUSINESS DATE", "STATUS", "PROGRESS", "SLA", "STATE DIR")]
+    for e in entries:
+        risk = ", ".join(p for p in (f"{e.late} LATE" if e.late else "",
+                                     f"{e.at_risk} AT_RISK" if e.at_risk else "") if p) or "-"
+        rows.append((e.run, e.plan, e.business_date, e.status, f"{e.done}/{e.total}", risk, e.state_dir))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+    return EXIT_OK
+
+
 def cmd_doctor(a: argparse.Namespace) -> int:
     from wloadctl.procs.limits import probe
 
@@ -356,6 +387,7 @@ COMMANDS: dict[str, Any] = {
     "bench": cmd_bench,
     "completion": cmd_completion,
     "doctor": cmd_doctor,
+    "runs": cmd_runs,
     "_complete-jobs": cmd_complete_jobs,
     **{v: cmd_verb for v in VERB_COMMANDS},
 }

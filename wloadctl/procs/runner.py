@@ -25,7 +25,7 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import PlanError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.shm import run_is_alive
-from wloadctl.paths import ids_path, write_ids
+from wloadctl.paths import ids_path, summary_path, write_ids, write_summary
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.runctx import EventLog, RunContext
@@ -279,6 +279,8 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
     else:
         epoch = claim.epoch
     run = store.get_run(run.run_id) or run
+    # Closing figures of an earlier stop would outlive a crash of this scheduler: gone while it runs.
+    summary_path(opts.state_dir, run.run_id).unlink(missing_ok=True)
     # With prefetch, each executor holds tasks beyond the ones it runs and starts the next the moment
     # one ends, instead of waiting a round trip through the scheduler and its journal commit. The
     # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
@@ -345,6 +347,7 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
                 ended = time.time()
                 try:
                     store.set_status(run.id, status, ended if status not in UNFINISHED else None)
+                    write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts)})
                     events.emit("scheduler_stop", status=status)
                 finally:
                     loop.publish_final()
