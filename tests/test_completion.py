@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -49,7 +50,7 @@ def test_bash_completes_verbs_and_hides_internal_commands() -> None:
 
 def test_bash_completes_each_verbs_options_as_the_parser_has_them() -> None:
     parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "cmd")
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     run_opts = sorted(o for a in sub.choices["run"]._actions for o in a.option_strings if o.startswith("--exit"))
     assert complete(["wloadctl", "run", "--exit"]) == run_opts == ["--exit-on-hold"]
     assert complete(["wloadctl", "logs", "--f"]) == ["--follow"]

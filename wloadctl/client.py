@@ -192,7 +192,8 @@ class RunClient:
         if states is None:
             others = tuple(s for s in JobState if s != JobState.HELD)
             return [r[1] for r in self.store.job_rows(self.run.id, exclude_states=others, limit=limit)]
-        ids, out, k = self.ids(), [], states.find(JobState.HELD)
+        ids, k = self.ids(), states.find(JobState.HELD)
+        out: list[str] = []
         while k >= 0 and len(out) < limit:
             if k < len(ids):
                 out.append(ids[k])
