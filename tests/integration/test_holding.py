@@ -21,6 +21,16 @@ def _run(*args: str) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
 
 
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Stop the run if a test failed early, and close its pipes whatever happened."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for f in (proc.stdout, proc.stderr):
+        if f is not None:
+            f.close()
+
+
 def _status(sd: Path) -> dict:
     try:
         return status(sd)
@@ -37,7 +47,7 @@ def test_held_run_waits_for_release_from_another_process_then_exits_0(
         tmp_path: Path, no_ipc_leaks: None) -> None:
     # Given a run whose `post` is held while `extract` runs
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
-        "extract": {"sleep": 1.0}, "post": {"depends_on": ["extract"]}})
+        "extract": {"sleep": 3.0}, "post": {"depends_on": ["extract"]}})
     sd = tmp_path / "sd"
     proc = _run(str(plan), "--state-dir", str(sd))
     try:
@@ -55,16 +65,14 @@ def test_held_run_waits_for_release_from_another_process_then_exits_0(
         _out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        _end(proc)
     assert "holding: 1 held job(s) wait for release: post" in err
     assert status(sd)["status"] == "succeeded"
 
 
 def test_exit_on_hold_ends_the_run_held_with_exit_1(tmp_path: Path, no_ipc_leaks: None) -> None:
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
-        "extract": {"sleep": 1.5}, "post": {"depends_on": ["extract"]}})
+        "extract": {"sleep": 3.0}, "post": {"depends_on": ["extract"]}})
     sd = tmp_path / "sd"
     proc = _run(str(plan), "--state-dir", str(sd), "--exit-on-hold")
     try:
@@ -72,9 +80,7 @@ def test_exit_on_hold_ends_the_run_held_with_exit_1(tmp_path: Path, no_ipc_leaks
         assert cli("hold", "post", "--state-dir", str(sd)).returncode == 0
         _out, err = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        _end(proc)
     assert proc.returncode == 1, err
     st = status(sd)
     assert st["status"] == "held" and st["held"] == ["post"]
@@ -82,7 +88,7 @@ def test_exit_on_hold_ends_the_run_held_with_exit_1(tmp_path: Path, no_ipc_leaks
 
 def test_ctrl_c_stops_a_holding_run_and_says_how_to_resume(tmp_path: Path, no_ipc_leaks: None) -> None:
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
-        "extract": {"sleep": 0.5}, "post": {"depends_on": ["extract"]}})
+        "extract": {"sleep": 3.0}, "post": {"depends_on": ["extract"]}})
     sd = tmp_path / "sd"
     proc = _run(str(plan), "--state-dir", str(sd))
     try:
@@ -92,9 +98,7 @@ def test_ctrl_c_stops_a_holding_run_and_says_how_to_resume(tmp_path: Path, no_ip
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        _end(proc)
     assert proc.returncode == 130
     assert f"`wloadctl resume --state-dir {sd}`" in err
     assert status(sd)["status"] == "interrupted"
