@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfoNotFoundError
 
 from tui.view_model import JobsModel
-from wloadctl.core.durations import parse_deadline
+from wloadctl.core.sla import instant
 from wloadctl.core.states import OK_STATES, TERMINAL, JobState, SlaTier
 
 S = JobState
@@ -34,9 +33,8 @@ def deadline_at(
 ) -> float | None:
     """The absolute time of a plan deadline.
 
-    A time of day is read on the business date in the plan's time zone; when that
-    is before the run started, it means the next morning (an overnight batch's
-    06:00 deadline falls on the day after its business date).
+    The engine's own rule (wloadctl.core.sla.instant), so the console shows the
+    deadline the scheduler flags against.
 
     Args:
         text: `HH:MM[:SS]` or `+duration`.
@@ -48,26 +46,9 @@ def deadline_at(
         Epoch seconds, or None when the text or the date cannot be read.
     """
     try:
-        relative, seconds = parse_deadline(text)
-    except ValueError:
+        return instant(text, business_date, run_started, timezone)
+    except (ValueError, ZoneInfoNotFoundError):
         return None
-    if relative:
-        return run_started + seconds
-    try:
-        day = dt.date.fromisoformat(business_date)
-    except ValueError:
-        day = dt.datetime.fromtimestamp(run_started).date()
-    tz: dt.tzinfo | None = None
-    if timezone:
-        try:
-            tz = ZoneInfo(timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            tz = None
-    midnight = dt.datetime(day.year, day.month, day.day, tzinfo=tz)
-    at = (midnight + dt.timedelta(seconds=seconds)).timestamp()
-    if at < run_started:
-        at = (midnight + dt.timedelta(days=1, seconds=seconds)).timestamp()
-    return at
 
 
 @dataclass(frozen=True)

@@ -376,6 +376,16 @@ class RunSummary:
         return 100.0 * self.done / self.total if self.total else 100.0
 
 
+def held_ids(model: JobsModel, limit: int) -> list[str]:
+    """Ids of the first `limit` HELD jobs in plan order."""
+    out: list[str] = []
+    k = model.state.find(JobState.HELD)
+    while k >= 0 and len(out) < limit:
+        out.append(model.ids[k])
+        k = model.state.find(JobState.HELD, k + 1)
+    return out
+
+
 def summarize(
     model: JobsModel, started: float, now: float, finished: bool
 ) -> RunSummary:

@@ -55,6 +55,7 @@ def _remote_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = _Parser(prog="wloadctl", description="Workload scheduler for batch operations.")
+    ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -94,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--json", action="store_true", help="print a summary object at the end")
         p.add_argument("--quiet", action="store_true")
+        p.add_argument(
+            "--exit-on-hold",
+            action="store_true",
+            help="end the run (status held, exit 1, resumable) when only held jobs remain, instead of "
+            "waiting for them to be released",
+        )
         p.add_argument(
             "--prefetch",
             type=int,
@@ -193,9 +200,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_broker_args(p)
     add_agents_args(p)
+    p = sub.add_parser("runs", help="every run under a root directory, live or finished")
+    p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
+                   "~/.local/state/wloadctl)")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("doctor", help="host limits that matter (queues, /dev/shm, files, processes, cgroups) and use")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("completion", help="print a shell completion script (source <(wloadctl completion bash))")
+    p.add_argument("shell", choices=("bash", "zsh"))
+    # Called by the completion scripts, so not listed: job ids of the latest run, one a line.
+    p = sub.add_parser("_complete-jobs")
+    _state_dir_arg(p)
     p = sub.add_parser("bench", help="benchmarks at bank scale (see `wloadctl bench --help`)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     return ap
+
+
+def _version() -> str:
+    """The installed package's version (its metadata), or the source tree's when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wloadctl")
+    except PackageNotFoundError:
+        from wloadctl import __version__
+
+        return __version__
 
 
 def resolve_state_dir(given: str | None) -> Path:
@@ -304,6 +334,64 @@ def cmd_agents(a: argparse.Namespace) -> int:
     from wloadctl.remote.agents import agents_command
 
     return agents_command(a)
+def cmd_runs(a: argparse.Namespace) -> int:
+    from wloadctl.paths import state_root
+    from wloadctl.runlist import list_runs
+
+    root = Path(a.root) if a.root else state_root()
+    if a.root and not root.is_dir():
+        raise UsageError(f"--root {root}: no such directory")
+    entries, problems = list_runs(root)
+    for line in problems:
+        print(f"wloadctl: {line}", file=sys.stderr)
+    if a.json:
+        print(json.dumps([e.as_dict() for e in entries], indent=1))
+        return EXIT_OK
+    if not entries:
+        print(f"no runs under {root}")
+        return EXIT_OK
+    rows = [("RUN", "PLAN", "BUSINESS DATE", "STATUS", "PROGRESS", "SLA", "STATE DIR")]
+    for e in entries:
+        risk = ", ".join(p for p in (f"{e.late} LATE" if e.late else "",
+                                     f"{e.at_risk} AT_RISK" if e.at_risk else "") if p) or "-"
+        rows.append((e.run, e.plan, e.business_date, e.status, f"{e.done}/{e.total}", risk, e.state_dir))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+    return EXIT_OK
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from wloadctl.procs.limits import probe
+
+    limits = probe()
+    if a.json:
+        print(json.dumps([lim.as_dict() for lim in limits], indent=1))
+        return EXIT_OK
+    for lim in limits:
+        limit = "unlimited" if lim.limit is None and lim.unit else ("-" if lim.limit is None else f"{lim.limit}")
+        used = "-" if lim.used is None else f"{lim.used}"
+        amount = f"{used} of {limit} {lim.unit}".rstrip() if lim.unit else ""
+        print(f"{lim.verdict:<9} {lim.name}: {amount}{'  ' if amount else ''}({lim.note})")
+        if lim.verdict != "ok" and lim.hint:
+            print(f"{'':<10}{lim.hint}")
+    return EXIT_OK
+
+
+def cmd_completion(a: argparse.Namespace) -> int:
+    from wloadctl.completion import script
+
+    sys.stdout.write(script(a.shell, build_parser()))
+    return EXIT_OK
+
+
+def cmd_complete_jobs(a: argparse.Namespace) -> int:
+    from wloadctl.completion import job_ids
+
+    ids = job_ids(a.state_dir)
+    if ids:
+        sys.stdout.write("\n".join(ids) + "\n")
+    return EXIT_OK
 
 
 def cmd_bench(a: argparse.Namespace) -> int:
@@ -331,6 +419,10 @@ COMMANDS: dict[str, Any] = {
     "agents": cmd_agents,
     "agent": cmd_agent,
     "bench": cmd_bench,
+    "completion": cmd_completion,
+    "doctor": cmd_doctor,
+    "runs": cmd_runs,
+    "_complete-jobs": cmd_complete_jobs,
     **{v: cmd_verb for v in VERB_COMMANDS},
 }
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wloadctl.core.states import JobState
+from wloadctl.core.states import JobState, is_holding
 from wloadctl.errors import UsageError
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
@@ -99,6 +99,27 @@ class Bar:
         self.progress.update(self.task, completed=done, detail=detail)
 
 
+class HoldNotice:
+    """One line when a headless run starts holding (only held jobs left), and one when it moves again."""
+
+    def __init__(self, say: Any, state_dir: Path) -> None:
+        self.say = say
+        self.state_dir = state_dir
+        self.holding = False
+
+    def __call__(self, loop: SchedulerLoop) -> None:
+        core = loop.core
+        now = is_holding(core.counts)
+        if now and not self.holding:
+            held = [core.ids[i] for i in range(core.n) if core.state[i] == JobState.HELD]
+            more = " ..." if len(held) > 10 else ""
+            self.say(f"holding: {len(held)} held job(s) wait for release: {', '.join(held[:10])}{more} "
+                     f"(`wloadctl release JOB --state-dir {self.state_dir}`; Ctrl-C stops the run)")
+        elif self.holding and not now:
+            self.say("released: the run goes on")
+        self.holding = now
+
+
 def summary(o: RunOutcome) -> dict[str, Any]:
     """The --json summary of a finished run."""
     names = [s.name for s in JobState]
@@ -141,7 +162,7 @@ def run_command(a: argparse.Namespace) -> int:
                       accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
                       dead_after=a.executor_timeout, executor_cpus=a.executor_cpus,
                       executor_memory=a.executor_memory, prefetch=max(0, a.prefetch),
-                      heartbeat_interval=a.heartbeat_interval,
+                      heartbeat_interval=a.heartbeat_interval, exit_when_stalled=a.exit_on_hold,
                       lease_seconds=a.heartbeat_timeout, say=_say(a.quiet), broker=broker_of(a),
                       agent_timeout=a.agent_timeout)
     tty = sys.stdout.isatty() and not quiet
@@ -155,7 +176,14 @@ def run_command(a: argparse.Namespace) -> int:
             bars[0](loop)
     elif not quiet:
         on_turn = LineLog(sys.stdout)
-    outcome = start_or_resume(a.plan, opts, resume_only=a.cmd == "resume", on_turn=on_turn, loaded=loaded)
+    notice = HoldNotice(_say(a.quiet), state_dir)
+
+    def each_turn(loop: SchedulerLoop) -> None:
+        notice(loop)
+        if on_turn is not None:
+            on_turn(loop)
+
+    outcome = start_or_resume(a.plan, opts, resume_only=a.cmd == "resume", on_turn=each_turn, loaded=loaded)
     if bars:
         bars[0].show(outcome.core.counts)
         bars[0].progress.stop()
@@ -174,6 +202,9 @@ def run_command(a: argparse.Namespace) -> int:
             print(f"failed: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''} "
                   f"(see `wloadctl why JOB --state-dir {state_dir}`)")
     if outcome.status == "interrupted":
+        # A stopped run's running jobs were stopped and requeued: a resume runs them again.
+        _say(False)(f"run {outcome.run.run_id} stopped; jobs that were running will run again: "
+                    f"`wloadctl resume --state-dir {state_dir}`")
         return 130
     return outcome.exit_code
 

@@ -30,8 +30,14 @@ def show_status(a: argparse.Namespace, state_dir: Path) -> int:
     counts = "  ".join(f"{k} {v}" for k, v in st["counts"].items())
     standby = f", standby pid {st['standby_pid']}" if st.get("standby_pid") else ""
     live = f"live, scheduler pid {st['scheduler_pid']}{standby}, epoch {st['epoch']}" if st["live"] else st["status"]
+    if st["status"] == "holding":
+        live = f"HOLDING, {live}"
     print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  ({live})")
     print(f"{st['total']} jobs: {counts}")
+    if st.get("held"):
+        more = " ..." if st["counts"].get("HELD", 0) > len(st["held"]) else ""
+        print(f"held ({st['counts'].get('HELD', 0)}), released with `wloadctl release JOB`: "
+              f"{', '.join(st['held'])}{more}")
     if st.get("flags"):
         late = sorted(j for j, f in st["flags"].items() if f == "LATE")
         risk = sorted(j for j, f in st["flags"].items() if f == "AT_RISK")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wloadctl.core.states import JobState
+from wloadctl.core.states import JobState, is_holding
 from wloadctl.errors import ControlError, TransportError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.mq import MessageQueue
@@ -178,9 +178,11 @@ class RunClient:
                                            limit=limit)
                 jobs = [{"job": r[1], "state": names[r[2]], "attempt": r[3], "exit_code": r[5],
                          "started": r[6], "ended": r[7], "reason": r[8]} for r in rows]
+        holding = live and h is not None and is_holding(h.counts)
         return {
             "run": self.run.run_id, "plan": self.run.plan_name, "business_date": self.run.business_date,
-            "status": self.run.status if not live else "running", "live": live,
+            "status": self.run.status if not live else ("holding" if holding else "running"), "live": live,
+            "held": self.held(states if live else None) if counts.get("HELD") else [],
             "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
             "scheduler_pid": h.scheduler_pid if h else None,
             "standby_pid": (h.standby_pid or None) if h else None,
@@ -188,6 +190,19 @@ class RunClient:
             "executors": self.executors() if live else [],
             "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
         }
+
+    def held(self, states: bytes | None = None, limit: int = 50) -> list[str]:
+        """Ids of the first `limit` HELD jobs: from the board's states when given, else from the journal."""
+        if states is None:
+            others = tuple(s for s in JobState if s != JobState.HELD)
+            return [r[1] for r in self.store.job_rows(self.run.id, exclude_states=others, limit=limit)]
+        ids, k = self.ids(), states.find(JobState.HELD)
+        out: list[str] = []
+        while k >= 0 and len(out) < limit:
+            if k < len(ids):
+                out.append(ids[k])
+            k = states.find(JobState.HELD, k + 1)
+        return out
 
     def flags(self) -> dict[str, str]:
         """Jobs flagged AT_RISK or LATE during the run (job -> its latest flag)."""

@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Any
+
+
+def state_root() -> Path:
+    """The directory runs' state directories are made under when none is given.
+
+    $WLOADCTL_HOME, else `wloadctl` under $XDG_STATE_HOME (by default ~/.local/state).
+    """
+    home = os.environ.get("WLOADCTL_HOME")
+    if home:
+        return Path(home)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "wloadctl"
 
 
 def run_dirs(state_dir: Path, run_id: str) -> tuple[str, str, str]:
@@ -66,3 +81,37 @@ def read_ids(state_dir: Path, run_id: str) -> list[str] | None:
     except OSError:
         return None
     return text.split("\n")[:-1]
+
+
+def newest_ids(state_dir: Path) -> list[str]:
+    """Job ids of the newest run of a state directory (its newest id list), or [] when it has none."""
+    try:
+        lists = sorted(state_dir.joinpath("jobs").glob("*.ids"), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return []
+    if not lists:
+        return []
+    return read_ids(state_dir, lists[-1].stem) or []
+
+
+def summary_path(state_dir: Path, run_id: str) -> Path:
+    """A stopped run's closing figures (status, counts per state): read by `wloadctl runs` instead of a replay."""
+    return state_dir / "jobs" / f"{run_id}.summary.json"
+
+
+def write_summary(state_dir: Path, run_id: str, summary: dict[str, Any]) -> None:
+    """Write a run's closing figures (atomically)."""
+    path = summary_path(state_dir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary), encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_summary(state_dir: Path, run_id: str) -> dict[str, Any] | None:
+    """A run's closing figures, or None when it has none (live, or it crashed)."""
+    try:
+        data = json.loads(summary_path(state_dir, run_id).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

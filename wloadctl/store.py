@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -141,10 +140,11 @@ class RunRow:
 
 
 def default_state_dir(plan_name: str) -> Path:
-    """The state directory of a plan when `--state-dir` is not given: under the XDG state home."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    """The state directory of a plan when `--state-dir` is not given: under the state root (paths.state_root)."""
+    from wloadctl.paths import state_root
+
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in plan_name) or "plan"
-    return Path(base) / "wloadctl" / safe
+    return state_root() / safe
 
 
 def _migrate(conn: sqlite3.Connection, version: int) -> None:
@@ -324,6 +324,12 @@ class Store:
     def get_run(self, run_id: str) -> RunRow | None:
         """The run with this public id."""
         return self._run("WHERE run_id = ?", (run_id,))
+
+    def runs(self) -> list[RunRow]:
+        """Every run of the state directory, oldest first."""
+        return [RunRow(*r) for r in self.conn.execute(
+            "SELECT id, run_id, plan_name, plan_path, plan_digest, business_date, started, ended, status,"
+            " epoch, scheduler_pid, lease_until, settings FROM runs ORDER BY id")]
 
     def latest_run(self) -> RunRow | None:
         """The most recent run of the state directory."""

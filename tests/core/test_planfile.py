@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -421,10 +422,24 @@ def test_times_of_day_and_deadlines() -> None:
 # -- samples -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["eod_bank.yaml", "tutorial.yaml"])
+@pytest.mark.parametrize("name", ["eod_bank.yaml", "tutorial.yaml", "night_shift.yaml"])
 def test_sample_validates(name: str) -> None:
     plan = load_plan(SAMPLES / name)
     assert Dag(plan).find_cycle() is None
+
+
+def test_night_shift_takes_real_seconds_with_a_retry_an_approval_and_a_deadline() -> None:
+    plan = load_plan(SAMPLES / "night_shift.yaml")
+    assert 30 <= len(plan.jobs) <= 60
+    naps = [int(m) for job in plan.jobs.values()
+            for m in re.findall(r"sleep (\d+)", str(job.command))]
+    assert len(naps) == len(plan.jobs) and min(naps) >= 2 and max(naps) <= 20
+    flaky = plan.jobs["load_card_auths"]
+    assert flaky.retry.count >= 1 and "WLOADCTL_ATTEMPT" in str(flaky.command)
+    assert "approve_wires" in Dag(plan).topo_order()
+    assert plan.jobs["send_wires"].depends_on == ("approve_wires",)
+    # Goes AT_RISK once inside the five-minute risk window, long before the run ends.
+    assert plan.jobs["close_night"].deadline == "+6m"
 
 
 def test_eod_bank_has_the_promised_shape() -> None:

@@ -20,12 +20,13 @@ from tui.screens.confirm import ActionRequest
 from tui.screens.operator import OperatorScreen
 from tui.screens.prompt import PromptScreen
 from tui.sla import sla_view
-from tui.view_model import SORT_KEYS, summarize, view_order
+from tui.view_model import SORT_KEYS, held_ids, summarize, view_order
 from tui.widgets.dag_view import DagView
 from tui.widgets.job_table import JobTable
 from tui.widgets.node_panel import NodePanel
 from tui.widgets.run_header import RunHeader
 from tui.widgets.sla_panel import SlaPanel
+from wloadctl.core.states import is_holding
 
 PANES = ("dag", "nodes", "sla")
 """The lower panes, in tab order."""
@@ -195,7 +196,9 @@ class MainScreen(OperatorScreen):
         summary = (
             summarize(model, app.info.started, now, finished) if app.info else None
         )
-        self.query_one(RunHeader).show(app.info, summary, model.counts, status, now)
+        header = self.query_one(RunHeader)
+        header.held = held_ids(model, 3) if is_holding(model.counts) else []
+        header.show(app.info, summary, model.counts, status, now)
 
     def _refresh_nodes(self) -> None:
         app = self.console

@@ -9,7 +9,7 @@ from tui.labels import SHORT, fmt_clock, fmt_duration, progress_bar
 from tui.messages import LiveStatus, RunInfo
 from tui.view_model import RunSummary
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
-from wloadctl.core.states import JobState
+from wloadctl.core.states import JobState, is_holding
 
 # Trouble first, then work in hand, then the rest: what an operator scans for.
 _COUNT_ORDER = (
@@ -51,6 +51,8 @@ class RunHeader(Widget):
         """The time of the figures."""
         self.load_step = ""
         """What is being loaded, before the run can be shown."""
+        self.held: list[str] = []
+        """First held jobs, named while the run only waits for their release."""
         self.mode = ""
         """"read-only" or "" (shown so an operator knows why keys do nothing)."""
 
@@ -87,6 +89,12 @@ class RunHeader(Widget):
             out.append("...")
         elif st.error:
             out.append(f"FEED ERROR {st.error}", tone_style(self, "bad"))
+        elif st.live and is_holding(self.counts):
+            # Up, but nothing moves until an operator releases a held job.
+            n = self.counts[JobState.HELD]
+            more = " ..." if n > len(self.held) else ""
+            out.append("HOLDING", tone_style(self, "warn"))
+            out.append(f" {n} held: {', '.join(self.held)}{more}")
         elif st.live:
             out.append("LIVE", tone_style(self, "ok"))
             out.append(f" pid {st.scheduler_pid}")

@@ -62,12 +62,16 @@ def clock_time(text: str) -> tuple[int, int, int]:
 def instant(text: str, business_date: str, run_started: float, tz: str | None) -> float:
     """An absolute time for a deadline or not-before: `HH:MM[:SS]` on the business date, or `+duration` from the start.
 
-    A time of day earlier than... is taken on the business date as given; batch nights that
-    cross midnight write `+duration` or a time after 24:00 as the next day's `HH:MM` with `+1d`.
+    Times of day are read on the business date's own clock: the calendar day the run started
+    on (in the plan's zone) stands for the business date, so yesterday's rerun or a replay of a
+    sample's fixed date is judged as if it had started on its business date at the same time of
+    day. A time of day already past when the run started means the next day (a batch night
+    that crosses midnight), so a run started before a deadline is never LATE from the start.
+    `HH:MM+1d` names the day after explicitly.
 
     Args:
         text: `HH:MM[:SS]`, `+1h30m`, or `HH:MM+1d` (the day after the business date).
-        business_date: `YYYY-MM-DD`.
+        business_date: `YYYY-MM-DD` (checked; the times of day are laid on the start's day).
         run_started: epoch seconds of the run's start.
         tz: IANA zone of the plan, None for local time.
 
@@ -82,9 +86,17 @@ def instant(text: str, business_date: str, run_started: float, tz: str | None) -
         text, extra = text.split("+", 1)
         days = int(parse_duration(extra) // 86400)
     h, m, s = clock_time(text)
-    d = dt.date.fromisoformat(business_date) + dt.timedelta(days=days)
+    dt.date.fromisoformat(business_date)  # a bad date fails here as before
     zone = ZoneInfo(tz) if tz else None
+    # The run's start day in the plan's zone carries the business date's clock.
+    d = dt.datetime.fromtimestamp(run_started, zone).date() + dt.timedelta(days=days)
     when = dt.datetime(d.year, d.month, d.day, h, m, s, tzinfo=zone)
     if zone is None:
         when = when.astimezone()  # local time of this host
+    if when.timestamp() < run_started:
+        # Past at the start: the next occurrence (wall clock, so a DST change keeps HH:MM).
+        d += dt.timedelta(days=1)
+        when = dt.datetime(d.year, d.month, d.day, h, m, s, tzinfo=zone)
+        if zone is None:
+            when = when.astimezone()
     return when.timestamp()

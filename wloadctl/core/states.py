@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 
 class JobState(enum.IntEnum):
@@ -120,6 +121,21 @@ OK_STATES: frozenset[JobState] = frozenset({_S.SUCCEEDED, _S.SKIPPED})
 
 FAIL_STATES: frozenset[JobState] = frozenset({_S.FAILED, _S.TIMED_OUT, _S.UPSTREAM_FAILED, _S.CANCELLED})
 """Terminal states that count as failure."""
+
+MOVING: frozenset[JobState] = frozenset({_S.READY, _S.QUEUED, _S.RUNNING, _S.RETRY_WAIT})
+"""States of work in hand or due: while any job is in one, a run with HELD jobs is not only holding."""
+
+
+def is_holding(counts: Sequence[int]) -> bool:
+    """True when a run waits only on operators: some jobs HELD, none ready, in flight or due a retry.
+
+    Args:
+        counts: jobs per state value (the core's counts or a board header's).
+    """
+    def n(s: JobState) -> int:
+        return counts[s] if s < len(counts) else 0
+
+    return n(_S.HELD) > 0 and not any(n(s) for s in MOVING)
 
 # A flat lookup for the hot path: LEGAL[from * N + to].
 _N = len(JobState)

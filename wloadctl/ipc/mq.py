@@ -323,3 +323,36 @@ def unlink_queue(name: str) -> bool:
     except (posix_ipc.Error, OSError) as exc:
         raise _error(name, "unlink", exc) from None
     return True
+
+
+MSG_HEADER = 48
+"""Bytes the kernel keeps per message slot beside its text (struct msg_msg on 64-bit Linux)."""
+TREE_NODE = 48
+"""Bytes per priority node of a queue (struct posix_msg_tree_node on 64-bit Linux)."""
+MQ_PRIO_MAX = 32768
+"""Priorities a queue may hold nodes for."""
+
+
+def queue_charge(max_messages: int, max_message_size: int) -> int:
+    """Bytes a queue of this shape counts against its owner's RLIMIT_MSGQUEUE (`ulimit -q`).
+
+    The kernel charges the whole capacity at creation, empty or not (ipc/mqueue.c:
+    message texts, one header per slot, one priority node per slot up to MQ_PRIO_MAX).
+    """
+    return (max_messages * (max_message_size + MSG_HEADER)
+            + min(max_messages, MQ_PRIO_MAX) * TREE_NODE)
+
+
+def queue_shape(name: str) -> tuple[int, int] | None:
+    """(max_messages, max_message_size) of an existing queue, or None when it is gone or not ours.
+
+    Opening a queue only reads its attributes: nothing is sent, received or charged.
+    """
+    try:
+        mq = posix_ipc.MessageQueue(name, 0)
+    except (posix_ipc.Error, OSError, ValueError):
+        return None
+    try:
+        return int(mq.max_messages), int(mq.max_message_size)
+    finally:
+        mq.close()

@@ -25,7 +25,7 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import PlanError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.shm import run_is_alive
-from wloadctl.paths import ids_path, write_ids
+from wloadctl.paths import ids_path, summary_path, write_ids, write_summary
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.localpool import LocalPool
 from wloadctl.procs.recovery import ResultSweeper, reconcile
@@ -73,8 +73,9 @@ class RunOptions:
     """CPUs each executor offers jobs that claim some (0 = no limit)."""
     executor_memory: int = 0
     """MiB each executor offers jobs that claim some (0 = no limit)."""
-    exit_when_stalled: bool = True
-    """Headless runs end (resumable, status `held`) when only operator-held jobs remain."""
+    exit_when_stalled: bool = False
+    """End the run (resumable, status `held`) when only operator-held jobs remain (`--exit-on-hold`);
+    otherwise the scheduler stays up and the run goes on when they are released."""
     say: Callable[[str], None] = field(default=lambda _m: None)
     """Where one-line notices go (stale objects removed, resuming, executor restarts)."""
     broker: BrokerOptions | None = None
@@ -328,6 +329,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     else:
         epoch = claim.epoch
     run = store.get_run(run.run_id) or run
+    # Closing figures of an earlier stop would outlive a crash of this scheduler: gone while it runs.
+    summary_path(opts.state_dir, run.run_id).unlink(missing_ok=True)
     # With prefetch, each executor holds tasks beyond the ones it runs and starts the next the moment
     # one ends, instead of waiting a round trip through the scheduler and its journal commit. The
     # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
@@ -399,6 +402,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                 ended = time.time()
                 try:
                     store.set_status(run.id, status, ended if status not in UNFINISHED else None)
+                    write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts)})
                     events.emit("scheduler_stop", status=status)
                 finally:
                     loop.publish_final()

@@ -1,0 +1,45 @@
+"""Deadlines and not-before times laid on the business date's own clock."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from wloadctl.core.sla import instant
+
+UTC = dt.UTC
+
+
+def at(y: int, mo: int, d: int, h: int, mi: int = 0) -> float:
+    return dt.datetime(y, mo, d, h, mi, tzinfo=UTC).timestamp()
+
+
+def test_a_time_of_day_ahead_of_the_start_is_that_time_on_the_start_day() -> None:
+    assert instant("19:00", "2026-12-01", at(2026, 12, 1, 10), "UTC") == at(2026, 12, 1, 19)
+
+
+def test_a_run_started_after_the_time_of_day_is_not_late_from_the_start() -> None:
+    # The bank sample's 19:00 deadline on a run started at 22:10: the next evening, not LATE at once.
+    started = at(2026, 12, 1, 22, 10)
+    assert instant("19:00", "2026-12-01", started, "UTC") == at(2026, 12, 2, 19)
+    assert instant("19:00", "2026-12-01", started, "UTC") > started
+
+
+def test_a_run_for_another_business_date_keeps_the_times_of_day_of_the_day_it_runs() -> None:
+    # A replay of 2024-03-29 (the bank sample's BUSINESS_DATE) started this morning.
+    started = at(2026, 12, 1, 9)
+    assert instant("19:00", "2024-03-29", started, "UTC") == at(2026, 12, 1, 19)
+    assert instant("06:00+1d", "2024-03-29", started, "UTC") == at(2026, 12, 2, 6)
+
+
+def test_relative_deadlines_count_from_the_start_and_zones_apply() -> None:
+    started = at(2024, 3, 29, 20)
+    assert instant("+4h", "2024-03-29", started, "UTC") == started + 4 * 3600
+    # New York is UTC-4 on 29 March 2024: 18:00 there is 22:00 UTC, ahead of the start.
+    assert instant("18:00", "2024-03-29", started, "America/New_York") == at(2024, 3, 29, 22)
+
+
+def test_every_clock_deadline_lies_after_the_start_at_any_hour() -> None:
+    for hour in range(24):
+        started = at(2026, 12, 1, hour, 30)
+        for text in ("00:00", "06:00", "19:00", "23:59", "23:30+1d"):
+            assert instant(text, "2026-12-01", started, "Europe/London") >= started

@@ -1,0 +1,72 @@
+"""`wloadctl runs`: every run under a state root, live or finished, from real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.helpers import wait_for
+
+pytestmark = pytest.mark.ipc
+
+
+def wl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wloadctl", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def plan(path: Path, name: str, jobs: dict[str, str]) -> Path:
+    path.write_text(yaml.safe_dump({"name": name, "jobs": {j: {"command": c} for j, c in jobs.items()}}))
+    return path
+
+
+def listed(env: dict[str, str], *args: str) -> dict[str, dict]:
+    p = wl(env, "runs", "--json", *args)
+    assert p.returncode == 0, p.stderr
+    return {r["plan"]: r for r in json.loads(p.stdout)}
+
+
+def test_runs_lists_finished_and_live_runs_made_under_the_root(tmp_path: Path, no_ipc_leaks: None) -> None:
+    root = tmp_path / "home"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WLOADCTL_HOME": str(root)}
+    env.pop("WLOADCTL_STATE_DIR", None)
+    # Given a finished run and a live one, both started without --state-dir
+    done = plan(tmp_path / "a.yaml", "ledger", {"a1": "true", "a2": "exit 3"})
+    assert wl(env, "run", str(done), "--quiet").returncode == 1
+    live_plan = plan(tmp_path / "b.yaml", "statements", {"b1": "true", "b2": "sleep 60"})
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(live_plan), "--business-date", "2024-03-29"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        got = wait_for(lambda: (r := listed(env)).get("statements", {}).get("status") == "running"
+                       and r["statements"]["done"] == 1 and r, what="the live run listed")
+        # Then both are listed with their state directories under the root
+        ledger, stmts = got["ledger"], got["statements"]
+        assert ledger["state_dir"] == str(root / "ledger") and stmts["state_dir"] == str(root / "statements")
+        assert (ledger["status"], ledger["done"], ledger["total"]) == ("failed", 2, 2)
+        assert ledger["counts"] == {"SUCCEEDED": 1, "FAILED": 1}
+        assert (stmts["business_date"], stmts["total"]) == ("2024-03-29", 2)
+        assert stmts["counts"] == {"SUCCEEDED": 1, "RUNNING": 1}
+        assert {"run", "at_risk", "late", "started"} <= set(stmts) and stmts["at_risk"] == stmts["late"] == 0
+        # --root gives the same list as $WLOADCTL_HOME
+        other = {k: v for k, v in env.items() if k != "WLOADCTL_HOME"}
+        assert set(listed(other, "--root", str(root))) == {"ledger", "statements"}
+        text = wl(env, "runs").stdout
+        assert "ledger" in text and "1/2" in text and "running" in text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+    assert listed(env)["statements"]["status"] == "interrupted"
+
+
+def test_runs_under_an_empty_or_missing_root(tmp_path: Path) -> None:
+    env = {**os.environ, "WLOADCTL_HOME": str(tmp_path / "none")}
+    assert json.loads(wl(env, "runs", "--json").stdout) == []
+    bad = wl(env, "runs", "--root", str(tmp_path / "missing"))
+    assert bad.returncode == 2 and "no such directory" in bad.stderr

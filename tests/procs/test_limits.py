@@ -1,0 +1,92 @@
+"""`wloadctl doctor`: the limits it reports are the kernel's, and a live run shows in its use."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import ENV, cli, evidence_plan, status, wait_for
+from wloadctl.ipc.mq import queue_charge
+from wloadctl.procs.limits import RUN_QUEUE_BYTES, judge, probe
+
+KEYS = {"name", "limit", "used", "unit", "verdict", "hint", "note"}
+
+
+def doctor_json() -> dict[str, dict]:
+    p = cli("doctor", "--json", timeout=60)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert isinstance(rows, list) and rows
+    for r in rows:
+        assert set(r) == KEYS and r["verdict"] in ("ok", "low", "exhausted")
+        assert r["limit"] is None or isinstance(r["limit"], int)
+        assert r["used"] is None or isinstance(r["used"], int)
+    return {r["name"].split(" (")[0]: r for r in rows}
+
+
+def soft(which: int) -> int | None:
+    v = resource.getrlimit(which)[0]
+    return None if v == resource.RLIM_INFINITY else v
+
+
+def test_doctor_reports_the_kernels_limits() -> None:
+    rows = doctor_json()
+    assert rows["mqueue bytes"]["limit"] == soft(resource.RLIMIT_MSGQUEUE)
+    assert rows["open files"]["limit"] == soft(resource.RLIMIT_NOFILE)
+    assert rows["processes"]["limit"] == soft(resource.RLIMIT_NPROC)
+    for key in ("msg_max", "msgsize_max", "queues_max"):
+        assert rows[f"fs.mqueue.{key}"]["limit"] == int(Path("/proc/sys/fs/mqueue", key).read_text())
+    st = os.statvfs("/dev/shm")
+    assert rows["/dev/shm space"]["limit"] == st.f_blocks * st.f_frsize
+    assert "cgroup v2" in rows and "wloadctl runs holding IPC objects" in rows
+
+
+def test_doctor_prints_one_line_per_limit_with_a_verdict() -> None:
+    p = cli("doctor", timeout=60)
+    assert p.returncode == 0, p.stderr
+    heads = [line for line in p.stdout.splitlines() if not line.startswith(" ")]
+    assert len(heads) == len(probe())
+    assert all(line.split()[0] in ("ok", "low", "exhausted") for line in heads)
+
+
+def test_judge_and_queue_charge() -> None:
+    assert judge(10, 100) == "ok" and judge(90, 100) == "low" and judge(100, 100) == "exhausted"
+    assert judge(50, 100, need=60) == "low" and judge(5, None) == "ok"
+    # ipc/mqueue.c: texts + one 48-byte header per slot + one 48-byte priority node per slot.
+    assert queue_charge(10, 8192) == 10 * (8192 + 48) + 10 * 48
+    # The default ulimit -q (819,200 bytes) holds nine default queues, not ten.
+    assert 819200 // queue_charge(10, 8192) == 9
+    assert RUN_QUEUE_BYTES == 2 * queue_charge(10, 8192) + queue_charge(8, 4096)
+
+
+@pytest.mark.ipc
+def test_a_live_run_counts_in_the_runs_and_queue_bytes(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"nap": {"sleep": 60}})
+    sd = tmp_path / "sd"
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    try:
+        def live() -> bool:
+            try:
+                return bool(status(sd)["live"])
+            except (json.JSONDecodeError, ValueError):
+                return False
+
+        wait_for(live, what="the run live")
+        run_id = status(sd)["run"]
+        rows = doctor_json()
+        runs = rows["wloadctl runs holding IPC objects"]
+        assert runs["used"] >= 1
+        if runs["used"] <= 10:  # the note names the first ten
+            assert run_id in runs["note"]
+        assert rows["mqueue bytes"]["used"] >= RUN_QUEUE_BYTES
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)

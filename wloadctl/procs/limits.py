@@ -1,0 +1,240 @@
+"""The host limits wloadctl runs into, and how much of each this user holds now (`wloadctl doctor`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from wloadctl.ipc import DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_MESSAGES
+from wloadctl.ipc.cleanup import MQUEUE_DIR, SHM_DIR, scan_objects
+from wloadctl.ipc.mq import queue_charge, queue_shape
+from wloadctl.ipc.naming import QUEUE_ROLES, object_name
+
+Verdict = Literal["ok", "low", "exhausted"]
+
+LOW_SHARE = 0.8
+"""A limit more than this share used is `low`."""
+MQUEUE_SYSCTL = Path("/proc/sys/fs/mqueue")
+"""Where the kernel shows its queue limits."""
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+"""Where a cgroup v2 hierarchy is mounted on a unified host."""
+CONTROL_SHAPE = (8, 4096)
+"""(messages, bytes) of a run's control queue (wloadctl.procs.supervisor.CONTROL_QUEUE)."""
+RUN_QUEUE_BYTES = 2 * queue_charge(DEFAULT_MAX_MESSAGES, DEFAULT_MAX_MESSAGE_SIZE) + queue_charge(*CONTROL_SHAPE)
+"""Bytes of `ulimit -q` one run's queues take (request, response, control)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One limit, what is used of it now, and what to do when it is short."""
+
+    name: str
+    """What is limited, e.g. `mqueue bytes (ulimit -q)`."""
+    limit: int | None
+    """The limit (None: unlimited, or not known here)."""
+    used: int | None
+    """How much of it is used now (None: cannot be measured here)."""
+    unit: str
+    """bytes, queues, files, processes, runs, or `` for yes/no checks."""
+    verdict: Verdict
+    """ok, low (little room left, or a feature missing) or exhausted."""
+    hint: str
+    """How to raise it, or what to do."""
+    note: str = ""
+    """How `used` was measured, or what was found."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form (`wloadctl doctor --json`)."""
+        return dataclasses.asdict(self)
+
+
+def judge(used: int | None, limit: int | None, need: int = 0) -> Verdict:
+    """ok, low or exhausted for `used` of `limit`, when `need` more should still fit."""
+    if used is None or limit is None:
+        return "ok"
+    if used >= limit:
+        return "exhausted"
+    if used + need > limit or used > LOW_SHARE * limit:
+        return "low"
+    return "ok"
+
+
+def _rlimit(which: int) -> tuple[int | None, int | None]:
+    soft, hard = resource.getrlimit(which)
+    inf = resource.RLIM_INFINITY
+    return (None if soft == inf else soft), (None if hard == inf else hard)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _our_queues() -> tuple[list[tuple[int, int]], str]:
+    """Shapes of this user's queues, and how they were found.
+
+    With /dev/mqueue mounted every queue of the user is listed (wloadctl's or not);
+    without it, the queues of the runs whose segments are in /dev/shm are opened by name.
+    """
+    uid = os.getuid()
+    shapes: list[tuple[int, int]] = []
+    try:
+        entries = [e for e in os.scandir(MQUEUE_DIR) if e.stat(follow_symlinks=False).st_uid == uid]
+    except OSError:
+        entries = []
+        runs = sorted({o.run_id for o in scan_objects()})
+        for run_id in runs:
+            for role in QUEUE_ROLES:
+                shape = queue_shape(object_name(run_id, role))
+                if shape is not None:
+                    shapes.append(shape)
+        return shapes, f"{MQUEUE_DIR} not mounted: counted the queues of wloadctl runs only"
+    for e in entries:
+        shape = queue_shape("/" + e.name)
+        if shape is not None:
+            shapes.append(shape)
+    return shapes, f"every queue of this user in {MQUEUE_DIR}"
+
+
+def _queue_limits() -> list[Limit]:
+    soft, hard = _rlimit(resource.RLIMIT_MSGQUEUE)
+    shapes, how = _our_queues()
+    used = sum(queue_charge(m, s) for m, s in shapes)
+    raise_to = f" (hard limit {hard})" if hard is not None else ""
+    out = [Limit("mqueue bytes (ulimit -q)", soft, used, "bytes", judge(used, soft, RUN_QUEUE_BYTES),
+                 f"raise with `ulimit -q BYTES`{raise_to}, or `msgqueue` in /etc/security/limits.conf; "
+                 f"each run takes {RUN_QUEUE_BYTES} bytes", f"{len(shapes)} queue(s); {how}")]
+    biggest_n = max((m for m, _s in shapes), default=None)
+    biggest_s = max((s for _m, s in shapes), default=None)
+    for key, used_now, unit, what in (("msg_max", biggest_n, "messages", "messages per queue"),
+                                      ("msgsize_max", biggest_s, "bytes", "bytes per message")):
+        lim = _read_int(MQUEUE_SYSCTL / key)
+        # A cap per queue, not a pool: queues made at the cap are fine; larger ones need root.
+        capped: Verdict = "exhausted" if used_now is not None and lim is not None and used_now > lim else "ok"
+        out.append(Limit(f"fs.mqueue.{key} ({what})", lim, used_now, unit, capped,
+                         f"raise with `sysctl -w fs.mqueue.{key}=N` (root)",
+                         "largest of this user's queues (a cap per queue)"))
+    qmax = _read_int(MQUEUE_SYSCTL / "queues_max")
+    try:
+        total: int | None = len(os.listdir(MQUEUE_DIR))
+        note = f"queues of every user in {MQUEUE_DIR}"
+    except OSError:
+        total, note = len(shapes), f"{MQUEUE_DIR} not mounted: this user's wloadctl queues only"
+    out.append(Limit("fs.mqueue.queues_max (queues on the host)", qmax, total, "queues",
+                     judge(total, qmax, len(QUEUE_ROLES)),
+                     "raise with `sysctl -w fs.mqueue.queues_max=N` (root)", note))
+    return out
+
+
+def _shm_limit() -> Limit:
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return Limit(f"{SHM_DIR} space", None, None, "bytes", "exhausted",
+                     f"mount a tmpfs on {SHM_DIR}: shared memory segments live there", "not mounted")
+    size = st.f_blocks * st.f_frsize
+    used = size - st.f_bavail * st.f_frsize
+    ours = 0
+    for o in scan_objects():
+        if o.kind == "shm":
+            try:
+                ours += os.stat(os.path.join(SHM_DIR, o.name[1:])).st_blocks * 512
+            except OSError:
+                pass
+    return Limit(f"{SHM_DIR} space", size, used, "bytes", judge(used, size),
+                 f"free space, or grow it: `mount -o remount,size=4G {SHM_DIR}` (root)",
+                 f"wloadctl segments of this user hold {ours} bytes")
+
+
+def _user_threads(uid: int) -> int:
+    """Tasks (threads) this user runs: what RLIMIT_NPROC counts."""
+    n = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            text = Path("/proc", d, "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        real = fields.get("Uid", "").split()
+        if real and int(real[0]) == uid:  # RLIMIT_NPROC counts by real uid
+            n += int(fields.get("Threads", "1").strip() or 1)
+    return n
+
+
+def _process_limits() -> list[Limit]:
+    soft, hard = _rlimit(resource.RLIMIT_NOFILE)
+    try:
+        fds: int | None = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        fds = None
+    out = [Limit("open files (ulimit -n)", soft, fds, "files", judge(fds, soft),
+                 "raise with `ulimit -n N`" + (f" (hard limit {hard})" if hard is not None else ""),
+                 "this process; each scheduler and executor has its own")]
+    soft, hard = _rlimit(resource.RLIMIT_NPROC)
+    uid = os.getuid()
+    used = _user_threads(uid)
+    note = "threads of this user's processes"
+    if uid == 0:
+        note += "; not enforced for root"
+    out.append(Limit("processes (ulimit -u)", soft, used, "processes", judge(used, soft) if uid else "ok",
+                     "raise with `ulimit -u N`" + (f" (hard limit {hard})" if hard is not None else ""), note))
+    return out
+
+
+def _cgroup_limit() -> Limit:
+    """Is /sys/fs/cgroup a cgroup v2 mount, and may this user make child groups in its own?"""
+    v2_mounts: list[str] = []
+    try:
+        for line in Path("/proc/self/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) > 2 and parts[2] == "cgroup2":
+                v2_mounts.append(parts[1])
+    except OSError:
+        pass
+    hint = ("boot with systemd.unified_cgroup_hierarchy=1, and run under a delegated unit "
+            "(`systemd-run --user -p Delegate=yes ...`) to limit jobs with cgroups")
+    if str(CGROUP_ROOT) not in v2_mounts:
+        found = f"cgroup2 only at {', '.join(v2_mounts)} (hybrid)" if v2_mounts else "no cgroup2 mount"
+        return Limit("cgroup v2", None, None, "", "low", hint, f"{CGROUP_ROOT} is not cgroup2: {found}")
+    own = ""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                own = line[3:].strip()
+    except OSError:
+        pass
+    here = CGROUP_ROOT / own.lstrip("/")
+    writable = os.access(here, os.W_OK) and os.access(here / "cgroup.subtree_control", os.W_OK)
+    controllers = ""
+    try:
+        controllers = (here / "cgroup.controllers").read_text().strip()
+    except OSError:
+        pass
+    note = f"own group {own or '/'}; controllers: {controllers or 'none'}"
+    if writable:
+        return Limit("cgroup v2", None, None, "", "ok", "", note + "; delegated (writable)")
+    return Limit("cgroup v2", None, None, "", "low", hint, note + "; not delegated (read-only)")
+
+
+def _runs_limit(queue_bytes: Limit) -> Limit:
+    runs = sorted({o.run_id for o in scan_objects()})
+    fit = None if queue_bytes.limit is None else len(runs) + max(
+        0, (queue_bytes.limit - (queue_bytes.used or 0)) // RUN_QUEUE_BYTES)
+    return Limit("wloadctl runs holding IPC objects", fit, len(runs), "runs", judge(len(runs), fit, 1),
+                 "`wloadctl cleanup` removes those of crashed runs; more room: raise `ulimit -q`",
+                 "limit: the runs the queue bytes left would allow" + (f"; runs: {', '.join(runs[:10])}"
+                                                                       if runs else ""))
+
+
+def probe() -> list[Limit]:
+    """Every limit that matters to wloadctl on this host, measured now."""
+    queues = _queue_limits()
+    return [*queues, _shm_limit(), *_process_limits(), _cgroup_limit(), _runs_limit(queues[0])]

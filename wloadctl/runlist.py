@@ -1,0 +1,119 @@
+"""Every run under a state root, live or finished, read cheaply (`wloadctl runs`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from wloadctl.client import RunClient
+from wloadctl.core.states import TERMINAL, JobState, is_holding
+from wloadctl.errors import WloadError
+from wloadctl.paths import read_summary
+from wloadctl.store import DB_NAME, RunRow, Store
+
+_NAMES = [s.name for s in JobState]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEntry:
+    """One run as `wloadctl runs` lists it."""
+
+    run: str
+    """The run's id."""
+    plan: str
+    """Its plan's name."""
+    business_date: str
+    """The business date it is for."""
+    status: str
+    """running | holding (live), succeeded | failed | cancelled | interrupted | held (stopped)."""
+    done: int
+    """Jobs in a terminal state."""
+    total: int
+    """Jobs in the run."""
+    at_risk: int
+    """Jobs flagged AT_RISK (and not LATE since)."""
+    late: int
+    """Jobs flagged LATE."""
+    started: float
+    """When it started, epoch seconds."""
+    state_dir: str
+    """Its state directory."""
+    counts: dict[str, int]
+    """Jobs per state name (empty when unknown)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        return asdict(self)
+
+
+def _progress(counts: list[int] | tuple[int, ...]) -> tuple[int, int, dict[str, int]]:
+    done = sum(counts[s] for s in TERMINAL if s < len(counts))
+    named = {_NAMES[k]: n for k, n in enumerate(counts[: len(_NAMES)]) if n}
+    return done, sum(counts[: len(_NAMES)]), named
+
+
+def _risk(store: Store, run: RunRow) -> tuple[int, int]:
+    flags: dict[str, str] = {}
+    for _ts, job, _tier, state, *_rest in store.alerts(run.id):
+        if state in ("AT_RISK", "LATE"):
+            flags[job] = state
+    late = sum(1 for f in flags.values() if f == "LATE")
+    return len(flags) - late, late
+
+
+def _entry(store: Store, run: RunRow, state_dir: Path, counts: list[int] | tuple[int, ...] | None,
+           status: str) -> RunEntry:
+    if counts is None:
+        summary = read_summary(state_dir, run.run_id)
+        if summary is not None:
+            counts = summary.get("counts") or []
+        else:
+            # Stopped without closing figures (its scheduler was killed): the journal's own count.
+            counts = [0] * len(_NAMES)
+            for s, n in store.state_counts(run.id):
+                counts[s] = n
+    done, total, named = _progress(counts)
+    at_risk, late = _risk(store, run)
+    return RunEntry(run.run_id, run.plan_name, run.business_date, status, done, total, at_risk, late,
+                    run.started, str(state_dir), named)
+
+
+def runs_of(state_dir: Path) -> list[RunEntry]:
+    """The runs journaled in one state directory, oldest first (the latest may be live).
+
+    Raises:
+        WloadError: the journal cannot be read.
+    """
+    with RunClient(state_dir) as client:
+        store, latest = client.store, client.run
+        out: list[RunEntry] = []
+        for run in store.runs():
+            header = client.board_header() if run.id == latest.id else None
+            if header is not None:
+                status = "holding" if is_holding(header.counts) else "running"
+                out.append(_entry(store, run, state_dir, header.counts[: len(_NAMES)], status))
+            else:
+                # A run left `running` in the journal with no live scheduler was cut off.
+                status = "interrupted" if run.status == "running" else run.status
+                out.append(_entry(store, run, state_dir, None, status))
+        return out
+
+
+def list_runs(root: Path) -> tuple[list[RunEntry], list[str]]:
+    """Every run of every state directory directly under `root`, newest first, and the journals unread.
+
+    Returns:
+        (runs, problems): a line per state directory whose journal could not be read.
+    """
+    entries: list[RunEntry] = []
+    problems: list[str] = []
+    if not root.is_dir():
+        return entries, problems
+    for journal in sorted(root.glob(f"*/{DB_NAME}")):
+        try:
+            entries += runs_of(journal.parent)
+        except WloadError as e:
+            problems.append(f"{journal.parent}: {e.one_line()}")
+    entries.sort(key=lambda e: e.started, reverse=True)
+    return entries, problems
