@@ -73,6 +73,17 @@ def default_state_dir(plan_name: str) -> Path:
     return Path(base) / "wloadctl" / safe
 
 
+PG_SERVER_ENV = "WLOADCTL_TEST_PG"
+"""PostgreSQL server (URL of any database there) where tests and the benchmark make scratch databases."""
+DEFAULT_PG_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+"""The server tried when $WLOADCTL_TEST_PG is not set."""
+
+
+def pg_server(given: str = "") -> str:
+    """The PostgreSQL server for scratch databases: given, $WLOADCTL_TEST_PG, or the local default."""
+    return given or os.environ.get(PG_SERVER_ENV) or DEFAULT_PG_SERVER
+
+
 def journal_url(given: str | None = None) -> str | None:
     """The journal URL in force: the one given, else $WLOADCTL_JOURNAL, else None (SQLite in the state dir)."""
     return given or os.environ.get(JOURNAL_ENV) or None

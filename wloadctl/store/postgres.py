@@ -11,15 +11,18 @@ transaction again; a turn is never half applied.
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg import sql
 
 from wloadctl.errors import StoreError
 from wloadctl.store.base import JournalUnavailable, RunRow, Store
@@ -399,8 +402,8 @@ class PostgresStore(Store):
                     done = conn.execute(_TURN, args).rowcount == 1 if n else self._guard_added(conn, run, held, added)
                     if done:
                         for parent, first, items, ids in added:
-                            conn.execute("INSERT INTO expansions (run, job_id, first_idx, items) VALUES (%s, %s, %s, %s)",
-                                         (run, parent, first, json.dumps(list(items))))
+                            conn.execute("INSERT INTO expansions (run, job_id, first_idx, items)"
+                                         " VALUES (%s, %s, %s, %s)", (run, parent, first, json.dumps(list(items))))
                             self._copy_jobs(conn, run, ((first + k, j) for k, j in enumerate(ids)))
             if done:
                 self._next[run] = seq + n
@@ -473,3 +476,37 @@ class PostgresStore(Store):
         return self._do(lambda c: c.execute(
             "SELECT ts, job, tier, state, attempts, reason, log_path FROM alerts WHERE run = %s ORDER BY seq",
             (run,)).fetchall())
+
+
+def server_answers(server_url: str, timeout: int = 2) -> bool:
+    """Whether a PostgreSQL server accepts connections at this URL."""
+    try:
+        psycopg.connect(server_url, connect_timeout=timeout, autocommit=True).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
+@contextmanager
+def scratch_database(server_url: str, prefix: str = "wl_scratch") -> Iterator[str]:
+    """A new empty database on the server at `server_url` for as long as the block runs (dropped after).
+
+    Yields:
+        The journal URL of the new database.
+
+    Raises:
+        StoreError: the server cannot be reached or refuses to create it.
+    """
+    name = f"{prefix}_{secrets.token_hex(5)}"
+    parts = urlsplit(server_url)
+    try:
+        with psycopg.connect(server_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as e:
+        raise StoreError(f"cannot create a scratch database on {parts.hostname}:{parts.port or 5432}: {_line(e)}",
+                         hint="check that PostgreSQL runs there and the user may create databases") from None
+    try:
+        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+    finally:
+        with psycopg.connect(server_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
