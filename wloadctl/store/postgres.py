@@ -60,15 +60,16 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     if parts.scheme not in ("postgresql", "postgres"):
         raise StoreError(f"journal {url.split('@')[-1]!r} is not a postgresql:// URL", hint=hint)
     db = parts.path.lstrip("/")
-    if not db or not parts.hostname:
-        raise StoreError(f"journal URL {parts.scheme}://...@{parts.hostname or ''}{parts.path} names no "
-                         f"{'database' if parts.hostname else 'host'}", hint=hint)
     query = parse_qsl(parts.query)
+    host = parts.hostname or next((v for k, v in query if k == "host"), "")  # ?host=/socket/dir
+    if not db or not host:
+        raise StoreError(f"journal URL {parts.scheme}://...@{parts.hostname or ''}{parts.path} names no "
+                         f"{'database' if host else 'host'}", hint=hint)
     ns = next((v for k, v in query if k == "namespace"), DEFAULT_NAMESPACE) or DEFAULT_NAMESPACE
     rest = urlencode([(k, v) for k, v in query if k != "namespace"])
     user = f"{parts.username}@" if parts.username else ""
     port = f":{parts.port}" if parts.port else ""
-    where = f"postgresql://{user}{parts.hostname}{port}/{db}"
+    where = f"postgresql://{user}{host}{port}/{db}"
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), ns, where
 
 
