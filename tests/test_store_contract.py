@@ -74,7 +74,8 @@ def test_turns_make_the_job_rows_and_the_history(opener: Opener) -> None:
 def test_loop_instances_added_by_a_turn_get_job_rows(opener: Opener) -> None:
     st = opener()
     run = new_run(st, ["list", "each"])
-    st.write_turn(run.id, [(2, W, R, 0, 1.0, -1, None, "", "t1")], added=[("each", 2, ["x", "y"], ["each@x", "each@y"])])
+    st.write_turn(run.id, [(2, W, R, 0, 1.0, -1, None, "", "t1")],
+                  added=[("each", 2, ["x", "y"], ["each@x", "each@y"])])
     assert st.job_ids(run.id) == ["list", "each", "each@x", "each@y"]
     assert st.expansions(run.id) == [("each", ("x", "y"))]
     assert st.job_row(run.id, "each@x")[2] == R  # type: ignore[index]
@@ -93,7 +94,8 @@ def test_actions_and_alerts_are_kept_in_order(opener: Opener) -> None:
     run = new_run(st, ["a"])
     st.record_action(run.id, "ann", "hold", "a", "why", "held", True, ts=5.0)
     st.record_action(run.id, "bob", "kill", "b", "", "unknown", False, ts=6.0)
-    assert st.actions(run.id) == [(5.0, "ann", "hold", "a", "why", "held", 1), (6.0, "bob", "kill", "b", "", "unknown", 0)]
+    assert st.actions(run.id) == [(5.0, "ann", "hold", "a", "why", "held", 1),
+                                  (6.0, "bob", "kill", "b", "", "unknown", 0)]
     assert st.actions(run.id, "b") == [(6.0, "bob", "kill", "b", "", "unknown", 0)]
     st.record_alert(run.id, 7.0, "a", "critical", "FAILED", 3, "exit 1", "/logs/a.3.log")
     assert st.alerts(run.id) == [(7.0, "a", "critical", "FAILED", 3, "exit 1", "/logs/a.3.log")]
@@ -130,7 +132,7 @@ def test_every_write_of_an_older_epoch_is_refused(opener: Opener) -> None:
         lambda: old.record_action(run.id, "ann", "hold", "a", "", "held", True),
         lambda: old.record_alert(run.id, 3.0, "a", "critical", "FAILED", 1, "", ""),
     ):
-        with pytest.raises(StaleEpoch, match="fenced: .* is at epoch 2, this writer holds 1"):
+        with pytest.raises(StaleEpoch, match=r"fenced: .* is at epoch 2, this writer holds 1"):
             write()
     row = new.get_run("r1")
     assert row is not None and row.status == "running" and row.epoch == 2
