@@ -272,7 +272,7 @@ class Store(ABC):
         cols = self.columns(run)
         cols.grow(len(ids))
         skip = set(exclude_states)
-        out = []
+        out: list[tuple] = []
         state = cols.state
         for i, jid in enumerate(ids):
             if state[i] in skip:

@@ -105,6 +105,8 @@ class PostgresStore(Store):
         self.outage_limit = OUTAGE_LIMIT
         """Seconds a call waits for the server before giving up."""
         self._conn: psycopg.Connection[Any] | None = None
+        self._gave_up = False
+        """The last call waited for the server in vain."""
         self._next: dict[int, int] = {}
         """Next transition sequence number of each run this store writes turns of."""
 
@@ -199,6 +201,7 @@ class PostgresStore(Store):
                 if conn is None or conn.closed:
                     conn = self._conn = self._open_conn()
                 out = fn(conn)
+                self._gave_up = False
                 if lost_at is not None:
                     self.say(f"journal: PostgreSQL {self.where} is back after {time.time() - lost_at:.1f}s; "
                              "the unfinished transaction was written again as a whole")
@@ -215,7 +218,9 @@ class PostgresStore(Store):
                     lost_at = now
                     self.say(f"journal: PostgreSQL {self.where} unreachable ({_line(e)}); reconnecting for up "
                              f"to {self.outage_limit:.0f}s, nothing is dispatched until the journal is written")
-                if now - lost_at > self.outage_limit:
+                if now - lost_at > (0.0 if self._gave_up else self.outage_limit):
+                    # Once it gave up, later calls (status, fencing checks on the way out) try once.
+                    self._gave_up = True
                     raise JournalUnavailable(f"journal {self.where} unreachable for {now - lost_at:.0f}s: {_line(e)}",
                                              hint="the run is resumable once PostgreSQL is back") from None
                 time.sleep(delay)
