@@ -1,6 +1,6 @@
 """The run journal behind one seam: `Store.open` gives SQLite in a state directory or PostgreSQL from a URL.
 
-Modules: base (the interface, RunRow, the reads both share), sqlite (the embedded default, the only
+Modules: base (the interface, RunRow, the reads both share), sqlite + sqlschema (the embedded default, the only
 module importing sqlite3), postgres (psycopg 3, the only module importing psycopg), pgschema (its
 tables and migrations).
 """
