@@ -7,7 +7,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from wloadctl.errors import StoreError
+from wloadctl.errors import StoreError, UsageError
 from wloadctl.store import Store
 from wloadctl.store.pgschema import SCHEMA_VERSION, VERSION_TABLE
 from wloadctl.store.postgres import PostgresStore, parse_journal_url
@@ -73,7 +73,7 @@ def test_state_directories_and_installations_share_one_database(pg_url: str, tmp
     ("postgresql:///db", "names no host"),
 ])
 def test_a_bad_journal_url_is_one_line(url: str, fragment: str) -> None:
-    with pytest.raises(StoreError, match=fragment):
+    with pytest.raises(UsageError, match=fragment):
         parse_journal_url(url)
 
 

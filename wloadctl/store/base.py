@@ -128,7 +128,8 @@ class Store(ABC):
             say: where one-line notices go (a server journal lost and found again).
 
         Raises:
-            StoreError: missing journal (when not creating), unreadable, corrupt, newer schema, bad URL.
+            StoreError: missing journal (when not creating), unreadable, corrupt, newer schema.
+            UsageError: a journal URL that is not postgresql://USER@HOST[:PORT]/DB.
         """
         url = journal_url(journal)
         if url is None:

@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from wloadctl.errors import StoreError
+from wloadctl.errors import StoreError, UsageError
 from wloadctl.store.base import JournalUnavailable, RunRow, Store
 from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
 from wloadctl.turns import pack_turn, unpack_turn
@@ -53,17 +53,17 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     """(connection URL for psycopg, namespace, the URL without password for messages).
 
     Raises:
-        StoreError: not a postgresql:// URL naming a host and a database.
+        UsageError: not a postgresql:// URL naming a host and a database.
     """
     parts = urlsplit(url)
     hint = "give --journal postgresql://USER@HOST[:PORT]/DB (optionally ?namespace=NAME)"
     if parts.scheme not in ("postgresql", "postgres"):
-        raise StoreError(f"journal {url.split('@')[-1]!r} is not a postgresql:// URL", hint=hint)
+        raise UsageError(f"journal {url.split('@')[-1]!r} is not a postgresql:// URL", hint=hint)
     db = parts.path.lstrip("/")
     query = parse_qsl(parts.query)
     host = parts.hostname or next((v for k, v in query if k == "host"), "")  # ?host=/socket/dir
     if not db or not host:
-        raise StoreError(f"journal URL {parts.scheme}://...@{parts.hostname or ''}{parts.path} names no "
+        raise UsageError(f"journal URL {parts.scheme}://...@{parts.hostname or ''}{parts.path} names no "
                          f"{'database' if host else 'host'}", hint=hint)
     ns = next((v for k, v in query if k == "namespace"), DEFAULT_NAMESPACE) or DEFAULT_NAMESPACE
     rest = urlencode([(k, v) for k, v in query if k != "namespace"])
