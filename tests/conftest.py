@@ -66,3 +66,25 @@ def no_ipc_leaks(tmp_path: Path) -> Iterator[None]:
     ids = _run_ids_under(tmp_path)
     left = sorted(n for n in _ours() if any(f".{rid}." in n for rid in ids))
     assert not left, f"IPC objects left behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A PostgreSQL server to make scratch databases on (see tests/pgserver.py): never skipped."""
+    from tests.pgserver import shared_server_url
+
+    url, embedded = shared_server_url(tmp_path_factory.mktemp("pg"))
+    try:
+        yield url
+    finally:
+        if embedded is not None:
+            embedded.cleanup()
+
+
+@pytest.fixture
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """A journal URL of a database of this test alone (CREATE DATABASE wl_test_<random>, dropped after)."""
+    from wloadctl.store.postgres import scratch_database
+
+    with scratch_database(pg_server_url, "wl_test") as url:
+        yield url

@@ -37,10 +37,10 @@ from wloadctl.ipc import protocol as P
 
 
 @pytest.fixture(scope="module")
-def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def quick(tmp_path_factory: pytest.TempPathFactory, pg_server_url: str) -> dict[str, Any]:
     """One `wloadctl bench --quick` for the whole module (it is the slow part)."""
     out = tmp_path_factory.mktemp("bench") / "bench.json"
-    code = main(["--quick", "--quiet", "--out", str(out)])
+    code = main(["--quick", "--quiet", "--out", str(out), "--pg", pg_server_url])
     data: dict[str, Any] = json.loads(out.read_text())
     data["exit_code"] = code
     return data
@@ -58,7 +58,10 @@ def test_quick_run_succeeds_and_measures_every_section(quick: dict[str, Any]) ->
     assert quick["exit_code"] == 0
     assert quick["mode"] == "quick"
     measured = {f["section"] for f in quick["figures"]}
-    assert {"engine", "e2e", "shell", "latency", "memory"} <= measured
+    assert {"engine", "e2e", "postgres", "shell", "latency", "memory"} <= measured
+    pg = [f for f in quick["figures"] if f["section"] == "postgres"]
+    assert pg and all(f["jobs_per_s"] for f in pg), pg
+    assert any("PostgreSQL journal jobs/s / SQLite journal jobs/s" in r["name"] for r in quick["ratios"])
     if daskcmp.available():
         assert "dask" in measured
     else:
@@ -145,7 +148,7 @@ def test_targets_are_listed_but_not_judged_at_quick_sizes(
     quick: dict[str, Any],
 ) -> None:
     labels = [t["label"] for t in quick["targets"]]
-    assert labels == ["a1", "a2", "b1", "b2", "c1", "c2", "c3", "d", "e"]
+    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "d", "e"]
     assert all(t["met"] is None for t in quick["targets"])
 
 

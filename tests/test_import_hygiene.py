@@ -29,14 +29,16 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_only_the_transport_imports_posix_ipc_and_only_the_store_sqlite3() -> None:
+def test_only_the_transport_imports_posix_ipc_and_one_store_module_each_database_driver() -> None:
     for path in (ROOT / "wloadctl").rglob("*.py"):
         mods = _imports(path)
         rel = path.relative_to(ROOT).as_posix()
         if "posix_ipc" in mods:
             assert rel.startswith("wloadctl/ipc/"), rel
         if "sqlite3" in mods:
-            assert rel == "wloadctl/store.py", rel
+            assert rel == "wloadctl/store/sqlite.py", rel
+        if "psycopg" in mods or any(m.startswith("psycopg.") for m in mods):
+            assert rel == "wloadctl/store/postgres.py", rel
         if any(m == "nats" or m.startswith("nats.") for m in mods):
             assert rel.startswith("wloadctl/remote/"), rel
         assert not any(m == "textual" or m.startswith("textual.") for m in mods), rel

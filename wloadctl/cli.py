@@ -26,6 +26,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _state_dir_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", help="the run's state directory (default: $WLOADCTL_STATE_DIR, or the latest run)")
+    p.add_argument("--journal", metavar="URL",
+                   help="journal in PostgreSQL, postgresql://USER@HOST[:PORT]/DB[?namespace=NAME] (default: "
+                        "$WLOADCTL_JOURNAL, else SQLite in the state directory)")
 
 
 def _heartbeat_args(p: argparse.ArgumentParser) -> None:
@@ -235,6 +238,15 @@ def resolve_state_dir(given: str | None) -> Path:
     return resolve(given)
 
 
+def _reader_dir(given: str | None) -> Path | None:
+    """The state directory of a read or a verb; None with a server journal and no directory named."""
+    from wloadctl.store import journal_url
+
+    if not given and not os.environ.get("WLOADCTL_STATE_DIR") and journal_url() is not None:
+        return None  # the journal's latest run of the namespace: no state directory needed
+    return resolve_state_dir(given)
+
+
 def cmd_validate(a: argparse.Namespace) -> int:
     from wloadctl.core.planfile import load_plan
 
@@ -277,19 +289,19 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_status(a: argparse.Namespace) -> int:
     from wloadctl.cli_show import show_status
 
-    return show_status(a, resolve_state_dir(a.state_dir))
+    return show_status(a, _reader_dir(a.state_dir))
 
 
 def cmd_verb(a: argparse.Namespace) -> int:
     from wloadctl.cli_show import show_verb
 
-    return show_verb(a, resolve_state_dir(a.state_dir))
+    return show_verb(a, _reader_dir(a.state_dir))
 
 
 def cmd_read(a: argparse.Namespace) -> int:
     from wloadctl.cli_show import show_read
 
-    return show_read(a, resolve_state_dir(a.state_dir))
+    return show_read(a, _reader_dir(a.state_dir))
 
 
 def cmd_cleanup(a: argparse.Namespace) -> int:
@@ -436,6 +448,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(bench_main(argv[1:]))
     args = build_parser().parse_args(argv)
+    if getattr(args, "journal", None):
+        # The process's journal, inherited by the schedulers and executors it starts.
+        from wloadctl.store import JOURNAL_ENV
+
+        os.environ[JOURNAL_ENV] = args.journal
     try:
         return int(COMMANDS[args.cmd](args))
     except PlanError as e:

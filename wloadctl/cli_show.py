@@ -18,7 +18,7 @@ def _ts(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def show_status(a: argparse.Namespace, state_dir: Path) -> int:
+def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl status`."""
     with RunClient(state_dir) as c:
         brief = not (a.json or a.all)
@@ -57,7 +57,7 @@ def show_status(a: argparse.Namespace, state_dir: Path) -> int:
     return 1 if any(st["counts"].get(b) for b in _BAD) and not st["live"] else 0
 
 
-def show_verb(a: argparse.Namespace, state_dir: Path) -> int:
+def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl hold|release|retry|rerun|kill|set-ok|skip|cancel`."""
     with RunClient(state_dir) as c:
         rep = c.control(a.cmd, list(getattr(a, "jobs", [])), reason=a.reason,
@@ -74,7 +74,7 @@ def show_verb(a: argparse.Namespace, state_dir: Path) -> int:
     return 0 if rep.get("ok") else 1
 
 
-def show_read(a: argparse.Namespace, state_dir: Path) -> int:
+def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl why|history|lineage|logs|audit`."""
     with RunClient(state_dir) as c:
         if a.cmd == "logs":

@@ -25,7 +25,7 @@ from wloadctl.runplan import run_plan
 __all__ = ["RunClient", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
 from wloadctl.paths import log_path, read_ids
 from wloadctl.remote.agents import AGENT_BASE
-from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir
+from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
 
 if TYPE_CHECKING:
     # The engine, plan loader and DAG are imported where used: `status` must answer fast.
@@ -57,20 +57,23 @@ class JobView:
 class RunClient:
     """A handle on the latest run of a state directory, live or finished."""
 
-    def __init__(self, state_dir: str | Path) -> None:
-        self.state_dir = Path(state_dir)
+    def __init__(self, state_dir: str | Path | None) -> None:
         self.broker_url: str | None = None
         """Broker of the run's agents (for logs of their jobs); default: the run's own setting."""
-        """The run's state directory."""
-        if not (self.state_dir / DB_NAME).exists():
-            raise UsageError(f"no run journal in {self.state_dir}",
+        given = None if state_dir is None else Path(state_dir)
+        if given is not None and not journal_exists(given):
+            raise UsageError(f"no run journal in {given}",
                              hint="start a run there with `wloadctl run PLAN --state-dir DIR`")
-        self.store = Store.open(self.state_dir, create=False, readonly=True)
+        self.store = Store.open(given, create=False, readonly=True)
         run = self.store.latest_run()
         if run is None:
-            raise UsageError(f"no run recorded in {self.state_dir}", hint="start one with `wloadctl run PLAN`")
+            raise UsageError(f"no run recorded in {given or self.store.where}",
+                             hint="start one with `wloadctl run PLAN`")
         self.run: RunRow = run
         """The journal's record of the run."""
+        # A server journal read from anywhere: the run's files are where its settings say (maybe another host).
+        self.state_dir = given or Path(json.loads(run.settings or "{}").get("state_dir") or ".")
+        """The run's state directory."""
         self._ids: list[str] | None = None
         self._plan: Plan | None = None
 
@@ -274,7 +277,9 @@ class RunClient:
         if verb not in MUTATING_OFFLINE and verb != "why":
             raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
                                hint="resume the run with `wloadctl resume --state-dir DIR`")
-        lock = open(self.state_dir / "scheduler.lock", "a+")
+        # The state directory's scheduler lock keeps a starting scheduler out; a run of another
+        # host (server journal) has none here, and its journal's epoch guards its writes.
+        lock = open(self.state_dir / "scheduler.lock" if self.state_dir.is_dir() else os.devnull, "a+")
         try:
             _lock_wait(lock, 5.0)
             with Store.open(self.state_dir, create=False) as st:

@@ -89,6 +89,8 @@ class Settings:
     """Slots per executor of the no-op runs."""
     shell_parallel: int
     """Executors (1 slot each) of the shell runs, and `-j` of ninja and make."""
+    pg: str = ""
+    """PostgreSQL server of the `postgres` section (a scratch database is made there; "": the default)."""
 
 
 SCRATCH_PREFIX = "wloadctl-bench-"
@@ -199,6 +201,7 @@ class Context:
         cache: str = "",
         timeout: float | None = None,
         keep_state: bool = False,
+        journal: str | None = None,
     ) -> RunResult:
         """One `wloadctl run` of a plan, recorded for the cleanup check.
 
@@ -211,6 +214,7 @@ class Context:
             cache: when given, the result is kept under (cache, jobs).
             timeout: seconds before the run is stopped (default: run_timeout(jobs)).
             keep_state: leave its state directory until the scratch directory is removed.
+            journal: a PostgreSQL journal URL (None: SQLite in the state directory).
         """
         self._serial += 1
         state_dir = self.root / f"state-{self._serial}"
@@ -224,6 +228,7 @@ class Context:
             timeout=timeout if timeout is not None else run_timeout(jobs),
             keep_records=keep_records,
             keep_state=keep_state,
+            journal=journal,
         )
         if res.run_id:
             self.run_ids.append(res.run_id)

@@ -81,13 +81,13 @@ def _stop(proc: subprocess.Popen[bytes]) -> tuple[int, resource.struct_rusage] |
     return got
 
 
-def _run_id_of(state_dir: Path) -> tuple[str, float | None]:
+def _run_id_of(state_dir: Path, journal: str | None = None) -> tuple[str, float | None]:
     """The run's id and end time from its journal ("" and None when there is none)."""
     from wloadctl.errors import WloadError
     from wloadctl.store import Store
 
     try:
-        with Store.open(state_dir, create=False, readonly=True) as store:
+        with Store.open(state_dir, create=False, readonly=True, journal=journal) as store:
             row = store.latest_run()
     except WloadError:
         return "", None
@@ -160,6 +160,7 @@ def run_wloadctl(
     keep_records: bool = False,
     sample_interval: float = 0.02,
     keep_state: bool = False,
+    journal: str | None = None,
 ) -> RunResult:
     """Run `python -m wloadctl run PLAN --json` to the end and measure it from outside.
 
@@ -177,6 +178,7 @@ def run_wloadctl(
         keep_records: also return every executor result record (for latencies).
         sample_interval: seconds between RSS samples of the scheduler.
         keep_state: leave the state directory for the caller to remove later.
+        journal: `--journal URL` (a PostgreSQL journal), or None for SQLite in the state directory.
 
     Returns:
         The run's figures; `status` says how it ended.
@@ -198,6 +200,7 @@ def run_wloadctl(
         "--json",
         "--journal-sync",
         journal_sync,
+        *(["--journal", journal] if journal else []),
     ]
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -243,6 +246,7 @@ def run_wloadctl(
             usage,
             sampler,
             keep_records,
+            journal,
         )
     finally:
         if not keep_state:
@@ -263,6 +267,7 @@ def _collect(
     usage: resource.struct_rusage | None,
     sampler: RssSampler,
     keep_records: bool,
+    journal: str | None = None,
 ) -> RunResult:
     """Read a finished run's summary, journal and executor results; find leftovers."""
     summary: dict[str, object] = {}
@@ -271,7 +276,7 @@ def _collect(
             summary = json.load(f)
     except (OSError, ValueError):
         pass
-    run_id, ended = _run_id_of(state_dir)
+    run_id, ended = _run_id_of(state_dir, journal)
     run_id = str(summary.get("run") or run_id)
     status = "timed out" if timed_out else str(summary.get("status") or "crashed")
     error = ""

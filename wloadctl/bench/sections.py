@@ -356,3 +356,42 @@ def latency(ctx: Context) -> None:
             "start at the executors",
         )
     )
+
+
+NO_SERVER = "no PostgreSQL server"
+"""Start of the note of a postgres figure that could not be measured for want of a server."""
+
+
+def postgres(ctx: Context) -> None:
+    """No-op jobs end to end with the journal in PostgreSQL, beside the SQLite journal measured in this run."""
+    from wloadctl.store.base import pg_server
+    from wloadctl.store.postgres import scratch_database, server_answers
+
+    s = ctx.settings
+    jobs = s.sizes.e2e[-1]
+    plan = ctx.plan(jobs, "bank", "noop")
+    server = pg_server(s.pg)
+    where = server.split("@")[-1]
+    if not server_answers(server):
+        ctx.figures.append(combine("postgres", "no-op throughput", "wloadctl+postgresql", "bank", jobs, [],
+                                   _E2E_BASIS, note=f"{NO_SERVER} answered at {where}"))
+        return
+    if ctx.find("e2e", "no-op throughput", "wloadctl", "bank", jobs) is None:
+        runs = ctx.cached_runs("noop", jobs)
+        for k in range(s.repeat - len(runs)):
+            ctx.say(f"end to end, no-op bank {jobs:,} jobs, SQLite journal ({k + 1}/{s.repeat})")
+            runs.append(ctx.run(plan, jobs, executors=s.executors, slots=s.slots, cache="noop"))
+        _e2e_figure(ctx, jobs, runs)
+    pg_runs: list[RunResult] = []
+    for k in range(s.repeat):
+        ctx.say(f"end to end, no-op bank {jobs:,} jobs, PostgreSQL journal at {where} ({k + 1}/{s.repeat})")
+        # A database of its own per run: every run starts from an empty journal, as the SQLite ones do.
+        with scratch_database(server, "wl_bench") as url:
+            pg_runs.append(ctx.run(plan, jobs, executors=s.executors, slots=s.slots, journal=url))
+        if not pg_runs[-1].ok:
+            break
+    pg = combine("postgres", "no-op throughput", "wloadctl+postgresql", "bank", jobs,
+                 [_run_extra(r, ctx, s.executors, s.slots) for r in pg_runs], _E2E_BASIS)
+    ctx.figures.append(pg)
+    ctx.add_ratio(ratio(f"e2e {jobs}: PostgreSQL journal jobs/s / SQLite journal jobs/s", pg,
+                        ctx.find("e2e", "no-op throughput", "wloadctl", "bank", jobs)))

@@ -23,6 +23,7 @@ from wloadctl.bench.context import (
 from wloadctl.bench.figures import SECTIONS, Section, as_json
 from wloadctl.bench.measure import machine_info
 from wloadctl.bench.report import judge, print_report, write_json
+from wloadctl.bench.sections import NO_SERVER
 
 DEFAULT_OUT = "wloadctl-bench.json"
 """Where the JSON report goes unless --out says otherwise."""
@@ -83,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="shell runs: executors with one slot each, and -j of ninja and make "
         "(default 2)",
     )
+    ap.add_argument(
+        "--pg",
+        default="",
+        metavar="URL",
+        help="PostgreSQL server of the postgres section, e.g. postgresql://postgres@127.0.0.1:5432/postgres "
+        "(default: $WLOADCTL_TEST_PG, else that one); a scratch database is made there and dropped",
+    )
     ap.add_argument("--seed", type=int, default=1, help="seed of every generated plan")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
@@ -102,6 +110,7 @@ def settings_from(a: argparse.Namespace) -> Settings:
         executors=max(1, a.executors),
         slots=max(1, a.slots),
         shell_parallel=max(1, a.parallel),
+        pg=a.pg,
     )
 
 
@@ -117,6 +126,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
     runners = {
         "engine": sections.engine,
         "e2e": sections.e2e,
+        "postgres": sections.postgres,
         "shell": compare.shell,
         "latency": sections.latency,
         "memory": sections.memory,
@@ -152,6 +162,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
             "executors": settings.executors,
             "slots": settings.slots,
             "shell_parallel": settings.shell_parallel,
+            "pg": settings.pg,
         },
         "machine": machine,
         **as_json(ctx.figures, ctx.ratios, targets),
@@ -193,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         for sig, handler in old.items():
             signal.signal(sig, handler)
     failed = [
-        f for f in data["figures"] if f["seconds"] is None and f["section"] != "dask"
+        f for f in data["figures"]
+        if f["seconds"] is None and f["section"] != "dask" and not f["note"].startswith(NO_SERVER)
     ]
     if data["cleanup"]["leftovers"] or failed:
         for f in failed:

@@ -34,7 +34,7 @@ from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby
 from wloadctl.runplan import keep_plan, run_plan
-from wloadctl.store import DB_NAME, RunRow, Store
+from wloadctl.store import RunRow, Store, journal_exists
 
 if TYPE_CHECKING:
     from wloadctl.remote.agentpool import AgentPool
@@ -204,7 +204,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         WloadError: IPC or journal failures.
     """
     plan = loaded
-    if plan is None and plan_path is not None and not (opts.state_dir / DB_NAME).exists():
+    if plan is None and plan_path is not None and not journal_exists(opts.state_dir):
         plan = load_plan(plan_path)  # a new run: a bad plan fails before anything is created
     lock = StateDirLock(opts.state_dir)
     lock.acquire()

@@ -20,7 +20,7 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.procs.runctx import EventLog
 from wloadctl.procs.runner import START_GRACE, Claim, RunOptions, continue_run
 from wloadctl.procs.supervisor import register_standby
-from wloadctl.store import RunRow, Store
+from wloadctl.store import RunRow, Store, journal_exists
 
 RUN_WAIT = 60.0
 """Seconds a standby waits for a running run to appear in its state directory."""
@@ -139,7 +139,7 @@ class Standby:
         store: Store | None = None
         try:
             while not self.stop:
-                if store is None and (sd / "journal.db").exists():
+                if store is None and journal_exists(sd):
                     store = Store.open(sd, create=False, sync=self.opts.journal_sync)
                 run = store.latest_run() if store is not None else None
                 if store is not None and run is not None and run.status == "running":

@@ -1,4 +1,4 @@
-"""The run journal: SQLite in WAL mode with runs, plans as loaded, job states, transitions and operator actions."""
+"""The embedded journal: SQLite in WAL mode, one file in the state directory (the only module importing sqlite3)."""
 
 from __future__ import annotations
 
@@ -6,145 +6,12 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from wloadctl.errors import StoreError
-from wloadctl.turns import JobColumns, pack_turn, unpack_turn
-
-SCHEMA_VERSION = 4
-DB_NAME = "journal.db"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT UNIQUE NOT NULL,
-    plan_name TEXT NOT NULL,
-    plan_path TEXT NOT NULL,
-    plan_digest TEXT NOT NULL,
-    plan_text TEXT NOT NULL,
-    business_date TEXT NOT NULL,
-    started REAL NOT NULL,
-    ended REAL,
-    status TEXT NOT NULL,
-    epoch INTEGER NOT NULL DEFAULT 0,
-    scheduler_pid INTEGER,
-    lease_until REAL NOT NULL DEFAULT 0,
-    settings TEXT NOT NULL DEFAULT '{}',
-    plan_blob TEXT
-);
-CREATE TABLE IF NOT EXISTS jobs (
-    run INTEGER NOT NULL,
-    idx INTEGER NOT NULL,
-    job_id TEXT NOT NULL,
-    state INTEGER NOT NULL DEFAULT 0,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    executor INTEGER NOT NULL DEFAULT -1,
-    exit_code INTEGER,
-    started REAL,
-    ended REAL,
-    reason TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (run, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS transitions (
-    seq INTEGER PRIMARY KEY,
-    run INTEGER NOT NULL,
-    idx INTEGER NOT NULL,
-    from_state INTEGER NOT NULL,
-    to_state INTEGER NOT NULL,
-    attempt INTEGER NOT NULL,
-    ts REAL NOT NULL,
-    executor INTEGER NOT NULL,
-    exit_code INTEGER,
-    reason TEXT NOT NULL,
-    cause TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS transitions_job ON transitions (run, idx);
-CREATE TABLE IF NOT EXISTS plans (
-    run INTEGER PRIMARY KEY,
-    text TEXT NOT NULL,
-    blob TEXT
-);
-CREATE TABLE IF NOT EXISTS turns (
-    seq INTEGER PRIMARY KEY,
-    run INTEGER NOT NULL,
-    n INTEGER NOT NULL,
-    recs BLOB NOT NULL,
-    causes TEXT NOT NULL,
-    reasons TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS turns_run ON turns (run, seq);
-CREATE TABLE IF NOT EXISTS actions (
-    seq INTEGER PRIMARY KEY,
-    run INTEGER NOT NULL,
-    ts REAL NOT NULL,
-    user TEXT NOT NULL,
-    verb TEXT NOT NULL,
-    job TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    applied INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS expansions (
-    seq INTEGER PRIMARY KEY,
-    run INTEGER NOT NULL,
-    job_id TEXT NOT NULL,
-    first_idx INTEGER NOT NULL,
-    items TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS alerts (
-    seq INTEGER PRIMARY KEY,
-    run INTEGER NOT NULL,
-    ts REAL NOT NULL,
-    job TEXT NOT NULL,
-    tier TEXT NOT NULL,
-    state TEXT NOT NULL,
-    attempts INTEGER NOT NULL,
-    reason TEXT NOT NULL,
-    log_path TEXT NOT NULL
-);
-"""
-
-
-
-@dataclass(frozen=True, slots=True)
-class RunRow:
-    """One run as recorded in the journal."""
-
-    id: int
-    """Row id (the `run` column of the other tables)."""
-    run_id: str
-    """The run's public id (also in its IPC object names)."""
-    plan_name: str
-    """Name of the plan."""
-    plan_path: str
-    """Path of the plan file as given at the start."""
-    plan_digest: str
-    """SHA-256 of the plan text."""
-    business_date: str
-    """Business date (YYYY-MM-DD) the run is for."""
-    started: float
-    """When it started."""
-    ended: float | None
-    """When it ended, if it did."""
-    status: str
-    """running | succeeded | failed | cancelled | interrupted."""
-    epoch: int
-    """Scheduler epoch (fencing token), incremented at every scheduler start or takeover."""
-    scheduler_pid: int | None
-    """Pid of the scheduler that last held the run."""
-    lease_until: float
-    """Until when the active scheduler's lease runs."""
-    settings: str
-    """JSON of the run's settings (executors, slots, ...)."""
-
-
-def default_state_dir(plan_name: str) -> Path:
-    """The state directory of a plan when `--state-dir` is not given: under the state root (paths.state_root)."""
-    from wloadctl.paths import state_root
-
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in plan_name) or "plan"
-    return state_root() / safe
+from wloadctl.store.base import DB_NAME, RunRow, Store
+from wloadctl.store.sqlschema import SCHEMA, SCHEMA_VERSION
+from wloadctl.turns import pack_turn, unpack_turn
 
 
 def _migrate(conn: sqlite3.Connection, version: int) -> None:
@@ -173,10 +40,11 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
     conn.execute("COMMIT")
 
 
-class Store:
+class SqliteStore(Store):
     """The journal of the runs in one state directory."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection, *, readonly: bool) -> None:
+        super().__init__()
         self.path = path
         """The database file."""
         self.conn = conn
@@ -187,14 +55,13 @@ class Store:
         """Whether turns choose their durability (see open's `sync`)."""
         self._relaxed = False
         """The connection commits with synchronous=NORMAL now (auto_sync, after a turn that allowed it)."""
-        self._columns: dict[int, JobColumns] = {}
-        """Job rows per run as last replayed (see columns)."""
         self._has_turns = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'turns'").fetchone() is not None
 
     @classmethod
-    def open(cls, state_dir: str | Path, *, create: bool = True, readonly: bool = False, sync: str = "FULL") -> Store:
-        """Open (or create) the journal of a state directory.
+    def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
+             sync: str = "FULL", journal: str | None = None, say: object = None) -> SqliteStore:
+        """Open (or create) the journal of a state directory (`journal` and `say` serve server journals only).
 
         Args:
             state_dir: the run's state directory.
@@ -208,6 +75,8 @@ class Store:
         Raises:
             StoreError: missing (when not creating), unreadable, corrupt or truncated database.
         """
+        if state_dir is None:
+            raise StoreError("no state directory given for the journal", hint="give --state-dir DIR")
         d = Path(state_dir)
         path = d / DB_NAME
         if not path.exists():
@@ -234,7 +103,7 @@ class Store:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute(f"PRAGMA synchronous = {'FULL' if sync == 'AUTO' else sync}")
                 if version == 0:
-                    conn.executescript(_SCHEMA)
+                    conn.executescript(SCHEMA)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     version = SCHEMA_VERSION
                 elif version < SCHEMA_VERSION:
@@ -264,15 +133,14 @@ class Store:
         store.auto_sync = sync == "AUTO"
         return store
 
+    @property
+    def where(self) -> str:
+        """The database file."""
+        return str(self.path)
+
     def close(self) -> None:
         """Close the connection."""
         self.conn.close()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- runs -------------------------------------------------------------------------
 
@@ -325,15 +193,15 @@ class Store:
         """The run with this public id."""
         return self._run("WHERE run_id = ?", (run_id,))
 
+    def latest_run(self) -> RunRow | None:
+        """The most recent run of the state directory."""
+        return self._run("ORDER BY id DESC LIMIT 1", ())
+
     def runs(self) -> list[RunRow]:
         """Every run of the state directory, oldest first."""
         return [RunRow(*r) for r in self.conn.execute(
             "SELECT id, run_id, plan_name, plan_path, plan_digest, business_date, started, ended, status,"
             " epoch, scheduler_pid, lease_until, settings FROM runs ORDER BY id")]
-
-    def latest_run(self) -> RunRow | None:
-        """The most recent run of the state directory."""
-        return self._run("ORDER BY id DESC LIMIT 1", ())
 
     def plan_text(self, run: int) -> str:
         """The plan text as loaded at the run's start."""
@@ -393,7 +261,8 @@ class Store:
         except BaseException:
             c.execute("ROLLBACK")
             raise
-        return int(cur) + 1
+        self.epoch = int(cur) + 1
+        return self.epoch
 
     def renew_lease(self, run: int, epoch: int, lease: float) -> bool:
         """Extend the lease of the scheduler holding `epoch`; False if it was fenced off."""
@@ -403,7 +272,26 @@ class Store:
     def set_status(self, run: int, status: str, ended: float | None) -> None:
         """Record the run's status (and end time)."""
         self._durable()
-        self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run))
+        if self.epoch is None:
+            self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run))
+        elif self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ? AND epoch = ?",
+                               (status, ended, run, self.epoch)).rowcount != 1:
+            raise self._stale(run, self._epoch_of(run), self.epoch)
+
+    def _epoch_of(self, run: int) -> int | None:
+        row = self.conn.execute("SELECT epoch FROM runs WHERE id = ?", (run,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _guarded_insert(self, run: int, sql: str, args: tuple) -> None:
+        """INSERT ... SELECT `args` only while this store's epoch is the run's (one statement)."""
+        if self.epoch is None:
+            self.conn.execute(f"{sql} VALUES ({', '.join('?' * len(args))})", args)
+            return
+        cur = self.conn.execute(f"{sql} SELECT {', '.join('?' * len(args))}"
+                                " WHERE EXISTS (SELECT 1 FROM runs WHERE id = ? AND epoch = ?)",
+                                (*args, run, self.epoch))
+        if cur.rowcount != 1:
+            raise self._stale(run, self._epoch_of(run), self.epoch)
 
     # -- jobs -------------------------------------------------------------------------
 
@@ -419,66 +307,16 @@ class Store:
         """Job ids by index."""
         return [r[0] for r in self.conn.execute("SELECT job_id FROM jobs WHERE run = ? ORDER BY idx", (run,))]
 
-    def job_states(self, run: int) -> list[tuple[int, int, int]]:
-        """(index, state, attempt) of every job not in its initial state."""
-        cols = self.columns(run)
-        cols.grow(len(self.job_ids(run)))
-        state, attempt = cols.state, cols.attempt
-        return [(i, state[i], attempt[i]) for i in range(len(state)) if state[i] or attempt[i]]
-
-    def job_rows(self, run: int, exclude_states: Sequence[int] = (), limit: int = -1) -> list[tuple]:
-        """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job."""
-        cols = self.columns(run)
-        ids = self.job_ids(run)
-        cols.grow(len(ids))
-        skip = set(exclude_states)
-        out = []
-        state = cols.state
-        for i, jid in enumerate(ids):
-            if state[i] in skip:
-                continue
-            if 0 <= limit <= len(out):
-                break
-            out.append(cols.row(i, jid))
-        return out
-
-    def state_counts(self, run: int) -> list[tuple[int, int]]:
-        """(state, number of jobs) of a run."""
-        cols = self.columns(run)
-        cols.grow(len(self.job_ids(run)))
-        state = cols.state
-        return [(s, state.count(s)) for s in sorted(set(state))]
-
-    def job_row(self, run: int, job_id: str) -> tuple | None:
-        """One job's row (see job_rows)."""
+    def _job_index(self, run: int, job_id: str) -> int | None:
         found = self.conn.execute("SELECT idx FROM jobs WHERE run = ? AND job_id = ?", (run, job_id)).fetchone()
-        if found is None:
-            return None
-        cols = self.columns(run)
-        cols.grow(found[0] + 1)
-        return cols.row(found[0], job_id)
+        return None if found is None else int(found[0])
 
-    def columns(self, run: int) -> JobColumns:
-        """Every job's row of a run as columns: the stored rows, then every turn journaled since.
-
-        Kept between calls and brought up to date with only the turns written since the last one.
-        """
-        cached = self._columns.get(run)
-        if cached is None:
-            n = self.conn.execute("SELECT count(*) FROM jobs WHERE run = ?", (run,)).fetchone()[0]
-            cached = JobColumns(n)
-            for i, st, att, ex, code, started, ended, reason in self.conn.execute(
-                    "SELECT idx, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
-                    " WHERE run = ? AND (state != 0 OR attempt != 0)", (run,)):
-                cached.set_row(i, st, att, ex, code, started, ended, reason)
-            self._columns[run] = cached
-        for turn in self._turns(run, cached.seq):
-            cached.apply(turn)
-        return cached
-
-    def drop_columns(self) -> None:
-        """Forget the job rows kept by `columns` (a scheduler reads them once, at a resume)."""
-        self._columns.clear()
+    def _stored_rows(self, run: int) -> tuple[int, Iterable[tuple]]:
+        # Journals written before turns, and jobs an accepted plan change added, keep rows.
+        n = self.conn.execute("SELECT count(*) FROM jobs WHERE run = ?", (run,)).fetchone()[0]
+        return n, self.conn.execute(
+            "SELECT idx, state, attempt, executor, exit_code, started, ended, reason FROM jobs"
+            " WHERE run = ? AND (state != 0 OR attempt != 0)", (run,))
 
     def _turns(self, run: int, after: int) -> Iterator[list[tuple]]:
         """The records of each turn of a run with a transition after `after`, oldest first."""
@@ -489,35 +327,15 @@ class Store:
                 (run, after)):
             yield [r for r in unpack_turn(first, recs, causes, reasons) if r[0] > after]
 
-    def transitions_of(self, run: int, idx: int) -> list[tuple]:
-        """(from, to, attempt, ts, executor, exit_code, reason, cause) of one job, in order."""
-        old = list(
-            self.conn.execute(
-                "SELECT from_state, to_state, attempt, ts, executor, exit_code, reason, cause FROM transitions"
-                " WHERE run = ? AND idx = ? ORDER BY seq",
-                (run, idx),
-            )
-        )
-        return old + [r[2:] for turn in self._turns(run, 0) for r in turn if r[1] == idx]
-
-    def transitions_since(self, run: int, seq: int, limit: int = 100_000) -> list[tuple]:
-        """(seq, idx, from, to, attempt, ts, executor, exit_code, reason) after `seq`, oldest first.
-
-        Readers (the console) follow a live run with this instead of re-reading every job.
-        """
+    def _legacy_transitions(self, run: int, idx: int | None, after: int, limit: int) -> list[tuple]:
+        if idx is not None:
+            return list(self.conn.execute(
+                "SELECT seq, idx, from_state, to_state, attempt, ts, executor, exit_code, reason, cause"
+                " FROM transitions WHERE run = ? AND idx = ? ORDER BY seq", (run, idx)))
         # `+run` keeps SQLite on the rowid range (seq) instead of the (run, idx) index and a sort.
-        out = list(
-            self.conn.execute(
-                "SELECT seq, idx, from_state, to_state, attempt, ts, executor, exit_code, reason FROM transitions"
-                " WHERE seq > ? AND +run = ? ORDER BY seq LIMIT ?",
-                (seq, run, limit),
-            )
-        )
-        for turn in self._turns(run, seq):
-            out.extend(r[:9] for r in turn)
-            if len(out) >= limit:
-                break
-        return out[:limit]
+        return list(self.conn.execute(
+            "SELECT seq, idx, from_state, to_state, attempt, ts, executor, exit_code, reason, cause"
+            " FROM transitions WHERE seq > ? AND +run = ? ORDER BY seq LIMIT ?", (after, run, limit)))
 
     def last_seq(self, run: int) -> int:
         """Sequence number of the run's latest transition (0 if none)."""
@@ -543,6 +361,8 @@ class Store:
         """
         if not transitions and not added:
             return
+        if epoch is None:
+            epoch = self.epoch
         recs, causes, reasons = pack_turn(transitions)
         c = self.conn
         if self.auto_sync and durable == self._relaxed:
@@ -553,7 +373,7 @@ class Store:
                 cur = c.execute("SELECT epoch FROM runs WHERE id = ?", (run,)).fetchone()[0]
                 if cur != epoch:
                     c.execute("ROLLBACK")
-                    raise StoreError(f"fenced: the run is at epoch {cur}, this scheduler holds {epoch}")
+                    raise self._stale(run, cur, epoch)
             for parent, first, items, ids in added:
                 c.execute("INSERT INTO expansions (run, job_id, first_idx, items) VALUES (?, ?, ?, ?)",
                           (run, parent, first, json.dumps(list(items))))
@@ -596,10 +416,8 @@ class Store:
     ) -> None:
         """Append one operator action to the audit trail."""
         self._durable()
-        self.conn.execute(
-            "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (run, ts or time.time(), user, verb, job, reason, outcome, int(applied)),
-        )
+        self._guarded_insert(run, "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied)",
+                             (run, ts or time.time(), user, verb, job, reason, outcome, int(applied)))
 
     def actions(self, run: int, job: str | None = None) -> list[tuple]:
         """(ts, user, verb, job, reason, outcome, applied) of the run's actions, optionally of one job."""
@@ -615,11 +433,8 @@ class Store:
     ) -> None:
         """Append one alert (a job failed for good)."""
         self._durable()
-        self.conn.execute(
-            "INSERT INTO alerts (run, ts, job, tier, state, attempts, reason, log_path)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (run, ts, job, tier, state, attempts, reason, log_path),
-        )
+        self._guarded_insert(run, "INSERT INTO alerts (run, ts, job, tier, state, attempts, reason, log_path)",
+                             (run, ts, job, tier, state, attempts, reason, log_path))
 
     def alerts(self, run: int) -> list[tuple]:
         """(ts, job, tier, state, attempts, reason, log_path) of the run's alerts."""

@@ -1,0 +1,118 @@
+"""Real runs with the journal in PostgreSQL: the bank plan end to end, status from anywhere, a server restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import ENV, cli, evidence_plan, ipc_names, read_evidence, reap_orphans, wait_for
+from tests.pgserver import PrivateServer
+from wloadctl.store import Store
+from wloadctl.store.postgres import scratch_database
+
+pytestmark = pytest.mark.ipc
+ROOT = Path(__file__).parents[2]
+
+
+def test_the_bank_plan_runs_on_a_postgresql_journal_and_status_reads_it_from_anywhere(
+        tmp_path: Path, pg_url: str) -> None:
+    # When the bank's end-of-day plan runs with --journal
+    sd = tmp_path / "sd"
+    p = cli("run", str(ROOT / "samples" / "eod_bank.yaml"), "--state-dir", str(sd), "--journal", pg_url, "--json",
+            timeout=300)
+    # Then it succeeds, with no SQLite journal in the state directory (only the run's local files)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["status"] == "succeeded"
+    assert not (sd / "journal.db").exists() and (sd / "events.jsonl").exists()
+    assert not ipc_names(summary["run"])
+    # And `status --journal URL --json` from another directory, with no state directory, reads it all
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in ENV.items() if k not in ("WLOADCTL_STATE_DIR", "WLOADCTL_JOURNAL")}
+    s = subprocess.run([sys.executable, "-m", "wloadctl", "status", "--journal", pg_url, "--json"],
+                       capture_output=True, text=True, cwd=elsewhere, env=env, timeout=60)
+    assert s.returncode == 0, s.stderr
+    st = json.loads(s.stdout)
+    assert st["run"] == summary["run"] and st["status"] == "succeeded" and not st["live"]
+    assert st["total"] == len(summary["jobs"])
+    assert {j["job"]: j["state"] for j in st["jobs"]} == summary["jobs"]
+    # And the reads of a run go to the same journal
+    h = cli("history", "open_business_day", "--journal", pg_url, "--json")
+    assert h.returncode == 0, h.stderr
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivateServer]:
+    """A PostgreSQL server of this test alone: it is stopped and started mid-run (never the shared one)."""
+    server = PrivateServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+def test_a_postgresql_restart_mid_run_loses_nothing(tmp_path: Path, private_pg: PrivateServer) -> None:
+    # Given a chain of jobs running with the journal on a private server
+    out = tmp_path / "evidence"
+    jobs = {f"j{i:02d}": ({"depends_on": [f"j{i - 1:02d}"]} if i else {}) for i in range(30)}
+    jobs.update({f"side{i}": {} for i in range(6)})
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, name="pgrestart", sleep=0.1)
+    sd = tmp_path / "sd"
+    with scratch_database(private_pg.url, "wl_test") as url:
+        err = open(tmp_path / "run.err", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
+                                 "--journal", url, "--json", "--executors", "2", "--slots", "2"],
+                                stdout=subprocess.PIPE, stderr=err, env=ENV, start_new_session=True)
+        run_id = ""
+        try:
+            def some_done() -> bool:
+                try:
+                    with Store.open(None, journal=url, readonly=True) as st:
+                        run = st.latest_run()
+                        return run is not None and dict(st.state_counts(run.id)).get(4, 0) >= 5
+                except Exception:
+                    return False
+
+            wait_for(some_done, timeout=60, what="five jobs succeeded")
+            # When PostgreSQL restarts in the middle of the run (every connection dropped, 2 s away)
+            private_pg.stop("fast")
+            time.sleep(2.0)
+            private_pg.start()
+            stdout, _ = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            err.close()
+        # Then the run finishes, every job succeeded exactly once, in order
+        stderr = (tmp_path / "run.err").read_text()
+        assert proc.returncode == 0, stderr
+        summary = json.loads(stdout)
+        run_id = summary["run"]
+        reap_orphans(run_id)
+        assert summary["status"] == "succeeded" and set(summary["jobs"].values()) == {"SUCCEEDED"}
+        ev = read_evidence(out)
+        assert sorted(ev) == sorted(jobs)
+        assert all([k for k, _t in marks] == ["start", "end"] for marks in ev.values()), ev
+        for i in range(1, 30):
+            assert ev[f"j{i:02d}"][0][1] >= ev[f"j{i - 1:02d}"][1][1]
+        # And the scheduler said what happened, and the journal holds every transition once
+        assert "unreachable" in stderr and "is back after" in stderr
+        with Store.open(None, journal=url, readonly=True) as st:
+            run = st.get_run(run_id)
+            assert run is not None and run.status == "succeeded"
+            rows = st.job_rows(run.id)
+            assert all(r[2] == 4 and r[3] == 1 for r in rows), rows
+            for r in rows:
+                to_states = [t[1] for t in st.transitions_of(run.id, r[0])]
+                assert to_states.count(4) == 1 and to_states.count(3) == 1, (r[1], to_states)
+        assert not ipc_names(run_id)

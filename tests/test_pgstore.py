@@ -1,0 +1,107 @@
+"""The PostgreSQL journal: its schema version and migrations, shared databases, URLs, and a lost connection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from wloadctl.errors import StoreError, UsageError
+from wloadctl.store import Store
+from wloadctl.store.pgschema import SCHEMA_VERSION, VERSION_TABLE
+from wloadctl.store.postgres import PostgresStore, parse_journal_url
+
+
+def _version(url: str) -> int:
+    with psycopg.connect(url) as c:
+        return int(c.execute(f"SELECT version FROM {VERSION_TABLE}").fetchone()[0])  # type: ignore[index]
+
+
+def test_a_new_database_gets_the_schema_once(pg_url: str, tmp_path: Path) -> None:
+    with Store.open(tmp_path, journal=pg_url) as st:
+        st.create_run("r1", "p", "p.yaml", "d", "t", ["a"], "2026-11-30", 1.0)
+    assert _version(pg_url) == SCHEMA_VERSION
+    # Opening again migrates nothing and loses nothing.
+    with Store.open(tmp_path, journal=pg_url) as st:
+        assert st.get_run("r1") is not None
+    assert _version(pg_url) == SCHEMA_VERSION
+
+
+def test_an_older_wloadctl_refuses_a_newer_schema_naming_both_versions(pg_url: str, tmp_path: Path) -> None:
+    Store.open(tmp_path, journal=pg_url).close()
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        c.execute(f"UPDATE {VERSION_TABLE} SET version = %s", (SCHEMA_VERSION + 5,))
+    for readonly in (False, True):
+        with pytest.raises(StoreError) as e:
+            Store.open(tmp_path, journal=pg_url, readonly=readonly)
+        line = e.value.one_line()
+        assert f"has schema {SCHEMA_VERSION + 5}, newer than this wloadctl ({SCHEMA_VERSION})" in line
+        assert "\n" not in line
+
+
+def test_a_reader_does_not_create_the_schema(pg_url: str) -> None:
+    with pytest.raises(StoreError, match="no run journal in postgresql://postgres@"):
+        Store.open(None, journal=pg_url, readonly=True)
+    with psycopg.connect(pg_url) as c:
+        assert c.execute("SELECT to_regclass(%s)", (VERSION_TABLE,)).fetchone()[0] is None  # type: ignore[index]
+
+
+def test_state_directories_and_installations_share_one_database(pg_url: str, tmp_path: Path) -> None:
+    ns = f"{pg_url}{'&' if '?' in pg_url else '?'}namespace=other"
+    with Store.open(tmp_path / "a", journal=pg_url) as a, Store.open(tmp_path / "b", journal=pg_url) as b, \
+            Store.open(tmp_path / "a", journal=ns) as c:
+        ra = a.create_run("ra", "p", "p.yaml", "d", "t", ["x"], "2026-11-30", 1.0)
+        rb = b.create_run("rb", "q", "q.yaml", "d", "t", ["y"], "2026-11-30", 2.0)
+        rc = c.create_run("rc", "p", "p.yaml", "d", "t", ["z"], "2026-11-30", 3.0)
+        # Each state directory sees its own latest run; turns number per run.
+        assert a.latest_run() == ra and b.latest_run() == rb and c.latest_run() == rc
+        a.write_turn(ra.id, [(0, 0, 1, 0, 1.0, -1, None, "", "t")])
+        b.write_turn(rb.id, [(0, 0, 1, 0, 1.0, -1, None, "", "t")])
+        assert a.last_seq(ra.id) == b.last_seq(rb.id) == 1
+    # A reader without a state directory sees the latest run of its installation.
+    with Store.open(None, journal=pg_url, readonly=True) as r:
+        assert r.latest_run() == rb
+        assert r.job_ids(ra.id) == ["x"]
+    with Store.open(None, journal=ns, readonly=True) as r:
+        assert r.latest_run() == rc
+
+
+@pytest.mark.parametrize(("url", "fragment"), [
+    ("mysql://u@h/db", "is not a postgresql:// URL"),
+    ("postgresql://u@h", "names no database"),
+    ("postgresql:///db", "names no host"),
+])
+def test_a_bad_journal_url_is_one_line(url: str, fragment: str) -> None:
+    with pytest.raises(UsageError, match=fragment):
+        parse_journal_url(url)
+
+
+def test_the_password_never_shows(pg_url: str) -> None:
+    secret = pg_url.replace("postgres@", "postgres:s3cret@").replace("postgres:@", "postgres:s3cret@")
+    _conninfo, ns, where = parse_journal_url(f"{secret}{'&' if '?' in secret else '?'}namespace=n1")
+    assert ns == "n1" and "s3cret" not in where
+
+
+def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"cannot reach the journal postgresql://postgres@127\.0\.0\.1:1/x"):
+        Store.open(tmp_path, journal="postgresql://postgres@127.0.0.1:1/x")
+
+
+def test_a_lost_connection_is_found_again_and_the_turn_written_whole(pg_url: str, tmp_path: Path) -> None:
+    # Given a scheduler's store whose connection the server drops (as a restart does)
+    lines: list[str] = []
+    st = Store.open(tmp_path, journal=pg_url, say=lines.append)
+    assert isinstance(st, PostgresStore)
+    run = st.create_run("r1", "p", "p.yaml", "d", "t", ["a", "b"], "2026-11-30", 1.0)
+    st.begin_epoch(run.id, 1, 10.0)
+    st.write_turn(run.id, [(0, 0, 1, 0, 1.0, -1, None, "", "t1")])
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    # When it writes the next turn, Then it reconnects, says so, and the turn is there once
+    st.write_turn(run.id, [(1, 0, 1, 0, 2.0, -1, None, "", "t2"), (0, 1, 2, 1, 2.0, -1, None, "", "t2")])
+    assert any("unreachable" in m for m in lines) and any("is back after" in m for m in lines)
+    assert st.last_seq(run.id) == 3
+    assert [r[2] for r in st.job_rows(run.id)] == [2, 1]
+    st.close()

@@ -1,0 +1,149 @@
+"""The journal's contract, held by both stores: the same tests on SQLite in a state directory and on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from wloadctl.errors import StoreError
+from wloadctl.store import StaleEpoch, Store
+
+W, R, Q, RUN, OK, FAIL = 0, 1, 2, 3, 4, 5
+Opener = Callable[..., Store]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the journal of one state directory: SQLite in it, or a scratch PostgreSQL database."""
+    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    opened: list[Store] = []
+
+    def open_(**kw: object) -> Store:
+        st = Store.open(tmp_path / "state", journal=url, **kw)  # type: ignore[arg-type]
+        opened.append(st)
+        return st
+
+    yield open_
+    for st in opened:
+        st.close()
+
+
+def new_run(st: Store, ids: list[str], run_id: str = "r1"):  # type: ignore[no-untyped-def]
+    return st.create_run(run_id, "p", "p.yaml", "digest", "name: p", ids, "2026-11-30", 100.0,
+                         '{"executors": 2}')
+
+
+def test_a_run_is_recorded_with_its_plan_and_jobs(opener: Opener) -> None:
+    st = opener()
+    run = new_run(st, ["a", "b", "c"])
+    assert (run.run_id, run.plan_name, run.status, run.epoch) == ("r1", "p", "running", 0)
+    assert st.get_run("r1") == run and st.latest_run() == run and st.get_run("nope") is None
+    assert st.plan_text(run.id) == "name: p" and st.plan_blob(run.id) is None
+    st.set_plan_blob(run.id, "blob")
+    assert st.plan_blob(run.id) == "blob"
+    assert st.job_ids(run.id) == ["a", "b", "c"]
+    assert st.job_rows(run.id)[1] == (1, "b", W, 0, -1, None, None, None, "")
+    second = new_run(st, ["x"], "r2")
+    assert st.latest_run() == second
+
+
+def test_turns_make_the_job_rows_and_the_history(opener: Opener) -> None:
+    st = opener()
+    run = new_run(st, ["a", "b", "c"])
+    st.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "start"), (0, R, Q, 1, 1.0, -1, None, "", "start")])
+    st.write_turn(run.id, [(0, Q, RUN, 1, 2.0, 1, None, "", "t1"), (1, W, R, 0, 2.0, -1, None, "why", "t1")])
+    st.write_turn(run.id, [(0, RUN, OK, 1, 3.0, 1, 0, "", "t2")], durable=False)
+    reader = opener(readonly=True)
+    for s in (st, reader):
+        rows = {r[1]: r for r in s.job_rows(run.id)}
+        assert rows["a"] == (0, "a", OK, 1, 1, 0, 2.0, 3.0, "")
+        assert rows["b"][2] == R and rows["b"][8] == "why"
+        assert s.job_row(run.id, "a") == rows["a"] and s.job_row(run.id, "zz") is None
+        assert dict(s.state_counts(run.id)) == {W: 1, R: 1, OK: 1}
+        assert s.job_states(run.id) == [(0, OK, 1), (1, R, 0)]
+        assert s.last_seq(run.id) == 5
+        assert [t[1] for t in s.transitions_of(run.id, 0)] == [R, Q, RUN, OK]
+        assert [(t[0], t[1], t[3]) for t in s.transitions_since(run.id, 3)] == [(4, 1, R), (5, 0, OK)]
+    # A reader following the run sees turns written after its first look.
+    st.write_turn(run.id, [(2, W, R, 0, 4.0, -1, None, "", "t3")])
+    assert reader.job_row(run.id, "c")[2] == R  # type: ignore[index]
+
+
+def test_loop_instances_added_by_a_turn_get_job_rows(opener: Opener) -> None:
+    st = opener()
+    run = new_run(st, ["list", "each"])
+    st.write_turn(run.id, [(2, W, R, 0, 1.0, -1, None, "", "t1")],
+                  added=[("each", 2, ["x", "y"], ["each@x", "each@y"])])
+    assert st.job_ids(run.id) == ["list", "each", "each@x", "each@y"]
+    assert st.expansions(run.id) == [("each", ("x", "y"))]
+    assert st.job_row(run.id, "each@x")[2] == R  # type: ignore[index]
+
+
+def test_a_changed_plan_adds_jobs(opener: Opener) -> None:
+    st = opener()
+    run = new_run(st, ["a"])
+    st.replace_plan(run.id, "digest2", "name: p2", "p2.yaml", [(1, "b")])
+    assert st.job_ids(run.id) == ["a", "b"] and st.plan_text(run.id) == "name: p2"
+    assert st.get_run("r1").plan_digest == "digest2"  # type: ignore[union-attr]
+
+
+def test_actions_and_alerts_are_kept_in_order(opener: Opener) -> None:
+    st = opener()
+    run = new_run(st, ["a"])
+    st.record_action(run.id, "ann", "hold", "a", "why", "held", True, ts=5.0)
+    st.record_action(run.id, "bob", "kill", "b", "", "unknown", False, ts=6.0)
+    assert st.actions(run.id) == [(5.0, "ann", "hold", "a", "why", "held", 1),
+                                  (6.0, "bob", "kill", "b", "", "unknown", 0)]
+    assert st.actions(run.id, "b") == [(6.0, "bob", "kill", "b", "", "unknown", 0)]
+    st.record_alert(run.id, 7.0, "a", "critical", "FAILED", 3, "exit 1", "/logs/a.3.log")
+    assert st.alerts(run.id) == [(7.0, "a", "critical", "FAILED", 3, "exit 1", "/logs/a.3.log")]
+
+
+def test_the_lease_is_taken_by_compare_and_set(opener: Opener) -> None:
+    st = opener()
+    run = new_run(st, ["a"])
+    assert st.begin_epoch(run.id, 111, 50.0, expect_epoch=0) == 1
+    row = st.get_run("r1")
+    assert row is not None and (row.epoch, row.scheduler_pid, row.lease_until) == (1, 111, 50.0)
+    assert st.renew_lease(run.id, 1, 60.0) and st.get_run("r1").lease_until == 60.0  # type: ignore[union-attr]
+    other = opener()
+    with pytest.raises(StoreError, match="another scheduler took the run first"):
+        other.begin_epoch(run.id, 222, 70.0, expect_epoch=0)
+    assert other.begin_epoch(run.id, 222, 70.0, expect_epoch=1) == 2
+    assert not st.renew_lease(run.id, 1, 80.0)
+
+
+def test_every_write_of_an_older_epoch_is_refused(opener: Opener) -> None:
+    # Given an active scheduler at epoch 1, and a newer one that took the run over
+    old = opener()
+    run = new_run(old, ["a", "b"])
+    old.begin_epoch(run.id, 111, 50.0)
+    old.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "t1")])
+    new = opener()
+    new.begin_epoch(run.id, 222, 60.0)
+    # When the old one wakes and writes, Then not a single row is written
+    for write in (
+        lambda: old.write_turn(run.id, [(1, W, R, 0, 2.0, -1, None, "", "t2")]),
+        lambda: old.write_turn(run.id, [(1, W, R, 0, 2.0, -1, None, "", "t2")], epoch=1),
+        lambda: old.write_turn(run.id, [], added=[("b", 2, ["x"], ["b@x"])]),
+        lambda: old.set_status(run.id, "failed", 3.0),
+        lambda: old.record_action(run.id, "ann", "hold", "a", "", "held", True),
+        lambda: old.record_alert(run.id, 3.0, "a", "critical", "FAILED", 1, "", ""),
+    ):
+        with pytest.raises(StaleEpoch, match=r"fenced: .* is at epoch 2, this writer holds 1"):
+            write()
+    row = new.get_run("r1")
+    assert row is not None and row.status == "running" and row.epoch == 2
+    assert new.last_seq(run.id) == 1 and new.job_ids(run.id) == ["a", "b"]
+    assert new.actions(run.id) == [] and new.alerts(run.id) == []
+    # The new epoch writes on
+    new.write_turn(run.id, [(1, W, R, 0, 4.0, -1, None, "", "t3")])
+    new.set_status(run.id, "succeeded", 5.0)
+    assert new.get_run("r1").status == "succeeded"  # type: ignore[union-attr]
+
+
+def test_a_missing_journal_is_not_created_when_asked_not_to(opener: Opener) -> None:
+    with pytest.raises(StoreError, match="no run journal"):
+        opener(create=False)

@@ -1,0 +1,71 @@
+"""The PostgreSQL journal's tables and the migrations that make them, numbered by one version table.
+
+Runs of several installations share a database: each run row names its installation's
+namespace (`?namespace=NAME` in the journal URL, `default` otherwise) and the state directory it
+belongs to (`home`, host and path). A namespace column rather than a PostgreSQL schema per
+installation keeps one version table and one set of migrations for the whole database, and lets
+an operator's query reach every installation; the other tables hang off the run's row id.
+"""
+
+from __future__ import annotations
+
+VERSION_TABLE = "wloadctl_schema"
+"""One row: the schema version the database is at."""
+MIGRATION_LOCK = 0x776C6F6164
+"""pg_advisory_xact_lock key: two wloadctl processes opening a new database migrate it once."""
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 0 -> 1: the journal's tables.
+    (
+        f"CREATE TABLE IF NOT EXISTS {VERSION_TABLE} (one boolean PRIMARY KEY DEFAULT true CHECK (one),"
+        " version integer NOT NULL)",
+        """CREATE TABLE runs (
+            id bigserial PRIMARY KEY,
+            ns text NOT NULL,
+            home text NOT NULL,
+            run_id text UNIQUE NOT NULL,
+            plan_name text NOT NULL,
+            plan_path text NOT NULL,
+            plan_digest text NOT NULL,
+            business_date text NOT NULL,
+            started double precision NOT NULL,
+            ended double precision,
+            status text NOT NULL,
+            epoch integer NOT NULL DEFAULT 0,
+            scheduler_pid integer,
+            holder text NOT NULL DEFAULT '',
+            lease_until double precision NOT NULL DEFAULT 0,
+            settings text NOT NULL DEFAULT '{}',
+            next_seq bigint NOT NULL DEFAULT 1
+        )""",
+        "CREATE INDEX runs_home ON runs (ns, home, id)",
+        "CREATE INDEX runs_ns ON runs (ns, id)",
+        "CREATE TABLE plans (run bigint PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,"
+        " text text NOT NULL, blob text)",
+        "CREATE TABLE jobs (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE, idx integer NOT NULL,"
+        " job_id text NOT NULL, PRIMARY KEY (run, idx))",
+        "CREATE INDEX jobs_id ON jobs (run, job_id)",
+        # One row per loop turn: packed records (wloadctl/turns.py); seq numbers a run's transitions.
+        "CREATE TABLE turns (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE, seq bigint NOT NULL,"
+        " upto bigint NOT NULL, n integer NOT NULL, recs bytea NOT NULL, causes text NOT NULL,"
+        " reasons text NOT NULL, PRIMARY KEY (run, seq))",
+        "CREATE INDEX turns_upto ON turns (run, upto)",
+        "CREATE TABLE expansions (seq bigserial PRIMARY KEY, run bigint NOT NULL REFERENCES runs (id)"
+        " ON DELETE CASCADE, job_id text NOT NULL, first_idx integer NOT NULL, items text NOT NULL)",
+        "CREATE TABLE actions (seq bigserial PRIMARY KEY, run bigint NOT NULL REFERENCES runs (id)"
+        " ON DELETE CASCADE, ts double precision NOT NULL, username text NOT NULL, verb text NOT NULL,"
+        " job text NOT NULL, reason text NOT NULL, outcome text NOT NULL, applied boolean NOT NULL)",
+        "CREATE INDEX actions_run ON actions (run, seq)",
+        "CREATE TABLE alerts (seq bigserial PRIMARY KEY, run bigint NOT NULL REFERENCES runs (id)"
+        " ON DELETE CASCADE, ts double precision NOT NULL, job text NOT NULL, tier text NOT NULL,"
+        " state text NOT NULL, attempts integer NOT NULL, reason text NOT NULL, log_path text NOT NULL)",
+        "CREATE INDEX alerts_run ON alerts (run, seq)",
+    ),
+)
+"""MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this wloadctl writes."""
+
+RUN_COLUMNS = ("id, run_id, plan_name, plan_path, plan_digest, business_date, started, ended, status, epoch,"
+               " scheduler_pid, lease_until, settings")
+"""The runs columns a RunRow is made of, in its order."""

@@ -1,0 +1,525 @@
+"""The server journal: PostgreSQL through psycopg 3 (the only module importing psycopg).
+
+One connection per store, in autocommit mode with explicit transactions. A loop turn is one
+transaction sent as one pipeline (one round trip): a single statement both checks the writer's
+epoch and the run's next sequence number (compare-and-set on the run's row) and inserts the turn,
+so a fenced writer, or a turn already committed, writes nothing. When the server goes away
+(restart, failover) every call waits and reconnects with bounded backoff, then does its whole
+transaction again; a turn is never half applied.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from wloadctl.errors import StoreError, UsageError
+from wloadctl.store.base import JournalUnavailable, RunRow, Store
+from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
+from wloadctl.turns import pack_turn, unpack_turn
+
+T = TypeVar("T")
+CONNECT_TIMEOUT = 5
+"""Seconds one connection attempt may take."""
+OUTAGE_LIMIT = 300.0
+"""Seconds a call waits for an unreachable server before it gives up with JournalUnavailable."""
+BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
+"""Seconds between reconnection attempts: doubling from the first to the cap."""
+DEFAULT_NAMESPACE = "default"
+"""Installation namespace of a URL without `?namespace=`."""
+
+_TURN = (
+    "WITH g AS (UPDATE runs SET next_seq = %(next)s WHERE id = %(run)s AND next_seq = %(seq)s"
+    " AND epoch = coalesce(%(epoch)s::integer, epoch) RETURNING id)"
+    " INSERT INTO turns (run, seq, upto, n, recs, causes, reasons)"
+    " SELECT id, %(seq)s, %(upto)s, %(n)s, %(recs)s, %(causes)s, %(reasons)s FROM g"
+)
+"""A turn's insert, made only if the writer's epoch and the run's next sequence number are as it saw them."""
+_GUARD = "SELECT 1 FROM runs WHERE id = %s AND epoch = coalesce(%s::integer, epoch)"
+
+
+def parse_journal_url(url: str) -> tuple[str, str, str]:
+    """(connection URL for psycopg, namespace, the URL without password for messages).
+
+    Raises:
+        UsageError: not a postgresql:// URL naming a host and a database.
+    """
+    parts = urlsplit(url)
+    hint = "give --journal postgresql://USER@HOST[:PORT]/DB (optionally ?namespace=NAME)"
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise UsageError(f"journal {url.split('@')[-1]!r} is not a postgresql:// URL", hint=hint)
+    db = parts.path.lstrip("/")
+    query = parse_qsl(parts.query)
+    host = parts.hostname or next((v for k, v in query if k == "host"), "")  # ?host=/socket/dir
+    if not db or not host:
+        raise UsageError(f"journal URL {parts.scheme}://...@{parts.hostname or ''}{parts.path} names no "
+                         f"{'database' if host else 'host'}", hint=hint)
+    ns = next((v for k, v in query if k == "namespace"), DEFAULT_NAMESPACE) or DEFAULT_NAMESPACE
+    rest = urlencode([(k, v) for k, v in query if k != "namespace"])
+    user = f"{parts.username}@" if parts.username else ""
+    port = f":{parts.port}" if parts.port else ""
+    where = f"postgresql://{user}{host}{port}/{db}"
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), ns, where
+
+
+def _line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def _say_stderr(msg: str) -> None:
+    print(f"wloadctl: {msg}", file=sys.stderr, flush=True)
+
+
+class PostgresStore(Store):
+    """The journal of runs in a PostgreSQL database shared by runs, state directories and installations."""
+
+    def __init__(self, conninfo: str, ns: str, where: str, home: str | None, state_dir: Path | None, *,
+                 readonly: bool, sync: str, say: Callable[[str], None] | None) -> None:
+        super().__init__()
+        self.conninfo = conninfo
+        """What psycopg connects with (may hold a password: never shown)."""
+        self.ns = ns
+        """The installation's namespace."""
+        self._where = where
+        self.home = home
+        """host:path of the state directory whose runs latest_run sees (None: the whole namespace)."""
+        self.state_dir = state_dir
+        """The state directory of the runs this store creates (kept in their settings)."""
+        self.readonly = readonly
+        self.sync = sync
+        """FULL, NORMAL or AUTO (see Store.open)."""
+        self.auto_sync = sync == "AUTO"
+        self.say = say or _say_stderr
+        """Where the lines about a lost and found server go."""
+        self.outage_limit = OUTAGE_LIMIT
+        """Seconds a call waits for the server before giving up."""
+        self._conn: psycopg.Connection[Any] | None = None
+        self._gave_up = False
+        """The last call waited for the server in vain."""
+        self._next: dict[int, int] = {}
+        """Next transition sequence number of each run this store writes turns of."""
+
+    @classmethod
+    def connect(cls, url: str, state_dir: Path | None, *, create: bool = True, readonly: bool = False,
+                sync: str = "FULL", say: Callable[[str], None] | None = None) -> PostgresStore:
+        """Connect, and create or migrate the schema (see Store.open).
+
+        Raises:
+            StoreError: bad URL, server unreachable, no journal there (not creating), or a newer schema.
+        """
+        conninfo, ns, where = parse_journal_url(url)
+        home = f"{socket.gethostname()}:{state_dir.resolve()}" if state_dir is not None else None
+        store = cls(conninfo, ns, where, home, state_dir, readonly=readonly, sync=sync, say=say)
+        try:
+            store._conn = store._open_conn()
+        except psycopg.OperationalError as e:
+            raise StoreError(f"cannot reach the journal {where}: {_line(e)}",
+                             hint="check the URL and that PostgreSQL is running there") from None
+        store._prepare(create and not readonly, readonly)
+        return store
+
+    @property
+    def where(self) -> str:
+        """The URL without its password."""
+        return self._where
+
+    def _open_conn(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                               application_name="wloadctl")
+        if self.readonly:
+            conn.execute("SET default_transaction_read_only = on")
+        if self.sync == "NORMAL":
+            conn.execute("SET synchronous_commit = off")
+        return conn
+
+    def _prepare(self, create: bool, readonly: bool) -> None:
+        """Check the schema version; create or migrate it (one transaction, under an advisory lock)."""
+
+        def version(conn: psycopg.Connection[Any]) -> int:
+            if conn.execute("SELECT to_regclass(%s)", (VERSION_TABLE,)).fetchone()[0] is None:  # type: ignore[index]
+                return 0
+            row = conn.execute(f"SELECT version FROM {VERSION_TABLE}").fetchone()
+            return int(row[0]) if row else 0
+
+        def migrate(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                v = version(conn)
+                if v >= SCHEMA_VERSION:
+                    return v
+                for step in MIGRATIONS[v:]:
+                    for sql in step:
+                        conn.execute(sql)  # type: ignore[arg-type]
+                conn.execute(f"INSERT INTO {VERSION_TABLE} (one, version) VALUES (true, %s)"
+                             " ON CONFLICT (one) DO UPDATE SET version = excluded.version", (SCHEMA_VERSION,))
+                return SCHEMA_VERSION
+
+        v = self._do(version)
+        if v > SCHEMA_VERSION:
+            self.close()
+            raise StoreError(f"run journal {self.where} has schema {v}, newer than this wloadctl ({SCHEMA_VERSION})",
+                             hint="upgrade wloadctl")
+        if v < SCHEMA_VERSION:
+            if not create:
+                self.close()
+                if v == 0:
+                    raise StoreError(f"no run journal in {self.where}",
+                                     hint="start a run with `wloadctl run PLAN --journal URL`")
+                raise StoreError(f"run journal {self.where} has schema {v}, older than this wloadctl "
+                                 f"({SCHEMA_VERSION})", hint="a run or resume with this wloadctl migrates it")
+            self._do(migrate)
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _do(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run `fn` (one whole transaction) on the connection, reconnecting while the server is away.
+
+        Raises:
+            JournalUnavailable: the server stayed away past outage_limit.
+            StoreError: any other database failure.
+        """
+        lost_at: float | None = None
+        delay = BACKOFF_FIRST
+        while True:
+            try:
+                conn = self._conn
+                if conn is None or conn.closed:
+                    conn = self._conn = self._open_conn()
+                out = fn(conn)
+                self._gave_up = False
+                if lost_at is not None:
+                    self.say(f"journal: PostgreSQL {self.where} is back after {time.time() - lost_at:.1f}s; "
+                             "the unfinished transaction was written again as a whole")
+                return out
+            except psycopg.OperationalError as e:
+                conn = self._conn
+                if conn is not None and not conn.closed and not conn.broken:
+                    raise StoreError(f"journal {self.where}: {_line(e)}") from None
+                if conn is not None:
+                    conn.close()
+                self._conn = None
+                now = time.time()
+                if lost_at is None:
+                    lost_at = now
+                    self.say(f"journal: PostgreSQL {self.where} unreachable ({_line(e)}); reconnecting for up "
+                             f"to {self.outage_limit:.0f}s, nothing is dispatched until the journal is written")
+                if now - lost_at > (0.0 if self._gave_up else self.outage_limit):
+                    # Once it gave up, later calls (status, fencing checks on the way out) try once.
+                    self._gave_up = True
+                    raise JournalUnavailable(f"journal {self.where} unreachable for {now - lost_at:.0f}s: {_line(e)}",
+                                             hint="the run is resumable once PostgreSQL is back") from None
+                time.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+            except psycopg.Error as e:
+                raise StoreError(f"journal {self.where}: {_line(e)}") from None
+
+    def _guarded(self, conn: psycopg.Connection[Any], run: int, sql: str, args: Sequence[object]) -> None:
+        """Execute `sql` (an UPDATE or INSERT ... SELECT ending in WHERE) only while this store's epoch holds."""
+        cur = conn.execute(f"{sql} AND EXISTS ({_GUARD})" if self.epoch is not None else sql,  # type: ignore[arg-type]
+                           (*args, run, self.epoch) if self.epoch is not None else tuple(args))
+        if cur.rowcount != 1 and self.epoch is not None:
+            row = conn.execute("SELECT epoch FROM runs WHERE id = %s", (run,)).fetchone()
+            raise self._stale(run, row[0] if row else None, self.epoch)
+
+    # -- runs and the lease ---------------------------------------------------------------
+
+    def create_run(self, run_id: str, plan_name: str, plan_path: str, plan_digest: str, plan_text: str,
+                   job_ids: Iterable[str], business_date: str, now: float, settings: str = "{}") -> RunRow:
+        """Record a new run and its jobs (all WAITING) in one transaction."""
+        ids = list(job_ids)
+        extra = json.loads(settings or "{}")
+        if self.state_dir is not None:
+            # Readers without the state directory (another host) still see where its files are.
+            extra.update(state_dir=str(self.state_dir.resolve()), host=socket.gethostname())
+
+        def create(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                rid = conn.execute(
+                    "INSERT INTO runs (ns, home, run_id, plan_name, plan_path, plan_digest, business_date, started,"
+                    " status, settings) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'running', %s) RETURNING id",
+                    (self.ns, self.home or "", run_id, plan_name, plan_path, plan_digest, business_date, now,
+                     json.dumps(extra))).fetchone()[0]  # type: ignore[index]
+                conn.execute("INSERT INTO plans (run, text) VALUES (%s, %s)", (rid, plan_text))
+                self._copy_jobs(conn, rid, enumerate(ids))
+
+        self._do(create)
+        row = self.get_run(run_id)
+        assert row is not None
+        return row
+
+    @staticmethod
+    def _copy_jobs(conn: psycopg.Connection[Any], run: int, jobs: Iterable[tuple[int, str]]) -> None:
+        with conn.cursor().copy("COPY jobs (run, idx, job_id) FROM STDIN") as cp:
+            for i, j in jobs:
+                cp.write_row((run, i, j))
+
+    def _run(self, where: str, args: Sequence[object]) -> RunRow | None:
+        row = self._do(lambda c: c.execute(f"SELECT {RUN_COLUMNS} FROM runs {where}", args).fetchone())  # type: ignore[arg-type]
+        return RunRow(*row) if row else None
+
+    def get_run(self, run_id: str) -> RunRow | None:
+        """The run with this public id."""
+        return self._run("WHERE run_id = %s", (run_id,))
+
+    def runs(self) -> list[RunRow]:
+        """Every run of the state directory (of the namespace when opened without one), oldest first."""
+        where, args = ("WHERE ns = %s AND home = %s", (self.ns, self.home)) if self.home is not None else \
+            ("WHERE ns = %s", (self.ns,))
+        rows = self._do(lambda c: c.execute(f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY id", args).fetchall())  # type: ignore[arg-type]
+        return [RunRow(*r) for r in rows]
+
+    def latest_run(self) -> RunRow | None:
+        """The latest run of the state directory, or of the namespace when opened without one."""
+        if self.home is not None:
+            return self._run("WHERE ns = %s AND home = %s ORDER BY id DESC LIMIT 1", (self.ns, self.home))
+        return self._run("WHERE ns = %s ORDER BY id DESC LIMIT 1", (self.ns,))
+
+    def plan_text(self, run: int) -> str:
+        """The plan text as loaded at the run's start."""
+        row = self._do(lambda c: c.execute("SELECT text FROM plans WHERE run = %s", (run,)).fetchone())
+        return str(row[0]) if row else ""
+
+    def plan_blob(self, run: int) -> str | None:
+        """The plan's encoded form."""
+        row = self._do(lambda c: c.execute("SELECT blob FROM plans WHERE run = %s", (run,)).fetchone())
+        return row[0] if row else None
+
+    def set_plan_blob(self, run: int, blob: str) -> None:
+        """Keep the plan's encoded form beside its text."""
+        self._do(lambda c: c.execute("UPDATE plans SET blob = %s WHERE run = %s", (blob, run)))
+
+    def replace_plan(self, run: int, digest: str, text: str, path: str,
+                     new_job_ids: Sequence[tuple[int, str]]) -> None:
+        """Accept a changed plan on resume: store its text and add rows for its new jobs."""
+
+        def replace(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                self._guarded(conn, run, "UPDATE runs SET plan_digest = %s, plan_path = %s WHERE id = %s",
+                              (digest, path, run))
+                conn.execute("UPDATE plans SET text = %s, blob = NULL WHERE run = %s", (text, run))
+                self._copy_jobs(conn, run, new_job_ids)
+
+        self._do(replace)
+
+    def begin_epoch(self, run: int, pid: int, lease: float, expect_epoch: int | None = None) -> int:
+        """Take the run for a scheduler: compare-and-set its epoch one up; later writes carry it."""
+
+        def begin(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction():
+                cur = conn.execute("SELECT epoch FROM runs WHERE id = %s FOR UPDATE", (run,)).fetchone()[0]  # type: ignore[index]
+                if expect_epoch is not None and cur != expect_epoch:
+                    raise StoreError(f"another scheduler took the run first (epoch {cur}, expected {expect_epoch})")
+                conn.execute("UPDATE runs SET epoch = %s, scheduler_pid = %s, holder = %s, lease_until = %s,"
+                             " status = 'running', ended = NULL WHERE id = %s AND epoch = %s",
+                             (cur + 1, pid, f"{socket.gethostname()}:{pid}", lease, run, cur))
+                return int(cur) + 1
+
+        self.epoch = self._do(begin)
+        self._next.pop(run, None)
+        return self.epoch
+
+    def renew_lease(self, run: int, epoch: int, lease: float) -> bool:
+        """Extend the lease of the scheduler holding `epoch`; False if it was fenced off."""
+        cur = self._do(lambda c: c.execute("UPDATE runs SET lease_until = %s WHERE id = %s AND epoch = %s",
+                                           (lease, run, epoch)))
+        return cur.rowcount == 1
+
+    def set_status(self, run: int, status: str, ended: float | None) -> None:
+        """Record the run's status (and end time)."""
+
+        def put(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                self._guarded(conn, run, "UPDATE runs SET status = %s, ended = %s WHERE id = %s",
+                              (status, ended, run))
+
+        self._do(put)
+
+    # -- jobs and turns ---------------------------------------------------------------------
+
+    def expansions(self, run: int) -> list[tuple[str, tuple[str, ...]]]:
+        """The run's `for_each` expansions over output, in order."""
+        rows = self._do(lambda c: c.execute("SELECT job_id, items FROM expansions WHERE run = %s ORDER BY seq",
+                                            (run,)).fetchall())
+        return [(j, tuple(json.loads(items))) for j, items in rows]
+
+    def job_ids(self, run: int) -> list[str]:
+        """Job ids by index."""
+        rows = self._do(lambda c: c.execute("SELECT job_id FROM jobs WHERE run = %s ORDER BY idx", (run,)).fetchall())
+        return [r[0] for r in rows]
+
+    def _job_index(self, run: int, job_id: str) -> int | None:
+        row = self._do(lambda c: c.execute("SELECT idx FROM jobs WHERE run = %s AND job_id = %s",
+                                           (run, job_id)).fetchone())
+        return None if row is None else int(row[0])
+
+    def _stored_rows(self, run: int) -> tuple[int, Iterable[tuple]]:
+        row = self._do(lambda c: c.execute("SELECT count(*) FROM jobs WHERE run = %s", (run,)).fetchone())
+        return int(row[0]) if row else 0, ()  # job rows live in the turns only
+
+    def _turns(self, run: int, after: int) -> Iterator[list[tuple]]:
+        rows = self._do(lambda c: c.execute(
+            "SELECT seq, recs, causes, reasons FROM turns WHERE run = %s AND upto > %s ORDER BY seq",
+            (run, after)).fetchall())
+        for first, recs, causes, reasons in rows:
+            yield [r for r in unpack_turn(first, bytes(recs), causes, reasons) if r[0] > after]
+
+    def last_seq(self, run: int) -> int:
+        """Sequence number of the run's latest transition (0 if none)."""
+        row = self._do(lambda c: c.execute("SELECT max(upto) FROM turns WHERE run = %s", (run,)).fetchone())
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None,
+                   added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]] = (),
+                   durable: bool = True) -> None:
+        """Journal one loop turn in one transaction (see Store.write_turn)."""
+        if not transitions and not added:
+            return
+        held = self.epoch if epoch is None else epoch
+        n = len(transitions)
+        recs, causes, reasons = pack_turn(transitions) if n else (b"", "[]", "")
+        relaxed = self.auto_sync and not durable
+
+        def write(conn: psycopg.Connection[Any]) -> None:
+            seq = self._next.get(run)
+            if seq is None:
+                row = conn.execute("SELECT next_seq FROM runs WHERE id = %s", (run,)).fetchone()
+                if row is None:
+                    raise StoreError(f"journal {self.where}: no run {run}")
+                seq = self._next[run] = int(row[0])
+            args = {"run": run, "seq": seq, "next": seq + n, "upto": seq + n - 1, "n": n, "epoch": held,
+                    "recs": recs, "causes": causes, "reasons": reasons}
+            if not added:
+                # The common turn: one round trip (BEGIN, the guarded insert, COMMIT in one pipeline).
+                with conn.pipeline(), conn.transaction():
+                    if relaxed:
+                        conn.execute("SET LOCAL synchronous_commit = off")
+                    cur = conn.execute(_TURN, args)
+                done = cur.rowcount == 1
+            else:
+                with conn.transaction():
+                    done = conn.execute(_TURN, args).rowcount == 1 if n else self._guard_added(conn, run, held, added)
+                    if done:
+                        for parent, first, items, ids in added:
+                            conn.execute("INSERT INTO expansions (run, job_id, first_idx, items)"
+                                         " VALUES (%s, %s, %s, %s)", (run, parent, first, json.dumps(list(items))))
+                            self._copy_jobs(conn, run, ((first + k, j) for k, j in enumerate(ids)))
+            if done:
+                self._next[run] = seq + n
+                return
+            self._settle_refused(conn, run, seq, n, held)
+
+        self._do(write)
+
+    def _guard_added(self, conn: psycopg.Connection[Any], run: int, held: int | None,
+                     added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]]) -> bool:
+        """For a turn of expansions only: whether the epoch holds and the expansion is not written yet."""
+        if conn.execute(f"{_GUARD} FOR UPDATE", (run, held)).fetchone() is None:
+            return False
+        first = added[0][1]
+        return conn.execute("SELECT 1 FROM jobs WHERE run = %s AND idx = %s", (run, first)).fetchone() is None
+
+    def _settle_refused(self, conn: psycopg.Connection[Any], run: int, seq: int, n: int, held: int | None) -> None:
+        """A turn's guarded insert matched nothing: fenced, already committed, or a stale sequence number."""
+        row = conn.execute("SELECT epoch, next_seq FROM runs WHERE id = %s", (run,)).fetchone()
+        if row is None:
+            raise StoreError(f"journal {self.where}: no run {run}")
+        now_epoch, next_seq = int(row[0]), int(row[1])
+        if held is not None and now_epoch != held:
+            raise self._stale(run, now_epoch, held)
+        self._next[run] = next_seq
+        if n and conn.execute("SELECT 1 FROM turns WHERE run = %s AND seq = %s AND n = %s",
+                              (run, seq, n)).fetchone() is not None and next_seq == seq + n:
+            return  # the commit of an earlier try went through before the connection was lost
+        if not n:
+            return  # expansions already written by an earlier try
+        raise StoreError(f"journal {self.where}: run {run} was written by another writer at epoch {now_epoch}",
+                         hint="two schedulers share the run's epoch; stop one")
+
+    # -- operator actions and alerts ----------------------------------------------------------
+
+    def record_action(self, run: int, user: str, verb: str, job: str, reason: str, outcome: str, applied: bool,
+                      ts: float | None = None) -> None:
+        """Append one operator action to the audit trail."""
+        args = (run, ts or time.time(), user, verb, job, reason, outcome, applied)
+
+        def put(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                self._guarded(conn, run, "INSERT INTO actions (run, ts, username, verb, job, reason, outcome, applied)"
+                              " SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE true", args)
+
+        self._do(put)
+
+    def actions(self, run: int, job: str | None = None) -> list[tuple]:
+        """(ts, user, verb, job, reason, outcome, applied) of the run's actions, optionally of one job."""
+        sql = "SELECT ts, username, verb, job, reason, outcome, applied::integer FROM actions WHERE run = %s"
+        args: tuple = (run,) if job is None else (run, job)
+        if job is not None:
+            sql += " AND job = %s"
+        return self._do(lambda c: c.execute(sql + " ORDER BY seq", args).fetchall())  # type: ignore[arg-type]
+
+    def record_alert(self, run: int, ts: float, job: str, tier: str, state: str, attempts: int, reason: str,
+                     log_path: str) -> None:
+        """Append one alert (a job failed for good)."""
+        args = (run, ts, job, tier, state, attempts, reason, log_path)
+
+        def put(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                self._guarded(conn, run, "INSERT INTO alerts (run, ts, job, tier, state, attempts, reason, log_path)"
+                              " SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE true", args)
+
+        self._do(put)
+
+    def alerts(self, run: int) -> list[tuple]:
+        """(ts, job, tier, state, attempts, reason, log_path) of the run's alerts."""
+        return self._do(lambda c: c.execute(
+            "SELECT ts, job, tier, state, attempts, reason, log_path FROM alerts WHERE run = %s ORDER BY seq",
+            (run,)).fetchall())
+
+
+def server_answers(server_url: str, timeout: int = 2) -> bool:
+    """Whether a PostgreSQL server accepts connections at this URL."""
+    try:
+        psycopg.connect(server_url, connect_timeout=timeout, autocommit=True).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
+@contextmanager
+def scratch_database(server_url: str, prefix: str = "wl_scratch") -> Iterator[str]:
+    """A new empty database on the server at `server_url` for as long as the block runs (dropped after).
+
+    Yields:
+        The journal URL of the new database.
+
+    Raises:
+        StoreError: the server cannot be reached or refuses to create it.
+    """
+    name = f"{prefix}_{secrets.token_hex(5)}"
+    parts = urlsplit(server_url)
+    try:
+        with psycopg.connect(server_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.Error as e:
+        raise StoreError(f"cannot create a scratch database on {parts.hostname}:{parts.port or 5432}: {_line(e)}",
+                         hint="check that PostgreSQL runs there and the user may create databases") from None
+    try:
+        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+    finally:
+        with psycopg.connect(server_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

@@ -1,0 +1,97 @@
+"""The SQLite journal's tables, at the version PRAGMA user_version records."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 4
+"""The schema version a new or migrated SQLite journal is at."""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT UNIQUE NOT NULL,
+    plan_name TEXT NOT NULL,
+    plan_path TEXT NOT NULL,
+    plan_digest TEXT NOT NULL,
+    plan_text TEXT NOT NULL,
+    business_date TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,
+    status TEXT NOT NULL,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    scheduler_pid INTEGER,
+    lease_until REAL NOT NULL DEFAULT 0,
+    settings TEXT NOT NULL DEFAULT '{}',
+    plan_blob TEXT
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    run INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    executor INTEGER NOT NULL DEFAULT -1,
+    exit_code INTEGER,
+    started REAL,
+    ended REAL,
+    reason TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (run, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS transitions (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    from_state INTEGER NOT NULL,
+    to_state INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    executor INTEGER NOT NULL,
+    exit_code INTEGER,
+    reason TEXT NOT NULL,
+    cause TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS transitions_job ON transitions (run, idx);
+CREATE TABLE IF NOT EXISTS plans (
+    run INTEGER PRIMARY KEY,
+    text TEXT NOT NULL,
+    blob TEXT
+);
+CREATE TABLE IF NOT EXISTS turns (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    recs BLOB NOT NULL,
+    causes TEXT NOT NULL,
+    reasons TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_run ON turns (run, seq);
+CREATE TABLE IF NOT EXISTS actions (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    user TEXT NOT NULL,
+    verb TEXT NOT NULL,
+    job TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    applied INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS expansions (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    first_idx INTEGER NOT NULL,
+    items TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS alerts (
+    seq INTEGER PRIMARY KEY,
+    run INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    job TEXT NOT NULL,
+    tier TEXT NOT NULL,
+    state TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    log_path TEXT NOT NULL
+);
+"""
+"""The tables of a new journal (older ones are brought here by the migrations in sqlite.py)."""
