@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from textual.message import Message
 
 from tui.messages import (
+    AgentView,
     ExecutorView,
     JobsChanged,
     LiveStatus,
@@ -49,6 +50,7 @@ class Client(Protocol):
     def changes_since(self, seq: int, limit: int = ...) -> list[tuple]: ...
     def last_seq(self) -> int: ...
     def executors(self) -> list[dict[str, Any]]: ...
+    def agents(self) -> list[dict[str, Any]]: ...
     def close(self) -> None: ...
 
 
@@ -300,4 +302,10 @@ class Feed:
             max(0.0, now - header.beat),
             tuple(views),
             sup,
+            agents=tuple(
+                AgentView(str(a["agent"]), str(a["state"]), ",".join(a.get("pools") or []),
+                          int(a.get("slots_used") or 0), int(a.get("slots") or 0), float(a.get("load1") or 0.0),
+                          int(a.get("jobs_held") or 0), a.get("age"))
+                for a in client.agents()
+            ),
         )

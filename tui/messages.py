@@ -53,6 +53,28 @@ class ExecutorView:
 
 
 @dataclass(frozen=True)
+class AgentView:
+    """One agent (a node on another host) as the node panel shows it."""
+
+    name: str
+    """Its name."""
+    state: str
+    """ALIVE, SUSPECT or LOST."""
+    pools: str
+    """Pools it serves, comma-separated."""
+    used: int
+    """Jobs it runs now."""
+    slots: int
+    """Jobs it may run at once."""
+    load1: float
+    """Its host's load average (1 min)."""
+    held: int
+    """Jobs it holds (queued or running)."""
+    age: float | None
+    """Seconds since its last heartbeat."""
+
+
+@dataclass(frozen=True)
 class LiveStatus:
     """The run's live side, read from the boards a few times a second."""
 
@@ -70,6 +92,8 @@ class LiveStatus:
     """How the console watches the scheduler (or why it does not)."""
     error: str = ""
     """The last error reading the run, if the feed is failing."""
+    agents: tuple[AgentView, ...] = ()
+    """Agents on other hosts (runs with a broker)."""
 
 
 class ModelLoaded(Message):

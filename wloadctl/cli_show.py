@@ -48,6 +48,10 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     for e in st["executors"]:
         print(f"  executor {e['executor']}: pid {e['pid']} {e['health']}, beat {e['beat_age']:.1f}s ago, "
               f"running {e['running']}/{e['slots']}, load {e['load1']}, rss {e['rss_kb'] // 1024} MiB")
+    for g in st.get("agents", []):
+        age = f"{g['age']:.1f}s ago" if g.get("age") is not None else "never"
+        print(f"  agent {g['agent']}: {g['state']}, pools {','.join(g['pools']) or '-'}, "
+              f"running {g['slots_used']}/{g['slots']}, load {g['load1']:.2f}, holds {g['jobs_held']}, beat {age}")
     shown = st["jobs"]
     for j in shown[:200 if not a.all else None]:
         extra = f"  {j.get('reason', '')}" if j.get("reason") and j["state"] != "SUCCEEDED" else ""
@@ -85,6 +89,9 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             data = c.why(a.job)
         elif a.cmd == "history":
             data = c.history(a.job)
+            from wloadctl.remote.agents import node_names
+
+            agents = node_names(c.state_dir)
         elif a.cmd == "lineage":
             data = c.lineage(a.job)
         else:
@@ -102,7 +109,8 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
         print(f"{data['job']}: {data['state']} after {data['attempts']} attempt(s)")
         for t in data["transitions"]:
             code = f" exit {t['exit_code']}" if t["exit_code"] is not None else ""
-            ex = f" on executor {t['executor']}" if t["executor"] >= 0 else ""
+            ex = f" on agent {agents[t['executor']]}" if t["executor"] in agents else \
+                f" on executor {t['executor']}" if t["executor"] >= 0 else ""
             reason = f"  {t['reason']}" if t["reason"] else ""
             print(f"  {_ts(t['ts'])} #{t['attempt']} {t['from']} -> {t['to']}{ex}{code}{reason}")
         for x in data["actions"]:

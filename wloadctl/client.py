@@ -141,6 +141,12 @@ class RunClient:
                         "jobs_done": s.jobs_done, "epoch": s.seen_epoch})
         return out
 
+    def agents(self) -> list[dict[str, Any]]:
+        """The run's agents (nodes on other hosts) as its scheduler judges them: state, pools, slots, load."""
+        from wloadctl.remote.agents import read_nodes
+
+        return read_nodes(self.state_dir, time.time())
+
     def status(self, with_jobs: bool = True, only_unfinished: bool = False, limit: int = -1) -> dict[str, Any]:
         """The run's state: record, counts per state, scheduler, executors, and each job's state.
 
@@ -191,6 +197,7 @@ class RunClient:
             "standby_pid": (h.standby_pid or None) if h else None,
             "lease_until": h.lease_until if h else self.run.lease_until,
             "executors": self.executors() if live else [],
+            "agents": self.agents() if live else [],
             "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
         }
 

@@ -243,3 +243,30 @@ def test_an_agent_refuses_a_dispatch_or_kill_of_an_older_epoch(
         assert P.RES_EXITED in kinds
     finally:
         link.close()
+
+
+def test_an_agent_restarted_on_its_node_reattaches_to_the_jobs_its_executors_still_run(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    # Given an agent (sharing this host's IPC) running a job
+    node = Node("solo", nats_server.url, tmp_path / "solo", ["etl"], isolated=False).start()
+    try:
+        wait_for(lambda: _alive(nats_server.url, "solo"), timeout=30, what="the agent beating")
+        out = tmp_path / "evidence"
+        plan = plan_file(tmp_path / "p.yaml", out, {"long": {"agent": "solo", "sleep": 3},
+                                                     "next": {"pool": "etl", "depends_on": ["long"]}})
+        sd = tmp_path / "sd"
+        proc = run_bg(plan, sd, nats_server.url)
+        wait_for(lambda: "long" in agents_of(out), timeout=60, what="long started")
+        # When the agent process alone is killed -9 (its executors and the job live on) and started again
+        node.signal_agent(signal.SIGKILL)
+        assert node.proc is not None
+        node.proc.wait(10)
+        node.start()
+        stdout, stderr = proc.communicate(timeout=120)
+        # Then the job it was running is reattached, not rerun, and its result reaches the run
+        assert proc.returncode == 0, stderr
+        assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
+        assert [k for k, _a in agents_of(out)["long"]] == ["start", "end"]
+        assert "reattached to 2 executor(s)" in node.output()
+    finally:
+        node.stop()

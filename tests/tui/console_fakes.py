@@ -103,6 +103,7 @@ class FakeClient:
     run: Run = field(default_factory=Run)
     sent: list[tuple[str, list[str], str, bool]] = field(default_factory=list)
     transitions: list[tuple] = field(default_factory=list)
+    agent_rows: list[dict[str, Any]] = field(default_factory=list)
     executor_rows: list[dict[str, Any]] = field(
         default_factory=lambda: [
             {
@@ -181,6 +182,9 @@ class FakeClient:
 
     def executors(self) -> list[dict[str, Any]]:
         return list(self.executor_rows) if self.live else []
+
+    def agents(self) -> list[dict[str, Any]]:
+        return list(self.agent_rows) if self.live else []
 
     def control(
         self, verb: str, jobs: list[str], reason: str = "", downstream: bool = False

@@ -285,3 +285,27 @@ async def test_tab_walks_the_panes_and_shows_hidden_ones_on_a_narrow_terminal() 
             ("jobs", "sla"),
         ]
         assert "TIER" in screen_text(app)
+
+
+async def test_the_node_panel_lists_agents_beside_local_executors() -> None:
+    fake = FakeClient()
+    fake.agent_rows = [
+        {"agent": "etl-node-1", "state": "ALIVE", "pools": ["etl"], "slots_used": 3, "slots": 8, "load1": 1.5,
+         "jobs_held": 4, "age": 0.4},
+        {"agent": "etl-node-2", "state": "LOST", "pools": ["etl"], "slots_used": 0, "slots": 8, "load1": 0.0,
+         "jobs_held": 2, "age": 14.0},
+    ]
+    app = fake_app(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        from tui.widgets.node_panel import NodePanel
+
+        panel = app.screen.query_one(NodePanel)
+        await wait_for(pilot, lambda: panel.status is not None and bool(panel.status.agents), 10, "agent rows")
+        text = panel.render().plain
+        assert "AGENT" in text
+        line1 = next(ln for ln in text.splitlines() if ln.startswith("etl-node-1"))
+        line2 = next(ln for ln in text.splitlines() if ln.startswith("etl-node-2"))
+        assert "ALIVE" in line1 and "3/8" in line1
+        assert "LOST" in line2 and line2.rstrip().endswith("14s")
+        assert "EX PID" in text, "local executors are still listed"

@@ -20,6 +20,10 @@ def fmt_kb(kb: int) -> str:
     return f"{kb / 1024 / 1024:.1f}G"
 
 
+AGENT_TONE = {"ALIVE": "ok", "SUSPECT": "warn", "LOST": "bad"}
+"""Tone of each agent state."""
+
+
 class NodePanel(Widget, can_focus=True):
     """The run's processes as the heartbeat board and the supervision see them."""
 
@@ -92,6 +96,13 @@ class NodePanel(Widget, can_focus=True):
                         out.append("  " + clip(", ".join(names), 40))
         elif st.live:
             out.append("\nno executor has reported yet")
+        if st.agents:
+            out.append("\nAGENT        STATE    POOLS        RUN   LOAD HELD BEAT")
+            for a in st.agents:
+                out.append(f"\n{clip(a.name, 12):<12} ")
+                out.append(f"{a.state:<8}", tone_style(self, AGENT_TONE.get(a.state, "warn")))
+                age = fmt_duration(a.age) if a.age is not None else "?"
+                out.append(f" {clip(a.pools, 12):<12} {a.used:>2}/{a.slots:<3} {a.load1:>4.1f} {a.held:>4} {age:>5}")
         recent = self.notes[-4:]
         if recent:
             out.append("\nrecent:")

@@ -114,10 +114,11 @@ class Agent:
         self.pool = LocalPool(self.book, objs, sup, ReportReader((), lambda _r: "", lambda _i, _a: None),
                               self._payload, lambda: None, self.epoch, o.state_dir,
                               say=lambda e, f: self.note(f"{e}: {f}"))
+        self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
+        """Result batches published and not yet acknowledged, with the ends they carry."""
         self._beat_board()
         self._restore(adopt)
         self.pool.spawn_missing(o.executors)
-        self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
         self.pullers: list[Puller] = []
         cap = self.capacity()
         for pool in o.pools:

@@ -31,7 +31,7 @@ from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import parse_result
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
-from wloadctl.remote.agents import AGENT_BASE, AGENTS_FILE, AgentState, agent_state, node_names
+from wloadctl.remote.agents import AGENT_BASE, AGENTS_FILE, NODES_FILE, AgentState, agent_state, node_names
 from wloadctl.remote.broker import Subjects, ensure_streams
 from wloadctl.remote.link import BrokerLink
 from wloadctl.remote.pulling import Msg
@@ -330,10 +330,22 @@ class AgentPool:
             if self.capacity.get(place) != slots:
                 self.capacity[place] = slots
                 feed(PlaceCapacityEvent(place, slots, now, cause_id=cause))
-        if now >= self.next_beat and self.link.connected:
+        if now >= self.next_beat:
             self.next_beat = now + BEAT
-            self.link.publish(self.subjects.beat(self.run_id), M.SchedulerBeat(
-                self.run_id, self.epoch, os.getpid(), socket.gethostname(), now).encode())
+            self._write_rows(now)
+            if self.link.connected:
+                self.link.publish(self.subjects.beat(self.run_id), M.SchedulerBeat(
+                    self.run_id, self.epoch, os.getpid(), socket.gethostname(), now).encode())
+
+    def _write_rows(self, now: float) -> None:
+        """The agents as this scheduler judges them, for `status` and the console (read from the state dir)."""
+        tmp = self.state_dir / f".{NODES_FILE}.tmp"
+        try:
+            tmp.write_text(json.dumps({"written": now, "broker_connected": self.link.connected,
+                                       "agents": self.rows(now)}))
+            os.replace(tmp, self.state_dir / NODES_FILE)
+        except OSError:
+            pass  # a full disk: the next beat tries again; nothing depends on this file
 
     # -- kills ---------------------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ AGENT_BASE = 1000
 """Engine executor index of a run's first agent: indices below are the scheduler host's own executors."""
 AGENTS_FILE = "agents.json"
 """File of a run's state directory mapping agent names to their executor index (kept across restarts)."""
+NODES_FILE = "nodes.json"
+"""File of a run's state directory where its scheduler writes the agents as it judges them, every second."""
 LOG_SLICE = 512 * 1024
 """Bytes of a log asked for in one request (a reply must fit a broker message)."""
 
@@ -42,6 +44,17 @@ def node_names(state_dir: Path) -> dict[int, str]:
         return {int(v): k for k, v in json.loads((state_dir / AGENTS_FILE).read_text()).items()}
     except (OSError, ValueError, AttributeError):
         return {}
+
+
+def read_nodes(state_dir: Path, now: float) -> list[dict[str, Any]]:
+    """The agents of a live run as its scheduler last judged them ([] when it has none, or stopped writing)."""
+    try:
+        data = json.loads((state_dir / NODES_FILE).read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(data, dict) or now - float(data.get("written", 0)) > 10.0:
+        return []
+    return [dict(r) for r in data.get("agents", []) if isinstance(r, dict)]
 
 
 def fetch_log(options: BrokerOptions, agent: str, run: str, job: int, job_id: str, attempt: int, dest: Path,
