@@ -165,7 +165,7 @@ class BrokerLink:
                 ),
                 timeout,
             )
-        except (TimeoutError, Exception) as exc:
+        except Exception as exc:  # refused, timed out, bad credentials or TLS files: all one line
             await self._quietly(nc.close())
             why = self._last_error or f"{type(exc).__name__}: {exc}".rstrip(": ")
             raise TransportError(
