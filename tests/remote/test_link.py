@@ -194,6 +194,18 @@ def test_the_broker_restarting_loses_nothing(nats_server: NatsServer, link: Brok
     assert "disconnected" in log and "reconnected" in log
 
 
+def test_a_running_puller_goes_on_after_the_broker_restarts(nats_server: NatsServer, link: BrokerLink) -> None:
+    link.pull(S.dispatch_stream, S.pool_consumer("etl"), S.dispatch_pool("etl"), window=4)
+    link.js_publish(S.dispatch_pool("etl"), b"a")
+    first = collect(link, 1)
+    assert [m.data for m in first] == [b"a"]
+    first[0].ack()
+    nats_server.stop()
+    nats_server.start()
+    assert link.js_publish(S.dispatch_pool("etl"), b"b", timeout=30.0) is not None
+    assert [m.data for m in collect(link, 1, timeout=30.0)] == [b"b"]
+
+
 def test_close_stops_the_thread_and_fails_what_the_stream_never_acked(nats_server: NatsServer) -> None:
     lk = BrokerLink.open(BrokerOptions(nats_server.url), name="closing")
     ensure_streams(lk, S)
