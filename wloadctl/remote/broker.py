@@ -185,8 +185,10 @@ class Subjects:
     """Every subject, stream, consumer and bucket name of one installation, made in one place."""
 
     def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
-        """Args:
-        prefix: The installation's prefix.
+        """Names under `prefix`.
+
+        Args:
+            prefix: The installation's prefix.
 
         Raises:
             UsageError: If the prefix is not a valid name.

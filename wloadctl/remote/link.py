@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from nats.js.api import StreamConfig
 
 T = TypeVar("T")
+CLOSED_UNACKED = "the link closed before the stream acknowledged the message"
 
 
 class BrokerLink:
@@ -124,8 +125,20 @@ class BrokerLink:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout + 3.0)
         if not self._thread.is_alive():
+            # As asyncio.run does: tasks still pending (a reconnect attempt that began during
+            # the shutdown) are cancelled and run to their end here, so none dies with the loop.
+            pending = asyncio.all_tasks(self._loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self._loop.run_until_complete(asyncio.wait(pending, timeout=2.0))
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._outbox.fail_all(CLOSED_UNACKED)  # if the shutdown above did not get that far
+            # Only once the thread is gone: it may still signal the descriptor until then.
             self._loop.close()
-        os.close(self._wake_fd)
+            with self._lock:
+                fd, self._wake_fd = self._wake_fd, -1
+            os.close(fd)
 
     def __enter__(self) -> BrokerLink:
         return self
@@ -152,7 +165,7 @@ class BrokerLink:
                 ),
                 timeout,
             )
-        except (TimeoutError, Exception) as exc:
+        except Exception as exc:  # refused, timed out, bad credentials or TLS files: all one line
             await self._quietly(nc.close())
             why = self._last_error or f"{type(exc).__name__}: {exc}".rstrip(": ")
             raise TransportError(
@@ -178,10 +191,18 @@ class BrokerLink:
             p.cancel()
         for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._outbox.fail_all("the link closed before the stream acknowledged the message")
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=1.0)
+        self._outbox.fail_all(CLOSED_UNACKED)
         if self._nc is not None:
             await self._quietly(asyncio.wait_for(self._nc.close(), max(flush, 0.5)))
+        # The client's own tasks (subscription readers, pings) when its close did not end
+        # them all, as with a broker that is down: a task left pending dies with the loop.
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        if rest:
+            await asyncio.wait(rest, timeout=1.0)
 
     # Connection state and the wake-up descriptor.
 
@@ -210,7 +231,7 @@ class BrokerLink:
         """
         try:
             os.eventfd_read(self._wake_fd)
-        except BlockingIOError:
+        except (BlockingIOError, OSError):  # nothing signalled, or the link is closed
             pass
         # The descriptor is reset before the swap: a delivery racing with us either lands
         # in this swap or finds the flag cleared and signals again, never neither.
@@ -223,15 +244,17 @@ class BrokerLink:
     def _deliver(self, msgs: list[Msg]) -> None:
         with self._lock:
             self._inbox.extend(msgs)
-            signal, self._signalled = not self._signalled, True
-        if signal:
-            os.eventfd_write(self._wake_fd, 1)
+            self._signal()
 
     def _note(self, line: str) -> None:
         with self._lock:
             self._log.append(f"{time.strftime('%H:%M:%S')} broker: {line}")
-            signal, self._signalled = not self._signalled, True
-        if signal:
+            self._signal()
+
+    def _signal(self) -> None:
+        """Make the descriptor readable unless it already is (call with the lock held)."""
+        if not self._signalled and self._wake_fd >= 0:
+            self._signalled = True
             os.eventfd_write(self._wake_fd, 1)
 
     async def _on_error(self, exc: Exception) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING, NamedTuple
 
 from wloadctl.errors import TransportError
@@ -51,7 +52,7 @@ class Outbox:
         self.link = link
         """The link whose connection publishes."""
         self.queue: deque[Outgoing] = deque()
-        """Messages not yet acknowledged, oldest first (touched on the loop thread only)."""
+        """Messages not yet acknowledged (those in flight first), oldest first; changed on the loop thread only."""
         self.kick = asyncio.Event()
         """Set when a message is added or the connection returns."""
 
@@ -74,17 +75,20 @@ class Outbox:
         backoff = 0.05
         while True:
             if not self.queue or not self.link.connected:
+                # Woken by `add` and by the reconnect; a plain wait, so cancelling it at
+                # close is immediate.
                 self.kick.clear()
-                try:
-                    await asyncio.wait_for(self.kick.wait(), 1.0)
-                except TimeoutError:
-                    pass
+                await self.kick.wait()
                 continue
-            chunk = [self.queue.popleft() for _ in range(min(len(self.queue), CHUNK))]
+            # The chunk stays at the head of the queue while in flight: a cancelled publish
+            # (the link closing) leaves it there to be failed, never dropped unanswered.
+            chunk = list(islice(self.queue, CHUNK))
             got = await asyncio.gather(
                 *(js.publish(o.subject, o.data, timeout=ACK_TIMEOUT, headers={"Nats-Msg-Id": o.msg_id}) for o in chunk),
                 return_exceptions=True,
             )
+            for _ in chunk:
+                self.queue.popleft()
             retry = []
             for o, r in zip(chunk, got, strict=True):
                 if isinstance(r, nats.errors.MaxPayloadError | nats.errors.BadSubjectError) or (

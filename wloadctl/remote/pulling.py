@@ -42,7 +42,12 @@ class Msg:
 
     @property
     def delivered(self) -> int:
-        """How many times the stream has delivered it (1 the first time; 0 for core messages)."""
+        """How many times the stream has delivered it (1 the first time; 0 for core messages).
+
+        Informative only: nats-server 2.9 at times reports 1 for a redelivery that meets a
+        waiting pull request (2.15 counts right). Fencing and deduplication go by (job,
+        attempt, epoch), never by this count.
+        """
         return int(self._raw.metadata.num_delivered) if self._puller is not None else 0
 
     def ack(self) -> None:
@@ -146,7 +151,7 @@ class Puller:
         self._credit = asyncio.Event()
         link = self.link
         psub = None
-        backoff = 0.05
+        backoff, last_error = 0.05, ""
         config = api.ConsumerConfig(
             durable_name=self.durable,
             ack_policy=api.AckPolicy.EXPLICIT,
@@ -158,10 +163,7 @@ class Puller:
             while True:
                 if self.window - self.outstanding <= 0:
                     self._credit.clear()
-                    try:
-                        await asyncio.wait_for(self._credit.wait(), FETCH_WAIT)
-                    except TimeoutError:
-                        pass
+                    await self._credit.wait()  # set when a message is settled or the window grows
                     continue
                 try:
                     if psub is None:
@@ -176,11 +178,17 @@ class Puller:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
-                    link._note(f"pull {self.durable}: {type(exc).__name__}: {exc}")
+                    text = f"pull {self.durable}: {type(exc).__name__}: {exc}"
+                    if text != last_error:  # a broker that stays away fails the same way each try
+                        link._note(text)
+                        last_error = text
+                    if psub is not None:  # bind again (the consumer is made anew if it was lost)
+                        await link._quietly(psub.unsubscribe())
+                        psub = None
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
                     continue
-                backoff = 0.05
+                backoff, last_error = 0.05, ""
                 self._held.update(m.metadata.sequence.stream for m in msgs)
                 link._deliver(
                     [Msg(m.subject, m.data, m.reply, m.headers, self.source, raw=m, puller=self) for m in msgs]
