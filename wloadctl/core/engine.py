@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import heapq
-import random
 from array import array
 from collections.abc import Iterable, Iterator
 
+from wloadctl.core import codes as C
 from wloadctl.core.branches import BranchesMixin
+from wloadctl.core.codes import ready_key
 from wloadctl.core.commands import (
     Alert,
     Command,
@@ -33,10 +34,12 @@ from wloadctl.core.fanout import FanOutMixin
 from wloadctl.core.holding import LOCAL_PLACE, HoldingMixin
 from wloadctl.core.plan import Plan
 from wloadctl.core.sla import (
+    TIMER_LATE,
+    TIMER_NOT_BEFORE,
     TierSlots,
 )
 from wloadctl.core.states import LEGAL, TERMINAL, DepKind, JobState, SlaTier
-from wloadctl.core.timers import TimersMixin
+from wloadctl.core.timers import Timers
 from wloadctl.errors import InvalidTransition
 
 S = JobState
@@ -45,14 +48,7 @@ _W, _R, _Q, _RUN = int(S.WAITING), int(S.READY), int(S.QUEUED), int(S.RUNNING)
 _OK, _FAIL, _TO, _RW = int(S.SUCCEEDED), int(S.FAILED), int(S.TIMED_OUT), int(S.RETRY_WAIT)
 _HELD, _SKIP, _CANC, _UPF = int(S.HELD), int(S.SKIPPED), int(S.CANCELLED), int(S.UPSTREAM_FAILED)
 _TERMINAL = bytes(1 if JobState(s) in TERMINAL else 0 for s in range(_N))
-_MASK = (1 << 32) - 1
-_GATE_READY = 1
-"""gate bit: an `if` or a loop over output decides what happens when the job has nothing left to wait for."""
-_GATE_EXIT = 2
-"""gate bit: the job's exit needs more than the bulk path (resources to free, a result someone reads, until)."""
-_GATE_RES = 4
-"""gate bit: the job holds resources while it runs (dispatch must acquire them)."""
-_PRIO_BIAS = 1 << 20
+_MASK, _GATE_READY, _GATE_EXIT, _GATE_RES = C.MASK, C.GATE_READY, C.GATE_EXIT, C.GATE_RES
 FAIR_SCAN = 256
 """Ready jobs looked at per pick to find each group's most urgent one (fair share only)."""
 MAX_LOST = 3
@@ -65,22 +61,7 @@ def _popping(heap: list[int]) -> Iterator[int]:
         yield pop(heap)
 
 
-def ready_key(tier: int, priority: int, job: int) -> int:
-    """One int that orders the ready queue: tier first, then higher priority, then plan order.
-
-    Args:
-        tier: SlaTier value (0 = critical).
-        priority: the job's priority (higher first), clamped to +/- 2**20.
-        job: job index, the tie-breaker.
-
-    Returns:
-        A key for a min-heap of ints (cheaper than tuples at a million jobs).
-    """
-    p = _PRIO_BIAS - max(-_PRIO_BIAS + 1, min(_PRIO_BIAS - 1, priority))
-    return (tier << 53) | (p << 32) | job
-
-
-class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
+class SchedulerCore(BranchesMixin, FanOutMixin, HoldingMixin):
     """All scheduling decisions of one run, with no I/O: feed events, flush commands.
 
     Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
@@ -135,10 +116,6 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         """Total executor slots."""
         self.tiers = TierSlots(slots, reserve)
         """Slots reserved per SLA tier and used per tier."""
-        self.deadline: dict[int, float] = {}
-        """Absolute deadline of each job that has one."""
-        self.not_before: dict[int, float] = {}
-        """Absolute earliest start of each job that has one."""
         self.busy = 0
         """Jobs QUEUED or RUNNING (each holds a slot)."""
         self.res_free: dict[str, int] = dict(plan.resources)
@@ -162,10 +139,8 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         """Running jobs marked preemptible (candidates to make room for critical work)."""
         self.ready: list[int] = []
         """Min-heap of ready keys (see ready_key); stale entries are skipped on pop."""
-        self.timers: list[tuple[float, int, int]] = []
-        """Min-heap of (due time, job, attempt) for retry delays."""
-        self.retry_due: dict[int, float] = {}
-        """When each job in RETRY_WAIT becomes READY."""
+        self.timers = Timers(seed)
+        """Retry delays, deadlines, not-before times and lateness."""
         self.attempt_base: dict[int, int] = {}
         """Attempts made before an operator's retry/rerun, not counted against the policy."""
         self.lost_count: dict[int, int] = {}
@@ -174,15 +149,11 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         """Jobs asked to stop, with why and whether to requeue them (preemption, shutdown) rather than fail."""
         self.reasons: dict[int, str] = {}
         """Last reason recorded per job (held, failed, ...), for `why` and status."""
-        self.lateness: dict[int, str] = {}
-        """Jobs at risk of, or past, their deadline, with a sentence saying so."""
         self.cancelled = False
         """The run was cancelled: nothing new starts."""
         self.paused = False
         """Dispatch is paused (the scheduler is stopping); states still change."""
         self.finished_sent = False
-        self.rng = random.Random(seed)
-        """Jitter source (seeded: the core stays deterministic)."""
         self.now = 0.0
         self._cause = ""
         self._tx: list[tuple] = []
@@ -343,6 +314,36 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                     continue
                 self._make_ready(i)
 
+    def _on_timer(self) -> None:
+        timers, state = self.timers, self.state
+        for i, mark in timers.due(self.now):
+            st = state[i]
+            if mark >= 0:
+                if st == _RW and self.attempt[i] == mark:
+                    timers.retry_due.pop(i, None)
+                    self._make_ready(i)
+            elif mark == TIMER_NOT_BEFORE:
+                if st == _R:
+                    heapq.heappush(self.ready, self.key_base[i] | i)
+            elif st != _OK and st != _SKIP:
+                flag = timers.flag(i, mark == TIMER_LATE, st)
+                if flag is not None:
+                    self._other.append(flag)
+
+    def set_times(self, deadlines: dict[int, float], not_before: dict[int, float], add: bool = False) -> None:
+        """Give the core the absolute deadlines and not-before times of jobs (computed by the shell).
+
+        Args:
+            deadlines: absolute deadline by job.
+            not_before: absolute earliest start by job.
+            add: add to the times already given instead of replacing them.
+        """
+        self.timers.set_times(deadlines, not_before, self.specs, add)
+
+    def next_timer(self) -> float | None:
+        """When the core next needs a TimerFiredEvent, or None."""
+        return self.timers.next_due(self.state, self.attempt)
+
     def _on_start(self, ev: JobStartedEvent) -> None:
         i = ev.job
         if self.state[i] == _Q and self.attempt[i] == ev.attempt:
@@ -437,12 +438,11 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         used = self.attempt[i] - self.attempt_base.get(i, 0)
         code = None if ev.signal else ev.exit_code
         if retryable and used <= policy.count and not self.cancelled:
-            delay = self.retry_delay(i, used)
+            delay = self.timers.retry_delay(spec, self.tier[i], used)
             due = self.now + delay
             self.set_state(i, _RW, reason=f"{why}; retry {used}/{policy.count} in {delay:.1f}s",
                            executor=ex, exit_code=code)
-            self.retry_due[i] = due
-            heapq.heappush(self.timers, (due, i, self.attempt[i]))
+            self.timers.wait_retry(i, due, self.attempt[i])
             return
         final = _TO if ev.timed_out else _FAIL
         self.set_state(i, final, reason=why, executor=ex, exit_code=code)
@@ -625,7 +625,7 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         with the rest of a sorted list.
         """
         ready, state, tier, gate, tiers = self.ready, self.state, self.tier, self.gate, self.tiers
-        not_before, now = self.not_before, self.now
+        not_before, now = self.timers.not_before, self.now
         attempt, tx_append, cause = self.attempt, self._tx.append, self._cause
         dispatch, in_use, reserved = self._dispatch.append, tiers.in_use, tiers.total_reserved
         group_of = self.group_of

@@ -63,7 +63,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
             reasons.append(f"ready, waiting for a free slot ({core.busy} of {core.slots} slots busy; "
                            f"{core.counts[S.READY]} jobs ready)")
     elif st == S.RETRY_WAIT:
-        due = core.retry_due.get(i)
+        due = core.timers.retry_due.get(i)
         left = f" in {max(0.0, due - now):.1f}s" if due else ""
         reasons.append(f"in retry delay after attempt {core.attempt[i]}: {core.reasons.get(i, '')}; "
                        f"becomes READY{left}")
@@ -83,7 +83,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
         reasons.append(f"a for_each over {core.loops[i].text}: " + (
             f"waiting for its {made} instance(s) {spec.id}@..." if made is not None
             else "its instances are made when the jobs it reads have finished"))
-    late = core.lateness.get(i)
+    late = core.timers.lateness.get(i)
     if late:
         reasons.append(late)
     return {

@@ -105,7 +105,7 @@ class FanOutMixin:
 
     def _append_job(self: SchedulerCore, spec: JobSpec, parent: int) -> None:
         """Add one job after all others, WAITING, whose only dependent is `parent`."""
-        from wloadctl.core.engine import ready_key
+        from wloadctl.core.codes import ready_key
 
         k = self.n
         self.n = k + 1
@@ -135,7 +135,4 @@ class FanOutMixin:
         if spec.until:
             self.untils[k] = parse_condition(spec.until)
             self.want.add(k)
-        if parent in self.deadline:
-            self.set_times({k: self.deadline[parent]}, {}, add=True)
-        if parent in self.not_before:
-            self.set_times({}, {k: self.not_before[parent]}, add=True)
+        self.timers.inherit(k, parent, self.specs)

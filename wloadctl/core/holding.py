@@ -154,8 +154,7 @@ class HoldingMixin:
             if st == C.W or st == C.HELD:
                 self.recompute(i)
             elif st == C.RW:
-                self.retry_due[i] = now
-                heapq.heappush(self.timers, (now, i, self.attempt[i]))
+                self.timers.wait_retry(i, now, self.attempt[i])
             elif st == C.R:
                 heapq.heappush(self.ready, self.key_base[i] | i)
             if st == C.Q or st == C.RUN:

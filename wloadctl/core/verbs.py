@@ -139,7 +139,7 @@ def _settle(core: SchedulerCore, i: int, touched: list[int]) -> None:
 
 
 def _key(core: SchedulerCore, i: int) -> int:
-    from wloadctl.core.engine import ready_key
+    from wloadctl.core.codes import ready_key
 
     return ready_key(core.tier[i], core.specs[i].priority, i)
 
@@ -226,7 +226,7 @@ def _force(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int], t
         # Its dependents already counted it; the ones it had blocked get a fresh look.
         _reopen(core, _descendants(core, i), touched, only_blocked=True)
     else:
-        core.retry_due.pop(i, None)
+        core.timers.retry_due.pop(i, None)
         core._resolve(i)
     return f"job '{core.ids[i]}' is now {to.name}"
 
