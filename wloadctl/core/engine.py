@@ -7,7 +7,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 
 from wloadctl.core import codes as C
-from wloadctl.core.branches import BranchesMixin
+from wloadctl.core.branches import Branches
 from wloadctl.core.codes import ready_key
 from wloadctl.core.commands import (
     Alert,
@@ -61,7 +61,7 @@ def _popping(heap: list[int]) -> Iterator[int]:
         yield pop(heap)
 
 
-class SchedulerCore(BranchesMixin, FanOutMixin, HoldingMixin):
+class SchedulerCore(FanOutMixin, HoldingMixin):
     """All scheduling decisions of one run, with no I/O: feed events, flush commands.
 
     Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
@@ -98,13 +98,15 @@ class SchedulerCore(BranchesMixin, FanOutMixin, HoldingMixin):
             (j.sla, j.priority), ready_key(j.sla, j.priority, 0)) for j in specs))
         """Ready-queue key of each job without its index (key = key_base[i] | i)."""
         self._build_edges(specs)
-        self._build_conditions(specs)
+        self.branches = Branches(specs, self.index, plan.variables)
+        """`if` and `until`: conditions, the outcomes they read, jobs a branch skipped."""
         self._build_loops(specs)
         self.gate = bytearray(n)
         """Per job, the _GATE_* bits of the paths that must look at it (0 for most jobs)."""
-        for i in self.conds.keys() | self.loops.keys():
+        branches = self.branches
+        for i in branches.conds.keys() | self.loops.keys():
             self.gate[i] |= _GATE_READY
-        for i in self.want | self.untils.keys():
+        for i in branches.want | branches.untils.keys():
             self.gate[i] |= _GATE_EXIT
         for i, j in enumerate(specs):
             if j.resources:
@@ -391,12 +393,12 @@ class SchedulerCore(BranchesMixin, FanOutMixin, HoldingMixin):
             return  # a stale or repeated report: the journal already has this attempt's end
         self._release(i)
         ex = ev.executor
-        if i in self.want and not ev.lost:
-            self.outcomes[i] = {"exit_code": None if ev.signal else ev.exit_code, "result": ev.result or {}}
+        if not ev.lost:
+            self.branches.record(i, None if ev.signal else ev.exit_code, ev.result)
         if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.lost and not ev.spawn_failed:
             if i in self.kill_reason:
                 del self.kill_reason[i]
-            if i in self.untils and self._again_until(i, ev):
+            if i in self.branches.untils and self._again_until(i, ev):
                 return
             self.set_state(i, _OK, executor=ex, exit_code=0)
             self._resolve(i)
@@ -449,6 +451,27 @@ class SchedulerCore(BranchesMixin, FanOutMixin, HoldingMixin):
         self._other.append(Alert(i, final, used, why, code))
         self._resolve(i)
 
+    def _again_until(self, i: int, ev: JobExitedEvent) -> bool:
+        """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""
+        most = self.specs[i].max_iterations
+        done, n = self.branches.until_done(i, ev.exit_code, ev.result, most)
+        if done:
+            return False
+        # Another iteration is not a retry: it does not spend the retry budget.
+        self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
+        self._make_ready_from(i, reason=f"until not met after iteration {n}/{most}")
+        return True
+
+    @property
+    def want(self) -> set[int]:
+        """Jobs whose outcome (exit status, result file) some condition reads."""
+        return self.branches.want
+
+    @property
+    def outcomes(self) -> dict[int, dict[str, object]]:
+        """Outcome of each wanted job (the shell restores them from the journal)."""
+        return self.branches.outcomes
+
     def _make_ready_from(self, i: int, reason: str) -> None:
         self.set_state(i, _R, reason=reason)
         heapq.heappush(self.ready, self.key_base[i] | i)
@@ -500,10 +523,11 @@ class SchedulerCore(BranchesMixin, FanOutMixin, HoldingMixin):
                     add_fresh(key_base[d] | d)
         else:
             stack = roots
+        branch_skipped = self.branches.branch_skipped
         while stack:
             u = stack.pop()
             su = state[u]
-            branch = su == _SKIP and u in self.branch_skipped
+            branch = su == _SKIP and u in branch_skipped
             ok = su == _OK or (su == _SKIP and not branch)
             failed = su == _FAIL or su == _TO
             for pos in range(start[u], start[u + 1]):
@@ -549,19 +573,20 @@ class SchedulerCore(BranchesMixin, FanOutMixin, HoldingMixin):
         if self.block[d] == 1:
             self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
         else:
-            branch = su == _SKIP and u in self.branch_skipped
+            branch = su == _SKIP and u in self.branches.branch_skipped
             why = f"branch not taken: {self.ids[u]} skipped" if branch else \
                 f"condition not met: {self.ids[u]} did not fail"
-            self.branch_skipped.add(d)
+            self.branches.branch_skipped.add(d)
             self.set_state(d, _SKIP, reason=why)
         stack.append(d)
 
     def _gated_ready(self, d: int, stack: list[int]) -> None:
         """Job d has nothing left to wait for, but an `if` or a loop over output decides what happens to it."""
-        if d in self.conds:
-            holds, why = self.condition_holds(d)
+        branches = self.branches
+        if d in branches.conds:
+            holds, why = branches.holds(d, self.state)
             if not holds:
-                self.branch_skipped.add(d)
+                branches.branch_skipped.add(d)
                 self.set_state(d, _SKIP, reason=why)
                 stack.append(d)
                 return
@@ -583,7 +608,7 @@ class SchedulerCore(BranchesMixin, FanOutMixin, HoldingMixin):
                 continue
             kind = spec.kind_of(k)
             u = self.index[dep]
-            if kind == DepKind.SUCCESS and su == _SKIP and u in self.branch_skipped:
+            if kind == DepKind.SUCCESS and su == _SKIP and u in self.branches.branch_skipped:
                 block = block or 2
             elif kind == DepKind.SUCCESS and su not in (_OK, _SKIP):
                 block = 1

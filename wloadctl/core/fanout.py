@@ -42,7 +42,7 @@ class FanOutMixin:
             if isinstance(j.for_each, DynamicItems):
                 c = parse_condition(j.for_each.expr)
                 self.loops[i] = c
-                self.want.update(self.index[x] for x in c.jobs if x in self.index)
+                self.branches.watch(c)
                 # A plan rebuilt from a journal holds the instances it made already: the
                 # parent waits for them (they come last in its depends_on).
                 made = sum(1 for d in j.depends_on if d.startswith(j.id + "@") and self.specs[self.index[d]].item)
@@ -70,7 +70,7 @@ class FanOutMixin:
         loop = spec.for_each
         assert isinstance(loop, DynamicItems)
         try:
-            items = output_items(spec, self._outcomes_of(self.loops[d]), self.plan.variables)
+            items = output_items(spec, self.branches.outcomes_of(self.loops[d], self.state), self.plan.variables)
             instances = [make_instance(spec, item, depends_on=()) for item in items]
             for inst in instances:
                 if inst.id in self.index:
@@ -133,6 +133,5 @@ class FanOutMixin:
         if self.claims:
             self._claim_place(k, spec)
         if spec.until:
-            self.untils[k] = parse_condition(spec.until)
-            self.want.add(k)
+            self.branches.add_until(k, spec)
         self.timers.inherit(k, parent, self.specs)
