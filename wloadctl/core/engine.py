@@ -16,6 +16,7 @@ from wloadctl.core.commands import (
     Persist,
     RunFinished,
 )
+from wloadctl.core.condition import ConditionError
 from wloadctl.core.events import (
     Event,
     ExecutorLostEvent,
@@ -30,9 +31,10 @@ from wloadctl.core.events import (
     TasksLostEvent,
     TimerFiredEvent,
 )
-from wloadctl.core.fanout import FanOutMixin
+from wloadctl.core.fanout import FanOut
 from wloadctl.core.holding import LOCAL_PLACE, HoldingMixin
-from wloadctl.core.plan import Plan
+from wloadctl.core.loops import with_instances
+from wloadctl.core.plan import DynamicItems, JobSpec, Plan
 from wloadctl.core.sla import (
     TIMER_LATE,
     TIMER_NOT_BEFORE,
@@ -61,7 +63,7 @@ def _popping(heap: list[int]) -> Iterator[int]:
         yield pop(heap)
 
 
-class SchedulerCore(FanOutMixin, HoldingMixin):
+class SchedulerCore(HoldingMixin):
     """All scheduling decisions of one run, with no I/O: feed events, flush commands.
 
     Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
@@ -98,13 +100,15 @@ class SchedulerCore(FanOutMixin, HoldingMixin):
             (j.sla, j.priority), ready_key(j.sla, j.priority, 0)) for j in specs))
         """Ready-queue key of each job without its index (key = key_base[i] | i)."""
         self._build_edges(specs)
-        self.branches = Branches(specs, self.index, plan.variables)
+        self.branches = branches = Branches(specs, self.index, plan.variables)
         """`if` and `until`: conditions, the outcomes they read, jobs a branch skipped."""
-        self._build_loops(specs)
+        self.fanout = FanOut(specs, self.index)
+        """Loops over output: which have expanded, and the expansions to journal."""
+        for c in self.fanout.loops.values():
+            branches.watch(c)
         self.gate = bytearray(n)
         """Per job, the _GATE_* bits of the paths that must look at it (0 for most jobs)."""
-        branches = self.branches
-        for i in branches.conds.keys() | self.loops.keys():
+        for i in branches.conds.keys() | self.fanout.loops.keys():
             self.gate[i] |= _GATE_READY
         for i in branches.want | branches.untils.keys():
             self.gate[i] |= _GATE_EXIT
@@ -260,10 +264,11 @@ class SchedulerCore(FanOutMixin, HoldingMixin):
         """
         self._fill()
         out: list[Command] = []
-        if self._tx or self.added:
-            out.append(Persist(self._tx, self.added))
+        fanout = self.fanout
+        if self._tx or fanout.added:
+            out.append(Persist(self._tx, fanout.added))
             self._tx = []
-            self.added = []
+            fanout.added = []
         out.extend(self._other)
         self._other = []
         if self._dispatch:
@@ -590,10 +595,91 @@ class SchedulerCore(FanOutMixin, HoldingMixin):
                 self.set_state(d, _SKIP, reason=why)
                 stack.append(d)
                 return
-        if d in self.loops:
+        if d in self.fanout.loops:
             self._reach_loop(d)
             return
         self._make_ready(d)
+
+    # -- loops over output ---------------------------------------------------------------
+
+    @property
+    def room(self) -> int | None:
+        """Most jobs the shell can show (its state board's size); None = no limit."""
+        return self.fanout.room
+
+    @room.setter
+    def room(self, value: int | None) -> None:
+        self.fanout.room = value
+
+    def capacity(self) -> int:
+        """Most jobs this run may hold: its jobs now, plus every instance its loops over output may still make."""
+        return self.fanout.capacity(self.specs)
+
+    def _reach_loop(self, d: int) -> None:
+        """Loop parent d has nothing left to wait for: expand it, or end it when its instances have ended."""
+        fanout = self.fanout
+        made = fanout.expanded.get(d)
+        if made is not None:
+            self.set_state(d, _OK, reason=f"all {made} instance(s) finished")
+            self._resolve(d)
+            return
+        spec = self.specs[d]
+        loop = spec.for_each
+        assert isinstance(loop, DynamicItems)
+        try:
+            outcomes = self.branches.outcomes_of(fanout.loops[d], self.state)
+            items, instances = fanout.instances(spec, outcomes, self.plan.variables, self.index)
+        except ConditionError as e:
+            why = f"for_each: {e}"
+            self.set_state(d, _FAIL, reason=why)
+            self._other.append(Alert(d, _FAIL, 0, why))
+            self._resolve(d)
+            return
+        if not instances:
+            self.set_state(d, _SKIP, reason=f"for_each: {loop.expr} is empty, nothing to run")
+            self._resolve(d)
+            return
+        first = self.n
+        for inst in instances:
+            self._append_job(inst, d)
+        parent = with_instances(spec, instances)
+        self.specs[d] = parent
+        self.plan.jobs[spec.id] = parent
+        self.unmet[d] = len(instances)
+        fanout.expanded_to(d, first, items)
+        self.reasons[d] = f"waiting for its {len(instances)} instance(s)"
+        for k in range(first, self.n):
+            self._make_ready(k)
+
+    def _append_job(self, spec: JobSpec, parent: int) -> None:
+        """Add one job after all others, WAITING, whose only dependent is `parent`."""
+        k = self.n
+        self.n = k + 1
+        self.specs.append(spec)
+        self.ids.append(spec.id)
+        self.index[spec.id] = k
+        self.plan.jobs[spec.id] = spec
+        self.state.append(_W)
+        self.attempt.append(0)
+        self.unmet.append(0)
+        self.block.append(0)
+        self.executor.append(-1)
+        self.tier.append(int(spec.sla))
+        self.key_base.append(ready_key(spec.sla, spec.priority, 0))
+        self.down.append(parent)
+        self.down_start.append(len(self.down))
+        self.downs.append((parent,))
+        if self.down_kind is not None:
+            self.down_kind.append(0)
+        if self.group_of is not None:
+            self.group_of.append(self.group_of[parent])
+        self.counts[_W] += 1
+        self.gate.append((_GATE_EXIT if spec.until or spec.resources else 0) | (_GATE_RES if spec.resources else 0))
+        if self.claims:
+            self._claim_place(k, spec)
+        if spec.until:
+            self.branches.add_until(k, spec)
+        self.timers.inherit(k, parent, self.specs)
 
     def recompute(self, d: int) -> None:
         """Recount job d's unmet dependencies and blocks from its upstreams' current states."""

@@ -73,14 +73,14 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
         reasons.append(f"running (attempt {core.attempt[i]}) on executor {core.executor[i]}")
     elif st in (S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED, S.SKIPPED):
         reasons.append(f"{st.name.lower().replace('_', ' ')}: {core.reasons.get(i, '')}".rstrip(": "))
-    elif st == S.SUCCEEDED and i in core.loops:
+    elif st == S.SUCCEEDED and i in core.fanout.loops:
         reasons.append(f"succeeded: {core.reasons.get(i) or 'every instance finished'} "
-                       f"(a for_each over {core.loops[i].text})")
+                       f"(a for_each over {core.fanout.loops[i].text})")
     elif st == S.SUCCEEDED:
         reasons.append(f"succeeded after {core.attempt[i]} attempt(s)")
-    if i in core.loops and st == S.WAITING:
-        made = core.expanded.get(i)
-        reasons.append(f"a for_each over {core.loops[i].text}: " + (
+    if i in core.fanout.loops and st == S.WAITING:
+        made = core.fanout.expanded.get(i)
+        reasons.append(f"a for_each over {core.fanout.loops[i].text}: " + (
             f"waiting for its {made} instance(s) {spec.id}@..." if made is not None
             else "its instances are made when the jobs it reads have finished"))
     late = core.timers.lateness.get(i)

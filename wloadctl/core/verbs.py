@@ -125,7 +125,7 @@ def _settle(core: SchedulerCore, i: int, touched: list[int]) -> None:
     elif core.block[i] == 2:
         core.set_state(i, S.SKIPPED, reason="condition not met")
         core._resolve(i)
-    elif core.unmet[i] == 0 and i in core.loops:
+    elif core.unmet[i] == 0 and i in core.fanout.loops:
         if core.state[i] != S.WAITING:
             core.set_state(i, S.WAITING)
         core._reach_loop(i)  # a loop over output expands (again), or ends when its instances have
