@@ -13,6 +13,7 @@ from wloadctl.core.commands import (
     Alert,
     Command,
     Dispatch,
+    Kill,
     Persist,
     RunFinished,
 )
@@ -32,7 +33,7 @@ from wloadctl.core.events import (
     TimerFiredEvent,
 )
 from wloadctl.core.fanout import FanOut
-from wloadctl.core.holding import LOCAL_PLACE, HoldingMixin
+from wloadctl.core.holding import LOCAL_PLACE, Needs, Resources
 from wloadctl.core.loops import with_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
 from wloadctl.core.sla import (
@@ -63,7 +64,7 @@ def _popping(heap: list[int]) -> Iterator[int]:
         yield pop(heap)
 
 
-class SchedulerCore(HoldingMixin):
+class SchedulerCore:
     """All scheduling decisions of one run, with no I/O: feed events, flush commands.
 
     Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
@@ -124,23 +125,14 @@ class SchedulerCore(HoldingMixin):
         """Slots reserved per SLA tier and used per tier."""
         self.busy = 0
         """Jobs QUEUED or RUNNING (each holds a slot)."""
-        self.res_free: dict[str, int] = dict(plan.resources)
-        """Free amount of each declared resource."""
-        self.res_holders: dict[str, set[int]] = {r: set() for r in plan.resources}
-        """Jobs holding each resource now."""
-        self.parked: dict[str, list[int]] = {r: [] for r in plan.resources}
-        """READY jobs waiting for a resource, by the resource they lack."""
-        self.res_waiter: dict[str, int] = {}
-        """Ready key of the most urgent job waiting for each resource: less urgent jobs may not take it
-        meanwhile, so a job asking for much is not overtaken forever by small ones."""
+        self.resources = Resources(plan.resources)
+        """Resources and places: what each offers, is free, is held, and who waits for it."""
         self._build_groups(plan, specs)
-        self.capacity_of: dict[str, int] = dict(plan.resources)
-        """What each resource and place offers in all (places change as agents come and go)."""
-        self.claims: dict[int, tuple[tuple[str, int], ...]] = {}
-        """Jobs whose dispatch needs more than their declared resources: their place too (only when the
-        plan runs anything on agents; then every job claims one slot of its place)."""
         if any(j.pool or j.agent for j in specs):
-            self._build_places(specs)
+            # Every job claims a slot of its place: this host, a pool of agents, or one agent.
+            self.resources.add_place(LOCAL_PLACE, self.slots)
+            for i, j in enumerate(specs):
+                self._claim_place(i, j)
         self.preemptible_running: set[int] = set()
         """Running jobs marked preemptible (candidates to make room for critical work)."""
         self.ready: list[int] = []
@@ -242,7 +234,7 @@ class SchedulerCore(HoldingMixin):
         elif isinstance(event, RunStartedEvent):
             self._on_run_started()
         elif isinstance(event, SlotsChangedEvent):
-            if self.claims:
+            if self.resources.claims:
                 self.set_capacity(LOCAL_PLACE, event.slots)  # this host's slots, beside the agents'
             else:
                 self.slots = event.slots
@@ -675,7 +667,7 @@ class SchedulerCore(HoldingMixin):
             self.group_of.append(self.group_of[parent])
         self.counts[_W] += 1
         self.gate.append((_GATE_EXIT if spec.until or spec.resources else 0) | (_GATE_RES if spec.resources else 0))
-        if self.claims:
+        if self.resources.claims:
             self._claim_place(k, spec)
         if spec.until:
             self.branches.add_until(k, spec)
@@ -739,6 +731,7 @@ class SchedulerCore(HoldingMixin):
         not_before, now = self.timers.not_before, self.now
         attempt, tx_append, cause = self.attempt, self._tx.append, self._cause
         dispatch, in_use, reserved = self._dispatch.append, tiers.in_use, tiers.total_reserved
+        res, specs = self.resources, self.specs
         group_of = self.group_of
         r_, q_, res_, mask = _R, _Q, _GATE_RES, _MASK
         had = free
@@ -756,7 +749,7 @@ class SchedulerCore(HoldingMixin):
                 break
             if not_before and i in not_before and now < not_before[i]:
                 continue  # its not-before timer puts it back
-            if gate[i] & res_ and not self._acquire(i, self.needs(i), key):
+            if gate[i] & res_ and not res.acquire(i, res.needs(i, specs[i].resources), key):
                 continue
             att = attempt[i] + 1
             attempt[i] = att
@@ -808,6 +801,146 @@ class SchedulerCore(HoldingMixin):
         if not stash[g]:
             del stash[g]
         return key
+
+    # -- what running jobs hold ----------------------------------------------------------
+
+    def needs(self, i: int) -> Needs:
+        """What job i holds while it runs: its declared resources, and a slot of its place when places apply."""
+        return self.resources.needs(i, self.specs[i].resources)
+
+    def _claim_place(self, i: int, spec: JobSpec) -> None:
+        self.resources.claim_place(i, spec)
+        self.gate[i] |= _GATE_EXIT | _GATE_RES  # dispatch acquires, the exit releases
+
+    def set_capacity(self, place: str, slots: int) -> None:
+        """A place now offers `slots`: the run's slots follow, and jobs waiting for it compete again."""
+        delta, woken = self.resources.set_capacity(place, slots)
+        if not delta:
+            return
+        self.slots += delta
+        self.tiers.resize(self.slots)
+        self._requeue(woken)
+
+    def _requeue(self, jobs: list[int]) -> None:
+        """Jobs parked on a resource compete again: those still READY go back to the ready queue."""
+        state, ready, key_base = self.state, self.ready, self.key_base
+        for p in jobs:
+            if state[p] == _R:
+                heapq.heappush(ready, key_base[p] | p)
+
+    def _release(self, i: int) -> None:
+        self.busy -= 1
+        self.tiers.in_use[self.tier[i]] -= 1
+        self.executor[i] = -1
+        self.preemptible_running.discard(i)
+        if self.group_of is not None:
+            self.group_use[self.group_of[i]] -= 1
+        self._requeue(self.resources.release(i, self.needs(i)))
+
+    def _preempt_for_critical(self) -> None:
+        """A critical job is ready but no slot is free: stop the least urgent preemptible job to make room."""
+        ready = self.ready
+        while ready and self.state[ready[0] & _MASK] != _R:
+            heapq.heappop(ready)
+        if not ready or self.tier[ready[0] & _MASK] != 0:
+            return
+        if any(req and r.startswith("preempted") for r, req in self.kill_reason.values()):
+            return  # one preemption at a time: its slot goes to the critical job first
+        cands = [
+            v
+            for v in self.preemptible_running
+            if self.state[v] == _RUN and self.tier[v] > 0 and v not in self.kill_reason
+        ]
+        if not cands:
+            return
+        victim = max(cands, key=lambda v: (self.tier[v], v))
+        critical = self.ids[ready[0] & _MASK]
+        self.kill(victim, f"preempted for critical job {critical}", graceful=True, requeue=True)
+
+    def kill(self, i: int, reason: str, graceful: bool = False, requeue: bool = False) -> None:
+        """Ask the shell to stop job i's running attempt; its exit is then classified with `reason`.
+
+        Args:
+            i: job index.
+            reason: recorded as the attempt's end reason.
+            graceful: SIGTERM first, SIGKILL after a grace period.
+            requeue: put it back to READY without counting the attempt (preemption, shutdown).
+        """
+        self.kill_reason[i] = (reason, requeue)
+        self._other.append(Kill(i, self.attempt[i], graceful))
+
+    def _on_executor_lost(self, ev: ExecutorLostEvent) -> None:
+        ex, state, executor = ev.executor, self.state, self.executor
+        for i in range(self.n):
+            if executor[i] == ex and (state[i] == _Q or state[i] == _RUN):
+                self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True, cause_id=ev.cause_id))
+
+    def _on_tasks_lost(self, ev: TasksLostEvent) -> None:
+        """Requeue jobs still QUEUED, unaccepted, at the same attempt: like any job lost before it started,
+        they run again without spending an attempt."""
+        for i, att in ev.jobs:
+            if self.state[i] == _Q and self.executor[i] < 0 and self.attempt[i] == att:
+                self._on_exit(JobExitedEvent(i, att, -1, -1, ev.now, lost=True, cause_id=ev.cause_id))
+
+    def unaccepted(self) -> tuple[tuple[int, int], ...]:
+        """QUEUED jobs no executor has accepted yet: (job, attempt) pairs."""
+        state, executor, attempt = self.state, self.executor, self.attempt
+        return tuple((i, attempt[i]) for i in range(self.n) if state[i] == _Q and executor[i] < 0)
+
+    # -- restore and invariants ----------------------------------------------------------
+
+    def restore(self, rows: Iterable[tuple[int, int, int]], now: float) -> None:
+        """Load states from a journal before RunStartedEvent: (job, state, attempt) rows.
+
+        QUEUED and RUNNING jobs keep their slot: the shell reconciles them with the
+        executors and feeds their exits (or losses) as events.
+        """
+        state, counts = self.state, self.counts
+        for i, st, att in rows:
+            counts[state[i]] -= 1
+            state[i] = st
+            counts[st] += 1
+            self.attempt[i] = att
+        self.busy = counts[_Q] + counts[_RUN]
+        self.now = now
+        for i in range(self.n):
+            st = state[i]
+            if st == _W or st == _HELD:
+                self.recompute(i)
+            elif st == _RW:
+                self.timers.wait_retry(i, now, self.attempt[i])
+            elif st == _R:
+                heapq.heappush(self.ready, self.key_base[i] | i)
+            if st == _Q or st == _RUN:
+                self.tiers.in_use[self.tier[i]] += 1
+                if self.group_of is not None:
+                    self.group_use[self.group_of[i]] += 1
+            if (st == _Q or st == _RUN) and (self.specs[i].resources or i in self.resources.claims):
+                self.resources.hold(i, self.needs(i))
+        self._cause = "restore"
+        # Jobs whose upstreams finished while the journal lagged: resolve them now.
+        for i in range(self.n):
+            if state[i] == _W and self.block[i]:
+                failed = self.block[i] == 1
+                self.set_state(
+                    i, _UPF if failed else _SKIP, reason="upstream failed" if failed else "condition not met"
+                )
+                self._resolve(i)
+
+    def validate(self) -> None:
+        """Check the core's invariants; raise AssertionError naming the first broken one."""
+        counts = [0] * _N
+        for s in self.state:
+            counts[s] += 1
+        assert counts == self.counts, f"state counts drifted: {counts} != {self.counts}"
+        active = counts[_Q] + counts[_RUN]
+        assert active == self.busy, f"busy={self.busy} but {active} jobs are queued or running"
+        assert self.busy >= 0, "more slots released than taken"
+        self.resources.check(self.needs)
+        assert len(self.down) == self.down_start[self.n], "edge table inconsistent"
+        assert len(self.downs) == self.n, "dependents tuples out of step with the jobs"
+        for d in self.down:
+            assert 0 <= d < self.n, f"edge to unknown job index {d}"
 
     def is_finished(self) -> bool:
         """True when no job can change state without an operator (HELD jobs keep a run open)."""

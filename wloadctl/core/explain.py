@@ -43,11 +43,11 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
     if st == S.HELD:
         reasons.insert(0, f"held: {core.reasons.get(i, 'by an operator')}; release it to let it run")
     elif st == S.READY:
-        lacking = [(r, a) for r, a in core.needs(i) if core.res_free.get(r, 0) < a]
+        lacking = [(r, a) for r, a in core.needs(i) if core.resources.res_free.get(r, 0) < a]
         if lacking:
             for r, a in lacking:
-                holders = sorted(core.ids[h] for h in core.res_holders.get(r, ()))
-                cap = core.capacity_of.get(r, 0)
+                holders = sorted(core.ids[h] for h in core.resources.res_holders.get(r, ()))
+                cap = core.resources.capacity_of.get(r, 0)
                 if r.startswith(("pool:", "agent:")):
                     kind, _, name = r.partition(":")
                     where = "this host" if r == LOCAL_PLACE else f"{kind} {name}"
@@ -55,7 +55,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
                                    r != LOCAL_PLACE else f"waiting for a slot on {where}: all {cap} busy "
                                    f"({', '.join(holders[:8])})")
                     continue
-                reasons.append(f"waiting for resource {r}: needs {a}, {core.res_free.get(r, 0)} free of "
+                reasons.append(f"waiting for resource {r}: needs {a}, {core.resources.res_free.get(r, 0)} free of "
                                f"{cap}; held by {', '.join(holders[:8]) or 'nobody'}")
         elif core.paused or core.cancelled:
             reasons.append("the run is not dispatching (stopping or cancelled)")
