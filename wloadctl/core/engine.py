@@ -43,6 +43,7 @@ from wloadctl.core.sla import (
 )
 from wloadctl.core.states import LEGAL, TERMINAL, DepKind, JobState, SlaTier
 from wloadctl.core.timers import Timers
+from wloadctl.core.verbs import apply_verb
 from wloadctl.errors import InvalidTransition
 
 S = JobState
@@ -242,8 +243,6 @@ class SchedulerCore:
         elif isinstance(event, PlaceCapacityEvent):
             self.set_capacity(event.place, event.slots)
         elif isinstance(event, OperatorEvent):
-            from wloadctl.core.verbs import apply_verb
-
             self._other.append(apply_verb(self, event))
         else:  # pragma: no cover - the Event union is closed
             raise TypeError(f"unknown event {type(event).__name__}")
@@ -297,6 +296,10 @@ class SchedulerCore:
 
     def _make_ready(self, i: int) -> None:
         self.set_state(i, _R)
+        heapq.heappush(self.ready, self.key_base[i] | i)
+
+    def enqueue(self, i: int) -> None:
+        """Put READY job i on the ready queue (its key: tier, priority, plan order)."""
         heapq.heappush(self.ready, self.key_base[i] | i)
 
     # -- event handlers ------------------------------------------------------------------
@@ -398,7 +401,7 @@ class SchedulerCore:
             if i in self.branches.untils and self._again_until(i, ev):
                 return
             self.set_state(i, _OK, executor=ex, exit_code=0)
-            self._resolve(i)
+            self.resolve(i)
             return
         spec = self.specs[i]
         policy = spec.retry
@@ -446,7 +449,7 @@ class SchedulerCore:
         final = _TO if ev.timed_out else _FAIL
         self.set_state(i, final, reason=why, executor=ex, exit_code=code)
         self._other.append(Alert(i, final, used, why, code))
-        self._resolve(i)
+        self.resolve(i)
 
     def _again_until(self, i: int, ev: JobExitedEvent) -> bool:
         """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""
@@ -473,7 +476,7 @@ class SchedulerCore:
         self.set_state(i, _R, reason=reason)
         heapq.heappush(self.ready, self.key_base[i] | i)
 
-    def _resolve(self, i: int) -> None:
+    def resolve(self, i: int) -> None:
         """Job i reached a terminal state: update its dependents' counters, cascading without recursion."""
         self._resolve_many([i])
 
@@ -588,7 +591,7 @@ class SchedulerCore:
                 stack.append(d)
                 return
         if d in self.fanout.loops:
-            self._reach_loop(d)
+            self.reach_loop(d)
             return
         self._make_ready(d)
 
@@ -607,13 +610,13 @@ class SchedulerCore:
         """Most jobs this run may hold: its jobs now, plus every instance its loops over output may still make."""
         return self.fanout.capacity(self.specs)
 
-    def _reach_loop(self, d: int) -> None:
+    def reach_loop(self, d: int) -> None:
         """Loop parent d has nothing left to wait for: expand it, or end it when its instances have ended."""
         fanout = self.fanout
         made = fanout.expanded.get(d)
         if made is not None:
             self.set_state(d, _OK, reason=f"all {made} instance(s) finished")
-            self._resolve(d)
+            self.resolve(d)
             return
         spec = self.specs[d]
         loop = spec.for_each
@@ -625,11 +628,11 @@ class SchedulerCore:
             why = f"for_each: {e}"
             self.set_state(d, _FAIL, reason=why)
             self._other.append(Alert(d, _FAIL, 0, why))
-            self._resolve(d)
+            self.resolve(d)
             return
         if not instances:
             self.set_state(d, _SKIP, reason=f"for_each: {loop.expr} is empty, nothing to run")
-            self._resolve(d)
+            self.resolve(d)
             return
         first = self.n
         for inst in instances:
@@ -925,7 +928,7 @@ class SchedulerCore:
                 self.set_state(
                     i, _UPF if failed else _SKIP, reason="upstream failed" if failed else "condition not met"
                 )
-                self._resolve(i)
+                self.resolve(i)
 
     def validate(self) -> None:
         """Check the core's invariants; raise AssertionError naming the first broken one."""
