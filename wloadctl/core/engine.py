@@ -1,14 +1,17 @@
-"""The pure scheduling core: job states, incremental readiness, the ready queue, retries; events in, commands out."""
+"""The scheduling engine: events in, commands out; readiness, dispatch and retries over the job table.
+
+It calls collaborators that each own one piece of state: Branches (`if`, `until`), FanOut
+(loops over output), Timers (retry delays, deadlines, not-before) and Resources (resources and
+places). Operator verbs (verbs.py) act on it through the VerbTarget protocol.
+"""
 
 from __future__ import annotations
 
 import heapq
-from array import array
 from collections.abc import Iterable, Iterator
 
 from wloadctl.core import codes as C
 from wloadctl.core.branches import Branches
-from wloadctl.core.codes import ready_key
 from wloadctl.core.commands import (
     Alert,
     Command,
@@ -34,6 +37,7 @@ from wloadctl.core.events import (
 )
 from wloadctl.core.fanout import FanOut
 from wloadctl.core.holding import LOCAL_PLACE, Needs, Resources
+from wloadctl.core.jobtable import JobTable
 from wloadctl.core.loops import with_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
 from wloadctl.core.sla import (
@@ -41,10 +45,9 @@ from wloadctl.core.sla import (
     TIMER_NOT_BEFORE,
     TierSlots,
 )
-from wloadctl.core.states import LEGAL, TERMINAL, DepKind, JobState, SlaTier
+from wloadctl.core.states import TERMINAL, DepKind, JobState, SlaTier
 from wloadctl.core.timers import Timers
 from wloadctl.core.verbs import apply_verb
-from wloadctl.errors import InvalidTransition
 
 S = JobState
 _N = len(JobState)
@@ -65,43 +68,16 @@ def _popping(heap: list[int]) -> Iterator[int]:
         yield pop(heap)
 
 
-class SchedulerCore:
+class SchedulerCore(JobTable):
     """All scheduling decisions of one run, with no I/O: feed events, flush commands.
 
-    Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
+    Job-indexed state lives in the JobTable's flat arrays so a million-job plan stays small and fast.
     """
 
     def __init__(self, plan: Plan, slots: int, *, seed: int = 0,
                  reserve: dict[SlaTier, float] | None = None) -> None:
-        specs = list(plan.jobs.values())
-        self.plan = plan
-        """The plan being run."""
-        self.specs = specs
-        """Job specs by index (plan order)."""
-        self.ids: list[str] = [j.id for j in specs]
-        """Job ids by index."""
-        self.index: dict[str, int] = {jid: i for i, jid in enumerate(self.ids)}
-        """Job index by id."""
-        n = len(specs)
-        self.n = n
-        """Number of jobs."""
-        self.state = bytearray(n)
-        """JobState value per job (all WAITING at first)."""
-        self.attempt = array("i", bytes(4 * n))
-        """Attempts started so far per job."""
-        self.unmet = array("i", bytes(4 * n))
-        """Upstreams not yet finished, per job."""
-        self.block = bytearray(n)
-        """0: nothing blocks; 1: an upstream it needed failed; 2: a condition on an upstream is false."""
-        self.executor = array("h", [-1]) * n if n else array("h")
-        """Executor running each job, -1 if none."""
-        self.tier = bytearray(int(j.sla) for j in specs)
-        """SLA tier value per job."""
-        bases: dict[tuple[int, int], int] = {}
-        self.key_base = array("q", (bases.get((j.sla, j.priority)) or bases.setdefault(
-            (j.sla, j.priority), ready_key(j.sla, j.priority, 0)) for j in specs))
-        """Ready-queue key of each job without its index (key = key_base[i] | i)."""
-        self._build_edges(specs)
+        super().__init__(plan)
+        specs, n = self.specs, self.n
         self.branches = branches = Branches(specs, self.index, plan.variables)
         """`if` and `until`: conditions, the outcomes they read, jobs a branch skipped."""
         self.fanout = FanOut(specs, self.index)
@@ -117,9 +93,6 @@ class SchedulerCore:
         for i, j in enumerate(specs):
             if j.resources:
                 self.gate[i] |= _GATE_EXIT | _GATE_RES
-        self.counts = [0] * _N
-        """Jobs per state value."""
-        self.counts[_W] = n
         self.slots = slots
         """Total executor slots."""
         self.tiers = TierSlots(slots, reserve)
@@ -146,65 +119,13 @@ class SchedulerCore:
         """How many attempts of each job were lost with their executor."""
         self.kill_reason: dict[int, tuple[str, bool]] = {}
         """Jobs asked to stop, with why and whether to requeue them (preemption, shutdown) rather than fail."""
-        self.reasons: dict[int, str] = {}
-        """Last reason recorded per job (held, failed, ...), for `why` and status."""
         self.cancelled = False
         """The run was cancelled: nothing new starts."""
         self.paused = False
         """Dispatch is paused (the scheduler is stopping); states still change."""
         self.finished_sent = False
-        self.now = 0.0
-        self._cause = ""
-        self._tx: list[tuple] = []
         self._dispatch: list[tuple[int, int]] = []
         self._other: list[Command] = []
-
-    # -- structure -------------------------------------------------------------------
-
-    def _build_edges(self, specs: list) -> None:
-        index = self.index
-        counts = array("i", bytes(4 * (self.n + 1)))
-        any_kinds = False
-        for j in specs:
-            for dep in j.depends_on:
-                counts[index[dep] + 1] += 1
-            if j.dep_kinds is not None:
-                any_kinds = True
-        for i in range(self.n):
-            counts[i + 1] += counts[i]
-        self.down_start = counts
-        """CSR offsets: dependents of job i are down[down_start[i]:down_start[i+1]]."""
-        fill = array("i", counts)
-        down = array("i", bytes(4 * counts[self.n]))
-        kinds = bytearray(counts[self.n]) if any_kinds else None
-        for d, j in enumerate(specs):
-            for k, dep in enumerate(j.depends_on):
-                u = index[dep]
-                pos = fill[u]
-                down[pos] = d
-                if kinds is not None and j.dep_kinds is not None:
-                    kinds[pos] = int(j.dep_kinds[k])
-                fill[u] = pos + 1
-        self.down = down
-        """CSR targets: dependent job indices."""
-        empty: tuple[int, ...] = ()
-        self.downs: list[tuple[int, ...]] = [
-            tuple(down[counts[u] : counts[u + 1]]) if counts[u + 1] > counts[u] else empty for u in range(self.n)]
-        """The same edges as one tuple of dependents per job: the bulk path walks them several times faster."""
-        self.down_kind = kinds
-        """DepKind per CSR edge, or None when every edge is SUCCESS."""
-        unmet = self.unmet
-        for d, j in enumerate(specs):
-            unmet[d] = len(j.depends_on)
-
-    def upstream(self, i: int) -> list[int]:
-        """Indices of job i's dependencies."""
-        index = self.index
-        return [index[d] for d in self.specs[i].depends_on]
-
-    def downstream(self, i: int) -> list[int]:
-        """Indices of the jobs that depend directly on job i."""
-        return list(self.down[self.down_start[i] : self.down_start[i + 1]])
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -271,28 +192,6 @@ class SchedulerCore:
         return out
 
     # -- transitions ---------------------------------------------------------------------
-
-    def set_state(
-        self, i: int, to: int, reason: str = "", executor: int = -1, exit_code: int | None = None
-    ) -> None:
-        """Move job i to state `to`, checking the transition table, and record the transition.
-
-        Raises:
-            InvalidTransition: the table does not allow the change.
-        """
-        frm = self.state[i]
-        if not LEGAL[frm * _N + to]:
-            raise InvalidTransition(
-                f"{S(frm).name} -> {S(to).name} is not allowed (event {self._cause or 'unknown'})",
-                job=self.ids[i],
-            )
-        self.state[i] = to
-        c = self.counts
-        c[frm] -= 1
-        c[to] += 1
-        if reason:
-            self.reasons[i] = reason
-        self._tx.append((i, frm, to, self.attempt[i], self.now, executor, exit_code, reason, self._cause))
 
     def _make_ready(self, i: int) -> None:
         self.set_state(i, _R)
@@ -648,27 +547,9 @@ class SchedulerCore:
 
     def _append_job(self, spec: JobSpec, parent: int) -> None:
         """Add one job after all others, WAITING, whose only dependent is `parent`."""
-        k = self.n
-        self.n = k + 1
-        self.specs.append(spec)
-        self.ids.append(spec.id)
-        self.index[spec.id] = k
-        self.plan.jobs[spec.id] = spec
-        self.state.append(_W)
-        self.attempt.append(0)
-        self.unmet.append(0)
-        self.block.append(0)
-        self.executor.append(-1)
-        self.tier.append(int(spec.sla))
-        self.key_base.append(ready_key(spec.sla, spec.priority, 0))
-        self.down.append(parent)
-        self.down_start.append(len(self.down))
-        self.downs.append((parent,))
-        if self.down_kind is not None:
-            self.down_kind.append(0)
+        k = self._append_row(spec, parent)
         if self.group_of is not None:
             self.group_of.append(self.group_of[parent])
-        self.counts[_W] += 1
         self.gate.append((_GATE_EXIT if spec.until or spec.resources else 0) | (_GATE_RES if spec.resources else 0))
         if self.resources.claims:
             self._claim_place(k, spec)
@@ -885,11 +766,6 @@ class SchedulerCore:
             if self.state[i] == _Q and self.executor[i] < 0 and self.attempt[i] == att:
                 self._on_exit(JobExitedEvent(i, att, -1, -1, ev.now, lost=True, cause_id=ev.cause_id))
 
-    def unaccepted(self) -> tuple[tuple[int, int], ...]:
-        """QUEUED jobs no executor has accepted yet: (job, attempt) pairs."""
-        state, executor, attempt = self.state, self.executor, self.attempt
-        return tuple((i, attempt[i]) for i in range(self.n) if state[i] == _Q and executor[i] < 0)
-
     # -- restore and invariants ----------------------------------------------------------
 
     def restore(self, rows: Iterable[tuple[int, int, int]], now: float) -> None:
@@ -932,31 +808,8 @@ class SchedulerCore:
 
     def validate(self) -> None:
         """Check the core's invariants; raise AssertionError naming the first broken one."""
-        counts = [0] * _N
-        for s in self.state:
-            counts[s] += 1
-        assert counts == self.counts, f"state counts drifted: {counts} != {self.counts}"
-        active = counts[_Q] + counts[_RUN]
+        self.check_table()
+        active = self.counts[_Q] + self.counts[_RUN]
         assert active == self.busy, f"busy={self.busy} but {active} jobs are queued or running"
         assert self.busy >= 0, "more slots released than taken"
         self.resources.check(self.needs)
-        assert len(self.down) == self.down_start[self.n], "edge table inconsistent"
-        assert len(self.downs) == self.n, "dependents tuples out of step with the jobs"
-        for d in self.down:
-            assert 0 <= d < self.n, f"edge to unknown job index {d}"
-
-    def is_finished(self) -> bool:
-        """True when no job can change state without an operator (HELD jobs keep a run open)."""
-        c = self.counts
-        live = c[_W] + c[_R] + c[_Q] + c[_RUN] + c[_RW] + c[_HELD]
-        return live == 0
-
-    def is_stalled(self) -> bool:
-        """True when nothing can move without an operator: no work in flight or due, yet jobs are HELD."""
-        c = self.counts
-        return c[_HELD] > 0 and c[_R] + c[_Q] + c[_RUN] + c[_RW] == 0
-
-    def outcome_ok(self) -> bool:
-        """True when every job succeeded or was skipped."""
-        return self.counts[_OK] + self.counts[_SKIP] == self.n
-
