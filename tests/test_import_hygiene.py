@@ -64,3 +64,63 @@ def test_the_command_line_and_the_remote_layer_load_no_broker_client_until_a_lin
             "wloadctl.cli.build_parser().parse_args(['status']); print('nats' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Project module -> project modules it imports anywhere in its text (lazy and TYPE_CHECKING ones too)."""
+    files: dict[str, Path] = {}
+    for pkg in ("wloadctl", "tui"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        here = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for name in names:
+                while name and name not in files:
+                    name = name.rpartition(".")[0]
+                # A package's __init__ is where names are looked up, not a layer of its own.
+                if name and name != mod and files[name].name != "__init__.py":
+                    targets.add(name)
+        graph[mod] = targets
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: each set of modules that reach one another, with more than one member."""
+    reach: dict[str, set[str]] = {m: set() for m in graph}
+    for m in graph:
+        todo = list(graph[m])
+        while todo:
+            n = todo.pop()
+            if n not in reach[m]:
+                reach[m].add(n)
+                todo.extend(graph[n])
+    seen: set[str] = set()
+    out: list[list[str]] = []
+    for m in sorted(graph):
+        if m in seen:
+            continue
+        group = sorted({m} | {n for n in reach[m] if m in reach[n]})
+        seen.update(group)
+        if len(group) > 1:
+            out.append(group)
+    return out
+
+
+def test_no_import_circle_in_the_core_the_processes_the_command_line_or_the_console() -> None:
+    layered = ("wloadctl.core", "wloadctl.procs", "wloadctl.cli", "tui")
+    circles = [c for c in _circles(_module_graph()) if any(m.startswith(layered) for m in c)]
+    assert circles == []

@@ -140,7 +140,7 @@ def broker_of(a: argparse.Namespace) -> BrokerOptions | None:
 
 def run_command(a: argparse.Namespace) -> int:
     """`wloadctl run PLAN` and `wloadctl resume`."""
-    from wloadctl.cli import resolve_state_dir
+    from wloadctl.client import resolve_state_dir
     from wloadctl.core.planfile import load_plan
     from wloadctl.store import default_state_dir
 
@@ -211,7 +211,7 @@ def run_command(a: argparse.Namespace) -> int:
 
 def scheduler_command(a: argparse.Namespace) -> int:
     """`wloadctl scheduler`: the scheduler of a run as its own process (started by the console)."""
-    from wloadctl.cli import resolve_state_dir
+    from wloadctl.client import resolve_state_dir
 
     state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,

@@ -57,7 +57,7 @@ def test_until_repeats_the_job_until_its_result_says_done_without_spending_retri
     assert states(core)["poll"] == "QUEUED" and core.attempt[0] == 2
     exit_with(core, "poll", 0, {"ready": 1})
     assert states(core)["poll"] == "SUCCEEDED"
-    assert core.iterations[0] == 2
+    assert core.branches.iterations[0] == 2
 
 
 def test_until_stops_at_max_iterations() -> None:
@@ -66,7 +66,7 @@ def test_until_stops_at_max_iterations() -> None:
     core.handle(RunStartedEvent(0.0))
     for _ in range(3):
         exit_with(core, "poll", 0, {})
-    assert states(core)["poll"] == "SUCCEEDED" and core.iterations[0] == 3
+    assert states(core)["poll"] == "SUCCEEDED" and core.branches.iterations[0] == 3
 
 
 @pytest.mark.parametrize("text", ['__import__("os")', "open('x')", "jobs[x]", "lambda: 1", "a + b", "1 +"])

@@ -165,7 +165,7 @@ def test_a_plan_rebuilt_with_its_expansions_continues_where_it_was() -> None:
     rebuilt = apply_expansions(dynamic(), [("load", ("p", "q"))])
     assert list(rebuilt.jobs) == core.ids
     again = SchedulerCore(rebuilt, slots=10)
-    assert again.expanded == {again.index["load"]: 2}
+    assert again.fanout.expanded == {again.index["load"]: 2}
     assert again.capacity() == again.n
     rows = [(i, core.state[i], core.attempt[i]) for i in range(core.n) if core.state[i] or core.attempt[i]]
     again.restore(rows, 5.0)

@@ -90,11 +90,11 @@ def test_this_hosts_slots_changing_moves_only_the_local_place() -> None:
     core.handle(PlaceCapacityEvent("pool:etl", 2, 1.0))
     cmds = core.handle(SlotsChangedEvent(3, 2.0))
     assert names(core, cmds) == ["l2"]
-    assert core.capacity_of["pool:local"] == 3 and core.slots == 5
+    assert core.resources.capacity_of["pool:local"] == 3 and core.slots == 5
     core.validate()
 
 
 def test_a_plan_without_places_claims_nothing_extra() -> None:
     core = SchedulerCore(make_plan({"a": {}, "b": {"deps": ["a"]}}), slots=2)
-    assert core.claims == {}
+    assert core.resources.claims == {}
     assert core.needs(0) == ()

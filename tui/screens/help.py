@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -45,9 +46,13 @@ def _keys(bindings: list[BindingType]) -> list[tuple[str, str]]:
     return out
 
 
-def help_text() -> str:
-    """The whole help, generated from the screens' bindings and the state tables."""
-    from tui.app import ConsoleApp
+def help_text(app_bindings: Iterable[BindingType] = ()) -> str:
+    """The whole help, generated from the screens' bindings and the state tables.
+
+    Args:
+        app_bindings: the app's own bindings (keys that work anywhere); the app passes them,
+            so this screen never imports the app that shows it.
+    """
     from tui.screens.job_detail import JobDetailScreen
     from tui.screens.main import MainScreen
     from tui.widgets.job_table import JobTable
@@ -59,7 +64,7 @@ def help_text() -> str:
         (
             "Anywhere",
             [
-                *ConsoleApp.BINDINGS,
+                *app_bindings,
                 B("tab", "", "Next pane"),
                 B("ctrl+p", "", "Command palette"),
                 B("escape", "", "Back / close"),
@@ -114,11 +119,16 @@ class HelpScreen(ModalScreen[None]):
         Binding("ctrl+u,pageup", "scroll(-10)", "Page up", show=False),
     ]
 
+    def __init__(self, app_bindings: Iterable[BindingType] = ()) -> None:
+        super().__init__()
+        self.app_bindings = list(app_bindings)
+        """The app's own bindings, listed under "Anywhere"."""
+
     def compose(self) -> ComposeResult:
         """The help text."""
         with VerticalScroll(id="help") as box:
             box.border_title = "help - esc closes"
-            yield Static(help_text(), markup=False)
+            yield Static(help_text(self.app_bindings), markup=False)
 
     def action_scroll(self, lines: int) -> None:
         """Scroll the text."""

@@ -1,23 +1,26 @@
-"""Conditional branches and repeat-until loops of the core: which jobs an `if` skips, when an `until` job runs again."""
+"""Conditional branches and repeat-until loops: which jobs an `if` skips, when an `until` job is done."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from wloadctl.core.condition import Condition, ConditionError, parse_condition
-from wloadctl.core.events import JobExitedEvent
+from wloadctl.core.plan import JobSpec
 from wloadctl.core.states import JobState
-
-if TYPE_CHECKING:
-    from wloadctl.core.engine import SchedulerCore
 
 S = JobState
 
 
-class BranchesMixin:
-    """`if` and `until` for SchedulerCore."""
+class Branches:
+    """Owns `if` and `until`: the parsed conditions, the outcomes they read, the jobs a branch skipped.
 
-    def _build_conditions(self: SchedulerCore, specs: list) -> None:
+    The engine asks it whether a job's `if` holds and whether an `until` job is done, and
+    tells it each outcome a condition reads; it changes no job state itself.
+    """
+
+    def __init__(self, specs: list[JobSpec], index: dict[str, int], variables: dict[str, object]) -> None:
+        self.index = index
+        """Job index by id (the engine's; read only, to name the jobs an expression reads)."""
+        self.variables = variables
+        """The plan's variables, which conditions may read."""
         self.conds: dict[int, Condition] = {}
         """Parsed `if` conditions by job."""
         self.untils: dict[int, Condition] = {}
@@ -34,43 +37,70 @@ class BranchesMixin:
             if j.condition:
                 c = parse_condition(j.condition)
                 self.conds[i] = c
-                self.want.update(self.index[x] for x in c.jobs if x in self.index)
+                self.watch(c)
             if j.until:
-                self.untils[i] = parse_condition(j.until)
-                self.want.add(i)
+                self.add_until(i, j)
 
-    def condition_holds(self: SchedulerCore, i: int) -> tuple[bool, str]:
-        """Evaluate job i's `if` on its upstreams' outcomes and the plan's variables."""
+    def watch(self, c: Condition) -> None:
+        """Keep the outcomes of the jobs expression `c` reads."""
+        self.want.update(self.index[x] for x in c.jobs if x in self.index)
+
+    def add_until(self, i: int, spec: JobSpec) -> None:
+        """Job i (its spec given) repeats until its condition holds."""
+        assert spec.until
+        self.untils[i] = parse_condition(spec.until)
+        self.want.add(i)
+
+    def record(self, i: int, exit_code: int | None, result: dict[str, object] | None) -> None:
+        """Keep job i's outcome when a condition reads it."""
+        if i in self.want:
+            self.outcomes[i] = {"exit_code": exit_code, "result": result or {}}
+
+    def holds(self, i: int, state: bytearray) -> tuple[bool, str]:
+        """Evaluate job i's `if` on its upstreams' outcomes and the plan's variables.
+
+        Args:
+            i: job index (it has an `if`).
+            state: JobState value per job.
+
+        Returns:
+            Whether it holds, and why not when it does not.
+        """
         c = self.conds[i]
         try:
-            ok = c.evaluate(self._outcomes_of(c), self.plan.variables)
+            ok = c.evaluate(self.outcomes_of(c, state), self.variables)
         except ConditionError as e:
             return False, f"condition could not be evaluated: {e}"
         return ok, "" if ok else f"condition false: {c.text}"
 
-    def _outcomes_of(self: SchedulerCore, c: Condition) -> dict[str, dict[str, object]]:
+    def outcomes_of(self, c: Condition, state: bytearray) -> dict[str, dict[str, object]]:
         """Exit code, result and state of the jobs an expression reads, by id."""
         jobs = {}
         for jid in c.jobs:
             k = self.index.get(jid)
             if k is not None:
                 o = dict(self.outcomes.get(k, {}))
-                o.setdefault("state", S(self.state[k]).name)
+                o.setdefault("state", S(state[k]).name)
                 jobs[jid] = o
         return jobs
 
-    def _again_until(self: SchedulerCore, i: int, ev: JobExitedEvent) -> bool:
-        """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""
+    def until_done(self, i: int, exit_code: int, result: dict[str, object] | None, most: int) -> tuple[bool, int]:
+        """An `until` job succeeded: count the iteration and say whether it is done.
+
+        Args:
+            i: job index.
+            exit_code: the iteration's exit status.
+            result: the iteration's result, if it wrote one.
+            most: the job's max_iterations.
+
+        Returns:
+            (done, iterations so far): done when its condition holds or it ran `most` times.
+        """
         n = self.iterations.get(i, 0) + 1
         self.iterations[i] = n
-        own = {"result": ev.result or {}, "exit_code": ev.exit_code, "iteration": n}
+        own = {"result": result or {}, "exit_code": exit_code, "iteration": n}
         try:
-            done = self.untils[i].evaluate({}, self.plan.variables, own)
+            done = self.untils[i].evaluate({}, self.variables, own)
         except ConditionError:
             done = False
-        if done or n >= self.specs[i].max_iterations:
-            return False
-        # Another iteration is not a retry: it does not spend the retry budget.
-        self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
-        self._make_ready_from(i, reason=f"until not met after iteration {n}/{self.specs[i].max_iterations}")
-        return True
+        return done or n >= most, n

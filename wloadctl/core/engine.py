@@ -1,20 +1,26 @@
-"""The pure scheduling core: job states, incremental readiness, the ready queue, retries; events in, commands out."""
+"""The scheduling engine: events in, commands out; readiness, dispatch and retries over the job table.
+
+It calls collaborators that each own one piece of state: Branches (`if`, `until`), FanOut
+(loops over output), Timers (retry delays, deadlines, not-before) and Resources (resources and
+places). Operator verbs (verbs.py) act on it through the VerbTarget protocol.
+"""
 
 from __future__ import annotations
 
 import heapq
-import random
-from array import array
 from collections.abc import Iterable, Iterator
 
-from wloadctl.core.branches import BranchesMixin
+from wloadctl.core import codes as C
+from wloadctl.core.branches import Branches
 from wloadctl.core.commands import (
     Alert,
     Command,
     Dispatch,
+    Kill,
     Persist,
     RunFinished,
 )
+from wloadctl.core.condition import ConditionError
 from wloadctl.core.events import (
     Event,
     ExecutorLostEvent,
@@ -29,15 +35,19 @@ from wloadctl.core.events import (
     TasksLostEvent,
     TimerFiredEvent,
 )
-from wloadctl.core.fanout import FanOutMixin
-from wloadctl.core.holding import LOCAL_PLACE, HoldingMixin
-from wloadctl.core.plan import Plan
+from wloadctl.core.fanout import FanOut
+from wloadctl.core.holding import LOCAL_PLACE, Needs, Resources
+from wloadctl.core.jobtable import JobTable
+from wloadctl.core.loops import with_instances
+from wloadctl.core.plan import DynamicItems, JobSpec, Plan
 from wloadctl.core.sla import (
+    TIMER_LATE,
+    TIMER_NOT_BEFORE,
     TierSlots,
 )
-from wloadctl.core.states import LEGAL, TERMINAL, DepKind, JobState, SlaTier
-from wloadctl.core.timers import TimersMixin
-from wloadctl.errors import InvalidTransition
+from wloadctl.core.states import TERMINAL, DepKind, JobState, SlaTier
+from wloadctl.core.timers import Timers
+from wloadctl.core.verbs import apply_verb
 
 S = JobState
 _N = len(JobState)
@@ -45,14 +55,7 @@ _W, _R, _Q, _RUN = int(S.WAITING), int(S.READY), int(S.QUEUED), int(S.RUNNING)
 _OK, _FAIL, _TO, _RW = int(S.SUCCEEDED), int(S.FAILED), int(S.TIMED_OUT), int(S.RETRY_WAIT)
 _HELD, _SKIP, _CANC, _UPF = int(S.HELD), int(S.SKIPPED), int(S.CANCELLED), int(S.UPSTREAM_FAILED)
 _TERMINAL = bytes(1 if JobState(s) in TERMINAL else 0 for s in range(_N))
-_MASK = (1 << 32) - 1
-_GATE_READY = 1
-"""gate bit: an `if` or a loop over output decides what happens when the job has nothing left to wait for."""
-_GATE_EXIT = 2
-"""gate bit: the job's exit needs more than the bulk path (resources to free, a result someone reads, until)."""
-_GATE_RES = 4
-"""gate bit: the job holds resources while it runs (dispatch must acquire them)."""
-_PRIO_BIAS = 1 << 20
+_MASK, _GATE_READY, _GATE_EXIT, _GATE_RES = C.MASK, C.GATE_READY, C.GATE_EXIT, C.GATE_RES
 FAIR_SCAN = 256
 """Ready jobs looked at per pick to find each group's most urgent one (fair share only)."""
 MAX_LOST = 3
@@ -65,176 +68,64 @@ def _popping(heap: list[int]) -> Iterator[int]:
         yield pop(heap)
 
 
-def ready_key(tier: int, priority: int, job: int) -> int:
-    """One int that orders the ready queue: tier first, then higher priority, then plan order.
-
-    Args:
-        tier: SlaTier value (0 = critical).
-        priority: the job's priority (higher first), clamped to +/- 2**20.
-        job: job index, the tie-breaker.
-
-    Returns:
-        A key for a min-heap of ints (cheaper than tuples at a million jobs).
-    """
-    p = _PRIO_BIAS - max(-_PRIO_BIAS + 1, min(_PRIO_BIAS - 1, priority))
-    return (tier << 53) | (p << 32) | job
-
-
-class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
+class SchedulerCore(JobTable):
     """All scheduling decisions of one run, with no I/O: feed events, flush commands.
 
-    Job-indexed state lives in flat arrays so a million-job plan stays small and fast.
+    Job-indexed state lives in the JobTable's flat arrays so a million-job plan stays small and fast.
     """
 
     def __init__(self, plan: Plan, slots: int, *, seed: int = 0,
                  reserve: dict[SlaTier, float] | None = None) -> None:
-        specs = list(plan.jobs.values())
-        self.plan = plan
-        """The plan being run."""
-        self.specs = specs
-        """Job specs by index (plan order)."""
-        self.ids: list[str] = [j.id for j in specs]
-        """Job ids by index."""
-        self.index: dict[str, int] = {jid: i for i, jid in enumerate(self.ids)}
-        """Job index by id."""
-        n = len(specs)
-        self.n = n
-        """Number of jobs."""
-        self.state = bytearray(n)
-        """JobState value per job (all WAITING at first)."""
-        self.attempt = array("i", bytes(4 * n))
-        """Attempts started so far per job."""
-        self.unmet = array("i", bytes(4 * n))
-        """Upstreams not yet finished, per job."""
-        self.block = bytearray(n)
-        """0: nothing blocks; 1: an upstream it needed failed; 2: a condition on an upstream is false."""
-        self.executor = array("h", [-1]) * n if n else array("h")
-        """Executor running each job, -1 if none."""
-        self.tier = bytearray(int(j.sla) for j in specs)
-        """SLA tier value per job."""
-        bases: dict[tuple[int, int], int] = {}
-        self.key_base = array("q", (bases.get((j.sla, j.priority)) or bases.setdefault(
-            (j.sla, j.priority), ready_key(j.sla, j.priority, 0)) for j in specs))
-        """Ready-queue key of each job without its index (key = key_base[i] | i)."""
-        self._build_edges(specs)
-        self._build_conditions(specs)
-        self._build_loops(specs)
+        super().__init__(plan)
+        specs, n = self.specs, self.n
+        self.branches = branches = Branches(specs, self.index, plan.variables)
+        """`if` and `until`: conditions, the outcomes they read, jobs a branch skipped."""
+        self.fanout = FanOut(specs, self.index)
+        """Loops over output: which have expanded, and the expansions to journal."""
+        for c in self.fanout.loops.values():
+            branches.watch(c)
         self.gate = bytearray(n)
         """Per job, the _GATE_* bits of the paths that must look at it (0 for most jobs)."""
-        for i in self.conds.keys() | self.loops.keys():
+        for i in branches.conds.keys() | self.fanout.loops.keys():
             self.gate[i] |= _GATE_READY
-        for i in self.want | self.untils.keys():
+        for i in branches.want | branches.untils.keys():
             self.gate[i] |= _GATE_EXIT
         for i, j in enumerate(specs):
             if j.resources:
                 self.gate[i] |= _GATE_EXIT | _GATE_RES
-        self.counts = [0] * _N
-        """Jobs per state value."""
-        self.counts[_W] = n
         self.slots = slots
         """Total executor slots."""
         self.tiers = TierSlots(slots, reserve)
         """Slots reserved per SLA tier and used per tier."""
-        self.deadline: dict[int, float] = {}
-        """Absolute deadline of each job that has one."""
-        self.not_before: dict[int, float] = {}
-        """Absolute earliest start of each job that has one."""
         self.busy = 0
         """Jobs QUEUED or RUNNING (each holds a slot)."""
-        self.res_free: dict[str, int] = dict(plan.resources)
-        """Free amount of each declared resource."""
-        self.res_holders: dict[str, set[int]] = {r: set() for r in plan.resources}
-        """Jobs holding each resource now."""
-        self.parked: dict[str, list[int]] = {r: [] for r in plan.resources}
-        """READY jobs waiting for a resource, by the resource they lack."""
-        self.res_waiter: dict[str, int] = {}
-        """Ready key of the most urgent job waiting for each resource: less urgent jobs may not take it
-        meanwhile, so a job asking for much is not overtaken forever by small ones."""
+        self.resources = Resources(plan.resources)
+        """Resources and places: what each offers, is free, is held, and who waits for it."""
         self._build_groups(plan, specs)
-        self.capacity_of: dict[str, int] = dict(plan.resources)
-        """What each resource and place offers in all (places change as agents come and go)."""
-        self.claims: dict[int, tuple[tuple[str, int], ...]] = {}
-        """Jobs whose dispatch needs more than their declared resources: their place too (only when the
-        plan runs anything on agents; then every job claims one slot of its place)."""
         if any(j.pool or j.agent for j in specs):
-            self._build_places(specs)
+            # Every job claims a slot of its place: this host, a pool of agents, or one agent.
+            self.resources.add_place(LOCAL_PLACE, self.slots)
+            for i, j in enumerate(specs):
+                self._claim_place(i, j)
         self.preemptible_running: set[int] = set()
         """Running jobs marked preemptible (candidates to make room for critical work)."""
         self.ready: list[int] = []
         """Min-heap of ready keys (see ready_key); stale entries are skipped on pop."""
-        self.timers: list[tuple[float, int, int]] = []
-        """Min-heap of (due time, job, attempt) for retry delays."""
-        self.retry_due: dict[int, float] = {}
-        """When each job in RETRY_WAIT becomes READY."""
+        self.timers = Timers(seed)
+        """Retry delays, deadlines, not-before times and lateness."""
         self.attempt_base: dict[int, int] = {}
         """Attempts made before an operator's retry/rerun, not counted against the policy."""
         self.lost_count: dict[int, int] = {}
         """How many attempts of each job were lost with their executor."""
         self.kill_reason: dict[int, tuple[str, bool]] = {}
         """Jobs asked to stop, with why and whether to requeue them (preemption, shutdown) rather than fail."""
-        self.reasons: dict[int, str] = {}
-        """Last reason recorded per job (held, failed, ...), for `why` and status."""
-        self.lateness: dict[int, str] = {}
-        """Jobs at risk of, or past, their deadline, with a sentence saying so."""
         self.cancelled = False
         """The run was cancelled: nothing new starts."""
         self.paused = False
         """Dispatch is paused (the scheduler is stopping); states still change."""
         self.finished_sent = False
-        self.rng = random.Random(seed)
-        """Jitter source (seeded: the core stays deterministic)."""
-        self.now = 0.0
-        self._cause = ""
-        self._tx: list[tuple] = []
         self._dispatch: list[tuple[int, int]] = []
         self._other: list[Command] = []
-
-    # -- structure -------------------------------------------------------------------
-
-    def _build_edges(self, specs: list) -> None:
-        index = self.index
-        counts = array("i", bytes(4 * (self.n + 1)))
-        any_kinds = False
-        for j in specs:
-            for dep in j.depends_on:
-                counts[index[dep] + 1] += 1
-            if j.dep_kinds is not None:
-                any_kinds = True
-        for i in range(self.n):
-            counts[i + 1] += counts[i]
-        self.down_start = counts
-        """CSR offsets: dependents of job i are down[down_start[i]:down_start[i+1]]."""
-        fill = array("i", counts)
-        down = array("i", bytes(4 * counts[self.n]))
-        kinds = bytearray(counts[self.n]) if any_kinds else None
-        for d, j in enumerate(specs):
-            for k, dep in enumerate(j.depends_on):
-                u = index[dep]
-                pos = fill[u]
-                down[pos] = d
-                if kinds is not None and j.dep_kinds is not None:
-                    kinds[pos] = int(j.dep_kinds[k])
-                fill[u] = pos + 1
-        self.down = down
-        """CSR targets: dependent job indices."""
-        empty: tuple[int, ...] = ()
-        self.downs: list[tuple[int, ...]] = [
-            tuple(down[counts[u] : counts[u + 1]]) if counts[u + 1] > counts[u] else empty for u in range(self.n)]
-        """The same edges as one tuple of dependents per job: the bulk path walks them several times faster."""
-        self.down_kind = kinds
-        """DepKind per CSR edge, or None when every edge is SUCCESS."""
-        unmet = self.unmet
-        for d, j in enumerate(specs):
-            unmet[d] = len(j.depends_on)
-
-    def upstream(self, i: int) -> list[int]:
-        """Indices of job i's dependencies."""
-        index = self.index
-        return [index[d] for d in self.specs[i].depends_on]
-
-    def downstream(self, i: int) -> list[int]:
-        """Indices of the jobs that depend directly on job i."""
-        return list(self.down[self.down_start[i] : self.down_start[i + 1]])
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -265,7 +156,7 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         elif isinstance(event, RunStartedEvent):
             self._on_run_started()
         elif isinstance(event, SlotsChangedEvent):
-            if self.claims:
+            if self.resources.claims:
                 self.set_capacity(LOCAL_PLACE, event.slots)  # this host's slots, beside the agents'
             else:
                 self.slots = event.slots
@@ -273,8 +164,6 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         elif isinstance(event, PlaceCapacityEvent):
             self.set_capacity(event.place, event.slots)
         elif isinstance(event, OperatorEvent):
-            from wloadctl.core.verbs import apply_verb
-
             self._other.append(apply_verb(self, event))
         else:  # pragma: no cover - the Event union is closed
             raise TypeError(f"unknown event {type(event).__name__}")
@@ -287,10 +176,11 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         """
         self._fill()
         out: list[Command] = []
-        if self._tx or self.added:
-            out.append(Persist(self._tx, self.added))
+        fanout = self.fanout
+        if self._tx or fanout.added:
+            out.append(Persist(self._tx, fanout.added))
             self._tx = []
-            self.added = []
+            fanout.added = []
         out.extend(self._other)
         self._other = []
         if self._dispatch:
@@ -303,30 +193,12 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
 
     # -- transitions ---------------------------------------------------------------------
 
-    def set_state(
-        self, i: int, to: int, reason: str = "", executor: int = -1, exit_code: int | None = None
-    ) -> None:
-        """Move job i to state `to`, checking the transition table, and record the transition.
-
-        Raises:
-            InvalidTransition: the table does not allow the change.
-        """
-        frm = self.state[i]
-        if not LEGAL[frm * _N + to]:
-            raise InvalidTransition(
-                f"{S(frm).name} -> {S(to).name} is not allowed (event {self._cause or 'unknown'})",
-                job=self.ids[i],
-            )
-        self.state[i] = to
-        c = self.counts
-        c[frm] -= 1
-        c[to] += 1
-        if reason:
-            self.reasons[i] = reason
-        self._tx.append((i, frm, to, self.attempt[i], self.now, executor, exit_code, reason, self._cause))
-
     def _make_ready(self, i: int) -> None:
         self.set_state(i, _R)
+        heapq.heappush(self.ready, self.key_base[i] | i)
+
+    def enqueue(self, i: int) -> None:
+        """Put READY job i on the ready queue (its key: tier, priority, plan order)."""
         heapq.heappush(self.ready, self.key_base[i] | i)
 
     # -- event handlers ------------------------------------------------------------------
@@ -342,6 +214,36 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                         self._resolve_many(skipped)
                     continue
                 self._make_ready(i)
+
+    def _on_timer(self) -> None:
+        timers, state = self.timers, self.state
+        for i, mark in timers.due(self.now):
+            st = state[i]
+            if mark >= 0:
+                if st == _RW and self.attempt[i] == mark:
+                    timers.retry_due.pop(i, None)
+                    self._make_ready(i)
+            elif mark == TIMER_NOT_BEFORE:
+                if st == _R:
+                    heapq.heappush(self.ready, self.key_base[i] | i)
+            elif st != _OK and st != _SKIP:
+                flag = timers.flag(i, mark == TIMER_LATE, st)
+                if flag is not None:
+                    self._other.append(flag)
+
+    def set_times(self, deadlines: dict[int, float], not_before: dict[int, float], add: bool = False) -> None:
+        """Give the core the absolute deadlines and not-before times of jobs (computed by the shell).
+
+        Args:
+            deadlines: absolute deadline by job.
+            not_before: absolute earliest start by job.
+            add: add to the times already given instead of replacing them.
+        """
+        self.timers.set_times(deadlines, not_before, self.specs, add)
+
+    def next_timer(self) -> float | None:
+        """When the core next needs a TimerFiredEvent, or None."""
+        return self.timers.next_due(self.state, self.attempt)
 
     def _on_start(self, ev: JobStartedEvent) -> None:
         i = ev.job
@@ -390,15 +292,15 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
             return  # a stale or repeated report: the journal already has this attempt's end
         self._release(i)
         ex = ev.executor
-        if i in self.want and not ev.lost:
-            self.outcomes[i] = {"exit_code": None if ev.signal else ev.exit_code, "result": ev.result or {}}
+        if not ev.lost:
+            self.branches.record(i, None if ev.signal else ev.exit_code, ev.result)
         if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.lost and not ev.spawn_failed:
             if i in self.kill_reason:
                 del self.kill_reason[i]
-            if i in self.untils and self._again_until(i, ev):
+            if i in self.branches.untils and self._again_until(i, ev):
                 return
             self.set_state(i, _OK, executor=ex, exit_code=0)
-            self._resolve(i)
+            self.resolve(i)
             return
         spec = self.specs[i]
         policy = spec.retry
@@ -437,23 +339,43 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         used = self.attempt[i] - self.attempt_base.get(i, 0)
         code = None if ev.signal else ev.exit_code
         if retryable and used <= policy.count and not self.cancelled:
-            delay = self.retry_delay(i, used)
+            delay = self.timers.retry_delay(spec, self.tier[i], used)
             due = self.now + delay
             self.set_state(i, _RW, reason=f"{why}; retry {used}/{policy.count} in {delay:.1f}s",
                            executor=ex, exit_code=code)
-            self.retry_due[i] = due
-            heapq.heappush(self.timers, (due, i, self.attempt[i]))
+            self.timers.wait_retry(i, due, self.attempt[i])
             return
         final = _TO if ev.timed_out else _FAIL
         self.set_state(i, final, reason=why, executor=ex, exit_code=code)
         self._other.append(Alert(i, final, used, why, code))
-        self._resolve(i)
+        self.resolve(i)
+
+    def _again_until(self, i: int, ev: JobExitedEvent) -> bool:
+        """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""
+        most = self.specs[i].max_iterations
+        done, n = self.branches.until_done(i, ev.exit_code, ev.result, most)
+        if done:
+            return False
+        # Another iteration is not a retry: it does not spend the retry budget.
+        self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
+        self._make_ready_from(i, reason=f"until not met after iteration {n}/{most}")
+        return True
+
+    @property
+    def want(self) -> set[int]:
+        """Jobs whose outcome (exit status, result file) some condition reads."""
+        return self.branches.want
+
+    @property
+    def outcomes(self) -> dict[int, dict[str, object]]:
+        """Outcome of each wanted job (the shell restores them from the journal)."""
+        return self.branches.outcomes
 
     def _make_ready_from(self, i: int, reason: str) -> None:
         self.set_state(i, _R, reason=reason)
         heapq.heappush(self.ready, self.key_base[i] | i)
 
-    def _resolve(self, i: int) -> None:
+    def resolve(self, i: int) -> None:
         """Job i reached a terminal state: update its dependents' counters, cascading without recursion."""
         self._resolve_many([i])
 
@@ -500,10 +422,11 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                     add_fresh(key_base[d] | d)
         else:
             stack = roots
+        branch_skipped = self.branches.branch_skipped
         while stack:
             u = stack.pop()
             su = state[u]
-            branch = su == _SKIP and u in self.branch_skipped
+            branch = su == _SKIP and u in branch_skipped
             ok = su == _OK or (su == _SKIP and not branch)
             failed = su == _FAIL or su == _TO
             for pos in range(start[u], start[u + 1]):
@@ -549,26 +472,90 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         if self.block[d] == 1:
             self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
         else:
-            branch = su == _SKIP and u in self.branch_skipped
+            branch = su == _SKIP and u in self.branches.branch_skipped
             why = f"branch not taken: {self.ids[u]} skipped" if branch else \
                 f"condition not met: {self.ids[u]} did not fail"
-            self.branch_skipped.add(d)
+            self.branches.branch_skipped.add(d)
             self.set_state(d, _SKIP, reason=why)
         stack.append(d)
 
     def _gated_ready(self, d: int, stack: list[int]) -> None:
         """Job d has nothing left to wait for, but an `if` or a loop over output decides what happens to it."""
-        if d in self.conds:
-            holds, why = self.condition_holds(d)
+        branches = self.branches
+        if d in branches.conds:
+            holds, why = branches.holds(d, self.state)
             if not holds:
-                self.branch_skipped.add(d)
+                branches.branch_skipped.add(d)
                 self.set_state(d, _SKIP, reason=why)
                 stack.append(d)
                 return
-        if d in self.loops:
-            self._reach_loop(d)
+        if d in self.fanout.loops:
+            self.reach_loop(d)
             return
         self._make_ready(d)
+
+    # -- loops over output ---------------------------------------------------------------
+
+    @property
+    def room(self) -> int | None:
+        """Most jobs the shell can show (its state board's size); None = no limit."""
+        return self.fanout.room
+
+    @room.setter
+    def room(self, value: int | None) -> None:
+        self.fanout.room = value
+
+    def capacity(self) -> int:
+        """Most jobs this run may hold: its jobs now, plus every instance its loops over output may still make."""
+        return self.fanout.capacity(self.specs)
+
+    def reach_loop(self, d: int) -> None:
+        """Loop parent d has nothing left to wait for: expand it, or end it when its instances have ended."""
+        fanout = self.fanout
+        made = fanout.expanded.get(d)
+        if made is not None:
+            self.set_state(d, _OK, reason=f"all {made} instance(s) finished")
+            self.resolve(d)
+            return
+        spec = self.specs[d]
+        loop = spec.for_each
+        assert isinstance(loop, DynamicItems)
+        try:
+            outcomes = self.branches.outcomes_of(fanout.loops[d], self.state)
+            items, instances = fanout.instances(spec, outcomes, self.plan.variables, self.index)
+        except ConditionError as e:
+            why = f"for_each: {e}"
+            self.set_state(d, _FAIL, reason=why)
+            self._other.append(Alert(d, _FAIL, 0, why))
+            self.resolve(d)
+            return
+        if not instances:
+            self.set_state(d, _SKIP, reason=f"for_each: {loop.expr} is empty, nothing to run")
+            self.resolve(d)
+            return
+        first = self.n
+        for inst in instances:
+            self._append_job(inst, d)
+        parent = with_instances(spec, instances)
+        self.specs[d] = parent
+        self.plan.jobs[spec.id] = parent
+        self.unmet[d] = len(instances)
+        fanout.expanded_to(d, first, items)
+        self.reasons[d] = f"waiting for its {len(instances)} instance(s)"
+        for k in range(first, self.n):
+            self._make_ready(k)
+
+    def _append_job(self, spec: JobSpec, parent: int) -> None:
+        """Add one job after all others, WAITING, whose only dependent is `parent`."""
+        k = self._append_row(spec, parent)
+        if self.group_of is not None:
+            self.group_of.append(self.group_of[parent])
+        self.gate.append((_GATE_EXIT if spec.until or spec.resources else 0) | (_GATE_RES if spec.resources else 0))
+        if self.resources.claims:
+            self._claim_place(k, spec)
+        if spec.until:
+            self.branches.add_until(k, spec)
+        self.timers.inherit(k, parent, self.specs)
 
     def recompute(self, d: int) -> None:
         """Recount job d's unmet dependencies and blocks from its upstreams' current states."""
@@ -583,7 +570,7 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                 continue
             kind = spec.kind_of(k)
             u = self.index[dep]
-            if kind == DepKind.SUCCESS and su == _SKIP and u in self.branch_skipped:
+            if kind == DepKind.SUCCESS and su == _SKIP and u in self.branches.branch_skipped:
                 block = block or 2
             elif kind == DepKind.SUCCESS and su not in (_OK, _SKIP):
                 block = 1
@@ -625,9 +612,10 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
         with the rest of a sorted list.
         """
         ready, state, tier, gate, tiers = self.ready, self.state, self.tier, self.gate, self.tiers
-        not_before, now = self.not_before, self.now
+        not_before, now = self.timers.not_before, self.now
         attempt, tx_append, cause = self.attempt, self._tx.append, self._cause
         dispatch, in_use, reserved = self._dispatch.append, tiers.in_use, tiers.total_reserved
+        res, specs = self.resources, self.specs
         group_of = self.group_of
         r_, q_, res_, mask = _R, _Q, _GATE_RES, _MASK
         had = free
@@ -645,7 +633,7 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
                 break
             if not_before and i in not_before and now < not_before[i]:
                 continue  # its not-before timer puts it back
-            if gate[i] & res_ and not self._acquire(i, self.needs(i), key):
+            if gate[i] & res_ and not res.acquire(i, res.needs(i, specs[i].resources), key):
                 continue
             att = attempt[i] + 1
             attempt[i] = att
@@ -698,18 +686,130 @@ class SchedulerCore(BranchesMixin, FanOutMixin, TimersMixin, HoldingMixin):
             del stash[g]
         return key
 
-    def is_finished(self) -> bool:
-        """True when no job can change state without an operator (HELD jobs keep a run open)."""
-        c = self.counts
-        live = c[_W] + c[_R] + c[_Q] + c[_RUN] + c[_RW] + c[_HELD]
-        return live == 0
+    # -- what running jobs hold ----------------------------------------------------------
 
-    def is_stalled(self) -> bool:
-        """True when nothing can move without an operator: no work in flight or due, yet jobs are HELD."""
-        c = self.counts
-        return c[_HELD] > 0 and c[_R] + c[_Q] + c[_RUN] + c[_RW] == 0
+    def needs(self, i: int) -> Needs:
+        """What job i holds while it runs: its declared resources, and a slot of its place when places apply."""
+        return self.resources.needs(i, self.specs[i].resources)
 
-    def outcome_ok(self) -> bool:
-        """True when every job succeeded or was skipped."""
-        return self.counts[_OK] + self.counts[_SKIP] == self.n
+    def _claim_place(self, i: int, spec: JobSpec) -> None:
+        self.resources.claim_place(i, spec)
+        self.gate[i] |= _GATE_EXIT | _GATE_RES  # dispatch acquires, the exit releases
 
+    def set_capacity(self, place: str, slots: int) -> None:
+        """A place now offers `slots`: the run's slots follow, and jobs waiting for it compete again."""
+        delta, woken = self.resources.set_capacity(place, slots)
+        if not delta:
+            return
+        self.slots += delta
+        self.tiers.resize(self.slots)
+        self._requeue(woken)
+
+    def _requeue(self, jobs: list[int]) -> None:
+        """Jobs parked on a resource compete again: those still READY go back to the ready queue."""
+        state, ready, key_base = self.state, self.ready, self.key_base
+        for p in jobs:
+            if state[p] == _R:
+                heapq.heappush(ready, key_base[p] | p)
+
+    def _release(self, i: int) -> None:
+        self.busy -= 1
+        self.tiers.in_use[self.tier[i]] -= 1
+        self.executor[i] = -1
+        self.preemptible_running.discard(i)
+        if self.group_of is not None:
+            self.group_use[self.group_of[i]] -= 1
+        self._requeue(self.resources.release(i, self.needs(i)))
+
+    def _preempt_for_critical(self) -> None:
+        """A critical job is ready but no slot is free: stop the least urgent preemptible job to make room."""
+        ready = self.ready
+        while ready and self.state[ready[0] & _MASK] != _R:
+            heapq.heappop(ready)
+        if not ready or self.tier[ready[0] & _MASK] != 0:
+            return
+        if any(req and r.startswith("preempted") for r, req in self.kill_reason.values()):
+            return  # one preemption at a time: its slot goes to the critical job first
+        cands = [
+            v
+            for v in self.preemptible_running
+            if self.state[v] == _RUN and self.tier[v] > 0 and v not in self.kill_reason
+        ]
+        if not cands:
+            return
+        victim = max(cands, key=lambda v: (self.tier[v], v))
+        critical = self.ids[ready[0] & _MASK]
+        self.kill(victim, f"preempted for critical job {critical}", graceful=True, requeue=True)
+
+    def kill(self, i: int, reason: str, graceful: bool = False, requeue: bool = False) -> None:
+        """Ask the shell to stop job i's running attempt; its exit is then classified with `reason`.
+
+        Args:
+            i: job index.
+            reason: recorded as the attempt's end reason.
+            graceful: SIGTERM first, SIGKILL after a grace period.
+            requeue: put it back to READY without counting the attempt (preemption, shutdown).
+        """
+        self.kill_reason[i] = (reason, requeue)
+        self._other.append(Kill(i, self.attempt[i], graceful))
+
+    def _on_executor_lost(self, ev: ExecutorLostEvent) -> None:
+        ex, state, executor = ev.executor, self.state, self.executor
+        for i in range(self.n):
+            if executor[i] == ex and (state[i] == _Q or state[i] == _RUN):
+                self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True, cause_id=ev.cause_id))
+
+    def _on_tasks_lost(self, ev: TasksLostEvent) -> None:
+        """Requeue jobs still QUEUED, unaccepted, at the same attempt: like any job lost before it started,
+        they run again without spending an attempt."""
+        for i, att in ev.jobs:
+            if self.state[i] == _Q and self.executor[i] < 0 and self.attempt[i] == att:
+                self._on_exit(JobExitedEvent(i, att, -1, -1, ev.now, lost=True, cause_id=ev.cause_id))
+
+    # -- restore and invariants ----------------------------------------------------------
+
+    def restore(self, rows: Iterable[tuple[int, int, int]], now: float) -> None:
+        """Load states from a journal before RunStartedEvent: (job, state, attempt) rows.
+
+        QUEUED and RUNNING jobs keep their slot: the shell reconciles them with the
+        executors and feeds their exits (or losses) as events.
+        """
+        state, counts = self.state, self.counts
+        for i, st, att in rows:
+            counts[state[i]] -= 1
+            state[i] = st
+            counts[st] += 1
+            self.attempt[i] = att
+        self.busy = counts[_Q] + counts[_RUN]
+        self.now = now
+        for i in range(self.n):
+            st = state[i]
+            if st == _W or st == _HELD:
+                self.recompute(i)
+            elif st == _RW:
+                self.timers.wait_retry(i, now, self.attempt[i])
+            elif st == _R:
+                heapq.heappush(self.ready, self.key_base[i] | i)
+            if st == _Q or st == _RUN:
+                self.tiers.in_use[self.tier[i]] += 1
+                if self.group_of is not None:
+                    self.group_use[self.group_of[i]] += 1
+            if (st == _Q or st == _RUN) and (self.specs[i].resources or i in self.resources.claims):
+                self.resources.hold(i, self.needs(i))
+        self._cause = "restore"
+        # Jobs whose upstreams finished while the journal lagged: resolve them now.
+        for i in range(self.n):
+            if state[i] == _W and self.block[i]:
+                failed = self.block[i] == 1
+                self.set_state(
+                    i, _UPF if failed else _SKIP, reason="upstream failed" if failed else "condition not met"
+                )
+                self.resolve(i)
+
+    def validate(self) -> None:
+        """Check the core's invariants; raise AssertionError naming the first broken one."""
+        self.check_table()
+        active = self.counts[_Q] + self.counts[_RUN]
+        assert active == self.busy, f"busy={self.busy} but {active} jobs are queued or running"
+        assert self.busy >= 0, "more slots released than taken"
+        self.resources.check(self.needs)

@@ -43,11 +43,11 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
     if st == S.HELD:
         reasons.insert(0, f"held: {core.reasons.get(i, 'by an operator')}; release it to let it run")
     elif st == S.READY:
-        lacking = [(r, a) for r, a in core.needs(i) if core.res_free.get(r, 0) < a]
+        lacking = [(r, a) for r, a in core.needs(i) if core.resources.res_free.get(r, 0) < a]
         if lacking:
             for r, a in lacking:
-                holders = sorted(core.ids[h] for h in core.res_holders.get(r, ()))
-                cap = core.capacity_of.get(r, 0)
+                holders = sorted(core.ids[h] for h in core.resources.res_holders.get(r, ()))
+                cap = core.resources.capacity_of.get(r, 0)
                 if r.startswith(("pool:", "agent:")):
                     kind, _, name = r.partition(":")
                     where = "this host" if r == LOCAL_PLACE else f"{kind} {name}"
@@ -55,7 +55,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
                                    r != LOCAL_PLACE else f"waiting for a slot on {where}: all {cap} busy "
                                    f"({', '.join(holders[:8])})")
                     continue
-                reasons.append(f"waiting for resource {r}: needs {a}, {core.res_free.get(r, 0)} free of "
+                reasons.append(f"waiting for resource {r}: needs {a}, {core.resources.res_free.get(r, 0)} free of "
                                f"{cap}; held by {', '.join(holders[:8]) or 'nobody'}")
         elif core.paused or core.cancelled:
             reasons.append("the run is not dispatching (stopping or cancelled)")
@@ -63,7 +63,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
             reasons.append(f"ready, waiting for a free slot ({core.busy} of {core.slots} slots busy; "
                            f"{core.counts[S.READY]} jobs ready)")
     elif st == S.RETRY_WAIT:
-        due = core.retry_due.get(i)
+        due = core.timers.retry_due.get(i)
         left = f" in {max(0.0, due - now):.1f}s" if due else ""
         reasons.append(f"in retry delay after attempt {core.attempt[i]}: {core.reasons.get(i, '')}; "
                        f"becomes READY{left}")
@@ -73,17 +73,17 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
         reasons.append(f"running (attempt {core.attempt[i]}) on executor {core.executor[i]}")
     elif st in (S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED, S.SKIPPED):
         reasons.append(f"{st.name.lower().replace('_', ' ')}: {core.reasons.get(i, '')}".rstrip(": "))
-    elif st == S.SUCCEEDED and i in core.loops:
+    elif st == S.SUCCEEDED and i in core.fanout.loops:
         reasons.append(f"succeeded: {core.reasons.get(i) or 'every instance finished'} "
-                       f"(a for_each over {core.loops[i].text})")
+                       f"(a for_each over {core.fanout.loops[i].text})")
     elif st == S.SUCCEEDED:
         reasons.append(f"succeeded after {core.attempt[i]} attempt(s)")
-    if i in core.loops and st == S.WAITING:
-        made = core.expanded.get(i)
-        reasons.append(f"a for_each over {core.loops[i].text}: " + (
+    if i in core.fanout.loops and st == S.WAITING:
+        made = core.fanout.expanded.get(i)
+        reasons.append(f"a for_each over {core.fanout.loops[i].text}: " + (
             f"waiting for its {made} instance(s) {spec.id}@..." if made is not None
             else "its instances are made when the jobs it reads have finished"))
-    late = core.lateness.get(i)
+    late = core.timers.lateness.get(i)
     if late:
         reasons.append(late)
     return {

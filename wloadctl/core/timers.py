@@ -1,17 +1,16 @@
-"""Time in the core: retry delays with backoff and jitter, deadline and not-before timers."""
+"""Time in the core: retry delays with backoff and jitter, deadline and not-before timers, lateness flags."""
 
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+import random
+from array import array
 
 from wloadctl.core import codes as C
 from wloadctl.core.commands import Flag
+from wloadctl.core.plan import JobSpec
 from wloadctl.core.sla import RISK_WINDOW, TIMER_LATE, TIMER_NOT_BEFORE, TIMER_RISK
 from wloadctl.core.states import JobState, SlaTier
-
-if TYPE_CHECKING:
-    from wloadctl.core.engine import SchedulerCore
 
 S = JobState
 
@@ -24,49 +23,77 @@ TIER_RETRY_FACTOR: dict[SlaTier, float] = {
 """Retry delays are multiplied by the job's tier factor: urgent work is retried sooner."""
 
 
-class TimersMixin:
-    """Retry, deadline and not-before timers for SchedulerCore."""
+class Timers:
+    """Owns every time the core waits for: retry delays, deadlines, not-before times, and the lateness they cause.
 
-    def retry_delay(self: SchedulerCore, i: int, used: int) -> float:
-        """Delay before the retry following attempt number `used` of job i (backoff, tier factor, jitter)."""
-        p = self.specs[i].retry
+    The engine asks which timers are due and acts on the jobs they name; a timer that no
+    longer applies (the job moved on) is skipped when it comes up.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.heap: list[tuple[float, int, int]] = []
+        """Min-heap of (due time, job, mark): mark is the attempt for a retry, else a TIMER_* code."""
+        self.retry_due: dict[int, float] = {}
+        """When each job in RETRY_WAIT becomes READY."""
+        self.deadline: dict[int, float] = {}
+        """Absolute deadline of each job that has one."""
+        self.not_before: dict[int, float] = {}
+        """Absolute earliest start of each job that has one."""
+        self.lateness: dict[int, str] = {}
+        """Jobs at risk of, or past, their deadline, with a sentence saying so."""
+        self.rng = random.Random(seed)
+        """Jitter source (seeded: the core stays deterministic)."""
+
+    def retry_delay(self, spec: JobSpec, tier: int, used: int) -> float:
+        """Delay before the retry following attempt number `used` of a job (backoff, tier factor, jitter).
+
+        Args:
+            spec: the job's spec (its retry policy).
+            tier: the job's SlaTier value.
+            used: attempts spent against the policy so far.
+
+        Returns:
+            The delay in seconds, within the policy's maximum.
+        """
+        p = spec.retry
         base = min(p.max_delay, p.delay * (p.backoff ** (used - 1)))
-        base *= TIER_RETRY_FACTOR[SlaTier(self.tier[i])]
+        base *= TIER_RETRY_FACTOR[SlaTier(tier)]
         if p.jitter:
             base *= 1.0 + self.rng.uniform(-p.jitter, p.jitter)
         return max(0.0, min(base, p.max_delay))
 
-    def _on_timer(self: SchedulerCore) -> None:
-        timers, now = self.timers, self.now
-        while timers and timers[0][0] <= now:
-            _due, i, mark = heapq.heappop(timers)
-            st = self.state[i]
-            if mark >= 0:
-                if st == C.RW and self.attempt[i] == mark:
-                    self.retry_due.pop(i, None)
-                    self._make_ready(i)
-            elif mark == TIMER_NOT_BEFORE:
-                if st == C.R:
-                    heapq.heappush(self.ready, self.key_base[i] | i)
-            elif st != C.OK and st != C.SKIP:
-                self._flag(i, "LATE" if mark == TIMER_LATE else "AT_RISK")
+    def wait_retry(self, i: int, due: float, attempt: int) -> None:
+        """Job i, now in RETRY_WAIT after `attempt`, becomes READY at `due`."""
+        self.retry_due[i] = due
+        heapq.heappush(self.heap, (due, i, attempt))
 
-    def _flag(self: SchedulerCore, i: int, level: str) -> None:
-        dl = self.deadline[i]
-        when = "passed" if level == "LATE" else "is near"
-        text = f"{level}: deadline {when} ({S(self.state[i]).name})"
+    def due(self, now: float) -> list[tuple[int, int]]:
+        """Take every timer due by `now`: (job, mark) pairs in due order."""
+        heap = self.heap
+        out: list[tuple[int, int]] = []
+        while heap and heap[0][0] <= now:
+            _due, i, mark = heapq.heappop(heap)
+            out.append((i, mark))
+        return out
+
+    def flag(self, i: int, late: bool, state: int) -> Flag | None:
+        """Job i's deadline is near or passed: the Flag to raise, or None if it was already flagged LATE."""
+        level = "LATE" if late else "AT_RISK"
+        when = "passed" if late else "is near"
+        text = f"{level}: deadline {when} ({S(state).name})"
         if self.lateness.get(i, "").startswith("LATE"):
-            return
+            return None
         self.lateness[i] = text
-        self._other.append(Flag(i, level, dl, text))
+        return Flag(i, level, self.deadline[i], text)
 
-    def set_times(self: SchedulerCore, deadlines: dict[int, float], not_before: dict[int, float],
+    def set_times(self, deadlines: dict[int, float], not_before: dict[int, float], specs: list[JobSpec],
                   add: bool = False) -> None:
-        """Give the core the absolute deadlines and not-before times of jobs (computed by the shell).
+        """Take the absolute deadlines and not-before times of jobs (computed by the shell).
 
         Args:
             deadlines: absolute deadline by job.
             not_before: absolute earliest start by job.
+            specs: job specs by index (a job's timeout widens its at-risk window).
             add: add to the times already given instead of replacing them.
         """
         if add:
@@ -76,18 +103,28 @@ class TimersMixin:
             self.deadline = dict(deadlines)
             self.not_before = dict(not_before)
         for i, dl in deadlines.items():
-            window = max(RISK_WINDOW, self.specs[i].timeout or 0.0)
-            heapq.heappush(self.timers, (dl - window, i, TIMER_RISK))
-            heapq.heappush(self.timers, (dl, i, TIMER_LATE))
+            window = max(RISK_WINDOW, specs[i].timeout or 0.0)
+            heapq.heappush(self.heap, (dl - window, i, TIMER_RISK))
+            heapq.heappush(self.heap, (dl, i, TIMER_LATE))
         for i, t in not_before.items():
-            heapq.heappush(self.timers, (t, i, TIMER_NOT_BEFORE))
+            heapq.heappush(self.heap, (t, i, TIMER_NOT_BEFORE))
 
-    def next_timer(self: SchedulerCore) -> float | None:
-        """When the core next needs a TimerFiredEvent, or None."""
-        timers = self.timers
-        while timers and timers[0][2] >= 0 and (
-                self.state[timers[0][1]] != C.RW or self.attempt[timers[0][1]] != timers[0][2]):
-            heapq.heappop(timers)
-        return timers[0][0] if timers else None
+    def inherit(self, child: int, parent: int, specs: list[JobSpec]) -> None:
+        """A job made at run time for `parent` gets its parent's deadline and not-before time."""
+        if parent in self.deadline:
+            self.set_times({child: self.deadline[parent]}, {}, specs, add=True)
+        if parent in self.not_before:
+            self.set_times({}, {child: self.not_before[parent]}, specs, add=True)
 
-    # -- readiness -----------------------------------------------------------------------
+    def next_due(self, state: bytearray, attempt: array[int]) -> float | None:
+        """When the core next needs a TimerFiredEvent, or None (retry timers of jobs that moved on are dropped).
+
+        Args:
+            state: JobState value per job.
+            attempt: attempts started per job (an int array).
+        """
+        heap = self.heap
+        while heap and heap[0][2] >= 0 and (
+                state[heap[0][1]] != C.RW or attempt[heap[0][1]] != heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None

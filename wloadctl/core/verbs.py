@@ -3,18 +3,63 @@
 from __future__ import annotations
 
 import fnmatch
-import heapq
+from array import array
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
+from wloadctl.core.fanout import FanOut
 from wloadctl.core.states import TERMINAL, JobState
-
-if TYPE_CHECKING:
-    from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.timers import Timers
 
 S = JobState
+
+
+class VerbTarget(Protocol):
+    """What operator verbs read and change: the scheduling core's job table and the moves it allows."""
+
+    n: int
+    ids: list[str]
+    state: bytearray
+    attempt: array[int]
+    attempt_base: dict[int, int]
+    unmet: array[int]
+    block: bytearray
+    busy: int
+    cancelled: bool
+    fanout: FanOut
+    timers: Timers
+
+    def set_state(self, i: int, to: int, reason: str = "", executor: int = -1,
+                  exit_code: int | None = None) -> None:
+        """Move job i to state `to` through the transition table."""
+
+    def recompute(self, d: int) -> None:
+        """Recount job d's unmet dependencies and blocks."""
+
+    def downstream(self, i: int) -> list[int]:
+        """The jobs that depend directly on job i."""
+
+    def resolve(self, i: int) -> None:
+        """Job i reached a terminal state: its dependents count it."""
+
+    def enqueue(self, i: int) -> None:
+        """Put READY job i on the ready queue."""
+
+    def reach_loop(self, d: int) -> None:
+        """Loop parent d has nothing left to wait for: expand it, or end it."""
+
+    def kill(self, i: int, reason: str, graceful: bool = False, requeue: bool = False) -> None:
+        """Ask the shell to stop job i's running attempt."""
+
+
+class JobNames(Protocol):
+    """Job ids in plan order and their index (what resolve_jobs reads)."""
+
+    ids: Sequence[str]
+    index: Mapping[str, int]
 
 VERB_FROM: dict[str, frozenset[JobState]] = {
     "hold": frozenset({S.WAITING, S.READY, S.RETRY_WAIT}),
@@ -52,7 +97,7 @@ def refusal(job: str, state: JobState, verb: str) -> str:
     return f"job '{job}' is {state.name}: {verb} does not apply{would}"
 
 
-def resolve_jobs(core: SchedulerCore, names: list[str]) -> tuple[list[int], list[str]]:
+def resolve_jobs(core: JobNames, names: list[str]) -> tuple[list[int], list[str]]:
     """Job indices named by ids or globs (`load_*`), in order, and the names that matched nothing."""
     found: list[int] = []
     seen: set[int] = set()
@@ -71,7 +116,7 @@ def resolve_jobs(core: SchedulerCore, names: list[str]) -> tuple[list[int], list
     return found, unknown
 
 
-def apply_verb(core: SchedulerCore, ev: OperatorEvent) -> Reply:
+def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
     """Apply an operator verb to the jobs it names and report, per job, what happened.
 
     Args:
@@ -110,47 +155,41 @@ def _why(text: str, ev: OperatorEvent) -> str:
     return f"{text}{who}{because}"
 
 
-def _hold(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _hold(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
     core.set_state(i, S.HELD, reason=_why("held", ev))
     touched.append(i)
     return f"job '{core.ids[i]}' held"
 
 
-def _settle(core: SchedulerCore, i: int, touched: list[int]) -> None:
+def _settle(core: VerbTarget, i: int, touched: list[int]) -> None:
     """Put a job whose dependencies were recounted into the state they call for."""
     core.recompute(i)
     if core.block[i] == 1:
         core.set_state(i, S.UPSTREAM_FAILED, reason="upstream failed")
-        core._resolve(i)
+        core.resolve(i)
     elif core.block[i] == 2:
         core.set_state(i, S.SKIPPED, reason="condition not met")
-        core._resolve(i)
-    elif core.unmet[i] == 0 and i in core.loops:
+        core.resolve(i)
+    elif core.unmet[i] == 0 and i in core.fanout.loops:
         if core.state[i] != S.WAITING:
             core.set_state(i, S.WAITING)
-        core._reach_loop(i)  # a loop over output expands (again), or ends when its instances have
+        core.reach_loop(i)  # a loop over output expands (again), or ends when its instances have
     elif core.unmet[i] == 0:
         if core.state[i] != S.READY:
             core.set_state(i, S.READY)
-        heapq.heappush(core.ready, _key(core, i))
+        core.enqueue(i)
     elif core.state[i] != S.WAITING:
         core.set_state(i, S.WAITING)
     touched.append(i)
 
 
-def _key(core: SchedulerCore, i: int) -> int:
-    from wloadctl.core.engine import ready_key
-
-    return ready_key(core.tier[i], core.specs[i].priority, i)
-
-
-def _release(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _release(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
     core.set_state(i, S.WAITING, reason=_why("released", ev))
     _settle(core, i, touched)
     return f"job '{core.ids[i]}' released, now {S(core.state[i]).name}"
 
 
-def _descendants(core: SchedulerCore, i: int) -> list[int]:
+def _descendants(core: VerbTarget, i: int) -> list[int]:
     seen = {i}
     order: list[int] = []
     todo = deque([i])
@@ -164,7 +203,7 @@ def _descendants(core: SchedulerCore, i: int) -> list[int]:
     return order
 
 
-def _reopen(core: SchedulerCore, jobs: list[int], touched: list[int], only_blocked: bool) -> None:
+def _reopen(core: VerbTarget, jobs: list[int], touched: list[int], only_blocked: bool) -> None:
     """Send finished descendants back to WAITING, then settle them upstream-first."""
     reopened = []
     for d in jobs:
@@ -184,7 +223,7 @@ def _reopen(core: SchedulerCore, jobs: list[int], touched: list[int], only_block
             touched.append(d)
 
 
-def _again(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int], what: str) -> str:
+def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what: str) -> str:
     core.attempt_base[i] = core.attempt[i]
     core.set_state(i, S.WAITING, reason=_why(what, ev))
     desc = _descendants(core, i)
@@ -204,21 +243,21 @@ def _again(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int], w
     return f"job '{core.ids[i]}' will run again{more}"
 
 
-def _retry(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _retry(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
     return _again(core, i, ev, touched, "retry")
 
 
-def _rerun(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _rerun(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
     return _again(core, i, ev, touched, "rerun")
 
 
-def _kill(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _kill(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
     core.kill(i, _why("killed", ev))
     touched.append(i)
     return f"job '{core.ids[i]}' is being killed"
 
 
-def _force(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int], to: JobState) -> str:
+def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: JobState) -> str:
     was_terminal = core.state[i] in TERMINAL
     core.set_state(i, to, reason=_why("set ok" if to == S.SUCCEEDED else "skipped", ev))
     touched.append(i)
@@ -226,16 +265,16 @@ def _force(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int], t
         # Its dependents already counted it; the ones it had blocked get a fresh look.
         _reopen(core, _descendants(core, i), touched, only_blocked=True)
     else:
-        core.retry_due.pop(i, None)
-        core._resolve(i)
+        core.timers.retry_due.pop(i, None)
+        core.resolve(i)
     return f"job '{core.ids[i]}' is now {to.name}"
 
 
-def _set_ok(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _set_ok(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
     return _force(core, i, ev, touched, S.SUCCEEDED)
 
 
-def _skip(core: SchedulerCore, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _skip(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
     return _force(core, i, ev, touched, S.SKIPPED)
 
 

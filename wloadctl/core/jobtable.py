@@ -1,0 +1,185 @@
+"""The job table of a run: job-indexed flat arrays, the dependency edges, state counts and checked transitions."""
+
+from __future__ import annotations
+
+from array import array
+
+from wloadctl.core.codes import ready_key
+from wloadctl.core.plan import JobSpec, Plan
+from wloadctl.core.states import LEGAL, JobState
+from wloadctl.errors import InvalidTransition
+
+S = JobState
+_N = len(JobState)
+_W, _R, _Q, _RUN = int(S.WAITING), int(S.READY), int(S.QUEUED), int(S.RUNNING)
+_OK, _RW, _HELD, _SKIP = int(S.SUCCEEDED), int(S.RETRY_WAIT), int(S.HELD), int(S.SKIPPED)
+
+
+class JobTable:
+    """The jobs of one run as flat arrays indexed by job, so a million-job plan stays small and fast.
+
+    It owns what every part of the core reads: states and their counts, attempts, dependency
+    edges (CSR and per-job tuples), and the one checked way to change a state, which records
+    the transition for the next Persist. The scheduling engine builds on it.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        specs = list(plan.jobs.values())
+        self.plan = plan
+        """The plan being run."""
+        self.specs = specs
+        """Job specs by index (plan order)."""
+        self.ids: list[str] = [j.id for j in specs]
+        """Job ids by index."""
+        self.index: dict[str, int] = {jid: i for i, jid in enumerate(self.ids)}
+        """Job index by id."""
+        n = len(specs)
+        self.n = n
+        """Number of jobs."""
+        self.state = bytearray(n)
+        """JobState value per job (all WAITING at first)."""
+        self.attempt = array("i", bytes(4 * n))
+        """Attempts started so far per job."""
+        self.unmet = array("i", bytes(4 * n))
+        """Upstreams not yet finished, per job."""
+        self.block = bytearray(n)
+        """0: nothing blocks; 1: an upstream it needed failed; 2: a condition on an upstream is false."""
+        self.executor = array("h", [-1]) * n if n else array("h")
+        """Executor running each job, -1 if none."""
+        self.tier = bytearray(int(j.sla) for j in specs)
+        """SLA tier value per job."""
+        bases: dict[tuple[int, int], int] = {}
+        self.key_base = array("q", (bases.get((j.sla, j.priority)) or bases.setdefault(
+            (j.sla, j.priority), ready_key(j.sla, j.priority, 0)) for j in specs))
+        """Ready-queue key of each job without its index (key = key_base[i] | i)."""
+        self._build_edges(specs)
+        self.counts = [0] * _N
+        """Jobs per state value."""
+        self.counts[_W] = n
+        self.reasons: dict[int, str] = {}
+        """Last reason recorded per job (held, failed, ...), for `why` and status."""
+        self.now = 0.0
+        """Time of the event being applied."""
+        self._cause = ""
+        self._tx: list[tuple] = []
+
+    def _build_edges(self, specs: list) -> None:
+        index = self.index
+        counts = array("i", bytes(4 * (self.n + 1)))
+        any_kinds = False
+        for j in specs:
+            for dep in j.depends_on:
+                counts[index[dep] + 1] += 1
+            if j.dep_kinds is not None:
+                any_kinds = True
+        for i in range(self.n):
+            counts[i + 1] += counts[i]
+        self.down_start = counts
+        """CSR offsets: dependents of job i are down[down_start[i]:down_start[i+1]]."""
+        fill = array("i", counts)
+        down = array("i", bytes(4 * counts[self.n]))
+        kinds = bytearray(counts[self.n]) if any_kinds else None
+        for d, j in enumerate(specs):
+            for k, dep in enumerate(j.depends_on):
+                u = index[dep]
+                pos = fill[u]
+                down[pos] = d
+                if kinds is not None and j.dep_kinds is not None:
+                    kinds[pos] = int(j.dep_kinds[k])
+                fill[u] = pos + 1
+        self.down = down
+        """CSR targets: dependent job indices."""
+        empty: tuple[int, ...] = ()
+        self.downs: list[tuple[int, ...]] = [
+            tuple(down[counts[u] : counts[u + 1]]) if counts[u + 1] > counts[u] else empty for u in range(self.n)]
+        """The same edges as one tuple of dependents per job: the bulk path walks them several times faster."""
+        self.down_kind = kinds
+        """DepKind per CSR edge, or None when every edge is SUCCESS."""
+        unmet = self.unmet
+        for d, j in enumerate(specs):
+            unmet[d] = len(j.depends_on)
+
+    def upstream(self, i: int) -> list[int]:
+        """Indices of job i's dependencies."""
+        index = self.index
+        return [index[d] for d in self.specs[i].depends_on]
+
+    def downstream(self, i: int) -> list[int]:
+        """Indices of the jobs that depend directly on job i."""
+        return list(self.down[self.down_start[i] : self.down_start[i + 1]])
+
+    def set_state(
+        self, i: int, to: int, reason: str = "", executor: int = -1, exit_code: int | None = None
+    ) -> None:
+        """Move job i to state `to`, checking the transition table, and record the transition.
+
+        Raises:
+            InvalidTransition: the table does not allow the change.
+        """
+        frm = self.state[i]
+        if not LEGAL[frm * _N + to]:
+            raise InvalidTransition(
+                f"{S(frm).name} -> {S(to).name} is not allowed (event {self._cause or 'unknown'})",
+                job=self.ids[i],
+            )
+        self.state[i] = to
+        c = self.counts
+        c[frm] -= 1
+        c[to] += 1
+        if reason:
+            self.reasons[i] = reason
+        self._tx.append((i, frm, to, self.attempt[i], self.now, executor, exit_code, reason, self._cause))
+
+    def _append_row(self, spec: JobSpec, parent: int) -> int:
+        """Add one job after all others, WAITING, whose only dependent is `parent`; returns its index."""
+        k = self.n
+        self.n = k + 1
+        self.specs.append(spec)
+        self.ids.append(spec.id)
+        self.index[spec.id] = k
+        self.plan.jobs[spec.id] = spec
+        self.state.append(_W)
+        self.attempt.append(0)
+        self.unmet.append(0)
+        self.block.append(0)
+        self.executor.append(-1)
+        self.tier.append(int(spec.sla))
+        self.key_base.append(ready_key(spec.sla, spec.priority, 0))
+        self.down.append(parent)
+        self.down_start.append(len(self.down))
+        self.downs.append((parent,))
+        if self.down_kind is not None:
+            self.down_kind.append(0)
+        self.counts[_W] += 1
+        return k
+
+    def unaccepted(self) -> tuple[tuple[int, int], ...]:
+        """QUEUED jobs no executor has accepted yet: (job, attempt) pairs."""
+        state, executor, attempt = self.state, self.executor, self.attempt
+        return tuple((i, attempt[i]) for i in range(self.n) if state[i] == _Q and executor[i] < 0)
+
+    def check_table(self) -> None:
+        """Check the table's invariants: counts match the states, edges point only at known jobs."""
+        counts = [0] * _N
+        for s in self.state:
+            counts[s] += 1
+        assert counts == self.counts, f"state counts drifted: {counts} != {self.counts}"
+        assert len(self.down) == self.down_start[self.n], "edge table inconsistent"
+        assert len(self.downs) == self.n, "dependents tuples out of step with the jobs"
+        for d in self.down:
+            assert 0 <= d < self.n, f"edge to unknown job index {d}"
+
+    def is_finished(self) -> bool:
+        """True when no job can change state without an operator (HELD jobs keep a run open)."""
+        c = self.counts
+        live = c[_W] + c[_R] + c[_Q] + c[_RUN] + c[_RW] + c[_HELD]
+        return live == 0
+
+    def is_stalled(self) -> bool:
+        """True when nothing can move without an operator: no work in flight or due, yet jobs are HELD."""
+        c = self.counts
+        return c[_HELD] > 0 and c[_R] + c[_Q] + c[_RUN] + c[_RW] == 0
+
+    def outcome_ok(self) -> bool:
+        """True when every job succeeded or was skipped."""
+        return self.counts[_OK] + self.counts[_SKIP] == self.n
