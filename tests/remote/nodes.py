@@ -1,5 +1,5 @@
-"""Agents as separate hosts for tests: each in its own IPC, mount and pid namespaces (its own /dev/shm and
-/dev/mqueue), sharing nothing with the scheduler but the broker; killing the node kills everything on it."""
+"""Agents as separate hosts for tests: each in its own IPC, mount and pid namespaces (its own queues and
+/dev/shm), sharing nothing with the scheduler but the broker; killing the node kills everything on it."""
 
 from __future__ import annotations
 
@@ -43,9 +43,10 @@ class Node:
         for p in self.pools:
             args += ["--pool", p]
         if self.isolated:
-            script = ("mount -t tmpfs tmpfs /dev/shm && mkdir -p /dev/mqueue && mount -t mqueue mqueue /dev/mqueue"
-                      " && exec \"$@\"")
-            # Without root, a user namespace of its own lets the node mount its /dev/shm and /dev/mqueue.
+            # The IPC namespace alone makes its queues private (they need no mount to work); its
+            # shared memory lives in its own tmpfs.
+            script = "mount -t tmpfs tmpfs /dev/shm && exec \"$@\""
+            # Without root, a user namespace of its own lets the node mount its /dev/shm.
             own = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
             args = ["unshare", *own, "--ipc", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
                     "sh", "-c", script, "node", *args]

@@ -85,6 +85,8 @@ def _our_queues() -> tuple[list[tuple[int, int]], str]:
     uid = os.getuid()
     shapes: list[tuple[int, int]] = []
     try:
+        if not os.path.ismount(MQUEUE_DIR):
+            raise FileNotFoundError(MQUEUE_DIR)  # an empty folder there lists nothing: count by name
         entries = [e for e in os.scandir(MQUEUE_DIR) if e.stat(follow_symlinks=False).st_uid == uid]
     except OSError:
         entries = []
