@@ -181,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("console", help="the operations console")
     p.add_argument("plan", metavar="PLAN", nargs="?")
     _state_dir_arg(p)
+    _remote_args(p)
     p.add_argument("--readonly", action="store_true")
     p.add_argument("--executors", type=int, default=0)
     p.add_argument("--slots", type=int, default=0)
@@ -320,6 +321,12 @@ def cmd_cleanup(a: argparse.Namespace) -> int:
 
 def cmd_console(a: argparse.Namespace) -> int:
     from tui import run_console
+    from wloadctl.remote.broker import ENV_BROKER, ENV_PASSWORD, ENV_PREFIX
+
+    # The scheduler the console starts inherits the broker of the run's agents.
+    for var, value in ((ENV_BROKER, a.broker), (ENV_PASSWORD, a.broker_password), (ENV_PREFIX, a.prefix)):
+        if value:
+            os.environ[var] = value
 
     return run_console(a)
 

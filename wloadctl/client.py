@@ -22,7 +22,7 @@ from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
-__all__ = ["RunClient", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
+__all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
 from wloadctl.paths import log_path, read_ids
 from wloadctl.remote.agents import AGENT_BASE
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
@@ -52,6 +52,13 @@ class JobView:
     started: float | None
     ended: float | None
     reason: str
+
+
+def node_label(executor: int) -> str:
+    """How a job's node is shown: a local executor by its index, an agent as a0, a1... ("" for none)."""
+    if executor < 0:
+        return ""
+    return f"a{executor - AGENT_BASE}" if executor >= AGENT_BASE else str(executor)
 
 
 class RunClient:

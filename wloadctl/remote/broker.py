@@ -35,6 +35,8 @@ ENV_BROKER = "WLOADCTL_BROKER"
 """Environment variable read when --broker is not given."""
 ENV_PASSWORD = "WLOADCTL_BROKER_PASSWORD"
 """Environment variable read when --broker-password is not given (keeps it out of `ps`)."""
+ENV_PREFIX = "WLOADCTL_PREFIX"
+"""Environment variable read when --prefix is not given."""
 DEFAULT_PREFIX = "wl"
 """Subject prefix when --prefix is not given."""
 RESULTS_MAX_AGE = 7 * 24 * 3600.0
@@ -156,7 +158,7 @@ class BrokerOptions:
             tls_ca=ns.broker_tls_ca,
             tls_cert=ns.broker_tls_cert,
             tls_key=ns.broker_tls_key,
-            prefix=ns.prefix,
+            prefix=ns.prefix or env.get(ENV_PREFIX) or DEFAULT_PREFIX,
         )
 
     def shown(self) -> str:
@@ -178,7 +180,7 @@ def add_broker_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--broker-tls-ca", metavar="FILE")
     g.add_argument("--broker-tls-cert", metavar="FILE")
     g.add_argument("--broker-tls-key", metavar="FILE")
-    g.add_argument("--prefix", default=DEFAULT_PREFIX, help="subject prefix of this installation (default: wl)")
+    g.add_argument("--prefix", help=f"subject prefix of this installation (default: ${ENV_PREFIX}, or wl)")
 
 
 class Subjects:
