@@ -64,10 +64,33 @@ def agents_of(out: Path) -> dict[str, list[tuple[str, str]]]:
     return got
 
 
+RUNS: list[subprocess.Popen[str]] = []
+
+
 def run_bg(plan: Path, sd: Path, url: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
-                             "--broker", url, "--json", "--executors", "1", "--slots", "2", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    """`wloadctl run` in the background; killed at the test's end if it is still running."""
+    p = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
+                          "--broker", url, "--json", "--executors", "1", "--slots", "2", *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    RUNS.append(p)
+    return p
+
+
+@pytest.fixture(autouse=True)
+def no_run_left() -> Iterator[None]:
+    """A run a failed test left behind is stopped (SIGINT: it stops its executors and removes its objects)."""
+    yield
+    while RUNS:
+        p = RUNS.pop()
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+        else:
+            p.communicate()
 
 
 def test_pools_and_pins_are_honoured_and_results_logs_and_environment_cross_hosts(

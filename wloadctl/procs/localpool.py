@@ -64,6 +64,61 @@ class Book(Protocol):
         ...
 
 
+class Pool(Protocol):
+    """What the scheduler loop asks of a pool of executors (LocalPool here; StubPool in tests)."""
+
+    health_due: bool
+    """A node's state changed: the loop judges health at once."""
+
+    def attach(self, poller: select.poll) -> None:
+        """Register the descriptors the pool waits on."""
+        ...
+
+    def on_ready(self, fd: int, cause: str) -> bool:
+        """Handle a ready descriptor if it is the pool's."""
+        ...
+
+    def drain(self, feed: Feed, cause: str) -> None:
+        """Feed the engine every report waiting."""
+        ...
+
+    def submit(self, tasks: list[tuple[int, int]]) -> None:
+        """Take dispatched (job, attempt) pairs."""
+        ...
+
+    def pump(self) -> None:
+        """Send what waits, as far as there is room."""
+        ...
+
+    def pending(self) -> bool:
+        """Dispatches not yet handed to a node."""
+        ...
+
+    def next_due(self) -> float:
+        """When the pool next needs the loop."""
+        ...
+
+    def fire_kills(self, now: float) -> None:
+        """Send the kills that are due."""
+        ...
+
+    def kill(self, c: Kill) -> None:
+        """Stop a job's attempt."""
+        ...
+
+    def check(self, now: float, feed: Feed, cause: str, replace: bool = True) -> None:
+        """Judge the nodes; a lost one loses its jobs."""
+        ...
+
+    def alive(self) -> int:
+        """Nodes alive now."""
+        ...
+
+    def stop_all(self) -> None:
+        """Ask every node to stop its jobs."""
+        ...
+
+
 def result_journals(state_dir: Path, run_id: str) -> list[tuple[int, int, Path]]:
     """(executor index, executor pid, path) of every executor results journal of a run."""
     out = []

@@ -24,7 +24,7 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, StoreError, WloadError
 from wloadctl.paths import append_ids
 from wloadctl.procs.control import ControlDesk
-from wloadctl.procs.localpool import LocalPool
+from wloadctl.procs.localpool import Pool
 from wloadctl.procs.recovery import ResultSweeper
 from wloadctl.procs.runctx import RunContext
 from wloadctl.procs.supervisor import RunObjects, live_standby
@@ -52,8 +52,8 @@ class SchedulerLoop:
     """The journal."""
     objs: RunObjects
     """The run's queues and segments (the loop itself uses the control queue and the state board)."""
-    local: LocalPool
-    """This host's executors."""
+    local: Pool
+    """This host's executors (a LocalPool; a StubPool in tests of the loop)."""
     remote: AgentPool | None = None
     """Agents on other hosts, when the run has a broker."""
     on_turn: Callable[[SchedulerLoop], None] | None = None
@@ -278,7 +278,7 @@ class SchedulerLoop:
         deadline = time.time() + grace
         while time.time() < deadline and local.alive() and \
                 any(core.state[i] in (JobState.QUEUED, JobState.RUNNING) for i in here):
-            select.select([self.objs.rsp.fd], [], [], 0.05)
+            time.sleep(0.05)
             local.drain(core.feed, "stop")
             self._execute(core.flush())
         try:
