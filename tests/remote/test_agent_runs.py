@@ -293,3 +293,28 @@ def test_an_agent_restarted_on_its_node_reattaches_to_the_jobs_its_executors_sti
         assert "reattached to 2 executor(s)" in node.output()
     finally:
         node.stop()
+
+
+def test_a_task_whose_payload_cannot_be_read_ends_as_a_failed_start_and_never_runs(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    from tests.remote.conftest import collect
+    from wloadctl.ipc import protocol as P
+    from wloadctl.remote import wire
+    from wloadctl.remote.broker import BrokerOptions, Subjects
+    from wloadctl.remote.link import BrokerLink
+
+    subj = Subjects()
+    link = BrokerLink.open(BrokerOptions(nats_server.url), name="garbled")
+    try:
+        link.subscribe(subj.results("r2"))
+        junk = b"\x00not a payload"
+        task = P.TaskRecord(7, 1, P.TASK_SHELL, 0, 1, 0, len(junk))
+        link.js_publish(subj.dispatch_agent("n2"), wire.encode_dispatch(1, "r2", "r2", [task], [junk]))
+        got = collect(link, 1, timeout=20)
+        entries = [e for m in got for e in wire.decode_results(m.data).entries]
+        assert [(e.record.task, e.record.kind) for e in entries] == [(7, P.RES_EXITED)]
+        rec = entries[0].record
+        assert rec.flags & P.FLAG_SPAWN_FAILED and rec.exit_code == 127
+        assert b"cannot read the task's payload" in entries[0].tail
+    finally:
+        link.close()

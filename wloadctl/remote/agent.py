@@ -265,22 +265,37 @@ class Agent:
         self.heard_active = now
         pool = msg.source[5:] if msg.source.startswith("pool:") else ""
         took: list[tuple[Held, int, bytes | None]] = []
+        unreadable: list[tuple[Held, str]] = []
         for t, payload in zip(batch.tasks, batch.payloads, strict=True):
             if (run, t.task, t.attempt) in self.book.by_key:
                 continue  # delivered again: this node holds it already
             local = self.book.next_id
             self.book.next_id += 1
             h = Held(local, run, t.task, t.attempt, t.epoch, str(t.task), pool)
-            data = self._localize(h, payload) if t.kind == P.TASK_SHELL else None
+            try:
+                data = self._localize(h, payload) if t.kind == P.TASK_SHELL else None
+            except WloadError as e:
+                unreadable.append((h, f"cannot read the task's payload: {e.message}"))
+                continue
             took.append((h, t.flags, data))
         # Taken before acknowledged: a crash between the two delivers the batch again, and
         # the journal tells this node it holds those tasks already.
-        self.journal.take([h for h, _t, _d in took])
+        self.journal.take([h for h, _t, _d in took] + [h for h, _w in unreadable])
         msg.ack()
         for h, tier, data in took:
             self.book.take(h, tier)
             self.payloads[h.local] = data
         self.pool.submit([(h.local, 1) for h, _t, _d in took])
+        for h, why in unreadable:
+            # Never run a task whose payload cannot be read: it ends as a failed start.
+            self.book.take(h, 0)
+            self.book.drop(h.local)
+            entry: dict[str, object] = {"run": h.run, "kind": P.RES_EXITED, "flags": P.FLAG_SPAWN_FAILED,
+                                        "job": h.job, "attempt": h.attempt, "signal": 0, "code": 127,
+                                        "epoch": h.epoch, "pid": 0, "started": now, "ended": now, "tail": why,
+                                        "result": None}
+            self.journal.end(h.local, entry)
+            self._publish_entries([(h.local, entry)])
 
     def _localize(self, h: Held, payload: bytes) -> bytes:
         """The task's payload with its files on this node and the node's name in its environment."""
