@@ -22,6 +22,7 @@ from wloadctl.bench.context import (
 )
 from wloadctl.bench.figures import SECTIONS, Section, as_json
 from wloadctl.bench.measure import machine_info
+from wloadctl.bench.remote import NO_BROKER
 from wloadctl.bench.report import judge, print_report, write_json
 from wloadctl.bench.sections import NO_SERVER
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="wloadctl bench",
         description="Benchmarks at bank scale: dependency evaluation, end-to-end "
         "throughput, shell jobs beside ninja and make, chain latency, scheduler "
-        "memory, and dask when installed.",
+        "memory, dask when installed, and jobs on agents through a private broker.",
     )
     ap.add_argument(
         "--quick",
@@ -121,7 +122,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
     that is removed at the end, whatever happens; each run is checked for
     queues, segments and processes left behind.
     """
-    from wloadctl.bench import compare, sections
+    from wloadctl.bench import compare, remote, sections
 
     runners = {
         "engine": sections.engine,
@@ -131,6 +132,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
         "latency": sections.latency,
         "memory": sections.memory,
         "dask": compare.dask,
+        "remote": remote.remote,
     }
     started = dt.datetime.now(dt.UTC)
     machine = machine_info()
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, handler)
     failed = [
         f for f in data["figures"]
-        if f["seconds"] is None and f["section"] != "dask" and not f["note"].startswith(NO_SERVER)
+        if f["seconds"] is None and f["section"] != "dask" and not f["note"].startswith((NO_SERVER, NO_BROKER))
     ]
     if data["cleanup"]["leftovers"] or failed:
         for f in failed:
