@@ -96,6 +96,8 @@ class Settings:
     """Executors (1 slot each) of the shell runs, and `-j` of ninja and make."""
     pg: str = ""
     """PostgreSQL server of the `postgres` section (a scratch database is made there; "": the default)."""
+    prefetch: int | None = None
+    """`--prefetch` of every wloadctl run (None: the command's default)."""
 
 
 SCRATCH_PREFIX = "wloadctl-bench-"
@@ -241,7 +243,7 @@ class Context:
             keep_state=keep_state,
             journal=journal,
             broker=broker,
-            prefetch=prefetch,
+            prefetch=prefetch if prefetch is not None else self.settings.prefetch,
         )
         if res.run_id:
             self.run_ids.append(res.run_id)

@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="PostgreSQL server of the postgres section, e.g. postgresql://postgres@127.0.0.1:5432/postgres "
         "(default: $WLOADCTL_TEST_PG, else that one); a scratch database is made there and dropped",
     )
+    ap.add_argument(
+        "--prefetch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--prefetch of every wloadctl run: tasks per slot an executor takes ahead "
+        "(default: the command's default)",
+    )
     ap.add_argument("--seed", type=int, default=1, help="seed of every generated plan")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
@@ -112,6 +120,7 @@ def settings_from(a: argparse.Namespace) -> Settings:
         slots=max(1, a.slots),
         shell_parallel=max(1, a.parallel),
         pg=a.pg,
+        prefetch=a.prefetch,
     )
 
 
@@ -165,6 +174,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
             "slots": settings.slots,
             "shell_parallel": settings.shell_parallel,
             "pg": settings.pg,
+            "prefetch": settings.prefetch,
         },
         "machine": machine,
         **as_json(ctx.figures, ctx.ratios, targets),
