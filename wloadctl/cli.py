@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     from wloadctl.remote.agents import add_agents_args
     from wloadctl.remote.broker import add_broker_args
 
-    add_broker_args(p)
+    add_broker_args(p, streams=False)
     add_agents_args(p)
     p = sub.add_parser("runs", help="every run under a root directory, live or finished")
     p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "

@@ -132,6 +132,24 @@ TARGETS: tuple[TargetSpec, ...] = (
         1536.0,
         "bytes/job",
     ),
+    TargetSpec(
+        "f1",
+        "no-op jobs through 2 agents and a broker, 20,000 jobs: 0.5 x the local path or better (goal)",
+        "ratio:remote 20000: 2 agents jobs/s / local jobs/s",
+        "value",
+        ">=",
+        0.5,
+        "x",
+    ),
+    TargetSpec(
+        "f2",
+        "the same: 10 x Dask distributed with 2 worker processes or better (floor)",
+        "ratio:remote 20000: 2 agents jobs/s / Dask distributed jobs/s",
+        "value",
+        ">=",
+        10.0,
+        "x",
+    ),
 )
 """The issue's targets (on 2 cores)."""
 
