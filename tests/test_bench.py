@@ -144,11 +144,20 @@ def test_latency_and_memory_figures_are_there(quick: dict[str, Any]) -> None:
 
 
 @pytest.mark.ipc
+def test_reads_of_a_finished_run_are_measured_beside_a_replay(quick: dict[str, Any]) -> None:
+    figs = _figures(quick)
+    for name in ("replay of every turn", "status", "history of one job", "why of one job", "status (command)"):
+        assert figs[f"reads/{name}/wloadctl/bank/{QUICK.big}"]["seconds"] > 0
+    names = {r["name"] for r in quick["ratios"]}
+    assert f"reads {QUICK.big}: status / replay of every turn" in names
+
+
+@pytest.mark.ipc
 def test_targets_are_listed_but_not_judged_at_quick_sizes(
     quick: dict[str, Any],
 ) -> None:
     labels = [t["label"] for t in quick["targets"]]
-    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "d", "e"]
+    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "d", "e", "r1", "r2", "r3"]
     assert all(t["met"] is None for t in quick["targets"])
 
 
