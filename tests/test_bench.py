@@ -171,11 +171,20 @@ def test_remote_section_runs_through_agents_beside_local_and_dask_distributed(qu
 
 
 @pytest.mark.ipc
+def test_reads_of_a_finished_run_are_measured_beside_a_replay(quick: dict[str, Any]) -> None:
+    figs = _figures(quick)
+    for name in ("replay of every turn", "status", "history of one job", "why of one job", "status (command)"):
+        assert figs[f"reads/{name}/wloadctl/bank/{QUICK.big}"]["seconds"] > 0
+    names = {r["name"] for r in quick["ratios"]}
+    assert f"reads {QUICK.big}: status / replay of every turn" in names
+
+
+@pytest.mark.ipc
 def test_targets_are_listed_but_not_judged_at_quick_sizes(
     quick: dict[str, Any],
 ) -> None:
     labels = [t["label"] for t in quick["targets"]]
-    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "d", "e", "f1", "f2"]
+    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "d", "e", "f1", "f2", "r1", "r2", "r3"]
     assert all(t["met"] is None for t in quick["targets"])
 
 

@@ -23,7 +23,7 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import log_path, read_ids
+from wloadctl.paths import find_id, log_path, read_ids
 from wloadctl.remote.agents import AGENT_BASE
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
 
@@ -124,6 +124,16 @@ class RunClient:
         """Job ids by index, read again (a run adds loop instances as it goes)."""
         self._ids = None
         return self.ids()
+
+    def index_of(self, job: str) -> int | None:
+        """A job's index from the run's id list when it is there (None: ask the journal)."""
+        if self._ids is not None:
+            return self._ids.index(job) if job in self._ids else None
+        return find_id(self.state_dir, self.run.run_id, job)
+
+    def job_row(self, job: str) -> tuple | None:
+        """One job's row from the journal."""
+        return self.store.job_row(self.run.id, job, self.index_of(job))
 
     def executors(self) -> list[dict[str, Any]]:
         """Health of each executor from the heartbeat board (empty when the run is not live)."""
@@ -343,20 +353,21 @@ class RunClient:
 
     def history(self, job: str) -> dict[str, Any]:
         """Every transition and operator action of one job."""
-        row = self.store.job_row(self.run.id, job)
-        if row is None:
+        story = self.store.job_story(self.run.id, job, self.index_of(job))
+        if story is None:
             raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+        row, transitions = story
         names = [s.name for s in JobState]
         tx = [{"from": names[f], "to": names[t], "attempt": a, "ts": ts, "executor": ex, "exit_code": code,
                "reason": reason, "cause": cause}
-              for f, t, a, ts, ex, code, reason, cause in self.store.transitions_of(self.run.id, row[0])]
+              for f, t, a, ts, ex, code, reason, cause in transitions]
         acts = [{"ts": ts, "user": u, "verb": v, "reason": r, "outcome": o, "applied": bool(ap)}
                 for ts, u, v, _j, r, o, ap in self.store.actions(self.run.id, job)]
         return {"job": job, "state": names[row[2]], "attempts": row[3], "transitions": tx, "actions": acts}
 
     def log_file(self, job: str, attempt: int | None = None) -> Path:
         """Path of a job attempt's log (the last attempt by default)."""
-        row = self.store.job_row(self.run.id, job)
+        row = self.job_row(job)
         if row is None:
             raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
         att = attempt or row[3]

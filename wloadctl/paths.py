@@ -83,6 +83,20 @@ def read_ids(state_dir: Path, run_id: str) -> list[str] | None:
     return text.split("\n")[:-1]
 
 
+def find_id(state_dir: Path, run_id: str, job: str) -> int | None:
+    """Index of one job in a run's id list file, found without splitting the list (None: not there, or no file)."""
+    try:
+        data = ids_path(state_dir, run_id).read_bytes()
+    except OSError:
+        return None
+    key = job.encode() + b"\n"
+    if data.startswith(key):
+        return 0
+    at = data.find(b"\n" + key)
+    # Lines before the match: its newline ends the one before it.
+    return None if at < 0 else data.count(b"\n", 0, at + 1)
+
+
 def newest_ids(state_dir: Path) -> list[str]:
     """Job ids of the newest run of a state directory (its newest id list), or [] when it has none."""
     try:

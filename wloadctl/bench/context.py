@@ -252,6 +252,11 @@ class Context:
             self._runs.setdefault((cache, jobs), []).append(res)
         return res
 
+    @property
+    def last_state_dir(self) -> Path:
+        """The state directory of the latest run (kept only when it was run with keep_state)."""
+        return self.root / f"state-{self._serial}"
+
     def cached_runs(self, cache: str, jobs: int) -> list[RunResult]:
         """Runs kept under (cache, jobs) by `run`."""
         return self._runs.get((cache, jobs), [])

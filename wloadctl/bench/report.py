@@ -150,6 +150,33 @@ TARGETS: tuple[TargetSpec, ...] = (
         10.0,
         "x",
     ),
+    TargetSpec(
+        "r1",
+        "status of a finished 1,000,000-job run within 0.2 s, without replaying it",
+        _fig("reads", "status", "wloadctl", "bank", 1_000_000),
+        "seconds",
+        "<",
+        0.2,
+        "s",
+    ),
+    TargetSpec(
+        "r2",
+        "history of one job of the same run within 50 ms",
+        _fig("reads", "history of one job", "wloadctl", "bank", 1_000_000),
+        "seconds",
+        "<",
+        0.05,
+        "s",
+    ),
+    TargetSpec(
+        "r3",
+        "why of one job of the same run within 50 ms",
+        _fig("reads", "why of one job", "wloadctl", "bank", 1_000_000),
+        "seconds",
+        "<",
+        0.05,
+        "s",
+    ),
 )
 """The issue's targets (on 2 cores)."""
 

@@ -131,7 +131,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
     that is removed at the end, whatever happens; each run is checked for
     queues, segments and processes left behind.
     """
-    from wloadctl.bench import compare, remote, sections
+    from wloadctl.bench import compare, reads, remote, sections
 
     runners = {
         "engine": sections.engine,
@@ -140,6 +140,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
         "shell": compare.shell,
         "latency": sections.latency,
         "memory": sections.memory,
+        "reads": reads.reads,
         "dask": compare.dask,
         "remote": remote.remote,
     }
