@@ -55,6 +55,11 @@ def _remote_args(p: argparse.ArgumentParser) -> None:
                    help="seconds an agent may be silent before it is LOST and its jobs are retried (default 10)")
 
 
+def _metrics_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics", metavar="HOST:PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (:PORT for every interface)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = _Parser(prog="wloadctl", description="Workload scheduler for batch operations.")
@@ -130,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _heartbeat_args(p)
         _remote_args(p)
+        _metrics_arg(p)
 
     p = sub.add_parser("trigger", help="start runs of a plan at its cron schedule, on business days")
     p.add_argument("plan", metavar="PLAN")
@@ -193,10 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--business-date")
     _heartbeat_args(p)
     _remote_args(p)
+    _metrics_arg(p)
     p = sub.add_parser("agent", help="serve pools of a broker on this node: run their jobs on local executors")
     from wloadctl.remote.agent_cli import add_agent_args
 
     add_agent_args(p)
+    _metrics_arg(p)
     p = sub.add_parser("agents", help="remote agents (nodes) from the broker, with their state")
     from wloadctl.remote.agents import add_agents_args
     from wloadctl.remote.broker import add_broker_args
