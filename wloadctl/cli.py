@@ -150,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true", help="list every job, not only the unfinished and failed")
+    p.add_argument("--at", metavar="TIME", help="the run as it stood then, from the journal: a clock time (23:40), "
+                   "an ISO timestamp, or an offset back from now (-15m)")
+    p = sub.add_parser("top", help="the live pipeline: queues, arena, latencies, journal, loop, executors, agents")
+    _state_dir_arg(p)
+    p.add_argument("--json", action="store_true", help="one reading as a JSON object")
+    p.add_argument("--once", action="store_true", help="print one reading and exit (the default when piped)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between readings (default 1)")
 
     for verb in VERB_COMMANDS:
         p = sub.add_parser(verb, help=f"{verb} jobs (ids or globs)")
@@ -295,9 +302,19 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_status(a: argparse.Namespace) -> int:
+    if a.at:
+        from wloadctl.cli_ops import show_status_at
+
+        return show_status_at(a, _reader_dir(a.state_dir))
     from wloadctl.cli_show import show_status
 
     return show_status(a, _reader_dir(a.state_dir))
+
+
+def cmd_top(a: argparse.Namespace) -> int:
+    from wloadctl.cli_ops import show_top
+
+    return show_top(a, _reader_dir(a.state_dir))
 
 
 def cmd_verb(a: argparse.Namespace) -> int:
@@ -426,6 +443,7 @@ COMMANDS: dict[str, Any] = {
     "run": cmd_run,
     "resume": cmd_run,
     "status": cmd_status,
+    "top": cmd_top,
     "cancel": cmd_verb,
     "why": cmd_read,
     "history": cmd_read,
@@ -455,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         from wloadctl.bench import main as bench_main
 
         return int(bench_main(argv[1:]))
+    # `--at -15m`: argparse would take the offset for an option; glue it to its flag.
+    argv = [f"--at={v}" if k and argv[k - 1] == "--at" and v.startswith("-") else v
+            for k, v in enumerate(argv) if not (v == "--at" and k + 1 < len(argv) and argv[k + 1].startswith("-"))]
     args = build_parser().parse_args(argv)
     if getattr(args, "journal", None):
         # The process's journal, inherited by the schedulers and executors it starts.
