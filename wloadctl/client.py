@@ -421,6 +421,13 @@ class RunClient:
         t = when if isinstance(when, float | int) else parse_when(when, self.run.started)
         return status_at(self.store, self.run, float(t), self.refresh_ids())
 
+    def job_rows_at(self, when: float) -> list[tuple]:
+        """Every job's row (as job_rows gives it) as it stood at `when`, rebuilt from the journal."""
+        ids = self.refresh_ids()
+        cols = self.store.columns_at(self.run.id, when)
+        cols.grow(len(ids))
+        return [cols.row(i, j) for i, j in enumerate(ids)]
+
     def timeline(self) -> list[float]:
         """The moments at which some job changed state, oldest first (the steps of the console's scrub)."""
         from wloadctl.timetravel import timeline

@@ -88,7 +88,5 @@ def status_at(store: Store, run: RunRow, when: float, ids: list[str]) -> dict[st
 
 def timeline(store: Store, run: RunRow) -> list[float]:
     """The distinct moments at which some job changed state, oldest first (the steps of a scrub)."""
-    seen: set[float] = set()
-    for r in store.transitions_since(run.id, 0, limit=10_000_000):
-        seen.add(round(r[5], 3))
-    return sorted(seen)
+    # Exact times, not rounded ones: replaying up to a moment must include the events at it.
+    return sorted({r[5] for r in store.transitions_since(run.id, 0, limit=10_000_000)})
