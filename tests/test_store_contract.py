@@ -73,6 +73,24 @@ def test_turns_make_the_job_rows_and_the_history(opener: Opener) -> None:
     assert reader.job_row(run.id, "c")[2] == R  # type: ignore[index]
 
 
+def test_the_rows_at_a_moment_replay_the_turns_up_to_it(opener: Opener) -> None:
+    st = opener()
+    run = new_run(st, ["a", "b"])
+    st.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "start"), (0, R, Q, 1, 1.0, -1, None, "", "start")])
+    st.write_turn(run.id, [(0, Q, RUN, 1, 2.0, 1, None, "", "t1")])
+    st.write_turn(run.id, [(0, RUN, FAIL, 1, 3.0, 1, 7, "exit status 7", "t2"), (1, W, R, 0, 3.5, -1, None, "", "t2")])
+    reader = opener(readonly=True)
+    for s in (st, reader):
+        assert bytes(s.columns_at(run.id, 0.5).state) == bytes([W, W])
+        assert bytes(s.columns_at(run.id, 1.0).state) == bytes([Q, W])
+        mid = s.columns_at(run.id, 2.5)
+        assert mid.row(0, "a") == (0, "a", RUN, 1, 1, None, 2.0, None, "")
+        # A turn is replayed in part when its records straddle the moment
+        late = s.columns_at(run.id, 3.2)
+        assert late.row(0, "a") == (0, "a", FAIL, 1, 1, 7, 2.0, 3.0, "exit status 7") and late.state[1] == W
+        assert bytes(s.columns_at(run.id, 9.0).state) == bytes([FAIL, R])
+
+
 def test_loop_instances_added_by_a_turn_get_job_rows(opener: Opener) -> None:
     st = opener()
     run = new_run(st, ["list", "each"])

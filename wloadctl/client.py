@@ -426,6 +426,32 @@ class RunClient:
             raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
         return {"job": job, "upstream": sorted(dag.ancestors(job)), "downstream": sorted(dag.descendants(job))}
 
+    def pipeline(self) -> dict[str, Any]:
+        """The live scheduler's pipeline figures (wloadctl.pipeview.pipeline_view)."""
+        from wloadctl.pipeview import pipeline_view
+
+        return pipeline_view(self)
+
+    def status_at(self, when: str | float) -> dict[str, Any]:
+        """Every job as it stood at a moment (a float, or text for wloadctl.timetravel.parse_when)."""
+        from wloadctl.timetravel import parse_when, status_at
+
+        t = when if isinstance(when, float | int) else parse_when(when, self.run.started)
+        return status_at(self.store, self.run, float(t), self.refresh_ids())
+
+    def job_rows_at(self, when: float) -> list[tuple]:
+        """Every job's row (as job_rows gives it) as it stood at `when`, rebuilt from the journal."""
+        ids = self.refresh_ids()
+        cols = self.store.columns_at(self.run.id, when)
+        cols.grow(len(ids))
+        return [cols.row(i, j) for i, j in enumerate(ids)]
+
+    def timeline(self) -> list[float]:
+        """The moments at which some job changed state, oldest first (the steps of the console's scrub)."""
+        from wloadctl.timetravel import timeline
+
+        return timeline(self.store, self.run)
+
     def actions(self) -> list[dict[str, Any]]:
         """The run's audit trail."""
         return [{"ts": ts, "user": u, "verb": v, "job": j, "reason": r, "outcome": o, "applied": bool(ap)}

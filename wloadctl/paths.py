@@ -129,3 +129,12 @@ def read_summary(state_dir: Path, run_id: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+PIPELINE_FILE = "pipeline.json"
+"""The live scheduler's pipeline figures (`wloadctl top`), rewritten about once a second."""
+
+
+def pipeline_path(state_dir: Path) -> Path:
+    """Where the live scheduler of a state directory publishes its pipeline figures."""
+    return state_dir / PIPELINE_FILE

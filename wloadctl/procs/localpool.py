@@ -190,6 +190,10 @@ class LocalPool:
     """An executor's pidfd fired: judge health at once."""
     per_msg: int = 0
     """Task records per request message."""
+    sent_batches: int = 0
+    """Request messages sent (pipeline figures)."""
+    received_batches: int = 0
+    """Response messages received (pipeline figures)."""
 
     def __post_init__(self) -> None:
         self.per_msg = P.tasks_per_message(self.objs.req.max_message_size)
@@ -271,6 +275,7 @@ class LocalPool:
             data = rsp.recv_nowait()
             if data is None:
                 return recs
+            self.received_batches += 1
             for r in P.decode_results(data):
                 if r.task >= n:
                     continue
@@ -413,6 +418,7 @@ class LocalPool:
             batch = [q[k] for k in range(min(per, len(q)))]
             if not req.send_nowait(P.encode_tasks(batch)):
                 return  # full: keep the batch for the next turn, never block, never drop
+            self.sent_batches += 1
             for _ in batch:
                 q.popleft()
 

@@ -25,6 +25,7 @@ from wloadctl.errors import Fenced, StoreError, WloadError
 from wloadctl.paths import append_ids
 from wloadctl.procs.control import ControlDesk
 from wloadctl.procs.localpool import Pool
+from wloadctl.procs.pipeline import PipelineMeter
 from wloadctl.procs.recovery import ResultSweeper
 from wloadctl.procs.runctx import RunContext
 from wloadctl.procs.supervisor import RunObjects, live_standby
@@ -80,6 +81,8 @@ class SchedulerLoop:
     """After a takeover: recovers results a fenced predecessor took from the response queue."""
     standby_pid: int = 0
     """The standby scheduler watching this one, published on the board."""
+    meter: PipelineMeter | None = None
+    """Figures of the pipeline (`wloadctl top`, metrics); made when the loop starts."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -88,6 +91,7 @@ class SchedulerLoop:
         assert ctl is not None, "a scheduler's run has a control queue"
         self.desk = ControlDesk(ctl, core, self.ctx, self.store)
         self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
+        meter = self.meter = self.meter or PipelineMeter(self.ctx.state_dir, self.ctx.run_id, self.ctx.epoch)
         poller = select.poll()
         poller.register(ctl.fd, select.POLLIN)
         local.attach(poller)
@@ -108,6 +112,7 @@ class SchedulerLoop:
             # was fenced before it touches a queue, a job or the board.
             self._check_fenced()
             self.turn += 1
+            began = time.perf_counter()
             now = time.time()
             beat = False
             cause = f"turn-{self.turn}"
@@ -137,6 +142,7 @@ class SchedulerLoop:
             # The board's beat is the heartbeat standbys and executors watch: publish it
             # every interval even when no job changed state.
             self._publish(force=beat)
+            meter.turn_done(began, time.perf_counter())
             if self.exit_when_stalled and core.is_stalled() and not local.pending() and \
                     not (remote is not None and remote.pending()):
                 self.stalled = True
@@ -167,6 +173,8 @@ class SchedulerLoop:
             self.remote.check(now, self.core.feed, cause)
         if self.sweeper is not None and not self.sweeper.sweep(self.core.feed, now):
             self.sweeper = None
+        if self.meter is not None:
+            self.meter.beat(self, now)
 
     def _check_fenced(self) -> None:
         """Raise Fenced if the board shows a newer epoch (a successor published it)."""
@@ -201,8 +209,11 @@ class SchedulerLoop:
                     risky.update(k for k in range(added[0][1], self.core.n) if not self.core.specs[k].idempotent)
                 durable = bool(risky) and any(t[0] in risky for t in c.transitions)
                 try:
+                    t0 = time.perf_counter()
                     self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
                                           durable=durable)
+                    if self.meter is not None:
+                        self.meter.committed(c.transitions, time.perf_counter() - t0)
                 except StoreError:
                     self._raise_if_fenced()
                     raise

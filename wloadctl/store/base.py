@@ -452,6 +452,22 @@ class Store(ABC):
         row = rows_from([i], self._stored_at(run, [i]), [records])[i]
         return (i, job_id, *row), [r[2:] for r in self._legacy_transitions(run, i, 0, -1)] + [r[2:] for r in records]
 
+    def columns_at(self, run: int, until: float) -> JobColumns:
+        """Every job's row as it stood at time `until` (epoch seconds): the journal replayed up to then.
+
+        Rows a journal keeps as rows rather than as turns (jobs an accepted plan change added)
+        carry no time and start from their initial state.
+        """
+        cols = JobColumns(len(self.job_ids(run)))
+        old = [r for r in self._legacy_transitions(run, None, 0, -1) if r[5] <= until]
+        if old:
+            cols.apply(old)
+        for turn in self._turns(run, 0):
+            recs = [r for r in turn if r[5] <= until]
+            if recs:
+                cols.apply(recs)
+        return cols
+
     def transitions_since(self, run: int, seq: int, limit: int = 100_000) -> list[tuple]:
         """(seq, idx, from, to, attempt, ts, executor, exit_code, reason) after `seq`, oldest first.
 
