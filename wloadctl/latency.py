@@ -67,26 +67,41 @@ class Histogram:
         """Observations since start."""
         self.sum = 0.0
         """Sum of the observed values (seconds)."""
-        self.recent: deque[tuple[int, dict[int, int]]] = deque()
-        """(second, {bucket: count}) of the last WINDOW seconds that saw observations, oldest first."""
+        self.recent: deque[tuple[int, list[int]]] = deque()
+        """(second, counts per bucket) of the last WINDOW seconds that saw observations, oldest first."""
         self.second = -1
         """The second the newest recent entry counts."""
 
     def observe(self, v: float, now: float) -> None:
         """Record one value (seconds) observed at `now` (epoch seconds)."""
-        if v < 0.0:
-            v = 0.0  # clocks of two processes: a start reported a hair before its release
-        k = bucket_of(v)
-        self.counts[k] += 1
-        self.count += 1
-        self.sum += v
+        self.observe_many((v,), now)
+
+    def observe_many(self, values: list[float] | tuple[float, ...], now: float) -> None:
+        """Record values (seconds) observed at `now` (epoch seconds): one call per loop turn, not per value."""
+        if not values:
+            return
         sec = int(now)
         if sec != self.second:
             self.second = sec
-            self.recent.append((sec, {}))
+            self.recent.append((sec, [0] * NB))
             self._trim(sec)
         slot = self.recent[-1][1]
-        slot[k] = slot.get(k, 0) + 1
+        counts, log2, ceil, first, top = self.counts, math.log2, math.ceil, _BOUNDS[0], NB - 1
+        total = 0.0
+        for v in values:
+            if v <= first:
+                # Also clocks of two processes: a start reported a hair before its release.
+                k = 0
+                v = max(v, 0.0)
+            else:
+                k = ceil(log2(v) * SUB) + _BASE
+                if k > top:
+                    k = top
+            counts[k] += 1
+            slot[k] += 1
+            total += v
+        self.count += len(values)
+        self.sum += total
 
     def _trim(self, sec: int) -> None:
         recent = self.recent
@@ -98,8 +113,9 @@ class Histogram:
         self._trim(int(now))
         out: dict[int, int] = {}
         for _s, slot in list(self.recent):
-            for k, c in list(slot.items()):
-                out[k] = out.get(k, 0) + c
+            for k, c in enumerate(slot):
+                if c:
+                    out[k] = out.get(k, 0) + c
         return out
 
     def summary(self, now: float) -> dict[str, float | int | None]:

@@ -213,7 +213,7 @@ class SchedulerLoop:
                     self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
                                           durable=durable)
                     if self.meter is not None:
-                        self.meter.committed(c.transitions, time.perf_counter() - t0)
+                        self.meter.committed(c.transitions, time.perf_counter() - t0, self.core.n)
                 except StoreError:
                     self._raise_if_fenced()
                     raise
