@@ -8,18 +8,34 @@ rows, says how fresh they are, and renders them as text.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
+from wloadctl.ipc.protocol import BoardHeader
 from wloadctl.procs.pipeline import read_pipeline
+from wloadctl.store import RunRow
 
-if TYPE_CHECKING:
-    from wloadctl.client import RunClient
+
+class RunReader(Protocol):
+    """What the view reads of a run (wloadctl.client.RunClient)."""
+
+    run: RunRow
+    state_dir: Path
+
+    def board_header(self) -> BoardHeader | None:
+        """The live scheduler's board header, or None."""
+
+    def executors(self) -> list[dict[str, Any]]:
+        """Executors from the heartbeat board."""
+
+    def agents(self) -> list[dict[str, Any]]:
+        """The run's agents as its scheduler judges them."""
 
 STALE_AFTER = 5.0
 """Figures older than this many seconds are marked stale (the scheduler stopped publishing)."""
 
 
-def pipeline_view(client: RunClient, now: float | None = None) -> dict[str, Any]:
+def pipeline_view(client: RunReader, now: float | None = None) -> dict[str, Any]:
     """The run's pipeline figures: queues, arena, latencies, journal, loop, per executor and per agent.
 
     `live` says whether a scheduler runs the run now; `age` how old the figures are. Without a

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,9 @@ from wloadctl.latency import Histogram, Rate
 from wloadctl.paths import pipeline_path
 
 if TYPE_CHECKING:
-    from wloadctl.procs.scheduler import SchedulerLoop
+    from wloadctl.procs.localpool import LocalPool
+    from wloadctl.procs.supervisor import RunObjects
+    from wloadctl.remote.agentpool import AgentPool
 
 PUBLISH_EVERY = 1.0
 """Seconds between writes of the pipeline file (the loop's beat may be faster)."""
@@ -82,7 +85,7 @@ class PipelineMeter:
         self.turns += 1
         self.turn.observe(now - began, time.time())
 
-    def committed(self, transitions: list[tuple], seconds: float, n_jobs: int) -> None:
+    def committed(self, transitions: Sequence[tuple], seconds: float, n_jobs: int) -> None:
         """A journal commit of `transitions` took `seconds`; note what they say about the pipeline.
 
         Each transition is (job, from, to, attempt, ts, executor, exit_code, reason, cause);
@@ -139,13 +142,20 @@ class PipelineMeter:
             fig.started += count
             fig.start.observe_many(starts.get(ex, []), wall)
 
-    def beat(self, loop: SchedulerLoop, now: float) -> None:
-        """Take the depths and rates, and publish the figures if a second has passed since the last write."""
+    def beat(self, now: float, objs: RunObjects, local: LocalPool, remote: AgentPool | None) -> None:
+        """Take the depths and rates, and publish the figures if a second has passed since the last write.
+
+        Args:
+            now: the time.
+            objs: the run's queues and arena.
+            local: this host's pool (its batch counters and backlog).
+            remote: the agents' pool, if the run has one.
+        """
         if now - self._last_write < PUBLISH_EVERY:
             return
         self._last_write = now
         try:
-            self.figures = self._figures(loop, now)
+            self.figures = self._figures(now, objs, local, remote)
             _write_json(pipeline_path(self.state_dir), self.figures)
         except (OSError, ValueError):
             pass  # a full disk or a vanished segment: the next beat tries again
@@ -158,8 +168,7 @@ class PipelineMeter:
             r = self._rates[name] = Rate()
         return round(r.update(now, value), 3)
 
-    def _figures(self, loop: SchedulerLoop, now: float) -> dict[str, Any]:
-        objs, local = loop.objs, loop.local
+    def _figures(self, now: float, objs: RunObjects, local: LocalPool, remote: AgentPool | None) -> dict[str, Any]:
         req, rsp, arena = objs.req, objs.rsp, objs.arena
         executors = []
         for ex in sorted(self.executors):
@@ -169,7 +178,7 @@ class PipelineMeter:
             executors.append({"executor": ex, "started": fig.started,
                               "started_per_s": self._rate(f"ex{ex}", now, fig.started),
                               "dispatch_to_start": fig.start.summary(now)})
-        agents = loop.remote.rows(now) if loop.remote is not None else []
+        agents = remote.rows(now) if remote is not None else []
         commits_per_s = self._rate("commits", now, self.commits)
         rows_per_s = self._rate("rows", now, self.rows)
         # Rows per commit of the last few seconds; before the second reading, of the whole run so far.

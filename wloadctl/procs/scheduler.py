@@ -174,7 +174,7 @@ class SchedulerLoop:
         if self.sweeper is not None and not self.sweeper.sweep(self.core.feed, now):
             self.sweeper = None
         if self.meter is not None:
-            self.meter.beat(self, now)
+            self.meter.beat(now, self.objs, self.local, self.remote)
 
     def _check_fenced(self) -> None:
         """Raise Fenced if the board shows a newer epoch (a successor published it)."""
