@@ -1,7 +1,7 @@
 """Latency histograms kept cheaply in a hot loop: log buckets since start, and the last minute by second.
 
-An observation costs a logarithm and two increments, so the scheduler can record every
-dispatch and every start without a measurable cost. The buckets are quarter powers of two
+The scheduler hands each histogram a loop turn's values at once, and each value costs a
+logarithm and two increments, so every dispatch and every start can be recorded. The buckets are quarter powers of two
 from about 15 microseconds to 1024 seconds; the Prometheus exposition uses every fourth
 bound (the powers of two), which fall exactly on bucket bounds.
 """
@@ -31,11 +31,6 @@ def bucket_of(v: float) -> int:
         return 0
     k = math.ceil(math.log2(v) * SUB) + _BASE
     return k if k < NB - 1 else NB - 1
-
-
-def upper_bound(k: int) -> float:
-    """The upper bound of bucket k (inf for the overflow bucket)."""
-    return _BOUNDS[k]
 
 
 def quantile(counts: dict[int, int] | list[int], q: float) -> float | None:
