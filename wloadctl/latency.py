@@ -1,7 +1,7 @@
 """Latency histograms kept cheaply in a hot loop: log buckets since start, and the last minute by second.
 
-An observation costs a logarithm and two increments, so the scheduler can record every
-dispatch and every start without a measurable cost. The buckets are quarter powers of two
+The scheduler hands each histogram a loop turn's values at once, and each value costs a
+logarithm and two increments, so every dispatch and every start can be recorded. The buckets are quarter powers of two
 from about 15 microseconds to 1024 seconds; the Prometheus exposition uses every fourth
 bound (the powers of two), which fall exactly on bucket bounds.
 """
@@ -33,11 +33,6 @@ def bucket_of(v: float) -> int:
     return k if k < NB - 1 else NB - 1
 
 
-def upper_bound(k: int) -> float:
-    """The upper bound of bucket k (inf for the overflow bucket)."""
-    return _BOUNDS[k]
-
-
 def quantile(counts: dict[int, int] | list[int], q: float) -> float | None:
     """The q-quantile (0..1) of bucketed counts, interpolated inside its bucket; None when empty."""
     items = sorted(counts.items()) if isinstance(counts, dict) else [(k, c) for k, c in enumerate(counts) if c]
@@ -67,26 +62,41 @@ class Histogram:
         """Observations since start."""
         self.sum = 0.0
         """Sum of the observed values (seconds)."""
-        self.recent: deque[tuple[int, dict[int, int]]] = deque()
-        """(second, {bucket: count}) of the last WINDOW seconds that saw observations, oldest first."""
+        self.recent: deque[tuple[int, list[int]]] = deque()
+        """(second, counts per bucket) of the last WINDOW seconds that saw observations, oldest first."""
         self.second = -1
         """The second the newest recent entry counts."""
 
     def observe(self, v: float, now: float) -> None:
         """Record one value (seconds) observed at `now` (epoch seconds)."""
-        if v < 0.0:
-            v = 0.0  # clocks of two processes: a start reported a hair before its release
-        k = bucket_of(v)
-        self.counts[k] += 1
-        self.count += 1
-        self.sum += v
+        self.observe_many((v,), now)
+
+    def observe_many(self, values: list[float] | tuple[float, ...], now: float) -> None:
+        """Record values (seconds) observed at `now` (epoch seconds): one call per loop turn, not per value."""
+        if not values:
+            return
         sec = int(now)
         if sec != self.second:
             self.second = sec
-            self.recent.append((sec, {}))
+            self.recent.append((sec, [0] * NB))
             self._trim(sec)
         slot = self.recent[-1][1]
-        slot[k] = slot.get(k, 0) + 1
+        counts, log2, ceil, first, top = self.counts, math.log2, math.ceil, _BOUNDS[0], NB - 1
+        total = 0.0
+        for v in values:
+            if v <= first:
+                # Also clocks of two processes: a start reported a hair before its release.
+                k = 0
+                v = max(v, 0.0)
+            else:
+                k = ceil(log2(v) * SUB) + _BASE
+                if k > top:
+                    k = top
+            counts[k] += 1
+            slot[k] += 1
+            total += v
+        self.count += len(values)
+        self.sum += total
 
     def _trim(self, sec: int) -> None:
         recent = self.recent
@@ -98,8 +108,9 @@ class Histogram:
         self._trim(int(now))
         out: dict[int, int] = {}
         for _s, slot in list(self.recent):
-            for k, c in list(slot.items()):
-                out[k] = out.get(k, 0) + c
+            for k, c in enumerate(slot):
+                if c:
+                    out[k] = out.get(k, 0) + c
         return out
 
     def summary(self, now: float) -> dict[str, float | int | None]:

@@ -117,8 +117,8 @@ class SchedulerCollector(Collector):
             if loop.remote is not None else Counter()
         from wloadctl.remote.agents import AgentState
 
-        for st in AgentState:
-            agents.add_metric([st.name], by_state.get(st.name, 0))
+        for ast in AgentState:
+            agents.add_metric([ast.name], by_state.get(ast.name, 0))
         yield agents
         yield from _risk(loop)
 

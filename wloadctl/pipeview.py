@@ -8,31 +8,28 @@ rows, says how fresh they are, and renders them as text.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
+from wloadctl.ipc.protocol import BoardHeader
 from wloadctl.procs.pipeline import read_pipeline
-
-if TYPE_CHECKING:
-    from pathlib import Path
+from wloadctl.store import RunRow
 
 
 class RunReader(Protocol):
     """What the view reads of a run (wloadctl.client.RunClient)."""
 
+    run: RunRow
     state_dir: Path
-    run: Any
 
-    def board_header(self) -> Any:
-        """The state board's header, or None when no scheduler runs."""
-        ...
+    def board_header(self) -> BoardHeader | None:
+        """The live scheduler's board header, or None."""
 
     def executors(self) -> list[dict[str, Any]]:
-        """The executors' health rows."""
-        ...
+        """Executors from the heartbeat board."""
 
     def agents(self) -> list[dict[str, Any]]:
-        """The agents' rows."""
-        ...
+        """The run's agents as its scheduler judges them."""
 
 STALE_AFTER = 5.0
 """Figures older than this many seconds are marked stale (the scheduler stopped publishing)."""

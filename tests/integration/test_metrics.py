@@ -2,44 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
-import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import cli, reap_orphans, start, status, wait_for
+from tests.integration.metrics_scrape import free_port, scrape
+from tests.integration.test_ha import Cluster
 
 pytestmark = pytest.mark.ipc
-
-NAME = re.compile(r"^wloadctl_[a-z][a-z0-9_]*$")
-LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """sample name -> {sorted labels: value} of one scrape, after checking every family's name."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for fam in text_string_to_metric_families(text):
-        assert NAME.match(fam.name), fam.name
-        assert fam.type in ("gauge", "counter", "histogram"), (fam.name, fam.type)
-        if fam.type == "histogram":
-            assert fam.name.endswith("_seconds"), fam.name  # base unit in the name
-        for s in fam.samples:
-            assert all(LABEL.match(k) and not k.startswith("__") for k in s.labels), s
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
 
 
 def gate_plan(tmp_path: Path) -> tuple[Path, Path]:
@@ -126,3 +105,36 @@ def test_a_taken_or_malformed_metrics_address_is_bad_input(tmp_path: Path) -> No
     r = subprocess.run([sys.executable, "-m", "wloadctl", "agent", "--broker", "nats://127.0.0.1:1",
                         "--metrics", "x:y"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "expected HOST:PORT" in r.stderr
+
+
+@pytest.fixture
+def cluster(no_ipc_leaks: None, tmp_path: Path) -> Iterator[Cluster]:
+    """An active scheduler and a standby of one state directory (see test_ha)."""
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_a_standby_serves_metrics_inactive_until_it_takes_the_run_over(cluster: Cluster) -> None:
+    # Given a run in the middle and a standby with metrics
+    port = free_port()
+    active = cluster.start_run(tail=4.0)
+    standby = cluster.spawn("standby", "scheduler", "--standby", "--state-dir", str(cluster.sd),
+                            "--metrics", f"127.0.0.1:{port}")
+    cluster.wait_mid_run()
+    wait_for(lambda: cluster.board_header().standby_pid == standby.pid, what="standby")
+    # Then it says it drives nothing
+    before = scrape(port)
+    assert before["wloadctl_scheduler_active"][()] == 0 and "wloadctl_jobs" not in before
+    # When the active scheduler is killed outright and the standby takes over
+    os.kill(active.pid, signal.SIGKILL)
+    active.wait()
+    cluster.wait_event("takeover")
+    # Then the same endpoint serves the run, under the new epoch
+    after = wait_for(lambda: (lambda m: m if m["wloadctl_scheduler_active"][()] == 1 else None)(scrape(port)),
+                     what="the standby active")
+    assert [dict(k)["epoch"] for k in after["wloadctl_run_info"]] == ["2"]
+    assert sum(after["wloadctl_jobs"].values()) == cluster.jobs
+    assert standby.wait(60) == 0, cluster.stderr("standby")

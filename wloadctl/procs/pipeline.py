@@ -12,24 +12,18 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from wloadctl.latency import Histogram, Rate
 from wloadctl.paths import pipeline_path
-from wloadctl.procs.localpool import LocalPool
 
 if TYPE_CHECKING:
+    from wloadctl.procs.localpool import LocalPool
     from wloadctl.procs.supervisor import RunObjects
-
-
-class Metered(Protocol):
-    """What the meter reads of the scheduler loop (procs.scheduler.SchedulerLoop)."""
-
-    objs: RunObjects
-    local: Any
-    remote: Any
+    from wloadctl.remote.agentpool import AgentPool
 
 PUBLISH_EVERY = 1.0
 """Seconds between writes of the pipeline file (the loop's beat may be faster)."""
@@ -78,9 +72,9 @@ class PipelineMeter:
     """Per executor index."""
     figures: dict[str, Any] = field(default_factory=dict)
     """The latest published figures."""
-    _ready: dict[int, float] = field(default_factory=dict)
-    _queued: dict[int, float] = field(default_factory=dict)
-    _released: dict[int, float] = field(default_factory=dict)
+    _ready: list[float] = field(default_factory=list)
+    _queued: list[float] = field(default_factory=list)
+    _released: list[float] = field(default_factory=list)
     _rates: dict[str, Rate] = field(default_factory=dict)
     _last_write: float = 0.0
 
@@ -91,16 +85,27 @@ class PipelineMeter:
         self.turns += 1
         self.turn.observe(now - began, time.time())
 
-    def committed(self, transitions: list[tuple], seconds: float) -> None:
+    def committed(self, transitions: Sequence[tuple], seconds: float, n_jobs: int) -> None:
         """A journal commit of `transitions` took `seconds`; note what they say about the pipeline.
 
-        Each transition is (job, from, to, attempt, ts, executor, exit_code, reason, cause).
+        Each transition is (job, from, to, attempt, ts, executor, exit_code, reason, cause);
+        `n_jobs` is how many jobs the run has now (loop instances add some).
         """
         wall = time.time()
         self.commits += 1
         self.rows += len(transitions)
         self.commit.observe(seconds, wall)
+        if len(self._ready) < n_jobs:
+            more = [0.0] * (n_jobs - len(self._ready))
+            self._ready.extend(more)
+            self._queued.extend(more)
+            self._released.extend(more)
+        # Times by job in plain lists (0.0: none): cheaper than dictionaries in the loop's hot path.
         ready, queued, released, entered = self._ready, self._queued, self._released, self.entered
+        waits: list[float] = []
+        releases: list[float] = []
+        starts: dict[int, list[float]] = {}
+        started: dict[int, int] = {}
         last_end = 0.0
         for i, frm, to, _att, ts, ex, _code, _reason, _cause in transitions:
             entered[to] += 1
@@ -110,36 +115,47 @@ class PipelineMeter:
                     # Released in the turn that journaled an upstream's end: measured from that end.
                     released[i] = last_end
             elif to == _QUEUED:
-                t = ready.pop(i, None)
-                if t is not None:
-                    self.dispatch.observe(ts - t, wall)
+                t = ready[i]
+                if t:
+                    waits.append(ts - t)
                 queued[i] = ts
             elif to == _RUNNING:
-                t = queued.pop(i, None)
-                fig = self.executors.get(ex)
-                if fig is None:
-                    fig = self.executors[ex] = ExecutorFigures()
-                fig.started += 1
-                if t is not None:
-                    fig.start.observe(ts - t, wall)
-                t = released.pop(i, None)
-                if t is not None:
-                    self.release.observe(ts - t, wall)
-            elif to in _ENDS:
-                last_end = max(last_end, ts)
-                ready.pop(i, None)
-                queued.pop(i, None)
-                released.pop(i, None)
+                started[ex] = started.get(ex, 0) + 1
+                t = queued[i]
+                if t:
+                    got = starts.get(ex)
+                    if got is None:
+                        got = starts[ex] = []
+                    got.append(ts - t)
+                t = released[i]
+                if t:
+                    releases.append(ts - t)
+                    released[i] = 0.0  # a retry's start is not a release
+            elif to in _ENDS and ts > last_end:
+                last_end = ts
+        self.dispatch.observe_many(waits, wall)
+        self.release.observe_many(releases, wall)
+        for ex, count in started.items():
+            fig = self.executors.get(ex)
+            if fig is None:
+                fig = self.executors[ex] = ExecutorFigures()
+            fig.started += count
+            fig.start.observe_many(starts.get(ex, []), wall)
 
-    def beat(self, loop: Metered, now: float) -> None:
-        """Take the depths and rates, and publish the figures if a second has passed since the last write."""
+    def beat(self, now: float, objs: RunObjects, local: LocalPool, remote: AgentPool | None) -> None:
+        """Take the depths and rates, and publish the figures if a second has passed since the last write.
+
+        Args:
+            now: the time.
+            objs: the run's queues and arena.
+            local: this host's pool (its batch counters and backlog).
+            remote: the agents' pool, if the run has one.
+        """
         if now - self._last_write < PUBLISH_EVERY:
             return
         self._last_write = now
-        if not isinstance(loop.local, LocalPool):
-            return  # a stub pool (tests of the loop) has no queues or arena to measure
         try:
-            self.figures = self._figures(loop, now)
+            self.figures = self._figures(now, objs, local, remote)
             _write_json(pipeline_path(self.state_dir), self.figures)
         except (OSError, ValueError):
             pass  # a full disk or a vanished segment: the next beat tries again
@@ -152,9 +168,7 @@ class PipelineMeter:
             r = self._rates[name] = Rate()
         return round(r.update(now, value), 3)
 
-    def _figures(self, loop: Metered, now: float) -> dict[str, Any]:
-        objs, local = loop.objs, loop.local
-        assert isinstance(local, LocalPool)
+    def _figures(self, now: float, objs: RunObjects, local: LocalPool, remote: AgentPool | None) -> dict[str, Any]:
         req, rsp, arena = objs.req, objs.rsp, objs.arena
         executors = []
         for ex in sorted(self.executors):
@@ -164,7 +178,7 @@ class PipelineMeter:
             executors.append({"executor": ex, "started": fig.started,
                               "started_per_s": self._rate(f"ex{ex}", now, fig.started),
                               "dispatch_to_start": fig.start.summary(now)})
-        agents = loop.remote.rows(now) if loop.remote is not None else []
+        agents = remote.rows(now) if remote is not None else []
         commits_per_s = self._rate("commits", now, self.commits)
         rows_per_s = self._rate("rows", now, self.rows)
         # Rows per commit of the last few seconds; before the second reading, of the whole run so far.

@@ -24,7 +24,7 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, StoreError, WloadError
 from wloadctl.paths import append_ids
 from wloadctl.procs.control import ControlDesk
-from wloadctl.procs.localpool import Pool
+from wloadctl.procs.localpool import LocalPool, Pool
 from wloadctl.procs.pipeline import PipelineMeter
 from wloadctl.procs.recovery import ResultSweeper
 from wloadctl.procs.runctx import RunContext
@@ -174,7 +174,8 @@ class SchedulerLoop:
         if self.sweeper is not None and not self.sweeper.sweep(self.core.feed, now):
             self.sweeper = None
         if self.meter is not None:
-            self.meter.beat(self, now)
+            if isinstance(self.local, LocalPool):  # a stub pool (tests of the loop) has nothing to measure
+                self.meter.beat(now, self.objs, self.local, self.remote)
 
     def _check_fenced(self) -> None:
         """Raise Fenced if the board shows a newer epoch (a successor published it)."""
@@ -213,7 +214,7 @@ class SchedulerLoop:
                     self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
                                           durable=durable)
                     if self.meter is not None:
-                        self.meter.committed(c.transitions, time.perf_counter() - t0)
+                        self.meter.committed(c.transitions, time.perf_counter() - t0, self.core.n)
                 except StoreError:
                     self._raise_if_fenced()
                     raise
