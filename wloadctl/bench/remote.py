@@ -172,7 +172,9 @@ def remote(ctx: Context) -> None:
         fig = combine("remote", "no-op throughput", tool, "bank", jobs, reps, basis)
         ctx.figures.append(fig)
         ctx.add_ratio(ratio(f"remote {jobs}: {AGENTS} agents jobs/s / local jobs/s", fig, local))
-    dist = _dask_distributed(ctx, jobs)
+    # At full size Dask distributed gets a smaller graph of the same shape (Sizes.remote_dask):
+    # its figure's key says its size, and the ratio compares rates.
+    dist = _dask_distributed(ctx, s.sizes.remote_dask)
     if dist is not None:
         ctx.add_ratio(ratio(f"remote {jobs}: {AGENTS} agents jobs/s / Dask distributed jobs/s",
                             ctx.find("remote", "no-op throughput", tool, "bank", jobs), dist))
