@@ -157,7 +157,7 @@ def test_remote_section_runs_through_agents_beside_local_and_dask_distributed(qu
     by_local = ratios[f"remote {jobs}: 2 agents jobs/s / local jobs/s"]
     assert (by_local["numerator"], by_local["denominator"]) == (remote["key"], local["key"])
     if daskcmp.available("distributed"):
-        dist = figs[f"remote/no-op DAG/dask distributed 2 workers/bank/{jobs}"]
+        dist = figs[f"remote/no-op DAG/dask distributed 2 workers/bank/{QUICK.remote_dask}"]
         assert dist["extra"]["workers"] == 2 and dist["extra"]["start_seconds"] > 0
         by_dask = ratios[f"remote {jobs}: 2 agents jobs/s / Dask distributed jobs/s"]
         assert by_dask["denominator"] == dist["key"]

@@ -143,7 +143,7 @@ TARGETS: tuple[TargetSpec, ...] = (
     ),
     TargetSpec(
         "f2",
-        "the same: 10 x Dask distributed with 2 worker processes or better (floor)",
+        "the same: 10 x Dask distributed with 2 worker processes or better (floor; Dask on 4,000 jobs)",
         "ratio:remote 20000: 2 agents jobs/s / Dask distributed jobs/s",
         "value",
         ">=",
