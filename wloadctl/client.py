@@ -394,6 +394,10 @@ class RunClient:
             self._plan = run_plan(self.store, self.run)
         return self._plan
 
+    def expected_history(self) -> dict[str, float]:
+        """Median seconds of each job's successful attempts in the runs of the same plan before this one."""
+        return self.store.expected_history(self.run.plan_name, self.run.id, self.ids(), self.run.plan_digest)
+
     def last_seq(self) -> int:
         """Sequence number of the latest journaled transition (follow a run from there with changes_since)."""
         return self.store.last_seq(self.run.id)

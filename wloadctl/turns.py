@@ -19,7 +19,11 @@ NO_EXIT = -(2**31)
 """Exit status of a transition that has none."""
 TERMINAL_STATES = frozenset((4, 5, 6, 9, 10, 11))
 """JobState values that end a job (its `ended` time is kept)."""
-_RUNNING = 3
+RUNNING = 3
+"""JobState.RUNNING's value."""
+SUCCEEDED = 4
+"""JobState.SUCCEEDED's value."""
+_RUNNING = RUNNING
 
 
 def pack_turn(transitions: Sequence[tuple]) -> tuple[bytes, str, str]:
@@ -225,3 +229,17 @@ def rows_from(idxs: Iterable[int], stored: dict[int, tuple], turns: Iterable[lis
         if mine:
             cols.apply(mine)
     return {i: cols.row(k, "")[2:] for i, k in want.items()}
+
+
+def pack_took(jobs: Sequence[int], seconds: Sequence[float]) -> bytes:
+    """Successful attempts' durations as one blob: the job indices (uint32), then their seconds (float32)."""
+    return array("I", jobs).tobytes() + array("f", seconds).tobytes()
+
+
+def unpack_took(blob: bytes) -> Iterator[tuple[int, float]]:
+    """(job index, seconds) pairs of a pack_took blob."""
+    half = len(blob) // 2
+    jobs, secs = array("I"), array("f")
+    jobs.frombytes(blob[:half])
+    secs.frombytes(blob[half:])
+    return zip(jobs, secs, strict=True)

@@ -20,15 +20,21 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 from wloadctl.errors import StoreError
 from wloadctl.turns import (
+    RUNNING,
+    SUCCEEDED,
+    TERMINAL_STATES,
     JobColumns,
     index_blocks,
     last_states,
+    pack_took,
     rows_from,
     set_states,
     states_of,
+    unpack_took,
 )
 
 JOURNAL_ENV = "WLOADCTL_JOURNAL"
@@ -127,6 +133,8 @@ class Store(ABC):
         """Job rows per run as last replayed (see columns)."""
         self._now: dict[int, dict[int, bytearray]] = {}
         """A writer's copy of the current states of the runs it writes turns of (block -> states)."""
+        self._running_since: dict[int, dict[int, float]] = {}
+        """Per run, when each job the writer saw start running started (for the durations it journals)."""
 
     @classmethod
     def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
@@ -306,13 +314,12 @@ class Store(ABC):
     def _write_current(self, run: int, jobs: int, blocks: dict[int, bytes], index: Sequence[tuple[int, int]]) -> None:
         """Bring a run not yet kept into the current states and turn index (one transaction)."""
 
-    def _current_changes(self, run: int, transitions: Sequence[tuple],
-                         added: int = 0) -> tuple[dict[int, bytes], list[int]]:
+    def _current_changes(self, run: int, transitions: Sequence[tuple]) -> tuple[dict[int, bytes], list[int]]:
         """What a turn changes in the current states (block -> its new row) and its turn-index keys.
 
         The writer keeps the run's states in memory from its first turn on (a store that fails
         to write forgets them: see `_forget_current`); a run journaled before they were kept is
-        brought into them first. `added` is the number of jobs the turn adds.
+        brought into them first.
         """
         blocks = self._now.get(run)
         if blocks is None:
@@ -323,9 +330,52 @@ class Store(ABC):
         changed = set_states(blocks, last)
         return {b: bytes(blocks[b]) for b in changed}, index_blocks(last)
 
+    def _durations(self, run: int, transitions: Sequence[tuple]) -> bytes:
+        """The successful attempts a turn ends, packed for the history (see pack_took): seconds from
+        running to succeeded, of the attempts this writer saw start."""
+        since = self._running_since.setdefault(run, {})
+        jobs: list[int] = []
+        secs: list[float] = []
+        for t in transitions:
+            to = t[2]
+            if to == RUNNING:
+                since[t[0]] = t[4]
+            elif to == SUCCEEDED:
+                start = since.pop(t[0], None)
+                if start is not None:
+                    jobs.append(t[0])
+                    secs.append(t[4] - start)
+            elif to in TERMINAL_STATES:
+                since.pop(t[0], None)
+        return pack_took(jobs, secs) if jobs else b""
+
+    @abstractmethod
+    def _took(self, runs: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        """(run, packed durations) rows of these runs' turns."""
+
+    def expected_history(self, plan_name: str, run: int, ids: Sequence[str], digest: str,
+                         runs: int = 5) -> dict[str, float]:
+        """Median seconds of each job's successful attempts over the last `runs` runs of the same plan
+        (by name) before `run` in this journal (state directory, or namespace and home)."""
+        older = [r for r in self.runs() if r.plan_name == plan_name and r.id < run][-runs:]
+        if not older:
+            return {}
+        by_run = {r.id: r for r in older}
+        seen: dict[str, list[float]] = {}
+        names: dict[int, Sequence[str]] = {}
+        for rid, packed in self._took(list(by_run)):
+            if rid not in names:
+                names[rid] = ids if by_run[rid].plan_digest == digest else self.job_ids(rid)
+            known = names[rid]
+            for i, sec in unpack_took(packed):
+                if i < len(known):
+                    seen.setdefault(known[i], []).append(sec)
+        return {j: (v[0] if len(v) == 1 else median(v)) for j, v in seen.items()}
+
     def _forget_current(self, run: int) -> None:
         """Drop the writer's copy of a run's states (a write failed: read them again next time)."""
         self._now.pop(run, None)
+        self._running_since.pop(run, None)
 
     def _backfill(self, run: int) -> None:
         cols = self.columns(run)
