@@ -178,6 +178,7 @@ STATE_BLOCK = 1024
 """Jobs per row of a run's current states (one byte each): a turn rewrites only the rows of the jobs it moved."""
 INDEX_BLOCK = 64
 """Jobs per key of the turn index: the turns that moved any job of a block are found without reading the others."""
+_INDEX_SHIFT = INDEX_BLOCK.bit_length() - 1
 
 
 def last_states(transitions: Sequence[tuple]) -> dict[int, int]:
@@ -185,24 +186,9 @@ def last_states(transitions: Sequence[tuple]) -> dict[int, int]:
     return {t[0]: t[2] for t in transitions}
 
 
-def set_states(blocks: dict[int, bytearray], last: dict[int, int]) -> set[int]:
-    """Write jobs' new states into the blocks of current states; the numbers of the blocks changed."""
-    touched: set[int] = set()
-    for i, to in last.items():
-        b, off = divmod(i, STATE_BLOCK)
-        block = blocks.get(b)
-        if block is None:
-            block = blocks[b] = bytearray()
-        if off >= len(block):
-            block.extend(bytes(off + 1 - len(block)))
-        block[off] = to
-        touched.add(b)
-    return touched
-
-
 def index_blocks(jobs: Iterable[int]) -> list[int]:
     """The turn-index keys of these jobs."""
-    return sorted({i // INDEX_BLOCK for i in jobs})
+    return sorted({i >> _INDEX_SHIFT for i in jobs})
 
 
 def states_of(blocks: Iterable[tuple[int, bytes]], n: int) -> bytearray:

@@ -18,24 +18,27 @@ from typing import Any
 
 from wloadctl.turns import (
     RUNNING,
+    STATE_BLOCK,
     SUCCEEDED,
     TERMINAL_STATES,
     index_blocks,
     last_states,
     pack_took,
     rows_from,
-    set_states,
     states_of,
     unpack_took,
 )
+
+_TIMED = TERMINAL_STATES | {RUNNING}
+"""States whose transitions start or end an attempt's duration."""
 
 
 class CurrentState:
     """The current-state half of a store (mixed into store.base.Store, which gives columns, runs, job_ids...)."""
 
     def __init__(self) -> None:
-        self._now: dict[int, dict[int, bytearray]] = {}
-        """A writer's copy of the current states of the runs it writes turns of (block -> states)."""
+        self._now: dict[int, bytearray] = {}
+        """A writer's copy of the current states of the runs it writes turns of (one byte per job)."""
         self._running_since: dict[int, dict[int, float]] = {}
         """Per run, when each job the writer saw start running started (for the durations it journals)."""
 
@@ -79,14 +82,24 @@ class CurrentState:
         to write forgets them: see `_forget_current`); a run journaled before they were kept is
         brought into them first.
         """
-        blocks = self._now.get(run)
-        if blocks is None:
-            if self._kept_jobs(run) is None:
+        flat = self._now.get(run)
+        if flat is None:
+            n = self._kept_jobs(run)
+            if n is None:
                 self._backfill(run)
-            blocks = self._now[run] = {b: bytearray(s) for b, s in self._state_rows(run)}
+                n = self._kept_jobs(run) or 0
+            flat = self._now[run] = states_of(self._state_rows(run), n)
         last = last_states(transitions)
-        changed = set_states(blocks, last)
-        return {b: bytes(blocks[b]) for b in changed}, index_blocks(last)
+        if not last:
+            return {}, []
+        top = max(last)
+        if top >= len(flat):
+            flat.extend(bytes(top + 1 - len(flat)))
+        for i, to in last.items():
+            flat[i] = to
+        size = STATE_BLOCK
+        rows = {b: bytes(flat[b * size:(b + 1) * size]) for b in {i // size for i in last}}
+        return rows, index_blocks(last)
 
     def _durations(self, run: int, transitions: Sequence[tuple]) -> bytes:
         """The successful attempts a turn ends, packed for the history (see pack_took): seconds from
@@ -94,17 +107,13 @@ class CurrentState:
         since = self._running_since.setdefault(run, {})
         jobs: list[int] = []
         secs: list[float] = []
-        for t in transitions:
-            to = t[2]
-            if to == RUNNING:
+        # Only starts and ends matter (about half of a turn's transitions), in their order.
+        for t in [t for t in transitions if t[2] in _TIMED]:
+            if t[2] == RUNNING:
                 since[t[0]] = t[4]
-            elif to == SUCCEEDED:
-                start = since.pop(t[0], None)
-                if start is not None:
-                    jobs.append(t[0])
-                    secs.append(t[4] - start)
-            elif to in TERMINAL_STATES:
-                since.pop(t[0], None)
+            elif (start := since.pop(t[0], None)) is not None and t[2] == SUCCEEDED:
+                jobs.append(t[0])
+                secs.append(t[4] - start)
         return pack_took(jobs, secs) if jobs else b""
 
     @abstractmethod
@@ -138,11 +147,11 @@ class CurrentState:
     def _backfill(self, run: int) -> None:
         cols = self.columns(run)
         n = max(len(cols.state), len(self.job_ids(run)))
-        blocks: dict[int, bytearray] = {}
-        set_states(blocks, {i: s for i, s in enumerate(cols.state) if s})
+        states, size = bytes(cols.state), STATE_BLOCK
+        blocks = {b: states[b * size:(b + 1) * size] for b in range((len(states) + size - 1) // size)}
         index = [(key, turn[0][0]) for turn in self._turns(run, 0) if turn
                  for key in index_blocks(r[1] for r in turn)]
-        self._write_current(run, n, {b: bytes(s) for b, s in blocks.items()}, index)
+        self._write_current(run, n, blocks, index)
         self.drop_columns()
 
     def current_states(self, run: int) -> bytearray | None:
