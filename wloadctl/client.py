@@ -434,7 +434,8 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     from wloadctl.core.engine import SchedulerCore
 
     plan = run_plan(store, run)
-    core = SchedulerCore(plan, 0)
+    # Ranked as the run's scheduler ranked it: with what the runs before it taught.
+    core = SchedulerCore(plan, 0, history=store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest))
     core.restore(store.job_states(run.id), time.time())
     core.flush()  # the restore's own corrections are not the operator's doing
     for i, _jid, _s, _a, _e, _c, _st, _en, reason in store.job_rows(run.id):
