@@ -14,7 +14,7 @@ from wloadctl.core.states import DepKind, SlaTier
 
 
 def make_plan(spec: dict[str, dict], resources: dict[str, int] | None = None, name: str = "t") -> Plan:
-    """A plan from {id: {deps, kinds, sla, priority, retry, resources, idempotent, type, pool, agent}}."""
+    """A plan from {id: {deps, kinds, sla, priority, retry, resources, idempotent, type, pool, agent, expected}}."""
     jobs = {}
     for jid, s in spec.items():
         deps = s.get("deps", {})
@@ -29,7 +29,7 @@ def make_plan(spec: dict[str, dict], resources: dict[str, int] | None = None, na
             type=s.get("type", "shell"), sla=SlaTier[s.get("sla", "standard").upper()],
             priority=s.get("priority", 0), timeout=s.get("timeout"), retry=s.get("retry", RetryPolicy()),
             resources=tuple(s.get("resources", {}).items()), idempotent=s.get("idempotent", True),
-            pool=s.get("pool"), agent=s.get("agent"),
+            pool=s.get("pool"), agent=s.get("agent"), expected=s.get("expected"),
         )
     return Plan(name, jobs, resources or {})
 

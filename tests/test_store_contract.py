@@ -223,3 +223,21 @@ def test_a_run_journaled_before_its_current_states_were_kept_is_brought_in_at_it
     assert [again.job_row(run, f"j{i}") for i in range(300) if i != 5] == [r for k, r in enumerate(replay) if k != 5]
     assert again.job_row(run, "j5")[2:4] == (OK, 9)  # type: ignore[index]
     assert [t[1] for t in again.transitions_of(run, 5)][-1] == OK
+
+
+def test_successful_attempts_make_the_history_of_the_next_runs_of_the_plan(opener: Opener) -> None:
+    st = opener()
+    for k, took in enumerate((4.0, 6.0, 20.0)):
+        run = new_run(st, ["a", "b"], f"r{k}")
+        st.write_turn(run.id, [(0, W, R, 0, 0.0, -1, None, "", "s"), (0, R, Q, 1, 0.0, -1, None, "", "s"),
+                               (1, W, R, 0, 0.0, -1, None, "", "s"), (1, R, Q, 1, 0.0, -1, None, "", "s")])
+        st.write_turn(run.id, [(0, Q, RUN, 1, 10.0, 0, None, "", "t"), (1, Q, RUN, 1, 10.0, 0, None, "", "t")])
+        # a succeeds after `took` seconds; b fails: a failed attempt is no history.
+        st.write_turn(run.id, [(0, RUN, OK, 1, 10.0 + took, 0, 0, "", "u"), (1, RUN, FAIL, 1, 11.0, 0, 1, "x", "u")])
+    other = new_run(st, ["a"], "other")
+    latest = new_run(st, ["a", "b"], "now")
+    reader = opener(readonly=True)
+    assert reader.expected_history("p", latest.id, ["a", "b"], "digest") == {"a": 6.0}
+    assert reader.expected_history("p", latest.id, ["a", "b"], "digest", runs=2) == {"a": 20.0}, "other has none"
+    assert reader.expected_history("p", other.id - 2, ["a", "b"], "digest") == {"a": 4.0}
+    assert reader.expected_history("elsewhere", latest.id, ["a"], "digest") == {}

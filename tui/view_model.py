@@ -64,6 +64,12 @@ class JobsModel:
     """Deadlines as written in the plan."""
     critical: frozenset[int] = frozenset()
     """Jobs on the run's critical path."""
+    expected: array[float] = field(default_factory=lambda: array("d"))
+    """Expected seconds of each job (its `expected:` key, else its history's median, else 1)."""
+    remaining: array[float] = field(default_factory=lambda: array("d"))
+    """Each job's remaining critical path: expected seconds of work from it to the end of the plan."""
+    rank: array[int] = field(default_factory=lambda: array("i"))
+    """Each job's critical-path rank, as its ready key has it (0: the longest remaining path starts first)."""
     seq: int = 0
     """Last journal transition applied."""
     version: int = 0
@@ -101,6 +107,26 @@ class JobsModel:
         for st, t in zip(self.state, self.tier, strict=True):
             self.counts[st] += 1
             self.tier_counts[t][st] += 1
+
+    def rank_jobs(self, plan: Any, dag: Any, history: dict[str, float]) -> None:
+        """Rank every job on the critical path as the scheduler does (wloadctl/core/critical.py)."""
+        from wloadctl.core.codes import JOB_BITS
+        from wloadctl.core.critical import expected_durations, rank_bits, remaining_paths
+
+        specs = [plan.jobs[j] for j in self.ids if j in plan.jobs]
+        if len(specs) != len(self.ids):
+            return  # jobs made during the run (loop instances): not ranked
+        weights = expected_durations(specs, history)
+        index = dag.index
+        ups = [[index[d] for d in s.depends_on if d in index] for s in specs]
+        downs: list[list[int]] = [[] for _ in specs]
+        for i, row in enumerate(ups):
+            for u in row:
+                downs[u].append(i)
+        path = remaining_paths([tuple(d) for d in downs], weights)
+        self.expected = weights
+        self.remaining = array("d", path)
+        self.rank = array("i", (b >> JOB_BITS for b in rank_bits(path)))
 
     def load_rows(self, rows: Iterable[Sequence[Any]]) -> None:
         """Take every job's journal row.

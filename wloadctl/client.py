@@ -401,6 +401,10 @@ class RunClient:
             self._plan = run_plan(self.store, self.run)
         return self._plan
 
+    def expected_history(self) -> dict[str, float]:
+        """Median seconds of each job's successful attempts in the runs of the same plan before this one."""
+        return self.store.expected_history(self.run.plan_name, self.run.id, self.ids(), self.run.plan_digest)
+
     def last_seq(self) -> int:
         """Sequence number of the latest journaled transition (follow a run from there with changes_since)."""
         return self.store.last_seq(self.run.id)
@@ -463,7 +467,8 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     from wloadctl.core.engine import SchedulerCore
 
     plan = run_plan(store, run)
-    core = SchedulerCore(plan, 0)
+    # Ranked as the run's scheduler ranked it: with what the runs before it taught.
+    core = SchedulerCore(plan, 0, history=store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest))
     core.restore(store.job_states(run.id), time.time())
     core.flush()  # the restore's own corrections are not the operator's doing
     for i, _jid, _s, _a, _e, _c, _st, _en, reason in store.job_rows(run.id):

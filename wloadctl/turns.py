@@ -19,7 +19,11 @@ NO_EXIT = -(2**31)
 """Exit status of a transition that has none."""
 TERMINAL_STATES = frozenset((4, 5, 6, 9, 10, 11))
 """JobState values that end a job (its `ended` time is kept)."""
-_RUNNING = 3
+RUNNING = 3
+"""JobState.RUNNING's value."""
+SUCCEEDED = 4
+"""JobState.SUCCEEDED's value."""
+_RUNNING = RUNNING
 
 
 def pack_turn(transitions: Sequence[tuple]) -> tuple[bytes, str, str]:
@@ -174,6 +178,7 @@ STATE_BLOCK = 1024
 """Jobs per row of a run's current states (one byte each): a turn rewrites only the rows of the jobs it moved."""
 INDEX_BLOCK = 64
 """Jobs per key of the turn index: the turns that moved any job of a block are found without reading the others."""
+_INDEX_SHIFT = INDEX_BLOCK.bit_length() - 1
 
 
 def last_states(transitions: Sequence[tuple]) -> dict[int, int]:
@@ -181,24 +186,9 @@ def last_states(transitions: Sequence[tuple]) -> dict[int, int]:
     return {t[0]: t[2] for t in transitions}
 
 
-def set_states(blocks: dict[int, bytearray], last: dict[int, int]) -> set[int]:
-    """Write jobs' new states into the blocks of current states; the numbers of the blocks changed."""
-    touched: set[int] = set()
-    for i, to in last.items():
-        b, off = divmod(i, STATE_BLOCK)
-        block = blocks.get(b)
-        if block is None:
-            block = blocks[b] = bytearray()
-        if off >= len(block):
-            block.extend(bytes(off + 1 - len(block)))
-        block[off] = to
-        touched.add(b)
-    return touched
-
-
 def index_blocks(jobs: Iterable[int]) -> list[int]:
     """The turn-index keys of these jobs."""
-    return sorted({i // INDEX_BLOCK for i in jobs})
+    return sorted({i >> _INDEX_SHIFT for i in jobs})
 
 
 def states_of(blocks: Iterable[tuple[int, bytes]], n: int) -> bytearray:
@@ -225,3 +215,17 @@ def rows_from(idxs: Iterable[int], stored: dict[int, tuple], turns: Iterable[lis
         if mine:
             cols.apply(mine)
     return {i: cols.row(k, "")[2:] for i, k in want.items()}
+
+
+def pack_took(jobs: Sequence[int], seconds: Sequence[float]) -> bytes:
+    """Successful attempts' durations as one blob: the job indices (uint32), then their seconds (float32)."""
+    return array("I", jobs).tobytes() + array("f", seconds).tobytes()
+
+
+def unpack_took(blob: bytes) -> Iterator[tuple[int, float]]:
+    """(job index, seconds) pairs of a pack_took blob."""
+    half = len(blob) // 2
+    jobs, secs = array("I"), array("f")
+    jobs.frombytes(blob[:half])
+    secs.frombytes(blob[half:])
+    return zip(jobs, secs, strict=True)

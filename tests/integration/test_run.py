@@ -116,3 +116,18 @@ def test_argv_commands_run_without_a_shell_and_a_missing_program_fails_cleanly(
 def test_python_dash_m_works(tmp_path: Path) -> None:
     p = subprocess.run(["python", "-m", "wloadctl", "--help"], capture_output=True, text=True)
     assert p.returncode == 0 and "validate" in p.stdout
+
+
+def test_a_second_run_of_a_plan_ranks_its_jobs_by_what_the_first_took(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: learn\njobs:\n  slow: {command: \"sleep 0.4\"}\n  quick: {command: \"true\"}\n"
+                    "  given: {command: \"true\", expected: 3s}\n")
+    sd = str(tmp_path / "sd")
+    cli("run", str(plan), "--state-dir", sd, check=True)
+    first = json.loads(cli("why", "slow", "--state-dir", sd, "--json").stdout)["critical_path"]
+    assert first["expected"] == 1.0, "no history yet: one second"
+    cli("run", str(plan), "--state-dir", sd, check=True)
+    why = {j: json.loads(cli("why", j, "--state-dir", sd, "--json").stdout)["critical_path"]
+           for j in ("slow", "quick", "given")}
+    assert 0.35 < why["slow"]["expected"] < 5.0 and why["quick"]["expected"] < why["slow"]["expected"]
+    assert why["given"]["expected"] == 3.0 and why["given"]["rank"] == 0, "the key wins over the history"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wloadctl.procs.spawning import Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
+from wloadctl.procs.spawning import Spawned, Spawner, keep_descriptors_from_jobs, plain_words, reap, tail_of
 
 SH = "/bin/sh"
 
@@ -159,3 +159,35 @@ def test_a_tail_is_the_last_bytes_and_nothing_for_an_empty_log(tmp_path: Path) -
         assert tail_of(fd, str(log), 100) == b"0123456789abcdef"
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    ("true", ["true"]),
+    ("echo a  b", ["echo", "a", "b"]),
+    ("printf 'x y'", ["printf", "x y"]),
+    ('echo "a b" c', ["echo", "a b", "c"]),
+    ("echo $HOME", None), ("a=1 env", None), ("cd /tmp", None), ("ls *.py", None), ("x && y", None),
+    ("x; y", None), ("x | y", None), ("x > f", None), ("echo ~", None), ("echo a\\ b", None),
+    ("echo 'unclosed", None), ("exit 3", None), ("echo a\nb", None), ("", None), ("   ", None),
+])
+def test_a_command_needs_the_shell_only_for_shell_syntax(command: str, words: list[str] | None) -> None:
+    assert plain_words(command) == words
+
+
+def test_a_plain_command_runs_without_the_shell_and_the_rest_through_it(tmp_path: Path) -> None:
+    sp = Spawner()
+    env = sp.env_for({"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    prog = tmp_path / "say-argv"
+    prog.write_text("#!/bin/sh\nfor a in \"$@\"; do echo \"[$a]\"; done\necho \"parent $PPID\"\n")
+    prog.chmod(0o755)
+    argv = sp.argv_for("say-argv 'a b' c", env)
+    assert argv == [str(prog), "a b", "c"]
+    rc, tail, _ = run(sp, argv, tmp_path / "direct.log", {"PATH": env["PATH"]})
+    assert rc == 0 and tail.startswith(b"[a b]\n[c]\n")
+    assert sp.argv_for("say-argv $HOME", env) == [SH, "-c", "say-argv $HOME"]
+    # Not found on the PATH: the shell reports it, with its status.
+    argv = sp.argv_for("no-such-command-anywhere x", env)
+    assert argv[:2] == [SH, "-c"]
+    rc, tail, _ = run(sp, argv, tmp_path / "missing.log")
+    assert rc == 127 and b"not found" in tail
+    assert sp.argv_for(["/bin/echo", "$x"], env) == ["/bin/echo", "$x"]

@@ -155,6 +155,9 @@ class FakeClient:
     def plan_dag(self) -> Dag:
         return Dag(self._plan)
 
+    def expected_history(self) -> dict[str, float]:
+        return {}
+
     def job_rows(self) -> list[tuple]:
         out = []
         for i, job in enumerate(self.ids_list):

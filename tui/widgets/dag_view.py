@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from tui.dag_layout import DagLayout, important_job, layout, render
+from tui.labels import fmt_duration
 from tui.view_model import JobsModel
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
 from wloadctl.core.dag import Dag
@@ -121,6 +122,13 @@ class DagView(Widget, can_focus=True):
         if lay.more_down:
             more.append("more downstream")
         out.append("\n")
+        i = self.model.index.get(self.job, -1)
+        if 0 <= i < len(self.model.rank):
+            out.append(
+                f"critical-path rank {self.model.rank[i]} (0 first), expected "
+                f"{fmt_duration(self.model.expected[i])}, {fmt_duration(self.model.remaining[i])} to the end\n",
+                tone_style(self, "idle"),
+            )
         out.append(
             f"levels {depth} (+/-)  * critical path  [ ] selected"
             + (f"  ({', '.join(more)})" if more else ""),

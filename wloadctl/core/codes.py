@@ -18,21 +18,31 @@ GATE_EXIT = 2
 """Gate bit: the job's exit needs more than the bulk path (resources to free, a result someone reads, until)."""
 GATE_RES = 4
 """Gate bit: the job holds resources while it runs (dispatch must acquire them)."""
-MASK = (1 << 32) - 1
+JOB_BITS = 26
+"""Bits of the job index in a ready key (plans of up to 67,108,864 jobs)."""
+RANK_BITS = 13
+"""Bits of the critical-path rank in a ready key."""
+RANK_MAX = (1 << RANK_BITS) - 1
+"""The rank of a job with no remaining path to speak of (0: on the longest path of the plan)."""
+RANK_FIELD = RANK_MAX << JOB_BITS
+"""The rank bits of a ready key."""
+MASK = (1 << JOB_BITS) - 1
 """The job index bits of a ready key."""
 _PRIO_BIAS = 1 << 20
 
 
-def ready_key(tier: int, priority: int, job: int) -> int:
-    """One int that orders the ready queue: tier first, then higher priority, then plan order.
+def ready_key(tier: int, priority: int, job: int, rank: int = 0) -> int:
+    """One int that orders the ready queue: tier first, then higher priority, then the longer remaining
+    critical path (lower rank), then plan order. It fits a signed 64-bit array item.
 
     Args:
         tier: SlaTier value (0 = critical).
         priority: the job's priority (higher first), clamped to +/- 2**20.
         job: job index, the tie-breaker.
+        rank: critical-path rank, 0 (longest remaining path) to RANK_MAX.
 
     Returns:
         A key for a min-heap of ints (cheaper than tuples at a million jobs).
     """
     p = _PRIO_BIAS - max(-_PRIO_BIAS + 1, min(_PRIO_BIAS - 1, priority))
-    return (tier << 53) | (p << 32) | job
+    return (tier << 60) | (p << (JOB_BITS + RANK_BITS)) | (rank << JOB_BITS) | job

@@ -8,7 +8,7 @@ places). Operator verbs (verbs.py) act on it through the VerbTarget protocol.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 from wloadctl.core import codes as C
 from wloadctl.core.branches import Branches
@@ -21,6 +21,7 @@ from wloadctl.core.commands import (
     RunFinished,
 )
 from wloadctl.core.condition import ConditionError
+from wloadctl.core.critical import rank_table
 from wloadctl.core.events import (
     Event,
     ExecutorLostEvent,
@@ -75,9 +76,13 @@ class SchedulerCore(JobTable):
     """
 
     def __init__(self, plan: Plan, slots: int, *, seed: int = 0,
-                 reserve: dict[SlaTier, float] | None = None) -> None:
+                 reserve: dict[SlaTier, float] | None = None, history: Mapping[str, float] | None = None) -> None:
         super().__init__(plan)
         specs, n = self.specs, self.n
+        self.expected, self.path, self.key_base = rank_table(specs, self.downs, self.key_base, history)
+        """Expected seconds and remaining critical path of each job (core/critical.py); keys ranked by it."""
+        self.longest_path = max(self.path, default=0.0)
+        """The plan's longest remaining path (seconds): a lower bound of its makespan."""
         self.branches = branches = Branches(specs, self.index, plan.variables)
         """`if` and `until`: conditions, the outcomes they read, jobs a branch skipped."""
         self.fanout = FanOut(specs, self.index)

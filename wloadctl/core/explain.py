@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from wloadctl.core.critical import rank_of
+from wloadctl.core.durations import format_duration
 from wloadctl.core.holding import LOCAL_PLACE
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.core.verbs import applicable_verbs
@@ -86,6 +88,11 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
     late = core.timers.lateness.get(i)
     if late:
         reasons.append(late)
+    path = critical_path(core, i)
+    if path is not None and st in (S.WAITING, S.HELD, S.READY, S.RETRY_WAIT):
+        reasons.append(f"critical path: rank {path['rank']} (0 runs first), expected "
+                       f"{format_duration(path['expected'])}, {format_duration(path['remaining'])} of work from "
+                       f"here to the end (the longest is {format_duration(path['longest'])})")
     return {
         "job": spec.id,
         "state": st.name,
@@ -94,4 +101,15 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
         "reasons": reasons,
         "blocking": blocking,
         "verbs": applicable_verbs(st),
+        "critical_path": path,
     }
+
+
+def critical_path(core: SchedulerCore, i: int) -> dict[str, Any] | None:
+    """Job i's place on the critical path: {"rank" (0: the longest remaining path), "expected" seconds,
+    "remaining" seconds of work from it to the end, "longest" such path of the plan}; None for a job
+    made during the run (a loop's instance ranks as its loop)."""
+    if i >= len(core.path):
+        return None
+    return {"rank": rank_of(core.key_base[i]), "expected": core.expected[i], "remaining": core.path[i],
+            "longest": core.longest_path}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 
-from wloadctl.core.codes import ready_key
+from wloadctl.core.codes import RANK_FIELD, ready_key
 from wloadctl.core.plan import JobSpec, Plan
 from wloadctl.core.states import LEGAL, JobState
 from wloadctl.errors import InvalidTransition
@@ -144,7 +144,8 @@ class JobTable:
         self.block.append(0)
         self.executor.append(-1)
         self.tier.append(int(spec.sla))
-        self.key_base.append(ready_key(spec.sla, spec.priority, 0))
+        # An instance of a loop ranks as its loop does on the critical path.
+        self.key_base.append(ready_key(spec.sla, spec.priority, 0) | (self.key_base[parent] & RANK_FIELD))
         self.down.append(parent)
         self.down_start.append(len(self.down))
         self.downs.append((parent,))

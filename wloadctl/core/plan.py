@@ -115,6 +115,8 @@ class JobSpec:
     """CPUs the job needs on its executor (0 = no claim); an executor starts it only when they are free."""
     memory: int = 0
     """Memory in MiB the job needs on its executor (0 = no claim)."""
+    expected: float | None = None
+    """Seconds the job is expected to take (its critical-path weight); None: learned from its history."""
     description: str = ""
     """Free text for operators."""
     line: int = 0

@@ -48,6 +48,7 @@ JOB_KEYS: tuple[str, ...] = (
     "agent",
     "cpu",
     "memory",
+    "expected",
     "description",
 )
 """Keys a job may have, in the order the docs list them."""
@@ -500,6 +501,12 @@ class FieldReader:
             raise FieldError(f"{what} must be a name of letters, digits, '_' or '-' (at most 64), not {name!r}",
                              entry[1], f"write {what}: etl-nodes")
         return name
+
+    def expected(self, entry: Entry) -> float | None:
+        """`expected`: how long the job is expected to take (a duration), or null to learn it from history."""
+        if entry[0] is None:
+            return None
+        return duration(entry, "expected")
 
     def description(self, entry: Entry) -> str:
         """`description`: free text."""

@@ -271,12 +271,13 @@ class Executor:
 
     def _spawn(self, rec: P.TaskRecord, p: P.Payload) -> None:
         now = time.time()
-        argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command or ["true"])
         spawner = self.spawner
+        env = spawner.env_for(p.env)
+        argv = spawner.argv_for(p.command, env)
         log_fd = -1
         try:
             log_fd = spawner.open_log(p.log_path)
-            proc = spawner.spawn(argv, spawner.env_for(p.env), p.cwd, log_fd)
+            proc = spawner.spawn(argv, env, p.cwd, log_fd)
         except OSError as e:
             if log_fd >= 0:
                 os.close(log_fd)

@@ -337,7 +337,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     # With prefetch, each executor holds tasks beyond the ones it runs and starts the next the moment
     # one ends, instead of waiting a round trip through the scheduler and its journal commit. The
     # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
-    core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch)
+    history = store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest)
+    core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch, history=history)
     # The plan and the core's arrays live as long as the run: keep the cyclic collector from
     # walking millions of their objects again at every collection.
     gc.freeze()

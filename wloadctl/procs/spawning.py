@@ -6,12 +6,19 @@ a bare program name looked up in the job's own PATH). Both give the same process
 leader of a new session and process group, stdin from /dev/null, stdout and stderr
 appended to the attempt's log, no descriptor of the executor's inherited, SIGPIPE and
 SIGXFSZ at their defaults.
+
+A command given as text runs through `/bin/sh -c` only when it needs a shell: one with no
+shell syntax (no quoting beyond plain quotes, no expansion, redirection, pipe, list, glob,
+assignment or builtin) is split into words and run directly, as make does, saving the shell's
+own start for each job. The program is looked up in the job's PATH once per (name, PATH).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -25,6 +32,32 @@ DEFAULT_SIGNALS: tuple[int, ...] = tuple(
     getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name)
 )
 """Signals Python ignores for itself and a job gets back at their defaults (as Popen's restore_signals)."""
+
+
+SHELL = "/bin/sh"
+"""The shell of commands that need one."""
+SHELL_CHARS = frozenset("#;&|<>(){}$`\\*?[]~!\n\r=%^")
+"""Characters that make a command text need the shell (make's list, with `=`, `%` and newlines)."""
+SHELL_WORDS = frozenset((
+    ".", ":", "alias", "bg", "break", "case", "cd", "command", "continue", "do", "done", "elif", "else", "esac",
+    "eval", "exec", "exit", "export", "fc", "fg", "fi", "for", "function", "getopts", "hash", "if", "jobs", "kill",
+    "local", "read", "readonly", "return", "select", "set", "shift", "source", "test", "then", "time", "times",
+    "trap", "type", "ulimit", "umask", "unalias", "unset", "until", "wait", "while", "[", "[[", "{", "}",
+))
+"""First words a shell gives its own meaning (builtins and keywords): such commands keep the shell."""
+
+
+def plain_words(command: str) -> list[str] | None:
+    """The words of a command text with no shell syntax, or None when it needs the shell."""
+    if not command or any(c in SHELL_CHARS for c in command):
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if not words or words[0] in SHELL_WORDS:
+        return None
+    return words
 
 
 @dataclass(slots=True)
@@ -47,6 +80,28 @@ class Spawner:
     """Start through os.posix_spawn where it can (False: always subprocess.Popen)."""
     made_dirs: set[str] = field(default_factory=set)
     """Log directories known to exist."""
+    programs: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    """Where a program name was found on a PATH (None: not there)."""
+
+    def argv_for(self, command: str | Sequence[str] | None, env: Mapping[str, str]) -> list[str]:
+        """The argv that runs a job's command: its words when it needs no shell, else `/bin/sh -c TEXT`."""
+        if not isinstance(command, str):
+            return list(command or ["true"])
+        words = plain_words(command)
+        if words is None:
+            return [SHELL, "-c", command]
+        name = words[0]
+        if "/" not in name:
+            key = (name, env.get("PATH", os.defpath))
+            found = self.programs.get(key, "")
+            if found == "":
+                found = self.programs[key] = shutil.which(name, path=key[1])
+            if found is None or not os.path.isabs(found):
+                # Not found (the shell says so, with its status 127), or found through a relative PATH
+                # entry that the job's own working directory may change.
+                return [SHELL, "-c", command]
+            words[0] = found
+        return words
 
     def env_for(self, extra: Mapping[str, str]) -> dict[str, str]:
         """The environment of a job adding `extra` (the shared base itself when it adds nothing)."""

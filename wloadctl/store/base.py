@@ -6,11 +6,7 @@ directory; `PostgresStore` (wloadctl/store/postgres.py) in a PostgreSQL database
 runs and installations share. Job rows are never updated in place: they are what replaying a
 run's turns gives (`columns`), computed here once for both.
 
-Readers do not replay a whole run to answer for one job or for the counts: beside the turns,
-in the same transactions, each store keeps the run's current states (one byte per job, in
-blocks of turns.STATE_BLOCK jobs, a turn rewriting only the blocks it changed) and a turn index
-(for each block of turns.INDEX_BLOCK jobs, the turns that moved one of them). A run journaled
-before they existed is brought into them at its next write (`_current_changes`).
+Readers do not replay a whole run to answer for one job or for the counts: see store/current.py.
 """
 
 from __future__ import annotations
@@ -22,14 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wloadctl.errors import StoreError
-from wloadctl.turns import (
-    JobColumns,
-    index_blocks,
-    last_states,
-    rows_from,
-    set_states,
-    states_of,
-)
+from wloadctl.store.current import CurrentState
+from wloadctl.turns import JobColumns, rows_from
 
 JOURNAL_ENV = "WLOADCTL_JOURNAL"
 """Environment variable naming the journal (a `postgresql://` URL) when `--journal` is not given."""
@@ -108,7 +98,7 @@ def journal_exists(state_dir: Path | None, journal: str | None = None) -> bool:
     return journal_url(journal) is not None or (state_dir is not None and (state_dir / DB_NAME).exists())
 
 
-class Store(ABC):
+class Store(CurrentState, ABC):
     """The journal of runs: what every caller (scheduler, standby, client, bench) uses.
 
     Writes of a scheduler carry its epoch: after `begin_epoch` the store holds it, and every
@@ -125,8 +115,7 @@ class Store(ABC):
     def __init__(self) -> None:
         self._columns: dict[int, JobColumns] = {}
         """Job rows per run as last replayed (see columns)."""
-        self._now: dict[int, dict[int, bytearray]] = {}
-        """A writer's copy of the current states of the runs it writes turns of (block -> states)."""
+        CurrentState.__init__(self)
 
     @classmethod
     def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
@@ -279,72 +268,6 @@ class Store(ABC):
             StaleEpoch: the run moved to a newer epoch than `epoch` (or the store's): nothing written.
             StoreError: the write failed; nothing of the turn is written.
         """
-
-    # -- the current state and the turn index (store-specific parts) ------------------------------
-
-    @abstractmethod
-    def _kept_jobs(self, run: int) -> int | None:
-        """Number of jobs of a run whose current states and turn index are kept (None: not kept)."""
-
-    @abstractmethod
-    def _state_rows(self, run: int) -> Iterable[tuple[int, bytes]]:
-        """(block, states) rows of a run's current states."""
-
-    @abstractmethod
-    def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
-        """The records of these jobs in every turn the index lists under their keys, oldest first."""
-
-    def _stored_at(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
-        """Rows kept as rows (see _stored_rows) of these jobs: idx -> (state, attempt, ... reason)."""
-        return {}
-
-    @abstractmethod
-    def _ids_at(self, run: int, idxs: Sequence[int]) -> dict[int, str]:
-        """Ids of these jobs."""
-
-    @abstractmethod
-    def _write_current(self, run: int, jobs: int, blocks: dict[int, bytes], index: Sequence[tuple[int, int]]) -> None:
-        """Bring a run not yet kept into the current states and turn index (one transaction)."""
-
-    def _current_changes(self, run: int, transitions: Sequence[tuple],
-                         added: int = 0) -> tuple[dict[int, bytes], list[int]]:
-        """What a turn changes in the current states (block -> its new row) and its turn-index keys.
-
-        The writer keeps the run's states in memory from its first turn on (a store that fails
-        to write forgets them: see `_forget_current`); a run journaled before they were kept is
-        brought into them first. `added` is the number of jobs the turn adds.
-        """
-        blocks = self._now.get(run)
-        if blocks is None:
-            if self._kept_jobs(run) is None:
-                self._backfill(run)
-            blocks = self._now[run] = {b: bytearray(s) for b, s in self._state_rows(run)}
-        last = last_states(transitions)
-        changed = set_states(blocks, last)
-        return {b: bytes(blocks[b]) for b in changed}, index_blocks(last)
-
-    def _forget_current(self, run: int) -> None:
-        """Drop the writer's copy of a run's states (a write failed: read them again next time)."""
-        self._now.pop(run, None)
-
-    def _backfill(self, run: int) -> None:
-        cols = self.columns(run)
-        n = max(len(cols.state), len(self.job_ids(run)))
-        blocks: dict[int, bytearray] = {}
-        set_states(blocks, {i: s for i, s in enumerate(cols.state) if s})
-        index = [(key, turn[0][0]) for turn in self._turns(run, 0) if turn
-                 for key in index_blocks(r[1] for r in turn)]
-        self._write_current(run, n, {b: bytes(s) for b, s in blocks.items()}, index)
-        self.drop_columns()
-
-    def current_states(self, run: int) -> bytearray | None:
-        """Every job's state (JobState values by index) without replaying the run; None when not kept."""
-        n = self._kept_jobs(run)
-        return None if n is None else states_of(self._state_rows(run), n)
-
-    def _rows_at(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
-        """(state, attempt, executor, exit_code, started, ended, reason) of some jobs of a kept run."""
-        return rows_from(idxs, self._stored_at(run, idxs), self._index_turns(run, idxs))
 
     # -- reading a run --------------------------------------------------------------------------
 

@@ -70,6 +70,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " block integer NOT NULL, states bytea NOT NULL, PRIMARY KEY (run, block))",
         "CREATE TABLE turn_jobs (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
         " block integer NOT NULL, seq bigint NOT NULL, PRIMARY KEY (run, block, seq))",
+        # Durations of successful attempts, per turn (the history that expected durations come from).
+        "CREATE TABLE took (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE, seq bigint NOT NULL,"
+        " blob bytea NOT NULL, PRIMARY KEY (run, seq))",
     ),
 )
 """MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""

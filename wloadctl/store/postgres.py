@@ -54,6 +54,8 @@ _NOW_STATES = (
     " FROM unnest(%(blocks)s::integer[], %(states)s::bytea[]) AS x(b, s) WHERE " + _WROTE
     + " ON CONFLICT (run, block) DO UPDATE SET states = excluded.states"
 )
+_TOOK = ("INSERT INTO took (run, seq, blob) SELECT %(run)s, %(seq)s, %(took)s WHERE " + _WROTE
+         + " ON CONFLICT DO NOTHING")
 _TURN_JOBS = (
     "INSERT INTO turn_jobs (run, block, seq) SELECT %(run)s, k, %(seq)s FROM unnest(%(keys)s::integer[]) AS k"
     " WHERE " + _WROTE + " ON CONFLICT DO NOTHING"
@@ -409,6 +411,7 @@ class PostgresStore(Store):
         relaxed = self.auto_sync and not durable
         try:
             blocks, keys = self._current_changes(run, transitions)
+            took = self._durations(run, transitions)
         except BaseException:
             self._forget_current(run)
             raise
@@ -422,7 +425,7 @@ class PostgresStore(Store):
                 seq = self._next[run] = int(row[0])
             args = {"run": run, "seq": seq, "next": seq + n, "upto": seq + n - 1, "n": n, "epoch": held,
                     "recs": recs, "causes": causes, "reasons": reasons, "blocks": list(blocks),
-                    "states": list(blocks.values()), "keys": keys}
+                    "states": list(blocks.values()), "keys": keys, "took": took}
             if not added:
                 # The common turn: one round trip (BEGIN, the guarded insert, COMMIT in one pipeline).
                 with conn.pipeline(), conn.transaction():
@@ -431,6 +434,8 @@ class PostgresStore(Store):
                     cur = conn.execute(_TURN, args)
                     conn.execute(_NOW_STATES, args)
                     conn.execute(_TURN_JOBS, args)
+                    if took:
+                        conn.execute(_TOOK, args)
                 done = cur.rowcount == 1
             else:
                 with conn.transaction():
@@ -438,6 +443,8 @@ class PostgresStore(Store):
                     if done and n:
                         conn.execute(_NOW_STATES, args)
                         conn.execute(_TURN_JOBS, args)
+                        if took:
+                            conn.execute(_TOOK, args)
                     if done:
                         for parent, first, items, ids in added:
                             conn.execute("INSERT INTO expansions (run, job_id, first_idx, items)"
@@ -476,6 +483,11 @@ class PostgresStore(Store):
             " WHERE run = %s AND block = ANY(%s)) ORDER BY seq", (run, run, index_blocks(jobs))).fetchall())
         for first, recs, causes, reasons in rows:
             yield unpack_jobs(first, bytes(recs), causes, reasons, jobs)
+
+    def _took(self, runs: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT run, blob FROM took WHERE run = ANY(%s) ORDER BY run, seq",
+                                            (list(runs),)).fetchall())
+        return [(r, bytes(b)) for r, b in rows]
 
     def _ids_at(self, run: int, idxs: Sequence[int]) -> dict[int, str]:
         rows = self._do(lambda c: c.execute("SELECT idx, job_id FROM jobs WHERE run = %s AND idx = ANY(%s)",

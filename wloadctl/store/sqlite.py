@@ -43,6 +43,8 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
                      " states BLOB NOT NULL, PRIMARY KEY (run, block)) WITHOUT ROWID")
         conn.execute("CREATE TABLE IF NOT EXISTS turn_jobs (run INTEGER NOT NULL, block INTEGER NOT NULL,"
                      " seq INTEGER NOT NULL, PRIMARY KEY (run, block, seq)) WITHOUT ROWID")
+        conn.execute("CREATE TABLE IF NOT EXISTS took (run INTEGER NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
+                     " PRIMARY KEY (run, seq)) WITHOUT ROWID")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -379,6 +381,7 @@ class SqliteStore(Store):
             epoch = self.epoch
         recs, causes, reasons = pack_turn(transitions)
         blocks, keys = self._current_changes(run, transitions)
+        took = self._durations(run, transitions)
         c = self.conn
         if self.auto_sync and durable == self._relaxed:
             self._set_relaxed(not durable)
@@ -406,6 +409,8 @@ class SqliteStore(Store):
                               [(run, b, s) for b, s in blocks.items()])
                 c.executemany("INSERT OR IGNORE INTO turn_jobs (run, block, seq) VALUES (?, ?, ?)",
                               [(run, k, top[0]) for k in keys])
+                if took:
+                    c.execute("INSERT INTO took (run, seq, blob) VALUES (?, ?, ?)", (run, top[0], took))
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             self._forget_current(run)
@@ -436,6 +441,12 @@ class SqliteStore(Store):
                 "SELECT seq, recs, causes, reasons FROM turns WHERE seq IN (SELECT seq FROM turn_jobs"
                 f" WHERE run = ? AND block IN ({marks})) ORDER BY seq", (run, *keys)):
             yield unpack_jobs(first, recs, causes, reasons, jobs)
+
+    def _took(self, runs: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        if not runs or not self._has_now:
+            return []
+        return self.conn.execute(f"SELECT run, blob FROM took WHERE run IN ({', '.join('?' * len(runs))})"
+                                 " ORDER BY run, seq", tuple(runs))
 
     def _stored_at(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
         out: dict[int, tuple] = {}

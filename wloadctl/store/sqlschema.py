@@ -98,6 +98,12 @@ CREATE TABLE IF NOT EXISTS turn_jobs (
     seq INTEGER NOT NULL,
     PRIMARY KEY (run, block, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS took (
+    run INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    blob BLOB NOT NULL,
+    PRIMARY KEY (run, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS alerts (
     seq INTEGER PRIMARY KEY,
     run INTEGER NOT NULL,
@@ -110,5 +116,7 @@ CREATE TABLE IF NOT EXISTS alerts (
     log_path TEXT NOT NULL
 );
 """
-"""The tables of a new journal (now_*: a run's current states and job count, turn_jobs: the turn index;
-see store/base.py) (older ones are brought here by the migrations in sqlite.py)."""
+"""The tables of a new journal (older ones are brought here by the migrations in sqlite.py).
+
+now_runs and now_states: a run's job count and current states; turn_jobs: the turn index; took: the
+durations of successful attempts, per turn (see store/base.py)."""

@@ -1,0 +1,136 @@
+"""Real scientific workflows replayed as sleeps: wloadctl (first run, then with history) beside ninja.
+
+The workflows come from the `wfcommons` package's generators (recipes built from recorded
+Pegasus runs: Montage, Epigenomics, 1000Genome), with their recorded runtimes scaled down and
+run as `sleep`. Each makespan is also set against its lower bound: the longer of the
+critical path and the total work divided by the slots.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from wloadctl.bench.buildtools import available, run_tool
+from wloadctl.bench.context import Context
+from wloadctl.bench.figures import Extra, combine, ratio
+from wloadctl.bench.runs import run_wloadctl
+
+WORKFLOWS: tuple[tuple[str, str, int, float], ...] = (
+    ("Montage", "MontageRecipe", 1700, 0.002),
+    ("Epigenomics", "EpigenomicsRecipe", 1700, 0.02),
+    ("1000Genome", "GenomeRecipe", 900, 0.02),
+)
+"""(name, wfcommons recipe, tasks, runtime scale). Montage's recorded runtimes are ten times longer than the
+others' (7,800 s of work at 0.02: eight minutes a run on 16 slots), so it is scaled ten times further."""
+QUICK_SCALE = 0.1
+"""With --quick, runtimes are scaled this much further and the workflows made 5 times smaller."""
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A workflow as jobs: ids in a topological order, upstreams and seconds of each."""
+
+    name: str
+    ids: list[str]
+    deps: dict[str, list[str]]
+    seconds: dict[str, float]
+
+    def lower_bound(self, slots: int) -> float:
+        """The longer of the critical path and the total work over the slots."""
+        path: dict[str, float] = {}
+        for j in self.ids:
+            path[j] = self.seconds[j] + max((path[d] for d in self.deps[j]), default=0.0)
+        return max(max(path.values(), default=0.0), sum(self.seconds.values()) / slots)
+
+
+def generate(recipe: str, tasks: int, scale: float, seed: int) -> Workflow:
+    """A workflow from a wfcommons recipe, its runtimes times `scale` (rounded to milliseconds)."""
+    import numpy as np
+    import wfcommons
+    import wfcommons.wfchef.recipes as recipes
+
+    random.seed(seed)
+    np.random.seed(seed)
+    wf = wfcommons.WorkflowGenerator(getattr(recipes, recipe).from_num_tasks(tasks)).build_workflow()
+    import networkx as nx
+
+    names = {t: f"t{k:05d}_{t.split('_')[0]}" for k, t in enumerate(nx.topological_sort(wf))}
+    ids = list(names.values())
+    deps = {names[t]: [names[u] for u in wf.predecessors(t)] for t in names}
+    seconds = {names[t]: max(0.001, round(wf.tasks[t].runtime * scale, 3)) for t in names}
+    return Workflow(recipe, ids, deps, seconds)
+
+
+def write_plan(path: Path, wf: Workflow) -> None:
+    """The workflow as a plan: one `sleep` job each."""
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(f"name: wf-{wf.name}\njobs:\n")
+        for j in wf.ids:
+            deps = f", depends_on: [{', '.join(wf.deps[j])}]" if wf.deps[j] else ""
+            out.write(f"  {j}: {{command: \"sleep {wf.seconds[j]}\"{deps}}}\n")
+
+
+def write_ninja(path: Path, wf: Workflow) -> None:
+    """The workflow as a build.ninja: one edge per job, no outputs written (see buildtools)."""
+    with open(path, "w", encoding="utf-8") as out:
+        out.write("rule sleep\n  command = sleep $secs\n\n")
+        for j in wf.ids:
+            deps = f" | {' '.join(wf.deps[j])}" if wf.deps[j] else ""
+            out.write(f"build {j}: sleep{deps}\n  secs = {wf.seconds[j]}\n")
+
+
+def workflows(ctx: Context) -> None:
+    """Each workflow: a first wloadctl run, a second in the same state directory (history), ninja."""
+    try:
+        import wfcommons  # noqa: F401
+    except ImportError:
+        ctx.notes.append("wfcommons is not installed (pip install 'wloadctl[bench]'): no workflow replays")
+        return
+    s = ctx.settings
+    executors, slots = 2, 8
+    total = executors * slots
+    for name, recipe, tasks, scale in WORKFLOWS:
+        if s.quick:
+            tasks, scale = max(50, tasks // 5), scale * QUICK_SCALE
+        wf = generate(recipe, tasks, scale, s.seed)
+        n = len(wf.ids)
+        d = ctx.scratch(f"wf-{name}")
+        plan = d / "plan.yaml"
+        write_plan(plan, wf)
+        write_ninja(d / "build.ninja", wf)
+        bound = wf.lower_bound(total)
+        reps: dict[str, list[dict[str, Extra]]] = {"first run": [], "second run (history)": [], "ninja": []}
+        for k in range(s.repeat):
+            ctx.say(f"workflow {name} ({n:,} jobs, lower bound {bound:.1f}s): wloadctl twice, ninja ({k + 1}/"
+                    f"{s.repeat})")
+            state = d / f"state-{k}"
+            for label in ("first run", "second run (history)"):
+                r = run_wloadctl(plan, state, n, executors=executors, slots=slots,
+                                 journal_sync=s.journal_sync, timeout=max(300.0, bound * 10), keep_state=True)
+                if r.run_id:
+                    ctx.run_ids.append(r.run_id)
+                ctx.leftovers += r.leftovers
+                reps[label].append({"seconds": r.process_seconds if r.ok else None, "run_seconds": r.wall_seconds,
+                                    "over_lower_bound": r.process_seconds / bound if bound else None,
+                                    "note": "" if r.ok else f"run {r.status}: {r.error}"})
+            shutil.rmtree(state, ignore_errors=True)
+            if available("ninja"):
+                t = run_tool("ninja", d, total, timeout=max(300.0, bound * 10))
+                reps["ninja"].append({"seconds": t.seconds if t.ok else None,
+                                      "over_lower_bound": t.seconds / bound if bound else None,
+                                      "note": "" if t.ok else f"ninja failed: {t.error}"})
+        basis = f"the whole command, start to exit; lower bound {bound:.2f}s (critical path or work / {total} slots)"
+        figs = {}
+        for label, runs in reps.items():
+            if not runs:
+                continue
+            tool = f"ninja -j{total}" if label == "ninja" else f"wloadctl {label}"
+            figs[label] = combine("workflows", f"{name} makespan", tool, "workflow", n, runs, basis)
+            ctx.figures.append(figs[label])
+        ninja = figs.get("ninja")
+        for label in ("first run", "second run (history)"):
+            ctx.add_ratio(ratio(f"workflow {name}: wloadctl {label} / ninja -j{total} makespan", figs[label], ninja,
+                                "seconds"))
