@@ -190,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executors", type=int, default=0)
     p.add_argument("--slots", type=int, default=0)
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
+    p.add_argument("--run", metavar="ID", help="with --standby: the run to follow (default: the latest running one)")
     p.add_argument("--business-date")
     _heartbeat_args(p)
     _remote_args(p)

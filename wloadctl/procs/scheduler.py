@@ -80,6 +80,8 @@ class SchedulerLoop:
     """After a takeover: recovers results a fenced predecessor took from the response queue."""
     standby_pid: int = 0
     """The standby scheduler watching this one, published on the board."""
+    lease_renewed: float = 0.0
+    """When the journal's lease was last renewed."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -87,6 +89,9 @@ class SchedulerLoop:
         ctl = self.objs.ctl
         assert ctl is not None, "a scheduler's run has a control queue"
         self.desk = ControlDesk(ctl, core, self.ctx, self.store)
+        self.lease_renewed = time.time()
+        if remote is not None:
+            remote.on_op = self.desk.take  # verbs of operators on other hosts, through the broker
         self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
         poller = select.poll()
         poller.register(ctl.fd, select.POLLIN)
@@ -155,8 +160,7 @@ class SchedulerLoop:
 
         The lease comes first: a fenced scheduler must not kill or respawn anything.
         """
-        if not self.store.renew_lease(self.ctx.run.id, self.ctx.epoch, now + self.ctx.lease_seconds):
-            self._raise_if_fenced()
+        self._renew(now)
         self.standby_pid = live_standby(self.ctx.state_dir)
         # Each beat pushes the event log out, so a console following it (and a crash) loses
         # at most one interval of events.
@@ -168,8 +172,21 @@ class SchedulerLoop:
         if self.sweeper is not None and not self.sweeper.sweep(self.core.feed, now):
             self.sweeper = None
 
+    def _renew(self, now: float) -> None:
+        """Extend the journal's lease; raise Fenced if a successor holds the run."""
+        if not self.store.renew_lease(self.ctx.run.id, self.ctx.epoch, now + self.ctx.lease_seconds):
+            self._raise_if_fenced()
+        self.lease_renewed = now
+
     def _check_fenced(self) -> None:
-        """Raise Fenced if the board shows a newer epoch (a successor published it)."""
+        """Raise Fenced if the board shows a newer epoch, or the lease lapsed and a successor holds the run.
+
+        A successor on another host publishes nothing on this host's board: a scheduler that
+        was frozen or cut off past its lease asks the journal before it touches anything.
+        """
+        now = time.time()
+        if now - self.lease_renewed > self.ctx.lease_seconds:
+            self._renew(now)
         try:
             hdr = self.objs.board.read_header()
         except WloadError:

@@ -518,3 +518,13 @@ class BrokerLink:
             return int((await js.stream_info(stream)).state.messages)
 
         return self._call(go(), timeout, f"info of stream {stream}")
+
+    def consumer_backlog(self, stream: str, durable: str, timeout: float = 5.0) -> tuple[int, int]:
+        """(messages not yet delivered, messages delivered and not yet acked) of a durable consumer."""
+        _, js = self._client()
+
+        async def go() -> tuple[int, int]:
+            info = await js.consumer_info(stream, durable)
+            return int(info.num_pending or 0), int(info.num_ack_pending or 0)
+
+        return self._call(go(), timeout, f"info of consumer {durable}")
