@@ -15,6 +15,8 @@ Takeover time = that start - the kill. Each round also checks that every job ran
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -25,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.remote.conftest import NatsServer, free_port, nats_server_binary
 from tests.remote.nodes import Node, SchedulerHost
-from wloadctl.store import Store, pg_server
+from wloadctl.store import Store
+from wloadctl.store.base import pg_server
 from wloadctl.store.postgres import scratch_database
 
 CHAIN = 60
@@ -36,7 +39,8 @@ def write_plan(path: Path, out: Path, step: float) -> Path:
     """A chain c00 -> c01 -> ... of `step`-second jobs and one long job, all on pool etl."""
     lines = ["name: drill", "jobs:"]
     for k in range(CHAIN):
-        cmd = f'echo "c{k:02d} start $(date +%s.%N)" >> {out}; sleep {step}; echo "c{k:02d} end $(date +%s.%N)" >> {out}'
+        cmd = (f'echo "c{k:02d} start $(date +%s.%N)" >> {out}; sleep {step}; '
+               f'echo "c{k:02d} end $(date +%s.%N)" >> {out}')
         lines += [f"  c{k:02d}:", "    pool: etl", f"    command: '{cmd}'"]
         if k:
             lines.append(f"    depends_on: [c{k - 1:02d}]")
@@ -89,7 +93,7 @@ def one_round(work: Path, server: NatsServer, journal: str, interval: float, tim
         # A chain job starts: the next one can only be dispatched once its result is read.
         wait_for("a chain job starting", lambda: any(
             k == "start" and j.startswith("c") for j, k, _t in marks(out)[seen:]), 30)
-        started = [j for j, k, _t in marks(out)[seen:] if k == "start" and j.startswith("c")][0]
+        started = next(j for j, k, _t in marks(out)[seen:] if k == "start" and j.startswith("c"))
         active.kill_node()
         killed = time.time()
         nxt = f"c{int(started[1:]) + 1:02d}"
@@ -122,7 +126,8 @@ def main() -> int:
     if binary is None:
         raise SystemExit("drill: no nats-server binary")
     times = []
-    with tempfile.TemporaryDirectory(prefix="wl-drill-") as tmp:
+    tmp = tempfile.mkdtemp(prefix="wl-drill-")
+    try:
         for r in range(a.rounds):
             work = Path(tmp) / f"r{r}"
             (work / "js").mkdir(parents=True)
@@ -136,6 +141,9 @@ def main() -> int:
             times.append(t)
             print(f"round {r + 1}: kill -9 of the active's host -> first job started by the new active: {t:.3f}s",
                   flush=True)
+    finally:
+        if not os.environ.get("DRILL_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
     print(f"takeover over {len(times)} round(s), heartbeat interval {a.interval}s, lease {a.timeout}s: "
           f"median {statistics.median(times):.3f}s, min {min(times):.3f}s, max {max(times):.3f}s")
     return 0

@@ -187,7 +187,12 @@ class Standby:
             while not self.stop:
                 if store is None and journal_exists(sd):
                     # From another host the journal is read as a whole (no state directory of ours).
-                    store = Store.open(None if self.far else sd, create=False, sync=self.opts.journal_sync)
+                    try:
+                        store = Store.open(None if self.far else sd, create=False, sync=self.opts.journal_sync)
+                    except StoreError:
+                        if not self.far or time.time() > deadline:
+                            raise
+                        # The first run makes a server journal's schema: it may not have started yet.
                 run = self._running_run(store) if store is not None else None
                 if store is not None and run is not None and run.status == "running":
                     if self.plan_name is not None and run.plan_name != self.plan_name:
@@ -243,7 +248,8 @@ class Standby:
                         suspected = False
                     continue
                 if self.far:
-                    verdict = self._ask_agents(run.run_id, row.epoch, timeout)
+                    # A live active beats to the agents every interval: heard within a few counts.
+                    verdict = self._ask_agents(run.run_id, row.epoch, min(timeout, 3 * interval))
                     again = store.get_run(run.run_id)
                     if again is None or again.epoch != row.epoch or again.lease_until >= time.time():
                         continue  # it renewed while the agents were asked: slow, not dead

@@ -31,6 +31,7 @@ from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import parse_result
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
+from wloadctl.remote.agent import BEAT as AGENT_BEAT
 from wloadctl.remote.agents import AGENT_BASE, AGENTS_FILE, NODES_FILE, AgentState, agent_state, node_names
 from wloadctl.remote.broker import Subjects, ensure_streams
 from wloadctl.remote.link import BrokerLink
@@ -128,10 +129,20 @@ class AgentPool:
         # from the moment they hear this one, before anything of the run is read or sent.
         take_lead(self.link, self.subjects, self.run_id, self.epoch, os.getpid())
         self._send_beat(time.time())
-        self.results = self.link.pull(self.subjects.results_stream, self.subjects.results_consumer(self.run_id),
+        # A consumer of this epoch's own reads every result of the run from the stream's start: what a
+        # predecessor took and never acknowledged comes at once, not after the ack wait, and what
+        # the journal has already is ignored by the engine (same job, attempt and end).
+        self.results = self.link.pull(self.subjects.results_stream, self._consumer(self.epoch),
                                       self.subjects.results(self.run_id), window=256, source="results")
+        for old in (self._consumer(self.epoch - 1), self.subjects.results_consumer(self.run_id)):
+            self.link.delete_consumer(self.subjects.results_stream, old)
         self.link.subscribe(self.subjects.hb_all, source="hb")
         self.link.subscribe(self.subjects.op(self.run_id), source="op")
+        self._known_agents()
+
+    def _consumer(self, epoch: int) -> str:
+        """The results consumer of this run's scheduler of `epoch`."""
+        return self.subjects.results_consumer(f"{self.run_id}-e{epoch}")
 
     def release(self) -> None:
         """A fenced scheduler leaves: results it took but did not journal go back to the stream at once."""
@@ -215,12 +226,11 @@ class AgentPool:
         if self.results is None:
             return False
         try:
-            pending, unacked = self.link.consumer_backlog(self.subjects.results_stream,
-                                                          self.subjects.results_consumer(self.run_id))
+            pending, unacked = self.link.consumer_backlog(self.subjects.results_stream, self._consumer(self.epoch))
         except WloadError:
             return False
-        # Delivered but unsettled messages are all ours (drained, acked after the turn commits):
-        # a surplus is a predecessor's, redelivered only after the ack wait, so keep waiting.
+        # The consumer is this scheduler's alone: every message it delivered is drained once
+        # none is unsettled beyond those waiting for the turn's commit.
         return pending == 0 and unacked <= len(self.to_ack)
 
     # -- the loop's side -----------------------------------------------------------------------
@@ -287,7 +297,7 @@ class AgentPool:
         """Apply every result batch and heartbeat the link has delivered."""
         for m in self.link.drain():
             if m.source == "hb":
-                self._heartbeat(m)
+                self._heartbeat(m.data)
             elif m.source == "op":
                 if self.on_op is not None:
                     self.on_op(m.data, lambda data, m=m: self.link.respond(m, data), time.time())
@@ -334,14 +344,29 @@ class AgentPool:
         for ev in reader.batch(plain, cause, time.time(), node=node.index):
             feed(ev)
 
-    def _heartbeat(self, m: Msg) -> None:
+    def _known_agents(self) -> None:
+        """The agents' last beats kept in the broker: a (new) scheduler knows their slots before they beat again."""
         try:
-            hb = M.Heartbeat.decode(m.data)
+            entries = self.link.kv.entries(self.subjects.agents_bucket, missing_ok=True)
+        except WloadError:
+            return
+        now = time.time()
+        for e in entries.values():
+            try:
+                sent = M.Heartbeat.decode(e.value).sent
+            except WloadError:
+                continue
+            if 0 <= now - sent <= min(self.timeout, 2 * AGENT_BEAT):
+                self._heartbeat(e.value, heard=sent)
+
+    def _heartbeat(self, data: bytes, heard: float | None = None) -> None:
+        try:
+            hb = M.Heartbeat.decode(data)
         except WloadError:
             return
         node = self.nodes.get(hb.agent) or self._add(hb.agent)
         was = node.state
-        node.heard, node.beat, node.pools, node.slots = time.time(), hb, list(hb.pools), hb.slots_total
+        node.heard, node.beat, node.pools, node.slots = heard or time.time(), hb, list(hb.pools), hb.slots_total
         if was != AgentState.ALIVE:
             node.state = AgentState.ALIVE
             self.health_due = True
