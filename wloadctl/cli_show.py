@@ -63,7 +63,10 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
 
 def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl hold|release|retry|rerun|kill|set-ok|skip|cancel`."""
-    with RunClient(state_dir) as c:
+    from wloadctl.cli_run import broker_of
+
+    # --broker: the scheduler may be on another host; its answer comes back through the broker.
+    with RunClient(state_dir, broker=broker_of(a) if a.broker else None) as c:
         rep = c.control(a.cmd, list(getattr(a, "jobs", [])), reason=a.reason,
                         downstream=bool(getattr(a, "downstream", False)))
     if a.json:
