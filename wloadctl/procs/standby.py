@@ -194,7 +194,9 @@ class Standby:
                             raise
                         # The first run makes a server journal's schema: it may not have started yet.
                 run = self._running_run(store) if store is not None else None
-                if store is not None and run is not None and run.status == "running":
+                # From another host, a run counts once its scheduler holds it (its first epoch).
+                if store is not None and run is not None and run.status == "running" and \
+                        (run.epoch > 0 or not self.far):
                     if self.plan_name is not None and run.plan_name != self.plan_name:
                         raise UsageError(
                             f"{sd} runs plan '{run.plan_name}', not '{self.plan_name}'",

@@ -138,7 +138,6 @@ class AgentPool:
             self.link.delete_consumer(self.subjects.results_stream, old)
         self.link.subscribe(self.subjects.hb_all, source="hb")
         self.link.subscribe(self.subjects.op(self.run_id), source="op")
-        self._known_agents()
 
     def _consumer(self, epoch: int) -> str:
         """The results consumer of this run's scheduler of `epoch`."""
@@ -184,6 +183,10 @@ class AgentPool:
                 stops waiting once that many answered.
         """
         core = self.core
+        if expect:
+            # A takeover: the run goes on at once, on the agents' slots as their last beats say (a
+            # fresh start hears them beat instead, so its first work spreads as their slots appear).
+            self._known_agents()
         inflight = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING)
                     and place_of(self.specs[i]) != LOCAL_PLACE]
         if not inflight:
