@@ -102,15 +102,13 @@ def _run_far_console(args: argparse.Namespace) -> int:
     started from here, and verbs go through the broker to whichever scheduler holds the lease.
     """
     from tui.app import ConsoleApp
-    from wloadctl.cli_run import broker_of
-    from wloadctl.client import RunClient
+    from wloadctl.client import RunClient, broker_from_args, journal_in_force
     from wloadctl.errors import UsageError
-    from wloadctl.store import journal_url
 
-    if journal_url() is None:
+    if journal_in_force() is None:
         raise UsageError("console --broker watches a run of another host through its journal: give --journal URL",
                          hint="wloadctl console --broker nats://HOST:4222 --journal postgresql://USER@HOST/DB")
-    broker = broker_of(args)
+    broker = broker_from_args(args)
     state_dir = Path(args.state_dir) if args.state_dir else None
 
     def open_client() -> RunClient:

@@ -29,7 +29,9 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         return 0
     counts = "  ".join(f"{k} {v}" for k, v in st["counts"].items())
     standby = f", standby pid {st['standby_pid']}" if st.get("standby_pid") else ""
-    live = f"live, scheduler pid {st['scheduler_pid']}{standby}, epoch {st['epoch']}" if st["live"] else st["status"]
+    host = f" on {st['scheduler_host']}" if st.get("scheduler_host") else ""
+    live = f"live, scheduler pid {st['scheduler_pid']}{host}{standby}, epoch {st['epoch']}" if st["live"] \
+        else st["status"]
     if st["status"] == "holding":
         live = f"HOLDING, {live}"
     print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  ({live})")

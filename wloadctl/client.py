@@ -492,6 +492,20 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     return core
 
 
+def journal_in_force() -> str | None:
+    """The server journal's URL in force (--journal or $WLOADCTL_JOURNAL), None for SQLite in a state directory."""
+    from wloadctl.store import journal_url
+
+    return journal_url()
+
+
+def broker_from_args(ns: Any) -> BrokerOptions:
+    """The broker options of a command line's broker arguments (see remote.broker.add_broker_args)."""
+    from wloadctl.remote.broker import BrokerOptions
+
+    return BrokerOptions.from_args(ns)
+
+
 def state_dir_for_plan(plan_path: str) -> Path:
     """The default state directory of a plan file (loading it also reports every problem it has).
 
