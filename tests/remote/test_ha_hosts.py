@@ -15,6 +15,7 @@ from tests.pgserver import PrivateServer
 from tests.remote.conftest import NatsServer, free_port, nats_server_binary
 from tests.remote.nodes import Node, SchedulerHost, unshare_available
 from tests.remote.test_agent_runs import plan_file
+from wloadctl.core.states import JobState
 from wloadctl.store import Store
 from wloadctl.store.postgres import scratch_database
 
@@ -250,3 +251,30 @@ def test_a_standby_that_cannot_reach_the_agents_does_not_take_over_while_the_act
     assert "took run" not in pair.standby.output()
     assert "is succeeded; the standby exits" in pair.standby.output(), pair.standby.output()
     assert runs_of(out) == {j: 1 for j in states}
+
+
+def test_jobs_of_pool_local_in_flight_at_a_takeover_are_named_and_retried_under_their_policy(
+        tmp_path: Path, nats_server: NatsServer, agents: list[Node], pg_url: str) -> None:
+    # Given a run whose plan also has jobs on the active's own executors (pool local), one of them not idempotent
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "plan.yaml", out, {
+        "here": {"sleep": 30},
+        "once": {"sleep": 30, "idempotent": False},
+        "far": {"pool": "etl", "sleep": 0.2},
+    }, name="mixed")
+    pair = Pair(tmp_path, plan, nats_server.url, pg_url).start()
+    try:
+        wait_for(lambda: {"here", "once"} <= set(runs_of(out)) and "far" in ended(out), timeout=60,
+                 what="the local jobs running")
+        # When host A dies with them
+        pair.active.kill_node()
+        # Then the standby takes over, names them in one line, retries the idempotent one and holds the other
+        wait_for(lambda: "took run" in pair.standby.output(), timeout=30, what="the takeover")
+        said = wait_for(lambda: next((line for line in pair.standby.output().splitlines()
+                                      if "pool local were in flight" in line), None), timeout=30, what="the line")
+        assert "here" in said and "once" in said and "agents (pool:/agent:)" in said, said
+        wait_for(lambda: runs_of(out).get("here") == 2, timeout=30, what="here retried on host B")
+        wait_for(lambda: journal_run(pg_url)[2].get("once") == JobState.HELD, timeout=30, what="once HELD")
+    finally:
+        pair.stop()
+    assert runs_of(out)["once"] == 1 and runs_of(out)["far"] == 1
