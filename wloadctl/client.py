@@ -8,7 +8,6 @@ import getpass
 import json
 import os
 import secrets
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
     from wloadctl.core.plan import Plan
     from wloadctl.remote.broker import BrokerOptions
-    from wloadctl.remote.link import BrokerLink
+    from wloadctl.remote.operators import OperatorLink
 
 VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel")
 """Operator verbs (the core's wloadctl.core.verbs.VERBS, repeated here to keep imports light; a test checks)."""
@@ -70,7 +69,7 @@ class RunClient:
         """Broker of the run's agents (for logs of their jobs); default: the run's own setting."""
         self.broker = broker
         """The broker verbs travel through to a scheduler of another host (None: this host's queues)."""
-        self._link: BrokerLink | None = None
+        self._link: OperatorLink | None = None
         given = None if state_dir is None else Path(state_dir)
         if given is not None and not journal_exists(given):
             raise UsageError(f"no run journal in {given}",
@@ -91,7 +90,7 @@ class RunClient:
     def close(self) -> None:
         """Release the journal (and the broker)."""
         if self._link is not None:
-            self._link.close(timeout=2.0)
+            self._link.close()
             self._link = None
         self.store.close()
 
@@ -319,25 +318,13 @@ class RunClient:
             reply.unlink()
 
     def _ask_broker(self, req: dict[str, Any]) -> dict[str, Any] | None:
-        """A verb by request/reply on the run's operator subject; None when no scheduler answered."""
-        from wloadctl.remote.broker import Subjects
-        from wloadctl.remote.link import BrokerLink
+        """A verb by request/reply to the scheduler holding the lease; None when none answered."""
+        from wloadctl.remote.operators import OperatorLink
 
         assert self.broker is not None
         if self._link is None:
-            self._link = BrokerLink.open(self.broker, name=f"client-{os.getpid()}")
-        subject = Subjects(self.broker.prefix).op(self.run.run_id)
-        # Operators of other hosts are named with their host in the run's audit trail.
-        req = {**req, "user": f"{req['user']}@{socket.gethostname()}", "id": secrets.token_hex(4)}
-        raw = self._link.request(subject, json.dumps(req).encode(),
-                                 timeout=REPLY_TIMEOUT if self.leased() else 1.0)
-        if raw is None:
-            return None
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise TransportError(f"a garbled answer on {subject}") from None
-        return body if isinstance(body, dict) else None
+            self._link = OperatorLink(self.broker)
+        return self._link.ask(self.run.run_id, req, REPLY_TIMEOUT if self.leased() else 1.0)
 
     def _offline(self, req: dict[str, Any]) -> dict[str, Any]:
         from wloadctl.core.events import OperatorEvent

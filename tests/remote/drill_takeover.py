@@ -110,6 +110,10 @@ def one_round(work: Path, server: NatsServer, journal: str, interval: float, tim
             run = st.latest_run()
             assert run is not None and run.status == "succeeded", run
         return first - killed
+    except BaseException:
+        for h in (active, standby, *agents):
+            print(f"--- {h.name}:\n{h.output()[-3000:]}", file=sys.stderr)
+        raise
     finally:
         for h in (active, standby, *agents):
             h.stop()
