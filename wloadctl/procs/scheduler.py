@@ -80,8 +80,8 @@ class SchedulerLoop:
     """After a takeover: recovers results a fenced predecessor took from the response queue."""
     standby_pid: int = 0
     """The standby scheduler watching this one, published on the board."""
-    lease_renewed: float = 0.0
-    """When the journal's lease was last renewed."""
+    lease_renewed: float = float("inf")
+    """When the journal's lease was last renewed (set as the loop starts: the first lease has its grace)."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
