@@ -12,7 +12,7 @@ import pytest
 from textual.pilot import Pilot
 
 from tests.integration.helpers import wait_for
-from tests.remote.conftest import NatsServer
+from tests.remote.conftest import NatsServer, broker_threads
 from tests.remote.nodes import Node, SchedulerHost, unshare_available
 from tests.remote.test_agent_runs import plan_file
 from tests.remote.test_ha_hosts import BEAT, _agents_alive, journal_run
@@ -101,8 +101,10 @@ async def test_the_console_of_another_host_watches_and_holds_a_job_of_a_run_ther
             await pilot.press("y")
             await until(pilot, lambda: app.model is not None and
                         app.model.state[app.model.index["report"]] == JobState.SUCCEEDED, "the run done", 60)
+            app.exit()  # as `q` does: the actions' client and its broker connection are closed
         assert active.wait(60) == 0, active.output()
     finally:
         active.stop()
     status, _epoch, states = journal_run(pg_url)
     assert status == "succeeded" and set(states.values()) == {JobState.SUCCEEDED}
+    assert broker_threads() == []

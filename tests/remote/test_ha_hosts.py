@@ -16,6 +16,9 @@ from tests.remote.conftest import NatsServer, free_port, nats_server_binary
 from tests.remote.nodes import Node, SchedulerHost, unshare_available
 from tests.remote.test_agent_runs import plan_file
 from wloadctl.core.states import JobState
+from wloadctl.remote.broker import BrokerOptions, Subjects
+from wloadctl.remote.link import BrokerLink
+from wloadctl.remote.witness import read_leader
 from wloadctl.store import Store
 from wloadctl.store.postgres import scratch_database
 
@@ -131,6 +134,13 @@ def test_kill_9_of_the_active_host_the_standby_takes_over_and_every_job_runs_onc
     assert status == "succeeded" and epoch == 2
     assert runs_of(out) == {j: 1 for j in states}, runs_of(out)
     assert ended(out) == set(states)
+    # and the broker's leader entry of the run moved to epoch 2, held by host B
+    with Store.open(None, journal=pg_url, readonly=True) as st:
+        run = st.latest_run()
+        assert run is not None
+    with BrokerLink.open(BrokerOptions(nats_server.url), name="test") as link:
+        leader = read_leader(link, Subjects(), run.run_id)
+    assert leader is not None and leader["epoch"] == 2 and str(leader["holder"]).startswith("hostb:"), leader
     audit = cli("audit", "--journal", pg_url, "--json", check=True)
     acts = [(a["verb"], a["job"], a["applied"]) for a in json.loads(audit.stdout)]
     assert ("hold", "a10", True) in acts and ("release", "a10", True) in acts, acts

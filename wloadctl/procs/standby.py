@@ -229,6 +229,8 @@ class Standby:
         try:
             while not self.stop:
                 time.sleep(interval)
+                if self.witness is not None:
+                    self.witness.listen()  # the agents' beats, taken as they come (they pile up otherwise)
                 now = time.time()
                 row = store.get_run(run.run_id)
                 if row is None or row.status != "running":

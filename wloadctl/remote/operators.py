@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import socket
+import threading
 from typing import Any
 
 from wloadctl.errors import TransportError
@@ -52,7 +53,11 @@ class OperatorLink:
         return got if isinstance(got, dict) else None
 
     def close(self) -> None:
-        """Close the connection."""
-        if self.link is not None:
-            self.link.close(timeout=2.0)
-            self.link = None
+        """Close the connection (from any thread: the console closes it on its own event loop's thread)."""
+        link, self.link = self.link, None
+        if link is None:
+            return
+        # The link finishes its loop's last tasks in the closing thread, which must run no loop itself.
+        closer = threading.Thread(target=link.close, kwargs={"timeout": 2.0}, name="operator-close")
+        closer.start()
+        closer.join()

@@ -48,7 +48,8 @@ class AgentWitness:
         """Agents heard beating, with when (this host's clock)."""
         link.subscribe(subjects.hb_all, source="hb")
 
-    def _note_beats(self) -> None:
+    def listen(self) -> None:
+        """Take the agents' beats delivered so far (who is about, and when it was last heard)."""
         now = time.time()
         for m in self.link.drain():
             if m.source != "hb":
@@ -60,7 +61,7 @@ class AgentWitness:
 
     def expected(self) -> int:
         """How many agents beat lately (the ask stops waiting once that many answered)."""
-        self._note_beats()
+        self.listen()
         now = time.time()
         return sum(1 for t in self.known.values() if now - t <= KNOWN_FOR)
 
