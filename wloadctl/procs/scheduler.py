@@ -201,7 +201,9 @@ class SchedulerLoop:
         row = self.store.get_run(self.ctx.run_id)
         if row is None or row.epoch != self.ctx.epoch:
             pid, epoch = (row.scheduler_pid or 0, row.epoch) if row else (0, 0)
-            raise Fenced(f"fenced: scheduler pid {pid} took run {self.ctx.run_id} over at epoch {epoch} "
+            host = self.store.holder_host(row.id) if row else None
+            where = f" on {host}" if host else ""
+            raise Fenced(f"fenced: scheduler pid {pid}{where} took run {self.ctx.run_id} over at epoch {epoch} "
                          f"(this scheduler held epoch {self.ctx.epoch})", pid, epoch)
 
     # -- outputs -------------------------------------------------------------------------
