@@ -43,6 +43,8 @@ def run_console(args: argparse.Namespace) -> int:
     from wloadctl.client import RunClient
     from wloadctl.errors import UsageError
 
+    if getattr(args, "broker", None):
+        return _run_far_console(args)
     state_dir = _state_dir(args)
     supervisor = None
     if args.readonly:
@@ -90,4 +92,29 @@ def run_console(args: argparse.Namespace) -> int:
             f"check with `wloadctl status {where}`",
             file=sys.stderr,
         )
+    return 0
+
+
+def _run_far_console(args: argparse.Namespace) -> int:
+    """`wloadctl console --broker URL --journal URL`: watch and steer a run whose scheduler is on another host.
+
+    The run is the journal's latest (of the state directory when one is given); no scheduler is
+    started from here, and verbs go through the broker to whichever scheduler holds the lease.
+    """
+    from tui.app import ConsoleApp
+    from wloadctl.client import RunClient, broker_from_args, journal_in_force
+    from wloadctl.errors import UsageError
+
+    if journal_in_force() is None:
+        raise UsageError("console --broker watches a run of another host through its journal: give --journal URL",
+                         hint="wloadctl console --broker nats://HOST:4222 --journal postgresql://USER@HOST/DB")
+    broker = broker_from_args(args)
+    state_dir = Path(args.state_dir) if args.state_dir else None
+
+    def open_client() -> RunClient:
+        return RunClient(state_dir, broker=broker)
+
+    with open_client() as client:  # fails with a clear message when there is no run to show
+        where = client.state_dir
+    ConsoleApp(where, supervisor=None, readonly=args.readonly, open_client=open_client).run()
     return 0

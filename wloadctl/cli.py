@@ -60,6 +60,13 @@ def _metrics_arg(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (:PORT for every interface)")
 
 
+def _verb_broker_arg(p: argparse.ArgumentParser) -> None:
+    """The broker a verb travels through to a scheduler of another host (with --journal)."""
+    from wloadctl.remote.broker import add_broker_args
+
+    add_broker_args(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = _Parser(prog="wloadctl", description="Workload scheduler for batch operations.")
@@ -163,12 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("jobs", nargs="+", metavar="JOB")
         p.add_argument("--reason", default="")
         _state_dir_arg(p)
+        _verb_broker_arg(p)
         p.add_argument("--json", action="store_true")
         if verb == "rerun":
             p.add_argument("--downstream", action="store_true", help="also rerun everything that depends on it")
     p = sub.add_parser("cancel", help="drain the run: nothing new starts")
     p.add_argument("--reason", default="")
     _state_dir_arg(p)
+    _verb_broker_arg(p)
     p.add_argument("--json", action="store_true")
 
     for name, helptext in (
@@ -194,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("console", help="the operations console")
     p.add_argument("plan", metavar="PLAN", nargs="?")
     _state_dir_arg(p)
-    _remote_args(p)
+    _remote_args(p)  # the broker of its agents, and of verbs to a scheduler of another host
     p.add_argument("--readonly", action="store_true")
     p.add_argument("--executors", type=int, default=0)
     p.add_argument("--slots", type=int, default=0)
@@ -204,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executors", type=int, default=0)
     p.add_argument("--slots", type=int, default=0)
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
+    p.add_argument("--run", metavar="ID", help="with --standby: the run to follow (default: the latest running one)")
     p.add_argument("--business-date")
     _heartbeat_args(p)
     _remote_args(p)

@@ -231,17 +231,25 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
 def scheduler_command(a: argparse.Namespace) -> int:
     """`wloadctl scheduler`: the scheduler of a run as its own process (started by the console)."""
     from wloadctl.client import resolve_state_dir
+    from wloadctl.store import default_state_dir, journal_url
 
-    state_dir = resolve_state_dir(a.state_dir)
+    broker = broker_of(a)
+    if a.standby and broker is not None and journal_url() is not None and not a.state_dir:
+        # A standby on another host: the run's files are not here; its own go to a directory of its own.
+        state_dir = default_state_dir("standby")
+    else:
+        state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       heartbeat_interval=a.heartbeat_interval, lease_seconds=a.heartbeat_timeout,
-                      say=_say(False), exit_when_stalled=False, broker=broker_of(a), agent_timeout=a.agent_timeout)
+                      say=_say(False), exit_when_stalled=False, broker=broker, agent_timeout=a.agent_timeout)
+    if a.run and not a.standby:
+        raise UsageError("--run goes with --standby", hint="wloadctl scheduler --standby --run ID ...")
     opts.metrics, server = _metrics(a, opts)
     try:
         if a.standby:
             from wloadctl.procs.standby import run_standby
 
-            return run_standby(a.plan, opts)
+            return run_standby(a.plan, opts, a.run)
         outcome = start_or_resume(a.plan, opts, resume_only=a.plan is None)
         return outcome.exit_code
     finally:

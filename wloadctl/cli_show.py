@@ -29,7 +29,9 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         return 0
     counts = "  ".join(f"{k} {v}" for k, v in st["counts"].items())
     standby = f", standby pid {st['standby_pid']}" if st.get("standby_pid") else ""
-    live = f"live, scheduler pid {st['scheduler_pid']}{standby}, epoch {st['epoch']}" if st["live"] else st["status"]
+    host = f" on {st['scheduler_host']}" if st.get("scheduler_host") else ""
+    live = f"live, scheduler pid {st['scheduler_pid']}{host}{standby}, epoch {st['epoch']}" if st["live"] \
+        else st["status"]
     if st["status"] == "holding":
         live = f"HOLDING, {live}"
     print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  ({live})")
@@ -63,7 +65,10 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
 
 def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl hold|release|retry|rerun|kill|set-ok|skip|cancel`."""
-    with RunClient(state_dir) as c:
+    from wloadctl.cli_run import broker_of
+
+    # --broker: the scheduler may be on another host; its answer comes back through the broker.
+    with RunClient(state_dir, broker=broker_of(a) if a.broker else None) as c:
         rep = c.control(a.cmd, list(getattr(a, "jobs", [])), reason=a.reason,
                         downstream=bool(getattr(a, "downstream", False)))
     if a.json:

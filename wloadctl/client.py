@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from wloadctl.core.dag import Dag
     from wloadctl.core.engine import SchedulerCore
     from wloadctl.core.plan import Plan
+    from wloadctl.remote.broker import BrokerOptions
+    from wloadctl.remote.operators import OperatorLink
 
 VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel")
 """Operator verbs (the core's wloadctl.core.verbs.VERBS, repeated here to keep imports light; a test checks)."""
@@ -62,11 +64,19 @@ def node_label(executor: int) -> str:
 
 
 class RunClient:
-    """A handle on the latest run of a state directory, live or finished."""
+    """A handle on the latest run of a state directory, live or finished.
 
-    def __init__(self, state_dir: str | Path | None) -> None:
+    With a server journal and no state directory it reads the journal's latest run of the
+    namespace, whichever host its scheduler is on; with a broker as well, operator verbs go by
+    request/reply to the scheduler holding the run's lease (journal + broker mode).
+    """
+
+    def __init__(self, state_dir: str | Path | None, broker: BrokerOptions | None = None) -> None:
         self.broker_url: str | None = None
         """Broker of the run's agents (for logs of their jobs); default: the run's own setting."""
+        self.broker = broker
+        """The broker verbs travel through to a scheduler of another host (None: this host's queues)."""
+        self._link: OperatorLink | None = None
         given = None if state_dir is None else Path(state_dir)
         if given is not None and not journal_exists(given):
             raise UsageError(f"no run journal in {given}",
@@ -85,7 +95,10 @@ class RunClient:
         self._plan: Plan | None = None
 
     def close(self) -> None:
-        """Release the journal."""
+        """Release the journal (and the broker)."""
+        if self._link is not None:
+            self._link.close()
+            self._link = None
         self.store.close()
 
     def __enter__(self) -> RunClient:
@@ -97,7 +110,20 @@ class RunClient:
     # -- liveness and boards ------------------------------------------------------------
 
     def board_header(self) -> P.BoardHeader | None:
-        """The live scheduler's board header, or None when no scheduler is live."""
+        """The live scheduler's board header, or None when no scheduler is live.
+
+        In journal + broker mode, a scheduler of another host holding the lease has no board
+        here: its header is made from the journal (epoch, pid, lease; the beat is the lease's
+        last renewal as far as the lease tells).
+        """
+        h = self._board_header()
+        if h is not None or self.broker is None or not self.leased():
+            return h
+        r = self.run
+        return P.BoardHeader(run_id=r.run_id, epoch=r.epoch, scheduler_pid=r.scheduler_pid or 0,
+                             beat=min(time.time(), r.lease_until), started=r.started, lease_until=r.lease_until)
+
+    def _board_header(self) -> P.BoardHeader | None:
         try:
             board = StateBoard.open(object_name(self.run.run_id, ROLE_BOARD))
         except WloadError:
@@ -112,7 +138,12 @@ class RunClient:
 
     def is_live(self) -> bool:
         """Whether a scheduler is running this run now."""
-        return self.board_header() is not None
+        return self._board_header() is not None
+
+    def leased(self) -> bool:
+        """Whether a scheduler (of any host) holds the run's lease now, by the journal."""
+        self.run = self.store.get_run(self.run.run_id) or self.run
+        return self.run.status == "running" and self.run.lease_until > time.time()
 
     def ids(self) -> list[str]:
         """Job ids by index (from the run's id list file when it is there: cheaper than the journal)."""
@@ -171,10 +202,12 @@ class RunClient:
             with_jobs: include the per-job list.
             only_unfinished: list only jobs not SUCCEEDED, SKIPPED or WAITING (what an operator looks at).
         """
-        self.run = self.store.get_run(self.run.run_id) or self.run
-        h = self.board_header()
+        far = self.leased()
+        h = self._board_header()
         live = h is not None
-        if not live and self.run.status == "running":
+        # No board here but a lease held: the scheduler runs on another host; the journal tells.
+        far = far and not live
+        if not live and not far and self.run.status == "running":
             self.run = dataclasses.replace(self.run, status="interrupted")
         names = [s.name for s in JobState]
         jobs: list[dict[str, Any]] = []
@@ -207,10 +240,11 @@ class RunClient:
         holding = live and h is not None and is_holding(h.counts)
         return {
             "run": self.run.run_id, "plan": self.run.plan_name, "business_date": self.run.business_date,
-            "status": self.run.status if not live else ("holding" if holding else "running"), "live": live,
+            "status": self.run.status if not live else ("holding" if holding else "running"), "live": live or far,
             "held": self.held(states if live else None) if counts.get("HELD") else [],
             "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
-            "scheduler_pid": h.scheduler_pid if h else None,
+            "scheduler_pid": h.scheduler_pid if h else (self.run.scheduler_pid if far else None),
+            "scheduler_host": self.store.holder_host(self.run.id) if far else None,
             "standby_pid": (h.standby_pid or None) if h else None,
             "lease_until": h.lease_until if h else self.run.lease_until,
             "executors": self.executors() if live else [],
@@ -256,6 +290,14 @@ class RunClient:
             raise UsageError(f"unknown verb '{verb}'", hint=f"verbs: {', '.join(VERBS)}, why")
         user = user or _user()
         req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": user}
+        if self.broker is not None:
+            rep = self._ask_broker(req)
+            if rep is not None:
+                rep["live"] = True
+                return rep
+            if self.leased():
+                raise ControlError(f"no answer through the broker from the scheduler of run {self.run.run_id} "
+                                   f"within {REPLY_TIMEOUT:.0f}s", hint="check it with `wloadctl status`")
         if self.is_live():
             try:
                 rep = self._ask(req)
@@ -291,6 +333,15 @@ class RunClient:
         finally:
             reply.close()
             reply.unlink()
+
+    def _ask_broker(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        """A verb by request/reply to the scheduler holding the lease; None when none answered."""
+        from wloadctl.remote.operators import OperatorLink
+
+        assert self.broker is not None
+        if self._link is None:
+            self._link = OperatorLink(self.broker)
+        return self._link.ask(self.run.run_id, req, REPLY_TIMEOUT if self.leased() else 1.0)
 
     def _offline(self, req: dict[str, Any]) -> dict[str, Any]:
         from wloadctl.core.events import OperatorEvent
@@ -475,6 +526,20 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
         if reason:
             core.reasons[i] = reason
     return core
+
+
+def journal_in_force() -> str | None:
+    """The server journal's URL in force (--journal or $WLOADCTL_JOURNAL), None for SQLite in a state directory."""
+    from wloadctl.store import journal_url
+
+    return journal_url()
+
+
+def broker_from_args(ns: Any) -> BrokerOptions:
+    """The broker options of a command line's broker arguments (see remote.broker.add_broker_args)."""
+    from wloadctl.remote.broker import BrokerOptions
+
+    return BrokerOptions.from_args(ns)
 
 
 def state_dir_for_plan(plan_path: str) -> Path:

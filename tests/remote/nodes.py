@@ -22,8 +22,26 @@ def unshare_available() -> bool:
     return subprocess.run(["unshare", *probe], capture_output=True).returncode == 0
 
 
+def host_command(args: list[str], hostname: str | None = None) -> list[str]:
+    """`args` run on a "host" of its own: IPC, mount and pid namespaces (and its host name, when given)."""
+    # The IPC namespace alone makes its queues private (they need no mount to work); its
+    # shared memory lives in its own tmpfs.
+    script = "mount -t tmpfs tmpfs /dev/shm && exec \"$@\""
+    uts: list[str] = []
+    if hostname is not None:
+        script = f"hostname {hostname} && {script}"
+        uts = ["--uts"]
+    # Without root, a user namespace of its own lets the node mount its /dev/shm.
+    own = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", *own, "--ipc", "--mount", "--pid", *uts, "--fork", "--kill-child", "--mount-proc",
+            "sh", "-c", script, "node", *args]
+
+
 class Node:
     """One agent on its own "host"."""
+
+    marker = b"agent"
+    """A word of the command line of the process this host is about (see agent_pid)."""
 
     def __init__(self, name: str, url: str, state_dir: Path, pools: list[str], slots: int = 4,
                  isolated: bool = True, extra: tuple[str, ...] = ()) -> None:
@@ -37,21 +55,21 @@ class Node:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = state_dir.parent / f"{name}.out"
 
-    def start(self) -> Node:
-        """Start the agent (in its namespaces when isolated)."""
+    def command(self) -> list[str]:
+        """The wloadctl command line this host runs."""
         args = [sys.executable, "-m", "wloadctl", "agent", "--broker", self.url, "--name", self.name,
                 "--slots", str(self.slots), "--state-dir", str(self.state_dir)]
         for p in self.pools:
             args += ["--pool", p]
         args += list(self.extra)
+        return args
+
+    def start(self) -> Node:
+        """Start the agent (in its namespaces when isolated)."""
+        args = self.command()
         if self.isolated:
-            # The IPC namespace alone makes its queues private (they need no mount to work); its
-            # shared memory lives in its own tmpfs.
-            script = "mount -t tmpfs tmpfs /dev/shm && exec \"$@\""
-            # Without root, a user namespace of its own lets the node mount its /dev/shm.
-            own = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-            args = ["unshare", *own, "--ipc", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
-                    "sh", "-c", script, "node", *args]
+            args = host_command(args)
+        self.state_dir.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=ENV, cwd=self.state_dir.parent,
                                      start_new_session=True)
@@ -91,7 +109,7 @@ class Node:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if b"agent" in cmd and b"wloadctl" in cmd and b"--name" in cmd:
+                if self.marker in cmd and b"wloadctl" in cmd and b"--state-dir" in cmd:
                     return pid
             time.sleep(0.05)
         raise AssertionError(f"no agent process of {self.name}")
@@ -102,6 +120,64 @@ class Node:
             return
         try:
             self.signal_agent(signal.SIGTERM)
+            self.proc.wait(timeout)
+        except (AssertionError, ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        if self.proc.poll() is None:
+            self.kill_node()
+
+
+class SchedulerHost(Node):
+    """A scheduler (`wloadctl run` or `wloadctl scheduler --standby`) on a host of its own, with its host name.
+
+    Its journal is a server's and its jobs run on agents: it shares nothing with other hosts but
+    PostgreSQL and the broker.
+    """
+
+    def __init__(self, name: str, url: str, state_dir: Path, argv: list[str]) -> None:
+        super().__init__(name, url, state_dir, [])
+        self.argv = argv
+        """wloadctl arguments after the program (the verb and its options)."""
+        self.marker = argv[0].encode()
+
+    def command(self) -> list[str]:
+        """`wloadctl ARGV --state-dir DIR`, its own host name, unbuffered output."""
+        return [sys.executable, "-m", "wloadctl", *self.argv, "--state-dir", str(self.state_dir)]
+
+    def start(self) -> SchedulerHost:
+        """Start it on its own host (named after it)."""
+        self.state_dir.parent.mkdir(parents=True, exist_ok=True)
+        out = open(self.log, "ab")
+        self.proc = subprocess.Popen(host_command(self.command(), hostname=self.name), stdout=out,
+                                     stderr=subprocess.STDOUT, env=ENV, cwd=self.state_dir.parent,
+                                     start_new_session=True)
+        out.close()
+        return self
+
+    def scheduler_pid(self) -> int:
+        """The scheduler's pid as this host sees it."""
+        return self.agent_pid()
+
+    def pause(self) -> None:
+        """SIGSTOP the scheduler (a host frozen, or cut off)."""
+        os.kill(self.scheduler_pid(), signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT it."""
+        os.kill(self.scheduler_pid(), signal.SIGCONT)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for it to exit; its exit status."""
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Stop it (SIGTERM), then make sure nothing of the host is left."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.kill(self.scheduler_pid(), signal.SIGCONT)
+            os.kill(self.scheduler_pid(), signal.SIGTERM)
             self.proc.wait(timeout)
         except (AssertionError, ProcessLookupError, subprocess.TimeoutExpired):
             pass

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wloadctl.core.commands import Reply
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
     from wloadctl.procs.runctx import RunContext
     from wloadctl.store import Store
 
+_RESPOND = "_respond"
+"""Key of a request's answering function when it came through the broker (never sent on a wire)."""
 MAX_REPLY_LINES = 40
 """Per-job messages in one reply; the rest are counted (a reply must fit one queue message)."""
 
@@ -50,6 +54,18 @@ class ControlDesk:
             except WloadError:
                 continue  # not ours or garbled: nothing to answer to
             self._handle(req, now)
+
+    def take(self, data: bytes, respond: Callable[[bytes], None], now: float) -> None:
+        """A request from another host (through the broker): handled like the queue's, answered by `respond`."""
+        try:
+            req = json.loads(data)
+        except ValueError:
+            return  # garbled: nothing to answer to
+        if not isinstance(req, dict):
+            return
+        req.pop("reply", None)
+        req[_RESPOND] = respond
+        self._handle(req, now)
 
     def _handle(self, req: dict[str, Any], now: float) -> None:
         core = self.core
@@ -102,6 +118,11 @@ class ControlDesk:
         self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied)
 
     def _send(self, req: dict[str, Any], body: dict[str, Any]) -> None:
+        respond = req.get(_RESPOND)
+        if respond is not None:
+            body["id"] = req.get("id")
+            respond(json.dumps(body).encode())
+            return
         name = req.get("reply")
         if not name:
             return

@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,6 +117,8 @@ class Claim:
     """Pid of the scheduler it replaced (maybe frozen, not dead)."""
     announce: Callable[[EventLog], None]
     """Emits the takeover event, once the new epoch is on the board."""
+    agents: int = 0
+    """Agents that answered the standby before it took over (recovery waits for that many inventories)."""
 
 
 class StateDirLock:
@@ -375,7 +378,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             notes = reconcile(local, core.feed, adopt,
                               mine=(lambda i: not remote.remote_of(i)) if remote is not None else (lambda _i: True))
             if remote is not None:
-                notes += remote.recover(core.feed)
+                notes += remote.recover(core.feed, expect=claim.agents if claim is not None else 0)
             for n in notes:
                 opts.say(n)
             store.drop_columns()  # every job's row, read for the resume: not kept for the whole run
@@ -434,7 +437,8 @@ def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: i
     assert opts.broker is not None
     reader = ReportReader(core.want, lambda _r: "", lambda i, a: ctx.result_of(core.ids[i], a))
     pool = AgentPool(core, link, Subjects(opts.broker.prefix), ctx.run_id, epoch, reader, _payloads(ctx, core),
-                     opts.state_dir, core.specs, timeout=opts.agent_timeout, say=lambda e, f: events.emit(e, **f))
+                     opts.state_dir, core.specs, timeout=opts.agent_timeout, say=lambda e, f: events.emit(e, **f),
+                     beat=min(1.0, opts.heartbeat_interval))
     pool.start()
     return pool
 
@@ -510,9 +514,27 @@ def _stand_down(loop: SchedulerLoop, fenced: Fenced, opts: RunOptions) -> None:
                          by_epoch=fenced.by_epoch, how="exited: it found a newer epoch")
     opts.say(f"this scheduler (pid {os.getpid()}, epoch {loop.ctx.epoch}) was fenced: "
              f"{fenced.message}; it exits without touching the run")
+    if loop.remote is not None:
+        loop.remote.release()
     loop.ctx.reap_hooks()
-    loop.objs.close()
+    if _successor_elsewhere(loop):
+        # A successor on another host took the run: nothing on this host is its own. What ran
+        # here is retried there under its policy, so it must not go on here.
+        loop.local.stop_all()
+        loop.local.wait_all(timeout=10.0)
+        loop.objs.remove()
+    else:
+        loop.objs.close()
     loop.ctx.events.close()
+
+
+def _successor_elsewhere(loop: SchedulerLoop) -> bool:
+    """Whether the scheduler that took the run over runs on another host (its holder, in a server journal)."""
+    try:
+        host = loop.store.holder_host(loop.ctx.run.id)
+    except WloadError:
+        return False  # the journal cannot say: leave everything as it is
+    return host is not None and host != socket.gethostname()
 
 
 def clean_stale_lines() -> list[str]:

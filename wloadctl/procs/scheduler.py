@@ -83,6 +83,8 @@ class SchedulerLoop:
     """The standby scheduler watching this one, published on the board."""
     meter: PipelineMeter | None = None
     """Figures of the pipeline (`wloadctl top`, metrics); made when the loop starts."""
+    lease_renewed: float = float("inf")
+    """When the journal's lease was last renewed (set as the loop starts: the first lease has its grace)."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -90,6 +92,9 @@ class SchedulerLoop:
         ctl = self.objs.ctl
         assert ctl is not None, "a scheduler's run has a control queue"
         self.desk = ControlDesk(ctl, core, self.ctx, self.store)
+        self.lease_renewed = time.time()
+        if remote is not None:
+            remote.on_op = self.desk.take  # verbs of operators on other hosts, through the broker
         self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
         meter = self.meter = self.meter or PipelineMeter(self.ctx.state_dir, self.ctx.run_id, self.ctx.epoch)
         poller = select.poll()
@@ -161,8 +166,7 @@ class SchedulerLoop:
 
         The lease comes first: a fenced scheduler must not kill or respawn anything.
         """
-        if not self.store.renew_lease(self.ctx.run.id, self.ctx.epoch, now + self.ctx.lease_seconds):
-            self._raise_if_fenced()
+        self._renew(now)
         self.standby_pid = live_standby(self.ctx.state_dir)
         # Each beat pushes the event log out, so a console following it (and a crash) loses
         # at most one interval of events.
@@ -177,8 +181,21 @@ class SchedulerLoop:
             if isinstance(self.local, LocalPool):  # a stub pool (tests of the loop) has nothing to measure
                 self.meter.beat(now, self.objs, self.local, self.remote)
 
+    def _renew(self, now: float) -> None:
+        """Extend the journal's lease; raise Fenced if a successor holds the run."""
+        if not self.store.renew_lease(self.ctx.run.id, self.ctx.epoch, now + self.ctx.lease_seconds):
+            self._raise_if_fenced()
+        self.lease_renewed = now
+
     def _check_fenced(self) -> None:
-        """Raise Fenced if the board shows a newer epoch (a successor published it)."""
+        """Raise Fenced if the board shows a newer epoch, or the lease lapsed and a successor holds the run.
+
+        A successor on another host publishes nothing on this host's board: a scheduler that
+        was frozen or cut off past its lease asks the journal before it touches anything.
+        """
+        now = time.time()
+        if now - self.lease_renewed > self.ctx.lease_seconds:
+            self._renew(now)
         try:
             hdr = self.objs.board.read_header()
         except WloadError:
@@ -193,7 +210,9 @@ class SchedulerLoop:
         row = self.store.get_run(self.ctx.run_id)
         if row is None or row.epoch != self.ctx.epoch:
             pid, epoch = (row.scheduler_pid or 0, row.epoch) if row else (0, 0)
-            raise Fenced(f"fenced: scheduler pid {pid} took run {self.ctx.run_id} over at epoch {epoch} "
+            host = self.store.holder_host(row.id) if row else None
+            where = f" on {host}" if host else ""
+            raise Fenced(f"fenced: scheduler pid {pid}{where} took run {self.ctx.run_id} over at epoch {epoch} "
                          f"(this scheduler held epoch {self.ctx.epoch})", pid, epoch)
 
     # -- outputs -------------------------------------------------------------------------

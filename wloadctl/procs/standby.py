@@ -1,4 +1,10 @@
-"""Standby scheduler: watches the active one, checks with executors, takes over."""
+"""Standby scheduler: watches the active one, checks with its executors or agents, takes over.
+
+On the active's host (a SQLite journal) the standby watches the state board's beat and the
+journal's lease, and asks the executors' heartbeat board. On another host (a server journal
+and a broker) it watches the journal's lease alone and asks the agents over the broker; the
+active's executors are out of its reach, so such a run puts its jobs on agents.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wloadctl.core.planfile import load_plan
 from wloadctl.errors import StoreError, UsageError, WloadError
@@ -20,7 +27,11 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.procs.runctx import EventLog
 from wloadctl.procs.runner import START_GRACE, Claim, RunOptions, continue_run
 from wloadctl.procs.supervisor import register_standby
-from wloadctl.store import RunRow, Store, journal_exists
+from wloadctl.store import RunRow, Store, journal_exists, journal_url
+
+if TYPE_CHECKING:
+    from wloadctl.remote.link import BrokerLink
+    from wloadctl.remote.witness import AgentWitness
 
 RUN_WAIT = 60.0
 """Seconds a standby waits for a running run to appear in its state directory."""
@@ -34,9 +45,9 @@ LOCK_WAIT = 0.5
 class Verdict:
     """What the executors say about an active scheduler that went silent."""
 
-    asked: tuple[int, ...]
-    """Executors that are alive and beat after the silence was noticed."""
-    hearing: tuple[int, ...]
+    asked: tuple[int | str, ...]
+    """Executors that are alive and beat after the silence was noticed (or agents that answered)."""
+    hearing: tuple[int | str, ...]
     """Those of them that still hear the active scheduler."""
 
     @property
@@ -81,11 +92,19 @@ def verify(
 class Standby:
     """Watches one run's active scheduler and becomes the active one when it dies."""
 
-    def __init__(self, opts: RunOptions, plan_name: str | None = None) -> None:
+    def __init__(self, opts: RunOptions, plan_name: str | None = None, run_id: str | None = None) -> None:
         self.opts = opts
         """heartbeat_interval and lease_seconds (the timeout) drive the watch."""
         self.plan_name = plan_name
         """When given, the run must be of this plan."""
+        self.run_id = run_id
+        """When given, the run to follow (default: the latest running one)."""
+        self.far = opts.broker is not None and journal_url() is not None
+        """Standing by from another host: the journal's lease and the agents, no board or executors."""
+        self.link: BrokerLink | None = None
+        """The broker connection agents are asked through (far only)."""
+        self.witness: AgentWitness | None = None
+        """The agents as witnesses (far only)."""
         self.stop = False
         """Set by SIGINT/SIGTERM: stop watching."""
         self.board: StateBoard | None = None
@@ -108,6 +127,8 @@ class Standby:
         pidfile: Path | None = None
         store: Store | None = None
         try:
+            if self.far:
+                self._open_witness()
             found = self._wait_for_run()
             if found is None:
                 return 0
@@ -118,6 +139,7 @@ class Standby:
                 return 0
             pidfile.unlink(missing_ok=True)
             pidfile = None
+            self._close_witness()
             # From here on this is the active scheduler, with the runner's signals.
             _restore(old)
             row = store.get_run(run.run_id) or run
@@ -127,22 +149,54 @@ class Standby:
             if pidfile is not None:
                 pidfile.unlink(missing_ok=True)
             self._close_boards()
+            self._close_witness()
             if store is not None:
                 store.close()
 
     def _on_stop(self, _sig: int, _frame: object) -> None:
         self.stop = True
 
+    def _open_witness(self) -> None:
+        from wloadctl.remote.broker import Subjects
+        from wloadctl.remote.link import BrokerLink
+        from wloadctl.remote.witness import AgentWitness
+
+        assert self.opts.broker is not None
+        self.link = BrokerLink.open(self.opts.broker, name=f"standby-{os.getpid()}")
+        self.witness = AgentWitness(self.link, Subjects(self.opts.broker.prefix))
+
+    def _close_witness(self) -> None:
+        if self.link is not None:
+            self.link.close(timeout=1.0)
+        self.link = self.witness = None
+
+    def _running_run(self, store: Store) -> RunRow | None:
+        """The run to follow: the one named, else (far) the journal's latest running one, else the latest."""
+        if self.run_id is not None:
+            return store.get_run(self.run_id)
+        if self.far:
+            return next((r for r in reversed(store.runs()) if r.status == "running"), None)
+        return store.latest_run()
+
     def _wait_for_run(self) -> tuple[Store, RunRow] | None:
         """The journal and its running run, awaited up to RUN_WAIT (None if stopped)."""
         sd, deadline = self.opts.state_dir, time.time() + RUN_WAIT
         store: Store | None = None
+        where = self.run_id or ("the journal" if self.far else sd)
         try:
             while not self.stop:
                 if store is None and journal_exists(sd):
-                    store = Store.open(sd, create=False, sync=self.opts.journal_sync)
-                run = store.latest_run() if store is not None else None
-                if store is not None and run is not None and run.status == "running":
+                    # From another host the journal is read as a whole (no state directory of ours).
+                    try:
+                        store = Store.open(None if self.far else sd, create=False, sync=self.opts.journal_sync)
+                    except StoreError:
+                        if not self.far or time.time() > deadline:
+                            raise
+                        # The first run makes a server journal's schema: it may not have started yet.
+                run = self._running_run(store) if store is not None else None
+                # From another host, a run counts once its scheduler holds it (its first epoch).
+                if store is not None and run is not None and run.status == "running" and \
+                        (run.epoch > 0 or not self.far):
                     if self.plan_name is not None and run.plan_name != self.plan_name:
                         raise UsageError(
                             f"{sd} runs plan '{run.plan_name}', not '{self.plan_name}'",
@@ -152,7 +206,7 @@ class Standby:
                     return found
                 if time.time() > deadline:
                     raise UsageError(
-                        f"no running run in {sd} to stand by for",
+                        f"no running run in {where} to stand by for",
                         hint="start the run first: `wloadctl run PLAN --state-dir DIR`",
                     )
                 time.sleep(self.opts.heartbeat_interval)
@@ -175,6 +229,8 @@ class Standby:
         try:
             while not self.stop:
                 time.sleep(interval)
+                if self.witness is not None:
+                    self.witness.listen()  # the agents' beats, taken as they come (they pile up otherwise)
                 now = time.time()
                 row = store.get_run(run.run_id)
                 if row is None or row.status != "running":
@@ -195,7 +251,14 @@ class Standby:
                         say(f"scheduler pid {row.scheduler_pid} beats again")
                         suspected = False
                     continue
-                verdict = self._ask_executors(run.run_id, row.epoch, now, timeout)
+                if self.far:
+                    # A live active beats to the agents every interval: heard within a few counts.
+                    verdict = self._ask_agents(run.run_id, row.epoch, min(timeout, 3 * interval))
+                    again = store.get_run(run.run_id)
+                    if again is None or again.epoch != row.epoch or again.lease_until >= time.time():
+                        continue  # it renewed while the agents were asked: slow, not dead
+                else:
+                    verdict = self._ask_executors(run.run_id, row.epoch, now, timeout)
                 hdr = self._header(run.run_id)
                 if hdr is not None and hdr.epoch >= row.epoch and hdr.beat > beat:
                     continue  # it beat while the executors were asked: slow, not dead
@@ -212,9 +275,10 @@ class Standby:
                             asked=list(verdict.asked),
                         )
                         events.flush()
+                        who = "agent(s)" if self.far else "executor(s)"
                         say(
                             f"suspected partition: no heartbeat from scheduler pid "
-                            f"{row.scheduler_pid} for {silent:.1f}s, but executor(s) "
+                            f"{row.scheduler_pid} for {silent:.1f}s, but {who} "
                             f"{list(verdict.hearing)} still hear it; not taking over"
                         )
                     continue
@@ -251,7 +315,9 @@ class Standby:
         claimer = threading.Thread(target=begin, name="claim", daemon=True)
         claimer.start()
         claimer.join(LOCK_WAIT)
-        killed = claimer.is_alive() and _kill_scheduler(old_pid)
+        # A scheduler of another host is out of reach (and its pid means nothing here): the
+        # server ends a frozen writer's transaction itself (see the PostgreSQL store).
+        killed = claimer.is_alive() and not self.far and _kill_scheduler(old_pid)
         claimer.join()
         if errors:
             err = errors[0]
@@ -286,12 +352,15 @@ class Standby:
             events.flush()
             opts.say(
                 f"took run {row.run_id} over from scheduler pid {old_pid} "
-                f"(silent {silent:.1f}s; {len(verdict.asked)} executor(s) no longer "
+                f"(silent {silent:.1f}s; {len(verdict.asked)} "
+                f"{'agent' if self.far else 'executor'}(s) no longer "
                 f"hear it{'; killed, it held the journal lock' if killed else ''}): "
                 f"epoch {row.epoch} -> {epoch}"
             )
+            if self.far:
+                _say_local_jobs(store, row, opts)
 
-        return Claim(epoch, old_pid, announce)
+        return Claim(epoch, old_pid, announce, agents=len(verdict.asked) if self.far else 0)
 
     def _close_boards(self) -> None:
         for b in (self.board, self.eboard):
@@ -300,6 +369,8 @@ class Standby:
         self.board = self.eboard = None
 
     def _header(self, run_id: str) -> BoardHeader | None:
+        if self.far:
+            return None  # the active's board is on its own host: the journal's lease tells instead
         if self.board is None:
             try:
                 self.board = StateBoard.open(object_name(run_id, ROLE_BOARD))
@@ -309,6 +380,12 @@ class Standby:
             return self.board.read_header()
         except WloadError:
             return None
+
+    def _ask_agents(self, run_id: str, epoch: int, timeout: float) -> Verdict:
+        """Ask the agents over the broker whether they still hear the active scheduler."""
+        assert self.witness is not None
+        got = self.witness.ask(run_id, epoch, timeout)
+        return Verdict(got.asked, got.hearing)
 
     def _ask_executors(
         self, run_id: str, epoch: int, since: float, timeout: float
@@ -331,6 +408,28 @@ class Standby:
             if all(s.beat > since for s in slots) or now >= deadline or self.stop:
                 return verify(slots, epoch, since, now, timeout)
             time.sleep(0.05)
+
+
+def _say_local_jobs(store: Store, row: RunRow, opts: RunOptions) -> None:
+    """Name the jobs of the old active's own host that were in flight: they are retried under their policy.
+
+    The old host's executors are out of reach. Its jobs are treated as those of a crashed
+    host: retried under each job's policy, and held for an operator when not idempotent (the
+    old host, if it was only cut off, stops them when it finds itself fenced).
+    """
+    from wloadctl.core.holding import LOCAL_PLACE, place_of
+    from wloadctl.core.states import JobState
+    from wloadctl.runplan import run_plan
+
+    specs = run_plan(store, row).jobs
+    flying = [r[1] for r in store.job_rows(row.id, exclude_states=[s for s in JobState if s not in
+                                                                    (JobState.QUEUED, JobState.RUNNING)])
+              if r[1] in specs and place_of(specs[r[1]]) == LOCAL_PLACE]
+    if flying:
+        more = " ..." if len(flying) > 10 else ""
+        opts.say(f"{len(flying)} job(s) of pool local were in flight on the old active's host, out of reach from "
+                 f"here: {', '.join(flying[:10])}{more}; retried here under their policy (held when not "
+                 "idempotent). Plans meant for HA across hosts run their jobs on agents (pool:/agent:)")
 
 
 def _kill_scheduler(pid: int) -> bool:
@@ -357,13 +456,15 @@ def _restore(old: dict[int, object]) -> None:
     old.clear()
 
 
-def run_standby(plan_path: str | None, opts: RunOptions) -> int:
+def run_standby(plan_path: str | None, opts: RunOptions, run_id: str | None = None) -> int:
     """`wloadctl scheduler --standby`: take the run over if its scheduler dies.
 
     Args:
         plan_path: When given, the run must be of this plan (the journal's copy runs).
         opts: Where the run is and how to watch it (heartbeat_interval; lease_seconds
-            is the timeout).
+            is the timeout). With a broker and a server journal the standby may be on
+            another host: its state directory holds its local files only.
+        run_id: The run to follow (default: the latest running one).
 
     Returns:
         0 when the run ended under another scheduler; after a takeover, the run's
@@ -374,4 +475,4 @@ def run_standby(plan_path: str | None, opts: RunOptions) -> int:
         WloadError: journal or IPC failures.
     """
     plan_name = load_plan(plan_path).name if plan_path else None
-    return Standby(opts, plan_name).serve()
+    return Standby(opts, plan_name, run_id).serve()

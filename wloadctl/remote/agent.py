@@ -86,6 +86,8 @@ class Agent:
     """Set by SIGTERM/SIGINT: stop taking work, stop the jobs, report them, exit."""
     heard_active: float = 0.0
     """When a scheduler's dispatch, kill or beat last reached it."""
+    heard_runs: dict[str, float] = field(default_factory=dict)
+    """The same per run (a standby asks about the scheduler of its run)."""
     notes: list[str] = field(default_factory=list)
     """Lines for its log."""
 
@@ -261,7 +263,7 @@ class Agent:
         if epoch > seen:
             self.epochs[run] = epoch
             self.journal.epoch(run, epoch)
-        self.heard_active = now
+        self.heard_active = self.heard_runs[run] = now
         pool = msg.source[5:] if msg.source.startswith("pool:") else ""
         took: list[tuple[Held, int, bytes | None]] = []
         unreadable: list[tuple[Held, str]] = []
@@ -443,7 +445,9 @@ class Agent:
         elif isinstance(req, M.LogsRequest):
             self.link.respond(msg, self._logs(req))
         elif isinstance(req, M.HearRequest):
-            self.link.respond(msg, M.Reply(self.opts.name, True, heard_active=self.heard_active or None,
+            heard = self.heard_runs.get(req.run, 0.0) if req.run else self.heard_active
+            seen = self.epochs.get(req.run, 0) if req.run else seen
+            self.link.respond(msg, M.Reply(self.opts.name, True, heard_active=heard or None,
                                            epoch_seen=seen).encode())
 
     def _kill(self, req: M.KillRequest) -> M.Reply:
@@ -451,7 +455,7 @@ class Agent:
         if req.epoch < seen:
             return M.Reply(self.opts.name, False, error=f"epoch {req.epoch} is older than {seen}: refused",
                            epoch_seen=seen)
-        self.heard_active = time.time()
+        self.heard_active = self.heard_runs[req.run] = time.time()
         loc = self.book.by_key.get((req.run, req.job, req.attempt))
         if loc is None:
             return M.Reply(self.opts.name, False, error="not held here", epoch_seen=seen)
@@ -482,7 +486,7 @@ class Agent:
             return
         seen = self.epochs.get(beat.run, 0)
         if beat.epoch >= seen:
-            self.heard_active = time.time()
+            self.heard_active = self.heard_runs[beat.run] = time.time()
         if beat.epoch > seen:
             # From now on, a dispatch of an older epoch still waiting in the stream is refused.
             self.epochs[beat.run] = beat.epoch

@@ -34,7 +34,8 @@ from wloadctl.remote import wire
 from wloadctl.remote.agents import AGENT_BASE, AGENTS_FILE, NODES_FILE, AgentState, agent_state, node_names
 from wloadctl.remote.broker import Subjects, ensure_streams
 from wloadctl.remote.link import BrokerLink
-from wloadctl.remote.pulling import Msg
+from wloadctl.remote.pulling import Msg, Puller
+from wloadctl.remote.witness import take_lead
 
 BEAT = 1.0
 """Seconds between the scheduler's beats to the agents."""
@@ -71,7 +72,8 @@ class AgentPool:
 
     def __init__(self, core: Book, link: BrokerLink, subjects: Subjects, run_id: str, epoch: int,
                  reader: ReportReader, payload_of: Callable[[int, int], bytes | None], state_dir: Path,
-                 specs: list, *, timeout: float = 10.0, say: Callable[[str, dict[str, object]], None]) -> None:
+                 specs: list, *, timeout: float = 10.0, say: Callable[[str, dict[str, object]], None],
+                 beat: float = BEAT) -> None:
         self.core = core
         """The engine (read only)."""
         self.link = link
@@ -108,6 +110,12 @@ class AgentPool:
         """Slots each remote place was last said to offer."""
         self.places = {place_of(s) for s in specs} - {LOCAL_PLACE}
         """The remote places this plan uses."""
+        self.beat = beat
+        """Seconds between the scheduler's beats to the agents (a standby judges hearing by them)."""
+        self.on_op: Callable[[bytes, Callable[[bytes], None], float], None] | None = None
+        """Where operator verbs sent through the broker go (the loop's control desk)."""
+        self.results: Puller | None = None
+        """The puller of this run's results."""
         self.next_beat = 0.0
         self.seq = 0
         self.health_due = False
@@ -118,9 +126,19 @@ class AgentPool:
     def start(self) -> None:
         """Create what the broker needs, read this run's results, hear the agents."""
         ensure_streams(self.link, self.subjects)
-        self.link.pull(self.subjects.results_stream, self.subjects.results_consumer(self.run_id),
-                       self.subjects.results(self.run_id), window=256, source="results")
+        # The broker's leader entry first, then a beat at once: agents refuse an older epoch
+        # from the moment they hear this one, before anything of the run is read or sent.
+        take_lead(self.link, self.subjects, self.run_id, self.epoch, os.getpid())
+        self._send_beat(time.time())
+        # A consumer of this epoch's own reads every result of the run from the stream's start: what a
+        # predecessor took and never acknowledged comes at once, not after the ack wait, and what
+        # the journal has already is ignored by the engine (same job, attempt and end).
+        self.results = self.link.pull(self.subjects.results_stream, self._consumer(self.epoch),
+                                      self.subjects.results(self.run_id), window=256, source="results")
+        for old in (self._consumer(self.epoch - 1), self.subjects.results_consumer(self.run_id)):
+            self.link.delete_consumer(self.subjects.results_stream, old)
         self.link.subscribe(self.subjects.hb_all, source="hb")
+        self.link.subscribe(self.subjects.op(self.run_id), source="op")
         self._hear_last_beats()
 
     def _hear_last_beats(self) -> None:
@@ -138,6 +156,19 @@ class AgentPool:
                 continue
             if agent_state(now - hb.sent, self.timeout) == AgentState.ALIVE:
                 self._hear(hb, min(now, hb.sent))
+
+    def _consumer(self, epoch: int) -> str:
+        """The results consumer of this run's scheduler of `epoch`."""
+        return self.subjects.results_consumer(f"{self.run_id}-e{epoch}")
+
+    def release(self) -> None:
+        """A fenced scheduler leaves: results it took but did not journal go back to the stream at once."""
+        for m in self.to_ack:
+            m.nak()
+        self.to_ack.clear()
+        for m in self.link.drain():
+            if m.jetstream:
+                m.nak()
 
     def _load_numbering(self) -> None:
         for index, name in node_names(self.state_dir).items():
@@ -157,19 +188,30 @@ class AgentPool:
             os.replace(tmp, self.state_dir / AGENTS_FILE)
         return node
 
-    def recover(self, feed: Feed, wait: float = 1.0) -> list[str]:
+    def recover(self, feed: Feed, wait: float = 1.0, expect: int = 0) -> list[str]:
         """After a restart: ask the agents what they hold of this run; in-flight jobs nobody holds are lost.
 
         Results already stored for this run come through the results consumer first (read here),
         so a job that ended while no scheduler ran is applied, not lost.
+
+        Args:
+            feed: Where the events go.
+            wait: Longest wait for the agents' inventories, and again for the stored results.
+            expect: Agents known to be about (a takeover asked them just before): the inventory
+                stops waiting once that many answered.
         """
         core = self.core
+        if expect:
+            # A takeover: the run goes on at once, on the agents' slots as their last beats say (a
+            # fresh start hears them beat instead, so its first work spreads as their slots appear).
+            self._known_agents()
         inflight = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING)
                     and place_of(self.specs[i]) != LOCAL_PLACE]
         if not inflight:
             return []
         held: dict[tuple[int, int], str] = {}
-        for raw in self.link.gather(self.subjects.ask, M.InventoryRequest(self.run_id).encode(), wait=wait):
+        for raw in self.link.gather(self.subjects.ask, M.InventoryRequest(self.run_id).encode(), wait=wait,
+                                    max_replies=expect):
             try:
                 rep = M.Reply.decode(raw)
                 for t in rep.tasks():
@@ -178,8 +220,10 @@ class AgentPool:
                 continue
         deadline = time.time() + wait
         while time.time() < deadline:
-            select.select([self.link.fileno()], [], [], 0.1)
+            select.select([self.link.fileno()], [], [], 0.02)
             self.drain(feed, "recovery")
+            if self._results_read():
+                break
         kept = lost = 0
         for i in inflight:
             if core.state[i] not in (JobState.QUEUED, JobState.RUNNING):
@@ -197,6 +241,18 @@ class AgentPool:
                 # if one still waits in the stream, once they have heard this scheduler's epoch).
                 self.submit([(i, core.attempt[i])])
         return [f"agents hold {kept} of {len(inflight)} in-flight remote job(s); {lost} lost (retried under policy)"]
+
+    def _results_read(self) -> bool:
+        """Every result stored for this run has reached this scheduler (none waits in the stream)."""
+        if self.results is None:
+            return False
+        try:
+            pending, unacked = self.link.consumer_backlog(self.subjects.results_stream, self._consumer(self.epoch))
+        except WloadError:
+            return False
+        # The consumer is this scheduler's alone: every message it delivered is drained once
+        # none is unsettled beyond those waiting for the turn's commit.
+        return pending == 0 and unacked <= len(self.to_ack)
 
     # -- the loop's side -----------------------------------------------------------------------
 
@@ -262,7 +318,10 @@ class AgentPool:
         """Apply every result batch and heartbeat the link has delivered."""
         for m in self.link.drain():
             if m.source == "hb":
-                self._heartbeat(m)
+                self._heartbeat(m.data)
+            elif m.source == "op":
+                if self.on_op is not None:
+                    self.on_op(m.data, lambda data, m=m: self.link.respond(m, data), time.time())
             elif m.source == "results":
                 try:
                     self._results(m, feed, cause)
@@ -306,12 +365,16 @@ class AgentPool:
         for ev in reader.batch(plain, cause, time.time(), node=node.index):
             feed(ev)
 
-    def _heartbeat(self, m: Msg) -> None:
+    def _known_agents(self) -> None:
+        """The agents' last beats kept in the broker: a (new) scheduler knows their slots before they beat again."""
+        self._hear_last_beats()
+
+    def _heartbeat(self, data: bytes, heard: float | None = None) -> None:
         try:
-            hb = M.Heartbeat.decode(m.data)
+            hb = M.Heartbeat.decode(data)
         except WloadError:
             return
-        self._hear(hb, time.time())
+        self._hear(hb, time.time() if heard is None else heard)
 
     def _hear(self, hb: M.Heartbeat, heard: float) -> None:
         node = self.nodes.get(hb.agent) or self._add(hb.agent)
@@ -356,11 +419,15 @@ class AgentPool:
                 self.capacity[place] = slots
                 feed(PlaceCapacityEvent(place, slots, now, cause_id=cause))
         if now >= self.next_beat:
-            self.next_beat = now + BEAT
             self._write_rows(now)
-            if self.link.connected:
-                self.link.publish(self.subjects.beat(self.run_id), M.SchedulerBeat(
-                    self.run_id, self.epoch, os.getpid(), socket.gethostname(), now).encode())
+            self._send_beat(now)
+
+    def _send_beat(self, now: float) -> None:
+        """Tell the agents this scheduler is alive (they note it; a standby asks them)."""
+        self.next_beat = now + self.beat
+        if self.link.connected:
+            self.link.publish(self.subjects.beat(self.run_id), M.SchedulerBeat(
+                self.run_id, self.epoch, os.getpid(), socket.gethostname(), now).encode())
 
     def _write_rows(self, now: float) -> None:
         """The agents as this scheduler judges them, for `status` and the console (read from the state dir)."""

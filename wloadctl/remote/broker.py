@@ -255,6 +255,10 @@ class Subjects:
         """Subject of the beats of run `run`'s active scheduler."""
         return f"{self.prefix}.beat.{check_name(run, 'run id')}"
 
+    def op(self, run: str) -> str:
+        """Request/reply subject of operator verbs for run `run` (the scheduler holding its lease answers)."""
+        return f"{self.prefix}.op.{check_name(run, 'run id')}"
+
     def ctl(self, name: str) -> str:
         """Request/reply subject of agent `name`."""
         return f"{self.prefix}.ctl.{check_name(name, 'agent')}"

@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from wloadctl.errors import TransportError
+from wloadctl.errors import TransportError, WloadError
 from wloadctl.remote.broker import BrokerOptions
 from wloadctl.remote.buckets import Buckets
 from wloadctl.remote.outbox import Outbox, Outgoing, PubAck
@@ -538,3 +538,30 @@ class BrokerLink:
             return int((await js.stream_info(stream)).state.messages)
 
         return self._call(go(), timeout, f"info of stream {stream}")
+
+    def consumer_backlog(self, stream: str, durable: str, timeout: float = 5.0) -> tuple[int, int]:
+        """(messages not yet delivered, messages delivered and not yet acked) of a durable consumer."""
+        _, js = self._client()
+
+        async def go() -> tuple[int, int]:
+            info = await js.consumer_info(stream, durable)
+            return int(info.num_pending or 0), int(info.num_ack_pending or 0)
+
+        return self._call(go(), timeout, f"info of consumer {durable}")
+
+    def delete_consumer(self, stream: str, durable: str, timeout: float = 5.0) -> bool:
+        """Remove a durable consumer; False when there was none (or the broker did not answer)."""
+        import nats.js.errors as jse
+
+        _, js = self._client()
+
+        async def go() -> bool:
+            try:
+                return bool(await js.delete_consumer(stream, durable))
+            except jse.NotFoundError:
+                return False
+
+        try:
+            return self._call(go(), timeout, f"delete consumer {durable}")
+        except WloadError:
+            return False

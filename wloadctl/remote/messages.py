@@ -220,6 +220,8 @@ class HearRequest(Body):
     op: ClassVar[str] = "hear"
     epoch: int = 0
     """Epoch the asking standby knows of."""
+    run: str = ""
+    """The run whose scheduler is meant ("": any scheduler)."""
 
 
 @dataclass(slots=True)

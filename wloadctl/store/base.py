@@ -213,6 +213,10 @@ class Store(CurrentState, ABC):
     def renew_lease(self, run: int, epoch: int, lease: float) -> bool:
         """Extend the lease of the scheduler holding `epoch`; False if it was fenced off."""
 
+    def holder_host(self, run: int) -> str | None:
+        """Host of the scheduler holding the run's lease (None: this host; a SQLite journal has one host)."""
+        return None
+
     @abstractmethod
     def set_status(self, run: int, status: str, ended: float | None) -> None:
         """Record the run's status (and end time).

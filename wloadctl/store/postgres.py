@@ -36,6 +36,8 @@ OUTAGE_LIMIT = 300.0
 """Seconds a call waits for an unreachable server before it gives up with JournalUnavailable."""
 BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
 """Seconds between reconnection attempts: doubling from the first to the cap."""
+IDLE_IN_TRANSACTION_MS = 5000
+"""Milliseconds a writer's transaction may sit idle before the server ends it (a frozen writer)."""
 DEFAULT_NAMESPACE = "default"
 """Installation namespace of a URL without `?namespace=`."""
 
@@ -154,6 +156,10 @@ class PostgresStore(Store):
             conn.execute("SET default_transaction_read_only = on")
         if self.sync == "NORMAL":
             conn.execute("SET synchronous_commit = off")
+        if not self.readonly:
+            # A scheduler frozen (SIGSTOP) inside a transaction would keep the run's row locked, and
+            # the standby's takeover waiting: the server ends such a transaction after this long.
+            conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
         return conn
 
     def _prepare(self, create: bool, readonly: bool) -> None:
@@ -354,6 +360,11 @@ class PostgresStore(Store):
         cur = self._do(lambda c: c.execute("UPDATE runs SET lease_until = %s WHERE id = %s AND epoch = %s",
                                            (lease, run, epoch)))
         return cur.rowcount == 1
+
+    def holder_host(self, run: int) -> str | None:
+        """Host of the scheduler holding the run's lease (from its holder, host:pid)."""
+        row = self._do(lambda c: c.execute("SELECT holder FROM runs WHERE id = %s", (run,)).fetchone())
+        return str(row[0]).rpartition(":")[0] if row and row[0] else None
 
     def set_status(self, run: int, status: str, ended: float | None) -> None:
         """Record the run's status (and end time)."""
