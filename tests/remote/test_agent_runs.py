@@ -318,3 +318,54 @@ def test_a_task_whose_payload_cannot_be_read_ends_as_a_failed_start_and_never_ru
         assert b"cannot read the task's payload" in entries[0].tail
     finally:
         link.close()
+
+
+def test_tasks_a_lost_agent_took_and_never_reported_are_sent_again_exactly_once(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    from tests.remote.conftest import collect
+    from wloadctl.remote import messages as M
+    from wloadctl.remote.broker import BrokerOptions, Subjects
+    from wloadctl.remote.link import BrokerLink
+
+    subj = Subjects()
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {"only": {"pool": "etl", "sleep": 0.1}})
+    ghost = BrokerLink.open(BrokerOptions(nats_server.url), name="ghost")
+    node: Node | None = None
+    try:
+        from wloadctl.remote.broker import ensure_streams
+
+        ensure_streams(ghost, subj)
+
+        def beat() -> None:
+            hb = M.Heartbeat(agent="ghost", pools=["etl"], slots_used=0, slots_total=1, cpus=0.0, memory_mb=0,
+                             load1=0.0, rss_kb=0, mem_free_mb=0, jobs_held=0, held=[], epoch_seen=0,
+                             heard_active=0.0, pid=1, host="ghost", version="0", sent=time.time())
+            ghost.publish(subj.hb("ghost"), hb.encode())
+
+        beat()
+        # Given a run whose pool has one agent, which takes the dispatch, acknowledges it and dies unreported
+        puller = ghost.pull(subj.dispatch_stream, subj.pool_consumer("etl"), subj.dispatch_pool("etl"), window=1)
+        sd = tmp_path / "sd"
+        proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
+        deadline = time.time() + 30
+        taken: list = []
+        while not taken and time.time() < deadline:
+            beat()
+            taken = [m for m in collect(ghost, 1, timeout=0.5) if m.jetstream]
+        assert taken, "the dispatch reached the ghost agent"
+        taken[0].ack()
+        puller.stop()
+        # When it falls silent past the agent timeout, and a real agent joins the pool later
+        wait_for(lambda: b"tasks_lost" in (sd / "events.jsonl").read_bytes(), timeout=30,
+                 what="the ghost's task found lost")
+        node = Node("real", nats_server.url, tmp_path / "real", ["etl"]).start()
+        stdout, stderr = proc.communicate(timeout=120)
+        # Then the task runs once, on the real agent, and the run succeeds
+        assert proc.returncode == 0, stderr
+        assert json.loads(stdout)["jobs"] == {"only": "SUCCEEDED"}
+        assert agents_of(out)["only"] == [("start", "real"), ("end", "real")]
+    finally:
+        ghost.close()
+        if node is not None:
+            node.stop()

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wloadctl.core.commands import Kill
-from wloadctl.core.events import ExecutorLostEvent, JobAcceptedEvent, JobExitedEvent, PlaceCapacityEvent
+from wloadctl.core.events import (
+    ExecutorLostEvent,
+    JobAcceptedEvent,
+    JobExitedEvent,
+    PlaceCapacityEvent,
+    TasksLostEvent,
+)
 from wloadctl.core.holding import LOCAL_PLACE, place_of
 from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, WloadError
@@ -39,6 +45,10 @@ from wloadctl.remote.witness import take_lead
 
 BEAT = 1.0
 """Seconds between the scheduler's beats to the agents."""
+ORPHAN_SETTLE = 1.0
+"""Seconds after an agent was lost before the tasks it may have taken unreported are settled."""
+ORPHAN_CHECK = 1.0
+"""Seconds between looks at those tasks (each asks the broker and the agents)."""
 MAX_BATCH = 512
 """Most tasks in one dispatch message."""
 
@@ -117,6 +127,9 @@ class AgentPool:
         self.results: Puller | None = None
         """The puller of this run's results."""
         self.next_beat = 0.0
+        self.orphans: tuple[float, set[tuple[int, int]]] | None = None
+        """After an agent was lost: since when, and the unaccepted tasks it may have taken."""
+        self.next_orphan_check = 0.0
         self.seq = 0
         self.health_due = False
         self._load_numbering()
@@ -352,6 +365,8 @@ class AgentPool:
                 if r.kind == P.RES_EXITED:
                     node.stale.discard((i, r.attempt))
                 continue  # the node was declared lost with it: the engine has moved on
+            if 0 <= self.core.executor[i] != node.index:
+                continue  # another node holds this attempt now: this node's copy is a late, stale one
             if r.kind == P.RES_EXITED and (e.tail or e.result is not None or r.flags):
                 result = parse_result(e.result.decode("utf-8", "replace")) if e.result is not None else None
                 feed(reader.exited(r, cause, node=node.index, tail=e.tail.decode("utf-8", "replace"),
@@ -386,10 +401,14 @@ class AgentPool:
             self.health_due = True
             if was == AgentState.LOST and node.stale:
                 self.say("agent_back", {"agent": node.name, "stale": len(node.stale)})
-        if node.stale:
-            # Heard again after being declared lost: what it still runs of those attempts must stop.
+        if node.stale or was == AgentState.LOST:
+            # Heard again after being declared lost: what it still holds of this run is not its to run
+            # any more (its jobs went back to their policy; what it took unreported was sent again).
+            core = self.core
             for run, job, att in hb.held:
-                if run == self.run_id and (job, att) in node.stale:
+                if run == self.run_id and ((job, att) in node.stale or (was == AgentState.LOST and
+                                                                        core.executor[int(job)] != node.index)):
+                    node.stale.add((int(job), int(att)))
                     self._send_kill(node, int(job), int(att), signal.SIGKILL)
 
     # -- health --------------------------------------------------------------------------------
@@ -408,7 +427,17 @@ class AgentPool:
                 why = f"agent {node.name} silent for {now - node.heard:.1f}s"
                 self.say("agent_lost", {"agent": node.name, "jobs": len(node.stale), "reason": why})
                 feed(ExecutorLostEvent(node.index, now, why, cause_id=cause))
+                # It may also have taken dispatches it never reported: settled once the broker has
+                # handed out every dispatch and the live agents have said what they hold.
+                taken = {(i, core.attempt[i]) for i in range(core.n) if core.state[i] == JobState.QUEUED
+                         and core.executor[i] < 0 and self.remote_of(i)}
+                if taken:
+                    since, before = self.orphans or (now, set())
+                    self.orphans = (since, before | taken)
             node.state = st
+        if self.orphans is not None and now >= self.next_orphan_check:
+            self.next_orphan_check = now + ORPHAN_CHECK
+            self._settle_orphans(now, feed, cause)
         for place in self.places:
             kind, _, name = place.partition(":")
             # What the agents take ahead counts: the tasks in flight to an agent keep its slots busy
@@ -421,6 +450,47 @@ class AgentPool:
         if now >= self.next_beat:
             self._write_rows(now)
             self._send_beat(now)
+
+    def _settle_orphans(self, now: float, feed: Feed, cause: str) -> None:
+        """Send again what a lost agent took and never reported (exactly, not by guess).
+
+        A dispatch stays in its work queue until an agent acknowledges it, and an agent writes
+        a task in its journal before acknowledging it. So once every consumer of the places
+        involved has nothing pending or unacknowledged, each task still unaccepted is either
+        held by a live agent (its inventory says so: its report is on its way) or went with
+        the lost one.
+        """
+        assert self.orphans is not None
+        since, keys = self.orphans
+        core = self.core
+        keys = {(i, a) for i, a in keys
+                if core.state[i] == JobState.QUEUED and core.attempt[i] == a and core.executor[i] < 0}
+        if not keys:
+            self.orphans = None
+            return
+        self.orphans = (since, keys)
+        if now - since < ORPHAN_SETTLE or not self.link.connected:
+            return
+        for place in {place_of(self.specs[i]) for i, _a in keys}:
+            kind, _, name = place.partition(":")
+            durable = self.subjects.pool_consumer(name) if kind == "pool" else self.subjects.agent_consumer(name)
+            try:
+                pending, unacked = self.link.consumer_backlog(self.subjects.dispatch_stream, durable, timeout=2.0)
+            except WloadError:
+                return  # the broker cannot say now: the next check asks again
+            if pending or unacked:
+                return  # some dispatch is still on its way to an agent
+        held: set[tuple[int, int]] = set()
+        for raw in self.link.gather(self.subjects.ask, M.InventoryRequest(self.run_id).encode(), wait=0.5):
+            try:
+                held.update((t.job, t.attempt) for t in M.Reply.decode(raw).tasks())
+            except WloadError:
+                continue
+        lost = tuple(sorted(k for k in keys if k not in held))
+        self.orphans = None
+        if lost:
+            self.say("tasks_lost", {"jobs": len(lost), "reason": "taken by a lost agent and never reported"})
+            feed(TasksLostEvent(lost, now, cause_id=cause))
 
     def _send_beat(self, now: float) -> None:
         """Tell the agents this scheduler is alive (they note it; a standby asks them)."""
