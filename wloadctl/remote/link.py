@@ -464,6 +464,22 @@ class BrokerLink:
         self._loop.call_soon_threadsafe(self._outbox.add, item)
         return fut
 
+    def js_publish_many(self, messages: list[tuple[str, bytes, str]]) -> list[concurrent.futures.Future[PubAck]]:
+        """Queue (subject, data, msg_id) messages for streams, in order, with one hand-over to the loop.
+
+        As `js_publish_async` each; a scheduler dispatching a turn's batches wakes the loop once.
+        """
+        if self._closed:
+            raise TransportError("broker link is closed")
+        items = []
+        for subject, data, msg_id in messages:
+            fut: concurrent.futures.Future[PubAck] = concurrent.futures.Future()
+            fut.add_done_callback(lambda _f: self._deliver([]))
+            items.append(Outgoing(subject, data, msg_id, fut))
+        if items:
+            self._loop.call_soon_threadsafe(self._outbox.add_all, items)
+        return [o.future for o in items]
+
     def js_publish(
         self, subject: str, data: bytes, *, msg_id: str | None = None, timeout: float = 5.0
     ) -> PubAck | None:
