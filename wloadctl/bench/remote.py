@@ -172,6 +172,8 @@ def remote(ctx: Context) -> None:
         fig = combine("remote", "no-op throughput", tool, "bank", jobs, reps, basis)
         ctx.figures.append(fig)
         ctx.add_ratio(ratio(f"remote {jobs}: {AGENTS} agents jobs/s / local jobs/s", fig, local))
+        ctx.add_ratio(ratio(f"remote {jobs}: {AGENTS} agents jobs/s / local jobs/s (whole command)", fig, local,
+                            "command_jobs_per_s"))
     # At full size Dask distributed gets a smaller graph of the same shape (Sizes.remote_dask):
     # its figure's key says its size, and the ratio compares rates.
     dist = _dask_distributed(ctx, s.sizes.remote_dask)

@@ -217,6 +217,7 @@ def run_extra(
     return {
         "seconds": r.wall_seconds if r.ok else None,
         "process_seconds": r.process_seconds,
+        "command_jobs_per_s": r.jobs / r.process_seconds if r.ok and r.process_seconds else None,
         "cpu_seconds": r.cpu_seconds,
         "window_seconds": win,
         "window_jobs_per_s": r.jobs / win if win else None,

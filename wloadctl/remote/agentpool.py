@@ -290,6 +290,7 @@ class AgentPool:
         if not self.waiting:
             return
         core = self.core
+        out: list[tuple[str, bytes, str]] = []
         for place, tasks in self.waiting.items():
             kind, _, name = place.partition(":")
             subject = self.subjects.dispatch_pool(name) if kind == "pool" else self.subjects.dispatch_agent(name)
@@ -305,7 +306,9 @@ class AgentPool:
                     payloads.append(data or b"")
                 for msg in wire.split_dispatch(self.epoch, self.run_id, self.run_id, recs, payloads):
                     self.seq += 1
-                    self.link.js_publish_async(subject, msg, msg_id=f"{self.run_id}.{self.epoch}.{self.seq}")
+                    out.append((subject, msg, f"{self.run_id}.{self.epoch}.{self.seq}"))
+        # One hand-over to the link's loop for the turn's batches, in order.
+        self.link.js_publish_many(out)
         self.waiting.clear()
 
     def _batch_size(self, place: str) -> int:

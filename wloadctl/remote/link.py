@@ -43,7 +43,7 @@ from wloadctl.errors import TransportError, WloadError
 from wloadctl.remote.broker import BrokerOptions
 from wloadctl.remote.buckets import Buckets
 from wloadctl.remote.outbox import Outbox, Outgoing, PubAck
-from wloadctl.remote.pulling import Msg, Puller
+from wloadctl.remote.pulling import Msg, Puller, settle_all
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -321,24 +321,12 @@ class BrokerLink:
         self._loop.call_soon_threadsafe(self._spawn, coro)
 
     def ack_all(self, msgs: list[Msg]) -> None:
-        """Acknowledge many pulled messages with one hand-over to the loop (from any thread).
-
-        One wake-up of the loop per batch, not per message: a scheduler acks every result
-        batch of a turn at once.
-        """
-        coros = [c for m in msgs if (c := m.settling("ack")) is not None]
-        if coros:
-            self._fire(self._in_order(coros))
-
-    async def _in_order(self, coros: list[Coroutine[Any, Any, None]]) -> None:
-        # Each is awaited whatever happened to the one before: an ack lost with the
-        # connection is delivered again after ack_wait, and its place in the window is
-        # freed either way (Puller.settle).
-        for c in coros:
-            try:
-                await c
-            except Exception as exc:
-                self._note(f"error ack: {type(exc).__name__}: {exc}")
+        """Acknowledge many pulled messages with one hand-over to the loop (see `pulling.settle_all`)."""
+        if self._closed:  # checked before the acks' coroutines exist, so none is left unawaited
+            raise TransportError("broker link is closed")
+        coro = settle_all(msgs, self._note)
+        if coro is not None:
+            self._fire(coro)
 
     @staticmethod
     async def _quietly(aw: Awaitable[Any]) -> None:
@@ -463,6 +451,22 @@ class BrokerLink:
             raise TransportError("broker link is closed")
         self._loop.call_soon_threadsafe(self._outbox.add, item)
         return fut
+
+    def js_publish_many(self, messages: list[tuple[str, bytes, str]]) -> list[concurrent.futures.Future[PubAck]]:
+        """Queue (subject, data, msg_id) messages for streams, in order, with one hand-over to the loop.
+
+        As `js_publish_async` each; a scheduler dispatching a turn's batches wakes the loop once.
+        """
+        if self._closed:
+            raise TransportError("broker link is closed")
+        items = []
+        for subject, data, msg_id in messages:
+            fut: concurrent.futures.Future[PubAck] = concurrent.futures.Future()
+            fut.add_done_callback(lambda _f: self._deliver([]))
+            items.append(Outgoing(subject, data, msg_id, fut))
+        if items:
+            self._loop.call_soon_threadsafe(self._outbox.add_all, items)
+        return [o.future for o in items]
 
     def js_publish(
         self, subject: str, data: bytes, *, msg_id: str | None = None, timeout: float = 5.0

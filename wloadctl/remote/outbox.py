@@ -61,6 +61,11 @@ class Outbox:
         self.queue.append(item)
         self.kick.set()
 
+    def add_all(self, items: list[Outgoing]) -> None:
+        """Queue messages in order (on the loop thread)."""
+        self.queue.extend(items)
+        self.kick.set()
+
     def fail_all(self, why: str) -> None:
         """Fail every queued message (the link is closing)."""
         while self.queue:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from wloadctl.errors import TransportError
@@ -207,3 +207,25 @@ class Puller:
         finally:
             if psub is not None:
                 await link._quietly(psub.unsubscribe())
+
+
+def settle_all(msgs: list[Msg], note: Callable[[str], None]) -> Coroutine[Any, Any, None] | None:
+    """One coroutine acking every message not yet settled, in order (None when none is left).
+
+    A scheduler acks every result batch of a turn at once: one wake-up of the link's loop
+    per turn, not per message. Each ack is awaited whatever happened to the one before: an
+    ack lost with the connection is delivered again after ack_wait, and its place in the
+    window is freed either way (Puller.settle).
+    """
+    coros = [c for m in msgs if (c := m.settling("ack")) is not None]
+    if not coros:
+        return None
+
+    async def in_order() -> None:
+        for c in coros:
+            try:
+                await c
+            except Exception as exc:
+                note(f"error ack: {type(exc).__name__}: {exc}")
+
+    return in_order()
