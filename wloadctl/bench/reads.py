@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from wloadctl.bench.context import Context
@@ -82,10 +82,4 @@ def reads(ctx: Context) -> None:
         ctx.add_ratio(ratio(f"reads {jobs}: {name} / replay of every turn", made[name], base, "seconds"))
     ctx.add_ratio(ratio(f"reads {jobs}: status command / interpreter start", made["status (command)"],
                         made["interpreter start (command)"], "seconds"))
-    _remove(state_dir)
-
-
-def _remove(state_dir: Path) -> None:
-    import shutil
-
     shutil.rmtree(state_dir, ignore_errors=True)

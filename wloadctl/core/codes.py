@@ -18,6 +18,8 @@ GATE_EXIT = 2
 """Gate bit: the job's exit needs more than the bulk path (resources to free, a result someone reads, until)."""
 GATE_RES = 4
 """Gate bit: the job holds resources while it runs (dispatch must acquire them)."""
+TIER_SHIFT = 60
+"""Where the SLA tier sits in a ready key (key >> TIER_SHIFT is the tier)."""
 JOB_BITS = 26
 """Bits of the job index in a ready key (plans of up to 67,108,864 jobs)."""
 RANK_BITS = 13
@@ -45,4 +47,4 @@ def ready_key(tier: int, priority: int, job: int, rank: int = 0) -> int:
         A key for a min-heap of ints (cheaper than tuples at a million jobs).
     """
     p = _PRIO_BIAS - max(-_PRIO_BIAS + 1, min(_PRIO_BIAS - 1, priority))
-    return (tier << 60) | (p << (JOB_BITS + RANK_BITS)) | (rank << JOB_BITS) | job
+    return (tier << TIER_SHIFT) | (p << (JOB_BITS + RANK_BITS)) | (rank << JOB_BITS) | job

@@ -682,9 +682,9 @@ class SchedulerCore(JobTable):
                 stash.setdefault(gof[key & _MASK], []).append(key)  # popped in order: each list is sorted
         if not stash:
             return None
-        top = min(keys[0] >> 53 for keys in stash.values())
+        top = min(keys[0] >> C.TIER_SHIFT for keys in stash.values())
         use, weight = self.group_use, self.group_weight
-        g = min((g for g, keys in stash.items() if keys[0] >> 53 == top),
+        g = min((g for g, keys in stash.items() if keys[0] >> C.TIER_SHIFT == top),
                 key=lambda g: (use[g] / weight[g], stash[g][0]))
         key = stash[g].pop(0)
         if not stash[g]:
