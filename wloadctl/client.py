@@ -18,6 +18,7 @@ from wloadctl.errors import ControlError, TransportError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.mq import MessageQueue
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_CONTROL, ROLE_EXECUTORS, object_name
+from wloadctl.ipc.quota import REPLY_SHAPE
 from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
@@ -252,7 +253,7 @@ class RunClient:
     def _ask(self, req: dict[str, Any]) -> dict[str, Any]:
         rid = secrets.token_hex(4)
         reply_name = object_name(self.run.run_id, f"r{os.getpid()}x{rid}")
-        reply = MessageQueue.create(reply_name, max_messages=2, max_message_size=8192)
+        reply = MessageQueue.create(reply_name, REPLY_SHAPE.messages, REPLY_SHAPE.size)
         try:
             ctl = MessageQueue.open(object_name(self.run.run_id, ROLE_CONTROL))
             try:

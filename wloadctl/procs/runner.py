@@ -22,11 +22,13 @@ from wloadctl.core.events import RunStartedEvent
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.states import JobState
-from wloadctl.errors import PlanError, UsageError, WloadError
+from wloadctl.errors import PlanError, TransportError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
+from wloadctl.ipc.quota import run_shapes
 from wloadctl.ipc.shm import run_is_alive
 from wloadctl.paths import ids_path, summary_path, write_ids, write_summary
 from wloadctl.procs.health import pid_alive
+from wloadctl.procs.limits import queue_room, quota_full
 from wloadctl.procs.localpool import LocalPool
 from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.reports import ReportReader
@@ -240,6 +242,11 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             assert plan is not None
             opts.executors = opts.executors if opts.executors > 0 else 2
             opts.slots = opts.slots if opts.slots > 0 else 4
+            # A full queue quota refuses the run in one line before anything of it exists
+            # (crashed runs' queues go first: they hold quota nobody uses).
+            for line in clean_stale_lines():
+                opts.say(line)
+            queue_room(run_shapes(len(plan.jobs)).charge)
             bdate = opts.business_date or dt.date.today().isoformat()
             rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
             text = Path(plan.path).read_text(encoding="utf-8", errors="replace")
@@ -524,7 +531,12 @@ def _fresh_objects(run_id: str, n_jobs: int, opts: RunOptions) -> RunObjects:
     gone = remove_run_objects(run_id)
     if gone:
         opts.say(f"removed {len(gone)} stale IPC object(s) of run {run_id} left by a crash")
-    return RunObjects.create(run_id, n_jobs)
+    try:
+        return RunObjects.create(run_id, n_jobs)
+    except TransportError as e:
+        if "ulimit -q" in e.message:  # another run took the room since the check: say it the same way
+            raise quota_full(need=run_shapes(n_jobs).charge) from None
+        raise
 
 
 def _install_signals(loop: SchedulerLoop) -> dict[int, object]:
