@@ -91,5 +91,5 @@ def test_a_live_run_counts_in_the_runs_and_queue_bytes(tmp_path: Path, no_ipc_le
             assert run_id in runs["note"]
         assert rows["mqueue bytes"]["used"] >= run_shapes(1).charge
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # stops its jobs too (Ctrl-C would leave them running)
         proc.wait(60)

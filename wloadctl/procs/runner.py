@@ -98,6 +98,8 @@ class RunOutcome:
     wall: float
     """Seconds this scheduler ran."""
     resumed: bool
+    kept: int = 0
+    """Jobs left running under their executors by a stop that keeps them (Ctrl-C), for a resume."""
 
     @property
     def exit_code(self) -> int:
@@ -367,6 +369,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
         loop.sweeper = ResultSweeper(local, core.ids, claim.predecessor, events.emit)
     stop_signals = _install_signals(loop)
     status = "interrupted"
+    kept = 0
     fenced: Fenced | None = None
     try:
         core.set_times(*ctx.times(core))
@@ -392,7 +395,11 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             opts.say(f"run stalled: {len(held)} held job(s) need an operator: {', '.join(held[:10])}; "
                      f"release them and `wloadctl resume --state-dir {opts.state_dir}`")
         else:
-            loop.drain_after_stop(grace=8.0)
+            # Ctrl-C: what runs here goes on under its executors, whose queues and segments stay
+            # for the resume that reattaches to them; a SIGTERM stops and requeues it.
+            kept = loop.jobs_here() if loop.keep_jobs else 0
+            if not kept:
+                loop.drain_after_stop(grace=8.0)
     except Fenced as e:
         fenced = e
         raise
@@ -410,20 +417,24 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                 try:
                     store.set_status(run.id, status, ended if status not in UNFINISHED else None)
                     write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts)})
-                    events.emit("scheduler_stop", status=status)
+                    events.emit("scheduler_stop", status=status, **({"kept_running": kept} if kept else {}))
                 finally:
-                    loop.publish_final()
-                    if status in ("interrupted", "held"):
-                        local.stop_all()
-                    local.wait_all(timeout=10.0)
-                    ctx.reap_hooks(wait=5.0)
-                    objs.remove()
+                    if kept:  # executors, queues and segments stay for the resume that reattaches
+                        ctx.reap_hooks(wait=5.0)
+                        objs.close()
+                    else:
+                        loop.publish_final()
+                        if status in ("interrupted", "held"):
+                            local.stop_all()
+                        local.wait_all(timeout=10.0)
+                        ctx.reap_hooks(wait=5.0)
+                        objs.remove()
                     events.close()
         finally:
             _restore_signals(stop_signals)
     if fenced is not None:
         raise fenced
-    return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed)
+    return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed, kept)
 
 
 def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: int, opts: RunOptions,
@@ -542,8 +553,9 @@ def _fresh_objects(run_id: str, n_jobs: int, opts: RunOptions) -> RunObjects:
 def _install_signals(loop: SchedulerLoop) -> dict[int, object]:
     old: dict[int, object] = {}
 
-    def stop(_s: int, _f: object) -> None:
-        loop.request_stop()
+    def stop(sig: int, _f: object) -> None:
+        # Ctrl-C leaves running jobs to their executors for a resume; SIGTERM stops them.
+        loop.request_stop(keep_jobs=sig == signal.SIGINT)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         old[sig] = signal.signal(sig, stop)

@@ -60,6 +60,8 @@ class SchedulerLoop:
     """Called after each turn (progress display), at most every 0.2 s."""
     stop_requested: bool = False
     """Set by SIGINT/SIGTERM: stop the run (it can be resumed)."""
+    keep_jobs: bool = False
+    """The stop leaves running jobs to their executors (Ctrl-C): a resume reattaches to them."""
     finished: RunFinished | None = None
     """Set when the core reports the run finished."""
     changes: list[tuple[int, int]] = field(default_factory=list)
@@ -255,10 +257,18 @@ class SchedulerLoop:
         except WloadError:
             pass
 
-    def request_stop(self) -> None:
-        """Stop dispatching; running jobs are stopped and requeued so a resume runs them again."""
+    def request_stop(self, keep_jobs: bool = False) -> None:
+        """Stop dispatching; running jobs are stopped and requeued so a resume runs them again,
+        or, with `keep_jobs`, left running under their executors for a resume to reattach to."""
         self.stop_requested = True
+        self.keep_jobs = keep_jobs
         self.core.paused = True
+
+    def jobs_here(self) -> int:
+        """Jobs sent to or running on this host's executors now."""
+        core = self.core
+        away = self.remote.remote_of if self.remote is not None else (lambda _i: False)
+        return sum(1 for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and not away(i))
 
     def drain_after_stop(self, grace: float) -> None:
         """After a stop: requeue running jobs, let executors stop them, and journal what they report.
