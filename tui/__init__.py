@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def run_console(args: argparse.Namespace) -> int:
     from wloadctl.client import RunClient
     from wloadctl.errors import UsageError
 
+    if not args.plan and not args.state_dir and not os.environ.get("WLOADCTL_STATE_DIR"):
+        return _run_list(args)
     state_dir = _state_dir(args)
     supervisor = None
     if args.readonly:
@@ -90,4 +93,15 @@ def run_console(args: argparse.Namespace) -> int:
             f"check with `wloadctl status {where}`",
             file=sys.stderr,
         )
+    return 0
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    """The console over every run under the state root: the list first, a run opened from it."""
+    from tui.app import ConsoleApp
+    from wloadctl.paths import state_root
+    from wloadctl.runlist import list_runs
+
+    root = state_root()
+    ConsoleApp(None, readonly=args.readonly, runs_source=lambda: list_runs(root)[0], runs_root=str(root)).run()
     return 0
