@@ -333,7 +333,10 @@ class RunClient:
         rep = self.control("why", [job])
         if not rep.get("ok") or not rep.get("why"):
             raise ControlError(rep.get("error") or f"unknown job '{job}'")
-        return dict(rep["why"][0])
+        out = dict(rep["why"][0])
+        if out.get("state") == "READY":
+            _behind_runs(out, self.run.run_id)
+        return out
 
     def history(self, job: str) -> dict[str, Any]:
         """Every transition and operator action of one job."""
@@ -456,6 +459,18 @@ def resolve_state_dir(given: str | None) -> Path:
     if not journals:
         raise UsageError("no run found", hint="give --state-dir DIR, or start a run with `wloadctl run PLAN`")
     return journals[-1].parent
+
+
+def _behind_runs(why: dict[str, Any], run_id: str) -> None:
+    """Name the other runs holding the host's shared slots in a ready job's `why`."""
+    from wloadctl.hostshare import behind
+    from wloadctl.paths import state_root
+
+    others = behind(state_root(), run_id)
+    if others:
+        why["behind_runs"] = [{"run": r.run, "plan": r.plan, "running": r.busy} for r in others]
+        why["reasons"] = [*why.get("reasons", []), "the host's slots are shared with other runs; waiting behind "
+                          + ", ".join(f"{r.plan} (run {r.run}, {r.busy} running)" for r in others[:8])]
 
 
 def _user() -> str:

@@ -23,10 +23,11 @@ from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.states import JobState
 from wloadctl.errors import PlanError, TransportError, UsageError, WloadError
+from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.quota import run_shapes
 from wloadctl.ipc.shm import run_is_alive
-from wloadctl.paths import ids_path, summary_path, write_ids, write_summary
+from wloadctl.paths import ids_path, state_root, summary_path, write_ids, write_summary
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.limits import queue_room, quota_full
 from wloadctl.procs.localpool import LocalPool
@@ -367,6 +368,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                          exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval)
     if claim is not None and adopt:
         loop.sweeper = ResultSweeper(local, core.ids, claim.predecessor, events.emit)
+    loop.governor = _governor(run, plan, core)
     stop_signals = _install_signals(loop)
     status = "interrupted"
     kept = 0
@@ -385,6 +387,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             store.drop_columns()  # every job's row, read for the resume: not kept for the whole run
         events.emit("scheduler_start", pid=os.getpid(), epoch=epoch, resumed=resumed)
         local.spawn_missing(opts.executors)
+        if loop.governor is not None:  # the host's share before the first dispatch
+            loop.governor.beat(core, time.time())
         core.feed(RunStartedEvent(time.time(), cause_id="resume" if resumed else "start"))
         finished = loop.run()
         if finished is not None:
@@ -432,9 +436,19 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                     events.close()
         finally:
             _restore_signals(stop_signals)
+            if loop.governor is not None:
+                loop.governor.leave()
     if fenced is not None:
         raise fenced
     return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed, kept)
+
+
+def _governor(run: RunRow, plan: Plan, core: SchedulerCore) -> SlotGovernor | None:
+    """The run's share of the host's slots when `wloadctl host --slots` set a host capacity."""
+    root = state_root()
+    if HostCapacity.read(root) is None:
+        return None
+    return SlotGovernor(HostShare(root, run.run_id, plan.name, plan.share, core.slots))
 
 
 def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: int, opts: RunOptions,

@@ -31,6 +31,7 @@ from wloadctl.procs.supervisor import RunObjects, live_standby
 from wloadctl.store import Store
 
 if TYPE_CHECKING:
+    from wloadctl.hostshare import SlotGovernor
     from wloadctl.remote.agentpool import AgentPool
 
 _SHOWN = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED,
@@ -82,6 +83,8 @@ class SchedulerLoop:
     """After a takeover: recovers results a fenced predecessor took from the response queue."""
     standby_pid: int = 0
     """The standby scheduler watching this one, published on the board."""
+    governor: SlotGovernor | None = None
+    """Gives the core its share of the host's slots at each beat (None: the run keeps its own)."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -165,6 +168,8 @@ class SchedulerLoop:
         self.ctx.events.flush()
         cause = f"health-{self.turn}"
         self.local.check(now, self.core.feed, cause, replace=not self.stop_requested and self.finished is None)
+        if self.governor is not None:
+            self.governor.beat(self.core, now)
         if self.remote is not None:
             self.remote.check(now, self.core.feed, cause)
         if self.sweeper is not None and not self.sweeper.sweep(self.core.feed, now):
