@@ -9,17 +9,18 @@ from ipc_fixtures import IpcTracker
 
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.mq import MessageQueue, queue_charge
-from wloadctl.ipc.quota import REPLY_RESERVE, RUNS_GOAL, KernelLimits, run_shapes
+from wloadctl.ipc.quota import BIG_RUN, REPLY_RESERVE, RUNS_FLOOR, RUNS_GOAL, KernelLimits, run_shapes
 
 DEFAULT = KernelLimits(quota=819200, hard=819200, msg_max=10, msgsize_max=8192)
 
 
-def test_the_largest_run_takes_a_fiftieth_of_the_default_quota() -> None:
-    shapes = run_shapes(1_000_000, DEFAULT)
-    assert RUNS_GOAL * shapes.charge + REPLY_RESERVE <= DEFAULT.quota
-    for q, record in ((shapes.request, P.TASK), (shapes.response, P.RESULT)):
-        assert q.messages >= 2 and q.size <= 8192
-        assert (q.size - P.HEADER.size) // record.size >= 30  # dozens of records a message still
+def test_a_run_takes_a_fiftieth_of_the_default_quota_and_a_big_one_a_twentieth() -> None:
+    for n_jobs, runs, least in ((BIG_RUN, RUNS_GOAL, 30), (1_000_000, RUNS_FLOOR, 150)):
+        shapes = run_shapes(n_jobs, DEFAULT)
+        assert runs * shapes.charge + REPLY_RESERVE <= DEFAULT.quota
+        for q, record in ((shapes.request, P.TASK), (shapes.response, P.RESULT)):
+            assert q.messages >= 2 and q.size <= 8192
+            assert (q.size - P.HEADER.size) // record.size >= least  # records a message
 
 
 def test_a_small_run_takes_only_what_its_jobs_can_fill() -> None:
@@ -44,18 +45,20 @@ def test_a_tight_quota_or_lower_caps_still_give_usable_queues() -> None:
 
 
 def test_no_control_queue_gives_the_data_queues_its_room() -> None:
-    assert run_shapes(10**6, DEFAULT, control=False).request.size > run_shapes(10**6, DEFAULT).request.size
+    assert run_shapes(BIG_RUN, DEFAULT, control=False).request.size > run_shapes(BIG_RUN, DEFAULT).request.size
 
 
-def test_fifty_of_the_largest_runs_queues_fit_the_default_quota(ipc: IpcTracker) -> None:
+@pytest.mark.parametrize(("n_jobs", "runs"), [(BIG_RUN, RUNS_GOAL), (1_000_000, RUNS_FLOOR)])
+def test_fifty_runs_or_twenty_of_the_largest_fit_the_default_quota(ipc: IpcTracker, n_jobs: int,
+                                                                     runs: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)
     if soft == resource.RLIM_INFINITY or soft > DEFAULT.quota:
         # The suite's limit is the default one on CI; a raised one is lowered for this test.
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (DEFAULT.quota, hard))
     try:
-        shapes = run_shapes(1_000_000)
-        # Given fifty runs' queues made side by side as one user
-        for _ in range(RUNS_GOAL):
+        shapes = run_shapes(n_jobs)
+        # Given fifty runs' queues (twenty of the largest runs') made side by side as one user
+        for _ in range(runs):
             rid = ipc.run_id()
             for role, q in (("req", shapes.request), ("rsp", shapes.response), ("ctl", shapes.control)):
                 assert q is not None

@@ -65,7 +65,7 @@ def test_judge_and_queue_charge() -> None:
     # The default ulimit -q (819,200 bytes) holds nine default queues, not ten.
     assert 819200 // queue_charge(10, 8192) == 9
     # A run's queues are sized so that fifty runs fit the quota (see wloadctl.ipc.quota).
-    assert run_queue_bytes() == run_shapes(10**6).charge
+    assert run_queue_bytes() == run_shapes(10**6).charge  # the largest run
     assert run_queue_bytes() >= CONTROL_SHAPE.charge
 
 

@@ -6,7 +6,8 @@ live side by side; a run's request and response queues are therefore sized from 
 the kernel reports, so that RUNS_GOAL runs fit it, and no larger than the run can use
 (a ten-job plan never has more than ten tasks in flight). Messages only carry fixed-size
 records (payloads are in shared memory), so a smaller message means fewer records a
-message, never a job that cannot be sent.
+message, never a job that cannot be sent. Small and medium runs take a fiftieth of the quota,
+runs of more than BIG_RUN jobs a twentieth, where fewer, larger turns pay for themselves.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ from wloadctl.ipc import protocol as P
 from wloadctl.ipc.mq import MSG_HEADER, TREE_NODE, queue_charge
 
 RUNS_GOAL = 50
-"""Runs one user's quota should hold at once; a run's queues get 1/RUNS_GOAL of it."""
+"""Runs of up to BIG_RUN jobs one user's quota holds at once: their queues get 1/RUNS_GOAL of it."""
+RUNS_FLOOR = 20
+"""Runs of any size one user's quota holds at once: a larger run's queues get 1/RUNS_FLOOR of it."""
+BIG_RUN = 20_000
+"""Jobs above which a run's queues get the larger share. Each scheduler turn commits what the
+response queue held, so its capacity sets the jobs a turn settles: at 100,000 no-op jobs the
+scheduler spends about 3.3 CPU seconds with 10 x 8 KiB queues, 4.1 with a twentieth of the default
+quota and 6.5 with a fiftieth (`wloadctl bench --only e2e` on a loaded 2-core host)."""
 SLOT_OVERHEAD = MSG_HEADER + TREE_NODE
 """Bytes the kernel charges per message slot beside its text."""
 QUEUE_MESSAGES = 2
@@ -101,13 +109,14 @@ class RunShapes:
         return self.request.charge + self.response.charge + (self.control.charge if self.control else 0)
 
 
-def queue_budget(limits: KernelLimits, control: bool = True) -> int:
-    """Bytes a run's request and response queues may take together under these limits."""
+def queue_budget(limits: KernelLimits, control: bool = True, n_jobs: int = 0) -> int:
+    """Bytes the request and response queues of a run of `n_jobs` jobs may take together."""
     most = 2 * queue_charge(min(limits.msg_max, DEFAULT_MAX_MESSAGES),
                             min(limits.msgsize_max, DEFAULT_MAX_MESSAGE_SIZE))
     if limits.quota is None:
         return most
-    share = (limits.quota - REPLY_RESERVE) // RUNS_GOAL - (CONTROL_SHAPE.charge if control else 0)
+    runs = RUNS_FLOOR if n_jobs > BIG_RUN else RUNS_GOAL
+    share = (limits.quota - REPLY_RESERVE) // runs - (CONTROL_SHAPE.charge if control else 0)
     return max(2 * queue_charge(1, MIN_MESSAGE), min(most, share))
 
 
@@ -139,11 +148,11 @@ def run_shapes(n_jobs: int, limits: KernelLimits | None = None, control: bool = 
         control: Whether the run has a control queue.
 
     Returns:
-        The request, response and control shapes; their charge is at most
-        1/RUNS_GOAL of the quota (above a floor of two small queues).
+        The request, response and control shapes; their charge is at most 1/RUNS_GOAL of the
+        quota, or 1/RUNS_FLOOR for a run of more than BIG_RUN jobs (above a floor of two small queues).
     """
     limits = limits or KernelLimits.read()
-    half = queue_budget(limits, control) // 2
+    half = queue_budget(limits, control, n_jobs) // 2
     # A job in flight has up to two records on their way back (started, exited).
     return RunShapes(_shape(half, limits, P.TASK.size, n_jobs),
                      _shape(half, limits, P.RESULT.size, 2 * n_jobs),
