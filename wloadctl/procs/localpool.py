@@ -30,12 +30,6 @@ if TYPE_CHECKING:
 
 KILL_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL of an operator kill or preemption."""
-TURN_REPORTS = 2048
-"""Reports a turn gathers at most before the engine takes them (one journal commit for all)."""
-GATHER_WAIT = 0.0005
-"""Seconds a turn waits for the next report message while executors refill a response queue it found
-full: small queues (sized to fit dozens of runs in the user's quota) then still give a turn's commit
-hundreds of reports, not one queue's worth."""
 UNACCEPTED_SETTLE = 0.25
 """Seconds, once the request queue has emptied after an executor died, before tasks found in no
 executor's record count as lost with it (live executors record what they take at once)."""
@@ -144,7 +138,6 @@ class LocalPool:
 
     def __post_init__(self) -> None:
         self.per_msg = P.tasks_per_message(self.objs.req.max_message_size)
-        self._rsp_slots = int(getattr(self.objs.rsp, "max_messages", 1 << 30))
         self._req_out = False
         self._poller: select.poll | None = None
 
@@ -215,7 +208,6 @@ class LocalPool:
         """
         rsp, n = self.objs.rsp, self.core.n
         recs: list[P.ResultRecord] = []
-        taken = 0
         while True:
             # Checked before every message, so a scheduler frozen mid-drain takes at most
             # one message of its successor's when it wakes (the successor's sweeper finds
@@ -223,14 +215,7 @@ class LocalPool:
             self.guard()
             data = rsp.recv_nowait()
             if data is None:
-                # A queue found full has executors waiting to send more: gather those too.
-                if taken < self._rsp_slots or len(recs) >= TURN_REPORTS:
-                    return recs
-                data = rsp.recv(GATHER_WAIT)
-                if data is None:
-                    return recs
-                taken = 0
-            taken += 1
+                return recs
             for r in P.decode_results(data):
                 if r.task >= n:
                     continue
