@@ -31,9 +31,12 @@ from wloadctl.bench.context import (
 )
 from wloadctl.bench.figures import SECTIONS, combine, field_of, ratio
 from wloadctl.bench.measure import file_create_micros
+from wloadctl.bench.remote import agent_names
 from wloadctl.bench.runs import chain_latencies, run_processes
 from wloadctl.bench.suite import build_parser, main, settings_from
 from wloadctl.ipc import protocol as P
+from wloadctl.ipc.shm import remove_run_objects
+from wloadctl.remote.agent import node_run_id
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,7 @@ def test_quick_run_succeeds_and_measures_every_section(quick: dict[str, Any]) ->
     assert quick["exit_code"] == 0
     assert quick["mode"] == "quick"
     measured = {f["section"] for f in quick["figures"]}
-    assert {"engine", "e2e", "postgres", "shell", "latency", "memory"} <= measured
+    assert {"engine", "e2e", "postgres", "shell", "latency", "memory", "remote"} <= measured
     pg = [f for f in quick["figures"] if f["section"] == "postgres"]
     assert pg and all(f["jobs_per_s"] for f in pg), pg
     assert any("PostgreSQL journal jobs/s / SQLite journal jobs/s" in r["name"] for r in quick["ratios"])
@@ -144,11 +147,44 @@ def test_latency_and_memory_figures_are_there(quick: dict[str, Any]) -> None:
 
 
 @pytest.mark.ipc
+def test_remote_section_runs_through_agents_beside_local_and_dask_distributed(quick: dict[str, Any]) -> None:
+    figs = _figures(quick)
+    jobs = QUICK.remote
+    remote = figs[f"remote/no-op throughput/wloadctl 2 agents/bank/{jobs}"]
+    local = figs[f"e2e/no-op throughput/wloadctl/bank/{jobs}"]
+    assert remote["jobs_per_s"] and local["jobs_per_s"] and remote["extra"]["agents"] == 2
+    ratios = {r["name"]: r for r in quick["ratios"]}
+    by_local = ratios[f"remote {jobs}: 2 agents jobs/s / local jobs/s"]
+    assert (by_local["numerator"], by_local["denominator"]) == (remote["key"], local["key"])
+    if daskcmp.available("distributed"):
+        dist = figs[f"remote/no-op DAG/dask distributed 2 workers/bank/{jobs}"]
+        assert dist["extra"]["workers"] == 2 and dist["extra"]["start_seconds"] > 0
+        by_dask = ratios[f"remote {jobs}: 2 agents jobs/s / Dask distributed jobs/s"]
+        assert by_dask["denominator"] == dist["key"]
+    else:
+        assert daskcmp.MISSING_DISTRIBUTED in quick["notes"]
+    # The agents (named after this process, which ran the benchmark) are gone with their
+    # executors, queues and segments.
+    for name in agent_names():
+        assert run_processes(name) == []
+        assert remove_run_objects(node_run_id(name)) == []
+
+
+@pytest.mark.ipc
+def test_reads_of_a_finished_run_are_measured_beside_a_replay(quick: dict[str, Any]) -> None:
+    figs = _figures(quick)
+    for name in ("replay of every turn", "status", "history of one job", "why of one job", "status (command)"):
+        assert figs[f"reads/{name}/wloadctl/bank/{QUICK.big}"]["seconds"] > 0
+    names = {r["name"] for r in quick["ratios"]}
+    assert f"reads {QUICK.big}: status / replay of every turn" in names
+
+
+@pytest.mark.ipc
 def test_targets_are_listed_but_not_judged_at_quick_sizes(
     quick: dict[str, Any],
 ) -> None:
     labels = [t["label"] for t in quick["targets"]]
-    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "d", "e"]
+    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "d", "e", "f1", "f2", "r1", "r2", "r3"]
     assert all(t["met"] is None for t in quick["targets"])
 
 

@@ -98,6 +98,8 @@ def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_pa
     con.execute("DROP TABLE turns")
     con.execute("UPDATE runs SET plan_text = (SELECT text FROM plans WHERE run = runs.id)")
     con.execute("DROP TABLE plans")
+    for table in ("now_runs", "now_states", "turn_jobs"):
+        con.execute(f"DROP TABLE {table}")
     con.executemany("INSERT INTO transitions (run, idx, from_state, to_state, attempt, ts, executor, exit_code,"
                     " reason, cause) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [(run.id, 0, W, R, 0, 1.0, -1, None, "", "s"), (run.id, 0, R, Q, 1, 1.0, -1, None, "", "s"),
@@ -110,9 +112,11 @@ def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_pa
         assert ro.plan_text(run.id) == "text"
         assert ro.last_seq(run.id) == 3
     with Store.open(tmp_path) as st:
-        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert st.plan_text(run.id) == "text"
+        assert st.current_states(run.id) is None, "kept from the run's next write on"
         st.write_turn(run.id, [(0, RUN, OK, 1, 3.0, 0, 0, "", "t2")])
+        assert st.current_states(run.id) == bytearray([OK, W])
         assert st.job_row(run.id, "a") == (0, "a", OK, 1, 0, 0, 2.0, 3.0, "")
         assert [t[1] for t in st.transitions_of(run.id, 0)] == [R, Q, RUN, OK]
         assert [s[0] for s in st.transitions_since(run.id, 2)] == [3, 4]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from wloadctl.errors import StoreError
 from wloadctl.store import StaleEpoch, Store
+from wloadctl.turns import INDEX_BLOCK, STATE_BLOCK
 
 W, R, Q, RUN, OK, FAIL = 0, 1, 2, 3, 4, 5
 Opener = Callable[..., Store]
@@ -69,6 +71,24 @@ def test_turns_make_the_job_rows_and_the_history(opener: Opener) -> None:
     # A reader following the run sees turns written after its first look.
     st.write_turn(run.id, [(2, W, R, 0, 4.0, -1, None, "", "t3")])
     assert reader.job_row(run.id, "c")[2] == R  # type: ignore[index]
+
+
+def test_the_rows_at_a_moment_replay_the_turns_up_to_it(opener: Opener) -> None:
+    st = opener()
+    run = new_run(st, ["a", "b"])
+    st.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "start"), (0, R, Q, 1, 1.0, -1, None, "", "start")])
+    st.write_turn(run.id, [(0, Q, RUN, 1, 2.0, 1, None, "", "t1")])
+    st.write_turn(run.id, [(0, RUN, FAIL, 1, 3.0, 1, 7, "exit status 7", "t2"), (1, W, R, 0, 3.5, -1, None, "", "t2")])
+    reader = opener(readonly=True)
+    for s in (st, reader):
+        assert bytes(s.columns_at(run.id, 0.5).state) == bytes([W, W])
+        assert bytes(s.columns_at(run.id, 1.0).state) == bytes([Q, W])
+        mid = s.columns_at(run.id, 2.5)
+        assert mid.row(0, "a") == (0, "a", RUN, 1, 1, None, 2.0, None, "")
+        # A turn is replayed in part when its records straddle the moment
+        late = s.columns_at(run.id, 3.2)
+        assert late.row(0, "a") == (0, "a", FAIL, 1, 1, 7, 2.0, 3.0, "exit status 7") and late.state[1] == W
+        assert bytes(s.columns_at(run.id, 9.0).state) == bytes([FAIL, R])
 
 
 def test_loop_instances_added_by_a_turn_get_job_rows(opener: Opener) -> None:
@@ -147,3 +167,59 @@ def test_every_write_of_an_older_epoch_is_refused(opener: Opener) -> None:
 def test_a_missing_journal_is_not_created_when_asked_not_to(opener: Opener) -> None:
     with pytest.raises(StoreError, match="no run journal"):
         opener(create=False)
+
+
+def _random_run(st: Store, n: int, turns: int, seed: int = 7) -> int:
+    """A run of n jobs moved by random turns (states, attempts, exit codes, reasons)."""
+    rng = random.Random(seed)
+    run = new_run(st, [f"j{i}" for i in range(n)])
+    state = [W] * n
+    for t in range(turns):
+        batch = []
+        for i in rng.sample(range(n), rng.randint(1, 200)):
+            to = rng.choice([R, Q, RUN, OK, FAIL])
+            code = 1 if to == FAIL else 0 if to == OK else None
+            batch.append((i, state[i], to, t, float(t), t % 3, code, f"r{t}" if to == FAIL else "", f"c{t}"))
+            state[i] = to
+        st.write_turn(run.id, batch, durable=t % 2 == 0)
+    return run.id
+
+
+def test_reads_of_one_job_and_of_the_counts_answer_as_a_replay_does(opener: Opener) -> None:
+    n = 2 * STATE_BLOCK + 37
+    st = opener()
+    run = _random_run(st, n, 60)
+    reader = opener(readonly=True)
+    replay = reader.columns(run)  # the old way: every turn applied in order
+    ids = reader.job_ids(run)
+    states = reader.current_states(run)
+    assert states is not None and states == replay.state[:n]
+    assert dict(reader.state_counts(run)) == {s: replay.state.count(s) for s in set(replay.state)}
+    for i in (0, 1, INDEX_BLOCK - 1, INDEX_BLOCK, STATE_BLOCK + 5, n - 1):
+        assert reader.job_row(run, ids[i]) == replay.row(i, ids[i])
+        mine = [r[2:] for turn in reader._turns(run, 0) for r in turn if r[1] == i]
+        assert reader.transitions_of(run, i) == mine
+    listed = reader.job_rows(run, exclude_states=(W, OK), limit=25)
+    expect = [replay.row(i, ids[i]) for i in range(n) if replay.state[i] not in (W, OK)][:25]
+    assert listed == expect
+
+
+def test_a_run_journaled_before_its_current_states_were_kept_is_brought_in_at_its_next_write(
+        opener: Opener) -> None:
+    st = opener()
+    run = _random_run(st, 300, 10)
+    # As a journal of the previous schema version has it: turns only.
+    for table in ("turn_jobs", "now_states", "now_runs"):
+        sql = f"DELETE FROM {table} WHERE run = {run}"
+        conn = getattr(st, "conn", None) or st._conn  # type: ignore[attr-defined]
+        conn.execute(sql)
+    reader = opener(readonly=True)
+    assert reader.current_states(run) is None
+    replay = [reader.job_row(run, f"j{i}") for i in range(300)]
+    writer = opener()
+    writer.write_turn(run, [(5, replay[5][2], OK, 9, 99.0, 1, 0, "", "late")])  # type: ignore[index]
+    again = opener(readonly=True)
+    assert again.current_states(run) is not None
+    assert [again.job_row(run, f"j{i}") for i in range(300) if i != 5] == [r for k, r in enumerate(replay) if k != 5]
+    assert again.job_row(run, "j5")[2:4] == (OK, 9)  # type: ignore[index]
+    assert [t[1] for t in again.transitions_of(run, 5)][-1] == OK

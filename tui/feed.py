@@ -24,6 +24,7 @@ from tui.messages import (
 from tui.sla import deadline_at
 from tui.supervise import SchedulerSupervisor
 from tui.view_model import JobsModel
+from wloadctl.client import node_label
 from wloadctl.core.dag import Dag
 
 POLL = 0.25
@@ -303,7 +304,8 @@ class Feed:
             tuple(views),
             sup,
             agents=tuple(
-                AgentView(str(a["agent"]), str(a["state"]), ",".join(a.get("pools") or []),
+                AgentView(str(a["agent"]), node_label(int(a.get("index", -1))),
+                          str(a["state"]), ",".join(a.get("pools") or []),
                           int(a.get("slots_used") or 0), int(a.get("slots") or 0), float(a.get("load1") or 0.0),
                           int(a.get("jobs_held") or 0), a.get("age"))
                 for a in client.agents()

@@ -58,6 +58,8 @@ class AgentView:
 
     name: str
     """Its name."""
+    label: str
+    """Its short label in the jobs table's EX column (a0, a1...)."""
     state: str
     """ALIVE, SUSPECT or LOST."""
     pools: str

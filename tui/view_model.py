@@ -10,6 +10,7 @@ from typing import Any
 
 from tui.filters import JobFilter
 from tui.labels import TIER_SHORT, fmt_clock, fmt_duration
+from wloadctl.client import node_label
 from wloadctl.core.states import FAIL_STATES, OK_STATES, TERMINAL, JobState, SlaTier
 
 S = JobState
@@ -343,7 +344,7 @@ def job_row(model: JobsModel, i: int, now: float) -> JobRow:
         str(att) if att else "",
         fmt_clock(model.started[i]),
         fmt_duration(model.duration(i, now)),
-        str(ex) if ex >= 0 and att else "",
+        node_label(ex) if att else "",
         info,
     )
 

@@ -55,6 +55,11 @@ def _remote_args(p: argparse.ArgumentParser) -> None:
                    help="seconds an agent may be silent before it is LOST and its jobs are retried (default 10)")
 
 
+def _metrics_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics", metavar="HOST:PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics (:PORT for every interface)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = _Parser(prog="wloadctl", description="Workload scheduler for batch operations.")
@@ -130,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         _heartbeat_args(p)
         _remote_args(p)
+        _metrics_arg(p)
 
     p = sub.add_parser("trigger", help="start runs of a plan at its cron schedule, on business days")
     p.add_argument("plan", metavar="PLAN")
@@ -144,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true", help="list every job, not only the unfinished and failed")
+    p.add_argument("--at", metavar="TIME", help="the run as it stood then, from the journal: a clock time (23:40), "
+                   "an ISO timestamp, or an offset back from now (-15m)")
+    p = sub.add_parser("top", help="the live pipeline: queues, arena, latencies, journal, loop, executors, agents")
+    _state_dir_arg(p)
+    p.add_argument("--json", action="store_true", help="one reading as a JSON object")
+    p.add_argument("--once", action="store_true", help="print one reading and exit (the default when piped)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between readings (default 1)")
 
     for verb in VERB_COMMANDS:
         p = sub.add_parser(verb, help=f"{verb} jobs (ids or globs)")
@@ -181,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("console", help="the operations console")
     p.add_argument("plan", metavar="PLAN", nargs="?")
     _state_dir_arg(p)
+    _remote_args(p)
     p.add_argument("--readonly", action="store_true")
     p.add_argument("--executors", type=int, default=0)
     p.add_argument("--slots", type=int, default=0)
@@ -193,15 +207,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--business-date")
     _heartbeat_args(p)
     _remote_args(p)
+    _metrics_arg(p)
     p = sub.add_parser("agent", help="serve pools of a broker on this node: run their jobs on local executors")
     from wloadctl.remote.agent_cli import add_agent_args
 
     add_agent_args(p)
+    _metrics_arg(p)
     p = sub.add_parser("agents", help="remote agents (nodes) from the broker, with their state")
     from wloadctl.remote.agents import add_agents_args
     from wloadctl.remote.broker import add_broker_args
 
-    add_broker_args(p)
+    add_broker_args(p, streams=False)
     add_agents_args(p)
     p = sub.add_parser("runs", help="every run under a root directory, live or finished")
     p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
@@ -292,9 +308,19 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def cmd_status(a: argparse.Namespace) -> int:
+    if a.at:
+        from wloadctl.cli_ops import show_status_at
+
+        return show_status_at(a, _reader_dir(a.state_dir))
     from wloadctl.cli_show import show_status
 
     return show_status(a, _reader_dir(a.state_dir))
+
+
+def cmd_top(a: argparse.Namespace) -> int:
+    from wloadctl.cli_ops import show_top
+
+    return show_top(a, _reader_dir(a.state_dir))
 
 
 def cmd_verb(a: argparse.Namespace) -> int:
@@ -325,6 +351,12 @@ def cmd_cleanup(a: argparse.Namespace) -> int:
 
 def cmd_console(a: argparse.Namespace) -> int:
     from tui import run_console
+    from wloadctl.remote.broker import ENV_BROKER, ENV_PASSWORD, ENV_PREFIX
+
+    # The scheduler the console starts inherits the broker of the run's agents.
+    for var, value in ((ENV_BROKER, a.broker), (ENV_PASSWORD, a.broker_password), (ENV_PREFIX, a.prefix)):
+        if value:
+            os.environ[var] = value
 
     return run_console(a)
 
@@ -429,6 +461,7 @@ COMMANDS: dict[str, Any] = {
     "run": cmd_run,
     "resume": cmd_run,
     "status": cmd_status,
+    "top": cmd_top,
     "cancel": cmd_verb,
     "why": cmd_read,
     "history": cmd_read,
@@ -459,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
         from wloadctl.bench import main as bench_main
 
         return int(bench_main(argv[1:]))
+    # `--at -15m`: argparse would take the offset for an option; glue it to its flag.
+    argv = [f"--at={v}" if k and argv[k - 1] == "--at" and v.startswith("-") else v
+            for k, v in enumerate(argv) if not (v == "--at" and k + 1 < len(argv) and argv[k + 1].startswith("-"))]
     args = build_parser().parse_args(argv)
     if getattr(args, "journal", None):
         # The process's journal, inherited by the schedulers and executors it starts.

@@ -165,6 +165,25 @@ def run_command(a: argparse.Namespace) -> int:
                       heartbeat_interval=a.heartbeat_interval, exit_when_stalled=a.exit_on_hold,
                       lease_seconds=a.heartbeat_timeout, say=_say(a.quiet), broker=broker_of(a),
                       agent_timeout=a.agent_timeout)
+    opts.metrics, server = _metrics(a, opts)
+    try:
+        return _run_headless(a, opts, state_dir, quiet, loaded)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _metrics(a: argparse.Namespace, opts: RunOptions) -> tuple[Any, Any]:
+    """The collector and server of `--metrics`, listening before the run starts (a taken port fails first)."""
+    if not a.metrics:
+        return None, None
+    from wloadctl.metrics import scheduler_metrics
+
+    return scheduler_metrics(a.metrics, opts.say)
+
+
+def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quiet: bool, loaded: Any) -> int:
+    """Drive the run with a progress display and print how it ended."""
     tty = sys.stdout.isatty() and not quiet
     bars: list[Bar] = []
     on_turn: Any = None
@@ -221,12 +240,17 @@ def scheduler_command(a: argparse.Namespace) -> int:
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       heartbeat_interval=a.heartbeat_interval, lease_seconds=a.heartbeat_timeout,
                       say=_say(False), exit_when_stalled=False, broker=broker_of(a), agent_timeout=a.agent_timeout)
-    if a.standby:
-        from wloadctl.procs.standby import run_standby
+    opts.metrics, server = _metrics(a, opts)
+    try:
+        if a.standby:
+            from wloadctl.procs.standby import run_standby
 
-        return run_standby(a.plan, opts)
-    outcome = start_or_resume(a.plan, opts, resume_only=a.plan is None)
-    return outcome.exit_code
+            return run_standby(a.plan, opts)
+        outcome = start_or_resume(a.plan, opts, resume_only=a.plan is None)
+        return outcome.exit_code
+    finally:
+        if server is not None:
+            server.close()
 
 
 def trigger_command(a: argparse.Namespace) -> int:

@@ -23,8 +23,8 @@ from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
-__all__ = ["RunClient", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import log_path, read_ids
+__all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
+from wloadctl.paths import find_id, log_path, read_ids
 from wloadctl.remote.agents import AGENT_BASE
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
 
@@ -53,6 +53,13 @@ class JobView:
     started: float | None
     ended: float | None
     reason: str
+
+
+def node_label(executor: int) -> str:
+    """How a job's node is shown: a local executor by its index, an agent as a0, a1... ("" for none)."""
+    if executor < 0:
+        return ""
+    return f"a{executor - AGENT_BASE}" if executor >= AGENT_BASE else str(executor)
 
 
 class RunClient:
@@ -118,6 +125,16 @@ class RunClient:
         """Job ids by index, read again (a run adds loop instances as it goes)."""
         self._ids = None
         return self.ids()
+
+    def index_of(self, job: str) -> int | None:
+        """A job's index from the run's id list when it is there (None: ask the journal)."""
+        if self._ids is not None:
+            return self._ids.index(job) if job in self._ids else None
+        return find_id(self.state_dir, self.run.run_id, job)
+
+    def job_row(self, job: str) -> tuple | None:
+        """One job's row from the journal."""
+        return self.store.job_row(self.run.id, job, self.index_of(job))
 
     def executors(self) -> list[dict[str, Any]]:
         """Health of each executor from the heartbeat board (empty when the run is not live)."""
@@ -340,20 +357,21 @@ class RunClient:
 
     def history(self, job: str) -> dict[str, Any]:
         """Every transition and operator action of one job."""
-        row = self.store.job_row(self.run.id, job)
-        if row is None:
+        story = self.store.job_story(self.run.id, job, self.index_of(job))
+        if story is None:
             raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+        row, transitions = story
         names = [s.name for s in JobState]
         tx = [{"from": names[f], "to": names[t], "attempt": a, "ts": ts, "executor": ex, "exit_code": code,
                "reason": reason, "cause": cause}
-              for f, t, a, ts, ex, code, reason, cause in self.store.transitions_of(self.run.id, row[0])]
+              for f, t, a, ts, ex, code, reason, cause in transitions]
         acts = [{"ts": ts, "user": u, "verb": v, "reason": r, "outcome": o, "applied": bool(ap)}
                 for ts, u, v, _j, r, o, ap in self.store.actions(self.run.id, job)]
         return {"job": job, "state": names[row[2]], "attempts": row[3], "transitions": tx, "actions": acts}
 
     def log_file(self, job: str, attempt: int | None = None) -> Path:
         """Path of a job attempt's log (the last attempt by default)."""
-        row = self.store.job_row(self.run.id, job)
+        row = self.job_row(job)
         if row is None:
             raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
         att = attempt or row[3]
@@ -411,6 +429,32 @@ class RunClient:
         if job not in dag.index:
             raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
         return {"job": job, "upstream": sorted(dag.ancestors(job)), "downstream": sorted(dag.descendants(job))}
+
+    def pipeline(self) -> dict[str, Any]:
+        """The live scheduler's pipeline figures (wloadctl.pipeview.pipeline_view)."""
+        from wloadctl.pipeview import pipeline_view
+
+        return pipeline_view(self)
+
+    def status_at(self, when: str | float) -> dict[str, Any]:
+        """Every job as it stood at a moment (a float, or text for wloadctl.timetravel.parse_when)."""
+        from wloadctl.timetravel import parse_when, status_at
+
+        t = when if isinstance(when, float | int) else parse_when(when, self.run.started)
+        return status_at(self.store, self.run, float(t), self.refresh_ids())
+
+    def job_rows_at(self, when: float) -> list[tuple]:
+        """Every job's row (as job_rows gives it) as it stood at `when`, rebuilt from the journal."""
+        ids = self.refresh_ids()
+        cols = self.store.columns_at(self.run.id, when)
+        cols.grow(len(ids))
+        return [cols.row(i, j) for i, j in enumerate(ids)]
+
+    def timeline(self) -> list[float]:
+        """The moments at which some job changed state, oldest first (the steps of the console's scrub)."""
+        from wloadctl.timetravel import timeline
+
+        return timeline(self.store, self.run)
 
     def actions(self) -> list[dict[str, Any]]:
         """The run's audit trail."""

@@ -215,6 +215,7 @@ def write_plan(
     seed: int,
     job_type: Literal["shell", "noop"] = "shell",
     command: str | None = None,
+    pool: str | None = None,
 ) -> None:
     """Write a synthetic plan, one job per line, streaming (memory stays flat).
 
@@ -237,8 +238,9 @@ def write_plan(
     with open(path, "w", encoding="utf-8", buffering=1 << 20) as out:
         out.write(f"# wloadctl gen --jobs {jobs} --shape {shape} --seed {seed}\n")
         out.write(f"name: {shape}-{jobs}-s{seed}\n")
-        if job_type == "noop":
-            out.write("defaults: {type: noop}\n")
+        defaults = (["type: noop"] if job_type == "noop" else []) + ([f"pool: {pool}"] if pool else [])
+        if defaults:
+            out.write(f"defaults: {{{', '.join(defaults)}}}\n")
         out.write("jobs:\n")
         write = out.write
         for job, deps, tier in iter_jobs(jobs, shape, seed):

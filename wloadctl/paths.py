@@ -83,6 +83,20 @@ def read_ids(state_dir: Path, run_id: str) -> list[str] | None:
     return text.split("\n")[:-1]
 
 
+def find_id(state_dir: Path, run_id: str, job: str) -> int | None:
+    """Index of one job in a run's id list file, found without splitting the list (None: not there, or no file)."""
+    try:
+        data = ids_path(state_dir, run_id).read_bytes()
+    except OSError:
+        return None
+    key = job.encode() + b"\n"
+    if data.startswith(key):
+        return 0
+    at = data.find(b"\n" + key)
+    # Lines before the match: its newline ends the one before it.
+    return None if at < 0 else data.count(b"\n", 0, at + 1)
+
+
 def newest_ids(state_dir: Path) -> list[str]:
     """Job ids of the newest run of a state directory (its newest id list), or [] when it has none."""
     try:
@@ -115,3 +129,12 @@ def read_summary(state_dir: Path, run_id: str) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+PIPELINE_FILE = "pipeline.json"
+"""The live scheduler's pipeline figures (`wloadctl top`), rewritten about once a second."""
+
+
+def pipeline_path(state_dir: Path) -> Path:
+    """Where the live scheduler of a state directory publishes its pipeline figures."""
+    return state_dir / PIPELINE_FILE

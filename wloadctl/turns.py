@@ -50,6 +50,31 @@ def unpack_turn(first: int, recs: bytes, causes: str, reasons: str) -> Iterator[
         yield first + k, i, frm, to, att, ts, ex, None if code == NO_EXIT else code, why.get(k, ""), names[c]
 
 
+def unpack_jobs(first: int, recs: bytes, causes: str, reasons: str, jobs: Iterable[int]) -> list[tuple]:
+    """The records of some jobs only (as unpack_turn gives them), found in the packed records without
+    unpacking the others: a job's records start with its index, at a multiple of the record size."""
+    size = RECORD.size
+    at: list[int] = []
+    for job in jobs:
+        key = job.to_bytes(4, "little")
+        k = recs.find(key)
+        while k >= 0:
+            if k % size == 0:
+                at.append(k // size)
+                k = recs.find(key, k + size)
+            else:
+                k = recs.find(key, k + 1)
+    if not at:
+        return []
+    names = json.loads(causes)
+    why = {int(k): v for k, v in json.loads(reasons).items()} if reasons else {}
+    out = []
+    for k in sorted(at):
+        i, frm, to, att, ex, code, ts, c = RECORD.unpack_from(recs, k * size)
+        out.append((first + k, i, frm, to, att, ts, ex, None if code == NO_EXIT else code, why.get(k, ""), names[c]))
+    return out
+
+
 class JobColumns:
     """Every job's row, kept as columns and brought up to date by replaying turns.
 
@@ -143,3 +168,60 @@ class JobColumns:
         """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of job i."""
         return (i, job_id, self.state[i], self.attempt[i], self.executor[i], self.exit_code.get(i),
                 self.started.get(i), self.ended.get(i), self.reason.get(i, ""))
+
+
+STATE_BLOCK = 1024
+"""Jobs per row of a run's current states (one byte each): a turn rewrites only the rows of the jobs it moved."""
+INDEX_BLOCK = 64
+"""Jobs per key of the turn index: the turns that moved any job of a block are found without reading the others."""
+
+
+def last_states(transitions: Sequence[tuple]) -> dict[int, int]:
+    """Each job's state after a turn's transitions (job, from, to, ...), in the order they were made."""
+    return {t[0]: t[2] for t in transitions}
+
+
+def set_states(blocks: dict[int, bytearray], last: dict[int, int]) -> set[int]:
+    """Write jobs' new states into the blocks of current states; the numbers of the blocks changed."""
+    touched: set[int] = set()
+    for i, to in last.items():
+        b, off = divmod(i, STATE_BLOCK)
+        block = blocks.get(b)
+        if block is None:
+            block = blocks[b] = bytearray()
+        if off >= len(block):
+            block.extend(bytes(off + 1 - len(block)))
+        block[off] = to
+        touched.add(b)
+    return touched
+
+
+def index_blocks(jobs: Iterable[int]) -> list[int]:
+    """The turn-index keys of these jobs."""
+    return sorted({i // INDEX_BLOCK for i in jobs})
+
+
+def states_of(blocks: Iterable[tuple[int, bytes]], n: int) -> bytearray:
+    """Every job's state from the rows of current states (jobs of no row are WAITING)."""
+    out = bytearray(n)
+    for b, states in blocks:
+        first = b * STATE_BLOCK
+        part = states[: max(0, n - first)]
+        out[first:first + len(part)] = part
+    return out
+
+
+def rows_from(idxs: Iterable[int], stored: dict[int, tuple], turns: Iterable[list[tuple]]) -> dict[int, tuple]:
+    """(state, attempt, executor, exit_code, started, ended, reason) of some jobs: their stored rows, then
+    the records of theirs in the turns given (oldest first; records of other jobs are passed over)."""
+    want = {i: k for k, i in enumerate(idxs)}
+    cols = JobColumns(len(want))
+    for i, k in want.items():
+        row = stored.get(i)
+        if row is not None:
+            cols.set_row(k, *row)
+    for records in turns:
+        mine = [(r[0], want[r[1]], *r[2:]) for r in records if r[1] in want]
+        if mine:
+            cols.apply(mine)
+    return {i: cols.row(k, "")[2:] for i, k in want.items()}

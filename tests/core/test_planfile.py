@@ -88,6 +88,8 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("bad_env_name.yaml", 6, "'1REGION' is not an environment variable name"),
     ("bad_exit_codes.yaml", 7, "'300-310' is not an exit code or range"),
     ("bad_jitter.yaml", 5, "retries jitter must be between 0 and 1"),
+    ("bad_pool_name.yaml", 5, "pool must be a name of letters, digits, '_' or '-' (at most 64), not 'etl nodes'"),
+    ("bad_agent.yaml", 5, "agent must be"),
     ("bad_backoff.yaml", 5, "retries backoff must be at least 1"),
     ("job_not_mapping.yaml", 3, "a job must be a mapping of its settings"),
     ("second_document.yaml", 4, "a plan file holds one YAML document"),

@@ -26,7 +26,8 @@ class Node:
     """One agent on its own "host"."""
 
     def __init__(self, name: str, url: str, state_dir: Path, pools: list[str], slots: int = 4,
-                 isolated: bool = True) -> None:
+                 isolated: bool = True, extra: tuple[str, ...] = ()) -> None:
+        self.extra = extra
         self.name = name
         self.url = url
         self.state_dir = state_dir
@@ -42,6 +43,7 @@ class Node:
                 "--slots", str(self.slots), "--state-dir", str(self.state_dir)]
         for p in self.pools:
             args += ["--pool", p]
+        args += list(self.extra)
         if self.isolated:
             # The IPC namespace alone makes its queues private (they need no mount to work); its
             # shared memory lives in its own tmpfs.

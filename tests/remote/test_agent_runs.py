@@ -64,10 +64,33 @@ def agents_of(out: Path) -> dict[str, list[tuple[str, str]]]:
     return got
 
 
+RUNS: list[subprocess.Popen[str]] = []
+
+
 def run_bg(plan: Path, sd: Path, url: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
-                             "--broker", url, "--json", "--executors", "1", "--slots", "2", *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    """`wloadctl run` in the background; killed at the test's end if it is still running."""
+    p = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
+                          "--broker", url, "--json", "--executors", "1", "--slots", "2", *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    RUNS.append(p)
+    return p
+
+
+@pytest.fixture(autouse=True)
+def no_run_left() -> Iterator[None]:
+    """A run a failed test left behind is stopped (SIGINT: it stops its executors and removes its objects)."""
+    yield
+    while RUNS:
+        p = RUNS.pop()
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+            try:
+                p.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+        else:
+            p.communicate()
 
 
 def test_pools_and_pins_are_honoured_and_results_logs_and_environment_cross_hosts(
@@ -270,3 +293,28 @@ def test_an_agent_restarted_on_its_node_reattaches_to_the_jobs_its_executors_sti
         assert "reattached to 2 executor(s)" in node.output()
     finally:
         node.stop()
+
+
+def test_a_task_whose_payload_cannot_be_read_ends_as_a_failed_start_and_never_runs(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    from tests.remote.conftest import collect
+    from wloadctl.ipc import protocol as P
+    from wloadctl.remote import wire
+    from wloadctl.remote.broker import BrokerOptions, Subjects
+    from wloadctl.remote.link import BrokerLink
+
+    subj = Subjects()
+    link = BrokerLink.open(BrokerOptions(nats_server.url), name="garbled")
+    try:
+        link.subscribe(subj.results("r2"))
+        junk = b"\x00not a payload"
+        task = P.TaskRecord(7, 1, P.TASK_SHELL, 0, 1, 0, len(junk))
+        link.js_publish(subj.dispatch_agent("n2"), wire.encode_dispatch(1, "r2", "r2", [task], [junk]))
+        got = collect(link, 1, timeout=20)
+        entries = [e for m in got for e in wire.decode_results(m.data).entries]
+        assert [(e.record.task, e.record.kind) for e in entries] == [(7, P.RES_EXITED)]
+        rec = entries[0].record
+        assert rec.flags & P.FLAG_SPAWN_FAILED and rec.exit_code == 127
+        assert b"cannot read the task's payload" in entries[0].tail
+    finally:
+        link.close()

@@ -134,7 +134,7 @@ def test_agents_with_a_bad_url_is_a_usage_error() -> None:
 def test_without_the_debian_binary_the_wheel_binary_serves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tests.remote.conftest as fixtures
+    import wloadctl.remote.server as fixtures
 
     monkeypatch.setattr(fixtures, "DEBIAN_BINARY", str(tmp_path / "absent"))
     binary = fixtures.nats_server_binary()

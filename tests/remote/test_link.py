@@ -169,6 +169,17 @@ def test_ensure_streams_is_idempotent_and_two_racing_processes_both_succeed(
         ensure_streams(link, fresh, replicas=0)
 
 
+def test_stream_replicas_come_from_the_options_and_a_single_server_refuses_three(nats_server: NatsServer) -> None:
+    # Given a link whose options ask for three copies of each stream (--stream-replicas 3)
+    with BrokerLink.open(BrokerOptions(nats_server.url, prefix="r3", stream_replicas=3)) as lk:
+        # When it creates the installation's streams on a server that is no cluster
+        # Then the server refuses, and the error names the stream
+        with pytest.raises(TransportError, match="r3-dispatch"):
+            ensure_streams(lk, Subjects("r3"))
+    with pytest.raises(UsageError, match="--stream-replicas must be 1 to 5"):
+        BrokerOptions(nats_server.url, stream_replicas=0)
+
+
 def test_the_broker_restarting_loses_nothing(nats_server: NatsServer, link: BrokerLink) -> None:
     # Given a stored task and a subscription
     link.js_publish(S.dispatch_pool("etl"), b"before")

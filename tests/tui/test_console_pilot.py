@@ -290,10 +290,10 @@ async def test_tab_walks_the_panes_and_shows_hidden_ones_on_a_narrow_terminal() 
 async def test_the_node_panel_lists_agents_beside_local_executors() -> None:
     fake = FakeClient()
     fake.agent_rows = [
-        {"agent": "etl-node-1", "state": "ALIVE", "pools": ["etl"], "slots_used": 3, "slots": 8, "load1": 1.5,
-         "jobs_held": 4, "age": 0.4},
-        {"agent": "etl-node-2", "state": "LOST", "pools": ["etl"], "slots_used": 0, "slots": 8, "load1": 0.0,
-         "jobs_held": 2, "age": 14.0},
+        {"agent": "etl-node-1", "index": 1000, "state": "ALIVE", "pools": ["etl"], "slots_used": 3, "slots": 8,
+         "load1": 1.5, "jobs_held": 4, "age": 0.4},
+        {"agent": "etl-node-2", "index": 1001, "state": "LOST", "pools": ["etl"], "slots_used": 0, "slots": 8,
+         "load1": 0.0, "jobs_held": 2, "age": 14.0},
     ]
     app = fake_app(fake)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -304,8 +304,8 @@ async def test_the_node_panel_lists_agents_beside_local_executors() -> None:
         await wait_for(pilot, lambda: panel.status is not None and bool(panel.status.agents), 10, "agent rows")
         text = panel.render().plain
         assert "AGENT" in text
-        line1 = next(ln for ln in text.splitlines() if ln.startswith("etl-node-1"))
-        line2 = next(ln for ln in text.splitlines() if ln.startswith("etl-node-2"))
+        line1 = next(ln for ln in text.splitlines() if ln.startswith("a0 etl-node-1"))
+        line2 = next(ln for ln in text.splitlines() if ln.startswith("a1 etl-node-2"))
         assert "ALIVE" in line1 and "3/8" in line1
         assert "LOST" in line2 and line2.rstrip().endswith("14s")
         assert "EX PID" in text, "local executors are still listed"

@@ -16,6 +16,7 @@ from textual.widgets import Footer, Log, Static
 from tui.labels import SHORT, fmt_clock, fmt_duration
 from tui.screens.operator import OperatorScreen
 from tui.widgets.tones import state_style, tone_classes
+from wloadctl.client import node_label
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.errors import WloadError
 
@@ -138,7 +139,8 @@ class JobDetailScreen(OperatorScreen):
             f"  tier {SlaTier(model.tier[i]).label}  attempt {model.attempt[i]}"
         )
         if model.executor[i] >= 0 and model.attempt[i]:
-            title.append(f"  executor {model.executor[i]}")
+            where = node_label(model.executor[i])
+            title.append(f"  {'agent' if where.startswith('a') else 'executor'} {where}")
         if model.exit_code[i] is not None:
             title.append(f"  exit {model.exit_code[i]}")
         self.query_one("#title", Static).update(title)

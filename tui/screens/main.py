@@ -55,6 +55,8 @@ class MainScreen(OperatorScreen):
         Binding("1", "pane('dag')", "DAG pane", show=False),
         Binding("2", "pane('nodes')", "Nodes pane", show=False),
         Binding("3", "pane('sla')", "SLA pane", show=False),
+        Binding("P", "pipeline", "Pipeline", show=False),
+        Binding("T", "timeline", "Timeline (past states)", show=False),
         Binding(
             "plus,equals_sign",
             "depth(1)",
@@ -309,6 +311,18 @@ class MainScreen(OperatorScreen):
         widget: Widget | None = getattr(event, "widget", None)
         if widget is not None and widget.id in PANES:
             self._show_pane(str(widget.id))
+
+    def action_pipeline(self) -> None:
+        """The pipeline pane: queues, latencies, journal, per executor and agent."""
+        from tui.screens.pipeline import PipelineScreen
+
+        self.app.push_screen(PipelineScreen())
+
+    def action_timeline(self) -> None:
+        """Scrub the run's timeline, the DAG centred on the job under the cursor."""
+        from tui.screens.timeline import TimelineScreen
+
+        self.app.push_screen(TimelineScreen(self.query_one(JobTable).current_job))
 
     def action_depth(self, step: int) -> None:
         """More or fewer DAG levels."""

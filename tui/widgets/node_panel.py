@@ -97,9 +97,9 @@ class NodePanel(Widget, can_focus=True):
         elif st.live:
             out.append("\nno executor has reported yet")
         if st.agents:
-            out.append("\nAGENT        STATE    POOLS        RUN   LOAD HELD BEAT")
+            out.append("\nEX AGENT        STATE    POOLS        RUN   LOAD HELD BEAT")
             for a in st.agents:
-                out.append(f"\n{clip(a.name, 12):<12} ")
+                out.append(f"\n{a.label:<2} {clip(a.name, 12):<12} ")
                 out.append(f"{a.state:<8}", tone_style(self, AGENT_TONE.get(a.state, "warn")))
                 age = fmt_duration(a.age) if a.age is not None else "?"
                 out.append(f" {clip(a.pools, 12):<12} {a.used:>2}/{a.slots:<3} {a.load1:>4.1f} {a.held:>4} {age:>5}")

@@ -16,8 +16,9 @@ from wloadctl.bench.figures import Figure, Ratio, Section
 from wloadctl.bench.runs import RunResult, run_wloadctl
 from wloadctl.gen import Shape, write_plan
 
-JobKind = Literal["noop", "shell"]
-"""Generated jobs either do nothing (`noop`) or run `true` (`shell`)."""
+JobKind = Literal["noop", "shell", "noop@bench"]
+"""Generated jobs either do nothing (`noop`) or run `true` (`shell`); `noop@bench`: no-op
+jobs that all run on the agents of pool `bench` (`pool: bench` in the plan's defaults)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Sizes:
     """No-op chain for completion-to-dependent-start latency."""
     dask: tuple[int, ...]
     """No-op plans given to dask's threaded scheduler."""
+    remote: int
+    """No-op plan run through two agents and a broker, beside the local path and Dask distributed."""
 
 
 FULL = Sizes(
@@ -51,6 +54,7 @@ FULL = Sizes(
     shell=10_000,
     latency=1_000,
     dask=(10_000, 100_000),
+    remote=20_000,
 )
 """The sizes the issue asks for."""
 
@@ -63,6 +67,7 @@ QUICK = Sizes(
     shell=150,
     latency=100,
     dask=(2_000,),
+    remote=1_000,
 )
 """Small sizes that run everything in well under a minute (used by the tests)."""
 
@@ -91,6 +96,8 @@ class Settings:
     """Executors (1 slot each) of the shell runs, and `-j` of ninja and make."""
     pg: str = ""
     """PostgreSQL server of the `postgres` section (a scratch database is made there; "": the default)."""
+    prefetch: int | None = None
+    """`--prefetch` of every wloadctl run (None: the command's default)."""
 
 
 SCRATCH_PREFIX = "wloadctl-bench-"
@@ -167,15 +174,17 @@ class Context:
         """A generated plan file (made once per run of the suite)."""
         key = (jobs, shape, kind)
         if key not in self._plans:
-            path = self.root / f"{shape}-{kind}-{jobs}.yaml"
+            path = self.root / f"{shape}-{kind.replace('@', '-')}-{jobs}.yaml"
             t0 = time.perf_counter()
+            job_type, _, pool = kind.partition("@")
             write_plan(
                 path,
                 jobs,
                 shape,
                 self.settings.seed,
-                job_type=kind,
+                job_type="shell" if job_type == "shell" else "noop",
                 command="true" if kind == "shell" else None,
+                pool=pool or None,
             )
             self.notes.append(
                 f"generated {path.name} in {time.perf_counter() - t0:.1f}s"
@@ -202,6 +211,8 @@ class Context:
         timeout: float | None = None,
         keep_state: bool = False,
         journal: str | None = None,
+        broker: str | None = None,
+        prefetch: int | None = None,
     ) -> RunResult:
         """One `wloadctl run` of a plan, recorded for the cleanup check.
 
@@ -215,6 +226,8 @@ class Context:
             timeout: seconds before the run is stopped (default: run_timeout(jobs)).
             keep_state: leave its state directory until the scratch directory is removed.
             journal: a PostgreSQL journal URL (None: SQLite in the state directory).
+            broker: the broker URL of the agents that run the plan's `pool:` jobs.
+            prefetch: `--prefetch` (None: the command's default).
         """
         self._serial += 1
         state_dir = self.root / f"state-{self._serial}"
@@ -229,6 +242,8 @@ class Context:
             keep_records=keep_records,
             keep_state=keep_state,
             journal=journal,
+            broker=broker,
+            prefetch=prefetch if prefetch is not None else self.settings.prefetch,
         )
         if res.run_id:
             self.run_ids.append(res.run_id)
@@ -236,6 +251,11 @@ class Context:
         if cache:
             self._runs.setdefault((cache, jobs), []).append(res)
         return res
+
+    @property
+    def last_state_dir(self) -> Path:
+        """The state directory of the latest run (kept only when it was run with keep_state)."""
+        return self.root / f"state-{self._serial}"
 
     def cached_runs(self, cache: str, jobs: int) -> list[RunResult]:
         """Runs kept under (cache, jobs) by `run`."""

@@ -1,8 +1,10 @@
-"""dask's threaded scheduler on the same no-op DAG, in its own memory-limited process.
+"""dask on the same no-op DAG, in its own memory-limited process: the threaded
+scheduler, or dask.distributed with a LocalCluster of worker processes.
 
-dask is an optional extra (`pip install 'wloadctl[bench]'`); without it the
-benchmark says so and skips this comparison. Run as `python -m
-wloadctl.bench.daskcmp --jobs N --shape bank` it prints one JSON object.
+dask and distributed are an optional extra (`pip install 'wloadctl[bench]'`); without
+them the benchmark says so and skips the comparison. Run as `python -m
+wloadctl.bench.daskcmp --jobs N --shape bank [--scheduler distributed]` it prints one
+JSON object.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 from wloadctl.bench.measure import memory_kib, reset_peak
 
@@ -27,9 +29,20 @@ MISSING = (
 """What the report says when dask is missing."""
 
 
-def available() -> bool:
-    """Whether dask can be imported here."""
-    return importlib.util.find_spec("dask") is not None
+MISSING_DISTRIBUTED = (
+    "dask.distributed is not installed: the Dask distributed comparison is skipped"
+    " (pip install 'wloadctl[bench]')"
+)
+"""What the report says when distributed is missing."""
+
+Scheduler = Literal["threaded", "distributed"]
+"""Which dask scheduler runs the graph."""
+
+
+def available(scheduler: Scheduler = "threaded") -> bool:
+    """Whether dask (and, for `distributed`, dask.distributed) can be imported here."""
+    names = ("dask", "distributed") if scheduler == "distributed" else ("dask",)
+    return all(importlib.util.find_spec(n) is not None for n in names)
 
 
 def _noop(*_upstream: object) -> None:
@@ -37,18 +50,20 @@ def _noop(*_upstream: object) -> None:
     return None
 
 
-def measure(jobs: int, shape: str, seed: int, workers: int) -> dict[str, Any]:
-    """Run the DAG of `wloadctl gen` as a dask graph on the threaded scheduler.
+def measure(jobs: int, shape: str, seed: int, workers: int, scheduler: Scheduler = "threaded") -> dict[str, Any]:
+    """Run the DAG of `wloadctl gen` as a dask graph.
 
     dask is asked for the DAG's sinks (jobs nothing depends on), which runs
     every job once; asking for every key instead is about twice as slow here,
-    so this is the fairer use.
+    so this is the fairer use. With `distributed`, a LocalCluster of `workers`
+    worker processes (one thread each) is started before the clock starts and
+    closed after it stops.
 
     Returns:
-        graph_seconds, seconds (the computation), peak_kib, baseline_kib, workers.
+        graph_seconds, seconds (the computation), peak_kib, baseline_kib, workers
+        (and start_seconds, the cluster's start, with `distributed`).
     """
     import dask
-    import dask.threaded
 
     from wloadctl.gen import iter_jobs
 
@@ -61,13 +76,21 @@ def measure(jobs: int, shape: str, seed: int, workers: int) -> dict[str, Any]:
     upstream = {dep for task in graph.values() for dep in task[1:]}
     keys = [job for job in graph if job not in upstream]
     graph_seconds = time.perf_counter() - t0
-    gc.collect()
-    reset_peak()
-    t1 = time.perf_counter()
-    dask.threaded.get(graph, keys, num_workers=workers)
-    seconds = time.perf_counter() - t1
+    extra: dict[str, Any] = {}
+    if scheduler == "distributed":
+        seconds, extra["start_seconds"] = _distributed(graph, keys, workers)
+    else:
+        import dask.threaded
+
+        gc.collect()
+        reset_peak()
+        t1 = time.perf_counter()
+        dask.threaded.get(graph, keys, num_workers=workers)
+        seconds = time.perf_counter() - t1
     mem = memory_kib()
     return {
+        **extra,
+        "scheduler": scheduler,
         "graph_seconds": graph_seconds,
         "seconds": seconds,
         "workers": workers,
@@ -78,8 +101,26 @@ def measure(jobs: int, shape: str, seed: int, workers: int) -> dict[str, Any]:
     }
 
 
+def _distributed(graph: dict[str, tuple[Any, ...]], keys: list[str], workers: int) -> tuple[float, float]:
+    """(seconds of the computation, seconds of the cluster's start) on a LocalCluster of worker processes."""
+    from dask.distributed import Client, LocalCluster
+
+    t0 = time.perf_counter()
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(workers)
+        start = time.perf_counter() - t0
+        gc.collect()
+        reset_peak()
+        t1 = time.perf_counter()
+        client.get(graph, keys)
+        seconds = time.perf_counter() - t1
+    return seconds, start
+
+
 def run_child(
-    jobs: int, shape: str, seed: int, workers: int, memory_limit: int, timeout: float
+    jobs: int, shape: str, seed: int, workers: int, memory_limit: int, timeout: float,
+    scheduler: Scheduler = "threaded",
 ) -> dict[str, Any]:
     """Run `measure` in a fresh interpreter under an address-space limit.
 
@@ -100,6 +141,8 @@ def run_child(
         str(workers),
         "--memory-limit",
         str(memory_limit),
+        "--scheduler",
+        scheduler,
     ]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -141,11 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--memory-limit", type=int, default=0, help="bytes of address space (0: none)"
     )
+    ap.add_argument("--scheduler", choices=("threaded", "distributed"), default="threaded")
     a = ap.parse_args(argv)
     if a.memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (a.memory_limit, a.memory_limit))
     try:
-        print(json.dumps(measure(a.jobs, a.shape, a.seed, a.workers)))
+        print(json.dumps(measure(a.jobs, a.shape, a.seed, a.workers, a.scheduler)))
     except MemoryError:
         print("out of memory", file=sys.stderr)
         return 1

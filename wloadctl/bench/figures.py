@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Section = Literal["engine", "e2e", "postgres", "shell", "latency", "memory", "dask"]
+Section = Literal["engine", "e2e", "postgres", "shell", "latency", "memory", "reads", "dask", "remote"]
 """The parts of the suite, in the order they run (`--only` takes these names)."""
 
-SECTIONS: tuple[Section, ...] = ("engine", "e2e", "postgres", "shell", "latency", "memory", "dask")
+SECTIONS: tuple[Section, ...] = ("engine", "e2e", "postgres", "shell", "latency", "memory", "reads", "dask",
+                                 "remote")
 """Every section name."""
 
 Extra = float | int | str | bool | None

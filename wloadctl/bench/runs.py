@@ -161,6 +161,8 @@ def run_wloadctl(
     sample_interval: float = 0.02,
     keep_state: bool = False,
     journal: str | None = None,
+    broker: str | None = None,
+    prefetch: int | None = None,
 ) -> RunResult:
     """Run `python -m wloadctl run PLAN --json` to the end and measure it from outside.
 
@@ -179,6 +181,8 @@ def run_wloadctl(
         sample_interval: seconds between RSS samples of the scheduler.
         keep_state: leave the state directory for the caller to remove later.
         journal: `--journal URL` (a PostgreSQL journal), or None for SQLite in the state directory.
+        broker: `--broker URL` (the plan's `pool:` jobs run on agents there), or None.
+        prefetch: `--prefetch N`, or None for the command's default.
 
     Returns:
         The run's figures; `status` says how it ended.
@@ -201,6 +205,8 @@ def run_wloadctl(
         "--journal-sync",
         journal_sync,
         *(["--journal", journal] if journal else []),
+        *(["--broker", broker] if broker else []),
+        *(["--prefetch", str(prefetch)] if prefetch is not None else []),
     ]
     try:
         with open(out_path, "wb") as out, open(err_path, "wb") as err:

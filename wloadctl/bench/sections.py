@@ -7,7 +7,7 @@ from typing import Any
 
 from wloadctl.bench import depeval
 from wloadctl.bench.context import Context
-from wloadctl.bench.figures import Extra, combine, ratio
+from wloadctl.bench.figures import Extra, Figure, combine, ratio
 from wloadctl.bench.runs import RunResult, chain_latencies
 from wloadctl.gen import Shape
 
@@ -209,7 +209,7 @@ def _engine_figures(
     )
 
 
-def _run_extra(
+def run_extra(
     r: RunResult, ctx: Context, executors: int, slots: int
 ) -> dict[str, Extra]:
     """The figures of one end-to-end run, `seconds` being the run's own wall time."""
@@ -229,7 +229,7 @@ def _run_extra(
     }
 
 
-_E2E_BASIS = "the run's own wall time (scheduler start to finish, executors included)"
+E2E_BASIS = "the run's own wall time (scheduler start to finish, executors included)"
 
 
 def e2e(ctx: Context) -> None:
@@ -245,16 +245,16 @@ def e2e(ctx: Context) -> None:
             )
             if not runs[-1].ok:
                 break
-        _e2e_figure(ctx, jobs, runs)
+        e2e_figure(ctx, jobs, runs)
 
 
-def _e2e_figure(ctx: Context, jobs: int, runs: list[RunResult]) -> None:
-    """The end-to-end no-op throughput figure of these runs."""
+def e2e_figure(ctx: Context, jobs: int, runs: list[RunResult]) -> Figure:
+    """The end-to-end no-op throughput figure of these runs (kept in the context, and returned)."""
     s = ctx.settings
-    ctx.figures.append(
-        combine("e2e", "no-op throughput", "wloadctl", "bank", jobs,
-                [_run_extra(r, ctx, s.executors, s.slots) for r in runs], _E2E_BASIS)
-    )
+    fig = combine("e2e", "no-op throughput", "wloadctl", "bank", jobs,
+                  [run_extra(r, ctx, s.executors, s.slots) for r in runs], E2E_BASIS)
+    ctx.figures.append(fig)
+    return fig
 
 
 def memory(ctx: Context) -> None:
@@ -274,7 +274,7 @@ def memory(ctx: Context) -> None:
             )
         ]
         if big not in s.sizes.e2e:
-            _e2e_figure(ctx, big, runs)
+            e2e_figure(ctx, big, runs)
     tiny = []
     for k in range(s.repeat):
         ctx.say(f"end to end, one no-op job (memory baseline) ({k + 1}/{s.repeat})")
@@ -341,7 +341,7 @@ def latency(ctx: Context) -> None:
     for k in range(s.repeat):
         ctx.say(f"latency, no-op chain {jobs:,} jobs ({k + 1}/{s.repeat})")
         r = ctx.run(plan, jobs, executors=s.executors, slots=s.slots, keep_records=True)
-        reps.append({**_run_extra(r, ctx, s.executors, s.slots), **latency_extra(r)})
+        reps.append({**run_extra(r, ctx, s.executors, s.slots), **latency_extra(r)})
         if not r.ok:
             break
     ctx.figures.append(
@@ -374,14 +374,14 @@ def postgres(ctx: Context) -> None:
     where = server.split("@")[-1]
     if not server_answers(server):
         ctx.figures.append(combine("postgres", "no-op throughput", "wloadctl+postgresql", "bank", jobs, [],
-                                   _E2E_BASIS, note=f"{NO_SERVER} answered at {where}"))
+                                   E2E_BASIS, note=f"{NO_SERVER} answered at {where}"))
         return
     if ctx.find("e2e", "no-op throughput", "wloadctl", "bank", jobs) is None:
         runs = ctx.cached_runs("noop", jobs)
         for k in range(s.repeat - len(runs)):
             ctx.say(f"end to end, no-op bank {jobs:,} jobs, SQLite journal ({k + 1}/{s.repeat})")
             runs.append(ctx.run(plan, jobs, executors=s.executors, slots=s.slots, cache="noop"))
-        _e2e_figure(ctx, jobs, runs)
+        e2e_figure(ctx, jobs, runs)
     pg_runs: list[RunResult] = []
     for k in range(s.repeat):
         ctx.say(f"end to end, no-op bank {jobs:,} jobs, PostgreSQL journal at {where} ({k + 1}/{s.repeat})")
@@ -391,7 +391,7 @@ def postgres(ctx: Context) -> None:
         if not pg_runs[-1].ok:
             break
     pg = combine("postgres", "no-op throughput", "wloadctl+postgresql", "bank", jobs,
-                 [_run_extra(r, ctx, s.executors, s.slots) for r in pg_runs], _E2E_BASIS)
+                 [run_extra(r, ctx, s.executors, s.slots) for r in pg_runs], E2E_BASIS)
     ctx.figures.append(pg)
     ctx.add_ratio(ratio(f"e2e {jobs}: PostgreSQL journal jobs/s / SQLite journal jobs/s", pg,
                         ctx.find("e2e", "no-op throughput", "wloadctl", "bank", jobs)))

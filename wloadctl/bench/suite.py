@@ -22,6 +22,7 @@ from wloadctl.bench.context import (
 )
 from wloadctl.bench.figures import SECTIONS, Section, as_json
 from wloadctl.bench.measure import machine_info
+from wloadctl.bench.remote import NO_BROKER
 from wloadctl.bench.report import judge, print_report, write_json
 from wloadctl.bench.sections import NO_SERVER
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="wloadctl bench",
         description="Benchmarks at bank scale: dependency evaluation, end-to-end "
         "throughput, shell jobs beside ninja and make, chain latency, scheduler "
-        "memory, and dask when installed.",
+        "memory, dask when installed, and jobs on agents through a private broker.",
     )
     ap.add_argument(
         "--quick",
@@ -91,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="PostgreSQL server of the postgres section, e.g. postgresql://postgres@127.0.0.1:5432/postgres "
         "(default: $WLOADCTL_TEST_PG, else that one); a scratch database is made there and dropped",
     )
+    ap.add_argument(
+        "--prefetch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--prefetch of every wloadctl run: tasks per slot an executor takes ahead "
+        "(default: the command's default)",
+    )
     ap.add_argument("--seed", type=int, default=1, help="seed of every generated plan")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
@@ -111,6 +120,7 @@ def settings_from(a: argparse.Namespace) -> Settings:
         slots=max(1, a.slots),
         shell_parallel=max(1, a.parallel),
         pg=a.pg,
+        prefetch=a.prefetch,
     )
 
 
@@ -121,7 +131,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
     that is removed at the end, whatever happens; each run is checked for
     queues, segments and processes left behind.
     """
-    from wloadctl.bench import compare, sections
+    from wloadctl.bench import compare, reads, remote, sections
 
     runners = {
         "engine": sections.engine,
@@ -130,7 +140,9 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
         "shell": compare.shell,
         "latency": sections.latency,
         "memory": sections.memory,
+        "reads": reads.reads,
         "dask": compare.dask,
+        "remote": remote.remote,
     }
     started = dt.datetime.now(dt.UTC)
     machine = machine_info()
@@ -163,6 +175,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
             "slots": settings.slots,
             "shell_parallel": settings.shell_parallel,
             "pg": settings.pg,
+            "prefetch": settings.prefetch,
         },
         "machine": machine,
         **as_json(ctx.figures, ctx.ratios, targets),
@@ -205,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, handler)
     failed = [
         f for f in data["figures"]
-        if f["seconds"] is None and f["section"] != "dask" and not f["note"].startswith(NO_SERVER)
+        if f["seconds"] is None and f["section"] != "dask" and not f["note"].startswith((NO_SERVER, NO_BROKER))
     ]
     if data["cleanup"]["leftovers"] or failed:
         for f in failed:

@@ -64,6 +64,61 @@ class Book(Protocol):
         ...
 
 
+class Pool(Protocol):
+    """What the scheduler loop asks of a pool of executors (LocalPool here; StubPool in tests)."""
+
+    health_due: bool
+    """A node's state changed: the loop judges health at once."""
+
+    def attach(self, poller: select.poll) -> None:
+        """Register the descriptors the pool waits on."""
+        ...
+
+    def on_ready(self, fd: int, cause: str) -> bool:
+        """Handle a ready descriptor if it is the pool's."""
+        ...
+
+    def drain(self, feed: Feed, cause: str) -> None:
+        """Feed the engine every report waiting."""
+        ...
+
+    def submit(self, tasks: list[tuple[int, int]]) -> None:
+        """Take dispatched (job, attempt) pairs."""
+        ...
+
+    def pump(self) -> None:
+        """Send what waits, as far as there is room."""
+        ...
+
+    def pending(self) -> bool:
+        """Dispatches not yet handed to a node."""
+        ...
+
+    def next_due(self) -> float:
+        """When the pool next needs the loop."""
+        ...
+
+    def fire_kills(self, now: float) -> None:
+        """Send the kills that are due."""
+        ...
+
+    def kill(self, c: Kill) -> None:
+        """Stop a job's attempt."""
+        ...
+
+    def check(self, now: float, feed: Feed, cause: str, replace: bool = True) -> None:
+        """Judge the nodes; a lost one loses its jobs."""
+        ...
+
+    def alive(self) -> int:
+        """Nodes alive now."""
+        ...
+
+    def stop_all(self) -> None:
+        """Ask every node to stop its jobs."""
+        ...
+
+
 def result_journals(state_dir: Path, run_id: str) -> list[tuple[int, int, Path]]:
     """(executor index, executor pid, path) of every executor results journal of a run."""
     out = []
@@ -135,6 +190,10 @@ class LocalPool:
     """An executor's pidfd fired: judge health at once."""
     per_msg: int = 0
     """Task records per request message."""
+    sent_batches: int = 0
+    """Request messages sent (pipeline figures)."""
+    received_batches: int = 0
+    """Response messages received (pipeline figures)."""
 
     def __post_init__(self) -> None:
         self.per_msg = P.tasks_per_message(self.objs.req.max_message_size)
@@ -216,6 +275,7 @@ class LocalPool:
             data = rsp.recv_nowait()
             if data is None:
                 return recs
+            self.received_batches += 1
             for r in P.decode_results(data):
                 if r.task >= n:
                     continue
@@ -358,6 +418,7 @@ class LocalPool:
             batch = [q[k] for k in range(min(per, len(q)))]
             if not req.send_nowait(P.encode_tasks(batch)):
                 return  # full: keep the batch for the next turn, never block, never drop
+            self.sent_batches += 1
             for _ in batch:
                 q.popleft()
 

@@ -40,6 +40,7 @@ from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.store import RunRow, Store, journal_exists
 
 if TYPE_CHECKING:
+    from wloadctl.metrics import SchedulerCollector
     from wloadctl.remote.agentpool import AgentPool
     from wloadctl.remote.broker import BrokerOptions
     from wloadctl.remote.link import BrokerLink
@@ -85,6 +86,8 @@ class RunOptions:
     """The broker of the agents that run the plan's `pool:`/`agent:` jobs (None: this host only)."""
     agent_timeout: float = 10.0
     """Seconds an agent may be silent before it is LOST and its jobs go back to their policy."""
+    metrics: SchedulerCollector | None = None
+    """The Prometheus collector of `--metrics` (its server already listens): given the loop once built."""
 
 
 @dataclass
@@ -366,6 +369,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     remote = _agent_pool(link, core, ctx, epoch, opts, events) if link is not None else None
     loop = SchedulerLoop(ctx, core, store, objs, local, remote=remote, on_turn=on_turn,
                          exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval)
+    if opts.metrics is not None:
+        opts.metrics.loop = loop
     if claim is not None and adopt:
         loop.sweeper = ResultSweeper(local, core.ids, claim.predecessor, events.emit)
     loop.governor = _governor(run, plan, core)

@@ -24,7 +24,8 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, StoreError, WloadError
 from wloadctl.paths import append_ids
 from wloadctl.procs.control import ControlDesk
-from wloadctl.procs.localpool import LocalPool
+from wloadctl.procs.localpool import LocalPool, Pool
+from wloadctl.procs.pipeline import PipelineMeter
 from wloadctl.procs.recovery import ResultSweeper
 from wloadctl.procs.runctx import RunContext
 from wloadctl.procs.supervisor import RunObjects, live_standby
@@ -53,8 +54,8 @@ class SchedulerLoop:
     """The journal."""
     objs: RunObjects
     """The run's queues and segments (the loop itself uses the control queue and the state board)."""
-    local: LocalPool
-    """This host's executors."""
+    local: Pool
+    """This host's executors (a LocalPool; a StubPool in tests of the loop)."""
     remote: AgentPool | None = None
     """Agents on other hosts, when the run has a broker."""
     on_turn: Callable[[SchedulerLoop], None] | None = None
@@ -85,6 +86,8 @@ class SchedulerLoop:
     """The standby scheduler watching this one, published on the board."""
     governor: SlotGovernor | None = None
     """Gives the core its share of the host's slots at each beat (None: the run keeps its own)."""
+    meter: PipelineMeter | None = None
+    """Figures of the pipeline (`wloadctl top`, metrics); made when the loop starts."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -93,6 +96,7 @@ class SchedulerLoop:
         assert ctl is not None, "a scheduler's run has a control queue"
         self.desk = ControlDesk(ctl, core, self.ctx, self.store)
         self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
+        meter = self.meter = self.meter or PipelineMeter(self.ctx.state_dir, self.ctx.run_id, self.ctx.epoch)
         poller = select.poll()
         poller.register(ctl.fd, select.POLLIN)
         local.attach(poller)
@@ -113,6 +117,7 @@ class SchedulerLoop:
             # was fenced before it touches a queue, a job or the board.
             self._check_fenced()
             self.turn += 1
+            began = time.perf_counter()
             now = time.time()
             beat = False
             cause = f"turn-{self.turn}"
@@ -142,6 +147,7 @@ class SchedulerLoop:
             # The board's beat is the heartbeat standbys and executors watch: publish it
             # every interval even when no job changed state.
             self._publish(force=beat)
+            meter.turn_done(began, time.perf_counter())
             if self.exit_when_stalled and core.is_stalled() and not local.pending() and \
                     not (remote is not None and remote.pending()):
                 self.stalled = True
@@ -174,6 +180,9 @@ class SchedulerLoop:
             self.remote.check(now, self.core.feed, cause)
         if self.sweeper is not None and not self.sweeper.sweep(self.core.feed, now):
             self.sweeper = None
+        if self.meter is not None:
+            if isinstance(self.local, LocalPool):  # a stub pool (tests of the loop) has nothing to measure
+                self.meter.beat(now, self.objs, self.local, self.remote)
 
     def _check_fenced(self) -> None:
         """Raise Fenced if the board shows a newer epoch (a successor published it)."""
@@ -208,8 +217,11 @@ class SchedulerLoop:
                     risky.update(k for k in range(added[0][1], self.core.n) if not self.core.specs[k].idempotent)
                 durable = bool(risky) and any(t[0] in risky for t in c.transitions)
                 try:
+                    t0 = time.perf_counter()
                     self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
                                           durable=durable)
+                    if self.meter is not None:
+                        self.meter.committed(c.transitions, time.perf_counter() - t0, self.core.n)
                 except StoreError:
                     self._raise_if_fenced()
                     raise
@@ -293,7 +305,7 @@ class SchedulerLoop:
         deadline = time.time() + grace
         while time.time() < deadline and local.alive() and \
                 any(core.state[i] in (JobState.QUEUED, JobState.RUNNING) for i in here):
-            select.select([self.objs.rsp.fd], [], [], 0.05)
+            time.sleep(0.05)
             local.drain(core.feed, "stop")
             self._execute(core.flush())
         try:

@@ -120,13 +120,12 @@ class Agent:
         self._restore(adopt)
         self.pool.spawn_missing(o.executors)
         self.pullers: list[Puller] = []
-        cap = self.capacity()
         for pool in o.pools:
             self.pullers.append(self.link.pull(self.subjects.dispatch_stream, self.subjects.pool_consumer(pool),
-                                               self.subjects.dispatch_pool(pool), window=cap,
+                                               self.subjects.dispatch_pool(pool), window=1,
                                                source=f"pool:{pool}"))
         self.pullers.append(self.link.pull(self.subjects.dispatch_stream, self.subjects.agent_consumer(o.name),
-                                           self.subjects.dispatch_agent(o.name), window=cap, source="agent"))
+                                           self.subjects.dispatch_agent(o.name), window=1, source="agent"))
         self.link.subscribe(self.subjects.ctl(o.name), source="ctl")
         self.link.subscribe(self.subjects.ask, source="ctl")
         self.link.subscribe(self.subjects.beat_all, source="beat")
@@ -265,22 +264,37 @@ class Agent:
         self.heard_active = now
         pool = msg.source[5:] if msg.source.startswith("pool:") else ""
         took: list[tuple[Held, int, bytes | None]] = []
+        unreadable: list[tuple[Held, str]] = []
         for t, payload in zip(batch.tasks, batch.payloads, strict=True):
             if (run, t.task, t.attempt) in self.book.by_key:
                 continue  # delivered again: this node holds it already
             local = self.book.next_id
             self.book.next_id += 1
             h = Held(local, run, t.task, t.attempt, t.epoch, str(t.task), pool)
-            data = self._localize(h, payload) if t.kind == P.TASK_SHELL else None
+            try:
+                data = self._localize(h, payload) if t.kind == P.TASK_SHELL else None
+            except WloadError as e:
+                unreadable.append((h, f"cannot read the task's payload: {e.message}"))
+                continue
             took.append((h, t.flags, data))
         # Taken before acknowledged: a crash between the two delivers the batch again, and
         # the journal tells this node it holds those tasks already.
-        self.journal.take([h for h, _t, _d in took])
+        self.journal.take([h for h, _t, _d in took] + [h for h, _w in unreadable])
         msg.ack()
         for h, tier, data in took:
             self.book.take(h, tier)
             self.payloads[h.local] = data
         self.pool.submit([(h.local, 1) for h, _t, _d in took])
+        for h, why in unreadable:
+            # Never run a task whose payload cannot be read: it ends as a failed start.
+            self.book.take(h, 0)
+            self.book.drop(h.local)
+            entry: dict[str, object] = {"run": h.run, "kind": P.RES_EXITED, "flags": P.FLAG_SPAWN_FAILED,
+                                        "job": h.job, "attempt": h.attempt, "signal": 0, "code": 127,
+                                        "epoch": h.epoch, "pid": 0, "started": now, "ended": now, "tail": why,
+                                        "result": None}
+            self.journal.end(h.local, entry)
+            self._publish_entries([(h.local, entry)])
 
     def _localize(self, h: Held, payload: bytes) -> bytes:
         """The task's payload with its files on this node and the node's name in its environment."""
@@ -300,11 +314,17 @@ class Agent:
         return self.payloads.pop(local, None)
 
     def _throttle(self) -> None:
-        """Pull only while there is room: a busy node leaves the pool's work to the others."""
-        room = max(0, self.capacity() - len(self.book.held))
+        """Pull only while there is room: a busy node leaves the pool's work to the others.
+
+        A pull window counts messages, and a dispatch message carries up to a slot count of
+        tasks: one message at a time, taken again as soon as it is journaled and acked, so
+        the pull requests of the pool's other agents, waiting at the broker already, get
+        the next messages and the work spreads instead of going to whoever pulled first.
+        """
+        window = 1 if len(self.book.held) < self.capacity() else 0
         for p in self.pullers:
-            if p.window != min(room, self.capacity()):
-                p.set_window(min(room, self.capacity()))
+            if p.window != window:
+                p.set_window(window)
 
     # -- results out -------------------------------------------------------------------------
 
@@ -482,7 +502,7 @@ class Agent:
                          load1=os.getloadavg()[0], rss_kb=process_rss_kb(), mem_free_mb=_mem_free_mb(),
                          jobs_held=len(self.book.held), held=held, epoch_seen=max(self.epochs.values(), default=0),
                          heard_active=self.heard_active, pid=os.getpid(), host=socket.gethostname(),
-                         version=_version(), sent=now)
+                         version=_version(), sent=now, prefetch=self.opts.prefetch)
         data = hb.encode()
         if self.link.connected:
             self.link.publish(self.subjects.hb(self.opts.name), data)

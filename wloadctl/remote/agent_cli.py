@@ -50,8 +50,22 @@ def agent_command(a: argparse.Namespace) -> int:
         Path(os.environ.get("WLOADCTL_HOME", Path.home() / ".local" / "state" / "wloadctl")) / f"agent-{name}"
     opts = AgentOptions(BrokerOptions.from_args(a), name, pools, state_dir, slots=a.slots, executors=a.executors,
                         cpus=a.cpus, memory=_memory(a.memory))
+    server = None
+    if a.metrics:
+        from wloadctl.metrics import MetricsServer, parse_address
+
+        parse_address(a.metrics)  # a malformed address fails before the broker is dialled
     link = BrokerLink.open(opts.broker, name=f"agent-{name}")
     agent = Agent(opts, link)
+    if a.metrics:
+        from wloadctl.metrics import AgentCollector
+
+        try:
+            server = MetricsServer(a.metrics, AgentCollector(agent))
+        except UsageError:
+            link.close(timeout=5.0)
+            raise
+        agent.note(f"metrics at http://{server.address}/metrics")
 
     def stop(_s: int, _f: object) -> None:
         agent.stop = True
@@ -70,5 +84,7 @@ def agent_command(a: argparse.Namespace) -> int:
         print(f"wloadctl agent {name}: {e.one_line()}", file=sys.stderr)
         return 3
     finally:
+        if server is not None:
+            server.close()
         link.close(timeout=5.0)
     return 0

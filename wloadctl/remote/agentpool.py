@@ -54,6 +54,8 @@ class Node:
     """Pools it serves."""
     slots: int = 0
     """Tasks it runs at once."""
+    prefetch: int = 0
+    """Tasks per slot it takes ahead (so it holds up to slots * (1 + prefetch))."""
     heard: float = 0.0
     """When its last heartbeat arrived (this host's clock)."""
     state: AgentState = AgentState.LOST
@@ -119,6 +121,23 @@ class AgentPool:
         self.link.pull(self.subjects.results_stream, self.subjects.results_consumer(self.run_id),
                        self.subjects.results(self.run_id), window=256, source="results")
         self.link.subscribe(self.subjects.hb_all, source="hb")
+        self._hear_last_beats()
+
+    def _hear_last_beats(self) -> None:
+        """Agents whose last beat in the agents bucket is recent count as heard now, so a run starts
+        dispatching at once instead of a beat later (one that is gone is LOST after the agent timeout)."""
+        now = time.time()
+        try:
+            entries = self.link.kv.entries(self.subjects.agents_bucket, missing_ok=True)
+        except WloadError:
+            return  # the live beats tell the same a second later
+        for entry in entries.values():
+            try:
+                hb = M.Heartbeat.decode(entry.value)
+            except WloadError:
+                continue
+            if agent_state(now - hb.sent, self.timeout) == AgentState.ALIVE:
+                self._hear(hb, min(now, hb.sent))
 
     def _load_numbering(self) -> None:
         for index, name in node_names(self.state_dir).items():
@@ -233,9 +252,9 @@ class AgentPool:
 
     def after_commit(self) -> None:
         """The turn is journaled: the results it applied may leave the stream."""
-        for m in self.to_ack:
-            m.ack()
-        self.to_ack.clear()
+        if self.to_ack:
+            self.link.ack_all(self.to_ack)
+            self.to_ack.clear()
 
     # -- results and heartbeats ----------------------------------------------------------------
 
@@ -292,9 +311,13 @@ class AgentPool:
             hb = M.Heartbeat.decode(m.data)
         except WloadError:
             return
+        self._hear(hb, time.time())
+
+    def _hear(self, hb: M.Heartbeat, heard: float) -> None:
         node = self.nodes.get(hb.agent) or self._add(hb.agent)
         was = node.state
-        node.heard, node.beat, node.pools, node.slots = time.time(), hb, list(hb.pools), hb.slots_total
+        node.heard, node.beat, node.pools, node.slots = heard, hb, list(hb.pools), hb.slots_total
+        node.prefetch = max(0, hb.prefetch)
         if was != AgentState.ALIVE:
             node.state = AgentState.ALIVE
             self.health_due = True
@@ -325,7 +348,9 @@ class AgentPool:
             node.state = st
         for place in self.places:
             kind, _, name = place.partition(":")
-            slots = sum(n.slots for n in self.nodes.values() if n.state == AgentState.ALIVE and
+            # What the agents take ahead counts: the tasks in flight to an agent keep its slots busy
+            # while its results travel back (as a local executor's prefetch does).
+            slots = sum(n.slots * (1 + n.prefetch) for n in self.nodes.values() if n.state == AgentState.ALIVE and
                         (name in n.pools if kind == "pool" else n.name == name))
             if self.capacity.get(place) != slots:
                 self.capacity[place] = slots

@@ -35,10 +35,14 @@ ENV_BROKER = "WLOADCTL_BROKER"
 """Environment variable read when --broker is not given."""
 ENV_PASSWORD = "WLOADCTL_BROKER_PASSWORD"
 """Environment variable read when --broker-password is not given (keeps it out of `ps`)."""
+ENV_PREFIX = "WLOADCTL_PREFIX"
+"""Environment variable read when --prefix is not given."""
 DEFAULT_PREFIX = "wl"
 """Subject prefix when --prefix is not given."""
 RESULTS_MAX_AGE = 7 * 24 * 3600.0
 """Seconds a result batch is kept in the results stream (a week: longer than any run's outage)."""
+MAX_REPLICAS = 5
+"""Most copies of a stream JetStream keeps."""
 DUPLICATE_WINDOW = 600.0
 """Seconds the streams remember message ids, so a publish retried after a reconnect is stored once."""
 
@@ -110,10 +114,15 @@ class BrokerOptions:
     """Key of `tls_cert`."""
     prefix: str = DEFAULT_PREFIX
     """Subject prefix of this installation."""
+    stream_replicas: int = 1
+    """Copies of each stream and bucket this process creates where missing (3 on a three-node cluster)."""
 
     def __post_init__(self) -> None:
         _check_url(self.url)
         check_name(self.prefix, "--prefix")
+        if not 1 <= self.stream_replicas <= MAX_REPLICAS:
+            raise UsageError(f"--stream-replicas must be 1 to {MAX_REPLICAS}, not {self.stream_replicas}",
+                             hint="3 on a three-node JetStream cluster, 1 on a single server")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise UsageError("--broker-tls-cert and --broker-tls-key go together")
         for path, option in (
@@ -156,7 +165,8 @@ class BrokerOptions:
             tls_ca=ns.broker_tls_ca,
             tls_cert=ns.broker_tls_cert,
             tls_key=ns.broker_tls_key,
-            prefix=ns.prefix,
+            prefix=ns.prefix or env.get(ENV_PREFIX) or DEFAULT_PREFIX,
+            stream_replicas=getattr(ns, "stream_replicas", 1),
         )
 
     def shown(self) -> str:
@@ -166,8 +176,14 @@ class BrokerOptions:
         )
 
 
-def add_broker_args(parser: argparse.ArgumentParser) -> None:
-    """Add the options of BrokerOptions to a parser (read back by BrokerOptions.from_args)."""
+def add_broker_args(parser: argparse.ArgumentParser, *, streams: bool = True) -> None:
+    """Add the options of BrokerOptions to a parser (read back by BrokerOptions.from_args).
+
+    Args:
+        parser: The command's parser.
+        streams: Also `--stream-replicas`, for the commands that create the streams where
+            missing (agent, run, resume, scheduler, console).
+    """
     g = parser.add_argument_group("broker")
     g.add_argument("--broker", metavar="URL", help=f"NATS URL(s), comma-separated (default: ${ENV_BROKER})")
     g.add_argument("--broker-user", metavar="USER")
@@ -178,7 +194,11 @@ def add_broker_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--broker-tls-ca", metavar="FILE")
     g.add_argument("--broker-tls-cert", metavar="FILE")
     g.add_argument("--broker-tls-key", metavar="FILE")
-    g.add_argument("--prefix", default=DEFAULT_PREFIX, help="subject prefix of this installation (default: wl)")
+    g.add_argument("--prefix", help=f"subject prefix of this installation (default: ${ENV_PREFIX}, or wl)")
+    if streams:
+        g.add_argument("--stream-replicas", type=int, default=1, metavar="N",
+                       help="copies of each stream and bucket created where missing: 3 on a three-node "
+                       "JetStream cluster (default 1; existing streams keep theirs)")
 
 
 class Subjects:
@@ -256,7 +276,7 @@ def ensure_streams(
     link: BrokerLink,
     subjects: Subjects,
     *,
-    replicas: int = 1,
+    replicas: int | None = None,
     results_max_age: float = RESULTS_MAX_AGE,
     timeout: float = 10.0,
 ) -> None:
@@ -269,7 +289,8 @@ def ensure_streams(
     Args:
         link: An open link.
         subjects: The installation's names.
-        replicas: Copies of each stream (1 on one server; 3 on a three-node cluster).
+        replicas: Copies of each stream (1 on one server; 3 on a three-node cluster); None:
+            the link's `--stream-replicas`.
         results_max_age: Seconds result batches are kept.
         timeout: Seconds to wait for the broker.
 
@@ -277,6 +298,8 @@ def ensure_streams(
         UsageError: If replicas is below 1.
         TransportError: If the broker refuses or does not answer.
     """
+    if replicas is None:
+        replicas = link.options.stream_replicas
     if replicas < 1:
         raise UsageError(f"stream replicas must be at least 1, not {replicas}")
     from nats.js import api

@@ -320,6 +320,26 @@ class BrokerLink:
             raise TransportError("broker link is closed")
         self._loop.call_soon_threadsafe(self._spawn, coro)
 
+    def ack_all(self, msgs: list[Msg]) -> None:
+        """Acknowledge many pulled messages with one hand-over to the loop (from any thread).
+
+        One wake-up of the loop per batch, not per message: a scheduler acks every result
+        batch of a turn at once.
+        """
+        coros = [c for m in msgs if (c := m.settling("ack")) is not None]
+        if coros:
+            self._fire(self._in_order(coros))
+
+    async def _in_order(self, coros: list[Coroutine[Any, Any, None]]) -> None:
+        # Each is awaited whatever happened to the one before: an ack lost with the
+        # connection is delivered again after ack_wait, and its place in the window is
+        # freed either way (Puller.settle).
+        for c in coros:
+            try:
+                await c
+            except Exception as exc:
+                self._note(f"error ack: {type(exc).__name__}: {exc}")
+
     @staticmethod
     async def _quietly(aw: Awaitable[Any]) -> None:
         try:

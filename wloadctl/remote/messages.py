@@ -148,6 +148,8 @@ class Heartbeat(Body):
     """Its wloadctl version."""
     sent: float
     """When this beat was sent, epoch seconds (the agent's clock)."""
+    prefetch: int = 0
+    """Tasks per slot it takes ahead of its free slots (its scheduler may keep that many more with it)."""
 
 
 @dataclass(slots=True)

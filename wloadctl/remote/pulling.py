@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from wloadctl.errors import TransportError
@@ -69,12 +70,22 @@ class Msg:
         self._puller.link._fire(self._raw.in_progress())
 
     def _settle(self, how: str, delay: float | None = None) -> None:
+        coro = self.settling(how, delay)
+        if coro is not None and self._puller is not None:
+            self._puller.link._fire(coro)
+
+    def settling(self, how: str, delay: float | None = None) -> Coroutine[Any, Any, None] | None:
+        """The coroutine that acks, naks or terminates it on the link's loop (None: settled already).
+
+        Raises:
+            TransportError: If it is not from a stream.
+        """
         if self._puller is None:
             raise TransportError(f"message on {self.subject} is not from a stream: nothing to {how}")
         if self._done:
-            return
+            return None
         self._done = True
-        self._puller.link._fire(self._puller.settle(self._raw, how, delay))
+        return self._puller.settle(self._raw, how, delay)
 
 
 class Puller:

@@ -5,6 +5,12 @@ actions and alerts. `SqliteStore` (wloadctl/store/sqlite.py) keeps them in one f
 directory; `PostgresStore` (wloadctl/store/postgres.py) in a PostgreSQL database that several
 runs and installations share. Job rows are never updated in place: they are what replaying a
 run's turns gives (`columns`), computed here once for both.
+
+Readers do not replay a whole run to answer for one job or for the counts: beside the turns,
+in the same transactions, each store keeps the run's current states (one byte per job, in
+blocks of turns.STATE_BLOCK jobs, a turn rewriting only the blocks it changed) and a turn index
+(for each block of turns.INDEX_BLOCK jobs, the turns that moved one of them). A run journaled
+before they existed is brought into them at its next write (`_current_changes`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wloadctl.errors import StoreError
-from wloadctl.turns import JobColumns
+from wloadctl.turns import (
+    JobColumns,
+    index_blocks,
+    last_states,
+    rows_from,
+    set_states,
+    states_of,
+)
 
 JOURNAL_ENV = "WLOADCTL_JOURNAL"
 """Environment variable naming the journal (a `postgresql://` URL) when `--journal` is not given."""
@@ -112,6 +125,8 @@ class Store(ABC):
     def __init__(self) -> None:
         self._columns: dict[int, JobColumns] = {}
         """Job rows per run as last replayed (see columns)."""
+        self._now: dict[int, dict[int, bytearray]] = {}
+        """A writer's copy of the current states of the runs it writes turns of (block -> states)."""
 
     @classmethod
     def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
@@ -265,6 +280,74 @@ class Store(ABC):
             StoreError: the write failed; nothing of the turn is written.
         """
 
+    # -- the current state and the turn index (store-specific parts) ------------------------------
+
+    @abstractmethod
+    def _kept_jobs(self, run: int) -> int | None:
+        """Number of jobs of a run whose current states and turn index are kept (None: not kept)."""
+
+    @abstractmethod
+    def _state_rows(self, run: int) -> Iterable[tuple[int, bytes]]:
+        """(block, states) rows of a run's current states."""
+
+    @abstractmethod
+    def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
+        """The records of these jobs in every turn the index lists under their keys, oldest first."""
+
+    def _stored_at(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
+        """Rows kept as rows (see _stored_rows) of these jobs: idx -> (state, attempt, ... reason)."""
+        return {}
+
+    @abstractmethod
+    def _ids_at(self, run: int, idxs: Sequence[int]) -> dict[int, str]:
+        """Ids of these jobs."""
+
+    @abstractmethod
+    def _write_current(self, run: int, jobs: int, blocks: dict[int, bytes], index: Sequence[tuple[int, int]]) -> None:
+        """Bring a run not yet kept into the current states and turn index (one transaction)."""
+
+    def _current_changes(self, run: int, transitions: Sequence[tuple],
+                         added: int = 0) -> tuple[dict[int, bytes], list[int]]:
+        """What a turn changes in the current states (block -> its new row) and its turn-index keys.
+
+        The writer keeps the run's states in memory from its first turn on (a store that fails
+        to write forgets them: see `_forget_current`); a run journaled before they were kept is
+        brought into them first. `added` is the number of jobs the turn adds.
+        """
+        blocks = self._now.get(run)
+        if blocks is None:
+            if self._kept_jobs(run) is None:
+                self._backfill(run)
+            blocks = self._now[run] = {b: bytearray(s) for b, s in self._state_rows(run)}
+        last = last_states(transitions)
+        changed = set_states(blocks, last)
+        return {b: bytes(blocks[b]) for b in changed}, index_blocks(last)
+
+    def _forget_current(self, run: int) -> None:
+        """Drop the writer's copy of a run's states (a write failed: read them again next time)."""
+        self._now.pop(run, None)
+
+    def _backfill(self, run: int) -> None:
+        cols = self.columns(run)
+        n = max(len(cols.state), len(self.job_ids(run)))
+        blocks: dict[int, bytearray] = {}
+        set_states(blocks, {i: s for i, s in enumerate(cols.state) if s})
+        index = [(key, turn[0][0]) for turn in self._turns(run, 0) if turn
+                 for key in index_blocks(r[1] for r in turn)]
+        self._write_current(run, n, {b: bytes(s) for b, s in blocks.items()}, index)
+        self.drop_columns()
+
+    def current_states(self, run: int) -> bytearray | None:
+        """Every job's state (JobState values by index) without replaying the run; None when not kept."""
+        n = self._kept_jobs(run)
+        return None if n is None else states_of(self._state_rows(run), n)
+
+    def _rows_at(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
+        """(state, attempt, executor, exit_code, started, ended, reason) of some jobs of a kept run."""
+        return rows_from(idxs, self._stored_at(run, idxs), self._index_turns(run, idxs))
+
+    # -- reading a run --------------------------------------------------------------------------
+
     def job_states(self, run: int) -> list[tuple[int, int, int]]:
         """(index, state, attempt) of every job not in its initial state."""
         cols = self.columns(run)
@@ -273,7 +356,28 @@ class Store(ABC):
         return [(i, state[i], attempt[i]) for i in range(len(state)) if state[i] or attempt[i]]
 
     def job_rows(self, run: int, exclude_states: Sequence[int] = (), limit: int = -1) -> list[tuple]:
-        """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job."""
+        """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job.
+
+        With a limit, a kept run answers from its current states without replaying it.
+        """
+        if limit >= 0:
+            states = self.current_states(run)
+            if states is not None:
+                skip = set(exclude_states)
+                idxs: list[int] = []
+                for s in range(32):
+                    if s in skip:
+                        continue
+                    k = states.find(s)
+                    found = 0
+                    while k >= 0 and found < limit:
+                        idxs.append(k)
+                        found += 1
+                        k = states.find(s, k + 1)
+                idxs = sorted(idxs)[:limit]
+                rows = self._rows_at(run, idxs)
+                ids = self._ids_at(run, idxs)
+                return [(i, ids[i], *rows[i]) for i in idxs]
         ids = self.job_ids(run)
         cols = self.columns(run)
         cols.grow(len(ids))
@@ -290,16 +394,21 @@ class Store(ABC):
 
     def state_counts(self, run: int) -> list[tuple[int, int]]:
         """(state, number of jobs) of a run."""
+        states = self.current_states(run)
+        if states is not None:
+            return [(s, c) for s in range(32) if (c := states.count(s))]
         cols = self.columns(run)
         cols.grow(len(self.job_ids(run)))
         state = cols.state
         return [(s, state.count(s)) for s in sorted(set(state))]
 
-    def job_row(self, run: int, job_id: str) -> tuple | None:
-        """One job's row (see job_rows)."""
-        i = self._job_index(run, job_id)
+    def job_row(self, run: int, job_id: str, idx: int | None = None) -> tuple | None:
+        """One job's row (see job_rows); `idx` when the caller knows the job's index."""
+        i = self._job_index(run, job_id) if idx is None else idx
         if i is None:
             return None
+        if self._kept_jobs(run) is not None:
+            return (i, job_id, *self._rows_at(run, [i])[i])
         cols = self.columns(run)
         cols.grow(i + 1)
         return cols.row(i, job_id)
@@ -327,7 +436,37 @@ class Store(ABC):
     def transitions_of(self, run: int, idx: int) -> list[tuple]:
         """(from, to, attempt, ts, executor, exit_code, reason, cause) of one job, in order."""
         old = [r[2:] for r in self._legacy_transitions(run, idx, 0, -1)]
-        return old + [r[2:] for turn in self._turns(run, 0) for r in turn if r[1] == idx]
+        turns = self._index_turns(run, [idx]) if self._kept_jobs(run) is not None else self._turns(run, 0)
+        return old + [r[2:] for turn in turns for r in turn if r[1] == idx]
+
+    def job_story(self, run: int, job_id: str, idx: int | None = None) -> tuple[tuple, list[tuple]] | None:
+        """One job's row and its transitions (see job_row and transitions_of), read once; None: no such job."""
+        i = self._job_index(run, job_id) if idx is None else idx
+        if i is None:
+            return None
+        if self._kept_jobs(run) is None:
+            row = self.job_row(run, job_id, i)
+            assert row is not None
+            return row, self.transitions_of(run, i)
+        records = [r for turn in self._index_turns(run, [i]) for r in turn]
+        row = rows_from([i], self._stored_at(run, [i]), [records])[i]
+        return (i, job_id, *row), [r[2:] for r in self._legacy_transitions(run, i, 0, -1)] + [r[2:] for r in records]
+
+    def columns_at(self, run: int, until: float) -> JobColumns:
+        """Every job's row as it stood at time `until` (epoch seconds): the journal replayed up to then.
+
+        Rows a journal keeps as rows rather than as turns (jobs an accepted plan change added)
+        carry no time and start from their initial state.
+        """
+        cols = JobColumns(len(self.job_ids(run)))
+        old = [r for r in self._legacy_transitions(run, None, 0, -1) if r[5] <= until]
+        if old:
+            cols.apply(old)
+        for turn in self._turns(run, 0):
+            recs = [r for r in turn if r[5] <= until]
+            if recs:
+                cols.apply(recs)
+        return cols
 
     def transitions_since(self, run: int, seq: int, limit: int = 100_000) -> list[tuple]:
         """(seq, idx, from, to, attempt, ts, executor, exit_code, reason) after `seq`, oldest first.

@@ -61,6 +61,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " state text NOT NULL, attempts integer NOT NULL, reason text NOT NULL, log_path text NOT NULL)",
         "CREATE INDEX alerts_run ON alerts (run, seq)",
     ),
+    # 1 -> 2: a run's current states and job count, and the turn index (see store/base.py); the runs
+    # journaled before are brought into them at their next write.
+    (
+        "CREATE TABLE now_runs (run bigint PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,"
+        " jobs integer NOT NULL)",
+        "CREATE TABLE now_states (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
+        " block integer NOT NULL, states bytea NOT NULL, PRIMARY KEY (run, block))",
+        "CREATE TABLE turn_jobs (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
+        " block integer NOT NULL, seq bigint NOT NULL, PRIMARY KEY (run, block, seq))",
+    ),
 )
 """MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""
 SCHEMA_VERSION = len(MIGRATIONS)

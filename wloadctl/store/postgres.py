@@ -27,7 +27,7 @@ from psycopg import sql
 from wloadctl.errors import StoreError, UsageError
 from wloadctl.store.base import JournalUnavailable, RunRow, Store
 from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
-from wloadctl.turns import pack_turn, unpack_turn
+from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = 5
@@ -47,6 +47,17 @@ _TURN = (
 )
 """A turn's insert, made only if the writer's epoch and the run's next sequence number are as it saw them."""
 _GUARD = "SELECT 1 FROM runs WHERE id = %s AND epoch = coalesce(%s::integer, epoch)"
+_WROTE = "EXISTS (SELECT 1 FROM runs WHERE id = %(run)s AND next_seq = %(next)s)"
+"""True after this transaction's turn went in (the run's next sequence number moved past it)."""
+_NOW_STATES = (
+    "INSERT INTO now_states (run, block, states) SELECT %(run)s, b, s"
+    " FROM unnest(%(blocks)s::integer[], %(states)s::bytea[]) AS x(b, s) WHERE " + _WROTE
+    + " ON CONFLICT (run, block) DO UPDATE SET states = excluded.states"
+)
+_TURN_JOBS = (
+    "INSERT INTO turn_jobs (run, block, seq) SELECT %(run)s, k, %(seq)s FROM unnest(%(keys)s::integer[]) AS k"
+    " WHERE " + _WROTE + " ON CONFLICT DO NOTHING"
+)
 
 
 def parse_journal_url(url: str) -> tuple[str, str, str]:
@@ -256,6 +267,7 @@ class PostgresStore(Store):
                      json.dumps(extra))).fetchone()[0]  # type: ignore[index]
                 conn.execute("INSERT INTO plans (run, text) VALUES (%s, %s)", (rid, plan_text))
                 self._copy_jobs(conn, rid, enumerate(ids))
+                conn.execute("INSERT INTO now_runs (run, jobs) VALUES (%s, %s)", (rid, len(ids)))
 
         self._do(create)
         row = self.get_run(run_id)
@@ -313,6 +325,8 @@ class PostgresStore(Store):
                               (digest, path, run))
                 conn.execute("UPDATE plans SET text = %s, blob = NULL WHERE run = %s", (text, run))
                 self._copy_jobs(conn, run, new_job_ids)
+                if new_job_ids:
+                    self._grow(conn, run, max(i for i, _ in new_job_ids) + 1)
 
         self._do(replace)
 
@@ -393,6 +407,11 @@ class PostgresStore(Store):
         n = len(transitions)
         recs, causes, reasons = pack_turn(transitions) if n else (b"", "[]", "")
         relaxed = self.auto_sync and not durable
+        try:
+            blocks, keys = self._current_changes(run, transitions)
+        except BaseException:
+            self._forget_current(run)
+            raise
 
         def write(conn: psycopg.Connection[Any]) -> None:
             seq = self._next.get(run)
@@ -402,28 +421,82 @@ class PostgresStore(Store):
                     raise StoreError(f"journal {self.where}: no run {run}")
                 seq = self._next[run] = int(row[0])
             args = {"run": run, "seq": seq, "next": seq + n, "upto": seq + n - 1, "n": n, "epoch": held,
-                    "recs": recs, "causes": causes, "reasons": reasons}
+                    "recs": recs, "causes": causes, "reasons": reasons, "blocks": list(blocks),
+                    "states": list(blocks.values()), "keys": keys}
             if not added:
                 # The common turn: one round trip (BEGIN, the guarded insert, COMMIT in one pipeline).
                 with conn.pipeline(), conn.transaction():
                     if relaxed:
                         conn.execute("SET LOCAL synchronous_commit = off")
                     cur = conn.execute(_TURN, args)
+                    conn.execute(_NOW_STATES, args)
+                    conn.execute(_TURN_JOBS, args)
                 done = cur.rowcount == 1
             else:
                 with conn.transaction():
                     done = conn.execute(_TURN, args).rowcount == 1 if n else self._guard_added(conn, run, held, added)
+                    if done and n:
+                        conn.execute(_NOW_STATES, args)
+                        conn.execute(_TURN_JOBS, args)
                     if done:
                         for parent, first, items, ids in added:
                             conn.execute("INSERT INTO expansions (run, job_id, first_idx, items)"
                                          " VALUES (%s, %s, %s, %s)", (run, parent, first, json.dumps(list(items))))
                             self._copy_jobs(conn, run, ((first + k, j) for k, j in enumerate(ids)))
+                            self._grow(conn, run, first + len(ids))
             if done:
                 self._next[run] = seq + n
                 return
             self._settle_refused(conn, run, seq, n, held)
 
-        self._do(write)
+        try:
+            self._do(write)
+        except BaseException:
+            self._forget_current(run)
+            raise
+
+    @staticmethod
+    def _grow(conn: psycopg.Connection[Any], run: int, jobs: int) -> None:
+        conn.execute("UPDATE now_runs SET jobs = greatest(jobs, %s) WHERE run = %s", (jobs, run))
+
+    # -- the current state and the turn index -------------------------------------------
+
+    def _kept_jobs(self, run: int) -> int | None:
+        row = self._do(lambda c: c.execute("SELECT jobs FROM now_runs WHERE run = %s", (run,)).fetchone())
+        return None if row is None else int(row[0])
+
+    def _state_rows(self, run: int) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT block, states FROM now_states WHERE run = %s",
+                                            (run,)).fetchall())
+        return [(b, bytes(s)) for b, s in rows]
+
+    def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
+        rows = self._do(lambda c: c.execute(
+            "SELECT seq, recs, causes, reasons FROM turns WHERE run = %s AND seq IN (SELECT seq FROM turn_jobs"
+            " WHERE run = %s AND block = ANY(%s)) ORDER BY seq", (run, run, index_blocks(jobs))).fetchall())
+        for first, recs, causes, reasons in rows:
+            yield unpack_jobs(first, bytes(recs), causes, reasons, jobs)
+
+    def _ids_at(self, run: int, idxs: Sequence[int]) -> dict[int, str]:
+        rows = self._do(lambda c: c.execute("SELECT idx, job_id FROM jobs WHERE run = %s AND idx = ANY(%s)",
+                                            (run, list(idxs))).fetchall())
+        return dict(rows)
+
+    def _write_current(self, run: int, jobs: int, blocks: dict[int, bytes], index: Sequence[tuple[int, int]]) -> None:
+        def put(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                conn.execute("DELETE FROM now_states WHERE run = %s", (run,))
+                conn.execute("DELETE FROM turn_jobs WHERE run = %s", (run,))
+                conn.execute("INSERT INTO now_states (run, block, states) SELECT %s, b, s"
+                             " FROM unnest(%s::integer[], %s::bytea[]) AS x(b, s)",
+                             (run, list(blocks), list(blocks.values())))
+                conn.execute("INSERT INTO turn_jobs (run, block, seq) SELECT %s, k, s"
+                             " FROM unnest(%s::integer[], %s::bigint[]) AS x(k, s) ON CONFLICT DO NOTHING",
+                             (run, [k for k, _ in index], [q for _, q in index]))
+                conn.execute("INSERT INTO now_runs (run, jobs) VALUES (%s, %s)"
+                             " ON CONFLICT (run) DO UPDATE SET jobs = excluded.jobs", (run, jobs))
+
+        self._do(put)
 
     def _guard_added(self, conn: psycopg.Connection[Any], run: int, held: int | None,
                      added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]]) -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 from wloadctl.errors import StoreError
 from wloadctl.store.base import DB_NAME, RunRow, Store
 from wloadctl.store.sqlschema import SCHEMA, SCHEMA_VERSION
-from wloadctl.turns import pack_turn, unpack_turn
+from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
 
 
 def _migrate(conn: sqlite3.Connection, version: int) -> None:
@@ -36,6 +36,13 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         conn.execute("UPDATE runs SET plan_text = '', plan_blob = NULL")
         # Job rows already hold where the old transitions led; the old transitions stay
         # readable (history) in their own table, and new turns number on after them.
+    if version < 5:
+        # The current states and the turn index; a run's are made at its next write (Store._backfill).
+        conn.execute("CREATE TABLE IF NOT EXISTS now_runs (run INTEGER PRIMARY KEY, jobs INTEGER NOT NULL)")
+        conn.execute("CREATE TABLE IF NOT EXISTS now_states (run INTEGER NOT NULL, block INTEGER NOT NULL,"
+                     " states BLOB NOT NULL, PRIMARY KEY (run, block)) WITHOUT ROWID")
+        conn.execute("CREATE TABLE IF NOT EXISTS turn_jobs (run INTEGER NOT NULL, block INTEGER NOT NULL,"
+                     " seq INTEGER NOT NULL, PRIMARY KEY (run, block, seq)) WITHOUT ROWID")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -57,6 +64,8 @@ class SqliteStore(Store):
         """The connection commits with synchronous=NORMAL now (auto_sync, after a turn that allowed it)."""
         self._has_turns = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'turns'").fetchone() is not None
+        self._has_now = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_runs'").fetchone() is not None
 
     @classmethod
     def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
@@ -170,9 +179,11 @@ class SqliteStore(Store):
             rid = cur.lastrowid
             # The plan lives in its own row: the run's row is rewritten at every lease renewal.
             c.execute("INSERT INTO plans (run, text) VALUES (?, ?)", (rid, plan_text))
+            ids = list(job_ids)
             c.executemany(
-                "INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", ((rid, i, j) for i, j in enumerate(job_ids))
+                "INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", ((rid, i, j) for i, j in enumerate(ids))
             )
+            c.execute("INSERT INTO now_runs (run, jobs) VALUES (?, ?)", (rid, len(ids)))
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             c.execute("ROLLBACK")
@@ -232,6 +243,9 @@ class SqliteStore(Store):
         )
         c.execute("UPDATE plans SET text = ?, blob = NULL WHERE run = ?", (text, run))
         c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", ((run, i, j) for i, j in new_job_ids))
+        if new_job_ids:
+            top = max(i for i, _ in new_job_ids) + 1
+            c.execute("UPDATE now_runs SET jobs = max(jobs, ?) WHERE run = ?", (top, run))
         c.execute("COMMIT")
 
     def begin_epoch(self, run: int, pid: int, lease: float, expect_epoch: int | None = None) -> int:
@@ -364,6 +378,7 @@ class SqliteStore(Store):
         if epoch is None:
             epoch = self.epoch
         recs, causes, reasons = pack_turn(transitions)
+        blocks, keys = self._current_changes(run, transitions)
         c = self.conn
         if self.auto_sync and durable == self._relaxed:
             self._set_relaxed(not durable)
@@ -379,6 +394,7 @@ class SqliteStore(Store):
                           (run, parent, first, json.dumps(list(items))))
                 c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)",
                               ((run, first + k, j) for k, j in enumerate(ids)))
+                c.execute("UPDATE now_runs SET jobs = max(jobs, ?) WHERE run = ?", (first + len(ids), run))
             if transitions:
                 # Turns number on from the last transition of any run in this journal.
                 top = c.execute("SELECT seq + n FROM turns ORDER BY seq DESC LIMIT 1").fetchone()
@@ -386,11 +402,74 @@ class SqliteStore(Store):
                     top = c.execute("SELECT coalesce(max(seq), 0) + 1 FROM transitions").fetchone()
                 c.execute("INSERT INTO turns (seq, run, n, recs, causes, reasons) VALUES (?, ?, ?, ?, ?, ?)",
                           (top[0], run, len(transitions), recs, causes, reasons))
+                c.executemany("INSERT OR REPLACE INTO now_states (run, block, states) VALUES (?, ?, ?)",
+                              [(run, b, s) for b, s in blocks.items()])
+                c.executemany("INSERT OR IGNORE INTO turn_jobs (run, block, seq) VALUES (?, ?, ?)",
+                              [(run, k, top[0]) for k in keys])
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
+            self._forget_current(run)
             if c.in_transaction:
                 c.execute("ROLLBACK")
             raise StoreError(f"could not write the journal {self.path}: {e}") from None
+        except BaseException:
+            self._forget_current(run)
+            raise
+
+    # -- the current state and the turn index -------------------------------------------
+
+    def _kept_jobs(self, run: int) -> int | None:
+        if not self._has_now:
+            return None  # a journal no scheduler of this version has written to (read-only)
+        row = self.conn.execute("SELECT jobs FROM now_runs WHERE run = ?", (run,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _state_rows(self, run: int) -> Iterable[tuple[int, bytes]]:
+        return self.conn.execute("SELECT block, states FROM now_states WHERE run = ?", (run,))
+
+    def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
+        keys = index_blocks(jobs)
+        if not keys:
+            return
+        marks = ", ".join("?" * len(keys))
+        for first, recs, causes, reasons in self.conn.execute(
+                "SELECT seq, recs, causes, reasons FROM turns WHERE seq IN (SELECT seq FROM turn_jobs"
+                f" WHERE run = ? AND block IN ({marks})) ORDER BY seq", (run, *keys)):
+            yield unpack_jobs(first, recs, causes, reasons, jobs)
+
+    def _stored_at(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
+        out: dict[int, tuple] = {}
+        for k in range(0, len(idxs), 500):
+            part = idxs[k:k + 500]
+            for row in self.conn.execute(
+                    "SELECT idx, state, attempt, executor, exit_code, started, ended, reason FROM jobs WHERE run = ?"
+                    f" AND idx IN ({', '.join('?' * len(part))}) AND (state != 0 OR attempt != 0)", (run, *part)):
+                out[row[0]] = row[1:]
+        return out
+
+    def _ids_at(self, run: int, idxs: Sequence[int]) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for k in range(0, len(idxs), 500):
+            part = idxs[k:k + 500]
+            out.update(self.conn.execute(f"SELECT idx, job_id FROM jobs WHERE run = ? AND idx IN"
+                                         f" ({', '.join('?' * len(part))})", (run, *part)).fetchall())
+        return out
+
+    def _write_current(self, run: int, jobs: int, blocks: dict[int, bytes], index: Sequence[tuple[int, int]]) -> None:
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute("DELETE FROM now_states WHERE run = ?", (run,))
+            c.execute("DELETE FROM turn_jobs WHERE run = ?", (run,))
+            c.executemany("INSERT INTO now_states (run, block, states) VALUES (?, ?, ?)",
+                          [(run, b, s) for b, s in blocks.items()])
+            c.executemany("INSERT OR IGNORE INTO turn_jobs (run, block, seq) VALUES (?, ?, ?)",
+                          [(run, k, seq) for k, seq in index])
+            c.execute("INSERT OR REPLACE INTO now_runs (run, jobs) VALUES (?, ?)", (run, jobs))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
 
     def _set_relaxed(self, relaxed: bool) -> None:
         self.conn.execute(f"PRAGMA synchronous = {'NORMAL' if relaxed else 'FULL'}")

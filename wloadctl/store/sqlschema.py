@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema version a new or migrated SQLite journal is at."""
 
 SCHEMA = """
@@ -82,6 +82,22 @@ CREATE TABLE IF NOT EXISTS expansions (
     first_idx INTEGER NOT NULL,
     items TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS now_runs (
+    run INTEGER PRIMARY KEY,
+    jobs INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS now_states (
+    run INTEGER NOT NULL,
+    block INTEGER NOT NULL,
+    states BLOB NOT NULL,
+    PRIMARY KEY (run, block)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS turn_jobs (
+    run INTEGER NOT NULL,
+    block INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (run, block, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS alerts (
     seq INTEGER PRIMARY KEY,
     run INTEGER NOT NULL,
@@ -94,4 +110,5 @@ CREATE TABLE IF NOT EXISTS alerts (
     log_path TEXT NOT NULL
 );
 """
-"""The tables of a new journal (older ones are brought here by the migrations in sqlite.py)."""
+"""The tables of a new journal (now_*: a run's current states and job count, turn_jobs: the turn index;
+see store/base.py) (older ones are brought here by the migrations in sqlite.py)."""

@@ -1,0 +1,112 @@
+"""The pipeline view (`wloadctl top`) of a live run, and `status --at` of a finished one, through the real CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.helpers import cli, reap_orphans, start, status, wait_for
+
+pytestmark = pytest.mark.ipc
+
+
+def _top(sd: Path) -> dict:
+    if not (sd / "journal.db").exists():
+        return {"live": False}
+    r = cli("top", "--state-dir", str(sd), "--json", timeout=30, check=True)
+    return json.loads(r.stdout)
+
+
+def test_top_shows_the_live_pipeline_per_executor_and_goes_stale_when_the_run_ends(tmp_path: Path) -> None:
+    # Given a live run of six jobs whose last one waits for a file
+    gate = tmp_path / "go"
+    plan = tmp_path / "p.yaml"
+    jobs = {f"j{k}": {"command": "true", "depends_on": [f"j{k - 1}"] if k else []} for k in range(5)}
+    jobs["wait"] = {"command": f"while [ ! -f {gate} ]; do sleep 0.05; done", "depends_on": ["j4"]}
+    plan.write_text(yaml.safe_dump({"name": "top", "jobs": jobs}))
+    sd = tmp_path / "sd"
+    p = start("run", str(plan), "--state-dir", str(sd), "--quiet", "--executors", "2")
+    run_id = ""
+    try:
+        # When the operator looks at the pipeline once the chain has run
+        view = wait_for(lambda: (lambda v: v if v["live"] and v["loop"].get("turns", 0) > 0 and v["executors"] and
+                                 v["latency"]["finish_to_dependent_start"]["n"] >= 5 else None)(_top(sd)),
+                        timeout=60, what="figures of the chain")
+        run_id = view["run"]
+        # Then it has the queues, the arena, the latencies, the journal, the loop and each executor
+        req, rsp = view["queues"]["request"], view["queues"]["response"]
+        assert req["max"] >= 1 and 0 <= req["depth"] <= req["max"] and req["batches"] >= 6
+        assert rsp["batches"] >= 6 and 0 <= rsp["depth"] <= rsp["max"]
+        assert view["arena"]["capacity"] > 0
+        lat = view["latency"]
+        assert lat["ready_to_dispatch"]["n"] >= 6 and lat["ready_to_dispatch"]["p50"] is not None
+        assert lat["finish_to_dependent_start"]["p99"] >= lat["finish_to_dependent_start"]["p50"] >= 0
+        assert view["journal"]["commits"] >= 6 and view["journal"]["rows_per_commit"] >= 1
+        assert view["loop"]["turn"]["n"] >= 1 and not view["stale"]
+        assert len(view["executors"]) == 2
+        assert sum(e["started"] for e in view["executors"]) == 6  # the five and the waiting one
+        assert all(e["health"] == "alive" and e["pid"] > 0 for e in view["executors"])
+        # And the text form shows the same figures
+        text = cli("top", "--state-dir", str(sd), "--once", timeout=30, check=True).stdout
+        assert "request queue" in text and "journal commit" in text and "finish->dep. start" in text
+        assert text.count("\n0   ") + text.count("\n1   ") == 2  # one line per executor
+        gate.touch()
+        assert p.wait(timeout=60) == 0
+        # Once the run is over the last figures stay, marked stale
+        after = _top(sd)
+        assert not after["live"] and after["stale"] and after["journal"]["commits"] >= 6
+        assert "not live" in cli("top", "--state-dir", str(sd), timeout=30, check=True).stdout
+    finally:
+        gate.touch()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if run_id:
+            reap_orphans(run_id)
+
+
+def test_status_at_rebuilds_every_job_as_it_was_from_the_journal(tmp_path: Path) -> None:
+    # Given a finished run: a then b then c, each taking a moment, and d failing after a
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "tt", "jobs": {
+        "a": {"command": "sleep 0.4"},
+        "b": {"command": "sleep 0.6", "depends_on": ["a"]},
+        "c": {"command": "sleep 0.2", "depends_on": ["b"]},
+        "d": {"command": "exit 4", "depends_on": ["a"]},
+    }}))
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd), "--quiet").returncode == 1
+    final = status(sd)
+    rows = {j["job"]: j for j in cli_status_all(sd)}
+    mid = rows["b"]["started"] + 0.3
+    try:
+        # When the operator asks how the run stood while b ran (as an ISO timestamp)
+        when = dt.datetime.fromtimestamp(mid).astimezone().isoformat()
+        st = json.loads(cli("status", "--state-dir", str(sd), "--at", when, "--json", check=True).stdout)
+        # Then each job is as it was then
+        got = {j["job"]: j["state"] for j in st["jobs"]}
+        assert got == {"a": "SUCCEEDED", "b": "RUNNING", "c": "WAITING", "d": "FAILED"}
+        assert st["counts"] == {"SUCCEEDED": 1, "RUNNING": 1, "WAITING": 1, "FAILED": 1}
+        assert {j["job"]: j["exit_code"] for j in st["jobs"]}["d"] == 4 and st["note"] == ""
+        # Before the start nothing had happened; long after, the journal's final states
+        before = json.loads(cli("status", "--state-dir", str(sd), "--at", "-1h", "--json", check=True).stdout)
+        assert before["counts"] == {"WAITING": 4} and before["note"] == "before the run started"
+        now = json.loads(cli("status", "--state-dir", str(sd), "--at", "-0s", "--json", check=True).stdout)
+        assert now["counts"] == final["counts"] and now["note"] == "after the run ended"
+        # A clock time (to the second) works too, and the text form lists the unfinished
+        clock = dt.datetime.fromtimestamp(rows["c"]["ended"] + 1.0).strftime("%H:%M:%S")
+        text = cli("status", "--state-dir", str(sd), "--at", clock, check=True).stdout
+        assert "as of" in text and "FAILED          d" in text
+        # A bad moment is bad input, in one line
+        bad = cli("status", "--state-dir", str(sd), "--at", "yesterday-ish")
+        assert bad.returncode == 2 and "expected a clock time" in bad.stderr and "Traceback" not in bad.stderr
+    finally:
+        reap_orphans(final["run"])
+
+
+def cli_status_all(sd: Path) -> list[dict]:
+    return json.loads(cli("status", "--state-dir", str(sd), "--all", "--json", check=True).stdout)["jobs"]

@@ -1,0 +1,89 @@
+"""Prefetch with real processes: tasks an executor took ahead are handed back when it dies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import evidence_plan, read_evidence, start, status, wait_for
+from wloadctl.ipc import protocol as P
+from wloadctl.procs.localpool import read_results, result_journals
+
+pytestmark = pytest.mark.ipc
+
+
+def _held(sd: Path, run_id: str) -> dict[int, tuple[int, set[int]]]:
+    """Executor index -> (pid, job indices it journaled as taken and has not reported ended)."""
+    out: dict[int, tuple[int, set[int]]] = {}
+    for index, pid, path in result_journals(sd, run_id):
+        taken: set[int] = set()
+        for r in read_results(path):
+            if r.kind == P.RES_ACCEPTED:
+                taken.add(r.task)
+            elif r.kind == P.RES_EXITED:
+                taken.discard(r.task)
+        out[index] = (pid, taken)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_kill_9_of_an_executor_with_a_prefetched_backlog_every_job_runs_exactly_once(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given independent jobs of a second each, on two executors of one slot that each take
+    # three tasks ahead
+    out = tmp_path / "ev"
+    names = [f"j{i:02d}" for i in range(12)]
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {n: {} for n in names}, sleep=1.0)
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "1", "--prefetch", "3")
+    try:
+        def loaded() -> tuple[int, set[int]] | None:
+            if not (sd / "journal.db").exists():
+                return None
+            run_id = status(sd).get("run")
+            if not run_id:
+                return None
+            for pid, held in _held(sd, str(run_id)).values():
+                # one running, the rest its backlog
+                if len(held) >= 3 and _alive(pid):
+                    return pid, held
+            return None
+
+        victim, held = wait_for(loaded, timeout=30, what="an executor holding a prefetched backlog")
+        # When it is killed -9 with its backlog
+        os.kill(victim, signal.SIGKILL)
+        killed_at = time.time()
+        # Then the run still succeeds
+        assert proc.wait(90) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    ev = read_evidence(out)
+    assert sorted(ev) == names
+    for jid, lines in ev.items():
+        assert [k for k, _ in lines].count("end") == 1, (jid, lines)
+    # Jobs are numbered in plan order: what the victim held and had not started when it died
+    # (its backlog) was handed back and ran exactly once, on another executor, after the kill.
+    backlog = [names[i] for i in held if not any(k == "start" and t < killed_at for k, t in ev[names[i]])]
+    assert len(backlog) >= 2, (held, ev)
+    for jid in backlog:
+        starts = [t for k, t in ev[jid] if k == "start"]
+        assert len(starts) == 1 and starts[0] > killed_at, (jid, ev[jid])
+    # and nothing else ran twice but what was running on the victim (one slot)
+    twice = [jid for jid, lines in ev.items() if [k for k, _ in lines].count("start") > 1]
+    assert len(twice) <= 1, twice
+    events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "executor_lost" for e in events)

@@ -1,0 +1,103 @@
+"""The console's pipeline pane and timeline on real runs: scheduler and executor processes, POSIX IPC, journal."""
+
+from __future__ import annotations
+
+import pytest
+from console_helpers import LiveRun, loaded, screen_text, wait_for
+
+from tui.screens.main import MainScreen
+from tui.screens.pipeline import PipelineScreen
+from tui.screens.timeline import TimelineScreen
+from tui.scrub import Scrub
+from tui.widgets.dag_view import DagView
+from tui.widgets.job_table import JobTable
+from tui.widgets.sla_panel import SlaPanel
+from wloadctl.core.states import JobState
+
+pytestmark = pytest.mark.ipc
+S = JobState
+
+
+async def test_the_pipeline_pane_shows_the_live_figures_per_executor(live_run: LiveRun) -> None:
+    # Given a live run whose first job waits for the test
+    sup = live_run.supervisor(live_run.plan("flow.yaml"))
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        # When the operator opens the pipeline pane
+        await pilot.press("P")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, PipelineScreen) and app.screen,
+                                what="the pipeline pane")
+        # Then it fills with the scheduler's figures, one line per executor
+        view = await wait_for(pilot, lambda: (v := screen.view) and v["live"] and v["age"] is not None
+                              and len(v["executors"]) == 2 and v, timeout=30, what="live figures")
+        assert view["queues"]["request"]["max"] >= 1 and view["arena"]["capacity"] > 0
+        await pilot.pause(0.1)
+        text = screen_text(app)
+        assert "request queue" in text and "journal commit" in text and "EX  PID" in text
+        # And Escape returns to the jobs
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), what="the main screen")
+        live_run.open_gate()
+
+
+async def test_the_timeline_scrubs_by_event_and_minute_with_the_panes_following_and_returns_live(
+    live_run: LiveRun,
+) -> None:
+    # Given a run that finished
+    sup = live_run.supervisor(live_run.plan("flow.yaml"))
+    sup.attach_or_start()
+    live_run.open_gate()
+    app = live_run.app(sup)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda: app.model is not None and app.model.counts[S.SUCCEEDED] == 4, timeout=30,
+                       what="the run done")
+        app.screen.query_one(JobTable).select_job("load")
+        # When the operator opens the timeline
+        await pilot.press("T")
+        tl = await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen) and app.screen.model is not None
+                            and app.screen, what="the timeline")
+        # Then it starts at the run's last event, as the run stands
+        assert tl.scrub.index() == len(tl.scrub.moments) >= 4
+        assert tl.model.counts[S.SUCCEEDED] == 4
+
+        async def shown(pred: object, what: str) -> None:
+            await wait_for(pilot, lambda: tl.model is not None and pred(tl.model), what=what)  # type: ignore[operator]
+
+        # Back to the start: nothing had happened
+        await pilot.press("home")
+        await shown(lambda m: m.counts[S.WAITING] == 4, "all WAITING")
+        assert tl.scrub.index() == 0
+        # One event on: the jobs without upstreams became ready (or went further in the same moment)
+        await pilot.press("right")
+        await shown(lambda m: m.counts[S.WAITING] < 4, "the first event")
+        assert tl.scrub.index() == 1 and tl.model.counts[S.SUCCEEDED] < 4
+        first = tl.scrub.at
+        # The DAG and SLA panes show the past model at that moment
+        assert tl.query_one(DagView).model is tl.model and tl.query_one(SlaPanel).now == first
+        assert "TIMELINE (read-only)" in screen_text(app)
+        # A verb key does nothing here: the timeline is read-only
+        await pilot.press("h")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, TimelineScreen)
+        # A minute on reaches the end of this short run
+        await pilot.press("right_square_bracket")
+        await shown(lambda m: m.counts[S.SUCCEEDED] == 4, "the end")
+        assert tl.scrub.at == tl.scrub.moments[-1]
+        # And Escape returns to the live console, whose model the timeline never touched
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), what="the main screen")
+        assert app.model.counts[S.SUCCEEDED] == 4
+
+
+def test_a_scrub_steps_by_event_and_by_minute_within_the_run() -> None:
+    s = Scrub([100.0, 100.5, 170.0, 400.0])
+    s.to_end()
+    assert (s.at, s.index()) == (400.0, 4)
+    assert s.by_event(-1) == 170.0 and s.by_event(-2) == 100.0 and s.by_event(-5) == 99.0
+    assert s.index() == 0 and s.by_event(1) == 100.0 and s.by_event(10) == 400.0
+    assert s.by_minute(-1) == 340.0 and s.index() == 3
+    assert s.by_minute(-10) == 99.0 and s.by_minute(100) == 400.0
+    assert Scrub().by_event(1) == 0.0

@@ -1,0 +1,132 @@
+"""The pipeline view (`wloadctl top`, the console's pipeline pane): the live scheduler's figures, merged and shown.
+
+The scheduler publishes its figures (wloadctl.procs.pipeline) in the state directory about
+once a second; this module joins them with the executors' heartbeat board and the agents'
+rows, says how fresh they are, and renders them as text.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from wloadctl.ipc.protocol import BoardHeader
+from wloadctl.procs.pipeline import read_pipeline
+from wloadctl.store import RunRow
+
+
+class RunReader(Protocol):
+    """What the view reads of a run (wloadctl.client.RunClient)."""
+
+    run: RunRow
+    state_dir: Path
+
+    def board_header(self) -> BoardHeader | None:
+        """The live scheduler's board header, or None."""
+
+    def executors(self) -> list[dict[str, Any]]:
+        """Executors from the heartbeat board."""
+
+    def agents(self) -> list[dict[str, Any]]:
+        """The run's agents as its scheduler judges them."""
+
+STALE_AFTER = 5.0
+"""Figures older than this many seconds are marked stale (the scheduler stopped publishing)."""
+
+
+def pipeline_view(client: RunReader, now: float | None = None) -> dict[str, Any]:
+    """The run's pipeline figures: queues, arena, latencies, journal, loop, per executor and per agent.
+
+    `live` says whether a scheduler runs the run now; `age` how old the figures are. Without a
+    live scheduler the last figures published are given, marked stale.
+    """
+    now = time.time() if now is None else now
+    header = client.board_header()
+    figures = read_pipeline(client.state_dir) or {}
+    mine = figures.get("run") == client.run.run_id
+    if not mine:
+        figures = {}
+    age = round(now - float(figures["ts"]), 3) if figures.get("ts") else None
+    started = {e["executor"]: e for e in figures.get("executors", [])}
+    executors = []
+    for e in client.executors() if header is not None else []:
+        fig = started.get(e["executor"], {})
+        executors.append({**e, "started": fig.get("started", 0), "started_per_s": fig.get("started_per_s", 0.0),
+                          "dispatch_to_start": fig.get("dispatch_to_start", {"n": 0, "p50": None, "p99": None})})
+    agents = client.agents() if header is not None else figures.get("agents", [])
+    return {
+        "run": client.run.run_id, "live": header is not None, "scheduler_pid": header.scheduler_pid if header else None,
+        "epoch": header.epoch if header else figures.get("epoch"), "age": age,
+        "stale": age is None or age > STALE_AFTER or header is None,
+        "queues": figures.get("queues", {}), "arena": figures.get("arena", {}),
+        "latency": figures.get("latency", {}), "journal": figures.get("journal", {}),
+        "loop": figures.get("loop", {}), "executors": executors, "agents": agents,
+    }
+
+
+def _ms(v: float | None) -> str:
+    """Seconds as milliseconds, or '-'."""
+    if v is None:
+        return "-"
+    return f"{v * 1000:.1f}ms" if v < 10 else f"{v:.1f}s"
+
+
+def _pct(s: dict[str, Any] | None) -> str:
+    s = s or {}
+    return f"p50 {_ms(s.get('p50')):>8}  p99 {_ms(s.get('p99')):>8}  n {s.get('n', 0)}"
+
+
+def _size(b: int | None) -> str:
+    """Bytes as B, KiB, MiB or GiB."""
+    if b is None:
+        return "-"
+    v = float(b)
+    for unit in ("B", "KiB", "MiB"):
+        if v < 1024:
+            return f"{v:.0f}{unit}" if unit == "B" else f"{v:.1f}{unit}"
+        v /= 1024
+    return f"{v:.1f}GiB"
+
+
+def render(view: dict[str, Any]) -> list[str]:
+    """The view as lines of text (the same lines in `top` and the console's pane)."""
+    live = f"live, scheduler pid {view['scheduler_pid']}, epoch {view['epoch']}" if view["live"] else "not live"
+    age = "no figures yet" if view["age"] is None else f"figures {view['age']:.1f}s old"
+    lines = [f"run {view['run']}  ({live}; {age}{', STALE' if view['stale'] and view['live'] else ''})"]
+    q = view.get("queues") or {}
+    req, rsp = q.get("request") or {}, q.get("response") or {}
+    if req:
+        lines.append(f"request queue   {req.get('depth', 0):>3}/{req.get('max', 0):<3} msgs  "
+                     f"{req.get('batches_per_s', 0.0):8.1f} batches/s  backlog {req.get('backlog', 0)} task(s)")
+        lines.append(f"response queue  {rsp.get('depth', 0):>3}/{rsp.get('max', 0):<3} msgs  "
+                     f"{rsp.get('batches_per_s', 0.0):8.1f} batches/s")
+    a = view.get("arena") or {}
+    if a:
+        cap = a.get("capacity") or 1
+        lines.append(f"payload arena   {_size(a.get('used'))} of {_size(a.get('capacity'))} "
+                     f"({100.0 * (a.get('used') or 0) / cap:.1f}%), {a.get('live', 0)} payload(s)")
+    lat = view.get("latency") or {}
+    if lat:
+        lines.append(f"ready->dispatch       {_pct(lat.get('ready_to_dispatch'))}   (last minute)")
+        lines.append(f"finish->dep. start    {_pct(lat.get('finish_to_dependent_start'))}")
+    j = view.get("journal") or {}
+    if j:
+        lines.append(f"journal commit        {_pct(j.get('commit'))}   {j.get('commits_per_s', 0.0):.1f}/s, "
+                     f"{j.get('rows_per_commit', 0.0):.1f} rows/commit")
+    lp = view.get("loop") or {}
+    if lp:
+        lines.append(f"loop turn             {_pct(lp.get('turn'))}   {lp.get('turns_per_s', 0.0):.1f} turns/s")
+    if view["executors"]:
+        lines.append("EX  PID      HEALTH   RUN/SLOTS  STARTED  START/S  DISPATCH->START p50/p99")
+        for e in view["executors"]:
+            d = e.get("dispatch_to_start") or {}
+            lines.append(f"{e['executor']:<3} {e['pid']:<8} {e['health']:<8} {e['running']:>4}/{e['slots']:<5} "
+                         f"{e['started']:>8} {e['started_per_s']:>8.1f}  {_ms(d.get('p50'))}/{_ms(d.get('p99'))}")
+    if view["agents"]:
+        lines.append("AGENT            STATE    RUN/SLOTS  HOLDS  LOAD")
+        for g in view["agents"]:
+            lines.append(f"{g.get('agent', '?')!s:<16} {g.get('state', '?')!s:<8} "
+                         f"{g.get('slots_used', 0):>4}/{g.get('slots', 0):<5} {g.get('jobs_held', 0):>5}  "
+                         f"{float(g.get('load1', 0.0)):.2f}")
+    return lines

@@ -1,0 +1,92 @@
+"""Time travel: a run's jobs as they stood at any moment, rebuilt from the journal's turns (`status --at`).
+
+Every transition is journaled with its time, so replaying the turns up to a moment gives
+each job's state, attempt, exit status and reason then. The console's timeline scrubs with
+the same replay (wloadctl.client.RunClient.timeline gives the moments to step through).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from wloadctl.core.states import JobState
+from wloadctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from wloadctl.store import RunRow, Store
+
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+_AGO = re.compile(r"^-\s*(\d+(?:\.\d+)?\s*[smhd]?)+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+_UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_when(text: str, run_started: float, now: float | None = None) -> float:
+    """A moment given as a clock time (HH:MM[:SS]), an ISO timestamp, or an offset back from now (-15m, -1h30m).
+
+    A clock time is taken on the day the run started, or the day after when that is before the
+    run's start (a night's run crosses midnight). A timestamp without a zone is local time.
+
+    Raises:
+        UsageError: none of those forms.
+    """
+    now = time.time() if now is None else now
+    t = text.strip()
+    if _AGO.match(t):
+        return now - sum(float(n) * _UNIT[u] for n, u in _PART.findall(t[1:]))
+    m = _CLOCK.match(t)
+    if m:
+        h, mi, se = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+        if h > 23 or mi > 59 or se > 59:
+            raise UsageError(f"--at {text!r}: no such clock time")
+        day = dt.datetime.fromtimestamp(run_started).replace(hour=h, minute=mi, second=se, microsecond=0)
+        if day.timestamp() < run_started - 1:
+            day += dt.timedelta(days=1)
+        return day.timestamp()
+    try:
+        return dt.datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise UsageError(f"--at {text!r}: expected a clock time (23:40), an ISO timestamp "
+                         "(2026-12-01T23:40:00) or an offset back from now (-15m)") from None
+
+
+def iso(ts: float) -> str:
+    """Local time of an epoch second, ISO format to the second."""
+    return dt.datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def status_at(store: Store, run: RunRow, when: float, ids: list[str]) -> dict[str, Any]:
+    """The run's jobs as they stood at `when`: counts per state and every job's row, as `status --json` gives.
+
+    Args:
+        store: the run's journal.
+        run: the run.
+        when: the moment (epoch seconds).
+        ids: job ids by index.
+    """
+    cols = store.columns_at(run.id, when)
+    cols.grow(len(ids))
+    names = [s.name for s in JobState]
+    counts: dict[str, int] = {}
+    jobs = []
+    for i, jid in enumerate(ids):
+        _i, _j, state, attempt, _ex, code, started, ended, reason = cols.row(i, jid)
+        name = names[state]
+        counts[name] = counts.get(name, 0) + 1
+        jobs.append({"job": jid, "state": name, "attempt": attempt, "exit_code": code, "started": started,
+                     "ended": ended, "reason": reason})
+    before = when < run.started
+    after_end = run.ended is not None and when > run.ended
+    return {"run": run.run_id, "plan": run.plan_name, "business_date": run.business_date, "at": round(when, 3),
+            "at_iso": iso(when), "started": run.started, "ended": run.ended,
+            "note": "before the run started" if before else ("after the run ended" if after_end else ""),
+            "counts": counts, "total": len(ids), "jobs": jobs}
+
+
+def timeline(store: Store, run: RunRow) -> list[float]:
+    """The distinct moments at which some job changed state, oldest first (the steps of a scrub)."""
+    # Exact times, not rounded ones: replaying up to a moment must include the events at it.
+    return sorted({r[5] for r in store.transitions_since(run.id, 0, limit=10_000_000)})
