@@ -66,8 +66,9 @@ class RunObjects:
             TransportError: a name is taken or the user's quota is exhausted.
         """
         made: list[object] = []
-        # Sized from the user's queue quota and the run's size, so dozens of runs fit it.
-        shapes = run_shapes(n_jobs, control=control)
+        # Sized from the user's queue quota and the run's size, so dozens of runs fit it; an agent's
+        # node (no control queue) serves jobs it cannot count in advance: it sizes for the largest run.
+        shapes = run_shapes(n_jobs if control else 1 << 30, control=control)
         try:
             req = MessageQueue.create(object_name(run_id, ROLE_REQUEST), shapes.request.messages,
                                       shapes.request.size)
