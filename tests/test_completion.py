@@ -41,7 +41,7 @@ def test_version_is_the_package_metadata_version() -> None:
 
 
 def test_bash_completes_verbs_and_hides_internal_commands() -> None:
-    assert complete(["wloadctl", "h"]) == ["hold", "history"]
+    assert complete(["wloadctl", "h"]) == ["hold", "history", "host"]
     every = complete(["wloadctl", ""])
     assert "completion" in every and "status" in every
     assert not any(w.startswith("_") for w in every)

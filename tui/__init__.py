@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -43,8 +44,11 @@ def run_console(args: argparse.Namespace) -> int:
     from wloadctl.client import RunClient
     from wloadctl.errors import UsageError
 
-    if getattr(args, "broker", None):
+    if getattr(args, "broker", None) and not args.plan and _journal_in_force():
+        # A run of another host, through its journal; with a plan, --broker is that of the run's agents.
         return _run_far_console(args)
+    if not args.plan and not args.state_dir and not os.environ.get("WLOADCTL_STATE_DIR"):
+        return _run_list(args)
     state_dir = _state_dir(args)
     supervisor = None
     if args.readonly:
@@ -95,6 +99,12 @@ def run_console(args: argparse.Namespace) -> int:
     return 0
 
 
+def _journal_in_force() -> bool:
+    from wloadctl.client import journal_in_force
+
+    return journal_in_force() is not None
+
+
 def _run_far_console(args: argparse.Namespace) -> int:
     """`wloadctl console --broker URL --journal URL`: watch and steer a run whose scheduler is on another host.
 
@@ -117,4 +127,15 @@ def _run_far_console(args: argparse.Namespace) -> int:
     with open_client() as client:  # fails with a clear message when there is no run to show
         where = client.state_dir
     ConsoleApp(where, supervisor=None, readonly=args.readonly, open_client=open_client).run()
+    return 0
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    """The console over every run under the state root: the list first, a run opened from it."""
+    from tui.app import ConsoleApp
+    from wloadctl.paths import state_root
+    from wloadctl.runlist import list_runs
+
+    root = state_root()
+    ConsoleApp(None, readonly=args.readonly, runs_source=lambda: list_runs(root)[0], runs_root=str(root)).run()
     return 0

@@ -27,7 +27,9 @@ from tui.messages import (
     RunInfo,
     StatusChanged,
 )
+from tui.runs_view import RunLike
 from tui.screens.main import MainScreen
+from tui.screens.runs import RunSource, RunsScreen
 from tui.supervise import SchedulerSupervisor
 from tui.view_model import JobsModel
 from wloadctl.client import RunClient
@@ -51,12 +53,13 @@ class AsciiCommandPalette(CommandPalette):
 
 
 class ConsoleApp(App[str]):
-    """The operations console of one run."""
+    """The operations console: one run, or the list of every run and the run opened from it."""
 
     CSS_PATH = "app.tcss"
     TITLE = "wloadctl console"
     MODES: ClassVar[dict[str, Any]] = {
-        "main": MainScreen
+        "main": MainScreen,
+        "runs": RunsScreen,
     }  # a mode (not the default screen) loads its screen's own .tcss
     DEFAULT_MODE = "main"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -74,23 +77,37 @@ class ConsoleApp(App[str]):
 
     def __init__(
         self,
-        state_dir: Path,
+        state_dir: Path | None,
         *,
         supervisor: SchedulerSupervisor | None = None,
         readonly: bool = False,
         open_client: Callable[[], Client] | None = None,
         clock: Callable[[], float] = time.time,
         poll: float = POLL,
+        runs_source: RunSource | None = None,
+        runs_root: str = "",
+        client_for: Callable[[Path], Client] | None = None,
     ) -> None:
+        if state_dir is None:
+            self.DEFAULT_MODE = "runs"  # no run given: the run list comes first
         super().__init__()
         self.state_dir = state_dir
-        """The run's state directory."""
+        """The run's state directory (None until one is opened from the run list)."""
+        self.runs_source = runs_source
+        """Reads every run under the root (None: a console of one run, without a run list)."""
+        self.runs_root = runs_root
+        """The root the run list reads, as shown in its header."""
+        self.client_for: Callable[[Path], Client] = client_for or RunClient
+        """Opens a client of the run in a state directory (runs opened from the list)."""
+        self.poll = poll
+        """Seconds between the feed's readings."""
+        self._feed_serial = 0
         self.supervisor = supervisor
         """Keeps the scheduler running; None in a read-only console."""
         self.readonly = readonly
         """No operator action is allowed."""
         self.open_client: Callable[[], Client] = open_client or (
-            lambda: RunClient(state_dir)
+            lambda: self.client_for(self.state_dir)  # type: ignore[arg-type]
         )
         """Opens a client of the run (the feed and the actions each get their own)."""
         self.clock = clock
@@ -107,8 +124,8 @@ class ConsoleApp(App[str]):
         """What the feed is loading, until the model is there."""
         self.notes: list[Note] = []
         """Events for the operator, oldest first."""
-        self.feed = Feed(self.open_client, self._post, supervisor, clock, poll)
-        """The live feed."""
+        self.feed = Feed(self.open_client, self._feed_post(), supervisor, clock, poll)
+        """The live feed (of the run shown)."""
         self.client_lock = threading.Lock()
         """Serialises the actions' client (one journal connection)."""
         self._action_client: Client | None = None
@@ -121,10 +138,50 @@ class ConsoleApp(App[str]):
         except RuntimeError:
             pass  # the event loop closed under the feed: the console is exiting
 
+    def _feed_post(self) -> Callable[[Any], None]:
+        """Where a new feed posts: what an older feed (of a run left) still posts is dropped."""
+        self._feed_serial += 1
+        serial = self._feed_serial
+
+        def post(message: Any) -> None:
+            if serial == self._feed_serial:
+                self._post(message)
+
+        return post
+
     def on_mount(self) -> None:
-        """Start the feed; ASCII scrollbars everywhere."""
+        """Start the feed (when a run is shown); ASCII scrollbars everywhere."""
         ScrollBar.renderer = AsciiScrollBarRender
+        if self.state_dir is not None:
+            self._follow()
+
+    # -- the run list --------------------------------------------------------------
+
+    def open_run(self, run: RunLike) -> None:
+        """Show a run of the list: a fresh feed and main screen; the list stays behind esc."""
+        self.feed.stop()
+        with self.client_lock:
+            if self._action_client is not None:
+                self._action_client.close()
+                self._action_client = None
+        self.state_dir = Path(run.state_dir)
+        self.supervisor = None  # attached from the list: the console neither starts nor stops it
+        self.info = self.model = self.dag = self.status = None
+        self.load_step, self.notes = "", []
+        self.loaded.clear()
+        self.feed = Feed(self.open_client, self._feed_post(), None, self.clock, self.poll)
         self._follow()
+        # The main screen of the run shown before (if any) goes: a new one starts empty.
+        if self.current_mode == "main":
+            self.switch_mode("runs")
+        self.remove_mode("main")
+        self.add_mode("main", MainScreen)
+        self.switch_mode("main")
+
+    def action_runs(self) -> None:
+        """Back to the run list (a console of one run has none)."""
+        if self.runs_source is not None and self.current_mode != "runs":
+            self.switch_mode("runs")
 
     @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
     def _follow(self) -> None:

@@ -17,6 +17,8 @@ VIEW_COMMANDS: dict[str, str] = {
     "nodes": "nodes: show node health",
     "sla": "sla: show the SLA tiers",
     "resume": "resume: start a scheduler for an interrupted run",
+    "runs": "runs: the list of every run (esc from a run with nothing to clear)",
+    "run": "run NAME: open another run, by plan name or run id",
     "help": "help: keys and the state legend",
     "quit": "quit: leave the console (asks about a live run)",
 }
@@ -90,13 +92,13 @@ def parse_command(text: str) -> Command:
             or (len(args) == 2 and args[1] not in ("asc", "desc"))
         ):
             raise CommandError(VIEW_COMMANDS["sort"])
-    elif name in ("job", "goto") and len(args) != 1:
+    elif name in ("job", "goto", "run") and len(args) != 1:
         raise CommandError(VIEW_COMMANDS[name])
     elif name == "dag" and (
         len(args) != 1 or not args[0].isdigit() or not 1 <= int(args[0]) <= 4
     ):
         raise CommandError(VIEW_COMMANDS["dag"])
-    elif name in ("nodes", "sla", "resume", "help", "quit") and args:
+    elif name in ("nodes", "sla", "resume", "help", "quit", "runs") and args:
         raise CommandError(f"{name} takes no argument")
     return Command(name, tuple(args))
 

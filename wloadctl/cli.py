@@ -233,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
                    "~/.local/state/wloadctl)")
     p.add_argument("--json", action="store_true")
+    p = sub.add_parser("host", help="the host's capacity every run draws on (slots), and the runs holding it")
+    p.add_argument("--slots", type=int, help="set the host's capacity in slots, shared by every run by `share:`")
+    p.add_argument("--off", action="store_true", help="remove it: every run uses its own executors' slots")
+    p.add_argument("--root", help="the state root (default: $WLOADCTL_HOME, or ~/.local/state/wloadctl)")
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("doctor", help="host limits that matter (queues, /dev/shm, files, processes, cgroups) and use")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("completion", help="print a shell completion script (source <(wloadctl completion bash))")
@@ -388,6 +393,12 @@ def cmd_agents(a: argparse.Namespace) -> int:
     from wloadctl.remote.agents import agents_command
 
     return agents_command(a)
+def cmd_host(a: argparse.Namespace) -> int:
+    from wloadctl.cli_host import host_command
+
+    return host_command(a)
+
+
 def cmd_runs(a: argparse.Namespace) -> int:
     from wloadctl.paths import state_root
     from wloadctl.runlist import list_runs
@@ -477,6 +488,7 @@ COMMANDS: dict[str, Any] = {
     "completion": cmd_completion,
     "doctor": cmd_doctor,
     "runs": cmd_runs,
+    "host": cmd_host,
     "_complete-jobs": cmd_complete_jobs,
     **{v: cmd_verb for v in VERB_COMMANDS},
 }

@@ -220,6 +220,10 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
         if failed:
             print(f"failed: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''} "
                   f"(see `wloadctl why JOB --state-dir {state_dir}`)")
+    if outcome.status == "interrupted" and outcome.kept:
+        _say(False)(f"run {outcome.run.run_id} stopped; {outcome.kept} job(s) keep running under their "
+                    f"executors and `wloadctl resume --state-dir {state_dir}` picks them up")
+        return 130
     if outcome.status == "interrupted":
         # A stopped run's running jobs were stopped and requeued: a resume runs them again.
         _say(False)(f"run {outcome.run.run_id} stopped; jobs that were running will run again: "

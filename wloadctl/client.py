@@ -18,6 +18,7 @@ from wloadctl.errors import ControlError, TransportError, UsageError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.mq import MessageQueue
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_CONTROL, ROLE_EXECUTORS, object_name
+from wloadctl.ipc.quota import REPLY_SHAPE
 from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
@@ -311,7 +312,7 @@ class RunClient:
     def _ask(self, req: dict[str, Any]) -> dict[str, Any]:
         rid = secrets.token_hex(4)
         reply_name = object_name(self.run.run_id, f"r{os.getpid()}x{rid}")
-        reply = MessageQueue.create(reply_name, max_messages=2, max_message_size=8192)
+        reply = MessageQueue.create(reply_name, REPLY_SHAPE.messages, REPLY_SHAPE.size)
         try:
             ctl = MessageQueue.open(object_name(self.run.run_id, ROLE_CONTROL))
             try:
@@ -400,7 +401,10 @@ class RunClient:
         rep = self.control("why", [job])
         if not rep.get("ok") or not rep.get("why"):
             raise ControlError(rep.get("error") or f"unknown job '{job}'")
-        return dict(rep["why"][0])
+        out = dict(rep["why"][0])
+        if out.get("state") == "READY":
+            _behind_runs(out, self.run.run_id)
+        return out
 
     def history(self, job: str) -> dict[str, Any]:
         """Every transition and operator action of one job."""
@@ -569,6 +573,18 @@ def resolve_state_dir(given: str | None) -> Path:
     if not journals:
         raise UsageError("no run found", hint="give --state-dir DIR, or start a run with `wloadctl run PLAN`")
     return journals[-1].parent
+
+
+def _behind_runs(why: dict[str, Any], run_id: str) -> None:
+    """Name the other runs holding the host's shared slots in a ready job's `why`."""
+    from wloadctl.hostshare import behind
+    from wloadctl.paths import state_root
+
+    others = behind(state_root(), run_id)
+    if others:
+        why["behind_runs"] = [{"run": r.run, "plan": r.plan, "running": r.busy} for r in others]
+        why["reasons"] = [*why.get("reasons", []), "the host's slots are shared with other runs; waiting behind "
+                          + ", ".join(f"{r.plan} (run {r.run}, {r.busy} running)" for r in others[:8])]
 
 
 def _user() -> str:

@@ -60,7 +60,7 @@ def test_runs_lists_finished_and_live_runs_made_under_the_root(tmp_path: Path, n
         text = wl(env, "runs").stdout
         assert "ledger" in text and "1/2" in text and "running" in text
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # stops its jobs too (Ctrl-C would leave them running)
         proc.wait(60)
     assert listed(env)["statements"]["status"] == "interrupted"
 

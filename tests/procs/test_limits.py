@@ -14,7 +14,8 @@ import pytest
 
 from tests.integration.helpers import ENV, cli, evidence_plan, status, wait_for
 from wloadctl.ipc.mq import queue_charge
-from wloadctl.procs.limits import RUN_QUEUE_BYTES, judge, probe
+from wloadctl.ipc.quota import CONTROL_SHAPE, run_shapes
+from wloadctl.procs.limits import judge, probe, run_queue_bytes
 
 KEYS = {"name", "limit", "used", "unit", "verdict", "hint", "note"}
 
@@ -63,7 +64,9 @@ def test_judge_and_queue_charge() -> None:
     assert queue_charge(10, 8192) == 10 * (8192 + 48) + 10 * 48
     # The default ulimit -q (819,200 bytes) holds nine default queues, not ten.
     assert 819200 // queue_charge(10, 8192) == 9
-    assert RUN_QUEUE_BYTES == 2 * queue_charge(10, 8192) + queue_charge(8, 4096)
+    # A run's queues are sized so that fifty runs fit the quota (see wloadctl.ipc.quota).
+    assert run_queue_bytes() == run_shapes(10**6).charge  # the largest run
+    assert run_queue_bytes() >= CONTROL_SHAPE.charge
 
 
 @pytest.mark.ipc
@@ -86,7 +89,7 @@ def test_a_live_run_counts_in_the_runs_and_queue_bytes(tmp_path: Path, no_ipc_le
         assert runs["used"] >= 1
         if runs["used"] <= 10:  # the note names the first ten
             assert run_id in runs["note"]
-        assert rows["mqueue bytes"]["used"] >= RUN_QUEUE_BYTES
+        assert rows["mqueue bytes"]["used"] >= run_shapes(1).charge
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)  # stops its jobs too (Ctrl-C would leave them running)
         proc.wait(60)

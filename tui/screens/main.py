@@ -364,6 +364,8 @@ class MainScreen(OperatorScreen):
             self._reorder()
         elif self.filter.active:
             self.set_filter(JobFilter())
+        else:
+            self.app.action_runs()  # type: ignore[attr-defined]
 
     def action_cycle_sort(self) -> None:
         """Sort by the next column."""
@@ -432,10 +434,27 @@ class MainScreen(OperatorScreen):
             self._show_pane(cmd.name)
         elif cmd.name == "resume":
             self._resume()
+        elif cmd.name in ("runs", "run"):
+            self._switch_run(cmd)
         elif cmd.name == "help":
             self.app.action_help()  # type: ignore[attr-defined]
         elif cmd.name == "quit":
             self.app.action_quit_console()  # type: ignore[attr-defined]
+
+    def _switch_run(self, cmd: Command) -> None:
+        """`:runs` goes to the run list, `:run NAME` opens another run of it."""
+        app: Any = self.app
+        if getattr(app, "runs_source", None) is None:
+            raise CommandError("this console shows one run: start `wloadctl console` without a plan for the list")
+        if cmd.name == "runs":
+            app.action_runs()
+            return
+        from tui.runs_view import find_run
+
+        run = find_run(list(app.runs_source()), cmd.args[0])
+        if run is None:
+            raise CommandError(f"no run matches '{cmd.args[0]}'")
+        app.open_run(run)
 
     def _resume(self) -> None:
         app = self.console

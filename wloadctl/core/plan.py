@@ -163,6 +163,8 @@ class Plan:
     """When runs of the plan are triggered (cron and business calendar), if it says."""
     digest: str = ""
     """SHA-256 of the plan file's bytes; a resumed run compares it."""
+    share: float = 1.0
+    """Weight of the plan's runs in the host's fair share of slots (`share:`, default 1)."""
     read_by_lines: bool = False
     """Its jobs were one-line jobs read without the YAML parser: reading the text again is about as
     quick as decoding a stored copy, so a run keeps none."""

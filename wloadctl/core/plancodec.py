@@ -47,7 +47,7 @@ def encode_plan(plan: Plan) -> str:
         "v": CODEC_VERSION,
         "plan": {"name": plan.name, "resources": plan.resources, "variables": plan.variables,
                  "on_failure": plan.on_failure, "timezone": plan.timezone, "path": plan.path,
-                 "groups": plan.groups, "digest": plan.digest,
+                 "groups": plan.groups, "digest": plan.digest, "share": plan.share,
                  "schedule": dataclasses.asdict(plan.schedule) if plan.schedule else None},
         "retries": [dataclasses.asdict(p) for p in policies],
         "jobs": rows,
@@ -102,4 +102,4 @@ def _decode(text: str) -> Plan | None:
     p = doc["plan"]
     sched = Schedule(**{k: _tuples(v) for k, v in p["schedule"].items()}) if p.get("schedule") else None
     return Plan(p["name"], jobs, p["resources"], p["variables"], p["on_failure"], p["timezone"], p["path"],
-                p.get("groups") or {}, sched, p["digest"])
+                p.get("groups") or {}, sched, p["digest"], float(p.get("share", 1.0)))

@@ -80,6 +80,7 @@ TOP_KEYS: tuple[str, ...] = (
     "timezone",
     "groups",
     "schedule",
+    "share",
     "jobs",
 )
 """Keys at the top of a plan."""

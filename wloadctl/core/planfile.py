@@ -19,7 +19,7 @@ from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
 from wloadctl.core.planlines import JobLines, NotPlain, bare_value, read_job_lines
-from wloadctl.core.plantop import group_weights, read_schedule, read_timezone
+from wloadctl.core.plantop import group_weights, read_schedule, read_share, read_timezone
 from wloadctl.core.planvalues import (
     FieldError,
     amounts,
@@ -270,6 +270,7 @@ class _PlanBuilder:
             path=self.path,
             groups=self._groups(jobs.jobs),
             schedule=self._top_field("schedule", read_schedule, None),
+            share=self._top_field("share", read_share, 1.0),
         )
 
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:

@@ -19,6 +19,14 @@ def group_weights(entry: Entry) -> dict[str, float]:
     return out
 
 
+def read_share(entry: Entry) -> float:
+    """`share`: the plan's positive weight in the host's fair share between runs."""
+    value = number(entry, "share", 0.0)
+    if value <= 0:
+        raise FieldError("share must be positive", entry[1], "a weight such as 1 (the default) or 2")
+    return value
+
+
 def read_schedule(entry: Entry) -> Schedule:
     """`schedule`: {cron, business_days, holidays}."""
     from wloadctl.core.calendar import WEEKDAYS, valid_cron

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from wloadctl.ipc import DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_MESSAGES
+from wloadctl.errors import TransportError
 from wloadctl.ipc.cleanup import MQUEUE_DIR, SHM_DIR, scan_objects
 from wloadctl.ipc.mq import queue_charge, queue_shape
 from wloadctl.ipc.naming import QUEUE_ROLES, object_name
+from wloadctl.ipc.quota import REPLY_RESERVE, KernelLimits, most_charge
 
 Verdict = Literal["ok", "low", "exhausted"]
 
@@ -22,10 +23,6 @@ MQUEUE_SYSCTL = Path("/proc/sys/fs/mqueue")
 """Where the kernel shows its queue limits."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 """Where a cgroup v2 hierarchy is mounted on a unified host."""
-CONTROL_SHAPE = (8, 4096)
-"""(messages, bytes) of a run's control queue (wloadctl.procs.supervisor.CONTROL_QUEUE)."""
-RUN_QUEUE_BYTES = 2 * queue_charge(DEFAULT_MAX_MESSAGES, DEFAULT_MAX_MESSAGE_SIZE) + queue_charge(*CONTROL_SHAPE)
-"""Bytes of `ulimit -q` one run's queues take (request, response, control)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +101,61 @@ def _our_queues() -> tuple[list[tuple[int, int]], str]:
     return shapes, f"every queue of this user in {MQUEUE_DIR}"
 
 
+def run_queue_bytes() -> int:
+    """Bytes of `ulimit -q` the largest run takes under this user's limits (request, response, control)."""
+    return most_charge()
+
+
+def runs_holding_queues() -> list[str]:
+    """Ids of this user's runs that hold at least one queue now."""
+    runs = sorted({o.run_id for o in scan_objects()})
+    return [r for r in runs if any(queue_shape(object_name(r, role)) is not None for role in QUEUE_ROLES)]
+
+
+def queue_room(need: int | None = None) -> None:
+    """Check that a new run's queues fit the user's queue quota now, with room kept for an operator's reply.
+
+    Args:
+        need: Bytes the run's queues take (the largest run's by default).
+
+    Raises:
+        TransportError: One line naming the limit, how many runs hold queues and how to raise it.
+    """
+    limits = KernelLimits.read()
+    if limits.quota is None:
+        return
+    need = most_charge(limits) if need is None else need
+    shapes, _how = _our_queues()
+    used = sum(queue_charge(m, s) for m, s in shapes)
+    if used + need + REPLY_RESERVE > limits.quota:
+        raise quota_full(limits, used, need)
+
+
+def quota_full(limits: KernelLimits | None = None, used: int | None = None, need: int | None = None,
+               ) -> TransportError:
+    """The one-line error for a queue quota too full for another run."""
+    limits = limits or KernelLimits.read()
+    if used is None:
+        used = sum(queue_charge(m, s) for m, s in _our_queues()[0])
+    need = most_charge(limits) if need is None else need
+    holders = len(runs_holding_queues())
+    raise_to = f" (hard limit {limits.hard})" if limits.hard is not None else ""
+    return TransportError(
+        f"cannot start the run: the message-queue quota (ulimit -q {limits.quota} bytes) is full: "
+        f"{holders} run(s) hold queues now ({used} bytes), a run needs {need} more",
+        hint=f"raise it with `ulimit -q BYTES`{raise_to} or `msgqueue` in /etc/security/limits.conf, "
+             "wait for a run to end, or remove crashed runs' queues with `wloadctl cleanup`")
+
+
 def _queue_limits() -> list[Limit]:
     soft, hard = _rlimit(resource.RLIMIT_MSGQUEUE)
     shapes, how = _our_queues()
+    per_run = run_queue_bytes()
     used = sum(queue_charge(m, s) for m, s in shapes)
     raise_to = f" (hard limit {hard})" if hard is not None else ""
-    out = [Limit("mqueue bytes (ulimit -q)", soft, used, "bytes", judge(used, soft, RUN_QUEUE_BYTES),
+    out = [Limit("mqueue bytes (ulimit -q)", soft, used, "bytes", judge(used, soft, per_run),
                  f"raise with `ulimit -q BYTES`{raise_to}, or `msgqueue` in /etc/security/limits.conf; "
-                 f"each run takes {RUN_QUEUE_BYTES} bytes", f"{len(shapes)} queue(s); {how}")]
+                 f"a run takes up to {per_run} bytes", f"{len(shapes)} queue(s); {how}")]
     biggest_n = max((m for m, _s in shapes), default=None)
     biggest_s = max((s for _m, s in shapes), default=None)
     for key, used_now, unit, what in (("msg_max", biggest_n, "messages", "messages per queue"),
@@ -229,7 +273,7 @@ def _cgroup_limit() -> Limit:
 def _runs_limit(queue_bytes: Limit) -> Limit:
     runs = sorted({o.run_id for o in scan_objects()})
     fit = None if queue_bytes.limit is None else len(runs) + max(
-        0, (queue_bytes.limit - (queue_bytes.used or 0)) // RUN_QUEUE_BYTES)
+        0, (queue_bytes.limit - (queue_bytes.used or 0) - REPLY_RESERVE) // run_queue_bytes())
     return Limit("wloadctl runs holding IPC objects", fit, len(runs), "runs", judge(len(runs), fit, 1),
                  "`wloadctl cleanup` removes those of crashed runs; more room: raise `ulimit -q`",
                  "limit: the runs the queue bytes left would allow" + (f"; runs: {', '.join(runs[:10])}"

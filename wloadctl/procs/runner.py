@@ -23,11 +23,14 @@ from wloadctl.core.events import RunStartedEvent
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.states import JobState
-from wloadctl.errors import PlanError, UsageError, WloadError
+from wloadctl.errors import PlanError, TransportError, UsageError, WloadError
+from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
 from wloadctl.ipc import protocol as P
+from wloadctl.ipc.quota import run_shapes
 from wloadctl.ipc.shm import run_is_alive
-from wloadctl.paths import ids_path, summary_path, write_ids, write_summary
+from wloadctl.paths import ids_path, state_root, summary_path, write_ids, write_summary
 from wloadctl.procs.health import pid_alive
+from wloadctl.procs.limits import queue_room, quota_full
 from wloadctl.procs.localpool import LocalPool
 from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.reports import ReportReader
@@ -100,6 +103,8 @@ class RunOutcome:
     wall: float
     """Seconds this scheduler ran."""
     resumed: bool
+    kept: int = 0
+    """Jobs left running under their executors by a stop that keeps them (Ctrl-C), for a resume."""
 
     @property
     def exit_code(self) -> int:
@@ -246,6 +251,11 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             assert plan is not None
             opts.executors = opts.executors if opts.executors > 0 else 2
             opts.slots = opts.slots if opts.slots > 0 else 4
+            # A full queue quota refuses the run in one line before anything of it exists
+            # (crashed runs' queues go first: they hold quota nobody uses).
+            for line in clean_stale_lines():
+                opts.say(line)
+            queue_room(run_shapes(len(plan.jobs)).charge)
             bdate = opts.business_date or dt.date.today().isoformat()
             rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
             text = Path(plan.path).read_text(encoding="utf-8", errors="replace")
@@ -367,8 +377,10 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
         opts.metrics.loop = loop
     if claim is not None and adopt:
         loop.sweeper = ResultSweeper(local, core.ids, claim.predecessor, events.emit)
+    loop.governor = _governor(run, plan, core)
     stop_signals = _install_signals(loop)
     status = "interrupted"
+    kept = 0
     fenced: Fenced | None = None
     try:
         core.set_times(*ctx.times(core))
@@ -384,6 +396,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             store.drop_columns()  # every job's row, read for the resume: not kept for the whole run
         events.emit("scheduler_start", pid=os.getpid(), epoch=epoch, resumed=resumed)
         local.spawn_missing(opts.executors)
+        if loop.governor is not None:  # the host's share before the first dispatch
+            loop.governor.beat(core, time.time())
         core.feed(RunStartedEvent(time.time(), cause_id="resume" if resumed else "start"))
         finished = loop.run()
         if finished is not None:
@@ -394,7 +408,11 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             opts.say(f"run stalled: {len(held)} held job(s) need an operator: {', '.join(held[:10])}; "
                      f"release them and `wloadctl resume --state-dir {opts.state_dir}`")
         else:
-            loop.drain_after_stop(grace=8.0)
+            # Ctrl-C: what runs here goes on under its executors, whose queues and segments stay
+            # for the resume that reattaches to them; a SIGTERM stops and requeues it.
+            kept = loop.jobs_here() if loop.keep_jobs else 0
+            if not kept:
+                loop.drain_after_stop(grace=8.0)
     except Fenced as e:
         fenced = e
         raise
@@ -412,20 +430,34 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                 try:
                     store.set_status(run.id, status, ended if status not in UNFINISHED else None)
                     write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts)})
-                    events.emit("scheduler_stop", status=status)
+                    events.emit("scheduler_stop", status=status, **({"kept_running": kept} if kept else {}))
                 finally:
-                    loop.publish_final()
-                    if status in ("interrupted", "held"):
-                        local.stop_all()
-                    local.wait_all(timeout=10.0)
-                    ctx.reap_hooks(wait=5.0)
-                    objs.remove()
+                    if kept:  # executors, queues and segments stay for the resume that reattaches
+                        ctx.reap_hooks(wait=5.0)
+                        objs.close()
+                    else:
+                        loop.publish_final()
+                        if status in ("interrupted", "held"):
+                            local.stop_all()
+                        local.wait_all(timeout=10.0)
+                        ctx.reap_hooks(wait=5.0)
+                        objs.remove()
                     events.close()
         finally:
             _restore_signals(stop_signals)
+            if loop.governor is not None:
+                loop.governor.leave()
     if fenced is not None:
         raise fenced
-    return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed)
+    return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed, kept)
+
+
+def _governor(run: RunRow, plan: Plan, core: SchedulerCore) -> SlotGovernor | None:
+    """The run's share of the host's slots when `wloadctl host --slots` set a host capacity."""
+    root = state_root()
+    if HostCapacity.read(root) is None:
+        return None
+    return SlotGovernor(HostShare(root, run.run_id, plan.name, plan.share, core.slots))
 
 
 def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: int, opts: RunOptions,
@@ -552,14 +584,20 @@ def _fresh_objects(run_id: str, n_jobs: int, opts: RunOptions) -> RunObjects:
     gone = remove_run_objects(run_id)
     if gone:
         opts.say(f"removed {len(gone)} stale IPC object(s) of run {run_id} left by a crash")
-    return RunObjects.create(run_id, n_jobs)
+    try:
+        return RunObjects.create(run_id, n_jobs)
+    except TransportError as e:
+        if "ulimit -q" in e.message:  # another run took the room since the check: say it the same way
+            raise quota_full(need=run_shapes(n_jobs).charge) from None
+        raise
 
 
 def _install_signals(loop: SchedulerLoop) -> dict[int, object]:
     old: dict[int, object] = {}
 
-    def stop(_s: int, _f: object) -> None:
-        loop.request_stop()
+    def stop(sig: int, _f: object) -> None:
+        # Ctrl-C leaves running jobs to their executors for a resume; SIGTERM stops them.
+        loop.request_stop(keep_jobs=sig == signal.SIGINT)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         old[sig] = signal.signal(sig, stop)

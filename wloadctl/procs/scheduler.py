@@ -32,6 +32,7 @@ from wloadctl.procs.supervisor import RunObjects, live_standby
 from wloadctl.store import Store
 
 if TYPE_CHECKING:
+    from wloadctl.hostshare import SlotGovernor
     from wloadctl.remote.agentpool import AgentPool
 
 _SHOWN = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED,
@@ -61,6 +62,8 @@ class SchedulerLoop:
     """Called after each turn (progress display), at most every 0.2 s."""
     stop_requested: bool = False
     """Set by SIGINT/SIGTERM: stop the run (it can be resumed)."""
+    keep_jobs: bool = False
+    """The stop leaves running jobs to their executors (Ctrl-C): a resume reattaches to them."""
     finished: RunFinished | None = None
     """Set when the core reports the run finished."""
     changes: list[tuple[int, int]] = field(default_factory=list)
@@ -81,6 +84,8 @@ class SchedulerLoop:
     """After a takeover: recovers results a fenced predecessor took from the response queue."""
     standby_pid: int = 0
     """The standby scheduler watching this one, published on the board."""
+    governor: SlotGovernor | None = None
+    """Gives the core its share of the host's slots at each beat (None: the run keeps its own)."""
     meter: PipelineMeter | None = None
     """Figures of the pipeline (`wloadctl top`, metrics); made when the loop starts."""
     lease_renewed: float = float("inf")
@@ -173,6 +178,8 @@ class SchedulerLoop:
         self.ctx.events.flush()
         cause = f"health-{self.turn}"
         self.local.check(now, self.core.feed, cause, replace=not self.stop_requested and self.finished is None)
+        if self.governor is not None:
+            self.governor.beat(self.core, now)
         if self.remote is not None:
             self.remote.check(now, self.core.feed, cause)
         if self.sweeper is not None and not self.sweeper.sweep(self.core.feed, now):
@@ -286,10 +293,18 @@ class SchedulerLoop:
         except WloadError:
             pass
 
-    def request_stop(self) -> None:
-        """Stop dispatching; running jobs are stopped and requeued so a resume runs them again."""
+    def request_stop(self, keep_jobs: bool = False) -> None:
+        """Stop dispatching; running jobs are stopped and requeued so a resume runs them again,
+        or, with `keep_jobs`, left running under their executors for a resume to reattach to."""
         self.stop_requested = True
+        self.keep_jobs = keep_jobs
         self.core.paused = True
+
+    def jobs_here(self) -> int:
+        """Jobs sent to or running on this host's executors now."""
+        core = self.core
+        away = self.remote.remote_of if self.remote is not None else (lambda _i: False)
+        return sum(1 for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and not away(i))
 
     def drain_after_stop(self, grace: float) -> None:
         """After a stop: requeue running jobs, let executors stop them, and journal what they report.

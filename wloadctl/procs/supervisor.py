@@ -25,6 +25,7 @@ from wloadctl.ipc.naming import (
     ROLE_TAILS,
     object_name,
 )
+from wloadctl.ipc.quota import run_shapes
 from wloadctl.ipc.shm import (
     MAX_EXECUTOR_SLOTS,
     ExecutorBoard,
@@ -37,8 +38,6 @@ from wloadctl.ipc.shm import (
 )
 from wloadctl.procs.health import pid_alive
 
-CONTROL_QUEUE = (8, 4096)
-"""Messages and message size of the control queue: small, to spare the user's queue quota."""
 STANDBY_DIR = "standbys"
 """Directory of a state dir where each standby scheduler keeps a pidfile while it watches."""
 
@@ -67,12 +66,18 @@ class RunObjects:
             TransportError: a name is taken or the user's quota is exhausted.
         """
         made: list[object] = []
+        # Sized from the user's queue quota and the run's size, so dozens of runs fit it; an agent's
+        # node (no control queue) serves jobs it cannot count in advance: it sizes for the largest run.
+        shapes = run_shapes(n_jobs if control else 1 << 30, control=control)
         try:
-            req = MessageQueue.create(object_name(run_id, ROLE_REQUEST))
+            req = MessageQueue.create(object_name(run_id, ROLE_REQUEST), shapes.request.messages,
+                                      shapes.request.size)
             made.append(req)
-            rsp = MessageQueue.create(object_name(run_id, ROLE_RESPONSE))
+            rsp = MessageQueue.create(object_name(run_id, ROLE_RESPONSE), shapes.response.messages,
+                                      shapes.response.size)
             made.append(rsp)
-            ctl = MessageQueue.create(object_name(run_id, ROLE_CONTROL), *CONTROL_QUEUE) if control else None
+            ctl = (MessageQueue.create(object_name(run_id, ROLE_CONTROL), shapes.control.messages,
+                                       shapes.control.size) if shapes.control else None)
             made.append(ctl)
             arena = PayloadArena.create(object_name(run_id, ROLE_ARENA), arena_size)
             made.append(arena)

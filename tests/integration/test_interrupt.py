@@ -1,0 +1,93 @@
+"""Ctrl-C on a headless run: the scheduler stops, running jobs go on under their executors, `resume` takes them."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.helpers import ENV, cli, executor_pids, job_states, read_evidence, status, wait_for
+
+pytestmark = pytest.mark.ipc
+
+
+def _plan(path: Path, out: Path, go: Path) -> Path:
+    # `long` runs until the test lets it end (at most a minute), leaving evidence of each start and end.
+    long = (f'echo "long start $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}; n=0; '
+            f'while [ ! -e {go} ] && [ $n -lt 600 ]; do n=$((n+1)); sleep 0.1; done; '
+            f'echo "long end $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}')
+    after = f'echo "after start $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}'
+    path.write_text(yaml.safe_dump({"name": "keep", "jobs": {
+        "long": {"command": long}, "after": {"command": after, "depends_on": ["long"]}}}, sort_keys=False))
+    return path
+
+
+def test_ctrl_c_keeps_running_jobs_under_their_executors_and_resume_takes_them(tmp_path: Path,
+                                                                               no_ipc_leaks: None) -> None:
+    out, go, sd = tmp_path / "ev", tmp_path / "go", tmp_path / "sd"
+    plan = _plan(tmp_path / "p.yaml", out, go)
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+    run_id = ""
+    try:
+        # Given a headless run whose job is running
+        wait_for(lambda: "long" in read_evidence(out), what="long started")
+        wait_for(lambda: job_states(sd).get("long") == "RUNNING", what="long RUNNING")
+        run_id = status(sd)["run"]
+        # When the operator presses Ctrl-C
+        proc.send_signal(signal.SIGINT)
+        _o, err = proc.communicate(timeout=60)
+        # Then the scheduler stops and says in one line that the job runs on and how to pick it up
+        assert proc.returncode == 130, err
+        lines = [line for line in err.splitlines() if "keep running" in line]
+        assert len(lines) == 1, err
+        assert "1 job(s) keep running under their executors" in lines[0]
+        assert f"`wloadctl resume --state-dir {sd}` picks them up" in lines[0]
+        assert status(sd)["status"] == "interrupted" and not status(sd)["live"]
+        # And the job goes on under its executor, and ends there
+        assert executor_pids(run_id)
+        assert [e for e, _t in read_evidence(out)["long"]] == ["start"]
+        go.touch()
+        wait_for(lambda: len(read_evidence(out).get("long", [])) == 2, what="long ended under its executor")
+        # When the run is resumed
+        p = cli("resume", "--state-dir", str(sd), timeout=120)
+        # Then it takes the job's result instead of running it again, and finishes
+        assert p.returncode == 0, p.stderr
+        ev = read_evidence(out)
+        assert [e for e, _t in ev["long"]] == ["start", "end"] and "after" in ev
+        assert status(sd)["status"] == "succeeded"
+        wait_for(lambda: not executor_pids(run_id), what="the executors gone")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        go.touch()
+        if run_id and executor_pids(run_id):
+            cli("resume", "--state-dir", str(sd), timeout=120)
+
+
+def test_sigterm_still_stops_and_requeues_running_jobs(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out, go, sd = tmp_path / "ev", tmp_path / "go", tmp_path / "sd"
+    plan = _plan(tmp_path / "p.yaml", out, go)
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: "long" in read_evidence(out), what="long started")
+        wait_for(lambda: job_states(sd).get("long") == "RUNNING", what="long RUNNING")
+        run_id = status(sd)["run"]
+        proc.send_signal(signal.SIGTERM)
+        _o, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "will run again" in err and "keep running" not in err
+        assert not executor_pids(run_id)
+        assert job_states(sd)["long"] == "READY"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

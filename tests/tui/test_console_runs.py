@@ -1,0 +1,118 @@
+"""The console's run list on canned runs: enter opens a run, esc goes back, `:` switches, risk in the header."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from console_fakes import NOW, T0, FakeClient, Run
+from console_helpers import loaded, screen_text, wait_for
+
+from tui.app import ConsoleApp
+from tui.runs_view import find_run, host_risk
+from tui.screens.main import MainScreen
+from tui.screens.prompt import PromptScreen
+from tui.screens.runs import RunsScreen
+from wloadctl.runlist import RunEntry
+
+
+def entry(plan: str, status: str, done: int, total: int, at_risk: int = 0, late: int = 0,
+          started: float = T0) -> RunEntry:
+    return RunEntry(f"r-{plan}", plan, "2023-11-14", status, done, total, at_risk, late, started,
+                    f"/nonexistent/{plan}", {})
+
+
+RUNS = [
+    entry("eod_mini", "running", 5, 14, at_risk=2, late=1, started=T0),
+    entry("statements", "holding", 3, 9, started=T0 + 60),
+    entry("ledger", "succeeded", 4, 4, started=T0 - 3600),
+]
+
+
+def runs_app(opened: list[Path]) -> ConsoleApp:
+    """A console over the canned runs; each run opened gets a fake client of its own."""
+
+    def client_for(state_dir: Path) -> FakeClient:
+        opened.append(state_dir)
+        plan = state_dir.name
+        return FakeClient(state_dir=state_dir, run=Run(run_id=f"r-{plan}", plan_name=plan))
+
+    return ConsoleApp(None, runs_source=lambda: RUNS, runs_root="/srv/wloadctl", client_for=client_for,
+                      clock=lambda: NOW, poll=0.02)  # type: ignore[arg-type]
+
+
+async def listed(pilot: object) -> RunsScreen:
+    app = pilot.app  # type: ignore[attr-defined]
+    await wait_for(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.loaded,  # type: ignore[arg-type]
+                   what="the run list")
+    return app.screen  # type: ignore[no-any-return]
+
+
+def test_host_risk_counts_live_runs_only_and_find_run_takes_ids_plans_and_prefixes() -> None:
+    risk = host_risk([*RUNS, entry("old", "failed", 1, 2, at_risk=5, late=5)])
+    assert (risk.runs, risk.live, risk.at_risk_runs, risk.at_risk_jobs, risk.late_jobs) == (4, 2, 1, 2, 1)
+    assert find_run(RUNS, "r-ledger").plan == "ledger"  # type: ignore[union-attr]
+    assert find_run(RUNS, "statements").plan == "statements"  # type: ignore[union-attr]
+    assert find_run(RUNS, "stat").plan == "statements"  # type: ignore[union-attr]
+    assert find_run(RUNS, "payroll") is None
+
+
+async def test_the_list_comes_first_with_the_hosts_risk_and_live_runs_on_top() -> None:
+    app = runs_app([])
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = await listed(pilot)
+        text = screen_text(app)
+        assert "3 runs, 2 live, 1 at risk (2 jobs AT_RISK, 1 LATE)" in text
+        assert "/srv/wloadctl" in text
+        assert [r.plan for r in screen.runs] == ["statements", "eod_mini", "ledger"]
+        assert "5/14" in text and "2 risk/1 late" in text
+
+
+async def test_enter_opens_a_run_esc_goes_back_and_colon_switches() -> None:
+    opened: list[Path] = []
+    app = runs_app(opened)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await listed(pilot)
+        # Given the cursor on the second run, when enter is pressed, then that run opens
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), what="the run")
+        await loaded(pilot)
+        assert app.state_dir == Path("/nonexistent/eod_mini") and app.info is not None
+        assert "eod_mini" in screen_text(app)
+        # When esc is pressed with nothing to clear, then the list is back
+        await pilot.press("escape")
+        await listed(pilot)
+        # When `:run ledger` is typed there, then that run opens with its own client
+        await pilot.press("colon", *"run ledger", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen) and app.state_dir.name == "ledger",
+                       what="ledger")
+        await loaded(pilot)
+        assert app.info is not None and app.info.plan_name == "ledger"
+        # And `:runs` in a run goes back to the list, `:run` from a run opens another
+        await pilot.press("colon", *"runs", "enter")
+        await listed(pilot)
+        await pilot.press("escape")  # nothing to leave on the list: it stays
+        assert isinstance(app.screen, RunsScreen)
+        await pilot.press("colon", *"run r-statements", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen) and app.state_dir.name == "statements",
+                       what="statements")
+        await loaded(pilot)
+        # An unknown run changes nothing
+        await pilot.press("colon", *"run payroll", "enter")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, MainScreen) and app.state_dir.name == "statements"
+    assert opened[:3] == [Path("/nonexistent/eod_mini"), Path("/nonexistent/ledger"), Path("/nonexistent/statements")]
+
+
+async def test_a_bad_command_on_the_list_keeps_the_prompt_open_and_q_quits() -> None:
+    app = runs_app([])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await listed(pilot)
+        await pilot.press("colon", *"launch", "enter")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, PromptScreen)
+        assert "commands here: run NAME, runs, quit" in screen_text(app)
+        text = screen_text(app)
+        assert all(ord(c) < 128 for c in text)
+        await pilot.press("escape", "q")
+        await pilot.pause(0.1)
+    assert app.return_value == "quit"

@@ -1,0 +1,77 @@
+"""Textual-free projection of the run list: rows, the host's risk line, and finding a run by name."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+LIVE = ("running", "holding")
+"""Statuses of runs whose scheduler is up."""
+
+
+class RunLike(Protocol):
+    """What the list reads of a run (wloadctl.runlist.RunEntry)."""
+
+    run: str
+    plan: str
+    business_date: str
+    status: str
+    done: int
+    total: int
+    at_risk: int
+    late: int
+    started: float
+    state_dir: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostRisk:
+    """The runs of a host in one line."""
+
+    runs: int
+    """Runs listed."""
+    live: int
+    """Runs whose scheduler is up."""
+    at_risk_runs: int
+    """Live runs with a job AT_RISK or LATE."""
+    at_risk_jobs: int
+    """Jobs AT_RISK across the live runs."""
+    late_jobs: int
+    """Jobs LATE across the live runs."""
+
+    def line(self) -> str:
+        """`12 runs, 3 live, 1 at risk (2 jobs AT_RISK, 1 LATE)`."""
+        return (f"{self.runs} runs, {self.live} live, {self.at_risk_runs} at risk "
+                f"({self.at_risk_jobs} jobs AT_RISK, {self.late_jobs} LATE)")
+
+
+def host_risk(runs: Sequence[RunLike]) -> HostRisk:
+    """How many runs there are, how many are live and how many of those are at risk."""
+    live = [r for r in runs if r.status in LIVE]
+    return HostRisk(len(runs), len(live), sum(1 for r in live if r.at_risk or r.late),
+                    sum(r.at_risk for r in live), sum(r.late for r in live))
+
+
+def run_row(r: RunLike) -> tuple[str, ...]:
+    """The cells of one run: plan, run id, business date, status, progress, risk, started."""
+    pct = f"{100 * r.done // r.total:3d}%" if r.total else "  -"
+    risk = "-" if not (r.at_risk or r.late) else f"{r.at_risk} risk/{r.late} late"
+    started = dt.datetime.fromtimestamp(r.started).strftime("%m-%d %H:%M") if r.started else "-"
+    return (r.plan, r.status, f"{r.done}/{r.total} {pct}", risk, r.business_date, started, r.run)
+
+
+COLUMNS = ("PLAN", "STATUS", "PROGRESS", "SLA", "DATE", "STARTED", "RUN")
+"""Column titles of `run_row`."""
+
+
+def find_run(runs: Sequence[RunLike], name: str) -> RunLike | None:
+    """The run a `:run NAME` means: a run id, else the newest run of a plan of that name, else a prefix."""
+    for r in runs:
+        if r.run == name:
+            return r
+    by_plan = [r for r in runs if r.plan == name]
+    if not by_plan:
+        by_plan = [r for r in runs if r.plan.startswith(name) or r.run.startswith(name)]
+    return max(by_plan, key=lambda r: r.started) if by_plan else None
