@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,18 @@ def test_bank_sample_succeeds_with_no_job_late_or_at_risk(
         tmp_path: Path, no_ipc_leaks: None, business_date: str | None) -> None:
     sd = tmp_path / "sd"
     extra = ["--business-date", business_date] if business_date else []
+    started = dt.datetime.now()
     p = cli("run", str(SAMPLES / "eod_bank.yaml"), "--state-dir", str(sd), "--quiet", *extra, timeout=300)
     assert p.returncode == 0, p.stderr
     st = status(sd)
-    assert st["status"] == "succeeded" and st["flags"] == {}
-    assert not (sd / "alerts.log").exists()
+    assert st["status"] == "succeeded"
+    # A run started in the half hour before one of the sample's clock deadlines (19:00, 23:30,
+    # 23:59) is rightly AT_RISK for that job (not finished 5 minutes before it); never LATE.
+    near = any(0 <= (started.replace(hour=h, minute=m, second=0) - started).total_seconds() <= 1800
+               for h, m in ((19, 0), (23, 30), (23, 59)))
+    flags = st["flags"]
+    if near:
+        assert all(v == "AT_RISK" for v in flags.values()), flags
+    else:
+        assert flags == {}
+        assert not (sd / "alerts.log").exists()
