@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wloadctl.core.codes import TIER_SHIFT
 from wloadctl.core.events import SlotsChangedEvent
 from wloadctl.errors import UsageError
 from wloadctl.procs.health import pid_alive
@@ -223,7 +224,7 @@ def demand_of(core: SchedulerCore) -> list[int]:
     urgent of them (the ready queue is a heap: reading its top costs nothing, counting it would)."""
     out = [min(n, 1 << 30) for n in core.tiers.in_use[:TIERS]]
     if core.ready and not core.paused and not core.cancelled:
-        out[min(TIERS - 1, core.ready[0] >> 53)] += len(core.ready)
+        out[min(TIERS - 1, core.ready[0] >> TIER_SHIFT)] += len(core.ready)
     return out
 
 

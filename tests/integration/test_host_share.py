@@ -30,9 +30,10 @@ def _wl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _plan(path: Path, name: str, out: Path, gate: Path, jobs: int, share: float = 1.0) -> Path:
-    # Each job leaves start/end evidence and runs until the gate opens (at most a minute).
+    # Each job leaves start/end evidence and runs until the gate opens (at most a minute), then a second
+    # more, so the split can be seen while the runs share the host.
     cmd = (f'echo "$WLOADCTL_JOB start $(date +%s.%N)" >> {out}; n=0; '
-           f'while [ ! -e {gate} ] && [ $n -lt 600 ]; do n=$((n+1)); sleep 0.1; done; sleep 0.2; '
+           f'while [ ! -e {gate} ] && [ $n -lt 600 ]; do n=$((n+1)); sleep 0.1; done; sleep 1; '
            f'echo "$WLOADCTL_JOB end $(date +%s.%N)" >> {out}')
     spec: dict[str, Any] = {"name": name, "share": share,
                             "jobs": {f"{name}{k}": {"command": cmd} for k in range(jobs)}}
