@@ -22,10 +22,8 @@ MQUEUE_SYSCTL = Path("/proc/sys/fs/mqueue")
 """Where the kernel shows its queue limits."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 """Where a cgroup v2 hierarchy is mounted on a unified host."""
-CONTROL_SHAPE = (8, 4096)
-"""(messages, bytes) of a run's control queue (wloadctl.procs.supervisor.CONTROL_QUEUE)."""
-RUN_QUEUE_BYTES = 2 * queue_charge(DEFAULT_MAX_MESSAGES, DEFAULT_MAX_MESSAGE_SIZE) + queue_charge(*CONTROL_SHAPE)
-"""Bytes of `ulimit -q` one run's queues take (request, response, control)."""
+RUN_QUEUE_BYTES = 2 * queue_charge(DEFAULT_MAX_MESSAGES, DEFAULT_MAX_MESSAGE_SIZE)
+"""Bytes of `ulimit -q` one run's queues take (request and response; verbs use the control socket)."""
 
 
 @dataclass(frozen=True, slots=True)

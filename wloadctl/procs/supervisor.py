@@ -18,7 +18,6 @@ from wloadctl.ipc.mq import MessageQueue
 from wloadctl.ipc.naming import (
     ROLE_ARENA,
     ROLE_BOARD,
-    ROLE_CONTROL,
     ROLE_EXECUTORS,
     ROLE_REQUEST,
     ROLE_RESPONSE,
@@ -37,8 +36,6 @@ from wloadctl.ipc.shm import (
 )
 from wloadctl.procs.health import pid_alive
 
-CONTROL_QUEUE = (8, 4096)
-"""Messages and message size of the control queue: small, to spare the user's queue quota."""
 STANDBY_DIR = "standbys"
 """Directory of a state dir where each standby scheduler keeps a pidfile while it watches."""
 
@@ -50,18 +47,17 @@ class RunObjects:
     run_id: str
     req: MessageQueue
     rsp: MessageQueue
-    ctl: MessageQueue | None
     arena: PayloadArena
     board: StateBoard
     eboard: ExecutorBoard
     tails: TailRing
 
     @classmethod
-    def create(cls, run_id: str, n_jobs: int, arena_size: int = DEFAULT_ARENA_SIZE,
-               control: bool = True) -> RunObjects:
+    def create(cls, run_id: str, n_jobs: int, arena_size: int = DEFAULT_ARENA_SIZE) -> RunObjects:
         """Create every object of a new run (0600); on failure remove what was made.
 
-        An agent's node makes no control queue (`control=False`): operators reach it through the broker.
+        Two queues a run: operator verbs come over the state directory's control socket
+        (wloadctl.ipc.ctlsock), and an agent's node takes them from the broker.
 
         Raises:
             TransportError: a name is taken or the user's quota is exhausted.
@@ -72,8 +68,6 @@ class RunObjects:
             made.append(req)
             rsp = MessageQueue.create(object_name(run_id, ROLE_RESPONSE))
             made.append(rsp)
-            ctl = MessageQueue.create(object_name(run_id, ROLE_CONTROL), *CONTROL_QUEUE) if control else None
-            made.append(ctl)
             arena = PayloadArena.create(object_name(run_id, ROLE_ARENA), arena_size)
             made.append(arena)
             board = StateBoard.create(object_name(run_id, ROLE_BOARD), n_jobs)
@@ -87,16 +81,15 @@ class RunObjects:
                     o.close()  # type: ignore[attr-defined]
             remove_run_objects(run_id)
             raise
-        return cls(run_id, req, rsp, ctl, arena, board, eboard, tails)
+        return cls(run_id, req, rsp, arena, board, eboard, tails)
 
     @classmethod
-    def open(cls, run_id: str, control: bool = True) -> RunObjects:
+    def open(cls, run_id: str) -> RunObjects:
         """Open the objects of a run that outlived its scheduler (its executors still run)."""
         return cls(
             run_id,
             MessageQueue.open(object_name(run_id, ROLE_REQUEST)),
             MessageQueue.open(object_name(run_id, ROLE_RESPONSE)),
-            MessageQueue.open(object_name(run_id, ROLE_CONTROL)) if control else None,
             PayloadArena.open(object_name(run_id, ROLE_ARENA)),
             StateBoard.open(object_name(run_id, ROLE_BOARD)),
             ExecutorBoard.open(object_name(run_id, ROLE_EXECUTORS)),
@@ -105,7 +98,7 @@ class RunObjects:
 
     def close(self) -> None:
         """Close every handle (a queue counts against the quota until every handle is closed)."""
-        for o in (self.req, self.rsp, self.ctl, self.arena, self.board, self.eboard, self.tails):
+        for o in (self.req, self.rsp, self.arena, self.board, self.eboard, self.tails):
             if o is None:
                 continue
             try:

@@ -101,10 +101,10 @@ class Agent:
         self.epoch = self._bump_local_epoch()
         adopt = run_is_alive(self.node)
         if adopt:
-            objs = RunObjects.open(self.node, control=False)
+            objs = RunObjects.open(self.node)
         else:
             remove_run_objects(self.node)
-            objs = RunObjects.create(self.node, 1, control=False)
+            objs = RunObjects.create(self.node, 1)
         self.objs = objs
         per = max(1, -(-o.slots // o.executors))
         self.book = NodeBook(per * o.executors)
