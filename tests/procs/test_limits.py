@@ -14,6 +14,7 @@ import pytest
 
 from tests.integration.helpers import ENV, cli, evidence_plan, status, wait_for
 from wloadctl.ipc.mq import queue_charge
+from wloadctl.procs.jobtree import detect
 from wloadctl.procs.limits import RUN_QUEUE_BYTES, judge, probe
 
 KEYS = {"name", "limit", "used", "unit", "verdict", "hint", "note"}
@@ -46,6 +47,8 @@ def test_doctor_reports_the_kernels_limits() -> None:
     st = os.statvfs("/dev/shm")
     assert rows["/dev/shm space"]["limit"] == st.f_blocks * st.f_frsize
     assert "cgroup v2" in rows and "wloadctl runs holding IPC objects" in rows
+    # doctor says which way a job's whole tree is ended on this host
+    assert f"job tree kill: {detect().mode}" in cli("doctor").stdout
 
 
 def test_doctor_prints_one_line_per_limit_with_a_verdict() -> None:

@@ -115,6 +115,8 @@ class JobSpec:
     """CPUs the job needs on its executor (0 = no claim); an executor starts it only when they are free."""
     memory: int = 0
     """Memory in MiB the job needs on its executor (0 = no claim)."""
+    run_as: str | None = None
+    """User the job runs as (its process, files and logs are theirs); needs a scheduler running as root."""
     description: str = ""
     """Free text for operators."""
     line: int = 0
@@ -164,3 +166,7 @@ class Plan:
     read_by_lines: bool = False
     """Its jobs were one-line jobs read without the YAML parser: reading the text again is about as
     quick as decoding a stored copy, so a run keeps none."""
+    limits: str = "claim"
+    """`claim`: cpu/memory only decide where and when a job starts; `enforce`: also cgroup limits."""
+    roles: dict[str, dict[str, list[str]]] | None = None
+    """Roles of Unix users and groups in the run (wloadctl.access), added to the config file's."""

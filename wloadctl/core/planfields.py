@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pwd
 import re
 from typing import Any
 
@@ -48,6 +49,7 @@ JOB_KEYS: tuple[str, ...] = (
     "agent",
     "cpu",
     "memory",
+    "run_as",
     "description",
 )
 """Keys a job may have, in the order the docs list them."""
@@ -79,6 +81,8 @@ TOP_KEYS: tuple[str, ...] = (
     "timezone",
     "groups",
     "schedule",
+    "limits",
+    "roles",
     "jobs",
 )
 """Keys at the top of a plan."""
@@ -499,6 +503,18 @@ class FieldReader:
         if not PLACE_NAME.fullmatch(name):
             raise FieldError(f"{what} must be a name of letters, digits, '_' or '-' (at most 64), not {name!r}",
                              entry[1], f"write {what}: etl-nodes")
+        return name
+
+    def run_as(self, entry: Entry) -> str | None:
+        """`run_as`: a user of this host the job runs as (the scheduler must run as root)."""
+        if entry[0] is None:
+            return None
+        name = text_of(entry, "run_as")
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            raise FieldError(f"run_as: unknown user '{name}'", entry[1],
+                             "name a user of this host (getent passwd NAME)") from None
         return name
 
     def description(self, entry: Entry) -> str:

@@ -19,7 +19,7 @@ from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
 from wloadctl.core.planlines import JobLines, NotPlain, bare_value, read_job_lines
-from wloadctl.core.plantop import group_weights, read_schedule, read_timezone
+from wloadctl.core.plantop import group_weights, read_limits, read_roles, read_schedule, read_timezone
 from wloadctl.core.planvalues import (
     FieldError,
     amounts,
@@ -270,6 +270,8 @@ class _PlanBuilder:
             path=self.path,
             groups=self._groups(jobs.jobs),
             schedule=self._top_field("schedule", read_schedule, None),
+            limits=self._top_field("limits", read_limits, "claim"),
+            roles=self._top_field("roles", read_roles, None),
         )
 
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:

@@ -13,6 +13,7 @@ from wloadctl.ipc import DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MAX_MESSAGES
 from wloadctl.ipc.cleanup import MQUEUE_DIR, SHM_DIR, scan_objects
 from wloadctl.ipc.mq import queue_charge, queue_shape
 from wloadctl.ipc.naming import QUEUE_ROLES, object_name
+from wloadctl.procs.jobtree import detect
 
 Verdict = Literal["ok", "low", "exhausted"]
 
@@ -20,8 +21,6 @@ LOW_SHARE = 0.8
 """A limit more than this share used is `low`."""
 MQUEUE_SYSCTL = Path("/proc/sys/fs/mqueue")
 """Where the kernel shows its queue limits."""
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-"""Where a cgroup v2 hierarchy is mounted on a unified host."""
 RUN_QUEUE_BYTES = 2 * queue_charge(DEFAULT_MAX_MESSAGES, DEFAULT_MAX_MESSAGE_SIZE)
 """Bytes of `ulimit -q` one run's queues take (request and response; verbs use the control socket)."""
 
@@ -190,38 +189,18 @@ def _process_limits() -> list[Limit]:
 
 
 def _cgroup_limit() -> Limit:
-    """Is /sys/fs/cgroup a cgroup v2 mount, and may this user make child groups in its own?"""
-    v2_mounts: list[str] = []
-    try:
-        for line in Path("/proc/self/mounts").read_text().splitlines():
-            parts = line.split()
-            if len(parts) > 2 and parts[2] == "cgroup2":
-                v2_mounts.append(parts[1])
-    except OSError:
-        pass
-    hint = ("boot with systemd.unified_cgroup_hierarchy=1, and run under a delegated unit "
-            "(`systemd-run --user -p Delegate=yes ...`) to limit jobs with cgroups")
-    if str(CGROUP_ROOT) not in v2_mounts:
-        found = f"cgroup2 only at {', '.join(v2_mounts)} (hybrid)" if v2_mounts else "no cgroup2 mount"
-        return Limit("cgroup v2", None, None, "", "low", hint, f"{CGROUP_ROOT} is not cgroup2: {found}")
-    own = ""
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                own = line[3:].strip()
-    except OSError:
-        pass
-    here = CGROUP_ROOT / own.lstrip("/")
-    writable = os.access(here, os.W_OK) and os.access(here / "cgroup.subtree_control", os.W_OK)
-    controllers = ""
-    try:
-        controllers = (here / "cgroup.controllers").read_text().strip()
-    except OSError:
-        pass
-    note = f"own group {own or '/'}; controllers: {controllers or 'none'}"
-    if writable:
-        return Limit("cgroup v2", None, None, "", "ok", "", note + "; delegated (writable)")
-    return Limit("cgroup v2", None, None, "", "low", hint, note + "; not delegated (read-only)")
+    """How a job's whole process tree is ended here: a cgroup v2 per job, or the executor as subreaper."""
+    how = detect()
+    hint = ("for a cgroup per job: a cgroup2 hierarchy and a delegated group (root, or "
+            "`systemd-run --user -p Delegate=yes ...`); `limits: enforce` also needs the memory and cpu "
+            "controllers there")
+    if how.mode == "cgroup":
+        verdict: Verdict = "ok" if how.controllers >= {"memory", "cpu"} else "low"
+        return Limit("cgroup v2 (job tree kill: cgroup)", None, None, "", verdict,
+                     "" if verdict == "ok" else hint,
+                     f"each job in its own cgroup, ended with cgroup.kill; {how.why}")
+    return Limit("cgroup v2 (job tree kill: subreaper)", None, None, "", "low", hint,
+                 f"executors are child subreapers: what a job leaves is caught and killed; {how.why}")
 
 
 def _runs_limit(queue_bytes: Limit) -> Limit:
