@@ -110,7 +110,7 @@ def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_pa
         assert ro.plan_text(run.id) == "text"
         assert ro.last_seq(run.id) == 3
     with Store.open(tmp_path) as st:
-        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert st.plan_text(run.id) == "text"
         st.write_turn(run.id, [(0, RUN, OK, 1, 3.0, 0, 0, "", "t2")])
         assert st.job_row(run.id, "a") == (0, "a", OK, 1, 0, 0, 2.0, 3.0, "")
@@ -152,3 +152,26 @@ def test_a_writer_can_drop_the_rows_it_replayed(tmp_path: Path) -> None:
         st.drop_columns()
         st.write_turn(run.id, [(0, R, Q, 1, 2.0, -1, None, "", "s")])
         assert st.job_states(run.id) == [(0, Q, 1)], "replayed again from the start"
+
+
+def test_a_journal_from_before_the_audit_chain_keeps_its_actions_and_chains_new_ones(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ["a"])
+    # Given a version 4 journal: actions without hashes, no triggers
+    con = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+    for t in ("actions_no_update", "actions_no_delete"):
+        con.execute(f"DROP TRIGGER {t}")
+    con.execute("ALTER TABLE actions DROP COLUMN hash")
+    con.execute("ALTER TABLE actions DROP COLUMN prev_hash")
+    con.execute("INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied)"
+                " VALUES (?, 1.0, 'old', 'hold', 'a', '', 'held', 1)", (run.id,))
+    con.execute("PRAGMA user_version = 4")
+    con.close()
+    # When it is opened for writing and an action is added
+    with Store.open(tmp_path) as st:
+        st.record_action(run.id, "new", "release", "a", "", "released", True)
+        rep = st.verify_audit()
+        assert rep.ok and (rep.checked, rep.unchained) == (1, 1)
+        assert [a[1] for a in st.actions(run.id)] == ["old", "new"]
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            st.conn.execute("DELETE FROM actions")

@@ -411,6 +411,20 @@ class RunClient:
             raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
         return {"job": job, "upstream": sorted(dag.ancestors(job)), "downstream": sorted(dag.descendants(job))}
 
+    def verify_audit(self) -> dict[str, Any]:
+        """Check the journal's audit hash chain (every run in it): the first broken link, if any."""
+        rows = self.store.audit_rows()
+        rep = self.store.verify_audit()
+        out: dict[str, Any] = {"ok": rep.ok, "checked": rep.checked, "unchained": rep.unchained, "broken": None}
+        if rep.broken is not None:
+            run, seq, problem = rep.broken
+            row = next((r for r in rows if r[0] == seq), None)
+            names = {r.id: r.run_id for r in self.store.runs()}
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row[2])) if row else ""
+            action = f"{when} {row[3]} {row[4]} {row[5]}" if row else "row missing"
+            out["broken"] = {"run": names.get(run, str(run)), "seq": seq, "problem": problem, "action": action}
+        return out
+
     def actions(self) -> list[dict[str, Any]]:
         """The run's audit trail."""
         return [{"ts": ts, "user": u, "verb": v, "job": j, "reason": r, "outcome": o, "applied": bool(ap)}

@@ -51,3 +51,24 @@ def test_a_verb_claiming_another_user_is_audited_as_the_caller_and_the_run_has_n
     audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
     assert [(a["user"], a["verb"]) for a in audit] == [(me, "hold"), (me, "kill"), (me, "skip")]
     assert not (sd / SOCKET_NAME).exists()
+
+
+def test_audit_verify_on_the_command_line(tmp_path: Path) -> None:
+    import sqlite3
+
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {"exit": 3}, "b": {"depends_on": ["a"]}})
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 1
+    for verb in ("set-ok", "rerun"):
+        assert cli(verb, "a", "--state-dir", str(sd), "--reason", "checked by hand").returncode == 0
+    p = cli("audit", "--verify", "--state-dir", str(sd))
+    assert p.returncode == 0 and p.stdout.strip() == "audit chain intact: 2 action(s) checked", p.stderr
+    # When the journal file is edited around its triggers
+    con = sqlite3.connect(sd / "journal.db", isolation_level=None)
+    con.execute("DROP TRIGGER actions_no_update")
+    con.execute("UPDATE actions SET reason = 'nobody asked' WHERE verb = 'rerun'")
+    con.close()
+    p = cli("audit", "--verify", "--state-dir", str(sd))
+    assert p.returncode == 1
+    assert "audit chain broken at action 2 of run" in p.stderr
+    assert "rerun a): the row was changed after it was written" in p.stderr

@@ -61,6 +61,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         " state text NOT NULL, attempts integer NOT NULL, reason text NOT NULL, log_path text NOT NULL)",
         "CREATE INDEX alerts_run ON alerts (run, seq)",
     ),
+    # 1 -> 2: the audit trail is hash-chained and append-only (wloadctl.store.audit); actions
+    # already written stay unchained.
+    (
+        "ALTER TABLE actions ADD COLUMN prev_hash text NOT NULL DEFAULT '',"
+        " ADD COLUMN hash text NOT NULL DEFAULT ''",
+        "CREATE FUNCTION wloadctl_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'audit rows are append-only'; END $$",
+        "CREATE TRIGGER actions_append_only BEFORE UPDATE OR DELETE ON actions"
+        " FOR EACH ROW EXECUTE FUNCTION wloadctl_audit_append_only()",
+    ),
 )
 """MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""
 SCHEMA_VERSION = len(MIGRATIONS)
