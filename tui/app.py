@@ -114,6 +114,10 @@ class ConsoleApp(App[str]):
         self._action_client: Client | None = None
         self.loaded = threading.Event()
         """Set once the model is loaded and a first status came (tests wait on it)."""
+        self.allowed: frozenset[str] | None = None
+        """Verbs this user's role allows in the run (None until known: the scheduler still judges)."""
+        self.role = ""
+        """This user's role in the run, once known."""
 
     def _post(self, message: Any) -> None:
         try:
@@ -125,6 +129,19 @@ class ConsoleApp(App[str]):
         """Start the feed; ASCII scrollbars everywhere."""
         ScrollBar.renderer = AsciiScrollBarRender
         self._follow()
+        self._learn_role()
+
+    @work(thread=True, exclusive=True, group="role", exit_on_error=False)
+    def _learn_role(self) -> None:
+        """Ask who this user is in the run, so the verbs the role does not allow are greyed."""
+        try:
+            with self.client_lock:
+                me = self.action_client().whoami()
+        except Exception:
+            return  # a console that cannot learn its role still works: the scheduler judges each verb
+        self.role = str(me.get("role", ""))
+        self.allowed = frozenset(me.get("verbs", ()))
+        self.call_from_thread(self.screen.refresh_bindings)
 
     @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
     def _follow(self) -> None:
