@@ -100,6 +100,15 @@ def load_plan_text(text: str, path: str = "<string>") -> Plan:
     return _load(lambda: data, hashlib.sha256(data), path)
 
 
+def load_plan_bytes(data: bytes, path: str = "<bytes>") -> Plan:
+    """Validate a plan given as the bytes of a file (read from a pipe, or a fuzzer's input).
+
+    Raises:
+        PlanError: the plan is invalid (including bytes that are not UTF-8).
+    """
+    return _load(lambda: data, hashlib.sha256(data), path)
+
+
 class _Digesting:
     """A binary file that hashes the bytes the YAML parser reads from it."""
 

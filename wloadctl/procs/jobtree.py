@@ -348,6 +348,17 @@ def kill_executor_trees(run_id: str, executor: int) -> int:
     return n + kill_marked(f"{run_id}/{executor}/")
 
 
+def kill_job_tree(run_id: str, executor: int, task: int, attempt: int) -> int:
+    """An attempt whose executor is gone: end its cgroup and every process carrying its marker."""
+    n = 0
+    how = detect(run_id)
+    if how.mode == "cgroup" and how.base is not None:
+        g = run_group(how.base, run_id) / group_name(executor, task, attempt)
+        if g.is_dir():
+            n += _kill_group(g)
+    return n + kill_marked(marker(run_id, executor, task, attempt) + "/")
+
+
 def remove_run_groups(run_id: str) -> None:
     """At the end of a run: remove its cgroup directory (and the empty job groups left in it)."""
     how = detect(run_id)
