@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from tests.integration.helpers import (
 )
 from wloadctl.core.states import JobState
 from wloadctl.ipc.ctlsock import SOCKET_NAME
+from wloadctl.procs.jobtree import become_subreaper
 from wloadctl.store import Store
 
 pytestmark = pytest.mark.ipc
@@ -115,7 +117,32 @@ def kill_one(rng: random.Random, proc: subprocess.Popen[bytes], run_id: str | No
     return "scheduler" if victim == "executor" else victim
 
 
-def test_a_seeded_loop_of_kill_9s_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
+def reap_strays() -> None:
+    """Reap the processes re-parented to this test (executors of a killed scheduler), as init would."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+
+
+@pytest.fixture
+def as_init() -> Iterator[None]:
+    """This test stands in for init: what the kills orphan is re-parented here and reaped.
+
+    (Where init leaves zombies, a killed run's executors would look alive to its cleanup.)
+    """
+    assert become_subreaper()
+    try:
+        yield
+    finally:
+        become_subreaper(False)
+        reap_strays()
+
+
+def test_a_seeded_loop_of_kill_9s_loses_nothing_and_repeats_nothing(tmp_path: Path, as_init: None) -> None:
     rng = random.Random(SEED)
     kills: list[str] = []
     rounds = 0
@@ -174,6 +201,7 @@ def test_a_seeded_loop_of_kill_9s_loses_nothing_and_repeats_nothing(tmp_path: Pa
                 assert evidence[jid][-1][0] == "end", f"round {rounds}: {jid}: {evidence[jid]}"
         # nothing is left behind
         reap_orphans(run_id)
+        reap_strays()
         assert executor_pids(run_id) == []
         if ipc_names(run_id):
             # A kill between the final status and the removal of the run's objects leaves

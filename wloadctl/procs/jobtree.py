@@ -104,11 +104,11 @@ def detect(run_id: str = "") -> Containment:
                        f"{', '.join(sorted(controllers & {'memory', 'cpu'})) or 'none'}")
 
 
-def become_subreaper() -> bool:
-    """Make this process the child subreaper of its descendants; False where prctl fails."""
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process the child subreaper of its descendants (or stop being one); False where prctl fails."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
