@@ -117,6 +117,32 @@ def kill_one(rng: random.Random, proc: subprocess.Popen[bytes], run_id: str | No
     return "scheduler" if victim == "executor" else victim
 
 
+def who_holds(run_id: str) -> str:
+    """The pids a run's boards name, and what each is now (for a failure message)."""
+    from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, object_name
+    from wloadctl.ipc.shm import ExecutorBoard, StateBoard
+
+    pids: list[int] = []
+    try:
+        b = StateBoard.open(object_name(run_id, ROLE_BOARD))
+        h = b.read_header()
+        b.close()
+        pids += [h.scheduler_pid, h.standby_pid]
+        e = ExecutorBoard.open(object_name(run_id, ROLE_EXECUTORS))
+        pids += [s.pid for s in e.read_all()]
+        e.close()
+    except Exception as exc:
+        return f"boards unreadable: {exc}"
+    out = []
+    for pid in pids:
+        try:
+            out.append(f"{pid}: {Path(f'/proc/{pid}/stat').read_text().split(')')[-1].split()[:2]} "
+                       f"{Path(f'/proc/{pid}/cmdline').read_bytes()[:80]!r}")
+        except OSError:
+            out.append(f"{pid}: gone")
+    return "; ".join(out)
+
+
 def reap_strays() -> None:
     """Reap the processes re-parented to this test (executors of a killed scheduler), as init would."""
     while True:
@@ -205,9 +231,11 @@ def test_a_seeded_loop_of_kill_9s_loses_nothing_and_repeats_nothing(tmp_path: Pa
         assert executor_pids(run_id) == []
         if ipc_names(run_id):
             # A kill between the final status and the removal of the run's objects leaves
-            # them: they are a crashed run's, and the next start (or `cleanup`) removes them.
-            assert cli("cleanup").returncode == 0
-        assert ipc_names(run_id) == [], f"round {rounds}: IPC objects left"
+            # them: they are a crashed run's, and `cleanup` (or the next start) removes them
+            # once they are older than its grace for starting runs.
+            wait_for(lambda r=run_id: cli("cleanup").returncode == 0 and not ipc_names(r),  # type: ignore[misc]
+                     timeout=40, every=2.0, what="cleanup of a crashed run's objects")
+        assert ipc_names(run_id) == [], f"round {rounds}: IPC objects left; {who_holds(run_id)}"
         # and the journal holds
         con = sqlite3.connect(sd / "journal.db")
         try:
