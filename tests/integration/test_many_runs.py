@@ -16,7 +16,7 @@ import yaml
 
 from tests.integration.helpers import executor_pids, ipc_names, wait_for
 from wloadctl.ipc.cleanup import scan_objects
-from wloadctl.ipc.quota import REPLY_RESERVE, run_shapes
+from wloadctl.ipc.quota import run_shapes
 
 pytestmark = pytest.mark.ipc
 
@@ -105,8 +105,8 @@ def test_a_full_quota_refuses_the_run_in_one_line_and_leaves_nothing(tmp_path: P
     root = tmp_path / "home"
     env = _env(root)
     live = _plan(tmp_path / "a.yaml", "first", "sleep 60")
-    # Given a queue quota with room for one run (and an operator's reply queue) only
-    limit = run_shapes(BULK + 1).charge + REPLY_RESERVE + 1024
+    # Given a queue quota with room for one run only
+    limit = run_shapes(BULK + 1).charge + 1024
     proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(live), "--executors", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True, preexec_fn=_quota(limit))
