@@ -73,9 +73,10 @@ class ControlDesk:
     def take(self, data: bytes, respond: Callable[[bytes], None], now: float) -> None:
         """A request from another host (through the broker): handled like the socket's, answered by `respond`.
 
-        No kernel vouches for a caller on another host: the request names its user (`NAME@HOST`),
-        and whoever may publish on the run's operator subject is trusted to; the roles of that
-        name (and the owner's name: admin) decide what it may do, as for a local caller.
+        No kernel vouches for a caller on another host: the request names its user (`NAME@HOST`) and
+        whoever may publish on the broker's operator subjects may name any. With no roles given to
+        anyone besides the owner, the installation has one operator identity and a caller through
+        its broker acts as the owner (an admin); with roles, the caller has the role of its name.
         """
         try:
             req = json.loads(data)
@@ -87,8 +88,12 @@ class ControlDesk:
         req.pop("conn", None)
         req[_RESPOND] = respond
         user = str(req.get("user", ""))
-        uid, groups = _named(user.split("@", 1)[0])
-        role = self.roles.role_of(uid, user.split("@", 1)[0], groups, self.owner_uid)
+        name = user.split("@", 1)[0]
+        uid, groups = _named(name)
+        if self.roles.grants_others:
+            role = self.roles.role_of(uid, name, groups, self.owner_uid)
+        else:
+            role = Role.ADMIN
         self._apply({**req, "user": user}, uid, role, now)
 
     def close(self) -> None:
