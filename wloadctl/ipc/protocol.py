@@ -350,7 +350,7 @@ def encode_control(obj: dict[str, Any], max_size: int | None = None) -> bytes:
 
     Args:
         obj: A JSON-serialisable dict.
-        max_size: The control queue's message size limit, checked when given.
+        max_size: The message size limit of the control socket, checked when given.
 
     Returns:
         The message bytes.
