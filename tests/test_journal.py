@@ -112,7 +112,7 @@ def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_pa
         assert ro.plan_text(run.id) == "text"
         assert ro.last_seq(run.id) == 3
     with Store.open(tmp_path) as st:
-        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 6
         assert st.plan_text(run.id) == "text"
         assert st.current_states(run.id) is None, "kept from the run's next write on"
         st.write_turn(run.id, [(0, RUN, OK, 1, 3.0, 0, 0, "", "t2")])
@@ -156,3 +156,37 @@ def test_a_writer_can_drop_the_rows_it_replayed(tmp_path: Path) -> None:
         st.drop_columns()
         st.write_turn(run.id, [(0, R, Q, 1, 2.0, -1, None, "", "s")])
         assert st.job_states(run.id) == [(0, Q, 1)], "replayed again from the start"
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_journal_from_before_the_audit_chain_keeps_its_actions_and_chains_new_ones(tmp_path: Path,
+                                                                                     version: int) -> None:
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ["a", "b"])
+        st.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "s")])
+    # Given a version 4 journal (actions without hashes, no triggers, no current-state tables), or a
+    # version 5 one (the current-state tables, and still no audit chain)
+    con = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+    for t in ("actions_no_update", "actions_no_delete"):
+        con.execute(f"DROP TRIGGER {t}")
+    con.execute("ALTER TABLE actions DROP COLUMN hash")
+    con.execute("ALTER TABLE actions DROP COLUMN prev_hash")
+    if version == 4:
+        for table in ("now_runs", "now_states", "turn_jobs", "took"):
+            con.execute(f"DROP TABLE {table}")
+    con.execute("INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied)"
+                " VALUES (?, 1.0, 'old', 'hold', 'a', '', 'held', 1)", (run.id,))
+    con.execute(f"PRAGMA user_version = {version}")
+    con.close()
+    # When it is opened for writing, a turn written and an action added
+    with Store.open(tmp_path) as st:
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 6
+        st.write_turn(run.id, [(0, R, Q, 1, 2.0, -1, None, "", "t")])
+        assert st.current_states(run.id) == bytearray([Q, W])
+        st.record_action(run.id, "new", "release", "a", "", "released", True)
+        # Then the old action stays unchained, the new one chains, and the trail refuses changes
+        rep = st.verify_audit()
+        assert rep.ok and (rep.checked, rep.unchained) == (1, 1)
+        assert [a[1] for a in st.actions(run.id)] == ["old", "new"]
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            st.conn.execute("DELETE FROM actions")

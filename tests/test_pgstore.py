@@ -105,3 +105,32 @@ def test_a_lost_connection_is_found_again_and_the_turn_written_whole(pg_url: str
     assert st.last_seq(run.id) == 3
     assert [r[2] for r in st.job_rows(run.id)] == [2, 1]
     st.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_database_from_before_the_audit_chain_migrates_forward_and_chains_new_actions(
+        pg_url: str, tmp_path: Path, version: int) -> None:
+    with Store.open(tmp_path, journal=pg_url) as st:
+        run = st.create_run("r1", "p", "p.yaml", "d", "t", ["a"], "2026-11-30", 1.0)
+    # Given a database at version 2 (current-state tables, no audit chain) or 1 (neither)
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        c.execute("DROP TRIGGER actions_append_only ON actions")
+        c.execute("DROP FUNCTION wloadctl_audit_append_only()")
+        c.execute("ALTER TABLE actions DROP COLUMN prev_hash, DROP COLUMN hash")
+        if version == 1:
+            for table in ("now_runs", "now_states", "turn_jobs", "took"):
+                c.execute(f"DROP TABLE {table}")
+        c.execute("INSERT INTO actions (run, ts, username, verb, job, reason, outcome, applied)"
+                  " VALUES (%s, 1.0, 'old', 'hold', 'a', '', 'held', true)", (run.id,))
+        c.execute(f"UPDATE {VERSION_TABLE} SET version = %s", (version,))
+    # When it is opened for writing and an action is added
+    with Store.open(tmp_path, journal=pg_url) as st:
+        st.record_action(run.id, "new", "release", "a", "", "released", True)
+        st.write_turn(run.id, [(0, 0, 1, 0, 2.0, -1, None, "", "s")])
+        assert st.current_states(run.id) == bytearray([1])
+        rep = st.verify_audit()
+        assert rep.ok and (rep.checked, rep.unchained) == (1, 1)
+    # Then it is at the latest version, and the trail refuses changes
+    assert _version(pg_url) == SCHEMA_VERSION == 3
+    with psycopg.connect(pg_url, autocommit=True) as c, pytest.raises(psycopg.Error, match="append-only"):
+        c.execute("DELETE FROM actions")

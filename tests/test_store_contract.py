@@ -241,3 +241,57 @@ def test_successful_attempts_make_the_history_of_the_next_runs_of_the_plan(opene
     assert reader.expected_history("p", latest.id, ["a", "b"], "digest", runs=2) == {"a": 20.0}, "other has none"
     assert reader.expected_history("p", other.id - 2, ["a", "b"], "digest") == {"a": 4.0}
     assert reader.expected_history("elsewhere", latest.id, ["a"], "digest") == {}
+def _raw(st: Store, tmp_path: Path, sql: str) -> None:
+    """Run SQL on the journal behind the store's back (as someone editing the file or the database would)."""
+    if st.__class__.__name__ == "SqliteStore":
+        import sqlite3
+
+        con = sqlite3.connect(tmp_path / "state" / "journal.db", isolation_level=None)
+        try:
+            con.execute(sql.replace("username", "user"))
+        finally:
+            con.close()
+    else:
+        st._do(lambda c: c.execute(sql))  # type: ignore[attr-defined]
+
+
+def test_the_audit_trail_is_hash_chained_and_refuses_changes(opener: Opener, tmp_path: Path) -> None:
+    # Given actions of two runs, interleaved
+    st = opener()
+    one, two = new_run(st, ["a"]), new_run(st, ["x"], "r2")
+    for k in range(3):
+        st.record_action(one.id, "ana", "hold", "a", f"reason {k}", "held", True, 10.0 + k)
+        st.record_action(two.id, "bob", "skip", "x", "", "refused: x is RUNNING", False, 20.0 + k)
+    rep = st.verify_audit()
+    assert rep.ok and (rep.checked, rep.unchained) == (6, 0)
+    rows = st.audit_rows(one.id)
+    assert [r[9] for r in rows[1:]] == [r[10] for r in rows[:-1]]
+    # When someone updates or deletes an audit row, the journal refuses
+    for sql in ("UPDATE actions SET username = 'eve'", "DELETE FROM actions"):
+        with pytest.raises(Exception, match="append-only"):
+            _raw(st, tmp_path, sql)
+    assert st.verify_audit().ok and len(st.audit_rows()) == 6
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    ("UPDATE actions SET username = 'eve' WHERE seq = {seq}", "the row was changed after it was written"),
+    ("DELETE FROM actions WHERE seq = {seq}", "the previous row of the run is missing or was changed"),
+])
+def test_audit_verify_reports_the_first_broken_link(opener: Opener, tmp_path: Path, edit: str,
+                                                    problem: str) -> None:
+    st = opener()
+    run = new_run(st, ["a"])
+    for k in range(4):
+        st.record_action(run.id, "ana", "hold", "a", "", "held", True, 10.0 + k)
+    seq = st.audit_rows(run.id)[1][0]
+    # Given an editor who got around the triggers
+    is_sqlite = st.__class__.__name__ == "SqliteStore"
+    off = "DROP TRIGGER actions_no_update" if is_sqlite and "UPDATE" in edit else \
+        "DROP TRIGGER actions_no_delete" if is_sqlite else "ALTER TABLE actions DISABLE TRIGGER actions_append_only"
+    _raw(st, tmp_path, off)
+    _raw(st, tmp_path, edit.format(seq=seq))
+    rep = st.verify_audit()
+    # Then verify names the first row that no longer holds
+    assert not rep.ok and rep.broken is not None
+    broken_seq = seq if "UPDATE" in edit else st.audit_rows(run.id)[1][0]
+    assert rep.broken == (run.id, broken_seq, problem) and rep.checked == 1

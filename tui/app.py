@@ -131,6 +131,10 @@ class ConsoleApp(App[str]):
         self._action_client: Client | None = None
         self.loaded = threading.Event()
         """Set once the model is loaded and a first status came (tests wait on it)."""
+        self.allowed: frozenset[str] | None = None
+        """Verbs this user's role allows in the run (None until known: the scheduler still judges)."""
+        self.role = ""
+        """This user's role in the run, once known."""
 
     def _post(self, message: Any) -> None:
         try:
@@ -154,6 +158,7 @@ class ConsoleApp(App[str]):
         ScrollBar.renderer = AsciiScrollBarRender
         if self.state_dir is not None:
             self._follow()
+            self._learn_role()
 
     # -- the run list --------------------------------------------------------------
 
@@ -169,8 +174,10 @@ class ConsoleApp(App[str]):
         self.info = self.model = self.dag = self.status = None
         self.load_step, self.notes = "", []
         self.loaded.clear()
+        self.role, self.allowed = "", None  # learned anew: a role is per run
         self.feed = Feed(self.open_client, self._feed_post(), None, self.clock, self.poll)
         self._follow()
+        self._learn_role()
         # The main screen of the run shown before (if any) goes: a new one starts empty.
         if self.current_mode == "main":
             self.switch_mode("runs")
@@ -182,6 +189,18 @@ class ConsoleApp(App[str]):
         """Back to the run list (a console of one run has none)."""
         if self.runs_source is not None and self.current_mode != "runs":
             self.switch_mode("runs")
+
+    @work(thread=True, exclusive=True, group="role", exit_on_error=False)
+    def _learn_role(self) -> None:
+        """Ask who this user is in the run, so the verbs the role does not allow are greyed."""
+        try:
+            with self.client_lock:
+                me = self.action_client().whoami()
+        except Exception:
+            return  # a console that cannot learn its role still works: the scheduler judges each verb
+        self.role = str(me.get("role", ""))
+        self.allowed = frozenset(me.get("verbs", ()))
+        self.call_from_thread(self.screen.refresh_bindings)
 
     @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
     def _follow(self) -> None:

@@ -198,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("audit", help="the run's operator actions")
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--verify", action="store_true", help="check the journal's audit hash chain (exit 1 if broken)")
     p = sub.add_parser("cleanup", help="remove queues and shared memory left by crashed runs")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("console", help="the operations console")

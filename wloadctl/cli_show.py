@@ -99,6 +99,8 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             agents = node_names(c.state_dir)
         elif a.cmd == "lineage":
             data = c.lineage(a.job)
+        elif getattr(a, "verify", False):
+            return _verify(c, a.json)
         else:
             data = c.actions()
     if a.json:
@@ -130,6 +132,20 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
                   + (f"  reason: {x['reason']}" if x["reason"] else ""))
     return 0
+
+
+def _verify(c: RunClient, as_json: bool) -> int:
+    rep = c.verify_audit()
+    if as_json:
+        print(json.dumps(rep, indent=1))
+    elif rep["ok"]:
+        print(f"audit chain intact: {rep['checked']} action(s) checked"
+              + (f", {rep['unchained']} from before the chain" if rep["unchained"] else ""))
+    else:
+        b = rep["broken"]
+        print(f"wloadctl: audit chain broken at action {b['seq']} of run {b['run']} ({b['action']}): "
+              f"{b['problem']}; {rep['checked']} action(s) before it hold", file=sys.stderr)
+    return 0 if rep["ok"] else 1
 
 
 def _logs(c: RunClient, a: argparse.Namespace) -> int:

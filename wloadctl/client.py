@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import getpass
 import json
 import os
 import secrets
@@ -13,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wloadctl import access
 from wloadctl.core.states import JobState, is_holding
 from wloadctl.errors import ControlError, TransportError, UsageError, WloadError
+from wloadctl.ipc import ctlsock
 from wloadctl.ipc import protocol as P
-from wloadctl.ipc.mq import MessageQueue
-from wloadctl.ipc.naming import ROLE_BOARD, ROLE_CONTROL, ROLE_EXECUTORS, object_name
-from wloadctl.ipc.quota import REPLY_SHAPE
+from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, object_name
 from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
@@ -276,8 +275,7 @@ class RunClient:
 
     # -- operator verbs ---------------------------------------------------------------------
 
-    def control(self, verb: str, jobs: list[str], reason: str = "", downstream: bool = False,
-                user: str | None = None) -> dict[str, Any]:
+    def control(self, verb: str, jobs: list[str], reason: str = "", downstream: bool = False) -> dict[str, Any]:
         """Apply an operator verb: through the live scheduler, or on the journal when none is live.
 
         Returns:
@@ -287,10 +285,9 @@ class RunClient:
             UsageError: unknown verb.
             ControlError: the verb cannot be applied at all (no live scheduler for kill/cancel).
         """
-        if verb not in VERBS and verb not in ("why", "ping"):
+        if verb not in VERBS and verb not in ("why", "ping", "whoami"):
             raise UsageError(f"unknown verb '{verb}'", hint=f"verbs: {', '.join(VERBS)}, why")
-        user = user or _user()
-        req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": user}
+        req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": _user()}
         if self.broker is not None:
             rep = self._ask_broker(req)
             if rep is not None:
@@ -310,30 +307,26 @@ class RunClient:
         return self._offline(req)
 
     def _ask(self, req: dict[str, Any]) -> dict[str, Any]:
-        rid = secrets.token_hex(4)
-        reply_name = object_name(self.run.run_id, f"r{os.getpid()}x{rid}")
-        reply = MessageQueue.create(reply_name, REPLY_SHAPE.messages, REPLY_SHAPE.size)
-        try:
-            ctl = MessageQueue.open(object_name(self.run.run_id, ROLE_CONTROL))
+        # The scheduler takes the caller's identity from the socket (SO_PEERCRED), not from `user`.
+        return ctlsock.request(self.state_dir, {**req, "id": secrets.token_hex(4)}, REPLY_TIMEOUT)
+
+    def whoami(self) -> dict[str, Any]:
+        """This user's name, role and allowed verbs in the run (the console greys the rest)."""
+        if self.is_live():
             try:
-                data = P.encode_control({**req, "id": rid, "reply": reply_name}, max_size=ctl.max_message_size)
-                if not ctl.send(data, timeout=REPLY_TIMEOUT):
-                    raise TransportError("the scheduler's control queue stays full", hint="is the scheduler stuck?")
-            finally:
-                ctl.close()
-            deadline = time.time() + REPLY_TIMEOUT
-            while time.time() < deadline:
-                got = reply.recv(max(0.0, deadline - time.time()))
-                if got is None:
-                    break
-                body = P.decode_control(got)
-                if body.get("id") == rid:
-                    return body
-            raise TransportError(f"no answer from the scheduler within {REPLY_TIMEOUT:.0f}s",
-                                 hint="check it with `wloadctl status`")
-        finally:
-            reply.close()
-            reply.unlink()
+                return self._ask({"verb": "whoami", "jobs": []})
+            except TransportError:
+                if self.is_live():
+                    raise
+        me = ctlsock.this_process()
+        role = self._local_role()
+        return {"ok": True, "user": me.user, "uid": me.uid, "role": role.label,
+                "verbs": access.allowed_verbs(role)}
+
+    def _local_role(self) -> access.Role:
+        me = ctlsock.this_process()
+        owner = self.state_dir.stat().st_uid if self.state_dir.is_dir() else me.uid
+        return access.load_roles().role_of(me.uid, me.user, me.group_names, owner)
 
     def _ask_broker(self, req: dict[str, Any]) -> dict[str, Any] | None:
         """A verb by request/reply to the scheduler holding the lease; None when none answered."""
@@ -350,6 +343,15 @@ class RunClient:
         from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs
 
         verb = req["verb"]
+        if verb == "whoami":
+            return {**self.whoami(), "live": False}
+        role = self._local_role()
+        if role < access.needed(verb):
+            msg = access.refusal(verb, req["user"], role)
+            with Store.open(self.state_dir, create=False) as st:
+                st.record_action(self.run.id, req["user"], verb, "; ".join(req["jobs"]) or "*", req["reason"],
+                                 msg, False)
+            return {"ok": False, "error": msg, "refused": True, "live": False}
         if verb not in MUTATING_OFFLINE and verb != "why":
             raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
                                hint="resume the run with `wloadctl resume --state-dir DIR`")
@@ -511,6 +513,20 @@ class RunClient:
 
         return timeline(self.store, self.run)
 
+    def verify_audit(self) -> dict[str, Any]:
+        """Check the journal's audit hash chain (every run in it): the first broken link, if any."""
+        rows = self.store.audit_rows()
+        rep = self.store.verify_audit()
+        out: dict[str, Any] = {"ok": rep.ok, "checked": rep.checked, "unchained": rep.unchained, "broken": None}
+        if rep.broken is not None:
+            run, seq, problem = rep.broken
+            row = next((r for r in rows if r[0] == seq), None)
+            names = {r.id: r.run_id for r in self.store.runs()}
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row[2])) if row else ""
+            action = f"{when} {row[3]} {row[4]} {row[5]}" if row else "row missing"
+            out["broken"] = {"run": names.get(run, str(run)), "seq": seq, "problem": problem, "action": action}
+        return out
+
     def actions(self) -> list[dict[str, Any]]:
         """The run's audit trail."""
         return [{"ts": ts, "user": u, "verb": v, "job": j, "reason": r, "outcome": o, "applied": bool(ap)}
@@ -588,10 +604,8 @@ def _behind_runs(why: dict[str, Any], run_id: str) -> None:
 
 
 def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+    # The process's uid, never $USER or $LOGNAME (which anyone can set).
+    return ctlsock.user_name(os.getuid())
 
 
 def _lock_wait(f: Any, timeout: float) -> None:

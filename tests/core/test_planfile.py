@@ -110,6 +110,9 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("undeclared_group.yaml", 5, "group 'cards' is not declared under groups"),
     ("bad_cron.yaml", 3, "'99 * * * *' is not a cron expression"),
     ("bad_holiday.yaml", 4, "holiday 'christmas' is not a date"),
+    ("bad_run_as.yaml", 5, "job 'load': run_as: unknown user 'no_such_user_here'"),
+    ("bad_roles.yaml", 3, "unknown role 'boss' under roles"),
+    ("bad_limits.yaml", 2, "limits must be claim or enforce, not 'strict'"),
 ]
 
 # Problems whose message names a job: the job the report must carry.

@@ -1,4 +1,4 @@
-"""Operator verbs against live runs (through the control queue) and finished ones (on the journal), with audit."""
+"""Operator verbs against live runs (through the control socket) and finished ones (on the journal), with audit."""
 
 from __future__ import annotations
 

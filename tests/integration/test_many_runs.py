@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -16,7 +17,8 @@ import yaml
 
 from tests.integration.helpers import executor_pids, ipc_names, wait_for
 from wloadctl.ipc.cleanup import scan_objects
-from wloadctl.ipc.quota import REPLY_RESERVE, run_shapes
+from wloadctl.ipc.mq import queue_charge
+from wloadctl.ipc.quota import MIN_MESSAGE, KernelLimits, run_shapes
 
 pytestmark = pytest.mark.ipc
 
@@ -105,8 +107,11 @@ def test_a_full_quota_refuses_the_run_in_one_line_and_leaves_nothing(tmp_path: P
     root = tmp_path / "home"
     env = _env(root)
     live = _plan(tmp_path / "a.yaml", "first", "sleep 60")
-    # Given a queue quota with room for one run (and an operator's reply queue) only
-    limit = run_shapes(BULK + 1).charge + REPLY_RESERVE + 1024
+    # Given a queue quota with room for one run only: runs' queues shrink with the quota down to
+    # their smallest shapes, which one run takes and two do not fit
+    limit = 3 * queue_charge(1, MIN_MESSAGE)
+    one = run_shapes(BULK + 1, dataclasses.replace(KernelLimits.read(), quota=limit)).charge
+    assert one <= limit < 2 * one
     proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(live), "--executors", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                             start_new_session=True, preexec_fn=_quota(limit))

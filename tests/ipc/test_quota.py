@@ -8,8 +8,8 @@ import pytest
 from ipc_fixtures import IpcTracker
 
 from wloadctl.ipc import protocol as P
-from wloadctl.ipc.mq import MessageQueue, queue_charge
-from wloadctl.ipc.quota import BIG_RUN, REPLY_RESERVE, RUNS_FLOOR, RUNS_GOAL, KernelLimits, run_shapes
+from wloadctl.ipc.mq import MessageQueue
+from wloadctl.ipc.quota import BIG_RUN, RUNS_FLOOR, RUNS_GOAL, KernelLimits, queue_budget, run_shapes
 
 DEFAULT = KernelLimits(quota=819200, hard=819200, msg_max=10, msgsize_max=8192)
 
@@ -17,7 +17,7 @@ DEFAULT = KernelLimits(quota=819200, hard=819200, msg_max=10, msgsize_max=8192)
 def test_a_run_takes_a_fiftieth_of_the_default_quota_and_a_big_one_a_twentieth() -> None:
     for n_jobs, runs, least in ((BIG_RUN, RUNS_GOAL, 30), (1_000_000, RUNS_FLOOR, 150)):
         shapes = run_shapes(n_jobs, DEFAULT)
-        assert runs * shapes.charge + REPLY_RESERVE <= DEFAULT.quota
+        assert runs * shapes.charge <= DEFAULT.quota
         for q, record in ((shapes.request, P.TASK), (shapes.response, P.RESULT)):
             assert q.messages >= 2 and q.size <= 8192
             assert (q.size - P.HEADER.size) // record.size >= least  # records a message
@@ -44,8 +44,11 @@ def test_a_tight_quota_or_lower_caps_still_give_usable_queues() -> None:
             assert P.results_per_message(q.size) >= 1 and P.tasks_per_message(q.size) >= 1
 
 
-def test_no_control_queue_gives_the_data_queues_its_room() -> None:
-    assert run_shapes(BIG_RUN, DEFAULT, control=False).request.size > run_shapes(BIG_RUN, DEFAULT).request.size
+def test_a_run_has_two_queues_and_they_get_its_whole_share() -> None:
+    # Operator verbs come over the control socket: no control queue takes a part of the share.
+    shapes = run_shapes(BIG_RUN, DEFAULT)
+    assert shapes.charge == shapes.request.charge + shapes.response.charge
+    assert queue_budget(DEFAULT, BIG_RUN) == DEFAULT.quota // RUNS_GOAL
 
 
 @pytest.mark.parametrize(("n_jobs", "runs"), [(BIG_RUN, RUNS_GOAL), (1_000_000, RUNS_FLOOR)])
@@ -60,12 +63,8 @@ def test_fifty_runs_or_twenty_of_the_largest_fit_the_default_quota(ipc: IpcTrack
         # Given fifty runs' queues (twenty of the largest runs') made side by side as one user
         for _ in range(runs):
             rid = ipc.run_id()
-            for role, q in (("req", shapes.request), ("rsp", shapes.response), ("ctl", shapes.control)):
-                assert q is not None
+            for role, q in (("req", shapes.request), ("rsp", shapes.response)):
                 ipc.track(MessageQueue.create(ipc.name(role, rid), q.messages, q.size))
-        # Then an operator's reply queue still fits beside them
-        ipc.track(MessageQueue.create(ipc.name("reply"), 1, 8192))
-        assert queue_charge(1, 8192) == REPLY_RESERVE
     finally:
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (soft, hard))
 

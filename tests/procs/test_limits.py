@@ -14,7 +14,8 @@ import pytest
 
 from tests.integration.helpers import ENV, cli, evidence_plan, status, wait_for
 from wloadctl.ipc.mq import queue_charge
-from wloadctl.ipc.quota import CONTROL_SHAPE, run_shapes
+from wloadctl.ipc.quota import run_shapes
+from wloadctl.procs.jobtree import detect
 from wloadctl.procs.limits import judge, probe, run_queue_bytes
 
 KEYS = {"name", "limit", "used", "unit", "verdict", "hint", "note"}
@@ -47,6 +48,8 @@ def test_doctor_reports_the_kernels_limits() -> None:
     st = os.statvfs("/dev/shm")
     assert rows["/dev/shm space"]["limit"] == st.f_blocks * st.f_frsize
     assert "cgroup v2" in rows and "wloadctl runs holding IPC objects" in rows
+    # doctor says which way a job's whole tree is ended on this host
+    assert f"job tree kill: {detect().mode}" in cli("doctor").stdout
 
 
 def test_doctor_prints_one_line_per_limit_with_a_verdict() -> None:
@@ -64,9 +67,10 @@ def test_judge_and_queue_charge() -> None:
     assert queue_charge(10, 8192) == 10 * (8192 + 48) + 10 * 48
     # The default ulimit -q (819,200 bytes) holds nine default queues, not ten.
     assert 819200 // queue_charge(10, 8192) == 9
-    # A run's queues are sized so that fifty runs fit the quota (see wloadctl.ipc.quota).
-    assert run_queue_bytes() == run_shapes(10**6).charge  # the largest run
-    assert run_queue_bytes() >= CONTROL_SHAPE.charge
+    # A run's queues are sized so that fifty runs fit the quota (see wloadctl.ipc.quota); it holds
+    # two (request, response): verbs come over the control socket.
+    shapes = run_shapes(10**6)
+    assert run_queue_bytes() == shapes.charge == shapes.request.charge + shapes.response.charge  # the largest run
 
 
 @pytest.mark.ipc

@@ -42,10 +42,9 @@ class Harness:
         epoch = self.store.begin_epoch(run.id, os.getpid(), 1e12)
         self.core = SchedulerCore(self.plan, 4, seed=epoch)
         tag = f"/stub.{rid}"
-        self.ctl = MemoryQueue.create(tag + ".ctl")
         self.board = StateBoard.create(tag + ".board", self.core.n, backend=MemorySegment)
-        objs = RunObjects(rid, cast(Any, None), cast(Any, None), cast(Any, self.ctl), cast(Any, None), self.board,
-                          cast(Any, None), cast(Any, None))
+        objs = RunObjects(rid, cast(Any, None), cast(Any, None), cast(Any, None), self.board, cast(Any, None),
+                          cast(Any, None))
         self.events = EventLog(tmp_path / "sd" / "events.jsonl", rid)
         self.ctx = RunContext(run, self.plan, tmp_path / "sd", epoch, self.events)
         self.rsp = MemoryQueue.create(tag + ".rsp", 64, 8192)
@@ -71,9 +70,8 @@ class Harness:
         return {r[1]: S(r[2]).name for r in self.store.job_rows(self.run.id)}
 
     def close(self) -> None:
-        for q in (self.ctl, self.rsp):
-            q.close()
-            q.unlink()
+        self.rsp.close()
+        self.rsp.unlink()
         self.board.close()
         self.store.close()
         self.events.close()

@@ -131,6 +131,7 @@ class FakeClient:
         ]
     )
     closed: bool = False
+    role: str = "admin"
 
     def __post_init__(self) -> None:
         self._plan = load_plan_text(PLAN_TEXT, "eod_mini.yaml")
@@ -207,6 +208,11 @@ class FakeClient:
                 ]
             )
         return {"ok": all(r[1] for r in results), "results": results, "live": self.live}
+
+    def whoami(self) -> dict[str, Any]:
+        from wloadctl.access import Role, allowed_verbs
+
+        return {"ok": True, "user": "ana", "role": self.role, "verbs": allowed_verbs(Role[self.role.upper()])}
 
     def why(self, job: str) -> dict[str, Any]:
         st = ROWS[job][0]

@@ -309,3 +309,32 @@ async def test_the_node_panel_lists_agents_beside_local_executors() -> None:
         assert "ALIVE" in line1 and "3/8" in line1
         assert "LOST" in line2 and line2.rstrip().endswith("14s")
         assert "EX PID" in text, "local executors are still listed"
+
+
+async def test_a_viewer_sees_the_verbs_greyed_and_cannot_send_one() -> None:
+    fake = FakeClient(role="viewer")
+    app = fake_app(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda: app.allowed is not None, what="the role")
+        # Then every verb's binding is greyed (shown, not enabled)
+        assert app.screen.check_action("verb", ("kill",)) is None
+        assert app.screen.check_action("verb", ("hold",)) is None
+        # When the viewer presses kill anyway
+        app.screen.query_one(JobTable).select_job("load_gl")
+        await pilot.press("x")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen) and not fake.sent
+
+
+async def test_an_operator_may_hold_but_kill_is_greyed() -> None:
+    fake = FakeClient(role="operator")
+    app = fake_app(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda: app.allowed is not None, what="the role")
+        assert app.screen.check_action("verb", ("hold",)) is True
+        assert app.screen.check_action("verb", ("kill",)) is None
+        app.screen.ask_verb("kill", ["load_gl"])
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)

@@ -11,6 +11,7 @@ from textual.screen import Screen
 from tui.impact import VERB_KEYS, impact
 from tui.messages import Note
 from tui.screens.confirm import ActionRequest, ConfirmScreen
+from wloadctl.access import needed
 from wloadctl.errors import WloadError
 
 VERB_LABELS = {
@@ -50,9 +51,12 @@ class OperatorScreen(Screen[None]):
         """Called on the UI thread once the scheduler answered."""
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """A read-only console has no verbs (they leave the footer too)."""
+        """A read-only console has no verbs (they leave the footer); those beyond the role are greyed."""
         if action == "verb" and getattr(self.app, "readonly", False):
             return False
+        allowed = getattr(self.app, "allowed", None)
+        if action == "verb" and allowed is not None and parameters and parameters[0] not in allowed:
+            return None
         return True
 
     def action_verb(self, verb: str) -> None:
@@ -64,6 +68,11 @@ class OperatorScreen(Screen[None]):
         app = self.console
         if getattr(app, "readonly", False):
             self.notify("read-only console: no actions", severity="warning")
+            return
+        allowed = getattr(app, "allowed", None)
+        if allowed is not None and verb not in allowed:
+            self.notify(f"{verb} needs the {needed(verb).label} role; you are "
+                        f"{app.role or 'without a role'} in this run", severity="warning")
             return
         model, dag = app.model, app.dag
         if model is None or dag is None:

@@ -30,6 +30,12 @@ def items_of(spec: JobSpec, variables: dict[str, object]) -> tuple[str, ...]:
         if not isinstance(value, list) or not value:
             raise WloadError(f"for_each: {fe} is not a non-empty list variable", job=spec.id, line=spec.line,
                              hint="declare it under `variables:` as a list")
+        bad = next((v for v in value if isinstance(v, list | dict)), None)
+        if bad is not None:
+            # As for an inline list: an item is one value. (Text of a nested value could also
+            # be exponentially large: aliases of aliases share one list in memory.)
+            raise WloadError(f"for_each: {fe} items must be text or numbers, not a {type(bad).__name__}",
+                             job=spec.id, line=spec.line, hint="declare it under `variables:` as a list of names")
         return tuple(str(v) for v in value)
     if not fe:
         raise WloadError("for_each: the list of items is empty", job=spec.id, line=spec.line)

@@ -117,6 +117,8 @@ class JobSpec:
     """Memory in MiB the job needs on its executor (0 = no claim)."""
     expected: float | None = None
     """Seconds the job is expected to take (its critical-path weight); None: learned from its history."""
+    run_as: str | None = None
+    """User the job runs as (its process, files and logs are theirs); needs a scheduler running as root."""
     description: str = ""
     """Free text for operators."""
     line: int = 0
@@ -168,3 +170,7 @@ class Plan:
     read_by_lines: bool = False
     """Its jobs were one-line jobs read without the YAML parser: reading the text again is about as
     quick as decoding a stored copy, so a run keeps none."""
+    limits: str = "claim"
+    """`claim`: cpu/memory only decide where and when a job starts; `enforce`: also cgroup limits."""
+    roles: dict[str, dict[str, list[str]]] | None = None
+    """Roles of Unix users and groups in the run (wloadctl.access), added to the config file's."""

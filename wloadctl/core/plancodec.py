@@ -48,7 +48,8 @@ def encode_plan(plan: Plan) -> str:
         "plan": {"name": plan.name, "resources": plan.resources, "variables": plan.variables,
                  "on_failure": plan.on_failure, "timezone": plan.timezone, "path": plan.path,
                  "groups": plan.groups, "digest": plan.digest, "share": plan.share,
-                 "schedule": dataclasses.asdict(plan.schedule) if plan.schedule else None},
+                 "schedule": dataclasses.asdict(plan.schedule) if plan.schedule else None,
+                 "limits": plan.limits, "roles": plan.roles},
         "retries": [dataclasses.asdict(p) for p in policies],
         "jobs": rows,
     }
@@ -102,4 +103,5 @@ def _decode(text: str) -> Plan | None:
     p = doc["plan"]
     sched = Schedule(**{k: _tuples(v) for k, v in p["schedule"].items()}) if p.get("schedule") else None
     return Plan(p["name"], jobs, p["resources"], p["variables"], p["on_failure"], p["timezone"], p["path"],
-                p.get("groups") or {}, sched, p["digest"], float(p.get("share", 1.0)))
+                p.get("groups") or {}, sched, p["digest"], float(p.get("share", 1.0)),
+                limits=p.get("limits") or "claim", roles=p.get("roles"))

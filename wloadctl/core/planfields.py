@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pwd
 import re
 from typing import Any
 
@@ -49,6 +50,7 @@ JOB_KEYS: tuple[str, ...] = (
     "cpu",
     "memory",
     "expected",
+    "run_as",
     "description",
 )
 """Keys a job may have, in the order the docs list them."""
@@ -81,6 +83,8 @@ TOP_KEYS: tuple[str, ...] = (
     "groups",
     "schedule",
     "share",
+    "limits",
+    "roles",
     "jobs",
 )
 """Keys at the top of a plan."""
@@ -508,6 +512,17 @@ class FieldReader:
         if entry[0] is None:
             return None
         return duration(entry, "expected")
+    def run_as(self, entry: Entry) -> str | None:
+        """`run_as`: a user of this host the job runs as (the scheduler must run as root)."""
+        if entry[0] is None:
+            return None
+        name = text_of(entry, "run_as")
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            raise FieldError(f"run_as: unknown user '{name}'", entry[1],
+                             "name a user of this host (getent passwd NAME)") from None
+        return name
 
     def description(self, entry: Entry) -> str:
         """`description`: free text."""

@@ -19,7 +19,14 @@ from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
 from wloadctl.core.planlines import JobLines, NotPlain, bare_value, read_job_lines
-from wloadctl.core.plantop import group_weights, read_schedule, read_share, read_timezone
+from wloadctl.core.plantop import (
+    group_weights,
+    read_limits,
+    read_roles,
+    read_schedule,
+    read_share,
+    read_timezone,
+)
 from wloadctl.core.planvalues import (
     FieldError,
     amounts,
@@ -97,6 +104,15 @@ def load_plan_text(text: str, path: str = "<string>") -> Plan:
         PlanError: the plan is invalid.
     """
     data = text.encode("utf-8")
+    return _load(lambda: data, hashlib.sha256(data), path)
+
+
+def load_plan_bytes(data: bytes, path: str = "<bytes>") -> Plan:
+    """Validate a plan given as the bytes of a file (read from a pipe, or a fuzzer's input).
+
+    Raises:
+        PlanError: the plan is invalid (including bytes that are not UTF-8).
+    """
     return _load(lambda: data, hashlib.sha256(data), path)
 
 
@@ -271,6 +287,8 @@ class _PlanBuilder:
             groups=self._groups(jobs.jobs),
             schedule=self._top_field("schedule", read_schedule, None),
             share=self._top_field("share", read_share, 1.0),
+            limits=self._top_field("limits", read_limits, "claim"),
+            roles=self._top_field("roles", read_roles, None),
         )
 
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:

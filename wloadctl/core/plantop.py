@@ -8,6 +8,32 @@ from wloadctl.core.plan import Schedule
 from wloadctl.core.planvalues import FieldError, mapping, number, text_of
 from wloadctl.core.yamltree import Entry
 
+ROLE_NAMES = ("viewer", "operator", "admin")
+"""Roles a plan's `roles:` may grant (wloadctl.access)."""
+
+
+def read_limits(entry: Entry) -> str:
+    """`limits`: `claim` (the default) or `enforce` (cpu and memory claims become cgroup limits)."""
+    value = text_of(entry, "limits")
+    if value not in ("claim", "enforce"):
+        raise FieldError(f"limits must be claim or enforce, not {value!r}", entry[1], "write limits: enforce")
+    return value
+
+
+def read_roles(entry: Entry) -> dict[str, dict[str, list[str]]]:
+    """`roles`: role -> {users: [...], groups: [...]}."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for role, item in mapping(entry, "roles").items():
+        if role not in ROLE_NAMES:
+            raise FieldError(f"unknown role '{role}' under roles", item[1], f"roles: {', '.join(ROLE_NAMES)}")
+        out[role] = {}
+        for kind, names in mapping(item, f"roles.{role}").items():
+            if kind not in ("users", "groups") or type(names[0]) is not list:
+                raise FieldError(f"roles.{role} takes `users:` and `groups:` lists, not {kind!r}", names[1],
+                                 "write admin: {groups: [batchadm]}")
+            out[role][kind] = [text_of(n, f"roles.{role}.{kind}") for n in names[0]]
+    return out
+
 
 def group_weights(entry: Entry) -> dict[str, float]:
     """`groups`: group name -> positive weight."""

@@ -16,6 +16,7 @@ from wloadctl.errors import TransportError
 from wloadctl.ipc.boards import ExecutorBoard, StateBoard
 from wloadctl.ipc.mq import unlink_queue
 from wloadctl.ipc.naming import (
+    OLD_QUEUE_ROLES,
     PREFIX,
     QUEUE_ROLES,
     ROLE_BOARD,
@@ -110,7 +111,7 @@ def remove_run_objects(run_id: str) -> list[str]:
         TransportError: If an object exists but this user may not remove it.
     """
     removed: list[str] = []
-    for role in QUEUE_ROLES:
+    for role in QUEUE_ROLES + OLD_QUEUE_ROLES:
         name = object_name(run_id, role)
         if unlink_queue(name):
             removed.append(f"mq:{name}")

@@ -16,7 +16,7 @@ ROLE_REQUEST = "req"
 ROLE_RESPONSE = "rsp"
 """Response queue: batched result records, executors to scheduler."""
 ROLE_CONTROL = "ctl"
-"""Control queue: operator verbs from the console and CLI."""
+"""Control queue of runs made before verbs moved to the control socket: only cleaned up."""
 ROLE_ARENA = "arena"
 """Segment holding job payloads written by the scheduler."""
 ROLE_BOARD = "board"
@@ -26,8 +26,10 @@ ROLE_EXECUTORS = "exec"
 ROLE_TAILS = "tail"
 """Segment holding the executors' output tails."""
 
-QUEUE_ROLES: tuple[str, ...] = (ROLE_REQUEST, ROLE_RESPONSE, ROLE_CONTROL)
-"""Queue roles every run may have."""
+QUEUE_ROLES: tuple[str, ...] = (ROLE_REQUEST, ROLE_RESPONSE)
+"""Queue roles every run has."""
+OLD_QUEUE_ROLES: tuple[str, ...] = (ROLE_CONTROL,)
+"""Queue roles of older runs, removed with their stale objects."""
 SEGMENT_ROLES: tuple[str, ...] = (ROLE_ARENA, ROLE_BOARD, ROLE_EXECUTORS, ROLE_TAILS)
 """Segment roles every run may have."""
 

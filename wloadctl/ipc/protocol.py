@@ -350,7 +350,7 @@ def encode_control(obj: dict[str, Any], max_size: int | None = None) -> bytes:
 
     Args:
         obj: A JSON-serialisable dict.
-        max_size: The control queue's message size limit, checked when given.
+        max_size: The message size limit of the control socket, checked when given.
 
     Returns:
         The message bytes.
@@ -622,7 +622,13 @@ def pack_board_header(h: BoardHeader) -> bytes:
 
 
 def unpack_board_header(data: bytes | bytearray | memoryview) -> BoardHeader:
-    """Unpack a board header body packed by `pack_board_header`."""
+    """Unpack a board header body packed by `pack_board_header`.
+
+    Raises:
+        ProtocolError: If `data` is shorter than the layout.
+    """
+    if len(data) < BOARD_BODY.size:
+        raise ProtocolError(f"board header of {len(data)} bytes, expected {BOARD_BODY.size}")
     f = BOARD_BODY.unpack_from(data)
     return BoardHeader(
         run_id=f[9].rstrip(b"\0").decode(errors="replace"),
@@ -691,7 +697,13 @@ def pack_executor_slot(s: ExecutorSlot) -> bytes:
 
 
 def unpack_executor_slot(data: bytes | bytearray | memoryview) -> ExecutorSlot:
-    """Unpack an executor slot body packed by `pack_executor_slot`."""
+    """Unpack an executor slot body packed by `pack_executor_slot`.
+
+    Raises:
+        ProtocolError: If `data` is shorter than the layout.
+    """
+    if len(data) < EXECUTOR_SLOT.size:
+        raise ProtocolError(f"executor slot of {len(data)} bytes, expected {EXECUTOR_SLOT.size}")
     f = EXECUTOR_SLOT.unpack_from(data)
     n = min(f[2], MAX_RUNNING_TASKS)
     pairs = f[12:]

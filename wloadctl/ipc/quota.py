@@ -35,6 +35,8 @@ QUEUE_MESSAGES = 2
 """Messages a small queue holds: one being read while the next is written."""
 MIN_MESSAGE = 256
 """Smallest message worth a queue (11 task or 5 result records); a tighter quota fits fewer runs."""
+LARGEST_RUN = 1 << 30
+"""Task ids a run's queues are sized for when the run cannot count them in advance (an agent's node)."""
 MQUEUE_SYSCTL = Path("/proc/sys/fs/mqueue")
 """Where the kernel shows its per-queue caps."""
 
@@ -52,14 +54,6 @@ class QueueShape:
     def charge(self) -> int:
         """Bytes of `ulimit -q` the queue takes while any handle to it is open."""
         return queue_charge(self.messages, self.size)
-
-
-CONTROL_SHAPE = QueueShape(2, 4096)
-"""The control queue of a run (operator verbs): two requests of up to 4 KiB wait at most."""
-REPLY_SHAPE = QueueShape(1, DEFAULT_MAX_MESSAGE_SIZE)
-"""The queue an operator's verb waits on for its reply (made by the client for one verb)."""
-REPLY_RESERVE = REPLY_SHAPE.charge
-"""Quota kept free for an operator's reply queue, so verbs still work with the quota full of runs."""
 
 
 def _read_int(path: Path, default: int) -> int:
@@ -100,23 +94,20 @@ class RunShapes:
     """Task records, scheduler to executors."""
     response: QueueShape
     """Result records, executors to scheduler."""
-    control: QueueShape | None
-    """Operator verbs (None: a node of agents, reached through the broker)."""
-
     @property
     def charge(self) -> int:
-        """Bytes of `ulimit -q` the run's queues take."""
-        return self.request.charge + self.response.charge + (self.control.charge if self.control else 0)
+        """Bytes of `ulimit -q` the run's queues take (operator verbs come over a socket: no queue)."""
+        return self.request.charge + self.response.charge
 
 
-def queue_budget(limits: KernelLimits, control: bool = True, n_jobs: int = 0) -> int:
+def queue_budget(limits: KernelLimits, n_jobs: int = 0) -> int:
     """Bytes the request and response queues of a run of `n_jobs` jobs may take together."""
     most = 2 * queue_charge(min(limits.msg_max, DEFAULT_MAX_MESSAGES),
                             min(limits.msgsize_max, DEFAULT_MAX_MESSAGE_SIZE))
     if limits.quota is None:
         return most
     runs = RUNS_FLOOR if n_jobs > BIG_RUN else RUNS_GOAL
-    share = (limits.quota - REPLY_RESERVE) // runs - (CONTROL_SHAPE.charge if control else 0)
+    share = limits.quota // runs
     return max(2 * queue_charge(1, MIN_MESSAGE), min(most, share))
 
 
@@ -139,27 +130,25 @@ def _shape(budget: int, limits: KernelLimits, record: int, records: int) -> Queu
     return QueueShape(max(first, min(cap_n, budget // (size + SLOT_OVERHEAD), fill)), size)
 
 
-def run_shapes(n_jobs: int, limits: KernelLimits | None = None, control: bool = True) -> RunShapes:
+def run_shapes(n_jobs: int, limits: KernelLimits | None = None) -> RunShapes:
     """The queues a run of `n_jobs` task ids takes under the kernel's limits.
 
     Args:
         n_jobs: Task ids the run may have in flight at most (its board's capacity).
         limits: The kernel's limits (read now by default).
-        control: Whether the run has a control queue.
 
     Returns:
-        The request, response and control shapes; their charge is at most 1/RUNS_GOAL of the
+        The request and response shapes; their charge is at most 1/RUNS_GOAL of the
         quota, or 1/RUNS_FLOOR for a run of more than BIG_RUN jobs (above a floor of two small queues).
     """
     limits = limits or KernelLimits.read()
-    half = queue_budget(limits, control, n_jobs) // 2
+    half = queue_budget(limits, n_jobs) // 2
     # A job in flight has up to two records on their way back (started, exited).
     return RunShapes(_shape(half, limits, P.TASK.size, n_jobs),
-                     _shape(half, limits, P.RESULT.size, 2 * n_jobs),
-                     CONTROL_SHAPE if control else None)
+                     _shape(half, limits, P.RESULT.size, 2 * n_jobs))
 
 
-def most_charge(limits: KernelLimits | None = None, control: bool = True) -> int:
+def most_charge(limits: KernelLimits | None = None) -> int:
     """Bytes of `ulimit -q` the largest run takes under these limits (what a new run must find free)."""
     limits = limits or KernelLimits.read()
-    return run_shapes(1 << 30, limits, control).charge
+    return run_shapes(LARGEST_RUN, limits).charge

@@ -1,20 +1,27 @@
-"""The scheduler's side of the control channel: operator requests in, verbs applied in the loop, replies out."""
+"""The scheduler's side of the control channel: operator requests in, verbs applied in the loop, replies out.
+
+Requests come over the state directory's Unix socket (wloadctl.ipc.ctlsock); the caller's
+identity is what the kernel says (SO_PEERCRED), and its role (wloadctl.access) decides whether
+the verb is applied. Refusals are journaled like any other action.
+"""
 
 from __future__ import annotations
 
+import grp
 import json
+import os
+import pwd
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from wloadctl.access import Role, RoleMap, allowed_verbs, load_roles, needed, refusal
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.explain import why
 from wloadctl.core.verbs import VERBS, resolve_jobs
-from wloadctl.errors import WloadError
-from wloadctl.ipc import protocol as P
-from wloadctl.ipc.mq import MessageQueue
+from wloadctl.ipc.ctlsock import ControlSocket, Peer
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
@@ -30,33 +37,47 @@ MAX_REPLY_LINES = 40
 class ControlDesk:
     """Receives operator requests, feeds them to the core, journals them and answers."""
 
-    def __init__(self, ctl: MessageQueue, core: SchedulerCore, ctx: RunContext, store: Store) -> None:
+    def __init__(self, ctl: ControlSocket, core: SchedulerCore, ctx: RunContext, store: Store,
+                 roles: RoleMap | None = None, owner_uid: int | None = None) -> None:
         self.ctl = ctl
-        """The run's control queue."""
+        """The run's control socket."""
         self.core = core
         """The engine verbs are fed to."""
         self.ctx = ctx
         """The run (its id, epoch and event log)."""
         self.store = store
         """The journal operator actions are recorded in."""
+        self.roles = roles if roles is not None else RoleMap()
+        """Who has which role besides the run's owner and root."""
+        self.owner_uid = os.stat(ctx.state_dir).st_uid if owner_uid is None else owner_uid
+        """The run's owner (the owner of its state directory): an admin."""
         self.waiting: deque[dict[str, Any]] = deque()
         """Requests fed to the core whose Reply has not come out yet (FIFO, same order)."""
 
-    def drain(self, now: float) -> None:
-        """Take every waiting request from the control queue."""
-        ctl = self.ctl
-        while True:
-            data = ctl.recv_nowait()
-            if data is None:
-                return
-            try:
-                req = P.decode_control(data)
-            except WloadError:
-                continue  # not ours or garbled: nothing to answer to
-            self._handle(req, now)
+    @classmethod
+    def open(cls, core: SchedulerCore, ctx: RunContext, store: Store) -> ControlDesk:
+        """Listen on the run's control socket with the roles of the config file and the plan.
+
+        The socket is 0700 unless the roles give someone besides the owner a role: then any
+        local user may connect, and the kernel's word on who they are decides what they may do.
+        """
+        roles = load_roles(getattr(ctx.plan, "roles", None), ctx.plan.path or "plan")
+        sock = ControlSocket.listen(ctx.state_dir, 0o777 if roles.grants_others else 0o700)
+        return cls(sock, core, ctx, store, roles)
+
+    def on_ready(self, fd: int, now: float) -> None:
+        """A socket of the desk is readable: accept, read, and handle the requests completed."""
+        for conn, peer, req in self.ctl.ready(fd):
+            self._handle(conn, peer, req, now)
 
     def take(self, data: bytes, respond: Callable[[bytes], None], now: float) -> None:
-        """A request from another host (through the broker): handled like the queue's, answered by `respond`."""
+        """A request from another host (through the broker): handled like the socket's, answered by `respond`.
+
+        No kernel vouches for a caller on another host: the request names its user (`NAME@HOST`) and
+        whoever may publish on the broker's operator subjects may name any. With no roles given to
+        anyone besides the owner, the installation has one operator identity and a caller through
+        its broker acts as the owner (an admin); with roles, the caller has the role of its name.
+        """
         try:
             req = json.loads(data)
         except ValueError:
@@ -64,13 +85,42 @@ class ControlDesk:
         if not isinstance(req, dict):
             return
         req.pop("reply", None)
+        req.pop("conn", None)
         req[_RESPOND] = respond
-        self._handle(req, now)
+        user = str(req.get("user", ""))
+        name = user.split("@", 1)[0]
+        uid, groups = _named(name)
+        if self.roles.grants_others:
+            role = self.roles.role_of(uid, name, groups, self.owner_uid)
+        else:
+            role = Role.ADMIN
+        self._apply({**req, "user": user}, uid, role, now)
 
-    def _handle(self, req: dict[str, Any], now: float) -> None:
+    def close(self) -> None:
+        """Stop listening (the socket file goes: no scheduler answers there any more)."""
+        self.ctl.close()
+
+    def _handle(self, conn: int, peer: Peer, req: dict[str, Any], now: float) -> None:
+        # Whoever the request claims to be, the kernel's word decides.
+        user = peer.user
+        role = self.roles.role_of(peer.uid, user, peer.group_names, self.owner_uid)
+        self._apply({**req, "user": user, "conn": conn}, peer.uid, role, now)
+
+    def _apply(self, req: dict[str, Any], uid: int, role: Role, now: float) -> None:
         core = self.core
+        user = str(req.get("user", ""))
         verb = str(req.get("verb", ""))
         names = [str(n) for n in req.get("jobs", [])]
+        if verb == "whoami":
+            self._send(req, {"ok": True, "user": user, "uid": uid, "role": role.label,
+                             "verbs": allowed_verbs(role)})
+            return
+        if role < needed(verb):
+            msg = refusal(verb, user, role)
+            self._journal(req, "; ".join(names) or "*", msg, False)
+            self._send(req, {"ok": False, "error": msg, "refused": True, "role": role.label,
+                             "needs": needed(verb).label})
+            return
         if verb == "why":
             idx, unknown = resolve_jobs(core, names)
             self._send(req, {"ok": not unknown, "why": [why(core, i, now) for i in idx[:20]],
@@ -114,7 +164,7 @@ class ControlDesk:
 
     def _journal(self, req: dict[str, Any], job: str, outcome: str, applied: bool) -> None:
         user, verb, reason = str(req.get("user", "")), str(req.get("verb", "")), str(req.get("reason", ""))
-        self.store.record_action(self.ctx.run.id, user, verb, job, reason, outcome, applied, time.time())
+        self.store.record_action(self.ctx.run.id, user, verb, job[:4000], reason, outcome, applied, time.time())
         self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied)
 
     def _send(self, req: dict[str, Any], body: dict[str, Any]) -> None:
@@ -123,20 +173,23 @@ class ControlDesk:
             body["id"] = req.get("id")
             respond(json.dumps(body).encode())
             return
-        name = req.get("reply")
-        if not name:
+        conn = req.get("conn")
+        if conn is None:
             return
         body["id"] = req.get("id")
+        self.ctl.answer(int(conn), body)
+
+
+def _named(name: str) -> tuple[int, frozenset[str]]:
+    """The uid and group names of a user of this host by name (-1 and none when it has no such user)."""
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return -1, frozenset()
+    names = set()
+    for g in os.getgrouplist(name, pw.pw_gid):
         try:
-            q = MessageQueue.open(str(name))
-        except WloadError:
-            return  # the client gave up and removed its reply queue
-        try:
-            data = P.encode_control(body, max_size=q.max_message_size)
-        except WloadError:
-            body = {"ok": body.get("ok", False), "id": req.get("id"), "error": "reply too large; see the journal"}
-            data = P.encode_control(body, max_size=q.max_message_size)
-        try:
-            q.send_nowait(data)
-        finally:
-            q.close()
+            names.add(grp.getgrgid(g).gr_name)
+        except KeyError:
+            names.add(str(g))
+    return pw.pw_uid, frozenset(names)

@@ -25,6 +25,7 @@ from wloadctl.ipc.shm import (
     segment_name,
 )
 from wloadctl.procs.health import process_rss_kb
+from wloadctl.procs.jobtree import JobTrees, detect, joining
 from wloadctl.procs.spawning import Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
 
 BEAT_INTERVAL = 0.25
@@ -126,6 +127,8 @@ class Executor:
         # receiving it but before journaling it finds it again on restart.
         self.journal: BinaryIO = open(jdir / f"{rid}-{self.index}-{os.getpid()}.results", "ab", buffering=0)
         keep_descriptors_from_jobs()
+        # Before the first job: what jobs leave behind must be re-parented here, not to init.
+        self.trees = JobTrees(rid, self.index, detect(rid))
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -272,12 +275,17 @@ class Executor:
     def _spawn(self, rec: P.TaskRecord, p: P.Payload) -> None:
         now = time.time()
         spawner = self.spawner
-        env = spawner.env_for(p.env)
+        env = dict(spawner.env_for(p.env))
         argv = spawner.argv_for(p.command, env)
         log_fd = -1
+        cpu, mem = _claim(p)
+        run_as = p.extra.get("run_as") if p.extra else None
+        join = self.trees.prepare(rec.task, rec.attempt, env, cpu, mem, bool(p.extra and p.extra.get("enforce")))
+        if join and not run_as:
+            argv = joining(join, argv)
         try:
             log_fd = spawner.open_log(p.log_path)
-            proc = spawner.spawn(argv, env, p.cwd, log_fd)
+            proc = spawner.spawn(argv, env, p.cwd, log_fd, run_as=run_as, join=join)
         except OSError as e:
             if log_fd >= 0:
                 os.close(log_fd)
@@ -285,7 +293,7 @@ class Executor:
                                     f"{e.strerror or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
-        cpu, mem = _claim(p)
+        self.trees.leaders.add(proc.pid)
         r = Running(rec, proc, pidfd, now, p.log_path, log_fd, now + p.timeout if p.timeout else None, cpu=cpu,
                     memory=mem)
         self.running[pidfd] = r
@@ -307,6 +315,9 @@ class Executor:
         now = time.time()
         if r.timed_out:
             _killpg(r.proc.pid, signal.SIGKILL)  # stragglers of the group go too
+        # Whatever the job left, in its group or out of it, ends with it.
+        self.trees.leaders.discard(r.proc.pid)
+        self.trees.end(r.rec.task, r.rec.attempt, r.proc.pid)
         sig = -rc if rc < 0 else 0
         code = 128 + sig if sig else rc
         tail = tail_of(r.log_fd, r.log_path, TAIL_BYTES)
@@ -366,6 +377,7 @@ class Executor:
             self.report_due = 0.0
 
     def _beat(self, now: float, sched_beat: float) -> None:
+        self.trees.tidy()
         tasks = tuple((r.rec.task, r.rec.attempt) for r in self.running.values())[:16]
         self.eboard.write(self.index, P.ExecutorSlot(
             executor=self.index, pid=os.getpid(), state=1, beat=now, load1=os.getloadavg()[0],
@@ -383,9 +395,11 @@ class Executor:
             if not waiter.poll(max(0.0, deadline - time.time()) * 1000):
                 _killpg(r.proc.pid, signal.SIGKILL)
             reap(r.proc)
+            self.trees.end(r.rec.task, r.rec.attempt, r.proc.pid)
             os.close(r.pidfd)
             os.close(r.log_fd)
         self.running.clear()
+        self.trees.close()
         for q in (self.req, self.rsp):
             q.close()
         for s in (self.arena, self.tails, self.board, self.eboard):

@@ -13,7 +13,8 @@ from wloadctl.errors import TransportError
 from wloadctl.ipc.cleanup import MQUEUE_DIR, SHM_DIR, scan_objects
 from wloadctl.ipc.mq import queue_charge, queue_shape
 from wloadctl.ipc.naming import QUEUE_ROLES, object_name
-from wloadctl.ipc.quota import REPLY_RESERVE, KernelLimits, most_charge
+from wloadctl.ipc.quota import KernelLimits, most_charge
+from wloadctl.procs.jobtree import detect
 
 Verdict = Literal["ok", "low", "exhausted"]
 
@@ -102,7 +103,7 @@ def _our_queues() -> tuple[list[tuple[int, int]], str]:
 
 
 def run_queue_bytes() -> int:
-    """Bytes of `ulimit -q` the largest run takes under this user's limits (request, response, control)."""
+    """Bytes of `ulimit -q` the largest run takes under this user's limits (request and response queues)."""
     return most_charge()
 
 
@@ -113,7 +114,7 @@ def runs_holding_queues() -> list[str]:
 
 
 def queue_room(need: int | None = None) -> None:
-    """Check that a new run's queues fit the user's queue quota now, with room kept for an operator's reply.
+    """Check that a new run's queues fit the user's queue quota now.
 
     Args:
         need: Bytes the run's queues take (the largest run's by default).
@@ -127,7 +128,7 @@ def queue_room(need: int | None = None) -> None:
     need = most_charge(limits) if need is None else need
     shapes, _how = _our_queues()
     used = sum(queue_charge(m, s) for m, s in shapes)
-    if used + need + REPLY_RESERVE > limits.quota:
+    if used + need > limits.quota:
         raise quota_full(limits, used, need)
 
 
@@ -236,44 +237,24 @@ def _process_limits() -> list[Limit]:
 
 
 def _cgroup_limit() -> Limit:
-    """Is /sys/fs/cgroup a cgroup v2 mount, and may this user make child groups in its own?"""
-    v2_mounts: list[str] = []
-    try:
-        for line in Path("/proc/self/mounts").read_text().splitlines():
-            parts = line.split()
-            if len(parts) > 2 and parts[2] == "cgroup2":
-                v2_mounts.append(parts[1])
-    except OSError:
-        pass
-    hint = ("boot with systemd.unified_cgroup_hierarchy=1, and run under a delegated unit "
-            "(`systemd-run --user -p Delegate=yes ...`) to limit jobs with cgroups")
-    if str(CGROUP_ROOT) not in v2_mounts:
-        found = f"cgroup2 only at {', '.join(v2_mounts)} (hybrid)" if v2_mounts else "no cgroup2 mount"
-        return Limit("cgroup v2", None, None, "", "low", hint, f"{CGROUP_ROOT} is not cgroup2: {found}")
-    own = ""
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                own = line[3:].strip()
-    except OSError:
-        pass
-    here = CGROUP_ROOT / own.lstrip("/")
-    writable = os.access(here, os.W_OK) and os.access(here / "cgroup.subtree_control", os.W_OK)
-    controllers = ""
-    try:
-        controllers = (here / "cgroup.controllers").read_text().strip()
-    except OSError:
-        pass
-    note = f"own group {own or '/'}; controllers: {controllers or 'none'}"
-    if writable:
-        return Limit("cgroup v2", None, None, "", "ok", "", note + "; delegated (writable)")
-    return Limit("cgroup v2", None, None, "", "low", hint, note + "; not delegated (read-only)")
+    """How a job's whole process tree is ended here: a cgroup v2 per job, or the executor as subreaper."""
+    how = detect()
+    hint = ("for a cgroup per job: a cgroup2 hierarchy and a delegated group (root, or "
+            "`systemd-run --user -p Delegate=yes ...`); `limits: enforce` also needs the memory and cpu "
+            "controllers there")
+    if how.mode == "cgroup":
+        verdict: Verdict = "ok" if how.controllers >= {"memory", "cpu"} else "low"
+        return Limit("cgroup v2 (job tree kill: cgroup)", None, None, "", verdict,
+                     "" if verdict == "ok" else hint,
+                     f"each job in its own cgroup, ended with cgroup.kill; {how.why}")
+    return Limit("cgroup v2 (job tree kill: subreaper)", None, None, "", "low", hint,
+                 f"executors are child subreapers: what a job leaves is caught and killed; {how.why}")
 
 
 def _runs_limit(queue_bytes: Limit) -> Limit:
     runs = sorted({o.run_id for o in scan_objects()})
     fit = None if queue_bytes.limit is None else len(runs) + max(
-        0, (queue_bytes.limit - (queue_bytes.used or 0) - REPLY_RESERVE) // run_queue_bytes())
+        0, (queue_bytes.limit - (queue_bytes.used or 0)) // run_queue_bytes())
     return Limit("wloadctl runs holding IPC objects", fit, len(runs), "runs", judge(len(runs), fit, 1),
                  "`wloadctl cleanup` removes those of crashed runs; more room: raise `ulimit -q`",
                  "limit: the runs the queue bytes left would allow" + (f"; runs: {', '.join(runs[:10])}"

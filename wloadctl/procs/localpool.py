@@ -22,6 +22,7 @@ from wloadctl.core.events import ExecutorLostEvent, JobAcceptedEvent, SlotsChang
 from wloadctl.core.states import ExecutorState, JobState
 from wloadctl.errors import Fenced
 from wloadctl.ipc import protocol as P
+from wloadctl.procs.jobtree import kill_executor_trees
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.supervisor import RunObjects, Supervisor
 
@@ -448,6 +449,8 @@ class LocalPool:
             if core.executor[i] == executor:
                 killpg(pid, signal.SIGKILL)
                 del self.pids[i]
+        # What left the jobs' groups: their cgroups, or every process carrying their marker.
+        kill_executor_trees(self.objs.run_id, executor)
 
     # -- shutdown ------------------------------------------------------------------------
 

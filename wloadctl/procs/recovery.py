@@ -12,6 +12,7 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.health import pid_alive
+from wloadctl.procs.jobtree import kill_job_tree
 from wloadctl.procs.localpool import Feed, LocalPool, killpg, read_results, result_journals
 
 SETTLE = 0.3
@@ -99,8 +100,10 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
             kept += 1
             continue
         if started is not None:
-            # Its executor is gone but the job's process group may live on: stop it first.
+            # Its executor is gone but the job's process group may live on: stop it first,
+            # and whatever left the group with it.
             killpg(started[1].pid, signal.SIGKILL)
+            kill_job_tree(pool.objs.run_id, started[1].executor, i, att)
             pool.pids.pop(i, None)
         feed(JobExitedEvent(i, att, holder[1].executor if holder else -1, -1, time.time(), lost=True,
                             cause_id="recovery"))

@@ -180,10 +180,13 @@ class RunContext:
             cwd = os.path.join(os.path.dirname(os.path.abspath(self.plan.path or ".")), cwd)
         command: str | list[str] | None = spec.command if isinstance(spec.command, str) or spec.command is None \
             else list(spec.command)
+        extra = {"cpu": str(spec.cpu), "memory": str(spec.memory)} if spec.cpu or spec.memory else {}
+        if extra and self.plan.limits == "enforce":
+            extra["enforce"] = "1"
+        if spec.run_as:
+            extra["run_as"] = spec.run_as
         return P.Payload(job=spec.id, command=command, env=env, cwd=cwd, timeout=spec.timeout,
-                         log_path=log_name(logs, spec.id, attempt),
-                         extra={"cpu": str(spec.cpu), "memory": str(spec.memory)}
-                         if spec.cpu or spec.memory else {})
+                         log_path=log_name(logs, spec.id, attempt), extra=extra)
 
     def result_of(self, job: str, attempt: int) -> dict[str, object]:
         """What an attempt wrote to its result file."""

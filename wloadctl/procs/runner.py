@@ -30,6 +30,7 @@ from wloadctl.ipc.quota import run_shapes
 from wloadctl.ipc.shm import run_is_alive
 from wloadctl.paths import ids_path, state_root, summary_path, write_ids, write_summary
 from wloadctl.procs.health import pid_alive
+from wloadctl.procs.jobtree import remove_run_groups
 from wloadctl.procs.limits import queue_room, quota_full
 from wloadctl.procs.localpool import LocalPool
 from wloadctl.procs.recovery import ResultSweeper, reconcile
@@ -442,6 +443,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                         local.wait_all(timeout=10.0)
                         ctx.reap_hooks(wait=5.0)
                         objs.remove()
+                        remove_run_groups(run.run_id)
                     events.close()
         finally:
             _restore_signals(stop_signals)

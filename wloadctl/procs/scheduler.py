@@ -53,7 +53,7 @@ class SchedulerLoop:
     store: Store
     """The journal."""
     objs: RunObjects
-    """The run's queues and segments (the loop itself uses the control queue and the state board)."""
+    """The run's queues and segments (the loop itself uses the state board)."""
     local: Pool
     """This host's executors (a LocalPool; a StubPool in tests of the loop)."""
     remote: AgentPool | None = None
@@ -93,17 +93,21 @@ class SchedulerLoop:
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
+        self.desk = desk = ControlDesk.open(self.core, self.ctx, self.store)
+        try:
+            return self._run(desk)
+        finally:
+            desk.close()
+
+    def _run(self, desk: ControlDesk) -> RunFinished | None:
         core, local, remote = self.core, self.local, self.remote
-        ctl = self.objs.ctl
-        assert ctl is not None, "a scheduler's run has a control queue"
-        self.desk = ControlDesk(ctl, core, self.ctx, self.store)
         self.lease_renewed = time.time()
         if remote is not None:
-            remote.on_op = self.desk.take  # verbs of operators on other hosts, through the broker
+            remote.on_op = desk.take  # verbs of operators on other hosts, through the broker
         self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
         meter = self.meter = self.meter or PipelineMeter(self.ctx.state_dir, self.ctx.run_id, self.ctx.epoch)
         poller = select.poll()
-        poller.register(ctl.fd, select.POLLIN)
+        desk.ctl.attach(poller)
         local.attach(poller)
         if remote is not None:
             remote.attach(poller)
@@ -127,8 +131,8 @@ class SchedulerLoop:
             beat = False
             cause = f"turn-{self.turn}"
             for fd, _ev in ready:
-                if fd == ctl.fd:
-                    self.desk.drain(now)
+                if desk.ctl.owns(fd):
+                    desk.on_ready(fd, now)
                 elif remote is None or not remote.on_ready(fd, cause):
                     local.on_ready(fd, cause)
             if local.health_due or (remote is not None and remote.health_due):

@@ -15,8 +15,10 @@ own start for each job. The program is looked up in the job's PATH once per (nam
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import pwd
 import shlex
 import shutil
 import signal
@@ -140,12 +142,24 @@ class Spawner:
             os.close(low)
         return fd
 
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, log_fd: int) -> Spawned:
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, log_fd: int,
+              run_as: str | None = None, join: str | None = None) -> Spawned:
         """Start `argv` in a new session with stdin from /dev/null and stdout and stderr on `log_fd`.
 
+        Args:
+            argv: The program and its arguments.
+            env: Its environment.
+            cwd: Its working directory (None: the executor's).
+            log_fd: Where its output goes.
+            run_as: A user to run it as (the log becomes theirs); needs root unless it is this user.
+            join: A cgroup's `cgroup.procs` the process joins before it drops to `run_as`.
+
         Raises:
-            OSError: The process could not be started (no such program, no such directory, ...).
+            OSError: The process could not be started (no such program, no such directory, a
+                run_as user this executor may not become, ...).
         """
+        if run_as is not None:
+            return self._spawn_as(argv, env, cwd, log_fd, run_as, join)
         if self.posix_spawn and not cwd and "/" in argv[0]:
             try:
                 pid = os.posix_spawn(
@@ -158,6 +172,35 @@ class Spawner:
                 self.posix_spawn = False  # a C library without POSIX_SPAWN_SETSID
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
                                 cwd=cwd or None, env=env, start_new_session=True, close_fds=True)
+        return Spawned(proc.pid, proc)
+
+    @staticmethod
+    def _spawn_as(argv: Sequence[str], env: Mapping[str, str], cwd: str | None, log_fd: int, user: str,
+                  join: str | None) -> Spawned:
+        try:
+            pw = pwd.getpwnam(user)
+        except KeyError:
+            raise OSError(errno.EINVAL, f"run_as: unknown user '{user}'") from None
+        if os.geteuid() != 0 and pw.pw_uid != os.geteuid():
+            raise OSError(errno.EPERM, f"run_as {user} needs the scheduler to run as root")
+        os.fchown(log_fd, pw.pw_uid, pw.pw_gid)
+        groups = os.getgrouplist(user, pw.pw_gid)
+
+        def become() -> None:
+            # After fork, before exec: join the job's cgroup while still root, then drop to the user.
+            if join:
+                with open(join, "w") as f:
+                    f.write("0")
+            if os.geteuid() == 0:
+                os.setgroups(groups)
+                os.setgid(pw.pw_gid)
+                os.setuid(pw.pw_uid)
+
+        env = {**env, "USER": user, "LOGNAME": user, "HOME": pw.pw_dir}
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                                cwd=cwd or None, env=env, start_new_session=True, close_fds=True,
+                                # preexec_fn is safe here: the executor runs one thread.
+                                preexec_fn=become)
         return Spawned(proc.pid, proc)
 
 

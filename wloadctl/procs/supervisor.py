@@ -18,7 +18,6 @@ from wloadctl.ipc.mq import MessageQueue
 from wloadctl.ipc.naming import (
     ROLE_ARENA,
     ROLE_BOARD,
-    ROLE_CONTROL,
     ROLE_EXECUTORS,
     ROLE_REQUEST,
     ROLE_RESPONSE,
@@ -49,7 +48,6 @@ class RunObjects:
     run_id: str
     req: MessageQueue
     rsp: MessageQueue
-    ctl: MessageQueue | None
     arena: PayloadArena
     board: StateBoard
     eboard: ExecutorBoard
@@ -57,18 +55,20 @@ class RunObjects:
 
     @classmethod
     def create(cls, run_id: str, n_jobs: int, arena_size: int = DEFAULT_ARENA_SIZE,
-               control: bool = True) -> RunObjects:
+               queue_jobs: int | None = None) -> RunObjects:
         """Create every object of a new run (0600); on failure remove what was made.
 
-        An agent's node makes no control queue (`control=False`): operators reach it through the broker.
+        Two queues a run: operator verbs come over the state directory's control socket
+        (wloadctl.ipc.ctlsock), and an agent's node takes them from the broker. The queues are
+        sized for `queue_jobs` task ids (default `n_jobs`).
 
         Raises:
             TransportError: a name is taken or the user's quota is exhausted.
         """
         made: list[object] = []
         # Sized from the user's queue quota and the run's size, so dozens of runs fit it; an agent's
-        # node (no control queue) serves jobs it cannot count in advance: it sizes for the largest run.
-        shapes = run_shapes(n_jobs if control else 1 << 30, control=control)
+        # node serves jobs it cannot count in advance: it sizes for the largest run (LARGEST_RUN).
+        shapes = run_shapes(n_jobs if queue_jobs is None else queue_jobs)
         try:
             req = MessageQueue.create(object_name(run_id, ROLE_REQUEST), shapes.request.messages,
                                       shapes.request.size)
@@ -76,9 +76,6 @@ class RunObjects:
             rsp = MessageQueue.create(object_name(run_id, ROLE_RESPONSE), shapes.response.messages,
                                       shapes.response.size)
             made.append(rsp)
-            ctl = (MessageQueue.create(object_name(run_id, ROLE_CONTROL), shapes.control.messages,
-                                       shapes.control.size) if shapes.control else None)
-            made.append(ctl)
             arena = PayloadArena.create(object_name(run_id, ROLE_ARENA), arena_size)
             made.append(arena)
             board = StateBoard.create(object_name(run_id, ROLE_BOARD), n_jobs)
@@ -92,16 +89,15 @@ class RunObjects:
                     o.close()  # type: ignore[attr-defined]
             remove_run_objects(run_id)
             raise
-        return cls(run_id, req, rsp, ctl, arena, board, eboard, tails)
+        return cls(run_id, req, rsp, arena, board, eboard, tails)
 
     @classmethod
-    def open(cls, run_id: str, control: bool = True) -> RunObjects:
+    def open(cls, run_id: str) -> RunObjects:
         """Open the objects of a run that outlived its scheduler (its executors still run)."""
         return cls(
             run_id,
             MessageQueue.open(object_name(run_id, ROLE_REQUEST)),
             MessageQueue.open(object_name(run_id, ROLE_RESPONSE)),
-            MessageQueue.open(object_name(run_id, ROLE_CONTROL)) if control else None,
             PayloadArena.open(object_name(run_id, ROLE_ARENA)),
             StateBoard.open(object_name(run_id, ROLE_BOARD)),
             ExecutorBoard.open(object_name(run_id, ROLE_EXECUTORS)),
@@ -110,7 +106,7 @@ class RunObjects:
 
     def close(self) -> None:
         """Close every handle (a queue counts against the quota until every handle is closed)."""
-        for o in (self.req, self.rsp, self.ctl, self.arena, self.board, self.eboard, self.tails):
+        for o in (self.req, self.rsp, self.arena, self.board, self.eboard, self.tails):
             if o is None:
                 continue
             try:

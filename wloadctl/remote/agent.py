@@ -23,6 +23,7 @@ from pathlib import Path
 from wloadctl.core.commands import Kill
 from wloadctl.errors import WloadError
 from wloadctl.ipc import protocol as P
+from wloadctl.ipc.quota import LARGEST_RUN
 from wloadctl.ipc.shm import remove_run_objects, run_is_alive
 from wloadctl.paths import log_name, result_name, run_dirs
 from wloadctl.procs.health import process_rss_kb
@@ -103,10 +104,10 @@ class Agent:
         self.epoch = self._bump_local_epoch()
         adopt = run_is_alive(self.node)
         if adopt:
-            objs = RunObjects.open(self.node, control=False)
+            objs = RunObjects.open(self.node)
         else:
             remove_run_objects(self.node)
-            objs = RunObjects.create(self.node, 1, control=False)
+            objs = RunObjects.create(self.node, 1, queue_jobs=LARGEST_RUN)
         self.objs = objs
         per = max(1, -(-o.slots // o.executors))
         self.book = NodeBook(per * o.executors)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wloadctl.errors import StoreError
+from wloadctl.store.audit import ChainReport
+from wloadctl.store.audit import verify as verify_chain
 from wloadctl.store.current import CurrentState
 from wloadctl.turns import JobColumns, rows_from
 
@@ -417,6 +419,14 @@ class Store(CurrentState, ABC):
     @abstractmethod
     def actions(self, run: int, job: str | None = None) -> list[tuple]:
         """(ts, user, verb, job, reason, outcome, applied) of the run's actions, optionally of one job."""
+
+    @abstractmethod
+    def audit_rows(self, run: int | None = None) -> list[tuple]:
+        """(seq, run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash) by run and seq."""
+
+    def verify_audit(self, run: int | None = None) -> ChainReport:
+        """Check the audit trail's hash chain (of one run, or of every run); report the first broken link."""
+        return verify_chain(self.audit_rows(run))
 
     @abstractmethod
     def record_alert(self, run: int, ts: float, job: str, tier: str, state: str, attempts: int, reason: str,

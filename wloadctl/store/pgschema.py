@@ -74,6 +74,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE took (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE, seq bigint NOT NULL,"
         " blob bytea NOT NULL, PRIMARY KEY (run, seq))",
     ),
+    # 2 -> 3: the audit trail is hash-chained and append-only (wloadctl.store.audit); actions
+    # already written stay unchained.
+    (
+        "ALTER TABLE actions ADD COLUMN prev_hash text NOT NULL DEFAULT '',"
+        " ADD COLUMN hash text NOT NULL DEFAULT ''",
+        "CREATE FUNCTION wloadctl_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'audit rows are append-only'; END $$",
+        "CREATE TRIGGER actions_append_only BEFORE UPDATE OR DELETE ON actions"
+        " FOR EACH ROW EXECUTE FUNCTION wloadctl_audit_append_only()",
+    ),
 )
 """MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from wloadctl.errors import StoreError, UsageError
+from wloadctl.store.audit import GENESIS, action_hash
 from wloadctl.store.base import JournalUnavailable, RunRow, Store
 from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
@@ -550,15 +551,29 @@ class PostgresStore(Store):
 
     def record_action(self, run: int, user: str, verb: str, job: str, reason: str, outcome: str, applied: bool,
                       ts: float | None = None) -> None:
-        """Append one operator action to the audit trail."""
-        args = (run, ts or time.time(), user, verb, job, reason, outcome, applied)
+        """Append one operator action to the audit trail, chained to the run's previous one."""
+        body = (ts or time.time(), user, verb, job, reason, outcome, applied)
 
         def put(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
-                self._guarded(conn, run, "INSERT INTO actions (run, ts, username, verb, job, reason, outcome, applied)"
-                              " SELECT %s, %s, %s, %s, %s, %s, %s, %s WHERE true", args)
+                # The run's row lock orders its writers: each chains to the last row committed.
+                conn.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", (run,))
+                row = conn.execute("SELECT hash FROM actions WHERE run = %s AND hash <> '' ORDER BY seq DESC"
+                                   " LIMIT 1", (run,)).fetchone()
+                prev = row[0] if row else GENESIS
+                self._guarded(conn, run, "INSERT INTO actions (run, ts, username, verb, job, reason, outcome, applied,"
+                              " prev_hash, hash) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s WHERE true",
+                              (run, *body, prev, action_hash(prev, *body)))
 
         self._do(put)
+
+    def audit_rows(self, run: int | None = None) -> list[tuple]:
+        """(seq, run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash) by run and seq."""
+        sql = ("SELECT a.seq, a.run, a.ts, a.username, a.verb, a.job, a.reason, a.outcome, a.applied, a.prev_hash,"
+               " a.hash FROM actions a JOIN runs r ON r.id = a.run WHERE r.ns = %s"
+               + (" AND a.run = %s" if run is not None else "") + " ORDER BY a.run, a.seq")
+        args = (self.ns,) if run is None else (self.ns, run)
+        return self._do(lambda c: c.execute(sql, args).fetchall())  # type: ignore[arg-type]
 
     def actions(self, run: int, job: str | None = None) -> list[tuple]:
         """(ts, user, verb, job, reason, outcome, applied) of the run's actions, optionally of one job."""

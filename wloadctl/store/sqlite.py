@@ -9,8 +9,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from wloadctl.errors import StoreError
+from wloadctl.store.audit import GENESIS, action_hash
 from wloadctl.store.base import DB_NAME, RunRow, Store
-from wloadctl.store.sqlschema import SCHEMA, SCHEMA_VERSION
+from wloadctl.store.sqlschema import AUDIT_TRIGGERS, SCHEMA, SCHEMA_VERSION
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
 
 
@@ -45,6 +46,14 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
                      " seq INTEGER NOT NULL, PRIMARY KEY (run, block, seq)) WITHOUT ROWID")
         conn.execute("CREATE TABLE IF NOT EXISTS took (run INTEGER NOT NULL, seq INTEGER NOT NULL, blob BLOB NOT NULL,"
                      " PRIMARY KEY (run, seq)) WITHOUT ROWID")
+    if version < 6:
+        # Actions already written stay unchained (no hash); new ones chain from there.
+        have = {row[1] for row in conn.execute("PRAGMA table_info(actions)")}
+        for col in ("prev_hash", "hash"):
+            if col not in have:
+                conn.execute(f"ALTER TABLE actions ADD COLUMN {col} TEXT NOT NULL DEFAULT ''")
+        for stmt in AUDIT_TRIGGERS:
+            conn.execute(stmt)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -109,6 +118,7 @@ class SqliteStore(Store):
             else:
                 conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 10000")
+            conn.create_function("wl_action_hash", 8, action_hash, deterministic=True)
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if not readonly:
                 conn.execute("PRAGMA journal_mode = WAL")
@@ -504,10 +514,26 @@ class SqliteStore(Store):
         applied: bool,
         ts: float | None = None,
     ) -> None:
-        """Append one operator action to the audit trail."""
+        """Append one operator action to the audit trail, chained to the run's previous one."""
         self._durable()
-        self._guarded_insert(run, "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied)",
-                             (run, ts or time.time(), user, verb, job, reason, outcome, int(applied)))
+        args = (ts or time.time(), user, verb, job, reason, outcome, int(applied))
+        # One statement reads the run's last hash and appends after it: SQLite runs it as one
+        # write transaction, so two writers cannot both chain to the same row.
+        guard = " AND EXISTS (SELECT 1 FROM runs WHERE id = ? AND epoch = ?)" if self.epoch is not None else ""
+        cur = self.conn.execute(
+            "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash)"
+            " SELECT ?, ?, ?, ?, ?, ?, ?, ?, p, wl_action_hash(p, ?, ?, ?, ?, ?, ?, ?) FROM (SELECT coalesce("
+            "(SELECT hash FROM actions WHERE run = ? AND hash != '' ORDER BY seq DESC LIMIT 1), ?) AS p)"
+            " WHERE 1" + guard,
+            (run, *args, *args, run, GENESIS, *((run, self.epoch) if guard else ())))
+        if cur.rowcount != 1:
+            raise self._stale(run, self._epoch_of(run), self.epoch or 0)
+
+    def audit_rows(self, run: int | None = None) -> list[tuple]:
+        """(seq, run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash) by run and seq."""
+        sql = ("SELECT seq, run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash FROM actions"
+               + (" WHERE run = ?" if run is not None else "") + " ORDER BY run, seq")
+        return list(self.conn.execute(sql, (run,) if run is not None else ()))
 
     def actions(self, run: int, job: str | None = None) -> list[tuple]:
         """(ts, user, verb, job, reason, outcome, applied) of the run's actions, optionally of one job."""

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema version a new or migrated SQLite journal is at."""
+
+AUDIT_TRIGGERS: tuple[str, ...] = tuple(
+    f"CREATE TRIGGER IF NOT EXISTS actions_no_{what.lower()} BEFORE {what} ON actions"
+    " BEGIN SELECT RAISE(ABORT, 'audit rows are append-only'); END"
+    for what in ("UPDATE", "DELETE")
+)
+"""Audit rows are never changed or removed (wloadctl.store.audit)."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -73,7 +80,9 @@ CREATE TABLE IF NOT EXISTS actions (
     job TEXT NOT NULL,
     reason TEXT NOT NULL,
     outcome TEXT NOT NULL,
-    applied INTEGER NOT NULL
+    applied INTEGER NOT NULL,
+    prev_hash TEXT NOT NULL DEFAULT '',
+    hash TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS expansions (
     seq INTEGER PRIMARY KEY,
@@ -115,8 +124,8 @@ CREATE TABLE IF NOT EXISTS alerts (
     reason TEXT NOT NULL,
     log_path TEXT NOT NULL
 );
-"""
+""" + "".join(f"{t};\n" for t in AUDIT_TRIGGERS)
 """The tables of a new journal (older ones are brought here by the migrations in sqlite.py).
 
 now_runs and now_states: a run's job count and current states; turn_jobs: the turn index; took: the
-durations of successful attempts, per turn (see store/base.py)."""
+durations of successful attempts, per turn (see store/base.py); actions carry the audit hash chain."""

@@ -1,0 +1,76 @@
+"""A job's whole process tree ends with it: what left its process group is caught (cgroup or subreaper)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.helpers import ENV, cli, job_states, reap_orphans, start, wait_for
+from wloadctl.procs.jobtree import MODE_ENV, detect
+
+pytestmark = pytest.mark.ipc
+
+MODES = ["subreaper", pytest.param("cgroup", marks=pytest.mark.skipif(
+    detect().mode != "cgroup", reason=f"no delegated cgroup v2 here: {detect().why}"))]
+
+
+def escaping_plan(path: Path, tag: str, timeout: int | None) -> Path:
+    """A job that starts a setsid'd sleeper and a double-forked one, then waits."""
+    cmd = (f"setsid sleep 600.{tag}1 & (sleep 600.{tag}2 &) ; "
+           f"sh -c 'sh -c \"sleep 600.{tag}3\" &' ; sleep 600.{tag}4")
+    job: dict[str, object] = {"command": cmd}
+    if timeout:
+        job["timeout"] = timeout
+    path.write_text(yaml.safe_dump({"name": "escape", "jobs": {"esc": job}}))
+    return path
+
+
+def sleepers(tag: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", f"^sleep 600\\.{tag}"], capture_output=True, text=True).stdout
+    return out.splitlines()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_timed_out_job_leaves_nothing_running(tmp_path: Path, mode: str, no_ipc_leaks: None,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = secrets.token_hex(3).translate(str.maketrans("abcdef", "123456"))
+    monkeypatch.setitem(ENV, MODE_ENV, mode)
+    plan = escaping_plan(tmp_path / "plan.yaml", tag, timeout=2)
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"))
+    assert p.returncode == 1, p.stderr
+    assert json.loads(cli("status", "--state-dir", str(tmp_path / "sd"), "--json").stdout)["counts"]
+    assert job_states(tmp_path / "sd") == {"esc": "TIMED_OUT"}
+    # Then every sleeper, in the job's group or out of it, is gone
+    wait_for(lambda: not sleepers(tag), timeout=10, what="escaped processes gone")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_killed_job_leaves_nothing_running(tmp_path: Path, mode: str, no_ipc_leaks: None,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = secrets.token_hex(3).translate(str.maketrans("abcdef", "123456"))
+    monkeypatch.setitem(ENV, MODE_ENV, mode)
+    plan = escaping_plan(tmp_path / "plan.yaml", tag, timeout=None)
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        # Given the job running with its four sleepers, two of them out of its process group
+        wait_for(lambda: len(sleepers(tag)) == 4, timeout=30, what="four sleepers")
+        pgids = {os.getpgid(int(line.split()[0])) for line in sleepers(tag)}
+        assert len(pgids) >= 2
+        # When an operator kills it
+        assert cli("kill", "esc", "--state-dir", str(sd)).returncode == 0
+        assert proc.wait(60) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            reap_orphans(json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["run"])
+    # Then none is left
+    wait_for(lambda: not sleepers(tag), timeout=10, what="escaped processes gone")
+    assert job_states(sd) == {"esc": "FAILED"}

@@ -1,0 +1,53 @@
+"""`run_as: USER`: as root the job, its files and its log are the user's; otherwise a clear refusal."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.helpers import cli, job_states
+
+pytestmark = pytest.mark.ipc
+
+
+def test_run_as_another_user(tmp_path: Path, no_ipc_leaks: None) -> None:
+    me = os.geteuid()
+    # root runs jobs as an ordinary user; anybody else asks for root's own account
+    other = "nobody" if me == 0 else "root"
+    # Somewhere the other user can reach (pytest's own base directory is 0700)
+    out = Path(tempfile.mkdtemp(prefix="wloadctl-run-as-"))
+    out.chmod(0o777)
+    try:
+        check(tmp_path, out, me, other)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def check(tmp_path: Path, out: Path, me: int, other: str) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "as_user", "jobs": {
+        "who": {"command": f"id -un > {out}/who; echo done", "run_as": other}}}))
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd))
+    if me == 0:
+        # Then the job ran as that user, and its file and log are theirs
+        assert p.returncode == 0, p.stderr
+        assert (out / "who").read_text().strip() == other
+        uid = pwd.getpwnam(other).pw_uid
+        assert (out / "who").stat().st_uid == uid
+        logs = list((sd / "logs").rglob("who*"))
+        assert logs and all(lg.stat().st_uid == uid for lg in logs)
+    else:
+        # Then the job fails to start, saying why
+        assert p.returncode == 1
+        assert job_states(sd) == {"who": "FAILED"}
+        why = json.loads(cli("why", "who", "--state-dir", str(sd), "--json").stdout)
+        assert any(f"run_as {other} needs the scheduler to run as root" in r for r in why["reasons"]), why
+        assert not (out / "who").exists()

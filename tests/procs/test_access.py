@@ -1,0 +1,164 @@
+"""Who may do what: the control socket's kernel identity, roles from config files, refusals audited."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import select
+import stat
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import make_plan
+from wloadctl.access import Role, load_roles, needed, parse_roles
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import RunStartedEvent
+from wloadctl.errors import TransportError, UsageError
+from wloadctl.ipc import ctlsock
+from wloadctl.procs.control import ControlDesk
+from wloadctl.procs.runctx import EventLog, RunContext
+from wloadctl.store import Store
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+
+
+def serve(sock: ctlsock.ControlSocket, handle: Any, rounds: int = 1) -> threading.Thread:
+    """Answer `rounds` requests in a thread the way the scheduler's loop does (poll, then ready)."""
+    def loop() -> None:
+        poller = select.poll()
+        sock.attach(poller)
+        done = 0
+        while done < rounds:
+            for fd, _ev in poller.poll(5000):
+                for conn, peer, req in sock.ready(fd):
+                    handle(conn, peer, req)
+                    done += 1
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return t
+
+
+def test_the_socket_says_who_calls_whatever_the_environment_claims(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a socket deep enough that its path is over sun_path's 108 bytes
+    sd = tmp_path / ("d" * 60) / ("e" * 60)
+    sd.mkdir(parents=True)
+    sock = ctlsock.ControlSocket.listen(sd)
+    seen: list[ctlsock.Peer] = []
+
+    def handle(conn: int, peer: ctlsock.Peer, req: dict[str, Any]) -> None:
+        seen.append(peer)
+        sock.answer(conn, {"ok": True, "claimed": req.get("user"), "user": peer.user})
+
+    try:
+        assert stat.S_IMODE(os.stat(sd / ctlsock.SOCKET_NAME).st_mode) == 0o700
+        t = serve(sock, handle)
+        # When a caller claims to be someone else
+        monkeypatch.setenv("USER", "someone-else")
+        monkeypatch.setenv("LOGNAME", "someone-else")
+        rep = ctlsock.request(sd, {"verb": "ping", "user": "someone-else"}, 5.0)
+        t.join(5)
+        # Then the kernel's uid decides
+        assert rep == {"ok": True, "claimed": "someone-else", "user": ME}
+        assert seen[0].uid == os.getuid() and seen[0].pid == os.getpid()
+        assert os.getgid() in (seen[0].gid, *seen[0].groups)
+    finally:
+        sock.close()
+    assert not (sd / ctlsock.SOCKET_NAME).exists()
+    with pytest.raises(TransportError, match="no scheduler listens"):
+        ctlsock.request(sd, {"verb": "ping"}, 1.0)
+
+
+def test_roles_come_from_groups_and_users_and_the_owner_is_admin() -> None:
+    m = parse_roles({"operator": {"groups": ["ops"]}, "viewer": {"users": ["eve"], "groups": ["staff"]},
+                     "admin": {"users": ["ana"]}}, "roles.yaml")
+    assert m.role_of(5000, "bob", ["ops", "staff"], owner_uid=4000) is Role.OPERATOR
+    assert m.role_of(5000, "eve", [], owner_uid=4000) is Role.VIEWER
+    assert m.role_of(5000, "ana", [], owner_uid=4000) is Role.ADMIN
+    assert m.role_of(4000, "own", [], owner_uid=4000) is Role.ADMIN
+    assert m.role_of(0, "root", [], owner_uid=4000) is Role.ADMIN
+    assert m.role_of(5001, "mallory", ["users"], owner_uid=4000) is Role.NONE
+    assert [needed(v).label for v in ("why", "hold", "rerun", "kill", "cancel", "approve")] == \
+        ["viewer", "operator", "operator", "admin", "admin", "admin"]
+
+
+@pytest.mark.parametrize(("doc", "fragment"), [
+    ({"boss": {"users": ["a"]}}, "unknown role 'boss'"),
+    ({"admin": ["a"]}, "takes a mapping"),
+    ({"admin": {"users": 3}}, "must be a list"),
+    (["admin"], "must be a mapping"),
+])
+def test_a_malformed_roles_mapping_is_refused_with_where_and_what(doc: Any, fragment: str) -> None:
+    with pytest.raises(UsageError, match=fragment) as ei:
+        parse_roles(doc, "/etc/wloadctl/roles.yaml")
+    assert str(ei.value).startswith("/etc/wloadctl/roles.yaml")
+
+
+def test_the_config_file_and_the_plan_add_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WLOADCTL_HOME", str(tmp_path))
+    (tmp_path / "roles.yaml").write_text("roles:\n  operator: {groups: [ops]}\n")
+    m = load_roles({"admin": {"groups": ["ops"]}, "viewer": {"users": ["eve"]}}, "plan.yaml")
+    assert m.groups == {"ops": Role.ADMIN} and m.users == {"eve": Role.VIEWER}
+    assert m.grants_others
+
+
+def desk_for(tmp_path: Path, roles_doc: dict[str, Any]) -> tuple[ControlDesk, Store, int]:
+    plan = make_plan({"a": {}, "b": {"deps": ["a"]}})
+    core = SchedulerCore(plan, slots=2)
+    core.handle(RunStartedEvent(0.0))
+    core.flush()
+    sd = tmp_path / "sd"
+    store = Store.open(sd)
+    run = store.create_run("r1", "t", "p.yaml", "d", "", ["a", "b"], "2026-01-01", 1.0)
+    ctx = RunContext(run, plan, sd, 1, EventLog(sd / "events.jsonl", "r1"))
+    sock = ctlsock.ControlSocket.listen(sd, 0o777)
+    # The run belongs to another uid here: the caller is judged by its role alone.
+    return ControlDesk(sock, core, ctx, store, parse_roles(roles_doc, "roles.yaml"),
+                       owner_uid=os.getuid() + 4242), store, run.id
+
+
+def test_a_verb_beyond_the_callers_role_is_refused_naming_the_role_and_audited(tmp_path: Path) -> None:
+    desk, store, run = desk_for(tmp_path, {"operator": {"users": [ME]}})
+
+    def handle(conn: int, peer: ctlsock.Peer, req: dict[str, Any]) -> None:
+        desk._handle(conn, peer, req, 2.0)
+        for c in desk.core.flush():
+            if hasattr(c, "results"):
+                desk.reply(c)
+
+    try:
+        t = serve(desk.ctl, handle, rounds=3)
+        who = ctlsock.request(desk.ctx.state_dir, {"verb": "whoami", "jobs": []}, 5.0)
+        held = ctlsock.request(desk.ctx.state_dir, {"verb": "hold", "jobs": ["b"], "user": "root"}, 5.0)
+        killed = ctlsock.request(desk.ctx.state_dir, {"verb": "skip", "jobs": ["b"], "user": "root"}, 5.0)
+        t.join(5)
+    finally:
+        desk.close()
+    assert who["role"] == "operator" and "hold" in who["verbs"] and "kill" not in who["verbs"]
+    assert held["ok"]
+    assert not killed["ok"] and killed["error"] == f"skip needs the admin role; {ME} has operator"
+    desk.ctx.events.close()
+    rows = [(r[1], r[2], r[3], bool(r[6])) for r in store.actions(run)]
+    assert rows == [(ME, "hold", "b", True), (ME, "skip", "b", False)]
+    store.close()
+
+
+def test_somebody_with_no_role_may_not_even_look(tmp_path: Path) -> None:
+    desk, store, run = desk_for(tmp_path, {})
+
+    def handle(conn: int, peer: ctlsock.Peer, req: dict[str, Any]) -> None:
+        desk._handle(conn, peer, req, 2.0)
+
+    try:
+        t = serve(desk.ctl, handle)
+        rep = ctlsock.request(desk.ctx.state_dir, {"verb": "why", "jobs": ["b"]}, 5.0)
+        t.join(5)
+    finally:
+        desk.close()
+    assert rep["error"] == f"why needs the viewer role; {ME} has no role" and rep["needs"] == "viewer"
+    desk.ctx.events.close()
+    assert [r[5] for r in store.actions(run)] == [rep["error"]]
+    store.close()

@@ -1,0 +1,165 @@
+"""Who may do what: roles, the verbs each allows, and the mapping from Unix users and groups to roles.
+
+Roles are ordered: viewer < operator < admin, each allowing what the ones below allow. The
+mapping comes from a config file (`$WLOADCTL_HOME/roles.yaml`, else `/etc/wloadctl/roles.yaml`)
+and from the plan's `roles:` section, which add up (the higher role wins):
+
+    roles:
+      admin:    {groups: [batchadm], users: [alice]}
+      operator: {groups: [batchops]}
+      viewer:   {groups: [staff]}
+
+The run's owner (the uid that started it, i.e. the owner of its state directory) and root
+are admins whatever the mapping says. Anybody else without a mapping has no role.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wloadctl.errors import UsageError
+
+
+class Role(enum.IntEnum):
+    """An operator's role; a higher role allows everything a lower one does."""
+
+    NONE = 0
+    """No role: nothing is allowed."""
+    VIEWER = 1
+    """Reads: status, logs, why, the console read-only."""
+    OPERATOR = 2
+    """Steers jobs without losing work: hold, release, retry, rerun."""
+    ADMIN = 3
+    """Everything, including what ends or overrides work: kill, set-ok, skip, cancel, approve."""
+
+    @property
+    def label(self) -> str:
+        """The role's name as written in config files and messages."""
+        return self.name.lower()
+
+
+VERB_ROLE: dict[str, Role] = {
+    "ping": Role.VIEWER, "whoami": Role.VIEWER, "why": Role.VIEWER, "status": Role.VIEWER,
+    "logs": Role.VIEWER, "console": Role.VIEWER,
+    "hold": Role.OPERATOR, "release": Role.OPERATOR, "retry": Role.OPERATOR, "rerun": Role.OPERATOR,
+    "kill": Role.ADMIN, "set-ok": Role.ADMIN, "skip": Role.ADMIN, "cancel": Role.ADMIN, "approve": Role.ADMIN,
+}
+"""The least role each verb needs; a verb not listed needs admin."""
+
+ROLES_FILE = "roles.yaml"
+"""File name of the roles config in $WLOADCTL_HOME or /etc/wloadctl."""
+
+
+def needed(verb: str) -> Role:
+    """The least role `verb` needs."""
+    return VERB_ROLE.get(verb, Role.ADMIN)
+
+
+def allowed_verbs(role: Role) -> list[str]:
+    """The verbs `role` may use, in table order."""
+    return [v for v, r in VERB_ROLE.items() if r <= role]
+
+
+@dataclass
+class RoleMap:
+    """Unix users and groups to roles."""
+
+    users: dict[str, Role] = field(default_factory=dict)
+    """Role of each named user."""
+    groups: dict[str, Role] = field(default_factory=dict)
+    """Role of each member of a named group."""
+    source: list[str] = field(default_factory=list)
+    """Where the mapping came from (files, the plan)."""
+
+    def merge(self, other: RoleMap) -> None:
+        """Add another mapping; where both name someone, the higher role wins."""
+        for mine, theirs in ((self.users, other.users), (self.groups, other.groups)):
+            for k, r in theirs.items():
+                mine[k] = max(mine.get(k, Role.NONE), r)
+        self.source.extend(other.source)
+
+    @property
+    def grants_others(self) -> bool:
+        """Whether anybody besides the owner is given a role (the control socket must then let them in)."""
+        return bool(self.users or self.groups)
+
+    def role_of(self, uid: int, user: str, groups: Iterable[str], owner_uid: int) -> Role:
+        """The role of a caller: owner and root are admins, else the highest role mapped to them."""
+        if uid in (0, owner_uid):
+            return Role.ADMIN
+        best = self.users.get(user, Role.NONE)
+        for g in groups:
+            best = max(best, self.groups.get(g, Role.NONE))
+        return best
+
+
+def parse_roles(obj: Any, where: str) -> RoleMap:
+    """Read a `roles:` mapping (role -> {users: [...], groups: [...]}).
+
+    Raises:
+        UsageError: the mapping is malformed; the message names `where` and the bad entry.
+    """
+    out = RoleMap(source=[where])
+    if obj is None:
+        return out
+    if not isinstance(obj, Mapping):
+        raise UsageError(f"{where}: roles must be a mapping of role -> {{users, groups}}")
+    names = {r.label: r for r in Role if r is not Role.NONE}
+    for key, spec in obj.items():
+        role = names.get(str(key))
+        if role is None:
+            raise UsageError(f"{where}: unknown role '{key}'", hint=f"roles: {', '.join(names)}")
+        if not isinstance(spec, Mapping) or set(spec) - {"users", "groups"}:
+            raise UsageError(f"{where}: role '{key}' takes a mapping with `users:` and/or `groups:` lists")
+        for kind, into in (("users", out.users), ("groups", out.groups)):
+            vals = spec.get(kind) or []
+            if isinstance(vals, str):
+                vals = [vals]
+            if not isinstance(vals, list):
+                raise UsageError(f"{where}: {key}.{kind} must be a list of names")
+            for v in vals:
+                into[str(v)] = max(into.get(str(v), Role.NONE), role)
+    return out
+
+
+def config_paths() -> list[Path]:
+    """Where roles config files are looked for, in order."""
+    home = os.environ.get("WLOADCTL_HOME")
+    paths = [Path(home) / ROLES_FILE] if home else []
+    paths.append(Path("/etc/wloadctl") / ROLES_FILE)
+    return paths
+
+
+def load_roles(plan_roles: Any = None, plan_path: str = "plan") -> RoleMap:
+    """The role mapping from the config file (the first that exists) and the plan's `roles:` section.
+
+    Raises:
+        UsageError: a config file is not valid YAML or its mapping is malformed.
+    """
+    import yaml
+
+    out = RoleMap()
+    for p in config_paths():
+        if not p.is_file():
+            continue
+        try:
+            doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
+            raise UsageError(f"{p}: not a readable YAML roles file: {str(exc).splitlines()[0]}") from None
+        body = doc.get("roles") if isinstance(doc, dict) and "roles" in doc else doc
+        out.merge(parse_roles(body, str(p)))
+        break
+    if plan_roles is not None:
+        out.merge(parse_roles(plan_roles, f"{plan_path}: roles"))
+    return out
+
+
+def refusal(verb: str, user: str, role: Role) -> str:
+    """The one-line message of a refused verb: it names the role needed."""
+    have = role.label if role is not Role.NONE else "no role"
+    return f"{verb} needs the {needed(verb).label} role; {user} has {have}"

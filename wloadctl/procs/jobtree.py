@@ -1,0 +1,373 @@
+"""A job's whole process tree: kept in a cgroup v2 where the host allows one, else caught by a subreaper.
+
+Signalling a job's process group misses what left it (`setsid cmd &`, a double fork). Two ways
+to end the whole tree, chosen once per executor (`detect`):
+
+* **cgroup**: the executor may make child groups in its cgroup v2 (root, or a delegated
+  subtree). Each attempt runs in `<own group>/wloadctl.<run>/e<executor>-t<task>-a<attempt>`,
+  joined by the job's first process itself before it execs the command (so nothing it forks
+  can start outside), and ended with `cgroup.kill`. Memory and CPU claims can become
+  `memory.max`/`cpu.max` where those controllers are enabled (`limits: enforce`).
+* **subreaper**: the executor is a child subreaper (PR_SET_CHILD_SUBREAPER), so what a job
+  leaves behind is re-parented to it instead of init. Every job carries a marker in its
+  environment (`WLOADCTL_TREE=run/executor/task/attempt`); when a job ends, whatever was
+  re-parented from it (found by that marker, or by the job's session and group) is killed
+  with its descendants, and reaped.
+
+`WLOADCTL_JOB_TREE=subreaper` forces the second mode (a host with cgroups can test it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Mode = Literal["cgroup", "subreaper"]
+
+TREE_ENV = "WLOADCTL_TREE"
+"""Environment variable marking every process of a job: `run/executor/task/attempt`."""
+MODE_ENV = "WLOADCTL_JOB_TREE"
+"""`auto` (default), `cgroup` or `subreaper`."""
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl option (linux/prctl.h)."""
+JOIN_SCRIPT = 'echo 0 > "$0" || exit 126; exec "$@"'
+"""Run by /bin/sh before a job's command: move this process into its cgroup, then become the job."""
+
+
+@dataclass(frozen=True, slots=True)
+class Containment:
+    """The mode in force on this host for this user, and why."""
+
+    mode: Mode
+    """cgroup or subreaper."""
+    base: Path | None
+    """The cgroup v2 directory job groups are made under (cgroup mode)."""
+    controllers: frozenset[str]
+    """Controllers job groups can use (memory, cpu: limits can be enforced)."""
+    why: str
+    """What was found (for `wloadctl doctor`)."""
+
+
+def _own_cgroup2() -> tuple[Path | None, str]:
+    """The cgroup v2 directory this process is in, and a description of what was found."""
+    mounts = []
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            pre, _, post = line.partition(" - ")
+            if post.split()[:1] == ["cgroup2"]:
+                mounts.append(pre.split()[4])
+    except OSError:
+        pass
+    if not mounts:
+        return None, "no cgroup2 mount"
+    own = ""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                own = line[3:].strip()
+    except OSError:
+        pass
+    if own.endswith(" (deleted)") or not own:
+        return None, f"cgroup2 at {', '.join(mounts)} but this process is in no cgroup2 group"
+    return Path(mounts[0]) / own.lstrip("/"), f"cgroup2 at {mounts[0]}, own group {own}"
+
+
+def detect(run_id: str = "") -> Containment:
+    """Which mode this process can use: cgroup when it may make a child group in its own cgroup v2."""
+    want = os.environ.get(MODE_ENV, "auto")
+    here, found = _own_cgroup2()
+    if want == "subreaper":
+        return Containment("subreaper", None, frozenset(), f"{MODE_ENV}=subreaper; {found}")
+    if here is None:
+        return Containment("subreaper", None, frozenset(), found)
+    probe = here / f"wloadctl.probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as e:
+        return Containment("subreaper", None, frozenset(),
+                           f"{found}: not delegated to uid {os.getuid()} ({e.strerror})")
+    try:
+        controllers = frozenset((here / "cgroup.controllers").read_text().split())
+    except OSError:
+        controllers = frozenset()
+    return Containment("cgroup", here, controllers & {"memory", "cpu"},
+                       f"{found}: writable; controllers for limits: "
+                       f"{', '.join(sorted(controllers & {'memory', 'cpu'})) or 'none'}")
+
+
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process the child subreaper of its descendants (or stop being one); False where prctl fails."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def marker(run_id: str, executor: int, task: int, attempt: int) -> str:
+    """The value of TREE_ENV for one attempt."""
+    return f"{run_id}/{executor}/{task}/{attempt}"
+
+
+def group_name(executor: int, task: int, attempt: int) -> str:
+    """The cgroup of one attempt, under the run's group."""
+    return f"e{executor}-t{task}-a{attempt}"
+
+
+def run_group(base: Path, run_id: str) -> Path:
+    """The run's cgroup under `base`."""
+    return base / f"wloadctl.{run_id}"
+
+
+# -- /proc --------------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[int, int, int, str] | None:
+    """(ppid, pgid, sid, state letter) of a process, None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return int(fields[1]), int(fields[2]), int(fields[3]), fields[0].decode()
+
+
+def _marker_of(pid: int) -> str | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    key = TREE_ENV.encode() + b"="
+    for item in env.split(b"\0"):
+        if item.startswith(key):
+            return item[len(key) :].decode(errors="replace")
+    return None
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of `pid` (from /proc/PID/task/*/children, else a /proc scan)."""
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                out += [int(x) for x in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        return out
+    except OSError:
+        pass
+    return [p for p in _all_pids() if (st := _stat(p)) is not None and st[0] == pid]
+
+
+def _all_pids() -> list[int]:
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+def descendants(roots: Iterable[int]) -> list[int]:
+    """`roots` and every process below them."""
+    seen: list[int] = []
+    todo = list(roots)
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.append(p)
+        todo += children_of(p)
+    return seen
+
+
+def kill_all(pids: Iterable[int]) -> int:
+    """SIGKILL each pid that still exists; how many were signalled."""
+    n = 0
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+            n += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return n
+
+
+def kill_marked(prefix: str) -> int:
+    """SIGKILL every process of this user whose job marker starts with `prefix` (an executor is gone)."""
+    uid = os.getuid()
+    hits = []
+    for p in _all_pids():
+        try:
+            if uid and os.stat(f"/proc/{p}").st_uid != uid:
+                continue
+        except OSError:
+            continue
+        m = _marker_of(p)
+        if m is not None and (m + "/").startswith(prefix):
+            hits.append(p)
+    return kill_all(descendants(hits))
+
+
+# -- the executor's side --------------------------------------------------------------------
+
+
+@dataclass
+class JobTrees:
+    """An executor's job trees: made before a job starts, ended when it ends."""
+
+    run_id: str
+    """The run."""
+    executor: int
+    """This executor's index."""
+    how: Containment
+    """The mode in force."""
+    dying: dict[Path, float] = field(default_factory=dict)
+    """Job groups killed but not yet empty (removed when they are), with when they were killed."""
+    leaders: set[int] = field(default_factory=set)
+    """Pids of the jobs' first processes, reaped by the executor itself (never here)."""
+
+    def __post_init__(self) -> None:
+        if self.how.mode == "subreaper" and not become_subreaper():
+            self.how = Containment("subreaper", None, frozenset(), self.how.why + "; prctl failed")
+
+    def prepare(self, task: int, attempt: int, env: dict[str, str], cpu: float, memory: int,
+                enforce: bool) -> str | None:
+        """Mark the job's environment and, in cgroup mode, make its group.
+
+        Returns:
+            The group's `cgroup.procs` the job must join before it execs (None: no group).
+        """
+        env[TREE_ENV] = marker(self.run_id, self.executor, task, attempt)
+        if self.how.mode != "cgroup" or self.how.base is None:
+            return None
+        rg = run_group(self.how.base, self.run_id)
+        g = rg / group_name(self.executor, task, attempt)
+        try:
+            if not rg.is_dir():
+                rg.mkdir(exist_ok=True)
+                with contextlib.suppress(OSError):
+                    (rg / "cgroup.subtree_control").write_text(
+                        " ".join(f"+{c}" for c in sorted(self.how.controllers)))
+            g.mkdir(exist_ok=True)
+        except OSError:
+            return None  # the group cannot be made: the process group's signal is all there is
+        if enforce:
+            with contextlib.suppress(OSError):
+                if memory and "memory" in self.how.controllers:
+                    (g / "memory.max").write_text(str(memory * 1024 * 1024))
+                if cpu and "cpu" in self.how.controllers:
+                    (g / "cpu.max").write_text(f"{int(cpu * 100000)} 100000")
+        return str(g / "cgroup.procs")
+
+    def end(self, task: int, attempt: int, pid: int) -> int:
+        """The job's leader `pid` ended (or was killed): end everything else of its tree.
+
+        Returns:
+            How many processes were signalled.
+        """
+        n = 0
+        if self.how.mode == "cgroup" and self.how.base is not None:
+            g = run_group(self.how.base, self.run_id) / group_name(self.executor, task, attempt)
+            if g.is_dir():
+                n += _kill_group(g)
+                self.dying[g] = time.time()
+        mark = marker(self.run_id, self.executor, task, attempt)
+        left = []
+        for c in children_of(os.getpid()):
+            st = _stat(c)
+            if st is None:
+                continue
+            if _marker_of(c) == mark or pid in (st[1], st[2]):
+                left.append(c)
+        if left:
+            n += kill_all(descendants(left))
+        self.tidy()
+        return n
+
+    def tidy(self) -> None:
+        """Reap ended strays re-parented here (not the jobs' leaders) and remove emptied job groups."""
+        if self.how.mode == "subreaper":
+            for c in children_of(os.getpid()):
+                st = _stat(c)
+                if c not in self.leaders and st is not None and st[3] in ("Z", "X"):
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(c, os.WNOHANG)
+        for g, when in list(self.dying.items()):
+            try:
+                g.rmdir()
+                del self.dying[g]
+            except FileNotFoundError:
+                del self.dying[g]
+            except OSError as e:
+                if e.errno == errno.EBUSY and time.time() - when > 1.0:
+                    _kill_group(g)
+
+    def close(self) -> None:
+        """At exit: end what is left in this executor's groups and remove them (best effort)."""
+        for g in list(self.dying):
+            _kill_group(g)
+        deadline = time.time() + 2.0
+        while self.dying and time.time() < deadline:
+            self.tidy()
+            if self.dying:
+                time.sleep(0.02)
+
+
+def joining(procs: str, argv: list[str]) -> list[str]:
+    """`argv` started through /bin/sh that first moves itself into the group of `procs`."""
+    return ["/bin/sh", "-c", JOIN_SCRIPT, procs, *argv]
+
+
+def _kill_group(g: Path) -> int:
+    """Kill every process of a cgroup: cgroup.kill where the kernel has it, else each listed pid."""
+    try:
+        (g / "cgroup.kill").write_text("1")
+        return 1
+    except OSError:
+        pass
+    try:
+        pids = [int(x) for x in (g / "cgroup.procs").read_text().split()]
+    except OSError:
+        return 0
+    return kill_all(pids)
+
+
+def kill_executor_trees(run_id: str, executor: int) -> int:
+    """An executor is gone: end the trees of every job it ran (groups, then marked processes)."""
+    n = 0
+    how = detect(run_id)
+    if how.mode == "cgroup" and how.base is not None:
+        rg = run_group(how.base, run_id)
+        with contextlib.suppress(OSError):
+            for g in rg.iterdir():
+                if g.is_dir() and g.name.startswith(f"e{executor}-"):
+                    n += _kill_group(g)
+    return n + kill_marked(f"{run_id}/{executor}/")
+
+
+def kill_job_tree(run_id: str, executor: int, task: int, attempt: int) -> int:
+    """An attempt whose executor is gone: end its cgroup and every process carrying its marker."""
+    n = 0
+    how = detect(run_id)
+    if how.mode == "cgroup" and how.base is not None:
+        g = run_group(how.base, run_id) / group_name(executor, task, attempt)
+        if g.is_dir():
+            n += _kill_group(g)
+    return n + kill_marked(marker(run_id, executor, task, attempt) + "/")
+
+
+def remove_run_groups(run_id: str) -> None:
+    """At the end of a run: remove its cgroup directory (and the empty job groups left in it)."""
+    how = detect(run_id)
+    if how.mode != "cgroup" or how.base is None:
+        return
+    rg = run_group(how.base, run_id)
+    with contextlib.suppress(OSError):
+        for g in rg.iterdir():
+            if g.is_dir():
+                with contextlib.suppress(OSError):
+                    g.rmdir()
+        rg.rmdir()
