@@ -137,13 +137,18 @@ def test_a_verb_beyond_the_callers_role_is_refused_naming_the_role_and_audited(t
         t.join(5)
     finally:
         desk.close()
+    desk.ctx.events.close()
+    rows = [(r[1], r[2], r[3], bool(r[6])) for r in store.actions(run)]
+    store.close()
+    if os.geteuid() == 0:
+        # root is an admin of every run whatever the mapping says (as on the host itself)
+        assert who["role"] == "admin" and held["ok"] and killed["ok"]
+        assert rows == [(ME, "hold", "b", True), (ME, "skip", "b", True)]
+        return
     assert who["role"] == "operator" and "hold" in who["verbs"] and "kill" not in who["verbs"]
     assert held["ok"]
     assert not killed["ok"] and killed["error"] == f"skip needs the admin role; {ME} has operator"
-    desk.ctx.events.close()
-    rows = [(r[1], r[2], r[3], bool(r[6])) for r in store.actions(run)]
     assert rows == [(ME, "hold", "b", True), (ME, "skip", "b", False)]
-    store.close()
 
 
 def test_somebody_with_no_role_may_not_even_look(tmp_path: Path) -> None:
@@ -158,7 +163,11 @@ def test_somebody_with_no_role_may_not_even_look(tmp_path: Path) -> None:
         t.join(5)
     finally:
         desk.close()
-    assert rep["error"] == f"why needs the viewer role; {ME} has no role" and rep["needs"] == "viewer"
     desk.ctx.events.close()
-    assert [r[5] for r in store.actions(run)] == [rep["error"]]
+    actions = [r[5] for r in store.actions(run)]
     store.close()
+    if os.geteuid() == 0:
+        assert rep["ok"] and actions == []  # root may look at any run
+        return
+    assert rep["error"] == f"why needs the viewer role; {ME} has no role" and rep["needs"] == "viewer"
+    assert actions == [rep["error"]]
