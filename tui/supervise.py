@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -117,6 +118,10 @@ class SchedulerSupervisor:
         """When the console last started a scheduler."""
         self._recent: deque[float] = deque()
         self._reaped: list[subprocess.Popen[bytes]] = []
+        self._older: list[subprocess.Popen[bytes]] = []
+        """Schedulers started here that are no longer the watched one but may still run."""
+        self._lock = threading.RLock()
+        """Serializes the feed thread's `check` and an action's `resume`: both may start one."""
 
     # -- start and attach ----------------------------------------------------------
 
@@ -162,7 +167,14 @@ class SchedulerSupervisor:
 
     def start(self, plan: str | None) -> int:
         """Spawn `wloadctl scheduler` in its own session, output to scheduler.log."""
+        with self._lock:
+            return self._start(plan)
+
+    def _start(self, plan: str | None) -> int:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.proc is not None:
+            self._older.append(self.proc)  # never dropped while it may run: reaped later
+            self.proc = None
         cmd = [sys.executable, "-m", "wloadctl", "scheduler"]
         if plan:
             cmd.append(str(Path(plan).resolve()))
@@ -233,6 +245,10 @@ class SchedulerSupervisor:
 
         Called a few times a second from the feed thread; costs a waitpid or a kill(0).
         """
+        with self._lock:
+            return self._check()
+
+    def _check(self) -> list[Event]:
         if self.pid is None or self.stopping:
             return []
         rc: int | None = None
@@ -305,6 +321,10 @@ class SchedulerSupervisor:
 
     def resume(self) -> Event:
         """Start a scheduler for an interrupted run (after a rerun, or :resume)."""
+        with self._lock:
+            return self._resume()
+
+    def _resume(self) -> Event:
         if self.pid is not None and pid_alive(self.pid):
             return Event(f"the scheduler (pid {self.pid}) is already running")
         holder = lock_holder(self.state_dir)
@@ -355,13 +375,18 @@ class SchedulerSupervisor:
 
     def reap(self) -> None:
         """Collect the exit status of schedulers started here that have exited."""
-        if self.proc is not None and self.proc.poll() is not None:
-            self._reaped.append(self.proc)
-            self.proc = None
+        with self._lock:
+            if self.proc is not None and self.proc.poll() is not None:
+                self._reaped.append(self.proc)
+                self.proc = None
+            for proc in [p for p in self._older if p.poll() is not None]:
+                self._older.remove(proc)
+                self._reaped.append(proc)
 
     def children(self) -> list[subprocess.Popen[bytes]]:
         """Schedulers started here that may still run (detaching leaves them)."""
-        return [self.proc] if self.proc is not None else []
+        with self._lock:
+            return self._older + ([self.proc] if self.proc is not None else [])
 
 
 def _board_scheduler(state_dir: Path, not_pid: int) -> int | None:

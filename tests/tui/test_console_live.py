@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 
 import pytest
 from console_helpers import LiveRun, loaded, screen_text, wait_for
@@ -285,3 +287,42 @@ async def test_a_readonly_console_offers_no_action(live_run: LiveRun) -> None:
     with RunClient(live_run.state_dir) as client:
         assert client.actions() == []
         assert client.is_live()  # a read-only console leaves the run alone
+
+
+def test_a_restart_and_a_resume_at_once_start_one_scheduler(live_run: LiveRun) -> None:
+    # Given a console's scheduler killed mid-run
+    sup = live_run.supervisor(live_run.plan("slow.yaml"))
+    sup.attach_or_start()
+    pid = sup.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while sup.children()[0].poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+    # When the feed thread's check and an operator's resume race to start its successor
+    barrier = threading.Barrier(2)
+    said: list[str] = []
+
+    def restart() -> None:
+        barrier.wait()
+        said.extend(e.text for e in sup.check())
+
+    def resume() -> None:
+        barrier.wait()
+        said.append(sup.resume().text)
+
+    threads = [threading.Thread(target=restart), threading.Thread(target=resume)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    # Then one scheduler was started, and the console still holds every one it started
+    started = [s for s in said if "restarted as pid" in s or "started the scheduler" in s]
+    assert len(started) == 1, said
+    running = [p for p in sup.children() if p.poll() is None]
+    assert [p.pid for p in running] == [sup.pid], said
+    sup.reap()
+    assert pid in [p.pid for p in sup._reaped]
+    sup.wait_up(20)  # the successor resumes the run
