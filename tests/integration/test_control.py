@@ -189,15 +189,22 @@ def test_why_explains_unmet_dependencies_and_lineage(tmp_path: Path, no_ipc_leak
 
 def test_logs_follow_streams_a_running_job_until_it_ends(tmp_path: Path, no_ipc_leaks: None) -> None:
     plan = tmp_path / "plan.yaml"
-    plan.write_text("name: logs\njobs:\n  talker:\n    command: 'for i in 1 2 3; do echo line$i; sleep 0.4; done'\n")
+    gate = tmp_path / "more.go"
+    plan.write_text("name: logs\njobs:\n  talker:\n    command: 'echo line1; "
+                    f"while [ ! -e {gate} ]; do sleep 0.05; done; echo line2; sleep 0.3; echo line3'\n")
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd))
     try:
         wait_for(lambda: states_of(sd).get("talker") == "RUNNING", what="talker running")
-        p = cli("logs", "talker", "--follow", "--state-dir", str(sd), timeout=30)
-        assert p.stdout.split() == ["line1", "line2", "line3"]
+        follow = subprocess.Popen([sys.executable, "-m", "wloadctl", "logs", "talker", "--follow", "--state-dir",
+                                   str(sd)], stdout=subprocess.PIPE, text=True, env=ENV)
+        time.sleep(0.5)
+        gate.touch()
+        out, _ = follow.communicate(timeout=30)
+        assert out.split() == ["line1", "line2", "line3"]
         assert proc.wait(30) == 0
     finally:
+        gate.touch()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
