@@ -250,6 +250,7 @@ class RunClient:
             "executors": self.executors() if live else [],
             "agents": self.agents() if live else [],
             "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
+            "last_drill": self.last_drill(),
         }
 
     def held(self, states: bytes | None = None, limit: int = 50) -> list[str]:
@@ -526,6 +527,12 @@ class RunClient:
             action = f"{when} {row[3]} {row[4]} {row[5]}" if row else "row missing"
             out["broken"] = {"run": names.get(run, str(run)), "seq": seq, "problem": problem, "action": action}
         return out
+
+    def last_drill(self) -> dict[str, Any] | None:
+        """The run's latest drill report ({"ts", "user", "ok", "summary"}), None when it had none."""
+        from wloadctl.drillreport import last_drill
+
+        return last_drill(self.store, self.run.id)
 
     def actions(self) -> list[dict[str, Any]]:
         """The run's audit trail."""
