@@ -29,7 +29,7 @@ from wloadctl.drillreport import (
 )
 from wloadctl.errors import UsageError
 from wloadctl.procs.health import pid_alive
-from wloadctl.store import RunRow, Store
+from wloadctl.store import RunRow, Store, journal_url
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds a failover drill waits for the takeover, and again for the first start and the fencing."""
@@ -38,7 +38,7 @@ DEFAULT_TIMEOUT = 30.0
 # -- failover -------------------------------------------------------------------------------------
 
 
-def failover(state_dir: Path | None, mode: str, timeout: float) -> tuple[DrillReport, Path | None]:
+def failover(state_dir: Path | None, mode: str, timeout: float) -> DrillReport:
     """Kill or freeze the active scheduler of a live run with a standby; measure and check the takeover.
 
     Args:
@@ -47,7 +47,7 @@ def failover(state_dir: Path | None, mode: str, timeout: float) -> tuple[DrillRe
         timeout: Longest wait for the takeover, and again for the first start and the fencing.
 
     Returns:
-        The report (already journaled) and the state directory it was journaled through.
+        The report, already journaled in the run's audit trail.
 
     Raises:
         UsageError: no live run, the active is on another host, or no live standby to take over.
@@ -70,13 +70,15 @@ def failover(state_dir: Path | None, mode: str, timeout: float) -> tuple[DrillRe
         if not is_wloadctl(active):
             raise UsageError(f"run {run.run_id}: scheduler pid {active} is not a wloadctl process of this host")
         if not standby or not pid_alive(standby):
-            raise UsageError(f"run {run.run_id} has no live standby to take over from scheduler pid {active}",
+            far = " (a standby of another host is not seen from here: the drill supports a pair on this host)" \
+                if journal_url() else ""
+            raise UsageError(f"run {run.run_id} has no live standby to take over from scheduler pid {active}{far}",
                              hint=f"start one: `wloadctl scheduler --standby --state-dir {sd}`")
         rep = DrillReport("failover", run.run_id, facts={
             "mode": mode, "active_pid": active, "standby_pid": standby, "epoch_from": hdr.epoch})
         _drill_failover(c.store, run, sd, rep, timeout)
     journal_report(state_dir, run.id, rep)
-    return rep, state_dir
+    return rep
 
 
 def _drill_failover(store: Store, run_row: RunRow, sd: Path, rep: DrillReport, timeout: float) -> None:
@@ -101,7 +103,7 @@ def _drill_failover(store: Store, run_row: RunRow, sd: Path, rep: DrillReport, t
         if mode == "stop":
             os.kill(active, signal.SIGCONT)  # it wakes, finds the newer epoch, and must leave the run
             thawed = True
-        first = wait_until(lambda: _first_start(watch, took), timeout)
+        first = wait_until(FirstStart(watch, took), timeout)
         if first is not None:
             f.update(first_job=first[0], first_dispatch_s=round(first[1] - killed, 3),
                      first_start_s=round(first[2] - killed, 3))
@@ -131,16 +133,23 @@ def _drill_failover(store: Store, run_row: RunRow, sd: Path, rep: DrillReport, t
     rep.ok = not rep.problems
 
 
-def _first_start(watch: JournalWatch, since: float) -> tuple[str, float, float] | None:
-    """(job, queued at, started at) of the first job dispatched at or after `since` that has started."""
-    queued: dict[tuple[int, int], float] = {}
-    for _seq, i, _frm, to, att, ts, *_ in watch.read():
-        if to == JobState.QUEUED and ts >= since:
-            queued.setdefault((i, att), ts)
-        elif to == JobState.RUNNING and (i, att) in queued:
-            ids = watch.store.job_ids(watch.run)
-            return (ids[i] if i < len(ids) else str(i)), queued[(i, att)], ts
-    return None
+class FirstStart:
+    """The first job dispatched at or after a time that has started, found as the journal grows."""
+
+    def __init__(self, watch: JournalWatch, since: float) -> None:
+        self.watch, self.since = watch, since
+        self.queued: dict[tuple[int, int], float] = {}
+        """(job index, attempt) -> when it was queued, of the attempts dispatched since then."""
+
+    def __call__(self) -> tuple[str, float, float] | None:
+        """(job, queued at, started at), or None while no such job has started."""
+        for _seq, i, _frm, to, att, ts, *_ in self.watch.read():
+            if to == JobState.QUEUED and ts >= self.since:
+                self.queued.setdefault((i, att), ts)
+            elif to == JobState.RUNNING and (i, att) in self.queued:
+                ids = self.watch.store.job_ids(self.watch.run)
+                return (ids[i] if i < len(ids) else str(i)), self.queued[(i, att)], ts
+        return None
 
 
 def _old_epoch_dispatches(sd: Path, run_id: str, epoch: int, since: float) -> int:
@@ -180,7 +189,7 @@ def drill_command(a: argparse.Namespace, reader_dir: Path | None) -> int:
     if a.timeout is not None and a.timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {a.timeout:g}")
     if a.drill == "failover":
-        rep, _ = failover(reader_dir, a.mode, a.timeout)
+        rep = failover(reader_dir, a.mode, a.timeout)
     else:
         from wloadctl.remote.agentdrill import agent_loss
 

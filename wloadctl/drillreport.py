@@ -108,11 +108,13 @@ class JournalWatch:
         """(seq, idx, from, to, attempt, ts, executor, exit_code, reason) since the drill began."""
 
     def read(self) -> list[tuple]:
-        """Every transition since the drill began."""
+        """The transitions journaled since the last read (all of them are kept in `rows`)."""
+        new: list[tuple] = []
         while batch := self.store.transitions_since(self.run, self.seq):
-            self.rows.extend(batch)
+            new.extend(batch)
             self.seq = batch[-1][0]
-        return self.rows
+        self.rows.extend(new)
+        return new
 
     def succeeded(self) -> dict[int, int]:
         """Index -> attempt of every job that has succeeded."""
@@ -120,7 +122,8 @@ class JournalWatch:
 
     def reran(self, succeeded: dict[int, int]) -> list[int]:
         """Jobs of `succeeded` that were queued or started again since the drill began."""
-        return sorted({r[1] for r in self.read() if r[1] in succeeded and r[3] in ACTIVE})
+        self.read()
+        return sorted({r[1] for r in self.rows if r[1] in succeeded and r[3] in ACTIVE})
 
 
 def wait_until(pred: Any, timeout: float) -> Any:

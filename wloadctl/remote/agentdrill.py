@@ -91,15 +91,21 @@ def agent_loss(a: argparse.Namespace, state_dir: Path | None) -> DrillReport:
             rep.problems.append(f"agent {a.agent} was not declared LOST within {wait:g}s")
         else:
             rep.facts["lost_s"] = round(float(lost["ts"]) - killed, 3)
-            settled = wait_until(lambda: _settled(watch, held), wait)
+            settling = Settling(watch, held)
+            settled = wait_until(settling, wait)
             if settled is None:
                 rep.problems.append(f"the agent's {len(held)} task(s) were not settled within {wait:g}s of LOST")
-            else:
+            elif held:
+                if settled[1] is None:  # taken back; a retry's delay may hold the next dispatch a while
+                    settled = wait_until(lambda: (r := settling()) is not None and r[1] is not None and r,
+                                         wait) or settled
                 # The scheduler stamps LOST's transitions with the time of its check, just before
                 # it writes the event: in the same turn, they count as settled at LOST.
                 at = float(lost["ts"])
-                rep.facts["settled_s"] = round(max(settled[0], at) - killed, 3) if held else None
-                rep.facts["reassigned_s"] = round(max(settled[1], at) - killed, 3) if held and settled[1] else None
+                rep.facts["settled_s"] = round(max(settled[0], at) - killed, 3)
+                rep.facts["reassigned_s"] = round(max(settled[1], at) - killed, 3) if settled[1] else None
+                if settled[1] is None:
+                    rep.facts["note"] = "some task waits for a retry's delay or an operator (not idempotent)"
         lost_tasks = [e for e in events.read() if e.get("event") == "tasks_lost"]
         rep.facts["lost_tasks"] = sum(int(e.get("jobs", 0)) for e in lost_tasks)
         reran = watch.reran(before)
@@ -170,25 +176,31 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _settled(watch: JournalWatch, held: dict[int, int]) -> tuple[float, float | None] | None:
-    """When every task the agent held was taken back (its attempt ended), and dispatched again or finished.
+class Settling:
+    """Whether every task the agent held was taken back (its attempt ended), and dispatched again or finished."""
 
-    Returns:
-        (settled at, reassigned at — None when some job waits for a retry's delay or an operator), or None
-        while some task is still the agent's.
-    """
-    left = dict(held)
-    settled, again = 0.0, 0.0
-    done: set[int] = set()
-    for _seq, i, _frm, to, att, ts, *_ in watch.read():
-        if i not in held:
-            continue
-        if i in left and (att > held[i] or to not in ACTIVE):
-            del left[i]
-            settled = max(settled, ts)
-        if i not in left and i not in done and ((att > held[i] and to == JobState.QUEUED) or to in TERMINAL):
-            done.add(i)
-            again = max(again, ts)
-    if left:
-        return None
-    return (settled or time.time()), (again if len(done) == len(held) else None)
+    def __init__(self, watch: JournalWatch, held: dict[int, int]) -> None:
+        self.watch, self.held = watch, held
+        self.left = dict(held)
+        """Tasks still the agent's: job index -> attempt."""
+        self.again: set[int] = set()
+        """Jobs taken back and since dispatched again, or finished."""
+        self.settled_at = self.again_at = 0.0
+
+    def __call__(self) -> tuple[float, float | None] | None:
+        """(settled at, reassigned at — None while some job waits for a retry's delay or an operator), or None
+        while some task is still the agent's."""
+        held = self.held
+        for _seq, i, _frm, to, att, ts, *_ in self.watch.read():
+            if i not in held:
+                continue
+            if i in self.left and (att > held[i] or to not in ACTIVE):
+                del self.left[i]
+                self.settled_at = max(self.settled_at, ts)
+            if i not in self.left and i not in self.again and \
+                    ((att > held[i] and to == JobState.QUEUED) or to in TERMINAL):
+                self.again.add(i)
+                self.again_at = max(self.again_at, ts)
+        if self.left:
+            return None
+        return (self.settled_at or time.time()), (self.again_at if len(self.again) == len(held) else None)
