@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_broker_args(p, streams=False)
     add_agents_args(p)
     p = sub.add_parser("drill", help="failover and agent-loss drills on a live run, measured and journaled")
-    from wloadctl.drill import add_drill_args
+    from wloadctl.cli_drill import add_drill_args
 
     add_drill_args(p)
     p = sub.add_parser("runs", help="every run under a root directory, live or finished")
@@ -401,7 +401,7 @@ def cmd_agents(a: argparse.Namespace) -> int:
 
 
 def cmd_drill(a: argparse.Namespace) -> int:
-    from wloadctl.drill import drill_command
+    from wloadctl.cli_drill import drill_command
 
     return drill_command(a, _reader_dir(a.state_dir))
 

@@ -1,19 +1,16 @@
-"""Drills on a live run: kill its active scheduler (or an agent) on purpose, measure the recovery, journal a report.
+"""The failover drill: kill the active scheduler of a live run on purpose, measure the takeover, journal a report.
 
-`wloadctl drill failover` kills (SIGKILL) or freezes (SIGSTOP) the active scheduler of a run that has
-a live standby, and measures the takeover and the first job the new active starts from the journal;
-it checks that no job that had succeeded ran again and that the old active is fenced. `wloadctl drill
-agent-loss` (wloadctl.remote.agentdrill) does the same for an agent. Each report is journaled as an
-action of the run's audit trail (verb `drill`), which `status`, `audit` and the console show.
+`wloadctl drill failover` (its command line is wloadctl.cli_drill) kills (SIGKILL) or freezes (SIGSTOP)
+the active scheduler of a run that has a live standby, and measures the takeover and the first job the
+new active starts from the journal; it checks that no job that had succeeded ran again and that the old
+active is fenced. `wloadctl drill agent-loss` (wloadctl.remote.agentdrill) does the same for an agent.
+Each report is journaled as an action of the run's audit trail (verb `drill`), which `status`, `audit`
+and the console show.
 """
-
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -24,16 +21,11 @@ from wloadctl.drillreport import (
     JournalWatch,
     is_wloadctl,
     journal_report,
-    report_lines,
     wait_until,
 )
 from wloadctl.errors import UsageError
 from wloadctl.procs.health import pid_alive
 from wloadctl.store import RunRow, Store, journal_url
-
-DEFAULT_TIMEOUT = 30.0
-"""Seconds a failover drill waits for the takeover, and again for the first start and the fencing."""
-
 
 # -- failover -------------------------------------------------------------------------------------
 
@@ -159,45 +151,3 @@ def _old_epoch_dispatches(sd: Path, run_id: str, epoch: int, since: float) -> in
 
     return sum(1 for _ex, _pid, path in result_journals(sd, run_id) for r in read_results(path)
                if r.kind == P.RES_ACCEPTED and r.epoch == epoch and r.started > since)
-
-
-# -- the command line -----------------------------------------------------------------------------
-
-
-def add_drill_args(p: argparse.ArgumentParser) -> None:
-    """The `drill failover` and `drill agent-loss` subcommands."""
-    from wloadctl.remote.agentdrill import add_agent_loss_args
-
-    sub = p.add_subparsers(dest="drill", metavar="DRILL", parser_class=type(p))
-    sub.required = True
-    f = sub.add_parser("failover", help="kill the active scheduler of a live run; measure the standby's takeover")
-    f.add_argument("--state-dir", help="the run's state directory (default: $WLOADCTL_STATE_DIR, or the latest run)")
-    f.add_argument("--journal", metavar="URL", help="journal in PostgreSQL (the active must still be on this host)")
-    f.add_argument("--mode", choices=("kill", "stop"), default="kill",
-                   help="kill: SIGKILL (default); stop: SIGSTOP, and SIGCONT once taken over (it must stand down)")
-    f.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
-                   help="seconds to wait for the takeover, and again for the first start and the fencing "
-                   f"(default {DEFAULT_TIMEOUT:g})")
-    f.add_argument("--json", action="store_true")
-    a = sub.add_parser("agent-loss", help="kill an agent of this host; measure its LOST detection and its tasks' "
-                       "reassignment")
-    add_agent_loss_args(a)
-
-
-def drill_command(a: argparse.Namespace, reader_dir: Path | None) -> int:
-    """`wloadctl drill ...`: run the drill, print its report; 0 when every check passed, 1 otherwise."""
-    if a.timeout is not None and a.timeout <= 0:
-        raise UsageError(f"--timeout must be positive, not {a.timeout:g}")
-    if a.drill == "failover":
-        rep = failover(reader_dir, a.mode, a.timeout)
-    else:
-        from wloadctl.remote.agentdrill import agent_loss
-
-        rep = agent_loss(a, reader_dir)
-    if a.json:
-        print(json.dumps(rep.as_dict(), indent=1))
-    else:
-        print("\n".join(report_lines(rep)))
-    for p in rep.problems:
-        print(f"wloadctl: drill: {p}", file=sys.stderr)
-    return 0 if rep.ok else 1

@@ -20,24 +20,9 @@ from wloadctl.drillreport import (
     wait_until,
 )
 from wloadctl.errors import UsageError
-from wloadctl.remote.agents import AGENTS_FILE, DEFAULT_AGENT_TIMEOUT, AgentState, agent_rows
-from wloadctl.remote.broker import BrokerOptions, Subjects, add_broker_args
+from wloadctl.remote.agents import AGENTS_FILE, AgentState, agent_rows
+from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.messages import Heartbeat
-
-
-def add_agent_loss_args(p: argparse.ArgumentParser) -> None:
-    """Options of `wloadctl drill agent-loss`."""
-    p.add_argument("--agent", required=True, metavar="NAME", help="the agent to kill (it must run on this host)")
-    p.add_argument("--state-dir", help="the run whose scheduler judges the agent (default: $WLOADCTL_STATE_DIR, "
-                   "or the latest run)")
-    p.add_argument("--journal", metavar="URL", help="journal in PostgreSQL")
-    p.add_argument("--timeout", type=float, metavar="S",
-                   help="seconds to wait for LOST, and again for its tasks to be settled (default: the agent "
-                   "timeout + 20)")
-    p.add_argument("--agent-timeout", type=float, default=DEFAULT_AGENT_TIMEOUT, metavar="S",
-                   help="the run's --agent-timeout (default 10): how long LOST takes to come")
-    p.add_argument("--json", action="store_true")
-    add_broker_args(p, streams=False)
 
 
 def agent_loss(a: argparse.Namespace, state_dir: Path | None) -> DrillReport:
