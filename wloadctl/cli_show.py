@@ -130,7 +130,8 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
         print("  downstream: " + (", ".join(data["downstream"]) or "-"))
     else:
         for x in data:
-            ok = "applied" if x["applied"] else "refused"
+            ok = ("passed" if x["applied"] else "failed") if x["verb"] == "drill" else \
+                ("applied" if x["applied"] else "refused")
             print(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
                   + (f"  reason: {x['reason']}" if x["reason"] else ""))
     return 0

@@ -69,6 +69,7 @@ def test_failover_drill_kill_measures_the_takeover_and_the_run_then_finishes(pai
     assert "last drill" in text and "failover drill (kill)" in text
     audit = json.loads(cli("audit", "--state-dir", str(pair.sd), "--json").stdout)
     assert [a["verb"] for a in audit if a["verb"] == "drill"] == ["drill"]
+    assert "drill    *" in (text := cli("audit", "--state-dir", str(pair.sd)).stdout) and "passed:" in text
 
 
 def test_failover_drill_stop_fences_the_frozen_active_when_it_wakes(pair: Cluster) -> None:
