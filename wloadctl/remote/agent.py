@@ -31,6 +31,7 @@ from wloadctl.procs.localpool import LocalPool, read_results, result_journals
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import RESULT_LIMIT
 from wloadctl.procs.supervisor import RunObjects, Supervisor
+from wloadctl.procs.userfiles import read_regular
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
@@ -364,11 +365,7 @@ class Agent:
                 except WloadError:
                     tail = b""
             if h.result:
-                try:
-                    with open(h.result, "rb") as f:
-                        result = f.read(RESULT_LIMIT)
-                except OSError:
-                    result = None
+                result = read_regular(h.result, RESULT_LIMIT)
         return {"run": h.run, "kind": r.kind, "flags": r.flags & ~P.FLAG_TAIL, "job": h.job, "attempt": h.attempt,
                 "signal": r.signal, "code": r.exit_code, "epoch": h.epoch, "pid": r.pid, "started": r.started,
                 "ended": r.ended, "tail": tail.decode("utf-8", "replace"),
