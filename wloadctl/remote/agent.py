@@ -29,7 +29,7 @@ from wloadctl.paths import log_name, result_name, run_dirs
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.localpool import LocalPool, read_results, result_journals
 from wloadctl.procs.reports import ReportReader
-from wloadctl.procs.runctx import RESULT_LIMIT
+from wloadctl.procs.runctx import RESULT_LIMIT, read_small
 from wloadctl.procs.supervisor import RunObjects, Supervisor
 from wloadctl.procs.userfiles import read_regular
 from wloadctl.remote import messages as M
@@ -309,9 +309,12 @@ class Agent:
             os.makedirs(d, exist_ok=True)
         h.log = log_name(logs, p.job, h.attempt)
         h.result = result_name(results, p.job, h.attempt)
+        ckpt = f"{checkpoints}/{p.job}"
         env = dict(p.env, WLOADCTL_AGENT=self.opts.name, WLOADCTL_POOL=h.pool or "",
                    WLOADCTL_STATE_DIR=str(self.opts.state_dir), WLOADCTL_RESULT_FILE=h.result,
-                   WLOADCTL_CHECKPOINT_FILE=f"{checkpoints}/{p.job}")
+                   WLOADCTL_CHECKPOINT_FILE=ckpt,
+                   # The job's checkpoint file is this node's: a retry here gets its last token back.
+                   WLOADCTL_CHECKPOINT=read_small(ckpt) or p.env.get("WLOADCTL_CHECKPOINT", ""))
         return P.encode_payload(dataclasses.replace(p, env=env, log_path=h.log))
 
     def _payload(self, local: int, _attempt: int) -> bytes | None:
