@@ -18,10 +18,9 @@ import pytest
 import yaml
 
 from tests.integration.helpers import ENV, wait_for
-from tests.remote.conftest import NatsServer, free_port, nats_server_binary
+from tests.remote.conftest import NatsServer, serve
 from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.link import BrokerLink
-from wloadctl.remote.server import MISSING
 
 pytestmark = pytest.mark.ipc
 
@@ -40,19 +39,7 @@ authorization {
 @pytest.fixture
 def auth_server(tmp_path: Path) -> Iterator[NatsServer]:
     """A nats-server whose users may each publish only on their own operator subjects."""
-    binary = nats_server_binary()
-    if binary is None:
-        pytest.fail(MISSING, pytrace=False)
-    store = tmp_path / "jetstream"
-    store.mkdir()
-    conf = tmp_path / "nats.conf"
-    conf.write_text(CONFIG)
-    server = NatsServer(binary, store, free_port(), config=conf)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    yield from serve(tmp_path, CONFIG)
 
 
 def wl(*args: str, user: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
