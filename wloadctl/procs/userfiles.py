@@ -17,6 +17,7 @@ directory's entries are removed through that same descriptor.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -75,13 +76,19 @@ def read_regular(path: str, limit: int = READ_LIMIT, *, dir_fd: int | None = Non
 
 def replace_file(path: str, data: bytes) -> None:
     """Write `path` whole (a reader sees the old content or the new, never a part)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    # A random name beside it (no job's file can be called that), made with O_EXCL by mkstemp.
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".wloadctl-", suffix=".tmp")
     try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.fchmod(fd, 0o644)
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @dataclass(slots=True)
