@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from wloadctl.procs.userfiles import CHECKPOINT, RESULT, JobFiles, read_regular
+from wloadctl.procs.userfiles import CHECKPOINT, RESULT, JobFiles, read_regular, remove_job_dirs
+
+TAG = f"test-{os.getpid()}"
+"""The run id in these tests' job directory names."""
 
 
 @pytest.fixture
@@ -28,7 +31,7 @@ def me() -> str:
 
 def test_the_job_writes_in_its_own_directory_and_the_files_come_back(run_files: dict[str, str]) -> None:
     env = dict(run_files)
-    files = JobFiles.make(me(), env)
+    files = JobFiles.make(me(), env, TAG)
     d = Path(files.path)
     assert (d.stat().st_mode & 0o777) == 0o700 and d.stat().st_uid == os.geteuid()
     assert env["WLOADCTL_RESULT_FILE"] == f"{d}/{RESULT}"
@@ -45,7 +48,7 @@ def test_the_job_writes_in_its_own_directory_and_the_files_come_back(run_files: 
 
 def test_a_removed_checkpoint_is_removed_and_no_result_is_none(run_files: dict[str, str]) -> None:
     env = dict(run_files)
-    files = JobFiles.make(me(), env)
+    files = JobFiles.make(me(), env, TAG)
     os.unlink(env["WLOADCTL_CHECKPOINT_FILE"])
     files.collect()
     assert not os.path.exists(run_files["WLOADCTL_CHECKPOINT_FILE"])
@@ -56,7 +59,7 @@ def test_symlinks_fifos_and_hard_links_are_not_read_back(run_files: dict[str, st
     secret = tmp_path / "secret"
     secret.write_text("password=hunter2")
     env = dict(run_files)
-    files = JobFiles.make(me(), env)
+    files = JobFiles.make(me(), env, TAG)
     d = Path(files.path)
     # the job points its result at someone else's file, and its checkpoint at a FIFO nobody writes
     os.symlink(secret, env["WLOADCTL_RESULT_FILE"])
@@ -68,7 +71,7 @@ def test_symlinks_fifos_and_hard_links_are_not_read_back(run_files: dict[str, st
     assert secret.read_text() == "password=hunter2" and not d.exists()
     # a hard link to a file (which would be another user's when run as root) reads as nothing
     env = dict(run_files)
-    files = JobFiles.make(me(), env)
+    files = JobFiles.make(me(), env, TAG)
     os.link(secret, env["WLOADCTL_RESULT_FILE"])
     files.collect()
     assert not os.path.exists(run_files["WLOADCTL_RESULT_FILE"])
@@ -81,7 +84,7 @@ def test_a_directory_swapped_for_a_symlink_changes_nothing(run_files: dict[str, 
     (elsewhere / RESULT).write_text("forged=1")
     (elsewhere / CHECKPOINT).write_text("keep me")
     env = dict(run_files)
-    files = JobFiles.make(me(), env)
+    files = JobFiles.make(me(), env, TAG)
     d = Path(files.path)
     Path(env["WLOADCTL_RESULT_FILE"]).write_text("rows=1")
     # the job moves its directory away and puts a symlink to another directory in its place
@@ -105,3 +108,19 @@ def test_read_regular_is_bounded(tmp_path: Path) -> None:
     assert read_regular(str(big), 10) == b"x" * 10
     assert read_regular(str(tmp_path / "missing")) is None
     assert read_regular(str(tmp_path)) is None
+
+
+def test_directories_left_by_a_dead_executor_are_removed_with_the_run(run_files: dict[str, str],
+                                                                      tmp_path: Path) -> None:
+    left = [JobFiles.make(me(), dict(run_files), TAG) for _ in range(2)]
+    Path(left[0].path, "sub").mkdir()
+    Path(left[0].path, "sub", RESULT).write_text("x")
+    bait = Path(left[0].path).parent / f"wloadctl-job.{TAG}.link"
+    bait.symlink_to(tmp_path)
+    try:
+        assert remove_job_dirs(TAG) == 2
+        assert not any(Path(f.path).exists() for f in left) and bait.is_symlink() and tmp_path.is_dir()
+    finally:
+        bait.unlink()
+        for f in left:
+            f.discard()

@@ -290,7 +290,7 @@ class Executor:
         try:
             if run_as:
                 # The run's folders are not the user's: the job writes in a directory of its own.
-                files = JobFiles.make(run_as, env)
+                files = JobFiles.make(run_as, env, self.run_id)
             log_fd = spawner.open_log(p.log_path)
             proc = spawner.spawn(argv, env, p.cwd, log_fd, run_as=run_as, join=join)
         except OSError as e:

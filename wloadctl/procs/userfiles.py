@@ -3,8 +3,8 @@
 The run's result and checkpoint folders belong to the user the executor runs as (root, for
 `run_as`), and the state directory above them may be closed to everyone else, so a job that
 runs as another user could neither reach nor write them. Before such a job starts, the
-executor makes a private directory for it (under the executor's temporary directory, made
-0700 and then given to the user), puts the job's last checkpoint there, and points
+executor makes a private directory for it (`wloadctl-job.RUN.*` under the executor's temporary
+directory, made 0700 and then given to the user), puts the job's last checkpoint there, and points
 $WLOADCTL_RESULT_FILE and $WLOADCTL_CHECKPOINT_FILE at it. When the job ends the executor
 reads both back into the run's folders, as the job would have written them itself.
 
@@ -91,6 +91,34 @@ def replace_file(path: str, data: bytes) -> None:
         raise
 
 
+def dir_prefix(tag: str) -> str:
+    """The name's start of the job directories of the executors of run `tag`."""
+    return f"wloadctl-job.{tag}."
+
+
+def remove_job_dirs(tag: str) -> int:
+    """Remove the job directories executors of run `tag` left (they died with their jobs); how many.
+
+    Only directories (never a symlink of that name) go, removed without following symlinks.
+    """
+    base = tempfile.gettempdir()
+    prefix = dir_prefix(tag)
+    gone = 0
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(prefix)]
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                shutil.rmtree(path)
+                gone += 1
+        except OSError:
+            pass
+    return gone
+
+
 @dataclass(slots=True)
 class JobFiles:
     """The directory of one attempt of a `run_as` job and where its files go back to."""
@@ -107,20 +135,21 @@ class JobFiles:
     """The run's checkpoint file of the job."""
 
     @classmethod
-    def make(cls, user: str, env: dict[str, str]) -> JobFiles:
+    def make(cls, user: str, env: dict[str, str], tag: str) -> JobFiles:
         """Make the directory of a job that runs as `user` and point its environment at it.
 
         Args:
             user: The job's `run_as` user.
             env: The job's environment: its WLOADCTL_RESULT_FILE and WLOADCTL_CHECKPOINT_FILE
                 (the run's files) are read, and replaced by the files of the new directory.
+            tag: The executors' run id, in the directory's name (see `remove_job_dirs`).
 
         Raises:
             OSError: The user is unknown or one this process may not become, or the directory
                 cannot be made or given to them.
         """
         pw = run_as_user(user)
-        path = tempfile.mkdtemp(prefix="wloadctl-job-")
+        path = tempfile.mkdtemp(prefix=dir_prefix(tag))
         dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         files = cls(path, dfd, pw.pw_uid, env.get("WLOADCTL_RESULT_FILE", ""),
                     env.get("WLOADCTL_CHECKPOINT_FILE", ""))

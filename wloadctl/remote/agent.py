@@ -31,7 +31,7 @@ from wloadctl.procs.localpool import LocalPool, read_results, result_journals
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import RESULT_LIMIT, read_small
 from wloadctl.procs.supervisor import RunObjects, Supervisor
-from wloadctl.procs.userfiles import read_regular
+from wloadctl.procs.userfiles import read_regular, remove_job_dirs
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
@@ -108,6 +108,7 @@ class Agent:
             objs = RunObjects.open(self.node)
         else:
             remove_run_objects(self.node)
+            remove_job_dirs(self.node)  # of run_as jobs that went with executors no longer alive
             objs = RunObjects.create(self.node, 1, queue_jobs=LARGEST_RUN)
         self.objs = objs
         per = max(1, -(-o.slots // o.executors))
@@ -233,6 +234,7 @@ class Agent:
             time.sleep(0.05)
             self._settle_published()
         self.pool.wait_all(5.0)
+        remove_job_dirs(self.node)
         self.journal.close()
         self.objs.remove()
 
