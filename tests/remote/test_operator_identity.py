@@ -139,6 +139,10 @@ def test_broker_users_act_as_themselves_and_cannot_act_as_another(tmp_path: Path
     assert ("broker:alice", "hold", "b", True) in acts
     assert ("broker:wloadctl", "release", "b", True) in acts
     assert not any(r[0].startswith("alice") or "forged" in r for r in acts), acts
+    # and what bob's request claimed is kept in the event log as a claim only
+    events = [json.loads(line) for line in (run.sd / "events.jsonl").read_text().splitlines()]
+    bobs = [e for e in events if e.get("event") == "action" and e.get("user") == "broker:bob"]
+    assert bobs and all(e["claimed"].endswith("@" + os.uname().nodename) for e in bobs), bobs
 
 
 def test_without_broker_authentication_a_caller_is_an_unauthenticated_viewer(

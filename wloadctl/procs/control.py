@@ -96,7 +96,7 @@ class ControlDesk:
         else:
             broker_user, user, owner = None, unauthenticated_name(claimed), None
         role = self.roles.broker_role(broker_user, owner)
-        self._apply({**req, "user": user}, -1, role, now)
+        self._apply({**req, "user": user, "claimed": claimed}, -1, role, now)
 
     def close(self) -> None:
         """Stop listening (the socket file goes: no scheduler answers there any more)."""
@@ -167,7 +167,10 @@ class ControlDesk:
     def _journal(self, req: dict[str, Any], job: str, outcome: str, applied: bool) -> None:
         user, verb, reason = str(req.get("user", "")), str(req.get("verb", "")), str(req.get("reason", ""))
         self.store.record_action(self.ctx.run.id, user, verb, job[:4000], reason, outcome, applied, time.time())
-        self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied)
+        # What a request through the broker said it was goes to the event log only, marked as a claim.
+        claim = {"claimed": str(req["claimed"])} if "claimed" in req else {}
+        self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied,
+                             **claim)
 
     def _send(self, req: dict[str, Any], body: dict[str, Any]) -> None:
         respond = req.get(_RESPOND)
