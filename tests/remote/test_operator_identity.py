@@ -19,6 +19,7 @@ import yaml
 
 from tests.integration.helpers import ENV, wait_for
 from tests.remote.conftest import NatsServer, serve
+from wloadctl.client import RunClient
 from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.link import BrokerLink
 
@@ -124,6 +125,14 @@ def test_broker_users_act_as_themselves_and_cannot_act_as_another(tmp_path: Path
             anon = link.request(Subjects().op(run.run_id()), body, timeout=3.0)
         # Then the server never delivers it: no answer, nothing done
         assert forged is None and anon is None
+        # and the console of each broker user sees the role the scheduler gives them
+        for user, role in (("bob", "viewer"), ("alice", "operator"), ("wloadctl", "admin")):
+            client = RunClient(run.sd, BrokerOptions(auth_server.url, user=user, password=PASSWORDS[user]))
+            try:
+                who = client.whoami()
+            finally:
+                client.close()
+            assert (who["user"], who["role"]) == (f"broker:{user}", role), who
         # When alice holds it
         alice = run.verb("hold", "b", "--reason", "alice checks", user="alice")
         rep = json.loads(alice.stdout)
