@@ -313,6 +313,11 @@ class RunClient:
 
     def whoami(self) -> dict[str, Any]:
         """This user's name, role and allowed verbs in the run (the console greys the rest)."""
+        if self.broker is not None:
+            # Through the broker the scheduler decides who this is (the broker user), not this host.
+            rep = self._ask_broker({"verb": "whoami", "jobs": [], "user": _user()})
+            if rep is not None:
+                return rep
         if self.is_live():
             try:
                 return self._ask({"verb": "whoami", "jobs": []})
