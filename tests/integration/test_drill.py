@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,5 +158,33 @@ def test_failover_drill_on_a_postgresql_journal(
         assert standby.wait(60) == 0, c.stderr("standby")
         c.assert_exactly_once()
         assert "PASSED" in status(c.sd)["last_drill"]["summary"]
+    finally:
+        c.stop()
+
+
+def test_a_standby_started_before_the_run_waits_for_a_postgresql_journal_to_exist(
+        no_ipc_leaks: None, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a standby started on an empty PostgreSQL database (no schema yet: no run has started)
+    monkeypatch.setitem(ENV, "WLOADCTL_JOURNAL", pg_url)
+    c = PgPair(tmp_path)
+    c.url = pg_url
+    try:
+        standby = c.standby()
+        time.sleep(3.0)  # long enough to have looked at the empty database a few times
+        assert standby.poll() is None, c.stderr("standby")
+        # When the run starts after it
+        active = c.start_run(layers=6, sleep=0.5, tail=1.0)
+        # Then the standby waited, found the run, and stands by for it, rather than exiting
+        def standing_by() -> bool:
+            if standby.poll() is not None:
+                return True
+            try:
+                return c.board_header().standby_pid == standby.pid
+            except Exception:  # the run, its journal rows or its board are not there yet
+                return False
+
+        wait_for(standing_by, timeout=60, what="the standby on the board")
+        assert standby.poll() is None, c.stderr("standby")
+        assert active.wait(90) == 0, c.stderr("active")
     finally:
         c.stop()
