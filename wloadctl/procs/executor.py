@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import heapq
 import os
 import select
@@ -11,7 +12,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 from wloadctl.errors import WloadError
 from wloadctl.ipc import protocol as P
@@ -26,6 +26,7 @@ from wloadctl.ipc.shm import (
 )
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import JobTrees, detect, joining
+from wloadctl.procs.resultlog import NO_SPACE, ResultLog
 from wloadctl.procs.spawning import Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
 
 BEAT_INTERVAL = 0.25
@@ -125,7 +126,7 @@ class Executor:
         jdir.mkdir(parents=True, exist_ok=True)
         # Every result is written here before it is sent: a scheduler that crashed after
         # receiving it but before journaling it finds it again on restart.
-        self.journal: BinaryIO = open(jdir / f"{rid}-{self.index}-{os.getpid()}.results", "ab", buffering=0)
+        self.journal = ResultLog(jdir / f"{rid}-{self.index}-{os.getpid()}.results", f"executor {self.index}")
         keep_descriptors_from_jobs()
         # Before the first job: what jobs leave behind must be re-parented here, not to init.
         self.trees = JobTrees(rid, self.index, detect(rid))
@@ -284,7 +285,7 @@ class Executor:
         if join and not run_as:
             argv = joining(join, argv)
         try:
-            log_fd = spawner.open_log(p.log_path)
+            log_fd = _open_log(spawner, p.log_path)
             proc = spawner.spawn(argv, env, p.cwd, log_fd, run_as=run_as, join=join)
         except OSError as e:
             if log_fd >= 0:
@@ -405,6 +406,26 @@ class Executor:
         for s in (self.arena, self.tails, self.board, self.eboard):
             s.close()
         self.journal.close()
+
+
+def _open_log(spawner: Spawner, path: str) -> int:
+    """The job's log descriptor; on a full disk its output goes nowhere, and it runs and reports all the same.
+
+    Raises:
+        OSError: the log cannot be opened for another reason.
+    """
+    try:
+        return spawner.open_log(path)
+    except OSError as e:
+        if e.errno not in NO_SPACE:
+            raise
+        print(f"cannot open log {path}: no space left on device; the job runs without a log",
+              file=sys.stderr, flush=True)
+        fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        if fd < 3:
+            low, fd = fd, fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(low)
+        return fd
 
 
 def _claim(p: P.Payload) -> tuple[float, int]:

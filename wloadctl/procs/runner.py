@@ -373,7 +373,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                       opts.state_dir, say=lambda e, f: events.emit(e, **f))
     remote = _agent_pool(link, core, ctx, epoch, opts, events) if link is not None else None
     loop = SchedulerLoop(ctx, core, store, objs, local, remote=remote, on_turn=on_turn,
-                         exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval)
+                         exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval,
+                         say=opts.say)
     if opts.metrics is not None:
         opts.metrics.loop = loop
     if claim is not None and adopt:
