@@ -338,3 +338,15 @@ async def test_an_operator_may_hold_but_kill_is_greyed() -> None:
         app.screen.ask_verb("kill", ["load_gl"])
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
+
+
+async def test_the_header_says_why_a_live_scheduler_dispatches_nothing() -> None:
+    fake = FakeClient(paused="no space left on device in /srv/eod")
+    app = fake_app(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        from tui.widgets.run_header import RunHeader
+
+        header = app.screen.query_one(RunHeader)
+        await wait_for(pilot, lambda: header.status is not None and bool(header.status.paused), 10, "a paused feed")
+        assert "PAUSED: no space left on device in /srv/eod" in header.render().plain
