@@ -260,7 +260,7 @@ class RunClient:
         if h.paused == P.PAUSE_STATE_DIR_FULL:
             return f"no space left on device in {self.state_dir}"
         if h.paused == P.PAUSE_SHM_FULL:
-            return "no room left in the payload arena in /dev/shm (waits for running jobs to free some)"
+            return "no space left in /dev/shm for the payload arena (jobs wait to be sent)"
         return f"paused (reason code {h.paused})"
 
     def held(self, states: bytes | None = None, limit: int = 50) -> list[str]:

@@ -147,7 +147,45 @@ def full_state_dir(cfg: dict[str, Any]) -> dict[str, Any]:
     return got
 
 
-SCENARIOS = {"full_state_dir": full_state_dir}
+def shm_full_at_start(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Start a run on a /dev/shm too small for it: what it says, and what it leaves."""
+    sd = Path(cfg["sd"])
+    p = cli("run", cfg["plan"], "--state-dir", str(sd), "--executors", "2", "--slots", "2")
+    got: dict[str, Any] = {"rc": p.returncode, "stderr": p.stderr, "shm": sorted(os.listdir("/dev/shm"))}
+    got["procs"] = leftovers("wloadctl")["procs"]
+    got["status"] = cli("status", "--state-dir", str(sd)).stdout if (sd / "journal.db").exists() else ""
+    return got
+
+
+def shm_full_mid_run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Fill /dev/shm mid-run: the scheduler stops sending, says why, and sends again when there is room."""
+    sd, plan = Path(cfg["sd"]), cfg["plan"]
+    log = open(cfg["log"], "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", plan, "--state-dir", str(sd),
+                             "--executors", "2", "--slots", "2"], stdout=subprocess.DEVNULL, stderr=log, env=ENV)
+    log.close()
+    got: dict[str, Any] = {}
+    try:
+        wait_for(lambda: status(sd).get("counts", {}).get("SUCCEEDED", 0) >= cfg["fill_after"], "first successes")
+        got["dd"] = fill(Path("/dev/shm/filler"))
+        Path(cfg["gate"]).touch()
+        st = wait_for(lambda: (s := status(sd)).get("paused") and s, "a scheduler short of /dev/shm")
+        got["paused_status"] = st
+        got["status_text"] = cli("status", "--state-dir", str(sd)).stdout
+        got["alive_while_paused"] = proc.poll() is None
+        Path("/dev/shm/filler").unlink()
+        got["rc"] = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    got.update(journal_facts(sd))
+    got.update(leftovers(got["run_id"]))
+    return got
+
+
+SCENARIOS = {"full_state_dir": full_state_dir, "shm_full_at_start": shm_full_at_start,
+             "shm_full_mid_run": shm_full_mid_run}
 
 
 def main() -> int:

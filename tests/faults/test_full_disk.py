@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.faults.inns import ENV, ns_available, ns_command
 from tests.integration.helpers import evidence_plan, read_evidence
@@ -71,5 +72,58 @@ def test_a_full_state_dir_pauses_dispatch_and_the_run_goes_on_when_space_returns
     evidence = read_evidence(out)
     assert {j: [k for k, _t in evidence[j]] for j in jobs} == {j: ["start", "end"] for j in jobs}
     # and nothing left behind
+    assert got["shm"] == [] and got["procs"] == [], (got["shm"], got["procs"])
+    assert "Traceback" not in said
+
+
+def test_a_run_that_does_not_fit_dev_shm_is_refused_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    # Given a /dev/shm of 2 MiB, too small for a run's segments
+    sd = tmp_path / "sd"
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "evidence", {"a": {}, "b": {"depends_on": ["a"]}})
+    # When a run starts there
+    got = scenario("shm_full_at_start", tmp_path, [("/dev/shm", "2m")], {"sd": str(sd), "plan": str(plan)})
+    # Then it is refused in one line naming /dev/shm and what the run needs, and nothing of it is left
+    lines = got["stderr"].strip().splitlines()
+    assert got["rc"] != 0 and len(lines) == 1, got["stderr"]
+    assert "no space left in /dev/shm for a run of plan 'it'" in lines[0]
+    assert "MiB to start" in lines[0] and "free" in lines[0]
+    assert "Traceback" not in got["stderr"]
+    assert got["shm"] == [] and got["procs"] == [], got
+    assert not (tmp_path / "evidence").exists()
+    assert got["status"] == "", "no run was recorded in the journal"
+
+
+def test_dev_shm_full_mid_run_holds_dispatches_back_and_the_run_goes_on_when_room_returns(tmp_path: Path) -> None:
+    # Given a run on a /dev/shm of 12 MiB whose later jobs' payloads (700 KB of environment each)
+    # need more of the payload arena than the first ones ever did; they wait for a gate job
+    sd = tmp_path / "sd"
+    out = tmp_path / "evidence"
+    gate = tmp_path / "gate"
+    jobs: dict[str, dict] = {"a": {}, "gate": {"depends_on": ["a"]}}
+    jobs.update({f"b{k}": {"depends_on": ["gate"]} for k in range(4)})
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs)
+    spec = yaml.safe_load(plan.read_text())
+    spec["jobs"]["gate"]["command"] = f"while [ ! -e {gate} ]; do sleep 0.05; done; " + spec["jobs"]["gate"]["command"]
+    for k in range(4):  # one variable may hold at most 128 KiB (MAX_ARG_STRLEN)
+        spec["jobs"][f"b{k}"]["env"] = {f"BULK{n}": "x" * 100_000 for n in range(7)}
+    plan.write_text(yaml.safe_dump(spec, sort_keys=False))
+    log = tmp_path / "scheduler.log"
+    # When /dev/shm fills up once the first job succeeded, the gate opens, and room comes back while
+    # the scheduler waits
+    got = scenario("shm_full_mid_run", tmp_path, [("/dev/shm", "12m")],
+                   {"sd": str(sd), "plan": str(plan), "log": str(log), "fill_after": 1, "gate": str(gate)})
+    said = log.read_text()
+    # Then the scheduler did not crash: it held dispatches back and said why
+    assert "No space left on device" in got["dd"], got["dd"]
+    assert "paused: no space left in /dev/shm for the payload arena" in said, said
+    assert "no space left in /dev/shm" in got["paused_status"]["paused"]
+    assert "PAUSED: no space left in /dev/shm" in got["status_text"], got["status_text"]
+    assert got["alive_while_paused"]
+    # and sent them once there was room, to a clean finish with every job run once
+    assert "resumed: /dev/shm has room for payloads again" in said, said
+    assert got["rc"] == 0 and got["run_status"] == "succeeded", said[-3000:]
+    assert got["integrity"] == "ok" and got["succeeded"] == {j: 1 for j in jobs}
+    evidence = read_evidence(out)
+    assert {j: [k for k, _t in evidence[j]] for j in jobs} == {j: ["start", "end"] for j in jobs}
     assert got["shm"] == [] and got["procs"] == [], (got["shm"], got["procs"])
     assert "Traceback" not in said

@@ -27,6 +27,7 @@ from wloadctl.errors import PlanError, TransportError, UsageError, WloadError
 from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.quota import run_shapes
+from wloadctl.ipc.segment import shm_free
 from wloadctl.ipc.shm import run_is_alive
 from wloadctl.paths import ids_path, state_root, summary_path, write_ids, write_summary
 from wloadctl.procs.health import pid_alive
@@ -37,7 +38,7 @@ from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
-from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby
+from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby, shm_at_start, shm_full
 from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.store import RunRow, Store, journal_exists
 
@@ -257,6 +258,8 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             for line in clean_stale_lines():
                 opts.say(line)
             queue_room(run_shapes(len(plan.jobs)).charge)
+            if 0 < shm_free() < shm_at_start(len(plan.jobs)):
+                raise shm_full(f"a run of plan '{plan.name}'", shm_at_start(len(plan.jobs)))
             bdate = opts.business_date or dt.date.today().isoformat()
             rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
             text = Path(plan.path).read_text(encoding="utf-8", errors="replace")

@@ -22,7 +22,7 @@ from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import TimerFiredEvent
 from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, StoreError, StoreFull, WloadError
-from wloadctl.ipc.protocol import PAUSE_NONE, PAUSE_STATE_DIR_FULL
+from wloadctl.ipc.protocol import PAUSE_NONE, PAUSE_SHM_FULL, PAUSE_STATE_DIR_FULL
 from wloadctl.paths import append_ids
 from wloadctl.procs.control import ControlDesk
 from wloadctl.procs.localpool import LocalPool, Pool
@@ -99,6 +99,8 @@ class SchedulerLoop:
     """Commands waiting for a journal write the full disk refused, in order (retried at each beat)."""
     space_failures: int = 0
     """Writes refused for want of space so far."""
+    shm_short: bool = False
+    """The payload arena found no memory in /dev/shm: dispatches wait to be sent (dispatch degrades, never crashes)."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -156,6 +158,7 @@ class SchedulerLoop:
             local.fire_kills(now)
             self._execute(core.flush())
             local.pump()
+            self._watch_shm()
             if remote is not None:
                 # Results applied this turn are journaled now: they may leave the broker's stream
                 # (not while a full disk holds their journal write back).
@@ -205,6 +208,22 @@ class SchedulerLoop:
         if self.meter is not None:
             if isinstance(self.local, LocalPool):  # a stub pool (tests of the loop) has nothing to measure
                 self.meter.beat(now, self.objs, self.local, self.remote)
+
+    def _watch_shm(self) -> None:
+        """Say when sending stops for want of /dev/shm for payloads, and when it goes on."""
+        short = isinstance(self.local, LocalPool) and self.local.objs.arena.starved
+        if short == self.shm_short:
+            return
+        self.shm_short = short
+        if short:
+            waiting = len(self.local.unplaced) if isinstance(self.local, LocalPool) else 0
+            self.say(f"paused: no space left in /dev/shm for the payload arena; {waiting} job(s) wait to be "
+                     "sent, retried at each turn")
+            self.ctx.events.emit("paused", reason="no space left in /dev/shm for the payload arena")
+        else:
+            self.say("resumed: /dev/shm has room for payloads again, sending goes on")
+            self.ctx.events.emit("resumed", reason="/dev/shm has room for payloads again")
+        self._publish(force=True)
 
     def _renew(self, now: float) -> None:
         """Extend the journal's lease; raise Fenced if a successor holds the run.
@@ -360,7 +379,8 @@ class SchedulerLoop:
         # The board has one writer: once a successor published there, this one must not.
         self._check_fenced()
         hdr = dataclasses.replace(self.ctx.board_header(self.core, done=done), standby_pid=self.standby_pid,
-                                  paused=PAUSE_STATE_DIR_FULL if self.no_space else PAUSE_NONE)
+                                  paused=PAUSE_STATE_DIR_FULL if self.no_space else
+                                  PAUSE_SHM_FULL if self.shm_short else PAUSE_NONE)
         self.objs.board.publish(hdr, changes=self.changes)
         self.changes = []
 
