@@ -57,9 +57,9 @@ class Running:
     log_fd: int
     """The executor's descriptor of that log, kept until the job is reaped (its size tells if a tail is due)."""
     deadline: float | None = None
-    """When its timeout expires."""
+    """When its timeout expires (monotonic clock)."""
     kill_at: float | None = None
-    """When SIGKILL follows the SIGTERM of a timeout."""
+    """When SIGKILL follows the SIGTERM of a timeout (monotonic clock)."""
     timed_out: bool = False
     """Its timeout expired and it was told to stop."""
     cpu: float = 0.0
@@ -139,11 +139,13 @@ class Executor:
         req_fd, rsp_fd = self.req.fd, self.rsp.fd
         rsp_on = False
         req_on = False
+        # The loop waits on the monotonic clock: a wall clock set back must not stop the beats
+        # (the scheduler would declare this executor dead), nor one set forward time jobs out.
         next_beat = 0.0
-        last_sched = time.time()
+        last_sched = time.monotonic()
         sched_beat = 0.0
         while True:
-            now = time.time()
+            now = time.monotonic()
             want_req = not self.stop and len(self.backlog) + len(self.running) < (1 + self.prefetch) * self.slots
             if want_req != req_on:
                 if want_req:
@@ -164,7 +166,7 @@ class Executor:
                     self._take()
                 elif fd in self.running:
                     self._reap(fd)
-            now = time.time()
+            now = time.monotonic()
             self._start_backlog()
             self._check_timeouts(now)
             self._flush(now)
@@ -181,7 +183,7 @@ class Executor:
                     if hdr.done and hdr.epoch == self.epoch and not self.running and not self.backlog \
                             and not self.outbox:
                         break
-                self._beat(now, sched_beat)
+                self._beat(time.time(), sched_beat)
                 if now - last_sched > self.orphan_timeout and not self.running and not self.backlog:
                     break
             if self.stop and not self.running and not self.outbox:
@@ -295,7 +297,8 @@ class Executor:
             return
         pidfd = os.pidfd_open(proc.pid)
         self.trees.leaders.add(proc.pid)
-        r = Running(rec, proc, pidfd, now, p.log_path, log_fd, now + p.timeout if p.timeout else None, cpu=cpu,
+        r = Running(rec, proc, pidfd, now, p.log_path, log_fd,
+                    time.monotonic() + p.timeout if p.timeout else None, cpu=cpu,
                     memory=mem)
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
@@ -330,6 +333,7 @@ class Executor:
                                   r.rec.epoch, r.proc.pid, r.started, now, off, length))
 
     def _check_timeouts(self, now: float) -> None:
+        """Stop jobs past their timeout (`now` and the deadlines are on the monotonic clock)."""
         for r in self.running.values():
             if r.kill_at is not None and now >= r.kill_at:
                 _killpg(r.proc.pid, signal.SIGKILL)
@@ -345,13 +349,13 @@ class Executor:
         if rec.kind == P.RES_EXITED or rec.kind == P.RES_REJECTED:
             self.urgent = True
         elif not self.report_due:
-            self.report_due = time.time() + REPORT_HOLD
+            self.report_due = time.monotonic() + REPORT_HOLD
 
     def _send_only(self, rec: P.ResultRecord) -> None:
         """Queue a report that is in the journal already."""
         self.outbox.append(rec)
         if not self.report_due:
-            self.report_due = time.time() + REPORT_HOLD
+            self.report_due = time.monotonic() + REPORT_HOLD
 
     def _flush(self, now: float) -> None:
         """Journal every pending result, then send them unless they may still wait for an exit report.

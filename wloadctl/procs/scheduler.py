@@ -19,11 +19,12 @@ from wloadctl.core.commands import (
     RunFinished,
 )
 from wloadctl.core.engine import SchedulerCore
-from wloadctl.core.events import TimerFiredEvent
+from wloadctl.core.events import ClockJumpedEvent, TimerFiredEvent
 from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, StoreError, StoreFull, WloadError
 from wloadctl.ipc.protocol import PAUSE_NONE, PAUSE_SHM_FULL, PAUSE_STATE_DIR_FULL
 from wloadctl.paths import append_ids
+from wloadctl.procs.clockwatch import ClockWatch
 from wloadctl.procs.control import ControlDesk
 from wloadctl.procs.localpool import LocalPool, Pool
 from wloadctl.procs.pipeline import PipelineMeter
@@ -99,6 +100,8 @@ class SchedulerLoop:
     """Commands waiting for a journal write the full disk refused, in order (retried at each beat)."""
     space_failures: int = 0
     """Writes refused for want of space so far."""
+    clock: ClockWatch = field(default_factory=ClockWatch)
+    """Tells jumps of the wall clock from time passing (the core's retry waits move with a jump)."""
     shm_short: bool = False
     """The payload arena found no memory in /dev/shm: dispatches wait to be sent (dispatch degrades, never crashes)."""
 
@@ -131,7 +134,9 @@ class SchedulerLoop:
         while self.finished is None and not self.stop_requested:
             now = time.time()
             due = min(next_health, core.next_timer() or float("inf"), local.next_due())
-            timeout_ms = max(0, int((due - now) * 1000) + 1)
+            # Never longer than a beat: a wall clock set back would otherwise stretch the wait
+            # by the jump (the beat after it finds the jump and moves the waits).
+            timeout_ms = max(0, min(int((due - now) * 1000) + 1, int(self.beat_interval * 1000) + 1))
             ready = poller.poll(timeout_ms)
             # A scheduler frozen (SIGSTOP) past its lease wakes here: it must learn that it
             # was fenced before it touches a queue, a job or the board.
@@ -141,6 +146,11 @@ class SchedulerLoop:
             now = time.time()
             beat = False
             cause = f"turn-{self.turn}"
+            jump = self.clock.jumped()
+            if jump is not None:
+                now = jump[0]
+                next_health = now
+                self._clock_jumped(jump[1])
             for fd, _ev in ready:
                 if desk.ctl.owns(fd):
                     desk.on_ready(fd, now)
@@ -208,6 +218,14 @@ class SchedulerLoop:
         if self.meter is not None:
             if isinstance(self.local, LocalPool):  # a stub pool (tests of the loop) has nothing to measure
                 self.meter.beat(now, self.objs, self.local, self.remote)
+
+    def _clock_jumped(self, by: float) -> None:
+        """The wall clock was set forward or back: the core moves its retry waits, and the log says so."""
+        self.core.feed(ClockJumpedEvent(time.time(), by, cause_id=f"clock-{self.turn}"))
+        way = "forward" if by > 0 else "back"
+        self.say(f"the wall clock was set {way} by {abs(by):.1f}s: retry delays keep their length, "
+                 "deadlines are judged on the new time")
+        self.ctx.events.emit("clock_jumped", by=round(by, 3))
 
     def _watch_shm(self) -> None:
         """Say when sending stops for want of /dev/shm for payloads, and when it goes on."""
