@@ -72,6 +72,14 @@ def starts(evidence: Path) -> int:
         return 0
 
 
+def ends(evidence: Path) -> int:
+    """Lines of job ends in the evidence file."""
+    try:
+        return sum(1 for line in evidence.read_text().splitlines() if " end " in line)
+    except OSError:
+        return 0
+
+
 def fill(path: Path) -> str:
     """Fill the disk under `path` with one file; return what dd said."""
     p = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=64k"], capture_output=True, text=True)
@@ -125,9 +133,17 @@ def full_state_dir(cfg: dict[str, Any]) -> dict[str, Any]:
         got["dd"] = fill(sd / "filler")
         # Paused, and nothing running any more: the jobs running at the fill have ended and reported
         # (a job the scheduler chose in the turn the disk refused stays QUEUED, its dispatch held back)
-        st = wait_for(lambda: (s := status(sd)).get("paused") and not s["counts"].get("RUNNING")
-                      and not any(e["running"] for e in s["executors"]) and s,
-                      "a paused scheduler with nothing running")
+        def quiet() -> dict[str, Any] | None:
+            s = status(sd)
+            idle = s.get("paused") and not s["counts"].get("RUNNING") and \
+                not any(e["running"] for e in s["executors"]) and starts(evidence) == ends(evidence)
+            return s if idle else None
+
+        st = wait_for(quiet, "a paused scheduler with nothing running")
+        # (a task sent just before the disk filled may still sit in the request queue: give an
+        # idle executor the time to take it, and wait for it to end)
+        time.sleep(0.5)
+        st = wait_for(quiet, "a paused scheduler with nothing running, again")
         got["paused_status"] = st
         got["status_text"] = cli("status", "--state-dir", str(sd)).stdout
         before = starts(evidence)
@@ -144,7 +160,19 @@ def full_state_dir(cfg: dict[str, Any]) -> dict[str, Any]:
             proc.wait()
     got.update(journal_facts(sd))
     got.update(leftovers(got["run_id"]))
+    got["events"] = events_of(sd)
     return got
+
+
+def events_of(sd: Path) -> list[str]:
+    """The names of the run's structured events, in order (a line that is not whole JSON is named `torn`)."""
+    out = []
+    for line in (sd / "events.jsonl").read_text().splitlines():
+        try:
+            out.append(str(json.loads(line)["event"]))
+        except (ValueError, KeyError):
+            out.append("torn")
+    return out
 
 
 def shm_full_at_start(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -71,6 +71,9 @@ def test_a_full_state_dir_pauses_dispatch_and_the_run_goes_on_when_space_returns
     assert got["succeeded"] == {j: 1 for j in jobs}, got["succeeded"]
     evidence = read_evidence(out)
     assert {j: [k for k, _t in evidence[j]] for j in jobs} == {j: ["start", "end"] for j in jobs}
+    # and an event log that kept what the full disk refused: whole lines, the pause and the resume in order
+    assert "torn" not in got["events"]
+    assert got["events"].index("paused") < got["events"].index("resumed") < got["events"].index("scheduler_stop")
     # and nothing left behind
     assert got["shm"] == [] and got["procs"] == [], (got["shm"], got["procs"])
     assert "Traceback" not in said

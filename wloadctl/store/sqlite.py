@@ -163,6 +163,8 @@ class SqliteStore(Store):
                     )
             conn.execute("SELECT count(*) FROM runs").fetchone()
         except sqlite3.DatabaseError as e:
+            if isinstance(write_error(e, path), StoreFull):
+                raise write_error(e, path) from None
             raise StoreError(
                 f"run journal {path} is unreadable or corrupt: {e}",
                 hint="restore it from a backup or move it away; wloadctl never starts afresh over it",
@@ -322,12 +324,22 @@ class SqliteStore(Store):
         return cur.rowcount == 1
 
     def set_status(self, run: int, status: str, ended: float | None) -> None:
-        """Record the run's status (and end time)."""
+        """Record the run's status (and end time).
+
+        Raises:
+            StoreFull: no space left for the write.
+            StoreError: another failed write, or a newer epoch holds the run.
+        """
         self._durable()
-        if self.epoch is None:
-            self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run))
-        elif self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ? AND epoch = ?",
-                               (status, ended, run, self.epoch)).rowcount != 1:
+        try:
+            if self.epoch is None:
+                self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run))
+                return
+            changed = self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ? AND epoch = ?",
+                                        (status, ended, run, self.epoch)).rowcount
+        except sqlite3.DatabaseError as e:
+            raise write_error(e, self.path) from None
+        if changed != 1:
             raise self._stale(run, self._epoch_of(run), self.epoch)
 
     def _epoch_of(self, run: int) -> int | None:
