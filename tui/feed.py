@@ -326,4 +326,5 @@ class Feed:
                           int(a.get("jobs_held") or 0), a.get("age"))
                 for a in client.agents()
             ),
+            paused=client.pause_reason(header) or "",
         )

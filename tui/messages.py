@@ -96,6 +96,8 @@ class LiveStatus:
     """The last error reading the run, if the feed is failing."""
     agents: tuple[AgentView, ...] = ()
     """Agents on other hosts (runs with a broker)."""
+    paused: str = ""
+    """Why the scheduler does not dispatch now (e.g. a full disk), "" when it does."""
 
 
 class ModelLoaded(Message):

@@ -34,6 +34,8 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         else st["status"]
     if st["status"] == "holding":
         live = f"HOLDING, {live}"
+    if st.get("paused"):
+        live = f"PAUSED: {st['paused']}, {live}"
     print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  ({live})")
     print(f"{st['total']} jobs: {counts}")
     if st.get("held"):

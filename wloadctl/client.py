@@ -246,12 +246,23 @@ class RunClient:
             "scheduler_pid": h.scheduler_pid if h else (self.run.scheduler_pid if far else None),
             "scheduler_host": self.store.holder_host(self.run.id) if far else None,
             "standby_pid": (h.standby_pid or None) if h else None,
+            "paused": self.pause_reason(h) if live else None,
             "lease_until": h.lease_until if h else self.run.lease_until,
             "executors": self.executors() if live else [],
             "agents": self.agents() if live else [],
             "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
             "last_drill": self.last_drill(),
         }
+
+    def pause_reason(self, h: P.BoardHeader | None) -> str | None:
+        """Why the live scheduler does not dispatch, in words (None when it does)."""
+        if h is None or not h.paused:
+            return None
+        if h.paused == P.PAUSE_STATE_DIR_FULL:
+            return f"no space left on device in {self.state_dir}"
+        if h.paused == P.PAUSE_SHM_FULL:
+            return "no space left in /dev/shm for the payload arena (jobs wait to be sent)"
+        return f"paused (reason code {h.paused})"
 
     def held(self, states: bytes | None = None, limit: int = 50) -> list[str]:
         """Ids of the first `limit` HELD jobs: from the board's states when given, else from the journal."""

@@ -104,6 +104,7 @@ class FakeClient:
     sent: list[tuple[str, list[str], str, bool]] = field(default_factory=list)
     transitions: list[tuple] = field(default_factory=list)
     agent_rows: list[dict[str, Any]] = field(default_factory=list)
+    paused: str = ""
     executor_rows: list[dict[str, Any]] = field(
         default_factory=lambda: [
             {
@@ -190,6 +191,9 @@ class FakeClient:
 
     def agents(self) -> list[dict[str, Any]]:
         return list(self.agent_rows) if self.live else []
+
+    def pause_reason(self, header: Any) -> str | None:
+        return self.paused or None
 
     def control(
         self, verb: str, jobs: list[str], reason: str = "", downstream: bool = False

@@ -353,3 +353,15 @@ async def test_a_drill_journaled_while_the_console_watches_shows_as_a_note() -> 
         await wait_for(pilot, lambda: any("failover drill" in n.text for n in app.notes), what="the note")
         await pilot.pause(1.2)
         assert sum("failover drill" in n.text for n in app.notes) == 1
+
+
+async def test_the_header_says_why_a_live_scheduler_dispatches_nothing() -> None:
+    fake = FakeClient(paused="no space left on device in /srv/eod")
+    app = fake_app(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        from tui.widgets.run_header import RunHeader
+
+        header = app.screen.query_one(RunHeader)
+        await wait_for(pilot, lambda: header.status is not None and bool(header.status.paused), 10, "a paused feed")
+        assert "PAUSED: no space left on device in /srv/eod" in header.render().plain

@@ -89,6 +89,10 @@ class RunHeader(Widget):
             out.append("...")
         elif st.error:
             out.append(f"FEED ERROR {st.error}", tone_style(self, "bad"))
+        elif st.live and st.paused:
+            # Up, but dispatching nothing until what it waits for (disk space) comes back.
+            out.append(f"PAUSED: {st.paused}", tone_style(self, "bad"))
+            out.append(f" pid {st.scheduler_pid}")
         elif st.live and is_holding(self.counts):
             # Up, but nothing moves until an operator releases a held job.
             n = self.counts[JobState.HELD]

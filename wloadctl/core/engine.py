@@ -23,6 +23,7 @@ from wloadctl.core.commands import (
 from wloadctl.core.condition import ConditionError
 from wloadctl.core.critical import rank_table
 from wloadctl.core.events import (
+    ClockJumpedEvent,
     Event,
     ExecutorLostEvent,
     JobAcceptedEvent,
@@ -158,6 +159,9 @@ class SchedulerCore(JobTable):
             self._on_tasks_lost(event)
         elif isinstance(event, TimerFiredEvent):
             self._on_timer()
+        elif isinstance(event, ClockJumpedEvent):
+            self.timers.shift_retries(event.by)
+            self._on_timer()  # deadlines the jump passed are flagged now
         elif isinstance(event, RunStartedEvent):
             self._on_run_started()
         elif isinstance(event, SlotsChangedEvent):
