@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tui.columns import Sparse
 from tui.filters import JobFilter
+from tui.idlist import IdIndex, IdList
 from tui.labels import TIER_SHORT, fmt_clock, fmt_duration
+from tui.order import FAST_FROM, pick, sort_order
 from wloadctl.client import node_label
 from wloadctl.core.states import FAIL_STATES, OK_STATES, TERMINAL, JobState, SlaTier
 
@@ -27,6 +30,18 @@ SORT_KEYS: tuple[str, ...] = (
 )
 """Columns the job table sorts by; `plan` is the plan's own order."""
 
+_HIGH = bytes((b << 4) & 0xFF for b in range(256))
+"""Byte translation moving a value 0-15 to the high half of the byte."""
+
+
+def _positions(buf: bytes | bytearray, value: int) -> list[int]:
+    """Indices where `buf` holds `value` (few of them: found by byte search)."""
+    out: list[int] = []
+    k = buf.find(value)
+    while k >= 0:
+        out.append(k)
+        k = buf.find(value, k + 1)
+    return out
 _OK_VALUES = frozenset(int(s) for s in OK_STATES)
 _FAIL_VALUES = frozenset(int(s) for s in FAIL_STATES)
 _TERMINAL_VALUES = frozenset(int(s) for s in TERMINAL)
@@ -50,13 +65,13 @@ class JobsModel:
     """Attempts so far per job."""
     executor: array[int] = field(default_factory=lambda: array("i"))
     """Executor of the latest attempt (-1 none)."""
-    exit_code: list[int | None] = field(default_factory=list)
-    """Exit status of the latest attempt."""
-    started: list[float | None] = field(default_factory=list)
-    """When the latest attempt started."""
-    ended: list[float | None] = field(default_factory=list)
+    exit_code: Sparse[int] = field(default_factory=lambda: Sparse())
+    """Exit status of the latest attempt (None: none yet)."""
+    started: Sparse[float] = field(default_factory=lambda: Sparse())
+    """When the latest attempt started (None: never)."""
+    ended: Sparse[float] = field(default_factory=lambda: Sparse())
     """When the job last reached a terminal state (None while it is not in one)."""
-    reason: list[str] = field(default_factory=list)
+    reason: Sparse[str] = field(default_factory=lambda: Sparse(""))
     """Latest reason recorded for the job (failure, hold, skip)."""
     deadline: dict[int, float] = field(default_factory=dict)
     """Absolute deadline (epoch seconds) of jobs that have one."""
@@ -68,7 +83,7 @@ class JobsModel:
     """Expected seconds of each job (its `expected:` key, else its history's median, else 1)."""
     remaining: array[float] = field(default_factory=lambda: array("d"))
     """Each job's remaining critical path: expected seconds of work from it to the end of the plan."""
-    rank: array[int] = field(default_factory=lambda: array("i"))
+    rank: Sequence[int] = field(default_factory=lambda: array("i"))
     """Each job's critical-path rank, as its ready key has it (0: the longest remaining path starts first)."""
     seq: int = 0
     """Last journal transition applied."""
@@ -79,16 +94,14 @@ class JobsModel:
 
     def __post_init__(self) -> None:
         n = len(self.ids)
-        self.index: dict[str, int] = {j: i for i, j in enumerate(self.ids)}
+        self.index: MutableMapping[str, int] = (
+            IdIndex(self.ids) if isinstance(self.ids, IdList) else {j: i for i, j in enumerate(self.ids)}
+        )
         """Index by job id."""
         if len(self.state) != n:
             self.state = bytearray(n)
             self.attempt = array("i", bytes(4 * n))
             self.executor = array("i", [-1]) * n
-            self.exit_code = [None] * n
-            self.started = [None] * n
-            self.ended = [None] * n
-            self.reason = [""] * n
         self.counts: list[int] = [0] * len(JobState)
         """Jobs per state value."""
         self.running: set[int] = set()
@@ -101,12 +114,15 @@ class JobsModel:
         return len(self.ids)
 
     def _recount(self) -> None:
-        self.counts = [0] * len(JobState)
-        self.tier_counts = [[0] * len(JobState) for _ in SlaTier]
-        self.running = {i for i, st in enumerate(self.state) if st == S.RUNNING}
-        for st, t in zip(self.state, self.tier, strict=True):
-            self.counts[st] += 1
-            self.tier_counts[t][st] += 1
+        """Counts per state and per tier and state, and the running jobs: a few passes of C."""
+        state, n = bytes(self.state), len(self.state)
+        self.counts = [state.count(s) for s in range(len(JobState))]
+        self.running = set(_positions(state, int(S.RUNNING)))
+        # Tier in the high half of a byte, state in the low: one byte per job, counted per value.
+        both = bytes(self.tier).translate(_HIGH)
+        pairs = (int.from_bytes(both, "little") | int.from_bytes(state, "little")).to_bytes(n, "little")
+        self.tier_counts = [[pairs.count((t << 4) | s) if self.counts[s] else 0 for s in range(len(JobState))]
+                            for t in range(len(SlaTier))]
 
     def rank_jobs(self, plan: Any, dag: Any, history: dict[str, float]) -> None:
         """Rank every job on the critical path as the scheduler does (wloadctl/core/critical.py)."""
@@ -140,10 +156,28 @@ class JobsModel:
             self.state[i] = int(st)
             self.attempt[i] = int(att)
             self.executor[i] = int(ex)
-            self.exit_code[i] = code
-            self.started[i] = started
-            self.ended[i] = ended
-            self.reason[i] = str(reason or "")
+            self.exit_code.put(i, code)
+            self.started.put(i, started)
+            self.ended.put(i, ended)
+            self.reason.put(i, str(reason or ""))
+        self._recount()
+        self.version += 1
+
+    def load_columns(self, cols: Any) -> None:
+        """Take every job's row as the journal's columns hold them (wloadctl.turns.JobColumns):
+        flat arrays of states, attempts and executors, and only the jobs that have the rest."""
+        n = len(self.ids)
+        self.state = bytearray(cols.state[:n])
+        self.state.extend(bytes(n - len(self.state)))
+        att = cols.attempt[:n]
+        self.attempt = array("i", att.tobytes()) if att.itemsize == 4 else array("i", att)
+        self.attempt.extend(array("i", bytes(4 * (n - len(self.attempt)))))
+        self.executor = array("i", cols.executor[:n])
+        self.executor.extend(array("i", [-1]) * (n - len(self.executor)))
+        for mine, theirs in ((self.exit_code, cols.exit_code), (self.started, cols.started),
+                             (self.ended, cols.ended), (self.reason, cols.reason)):
+            mine.clear()
+            mine.update((i, v) for i, v in theirs.items() if i < n)
         self._recount()
         self.version += 1
 
@@ -164,10 +198,6 @@ class JobsModel:
             self.state.append(int(S.WAITING))
             self.attempt.append(0)
             self.executor.append(-1)
-            self.exit_code.append(None)
-            self.started.append(None)
-            self.ended.append(None)
-            self.reason.append("")
             self.counts[S.WAITING] += 1
             self.tier_counts[t][S.WAITING] += 1
         if ids:
@@ -210,13 +240,13 @@ class JobsModel:
                 self.executor[i] = int(ex)
             if code is not None:
                 self.exit_code[i] = int(code)
-            self.reason[i] = str(reason or "")
+            self.reason.put(i, str(reason or ""))
             if to_v == S.RUNNING:
                 self.started[i] = float(ts)
             if to_v in _TERMINAL_VALUES:
                 self.ended[i] = float(ts)
             else:
-                self.ended[i] = None
+                self.ended.pop(i, None)
             touched.add(i)
         if touched:
             self.version += 1
@@ -255,7 +285,7 @@ def view_order(
     sort_key: str = "plan",
     reverse: bool = False,
     now: float = 0.0,
-) -> list[int]:
+) -> Sequence[int]:
     """The job indices the table shows, filtered and sorted.
 
     Args:
@@ -266,9 +296,14 @@ def view_order(
         now: the time (durations of running jobs grow with it).
 
     Returns:
-        Indices into the model, in display order.
+        Indices into the model, in display order (a range when every job is shown in plan order).
     """
     n = len(model)
+    if n >= FAST_FROM:
+        picked = pick(model, flt.states, flt.tiers, flt.pattern)
+        if sort_key == "plan" or sort_key not in SORT_KEYS:
+            return picked[::-1] if reverse else picked
+        return sort_order(model, picked, sort_key, reverse, now, _STATE_RANK)
     idx: Iterable[int] = range(n)
     if flt.states:
         st, states = model.state, flt.states
@@ -278,7 +313,14 @@ def view_order(
         idx = [i for i in idx if tr[i] in tiers]
     if flt.pattern:
         match, ids = flt.matcher(), model.ids
-        idx = [i for i in idx if match(ids[i])]
+        if isinstance(ids, IdList):
+            if flt.states or flt.tiers:
+                keep = set(ids.matching(flt.pattern))
+                idx = [i for i in idx if i in keep]
+            else:
+                idx = ids.matching(flt.pattern)
+        else:
+            idx = [i for i in idx if match(ids[i])]
     out = list(idx)
     if sort_key == "plan" or sort_key not in SORT_KEYS:
         if reverse:
@@ -428,7 +470,7 @@ def summarize(
     active = c[S.QUEUED] + c[S.RUNNING]
     end = now
     if finished:
-        ends = [e for e in model.ended if e is not None]
+        ends = list(model.ended.values())
         end = max(ends) if ends else now
     elapsed = max(0.0, end - started)
     forecast: float | None = None
