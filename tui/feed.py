@@ -65,8 +65,37 @@ def last_seq(client: Client) -> int:
     return int(client.last_seq())
 
 
+class RowSource:
+    """Reads rows of jobs for the UI thread with a client of its own (opened there, at the first read)."""
+
+    def __init__(self, open_client: Callable[[], Client] | None) -> None:
+        self.open_client = open_client
+        self.client: Client | None = None
+
+    def _client(self) -> Any:
+        if self.client is None:
+            if self.open_client is None:
+                raise RuntimeError("no client to read job rows with")
+            self.client = self.open_client()
+        return self.client
+
+    def rows(self, idxs: list[int]) -> dict[int, tuple]:
+        """Some jobs' rows by index."""
+        return self._client().rows_of(idxs)  # type: ignore[no-any-return]
+
+    def columns(self) -> Any:
+        """Every job's row (the journal's columns)."""
+        return self._client().job_columns()
+
+    def close(self) -> None:
+        """Release the client."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
 def load_model(
-    client: Client, step: Callable[[str], None] = lambda _s: None
+    client: Client, step: Callable[[str], None] = lambda _s: None, open_client: Callable[[], Client] | None = None
 ) -> tuple[RunInfo, JobsModel, Dag]:
     """Read a run once: graph, tiers, deadlines, critical path and every job's row.
 
@@ -76,6 +105,8 @@ def load_model(
     Args:
         client: the run's client.
         step: told what is being read (a large plan takes a while to parse).
+        open_client: opens another client, with which the UI thread reads the rows of a big run
+            when they are shown (without it every row is read now).
     """
     run = client.run
     read = getattr(client, "shape", None)
@@ -91,9 +122,20 @@ def load_model(
             model.deadline[i] = at
             model.deadline_text[i] = text
     seq = last_seq(client)
-    # Columns read after `seq` may hold some transitions past it: replayed again, they leave
-    # each job where its latest transition put it.
-    model.load_columns(client.job_columns())
+    states = client.states() if open_client is not None else None  # type: ignore[attr-defined]
+    if states is None or len(states) > len(ids):
+        # Columns read after `seq` may hold some transitions past it: replayed again, they
+        # leave each job where its latest transition put it.
+        model.load_columns(client.job_columns())
+    else:
+        # States only (one byte a job): the rest of a row is read when it is shown.
+        model.state = bytearray(states) + bytearray(len(ids) - len(states))
+        model.known = bytearray(len(ids))
+        model._recount()
+        # What the panes show of every job at once: running jobs' executors, deadlines' ends.
+        model.take_rows(client.rows_of(sorted(set(model.running) | set(model.deadline))))
+        source = RowSource(open_client)
+        model.fetch, model.fetch_all, model.release = source.rows, source.columns, source.close
     model.seq = seq
     model.critical = frozenset(shape.critical_path())
     model.expected, model.remaining = shape.expected, shape.path
@@ -122,6 +164,7 @@ def _info(client: Client) -> RunInfo:
         run.business_date,
         run.started,
         str(getattr(client, "state_dir", "")),
+        getattr(run, "ended", None),
     )
 
 
@@ -230,7 +273,7 @@ class Feed:
             try:
                 self.post(LoadStep("opening the journal"))
                 client = self.open_client()
-                info, model, dag = load_model(client, lambda s: self.post(LoadStep(s)))
+                info, model, dag = load_model(client, lambda s: self.post(LoadStep(s)), self.open_client)
             # The journal may not exist yet (a scheduler just starting): say why, retry.
             except Exception as e:
                 if client is not None:

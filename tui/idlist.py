@@ -15,6 +15,9 @@ from bisect import bisect_right
 from collections.abc import Iterator, Mapping, MutableSequence
 from typing import Any, overload
 
+SEEN_MAX = 1 << 16
+"""Ids whose index IdList remembers (those decoded last; the table shows and the graph walks a few hundred)."""
+
 
 class IdList(MutableSequence[str]):
     """Job ids by index: the first ones in a file's bytes, those added since as strings."""
@@ -25,9 +28,21 @@ class IdList(MutableSequence[str]):
         self._starts = starts
         self._n = len(starts) - 1
         self._more: list[str] = []
+        self._search: dict[bool, bytes] = {}
+        self._sorted: array | None = None
+        self.seen: dict[str, int] = {}
+        """Index of the ids decoded lately (looking one up again costs nothing)."""
 
     def __len__(self) -> int:
         return self._n + len(self._more)
+
+    def copy(self) -> IdList:
+        """Another list of the same ids, sharing the file's bytes (ids added to either stay its own)."""
+        other = IdList(self._data, self._starts)
+        other._more = list(self._more)
+        other.seen = self.seen
+        other._search = self._search
+        return other
 
     @overload
     def __getitem__(self, i: int) -> str: ...
@@ -40,7 +55,12 @@ class IdList(MutableSequence[str]):
             i += len(self)
         if 0 <= i < self._n:
             s = self._starts
-            return self._data[s[i]:s[i + 1] - 1].decode()
+            job = self._data[s[i]:s[i + 1] - 1].decode()
+            seen = self.seen
+            if len(seen) >= SEEN_MAX:
+                seen.clear()
+            seen[job] = i
+            return job
         return self._more[i - self._n]
 
     def __iter__(self) -> Iterator[str]:
@@ -61,6 +81,9 @@ class IdList(MutableSequence[str]):
 
     def find(self, job: str) -> int | None:
         """Index of a job, or None."""
+        k = self.seen.get(job)
+        if k is not None:
+            return k
         key = job.encode()
         data, at = self._data, -1
         if data.startswith(key + b"\n"):
@@ -88,6 +111,25 @@ class IdList(MutableSequence[str]):
     def __contains__(self, job: object) -> bool:
         return isinstance(job, str) and self.find(job) is not None
 
+    def sorted_order(self) -> array:
+        """Every index in the order of the ids (as `sorted` orders strings), made once; later
+        ids (jobs the run made) are placed in it too."""
+        if self._sorted is None or len(self._sorted) != len(self):
+            end = self._starts[self._n] if self._n else 0
+            # UTF-8 bytes sort as their strings do; splitting once is cheaper than a million decodes.
+            keys = self._data[: max(0, end - 1)].split(b"\n") if self._n else []
+            keys.extend(j.encode() for j in self._more)
+            self._sorted = array("i", sorted(range(len(keys)), key=keys.__getitem__))
+        return self._sorted
+
+    def _search_bytes(self, fold: bool) -> bytes:
+        """The file's bytes after a newline, lowered when `fold` (case is folded by searching them lowered:
+        a case-blind regex is several times slower); made once."""
+        data = self._search.get(fold)
+        if data is None:
+            data = self._search[fold] = b"\n" + (self._data.lower() if fold else self._data)
+        return data
+
     def matching(self, pattern: str, *, fold: bool = True) -> list[int]:
         """Indices of the ids matching a glob (`*?[`) or containing a text, in order (case folded).
 
@@ -95,14 +137,29 @@ class IdList(MutableSequence[str]):
         """
         glob = any(c in pattern for c in "*?[")
         if glob:
-            expr = b"^" + _glob_bytes(pattern) + b"$"
+            # A glob is a regex that starts with a literal: the newline before a line (for a
+            # glob not starting with `*`) or its first text. Regexes starting with a literal
+            # are searched at C speed; an anchor would be tried at every byte.
+            lead = pattern.lstrip("*")
+            expr = (b"" if lead != pattern else b"\n") + _glob_bytes(lead) + b"$"
         else:
-            expr = b"^[^\\n]*" + re.escape(pattern.encode()) + b"[^\\n]*$"
-        regex = re.compile(expr, re.MULTILINE | (re.IGNORECASE if fold else 0))
+            expr = re.escape(pattern.encode())
+        data = self._search_bytes(fold)
+        regex = re.compile(expr.lower() if fold else expr, re.MULTILINE)
         starts, n = self._starts, self._n
         end = starts[n] if n else 0
-        # (An empty match after the last line is no id.)
-        out = [bisect_right(starts, m.start()) - 1 for m in regex.finditer(self._data, 0, end) if m.start() < end]
+        # A match ends at its line's end (a glob) or on its last character (a text); the
+        # searched bytes start with one newline more than the file.
+        back = 1 if glob else 2
+        out: list[int] = []
+        last = -1
+        for m in regex.finditer(data, 0, end + 1):
+            at = m.end() - back
+            k = bisect_right(starts, at) - 1
+            # (One line may hold a text twice; an empty match after the last line is no id.)
+            if k != last and at < end:
+                out.append(k)
+                last = k
         want = pattern.lower() if fold else pattern
         for k, j in enumerate(self._more):
             jj = j.lower() if fold else j

@@ -12,7 +12,7 @@ from tui.columns import Sparse
 from tui.filters import JobFilter
 from tui.idlist import IdIndex, IdList
 from tui.labels import TIER_SHORT, fmt_clock, fmt_duration
-from tui.order import FAST_FROM, pick, sort_order
+from tui.order import FAST_FROM, backwards, pick, sort_order
 from wloadctl.client import node_label
 from wloadctl.core.states import FAIL_STATES, OK_STATES, TERMINAL, JobState, SlaTier
 
@@ -91,6 +91,15 @@ class JobsModel:
     """Bumped at every change, so views know when to repaint."""
     touched_at: dict[int, int] = field(default_factory=dict)
     """Version at which each job last changed (job detail follows its job with it)."""
+    known: bytearray | None = None
+    """1 for each job whose row (attempt, executor, times, reason) is read; None: every job's is.
+    A big run is attached with its states only: rows are read when shown (`ensure`)."""
+    fetch: Callable[[list[int]], dict[int, tuple]] | None = None
+    """Reads some jobs' rows (state, attempt, executor, exit_code, started, ended, reason) by index."""
+    fetch_all: Callable[[], Any] | None = None
+    """Reads every job's row as the journal's columns (wloadctl.turns.JobColumns)."""
+    release: Callable[[], None] | None = None
+    """Releases what `fetch` reads with (the console calls it when it leaves the run)."""
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -181,6 +190,38 @@ class JobsModel:
         self._recount()
         self.version += 1
 
+    def take_rows(self, rows: dict[int, tuple]) -> None:
+        """Take some jobs' rows as read (state, attempt, ...); the model's states, which follow the
+        transitions, are kept."""
+        known = self.known
+        for i, (_st, att, ex, code, started, ended, reason) in rows.items():
+            if i >= len(self.ids):
+                continue
+            self.attempt[i] = int(att)
+            self.executor[i] = int(ex)
+            self.exit_code.put(i, code)
+            self.started.put(i, started)
+            self.ended.put(i, ended)
+            self.reason.put(i, str(reason or ""))
+            if known is not None and i < len(known):
+                known[i] = 1
+
+    def ensure(self, idxs: Iterable[int]) -> None:
+        """Read the rows of these jobs if they are not read yet (a big run's rows are read when shown)."""
+        known = self.known
+        if known is None or self.fetch is None:
+            return
+        want = sorted({i for i in idxs if 0 <= i < len(known) and not known[i]})
+        if want:
+            self.take_rows(self.fetch(want))
+
+    def ensure_all(self) -> None:
+        """Read every job's row (a sort by start, duration, attempt or executor needs them all)."""
+        if self.known is None or self.fetch_all is None:
+            return
+        self.load_columns(self.fetch_all())
+        self.known = None
+
     def grow(self, ids: Sequence[str]) -> bool:
         """Add jobs the run made (loop instances `job@item`, in the parent's SLA tier), WAITING.
 
@@ -198,6 +239,8 @@ class JobsModel:
             self.state.append(int(S.WAITING))
             self.attempt.append(0)
             self.executor.append(-1)
+            if self.known is not None:
+                self.known.append(1)  # a new job's row is all in its transitions
             self.counts[S.WAITING] += 1
             self.tier_counts[t][S.WAITING] += 1
         if ids:
@@ -299,10 +342,12 @@ def view_order(
         Indices into the model, in display order (a range when every job is shown in plan order).
     """
     n = len(model)
+    if sort_key in _NEED_ROWS:
+        model.ensure_all()
     if n >= FAST_FROM:
         picked = pick(model, flt.states, flt.tiers, flt.pattern)
         if sort_key == "plan" or sort_key not in SORT_KEYS:
-            return picked[::-1] if reverse else picked
+            return backwards(picked) if reverse else picked
         return sort_order(model, picked, sort_key, reverse, now, _STATE_RANK)
     idx: Iterable[int] = range(n)
     if flt.states:
@@ -352,6 +397,9 @@ def view_order(
     out.sort(key=key, reverse=reverse)  # type: ignore[arg-type]
     return out
 
+
+_NEED_ROWS = frozenset(("start", "duration", "attempt", "executor"))
+"""Sorts that read every job's row."""
 
 _STATE_ORDER = (
     S.FAILED,
@@ -456,7 +504,7 @@ def held_ids(model: JobsModel, limit: int) -> list[str]:
 
 
 def summarize(
-    model: JobsModel, started: float, now: float, finished: bool
+    model: JobsModel, started: float, now: float, finished: bool, ended: float | None = None
 ) -> RunSummary:
     """Progress, elapsed time and a forecast of the end.
 
@@ -472,6 +520,8 @@ def summarize(
     if finished:
         ends = list(model.ended.values())
         end = max(ends) if ends else now
+        if model.known is not None and ended:
+            end = ended  # rows not all read: the run's own end
     elapsed = max(0.0, end - started)
     forecast: float | None = None
     total = len(model)

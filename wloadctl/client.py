@@ -477,6 +477,15 @@ class RunClient:
         for readers of the whole run that would not build a million row tuples."""
         return self.store.columns(self.run.id)
 
+    def states(self) -> bytearray | None:
+        """Every job's state by index from the journal's current states (no replay); None when it keeps none."""
+        return self.store.current_states(self.run.id)
+
+    def rows_of(self, idxs: list[int]) -> dict[int, tuple]:
+        """(state, attempt, executor, exit_code, started, ended, reason) of some jobs by index, from the journal
+        (a few jobs of a big run: read through its turn index, without replaying it)."""
+        return self.store.rows_of(self.run.id, idxs)
+
     def shape(self) -> RunShape | None:
         """The run's shape as its scheduler wrote it (wloadctl.runshape); None when it has none."""
         return read_shape(self.state_dir, self.run.run_id)

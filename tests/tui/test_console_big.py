@@ -47,6 +47,10 @@ def test_id_list_reads_like_the_list_it_was_written_from() -> None:
     ids.append("load@x")
     index["load@x"] = 6
     assert ids[6] == "load@x" and ids.index("load@x") == 6 and index["load@x"] == 6 and len(ids) == 7
+    # And a copy (the timeline's) shares the file's ids, not those added later
+    past = ids.copy()
+    ids.append("load@y")
+    assert list(past) == [*IDS, "load@x"] and len(ids) == 8 and past.find("load@y") is None
 
 
 @pytest.mark.parametrize("pattern", ["load", "LOAD_eu", "load_*", "*_1?", "*[12]", "calc.rate", "calc?rate",
@@ -88,8 +92,13 @@ def test_orders_over_flat_columns_are_the_plain_ones(monkeypatch: pytest.MonkeyP
     plain = list(view_order(model, flt, sort_key, reverse, now=1200.0))
     monkeypatch.setattr(view_model, "FAST_FROM", 1000)
     # Then filtering and sorting it over its columns shows the same rows in the same order
-    fast = list(view_order(model, flt, sort_key, reverse, now=1200.0))
-    assert fast == plain
+    order = view_order(model, flt, sort_key, reverse, now=1200.0)
+    assert list(order) == plain and len(order) == len(plain)
+    # And the rows are found by position, and a job's row by the job, as in the list
+    for k in range(0, len(plain), 97):
+        assert order[k] == plain[k] and order.index(plain[k]) == k and plain[k] in order
+    if plain:
+        assert order[-1] == plain[-1] and list(order[-3:]) == plain[-3:]
 
 
 def test_counts_per_tier_and_state_match_a_count_by_hand() -> None:
@@ -127,6 +136,34 @@ def test_attach_from_the_shape_reads_the_run_as_the_plan_does(tmp_path: Path) ->
     # And the critical path is a chain of dependents from a job without upstream to one without dependents
     chain = sorted(fast.critical)
     assert chain and not dag.upstream_of(fast.ids[chain[0]]) and not dag.downstream_of(fast.ids[chain[-1]])
+
+
+def test_a_big_run_is_attached_with_its_states_and_rows_are_read_when_shown(tmp_path: Path) -> None:
+    # Given a finished run of the bank sample
+    state = tmp_path / "bank"
+    subprocess.run([sys.executable, "-m", "wloadctl", "run", str(ROOT / "samples" / "eod_bank.yaml"),
+                    "--state-dir", str(state), "--quiet"], check=False, timeout=300, capture_output=True)
+    with RunClient(state) as client:
+        _info, full, _dag = load_model(client)
+        # When the console attaches with a client to read rows with later
+        _info, lazy, _dag = load_model(client, open_client=lambda: RunClient(state))
+    try:
+        # Then it holds every state, and the rows of no job but those the panes need
+        assert lazy.known is not None and lazy.state == full.state and lazy.counts == full.counts
+        assert lazy.tier_counts == full.tier_counts
+        assert not any(lazy.known[i] for i in range(len(lazy)) if i not in lazy.deadline and i not in lazy.running)
+        # And a row read when shown is the row the journal has
+        lazy.ensure(range(0, len(lazy), 2))
+        for i in range(0, len(lazy), 2):
+            assert (lazy.attempt[i], lazy.executor[i], lazy.exit_code[i], lazy.started[i], lazy.ended[i],
+                    lazy.reason[i]) == (full.attempt[i], full.executor[i], full.exit_code[i], full.started[i],
+                                        full.ended[i], full.reason[i])
+        # And a sort by start reads them all, in the order the full model gives
+        order = view_order(lazy, JobFilter(), "start")
+        assert lazy.known is None and list(order) == list(view_order(full, JobFilter(), "start"))
+    finally:
+        assert lazy.release is not None
+        lazy.release()
 
 
 def test_a_damaged_shape_file_is_passed_over_for_the_plan(tmp_path: Path) -> None:

@@ -130,6 +130,7 @@ class JobDetailScreen(OperatorScreen):
         if model is None or dag is None:
             return
         i = model.index[self.job]
+        model.ensure([i])
         st = JobState(model.state[i])
         now = app.clock()
         title = Text(no_wrap=True, overflow="crop")

@@ -196,7 +196,7 @@ class MainScreen(OperatorScreen):
             status is not None and status.live
         )
         summary = (
-            summarize(model, app.info.started, now, finished) if app.info else None
+            summarize(model, app.info.started, now, finished, app.info.ended) if app.info else None
         )
         header = self.query_one(RunHeader)
         header.held = held_ids(model, 3) if is_holding(model.counts) else []

@@ -10,6 +10,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
+from textual.geometry import Region
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
@@ -283,6 +284,13 @@ class JobTable(Widget, can_focus=True):
         event.stop()
 
     # -- rendering -------------------------------------------------------------------
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Read the rows on screen first, in one go (a big run's rows are read when shown)."""
+        if self.model is not None and self.model.known is not None:
+            end = min(len(self.order), self.top + self.size.height)
+            self.model.ensure(self.order[k] for k in range(self.top, end))
+        return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
         """Render one line: the header at y=0, then the visible rows."""

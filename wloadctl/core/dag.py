@@ -203,6 +203,10 @@ class Dag:
             self._down = transpose(len(self), self.up_off, self.up)
         return self._down
 
+    def rows(self, downstream: bool) -> tuple[array[int], array[int]]:
+        """The compressed rows (offsets, contents) of every job's dependencies, or of its dependents."""
+        return self._downstream() if downstream else (self.up_off, self.up)
+
     def _at(self, job: str) -> int:
         i = self.index.get(job)
         if i is None or i >= len(self):
