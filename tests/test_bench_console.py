@@ -24,7 +24,9 @@ def test_console_section_measures_attach_memory_and_keys_beside_status_and_the_p
     for f in (now, was):
         assert f["seconds"] > 0 and f["extra"]["rss_mib"] > 0 and f["extra"]["slowest key ms"] > 0, f
         assert not f["note"], f["note"]
-    assert now["extra"]["app_seconds"] > 0
+    assert now["extra"]["app_seconds"] > 0 and now["extra"]["rss_keys_mib"] > 0
+    # And the console targets are listed (judged at the full size only)
+    assert [t["label"] for t in data["targets"] if t["label"].startswith("k")] == ["k1", "k2", "k3"]
     names = {r["name"] for r in data["ratios"]}
     for what in ("attach / status --json command", "attach from the shape / from the plan",
                  "memory from the shape / from the plan", "slowest key from the shape / from the plan"):
