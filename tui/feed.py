@@ -100,7 +100,8 @@ def load_model(
     """Read a run once: graph, tiers, deadlines, critical path and every job's row.
 
     A run whose scheduler wrote its shape (wloadctl.runshape) is read from it and from the
-    journal's columns, as flat arrays; an older run, or one that has made jobs since, from its plan.
+    journal's current states (with `open_client`; rows are then read when shown) or columns, as
+    flat arrays; an older run, or one that has made jobs since, from its plan.
 
     Args:
         client: the run's client.
