@@ -22,8 +22,9 @@ from typing import Any
 from tui.dag_layout import layout
 from tui.feed import _load_from_plan, load_model
 from tui.filters import JobFilter, parse_filter
+from tui.run_figures import summarize
 from tui.sla import sla_view
-from tui.view_model import JobsModel, job_row, summarize, view_order
+from tui.view_model import JobsModel, job_row, view_order
 from wloadctl.client import RunClient
 from wloadctl.core.dag import Dag
 

@@ -462,8 +462,3 @@ def job_row(model: JobsModel, i: int, now: float) -> JobRow:
         info,
     )
 
-
-# The run header's figures live beside (tui/run_figures.py); read from here as before.
-from tui.run_figures import RunSummary, held_ids, summarize  # noqa: E402
-
-__all__ = ["SORT_KEYS", "JobRow", "JobsModel", "RunSummary", "held_ids", "job_row", "summarize", "view_order"]
