@@ -169,6 +169,7 @@ class ConsoleApp(App[str]):
             if self._action_client is not None:
                 self._action_client.close()
                 self._action_client = None
+        self._release_model()
         self.state_dir = Path(run.state_dir)
         self.supervisor = None  # attached from the list: the console neither starts nor stops it
         self.info = self.model = self.dag = self.status = None
@@ -213,13 +214,18 @@ class ConsoleApp(App[str]):
     def exit(
         self, result: str | None = None, return_code: int = 0, message: Any = None
     ) -> None:
-        """Stop the feed, release the actions' client, and exit."""
+        """Stop the feed, release the actions' client and the model's, and exit."""
         self.feed.stop()
+        self._release_model()
         with self.client_lock:
             if self._action_client is not None:
                 self._action_client.close()
                 self._action_client = None
         super().exit(result, return_code, message)
+
+    def _release_model(self) -> None:
+        if self.model is not None and self.model.release is not None:
+            self.model.release()
 
     def action_client(self) -> Client:
         """The client of operator actions (use with `client_lock` held, in a worker)."""

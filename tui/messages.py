@@ -24,6 +24,8 @@ class RunInfo:
     """When the run started (epoch seconds)."""
     state_dir: str
     """Where its journal, logs and lock live."""
+    ended: float | None = None
+    """When the run ended, as the journal had it when the console attached (None: not ended)."""
 
 
 @dataclass(frozen=True)

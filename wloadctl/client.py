@@ -23,8 +23,9 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import find_id, log_path, read_ids
+from wloadctl.paths import find_id, ids_path, log_path, read_ids
 from wloadctl.remote.agents import AGENT_BASE
+from wloadctl.runshape import RunShape, read_shape
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from wloadctl.core.plan import Plan
     from wloadctl.remote.broker import BrokerOptions
     from wloadctl.remote.operators import OperatorLink
+    from wloadctl.turns import JobColumns
 
 VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel")
 """Operator verbs (the core's wloadctl.core.verbs.VERBS, repeated here to keep imports light; a test checks)."""
@@ -486,6 +488,31 @@ class RunClient:
     def job_rows(self) -> list[tuple]:
         """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job, from the journal."""
         return self.store.job_rows(self.run.id)
+
+    def job_columns(self) -> JobColumns:
+        """Every job's row as columns (flat arrays of states, attempts, executors; the rest by job),
+        for readers of the whole run that would not build a million row tuples."""
+        return self.store.columns(self.run.id)
+
+    def states(self) -> bytearray | None:
+        """Every job's state by index from the journal's current states (no replay); None when it keeps none."""
+        return self.store.current_states(self.run.id)
+
+    def rows_of(self, idxs: list[int]) -> dict[int, tuple]:
+        """(state, attempt, executor, exit_code, started, ended, reason) of some jobs by index, from the journal
+        (a few jobs of a big run: read through its turn index, without replaying it)."""
+        return self.store.rows_of(self.run.id, idxs)
+
+    def shape(self) -> RunShape | None:
+        """The run's shape as its scheduler wrote it (wloadctl.runshape); None when it has none."""
+        return read_shape(self.state_dir, self.run.run_id)
+
+    def id_bytes(self) -> bytes | None:
+        """The run's id list file as it is (one id a line), or None when there is none."""
+        try:
+            return ids_path(self.state_dir, self.run.run_id).read_bytes()
+        except OSError:
+            return None
 
     def changes_since(self, seq: int, limit: int = 100_000) -> list[tuple]:
         """Journaled transitions after `seq`: (seq, idx, from, to, attempt, ts, executor, exit_code, reason)."""

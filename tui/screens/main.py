@@ -16,11 +16,12 @@ from tui.commands import Command, CommandError, parse_command, resolve
 from tui.filters import JobFilter, parse_filter
 from tui.impact import VERB_KEYS
 from tui.messages import Note
+from tui.run_figures import held_ids, summarize
 from tui.screens.confirm import ActionRequest
 from tui.screens.operator import OperatorScreen
 from tui.screens.prompt import PromptScreen
 from tui.sla import sla_view
-from tui.view_model import SORT_KEYS, held_ids, summarize, view_order
+from tui.view_model import SORT_KEYS, view_order
 from tui.widgets.dag_view import DagView
 from tui.widgets.job_table import JobTable
 from tui.widgets.node_panel import NodePanel
@@ -196,7 +197,7 @@ class MainScreen(OperatorScreen):
             status is not None and status.live
         )
         summary = (
-            summarize(model, app.info.started, now, finished) if app.info else None
+            summarize(model, app.info.started, now, finished, app.info.ended) if app.info else None
         )
         header = self.query_one(RunHeader)
         header.held = held_ids(model, 3) if is_holding(model.counts) else []

@@ -7,7 +7,7 @@ from textual.widget import Widget
 
 from tui.labels import SHORT, fmt_clock, fmt_duration, progress_bar
 from tui.messages import LiveStatus, RunInfo
-from tui.view_model import RunSummary
+from tui.run_figures import RunSummary
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
 from wloadctl.core.states import JobState, is_holding
 

@@ -43,6 +43,7 @@ from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby, shm_at_start, shm_full
 from wloadctl.procs.userfiles import remove_job_dirs
 from wloadctl.runplan import keep_plan, run_plan
+from wloadctl.runshape import shape_of_core, write_shape
 from wloadctl.store import RunRow, Store, journal_exists
 
 if TYPE_CHECKING:
@@ -348,6 +349,15 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
             link.close(timeout=5.0)
 
 
+def _keep_shape(opts: RunOptions, run: RunRow, plan: Plan, core: SchedulerCore) -> None:
+    """Write the run's shape beside its id list, so a console attaches without parsing the plan."""
+    deadlines = {i: j.deadline for i, j in enumerate(core.specs) if j.deadline}
+    try:
+        write_shape(opts.state_dir, run.run_id, shape_of_core(core, deadlines, plan.timezone))
+    except OSError as e:
+        opts.say(f"cannot write the run's shape file ({e}): consoles will read the plan")
+
+
 def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None:
     """The broker connection a plan with jobs on agents needs (None when every job runs here).
 
@@ -387,6 +397,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
     history = store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest)
     core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch, history=history)
+    _keep_shape(opts, run, plan, core)
     # The plan and the core's arrays live as long as the run: keep the cyclic collector from
     # walking millions of their objects again at every collection.
     gc.freeze()
