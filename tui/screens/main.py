@@ -56,6 +56,7 @@ class MainScreen(OperatorScreen):
         Binding("2", "pane('nodes')", "Nodes pane", show=False),
         Binding("3", "pane('sla')", "SLA pane", show=False),
         Binding("P", "pipeline", "Pipeline", show=False),
+        Binding("A", "pending", "Approvals (pending requests)", show=False),
         Binding("T", "timeline", "Timeline (past states)", show=False),
         Binding(
             "plus,equals_sign",
@@ -317,6 +318,12 @@ class MainScreen(OperatorScreen):
         from tui.screens.pipeline import PipelineScreen
 
         self.app.push_screen(PipelineScreen())
+
+    def action_pending(self) -> None:
+        """Requests waiting for a second person and jobs waiting for confirmation: approve or reject them."""
+        from tui.screens.pending import PendingScreen
+
+        self.app.push_screen(PendingScreen())
 
     def action_timeline(self) -> None:
         """Scrub the run's timeline, the DAG centred on the job under the cursor."""
