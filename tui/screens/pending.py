@@ -22,7 +22,7 @@ COLUMNS = ("ID", "VERB", "JOBS", "ASKED BY", "AT", "REASON")
 
 def pending_rows(data: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
     """(key, cells) per request and per job waiting for confirmation; the key is what approve takes."""
-    rows = []
+    rows: list[tuple[str, tuple[str, ...]]] = []
     for r in data.get("requests") or []:
         rows.append((str(r["id"]), (str(r["id"]), str(r["verb"]), ", ".join(r["jobs"]) or "(whole run)",
                                     str(r["user"]), time.strftime("%H:%M:%S", time.localtime(r["ts"])),

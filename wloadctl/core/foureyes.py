@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from wloadctl.core.plan import JobSpec
 
@@ -88,7 +89,7 @@ class PendingBook:
         """The highest request number given out in the run."""
 
     @classmethod
-    def from_actions(cls, rows: Iterable[Sequence[object]]) -> PendingBook:
+    def from_actions(cls, rows: Iterable[Sequence[Any]]) -> PendingBook:
         """Rebuild the book from the run's action rows (ts, user, verb, job, reason, outcome, applied)."""
         book = cls()
         for ts, user, verb, job, reason, outcome, applied in rows:
@@ -97,7 +98,7 @@ class PendingBook:
             if m and not applied:
                 rid = m.group(1)
                 jobs = tuple(j for j in str(job).split("; ") if j and j != "*")
-                book.requests[rid] = PendingRequest(rid, str(verb), jobs, str(user), str(reason), float(ts),  # type: ignore[arg-type]
+                book.requests[rid] = PendingRequest(rid, str(verb), jobs, str(user), str(reason), float(ts),
                                                     "(with downstream)" in text)
                 book.last = max(book.last, int(rid[1:]))
                 continue
