@@ -378,7 +378,7 @@ class RunClient:
                                  msg, False)
             return {"ok": False, "error": msg, "refused": True, "live": False}
         if verb in ("approve", "reject", "pending"):
-            settled = self._offline_settle(req, role)
+            settled = self._offline_settle(req)
             if settled is not None:
                 return settled
         if verb not in MUTATING_OFFLINE and verb != "why":
@@ -434,12 +434,12 @@ class RunClient:
         finally:
             lock.close()
 
-    def _offline_settle(self, req: dict[str, Any], role: access.Role) -> dict[str, Any] | None:
+    def _offline_settle(self, req: dict[str, Any]) -> dict[str, Any] | None:
         """pending, and approve/reject of a request id, on the journal of a run with no live scheduler.
 
         Returns None for `approve JOB` (a confirmation job): that is a verb like the others.
         """
-        from wloadctl.core.foureyes import REQUEST_ID, PendingBook, settled_outcome, split_ids
+        from wloadctl.core.foureyes import PendingBook, judge, settle_word, settled_outcome
         from wloadctl.core.verbs import MUTATING_OFFLINE
 
         verb, user = req["verb"], req["user"]
@@ -447,26 +447,17 @@ class RunClient:
             return {"ok": True, "requests": self.pending_requests(), "live": False}
         with Store.open(self.state_dir, create=False) as st:
             book = PendingBook.from_actions(st.actions(self.run.id))
-            ids, rest = split_ids(req["jobs"], book)
-            if not ids and verb == "approve" and not any(REQUEST_ID.fullmatch(n) for n in rest):
+            p, err = judge(verb, req["jobs"], user, book, lambda n: self.index_of(n) is not None)
+            if p is None and err is None:
                 return None
-            err = None
-            if len(ids) != 1 or rest:
-                err = (f"no pending request {', '.join(rest)}: settled already or never asked (see `wloadctl pending`)"
-                       if rest and all(REQUEST_ID.fullmatch(n) for n in rest) and not ids
-                       else f"{verb} takes one pending request id at a time (see `wloadctl pending`)")
-            else:
-                p = book.requests[ids[0]]
-                same = p.user.split("@", 1)[0] == user
-                if verb == "approve" and same:
-                    err = f"approve of {p.id} refused: {user} asked for it; another person must approve it"
-                elif verb == "approve" and p.verb not in MUTATING_OFFLINE:
-                    raise ControlError(f"{p.verb} needs a live scheduler and run {self.run.run_id} has none",
-                                       hint=f"resume the run, then `wloadctl approve {p.id}`")
-            if err is not None:
-                st.record_action(self.run.id, user, verb, "; ".join(req["jobs"]) or "*", req["reason"], err, False)
+            if p is not None and verb == "approve" and p.verb not in MUTATING_OFFLINE:
+                raise ControlError(f"{p.verb} needs a live scheduler and run {self.run.run_id} has none",
+                                   hint=f"resume the run, then `wloadctl approve {p.id}`")
+            if p is None:
+                st.record_action(self.run.id, user, verb, "; ".join(req["jobs"]) or "*", req["reason"], str(err),
+                                 False)
                 return {"ok": False, "error": err, "live": False}
-            word = "approved" if verb == "approve" else "withdrawn" if same else "rejected"
+            word = settle_word(verb, p, user)
             st.record_action(self.run.id, user, verb, p.id, req["reason"], settled_outcome(word, p, user), True)
         if verb == "reject":
             return {"ok": True, "verb": verb, "results": [], "live": False,

@@ -11,7 +11,7 @@ the journal after a crash, a takeover, or for a run with no live scheduler.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,7 +124,43 @@ class PendingBook:
         return [r.as_dict() for r in self.requests.values()]
 
 
-def split_ids(names: Sequence[str], book: PendingBook) -> tuple[list[str], list[str]]:
-    """Names that are open request ids, and the rest (jobs or globs, for confirmation jobs)."""
+def same_person(a: str, b: str) -> bool:
+    """Whether two callers are one person (`alice@host` through the broker is alice)."""
+    return a.split("@", 1)[0] == b.split("@", 1)[0]
+
+
+def judge(verb: str, names: Sequence[str], user: str, book: PendingBook,
+          is_job: Callable[[str], bool]) -> tuple[PendingRequest | None, str | None]:
+    """What `approve`/`reject` of `names` by `user` settles, or why it is refused.
+
+    Args:
+        verb: approve or reject.
+        names: what the operator named: one request id, or (approve) jobs waiting for confirmation.
+        user: the caller.
+        book: the open requests.
+        is_job: whether a name is a job of the run (a job may be called R1).
+
+    Returns:
+        (request, None) to settle; (None, message) refused; (None, None) for approve of jobs.
+    """
     ids = [n for n in names if n in book.requests]
-    return ids, [n for n in names if n not in book.requests]
+    rest = [n for n in names if n not in book.requests]
+    stale = [n for n in rest if REQUEST_ID.fullmatch(n) and not is_job(n)]
+    if stale:
+        return None, f"no pending request {', '.join(stale)}: settled already or never asked (see `wloadctl pending`)"
+    if not ids and verb == "approve":
+        return None, None
+    if len(ids) != 1 or rest:
+        also = "; approve JOB confirms jobs waiting for confirmation" if verb == "approve" else ""
+        return None, f"{verb} takes one pending request id at a time (see `wloadctl pending`){also}"
+    req = book.requests[ids[0]]
+    if verb == "approve" and same_person(req.user, user):
+        return None, f"approve of {req.id} refused: {user} asked for it; another person must approve it"
+    return req, None
+
+
+def settle_word(verb: str, req: PendingRequest, user: str) -> str:
+    """approved, rejected, or withdrawn (a reject by the one who asked)."""
+    if verb == "approve":
+        return "approved"
+    return "withdrawn" if same_person(req.user, user) else "rejected"

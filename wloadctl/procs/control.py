@@ -23,13 +23,13 @@ from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.explain import why
 from wloadctl.core.foureyes import (
-    REQUEST_ID,
     PendingBook,
     PendingRequest,
+    judge,
     needs_second,
     pending_outcome,
+    settle_word,
     settled_outcome,
-    split_ids,
 )
 from wloadctl.core.verbs import VERBS, resolve_jobs
 from wloadctl.ipc.ctlsock import ControlSocket, Peer
@@ -148,14 +148,12 @@ class ControlDesk:
             self._send(req, {"ok": True, "requests": self.book.listing()})
             return
         if verb in ("approve", "reject"):
-            ids, rest = split_ids(names, self.book)
-            stale = [n for n in rest if REQUEST_ID.fullmatch(n) and n not in core.index]
-            if stale:
-                self._refuse(req, "; ".join(stale), f"no pending request {', '.join(stale)}: settled already or "
-                             "never asked (see `wloadctl pending`)")
+            asked, bad = judge(verb, names, user, self.book, lambda n: n in core.index)
+            if bad is not None:
+                self._refuse(req, "; ".join(names) or "*", bad)
                 return
-            if ids or verb == "reject":
-                self._settle(req, role, ids, rest, now)
+            if asked is not None:
+                self._settle(req, role, asked, now)
                 return
         if verb not in VERBS:
             self._send(req, {"ok": False, "error": f"unknown verb '{verb}'; verbs: {', '.join(VERBS)}"})
@@ -186,34 +184,22 @@ class ControlDesk:
                          "message": f"{p.id}: {p.verb} needs a second person: another admin's "
                                     f"`wloadctl approve {p.id}` applies it, `wloadctl reject {p.id}` drops it"})
 
-    def _settle(self, req: dict[str, Any], role: Role, ids: list[str], rest: list[str], now: float) -> None:
-        """`approve ID` applies a pending request (asked by somebody else); `reject ID` drops it."""
+    def _settle(self, req: dict[str, Any], role: Role, p: PendingRequest, now: float) -> None:
+        """`approve ID` applies a pending request asked by somebody else; `reject ID` drops it."""
         verb, user = str(req.get("verb", "")), str(req.get("user", ""))
-        if len(ids) != 1 or rest:
-            self._refuse(req, "; ".join(ids + rest) or "*", f"{verb} takes one pending request id at a time "
-                         "(see `wloadctl pending`)" + ("; approve JOB confirms jobs waiting for confirmation"
-                                                       if verb == "approve" else ""))
-            return
-        rid = ids[0]
-        p = self.book.requests[rid]
-        same = _person(p.user) == _person(user)
-        if verb == "approve" and same:
-            self._refuse(req, rid, f"approve of {rid} refused: {user} asked for it; another person must approve it")
-            return
         if verb == "approve" and role < needed(p.verb):
-            self._refuse(req, rid, f"approve of {rid}: {refusal(p.verb, user, role)}")
+            self._refuse(req, p.id, f"approve of {p.id}: {refusal(p.verb, user, role)}")
             return
-        self.book.take(rid)
+        self.book.take(p.id)
+        word = settle_word(verb, p, user)
+        self._journal(req, p.id, settled_outcome(word, p, user), True)
         if verb == "reject":
-            word = "withdrawn" if same else "rejected"
-            self._journal(req, rid, settled_outcome(word, p, user), True)
             self._send(req, {"ok": True, "verb": verb, "results": [],
-                             "message": f"{rid} {word}: {p.describe()} will not be applied"})
+                             "message": f"{p.id} {word}: {p.describe()} will not be applied"})
             return
-        self._journal(req, rid, settled_outcome("approved", p, user), True)
         why_ = f"{p.reason}; " if p.reason else ""
-        self._apply({**req, "verb": p.verb, "jobs": list(p.jobs), "downstream": p.downstream, "approved": rid,
-                     "reason": f"{why_}{rid} asked by {p.user}, approved by {user}"}, -1, role, now)
+        self._apply({**req, "verb": p.verb, "jobs": list(p.jobs), "downstream": p.downstream, "approved": p.id,
+                     "reason": f"{why_}{p.id} asked by {p.user}, approved by {user}"}, -1, role, now)
 
     def pending(self) -> list[PendingRequest]:
         """The requests waiting for a second person, oldest first."""
@@ -256,11 +242,6 @@ class ControlDesk:
             return
         body["id"] = req.get("id")
         self.ctl.answer(int(conn), body)
-
-
-def _person(user: str) -> str:
-    """The person behind a caller's name (`alice@host` through the broker is alice)."""
-    return user.split("@", 1)[0]
 
 
 def _named(name: str) -> tuple[int, frozenset[str]]:
