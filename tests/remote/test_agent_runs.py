@@ -43,12 +43,17 @@ def _alive(url: str, name: str) -> bool:
 
 
 def plan_file(path: Path, out: Path, jobs: dict[str, dict], name: str = "remote") -> Path:
-    """A plan whose jobs append `<job> start|end <time> <agent>` lines to `out`."""
+    """A plan whose jobs append `<job> start|end <time> <agent>` lines to `out`.
+
+    A job's `gate` (a path) makes it wait, once started, until that file exists.
+    """
     spec: dict = {"name": name, "jobs": {}}
     for jid, keys in jobs.items():
         keys = dict(keys)
         nap = keys.pop("sleep", 0.2)
-        cmd = (f'echo "{jid} start $(date +%s.%N) ${{WLOADCTL_AGENT:-local}}" >> {out}; sleep {nap}; '
+        gate = keys.pop("gate", None)
+        wait = f"while [ ! -e {gate} ]; do sleep 0.05; done; " if gate else ""
+        cmd = (f'echo "{jid} start $(date +%s.%N) ${{WLOADCTL_AGENT:-local}}" >> {out}; {wait}sleep {nap}; '
                f'echo "{jid} end $(date +%s.%N) ${{WLOADCTL_AGENT:-local}}" >> {out}')
         spec["jobs"][jid] = {"command": keys.pop("command", cmd), **keys}
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
