@@ -174,6 +174,8 @@ def load_roles(plan_roles: Any = None, plan_path: str = "plan") -> RoleMap:
         except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
             raise UsageError(f"{p}: not a readable YAML roles file: {str(exc).splitlines()[0]}") from None
         body = doc.get("roles") if isinstance(doc, dict) and "roles" in doc else doc
+        if isinstance(body, dict) and body is doc:
+            body = {k: v for k, v in body.items() if k != "four_eyes"}  # the file is the mapping, besides four_eyes
         out.merge(parse_roles(body, str(p)))
         if isinstance(doc, dict) and "four_eyes" in doc:
             out.four_eyes |= parse_four_eyes(doc["four_eyes"], str(p))

@@ -18,7 +18,8 @@ from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.store import Store
 
 
-def desk(tmp_path: Path, **plan_keys: Any) -> tuple[ControlDesk, Store, list[dict[str, Any]]]:
+def desk(tmp_path: Path, roles_four_eyes: frozenset[str] = frozenset(),
+         **plan_keys: Any) -> tuple[ControlDesk, Store, list[dict[str, Any]]]:
     plan = dataclasses.replace(make_plan({"a": {}, "b": {"deps": ["a"]}}, name="t"), **plan_keys)
     core = SchedulerCore(plan, slots=1)
     core.handle(RunStartedEvent(0.0))
@@ -27,7 +28,9 @@ def desk(tmp_path: Path, **plan_keys: Any) -> tuple[ControlDesk, Store, list[dic
     run = store.create_run("r1", "t", "p.yaml", "d", "", ["a", "b"], "2026-01-01", 1.0)
     ctx = RunContext(run, plan, sd, 1, EventLog(sd / "events.jsonl", "r1"))
     sock = ctlsock.ControlSocket.listen(sd)
-    d = ControlDesk(sock, core, ctx, store, parse_roles({}, "roles.yaml"), owner_uid=4000)
+    roles = parse_roles({}, "roles.yaml")
+    roles.four_eyes |= roles_four_eyes
+    d = ControlDesk(sock, core, ctx, store, roles, owner_uid=4000)
     answers: list[dict[str, Any]] = []
     # Answers are kept here instead of going to a connection.
     d._send = lambda req, body: answers.append(body)  # type: ignore[method-assign]
@@ -85,5 +88,26 @@ def test_a_rejected_request_is_dropped_and_a_new_desk_rebuilds_the_open_ones(tmp
         assert [(r.id, r.verb, r.user) for r in again.pending()] == [("R2", "cancel", "alice")]
         ask(d, "alice", "hold", "a")
         assert answers[-1]["pending"]["id"] == "R3"
+    finally:
+        close(d, store)
+
+
+def test_the_roles_file_may_name_four_eyes_verbs_for_every_run(tmp_path: Path, monkeypatch: Any) -> None:
+    import pytest
+
+    from wloadctl.access import load_roles
+    from wloadctl.errors import UsageError
+
+    monkeypatch.setenv("WLOADCTL_HOME", str(tmp_path))
+    (tmp_path / "roles.yaml").write_text("roles:\n  admin: {users: [ana]}\nfour_eyes: [kill, set-ok]\n")
+    assert load_roles().four_eyes == {"kill", "set-ok"}
+    (tmp_path / "roles.yaml").write_text("four_eyes: [kill, nuke]\n")
+    with pytest.raises(UsageError, match=r"roles.yaml: four_eyes: unknown verb 'nuke'"):
+        load_roles()
+    # A desk whose roles name set-ok makes it a request
+    d, store, answers = desk(tmp_path, roles_four_eyes=frozenset({"set-ok"}))
+    try:
+        ask(d, "alice", "set-ok", "b")
+        assert answers[-1]["pending"]["verb"] == "set-ok" and S(d.core.state[1]) is S.WAITING
     finally:
         close(d, store)
