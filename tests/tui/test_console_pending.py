@@ -43,6 +43,8 @@ async def test_the_approvals_screen_lists_what_waits_and_approves_the_row_under_
     app = fake_app(client)
     async with app.run_test(size=(130, 30)) as pilot:
         await loaded(pilot)
+        # The header says how many wait
+        await wait_for(pilot, lambda: "2 wait for approve (A)" in screen_text(app), what="the header's hint")
         # When the operator opens the approvals screen
         await pilot.press("A")
         screen = await wait_for(pilot, lambda: isinstance(app.screen, PendingScreen) and app.screen.keys
@@ -68,9 +70,10 @@ async def test_the_approvals_screen_lists_what_waits_and_approves_the_row_under_
         await wait_for(pilot, lambda: screen.keys == [], what="post_eod confirmed")
         assert client.sent[1][:2] == ("approve", ["post_eod"])
         assert "nothing waits for approve" in screen_text(app)
-        # Escape returns to the jobs
+        # Escape returns to the jobs, and the hint goes
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), what="the main screen")
+        await wait_for(pilot, lambda: "wait for approve" not in screen_text(app), what="no hint")
 
 
 async def test_a_read_only_console_lists_but_does_not_approve() -> None:

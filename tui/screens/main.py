@@ -201,6 +201,7 @@ class MainScreen(OperatorScreen):
         )
         header = self.query_one(RunHeader)
         header.held = held_ids(model, 3) if is_holding(model.counts) else []
+        header.approvals = getattr(app, "approvals", 0)
         header.show(app.info, summary, model.counts, status, now)
 
     def _refresh_nodes(self) -> None:
