@@ -33,6 +33,8 @@ IDLE_POLL = 2.0
 """Seconds between journal reads while no scheduler is live (offline verbs)."""
 STATUS_EVERY = 1.0
 """Seconds between readings of the executors' heartbeats."""
+DRILL_EVERY = 4
+"""Turns of the feed between looks for a new drill report in the journal (about a second while live)."""
 BATCH = 50_000
 """Transitions read from the journal at once."""
 
@@ -54,6 +56,7 @@ class Client(Protocol):
     def executors(self) -> list[dict[str, Any]]: ...
     def agents(self) -> list[dict[str, Any]]: ...
     def whoami(self) -> dict[str, Any]: ...
+    def last_drill(self) -> dict[str, Any] | None: ...
     def close(self) -> None: ...
 
 
@@ -209,6 +212,8 @@ class Feed:
         last_read = 0.0
         last_status = 0.0
         was_live: bool | None = None
+        drill_seen = self.clock()  # a drill of before the console opened is in `status`, not a note
+        turns = 0
         while not self.stop_event.is_set():
             now = self.clock()
             try:
@@ -233,6 +238,13 @@ class Feed:
                 if now - last_status >= STATUS_EVERY or live != was_live:
                     last_status, was_live = now, live
                     self.post(StatusChanged(self._status(client, header, now)))
+                turns += 1
+                if turns % DRILL_EVERY == 0:
+                    drill = client.last_drill()
+                    if drill is not None and drill["ts"] > drill_seen:
+                        drill_seen = drill["ts"]
+                        level = "information" if drill["ok"] else "warning"
+                        self.post(NoteAdded(Note(drill["summary"], level, now, ("scheduler",))))
             # Any failure (a journal being replaced, a board torn down mid-read) is
             # shown on screen and retried: the feed must outlive it.
             except Exception as e:

@@ -12,12 +12,22 @@ and from the plan's `roles:` section, which add up (the higher role wins):
 
 The run's owner (the uid that started it, i.e. the owner of its state directory) and root
 are admins whatever the mapping says. Anybody else without a mapping has no role.
+
+Callers through the broker are not Unix users of this host: `broker_users:` lists give roles
+to broker users (the user the broker authenticated, see wloadctl.remote.operators). The
+broker user the scheduler itself connects as owns the run there (an admin); any other broker
+caller is a viewer unless listed. A caller the broker does not vouch for (no per-user
+authentication) is `unauthenticated`, a viewer unless that name is listed:
+
+    roles:
+      operator: {broker_users: [alice]}
 """
 
 from __future__ import annotations
 
 import enum
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +85,8 @@ class RoleMap:
     """Role of each named user."""
     groups: dict[str, Role] = field(default_factory=dict)
     """Role of each member of a named group."""
+    broker_users: dict[str, Role] = field(default_factory=dict)
+    """Role of each broker user (`unauthenticated`: of callers the broker does not vouch for)."""
     source: list[str] = field(default_factory=list)
     """Where the mapping came from (files, the plan)."""
     four_eyes: set[str] = field(default_factory=set)
@@ -82,7 +94,8 @@ class RoleMap:
 
     def merge(self, other: RoleMap) -> None:
         """Add another mapping; where both name someone, the higher role wins."""
-        for mine, theirs in ((self.users, other.users), (self.groups, other.groups)):
+        for mine, theirs in ((self.users, other.users), (self.groups, other.groups),
+                             (self.broker_users, other.broker_users)):
             for k, r in theirs.items():
                 mine[k] = max(mine.get(k, Role.NONE), r)
         self.source.extend(other.source)
@@ -102,9 +115,35 @@ class RoleMap:
             best = max(best, self.groups.get(g, Role.NONE))
         return best
 
+    def broker_role(self, user: str | None, owner: str | None) -> Role:
+        """The role of a caller through the broker.
+
+        Args:
+            user: The broker user the broker vouches for; None when it vouches for nobody.
+            owner: The broker user the scheduler connects as (None: it connects as nobody in particular).
+
+        Returns:
+            Admin for the owner; else the role `broker_users` gives the user (or `unauthenticated`),
+            at least viewer.
+        """
+        if user is not None and owner is not None and user == owner:
+            return Role.ADMIN
+        return max(Role.VIEWER, self.broker_users.get(UNAUTHENTICATED if user is None else user, Role.NONE))
+
+
+UNAUTHENTICATED = "unauthenticated"
+"""The name of a caller through the broker that the broker does not vouch for (in audits and `broker_users`)."""
+_HOST_DROP = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+def unauthenticated_name(claimed: str) -> str:
+    """`unauthenticated@HOST` for a request claiming to be `NAME@HOST` (the name is dropped, the host kept)."""
+    host = _HOST_DROP.sub("", claimed.rpartition("@")[2])[:64] or "?"
+    return f"{UNAUTHENTICATED}@{host}"
+
 
 def parse_roles(obj: Any, where: str) -> RoleMap:
-    """Read a `roles:` mapping (role -> {users: [...], groups: [...]}).
+    """Read a `roles:` mapping (role -> {users: [...], groups: [...], broker_users: [...]}).
 
     Raises:
         UsageError: the mapping is malformed; the message names `where` and the bad entry.
@@ -119,9 +158,10 @@ def parse_roles(obj: Any, where: str) -> RoleMap:
         role = names.get(str(key))
         if role is None:
             raise UsageError(f"{where}: unknown role '{key}'", hint=f"roles: {', '.join(names)}")
-        if not isinstance(spec, Mapping) or set(spec) - {"users", "groups"}:
-            raise UsageError(f"{where}: role '{key}' takes a mapping with `users:` and/or `groups:` lists")
-        for kind, into in (("users", out.users), ("groups", out.groups)):
+        if not isinstance(spec, Mapping) or set(spec) - {"users", "groups", "broker_users"}:
+            raise UsageError(f"{where}: role '{key}' takes a mapping with `users:`, `groups:` and/or "
+                             "`broker_users:` lists")
+        for kind, into in (("users", out.users), ("groups", out.groups), ("broker_users", out.broker_users)):
             vals = spec.get(kind) or []
             if isinstance(vals, str):
                 vals = [vals]

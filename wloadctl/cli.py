@@ -247,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_broker_args(p, streams=False)
     add_agents_args(p)
+    p = sub.add_parser("drill", help="failover and agent-loss drills on a live run, measured and journaled")
+    from wloadctl.cli_drill import add_drill_args
+
+    add_drill_args(p)
     p = sub.add_parser("runs", help="every run under a root directory, live or finished")
     p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
                    "~/.local/state/wloadctl)")
@@ -411,6 +415,14 @@ def cmd_agents(a: argparse.Namespace) -> int:
     from wloadctl.remote.agents import agents_command
 
     return agents_command(a)
+
+
+def cmd_drill(a: argparse.Namespace) -> int:
+    from wloadctl.cli_drill import drill_command
+
+    return drill_command(a, _reader_dir(a.state_dir))
+
+
 def cmd_host(a: argparse.Namespace) -> int:
     from wloadctl.cli_host import host_command
 
@@ -509,6 +521,7 @@ COMMANDS: dict[str, Any] = {
     "completion": cmd_completion,
     "doctor": cmd_doctor,
     "runs": cmd_runs,
+    "drill": cmd_drill,
     "host": cmd_host,
     "_complete-jobs": cmd_complete_jobs,
     **{v: cmd_verb for v in VERB_COMMANDS},

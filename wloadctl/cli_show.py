@@ -50,6 +50,8 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(f"LATE ({len(late)}): {', '.join(late[:20])}{' ...' if len(late) > 20 else ''}")
         if risk:
             print(f"AT_RISK ({len(risk)}): {', '.join(risk[:20])}{' ...' if len(risk) > 20 else ''}")
+    if st.get("last_drill"):
+        print(f"last drill ({_ts(st['last_drill']['ts'])}, {st['last_drill']['user']}): {st['last_drill']['summary']}")
     for e in st["executors"]:
         print(f"  executor {e['executor']}: pid {e['pid']} {e['health']}, beat {e['beat_age']:.1f}s ago, "
               f"running {e['running']}/{e['slots']}, load {e['load1']}, rss {e['rss_kb'] // 1024} MiB")
@@ -137,7 +139,10 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
         print("  downstream: " + (", ".join(data["downstream"]) or "-"))
     else:
         for x in data:
-            ok = "applied" if x["applied"] else "pending" if x["outcome"].startswith("pending R") else "refused"
+            if x["verb"] == "drill":
+                ok = "passed" if x["applied"] else "failed"
+            else:
+                ok = "applied" if x["applied"] else "pending" if x["outcome"].startswith("pending R") else "refused"
             print(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
                   + (f"  reason: {x['reason']}" if x["reason"] else ""))
     return 0

@@ -251,6 +251,7 @@ class RunClient:
             "executors": self.executors() if live else [],
             "agents": self.agents() if live else [],
             "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
+            "last_drill": self.last_drill(),
         }
 
     def held(self, states: bytes | None = None, limit: int = 50) -> list[str]:
@@ -336,6 +337,11 @@ class RunClient:
 
     def whoami(self) -> dict[str, Any]:
         """This user's name, role and allowed verbs in the run (the console greys the rest)."""
+        if self.broker is not None:
+            # Through the broker the scheduler decides who this is (the broker user), not this host.
+            rep = self._ask_broker({"verb": "whoami", "jobs": [], "user": _user()})
+            if rep is not None:
+                return rep
         if self.is_live() or self._listening():
             try:
                 return self._ask({"verb": "whoami", "jobs": []})
@@ -598,6 +604,12 @@ class RunClient:
             action = f"{when} {row[3]} {row[4]} {row[5]}" if row else "row missing"
             out["broken"] = {"run": names.get(run, str(run)), "seq": seq, "problem": problem, "action": action}
         return out
+
+    def last_drill(self) -> dict[str, Any] | None:
+        """The run's latest drill report ({"ts", "user", "ok", "summary"}), None when it had none."""
+        from wloadctl.drillreport import last_drill
+
+        return last_drill(self.store, self.run.id)
 
     def actions(self) -> list[dict[str, Any]]:
         """The run's audit trail."""

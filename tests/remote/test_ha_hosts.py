@@ -14,7 +14,7 @@ from tests.integration.helpers import cli, wait_for
 from tests.pgserver import PrivateServer
 from tests.remote.conftest import NatsServer, free_port, nats_server_binary
 from tests.remote.nodes import Node, SchedulerHost, unshare_available
-from tests.remote.test_agent_runs import plan_file
+from tests.remote.test_agent_runs import TRUSTING, plan_file
 from wloadctl.core.states import JobState
 from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.link import BrokerLink
@@ -103,7 +103,8 @@ def wide_plan(tmp: Path, out: Path, gated: bool = False) -> Path:
     if gated:
         jobs["a09"]["gate"] = str(tmp / "a09.go")  # `a10` stays ahead until the test opens it
     jobs["last"] = {"pool": "etl", "depends_on": ["a11", "b11", "long"]}
-    return plan_file(tmp / "plan.yaml", out, jobs, name="hosts")
+    # The test's broker authenticates nobody: its callers are operators only because the plan says so.
+    return plan_file(tmp / "plan.yaml", out, jobs, name="hosts", extra=TRUSTING)
 
 
 def test_kill_9_of_the_active_host_the_standby_takes_over_and_every_job_runs_once_with_operators_on_any_host(

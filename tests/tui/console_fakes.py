@@ -132,6 +132,7 @@ class FakeClient:
     )
     closed: bool = False
     role: str = "admin"
+    drill: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self._plan = load_plan_text(PLAN_TEXT, "eod_mini.yaml")
@@ -208,6 +209,9 @@ class FakeClient:
                 ]
             )
         return {"ok": all(r[1] for r in results), "results": results, "live": self.live}
+
+    def last_drill(self) -> dict[str, Any] | None:
+        return self.drill
 
     def whoami(self) -> dict[str, Any]:
         from wloadctl.access import Role, allowed_verbs

@@ -177,6 +177,6 @@ class Plan:
     limits: str = "claim"
     """`claim`: cpu/memory only decide where and when a job starts; `enforce`: also cgroup limits."""
     roles: dict[str, dict[str, list[str]]] | None = None
-    """Roles of Unix users and groups in the run (wloadctl.access), added to the config file's."""
+    """Roles of Unix users and groups, and of broker users, in the run (wloadctl.access), added to the config file's."""
     four_eyes: tuple[str, ...] = ()
     """Operator verbs that need a second person's `approve` on every job of the run (four eyes)."""

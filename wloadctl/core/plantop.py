@@ -21,15 +21,16 @@ def read_limits(entry: Entry) -> str:
 
 
 def read_roles(entry: Entry) -> dict[str, dict[str, list[str]]]:
-    """`roles`: role -> {users: [...], groups: [...]}."""
+    """`roles`: role -> {users: [...], groups: [...], broker_users: [...]}."""
     out: dict[str, dict[str, list[str]]] = {}
     for role, item in mapping(entry, "roles").items():
         if role not in ROLE_NAMES:
             raise FieldError(f"unknown role '{role}' under roles", item[1], f"roles: {', '.join(ROLE_NAMES)}")
         out[role] = {}
         for kind, names in mapping(item, f"roles.{role}").items():
-            if kind not in ("users", "groups") or type(names[0]) is not list:
-                raise FieldError(f"roles.{role} takes `users:` and `groups:` lists, not {kind!r}", names[1],
+            if kind not in ("users", "groups", "broker_users") or type(names[0]) is not list:
+                raise FieldError(f"roles.{role} takes `users:`, `groups:` and `broker_users:` lists, not {kind!r}",
+                                 names[1],
                                  "write admin: {groups: [batchadm]}")
             out[role][kind] = [text_of(n, f"roles.{role}.{kind}") for n in names[0]]
     return out

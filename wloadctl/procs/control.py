@@ -9,16 +9,14 @@ person (four eyes, wloadctl.core.foureyes) waits as a pending request until anot
 
 from __future__ import annotations
 
-import grp
 import json
 import os
-import pwd
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wloadctl.access import Role, RoleMap, allowed_verbs, load_roles, needed, refusal
+from wloadctl.access import Role, RoleMap, allowed_verbs, load_roles, needed, refusal, unauthenticated_name
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.explain import why
@@ -37,6 +35,7 @@ from wloadctl.ipc.ctlsock import ControlSocket, Peer
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
     from wloadctl.procs.runctx import RunContext
+    from wloadctl.remote.operators import OperatorGate
     from wloadctl.store import Store
 
 _RESPOND = "_respond"
@@ -62,6 +61,8 @@ class ControlDesk:
         """Who has which role besides the run's owner and root."""
         self.owner_uid = os.stat(ctx.state_dir).st_uid if owner_uid is None else owner_uid
         """The run's owner (the owner of its state directory): an admin."""
+        self.gate: OperatorGate | None = None
+        """Who is believed on the run's broker subjects (set when the run has a broker)."""
         self.waiting: deque[dict[str, Any]] = deque()
         """Requests fed to the core whose Reply has not come out yet (FIFO, same order)."""
         self.four_eyes: frozenset[str] = frozenset(getattr(ctx.plan, "four_eyes", ())) | self.roles.four_eyes
@@ -85,13 +86,14 @@ class ControlDesk:
         for conn, peer, req in self.ctl.ready(fd):
             self._handle(conn, peer, req, now)
 
-    def take(self, data: bytes, respond: Callable[[bytes], None], now: float) -> None:
+    def take(self, data: bytes, respond: Callable[[bytes], None], now: float, subject: str = "") -> None:
         """A request from another host (through the broker): handled like the socket's, answered by `respond`.
 
-        No kernel vouches for a caller on another host: the request names its user (`NAME@HOST`) and
-        whoever may publish on the broker's operator subjects may name any. With no roles given to
-        anyone besides the owner, the installation has one operator identity and a caller through
-        its broker acts as the owner (an admin); with roles, the caller has the role of its name.
+        No kernel vouches for a caller on another host; the broker does, through the subject the
+        request came on (see wloadctl.remote.operators): a broker user of an authenticating broker
+        is `broker:USER`, with the role `broker_users` gives them (the scheduler's own broker user
+        is the run's owner there: an admin). Anyone else is `unauthenticated@HOST`, a viewer
+        unless the roles say otherwise; the name the request carries is never believed.
         """
         try:
             req = json.loads(data)
@@ -102,14 +104,14 @@ class ControlDesk:
         req.pop("reply", None)
         req.pop("conn", None)
         req[_RESPOND] = respond
-        user = str(req.get("user", ""))
-        name = user.split("@", 1)[0]
-        uid, groups = _named(name)
-        if self.roles.grants_others:
-            role = self.roles.role_of(uid, name, groups, self.owner_uid)
+        claimed = str(req.get("user", ""))
+        if self.gate is not None:
+            broker_user, user = self.gate.caller(subject, claimed)
+            owner = self.gate.owner
         else:
-            role = Role.ADMIN
-        self._apply({**req, "user": user}, uid, role, now)
+            broker_user, user, owner = None, unauthenticated_name(claimed), None
+        role = self.roles.broker_role(broker_user, owner)
+        self._apply({**req, "user": user, "claimed": claimed}, -1, role, now)
 
     def close(self) -> None:
         """Stop listening (the socket file goes: no scheduler answers there any more)."""
@@ -229,7 +231,10 @@ class ControlDesk:
     def _journal(self, req: dict[str, Any], job: str, outcome: str, applied: bool) -> None:
         user, verb, reason = str(req.get("user", "")), str(req.get("verb", "")), str(req.get("reason", ""))
         self.store.record_action(self.ctx.run.id, user, verb, job[:4000], reason, outcome, applied, time.time())
-        self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied)
+        # What a request through the broker said it was goes to the event log only, marked as a claim.
+        claim = {"claimed": str(req["claimed"])} if "claimed" in req else {}
+        self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied,
+                             **claim)
 
     def _send(self, req: dict[str, Any], body: dict[str, Any]) -> None:
         respond = req.get(_RESPOND)
@@ -242,18 +247,3 @@ class ControlDesk:
             return
         body["id"] = req.get("id")
         self.ctl.answer(int(conn), body)
-
-
-def _named(name: str) -> tuple[int, frozenset[str]]:
-    """The uid and group names of a user of this host by name (-1 and none when it has no such user)."""
-    try:
-        pw = pwd.getpwnam(name)
-    except KeyError:
-        return -1, frozenset()
-    names = set()
-    for g in os.getgrouplist(name, pw.pw_gid):
-        try:
-            names.add(grp.getgrgid(g).gr_name)
-        except KeyError:
-            names.add(str(g))
-    return pw.pw_uid, frozenset(names)

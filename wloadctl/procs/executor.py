@@ -27,6 +27,7 @@ from wloadctl.ipc.shm import (
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import JobTrees, detect, joining
 from wloadctl.procs.spawning import Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
+from wloadctl.procs.userfiles import JobFiles
 
 BEAT_INTERVAL = 0.25
 """Seconds between heartbeats on the executor board."""
@@ -65,6 +66,8 @@ class Running:
     """CPUs it holds on this executor."""
     memory: int = 0
     """MiB it holds on this executor."""
+    files: JobFiles | None = None
+    """The result and checkpoint directory of a `run_as` job (read back when it ends)."""
 
 
 @dataclass
@@ -283,19 +286,25 @@ class Executor:
         join = self.trees.prepare(rec.task, rec.attempt, env, cpu, mem, bool(p.extra and p.extra.get("enforce")))
         if join and not run_as:
             argv = joining(join, argv)
+        files: JobFiles | None = None
         try:
+            if run_as:
+                # The run's folders are not the user's: the job writes in a directory of its own.
+                files = JobFiles.make(run_as, env, self.run_id)
             log_fd = spawner.open_log(p.log_path)
             proc = spawner.spawn(argv, env, p.cwd, log_fd, run_as=run_as, join=join)
         except OSError as e:
             if log_fd >= 0:
                 os.close(log_fd)
+            if files is not None:
+                files.discard()
             self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
                                     f"{e.strerror or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
         self.trees.leaders.add(proc.pid)
         r = Running(rec, proc, pidfd, now, p.log_path, log_fd, now + p.timeout if p.timeout else None, cpu=cpu,
-                    memory=mem)
+                    memory=mem, files=files)
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
         self._emit(P.ResultRecord(P.RES_STARTED, 0, self.index, rec.task, rec.attempt, 0, 0, rec.epoch,
@@ -318,6 +327,8 @@ class Executor:
         # Whatever the job left, in its group or out of it, ends with it.
         self.trees.leaders.discard(r.proc.pid)
         self.trees.end(r.rec.task, r.rec.attempt, r.proc.pid)
+        if r.files is not None:
+            r.files.collect()  # before the exit report: the scheduler reads the result when it gets it
         sig = -rc if rc < 0 else 0
         code = 128 + sig if sig else rc
         tail = tail_of(r.log_fd, r.log_path, TAIL_BYTES)
@@ -396,6 +407,8 @@ class Executor:
                 _killpg(r.proc.pid, signal.SIGKILL)
             reap(r.proc)
             self.trees.end(r.rec.task, r.rec.attempt, r.proc.pid)
+            if r.files is not None:
+                r.files.collect()
             os.close(r.pidfd)
             os.close(r.log_fd)
         self.running.clear()

@@ -16,18 +16,19 @@ from wloadctl.core.plan import JobSpec, Plan
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.ipc import protocol as P
 from wloadctl.paths import log_name, log_path, result_name, result_path, run_dirs
+from wloadctl.procs.userfiles import read_regular
 from wloadctl.store import RunRow, Store
 
 _STATE_NAMES = [s.name for s in JobState]
 
 
 def read_small(path: Path | str, limit: int = 4096) -> str:
-    """A small text file's content ('' when missing); bigger files are cut to `limit` bytes."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
+    """A small text file's content ('' when missing); bigger files are cut to `limit` bytes.
+
+    A job writes these files: a symlink, a FIFO or anything but a regular file reads as ''.
+    """
+    data = read_regular(str(path), limit)
+    return "" if data is None else data.decode("utf-8", "replace").strip()
 
 
 def read_result(path: Path) -> dict[str, object]:

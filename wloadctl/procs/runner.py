@@ -38,6 +38,7 @@ from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby
+from wloadctl.procs.userfiles import remove_job_dirs
 from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.store import RunRow, Store, journal_exists
 
@@ -444,6 +445,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                         ctx.reap_hooks(wait=5.0)
                         objs.remove()
                         remove_run_groups(run.run_id)
+                        remove_job_dirs(run.run_id)
                     events.close()
         finally:
             _restore_signals(stop_signals)

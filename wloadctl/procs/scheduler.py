@@ -103,7 +103,10 @@ class SchedulerLoop:
         core, local, remote = self.core, self.local, self.remote
         self.lease_renewed = time.time()
         if remote is not None:
+            from wloadctl.remote.operators import OperatorGate
+
             remote.on_op = desk.take  # verbs of operators on other hosts, through the broker
+            desk.gate = OperatorGate.of(remote.link, remote.subjects, remote.run_id)
         self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
         meter = self.meter = self.meter or PipelineMeter(self.ctx.state_dir, self.ctx.run_id, self.ctx.epoch)
         poller = select.poll()
