@@ -8,6 +8,7 @@ and from the plan's `roles:` section, which add up (the higher role wins):
       admin:    {groups: [batchadm], users: [alice]}
       operator: {groups: [batchops]}
       viewer:   {groups: [staff]}
+    four_eyes: [kill, set-ok]     # config file only: verbs that need a second person's approve
 
 The run's owner (the uid that started it, i.e. the owner of its state directory) and root
 are admins whatever the mapping says. Anybody else without a mapping has no role.
@@ -55,9 +56,10 @@ class Role(enum.IntEnum):
 
 VERB_ROLE: dict[str, Role] = {
     "ping": Role.VIEWER, "whoami": Role.VIEWER, "why": Role.VIEWER, "status": Role.VIEWER,
-    "logs": Role.VIEWER, "console": Role.VIEWER,
+    "logs": Role.VIEWER, "console": Role.VIEWER, "pending": Role.VIEWER,
     "hold": Role.OPERATOR, "release": Role.OPERATOR, "retry": Role.OPERATOR, "rerun": Role.OPERATOR,
     "kill": Role.ADMIN, "set-ok": Role.ADMIN, "skip": Role.ADMIN, "cancel": Role.ADMIN, "approve": Role.ADMIN,
+    "reject": Role.ADMIN,
 }
 """The least role each verb needs; a verb not listed needs admin."""
 
@@ -87,6 +89,8 @@ class RoleMap:
     """Role of each broker user (`unauthenticated`: of callers the broker does not vouch for)."""
     source: list[str] = field(default_factory=list)
     """Where the mapping came from (files, the plan)."""
+    four_eyes: set[str] = field(default_factory=set)
+    """Verbs the config file's `four_eyes:` makes need a second person's approve in every run."""
 
     def merge(self, other: RoleMap) -> None:
         """Add another mapping; where both name someone, the higher role wins."""
@@ -95,6 +99,7 @@ class RoleMap:
             for k, r in theirs.items():
                 mine[k] = max(mine.get(k, Role.NONE), r)
         self.source.extend(other.source)
+        self.four_eyes |= other.four_eyes
 
     @property
     def grants_others(self) -> bool:
@@ -167,6 +172,23 @@ def parse_roles(obj: Any, where: str) -> RoleMap:
     return out
 
 
+def parse_four_eyes(obj: Any, where: str) -> set[str]:
+    """A roles file's `four_eyes:` list of verbs that need a second person's approve.
+
+    Raises:
+        UsageError: not a list of known verbs; the message names `where` and the bad entry.
+    """
+    from wloadctl.core.verbs import FOUR_EYES_VERBS
+
+    hint = f"verbs: {', '.join(FOUR_EYES_VERBS)}"
+    if not isinstance(obj, list):
+        raise UsageError(f"{where}: four_eyes must be a list of verbs", hint=hint)
+    for v in obj:
+        if v not in FOUR_EYES_VERBS:
+            raise UsageError(f"{where}: four_eyes: unknown verb '{v}'", hint=hint)
+    return {str(v) for v in obj}
+
+
 def config_paths() -> list[Path]:
     """Where roles config files are looked for, in order."""
     home = os.environ.get("WLOADCTL_HOME")
@@ -192,7 +214,11 @@ def load_roles(plan_roles: Any = None, plan_path: str = "plan") -> RoleMap:
         except (yaml.YAMLError, UnicodeDecodeError, OSError) as exc:
             raise UsageError(f"{p}: not a readable YAML roles file: {str(exc).splitlines()[0]}") from None
         body = doc.get("roles") if isinstance(doc, dict) and "roles" in doc else doc
+        if isinstance(body, dict) and body is doc:
+            body = {k: v for k, v in body.items() if k != "four_eyes"}  # the file is the mapping, besides four_eyes
         out.merge(parse_roles(body, str(p)))
+        if isinstance(doc, dict) and "four_eyes" in doc:
+            out.four_eyes |= parse_four_eyes(doc["four_eyes"], str(p))
         break
     if plan_roles is not None:
         out.merge(parse_roles(plan_roles, f"{plan_path}: roles"))

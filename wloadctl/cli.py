@@ -174,6 +174,23 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
         if verb == "rerun":
             p.add_argument("--downstream", action="store_true", help="also rerun everything that depends on it")
+    p = sub.add_parser("approve", help="apply another person's pending request (ID), or let jobs waiting for "
+                       "confirmation start (JOB)")
+    p.add_argument("jobs", nargs="+", metavar="ID|JOB")
+    p.add_argument("--reason", default="")
+    _state_dir_arg(p)
+    _verb_broker_arg(p)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("reject", help="drop a pending request (ID) that needs a second person")
+    p.add_argument("jobs", nargs=1, metavar="ID")
+    p.add_argument("--reason", default="")
+    _state_dir_arg(p)
+    _verb_broker_arg(p)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("pending", help="requests waiting for a second person's approve, and jobs waiting for "
+                       "confirmation")
+    _state_dir_arg(p)
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("cancel", help="drain the run: nothing new starts")
     p.add_argument("--reason", default="")
     _state_dir_arg(p)
@@ -486,6 +503,9 @@ COMMANDS: dict[str, Any] = {
     "status": cmd_status,
     "top": cmd_top,
     "cancel": cmd_verb,
+    "approve": cmd_verb,
+    "reject": cmd_verb,
+    "pending": cmd_read,
     "why": cmd_read,
     "history": cmd_read,
     "lineage": cmd_read,

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from wloadctl.remote.operators import OperatorLink
     from wloadctl.turns import JobColumns
 
-VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel")
+VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel", "approve")
 """Operator verbs (the core's wloadctl.core.verbs.VERBS, repeated here to keep imports light; a test checks)."""
 
 REPLY_TIMEOUT = 10.0
@@ -243,7 +243,8 @@ class RunClient:
         return {
             "run": self.run.run_id, "plan": self.run.plan_name, "business_date": self.run.business_date,
             "status": self.run.status if not live else ("holding" if holding else "running"), "live": live or far,
-            "held": self.held(states if live else None) if counts.get("HELD") else [],
+            "held": (held := self.held(states if live else None) if counts.get("HELD") else []),
+            "confirm": self.awaiting_confirmation(held), "pending": self.pending_requests(),
             "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
             "scheduler_pid": h.scheduler_pid if h else (self.run.scheduler_pid if far else None),
             "scheduler_host": self.store.holder_host(self.run.id) if far else None,
@@ -279,6 +280,24 @@ class RunClient:
             k = states.find(JobState.HELD, k + 1)
         return out
 
+    def awaiting_confirmation(self, held: list[str]) -> list[str]:
+        """Those of `held` that wait for an operator's approve (`confirm: true`)."""
+        if not held:
+            return []
+        jobs = self.plan().jobs
+        return [j for j in held if j in jobs and jobs[j].confirm]
+
+    def pending_requests(self) -> list[dict[str, Any]]:
+        """Verbs waiting for a second person's approve (four eyes), oldest first, from the journal."""
+        from wloadctl.core.foureyes import PendingBook
+
+        return PendingBook.from_actions(self.store.actions(self.run.id)).listing()
+
+    def pending(self) -> dict[str, Any]:
+        """What waits for an operator's approve: requests for a second person, and confirmation jobs."""
+        return {"run": self.run.run_id, "requests": self.pending_requests(),
+                "confirm": self.awaiting_confirmation(self.held(limit=1000))}
+
     def flags(self) -> dict[str, str]:
         """Jobs flagged AT_RISK or LATE during the run (job -> its latest flag)."""
         out: dict[str, str] = {}
@@ -299,7 +318,7 @@ class RunClient:
             UsageError: unknown verb.
             ControlError: the verb cannot be applied at all (no live scheduler for kill/cancel).
         """
-        if verb not in VERBS and verb not in ("why", "ping", "whoami"):
+        if verb not in VERBS and verb not in ("why", "ping", "whoami", "reject", "pending"):
             raise UsageError(f"unknown verb '{verb}'", hint=f"verbs: {', '.join(VERBS)}, why")
         req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": _user()}
         if self.broker is not None:
@@ -310,7 +329,7 @@ class RunClient:
             if self.leased():
                 raise ControlError(f"no answer through the broker from the scheduler of run {self.run.run_id} "
                                    f"within {REPLY_TIMEOUT:.0f}s", hint="check it with `wloadctl status`")
-        if self.is_live():
+        if self.is_live() or self._listening():
             try:
                 rep = self._ask(req)
                 rep["live"] = True
@@ -319,6 +338,11 @@ class RunClient:
                 if self.is_live():
                     raise
         return self._offline(req)
+
+    def _listening(self) -> bool:
+        """Whether the run's control socket is there: the run of another user, whose board is theirs alone,
+        is live when its scheduler answers on it (a socket left by a crashed one refuses the connection)."""
+        return ctlsock.socket_path(self.state_dir).exists()
 
     def _ask(self, req: dict[str, Any]) -> dict[str, Any]:
         # The scheduler takes the caller's identity from the socket (SO_PEERCRED), not from `user`.
@@ -331,7 +355,7 @@ class RunClient:
             rep = self._ask_broker({"verb": "whoami", "jobs": [], "user": _user()})
             if rep is not None:
                 return rep
-        if self.is_live():
+        if self.is_live() or self._listening():
             try:
                 return self._ask({"verb": "whoami", "jobs": []})
             except TransportError:
@@ -359,6 +383,7 @@ class RunClient:
     def _offline(self, req: dict[str, Any]) -> dict[str, Any]:
         from wloadctl.core.events import OperatorEvent
         from wloadctl.core.explain import why as explain
+        from wloadctl.core.foureyes import PendingBook, needs_second, pending_outcome
         from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs
 
         verb = req["verb"]
@@ -371,6 +396,10 @@ class RunClient:
                 st.record_action(self.run.id, req["user"], verb, "; ".join(req["jobs"]) or "*", req["reason"],
                                  msg, False)
             return {"ok": False, "error": msg, "refused": True, "live": False}
+        if verb in ("approve", "reject", "pending"):
+            settled = self._offline_settle(req)
+            if settled is not None:
+                return settled
         if verb not in MUTATING_OFFLINE and verb != "why":
             raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
                                hint="resume the run with `wloadctl resume --state-dir DIR`")
@@ -389,6 +418,15 @@ class RunClient:
                     return {"ok": False, "error": msg, "unknown": unknown, "live": False}
                 if verb == "why":
                     return {"ok": True, "why": [explain(core, i, time.time()) for i in idx[:20]], "live": False}
+                second = frozenset(core.plan.four_eyes) | access.load_roles().four_eyes
+                if not req.get("approved") and needs_second(verb, (core.specs[i] for i in idx), second):
+                    book = PendingBook.from_actions(st.actions(run.id))
+                    p = book.open(verb, req["jobs"], req["user"], req["reason"], time.time(), bool(req["downstream"]))
+                    st.record_action(run.id, req["user"], verb, "; ".join(req["jobs"]) or "*", req["reason"],
+                                     pending_outcome(p), False)
+                    return {"ok": True, "verb": verb, "pending": p.as_dict(), "results": [], "live": False,
+                            "message": f"{p.id}: {verb} needs a second person: another admin's "
+                                       f"`wloadctl approve {p.id}` applies it, `wloadctl reject {p.id}` drops it"}
                 core.paused = True  # nothing is dispatched from here; a resume runs what becomes READY
                 cmds = core.handle(OperatorEvent(verb, tuple(idx), time.time(), user=req["user"],
                                                  reason=req["reason"], downstream=bool(req["downstream"]),
@@ -414,6 +452,40 @@ class RunClient:
                 return {"ok": ok, "verb": verb, "results": results, "live": False}
         finally:
             lock.close()
+
+    def _offline_settle(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        """pending, and approve/reject of a request id, on the journal of a run with no live scheduler.
+
+        Returns None for `approve JOB` (a confirmation job): that is a verb like the others.
+        """
+        from wloadctl.core.foureyes import PendingBook, judge, settle_word, settled_outcome
+        from wloadctl.core.verbs import MUTATING_OFFLINE
+
+        verb, user = req["verb"], req["user"]
+        if verb == "pending":
+            return {"ok": True, "requests": self.pending_requests(), "live": False}
+        with Store.open(self.state_dir, create=False) as st:
+            book = PendingBook.from_actions(st.actions(self.run.id))
+            p, err = judge(verb, req["jobs"], user, book, lambda n: self.index_of(n) is not None)
+            if p is None and err is None:
+                return None
+            if p is not None and verb == "approve" and p.verb not in MUTATING_OFFLINE:
+                raise ControlError(f"{p.verb} needs a live scheduler and run {self.run.run_id} has none",
+                                   hint=f"resume the run, then `wloadctl approve {p.id}`")
+            if p is None:
+                st.record_action(self.run.id, user, verb, "; ".join(req["jobs"]) or "*", req["reason"], str(err),
+                                 False)
+                return {"ok": False, "error": err, "live": False}
+            word = settle_word(verb, p, user)
+            st.record_action(self.run.id, user, verb, p.id, req["reason"], settled_outcome(word, p, user), True)
+        if verb == "reject":
+            return {"ok": True, "verb": verb, "results": [], "live": False,
+                    "message": f"{p.id} {word}: {p.describe()} will not be applied"}
+        why_ = f"{p.reason}; " if p.reason else ""
+        rep = self._offline({**req, "verb": p.verb, "jobs": list(p.jobs), "downstream": p.downstream,
+                             "approved": p.id, "reason": f"{why_}{p.id} asked by {p.user}, approved by {user}"})
+        rep["approved"] = p.id
+        return rep
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ class MainScreen(OperatorScreen):
         Binding("2", "pane('nodes')", "Nodes pane", show=False),
         Binding("3", "pane('sla')", "SLA pane", show=False),
         Binding("P", "pipeline", "Pipeline", show=False),
+        Binding("A", "pending", "Approvals (pending requests)", show=False),
         Binding("T", "timeline", "Timeline (past states)", show=False),
         Binding(
             "plus,equals_sign",
@@ -201,6 +202,7 @@ class MainScreen(OperatorScreen):
         )
         header = self.query_one(RunHeader)
         header.held = held_ids(model, 3) if is_holding(model.counts) else []
+        header.approvals = getattr(app, "approvals", 0)
         header.show(app.info, summary, model.counts, status, now)
 
     def _refresh_nodes(self) -> None:
@@ -318,6 +320,12 @@ class MainScreen(OperatorScreen):
         from tui.screens.pipeline import PipelineScreen
 
         self.app.push_screen(PipelineScreen())
+
+    def action_pending(self) -> None:
+        """Requests waiting for a second person and jobs waiting for confirmation: approve or reject them."""
+        from tui.screens.pending import PendingScreen
+
+        self.app.push_screen(PendingScreen())
 
     def action_timeline(self) -> None:
         """Scrub the run's timeline, the DAG centred on the job under the cursor."""

@@ -55,6 +55,8 @@ class RunHeader(Widget):
         """First held jobs, named while the run only waits for their release."""
         self.mode = ""
         """"read-only" or "" (shown so an operator knows why keys do nothing)."""
+        self.approvals = 0
+        """Requests and confirmation jobs waiting for an operator's approve (`A` lists them)."""
 
     def show(
         self,
@@ -112,6 +114,8 @@ class RunHeader(Widget):
             out.append("STOPPED, NO SCHEDULER", tone_style(self, "bad"))
         if self.mode:
             out.append(f"  [{self.mode}]", tone_style(self, "warn"))
+        if self.approvals:
+            out.append(f"  {self.approvals} wait for approve (A)", tone_style(self, "warn"))
         # The rest goes in while it fits, most useful first: narrow loses the run id.
         room = self.size.width - out.cell_len
         extras = [f"  {fmt_duration(s.elapsed)} elapsed"]

@@ -2,7 +2,9 @@
 
 Requests come over the state directory's Unix socket (wloadctl.ipc.ctlsock); the caller's
 identity is what the kernel says (SO_PEERCRED), and its role (wloadctl.access) decides whether
-the verb is applied. Refusals are journaled like any other action.
+the verb is applied. Refusals are journaled like any other action. A verb that needs a second
+person (four eyes, wloadctl.core.foureyes) waits as a pending request until another user's
+`approve` applies it or a `reject` drops it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ from wloadctl.access import Role, RoleMap, allowed_verbs, load_roles, needed, re
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.explain import why
+from wloadctl.core.foureyes import (
+    PendingBook,
+    PendingRequest,
+    judge,
+    needs_second,
+    pending_outcome,
+    settle_word,
+    settled_outcome,
+)
 from wloadctl.core.verbs import VERBS, resolve_jobs
 from wloadctl.ipc.ctlsock import ControlSocket, Peer
 
@@ -54,6 +65,10 @@ class ControlDesk:
         """Who is believed on the run's broker subjects (set when the run has a broker)."""
         self.waiting: deque[dict[str, Any]] = deque()
         """Requests fed to the core whose Reply has not come out yet (FIFO, same order)."""
+        self.four_eyes: frozenset[str] = frozenset(getattr(ctx.plan, "four_eyes", ())) | self.roles.four_eyes
+        """Verbs the plan or the roles config make need a second person's approve on every job."""
+        self.book = PendingBook.from_actions(store.actions(ctx.run.id))
+        """Requests waiting for a second person (rebuilt from the journal's actions)."""
 
     @classmethod
     def open(cls, core: SchedulerCore, ctx: RunContext, store: Store) -> ControlDesk:
@@ -131,19 +146,66 @@ class ControlDesk:
         if verb == "ping":
             self._send(req, {"ok": True, "pid": self.ctx.run.scheduler_pid, "epoch": self.ctx.epoch})
             return
+        if verb == "pending":
+            self._send(req, {"ok": True, "requests": self.book.listing()})
+            return
+        if verb in ("approve", "reject"):
+            asked, bad = judge(verb, names, user, self.book, lambda n: n in core.index)
+            if bad is not None:
+                self._refuse(req, "; ".join(names) or "*", bad)
+                return
+            if asked is not None:
+                self._settle(req, role, asked, now)
+                return
         if verb not in VERBS:
             self._send(req, {"ok": False, "error": f"unknown verb '{verb}'; verbs: {', '.join(VERBS)}"})
             return
         idx, unknown = resolve_jobs(core, names)
         if unknown and verb != "cancel":
-            msg = f"unknown job(s): {', '.join(unknown)}"
-            self._journal(req, "; ".join(unknown), msg, False)
-            self._send(req, {"ok": False, "error": msg, "unknown": unknown})
+            self._refuse(req, "; ".join(unknown), f"unknown job(s): {', '.join(unknown)}", unknown=unknown)
+            return
+        if not req.get("approved") and needs_second(verb, (core.specs[i] for i in idx), self.four_eyes):
+            self._ask_second(req, names)
             return
         self.waiting.append(req)
         core.feed(OperatorEvent(verb, tuple(idx), now, user=str(req.get("user", "")),
                                 reason=str(req.get("reason", "")), downstream=bool(req.get("downstream")),
                                 cause_id=f"op-{req.get('id', '')}"))
+
+    def _refuse(self, req: dict[str, Any], job: str, msg: str, **more: Any) -> None:
+        """Journal a refusal and answer it."""
+        self._journal(req, job, msg, False)
+        self._send(req, {"ok": False, "error": msg, **more})
+
+    def _ask_second(self, req: dict[str, Any], names: list[str]) -> None:
+        """The verb needs a second person: open a pending request, journal it, and say how to approve it."""
+        p = self.book.open(str(req.get("verb", "")), names, str(req.get("user", "")), str(req.get("reason", "")),
+                           time.time(), bool(req.get("downstream")))
+        self._journal(req, "; ".join(names) or "*", pending_outcome(p), False)
+        self._send(req, {"ok": True, "verb": p.verb, "pending": p.as_dict(), "results": [],
+                         "message": f"{p.id}: {p.verb} needs a second person: another admin's "
+                                    f"`wloadctl approve {p.id}` applies it, `wloadctl reject {p.id}` drops it"})
+
+    def _settle(self, req: dict[str, Any], role: Role, p: PendingRequest, now: float) -> None:
+        """`approve ID` applies a pending request asked by somebody else; `reject ID` drops it."""
+        verb, user = str(req.get("verb", "")), str(req.get("user", ""))
+        if verb == "approve" and role < needed(p.verb):
+            self._refuse(req, p.id, f"approve of {p.id}: {refusal(p.verb, user, role)}")
+            return
+        self.book.take(p.id)
+        word = settle_word(verb, p, user)
+        self._journal(req, p.id, settled_outcome(word, p, user), True)
+        if verb == "reject":
+            self._send(req, {"ok": True, "verb": verb, "results": [],
+                             "message": f"{p.id} {word}: {p.describe()} will not be applied"})
+            return
+        why_ = f"{p.reason}; " if p.reason else ""
+        self._apply({**req, "verb": p.verb, "jobs": list(p.jobs), "downstream": p.downstream, "approved": p.id,
+                     "reason": f"{why_}{p.id} asked by {p.user}, approved by {user}"}, -1, role, now)
+
+    def pending(self) -> list[PendingRequest]:
+        """The requests waiting for a second person, oldest first."""
+        return list(self.book.requests.values())
 
     def reply(self, rep: Reply) -> None:
         """A Reply came out of the core: journal each job's outcome and answer the request."""
@@ -161,6 +223,8 @@ class ControlDesk:
                                 "touched": len(rep.touched)}
         if extra > 0:
             body["more"] = extra
+        if req.get("approved"):
+            body["approved"] = req["approved"]
         if req:
             self._send(req, body)
 
