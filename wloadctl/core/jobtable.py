@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
+from itertools import chain, repeat
+from operator import attrgetter
 
 from wloadctl.core.codes import RANK_FIELD, ready_key
 from wloadctl.core.plan import JobSpec, Plan
@@ -13,6 +16,7 @@ S = JobState
 _N = len(JobState)
 _W, _R, _Q, _RUN = int(S.WAITING), int(S.READY), int(S.QUEUED), int(S.RUNNING)
 _OK, _RW, _HELD, _SKIP = int(S.SUCCEEDED), int(S.RETRY_WAIT), int(S.HELD), int(S.SKIPPED)
+_DEPS_OF = attrgetter("depends_on")
 
 
 class JobTable:
@@ -64,40 +68,39 @@ class JobTable:
         self._tx: list[tuple] = []
 
     def _build_edges(self, specs: list) -> None:
-        index = self.index
-        counts = array("i", bytes(4 * (self.n + 1)))
-        any_kinds = False
-        for j in specs:
-            for dep in j.depends_on:
-                counts[index[dep] + 1] += 1
-            if j.dep_kinds is not None:
-                any_kinds = True
-        for i in range(self.n):
-            counts[i + 1] += counts[i]
+        # Every step runs over all jobs or all edges at once through C-level map, sorted and
+        # accumulate: a million-job plan has two million edges, and a Python statement per edge
+        # is seconds before the first dispatch.
+        n = self.n
+        lens = list(map(len, map(_DEPS_OF, specs)))
+        ups = list(map(self.index.__getitem__, chain.from_iterable(map(_DEPS_OF, specs))))
+        edges = len(ups)
+        # Edges by upstream job, each upstream's dependents in plan order (a stable sort).
+        order = sorted(range(edges), key=ups.__getitem__)
+        # Dependents of job i start after every edge whose upstream comes before i.
+        counts = array("i", map(bisect_left, repeat(list(map(ups.__getitem__, order))), range(n + 1)))
         self.down_start = counts
         """CSR offsets: dependents of job i are down[down_start[i]:down_start[i+1]]."""
-        fill = array("i", counts)
-        down = array("i", bytes(4 * counts[self.n]))
-        kinds = bytearray(counts[self.n]) if any_kinds else None
-        for d, j in enumerate(specs):
-            for k, dep in enumerate(j.depends_on):
-                u = index[dep]
-                pos = fill[u]
-                down[pos] = d
-                if kinds is not None and j.dep_kinds is not None:
-                    kinds[pos] = int(j.dep_kinds[k])
-                fill[u] = pos + 1
+        downer = list(chain.from_iterable(map(repeat, range(n), lens)))
+        targets = list(map(downer.__getitem__, order))
+        down = array("i", targets)
+        kinds: bytearray | None = None
+        if any(j.dep_kinds is not None for j in specs):
+            of_edge = bytearray(edges)
+            at = 0
+            for j in specs:
+                if j.dep_kinds is not None:
+                    of_edge[at : at + len(j.dep_kinds)] = bytes(int(k) for k in j.dep_kinds)
+                at += len(j.depends_on)
+            kinds = bytearray(map(of_edge.__getitem__, order))
         self.down = down
         """CSR targets: dependent job indices."""
-        empty: tuple[int, ...] = ()
-        self.downs: list[tuple[int, ...]] = [
-            tuple(down[counts[u] : counts[u + 1]]) if counts[u + 1] > counts[u] else empty for u in range(self.n)]
+        self.downs: list[tuple[int, ...]] = list(
+            map(tuple, map(targets.__getitem__, map(slice, counts[:-1], counts[1:])))) if n else []
         """The same edges as one tuple of dependents per job: the bulk path walks them several times faster."""
         self.down_kind = kinds
         """DepKind per CSR edge, or None when every edge is SUCCESS."""
-        unmet = self.unmet
-        for d, j in enumerate(specs):
-            unmet[d] = len(j.depends_on)
+        self.unmet = array("i", lens)
 
     def upstream(self, i: int) -> list[int]:
         """Indices of job i's dependencies."""

@@ -352,7 +352,15 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     # one ends, instead of waiting a round trip through the scheduler and its journal commit. The
     # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
     history = store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest)
-    core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch, history=history)
+    # The cyclic collector would walk the plan's million objects again and again while the core
+    # allocates its own: off until the core is built, then both are frozen out of its sight.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch, history=history)
+    finally:
+        if collecting:
+            gc.enable()
     # The plan and the core's arrays live as long as the run: keep the cyclic collector from
     # walking millions of their objects again at every collection.
     gc.freeze()

@@ -6,6 +6,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import count, repeat
 from pathlib import Path
 
 from wloadctl.errors import StoreError
@@ -192,9 +193,8 @@ class SqliteStore(Store):
             # The plan lives in its own row: the run's row is rewritten at every lease renewal.
             c.execute("INSERT INTO plans (run, text) VALUES (?, ?)", (rid, plan_text))
             ids = list(job_ids)
-            c.executemany(
-                "INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", ((rid, i, j) for i, j in enumerate(ids))
-            )
+            # Rows made by C iterators: a genexpr would run a Python frame for each of a million jobs.
+            c.executemany("INSERT INTO jobs (run, idx, job_id) VALUES (?, ?, ?)", zip(repeat(rid), count(), ids))
             c.execute("INSERT INTO now_runs (run, jobs) VALUES (?, ?)", (rid, len(ids)))
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
