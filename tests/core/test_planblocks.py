@@ -26,6 +26,9 @@ CASES: list[tuple[str, bool]] = [
     ("name: p\njobs:\n  a:   # the first\n    command: x  # run x\n\n    # between\n    sla: low\n\n"
      "  # before b\n\n  b:\n    depends_on:\n    - a\n    command: y\n", True),
     ("name: p\njobs:\n  a:\n    command: x\n  b: {command: y, depends_on: [a]}\n  c:\n    command: z\n", True),
+    ("name: p\njobs:\n  a:\n    command: ./run.sh --day 1\n\n  b:\n    command: ./run.sh b\n    depends_on: [a]\n"
+     "    sla: low\n\n  # c next\n\n  c:\n    depends_on: [a, b]\n    command: x\n  d:\n    command: 0x1f\n"
+     "  e:\n    command: yes\n    depends_on: [a, zz]\n  f:\n    command: ok\n    depends_on: [a, a]\n", True),
     ("name: p\njobs:\n  a:\n    command: x\n    depends_on:\n      - b\n      - c\n  b:\n    command: y\n"
      "    depends_on: [a]\n", True),
     ("name: p\njobs:\n  a:\n    command: x\n    depends_on:\n      - a\n", True),
@@ -124,6 +127,7 @@ def test_chunks_cut_between_jobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     path = tmp_path / "plan.yaml"
     write_plan(path, 20000, "bank", 3, style="block")
     text = path.read_text().replace("    sla: high\n", "    sla: high\n\n  # high\n\n")
+    text = text.replace('command: "true"', "command: true_or_false").replace("    sla: low\n", "    sla: low\n\n")
     path.write_text(text)
     fast, slow, used = _both(monkeypatch, lambda: load_plan(path))
     assert used and fast[0] == "plan" and len(fast[1]) == 20000

@@ -142,15 +142,22 @@ class _BlockReader:
         # A job without a command is complete only when the defaults give one, or make it a noop.
         bare_ok = template[_COMMAND] is not None or template[_TYPE] != "shell"
         pos, end = 0, len(text)
+        count_lines = text.count
         while pos < end:
             m = self.usual(text, pos)
             if m is None:
                 pos = self._general(text, pos)
                 continue
-            jid, command, deps, sla = m.groups()
+            jid, command, plain, deps, listed, sla = m.groups()
+            if plain is not None:
+                # Unquoted text may be a number or a boolean to YAML: those go the general way.
+                if resolve_plain(plain) is not plain:
+                    pos = self._general(text, pos)
+                    continue
+                command = plain
             if (
                 (command is None and not bare_ok)
-                or (command is None and deps is None and sla is None)
+                or (command is None and deps is None and listed is None and sla is None)
                 or jid in index
             ):
                 pos = self._general(text, pos)
@@ -164,16 +171,19 @@ class _BlockReader:
                 if command is None:
                     pos = self._general(text, pos)
                     continue
-            names: list[str] = []
             if deps is not None:
                 names = deps[self.item_skip : -1].split(self.item_sep)
+            elif listed is not None:
+                names = listed.split(", ")
+            else:
+                names = []
+            if names:
                 found: list[Any] = list(map(index_get, names))
                 if None in found:
                     pos = self._general(text, pos)
                     continue
             jline = self.line + 1
-            self.line += 1 + (command is not None) + (sla is not None) + (
-                1 + len(names) if deps is not None else 0)
+            self.line += count_lines("\n", pos, m.end())
             pos = m.end()
             vals = template.copy()
             vals[_ID_SLOT] = jid
@@ -182,7 +192,7 @@ class _BlockReader:
                 vals[_COMMAND] = command
             if tier is not None:
                 vals[_SLA] = tier
-            if deps is not None:
+            if names:
                 vals[_KINDS] = None
                 up_extend(found)
                 vals[_DEPS] = tuple(map(id_at, found))
@@ -293,9 +303,10 @@ class _BlockReader:
         plain = r"[A-Za-z0-9_][A-Za-z0-9_./+-]*"
         self.usual = re.compile(
             rf"{self.indent}({_ID}):\n"
-            rf'(?:{inner}command: "([ !#-\[\]-~]*)"\n)?'
-            rf"(?:{inner}depends_on:\n((?:{item}- {plain}\n)+))?"
+            rf'(?:{inner}command: (?:"([ !#-\[\]-~]*)"|({_BPLAIN}))\n)?'
+            rf"(?:{inner}depends_on:(?:\n((?:{item}- {plain}\n)+)| \[((?:{plain}, )*{plain})\]\n))?"
             rf"(?:{inner}sla: ([a-z]+)\n)?"
+            rf"(?: *(?:#[ -~]*)?\n)*"
             rf"(?={self.indent}[^ #\n]|\Z)"
         ).match
 
