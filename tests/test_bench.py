@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from wloadctl.bench import buildtools, compare, daskcmp
+from wloadctl.bench import buildtools, compare, daskcmp, firstjob
 from wloadctl.bench.baselines import (
     Graph,
     counter_run,
@@ -61,7 +62,7 @@ def test_quick_run_succeeds_and_measures_every_section(quick: dict[str, Any]) ->
     assert quick["exit_code"] == 0
     assert quick["mode"] == "quick"
     measured = {f["section"] for f in quick["figures"]}
-    assert {"engine", "e2e", "postgres", "shell", "latency", "memory", "remote"} <= measured
+    assert {"engine", "firstjob", "e2e", "postgres", "shell", "latency", "memory", "remote"} <= measured
     pg = [f for f in quick["figures"] if f["section"] == "postgres"]
     assert pg and all(f["jobs_per_s"] for f in pg), pg
     assert any("PostgreSQL journal jobs/s / SQLite journal jobs/s" in r["name"] for r in quick["ratios"])
@@ -325,6 +326,31 @@ def test_missing_dask_is_said_not_failed(monkeypatch: pytest.MonkeyPatch) -> Non
     assert ctx.figures == []
 
 
+def test_first_job_section_measures_both_styles_beside_a_bare_parse(tmp_path: Path) -> None:
+    # Given: a context of the quick sizes with a first-job plan of 300 jobs
+    sizes = dataclasses.replace(QUICK, first_job=300)
+    ctx = Context(Settings(sizes=sizes, quick=True, repeat=1, sections=("firstjob",), seed=1,
+                           journal_sync="auto", executors=1, slots=1, shell_parallel=1))
+    # When: the section runs
+    try:
+        firstjob.firstjob(ctx)
+    finally:
+        ctx.cleanup()
+    # Then: for each style a load read by lines, a first job started, and ratios against the bare parse
+    figs = {f.key: f for f in ctx.figures}
+    for style in ("flow", "block"):
+        load = figs[f"firstjob/load+validate/wloadctl/bank, {style}/300"]
+        assert load.extra["read_by_lines"] is True
+        assert load.extra["seconds_per_million_jobs"] == pytest.approx(load.seconds * 1_000_000 / 300)
+        first = figs[f"firstjob/time to first job started/wloadctl/bank, {style}/300"]
+        assert first.seconds is not None and first.seconds > 0, first.note
+        assert figs[f"firstjob/bare YAML event parse/wloadctl/bank, {style}/300"].seconds
+    names = {r.name for r in ctx.ratios}
+    assert "first job 300 block: time to first job started / bare YAML event parse" in names
+    assert "first job 300: load+validate, one key a line / one job a line" in names
+    assert ctx.leftovers == [] and len(ctx.run_ids) == 2
+
+
 def test_command_line_defaults_and_sections() -> None:
     s = settings_from(
         build_parser().parse_args(["--quick", "--only", "engine", "dask"])
@@ -335,7 +361,10 @@ def test_command_line_defaults_and_sections() -> None:
         full.repeat == 3
         and full.sections == SECTIONS
         and full.sizes.engine[-1] == 1_000_000
+        and full.sizes.first_job == 1_000_000
     )
+    sized = settings_from(build_parser().parse_args(["--quick", "--first-job-jobs", "5000"]))
+    assert sized.sizes.first_job == 5000 and sized.sizes.engine == QUICK.engine
 
 
 def test_scratch_of_a_killed_benchmark_is_removed_on_the_next_start(

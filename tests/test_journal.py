@@ -203,3 +203,34 @@ def test_a_journal_from_before_the_audit_chain_keeps_its_actions_and_chains_new_
         assert [a[1] for a in st.actions(run.id)] == ["old", "new"]
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             st.conn.execute("DELETE FROM actions")
+
+
+def test_job_rows_of_a_new_run_keep_every_id_as_given(tmp_path: Path) -> None:
+    ids = ['q"uote', "back\\slash", "caf\u00e9", "tab\tin", "x" * 300, *(f"j{i}" for i in range(2000))]
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ids)
+        assert [(r[0], r[1], r[2]) for r in st.job_rows(run.id)] == [(i, j, W) for i, j in enumerate(ids)]
+
+
+def test_job_rows_are_bound_one_by_one_without_sqlite_json(tmp_path: Path) -> None:
+    from wloadctl.store import sqlite as sq
+
+    class NoJson:
+        """A connection whose SQLite lacks the JSON functions."""
+
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn = conn
+
+        def execute(self, sql: str, args: tuple[object, ...] = ()) -> sqlite3.Cursor:
+            if "json_each" in sql:
+                raise sqlite3.OperationalError("no such table: json_each")
+            return self.conn.execute(sql, args)
+
+        def executemany(self, sql: str, rows: object) -> sqlite3.Cursor:
+            return self.conn.executemany(sql, rows)  # type: ignore[arg-type]
+
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ["a"])
+        sq._insert_jobs(NoJson(st.conn), run.id + 100, ["x", "y"])  # type: ignore[arg-type]
+        rows = st.conn.execute("SELECT idx, job_id FROM jobs WHERE run = ?", (run.id + 100,)).fetchall()
+        assert rows == [(0, "x"), (1, "y")]

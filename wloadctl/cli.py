@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--type", choices=("shell", "noop"), default="shell", dest="job_type")
     p.add_argument("--command", default=None, help="shell command of every job (default: true)")
+    p.add_argument("--style", choices=("flow", "block"), default="flow",
+                   help="flow: one job a line (default); block: one key a line, as plans are written by hand")
     p.add_argument("-o", "--output", required=True)
 
     for name, helptext in (
@@ -328,7 +330,7 @@ def cmd_gen(a: argparse.Namespace) -> int:
     if a.jobs <= 0:
         raise UsageError(f"--jobs must be positive, not {a.jobs}")
     t = time.time()
-    write_plan(a.output, a.jobs, a.shape, a.seed, job_type=a.job_type, command=a.command)
+    write_plan(a.output, a.jobs, a.shape, a.seed, job_type=a.job_type, command=a.command, style=a.style)
     print(f"wrote {a.output}: {a.jobs} jobs, shape {a.shape}, seed {a.seed} ({time.time() - t:.1f}s)", file=sys.stderr)
     return EXIT_OK
 

@@ -15,6 +15,13 @@ Shape = Literal["bank", "wide", "chain"]
 SHAPES: tuple[str, ...] = ("bank", "wide", "chain")
 """The shapes `write_plan` knows."""
 
+Style = Literal["flow", "block"]
+"""`flow`: one job a line, `{command: ..., depends_on: [...]}`; `block`: one key a line,
+upstream ids one per line (`- id`), as plans are written by hand."""
+
+STYLES: tuple[str, ...] = ("flow", "block")
+"""The styles `write_plan` knows."""
+
 DEFAULT_COMMAND = "true"
 """What generated jobs run unless told otherwise: the cheapest real process."""
 
@@ -216,8 +223,9 @@ def write_plan(
     job_type: Literal["shell", "noop"] = "shell",
     command: str | None = None,
     pool: str | None = None,
+    style: Style = "flow",
 ) -> None:
-    """Write a synthetic plan, one job per line, streaming (memory stays flat).
+    """Write a synthetic plan, streaming (memory stays flat).
 
     Args:
         path: the YAML file to write.
@@ -227,12 +235,17 @@ def write_plan(
         job_type: `shell` runs `command`; `noop` jobs run nothing.
         command: the shell command of every job (default `true`); `{job}` in
             it is replaced by the job's id.
+        pool: the pool every job runs in (written under `defaults`).
+        style: `flow` writes one job a line; `block` one key a line, each
+            upstream id on its own `- id` line.
 
     Raises:
-        ValueError: bad `jobs`, `shape` or `job_type`.
+        ValueError: bad `jobs`, `shape`, `job_type` or `style`.
     """
     if job_type not in ("shell", "noop"):
         raise ValueError(f"unknown job type '{job_type}'; use shell or noop")
+    if style not in STYLES:
+        raise ValueError(f"unknown style '{style}'; use one of: {', '.join(STYLES)}")
     template = command if command is not None else DEFAULT_COMMAND
     fixed = None if "{job}" in template else json.dumps(template)
     with open(path, "w", encoding="utf-8", buffering=1 << 20) as out:
@@ -243,6 +256,19 @@ def write_plan(
             out.write(f"defaults: {{{', '.join(defaults)}}}\n")
         out.write("jobs:\n")
         write = out.write
+        if style == "block":
+            for job, deps, tier in iter_jobs(jobs, shape, seed):
+                text = f"  {job}:\n"
+                if job_type == "shell":
+                    text += f"    command: {fixed or json.dumps(_command_for(template, job))}\n"
+                if deps:
+                    text += "    depends_on:\n" + "".join(f"      - {d}\n" for d in deps)
+                if tier != "standard":
+                    text += f"    sla: {tier}\n"
+                if text.count("\n") == 1:
+                    text = f"  {job}: {{}}\n"
+                write(text)
+            return
         for job, deps, tier in iter_jobs(jobs, shape, seed):
             parts = []
             if job_type == "shell":

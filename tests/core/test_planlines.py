@@ -53,7 +53,7 @@ CASES: list[tuple[str, bool]] = [
     ('name: p\njobs:\n  a: {command: "a\\"b"}\n', False),
     ('name: p\njobs:\n  a: {command: "true", retries: {count: 2}}\n', False),
     ('name: p\njobs:\n  a: {command: "true", <<: {sla: high}}\n', False),
-    ("name: p\njobs:\n  a:\n    command: x\n", False),
+    ("name: p\njobs:\n  a:\n    command: x\n", True),
     ("name: p\njobs:\n", False),
 ]
 
@@ -68,14 +68,14 @@ def _outcome(load: Any) -> tuple[Any, ...]:
 
 def _both(monkeypatch: pytest.MonkeyPatch, load: Any) -> tuple[tuple[Any, ...], tuple[Any, ...], bool]:
     """(outcome with the line path allowed, outcome through the parser only, whether lines were read)."""
-    read = planfile.read_job_lines
+    read = planfile.read_jobs
     used: list[int] = []
 
     def counting(*args: Any) -> None:
         read(*args)
         used.append(1)
 
-    monkeypatch.setattr(planfile, "read_job_lines", counting)
+    monkeypatch.setattr(planfile, "read_jobs", counting)
     fast = _outcome(load)
     monkeypatch.setattr(JobLines, "split", classmethod(lambda cls, stream: None))
     slow = _outcome(load)

@@ -46,6 +46,8 @@ class Sizes:
     remote_dask: int
     """The same bank DAG for Dask distributed, smaller at full size: its time per job grows with the
     graph (about 260 jobs/s at 4,000 jobs here, and a 20,000-job graph did not finish in 1,000 s)."""
+    first_job: int = 1_000_000
+    """Bank plan (one job a line, and one key a line) for plan load and time to the first job."""
 
 
 FULL = Sizes(
@@ -73,6 +75,7 @@ QUICK = Sizes(
     dask=(2_000,),
     remote=1_000,
     remote_dask=1_000,
+    first_job=2_000,
 )
 """Small sizes that run everything in well under a minute (used by the tests)."""
 

@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The arguments of `wloadctl bench`."""
     ap = argparse.ArgumentParser(
         prog="wloadctl bench",
-        description="Benchmarks at bank scale: dependency evaluation, end-to-end "
+        description="Benchmarks at bank scale: dependency evaluation, plan load and time to the first job, end-to-end "
         "throughput, shell jobs beside ninja and make, chain latency, scheduler "
         "memory, dask when installed, and jobs on agents through a private broker.",
     )
@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="--prefetch of every wloadctl run: tasks per slot an executor takes ahead "
         "(default: the command's default)",
     )
+    ap.add_argument("--first-job-jobs", type=int, default=0, metavar="N",
+                    help="jobs of the plans of the firstjob section (default: 1,000,000, or 2,000 with --quick)")
     ap.add_argument("--seed", type=int, default=1, help="seed of every generated plan")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
@@ -109,8 +111,11 @@ def settings_from(a: argparse.Namespace) -> Settings:
     """Settings from parsed arguments."""
     only: tuple[Section, ...] = tuple(s for s in SECTIONS if not a.only or s in a.only)
     repeat = a.repeat if a.repeat > 0 else (1 if a.quick else 3)
+    sizes = QUICK if a.quick else FULL
+    if a.first_job_jobs > 0:
+        sizes = dataclasses.replace(sizes, first_job=a.first_job_jobs)
     return Settings(
-        sizes=QUICK if a.quick else FULL,
+        sizes=sizes,
         quick=a.quick,
         repeat=repeat,
         sections=only,
@@ -131,10 +136,11 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
     that is removed at the end, whatever happens; each run is checked for
     queues, segments and processes left behind.
     """
-    from wloadctl.bench import compare, console, reads, remote, sections, workflows
+    from wloadctl.bench import compare, console, firstjob, reads, remote, sections, workflows
 
     runners = {
         "engine": sections.engine,
+        "firstjob": firstjob.firstjob,
         "e2e": sections.e2e,
         "postgres": sections.postgres,
         "shell": compare.shell,

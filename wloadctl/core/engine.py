@@ -39,7 +39,7 @@ from wloadctl.core.events import (
 )
 from wloadctl.core.fanout import FanOut
 from wloadctl.core.holding import LOCAL_PLACE, Needs, Resources
-from wloadctl.core.jobtable import JobTable
+from wloadctl.core.jobtable import JobTable, PlanArrays
 from wloadctl.core.loops import with_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
 from wloadctl.core.sla import (
@@ -77,8 +77,9 @@ class SchedulerCore(JobTable):
     """
 
     def __init__(self, plan: Plan, slots: int, *, seed: int = 0,
-                 reserve: dict[SlaTier, float] | None = None, history: Mapping[str, float] | None = None) -> None:
-        super().__init__(plan)
+                 reserve: dict[SlaTier, float] | None = None, history: Mapping[str, float] | None = None,
+                 arrays: PlanArrays | None = None) -> None:
+        super().__init__(plan, arrays)
         specs, n = self.specs, self.n
         self.expected, self.path, self.key_base = rank_table(specs, self.downs, self.key_base, history)
         """Expected seconds and remaining critical path of each job (core/critical.py); keys ranked by it."""

@@ -15,10 +15,11 @@ from yaml.events import MappingEndEvent, MappingStartEvent, ScalarEvent
 
 from wloadctl.core.loops import expand_for_each
 from wloadctl.core.plan import JobSpec, Plan
+from wloadctl.core.planblocks import read_jobs
 from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
-from wloadctl.core.planlines import JobLines, NotPlain, bare_value, read_job_lines
+from wloadctl.core.planlines import JobLines, NotPlain, bare_value
 from wloadctl.core.plantop import (
     group_weights,
     read_four_eyes,
@@ -223,8 +224,8 @@ class _PlanBuilder:
     def build(self, source: Callable[[], Any], *, by_lines: bool = False) -> Plan | None:
         """Read and check the plan; None when it cannot be read to the end.
 
-        With `by_lines`, the jobs are read as one-line jobs after the rest of
-        the plan (see planlines), and NotPlain is raised when the plan is not
+        With `by_lines`, the jobs are read line by line after the rest of
+        the plan (see planlines and planblocks), and NotPlain is raised when the plan is not
         written that way: it must then be read again by a fresh builder.
         """
         data = source()
@@ -372,7 +373,7 @@ class _PlanBuilder:
                     if lines is None:
                         self.jobs_reader.read(reader, value_ev, line)
                     else:
-                        read_job_lines(self.jobs_reader, lines.lines(), line)
+                        read_jobs(self.jobs_reader, lines, line)
                     self.sink = outside
                     continue
                 entry = reader.node(value_ev)

@@ -15,7 +15,7 @@ and the caller reads the whole plan again through the parser.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 from yaml.events import ScalarEvent
@@ -99,8 +99,8 @@ class JobLines:
             return None
         return cls(head[: end + 1], head.count(b"\n", 0, at) + 1, head[end + 1 :], stream)
 
-    def lines(self) -> Iterator[str]:
-        """The lines after the `jobs:` line, without their line breaks.
+    def chunks(self) -> Iterator[str]:
+        """The text after the `jobs:` line, in pieces that end at a line break (but maybe the last).
 
         Raises:
             NotPlain: a byte outside ASCII (left to the parser's own decoding).
@@ -116,11 +116,28 @@ class JobLines:
             cut = block.rfind(b"\n") + 1
             tail = block[cut:]
             if cut:
-                yield from _text(block[:cut]).split("\n")[:-1]
+                yield _text(block[:cut])
         if tail:
             # What the first read left after the `jobs:` line, or a last line
             # with no line break.
-            yield from _text(tail).split("\n")
+            yield _text(tail)
+
+    def lines(self) -> Iterator[str]:
+        """The lines after the `jobs:` line, without their line breaks.
+
+        Raises:
+            NotPlain: a byte outside ASCII (left to the parser's own decoding).
+        """
+        return lines_of(self.chunks())
+
+
+def lines_of(chunks: Iterable[str]) -> Iterator[str]:
+    """The lines of text pieces that each end at a line break (but maybe the last)."""
+    for text in chunks:
+        rows = text.split("\n")
+        if text.endswith("\n"):
+            rows.pop()
+        yield from rows
 
 
 def _text(block: bytes) -> str:

@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import IO, TYPE_CHECKING
 
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import RunStartedEvent
+from wloadctl.core.jobtable import PlanArrays, plan_arrays
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.states import JobState
@@ -254,6 +256,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
     lock = StateDirLock(opts.state_dir)
     lock.acquire()
     store = None
+    arrays: _ArraysMaker | None = None
     try:
         store = Store.open(opts.state_dir, sync=opts.journal_sync)
         prev = store.latest_run()
@@ -292,6 +295,10 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             queue_room(run_shapes(len(plan.jobs)).charge)
             if 0 < shm_free() < shm_at_start(len(plan.jobs)):
                 raise shm_full(f"a run of plan '{plan.name}'", shm_at_start(len(plan.jobs)))
+            # The core's arrays are made of the plan while the journal is written: SQLite writes
+            # the jobs without the interpreter lock. The core (and so the first dispatch) waits
+            # for both, and the journal's commit comes first.
+            arrays = _ArraysMaker(plan)
             bdate = opts.business_date or dt.date.today().isoformat()
             rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
             text = Path(plan.path).read_text(encoding="utf-8", errors="replace")
@@ -300,8 +307,10 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             keep_plan(store, run, plan)
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
             write_ids(opts.state_dir, run.run_id, list(plan.jobs))
-        return _drive(store, run, plan, opts, resumed, on_turn)
+        return _drive(store, run, plan, opts, resumed, on_turn, arrays=arrays)
     finally:
+        if arrays is not None:
+            arrays.close()  # joined, and the collector back on, whatever happened
         if store is not None:
             store.close()
         lock.release()
@@ -338,12 +347,49 @@ def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim) -> R
     return _drive(store, run, plan, opts, True, None, claim)
 
 
+class _ArraysMaker(threading.Thread):
+    """Makes the core's arrays of a plan in a thread (see core.jobtable.PlanArrays)."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(name="plan-arrays", daemon=True)
+        self.plan = plan
+        self.made: PlanArrays | None = None
+        self.error: BaseException | None = None
+        # The collector would walk the plan's million objects at each of the thread's collections.
+        self.collecting = gc.isenabled()
+        gc.disable()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.made = plan_arrays(self.plan)
+        except BaseException as e:  # raised again where the arrays are wanted
+            self.error = e
+
+    def result(self) -> PlanArrays | None:
+        """The arrays, once made (None after a first call); the collector is on again."""
+        self.close()
+        made, self.made = self.made, None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return made
+
+    def close(self) -> None:
+        """Wait for the thread, and turn the collector back on."""
+        self.join()
+        if self.collecting:
+            self.collecting = False
+            gc.enable()
+
+
 def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
-           on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None = None) -> RunOutcome:
+           on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None = None,
+           arrays: _ArraysMaker | None = None) -> RunOutcome:
     t0 = time.time()
     link = _broker_link(plan, opts, run)
     try:
-        return _drive_with(store, run, plan, opts, resumed, on_turn, claim, link, t0)
+        return _drive_with(store, run, plan, opts, resumed, on_turn, claim, link, t0, arrays)
     finally:
         if link is not None:
             link.close(timeout=5.0)
@@ -380,7 +426,7 @@ def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None
 
 def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
                 on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None,
-                link: BrokerLink | None, t0: float) -> RunOutcome:
+                link: BrokerLink | None, t0: float, arrays: _ArraysMaker | None = None) -> RunOutcome:
     if claim is None:
         for line in clean_stale_lines():
             opts.say(line)
@@ -396,7 +442,17 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     # one ends, instead of waiting a round trip through the scheduler and its journal commit. The
     # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
     history = store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest)
-    core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch, history=history)
+    # The cyclic collector would walk the plan's million objects again and again while the core
+    # allocates its own: off until the core is built, then both are frozen out of its sight.
+    made = arrays.result() if arrays is not None else None
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch, history=history,
+                             arrays=made)
+    finally:
+        if collecting:
+            gc.enable()
     _keep_shape(opts, run, plan, core)
     # The plan and the core's arrays live as long as the run: keep the cyclic collector from
     # walking millions of their objects again at every collection.
