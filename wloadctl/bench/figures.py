@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Section = Literal["engine", "firstjob", "e2e", "postgres", "shell", "latency", "memory", "reads", "console", "workflows", "dask",
-                  "remote"]
+Section = Literal["engine", "firstjob", "e2e", "postgres", "shell", "latency", "memory", "reads", "console",
+                  "workflows", "dask", "remote"]
 """The parts of the suite, in the order they run (`--only` takes these names)."""
 
 SECTIONS: tuple[Section, ...] = (
-    "engine", "firstjob", "e2e", "postgres", "shell", "latency", "memory", "reads", "console", "workflows", "dask", "remote")
+    "engine", "firstjob", "e2e", "postgres", "shell", "latency", "memory", "reads", "console", "workflows", "dask",
+    "remote")
 """Every section name."""
 
 Extra = float | int | str | bool | None
