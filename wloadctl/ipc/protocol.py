@@ -516,6 +516,8 @@ BOARD_BODY_OFFSET = 24
 BOARD_BODY = struct.Struct("<IiiIHBx4xddd32s16I")
 """Header body: epoch, scheduler_pid, standby_pid, n_jobs, n_executors, done, beat,
 started, lease_until, run_id, counts."""
+BOARD_EPOCH = struct.Struct("<I")
+"""The header body's first field, the epoch: read alone by a scheduler checking it was not fenced."""
 BOARD_STATES_OFFSET = 192
 """Offset of the per-job state bytes."""
 BOARD_COUNTS = 16

@@ -26,7 +26,7 @@ from wloadctl.ipc.shm import (
 )
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import JobTrees, detect, joining
-from wloadctl.procs.spawning import Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
+from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
 
 BEAT_INTERVAL = 0.25
 """Seconds between heartbeats on the executor board."""
@@ -36,7 +36,9 @@ TAIL_BYTES = 4096
 """Output kept in shared memory per finished attempt (the whole output is in the log file)."""
 REPORT_HOLD = 0.005
 """Seconds an acceptance or start report may wait (journaled already) for an exit report to go out with:
-a job that ends within them costs the scheduler one turn and one journal commit instead of two."""
+a job that ends within them costs the scheduler one turn and one journal commit instead of two. An exit
+report waits as long while this executor still holds prefetched tasks (it has work until then): the
+exits of several jobs then cost the scheduler one turn, and its answer refills several slots at once."""
 
 
 @dataclass(slots=True)
@@ -51,10 +53,9 @@ class Running:
     """A pidfd that becomes readable when the process exits."""
     started: float
     """When it started."""
-    log_path: str
-    """Its log file (stdout and stderr)."""
-    log_fd: int
-    """The executor's descriptor of that log, kept until the job is reaped (its size tells if a tail is due)."""
+    log: LogFile
+    """Its output file, kept open until the job is reaped (its size tells if a tail is due); named as the
+    attempt's log once it has output."""
     deadline: float | None = None
     """When its timeout expires."""
     kill_at: float | None = None
@@ -96,7 +97,9 @@ class Executor:
     report_due: float = 0.0
     """When the oldest held report in the outbox must go out (0: none held)."""
     urgent: bool = False
-    """The outbox holds an exit or a rejection: send it now."""
+    """The outbox holds a rejection: send it now."""
+    exits: bool = False
+    """The outbox holds an exit report: sent now when no prefetched task waits here, else held."""
     rsp_full: bool = False
     """The last send found the response queue full."""
     unjournaled: list[P.ResultRecord] = field(default_factory=list)
@@ -277,25 +280,26 @@ class Executor:
         spawner = self.spawner
         env = dict(spawner.env_for(p.env))
         argv = spawner.argv_for(p.command, env)
-        log_fd = -1
+        log: LogFile | None = None
         cpu, mem = _claim(p)
         run_as = p.extra.get("run_as") if p.extra else None
         join = self.trees.prepare(rec.task, rec.attempt, env, cpu, mem, bool(p.extra and p.extra.get("enforce")))
         if join and not run_as:
             argv = joining(join, argv)
         try:
-            log_fd = spawner.open_log(p.log_path)
-            proc = spawner.spawn(argv, env, p.cwd, log_fd, run_as=run_as, join=join)
+            # A job run as another user gets a file of its own at once (it is chowned to them).
+            log = spawner.lend_log(p.log_path) if run_as is None else \
+                LogFile(spawner.open_log(p.log_path), p.log_path, p.log_path, True)
+            proc = spawner.spawn(argv, env, p.cwd, log.fd, run_as=run_as, join=join)
         except OSError as e:
-            if log_fd >= 0:
-                os.close(log_fd)
+            if log is not None:
+                spawner.return_log(log)
             self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
                                     f"{e.strerror or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
         self.trees.leaders.add(proc.pid)
-        r = Running(rec, proc, pidfd, now, p.log_path, log_fd, now + p.timeout if p.timeout else None, cpu=cpu,
-                    memory=mem)
+        r = Running(rec, proc, pidfd, now, log, now + p.timeout if p.timeout else None, cpu=cpu, memory=mem)
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
         self._emit(P.ResultRecord(P.RES_STARTED, 0, self.index, rec.task, rec.attempt, 0, 0, rec.epoch,
@@ -320,8 +324,9 @@ class Executor:
         self.trees.end(r.rec.task, r.rec.attempt, r.proc.pid)
         sig = -rc if rc < 0 else 0
         code = 128 + sig if sig else rc
-        tail = tail_of(r.log_fd, r.log_path, TAIL_BYTES)
-        os.close(r.log_fd)
+        named = self.spawner.publish_log(r.log)
+        tail = tail_of(r.log.fd, r.log.path, TAIL_BYTES) if named else b""
+        self.spawner.return_log(r.log)
         off, length = self.tails.write(self.index, r.rec.task, r.rec.attempt, tail) if tail else (0, 0)
         flags = (P.FLAG_TIMED_OUT if r.timed_out else 0) | (P.FLAG_TAIL if tail else 0)
         self.done += 1
@@ -341,8 +346,12 @@ class Executor:
     def _emit(self, rec: P.ResultRecord) -> None:
         self.outbox.append(rec)
         self.unjournaled.append(rec)
-        if rec.kind == P.RES_EXITED or rec.kind == P.RES_REJECTED:
+        if rec.kind == P.RES_REJECTED:
             self.urgent = True
+        elif rec.kind == P.RES_EXITED:
+            self.exits = True
+            if not self.report_due:
+                self.report_due = time.time() + REPORT_HOLD
         elif not self.report_due:
             self.report_due = time.time() + REPORT_HOLD
 
@@ -362,7 +371,8 @@ class Executor:
                 self.journal.write(P.encode_results(self.unjournaled[k : k + self.per_msg]))
             self.unjournaled.clear()
         out = self.outbox
-        if not out or (not self.urgent and not self.rsp_full and now < self.report_due):
+        urgent = self.urgent or (self.exits and not self.backlog)
+        if not out or (not urgent and not self.rsp_full and now < self.report_due):
             return
         sent = 0
         while sent < len(out):
@@ -373,11 +383,15 @@ class Executor:
         del out[:sent]
         self.rsp_full = bool(out)
         if not out:
-            self.urgent = False
+            self.urgent = self.exits = False
             self.report_due = 0.0
 
     def _beat(self, now: float, sched_beat: float) -> None:
         self.trees.tidy()
+        # A running job's output becomes readable at its log path within a beat of its first byte.
+        for r in self.running.values():
+            if not r.log.named:
+                self.spawner.publish_log(r.log)
         tasks = tuple((r.rec.task, r.rec.attempt) for r in self.running.values())[:16]
         self.eboard.write(self.index, P.ExecutorSlot(
             executor=self.index, pid=os.getpid(), state=1, beat=now, load1=os.getloadavg()[0],
@@ -397,8 +411,10 @@ class Executor:
             reap(r.proc)
             self.trees.end(r.rec.task, r.rec.attempt, r.proc.pid)
             os.close(r.pidfd)
-            os.close(r.log_fd)
+            self.spawner.publish_log(r.log)
+            os.close(r.log.fd)
         self.running.clear()
+        self.spawner.close_logs()
         self.trees.close()
         for q in (self.req, self.rsp):
             q.close()

@@ -208,6 +208,9 @@ class SchedulerLoop:
         if now - self.lease_renewed > self.ctx.lease_seconds:
             self._renew(now)
         try:
+            # The epoch alone: this check runs several times a turn (before every queue operation).
+            if self.objs.board.read_epoch() <= self.ctx.epoch:
+                return
             hdr = self.objs.board.read_header()
         except WloadError:
             return  # unreadable for now: the journal's epoch check still guards every write
