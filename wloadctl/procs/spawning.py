@@ -41,6 +41,8 @@ DEFAULT_SIGNALS: tuple[int, ...] = tuple(
     getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name)
 )
 """Signals Python ignores for itself and a job gets back at their defaults (as Popen's restore_signals)."""
+ARGV_CACHE = 4096
+"""Command texts whose argv is kept (the cache starts over when full)."""
 _SPARES = count()
 """Serial of spare log files made by this process."""
 
@@ -106,6 +108,8 @@ class Spawner:
     """Log directories known to exist."""
     programs: dict[tuple[str, str], str | None] = field(default_factory=dict)
     """Where a program name was found on a PATH (None: not there)."""
+    argvs: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    """The argv of a command text on a PATH, as argv_for found it (many jobs share a command)."""
     spares: dict[str, list[LogFile]] = field(default_factory=dict)
     """Empty spare files ready to be lent, by log directory."""
     spare_names: set[str] = field(default_factory=set)
@@ -115,6 +119,15 @@ class Spawner:
         """The argv that runs a job's command: its words when it needs no shell, else `/bin/sh -c TEXT`."""
         if not isinstance(command, str):
             return list(command or ["true"])
+        key = (command, env.get("PATH", os.defpath))
+        argv = self.argvs.get(key)
+        if argv is None:
+            if len(self.argvs) >= ARGV_CACHE:
+                self.argvs.clear()
+            argv = self.argvs[key] = self._argv_of(command, env)
+        return list(argv)
+
+    def _argv_of(self, command: str, env: Mapping[str, str]) -> list[str]:
         words = plain_words(command)
         if words is None:
             return [SHELL, "-c", command]
