@@ -137,7 +137,8 @@ def test_a_second_run_of_a_plan_ranks_its_jobs_by_what_the_first_took(tmp_path: 
 
 def test_a_log_exists_only_for_an_attempt_that_printed(tmp_path: Path, no_ipc_leaks: None) -> None:
     plan = tmp_path / "plan.yaml"
-    plan.write_text("name: logs\njobs:\n  quiet: {command: 'true'}\n  loud: {command: 'echo hello', depends_on: [quiet]}\n")
+    plan.write_text("name: logs\njobs:\n  quiet: {command: 'true'}\n"
+                    "  loud: {command: 'echo hello', depends_on: [quiet]}\n")
     sd = tmp_path / "sd"
     assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
     quiet = cli("logs", "quiet", "--state-dir", str(sd))
