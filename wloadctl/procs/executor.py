@@ -159,7 +159,10 @@ class Executor:
                     poller.register(rsp_fd, select.POLLOUT)
                 else:
                     poller.unregister(rsp_fd)
-            due = min(next_beat, self._next_deadline(), self.report_due if self.outbox else next_beat)
+            # A full response queue is waited for through POLLOUT: a report that is due then must not
+            # turn the wait into a busy loop of failed sends (it takes the CPU the scheduler drains with).
+            due = min(next_beat, self._next_deadline(),
+                      self.report_due if self.outbox and not self.rsp_full else next_beat)
             timeout = max(0.0, due - now)
             for fd, _ev in poller.poll(timeout * 1000):
                 if fd == req_fd:
