@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from wloadctl.errors import StoreError
 from wloadctl.store import Store
-from wloadctl.turns import JobColumns, pack_turn, unpack_turn
+from wloadctl.turns import JobColumns, pack_turn, unpack_jobs, unpack_turn
 
 W, R, Q, RUN, OK, FAIL, RW, HELD = 0, 1, 2, 3, 4, 5, 7, 8
 
@@ -25,6 +26,18 @@ def test_a_turn_packs_and_unpacks_every_field() -> None:
     assert len(recs) == 3 * 26
     back = list(unpack_turn(10, recs, causes, reasons))
     assert back == [(10 + k, *t[:4], t[4], t[5], t[6], t[7], t[8]) for k, t in enumerate(tx)]
+
+
+def test_some_jobs_records_of_a_turn_by_search_and_by_scan_agree_with_unpacking_it_all() -> None:
+    rng = random.Random(3)
+    # Job indexes whose bytes also appear inside other records' fields (attempts, executors, times)
+    tx = [(rng.choice([1, 2, 258, 65536, 70000, 5]), W, R, rng.choice([1, 2, 258]), rng.random() * 1e9,
+           rng.choice([1, 2, 258]), rng.choice([None, 0, 2]), rng.choice(["", "why"]), "c") for _ in range(400)]
+    recs, causes, reasons = pack_turn(tx)
+    every = list(unpack_turn(10, recs, causes, reasons))
+    for jobs in ([2], [258, 5], [1, 2, 258, 65536, 70000, 5, 11, 12, 13, 14], [99]):
+        want = [r for r in every if r[1] in jobs]
+        assert unpack_jobs(10, recs, causes, reasons, jobs) == want
 
 
 def test_job_rows_follow_the_turns(tmp_path: Path) -> None:

@@ -202,6 +202,9 @@ def test_reads_of_one_job_and_of_the_counts_answer_as_a_replay_does(opener: Open
     listed = reader.job_rows(run, exclude_states=(W, OK), limit=25)
     expect = [replay.row(i, ids[i]) for i in range(n) if replay.state[i] not in (W, OK)][:25]
     assert listed == expect
+    # Rows of a page of jobs at once, as a console reads those it shows
+    page = [0, 3, INDEX_BLOCK + 1, STATE_BLOCK, n - 2]
+    assert reader.rows_of(run, page) == {i: replay.row(i, ids[i])[2:] for i in page}
 
 
 def test_a_run_journaled_before_its_current_states_were_kept_is_brought_in_at_its_next_write(
@@ -216,6 +219,7 @@ def test_a_run_journaled_before_its_current_states_were_kept_is_brought_in_at_it
     reader = opener(readonly=True)
     assert reader.current_states(run) is None
     replay = [reader.job_row(run, f"j{i}") for i in range(300)]
+    assert reader.rows_of(run, [1, 7]) == {1: replay[1][2:], 7: replay[7][2:]}  # type: ignore[index]
     writer = opener()
     writer.write_turn(run, [(5, replay[5][2], OK, 9, 99.0, 1, 0, "", "late")])  # type: ignore[index]
     again = opener(readonly=True)

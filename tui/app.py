@@ -52,6 +52,10 @@ class AsciiCommandPalette(CommandPalette):
             icon.icon = ">"  # type: ignore[attr-defined]
 
 
+APPROVALS_EVERY = 2.0
+"""Seconds between counts of what waits for an approve (a journal read)."""
+
+
 class ConsoleApp(App[str]):
     """The operations console: one run, or the list of every run and the run opened from it."""
 
@@ -135,6 +139,8 @@ class ConsoleApp(App[str]):
         """Verbs this user's role allows in the run (None until known: the scheduler still judges)."""
         self.role = ""
         """This user's role in the run, once known."""
+        self.approvals = 0
+        """Requests and confirmation jobs waiting for an operator's approve (the header's hint; `A` lists them)."""
 
     def _post(self, message: Any) -> None:
         try:
@@ -159,6 +165,7 @@ class ConsoleApp(App[str]):
         if self.state_dir is not None:
             self._follow()
             self._learn_role()
+        self.set_interval(APPROVALS_EVERY, self._count_approvals)
 
     # -- the run list --------------------------------------------------------------
 
@@ -169,6 +176,7 @@ class ConsoleApp(App[str]):
             if self._action_client is not None:
                 self._action_client.close()
                 self._action_client = None
+        self._release_model()
         self.state_dir = Path(run.state_dir)
         self.supervisor = None  # attached from the list: the console neither starts nor stops it
         self.info = self.model = self.dag = self.status = None
@@ -202,6 +210,22 @@ class ConsoleApp(App[str]):
         self.allowed = frozenset(me.get("verbs", ()))
         self.call_from_thread(self.screen.refresh_bindings)
 
+    @work(thread=True, exclusive=True, group="approvals", exit_on_error=False)
+    def _count_approvals(self) -> None:
+        """Count what waits for an approve (from the journal) for the header's hint."""
+        if self.state_dir is None or self.model is None:
+            return
+        with self.client_lock:
+            reader = getattr(self.action_client(), "pending", None)
+            data = reader() if reader is not None else None
+        count = len(data["requests"]) + len(data["confirm"]) if data is not None else 0
+        if count != self.approvals:
+            self.call_from_thread(self._set_approvals, count)
+
+    def _set_approvals(self, count: int) -> None:
+        self.approvals = count
+        self.status_version += 1
+
     @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
     def _follow(self) -> None:
         self.feed.run()
@@ -213,13 +237,18 @@ class ConsoleApp(App[str]):
     def exit(
         self, result: str | None = None, return_code: int = 0, message: Any = None
     ) -> None:
-        """Stop the feed, release the actions' client, and exit."""
+        """Stop the feed, release the actions' client and the model's, and exit."""
         self.feed.stop()
+        self._release_model()
         with self.client_lock:
             if self._action_client is not None:
                 self._action_client.close()
                 self._action_client = None
         super().exit(result, return_code, message)
+
+    def _release_model(self) -> None:
+        if self.model is not None and self.model.release is not None:
+            self.model.release()
 
     def action_client(self) -> Client:
         """The client of operator actions (use with `client_lock` held, in a worker)."""

@@ -11,6 +11,53 @@ from wloadctl.core.states import FAIL_STATES, JobState
 
 GUTTER = 5
 """Columns between two levels: a stub, three lanes for vertical runs, an arrow head."""
+WALK_CAP = 400
+"""Jobs kept per level of the walk around the centre: a hub's many thousands of dependents are
+counted, and only these (the important ones first) are laid out and walked on from."""
+IMPORTANT_SCAN = 5000
+"""Jobs of a level looked at for important ones when the level is cut."""
+
+
+def near_jobs(
+    dag: Dag,
+    centre: str,
+    up: int,
+    down: int,
+    keep: int = WALK_CAP,
+    important: Callable[[str], bool] | None = None,
+) -> tuple[dict[str, int], dict[int, int]]:
+    """The jobs within `up` levels above and `down` below `centre`, at most `keep` per level.
+
+    Returns:
+        (job -> signed distance, as Dag.neighborhood gives it, of the jobs kept; the number of
+        jobs at each distance, kept or not). A level beyond a cut one holds the jobs reachable
+        from the kept ones.
+    """
+    ids = dag.ids
+    c = dag.index[centre]
+    near: dict[int, int] = {c: 0}
+    totals = {0: 1}
+    for sign, depth in ((-1, up), (1, down)):
+        off, flat = dag.rows(sign > 0)
+        frontier = [c]
+        for step in range(1, depth + 1):
+            nxt: dict[int, None] = {}
+            for v in frontier:
+                for u in flat[off[v] : off[v + 1]]:
+                    if u not in near:
+                        nxt[u] = None
+            if not nxt:
+                break
+            level = list(nxt)
+            totals[sign * step] = len(level)
+            if len(level) > keep:
+                first = [u for u in level[:IMPORTANT_SCAN] if important(ids[u])] if important else []
+                chosen = set(first[:keep])
+                level = first[:keep] + [u for u in level if u not in chosen][: keep - len(chosen)]
+            for u in level:
+                near[u] = sign * step
+            frontier = level
+    return {ids[i]: d for i, d in near.items()}, totals
 
 
 @dataclass(frozen=True)
@@ -77,7 +124,7 @@ def layout(
     Returns:
         The layout.
     """
-    near = dag.neighborhood(centre, up, down)
+    near, totals = near_jobs(dag, centre, up, down, max(WALK_CAP, max_rows), important)
     by_col: dict[int, list[str]] = {}
     for job, d in near.items():
         by_col.setdefault(d, []).append(job)
@@ -106,7 +153,7 @@ def layout(
             kept = set((first + rest)[:keep_n])
             shown = [j for j in jobs if j in kept]
             placed[d] = shown
-            more[d] = len(jobs) - keep_n
+            more[d] = totals[d] - keep_n
         else:
             placed[d] = jobs
         for r, j in enumerate(placed[d]):

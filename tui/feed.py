@@ -9,6 +9,8 @@ from typing import Any, Protocol
 
 from textual.message import Message
 
+from tui.columns import Ranks
+from tui.idlist import IdList
 from tui.messages import (
     AgentView,
     ExecutorView,
@@ -26,6 +28,7 @@ from tui.supervise import SchedulerSupervisor
 from tui.view_model import JobsModel
 from wloadctl.client import node_label
 from wloadctl.core.dag import Dag
+from wloadctl.runshape import RunShape
 
 POLL = 0.25
 """Seconds between looks at the board header while the run is live."""
@@ -33,6 +36,8 @@ IDLE_POLL = 2.0
 """Seconds between journal reads while no scheduler is live (offline verbs)."""
 STATUS_EVERY = 1.0
 """Seconds between readings of the executors' heartbeats."""
+DRILL_EVERY = 4
+"""Turns of the feed between looks for a new drill report in the journal (about a second while live)."""
 BATCH = 50_000
 """Transitions read from the journal at once."""
 
@@ -54,6 +59,7 @@ class Client(Protocol):
     def executors(self) -> list[dict[str, Any]]: ...
     def agents(self) -> list[dict[str, Any]]: ...
     def whoami(self) -> dict[str, Any]: ...
+    def last_drill(self) -> dict[str, Any] | None: ...
     def close(self) -> None: ...
 
 
@@ -62,17 +68,115 @@ def last_seq(client: Client) -> int:
     return int(client.last_seq())
 
 
+class RowSource:
+    """Reads rows of jobs for the UI thread with a client of its own (opened there, at the first read)."""
+
+    def __init__(self, open_client: Callable[[], Client] | None) -> None:
+        self.open_client = open_client
+        self.client: Client | None = None
+
+    def _client(self) -> Any:
+        if self.client is None:
+            if self.open_client is None:
+                raise RuntimeError("no client to read job rows with")
+            self.client = self.open_client()
+        return self.client
+
+    def rows(self, idxs: list[int]) -> dict[int, tuple]:
+        """Some jobs' rows by index."""
+        return self._client().rows_of(idxs)  # type: ignore[no-any-return]
+
+    def columns(self) -> Any:
+        """Every job's row (the journal's columns)."""
+        return self._client().job_columns()
+
+    def close(self) -> None:
+        """Release the client."""
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
 def load_model(
-    client: Client, step: Callable[[str], None] = lambda _s: None
+    client: Client, step: Callable[[str], None] = lambda _s: None, open_client: Callable[[], Client] | None = None
 ) -> tuple[RunInfo, JobsModel, Dag]:
-    """Read a run once: plan, graph, deadlines, critical path and every job's row.
+    """Read a run once: graph, tiers, deadlines, critical path and every job's row.
+
+    A run whose scheduler wrote its shape (wloadctl.runshape) is read from it and from the
+    journal's current states (with `open_client`; rows are then read when shown) or columns, as
+    flat arrays; an older run, or one that has made jobs since, from its plan.
 
     Args:
         client: the run's client.
         step: told what is being read (a large plan takes a while to parse).
+        open_client: opens another client, with which the UI thread reads the rows of a big run
+            when they are shown (without it every row is read now).
     """
     run = client.run
-    ids = list(client.ids())
+    read = getattr(client, "shape", None)
+    shape = read() if read is not None else None
+    ids = _id_list(client, shape) if shape is not None else None
+    if shape is None or ids is None:
+        return _load_from_plan(client, list(client.ids()), step)
+    step(f"reading the jobs' states ({len(ids):,} jobs)")
+    model = JobsModel(ids, shape.tier)
+    for i, text in shape.deadlines.items():
+        at = deadline_at(text, run.business_date, run.started, shape.timezone)
+        if at is not None and i < len(ids):
+            model.deadline[i] = at
+            model.deadline_text[i] = text
+    seq = last_seq(client)
+    states = client.states() if open_client is not None else None  # type: ignore[attr-defined]
+    if states is None or len(states) > len(ids):
+        # Columns read after `seq` may hold some transitions past it: replayed again, they
+        # leave each job where its latest transition put it.
+        model.load_columns(client.job_columns())
+    else:
+        # States only (one byte a job): the rest of a row is read when it is shown.
+        model.state = bytearray(states) + bytearray(len(ids) - len(states))
+        model.known = bytearray(len(ids))
+        model._recount()
+        # What the panes show of every job at once: running jobs' executors, deadlines' ends.
+        model.take_rows(client.rows_of(sorted(set(model.running) | set(model.deadline))))
+        source = RowSource(open_client)
+        model.fetch, model.fetch_all, model.release = source.rows, source.columns, source.close
+    model.seq = seq
+    model.critical = frozenset(shape.critical_path())
+    model.expected, model.remaining = shape.expected, shape.path
+    model.rank = Ranks(shape.rank, len(shape))
+    # The graph shares the model's ids and index: jobs the run adds later are not in it.
+    dag = Dag.from_rows(model.ids, model.index, shape.up_off, shape.up, (shape.down_off, shape.down))
+    return _info(client), model, dag
+
+
+def _id_list(client: Client, shape: RunShape) -> IdList | None:
+    """The run's ids over its id list file's bytes, when the file holds the shape's jobs and no
+    more (a run that made jobs since is read from its plan)."""
+    data = client.id_bytes()  # type: ignore[attr-defined]
+    starts = shape.id_starts
+    n = len(shape)
+    if data is None or len(starts) != n + 1 or len(data) != starts[n] or (n and data[-1] != 10):
+        return None
+    return IdList(data, starts)
+
+
+def _info(client: Client) -> RunInfo:
+    run = client.run
+    return RunInfo(
+        run.run_id,
+        run.plan_name,
+        run.business_date,
+        run.started,
+        str(getattr(client, "state_dir", "")),
+        getattr(run, "ended", None),
+    )
+
+
+def _load_from_plan(
+    client: Client, ids: list[str], step: Callable[[str], None]
+) -> tuple[RunInfo, JobsModel, Dag]:
+    """load_model by parsing the run's plan (runs without a shape file, canned clients)."""
+    run = client.run
     step(f"reading the plan ({len(ids):,} jobs)")
     plan = client.plan()
     step("building the graph")
@@ -96,9 +200,9 @@ def load_model(
     model.load_rows(client.job_rows())
     model.seq = seq
     durations = {
-        ids[i]: (model.ended[i] or 0.0) - (model.started[i] or 0.0)
-        for i in range(len(ids))
-        if model.ended[i] is not None and model.started[i] is not None
+        ids[i]: end - model.started[i]
+        for i, end in model.ended.items()
+        if model.started[i] is not None
     }
     step("finding the critical path")
     # A validated plan has no cycle, so this cannot raise CycleError.
@@ -106,14 +210,7 @@ def load_model(
     model.critical = frozenset(model.index[j] for j in path if j in model.index)
     step("ranking the jobs on the critical path")
     model.rank_jobs(plan, dag, client.expected_history())
-    info = RunInfo(
-        run.run_id,
-        run.plan_name,
-        run.business_date,
-        run.started,
-        str(getattr(client, "state_dir", "")),
-    )
-    return info, model, dag
+    return _info(client), model, dag
 
 
 class Feed:
@@ -180,7 +277,7 @@ class Feed:
             try:
                 self.post(LoadStep("opening the journal"))
                 client = self.open_client()
-                info, model, dag = load_model(client, lambda s: self.post(LoadStep(s)))
+                info, model, dag = load_model(client, lambda s: self.post(LoadStep(s)), self.open_client)
             # The journal may not exist yet (a scheduler just starting): say why, retry.
             except Exception as e:
                 if client is not None:
@@ -209,6 +306,8 @@ class Feed:
         last_read = 0.0
         last_status = 0.0
         was_live: bool | None = None
+        drill_seen = self.clock()  # a drill of before the console opened is in `status`, not a note
+        turns = 0
         while not self.stop_event.is_set():
             now = self.clock()
             try:
@@ -233,6 +332,13 @@ class Feed:
                 if now - last_status >= STATUS_EVERY or live != was_live:
                     last_status, was_live = now, live
                     self.post(StatusChanged(self._status(client, header, now)))
+                turns += 1
+                if turns % DRILL_EVERY == 0:
+                    drill = client.last_drill()
+                    if drill is not None and drill["ts"] > drill_seen:
+                        drill_seen = drill["ts"]
+                        level = "information" if drill["ok"] else "warning"
+                        self.post(NoteAdded(Note(drill["summary"], level, now, ("scheduler",))))
             # Any failure (a journal being replaced, a board torn down mid-read) is
             # shown on screen and retried: the feed must outlive it.
             except Exception as e:
@@ -314,4 +420,5 @@ class Feed:
                           int(a.get("jobs_held") or 0), a.get("age"))
                 for a in client.agents()
             ),
+            paused=client.pause_reason(header) or "",
         )

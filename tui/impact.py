@@ -173,7 +173,8 @@ def impact(
     chosen = set(imp.applies)
     below: set[str] = set()
     for job in imp.applies:
-        below |= dag.descendants(job)
+        if job in dag:  # jobs the run made since the graph was read have no rows in it
+            below |= dag.descendants(job)
     below -= chosen
     st_of = model.state
     idx = model.index

@@ -24,6 +24,8 @@ class RunInfo:
     """When the run started (epoch seconds)."""
     state_dir: str
     """Where its journal, logs and lock live."""
+    ended: float | None = None
+    """When the run ended, as the journal had it when the console attached (None: not ended)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ class LiveStatus:
     """The last error reading the run, if the feed is failing."""
     agents: tuple[AgentView, ...] = ()
     """Agents on other hosts (runs with a broker)."""
+    paused: str = ""
+    """Why the scheduler does not dispatch now (e.g. a full disk), "" when it does."""
 
 
 class ModelLoaded(Message):

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tui.columns import Sparse
 from tui.filters import JobFilter
+from tui.idlist import IdIndex, IdList
 from tui.labels import TIER_SHORT, fmt_clock, fmt_duration
+from tui.order import FAST_FROM, backwards, pick, sort_order
 from wloadctl.client import node_label
-from wloadctl.core.states import FAIL_STATES, OK_STATES, TERMINAL, JobState, SlaTier
+from wloadctl.core.states import OK_STATES, TERMINAL, JobState, SlaTier
 
 S = JobState
 
@@ -27,8 +30,18 @@ SORT_KEYS: tuple[str, ...] = (
 )
 """Columns the job table sorts by; `plan` is the plan's own order."""
 
-_OK_VALUES = frozenset(int(s) for s in OK_STATES)
-_FAIL_VALUES = frozenset(int(s) for s in FAIL_STATES)
+_HIGH = bytes((b << 4) & 0xFF for b in range(256))
+"""Byte translation moving a value 0-15 to the high half of the byte."""
+
+
+def _positions(buf: bytes | bytearray, value: int) -> list[int]:
+    """Indices where `buf` holds `value` (few of them: found by byte search)."""
+    out: list[int] = []
+    k = buf.find(value)
+    while k >= 0:
+        out.append(k)
+        k = buf.find(value, k + 1)
+    return out
 _TERMINAL_VALUES = frozenset(int(s) for s in TERMINAL)
 
 
@@ -50,13 +63,13 @@ class JobsModel:
     """Attempts so far per job."""
     executor: array[int] = field(default_factory=lambda: array("i"))
     """Executor of the latest attempt (-1 none)."""
-    exit_code: list[int | None] = field(default_factory=list)
-    """Exit status of the latest attempt."""
-    started: list[float | None] = field(default_factory=list)
-    """When the latest attempt started."""
-    ended: list[float | None] = field(default_factory=list)
+    exit_code: Sparse[int] = field(default_factory=lambda: Sparse())
+    """Exit status of the latest attempt (None: none yet)."""
+    started: Sparse[float] = field(default_factory=lambda: Sparse())
+    """When the latest attempt started (None: never)."""
+    ended: Sparse[float] = field(default_factory=lambda: Sparse())
     """When the job last reached a terminal state (None while it is not in one)."""
-    reason: list[str] = field(default_factory=list)
+    reason: Sparse[str] = field(default_factory=lambda: Sparse(""))
     """Latest reason recorded for the job (failure, hold, skip)."""
     deadline: dict[int, float] = field(default_factory=dict)
     """Absolute deadline (epoch seconds) of jobs that have one."""
@@ -68,7 +81,7 @@ class JobsModel:
     """Expected seconds of each job (its `expected:` key, else its history's median, else 1)."""
     remaining: array[float] = field(default_factory=lambda: array("d"))
     """Each job's remaining critical path: expected seconds of work from it to the end of the plan."""
-    rank: array[int] = field(default_factory=lambda: array("i"))
+    rank: Sequence[int] = field(default_factory=lambda: array("i"))
     """Each job's critical-path rank, as its ready key has it (0: the longest remaining path starts first)."""
     seq: int = 0
     """Last journal transition applied."""
@@ -76,19 +89,26 @@ class JobsModel:
     """Bumped at every change, so views know when to repaint."""
     touched_at: dict[int, int] = field(default_factory=dict)
     """Version at which each job last changed (job detail follows its job with it)."""
+    known: bytearray | None = None
+    """1 for each job whose row (attempt, executor, times, reason) is read; None: every job's is.
+    A big run is attached with its states only: rows are read when shown (`ensure`)."""
+    fetch: Callable[[list[int]], dict[int, tuple]] | None = None
+    """Reads some jobs' rows (state, attempt, executor, exit_code, started, ended, reason) by index."""
+    fetch_all: Callable[[], Any] | None = None
+    """Reads every job's row as the journal's columns (wloadctl.turns.JobColumns)."""
+    release: Callable[[], None] | None = None
+    """Releases what `fetch` reads with (the console calls it when it leaves the run)."""
 
     def __post_init__(self) -> None:
         n = len(self.ids)
-        self.index: dict[str, int] = {j: i for i, j in enumerate(self.ids)}
+        self.index: MutableMapping[str, int] = (
+            IdIndex(self.ids) if isinstance(self.ids, IdList) else {j: i for i, j in enumerate(self.ids)}
+        )
         """Index by job id."""
         if len(self.state) != n:
             self.state = bytearray(n)
             self.attempt = array("i", bytes(4 * n))
             self.executor = array("i", [-1]) * n
-            self.exit_code = [None] * n
-            self.started = [None] * n
-            self.ended = [None] * n
-            self.reason = [""] * n
         self.counts: list[int] = [0] * len(JobState)
         """Jobs per state value."""
         self.running: set[int] = set()
@@ -101,12 +121,15 @@ class JobsModel:
         return len(self.ids)
 
     def _recount(self) -> None:
-        self.counts = [0] * len(JobState)
-        self.tier_counts = [[0] * len(JobState) for _ in SlaTier]
-        self.running = {i for i, st in enumerate(self.state) if st == S.RUNNING}
-        for st, t in zip(self.state, self.tier, strict=True):
-            self.counts[st] += 1
-            self.tier_counts[t][st] += 1
+        """Counts per state and per tier and state, and the running jobs: a few passes of C."""
+        state, n = bytes(self.state), len(self.state)
+        self.counts = [state.count(s) for s in range(len(JobState))]
+        self.running = set(_positions(state, int(S.RUNNING)))
+        # Tier in the high half of a byte, state in the low: one byte per job, counted per value.
+        both = bytes(self.tier).translate(_HIGH)
+        pairs = (int.from_bytes(both, "little") | int.from_bytes(state, "little")).to_bytes(n, "little")
+        self.tier_counts = [[pairs.count((t << 4) | s) if self.counts[s] else 0 for s in range(len(JobState))]
+                            for t in range(len(SlaTier))]
 
     def rank_jobs(self, plan: Any, dag: Any, history: dict[str, float]) -> None:
         """Rank every job on the critical path as the scheduler does (wloadctl/core/critical.py)."""
@@ -140,12 +163,62 @@ class JobsModel:
             self.state[i] = int(st)
             self.attempt[i] = int(att)
             self.executor[i] = int(ex)
-            self.exit_code[i] = code
-            self.started[i] = started
-            self.ended[i] = ended
-            self.reason[i] = str(reason or "")
+            self.exit_code.put(i, code)
+            self.started.put(i, started)
+            self.ended.put(i, ended)
+            self.reason.put(i, str(reason or ""))
         self._recount()
         self.version += 1
+
+    def load_columns(self, cols: Any) -> None:
+        """Take every job's row as the journal's columns hold them (wloadctl.turns.JobColumns):
+        flat arrays of states, attempts and executors, and only the jobs that have the rest."""
+        n = len(self.ids)
+        self.state = bytearray(cols.state[:n])
+        self.state.extend(bytes(n - len(self.state)))
+        att = cols.attempt[:n]
+        self.attempt = array("i", att.tobytes()) if att.itemsize == 4 else array("i", att)
+        self.attempt.extend(array("i", bytes(4 * (n - len(self.attempt)))))
+        self.executor = array("i", cols.executor[:n])
+        self.executor.extend(array("i", [-1]) * (n - len(self.executor)))
+        for mine, theirs in ((self.exit_code, cols.exit_code), (self.started, cols.started),
+                             (self.ended, cols.ended), (self.reason, cols.reason)):
+            mine.clear()
+            mine.update((i, v) for i, v in theirs.items() if i < n)
+        self._recount()
+        self.version += 1
+
+    def take_rows(self, rows: dict[int, tuple]) -> None:
+        """Take some jobs' rows as read (state, attempt, ...); the model's states, which follow the
+        transitions, are kept."""
+        known = self.known
+        for i, (_st, att, ex, code, started, ended, reason) in rows.items():
+            if i >= len(self.ids):
+                continue
+            self.attempt[i] = int(att)
+            self.executor[i] = int(ex)
+            self.exit_code.put(i, code)
+            self.started.put(i, started)
+            self.ended.put(i, ended)
+            self.reason.put(i, str(reason or ""))
+            if known is not None and i < len(known):
+                known[i] = 1
+
+    def ensure(self, idxs: Iterable[int]) -> None:
+        """Read the rows of these jobs if they are not read yet (a big run's rows are read when shown)."""
+        known = self.known
+        if known is None or self.fetch is None:
+            return
+        want = sorted({i for i in idxs if 0 <= i < len(known) and not known[i]})
+        if want:
+            self.take_rows(self.fetch(want))
+
+    def ensure_all(self) -> None:
+        """Read every job's row (a sort by start, duration, attempt or executor needs them all)."""
+        if self.known is None or self.fetch_all is None:
+            return
+        self.load_columns(self.fetch_all())
+        self.known = None
 
     def grow(self, ids: Sequence[str]) -> bool:
         """Add jobs the run made (loop instances `job@item`, in the parent's SLA tier), WAITING.
@@ -164,10 +237,8 @@ class JobsModel:
             self.state.append(int(S.WAITING))
             self.attempt.append(0)
             self.executor.append(-1)
-            self.exit_code.append(None)
-            self.started.append(None)
-            self.ended.append(None)
-            self.reason.append("")
+            if self.known is not None:
+                self.known.append(1)  # a new job's row is all in its transitions
             self.counts[S.WAITING] += 1
             self.tier_counts[t][S.WAITING] += 1
         if ids:
@@ -210,13 +281,13 @@ class JobsModel:
                 self.executor[i] = int(ex)
             if code is not None:
                 self.exit_code[i] = int(code)
-            self.reason[i] = str(reason or "")
+            self.reason.put(i, str(reason or ""))
             if to_v == S.RUNNING:
                 self.started[i] = float(ts)
             if to_v in _TERMINAL_VALUES:
                 self.ended[i] = float(ts)
             else:
-                self.ended[i] = None
+                self.ended.pop(i, None)
             touched.add(i)
         if touched:
             self.version += 1
@@ -255,7 +326,7 @@ def view_order(
     sort_key: str = "plan",
     reverse: bool = False,
     now: float = 0.0,
-) -> list[int]:
+) -> Sequence[int]:
     """The job indices the table shows, filtered and sorted.
 
     Args:
@@ -266,9 +337,16 @@ def view_order(
         now: the time (durations of running jobs grow with it).
 
     Returns:
-        Indices into the model, in display order.
+        Indices into the model, in display order (a range when every job is shown in plan order).
     """
     n = len(model)
+    if sort_key in _NEED_ROWS:
+        model.ensure_all()
+    if n >= FAST_FROM:
+        picked = pick(model, flt.states, flt.tiers, flt.pattern)
+        if sort_key == "plan" or sort_key not in SORT_KEYS:
+            return backwards(picked) if reverse else picked
+        return sort_order(model, picked, sort_key, reverse, now, _STATE_RANK)
     idx: Iterable[int] = range(n)
     if flt.states:
         st, states = model.state, flt.states
@@ -278,7 +356,14 @@ def view_order(
         idx = [i for i in idx if tr[i] in tiers]
     if flt.pattern:
         match, ids = flt.matcher(), model.ids
-        idx = [i for i in idx if match(ids[i])]
+        if isinstance(ids, IdList):
+            if flt.states or flt.tiers:
+                keep = set(ids.matching(flt.pattern))
+                idx = [i for i in idx if i in keep]
+            else:
+                idx = ids.matching(flt.pattern)
+        else:
+            idx = [i for i in idx if match(ids[i])]
     out = list(idx)
     if sort_key == "plan" or sort_key not in SORT_KEYS:
         if reverse:
@@ -310,6 +395,9 @@ def view_order(
     out.sort(key=key, reverse=reverse)  # type: ignore[arg-type]
     return out
 
+
+_NEED_ROWS = frozenset(("start", "duration", "attempt", "executor"))
+"""Sorts that read every job's row."""
 
 _STATE_ORDER = (
     S.FAILED,
@@ -374,67 +462,3 @@ def job_row(model: JobsModel, i: int, now: float) -> JobRow:
         info,
     )
 
-
-# -- the run header ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """The run-wide figures of the header."""
-
-    total: int
-    """Jobs in the run."""
-    done: int
-    """Jobs in a terminal state."""
-    ok: int
-    """Succeeded or skipped."""
-    bad: int
-    """Failed, timed out, cancelled or blocked by a failure."""
-    active: int
-    """Queued or running."""
-    elapsed: float
-    """Seconds since the run started (until it ended, when it has)."""
-    forecast: float | None
-    """Seconds until the run should end at its pace so far; None when unknown."""
-
-    @property
-    def percent(self) -> float:
-        """Share of jobs done, 0-100."""
-        return 100.0 * self.done / self.total if self.total else 100.0
-
-
-def held_ids(model: JobsModel, limit: int) -> list[str]:
-    """Ids of the first `limit` HELD jobs in plan order."""
-    out: list[str] = []
-    k = model.state.find(JobState.HELD)
-    while k >= 0 and len(out) < limit:
-        out.append(model.ids[k])
-        k = model.state.find(JobState.HELD, k + 1)
-    return out
-
-
-def summarize(
-    model: JobsModel, started: float, now: float, finished: bool
-) -> RunSummary:
-    """Progress, elapsed time and a forecast of the end.
-
-    The forecast extrapolates the pace of finished jobs; a plan's long tail makes it
-    optimistic early on, which is why the header labels it a forecast.
-    """
-    c = model.counts
-    done = model.done_count()
-    ok = sum(c[s] for s in _OK_VALUES)
-    bad = sum(c[s] for s in _FAIL_VALUES)
-    active = c[S.QUEUED] + c[S.RUNNING]
-    end = now
-    if finished:
-        ends = [e for e in model.ended if e is not None]
-        end = max(ends) if ends else now
-    elapsed = max(0.0, end - started)
-    forecast: float | None = None
-    total = len(model)
-    if not finished and 0 < done < total and elapsed > 0:
-        forecast = elapsed * (total - done) / done
-    elif finished or done == total:
-        forecast = 0.0
-    return RunSummary(total, done, ok, bad, active, elapsed, forecast)

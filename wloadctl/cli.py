@@ -174,6 +174,23 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
         if verb == "rerun":
             p.add_argument("--downstream", action="store_true", help="also rerun everything that depends on it")
+    p = sub.add_parser("approve", help="apply another person's pending request (ID), or let jobs waiting for "
+                       "confirmation start (JOB)")
+    p.add_argument("jobs", nargs="+", metavar="ID|JOB")
+    p.add_argument("--reason", default="")
+    _state_dir_arg(p)
+    _verb_broker_arg(p)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("reject", help="drop a pending request (ID) that needs a second person")
+    p.add_argument("jobs", nargs=1, metavar="ID")
+    p.add_argument("--reason", default="")
+    _state_dir_arg(p)
+    _verb_broker_arg(p)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("pending", help="requests waiting for a second person's approve, and jobs waiting for "
+                       "confirmation")
+    _state_dir_arg(p)
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("cancel", help="drain the run: nothing new starts")
     p.add_argument("--reason", default="")
     _state_dir_arg(p)
@@ -230,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_broker_args(p, streams=False)
     add_agents_args(p)
+    p = sub.add_parser("drill", help="failover and agent-loss drills on a live run, measured and journaled")
+    from wloadctl.cli_drill import add_drill_args
+
+    add_drill_args(p)
     p = sub.add_parser("runs", help="every run under a root directory, live or finished")
     p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
                    "~/.local/state/wloadctl)")
@@ -394,6 +415,14 @@ def cmd_agents(a: argparse.Namespace) -> int:
     from wloadctl.remote.agents import agents_command
 
     return agents_command(a)
+
+
+def cmd_drill(a: argparse.Namespace) -> int:
+    from wloadctl.cli_drill import drill_command
+
+    return drill_command(a, _reader_dir(a.state_dir))
+
+
 def cmd_host(a: argparse.Namespace) -> int:
     from wloadctl.cli_host import host_command
 
@@ -474,6 +503,9 @@ COMMANDS: dict[str, Any] = {
     "status": cmd_status,
     "top": cmd_top,
     "cancel": cmd_verb,
+    "approve": cmd_verb,
+    "reject": cmd_verb,
+    "pending": cmd_read,
     "why": cmd_read,
     "history": cmd_read,
     "lineage": cmd_read,
@@ -489,6 +521,7 @@ COMMANDS: dict[str, Any] = {
     "completion": cmd_completion,
     "doctor": cmd_doctor,
     "runs": cmd_runs,
+    "drill": cmd_drill,
     "host": cmd_host,
     "_complete-jobs": cmd_complete_jobs,
     **{v: cmd_verb for v in VERB_COMMANDS},

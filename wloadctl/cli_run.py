@@ -111,10 +111,19 @@ class HoldNotice:
         core = loop.core
         now = is_holding(core.counts)
         if now and not self.holding:
-            held = [core.ids[i] for i in range(core.n) if core.state[i] == JobState.HELD]
-            more = " ..." if len(held) > 10 else ""
-            self.say(f"holding: {len(held)} held job(s) wait for release: {', '.join(held[:10])}{more} "
-                     f"(`wloadctl release JOB --state-dir {self.state_dir}`; Ctrl-C stops the run)")
+            held = [i for i in range(core.n) if core.state[i] == JobState.HELD]
+            confirm = [core.ids[i] for i in held if core.specs[i].confirm]
+            held = [i for i in held if not core.specs[i].confirm]
+            parts = []
+            if held:
+                more = " ..." if len(held) > 10 else ""
+                parts.append(f"{len(held)} held job(s) wait for release: {', '.join(core.ids[i] for i in held[:10])}"
+                             f"{more} (`wloadctl release JOB --state-dir {self.state_dir}`)")
+            if confirm:
+                more = " ..." if len(confirm) > 10 else ""
+                parts.append(f"{len(confirm)} job(s) wait for confirmation: {', '.join(confirm[:10])}{more} "
+                             f"(`wloadctl approve JOB --state-dir {self.state_dir}`)")
+            self.say(f"holding: {'; '.join(parts)}; Ctrl-C stops the run")
         elif self.holding and not now:
             self.say("released: the run goes on")
         self.holding = now

@@ -34,12 +34,17 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         else st["status"]
     if st["status"] == "holding":
         live = f"HOLDING, {live}"
+    if st.get("paused"):
+        live = f"PAUSED: {st['paused']}, {live}"
     print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  ({live})")
     print(f"{st['total']} jobs: {counts}")
-    if st.get("held"):
-        more = " ..." if st["counts"].get("HELD", 0) > len(st["held"]) else ""
-        print(f"held ({st['counts'].get('HELD', 0)}), released with `wloadctl release JOB`: "
-              f"{', '.join(st['held'])}{more}")
+    held = [j for j in st.get("held", []) if j not in st.get("confirm", [])]
+    if held:
+        n = st["counts"].get("HELD", 0) - len(st.get("confirm", []))
+        more = " ..." if n > len(held) else ""
+        print(f"held ({n}), released with `wloadctl release JOB`: {', '.join(held)}{more}")
+    for line in pending_lines({"confirm": st.get("confirm"), "requests": st.get("pending")}):
+        print(line)
     if st.get("flags"):
         late = sorted(j for j, f in st["flags"].items() if f == "LATE")
         risk = sorted(j for j, f in st["flags"].items() if f == "AT_RISK")
@@ -47,6 +52,8 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(f"LATE ({len(late)}): {', '.join(late[:20])}{' ...' if len(late) > 20 else ''}")
         if risk:
             print(f"AT_RISK ({len(risk)}): {', '.join(risk[:20])}{' ...' if len(risk) > 20 else ''}")
+    if st.get("last_drill"):
+        print(f"last drill ({_ts(st['last_drill']['ts'])}, {st['last_drill']['user']}): {st['last_drill']['summary']}")
     for e in st["executors"]:
         print(f"  executor {e['executor']}: pid {e['pid']} {e['health']}, beat {e['beat_age']:.1f}s ago, "
               f"running {e['running']}/{e['slots']}, load {e['load1']}, rss {e['rss_kb'] // 1024} MiB")
@@ -64,7 +71,7 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
 
 
 def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
-    """`wloadctl hold|release|retry|rerun|kill|set-ok|skip|cancel`."""
+    """`wloadctl hold|release|retry|rerun|kill|set-ok|skip|cancel|approve|reject`."""
     from wloadctl.cli_run import broker_of
 
     # --broker: the scheduler may be on another host; its answer comes back through the broker.
@@ -76,6 +83,8 @@ def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
     else:
         if rep.get("error"):
             print(f"wloadctl: {rep['error']}", file=sys.stderr)
+        if rep.get("message"):
+            print(rep["message"])
         for _job, applied, msg in rep.get("results", []):
             print(msg if applied else f"refused: {msg}", file=sys.stdout if applied else sys.stderr)
         if rep.get("more"):
@@ -99,6 +108,8 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             agents = node_names(c.state_dir)
         elif a.cmd == "lineage":
             data = c.lineage(a.job)
+        elif a.cmd == "pending":
+            data = c.pending()
         elif getattr(a, "verify", False):
             return _verify(c, a.json)
         else:
@@ -122,16 +133,35 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(f"  {_ts(t['ts'])} #{t['attempt']} {t['from']} -> {t['to']}{ex}{code}{reason}")
         for x in data["actions"]:
             print(f"  {_ts(x['ts'])} {x['user']} {x['verb']} ({x['reason'] or 'no reason'}): {x['outcome']}")
+    elif a.cmd == "pending":
+        print("\n".join(pending_lines(data)) or "nothing waits for an approve")
     elif a.cmd == "lineage":
         print(f"{data['job']}: {len(data['upstream'])} upstream, {len(data['downstream'])} downstream")
         print("  upstream:   " + (", ".join(data["upstream"]) or "-"))
         print("  downstream: " + (", ".join(data["downstream"]) or "-"))
     else:
         for x in data:
-            ok = "applied" if x["applied"] else "refused"
+            if x["verb"] == "drill":
+                ok = "passed" if x["applied"] else "failed"
+            else:
+                ok = "applied" if x["applied"] else "pending" if x["outcome"].startswith("pending R") else "refused"
             print(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
                   + (f"  reason: {x['reason']}" if x["reason"] else ""))
     return 0
+
+
+def pending_lines(data: dict[str, Any]) -> list[str]:
+    """What waits for an operator's approve, for `status` and `pending`: confirmation jobs and requests."""
+    out = []
+    if data.get("confirm"):
+        out.append(f"waiting for confirmation ({len(data['confirm'])}), started with `wloadctl approve JOB`: "
+                   f"{', '.join(data['confirm'])}")
+    for r in data.get("requests") or []:
+        what = f"{r['verb']} {', '.join(r['jobs'])}" if r["jobs"] else r["verb"]
+        why = f" ({r['reason']})" if r["reason"] else ""
+        out.append(f"pending {r['id']}: {what} asked by {r['user']} at {_ts(r['ts'])}{why}; "
+                   f"`wloadctl approve {r['id']}` by another admin applies it, `wloadctl reject {r['id']}` drops it")
+    return out
 
 
 def _verify(c: RunClient, as_json: bool) -> int:

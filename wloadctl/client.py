@@ -23,8 +23,9 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import find_id, log_path, read_ids
+from wloadctl.paths import find_id, ids_path, log_path, read_ids
 from wloadctl.remote.agents import AGENT_BASE
+from wloadctl.runshape import RunShape, read_shape
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
 
 if TYPE_CHECKING:
@@ -34,8 +35,9 @@ if TYPE_CHECKING:
     from wloadctl.core.plan import Plan
     from wloadctl.remote.broker import BrokerOptions
     from wloadctl.remote.operators import OperatorLink
+    from wloadctl.turns import JobColumns
 
-VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel")
+VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel", "approve")
 """Operator verbs (the core's wloadctl.core.verbs.VERBS, repeated here to keep imports light; a test checks)."""
 
 REPLY_TIMEOUT = 10.0
@@ -241,16 +243,29 @@ class RunClient:
         return {
             "run": self.run.run_id, "plan": self.run.plan_name, "business_date": self.run.business_date,
             "status": self.run.status if not live else ("holding" if holding else "running"), "live": live or far,
-            "held": self.held(states if live else None) if counts.get("HELD") else [],
+            "held": (held := self.held(states if live else None) if counts.get("HELD") else []),
+            "confirm": self.awaiting_confirmation(held), "pending": self.pending_requests(),
             "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
             "scheduler_pid": h.scheduler_pid if h else (self.run.scheduler_pid if far else None),
             "scheduler_host": self.store.holder_host(self.run.id) if far else None,
             "standby_pid": (h.standby_pid or None) if h else None,
+            "paused": self.pause_reason(h) if live else None,
             "lease_until": h.lease_until if h else self.run.lease_until,
             "executors": self.executors() if live else [],
             "agents": self.agents() if live else [],
             "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
+            "last_drill": self.last_drill(),
         }
+
+    def pause_reason(self, h: P.BoardHeader | None) -> str | None:
+        """Why the live scheduler does not dispatch, in words (None when it does)."""
+        if h is None or not h.paused:
+            return None
+        if h.paused == P.PAUSE_STATE_DIR_FULL:
+            return f"no space left on device in {self.state_dir}"
+        if h.paused == P.PAUSE_SHM_FULL:
+            return "no space left in /dev/shm for the payload arena (jobs wait to be sent)"
+        return f"paused (reason code {h.paused})"
 
     def held(self, states: bytes | None = None, limit: int = 50) -> list[str]:
         """Ids of the first `limit` HELD jobs: from the board's states when given, else from the journal."""
@@ -264,6 +279,24 @@ class RunClient:
                 out.append(ids[k])
             k = states.find(JobState.HELD, k + 1)
         return out
+
+    def awaiting_confirmation(self, held: list[str]) -> list[str]:
+        """Those of `held` that wait for an operator's approve (`confirm: true`)."""
+        if not held:
+            return []
+        jobs = self.plan().jobs
+        return [j for j in held if j in jobs and jobs[j].confirm]
+
+    def pending_requests(self) -> list[dict[str, Any]]:
+        """Verbs waiting for a second person's approve (four eyes), oldest first, from the journal."""
+        from wloadctl.core.foureyes import PendingBook
+
+        return PendingBook.from_actions(self.store.actions(self.run.id)).listing()
+
+    def pending(self) -> dict[str, Any]:
+        """What waits for an operator's approve: requests for a second person, and confirmation jobs."""
+        return {"run": self.run.run_id, "requests": self.pending_requests(),
+                "confirm": self.awaiting_confirmation(self.held(limit=1000))}
 
     def flags(self) -> dict[str, str]:
         """Jobs flagged AT_RISK or LATE during the run (job -> its latest flag)."""
@@ -285,7 +318,7 @@ class RunClient:
             UsageError: unknown verb.
             ControlError: the verb cannot be applied at all (no live scheduler for kill/cancel).
         """
-        if verb not in VERBS and verb not in ("why", "ping", "whoami"):
+        if verb not in VERBS and verb not in ("why", "ping", "whoami", "reject", "pending"):
             raise UsageError(f"unknown verb '{verb}'", hint=f"verbs: {', '.join(VERBS)}, why")
         req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": _user()}
         if self.broker is not None:
@@ -296,7 +329,7 @@ class RunClient:
             if self.leased():
                 raise ControlError(f"no answer through the broker from the scheduler of run {self.run.run_id} "
                                    f"within {REPLY_TIMEOUT:.0f}s", hint="check it with `wloadctl status`")
-        if self.is_live():
+        if self.is_live() or self._listening():
             try:
                 rep = self._ask(req)
                 rep["live"] = True
@@ -306,13 +339,23 @@ class RunClient:
                     raise
         return self._offline(req)
 
+    def _listening(self) -> bool:
+        """Whether the run's control socket is there: the run of another user, whose board is theirs alone,
+        is live when its scheduler answers on it (a socket left by a crashed one refuses the connection)."""
+        return ctlsock.socket_path(self.state_dir).exists()
+
     def _ask(self, req: dict[str, Any]) -> dict[str, Any]:
         # The scheduler takes the caller's identity from the socket (SO_PEERCRED), not from `user`.
         return ctlsock.request(self.state_dir, {**req, "id": secrets.token_hex(4)}, REPLY_TIMEOUT)
 
     def whoami(self) -> dict[str, Any]:
         """This user's name, role and allowed verbs in the run (the console greys the rest)."""
-        if self.is_live():
+        if self.broker is not None:
+            # Through the broker the scheduler decides who this is (the broker user), not this host.
+            rep = self._ask_broker({"verb": "whoami", "jobs": [], "user": _user()})
+            if rep is not None:
+                return rep
+        if self.is_live() or self._listening():
             try:
                 return self._ask({"verb": "whoami", "jobs": []})
             except TransportError:
@@ -340,6 +383,7 @@ class RunClient:
     def _offline(self, req: dict[str, Any]) -> dict[str, Any]:
         from wloadctl.core.events import OperatorEvent
         from wloadctl.core.explain import why as explain
+        from wloadctl.core.foureyes import PendingBook, needs_second, pending_outcome
         from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs
 
         verb = req["verb"]
@@ -352,6 +396,10 @@ class RunClient:
                 st.record_action(self.run.id, req["user"], verb, "; ".join(req["jobs"]) or "*", req["reason"],
                                  msg, False)
             return {"ok": False, "error": msg, "refused": True, "live": False}
+        if verb in ("approve", "reject", "pending"):
+            settled = self._offline_settle(req)
+            if settled is not None:
+                return settled
         if verb not in MUTATING_OFFLINE and verb != "why":
             raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
                                hint="resume the run with `wloadctl resume --state-dir DIR`")
@@ -370,6 +418,15 @@ class RunClient:
                     return {"ok": False, "error": msg, "unknown": unknown, "live": False}
                 if verb == "why":
                     return {"ok": True, "why": [explain(core, i, time.time()) for i in idx[:20]], "live": False}
+                second = frozenset(core.plan.four_eyes) | access.load_roles().four_eyes
+                if not req.get("approved") and needs_second(verb, (core.specs[i] for i in idx), second):
+                    book = PendingBook.from_actions(st.actions(run.id))
+                    p = book.open(verb, req["jobs"], req["user"], req["reason"], time.time(), bool(req["downstream"]))
+                    st.record_action(run.id, req["user"], verb, "; ".join(req["jobs"]) or "*", req["reason"],
+                                     pending_outcome(p), False)
+                    return {"ok": True, "verb": verb, "pending": p.as_dict(), "results": [], "live": False,
+                            "message": f"{p.id}: {verb} needs a second person: another admin's "
+                                       f"`wloadctl approve {p.id}` applies it, `wloadctl reject {p.id}` drops it"}
                 core.paused = True  # nothing is dispatched from here; a resume runs what becomes READY
                 cmds = core.handle(OperatorEvent(verb, tuple(idx), time.time(), user=req["user"],
                                                  reason=req["reason"], downstream=bool(req["downstream"]),
@@ -395,6 +452,40 @@ class RunClient:
                 return {"ok": ok, "verb": verb, "results": results, "live": False}
         finally:
             lock.close()
+
+    def _offline_settle(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        """pending, and approve/reject of a request id, on the journal of a run with no live scheduler.
+
+        Returns None for `approve JOB` (a confirmation job): that is a verb like the others.
+        """
+        from wloadctl.core.foureyes import PendingBook, judge, settle_word, settled_outcome
+        from wloadctl.core.verbs import MUTATING_OFFLINE
+
+        verb, user = req["verb"], req["user"]
+        if verb == "pending":
+            return {"ok": True, "requests": self.pending_requests(), "live": False}
+        with Store.open(self.state_dir, create=False) as st:
+            book = PendingBook.from_actions(st.actions(self.run.id))
+            p, err = judge(verb, req["jobs"], user, book, lambda n: self.index_of(n) is not None)
+            if p is None and err is None:
+                return None
+            if p is not None and verb == "approve" and p.verb not in MUTATING_OFFLINE:
+                raise ControlError(f"{p.verb} needs a live scheduler and run {self.run.run_id} has none",
+                                   hint=f"resume the run, then `wloadctl approve {p.id}`")
+            if p is None:
+                st.record_action(self.run.id, user, verb, "; ".join(req["jobs"]) or "*", req["reason"], str(err),
+                                 False)
+                return {"ok": False, "error": err, "live": False}
+            word = settle_word(verb, p, user)
+            st.record_action(self.run.id, user, verb, p.id, req["reason"], settled_outcome(word, p, user), True)
+        if verb == "reject":
+            return {"ok": True, "verb": verb, "results": [], "live": False,
+                    "message": f"{p.id} {word}: {p.describe()} will not be applied"}
+        why_ = f"{p.reason}; " if p.reason else ""
+        rep = self._offline({**req, "verb": p.verb, "jobs": list(p.jobs), "downstream": p.downstream,
+                             "approved": p.id, "reason": f"{why_}{p.id} asked by {p.user}, approved by {user}"})
+        rep["approved"] = p.id
+        return rep
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -470,6 +561,31 @@ class RunClient:
         """(idx, job_id, state, attempt, executor, exit_code, started, ended, reason) of every job, from the journal."""
         return self.store.job_rows(self.run.id)
 
+    def job_columns(self) -> JobColumns:
+        """Every job's row as columns (flat arrays of states, attempts, executors; the rest by job),
+        for readers of the whole run that would not build a million row tuples."""
+        return self.store.columns(self.run.id)
+
+    def states(self) -> bytearray | None:
+        """Every job's state by index from the journal's current states (no replay); None when it keeps none."""
+        return self.store.current_states(self.run.id)
+
+    def rows_of(self, idxs: list[int]) -> dict[int, tuple]:
+        """(state, attempt, executor, exit_code, started, ended, reason) of some jobs by index, from the journal
+        (a few jobs of a big run: read through its turn index, without replaying it)."""
+        return self.store.rows_of(self.run.id, idxs)
+
+    def shape(self) -> RunShape | None:
+        """The run's shape as its scheduler wrote it (wloadctl.runshape); None when it has none."""
+        return read_shape(self.state_dir, self.run.run_id)
+
+    def id_bytes(self) -> bytes | None:
+        """The run's id list file as it is (one id a line), or None when there is none."""
+        try:
+            return ids_path(self.state_dir, self.run.run_id).read_bytes()
+        except OSError:
+            return None
+
     def changes_since(self, seq: int, limit: int = 100_000) -> list[tuple]:
         """Journaled transitions after `seq`: (seq, idx, from, to, attempt, ts, executor, exit_code, reason)."""
         return self.store.transitions_since(self.run.id, seq, limit)
@@ -526,6 +642,12 @@ class RunClient:
             action = f"{when} {row[3]} {row[4]} {row[5]}" if row else "row missing"
             out["broken"] = {"run": names.get(run, str(run)), "seq": seq, "problem": problem, "action": action}
         return out
+
+    def last_drill(self) -> dict[str, Any] | None:
+        """The run's latest drill report ({"ts", "user", "ok", "summary"}), None when it had none."""
+        from wloadctl.drillreport import last_drill
+
+        return last_drill(self.store, self.run.id)
 
     def actions(self) -> list[dict[str, Any]]:
         """The run's audit trail."""

@@ -83,6 +83,10 @@ class StoreError(WloadError):
     exit_code = 3
 
 
+class StoreFull(StoreError):
+    """The journal's disk has no space left: the write did not happen and may be retried once space returns."""
+
+
 class InvalidTransition(WloadError):
     """A job state change that the transition table does not allow."""
 

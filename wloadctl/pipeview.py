@@ -54,7 +54,12 @@ def pipeline_view(client: RunReader, now: float | None = None) -> dict[str, Any]
         fig = started.get(e["executor"], {})
         executors.append({**e, "started": fig.get("started", 0), "started_per_s": fig.get("started_per_s", 0.0),
                           "dispatch_to_start": fig.get("dispatch_to_start", {"n": 0, "p50": None, "p99": None})})
-    agents = client.agents() if header is not None else figures.get("agents", [])
+    agents = []
+    for g in client.agents() if header is not None else figures.get("agents", []):
+        # An agent is a node of the engine numbered from AGENT_BASE: its starts are counted as an executor's.
+        fig = started.get(g.get("index"), {})
+        agents.append({**g, "started": fig.get("started", 0), "started_per_s": fig.get("started_per_s", 0.0),
+                       "dispatch_to_start": fig.get("dispatch_to_start", {"n": 0, "p50": None, "p99": None})})
     return {
         "run": client.run.run_id, "live": header is not None, "scheduler_pid": header.scheduler_pid if header else None,
         "epoch": header.epoch if header else figures.get("epoch"), "age": age,
@@ -124,9 +129,11 @@ def render(view: dict[str, Any]) -> list[str]:
             lines.append(f"{e['executor']:<3} {e['pid']:<8} {e['health']:<8} {e['running']:>4}/{e['slots']:<5} "
                          f"{e['started']:>8} {e['started_per_s']:>8.1f}  {_ms(d.get('p50'))}/{_ms(d.get('p99'))}")
     if view["agents"]:
-        lines.append("AGENT            STATE    RUN/SLOTS  HOLDS  LOAD")
+        lines.append("AGENT            STATE    RUN/SLOTS  HOLDS  LOAD   STARTED  START/S  DISPATCH->START p50/p99")
         for g in view["agents"]:
+            d = g.get("dispatch_to_start") or {}
             lines.append(f"{g.get('agent', '?')!s:<16} {g.get('state', '?')!s:<8} "
                          f"{g.get('slots_used', 0):>4}/{g.get('slots', 0):<5} {g.get('jobs_held', 0):>5}  "
-                         f"{float(g.get('load1', 0.0)):.2f}")
+                         f"{float(g.get('load1', 0.0)):<5.2f} {g.get('started', 0):>8} "
+                         f"{float(g.get('started_per_s', 0.0)):>8.1f}  {_ms(d.get('p50'))}/{_ms(d.get('p99'))}")
     return lines

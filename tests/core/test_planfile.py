@@ -113,6 +113,9 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("bad_run_as.yaml", 5, "job 'load': run_as: unknown user 'no_such_user_here'"),
     ("bad_roles.yaml", 3, "unknown role 'boss' under roles"),
     ("bad_limits.yaml", 2, "limits must be claim or enforce, not 'strict'"),
+    ("bad_confirm.yaml", 6, "job 'post': confirm must be true or false, not the text 'yes'"),
+    ("bad_four_eyes.yaml", 2, "four_eyes: unknown verb 'delete'"),
+    ("bad_job_four_eyes.yaml", 5, "job 'load': four_eyes must be a list of verbs, not the text 'rerun'"),
 ]
 
 # Problems whose message names a job: the job the report must carry.

@@ -106,6 +106,10 @@ def kill_one(rng: random.Random, proc: subprocess.Popen[bytes], run_id: str | No
     """Kill -9 a victim picked by the seed; say which."""
     victim = rng.choice(VICTIMS)
     execs = executor_pids(run_id) if run_id else []
+    deadline = time.monotonic() + 15
+    while victim == "executor" and not execs and run_id and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # a loaded machine starts the executors late: an executor kill waits for one
+        execs = executor_pids(run_id)
     if victim == "executor" and execs:
         os.kill(rng.choice(execs), signal.SIGKILL)
         return victim

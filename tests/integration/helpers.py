@@ -22,7 +22,7 @@ def evidence_plan(path: Path, out: Path, jobs: dict[str, dict[str, Any]], name: 
     """Write a plan whose every job appends `<job> start|end <time>` lines to `out`.
 
     `jobs` maps id -> extra job keys (depends_on, retries, ...); a job may set `exit` to fail
-    with that status, or `sleep` to run longer.
+    with that status, `sleep` to run longer, or `gate` (a path) to wait until that file exists.
     """
     spec: dict[str, Any] = {"name": name, "jobs": {}}
     if extra:
@@ -31,7 +31,9 @@ def evidence_plan(path: Path, out: Path, jobs: dict[str, dict[str, Any]], name: 
         keys = dict(keys)
         code = keys.pop("exit", 0)
         nap = keys.pop("sleep", sleep)
-        cmd = (f'echo "{jid} start $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}; sleep {nap}; '
+        gate = keys.pop("gate", None)
+        wait = f"while [ ! -e {gate} ]; do sleep 0.05; done; " if gate else ""
+        cmd = (f'echo "{jid} start $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}; {wait}sleep {nap}; '
                f'echo "{jid} end $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}; exit {code}')
         spec["jobs"][jid] = {"command": cmd, **keys}
     path.write_text(yaml.safe_dump(spec, sort_keys=False))

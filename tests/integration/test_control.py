@@ -33,9 +33,10 @@ def states_of(sd: Path) -> dict[str, str]:
 def test_hold_before_start_stays_held_while_others_run_then_release_runs_it(
         tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "ev"
+    first, second = tmp_path / "extract.go", tmp_path / "batch.go"
     plan = evidence_plan(tmp_path / "plan.yaml", out, {
-        "extract": {"sleep": 1.0}, "post": {"depends_on": ["extract"], "sleep": 0},
-        "long_batch": {"sleep": 3.0}})
+        "extract": {"gate": str(first)}, "post": {"depends_on": ["extract"], "sleep": 0},
+        "long_batch": {"gate": str(second)}})
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd))
     try:
@@ -43,15 +44,19 @@ def test_hold_before_start_stays_held_while_others_run_then_release_runs_it(
         p = cli("hold", "post", "--state-dir", str(sd), "--reason", "waiting for the GL team")
         assert p.returncode == 0, p.stderr
         assert "held" in p.stdout
+        first.touch()
         wait_for(lambda: states_of(sd).get("extract") == "SUCCEEDED", what="extract done")
         time.sleep(0.5)
         st = states_of(sd)
         assert st["post"] == "HELD" and st["long_batch"] == "RUNNING"
         why = json.loads(cli("why", "post", "--state-dir", str(sd), "--json").stdout)
         assert why["reasons"][0].startswith("held: held by") and "GL team" in why["reasons"][0]
+        second.touch()
         assert cli("release", "post", "--state-dir", str(sd)).returncode == 0
         assert proc.wait(30) == 0
     finally:
+        first.touch()
+        second.touch()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -127,8 +132,9 @@ def test_set_ok_unblocks_dependents_of_a_failed_job(tmp_path: Path, no_ipc_leaks
 
 
 def test_two_operators_at_once_one_wins_the_other_is_refused(tmp_path: Path, no_ipc_leaks: None) -> None:
+    gate = tmp_path / "a.go"
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
-        "a": {"sleep": 2.0}, "b": {"depends_on": ["a"]}})
+        "a": {"gate": str(gate)}, "b": {"depends_on": ["a"]}})
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd))
     try:
@@ -144,17 +150,20 @@ def test_two_operators_at_once_one_wins_the_other_is_refused(tmp_path: Path, no_
         assert codes == [0, 1], results
         loser = next(r for r in results if r[0] == 1)
         assert "job 'b' is HELD: hold does not apply" in loser[2]
+        gate.touch()
         cli("release", "b", "--state-dir", str(sd))
         assert proc.wait(30) == 0
     finally:
+        gate.touch()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
 
 
 def test_why_explains_unmet_dependencies_and_lineage(tmp_path: Path, no_ipc_leaks: None) -> None:
+    gate = tmp_path / "a.go"
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
-        "a": {"sleep": 2.0}, "b": {}, "c": {"depends_on": ["a", "b"]}, "d": {"depends_on": ["c"]}})
+        "a": {"gate": str(gate)}, "b": {}, "c": {"depends_on": ["a", "b"]}, "d": {"depends_on": ["c"]}})
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd))
     try:
@@ -164,8 +173,10 @@ def test_why_explains_unmet_dependencies_and_lineage(tmp_path: Path, no_ipc_leak
         assert why["state"] == "WAITING"
         assert why["blocking"] == [{"job": "a", "state": "RUNNING", "needs": "success"}]
         assert "waiting for 1 of 2 dependencies: a (RUNNING)" in why["reasons"][0]
+        gate.touch()
         assert proc.wait(30) == 0
     finally:
+        gate.touch()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
@@ -178,15 +189,22 @@ def test_why_explains_unmet_dependencies_and_lineage(tmp_path: Path, no_ipc_leak
 
 def test_logs_follow_streams_a_running_job_until_it_ends(tmp_path: Path, no_ipc_leaks: None) -> None:
     plan = tmp_path / "plan.yaml"
-    plan.write_text("name: logs\njobs:\n  talker:\n    command: 'for i in 1 2 3; do echo line$i; sleep 0.4; done'\n")
+    gate = tmp_path / "more.go"
+    plan.write_text("name: logs\njobs:\n  talker:\n    command: 'echo line1; "
+                    f"while [ ! -e {gate} ]; do sleep 0.05; done; echo line2; sleep 0.3; echo line3'\n")
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd))
     try:
         wait_for(lambda: states_of(sd).get("talker") == "RUNNING", what="talker running")
-        p = cli("logs", "talker", "--follow", "--state-dir", str(sd), timeout=30)
-        assert p.stdout.split() == ["line1", "line2", "line3"]
+        follow = subprocess.Popen([sys.executable, "-m", "wloadctl", "logs", "talker", "--follow", "--state-dir",
+                                   str(sd)], stdout=subprocess.PIPE, text=True, env=ENV)
+        time.sleep(0.5)
+        gate.touch()
+        out, _ = follow.communicate(timeout=30)
+        assert out.split() == ["line1", "line2", "line3"]
         assert proc.wait(30) == 0
     finally:
+        gate.touch()
         if proc.poll() is None:
             proc.kill()
             proc.wait()

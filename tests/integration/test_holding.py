@@ -47,12 +47,13 @@ def test_held_run_waits_for_release_from_another_process_then_exits_0(
         tmp_path: Path, no_ipc_leaks: None) -> None:
     # Given a run whose `post` is held while `extract` runs
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
-        "extract": {"sleep": 3.0}, "post": {"depends_on": ["extract"]}})
+        "extract": {"gate": str(tmp_path / "go")}, "post": {"depends_on": ["extract"]}})
     sd = tmp_path / "sd"
     proc = _run(str(plan), "--state-dir", str(sd))
     try:
         wait_for(lambda: _status(sd).get("live"), what="the scheduler up")
         assert cli("hold", "post", "--state-dir", str(sd)).returncode == 0
+        (tmp_path / "go").touch()
         # When everything else is done, the run holds (it does not exit) and says what it waits for
         st = wait_for(lambda: _holding(sd), what="status holding")
         assert st["held"] == ["post"] and st["live"]
@@ -65,6 +66,7 @@ def test_held_run_waits_for_release_from_another_process_then_exits_0(
         _out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
     finally:
+        (tmp_path / "go").touch()
         _end(proc)
     assert "holding: 1 held job(s) wait for release: post" in err
     assert status(sd)["status"] == "succeeded"
@@ -72,14 +74,16 @@ def test_held_run_waits_for_release_from_another_process_then_exits_0(
 
 def test_exit_on_hold_ends_the_run_held_with_exit_1(tmp_path: Path, no_ipc_leaks: None) -> None:
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
-        "extract": {"sleep": 3.0}, "post": {"depends_on": ["extract"]}})
+        "extract": {"gate": str(tmp_path / "go")}, "post": {"depends_on": ["extract"]}})
     sd = tmp_path / "sd"
     proc = _run(str(plan), "--state-dir", str(sd), "--exit-on-hold")
     try:
         wait_for(lambda: _status(sd).get("live"), what="the scheduler up")
         assert cli("hold", "post", "--state-dir", str(sd)).returncode == 0
+        (tmp_path / "go").touch()
         _out, err = proc.communicate(timeout=30)
     finally:
+        (tmp_path / "go").touch()
         _end(proc)
     assert proc.returncode == 1, err
     st = status(sd)
@@ -88,16 +92,18 @@ def test_exit_on_hold_ends_the_run_held_with_exit_1(tmp_path: Path, no_ipc_leaks
 
 def test_ctrl_c_stops_a_holding_run_and_says_how_to_resume(tmp_path: Path, no_ipc_leaks: None) -> None:
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
-        "extract": {"sleep": 3.0}, "post": {"depends_on": ["extract"]}})
+        "extract": {"gate": str(tmp_path / "go")}, "post": {"depends_on": ["extract"]}})
     sd = tmp_path / "sd"
     proc = _run(str(plan), "--state-dir", str(sd))
     try:
         wait_for(lambda: _status(sd).get("live"), what="the scheduler up")
         assert cli("hold", "post", "--state-dir", str(sd)).returncode == 0
+        (tmp_path / "go").touch()
         wait_for(lambda: _holding(sd), what="status holding")
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=30)
     finally:
+        (tmp_path / "go").touch()
         _end(proc)
     assert proc.returncode == 130
     assert f"`wloadctl resume --state-dir {sd}`" in err

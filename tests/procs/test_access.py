@@ -85,6 +85,21 @@ def test_roles_come_from_groups_and_users_and_the_owner_is_admin() -> None:
         ["viewer", "operator", "operator", "admin", "admin", "admin"]
 
 
+def test_broker_users_have_their_own_roles_and_nobody_unvouched_is_more_than_a_viewer() -> None:
+    m = parse_roles({"operator": {"broker_users": ["alice"], "users": ["bob"]}}, "plan: roles")
+    # the scheduler's own broker user owns the run; a listed user has their role; others view
+    assert m.broker_role("wloadctl", owner="wloadctl") is Role.ADMIN
+    assert m.broker_role("alice", owner="wloadctl") is Role.OPERATOR
+    # a Unix user's role is not a broker user's of the same name, and the socket opens to no broker user
+    assert m.broker_role("bob", owner="wloadctl") is Role.VIEWER and m.role_of(5000, "alice", [], 4000) is Role.NONE
+    assert not parse_roles({"admin": {"broker_users": ["carol"]}}, "x").grants_others
+    # a caller the broker vouches for nobody is a viewer, unless the roles say more, explicitly
+    assert m.broker_role(None, owner="wloadctl") is Role.VIEWER
+    assert m.broker_role(None, owner=None) is Role.VIEWER
+    trusting = parse_roles({"operator": {"broker_users": ["unauthenticated"]}}, "x")
+    assert trusting.broker_role(None, owner=None) is Role.OPERATOR
+
+
 @pytest.mark.parametrize(("doc", "fragment"), [
     ({"boss": {"users": ["a"]}}, "unknown role 'boss'"),
     ({"admin": ["a"]}, "takes a mapping"),

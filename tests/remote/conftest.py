@@ -21,12 +21,21 @@ __all__ = ["NatsServer", "free_port", "nats_server_binary"]
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
     """A started nats-server with JetStream on a free port, stopped and reaped at teardown."""
+    yield from serve(tmp_path)
+
+
+def serve(tmp_path: Path, config: str | None = None) -> Iterator[NatsServer]:
+    """Start a nats-server (with `config` as its configuration file, when given), yield it, stop and reap it."""
     binary = nats_server_binary()
     if binary is None:
         pytest.fail(MISSING, pytrace=False)
     store = tmp_path / "jetstream"
     store.mkdir()
-    server = NatsServer(binary, store, free_port())
+    conf = None
+    if config is not None:
+        conf = tmp_path / "nats.conf"
+        conf.write_text(config)
+    server = NatsServer(binary, store, free_port(), config=conf)
     try:
         server.start()
         yield server

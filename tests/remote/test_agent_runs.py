@@ -42,13 +42,23 @@ def _alive(url: str, name: str) -> bool:
     return p.returncode == 0 and any(a["agent"] == name and a["state"] == "ALIVE" for a in json.loads(p.stdout))
 
 
-def plan_file(path: Path, out: Path, jobs: dict[str, dict], name: str = "remote") -> Path:
-    """A plan whose jobs append `<job> start|end <time> <agent>` lines to `out`."""
-    spec: dict = {"name": name, "jobs": {}}
+TRUSTING = {"roles": {"operator": {"broker_users": ["unauthenticated"]}}}
+"""Plan keys making callers through a broker without authentication operators (the test brokers have none)."""
+
+
+def plan_file(path: Path, out: Path, jobs: dict[str, dict], name: str = "remote",
+              extra: dict | None = None) -> Path:
+    """A plan whose jobs append `<job> start|end <time> <agent>` lines to `out` (`extra`: more top-level keys).
+
+    A job's `gate` (a path) makes it wait, once started, until that file exists.
+    """
+    spec: dict = {"name": name, **(extra or {}), "jobs": {}}
     for jid, keys in jobs.items():
         keys = dict(keys)
         nap = keys.pop("sleep", 0.2)
-        cmd = (f'echo "{jid} start $(date +%s.%N) ${{WLOADCTL_AGENT:-local}}" >> {out}; sleep {nap}; '
+        gate = keys.pop("gate", None)
+        wait = f"while [ ! -e {gate} ]; do sleep 0.05; done; " if gate else ""
+        cmd = (f'echo "{jid} start $(date +%s.%N) ${{WLOADCTL_AGENT:-local}}" >> {out}; {wait}sleep {nap}; '
                f'echo "{jid} end $(date +%s.%N) ${{WLOADCTL_AGENT:-local}}" >> {out}')
         spec["jobs"][jid] = {"command": keys.pop("command", cmd), **keys}
     path.write_text(yaml.safe_dump(spec, sort_keys=False))

@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 from tests.integration.helpers import wait_for
 from tests.remote.conftest import NatsServer, broker_threads
 from tests.remote.nodes import Node, SchedulerHost, unshare_available
-from tests.remote.test_agent_runs import plan_file
+from tests.remote.test_agent_runs import TRUSTING, plan_file
 from tests.remote.test_ha_hosts import BEAT, _agents_alive, journal_run
 from tui.app import ConsoleApp
 from tui.screens.confirm import ConfirmScreen
@@ -66,7 +66,7 @@ async def test_the_console_of_another_host_watches_and_holds_a_job_of_a_run_ther
         "wait": {"pool": "etl", "command": f"while [ ! -e {gate} ]; do sleep 0.05; done"},
         "load": {"pool": "etl", "depends_on": ["wait"]},
         "report": {"pool": "etl", "depends_on": ["load"]},
-    }, name="far")
+    }, name="far", extra=TRUSTING)  # the test's broker authenticates nobody: the plan makes its callers operators
     active = SchedulerHost("hosta", nats_server.url, tmp_path / "a" / "sd",
                            ["run", str(plan), "--broker", nats_server.url, "--journal", pg_url, "--quiet", *BEAT])
     active.start()

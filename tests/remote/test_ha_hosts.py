@@ -14,7 +14,7 @@ from tests.integration.helpers import cli, wait_for
 from tests.pgserver import PrivateServer
 from tests.remote.conftest import NatsServer, free_port, nats_server_binary
 from tests.remote.nodes import Node, SchedulerHost, unshare_available
-from tests.remote.test_agent_runs import plan_file
+from tests.remote.test_agent_runs import TRUSTING, plan_file
 from wloadctl.core.states import JobState
 from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.link import BrokerLink
@@ -94,21 +94,24 @@ def journal_run(url: str) -> tuple[str, int, dict[str, int]]:
         return run.status, run.epoch, {r[1]: r[2] for r in st.job_rows(run.id)}
 
 
-def wide_plan(tmp: Path, out: Path) -> Path:
-    """Chains of pool jobs beside a long one: work starts all along the run."""
+def wide_plan(tmp: Path, out: Path, gated: bool = False) -> Path:
+    """Chains of pool jobs beside a long one: work starts all along the run (`gated`: a09 waits for a09.go)."""
     jobs: dict[str, dict] = {"long": {"pool": "etl", "sleep": 4}}
     for c in "ab":
         for k in range(12):
             jobs[f"{c}{k:02d}"] = {"pool": "etl", "sleep": 0.25, **({"depends_on": [f"{c}{k - 1:02d}"]} if k else {})}
+    if gated:
+        jobs["a09"]["gate"] = str(tmp / "a09.go")  # `a10` stays ahead until the test opens it
     jobs["last"] = {"pool": "etl", "depends_on": ["a11", "b11", "long"]}
-    return plan_file(tmp / "plan.yaml", out, jobs, name="hosts")
+    # The test's broker authenticates nobody: its callers are operators only because the plan says so.
+    return plan_file(tmp / "plan.yaml", out, jobs, name="hosts", extra=TRUSTING)
 
 
 def test_kill_9_of_the_active_host_the_standby_takes_over_and_every_job_runs_once_with_operators_on_any_host(
         tmp_path: Path, nats_server: NatsServer, agents: list[Node], pg_url: str) -> None:
     # Given a run on host A with a standby on host B, and an operator on a third host
     out = tmp_path / "evidence"
-    pair = Pair(tmp_path, wide_plan(tmp_path, out), nats_server.url, pg_url).start()
+    pair = Pair(tmp_path, wide_plan(tmp_path, out, gated=True), nats_server.url, pg_url).start()
     try:
         wait_for(lambda: {"a02", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
         st = json.loads(cli("status", "--journal", pg_url, "--json", check=True).stdout)
@@ -117,6 +120,7 @@ def test_kill_9_of_the_active_host_the_standby_takes_over_and_every_job_runs_onc
         held = cli("hold", "a10", "--reason", "check", "--broker", nats_server.url, "--journal", pg_url, "--json")
         assert held.returncode == 0, held.stderr
         assert json.loads(held.stdout)["live"]
+        (tmp_path / "a09.go").touch()
         # When host A is killed mid-run
         pair.active.kill_node()
         # Then host B takes over, and the verbs now reach it
@@ -128,6 +132,7 @@ def test_kill_9_of_the_active_host_the_standby_takes_over_and_every_job_runs_onc
         st = json.loads(cli("status", "--journal", pg_url, "--json", check=True).stdout)
         assert st["status"] == "succeeded" and not st["live"], st
     finally:
+        (tmp_path / "a09.go").touch()
         pair.stop()
     # And every job ran exactly once: the long one, running on an agent across the takeover, was kept
     status, epoch, states = journal_run(pg_url)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import cli, wait_for
 from tests.integration.metrics_scrape import free_port, scrape
 from tests.remote.conftest import NatsServer
 from tests.remote.nodes import Node
@@ -39,6 +39,16 @@ def test_an_agent_and_its_scheduler_serve_metrics_of_the_remote_job(tmp_path: Pa
         assert agent["wloadctl_agent_slots"][()] == 4
         assert set(agent["wloadctl_queue_depth_messages"]) == {(("queue", "request"),), (("queue", "response"),)}
         assert sched["wloadctl_agents"][(("state", "LOST"),)] == 0
+        # and `top` gives the agent its own start figures, beside the executors'
+        def agent_row() -> dict | None:
+            p = cli("top", "--state-dir", str(tmp_path / "sd"), "--json")
+            rows = [g for g in json.loads(p.stdout)["agents"] if g["agent"] == "m1"] if p.returncode == 0 else []
+            return rows[0] if rows and rows[0]["started"] == 1 else None
+
+        row = wait_for(agent_row, timeout=30, what="the agent's figures in top")
+        assert row["dispatch_to_start"]["n"] == 1 and row["dispatch_to_start"]["p50"] is not None, row
+        text = cli("top", "--state-dir", str(tmp_path / "sd")).stdout
+        assert "DISPATCH->START" in text.split("AGENT", 1)[1] and "m1" in text, text
         gate.touch()
         stdout, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 0, stderr

@@ -104,6 +104,7 @@ class FakeClient:
     sent: list[tuple[str, list[str], str, bool]] = field(default_factory=list)
     transitions: list[tuple] = field(default_factory=list)
     agent_rows: list[dict[str, Any]] = field(default_factory=list)
+    paused: str = ""
     executor_rows: list[dict[str, Any]] = field(
         default_factory=lambda: [
             {
@@ -132,6 +133,7 @@ class FakeClient:
     )
     closed: bool = False
     role: str = "admin"
+    drill: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self._plan = load_plan_text(PLAN_TEXT, "eod_mini.yaml")
@@ -190,6 +192,9 @@ class FakeClient:
     def agents(self) -> list[dict[str, Any]]:
         return list(self.agent_rows) if self.live else []
 
+    def pause_reason(self, header: Any) -> str | None:
+        return self.paused or None
+
     def control(
         self, verb: str, jobs: list[str], reason: str = "", downstream: bool = False
     ) -> dict[str, Any]:
@@ -208,6 +213,9 @@ class FakeClient:
                 ]
             )
         return {"ok": all(r[1] for r in results), "results": results, "live": self.live}
+
+    def last_drill(self) -> dict[str, Any] | None:
+        return self.drill
 
     def whoami(self) -> dict[str, Any]:
         from wloadctl.access import Role, allowed_verbs

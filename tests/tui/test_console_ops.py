@@ -101,3 +101,41 @@ def test_a_scrub_steps_by_event_and_by_minute_within_the_run() -> None:
     assert s.by_minute(-1) == 340.0 and s.index() == 3
     assert s.by_minute(-10) == 99.0 and s.by_minute(100) == 400.0
     assert Scrub().by_event(1) == 0.0
+
+
+async def test_the_approvals_screen_on_a_live_run_lists_requests_and_approving_a_confirmation_job_runs_it(
+    live_run: LiveRun,
+) -> None:
+    from textual.widgets import DataTable
+
+    from tui.screens.pending import PendingScreen
+    from wloadctl.client import RunClient
+
+    # Given a live run with a job waiting for confirmation and a skip waiting for a second person
+    sup = live_run.supervisor(live_run.plan("confirm.yaml"))
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(130, 40)) as pilot:
+        await loaded(pilot)
+        with RunClient(live_run.state_dir) as c:
+            rep = c.control("skip", ["gate"])
+        assert rep["pending"]["id"] == "R1"
+        # When the operator opens the approvals screen
+        await pilot.press("A")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, PendingScreen) and len(app.screen.keys) == 2
+                                and app.screen, timeout=30, what="the approvals screen")
+        # Then both are listed; the asker's own approve of R1 is refused
+        assert screen.keys == ["R1", "transfer"]
+        await pilot.press("a")
+        await wait_for(pilot, lambda: any("another person must approve it" in n.text for n in app.notes),
+                       timeout=30, what="the refusal")
+        # And approving the confirmation job lets it and its dependent run
+        screen.query_one(DataTable).move_cursor(row=1)
+        await pilot.press("a")
+        await wait_for(pilot, lambda: screen.keys == ["R1"], timeout=30, what="transfer confirmed")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.model is not None and app.model.counts[S.SUCCEEDED] == 2, timeout=30,
+                       what="transfer and report done")
+        live_run.open_gate()
+        await wait_for(pilot, lambda: app.model is not None and app.model.counts[S.SUCCEEDED] == 3, timeout=30,
+                       what="the run done")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console_fakes import FakeClient
+from console_fakes import NOW, FakeClient
 from console_helpers import fake_app, loaded, screen_text, wait_for
 
 from tui.screens.confirm import ConfirmScreen
@@ -338,3 +338,30 @@ async def test_an_operator_may_hold_but_kill_is_greyed() -> None:
         app.screen.ask_verb("kill", ["load_gl"])
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
+
+
+async def test_a_drill_journaled_while_the_console_watches_shows_as_a_note() -> None:
+    # Given a console on a run
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        # When a drill's report lands in the run's journal
+        fake.drill = {"ts": NOW + 5, "user": "ops", "ok": True,
+                      "summary": "failover drill (kill) of run r1: PASSED; takeover 1.62s"}
+        # Then the console shows it once, in the notes the node panel keeps
+        await wait_for(pilot, lambda: any("failover drill" in n.text for n in app.notes), what="the note")
+        await pilot.pause(1.2)
+        assert sum("failover drill" in n.text for n in app.notes) == 1
+
+
+async def test_the_header_says_why_a_live_scheduler_dispatches_nothing() -> None:
+    fake = FakeClient(paused="no space left on device in /srv/eod")
+    app = fake_app(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        from tui.widgets.run_header import RunHeader
+
+        header = app.screen.query_one(RunHeader)
+        await wait_for(pilot, lambda: header.status is not None and bool(header.status.paused), 10, "a paused feed")
+        assert "PAUSED: no space left on device in /srv/eod" in header.render().plain

@@ -13,8 +13,9 @@ from tui.feed import last_seq, load_model
 from tui.filters import FilterError, JobFilter, parse_filter
 from tui.impact import impact
 from tui.labels import clip, fmt_duration, legend, progress_bar
+from tui.run_figures import summarize
 from tui.sla import deadline_at, sla_view
-from tui.view_model import JobsModel, job_row, summarize, view_order
+from tui.view_model import JobsModel, job_row, view_order
 from wloadctl.core.dag import Dag
 from wloadctl.core.planfile import load_plan_text
 from wloadctl.core.states import TRANSITIONS, JobState, SlaTier

@@ -130,6 +130,7 @@ class JobDetailScreen(OperatorScreen):
         if model is None or dag is None:
             return
         i = model.index[self.job]
+        model.ensure([i])
         st = JobState(model.state[i])
         now = app.clock()
         title = Text(no_wrap=True, overflow="crop")
@@ -162,8 +163,9 @@ class JobDetailScreen(OperatorScreen):
                     else f"(passed {fmt_duration(-left)} ago)"
                 )
             )
-        ups = dag.upstream_of(self.job)
-        downs = dag.downstream_of(self.job)
+        known = self.job in dag
+        ups = dag.upstream_of(self.job) if known else []
+        downs = dag.downstream_of(self.job) if known else []
         lines.append(f"depends on ({len(ups)}): " + _states(ups, model))
         lines.append(f"dependents ({len(downs)}): " + _states(downs, model))
         lines.append("")

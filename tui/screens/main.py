@@ -16,11 +16,12 @@ from tui.commands import Command, CommandError, parse_command, resolve
 from tui.filters import JobFilter, parse_filter
 from tui.impact import VERB_KEYS
 from tui.messages import Note
+from tui.run_figures import held_ids, summarize
 from tui.screens.confirm import ActionRequest
 from tui.screens.operator import OperatorScreen
 from tui.screens.prompt import PromptScreen
 from tui.sla import sla_view
-from tui.view_model import SORT_KEYS, held_ids, summarize, view_order
+from tui.view_model import SORT_KEYS, view_order
 from tui.widgets.dag_view import DagView
 from tui.widgets.job_table import JobTable
 from tui.widgets.node_panel import NodePanel
@@ -56,6 +57,7 @@ class MainScreen(OperatorScreen):
         Binding("2", "pane('nodes')", "Nodes pane", show=False),
         Binding("3", "pane('sla')", "SLA pane", show=False),
         Binding("P", "pipeline", "Pipeline", show=False),
+        Binding("A", "pending", "Approvals (pending requests)", show=False),
         Binding("T", "timeline", "Timeline (past states)", show=False),
         Binding(
             "plus,equals_sign",
@@ -196,10 +198,11 @@ class MainScreen(OperatorScreen):
             status is not None and status.live
         )
         summary = (
-            summarize(model, app.info.started, now, finished) if app.info else None
+            summarize(model, app.info.started, now, finished, app.info.ended) if app.info else None
         )
         header = self.query_one(RunHeader)
         header.held = held_ids(model, 3) if is_holding(model.counts) else []
+        header.approvals = getattr(app, "approvals", 0)
         header.show(app.info, summary, model.counts, status, now)
 
     def _refresh_nodes(self) -> None:
@@ -317,6 +320,12 @@ class MainScreen(OperatorScreen):
         from tui.screens.pipeline import PipelineScreen
 
         self.app.push_screen(PipelineScreen())
+
+    def action_pending(self) -> None:
+        """Requests waiting for a second person and jobs waiting for confirmation: approve or reject them."""
+        from tui.screens.pending import PendingScreen
+
+        self.app.push_screen(PendingScreen())
 
     def action_timeline(self) -> None:
         """Scrub the run's timeline, the DAG centred on the job under the cursor."""

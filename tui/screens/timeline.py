@@ -12,6 +12,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tui.idlist import IdList
 from tui.scrub import Scrub
 from tui.sla import sla_view
 from tui.view_model import JobsModel
@@ -89,7 +90,8 @@ class TimelineScreen(Screen[None]):
         live: JobsModel | None = getattr(self.app, "model", None)
         if live is None:
             return
-        past = JobsModel(list(live.ids), bytearray(live.tier))
+        # Ids kept as the id list's bytes share them (jobs the run adds later are not shared).
+        past = JobsModel(live.ids.copy() if isinstance(live.ids, IdList) else list(live.ids), bytearray(live.tier))
         past.deadline, past.deadline_text, past.critical = live.deadline, live.deadline_text, live.critical
         past.load_rows(rows)
         self.model = past

@@ -78,7 +78,7 @@ class DagView(Widget, can_focus=True):
             self.dag is None
             or self.model is None
             or self.job is None
-            or self.job not in self.dag.index
+            or self.job not in self.dag
         ):
             out.append("no job selected")
             return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -10,6 +10,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
+from textual.geometry import Region
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
@@ -54,6 +55,14 @@ def columns_for(width: int, id_width: int) -> list[Column]:
     if info >= 8:
         cols.append(Column("", "INFO", info))
     return cols
+
+
+def _position(order: Sequence[int], i: int) -> int:
+    """Where job i is in `order` (-1: not shown)."""
+    try:
+        return order.index(i)
+    except ValueError:
+        return -1
 
 
 class JobTable(Widget, can_focus=True):
@@ -123,7 +132,7 @@ class JobTable(Widget, can_focus=True):
         """The time, for running durations."""
         self.model: JobsModel | None = None
         """The jobs; None until the run is loaded."""
-        self.order: list[int] = []
+        self.order: Sequence[int] = []
         """Job indices in display order."""
         self.cursor = 0
         """Position of the cursor in `order`."""
@@ -140,7 +149,7 @@ class JobTable(Widget, can_focus=True):
 
     # -- data ------------------------------------------------------------------------
 
-    def set_rows(self, model: JobsModel, order: list[int]) -> None:
+    def set_rows(self, model: JobsModel, order: Sequence[int]) -> None:
         """Show `order`, keeping the cursor on its job when that job is still shown."""
         keep = self.current_job
         if model is not self.model:
@@ -172,8 +181,9 @@ class JobTable(Widget, can_focus=True):
         if self.model is None:
             return []
         if self.marks:
-            shown = [self.model.ids[i] for i in self.order if i in self.marks]
-            hidden = sorted(self.marks - set(self.order))
+            pos = {i: _position(self.order, i) for i in self.marks}
+            shown = [self.model.ids[i] for i in sorted((i for i in pos if pos[i] >= 0), key=pos.__getitem__)]
+            hidden = sorted(i for i in pos if pos[i] < 0)
             return shown + [self.model.ids[i] for i in hidden]
         job = self.current_job
         return [job] if job else []
@@ -274,6 +284,13 @@ class JobTable(Widget, can_focus=True):
         event.stop()
 
     # -- rendering -------------------------------------------------------------------
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Read the rows on screen first, in one go (a big run's rows are read when shown)."""
+        if self.model is not None and self.model.known is not None:
+            end = min(len(self.order), self.top + self.size.height)
+            self.model.ensure(self.order[k] for k in range(self.top, end))
+        return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
         """Render one line: the header at y=0, then the visible rows."""

@@ -7,7 +7,7 @@ from textual.widget import Widget
 
 from tui.labels import SHORT, fmt_clock, fmt_duration, progress_bar
 from tui.messages import LiveStatus, RunInfo
-from tui.view_model import RunSummary
+from tui.run_figures import RunSummary
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
 from wloadctl.core.states import JobState, is_holding
 
@@ -55,6 +55,8 @@ class RunHeader(Widget):
         """First held jobs, named while the run only waits for their release."""
         self.mode = ""
         """"read-only" or "" (shown so an operator knows why keys do nothing)."""
+        self.approvals = 0
+        """Requests and confirmation jobs waiting for an operator's approve (`A` lists them)."""
 
     def show(
         self,
@@ -89,6 +91,10 @@ class RunHeader(Widget):
             out.append("...")
         elif st.error:
             out.append(f"FEED ERROR {st.error}", tone_style(self, "bad"))
+        elif st.live and st.paused:
+            # Up, but dispatching nothing until what it waits for (disk space) comes back.
+            out.append(f"PAUSED: {st.paused}", tone_style(self, "bad"))
+            out.append(f" pid {st.scheduler_pid}")
         elif st.live and is_holding(self.counts):
             # Up, but nothing moves until an operator releases a held job.
             n = self.counts[JobState.HELD]
@@ -108,6 +114,8 @@ class RunHeader(Widget):
             out.append("STOPPED, NO SCHEDULER", tone_style(self, "bad"))
         if self.mode:
             out.append(f"  [{self.mode}]", tone_style(self, "warn"))
+        if self.approvals:
+            out.append(f"  {self.approvals} wait for approve (A)", tone_style(self, "warn"))
         # The rest goes in while it fits, most useful first: narrow loses the run id.
         room = self.size.width - out.cell_len
         extras = [f"  {fmt_duration(s.elapsed)} elapsed"]

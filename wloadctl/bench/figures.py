@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-Section = Literal["engine", "e2e", "postgres", "shell", "latency", "memory", "reads", "workflows", "dask", "remote"]
+Section = Literal["engine", "e2e", "postgres", "shell", "latency", "memory", "reads", "console", "workflows", "dask",
+                  "remote"]
 """The parts of the suite, in the order they run (`--only` takes these names)."""
 
 SECTIONS: tuple[Section, ...] = (
-    "engine", "e2e", "postgres", "shell", "latency", "memory", "reads", "workflows", "dask", "remote")
+    "engine", "e2e", "postgres", "shell", "latency", "memory", "reads", "console", "workflows", "dask", "remote")
 """Every section name."""
 
 Extra = float | int | str | bool | None

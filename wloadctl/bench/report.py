@@ -177,6 +177,33 @@ TARGETS: tuple[TargetSpec, ...] = (
         0.05,
         "s",
     ),
+    TargetSpec(
+        "k1",
+        "the console attaches to a finished 1,000,000-job run (app loaded and painted) within 5 s",
+        _fig("console", "attach (run's shape)", "wloadctl", "bank", 1_000_000),
+        "app_seconds",
+        "<",
+        5.0,
+        "s",
+    ),
+    TargetSpec(
+        "k2",
+        "the same console holds under 300 MB after its keys and filters",
+        _fig("console", "attach (run's shape)", "wloadctl", "bank", 1_000_000),
+        "rss_keys_mib",
+        "<",
+        300.0,
+        "MiB",
+    ),
+    TargetSpec(
+        "k3",
+        "its keys and filters answer within 100 ms (the first sort by id or start, which reads a column, aside)",
+        _fig("console", "attach (run's shape)", "wloadctl", "bank", 1_000_000),
+        "slowest key ms",
+        "<",
+        100.0,
+        "ms",
+    ),
 )
 """The issue's targets (on 2 cores)."""
 

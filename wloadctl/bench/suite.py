@@ -131,7 +131,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
     that is removed at the end, whatever happens; each run is checked for
     queues, segments and processes left behind.
     """
-    from wloadctl.bench import compare, reads, remote, sections, workflows
+    from wloadctl.bench import compare, console, reads, remote, sections, workflows
 
     runners = {
         "engine": sections.engine,
@@ -141,6 +141,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
         "latency": sections.latency,
         "memory": sections.memory,
         "reads": reads.reads,
+        "console": console.console,
         "workflows": workflows.workflows,
         "dask": compare.dask,
         "remote": remote.remote,

@@ -148,21 +148,29 @@ class Dag:
 
     @classmethod
     def from_rows(
-        cls, ids: list[str], index: dict[str, int], up_off: array[int], up: array[int]
+        cls,
+        ids: list[str],
+        index: dict[str, int],
+        up_off: array[int],
+        up: array[int],
+        down: tuple[array[int], array[int]] | None = None,
     ) -> Dag:
         """Build from ready-made upstream rows (the plan loader has them already).
 
         Args:
             ids: job ids by index.
-            index: index by job id.
+            index: index by job id. It may be shared with a holder that adds jobs
+                later (a console's model): jobs past the rows are not in the graph.
             up_off: upstream row offsets (len(ids) + 1).
             up: upstream row contents.
+            down: the downstream rows (offsets, contents) when they are at hand.
 
         Returns:
             The graph, sharing the given arrays.
         """
         dag = cls.__new__(cls)
         dag._setup(ids, index, up_off, up)
+        dag._down = down
         return dag
 
     def _setup(
@@ -179,7 +187,11 @@ class Dag:
         self._down: tuple[array[int], array[int]] | None = None
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.up_off) - 1
+
+    def __contains__(self, job: object) -> bool:
+        i = self.index.get(job)  # type: ignore[call-overload]
+        return i is not None and i < len(self.up_off) - 1
 
     @property
     def edge_count(self) -> int:
@@ -188,14 +200,18 @@ class Dag:
 
     def _downstream(self) -> tuple[array[int], array[int]]:
         if self._down is None:
-            self._down = transpose(len(self.ids), self.up_off, self.up)
+            self._down = transpose(len(self), self.up_off, self.up)
         return self._down
 
+    def rows(self, downstream: bool) -> tuple[array[int], array[int]]:
+        """The compressed rows (offsets, contents) of every job's dependencies, or of its dependents."""
+        return self._downstream() if downstream else (self.up_off, self.up)
+
     def _at(self, job: str) -> int:
-        try:
-            return self.index[job]
-        except KeyError:
-            raise KeyError(f"unknown job '{job}'") from None
+        i = self.index.get(job)
+        if i is None or i >= len(self):
+            raise KeyError(f"unknown job '{job}'")
+        return i
 
     def upstream_of(self, job: str) -> list[str]:
         """The jobs `job` depends on directly."""
@@ -210,14 +226,14 @@ class Dag:
 
     def find_cycle(self) -> list[str] | None:
         """One cycle as [a, b, ..., a] (each depends on the next), or None."""
-        n = len(self.ids)
+        n = len(self)
         order, left = reverse_kahn(n, self.up_off, self.up)
         if len(order) == n:
             return None
         return [self.ids[i] for i in cycle_in(n, self.up_off, self.up, left)]
 
     def _order(self) -> list[int]:
-        n = len(self.ids)
+        n = len(self)
         order, left = reverse_kahn(n, self.up_off, self.up)
         if len(order) < n:
             path = " -> ".join(
@@ -290,7 +306,7 @@ class Dag:
 
     def edges_among(self, jobs: Iterable[str]) -> list[tuple[str, str]]:
         """The (upstream, downstream) pairs whose two ends are both in `jobs`."""
-        chosen = {self.index[j] for j in jobs if j in self.index}
+        chosen = {self.index[j] for j in jobs if j in self}
         out = []
         for v in sorted(chosen):
             for k in range(self.up_off[v], self.up_off[v + 1]):
@@ -304,7 +320,7 @@ class Dag:
         Raises:
             CycleError: the graph has a cycle.
         """
-        level = array("i", bytes(4 * len(self.ids)))
+        level = array("i", bytes(4 * len(self)))
         up_off, up = self.up_off, self.up
         for v in self._order():
             deepest = -1
@@ -312,7 +328,7 @@ class Dag:
                 if level[up[k]] > deepest:
                     deepest = level[up[k]]
             level[v] = deepest + 1
-        return dict(zip(self.ids, level, strict=True))
+        return dict(zip(self.ids[: len(level)], level, strict=True))
 
     def critical_path(self, durations: dict[str, float] | None = None) -> list[str]:
         """The longest chain of dependent jobs by total duration.
@@ -327,14 +343,14 @@ class Dag:
         Raises:
             CycleError: the graph has a cycle.
         """
-        n = len(self.ids)
+        n = len(self)
         if n == 0:
             return []
         weight = [1.0] * n
         if durations:
             for job, seconds in durations.items():
                 i = self.index.get(job)
-                if i is not None:
+                if i is not None and i < n:
                     weight[i] = float(seconds)
         finish = [0.0] * n
         before = array("i", [-1]) * n

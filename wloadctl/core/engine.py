@@ -23,6 +23,7 @@ from wloadctl.core.commands import (
 from wloadctl.core.condition import ConditionError
 from wloadctl.core.critical import rank_table
 from wloadctl.core.events import (
+    ClockJumpedEvent,
     Event,
     ExecutorLostEvent,
     JobAcceptedEvent,
@@ -129,6 +130,8 @@ class SchedulerCore(JobTable):
         self.paused = False
         """Dispatch is paused (the scheduler is stopping); states still change."""
         self.finished_sent = False
+        self.to_confirm: list[int] = [i for i, j in enumerate(specs) if j.confirm]
+        """Confirmation jobs (`confirm: true`) not yet HELD for an operator's approve (held at the run's start)."""
         self._dispatch: list[tuple[int, int]] = []
         self._other: list[Command] = []
 
@@ -158,6 +161,9 @@ class SchedulerCore(JobTable):
             self._on_tasks_lost(event)
         elif isinstance(event, TimerFiredEvent):
             self._on_timer()
+        elif isinstance(event, ClockJumpedEvent):
+            self.timers.shift_retries(event.by)
+            self._on_timer()  # deadlines the jump passed are flagged now
         elif isinstance(event, RunStartedEvent):
             self._on_run_started()
         elif isinstance(event, SlotsChangedEvent):
@@ -210,6 +216,10 @@ class SchedulerCore(JobTable):
 
     def _on_run_started(self) -> None:
         state, unmet, block = self.state, self.unmet, self.block
+        for i in self.to_confirm:
+            if state[i] == _W:
+                self.set_state(i, _HELD, reason=f"waiting for confirmation: `wloadctl approve {self.ids[i]}`")
+        self.to_confirm = []
         for i in range(self.n):
             if state[i] == _W and unmet[i] == 0 and not block[i]:
                 if self.gate[i] & _GATE_READY:
@@ -780,13 +790,17 @@ class SchedulerCore(JobTable):
         executors and feeds their exits (or losses) as events.
         """
         state, counts = self.state, self.counts
+        seen: set[int] = set()
         for i, st, att in rows:
+            seen.add(i)
             counts[state[i]] -= 1
             state[i] = st
             counts[st] += 1
             self.attempt[i] = att
         self.busy = counts[_Q] + counts[_RUN]
         self.now = now
+        # A confirmation job the journal has a state for was held (or approved) already.
+        self.to_confirm = [i for i in self.to_confirm if i not in seen]
         for i in range(self.n):
             st = state[i]
             if st == _W or st == _HELD:

@@ -135,6 +135,22 @@ class TimerFiredEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ClockJumpedEvent:
+    """The wall clock was set forward (`by` > 0) or back (`by` < 0) against the monotonic clock.
+
+    Waits that measure a duration (retry delays) keep what remained of them; deadlines and
+    not-before times are instants of the wall clock and are judged against the new time.
+    """
+
+    now: float
+    """The current time (after the jump)."""
+    by: float
+    """Seconds the wall clock moved beyond the time that passed."""
+    cause_id: str = "clock"
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
 class SlotsChangedEvent:
     """The number of executor slots available changed (an executor died or joined)."""
 
@@ -192,6 +208,7 @@ Event = (
     | ExecutorLostEvent
     | TasksLostEvent
     | TimerFiredEvent
+    | ClockJumpedEvent
     | SlotsChangedEvent
     | PlaceCapacityEvent
     | OperatorEvent

@@ -42,7 +42,10 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
             reasons.append(f"waiting for {len(blocking)} of {len(spec.depends_on)} dependencies: "
                            + ", ".join(f"{b['job']} ({b['state']})" for b in blocking[:10])
                            + (" ..." if len(blocking) > 10 else ""))
-    if st == S.HELD:
+    if st == S.HELD and spec.confirm:
+        reasons.insert(0, f"waiting for confirmation (confirm: true): an admin's `wloadctl approve {core.ids[i]}` "
+                          "lets it run")
+    elif st == S.HELD:
         reasons.insert(0, f"held: {core.reasons.get(i, 'by an operator')}; release it to let it run")
     elif st == S.READY:
         lacking = [(r, a) for r, a in core.needs(i) if core.resources.res_free.get(r, 0) < a]
@@ -100,7 +103,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
         "attempt": core.attempt[i],
         "reasons": reasons,
         "blocking": blocking,
-        "verbs": applicable_verbs(st),
+        "verbs": [v for v in applicable_verbs(st) if v != ("release" if spec.confirm else "approve")],
         "critical_path": path,
     }
 

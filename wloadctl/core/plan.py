@@ -119,6 +119,10 @@ class JobSpec:
     """Seconds the job is expected to take (its critical-path weight); None: learned from its history."""
     run_as: str | None = None
     """User the job runs as (its process, files and logs are theirs); needs a scheduler running as root."""
+    confirm: bool = False
+    """The job waits (HELD) for an operator's `approve` before it starts (a confirmation job)."""
+    four_eyes: tuple[str, ...] = ()
+    """Operator verbs on this job that need a second person's `approve` before they apply."""
     description: str = ""
     """Free text for operators."""
     line: int = 0
@@ -173,4 +177,6 @@ class Plan:
     limits: str = "claim"
     """`claim`: cpu/memory only decide where and when a job starts; `enforce`: also cgroup limits."""
     roles: dict[str, dict[str, list[str]]] | None = None
-    """Roles of Unix users and groups in the run (wloadctl.access), added to the config file's."""
+    """Roles of Unix users and groups, and of broker users, in the run (wloadctl.access), added to the config file's."""
+    four_eyes: tuple[str, ...] = ()
+    """Operator verbs that need a second person's `approve` on every job of the run (four eyes)."""

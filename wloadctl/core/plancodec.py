@@ -49,7 +49,8 @@ def encode_plan(plan: Plan) -> str:
                  "on_failure": plan.on_failure, "timezone": plan.timezone, "path": plan.path,
                  "groups": plan.groups, "digest": plan.digest, "share": plan.share,
                  "schedule": dataclasses.asdict(plan.schedule) if plan.schedule else None,
-                 "limits": plan.limits, "roles": plan.roles},
+                 "limits": plan.limits, "roles": plan.roles,
+                 "four_eyes": list(plan.four_eyes)},
         "retries": [dataclasses.asdict(p) for p in policies],
         "jobs": rows,
     }
@@ -87,6 +88,8 @@ def _decode(text: str) -> Plan | None:
         for name in ("resources", "env"):
             if name in kw:
                 kw[name] = pairs(kw[name])
+        if "four_eyes" in kw:
+            kw["four_eyes"] = tuple(kw["four_eyes"])
         if isinstance(kw.get("for_each"), list):
             kw["for_each"] = tuple(kw["for_each"])
         elif isinstance(kw.get("for_each"), dict):
@@ -104,4 +107,5 @@ def _decode(text: str) -> Plan | None:
     sched = Schedule(**{k: _tuples(v) for k, v in p["schedule"].items()}) if p.get("schedule") else None
     return Plan(p["name"], jobs, p["resources"], p["variables"], p["on_failure"], p["timezone"], p["path"],
                 p.get("groups") or {}, sched, p["digest"], float(p.get("share", 1.0)),
-                limits=p.get("limits") or "claim", roles=p.get("roles"))
+                limits=p.get("limits") or "claim", roles=p.get("roles"),
+                four_eyes=tuple(p.get("four_eyes") or ()))

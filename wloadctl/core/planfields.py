@@ -51,6 +51,8 @@ JOB_KEYS: tuple[str, ...] = (
     "memory",
     "expected",
     "run_as",
+    "confirm",
+    "four_eyes",
     "description",
 )
 """Keys a job may have, in the order the docs list them."""
@@ -85,6 +87,7 @@ TOP_KEYS: tuple[str, ...] = (
     "share",
     "limits",
     "roles",
+    "four_eyes",
     "jobs",
 )
 """Keys at the top of a plan."""
@@ -371,6 +374,16 @@ class FieldReader:
     def idempotent(self, entry: Entry) -> bool:
         """`idempotent`: whether a second run is harmless."""
         return boolean(entry, "idempotent")
+
+    def confirm(self, entry: Entry) -> bool:
+        """`confirm`: the job waits for an operator's `approve` before it starts."""
+        return boolean(entry, "confirm")
+
+    def four_eyes(self, entry: Entry) -> tuple[str, ...]:
+        """`four_eyes`: verbs on this job that need a second person's approve."""
+        from wloadctl.core.plantop import read_four_eyes
+
+        return self.share(read_four_eyes(entry))
 
     def preemptible(self, entry: Entry) -> bool:
         """`preemptible`: whether a critical job may stop this one."""

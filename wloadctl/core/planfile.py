@@ -21,6 +21,7 @@ from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
 from wloadctl.core.planlines import JobLines, NotPlain, bare_value, read_job_lines
 from wloadctl.core.plantop import (
     group_weights,
+    read_four_eyes,
     read_limits,
     read_roles,
     read_schedule,
@@ -289,6 +290,7 @@ class _PlanBuilder:
             share=self._top_field("share", read_share, 1.0),
             limits=self._top_field("limits", read_limits, "claim"),
             roles=self._top_field("roles", read_roles, None),
+            four_eyes=self._top_field("four_eyes", read_four_eyes, ()),
         )
 
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:

@@ -6,7 +6,7 @@ import datetime as dt
 
 from wloadctl.core.plan import Schedule
 from wloadctl.core.planvalues import FieldError, mapping, number, text_of
-from wloadctl.core.yamltree import Entry
+from wloadctl.core.yamltree import Entry, describe
 
 ROLE_NAMES = ("viewer", "operator", "admin")
 """Roles a plan's `roles:` may grant (wloadctl.access)."""
@@ -21,18 +21,37 @@ def read_limits(entry: Entry) -> str:
 
 
 def read_roles(entry: Entry) -> dict[str, dict[str, list[str]]]:
-    """`roles`: role -> {users: [...], groups: [...]}."""
+    """`roles`: role -> {users: [...], groups: [...], broker_users: [...]}."""
     out: dict[str, dict[str, list[str]]] = {}
     for role, item in mapping(entry, "roles").items():
         if role not in ROLE_NAMES:
             raise FieldError(f"unknown role '{role}' under roles", item[1], f"roles: {', '.join(ROLE_NAMES)}")
         out[role] = {}
         for kind, names in mapping(item, f"roles.{role}").items():
-            if kind not in ("users", "groups") or type(names[0]) is not list:
-                raise FieldError(f"roles.{role} takes `users:` and `groups:` lists, not {kind!r}", names[1],
+            if kind not in ("users", "groups", "broker_users") or type(names[0]) is not list:
+                raise FieldError(f"roles.{role} takes `users:`, `groups:` and `broker_users:` lists, not {kind!r}",
+                                 names[1],
                                  "write admin: {groups: [batchadm]}")
             out[role][kind] = [text_of(n, f"roles.{role}.{kind}") for n in names[0]]
     return out
+
+
+def read_four_eyes(entry: Entry) -> tuple[str, ...]:
+    """`four_eyes`: operator verbs that need a second person's `approve` (a list of known verbs)."""
+    from wloadctl.core.verbs import FOUR_EYES_VERBS
+
+    value, line, _ = entry
+    hint = f"a list of verbs among {', '.join(FOUR_EYES_VERBS)}, e.g. four_eyes: [kill, set-ok]"
+    if type(value) is not list:
+        raise FieldError(f"four_eyes must be a list of verbs, not {describe(value)}", line, hint)
+    out: list[str] = []
+    for item in value:
+        verb = text_of(item, "four_eyes")
+        if verb not in FOUR_EYES_VERBS:
+            raise FieldError(f"four_eyes: unknown verb '{verb}'", item[1], hint)
+        if verb not in out:
+            out.append(verb)
+    return tuple(out)
 
 
 def group_weights(entry: Entry) -> dict[str, float]:

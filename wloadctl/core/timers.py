@@ -67,6 +67,16 @@ class Timers:
         self.retry_due[i] = due
         heapq.heappush(self.heap, (due, i, attempt))
 
+    def shift_retries(self, by: float) -> None:
+        """Move every retry wait by `by` seconds: the wall clock jumped, and a delay is a duration.
+
+        Deadlines and not-before times stay: they are instants of the wall clock.
+        """
+        self.heap = [(due + by, i, mark) if mark >= 0 else (due, i, mark) for due, i, mark in self.heap]
+        heapq.heapify(self.heap)
+        for i in self.retry_due:
+            self.retry_due[i] += by
+
     def due(self, now: float) -> list[tuple[int, int]]:
         """Take every timer due by `now`: (job, mark) pairs in due order."""
         heap = self.heap

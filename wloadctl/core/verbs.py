@@ -1,4 +1,5 @@
-"""Operator verbs on the core: hold, release, retry, rerun, kill, set-ok, skip, cancel; checked, cascaded, explained."""
+"""Operator verbs on the core: hold, release, retry, rerun, kill, set-ok, skip, cancel, approve; checked, cascaded,
+explained."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Protocol
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.fanout import FanOut
+from wloadctl.core.plan import JobSpec
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import Timers
 
@@ -29,6 +31,7 @@ class VerbTarget(Protocol):
     block: bytearray
     busy: int
     cancelled: bool
+    specs: list[JobSpec]
     fanout: FanOut
     timers: Timers
 
@@ -75,13 +78,17 @@ VERB_FROM: dict[str, frozenset[JobState]] = {
         {S.WAITING, S.READY, S.HELD, S.RETRY_WAIT, S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED}
     ),
     "cancel": frozenset(JobState),
+    "approve": frozenset({S.HELD}),
 }
 """The states each verb applies to; a verb on a job in another state is refused."""
 
 VERBS: tuple[str, ...] = tuple(VERB_FROM)
 """Every operator verb."""
 
-MUTATING_OFFLINE: frozenset[str] = frozenset({"hold", "release", "set-ok", "skip", "retry", "rerun"})
+FOUR_EYES_VERBS: tuple[str, ...] = tuple(v for v in VERBS if v != "approve")
+"""Verbs a plan or the roles config may make need a second person's approve (`four_eyes:`)."""
+
+MUTATING_OFFLINE: frozenset[str] = frozenset({"hold", "release", "set-ok", "skip", "retry", "rerun", "approve"})
 """Verbs that also work on the journal of a run whose scheduler is not live."""
 
 
@@ -92,7 +99,7 @@ def applicable_verbs(state: JobState) -> list[str]:
 
 def refusal(job: str, state: JobState, verb: str) -> str:
     """The message for a verb that does not apply: names the job, its state and what would apply."""
-    others = applicable_verbs(state)
+    others = [v for v in applicable_verbs(state) if v != "approve"]
     would = f"; {', '.join(others)} would apply" if others else "; no verb applies to it now"
     return f"job '{job}' is {state.name}: {verb} does not apply{would}"
 
@@ -144,9 +151,25 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         if st not in VERB_FROM[verb]:
             results.append((i, False, refusal(core.ids[i], st, verb)))
             continue
+        # A confirmation job is let go by approve alone; approve lets go nothing else.
+        if (verb == "approve" and not core.specs[i].confirm) or (verb == "release" and core.specs[i].confirm):
+            results.append((i, False, _confirm_refusal(core, i, verb)))
+            continue
         msg = _APPLY[verb](core, i, ev, touched)
         results.append((i, True, msg))
     return Reply(verb, results, touched)
+
+
+def awaits_confirmation(core: VerbTarget, i: int) -> bool:
+    """Whether job i is a confirmation job that has not been approved yet (`confirm: true`, HELD)."""
+    return core.state[i] == S.HELD and core.specs[i].confirm
+
+
+def _confirm_refusal(core: VerbTarget, i: int, verb: str) -> str:
+    job = core.ids[i]
+    if verb == "approve":
+        return f"job '{job}' does not wait for confirmation: approve takes a job with `confirm: true` or a request id"
+    return f"job '{job}' waits for confirmation: `wloadctl approve {job}` lets it run"
 
 
 def _why(text: str, ev: OperatorEvent) -> str:
@@ -187,6 +210,12 @@ def _release(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) ->
     core.set_state(i, S.WAITING, reason=_why("released", ev))
     _settle(core, i, touched)
     return f"job '{core.ids[i]}' released, now {S(core.state[i]).name}"
+
+
+def _approve(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    core.set_state(i, S.WAITING, reason=_why("confirmed", ev))
+    _settle(core, i, touched)
+    return f"job '{core.ids[i]}' confirmed, now {S(core.state[i]).name}"
 
 
 def _descendants(core: VerbTarget, i: int) -> list[int]:
@@ -286,4 +315,5 @@ _APPLY = {
     "kill": _kill,
     "set-ok": _set_ok,
     "skip": _skip,
+    "approve": _approve,
 }

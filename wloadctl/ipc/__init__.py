@@ -110,6 +110,10 @@ class SegmentLike(Protocol):
         """The segment's bytes, for struct.pack_into/unpack_from and slicing."""
         ...
 
+    def reserve(self, upto: int) -> bool:
+        """Back the first `upto` bytes with memory now; False when there is no room for them."""
+        ...
+
     def close(self) -> None:
         """Unmap this handle (idempotent)."""
         ...
@@ -122,8 +126,8 @@ class SegmentLike(Protocol):
 class SegmentBackend(Protocol):
     """How to create or open a segment by name (the real class or the memory twin)."""
 
-    def create(self, name: str, size: int) -> SegmentLike:
-        """Create a new segment of `size` bytes, failing if the name exists."""
+    def create(self, name: str, size: int, reserve: int | None = None) -> SegmentLike:
+        """Create a new segment of `size` bytes, failing if the name exists; back `reserve` of them (all) now."""
         ...
 
     def open(self, name: str) -> SegmentLike:

@@ -22,6 +22,9 @@ from wloadctl.ipc.segment import Segment
 DEFAULT_ARENA_SIZE = 16 * 1024 * 1024
 """Default arena segment size: room for tens of thousands of typical payloads."""
 _ALIGN = 8
+ARENA_STEP = 256 * 1024
+"""The arena is backed with memory in steps of this many bytes as its ring first reaches them
+(a run that never needs its whole arena never takes it from /dev/shm)."""
 
 
 class PayloadArena:
@@ -65,6 +68,8 @@ class PayloadArena:
         self._released: set[int] = set()
         self._head = 0
         self._used = 0
+        self.starved = False
+        """The last `put` found no memory in /dev/shm to back its entry (it waits, like a full ring)."""
 
     @classmethod
     def create(
@@ -86,7 +91,7 @@ class PayloadArena:
         """
         if size < SEGMENT_DATA + ARENA_ENTRY.size:
             raise TransportError(f"payload arena {name} of {size} bytes is too small")
-        segment = backend.create(name, size)
+        segment = backend.create(name, size, reserve=SEGMENT_DATA + ARENA_STEP)
         write_identity(segment.buf, ARENA_MAGIC, size - SEGMENT_DATA, 0)
         return cls(segment)
 
@@ -148,7 +153,7 @@ class PayloadArena:
 
         Returns:
             The offset to send in the task record, or None when there is no room now
-            (release some allocations and retry).
+            (release some allocations and retry), in the ring or in /dev/shm (`starved`).
 
         Raises:
             TransportError: If the payload can never fit, or a key is out of range.
@@ -174,8 +179,12 @@ class PayloadArena:
         offset = self._place(need)
         if offset is None:
             return None
-        buf = self._segment.buf
         base = SEGMENT_DATA + offset
+        upto = min(self._segment.size, -(-(base + need) // ARENA_STEP) * ARENA_STEP)
+        self.starved = not self._segment.reserve(upto)
+        if self.starved:
+            return None  # /dev/shm is full: writing here would kill this process (SIGBUS)
+        buf = self._segment.buf
         buf[base : base + ARENA_ENTRY.size] = header
         start = base + ARENA_ENTRY.size
         buf[start : start + len(data)] = data

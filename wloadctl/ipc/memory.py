@@ -243,7 +243,7 @@ class MemorySegment:
         self._size = len(data)
 
     @classmethod
-    def create(cls, name: str, size: int) -> MemorySegment:
+    def create(cls, name: str, size: int, reserve: int | None = None) -> MemorySegment:
         """Create a zero-filled segment; fails like the real one if the name exists.
 
         Raises:
@@ -292,6 +292,10 @@ class MemorySegment:
         if self._data is None:
             raise TransportError(f"shared memory {self._name} is closed")
         return self._data
+
+    def reserve(self, upto: int) -> bool:
+        """Memory is a bytearray here: always there."""
+        return True
 
     def close(self) -> None:
         """Drop this handle's reference. Idempotent."""

@@ -513,9 +513,15 @@ BOARD_SEQ_OFFSET = 16
 """Offset of the state board's sequence number."""
 BOARD_BODY_OFFSET = 24
 """Offset of the state board's header body."""
-BOARD_BODY = struct.Struct("<IiiIHBx4xddd32s16I")
-"""Header body: epoch, scheduler_pid, standby_pid, n_jobs, n_executors, done, beat,
-started, lease_until, run_id, counts."""
+BOARD_BODY = struct.Struct("<IiiIHBB4xddd32s16I")
+"""Header body: epoch, scheduler_pid, standby_pid, n_jobs, n_executors, done, paused, beat,
+started, lease_until, run_id, counts (`paused` was a pad byte: older readers see 0)."""
+PAUSE_NONE = 0
+"""The scheduler dispatches."""
+PAUSE_STATE_DIR_FULL = 1
+"""Dispatch is paused: the disk of the state directory is full (journal writes are retried)."""
+PAUSE_SHM_FULL = 2
+"""Dispatch is paused: the payload arena in /dev/shm has no room (it waits for running jobs to free some)."""
 BOARD_EPOCH = struct.Struct("<I")
 """The header body's first field, the epoch: read alone by a scheduler checking it was not fenced."""
 BOARD_STATES_OFFSET = 192
@@ -599,6 +605,8 @@ class BoardHeader:
     """Process id of the standby scheduler, 0 if none."""
     lease_until: float = 0.0
     """Until when the active scheduler holds its lease, epoch seconds."""
+    paused: int = PAUSE_NONE
+    """Why dispatch is paused, when it is (a PAUSE_* code)."""
 
 
 def pack_board_header(h: BoardHeader) -> bytes:
@@ -617,7 +625,7 @@ def pack_board_header(h: BoardHeader) -> bytes:
     try:
         return BOARD_BODY.pack(
             h.epoch, h.scheduler_pid, h.standby_pid, h.n_jobs, h.n_executors,
-            bool(h.done), h.beat, h.started, h.lease_until, run_id, *counts,
+            bool(h.done), h.paused, h.beat, h.started, h.lease_until, run_id, *counts,
         )  # fmt: skip
     except struct.error as exc:
         raise ProtocolError(f"board header does not fit the layout: {exc}") from None
@@ -633,17 +641,18 @@ def unpack_board_header(data: bytes | bytearray | memoryview) -> BoardHeader:
         raise ProtocolError(f"board header of {len(data)} bytes, expected {BOARD_BODY.size}")
     f = BOARD_BODY.unpack_from(data)
     return BoardHeader(
-        run_id=f[9].rstrip(b"\0").decode(errors="replace"),
+        run_id=f[10].rstrip(b"\0").decode(errors="replace"),
         epoch=f[0],
         scheduler_pid=f[1],
-        beat=f[6],
-        started=f[7],
+        beat=f[7],
+        started=f[8],
         n_jobs=f[3],
         n_executors=f[4],
         done=bool(f[5]),
-        counts=tuple(f[10:]),
+        counts=tuple(f[11:]),
         standby_pid=f[2],
-        lease_until=f[8],
+        lease_until=f[9],
+        paused=f[6],
     )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
+import os
 from types import TracebackType
 
 import posix_ipc
@@ -46,6 +48,24 @@ def _error(name: str, action: str, exc: BaseException) -> TransportError:
     )
 
 
+SHM_DIR = "/dev/shm"
+"""Where Linux keeps POSIX shared memory (a tmpfs): its free space bounds every run's segments."""
+
+
+def shm_free() -> int:
+    """Bytes free in /dev/shm now (0 when it cannot be read)."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
+
+
+def mib(n: int) -> str:
+    """Bytes as MiB for a message, e.g. `20.1 MiB`."""
+    return f"{n / (1 << 20):.1f} MiB"
+
+
 class Segment:
     """A mapped POSIX shared-memory segment; `buf` is the mmap itself.
 
@@ -53,22 +73,31 @@ class Segment:
     closed while any memoryview of it is alive.
     """
 
-    def __init__(self, name: str, mm: mmap.mmap) -> None:
+    def __init__(self, name: str, mm: mmap.mmap, fd: int = -1) -> None:
         """Wrap a mapping; use `create` or `open` instead."""
         self._name = name
         self._mm: mmap.mmap | None = mm
         self._size = len(mm)
+        self._fd = fd
+        """The segment's descriptor, kept to reserve memory as the segment fills."""
+        self._reserved = 0
+        """Bytes from the start backed by memory already."""
 
     @classmethod
-    def create(cls, name: str, size: int) -> Segment:
+    def create(cls, name: str, size: int, reserve: int | None = None) -> Segment:
         """Create, size and map a new segment, private to this user (mode 0600).
+
+        The first `reserve` bytes (all by default) are backed by memory at once: a segment of
+        /dev/shm is sparse, and touching a page a full /dev/shm cannot give kills the process
+        (SIGBUS) where a reservation merely fails.
 
         Args:
             name: A POSIX name (see `segment_name`).
             size: Size in bytes, more than 0; the memory reads as zeros.
+            reserve: Bytes to back now (the rest with `reserve` as it is used).
 
         Raises:
-            TransportError: If the name exists or the segment cannot be made.
+            TransportError: If the name exists, or the segment cannot be made or backed.
         """
         if size <= 0:
             raise TransportError(f"cannot create shared memory {name} of {size} bytes")
@@ -79,12 +108,35 @@ class Segment:
         try:
             mm = mmap.mmap(shm.fd, size)
         except OSError as exc:
+            shm.close_fd()
             posix_ipc.unlink_shared_memory(name)
             raise _error(name, "map", exc) from None
-        finally:
-            # The mapping keeps the memory; the descriptor is no longer needed.
-            shm.close_fd()
-        return cls(name, mm)
+        seg = cls(name, mm, os.dup(shm.fd))
+        shm.close_fd()
+        want = size if reserve is None else min(size, reserve)
+        if not seg.reserve(want):
+            seg.close()
+            posix_ipc.unlink_shared_memory(name)
+            raise TransportError(f"no space left in {SHM_DIR} for shared memory {name}: it needs {mib(want)}, "
+                                 f"{mib(shm_free())} free", hint=f"free space in {SHM_DIR} (df -h {SHM_DIR})")
+        return seg
+
+    def reserve(self, upto: int) -> bool:
+        """Back the segment's first `upto` bytes with memory; False when /dev/shm has no room for them.
+
+        Raises:
+            TransportError: The reservation failed for another reason.
+        """
+        if upto <= self._reserved or self._fd < 0:
+            return True
+        try:
+            os.posix_fallocate(self._fd, self._reserved, upto - self._reserved)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.ENOMEM):
+                return False
+            raise _error(self._name, "reserve memory for", exc) from None
+        self._reserved = upto
+        return True
 
     @classmethod
     def open(cls, name: str) -> Segment:
@@ -104,11 +156,12 @@ class Segment:
                     hint="its creator has not finished making it, or crashed doing so",
                 )
             mm = mmap.mmap(shm.fd, shm.size)
+            fd = os.dup(shm.fd)
         except OSError as exc:
             raise _error(name, "map", exc) from None
         finally:
             shm.close_fd()
-        return cls(name, mm)
+        return cls(name, mm, fd)
 
     @property
     def name(self) -> str:
@@ -136,6 +189,9 @@ class Segment:
         mm, self._mm = self._mm, None
         if mm is not None:
             mm.close()
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def unlink(self) -> None:
         """Remove the segment's name; mappings stay valid. A missing name is fine."""

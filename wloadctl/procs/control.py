@@ -2,30 +2,40 @@
 
 Requests come over the state directory's Unix socket (wloadctl.ipc.ctlsock); the caller's
 identity is what the kernel says (SO_PEERCRED), and its role (wloadctl.access) decides whether
-the verb is applied. Refusals are journaled like any other action.
+the verb is applied. Refusals are journaled like any other action. A verb that needs a second
+person (four eyes, wloadctl.core.foureyes) waits as a pending request until another user's
+`approve` applies it or a `reject` drops it.
 """
 
 from __future__ import annotations
 
-import grp
 import json
 import os
-import pwd
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wloadctl.access import Role, RoleMap, allowed_verbs, load_roles, needed, refusal
+from wloadctl.access import Role, RoleMap, allowed_verbs, load_roles, needed, refusal, unauthenticated_name
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.explain import why
+from wloadctl.core.foureyes import (
+    PendingBook,
+    PendingRequest,
+    judge,
+    needs_second,
+    pending_outcome,
+    settle_word,
+    settled_outcome,
+)
 from wloadctl.core.verbs import VERBS, resolve_jobs
 from wloadctl.ipc.ctlsock import ControlSocket, Peer
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
     from wloadctl.procs.runctx import RunContext
+    from wloadctl.remote.operators import OperatorGate
     from wloadctl.store import Store
 
 _RESPOND = "_respond"
@@ -51,8 +61,14 @@ class ControlDesk:
         """Who has which role besides the run's owner and root."""
         self.owner_uid = os.stat(ctx.state_dir).st_uid if owner_uid is None else owner_uid
         """The run's owner (the owner of its state directory): an admin."""
+        self.gate: OperatorGate | None = None
+        """Who is believed on the run's broker subjects (set when the run has a broker)."""
         self.waiting: deque[dict[str, Any]] = deque()
         """Requests fed to the core whose Reply has not come out yet (FIFO, same order)."""
+        self.four_eyes: frozenset[str] = frozenset(getattr(ctx.plan, "four_eyes", ())) | self.roles.four_eyes
+        """Verbs the plan or the roles config make need a second person's approve on every job."""
+        self.book = PendingBook.from_actions(store.actions(ctx.run.id))
+        """Requests waiting for a second person (rebuilt from the journal's actions)."""
 
     @classmethod
     def open(cls, core: SchedulerCore, ctx: RunContext, store: Store) -> ControlDesk:
@@ -70,13 +86,14 @@ class ControlDesk:
         for conn, peer, req in self.ctl.ready(fd):
             self._handle(conn, peer, req, now)
 
-    def take(self, data: bytes, respond: Callable[[bytes], None], now: float) -> None:
+    def take(self, data: bytes, respond: Callable[[bytes], None], now: float, subject: str = "") -> None:
         """A request from another host (through the broker): handled like the socket's, answered by `respond`.
 
-        No kernel vouches for a caller on another host: the request names its user (`NAME@HOST`) and
-        whoever may publish on the broker's operator subjects may name any. With no roles given to
-        anyone besides the owner, the installation has one operator identity and a caller through
-        its broker acts as the owner (an admin); with roles, the caller has the role of its name.
+        No kernel vouches for a caller on another host; the broker does, through the subject the
+        request came on (see wloadctl.remote.operators): a broker user of an authenticating broker
+        is `broker:USER`, with the role `broker_users` gives them (the scheduler's own broker user
+        is the run's owner there: an admin). Anyone else is `unauthenticated@HOST`, a viewer
+        unless the roles say otherwise; the name the request carries is never believed.
         """
         try:
             req = json.loads(data)
@@ -87,14 +104,14 @@ class ControlDesk:
         req.pop("reply", None)
         req.pop("conn", None)
         req[_RESPOND] = respond
-        user = str(req.get("user", ""))
-        name = user.split("@", 1)[0]
-        uid, groups = _named(name)
-        if self.roles.grants_others:
-            role = self.roles.role_of(uid, name, groups, self.owner_uid)
+        claimed = str(req.get("user", ""))
+        if self.gate is not None:
+            broker_user, user = self.gate.caller(subject, claimed)
+            owner = self.gate.owner
         else:
-            role = Role.ADMIN
-        self._apply({**req, "user": user}, uid, role, now)
+            broker_user, user, owner = None, unauthenticated_name(claimed), None
+        role = self.roles.broker_role(broker_user, owner)
+        self._apply({**req, "user": user, "claimed": claimed}, -1, role, now)
 
     def close(self) -> None:
         """Stop listening (the socket file goes: no scheduler answers there any more)."""
@@ -129,19 +146,66 @@ class ControlDesk:
         if verb == "ping":
             self._send(req, {"ok": True, "pid": self.ctx.run.scheduler_pid, "epoch": self.ctx.epoch})
             return
+        if verb == "pending":
+            self._send(req, {"ok": True, "requests": self.book.listing()})
+            return
+        if verb in ("approve", "reject"):
+            asked, bad = judge(verb, names, user, self.book, lambda n: n in core.index)
+            if bad is not None:
+                self._refuse(req, "; ".join(names) or "*", bad)
+                return
+            if asked is not None:
+                self._settle(req, role, asked, now)
+                return
         if verb not in VERBS:
             self._send(req, {"ok": False, "error": f"unknown verb '{verb}'; verbs: {', '.join(VERBS)}"})
             return
         idx, unknown = resolve_jobs(core, names)
         if unknown and verb != "cancel":
-            msg = f"unknown job(s): {', '.join(unknown)}"
-            self._journal(req, "; ".join(unknown), msg, False)
-            self._send(req, {"ok": False, "error": msg, "unknown": unknown})
+            self._refuse(req, "; ".join(unknown), f"unknown job(s): {', '.join(unknown)}", unknown=unknown)
+            return
+        if not req.get("approved") and needs_second(verb, (core.specs[i] for i in idx), self.four_eyes):
+            self._ask_second(req, names)
             return
         self.waiting.append(req)
         core.feed(OperatorEvent(verb, tuple(idx), now, user=str(req.get("user", "")),
                                 reason=str(req.get("reason", "")), downstream=bool(req.get("downstream")),
                                 cause_id=f"op-{req.get('id', '')}"))
+
+    def _refuse(self, req: dict[str, Any], job: str, msg: str, **more: Any) -> None:
+        """Journal a refusal and answer it."""
+        self._journal(req, job, msg, False)
+        self._send(req, {"ok": False, "error": msg, **more})
+
+    def _ask_second(self, req: dict[str, Any], names: list[str]) -> None:
+        """The verb needs a second person: open a pending request, journal it, and say how to approve it."""
+        p = self.book.open(str(req.get("verb", "")), names, str(req.get("user", "")), str(req.get("reason", "")),
+                           time.time(), bool(req.get("downstream")))
+        self._journal(req, "; ".join(names) or "*", pending_outcome(p), False)
+        self._send(req, {"ok": True, "verb": p.verb, "pending": p.as_dict(), "results": [],
+                         "message": f"{p.id}: {p.verb} needs a second person: another admin's "
+                                    f"`wloadctl approve {p.id}` applies it, `wloadctl reject {p.id}` drops it"})
+
+    def _settle(self, req: dict[str, Any], role: Role, p: PendingRequest, now: float) -> None:
+        """`approve ID` applies a pending request asked by somebody else; `reject ID` drops it."""
+        verb, user = str(req.get("verb", "")), str(req.get("user", ""))
+        if verb == "approve" and role < needed(p.verb):
+            self._refuse(req, p.id, f"approve of {p.id}: {refusal(p.verb, user, role)}")
+            return
+        self.book.take(p.id)
+        word = settle_word(verb, p, user)
+        self._journal(req, p.id, settled_outcome(word, p, user), True)
+        if verb == "reject":
+            self._send(req, {"ok": True, "verb": verb, "results": [],
+                             "message": f"{p.id} {word}: {p.describe()} will not be applied"})
+            return
+        why_ = f"{p.reason}; " if p.reason else ""
+        self._apply({**req, "verb": p.verb, "jobs": list(p.jobs), "downstream": p.downstream, "approved": p.id,
+                     "reason": f"{why_}{p.id} asked by {p.user}, approved by {user}"}, -1, role, now)
+
+    def pending(self) -> list[PendingRequest]:
+        """The requests waiting for a second person, oldest first."""
+        return list(self.book.requests.values())
 
     def reply(self, rep: Reply) -> None:
         """A Reply came out of the core: journal each job's outcome and answer the request."""
@@ -159,13 +223,18 @@ class ControlDesk:
                                 "touched": len(rep.touched)}
         if extra > 0:
             body["more"] = extra
+        if req.get("approved"):
+            body["approved"] = req["approved"]
         if req:
             self._send(req, body)
 
     def _journal(self, req: dict[str, Any], job: str, outcome: str, applied: bool) -> None:
         user, verb, reason = str(req.get("user", "")), str(req.get("verb", "")), str(req.get("reason", ""))
         self.store.record_action(self.ctx.run.id, user, verb, job[:4000], reason, outcome, applied, time.time())
-        self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied)
+        # What a request through the broker said it was goes to the event log only, marked as a claim.
+        claim = {"claimed": str(req["claimed"])} if "claimed" in req else {}
+        self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied,
+                             **claim)
 
     def _send(self, req: dict[str, Any], body: dict[str, Any]) -> None:
         respond = req.get(_RESPOND)
@@ -178,18 +247,3 @@ class ControlDesk:
             return
         body["id"] = req.get("id")
         self.ctl.answer(int(conn), body)
-
-
-def _named(name: str) -> tuple[int, frozenset[str]]:
-    """The uid and group names of a user of this host by name (-1 and none when it has no such user)."""
-    try:
-        pw = pwd.getpwnam(name)
-    except KeyError:
-        return -1, frozenset()
-    names = set()
-    for g in os.getgrouplist(name, pw.pw_gid):
-        try:
-            names.add(grp.getgrgid(g).gr_name)
-        except KeyError:
-            names.add(str(g))
-    return pw.pw_uid, frozenset(names)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import heapq
 import os
 import select
@@ -11,7 +12,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 from wloadctl.errors import WloadError
 from wloadctl.ipc import protocol as P
@@ -26,7 +26,9 @@ from wloadctl.ipc.shm import (
 )
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import JobTrees, detect, joining
+from wloadctl.procs.resultlog import NO_SPACE, ResultLog
 from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
+from wloadctl.procs.userfiles import JobFiles
 
 BEAT_INTERVAL = 0.25
 """Seconds between heartbeats on the executor board."""
@@ -57,15 +59,17 @@ class Running:
     """Its output file, kept open until the job is reaped (its size tells if a tail is due); named as the
     attempt's log once it has output."""
     deadline: float | None = None
-    """When its timeout expires."""
+    """When its timeout expires (monotonic clock)."""
     kill_at: float | None = None
-    """When SIGKILL follows the SIGTERM of a timeout."""
+    """When SIGKILL follows the SIGTERM of a timeout (monotonic clock)."""
     timed_out: bool = False
     """Its timeout expired and it was told to stop."""
     cpu: float = 0.0
     """CPUs it holds on this executor."""
     memory: int = 0
     """MiB it holds on this executor."""
+    files: JobFiles | None = None
+    """The result and checkpoint directory of a `run_as` job (read back when it ends)."""
 
 
 @dataclass
@@ -128,7 +132,7 @@ class Executor:
         jdir.mkdir(parents=True, exist_ok=True)
         # Every result is written here before it is sent: a scheduler that crashed after
         # receiving it but before journaling it finds it again on restart.
-        self.journal: BinaryIO = open(jdir / f"{rid}-{self.index}-{os.getpid()}.results", "ab", buffering=0)
+        self.journal = ResultLog(jdir / f"{rid}-{self.index}-{os.getpid()}.results", f"executor {self.index}")
         keep_descriptors_from_jobs()
         # Before the first job: what jobs leave behind must be re-parented here, not to init.
         self.trees = JobTrees(rid, self.index, detect(rid))
@@ -141,11 +145,13 @@ class Executor:
         req_fd, rsp_fd = self.req.fd, self.rsp.fd
         rsp_on = False
         req_on = False
+        # The loop waits on the monotonic clock: a wall clock set back must not stop the beats
+        # (the scheduler would declare this executor dead), nor one set forward time jobs out.
         next_beat = 0.0
-        last_sched = time.time()
+        last_sched = time.monotonic()
         sched_beat = 0.0
         while True:
-            now = time.time()
+            now = time.monotonic()
             want_req = not self.stop and len(self.backlog) + len(self.running) < (1 + self.prefetch) * self.slots
             if want_req != req_on:
                 if want_req:
@@ -169,7 +175,7 @@ class Executor:
                     self._take()
                 elif fd in self.running:
                     self._reap(fd)
-            now = time.time()
+            now = time.monotonic()
             self._start_backlog()
             self._check_timeouts(now)
             self._flush(now)
@@ -186,7 +192,7 @@ class Executor:
                     if hdr.done and hdr.epoch == self.epoch and not self.running and not self.backlog \
                             and not self.outbox:
                         break
-                self._beat(now, sched_beat)
+                self._beat(time.time(), sched_beat)
                 if now - last_sched > self.orphan_timeout and not self.running and not self.backlog:
                     break
             if self.stop and not self.running and not self.outbox:
@@ -289,20 +295,25 @@ class Executor:
         join = self.trees.prepare(rec.task, rec.attempt, env, cpu, mem, bool(p.extra and p.extra.get("enforce")))
         if join and not run_as:
             argv = joining(join, argv)
+        files: JobFiles | None = None
         try:
-            # A job run as another user gets a file of its own at once (it is chowned to them).
-            log = spawner.lend_log(p.log_path) if run_as is None else \
-                LogFile(spawner.open_log(p.log_path), p.log_path, p.log_path, True)
+            if run_as:
+                # The run's folders are not the user's: the job writes in a directory of its own.
+                files = JobFiles.make(run_as, env, self.run_id)
+            log = _open_log(spawner, p.log_path, lend=run_as is None)
             proc = spawner.spawn(argv, env, p.cwd, log.fd, run_as=run_as, join=join)
         except OSError as e:
             if log is not None:
                 spawner.return_log(log)
+            if files is not None:
+                files.discard()
             self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
                                     f"{e.strerror or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
         self.trees.leaders.add(proc.pid)
-        r = Running(rec, proc, pidfd, now, log, now + p.timeout if p.timeout else None, cpu=cpu, memory=mem)
+        r = Running(rec, proc, pidfd, now, log, time.monotonic() + p.timeout if p.timeout else None, cpu=cpu,
+                    memory=mem, files=files)
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
         self._emit(P.ResultRecord(P.RES_STARTED, 0, self.index, rec.task, rec.attempt, 0, 0, rec.epoch,
@@ -325,6 +336,8 @@ class Executor:
         # Whatever the job left, in its group or out of it, ends with it.
         self.trees.leaders.discard(r.proc.pid)
         self.trees.end(r.rec.task, r.rec.attempt, r.proc.pid)
+        if r.files is not None:
+            r.files.collect()  # before the exit report: the scheduler reads the result when it gets it
         sig = -rc if rc < 0 else 0
         code = 128 + sig if sig else rc
         named = self.spawner.publish_log(r.log)
@@ -337,6 +350,7 @@ class Executor:
                                   r.rec.epoch, r.proc.pid, r.started, now, off, length))
 
     def _check_timeouts(self, now: float) -> None:
+        """Stop jobs past their timeout (`now` and the deadlines are on the monotonic clock)."""
         for r in self.running.values():
             if r.kill_at is not None and now >= r.kill_at:
                 _killpg(r.proc.pid, signal.SIGKILL)
@@ -356,13 +370,13 @@ class Executor:
             if not self.report_due:
                 self.report_due = time.time() + REPORT_HOLD
         elif not self.report_due:
-            self.report_due = time.time() + REPORT_HOLD
+            self.report_due = time.monotonic() + REPORT_HOLD
 
     def _send_only(self, rec: P.ResultRecord) -> None:
         """Queue a report that is in the journal already."""
         self.outbox.append(rec)
         if not self.report_due:
-            self.report_due = time.time() + REPORT_HOLD
+            self.report_due = time.monotonic() + REPORT_HOLD
 
     def _flush(self, now: float) -> None:
         """Journal every pending result, then send them unless they may still wait for an exit report.
@@ -413,6 +427,8 @@ class Executor:
                 _killpg(r.proc.pid, signal.SIGKILL)
             reap(r.proc)
             self.trees.end(r.rec.task, r.rec.attempt, r.proc.pid)
+            if r.files is not None:
+                r.files.collect()
             os.close(r.pidfd)
             self.spawner.publish_log(r.log)
             os.close(r.log.fd)
@@ -424,6 +440,28 @@ class Executor:
         for s in (self.arena, self.tails, self.board, self.eboard):
             s.close()
         self.journal.close()
+
+
+def _open_log(spawner: Spawner, path: str, lend: bool) -> LogFile:
+    """The job's output file (lent until it has output, see `Spawner.lend_log`; else opened at its log at
+    once, as for a job run as another user: the file is chowned to them); on a full disk its output goes
+    nowhere, and it runs and reports all the same.
+
+    Raises:
+        OSError: the log cannot be opened for another reason.
+    """
+    try:
+        return spawner.lend_log(path) if lend else LogFile(spawner.open_log(path), path, path, True)
+    except OSError as e:
+        if e.errno not in NO_SPACE:
+            raise
+        print(f"cannot open log {path}: no space left on device; the job runs without a log",
+              file=sys.stderr, flush=True)
+        fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        if fd < 3:
+            low, fd = fd, fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            os.close(low)
+        return LogFile(fd, os.devnull, path, True)
 
 
 def _claim(p: P.Payload) -> tuple[float, int]:

@@ -36,6 +36,8 @@ TREE_ENV = "WLOADCTL_TREE"
 """Environment variable marking every process of a job: `run/executor/task/attempt`."""
 MODE_ENV = "WLOADCTL_JOB_TREE"
 """`auto` (default), `cgroup` or `subreaper`."""
+LIMITS_ENV = "WLOADCTL_LIMITS"
+"""What a job under `limits: enforce` is told: its claims, and those this host could not enforce."""
 PR_SET_CHILD_SUBREAPER = 36
 """prctl option (linux/prctl.h)."""
 JOIN_SCRIPT = 'echo 0 > "$0" || exit 126; exec "$@"'
@@ -237,10 +239,22 @@ class JobTrees:
                 enforce: bool) -> str | None:
         """Mark the job's environment and, in cgroup mode, make its group.
 
+        Under `enforce`, the job's memory and cpu claims become its group's limits where the
+        controllers allow, and $WLOADCTL_LIMITS tells the job which did (see `limits_text`).
+
         Returns:
             The group's `cgroup.procs` the job must join before it execs (None: no group).
         """
         env[TREE_ENV] = marker(self.run_id, self.executor, task, attempt)
+        wanted = {k: v for k, v in (("memory", memory), ("cpu", cpu)) if v} if enforce else {}
+        applied: set[str] = set()
+        try:
+            return self._group(task, attempt, wanted, applied)
+        finally:
+            if wanted:
+                env[LIMITS_ENV] = limits_text(wanted, applied, self.how)
+
+    def _group(self, task: int, attempt: int, wanted: dict[str, float], applied: set[str]) -> str | None:
         if self.how.mode != "cgroup" or self.how.base is None:
             return None
         rg = run_group(self.how.base, self.run_id)
@@ -254,12 +268,15 @@ class JobTrees:
             g.mkdir(exist_ok=True)
         except OSError:
             return None  # the group cannot be made: the process group's signal is all there is
-        if enforce:
+        for name, value in wanted.items():
+            if name not in self.how.controllers:
+                continue
             with contextlib.suppress(OSError):
-                if memory and "memory" in self.how.controllers:
-                    (g / "memory.max").write_text(str(memory * 1024 * 1024))
-                if cpu and "cpu" in self.how.controllers:
-                    (g / "cpu.max").write_text(f"{int(cpu * 100000)} 100000")
+                if name == "memory":
+                    (g / "memory.max").write_text(str(int(value) * 1024 * 1024))
+                else:
+                    (g / "cpu.max").write_text(f"{int(value * 100000)} 100000")
+                applied.add(name)
         return str(g / "cgroup.procs")
 
     def end(self, task: int, attempt: int, pid: int) -> int:
@@ -318,6 +335,16 @@ class JobTrees:
             self.tidy()
             if self.dying:
                 time.sleep(0.02)
+
+
+def limits_text(wanted: dict[str, float], applied: set[str], how: Containment) -> str:
+    """`memory=64M cpu=0.5`, then `; not enforced: ...` naming the claims this host could not make limits."""
+    text = " ".join(f"memory={int(v)}M" if k == "memory" else f"cpu={v:g}" for k, v in wanted.items())
+    missed = [k for k in wanted if k not in applied]
+    if missed:
+        why = "no cgroup" if how.mode != "cgroup" else "controller not available"
+        text += f"; not enforced: {', '.join(missed)} ({why})"
+    return text
 
 
 def joining(procs: str, argv: list[str]) -> list[str]:

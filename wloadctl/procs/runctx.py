@@ -8,7 +8,6 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from wloadctl.core.commands import Alert, Flag
 from wloadctl.core.engine import SchedulerCore
@@ -16,18 +15,19 @@ from wloadctl.core.plan import JobSpec, Plan
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.ipc import protocol as P
 from wloadctl.paths import log_name, log_path, result_name, result_path, run_dirs
+from wloadctl.procs.userfiles import read_regular
 from wloadctl.store import RunRow, Store
 
 _STATE_NAMES = [s.name for s in JobState]
 
 
 def read_small(path: Path | str, limit: int = 4096) -> str:
-    """A small text file's content ('' when missing); bigger files are cut to `limit` bytes."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit).decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
+    """A small text file's content ('' when missing); bigger files are cut to `limit` bytes.
+
+    A job writes these files: a symlink, a FIFO or anything but a regular file reads as ''.
+    """
+    data = read_regular(str(path), limit)
+    return "" if data is None else data.decode("utf-8", "replace").strip()
 
 
 def read_result(path: Path) -> dict[str, object]:
@@ -65,8 +65,18 @@ def parse_result(text: str) -> dict[str, object]:
     return out
 
 
+EVENTS_BUFFER = 1 << 16
+"""Bytes of events gathered before they are written (each beat writes what there is)."""
+EVENTS_KEPT = 16 << 20
+"""Most bytes of events kept in memory while the disk is full; older ones are dropped (and counted)."""
+
+
 class EventLog:
-    """Structured events (JSON lines) of a run: every transition, alert and operator action, with trace ids."""
+    """Structured events (JSON lines) of a run: every transition, alert and operator action, with trace ids.
+
+    A full disk does not stop the run: what cannot be written is kept (up to EVENTS_KEPT bytes)
+    and written, in order, once there is space again.
+    """
 
     def __init__(self, path: Path, run_id: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,11 +84,28 @@ class EventLog:
         """The events file."""
         self.run_id = run_id
         """Trace id of the run; an attempt's trace id is `<run>.<job index>.<attempt>`."""
-        self.f: IO[str] = open(path, "a", buffering=1 << 16)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        """The file, opened for appending."""
+        self.pending: list[str] = []
+        """Events not yet written."""
+        self.size = 0
+        """Characters in `pending`."""
+        self.unwritten = b""
+        """The part of a write the disk refused, written first next time."""
+        self.dropped = 0
+        """Events dropped because the disk stayed full too long (reported once space returns)."""
+        self.error: OSError | None = None
+        """Why the last write failed (None: the last write went through)."""
         names = _STATE_NAMES
         self.heads = [f'"event":"transition","from":"{names[f]}","to":"{names[t]}",' if f < len(names) and
                       t < len(names) else "" for f in range(16) for t in range(16)]
         """The from/to part of a transition event, by from * 16 + to."""
+
+    def _add(self, text: str) -> None:
+        self.pending.append(text)
+        self.size += len(text)
+        if self.size >= EVENTS_BUFFER:
+            self.flush()
 
     def transitions(self, tx: list[tuple], ids: list[str]) -> None:
         """One `transition` event per journaled transition but WAITING -> READY.
@@ -86,7 +113,7 @@ class EventLog:
         READY follows from the upstreams' ends (the journal has it); leaving it out keeps the log
         to what an attempt did: queued, started, ended, and every retry, hold, skip or failure.
         """
-        rid, w = self.run_id, self.f.write
+        rid = self.run_id
         heads = self.heads
         out = []
         for i, frm, to, att, ts, ex, code, reason, cause in tx:
@@ -103,21 +130,63 @@ class EventLog:
             out.append(f'{{"ts":{ts:.6f},"run":"{rid}","job":{q},"attempt":{att},"trace":"{rid}.{i}.{att}",'
                        f'{heads[frm * 16 + to]}"cause":"{cause}"{extra}}}\n')
         if out:
-            w("".join(out))
+            self._add("".join(out))
 
     def emit(self, event: str, job: str = "", attempt: int = 0, **fields: object) -> None:
         """One event of another kind (alert, action, executor, scheduler)."""
         rec = {"ts": round(time.time(), 6), "run": self.run_id, "job": job, "attempt": attempt, "event": event,
                "trace": self.run_id, **fields}
-        self.f.write(json.dumps(rec) + "\n")
+        self._add(json.dumps(rec) + "\n")
 
-    def flush(self) -> None:
-        """Push buffered events to the file (each loop turn that wrote some)."""
-        self.f.flush()
+    def flush(self) -> bool:
+        """Write the events gathered so far (each beat); return False if the disk refused them (they are kept).
+
+        A short write leaves the file ending mid-line; the rest of that line is written first
+        next time, so the file never holds a torn or repeated event.
+        """
+        if self.pending:
+            self.unwritten += "".join(self.pending).encode()
+            self.pending.clear()
+            self.size = 0
+        if self.dropped and not self.error:
+            note = {"ts": round(time.time(), 6), "run": self.run_id, "job": "", "attempt": 0,
+                    "event": "events_dropped", "trace": self.run_id, "count": self.dropped,
+                    "why": "the disk of the state directory was full"}
+            self.unwritten += (json.dumps(note) + "\n").encode()
+            self.dropped = 0
+        data = memoryview(self.unwritten)
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(self.fd, data[done:])
+        except OSError as e:
+            self.error = e
+            self.unwritten = bytes(data[done:])
+            self._trim()
+            return False
+        self.error = None
+        self.unwritten = b""
+        return True
+
+    def _trim(self) -> None:
+        """Keep at most EVENTS_KEPT bytes of unwritten events, dropping whole old lines (but the torn first one)."""
+        over = len(self.unwritten) - EVENTS_KEPT
+        if over <= 0:
+            return
+        head = self.unwritten.find(b"\n") + 1  # the rest of a line already begun in the file
+        cut = self.unwritten.find(b"\n", head + over) + 1
+        if cut <= head:
+            return
+        self.dropped += self.unwritten.count(b"\n", head, cut)
+        self.unwritten = self.unwritten[:head] + self.unwritten[cut:]
 
     def close(self) -> None:
-        """Flush and close."""
-        self.f.close()
+        """Write what is left (as far as the disk allows) and close."""
+        if self.fd < 0:
+            return
+        self.flush()
+        os.close(self.fd)
+        self.fd = -1
 
 
 @dataclass
@@ -210,9 +279,12 @@ class RunContext:
         store.record_alert(self.run.id, now, spec.id, tier, state, a.attempts, a.reason, lp)
         self.events.emit("alert", spec.id, core.attempt[a.job], tier=tier, state=state, reason=a.reason,
                          attempts=a.attempts, log=lp)
-        with open(self.state_dir / "alerts.log", "a") as f:
-            f.write(json.dumps({"ts": round(now, 3), "run": self.run.run_id, "job": spec.id, "tier": tier,
-                                "state": state, "attempts": a.attempts, "reason": a.reason, "log": lp}) + "\n")
+        try:
+            with open(self.state_dir / "alerts.log", "a") as f:
+                f.write(json.dumps({"ts": round(now, 3), "run": self.run.run_id, "job": spec.id, "tier": tier,
+                                    "state": state, "attempts": a.attempts, "reason": a.reason, "log": lp}) + "\n")
+        except OSError:
+            pass  # the journal and the event log hold the alert; this file is a convenience copy
         self.reap_hooks()
         if self.plan.on_failure:
             env = dict(os.environ, WLOADCTL_RUN_ID=self.run.run_id, WLOADCTL_PLAN=self.plan.name,

@@ -26,7 +26,10 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import PlanError, TransportError, UsageError, WloadError
 from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
 from wloadctl.ipc import protocol as P
+from wloadctl.ipc.boards import StateBoard
+from wloadctl.ipc.naming import ROLE_BOARD, object_name
 from wloadctl.ipc.quota import run_shapes
+from wloadctl.ipc.segment import shm_free
 from wloadctl.ipc.shm import run_is_alive
 from wloadctl.paths import ids_path, state_root, summary_path, write_ids, write_summary
 from wloadctl.procs.health import pid_alive
@@ -37,8 +40,10 @@ from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
-from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby
+from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby, shm_at_start, shm_full
+from wloadctl.procs.userfiles import remove_job_dirs
 from wloadctl.runplan import keep_plan, run_plan
+from wloadctl.runshape import shape_of_core, write_shape
 from wloadctl.store import RunRow, Store, journal_exists
 
 if TYPE_CHECKING:
@@ -192,10 +197,38 @@ def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOpt
     order = list(stored.jobs) + [j for j in fresh.jobs if j not in stored.jobs]
     plan = dataclasses.replace(fresh, jobs={j: fresh.jobs[j] for j in order})
     added = [(k, j) for k, j in enumerate(order) if j not in stored.jobs]
+    _refuse_growing_live_board(plan_path, run, plan)
     store.replace_plan(run.id, fresh.digest, text.decode("utf-8", "replace"), plan_path, added)
     keep_plan(store, run, plan)
     opts.say(f"plan change accepted: {len(added)} job(s) added")
     return plan
+
+
+def _refuse_growing_live_board(plan_path: str, run: RunRow, plan: Plan) -> None:
+    """Refuse a plan change whose jobs do not fit the state board the run's live executors still hold.
+
+    The board is sized once, when the run's objects are made; while an executor of the run
+    lives it keeps them (and the jobs it runs), so a bigger board cannot replace it yet.
+
+    Raises:
+        UsageError: the changed plan has more jobs than the live board has room for.
+    """
+    if not run_is_alive(run.run_id):
+        return
+    try:
+        board = StateBoard.open(object_name(run.run_id, ROLE_BOARD))
+    except WloadError:
+        return
+    try:
+        room = board.capacity
+    finally:
+        board.close()
+    need = SchedulerCore(plan, 1).capacity()
+    if need > room:
+        raise UsageError(f"{plan_path}: the changed plan needs room for {need} jobs and run {run.run_id}, whose "
+                         f"executors still run, has room for {room}",
+                         hint="resume without --accept-plan-change to go on as journaled, or accept the change "
+                              "once the run's executors have ended (`wloadctl status` lists none)")
 
 
 def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool = False,
@@ -257,6 +290,8 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             for line in clean_stale_lines():
                 opts.say(line)
             queue_room(run_shapes(len(plan.jobs)).charge)
+            if 0 < shm_free() < shm_at_start(len(plan.jobs)):
+                raise shm_full(f"a run of plan '{plan.name}'", shm_at_start(len(plan.jobs)))
             bdate = opts.business_date or dt.date.today().isoformat()
             rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
             text = Path(plan.path).read_text(encoding="utf-8", errors="replace")
@@ -314,6 +349,15 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
             link.close(timeout=5.0)
 
 
+def _keep_shape(opts: RunOptions, run: RunRow, plan: Plan, core: SchedulerCore) -> None:
+    """Write the run's shape beside its id list, so a console attaches without parsing the plan."""
+    deadlines = {i: j.deadline for i, j in enumerate(core.specs) if j.deadline}
+    try:
+        write_shape(opts.state_dir, run.run_id, shape_of_core(core, deadlines, plan.timezone))
+    except OSError as e:
+        opts.say(f"cannot write the run's shape file ({e}): consoles will read the plan")
+
+
 def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None:
     """The broker connection a plan with jobs on agents needs (None when every job runs here).
 
@@ -353,6 +397,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
     history = store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest)
     core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch, history=history)
+    _keep_shape(opts, run, plan, core)
     # The plan and the core's arrays live as long as the run: keep the cyclic collector from
     # walking millions of their objects again at every collection.
     gc.freeze()
@@ -373,7 +418,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                       opts.state_dir, say=lambda e, f: events.emit(e, **f))
     remote = _agent_pool(link, core, ctx, epoch, opts, events) if link is not None else None
     loop = SchedulerLoop(ctx, core, store, objs, local, remote=remote, on_turn=on_turn,
-                         exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval)
+                         exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval,
+                         say=opts.say)
     if opts.metrics is not None:
         opts.metrics.loop = loop
     if claim is not None and adopt:
@@ -444,6 +490,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                         ctx.reap_hooks(wait=5.0)
                         objs.remove()
                         remove_run_groups(run.run_id)
+                        remove_job_dirs(run.run_id)
                     events.close()
         finally:
             _restore_signals(stop_signals)

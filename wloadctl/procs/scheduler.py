@@ -19,10 +19,12 @@ from wloadctl.core.commands import (
     RunFinished,
 )
 from wloadctl.core.engine import SchedulerCore
-from wloadctl.core.events import TimerFiredEvent
+from wloadctl.core.events import ClockJumpedEvent, TimerFiredEvent
 from wloadctl.core.states import JobState
-from wloadctl.errors import Fenced, StoreError, WloadError
+from wloadctl.errors import Fenced, StoreError, StoreFull, WloadError
+from wloadctl.ipc.protocol import PAUSE_NONE, PAUSE_SHM_FULL, PAUSE_STATE_DIR_FULL
 from wloadctl.paths import append_ids
+from wloadctl.procs.clockwatch import ClockWatch
 from wloadctl.procs.control import ControlDesk
 from wloadctl.procs.localpool import LocalPool, Pool
 from wloadctl.procs.pipeline import PipelineMeter
@@ -96,6 +98,18 @@ class SchedulerLoop:
     """When (monotonic) the last fencing check passed."""
     lease_renewed: float = float("inf")
     """When the journal's lease was last renewed (set as the loop starts: the first lease has its grace)."""
+    say: Callable[[str], None] = lambda _m: None
+    """Where one-line notices go (paused for want of space, resumed)."""
+    no_space: str = ""
+    """Why dispatch is paused for want of disk space ("" when it is not): status and the console show it."""
+    held_back: list = field(default_factory=list)
+    """Commands waiting for a journal write the full disk refused, in order (retried at each beat)."""
+    space_failures: int = 0
+    """Writes refused for want of space so far."""
+    clock: ClockWatch = field(default_factory=ClockWatch)
+    """Tells jumps of the wall clock from time passing (the core's retry waits move with a jump)."""
+    shm_short: bool = False
+    """The payload arena found no memory in /dev/shm: dispatches wait to be sent (dispatch degrades, never crashes)."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -109,7 +123,10 @@ class SchedulerLoop:
         core, local, remote = self.core, self.local, self.remote
         self.lease_renewed = time.time()
         if remote is not None:
+            from wloadctl.remote.operators import OperatorGate
+
             remote.on_op = desk.take  # verbs of operators on other hosts, through the broker
+            desk.gate = OperatorGate.of(remote.link, remote.subjects, remote.run_id)
         self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
         meter = self.meter = self.meter or PipelineMeter(self.ctx.state_dir, self.ctx.run_id, self.ctx.epoch)
         poller = select.poll()
@@ -126,7 +143,9 @@ class SchedulerLoop:
         while self.finished is None and not self.stop_requested:
             now = time.time()
             due = min(next_health, core.next_timer() or float("inf"), local.next_due())
-            timeout_ms = max(0, int((due - now) * 1000) + 1)
+            # Never longer than a beat: a wall clock set back would otherwise stretch the wait
+            # by the jump (the beat after it finds the jump and moves the waits).
+            timeout_ms = max(0, min(int((due - now) * 1000) + 1, int(self.beat_interval * 1000) + 1))
             ready = poller.poll(timeout_ms)
             # A scheduler frozen (SIGSTOP) past its lease wakes here: it must learn that it
             # was fenced before it touches a queue, a job or the board.
@@ -136,6 +155,11 @@ class SchedulerLoop:
             now = time.time()
             beat = False
             cause = f"turn-{self.turn}"
+            jump = self.clock.jumped()
+            if jump is not None:
+                now = jump[0]
+                next_health = now
+                self._clock_jumped(jump[1])
             for fd, _ev in ready:
                 if desk.ctl.owns(fd):
                     desk.on_ready(fd, now)
@@ -153,9 +177,12 @@ class SchedulerLoop:
             local.fire_kills(now)
             self._execute(core.flush())
             local.pump()
+            self._watch_shm()
             if remote is not None:
-                # Results applied this turn are journaled now: they may leave the broker's stream.
-                remote.after_commit()
+                # Results applied this turn are journaled now: they may leave the broker's stream
+                # (not while a full disk holds their journal write back).
+                if not self.held_back:
+                    remote.after_commit()
                 if remote.pending():
                     self._check_fenced()
                     remote.pump()
@@ -181,7 +208,10 @@ class SchedulerLoop:
 
         The lease comes first: a fenced scheduler must not kill or respawn anything.
         """
+        failures = self.space_failures
         self._renew(now)
+        if self.no_space:
+            self._retry_held(failures)
         self.standby_pid = live_standby(self.ctx.state_dir)
         # Each beat pushes the event log out, so a console following it (and a crash) loses
         # at most one interval of events.
@@ -198,9 +228,42 @@ class SchedulerLoop:
             if isinstance(self.local, LocalPool):  # a stub pool (tests of the loop) has nothing to measure
                 self.meter.beat(now, self.objs, self.local, self.remote)
 
+    def _clock_jumped(self, by: float) -> None:
+        """The wall clock was set forward or back: the core moves its retry waits, and the log says so."""
+        self.core.feed(ClockJumpedEvent(time.time(), by, cause_id=f"clock-{self.turn}"))
+        way = "forward" if by > 0 else "back"
+        self.say(f"the wall clock was set {way} by {abs(by):.1f}s: retry delays keep their length, "
+                 "deadlines are judged on the new time")
+        self.ctx.events.emit("clock_jumped", by=round(by, 3))
+
+    def _watch_shm(self) -> None:
+        """Say when sending stops for want of /dev/shm for payloads, and when it goes on."""
+        short = isinstance(self.local, LocalPool) and self.local.objs.arena.starved
+        if short == self.shm_short:
+            return
+        self.shm_short = short
+        if short:
+            waiting = len(self.local.unplaced) if isinstance(self.local, LocalPool) else 0
+            self.say(f"paused: no space left in /dev/shm for the payload arena; {waiting} job(s) wait to be "
+                     "sent, retried at each turn")
+            self.ctx.events.emit("paused", reason="no space left in /dev/shm for the payload arena")
+        else:
+            self.say("resumed: /dev/shm has room for payloads again, sending goes on")
+            self.ctx.events.emit("resumed", reason="/dev/shm has room for payloads again")
+        self._publish(force=True)
+
     def _renew(self, now: float) -> None:
-        """Extend the journal's lease; raise Fenced if a successor holds the run."""
-        if not self.store.renew_lease(self.ctx.run.id, self.ctx.epoch, now + self.ctx.lease_seconds):
+        """Extend the journal's lease; raise Fenced if a successor holds the run.
+
+        A full disk refuses the renewal too: the loop pauses and tries again at the next beat
+        (a standby that takes the lapsed lease meanwhile fences this scheduler at its next write).
+        """
+        try:
+            renewed = self.store.renew_lease(self.ctx.run.id, self.ctx.epoch, now + self.ctx.lease_seconds)
+        except StoreFull:
+            self._pause_for_space()
+            renewed = True
+        if not renewed:
             self._raise_if_fenced()
         self.lease_renewed = now
 
@@ -242,51 +305,101 @@ class SchedulerLoop:
     # -- outputs -------------------------------------------------------------------------
 
     def _execute(self, cmds: list) -> None:
-        for c in cmds:
-            if isinstance(c, Persist):
-                # The journal first: nothing below may be visible before this commits.
-                ids = self.core.ids
-                added = [(ids[parent], first, items, ids[first : first + len(items)])
-                         for parent, first, items in c.added]
-                risky = self.not_idempotent
-                if added:  # loop instances are as idempotent as their loop
-                    risky.update(k for k in range(added[0][1], self.core.n) if not self.core.specs[k].idempotent)
-                durable = bool(risky) and any(t[0] in risky for t in c.transitions)
-                try:
-                    t0 = time.perf_counter()
-                    self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
-                                          durable=durable)
-                    if self.meter is not None:
-                        self.meter.committed(c.transitions, time.perf_counter() - t0, self.core.n)
-                except StoreError:
-                    self._raise_if_fenced()
-                    raise
-                if added:
-                    self._announce_instances(added)
-                self.changes.extend((t[0], t[2]) for t in c.transitions)
-                self.ctx.events.transitions(c.transitions, self.core.ids)
-                if self.watch is not None:
-                    self.watch.extend((t[0], t[2], t[7]) for t in c.transitions if t[2] in _SHOWN)
-            elif isinstance(c, Dispatch):
-                if self.remote is None:
-                    self.local.submit(c.tasks)
-                else:
-                    away = self.remote.remote_of
-                    self.remote.submit([t for t in c.tasks if away(t[0])])
-                    self.local.submit([t for t in c.tasks if not away(t[0])])
-            elif isinstance(c, Kill):
-                if self.remote is not None and self.remote.remote_of(c.job):
-                    self.remote.kill(c)
-                else:
-                    self.local.kill(c)
-            elif isinstance(c, Alert):
-                self.ctx.alert(self.store, self.core, c)
-            elif isinstance(c, Flag):
-                self.ctx.flag(self.store, self.core, c)
-            elif isinstance(c, Reply):
-                self.desk.reply(c)
-            elif isinstance(c, RunFinished):
-                self.finished = c
+        """Carry out the core's commands in order; a journal write refused for want of space holds back the rest.
+
+        Journal first holds here too: nothing that follows a write the disk refused (a dispatch, a
+        kill, an alert, a reply) happens before that write goes through at a later beat.
+        """
+        if self.held_back:
+            self.held_back.extend(cmds)
+            return
+        for k, c in enumerate(cmds):
+            try:
+                self._carry_out(c)
+            except StoreFull:
+                self.held_back = list(cmds[k:])
+                self._pause_for_space()
+                return
+
+    def _pause_for_space(self) -> None:
+        """A write was refused for want of space: stop dispatching and say why (once)."""
+        self.space_failures += 1
+        if self.no_space:
+            return
+        self.no_space = f"no space left on device in {self.ctx.state_dir}"
+        self.core.paused = True
+        self.say(f"paused: {self.no_space}; no job is dispatched until journal writes go through again "
+                 f"(retried every {self.beat_interval:g}s)")
+        self.ctx.events.emit("paused", reason=self.no_space)
+        self._publish(force=True)
+
+    def _retry_held(self, failures: int) -> None:
+        """Retry the writes held back for want of space; resume dispatch once every write of this beat went through.
+
+        Args:
+            failures: `space_failures` before this beat's lease renewal.
+        """
+        cmds, self.held_back = self.held_back, []
+        self._execute(cmds)
+        if self.space_failures != failures or self.held_back:
+            return
+        self.say(f"resumed: space is back in {self.ctx.state_dir}; {len(cmds)} held-back step(s) done, "
+                 "dispatch goes on")
+        self.ctx.events.emit("resumed", reason=f"space is back in {self.ctx.state_dir}",
+                             paused_writes=self.space_failures)
+        self.no_space = ""
+        self.core.paused = self.stop_requested
+
+    def _carry_out(self, c: object) -> None:
+        """Carry out one command of the core.
+
+        Raises:
+            StoreFull: the command's journal write was refused for want of space (nothing of it happened).
+        """
+        if isinstance(c, Persist):
+            # The journal first: nothing below may be visible before this commits.
+            ids = self.core.ids
+            added = [(ids[parent], first, items, ids[first : first + len(items)])
+                     for parent, first, items in c.added]
+            risky = self.not_idempotent
+            if added:  # loop instances are as idempotent as their loop
+                risky.update(k for k in range(added[0][1], self.core.n) if not self.core.specs[k].idempotent)
+            durable = bool(risky) and any(t[0] in risky for t in c.transitions)
+            try:
+                t0 = time.perf_counter()
+                self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
+                                      durable=durable)
+                if self.meter is not None:
+                    self.meter.committed(c.transitions, time.perf_counter() - t0, self.core.n)
+            except StoreError:
+                self._raise_if_fenced()
+                raise
+            if added:
+                self._announce_instances(added)
+            self.changes.extend((t[0], t[2]) for t in c.transitions)
+            self.ctx.events.transitions(c.transitions, self.core.ids)
+            if self.watch is not None:
+                self.watch.extend((t[0], t[2], t[7]) for t in c.transitions if t[2] in _SHOWN)
+        elif isinstance(c, Dispatch):
+            if self.remote is None:
+                self.local.submit(c.tasks)
+            else:
+                away = self.remote.remote_of
+                self.remote.submit([t for t in c.tasks if away(t[0])])
+                self.local.submit([t for t in c.tasks if not away(t[0])])
+        elif isinstance(c, Kill):
+            if self.remote is not None and self.remote.remote_of(c.job):
+                self.remote.kill(c)
+            else:
+                self.local.kill(c)
+        elif isinstance(c, Alert):
+            self.ctx.alert(self.store, self.core, c)
+        elif isinstance(c, Flag):
+            self.ctx.flag(self.store, self.core, c)
+        elif isinstance(c, Reply):
+            self.desk.reply(c)
+        elif isinstance(c, RunFinished):
+            self.finished = c
 
     def _announce_instances(self, added: list[tuple[str, int, tuple[str, ...], list[str]]]) -> None:
         """New loop instances: readers of the id list see them, the event log says so."""
@@ -299,7 +412,9 @@ class SchedulerLoop:
             return
         # The board has one writer: once a successor published there, this one must not.
         self._check_fenced()
-        hdr = dataclasses.replace(self.ctx.board_header(self.core, done=done), standby_pid=self.standby_pid)
+        hdr = dataclasses.replace(self.ctx.board_header(self.core, done=done), standby_pid=self.standby_pid,
+                                  paused=PAUSE_STATE_DIR_FULL if self.no_space else
+                                  PAUSE_SHM_FULL if self.shm_short else PAUSE_NONE)
         self.objs.board.publish(hdr, changes=self.changes)
         self.changes = []
 

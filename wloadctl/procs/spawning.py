@@ -276,12 +276,7 @@ class Spawner:
     @staticmethod
     def _spawn_as(argv: Sequence[str], env: Mapping[str, str], cwd: str | None, log_fd: int, user: str,
                   join: str | None) -> Spawned:
-        try:
-            pw = pwd.getpwnam(user)
-        except KeyError:
-            raise OSError(errno.EINVAL, f"run_as: unknown user '{user}'") from None
-        if os.geteuid() != 0 and pw.pw_uid != os.geteuid():
-            raise OSError(errno.EPERM, f"run_as {user} needs the scheduler to run as root")
+        pw = run_as_user(user)
         os.fchown(log_fd, pw.pw_uid, pw.pw_gid)
         groups = os.getgrouplist(user, pw.pw_gid)
 
@@ -301,6 +296,21 @@ class Spawner:
                                 # preexec_fn is safe here: the executor runs one thread.
                                 preexec_fn=become)
         return Spawned(proc.pid, proc)
+
+
+def run_as_user(user: str) -> pwd.struct_passwd:
+    """The account a `run_as` job runs as, if this process may become it.
+
+    Raises:
+        OSError: The user is unknown here, or this process is neither root nor that user.
+    """
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise OSError(errno.EINVAL, f"run_as: unknown user '{user}'") from None
+    if os.geteuid() != 0 and pw.pw_uid != os.geteuid():
+        raise OSError(errno.EPERM, f"run_as {user} needs the scheduler to run as root")
+    return pw
 
 
 def keep_descriptors_from_jobs(low: int = 3) -> None:

@@ -190,9 +190,10 @@ class Standby:
                     try:
                         store = Store.open(None if self.far else sd, create=False, sync=self.opts.journal_sync)
                     except StoreError:
-                        if not self.far or time.time() > deadline:
+                        if journal_url() is None or time.time() > deadline:
                             raise
-                        # The first run makes a server journal's schema: it may not have started yet.
+                        # The first run makes a server journal's schema: it may not have started yet
+                        # (a standby on this host or another waits for it as for a run).
                 run = self._running_run(store) if store is not None else None
                 # From another host, a run counts once its scheduler holds it (its first epoch).
                 if store is not None and run is not None and run.status == "running" and \

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from wloadctl.core.states import ExecutorState
 from wloadctl.errors import TransportError, WloadError
-from wloadctl.ipc.arena import DEFAULT_ARENA_SIZE
+from wloadctl.ipc.arena import ARENA_STEP, DEFAULT_ARENA_SIZE
 from wloadctl.ipc.mq import MessageQueue
 from wloadctl.ipc.naming import (
     ROLE_ARENA,
@@ -24,7 +24,9 @@ from wloadctl.ipc.naming import (
     ROLE_TAILS,
     object_name,
 )
+from wloadctl.ipc.protocol import BOARD_STATES_OFFSET, EXECUTOR_SLOT_SIZE, SEGMENT_DATA
 from wloadctl.ipc.quota import run_shapes
+from wloadctl.ipc.segment import SHM_DIR, mib, shm_free
 from wloadctl.ipc.shm import (
     MAX_EXECUTOR_SLOTS,
     ExecutorBoard,
@@ -39,6 +41,23 @@ from wloadctl.procs.health import pid_alive
 
 STANDBY_DIR = "standbys"
 """Directory of a state dir where each standby scheduler keeps a pidfile while it watches."""
+
+
+TAIL_PART = 64 * 1024
+"""Bytes of output tails per executor slot of a run."""
+
+
+def shm_at_start(n_jobs: int) -> int:
+    """Bytes of /dev/shm a new run's segments take at once (its arena takes more as it fills)."""
+    return (SEGMENT_DATA + ARENA_STEP) + (BOARD_STATES_OFFSET + n_jobs) + \
+        (SEGMENT_DATA + MAX_EXECUTOR_SLOTS * EXECUTOR_SLOT_SIZE) + (SEGMENT_DATA + MAX_EXECUTOR_SLOTS * TAIL_PART)
+
+
+def shm_full(what: str, need: int, arena_size: int = DEFAULT_ARENA_SIZE) -> TransportError:
+    """The one-line refusal of a run /dev/shm has no room for (`what` names it)."""
+    return TransportError(f"no space left in {SHM_DIR} for {what}: its shared memory needs {mib(need)} "
+                          f"to start (up to {mib(need + arena_size - ARENA_STEP)} as its payload arena fills), "
+                          f"{mib(shm_free())} free", hint=f"free space in {SHM_DIR} (df -h {SHM_DIR}), or enlarge it")
 
 
 @dataclass
@@ -65,6 +84,11 @@ class RunObjects:
         Raises:
             TransportError: a name is taken or the user's quota is exhausted.
         """
+        # /dev/shm too small: one line before anything of the run is made (a segment of it
+        # that still finds no room when it is made says the same, after removing the rest).
+        need = shm_at_start(n_jobs)
+        if 0 < shm_free() < need:
+            raise shm_full(f"run {run_id}", need, arena_size)
         made: list[object] = []
         # Sized from the user's queue quota and the run's size, so dozens of runs fit it; an agent's
         # node serves jobs it cannot count in advance: it sizes for the largest run (LARGEST_RUN).
@@ -82,12 +106,14 @@ class RunObjects:
             made.append(board)
             eboard = ExecutorBoard.create(object_name(run_id, ROLE_EXECUTORS), MAX_EXECUTOR_SLOTS)
             made.append(eboard)
-            tails = TailRing.create(object_name(run_id, ROLE_TAILS), MAX_EXECUTOR_SLOTS, 64 * 1024)
-        except WloadError:
+            tails = TailRing.create(object_name(run_id, ROLE_TAILS), MAX_EXECUTOR_SLOTS, TAIL_PART)
+        except WloadError as e:
             for o in made:
                 if o is not None:
                     o.close()  # type: ignore[attr-defined]
             remove_run_objects(run_id)
+            if e.message.startswith(f"no space left in {SHM_DIR}"):
+                raise shm_full(f"run {run_id}", need, arena_size) from None
             raise
         return cls(run_id, req, rsp, arena, board, eboard, tails)
 

@@ -29,8 +29,9 @@ from wloadctl.paths import log_name, result_name, run_dirs
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.localpool import LocalPool, read_results, result_journals
 from wloadctl.procs.reports import ReportReader
-from wloadctl.procs.runctx import RESULT_LIMIT
+from wloadctl.procs.runctx import RESULT_LIMIT, read_small
 from wloadctl.procs.supervisor import RunObjects, Supervisor
+from wloadctl.procs.userfiles import read_regular, remove_job_dirs
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
@@ -107,6 +108,7 @@ class Agent:
             objs = RunObjects.open(self.node)
         else:
             remove_run_objects(self.node)
+            remove_job_dirs(self.node)  # of run_as jobs that went with executors no longer alive
             objs = RunObjects.create(self.node, 1, queue_jobs=LARGEST_RUN)
         self.objs = objs
         per = max(1, -(-o.slots // o.executors))
@@ -232,6 +234,7 @@ class Agent:
             time.sleep(0.05)
             self._settle_published()
         self.pool.wait_all(5.0)
+        remove_job_dirs(self.node)
         self.journal.close()
         self.objs.remove()
 
@@ -308,9 +311,12 @@ class Agent:
             os.makedirs(d, exist_ok=True)
         h.log = log_name(logs, p.job, h.attempt)
         h.result = result_name(results, p.job, h.attempt)
+        ckpt = f"{checkpoints}/{p.job}"
         env = dict(p.env, WLOADCTL_AGENT=self.opts.name, WLOADCTL_POOL=h.pool or "",
                    WLOADCTL_STATE_DIR=str(self.opts.state_dir), WLOADCTL_RESULT_FILE=h.result,
-                   WLOADCTL_CHECKPOINT_FILE=f"{checkpoints}/{p.job}")
+                   WLOADCTL_CHECKPOINT_FILE=ckpt,
+                   # The job's checkpoint file is this node's: a retry here gets its last token back.
+                   WLOADCTL_CHECKPOINT=read_small(ckpt) or p.env.get("WLOADCTL_CHECKPOINT", ""))
         return P.encode_payload(dataclasses.replace(p, env=env, log_path=h.log))
 
     def _payload(self, local: int, _attempt: int) -> bytes | None:
@@ -364,11 +370,7 @@ class Agent:
                 except WloadError:
                     tail = b""
             if h.result:
-                try:
-                    with open(h.result, "rb") as f:
-                        result = f.read(RESULT_LIMIT)
-                except OSError:
-                    result = None
+                result = read_regular(h.result, RESULT_LIMIT)
         return {"run": h.run, "kind": r.kind, "flags": r.flags & ~P.FLAG_TAIL, "job": h.job, "attempt": h.attempt,
                 "signal": r.signal, "code": r.exit_code, "epoch": h.epoch, "pid": r.pid, "started": r.started,
                 "ended": r.ended, "tail": tail.decode("utf-8", "replace"),

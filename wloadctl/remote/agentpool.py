@@ -122,7 +122,7 @@ class AgentPool:
         """The remote places this plan uses."""
         self.beat = beat
         """Seconds between the scheduler's beats to the agents (a standby judges hearing by them)."""
-        self.on_op: Callable[[bytes, Callable[[bytes], None], float], None] | None = None
+        self.on_op: Callable[[bytes, Callable[[bytes], None], float, str], None] | None = None
         """Where operator verbs sent through the broker go (the loop's control desk)."""
         self.results: Puller | None = None
         """The puller of this run's results."""
@@ -152,6 +152,7 @@ class AgentPool:
             self.link.delete_consumer(self.subjects.results_stream, old)
         self.link.subscribe(self.subjects.hb_all, source="hb")
         self.link.subscribe(self.subjects.op(self.run_id), source="op")
+        self.link.subscribe(self.subjects.op_users(self.run_id), source="op")
         self._hear_last_beats()
 
     def _hear_last_beats(self) -> None:
@@ -337,7 +338,7 @@ class AgentPool:
                 self._heartbeat(m.data)
             elif m.source == "op":
                 if self.on_op is not None:
-                    self.on_op(m.data, lambda data, m=m: self.link.respond(m, data), time.time())
+                    self.on_op(m.data, lambda data, m=m: self.link.respond(m, data), time.time(), m.subject)
             elif m.source == "results":
                 try:
                     self._results(m, feed, cause)

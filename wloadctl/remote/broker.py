@@ -7,6 +7,9 @@ Layout on the broker, under a prefix PFX (one per installation, `wl` by default)
   consumer `pool-POOL`; `PFX.dispatch.agent.NAME` by that agent alone (`agent-NAME`).
 * stream `PFX-results` (limits with a max age, file), subjects `PFX.results.RUN`: result
   batches of each run; each scheduler reads with its own durable consumer `sched-ID`.
+* `PFX.op.RUN` and `PFX.op.RUN.USER` (core NATS): operator verbs to a run's scheduler, the
+  second from broker user USER (see wloadctl.remote.operators for the permissions that make
+  it that user's alone).
 * `PFX.hb.NAME` (core NATS): heartbeats; `PFX.ctl.NAME` and `PFX.ask`: request/reply to
   one agent and to all.
 * KV `PFX-leader`: current epoch and holder (compare-and-set); KV `PFX-agents`: each
@@ -258,6 +261,14 @@ class Subjects:
     def op(self, run: str) -> str:
         """Request/reply subject of operator verbs for run `run` (the scheduler holding its lease answers)."""
         return f"{self.prefix}.op.{check_name(run, 'run id')}"
+
+    def op_user(self, run: str, user: str) -> str:
+        """Operator subject of run `run` for broker user `user` (the broker lets only that user publish on it)."""
+        return f"{self.op(run)}.{check_name(user, 'broker user')}"
+
+    def op_users(self, run: str) -> str:
+        """Every broker user's operator subject of run `run` (the scheduler's subscription)."""
+        return f"{self.op(run)}.*"
 
     def ctl(self, name: str) -> str:
         """Request/reply subject of agent `name`."""

@@ -212,6 +212,13 @@ class BrokerLink:
         nc = self._nc
         return nc is not None and nc.is_connected
 
+    @property
+    def auth_required(self) -> bool:
+        """Whether the server connected to authenticates every client (its INFO says `auth_required`)."""
+        nc = self._nc
+        info = getattr(nc, "_server_info", None) if nc is not None else None
+        return bool(isinstance(info, dict) and info.get("auth_required"))
+
     def fileno(self) -> int:
         """The wake-up descriptor: readable while `drain()` has messages (for select/poll)."""
         return self._wake_fd

@@ -47,7 +47,7 @@ def free_port() -> int:
 class NatsServer:
     """One nats-server process with JetStream; `stop()` and `start()` keep its port and store."""
 
-    def __init__(self, binary: str, store: Path, port: int) -> None:
+    def __init__(self, binary: str, store: Path, port: int, config: Path | None = None) -> None:
         self.binary = binary
         """Path of the nats-server executable."""
         self.store = store
@@ -58,6 +58,8 @@ class NatsServer:
         """The server's output."""
         self.proc: subprocess.Popen[bytes] | None = None
         """The running server, or None while stopped."""
+        self.config = config
+        """A configuration file (users and their permissions, ...); the options above win over it."""
 
     @property
     def url(self) -> str:
@@ -74,7 +76,8 @@ class NatsServer:
             raise TransportError(f"nats-server on port {self.port} is already running")
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [self.binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)],
+                [self.binary, *(["-c", str(self.config)] if self.config else []), "-js", "-a", "127.0.0.1",
+                 "-p", str(self.port), "-sd", str(self.store)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

@@ -159,6 +159,15 @@ class CurrentState:
         n = self._kept_jobs(run)
         return None if n is None else states_of(self._state_rows(run), n)
 
+    def rows_of(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
+        """(state, attempt, executor, exit_code, started, ended, reason) of some jobs, read through the turn
+        index without replaying the run (a run not kept yet: from its columns)."""
+        if self._kept_jobs(run) is not None:
+            return self._rows_at(run, idxs)
+        cols = self.columns(run)  # type: ignore[attr-defined]
+        cols.grow(max(idxs, default=-1) + 1)
+        return {i: cols.row(i, "")[2:] for i in idxs}
+
     def _rows_at(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
         """(state, attempt, executor, exit_code, started, ended, reason) of some jobs of a kept run."""
         return rows_from(idxs, self._stored_at(run, idxs), self._index_turns(run, idxs))

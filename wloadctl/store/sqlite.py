@@ -8,11 +8,28 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from wloadctl.errors import StoreError
+from wloadctl.errors import StoreError, StoreFull
 from wloadctl.store.audit import GENESIS, action_hash
 from wloadctl.store.base import DB_NAME, RunRow, Store
 from wloadctl.store.sqlschema import AUDIT_TRIGGERS, SCHEMA, SCHEMA_VERSION
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
+
+SQLITE_FULL = 13
+"""SQLite's primary result code for a write refused for want of disk space."""
+
+
+def write_error(e: sqlite3.Error, path: Path) -> StoreError:
+    """The StoreError of a failed write: StoreFull when the disk is full (the write may be retried).
+
+    Args:
+        e: what SQLite raised.
+        path: the journal file.
+    """
+    code = getattr(e, "sqlite_errorcode", 0) or 0
+    if code & 0xFF == SQLITE_FULL or "disk is full" in str(e):
+        return StoreFull(f"could not write the journal {path}: no space left on device in {path.parent}",
+                         hint="free space there; the scheduler retries and goes on by itself")
+    return StoreError(f"could not write the journal {path}: {e}")
 
 
 def _migrate(conn: sqlite3.Connection, version: int) -> None:
@@ -146,6 +163,8 @@ class SqliteStore(Store):
                     )
             conn.execute("SELECT count(*) FROM runs").fetchone()
         except sqlite3.DatabaseError as e:
+            if isinstance(write_error(e, path), StoreFull):
+                raise write_error(e, path) from None
             raise StoreError(
                 f"run journal {path} is unreadable or corrupt: {e}",
                 hint="restore it from a backup or move it away; wloadctl never starts afresh over it",
@@ -291,17 +310,36 @@ class SqliteStore(Store):
         return self.epoch
 
     def renew_lease(self, run: int, epoch: int, lease: float) -> bool:
-        """Extend the lease of the scheduler holding `epoch`; False if it was fenced off."""
-        cur = self.conn.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND epoch = ?", (lease, run, epoch))
+        """Extend the lease of the scheduler holding `epoch`; False if it was fenced off.
+
+        Raises:
+            StoreFull: no space left for the write (the lease stays as it was).
+            StoreError: another failed write.
+        """
+        try:
+            cur = self.conn.execute("UPDATE runs SET lease_until = ? WHERE id = ? AND epoch = ?",
+                                    (lease, run, epoch))
+        except sqlite3.DatabaseError as e:
+            raise write_error(e, self.path) from None
         return cur.rowcount == 1
 
     def set_status(self, run: int, status: str, ended: float | None) -> None:
-        """Record the run's status (and end time)."""
+        """Record the run's status (and end time).
+
+        Raises:
+            StoreFull: no space left for the write.
+            StoreError: another failed write, or a newer epoch holds the run.
+        """
         self._durable()
-        if self.epoch is None:
-            self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run))
-        elif self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ? AND epoch = ?",
-                               (status, ended, run, self.epoch)).rowcount != 1:
+        try:
+            if self.epoch is None:
+                self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run))
+                return
+            changed = self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ? AND epoch = ?",
+                                        (status, ended, run, self.epoch)).rowcount
+        except sqlite3.DatabaseError as e:
+            raise write_error(e, self.path) from None
+        if changed != 1:
             raise self._stale(run, self._epoch_of(run), self.epoch)
 
     def _epoch_of(self, run: int) -> int | None:
@@ -426,7 +464,7 @@ class SqliteStore(Store):
             self._forget_current(run)
             if c.in_transaction:
                 c.execute("ROLLBACK")
-            raise StoreError(f"could not write the journal {self.path}: {e}") from None
+            raise write_error(e, self.path) from None
         except BaseException:
             self._forget_current(run)
             raise
@@ -520,12 +558,15 @@ class SqliteStore(Store):
         # One statement reads the run's last hash and appends after it: SQLite runs it as one
         # write transaction, so two writers cannot both chain to the same row.
         guard = " AND EXISTS (SELECT 1 FROM runs WHERE id = ? AND epoch = ?)" if self.epoch is not None else ""
-        cur = self.conn.execute(
-            "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash)"
-            " SELECT ?, ?, ?, ?, ?, ?, ?, ?, p, wl_action_hash(p, ?, ?, ?, ?, ?, ?, ?) FROM (SELECT coalesce("
-            "(SELECT hash FROM actions WHERE run = ? AND hash != '' ORDER BY seq DESC LIMIT 1), ?) AS p)"
-            " WHERE 1" + guard,
-            (run, *args, *args, run, GENESIS, *((run, self.epoch) if guard else ())))
+        try:
+            cur = self.conn.execute(
+                "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash)"
+                " SELECT ?, ?, ?, ?, ?, ?, ?, ?, p, wl_action_hash(p, ?, ?, ?, ?, ?, ?, ?) FROM (SELECT coalesce("
+                "(SELECT hash FROM actions WHERE run = ? AND hash != '' ORDER BY seq DESC LIMIT 1), ?) AS p)"
+                " WHERE 1" + guard,
+                (run, *args, *args, run, GENESIS, *((run, self.epoch) if guard else ())))
+        except sqlite3.DatabaseError as e:
+            raise write_error(e, self.path) from None
         if cur.rowcount != 1:
             raise self._stale(run, self._epoch_of(run), self.epoch or 0)
 
@@ -549,8 +590,11 @@ class SqliteStore(Store):
     ) -> None:
         """Append one alert (a job failed for good)."""
         self._durable()
-        self._guarded_insert(run, "INSERT INTO alerts (run, ts, job, tier, state, attempts, reason, log_path)",
-                             (run, ts, job, tier, state, attempts, reason, log_path))
+        try:
+            self._guarded_insert(run, "INSERT INTO alerts (run, ts, job, tier, state, attempts, reason, log_path)",
+                                 (run, ts, job, tier, state, attempts, reason, log_path))
+        except sqlite3.DatabaseError as e:
+            raise write_error(e, self.path) from None
 
     def alerts(self, run: int) -> list[tuple]:
         """(ts, job, tier, state, attempts, reason, log_path) of the run's alerts."""

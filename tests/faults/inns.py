@@ -1,0 +1,228 @@
+"""Fault scenarios that need a small disk of their own: run inside user, mount, IPC and pid namespaces.
+
+The test (outside) starts `python -m tests.faults.inns SCENARIO CONFIG` through `ns_command`: a
+tmpfs of a few MiB is mounted on the state directory (and a private one on /dev/shm), so the
+scenario can fill them without touching the host. Everything the scenario starts lives in the
+pid namespace and dies with it. What it saw goes to a JSON report outside the small disks;
+the test asserts on that report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def ns_available() -> bool:
+    """Whether this process may make the namespaces (root, or a user namespace of its own; util-linux unshare)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = ([] if os.geteuid() == 0 else ["--user", "--map-root-user"]) + ["--ipc", "--mount", "true"]
+    return subprocess.run(["unshare", *probe], capture_output=True).returncode == 0
+
+
+def ns_command(mounts: list[tuple[Path | str, str]], args: list[str]) -> list[str]:
+    """`args` run in fresh namespaces, with a tmpfs of the given size (e.g. "16m") mounted at each path."""
+    own = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    script = " && ".join(f"mount -t tmpfs -o size={size} tmpfs {path}" for path, size in mounts)
+    return ["unshare", *own, "--ipc", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+            "sh", "-c", f"{script} && exec \"$@\"", "ns", *args]
+
+
+# -- inside the namespaces ---------------------------------------------------------------
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wloadctl", *args], capture_output=True, text=True,
+                          timeout=timeout, env=ENV)
+
+
+def status(sd: Path) -> dict[str, Any]:
+    p = cli("status", "--state-dir", str(sd), "--json")
+    try:
+        return json.loads(p.stdout) if p.returncode == 0 else {}
+    except ValueError:
+        return {}
+
+
+def wait_for(pred: Any, what: str, timeout: float = 60.0) -> Any:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def starts(evidence: Path) -> int:
+    """Lines of job starts in the evidence file."""
+    try:
+        return sum(1 for line in evidence.read_text().splitlines() if " start " in line)
+    except OSError:
+        return 0
+
+
+def ends(evidence: Path) -> int:
+    """Lines of job ends in the evidence file."""
+    try:
+        return sum(1 for line in evidence.read_text().splitlines() if " end " in line)
+    except OSError:
+        return 0
+
+
+def fill(path: Path) -> str:
+    """Fill the disk under `path` with one file; return what dd said."""
+    p = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=64k"], capture_output=True, text=True)
+    return p.stderr.strip().splitlines()[0] if p.stderr.strip() else ""
+
+
+def journal_facts(sd: Path) -> dict[str, Any]:
+    """Integrity, each job's successes, and the run's status, read from the journal."""
+    from wloadctl.core.states import JobState
+    from wloadctl.store import Store
+
+    con = sqlite3.connect(sd / "journal.db")
+    try:
+        integrity = con.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        con.close()
+    with Store.open(sd, readonly=True) as st:
+        run = st.latest_run()
+        assert run is not None
+        succeeded = {jid: len([t for t in st.transitions_of(run.id, k) if t[1] == JobState.SUCCEEDED])
+                     for k, jid in enumerate(st.job_ids(run.id))}
+        return {"integrity": integrity, "succeeded": succeeded, "run_status": run.status, "run_id": run.run_id}
+
+
+def leftovers(run_id: str) -> dict[str, list[str]]:
+    """The run's IPC objects in this namespace's /dev/shm, and wloadctl processes still alive here."""
+    shm = [n for n in os.listdir("/dev/shm") if run_id in n]
+    procs = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and int(d) != os.getpid():
+            try:
+                cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "wloadctl" in cmd and "tests.faults.inns" not in cmd:
+                procs.append(cmd)
+    return {"shm": shm, "procs": procs}
+
+
+def full_state_dir(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Fill the state directory's disk mid-run, watch the scheduler pause, free the space, watch it finish."""
+    sd, plan, evidence = Path(cfg["sd"]), cfg["plan"], Path(cfg["evidence"])
+    log = open(cfg["log"], "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", plan, "--state-dir", str(sd),
+                             "--executors", "2", "--slots", "2"], stdout=subprocess.DEVNULL, stderr=log, env=ENV)
+    log.close()
+    got: dict[str, Any] = {}
+    try:
+        # A few jobs done, the run well under way
+        wait_for(lambda: status(sd).get("counts", {}).get("SUCCEEDED", 0) >= cfg["fill_after"], "first successes")
+        got["dd"] = fill(sd / "filler")
+        # Paused, and nothing running any more: the jobs running at the fill have ended and reported
+        # (a job the scheduler chose in the turn the disk refused stays QUEUED, its dispatch held back)
+        def quiet() -> dict[str, Any] | None:
+            s = status(sd)
+            idle = s.get("paused") and not s["counts"].get("RUNNING") and \
+                not any(e["running"] for e in s["executors"]) and starts(evidence) == ends(evidence)
+            return s if idle else None
+
+        st = wait_for(quiet, "a paused scheduler with nothing running")
+        # (a task sent just before the disk filled may still sit in the request queue: give an
+        # idle executor the time to take it, and wait for it to end)
+        time.sleep(0.5)
+        st = wait_for(quiet, "a paused scheduler with nothing running, again")
+        got["paused_status"] = st
+        got["status_text"] = cli("status", "--state-dir", str(sd)).stdout
+        before = starts(evidence)
+        time.sleep(1.0)  # a few beats: each retries the journal and fails
+        again = status(sd)
+        got["still_paused"] = bool(again.get("paused"))
+        got["starts_while_paused"] = starts(evidence) - before
+        got["alive_while_paused"] = proc.poll() is None
+        (sd / "filler").unlink()
+        got["rc"] = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    got.update(journal_facts(sd))
+    got.update(leftovers(got["run_id"]))
+    got["events"] = events_of(sd)
+    return got
+
+
+def events_of(sd: Path) -> list[str]:
+    """The names of the run's structured events, in order (a line that is not whole JSON is named `torn`)."""
+    out = []
+    for line in (sd / "events.jsonl").read_text().splitlines():
+        try:
+            out.append(str(json.loads(line)["event"]))
+        except (ValueError, KeyError):
+            out.append("torn")
+    return out
+
+
+def shm_full_at_start(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Start a run on a /dev/shm too small for it: what it says, and what it leaves."""
+    sd = Path(cfg["sd"])
+    p = cli("run", cfg["plan"], "--state-dir", str(sd), "--executors", "2", "--slots", "2")
+    got: dict[str, Any] = {"rc": p.returncode, "stderr": p.stderr, "shm": sorted(os.listdir("/dev/shm"))}
+    got["procs"] = leftovers("wloadctl")["procs"]
+    got["status"] = cli("status", "--state-dir", str(sd)).stdout if (sd / "journal.db").exists() else ""
+    return got
+
+
+def shm_full_mid_run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Fill /dev/shm mid-run: the scheduler stops sending, says why, and sends again when there is room."""
+    sd, plan = Path(cfg["sd"]), cfg["plan"]
+    log = open(cfg["log"], "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", plan, "--state-dir", str(sd),
+                             "--executors", "2", "--slots", "2"], stdout=subprocess.DEVNULL, stderr=log, env=ENV)
+    log.close()
+    got: dict[str, Any] = {}
+    try:
+        wait_for(lambda: status(sd).get("counts", {}).get("SUCCEEDED", 0) >= cfg["fill_after"], "first successes")
+        got["dd"] = fill(Path("/dev/shm/filler"))
+        Path(cfg["gate"]).touch()
+        st = wait_for(lambda: (s := status(sd)).get("paused") and s, "a scheduler short of /dev/shm")
+        got["paused_status"] = st
+        got["status_text"] = cli("status", "--state-dir", str(sd)).stdout
+        got["alive_while_paused"] = proc.poll() is None
+        Path("/dev/shm/filler").unlink()
+        got["rc"] = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    got.update(journal_facts(sd))
+    got.update(leftovers(got["run_id"]))
+    return got
+
+
+SCENARIOS = {"full_state_dir": full_state_dir, "shm_full_at_start": shm_full_at_start,
+             "shm_full_mid_run": shm_full_mid_run}
+
+
+def main() -> int:
+    name, cfg_path = sys.argv[1], Path(sys.argv[2])
+    cfg = json.loads(cfg_path.read_text())
+    report = SCENARIOS[name](cfg)
+    Path(cfg["report"]).write_text(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Four eyes through real processes: verbs that need a second person wait as requests; confirmation jobs wait."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import ENV, cli, evidence_plan, job_states, start, wait_for
+from wloadctl.ipc.ctlsock import SOCKET_NAME
+
+pytestmark = pytest.mark.ipc
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+SECOND = ("daemon", "nobody")
+"""Two users every Debian host has: as root, the test acts as each of them (setpriv)."""
+
+
+def live(sd: Path) -> bool:
+    return (sd / SOCKET_NAME).exists()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def test_a_verb_that_needs_a_second_person_waits_and_its_asker_cannot_approve_it(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    go = tmp_path / "go"
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
+        "load": {"command": f"while [ ! -e {go} ]; do sleep 0.1; done"}, "post": {"depends_on": ["load"]}},
+        extra={"four_eyes": ["kill"]})
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: live(sd) and job_states(sd).get("load") == "RUNNING", what="load running")
+        # When the run's owner kills a job of a plan whose kills need four eyes
+        p = cli("kill", "load", "--state-dir", str(sd), "--reason", "stuck")
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.startswith("R1: kill needs a second person"), p.stdout
+        # Then it is a pending request, and the job still runs
+        pend = json.loads(cli("pending", "--state-dir", str(sd), "--json").stdout)
+        assert [(r["id"], r["verb"], r["jobs"], r["user"], r["reason"]) for r in pend["requests"]] == [
+            ("R1", "kill", ["load"], ME, "stuck")]
+        st = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)
+        assert [r["id"] for r in st["pending"]] == ["R1"] and job_states(sd)["load"] == "RUNNING"
+        assert "pending R1: kill load asked by" in cli("status", "--state-dir", str(sd)).stdout
+        # When the one who asked approves it: refused, one line
+        p = cli("approve", "R1", "--state-dir", str(sd))
+        assert p.returncode == 1
+        assert p.stderr == f"wloadctl: approve of R1 refused: {ME} asked for it; another person must approve it\n"
+        assert job_states(sd)["load"] == "RUNNING"
+        # A reject by the one who asked withdraws it; a request settled is not there any more
+        p = cli("reject", "R1", "--state-dir", str(sd), "--reason", "it moved")
+        assert p.returncode == 0 and p.stdout.startswith("R1 withdrawn"), p.stderr
+        assert json.loads(cli("pending", "--state-dir", str(sd), "--json").stdout)["requests"] == []
+        p = cli("approve", "R1", "--state-dir", str(sd))
+        assert p.returncode == 1 and "no pending request R1" in p.stderr
+        # Verbs that need no second person apply at once
+        assert cli("skip", "post", "--state-dir", str(sd)).returncode == 0
+        go.touch()
+        assert proc.wait(60) == 0
+    finally:
+        stop(proc)
+    audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
+    rows = [(a["user"], a["verb"], a["job"], a["applied"]) for a in audit]
+    assert rows[:4] == [(ME, "kill", "load", False), (ME, "approve", "R1", False),
+                        (ME, "reject", "R1", True), (ME, "approve", "R1", False)]
+    assert audit[0]["outcome"].startswith("pending R1")
+    assert cli("audit", "--verify", "--state-dir", str(sd)).returncode == 0
+
+
+def test_a_confirmation_job_waits_for_approve_and_the_headless_run_then_ends_well(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "ev"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {
+        "extract": {}, "transfer": {"depends_on": ["extract"], "confirm": True},
+        "report": {"depends_on": ["transfer"]}})
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        # Given a run whose only job left waits for confirmation
+        wait_for(lambda: live(sd) and job_states(sd).get("extract") == "SUCCEEDED"
+                 and json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["status"] == "holding",
+                 what="the run holding on transfer")
+        st = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)
+        assert st["confirm"] == ["transfer"] and proc.poll() is None
+        assert "waiting for confirmation (1), started with `wloadctl approve JOB`: transfer" in \
+            cli("status", "--state-dir", str(sd)).stdout
+        why = json.loads(cli("why", "transfer", "--state-dir", str(sd), "--json").stdout)
+        assert "wloadctl approve transfer" in why["reasons"][0]
+        assert json.loads(cli("pending", "--state-dir", str(sd), "--json").stdout)["confirm"] == ["transfer"]
+        # A release does not let it go
+        p = cli("release", "transfer", "--state-dir", str(sd))
+        assert p.returncode == 1 and "waits for confirmation" in p.stderr
+        # When an operator approves it
+        p = cli("approve", "transfer", "--state-dir", str(sd), "--reason", "ledger checked")
+        assert p.returncode == 0 and "job 'transfer' confirmed" in p.stdout, p.stderr
+        # Then the run finishes with exit 0
+        assert proc.wait(60) == 0
+    finally:
+        stop(proc)
+    assert "transfer" in out.read_text() and "report" in out.read_text()
+    audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
+    assert [(a["verb"], a["job"], a["applied"]) for a in audit] == [
+        ("release", "transfer", False), ("approve", "transfer", True)]
+
+
+def test_a_stopped_run_keeps_its_requests_in_the_journal(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {"exit": 3}, "b": {"depends_on": ["a"]}},
+                         extra={"four_eyes": ["set-ok"]})
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 1
+    # When set-ok is asked on the journal of the finished run
+    p = cli("set-ok", "a", "--state-dir", str(sd), "--reason", "fixed by hand")
+    assert p.returncode == 0 and p.stdout.startswith("R1: set-ok needs a second person"), p.stderr
+    assert job_states(sd)["a"] == "FAILED"
+    pend = json.loads(cli("pending", "--state-dir", str(sd), "--json").stdout)
+    assert [r["id"] for r in pend["requests"]] == ["R1"]
+    p = cli("approve", "R1", "--state-dir", str(sd))
+    assert p.returncode == 1 and "another person must approve it" in p.stderr
+    assert job_states(sd)["a"] == "FAILED"
+
+
+def as_user(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`wloadctl ARGS` as another user (setpriv; needs root)."""
+    gid = pwd.getpwnam(user).pw_gid
+    return subprocess.run(["setpriv", f"--reuid={user}", f"--regid={gid}", "--clear-groups",
+                           sys.executable, "-m", "wloadctl", *args], capture_output=True, text=True,
+                          timeout=120, env={**ENV, "HOME": "/"}, cwd="/")
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory other users can reach (pytest's own are the running user's alone)."""
+    d = Path(tempfile.mkdtemp(prefix="wloadctl-foureyes-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as two other users needs root (setpriv)")
+def test_another_users_approve_applies_a_request_and_a_reject_drops_one(shared_dir: Path) -> None:
+    asker, approver = SECOND
+    plan = evidence_plan(shared_dir / "plan.yaml", shared_dir / "ev", {
+        "load": {"sleep": 60}, "post": {"depends_on": ["load"]}},
+        extra={"four_eyes": ["kill", "skip"], "roles": {"admin": {"users": [asker, approver]}}})
+    plan.chmod(0o644)
+    sd = shared_dir / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: live(sd) and job_states(sd).get("load") == "RUNNING", what="load running")
+        # Given a kill and a skip asked by one admin
+        p = as_user(asker, "kill", "load", "--state-dir", str(sd), "--reason", "stuck")
+        assert p.returncode == 0 and p.stdout.startswith("R1:"), p.stderr
+        assert as_user(asker, "skip", "post", "--state-dir", str(sd)).returncode == 0
+        pend = json.loads(as_user(approver, "pending", "--state-dir", str(sd), "--json").stdout)
+        assert [(r["id"], r["user"]) for r in pend["requests"]] == [("R1", asker), ("R2", asker)]
+        # When the asker approves: refused; when another admin rejects one and approves the other
+        p = as_user(asker, "approve", "R1", "--state-dir", str(sd))
+        assert p.returncode == 1 and f"{asker} asked for it" in p.stderr
+        assert job_states(sd)["load"] == "RUNNING"
+        p = as_user(approver, "reject", "R2", "--state-dir", str(sd), "--reason", "post must run")
+        assert p.returncode == 0 and p.stdout.startswith("R2 rejected"), p.stderr
+        p = as_user(approver, "approve", "R1", "--state-dir", str(sd))
+        assert p.returncode == 0 and "job 'load' is being killed" in p.stdout, p.stderr
+        # Then the kill is carried out, and the skip never was
+        assert proc.wait(60) == 1
+    finally:
+        stop(proc)
+    states = job_states(sd)
+    assert states["load"] == "FAILED" and states["post"] == "UPSTREAM_FAILED"
+    audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
+    assert [(a["user"], a["verb"], a["job"], a["applied"]) for a in audit] == [
+        (asker, "kill", "load", False), (asker, "skip", "post", False), (asker, "approve", "R1", False),
+        (approver, "reject", "R2", True), (approver, "approve", "R1", True), (approver, "kill", "load", True)]
+    assert audit[4]["outcome"] == f"approved R1 (kill load by {asker}) by {approver}"
+    assert f"R1 asked by {asker}, approved by {approver}" in audit[5]["reason"]
+    assert cli("audit", "--verify", "--state-dir", str(sd)).returncode == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root (setpriv)")
+def test_on_a_stopped_run_another_admin_approves_from_the_journal(shared_dir: Path) -> None:
+    owner = SECOND[0]
+    pw = pwd.getpwnam(owner)
+    plan = evidence_plan(shared_dir / "plan.yaml", shared_dir / "sd" / "ev", {"a": {"exit": 3}},
+                         extra={"four_eyes": ["set-ok"]})
+    plan.chmod(0o644)
+    sd = shared_dir / "sd"
+    sd.mkdir()
+    os.chown(sd, pw.pw_uid, pw.pw_gid)
+    # Given a finished run of another user, who asks for a set-ok on its journal
+    assert as_user(owner, "run", str(plan), "--state-dir", str(sd)).returncode == 1
+    p = as_user(owner, "set-ok", "a", "--state-dir", str(sd))
+    assert p.returncode == 0 and p.stdout.startswith("R1: set-ok needs a second person"), p.stderr
+    # When root (an admin of every run, and another person) approves it
+    p = cli("approve", "R1", "--state-dir", str(sd))
+    assert p.returncode == 0 and "job 'a' is now SUCCEEDED" in p.stdout, p.stderr
+    # Then it is applied and both are audited
+    assert job_states(sd)["a"] == "SUCCEEDED"
+    audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
+    assert [(a["user"], a["verb"], a["applied"]) for a in audit] == [
+        (owner, "set-ok", False), ("root", "approve", True), ("root", "set-ok", True)]

@@ -1,0 +1,143 @@
+"""The approvals screen: requests waiting for a second person, and jobs waiting for confirmation; approve or reject."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from tui.messages import Note
+from wloadctl.errors import WloadError
+
+REFRESH = 1.0
+"""Seconds between readings of the journal."""
+COLUMNS = ("ID", "VERB", "JOBS", "ASKED BY", "AT", "REASON")
+"""The table's columns."""
+
+
+def pending_rows(data: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """(key, cells) per request and per job waiting for confirmation; the key is what approve takes."""
+    rows: list[tuple[str, tuple[str, ...]]] = []
+    for r in data.get("requests") or []:
+        rows.append((str(r["id"]), (str(r["id"]), str(r["verb"]), ", ".join(r["jobs"]) or "(whole run)",
+                                    str(r["user"]), time.strftime("%H:%M:%S", time.localtime(r["ts"])),
+                                    str(r["reason"]))))
+    for job in data.get("confirm") or []:
+        rows.append((str(job), ("-", "confirm", str(job), "-", "-", "waits for confirmation before it starts")))
+    return rows
+
+
+class PendingScreen(Screen[None]):
+    """What waits for an operator's approve; `a` approves the row under the cursor, `j` rejects a request."""
+
+    CSS_PATH = "pending.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("a", "settle('approve')", "Approve"),
+        Binding("j", "settle('reject')", "Reject"),
+        Binding("escape,A", "close", "Back", key_display="esc"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data: dict[str, Any] | None = None
+        """The latest reading (requests and confirmation jobs)."""
+        self.keys: list[str] = []
+        """Row keys in table order (request ids and job ids)."""
+        self._client: Any = None
+
+    def compose(self) -> ComposeResult:
+        """The table, a line of help, the footer."""
+        table: DataTable[str] = DataTable(id="pending", cursor_type="row", zebra_stripes=True)
+        table.border_title = "waiting for approve"
+        yield table
+        yield Static("a request is approved by another person than the one who asked; "
+                     "a confirmation job by any admin", id="pending-note")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        """Columns, then read now and every second."""
+        self.query_one(DataTable).add_columns(*COLUMNS)
+        self._read()
+        self.set_interval(REFRESH, self._read)
+
+    def on_unmount(self) -> None:
+        """Release the journal."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    @work(thread=True, exclusive=True, group="pending", exit_on_error=False)
+    def _read(self) -> None:
+        if self._client is None:
+            self._client = self.app.open_client()  # type: ignore[attr-defined]
+        reader = getattr(self._client, "pending", None)
+        data = reader() if reader is not None else {"requests": [], "confirm": []}
+        self.app.call_from_thread(self._show, data)
+
+    def _show(self, data: dict[str, Any]) -> None:
+        self.data = data
+        table = self.query_one(DataTable)
+        rows = pending_rows(data)
+        keys = [k for k, _ in rows]
+        if keys == self.keys:
+            return
+        row = table.cursor_row
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
+        self.keys = keys
+        if keys:
+            table.move_cursor(row=min(row, len(keys) - 1))
+        table.border_title = f"waiting for approve ({len(keys)})" if keys else "nothing waits for approve"
+
+    def action_settle(self, verb: str) -> None:
+        """Approve or reject the row under the cursor."""
+        if getattr(self.app, "readonly", False):
+            self.notify("read-only console: no actions", severity="warning")
+            return
+        table = self.query_one(DataTable)
+        if not self.keys:
+            self.notify("nothing waits for approve", severity="warning")
+            return
+        key = self.keys[min(table.cursor_row, len(self.keys) - 1)]
+        if verb == "reject" and key in (self.data or {}).get("confirm", []):
+            self.notify("a job waiting for confirmation is approved or skipped, not rejected", severity="warning")
+            return
+        self._send(verb, key)
+
+    @work(thread=True, group="control", exit_on_error=False)
+    def _send(self, verb: str, key: str) -> None:
+        app: Any = self.app
+        try:
+            with app.client_lock:
+                reply = app.action_client().control(verb, [key])
+        except WloadError as e:
+            reply = {"ok": False, "error": e.one_line()}
+        except Exception as e:  # a failed action is the operator's to see, not a crash of the console
+            reply = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        app.call_from_thread(self._reported, verb, key, reply)
+
+    def _reported(self, verb: str, key: str, reply: dict[str, Any]) -> None:
+        app: Any = self.app
+        refused = [r for r in reply.get("results", []) if not r[1]]
+        if reply.get("error"):
+            text, level = f"{verb} {key} failed: {reply['error']}", "error"
+        elif refused:
+            text, level = f"{verb} {key}: {refused[0][2]}", "warning"
+        else:
+            done = [r[2] for r in reply.get("results", []) if r[1]]
+            text, level = f"{verb} {key}: " + (reply.get("message") or (done[0] if done else "done")), "information"
+        app.add_note(Note(text, level, app.clock(), ("action",)))
+        feed = getattr(app, "feed", None)
+        if feed is not None:
+            feed.wake.set()
+        self._read()
+
+    def action_close(self) -> None:
+        """Back to the jobs."""
+        self.dismiss(None)

@@ -1,0 +1,164 @@
+"""A run's shape beside its id list: what the console needs of the plan, as flat arrays.
+
+The scheduler writes it when it starts a run (or resumes one), from the arrays its core has
+built already: each job's SLA tier, its dependencies both ways as compressed rows, its expected
+seconds and remaining critical path (core/critical.py), and the deadlines as written. A console
+attaching to a run of a million jobs reads it in a few reads instead of parsing the plan.
+
+Layout (little-endian): a header (HEADER), then n tier bytes, n + 1 int32 offsets of each job's
+line in the id list file (paths.ids_path; the last is where the list's first n lines end), the
+upstream rows (n + 1 int32 offsets, then the int32 contents), the downstream rows likewise, n
+float64 expected seconds, n float64 remaining paths, and a JSON text {"timezone": ...,
+"deadlines": {index: text}}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+from array import array
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from wloadctl.core.codes import RANK_MAX
+from wloadctl.paths import ids_path
+
+MAGIC = b"WLSH"
+"""First bytes of a shape file."""
+VERSION = 1
+"""Layout version; a reader refuses any other."""
+HEADER = struct.Struct("<4sHHIII")
+"""magic, version, reserved, jobs, edges, bytes of the JSON text."""
+
+
+@dataclass
+class RunShape:
+    """What a shape file holds, as arrays by job index (plan order)."""
+
+    tier: bytearray
+    """SLA tier value per job."""
+    id_starts: array
+    """Where each job's line starts in the run's id list file (n + 1 offsets, in bytes)."""
+    up_off: array
+    """Upstream row offsets: job i's dependencies are up[up_off[i]:up_off[i + 1]]."""
+    up: array
+    """Upstream row contents."""
+    down_off: array
+    """Downstream row offsets."""
+    down: array
+    """Downstream row contents."""
+    expected: array
+    """Expected seconds per job."""
+    path: array
+    """Remaining critical path per job (seconds of expected work from it to the end)."""
+    deadlines: dict[int, str]
+    """Deadlines as written in the plan, by job index."""
+    timezone: str | None = None
+    """The plan's time zone (deadlines are read on its clock)."""
+
+    def __post_init__(self) -> None:
+        self.longest = max(self.path, default=0.0)
+        """The longest remaining path (seconds)."""
+
+    def __len__(self) -> int:
+        return len(self.tier)
+
+    def rank(self, i: int) -> int:
+        """Job i's critical-path rank as its ready key has it (0: the longest remaining path)."""
+        longest = self.longest
+        if longest <= 0.0:
+            return RANK_MAX
+        return RANK_MAX - int(self.path[i] * (RANK_MAX / longest))
+
+    def critical_path(self) -> list[int]:
+        """The chain of the longest remaining path: from the job with the longest one, each time
+        to its dependent with the longest one, to the end of the plan."""
+        n = len(self.tier)
+        if not n:
+            return []
+        path, off, down = self.path, self.down_off, self.down
+        i = path.index(self.longest)
+        out = [i]
+        while off[i + 1] > off[i]:
+            i = max(down[off[i]:off[i + 1]], key=path.__getitem__)
+            out.append(i)
+        return out
+
+
+def shape_path(state_dir: Path, run_id: str) -> Path:
+    """Where a run's shape file is (beside its id list)."""
+    return ids_path(state_dir, run_id).with_suffix(".shape")
+
+
+def _le(a: array) -> bytes:
+    if sys.byteorder != "little":
+        a = array(a.typecode, a)
+        a.byteswap()
+    return a.tobytes()
+
+
+def write_shape(state_dir: Path, run_id: str, shape: RunShape) -> None:
+    """Write a run's shape file (atomically: a reader sees the old file or the new one)."""
+    path = shape_path(state_dir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"timezone": shape.timezone,
+                       "deadlines": {str(k): v for k, v in shape.deadlines.items()}}).encode()
+    tmp = path.with_suffix(f".shape.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(HEADER.pack(MAGIC, VERSION, 0, len(shape.tier), len(shape.up), len(text)))
+        f.write(shape.tier)
+        for a, code in ((shape.id_starts, "i"), (shape.up_off, "i"), (shape.up, "i"), (shape.down_off, "i"),
+                        (shape.down, "i"), (shape.expected, "d"), (shape.path, "d")):
+            f.write(_le(a if a.typecode == code else array(code, a)))
+        f.write(text)
+    tmp.replace(path)
+
+
+def read_shape(state_dir: Path, run_id: str) -> RunShape | None:
+    """A run's shape, or None when it has no shape file or one of another layout (read the plan then)."""
+    try:
+        data = shape_path(state_dir, run_id).read_bytes()
+    except OSError:
+        return None
+    if len(data) < HEADER.size:
+        return None
+    magic, version, _r, n, edges, tlen = HEADER.unpack_from(data)
+    want = HEADER.size + n + 4 * (3 * (n + 1) + 2 * edges) + 16 * n + tlen
+    if magic != MAGIC or version != VERSION or len(data) != want:
+        return None
+    view = memoryview(data)
+    at = HEADER.size
+    tier = bytearray(view[at:at + n])
+    at += n
+    parts: list[array] = []
+    for code, count in (("i", n + 1), ("i", n + 1), ("i", edges), ("i", n + 1), ("i", edges), ("d", n), ("d", n)):
+        a = array(code)
+        size = a.itemsize * count
+        a.frombytes(view[at:at + size])
+        if sys.byteorder != "little":
+            a.byteswap()
+        parts.append(a)
+        at += size
+    meta = json.loads(bytes(view[at:at + tlen]))
+    deadlines = {int(k): str(v) for k, v in (meta.get("deadlines") or {}).items()}
+    return RunShape(tier, *parts, deadlines=deadlines, timezone=meta.get("timezone"))
+
+
+def shape_of_core(core: object, deadlines: Mapping[int, str], timezone: str | None) -> RunShape:
+    """A run's shape from its scheduler core's arrays (tier, downstream rows, expected, path)."""
+    from itertools import accumulate
+
+    from wloadctl.core.dag import transpose
+
+    n = int(core.n)  # type: ignore[attr-defined]
+    id_starts = array("i", [0])
+    id_starts.extend(accumulate(len(j.encode()) + 1 for j in core.ids))  # type: ignore[attr-defined]
+    down_off = array("i", core.down_start)  # type: ignore[attr-defined]
+    down = array("i", core.down)  # type: ignore[attr-defined]
+    up_off, up = transpose(n, down_off, down)
+    return RunShape(bytearray(core.tier), id_starts, up_off, up, down_off, down,  # type: ignore[attr-defined]
+                    array("d", core.expected), array("d", core.path),  # type: ignore[attr-defined]
+                    dict(deadlines), timezone)
