@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.executor import REPORT_HOLD, Executor
@@ -86,3 +90,31 @@ def test_exits_wait_while_prefetched_tasks_are_held_and_go_once_none_is(tmp_path
     ex._emit(record(P.RES_EXITED, task=4))
     ex._flush(ex.report_due)
     assert [[r.task for r in m] for m in q.sent][-1] == [4], "held no longer than REPORT_HOLD"
+
+
+def test_a_long_backlog_is_started_in_slices_so_the_loop_can_beat_between_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given an executor with ten tasks to start whose every start is slow (a starved host)
+    import wloadctl.procs.executor as E
+
+    ex, _q, _ = executor(tmp_path)
+    ex.slots = 10
+    started: list[int] = []
+
+    def slow_spawn(rec: P.TaskRecord, _payload: object) -> None:
+        time.sleep(0.05)
+        started.append(rec.task)
+        ex.running[1000 + rec.task] = SimpleNamespace(cpu=0.0, memory=0)  # type: ignore[assignment]
+
+    monkeypatch.setattr(E, "START_SLICE", 0.12)
+    monkeypatch.setattr(E, "_claim", lambda _p: (0.0, 0))
+    monkeypatch.setattr(ex, "_spawn", slow_spawn)
+    ex.backlog = [(0, k, record(P.RES_ACCEPTED, task=k), None) for k in range(10)]  # type: ignore[misc]
+    # When it starts its backlog, it stops when its slice is over and says more is left
+    ex._start_backlog()
+    first = len(started)
+    assert 1 <= first < 10 and ex.more_to_start
+    # Then later turns start the rest, in order, and the last says nothing is left
+    while ex.more_to_start:
+        ex._start_backlog()
+    assert started == list(range(10)) and not ex.more_to_start

@@ -36,6 +36,9 @@ KILL_GRACE = 3.0
 """Seconds between SIGTERM and SIGKILL when a job's group is stopped for its timeout."""
 TAIL_BYTES = 4096
 """Output kept in shared memory per finished attempt (the whole output is in the log file)."""
+START_SLICE = 0.5
+"""Longest a loop turn spends starting jobs: a big backlog on a starved host must not hold back the
+heartbeat (the scheduler declares an executor silent for 5 s stuck, and kills it)."""
 REPORT_HOLD = 0.005
 """Seconds an acceptance or start report may wait (journaled already) for an exit report to go out with:
 a job that ends within them costs the scheduler one turn and one journal commit instead of two. An exit
@@ -106,6 +109,8 @@ class Executor:
     """The outbox holds an exit report: sent now when no prefetched task waits here, else held."""
     rsp_full: bool = False
     """The last send found the response queue full."""
+    more_to_start: bool = False
+    """The last turn's time for starting jobs ran out with startable ones left (the next poll does not wait)."""
     unjournaled: list[P.ResultRecord] = field(default_factory=list)
     """Results not yet written to the results journal."""
     _seq: int = 0
@@ -169,7 +174,7 @@ class Executor:
             # turn the wait into a busy loop of failed sends (it takes the CPU the scheduler drains with).
             due = min(next_beat, self._next_deadline(),
                       self.report_due if self.outbox and not self.rsp_full else next_beat)
-            timeout = max(0.0, due - now)
+            timeout = 0.0 if self.more_to_start else max(0.0, due - now)
             for fd, _ev in poller.poll(timeout * 1000):
                 if fd == req_fd:
                     self._take()
@@ -263,7 +268,12 @@ class Executor:
             self._start_backlog()
 
     def _start_backlog(self) -> None:
+        until = time.monotonic() + START_SLICE
+        self.more_to_start = False
         while self.backlog and len(self.running) < self.slots:
+            if time.monotonic() >= until:
+                self.more_to_start = True  # the loop beats, then comes back at once for the rest
+                return
             _tier, _seq, rec, payload = self.backlog[0]
             cpu, mem = _claim(payload)
             if (self.cpus and cpu > self.cpus) or (self.memory and mem > self.memory):
