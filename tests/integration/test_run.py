@@ -133,3 +133,17 @@ def test_a_second_run_of_a_plan_ranks_its_jobs_by_what_the_first_took(tmp_path: 
            for j in ("slow", "quick", "given")}
     assert 0.35 < why["slow"]["expected"] < 5.0 and why["quick"]["expected"] < why["slow"]["expected"]
     assert why["given"]["expected"] == 3.0 and why["given"]["rank"] == 0, "the key wins over the history"
+
+
+def test_a_log_exists_only_for_an_attempt_that_printed(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: logs\njobs:\n  quiet: {command: 'true'}\n"
+                    "  loud: {command: 'echo hello', depends_on: [quiet]}\n")
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
+    quiet = cli("logs", "quiet", "--state-dir", str(sd))
+    assert (quiet.returncode, quiet.stdout) == (0, "")
+    assert cli("logs", "loud", "--state-dir", str(sd)).stdout == "hello\n"
+    run_id = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["run"]
+    # The executors' spare files went with them: only the log of the attempt that printed is left.
+    assert sorted(p.name for p in (sd / "logs" / run_id).iterdir()) == ["loud.1.log"]

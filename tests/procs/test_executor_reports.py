@@ -50,7 +50,7 @@ def test_a_start_report_waits_for_the_exit_and_both_go_in_one_message(tmp_path: 
     ex._emit(record(P.RES_EXITED))
     ex._flush(now)
     assert [[r.kind for r in m] for m in q.sent] == [[P.RES_ACCEPTED, P.RES_STARTED, P.RES_EXITED]]
-    assert not ex.outbox and not ex.urgent and ex.report_due == 0.0
+    assert not ex.outbox and not ex.urgent and not ex.exits and ex.report_due == 0.0
 
 
 def test_a_start_report_goes_alone_once_its_hold_is_over(tmp_path: Path) -> None:
@@ -71,6 +71,25 @@ def test_exits_and_rejections_go_at_once_and_a_full_queue_keeps_them(tmp_path: P
     q.full = False
     ex._flush(0.0)
     assert [[r.kind for r in m] for m in q.sent] == [[P.RES_REJECTED]] and not ex.rsp_full
+
+
+def test_exits_wait_while_prefetched_tasks_are_held_and_go_once_none_is(tmp_path: Path) -> None:
+    ex, q, journal = executor(tmp_path)
+    ex.backlog.append((0, 1, P.TaskRecord(3, 1, P.TASK_NOOP, 0, 1, 0, 0), None))  # type: ignore[arg-type]
+    ex._emit(record(P.RES_EXITED, task=1))
+    now = ex.report_due - REPORT_HOLD
+    ex._flush(now)
+    assert q.sent == [] and journal.getvalue() == P.encode_results([record(P.RES_EXITED, task=1)])
+    ex._emit(record(P.RES_EXITED, task=2))
+    ex._flush(now)
+    assert q.sent == [], "this executor has work: the exits wait for each other"
+    ex.backlog.clear()
+    ex._flush(now)
+    assert [[r.task for r in m] for m in q.sent] == [[1, 2]], "no task left here: the exits go at once, together"
+    ex.backlog.append((0, 1, P.TaskRecord(3, 1, P.TASK_NOOP, 0, 1, 0, 0), None))  # type: ignore[arg-type]
+    ex._emit(record(P.RES_EXITED, task=4))
+    ex._flush(ex.report_due)
+    assert [[r.task for r in m] for m in q.sent][-1] == [4], "held no longer than REPORT_HOLD"
 
 
 def test_a_long_backlog_is_started_in_slices_so_the_loop_can_beat_between_them(

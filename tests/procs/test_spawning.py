@@ -191,3 +191,53 @@ def test_a_plain_command_runs_without_the_shell_and_the_rest_through_it(tmp_path
     rc, tail, _ = run(sp, argv, tmp_path / "missing.log")
     assert rc == 127 and b"not found" in tail
     assert sp.argv_for(["/bin/echo", "$x"], env) == ["/bin/echo", "$x"]
+
+
+def test_a_log_is_made_at_first_output_and_a_silent_jobs_spare_is_lent_again(
+        spawner: Spawner, tmp_path: Path) -> None:
+    def job(argv: list[str], log: Path) -> tuple[int, bytes]:
+        lf = spawner.lend_log(str(log))
+        proc = spawner.spawn(argv, spawner.env_for({}), None, lf.fd)
+        pidfd = os.pidfd_open(proc.pid)
+        try:
+            assert select.select([pidfd], [], [], 30)[0], "the job did not exit"
+        finally:
+            os.close(pidfd)
+        rc = reap(proc)
+        tail = tail_of(lf.fd, lf.path, 4096) if spawner.publish_log(lf) else b""
+        spawner.return_log(lf)
+        return rc, tail
+
+    d = tmp_path / "logs"
+    # Given a silent job, when it ends, then no log exists and its spare waits for the next job
+    assert job(["/bin/true"], d / "quiet.1.log") == (0, b"")
+    assert not (d / "quiet.1.log").exists()
+    spares = sorted(p.name for p in d.iterdir())
+    assert len(spares) == 1 and spares[0].startswith(".spare-")
+    # When a job writes, then the same file becomes its log
+    assert job([SH, "-c", "echo out; echo err >&2"], d / "loud.1.log") == (0, b"out\nerr\n")
+    assert (d / "loud.1.log").read_bytes() == b"out\nerr\n"
+    assert list(d.iterdir()) == [d / "loud.1.log"]
+    # An attempt whose log exists already appends to it (a resumed attempt)
+    assert job([SH, "-c", "echo again"], d / "loud.1.log") == (0, b"out\nerr\nagain\n")
+    assert job(["/bin/true"], d / "quiet.2.log") == (0, b"")
+    spawner.close_logs()
+    assert sorted(p.name for p in d.iterdir()) == ["loud.1.log"]
+
+
+def test_a_running_jobs_output_is_named_when_published(spawner: Spawner, tmp_path: Path) -> None:
+    log = tmp_path / "slow.1.log"
+    lf = spawner.lend_log(str(log))
+    proc = spawner.spawn([SH, "-c", "echo started; exec sleep 30"], spawner.env_for({}), None, lf.fd)
+    try:
+        deadline = time.monotonic() + 30
+        while not spawner.publish_log(lf):
+            assert time.monotonic() < deadline, "no output seen"
+            time.sleep(0.01)
+        assert log.read_bytes() == b"started\n"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        reap(proc)
+        spawner.return_log(lf)
+        spawner.close_logs()
+    assert list(tmp_path.iterdir()) == [log]

@@ -31,6 +31,7 @@ from wloadctl.ipc import SegmentBackend, SegmentLike, SharedBuffer
 from wloadctl.ipc.protocol import (
     BOARD_BODY,
     BOARD_BODY_OFFSET,
+    BOARD_EPOCH,
     BOARD_SEQ_OFFSET,
     BOARD_STATES_OFFSET,
     EXECUTOR_BOARD_MAGIC,
@@ -283,6 +284,23 @@ class StateBoard(_Board):
             f"state board {self.name}",
         )
         return unpack_board_header(data)
+
+
+    def read_epoch(self) -> int:
+        """A consistent copy of the header's epoch alone (the cheapest fencing check).
+
+        Raises:
+            TransportError: If no consistent copy could be taken in `read_tries` tries.
+        """
+        data = _seq_read(
+            self._segment.buf,
+            BOARD_SEQ_OFFSET,
+            BOARD_BODY_OFFSET,
+            BOARD_BODY_OFFSET + BOARD_EPOCH.size,
+            self.read_tries,
+            f"state board {self.name}",
+        )
+        return int(BOARD_EPOCH.unpack(data)[0])
 
 
 class ExecutorBoard(_Board):

@@ -27,7 +27,7 @@ from wloadctl.ipc.shm import (
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import JobTrees, detect, joining
 from wloadctl.procs.resultlog import NO_SPACE, ResultLog
-from wloadctl.procs.spawning import Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
+from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
 from wloadctl.procs.userfiles import JobFiles
 
 BEAT_INTERVAL = 0.25
@@ -41,7 +41,9 @@ START_SLICE = 0.5
 heartbeat (the scheduler declares an executor silent for 5 s stuck, and kills it)."""
 REPORT_HOLD = 0.005
 """Seconds an acceptance or start report may wait (journaled already) for an exit report to go out with:
-a job that ends within them costs the scheduler one turn and one journal commit instead of two."""
+a job that ends within them costs the scheduler one turn and one journal commit instead of two. An exit
+report waits as long while this executor still holds prefetched tasks (it has work until then): the
+exits of several jobs then cost the scheduler one turn, and its answer refills several slots at once."""
 
 
 @dataclass(slots=True)
@@ -56,10 +58,9 @@ class Running:
     """A pidfd that becomes readable when the process exits."""
     started: float
     """When it started."""
-    log_path: str
-    """Its log file (stdout and stderr)."""
-    log_fd: int
-    """The executor's descriptor of that log, kept until the job is reaped (its size tells if a tail is due)."""
+    log: LogFile
+    """Its output file, kept open until the job is reaped (its size tells if a tail is due); named as the
+    attempt's log once it has output."""
     deadline: float | None = None
     """When its timeout expires (monotonic clock)."""
     kill_at: float | None = None
@@ -103,7 +104,9 @@ class Executor:
     report_due: float = 0.0
     """When the oldest held report in the outbox must go out (0: none held)."""
     urgent: bool = False
-    """The outbox holds an exit or a rejection: send it now."""
+    """The outbox holds a rejection: send it now."""
+    exits: bool = False
+    """The outbox holds an exit report: sent now when no prefetched task waits here, else held."""
     rsp_full: bool = False
     """The last send found the response queue full."""
     more_to_start: bool = False
@@ -167,7 +170,10 @@ class Executor:
                     poller.register(rsp_fd, select.POLLOUT)
                 else:
                     poller.unregister(rsp_fd)
-            due = min(next_beat, self._next_deadline(), self.report_due if self.outbox else next_beat)
+            # A full response queue is waited for through POLLOUT: a report that is due then must not
+            # turn the wait into a busy loop of failed sends (it takes the CPU the scheduler drains with).
+            due = min(next_beat, self._next_deadline(),
+                      self.report_due if self.outbox and not self.rsp_full else next_beat)
             timeout = 0.0 if self.more_to_start else max(0.0, due - now)
             for fd, _ev in poller.poll(timeout * 1000):
                 if fd == req_fd:
@@ -293,7 +299,7 @@ class Executor:
         spawner = self.spawner
         env = dict(spawner.env_for(p.env))
         argv = spawner.argv_for(p.command, env)
-        log_fd = -1
+        log: LogFile | None = None
         cpu, mem = _claim(p)
         run_as = p.extra.get("run_as") if p.extra else None
         join = self.trees.prepare(rec.task, rec.attempt, env, cpu, mem, bool(p.extra and p.extra.get("enforce")))
@@ -304,11 +310,11 @@ class Executor:
             if run_as:
                 # The run's folders are not the user's: the job writes in a directory of its own.
                 files = JobFiles.make(run_as, env, self.run_id)
-            log_fd = _open_log(spawner, p.log_path)
-            proc = spawner.spawn(argv, env, p.cwd, log_fd, run_as=run_as, join=join)
+            log = _open_log(spawner, p.log_path, lend=run_as is None)
+            proc = spawner.spawn(argv, env, p.cwd, log.fd, run_as=run_as, join=join)
         except OSError as e:
-            if log_fd >= 0:
-                os.close(log_fd)
+            if log is not None:
+                spawner.return_log(log)
             if files is not None:
                 files.discard()
             self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
@@ -316,8 +322,7 @@ class Executor:
             return
         pidfd = os.pidfd_open(proc.pid)
         self.trees.leaders.add(proc.pid)
-        r = Running(rec, proc, pidfd, now, p.log_path, log_fd,
-                    time.monotonic() + p.timeout if p.timeout else None, cpu=cpu,
+        r = Running(rec, proc, pidfd, now, log, time.monotonic() + p.timeout if p.timeout else None, cpu=cpu,
                     memory=mem, files=files)
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
@@ -345,8 +350,9 @@ class Executor:
             r.files.collect()  # before the exit report: the scheduler reads the result when it gets it
         sig = -rc if rc < 0 else 0
         code = 128 + sig if sig else rc
-        tail = tail_of(r.log_fd, r.log_path, TAIL_BYTES)
-        os.close(r.log_fd)
+        named = self.spawner.publish_log(r.log)
+        tail = tail_of(r.log.fd, r.log.path, TAIL_BYTES) if named else b""
+        self.spawner.return_log(r.log)
         off, length = self.tails.write(self.index, r.rec.task, r.rec.attempt, tail) if tail else (0, 0)
         flags = (P.FLAG_TIMED_OUT if r.timed_out else 0) | (P.FLAG_TAIL if tail else 0)
         self.done += 1
@@ -367,8 +373,12 @@ class Executor:
     def _emit(self, rec: P.ResultRecord) -> None:
         self.outbox.append(rec)
         self.unjournaled.append(rec)
-        if rec.kind == P.RES_EXITED or rec.kind == P.RES_REJECTED:
+        if rec.kind == P.RES_REJECTED:
             self.urgent = True
+        elif rec.kind == P.RES_EXITED:
+            self.exits = True
+            if not self.report_due:
+                self.report_due = time.time() + REPORT_HOLD
         elif not self.report_due:
             self.report_due = time.monotonic() + REPORT_HOLD
 
@@ -388,7 +398,8 @@ class Executor:
                 self.journal.write(P.encode_results(self.unjournaled[k : k + self.per_msg]))
             self.unjournaled.clear()
         out = self.outbox
-        if not out or (not self.urgent and not self.rsp_full and now < self.report_due):
+        urgent = self.urgent or (self.exits and not self.backlog)
+        if not out or (not urgent and not self.rsp_full and now < self.report_due):
             return
         sent = 0
         while sent < len(out):
@@ -399,11 +410,15 @@ class Executor:
         del out[:sent]
         self.rsp_full = bool(out)
         if not out:
-            self.urgent = False
+            self.urgent = self.exits = False
             self.report_due = 0.0
 
     def _beat(self, now: float, sched_beat: float) -> None:
         self.trees.tidy()
+        # A running job's output becomes readable at its log path within a beat of its first byte.
+        for r in self.running.values():
+            if not r.log.named:
+                self.spawner.publish_log(r.log)
         tasks = tuple((r.rec.task, r.rec.attempt) for r in self.running.values())[:16]
         self.eboard.write(self.index, P.ExecutorSlot(
             executor=self.index, pid=os.getpid(), state=1, beat=now, load1=os.getloadavg()[0],
@@ -425,8 +440,10 @@ class Executor:
             if r.files is not None:
                 r.files.collect()
             os.close(r.pidfd)
-            os.close(r.log_fd)
+            self.spawner.publish_log(r.log)
+            os.close(r.log.fd)
         self.running.clear()
+        self.spawner.close_logs()
         self.trees.close()
         for q in (self.req, self.rsp):
             q.close()
@@ -435,14 +452,16 @@ class Executor:
         self.journal.close()
 
 
-def _open_log(spawner: Spawner, path: str) -> int:
-    """The job's log descriptor; on a full disk its output goes nowhere, and it runs and reports all the same.
+def _open_log(spawner: Spawner, path: str, lend: bool) -> LogFile:
+    """The job's output file (lent until it has output, see `Spawner.lend_log`; else opened at its log at
+    once, as for a job run as another user: the file is chowned to them); on a full disk its output goes
+    nowhere, and it runs and reports all the same.
 
     Raises:
         OSError: the log cannot be opened for another reason.
     """
     try:
-        return spawner.open_log(path)
+        return spawner.lend_log(path) if lend else LogFile(spawner.open_log(path), path, path, True)
     except OSError as e:
         if e.errno not in NO_SPACE:
             raise
@@ -452,7 +471,7 @@ def _open_log(spawner: Spawner, path: str) -> int:
         if fd < 3:
             low, fd = fd, fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
             os.close(low)
-        return fd
+        return LogFile(fd, os.devnull, path, True)
 
 
 def _claim(p: P.Payload) -> tuple[float, int]:

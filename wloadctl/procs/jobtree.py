@@ -160,8 +160,8 @@ def children_of(pid: int) -> list[int]:
     out: list[int] = []
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError):
-                out += [int(x) for x in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(x) for x in f.read().split()]
         return out
     except OSError:
         pass
@@ -294,6 +294,8 @@ class JobTrees:
         mark = marker(self.run_id, self.executor, task, attempt)
         left = []
         for c in children_of(os.getpid()):
+            if c in self.leaders:
+                continue  # another job's first process, running: never a stray of this one
             st = _stat(c)
             if st is None:
                 continue
@@ -301,7 +303,9 @@ class JobTrees:
                 left.append(c)
         if left:
             n += kill_all(descendants(left))
-        self.tidy()
+        if left or self.dying:
+            # What was killed is reaped here or at the next beat's tidy (nothing was left: no scan).
+            self.tidy()
         return n
 
     def tidy(self) -> None:

@@ -41,6 +41,10 @@ _SHOWN = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, Job
                     JobState.SKIPPED, JobState.CANCELLED, JobState.HELD, JobState.RETRY_WAIT})
 HEALTH_INTERVAL = 0.25
 """Default seconds between heartbeats: board beat, lease renewal, executor health check."""
+FENCE_RECHECK = 0.002
+"""Seconds a passed fencing check stands: the checks before each queue operation of one turn read the
+board once. A successor takes over only after this scheduler's lease lapsed (seconds), and a scheduler
+frozen between two checks finds its monotonic clock moved on, so it looks again."""
 __all__ = ["HEALTH_INTERVAL", "Fenced", "SchedulerLoop"]
 
 
@@ -90,6 +94,8 @@ class SchedulerLoop:
     """Gives the core its share of the host's slots at each beat (None: the run keeps its own)."""
     meter: PipelineMeter | None = None
     """Figures of the pipeline (`wloadctl top`, metrics); made when the loop starts."""
+    fence_checked: float = float("-inf")
+    """When (monotonic) the last fencing check passed."""
     lease_renewed: float = float("inf")
     """When the journal's lease was last renewed (set as the loop starts: the first lease has its grace)."""
     say: Callable[[str], None] = lambda _m: None
@@ -267,10 +273,17 @@ class SchedulerLoop:
         A successor on another host publishes nothing on this host's board: a scheduler that
         was frozen or cut off past its lease asks the journal before it touches anything.
         """
+        tick = time.monotonic()
+        if tick - self.fence_checked < FENCE_RECHECK:
+            return
         now = time.time()
         if now - self.lease_renewed > self.ctx.lease_seconds:
             self._renew(now)
         try:
+            # The epoch alone: this check runs several times a turn (before every queue operation).
+            if self.objs.board.read_epoch() <= self.ctx.epoch:
+                self.fence_checked = tick
+                return
             hdr = self.objs.board.read_header()
         except WloadError:
             return  # unreadable for now: the journal's epoch check still guards every write

@@ -11,6 +11,12 @@ A command given as text runs through `/bin/sh -c` only when it needs a shell: on
 shell syntax (no quoting beyond plain quotes, no expansion, redirection, pipe, list, glob,
 assignment or builtin) is split into words and run directly, as make does, saving the shell's
 own start for each job. The program is looked up in the job's PATH once per (name, PATH).
+
+A job's log is created when it first has output (`LogFile`): a job starts on a spare file of
+its executor, renamed to the attempt's log path once it is not empty (at the executor's beat
+while the job runs, at the latest when it ends) and lent to the next job when the job wrote
+nothing. Creating a file costs a directory update (hundreds of microseconds on a journaled
+file system, as much CPU as the rest of the job's path); most short jobs print nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import count
 
 LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 """How a log file is opened: appended to, created when missing, never inherited as such."""
@@ -34,7 +41,10 @@ DEFAULT_SIGNALS: tuple[int, ...] = tuple(
     getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name)
 )
 """Signals Python ignores for itself and a job gets back at their defaults (as Popen's restore_signals)."""
-
+ARGV_CACHE = 4096
+"""Command texts whose argv is kept (the cache starts over when full)."""
+_SPARES = count()
+"""Serial of spare log files made by this process."""
 
 SHELL = "/bin/sh"
 """The shell of commands that need one."""
@@ -72,6 +82,20 @@ class Spawned:
     """The Popen object when it was started through subprocess (told the exit status once reaped)."""
 
 
+@dataclass(slots=True)
+class LogFile:
+    """A job's output file: a spare lent to it until it has output, then its log at `final`."""
+
+    fd: int
+    """The executor's descriptor (write-only, append), the job's stdout and stderr."""
+    path: str
+    """Where the file is now: `final` once named, else the spare's name."""
+    final: str
+    """The attempt's log path."""
+    named: bool
+    """The file is at `final` (it had output, or it was opened there)."""
+
+
 @dataclass
 class Spawner:
     """Starts job processes; remembers the environment and the log directories it already made."""
@@ -84,11 +108,26 @@ class Spawner:
     """Log directories known to exist."""
     programs: dict[tuple[str, str], str | None] = field(default_factory=dict)
     """Where a program name was found on a PATH (None: not there)."""
+    argvs: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    """The argv of a command text on a PATH, as argv_for found it (many jobs share a command)."""
+    spares: dict[str, list[LogFile]] = field(default_factory=dict)
+    """Empty spare files ready to be lent, by log directory."""
+    spare_names: set[str] = field(default_factory=set)
+    """Every spare file made and not yet named or removed (removed at close)."""
 
     def argv_for(self, command: str | Sequence[str] | None, env: Mapping[str, str]) -> list[str]:
         """The argv that runs a job's command: its words when it needs no shell, else `/bin/sh -c TEXT`."""
         if not isinstance(command, str):
             return list(command or ["true"])
+        key = (command, env.get("PATH", os.defpath))
+        argv = self.argvs.get(key)
+        if argv is None:
+            if len(self.argvs) >= ARGV_CACHE:
+                self.argvs.clear()
+            argv = self.argvs[key] = self._argv_of(command, env)
+        return list(argv)
+
+    def _argv_of(self, command: str, env: Mapping[str, str]) -> list[str]:
         words = plain_words(command)
         if words is None:
             return [SHELL, "-c", command]
@@ -141,6 +180,66 @@ class Spawner:
             low, fd = fd, fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
             os.close(low)
         return fd
+
+    def lend_log(self, path: str) -> LogFile:
+        """The output file of a job whose log is `path`: a spare until it has output.
+
+        An attempt whose log exists already (a resumed attempt) appends to it as before.
+
+        Raises:
+            OSError: The directory or the file cannot be made or opened.
+        """
+        if os.path.lexists(path):
+            return LogFile(self.open_log(path), path, path, True)
+        d = os.path.dirname(path) or "."
+        free = self.spares.get(d)
+        while free:
+            lf = free.pop()
+            if os.fstat(lf.fd).st_size == 0:
+                lf.final = path
+                return lf
+            # Written after its job ended (a straggler of that job's tree, killed since): the
+            # output is that job's, at that job's log.
+            self.publish_log(lf)
+            os.close(lf.fd)
+        spare = f"{d}/.spare-{os.getpid()}-{next(_SPARES)}"
+        fd = self.open_log(spare)
+        self.spare_names.add(spare)
+        return LogFile(fd, spare, path, False)
+
+    def publish_log(self, lf: LogFile) -> bool:
+        """Give a lent file its log's name once it has output; return whether it is named."""
+        if lf.named:
+            return True
+        try:
+            if os.fstat(lf.fd).st_size == 0:
+                return False
+            os.rename(lf.path, lf.final)
+        except OSError:
+            return False  # tried again at the next beat or at the job's end
+        self.spare_names.discard(lf.path)
+        lf.path, lf.named = lf.final, True
+        return True
+
+    def return_log(self, lf: LogFile) -> None:
+        """The job ended: its named log is closed, an unused spare is kept for the next job."""
+        if self.publish_log(lf):
+            os.close(lf.fd)
+            return
+        self.spares.setdefault(os.path.dirname(lf.path) or ".", []).append(lf)
+
+    def close_logs(self) -> None:
+        """Close and remove the spare files (what is lent out is closed by its holder)."""
+        for free in self.spares.values():
+            for lf in free:
+                os.close(lf.fd)
+        self.spares.clear()
+        for name in self.spare_names:
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+        self.spare_names.clear()
 
     def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, log_fd: int,
               run_as: str | None = None, join: str | None = None) -> Spawned:

@@ -474,6 +474,9 @@ class Agent:
                 start = max(0, size + req.offset) if req.offset < 0 else min(req.offset, size)
                 f.seek(start)
                 data = f.read(max(0, min(req.max_bytes, MAX_LOG_SLICE)))
+        except FileNotFoundError:
+            # A log is made at a job's first output: none yet is an empty log.
+            return M.Reply(self.opts.name, True, size=0).encode(b"")
         except OSError as e:
             return M.Reply(self.opts.name, False, error=f"no log for {req.job_id} attempt {req.attempt} on "
                                                         f"{self.opts.name}: {e.strerror}").encode()
