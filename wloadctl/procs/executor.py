@@ -378,7 +378,7 @@ class Executor:
         elif rec.kind == P.RES_EXITED:
             self.exits = True
             if not self.report_due:
-                self.report_due = time.time() + REPORT_HOLD
+                self.report_due = time.monotonic() + REPORT_HOLD
         elif not self.report_due:
             self.report_due = time.monotonic() + REPORT_HOLD
 
