@@ -75,6 +75,8 @@ def test_kill_9_of_an_executor_with_a_prefetched_backlog_every_job_runs_exactly_
     assert sorted(ev) == names
     for jid, lines in ev.items():
         assert [k for k, _ in lines].count("end") == 1, (jid, lines)
+    # and the spare log files the killed executor had made are gone with the run
+    assert list((sd / "logs").glob("*/.spare-*")) == []
     # Jobs are numbered in plan order: what the victim held and had not started when it died
     # (its backlog) was handed back and ran exactly once, on another executor, after the kill.
     backlog = [names[i] for i in held if not any(k == "start" and t < killed_at for k, t in ev[names[i]])]

@@ -6,6 +6,7 @@ import errno
 import os
 import select
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -241,3 +242,18 @@ def test_a_running_jobs_output_is_named_when_published(spawner: Spawner, tmp_pat
         spawner.return_log(lf)
         spawner.close_logs()
     assert list(tmp_path.iterdir()) == [log]
+
+
+def test_spare_log_files_of_dead_processes_are_removed_and_those_of_live_ones_kept(tmp_path: Path) -> None:
+    from wloadctl.procs.spawning import remove_dead_spares
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    mine = tmp_path / f".spare-{os.getpid()}-1"
+    dead = tmp_path / f".spare-{gone.pid}-7"
+    log = tmp_path / "job.1.log"
+    for p in (mine, dead, log):
+        p.write_bytes(b"")
+    assert remove_dead_spares(str(tmp_path)) == 1
+    assert mine.exists() and log.exists() and not dead.exists()
+    assert remove_dead_spares(str(tmp_path / "absent")) == 0

@@ -33,7 +33,7 @@ from wloadctl.ipc.naming import ROLE_BOARD, object_name
 from wloadctl.ipc.quota import run_shapes
 from wloadctl.ipc.segment import shm_free
 from wloadctl.ipc.shm import run_is_alive
-from wloadctl.paths import ids_path, state_root, summary_path, write_ids, write_summary
+from wloadctl.paths import ids_path, run_dirs, state_root, summary_path, write_ids, write_summary
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.jobtree import remove_run_groups
 from wloadctl.procs.limits import queue_room, quota_full
@@ -42,6 +42,7 @@ from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
+from wloadctl.procs.spawning import remove_dead_spares
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby, shm_at_start, shm_full
 from wloadctl.procs.userfiles import remove_job_dirs
 from wloadctl.runplan import keep_plan, run_plan
@@ -547,6 +548,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                         objs.remove()
                         remove_run_groups(run.run_id)
                         remove_job_dirs(run.run_id)
+                        remove_dead_spares(run_dirs(opts.state_dir, run.run_id)[0])
                     events.close()
         finally:
             _restore_signals(stop_signals)

@@ -355,3 +355,29 @@ def tail_of(log_fd: int, path: str, limit: int) -> bytes:
         return b""
     finally:
         os.close(fd)
+
+
+def remove_dead_spares(logs: str) -> int:
+    """Remove the spare log files (`.spare-PID-N`) of processes that are gone from a run's logs folder.
+
+    An executor removes its spares when it closes; one killed -9 leaves them, empty. Returns how many
+    were removed.
+    """
+    from wloadctl.procs.health import pid_alive
+
+    removed = 0
+    try:
+        names = os.listdir(logs)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(".spare-"):
+            continue
+        pid = name.split("-")[1]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            try:
+                os.unlink(os.path.join(logs, name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
