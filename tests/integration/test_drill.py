@@ -30,7 +30,7 @@ def pair(no_ipc_leaks: None, tmp_path: Path) -> Iterator[Cluster]:
 
 def start_pair(c: Cluster) -> tuple[Any, Any]:
     """A run in the middle (jobs left to start) and a standby the active has published."""
-    active = c.start_run(layers=12, sleep=1.0, tail=2.0)
+    active = c.start_run(layers=9, sleep=0.8, tail=1.5)
     c.wait_event("scheduler_start", timeout=30)  # the run is in the journal: a standby finds it there
     standby = c.standby()
     c.wait_mid_run()
@@ -173,7 +173,7 @@ def test_a_standby_started_before_the_run_waits_for_a_postgresql_journal_to_exis
         time.sleep(3.0)  # long enough to have looked at the empty database a few times
         assert standby.poll() is None, c.stderr("standby")
         # When the run starts after it
-        active = c.start_run(layers=6, sleep=0.5, tail=1.0)
+        active = c.start_run(layers=4, sleep=0.4, tail=0.5)
         # Then the standby waited, found the run, and stands by for it, rather than exiting
         def standing_by() -> bool:
             if standby.poll() is not None:

@@ -71,7 +71,8 @@ def test_agent_loss_drill_refuses_an_unknown_agent_in_one_line(
         tmp_path: Path, nats_server: NatsServer, local_nodes: dict[str, Node]) -> None:
     # Given a live run on the agents
     out = tmp_path / "evidence"
-    plan = plan_file(tmp_path / "p.yaml", out, {"long": {"pool": "etl", "sleep": 8}})
+    gate = tmp_path / "go"
+    plan = plan_file(tmp_path / "p.yaml", out, {"long": {"pool": "etl", "sleep": 0, "gate": str(gate)}})
     sd = tmp_path / "sd"
     proc = run_bg(plan, sd, nats_server.url)
     wait_for(lambda: "long" in agents_of(out), timeout=60, what="the job started")
@@ -92,5 +93,6 @@ def test_agent_loss_drill_refuses_an_unknown_agent_in_one_line(
         assert "agent x1: pid" in p.stderr and "not its process on this host" in p.stderr
     finally:
         far.stop()
+        gate.touch()
     _stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
