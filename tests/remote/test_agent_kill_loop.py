@@ -52,7 +52,7 @@ def test_a_seeded_loop_of_agent_kill_9s_loses_nothing_and_ends_no_job_twice(
     jobs: dict[str, dict] = {}
     for c in "abc":
         for k in range(6):
-            jobs[f"{c}{k}"] = {"pool": "etl", "sleep": round(rng.uniform(1.0, 2.5), 2),
+            jobs[f"{c}{k}"] = {"pool": "etl", "sleep": round(rng.uniform(0.8, 1.8), 2),
                                **({"depends_on": [f"{c}{k - 1}"]} if k else {})}
     plan = plan_file(tmp_path / "p.yaml", out, jobs, name="agentkills")
     proc = run_bg(plan, tmp_path / "sd", nats_server.url, "--agent-timeout", "3")

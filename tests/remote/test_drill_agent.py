@@ -42,7 +42,7 @@ def test_agent_loss_drill_measures_lost_and_the_settling_and_the_run_finishes(
     out = tmp_path / "evidence"
     plan = plan_file(tmp_path / "p.yaml", out, {
         **{f"a{k}": {"pool": "etl", "sleep": 0.1} for k in range(4)},
-        **{f"b{k}": {"pool": "etl", "sleep": 6, "depends_on": [f"a{k}"]} for k in range(4)},
+        **{f"b{k}": {"pool": "etl", "sleep": 4, "depends_on": [f"a{k}"]} for k in range(4)},
     })
     sd = tmp_path / "sd"
     proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
