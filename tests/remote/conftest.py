@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import select
 import threading
 import time
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.helpers import cli, wait_for
+from tests.remote.nodes import Node, unshare_available
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
 from wloadctl.remote.link import BrokerLink
 from wloadctl.remote.pulling import Msg
@@ -68,3 +71,26 @@ def link(nats_server: NatsServer) -> Iterator[BrokerLink]:
     finally:
         lk.close()
     assert broker_threads() == []
+
+
+@pytest.fixture
+def nodes(tmp_path: Path, nats_server: NatsServer) -> Iterator[dict[str, Node]]:
+    """Two agents of pool `etl`, n1 and n2, each on its own host; stopped at teardown whatever happened."""
+    if not unshare_available():
+        pytest.fail("these tests put each agent in its own namespaces: they need util-linux unshare, and root "
+                    "or unprivileged user namespaces", pytrace=False)
+    made: dict[str, Node] = {}
+    try:
+        for name in ("n1", "n2"):
+            made[name] = Node(name, nats_server.url, tmp_path / name, ["etl"]).start()
+        wait_for(lambda: all(_alive(nats_server.url, n) for n in made), timeout=30, what="both agents beating")
+        yield made
+    finally:
+        for n in made.values():
+            n.stop()
+
+
+def _alive(url: str, name: str) -> bool:
+    """Whether the broker's heartbeats show agent `name` ALIVE."""
+    p = cli("agents", "--broker", url, "--json")
+    return p.returncode == 0 and any(a["agent"] == name and a["state"] == "ALIVE" for a in json.loads(p.stdout))

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import cli, wait_for
-from tests.remote.conftest import NatsServer
-from tests.remote.nodes import Node, unshare_available
+from tests.integration.helpers import wait_for
+from tests.remote.conftest import NatsServer, _alive
+from tests.remote.nodes import Node
 from tests.remote.test_agent_runs import agents_of, plan_file, run_bg
 
 pytestmark = pytest.mark.ipc
@@ -21,31 +20,8 @@ SEED = 20261202
 KILLS = 6
 
 
-@pytest.fixture
-def fleet(tmp_path: Path, nats_server: NatsServer) -> Iterator[dict[str, Node]]:
-    """Agents n1 and n2 of pool `etl`, each on its own host; stopped at teardown whatever happened."""
-    if not unshare_available():
-        pytest.fail("these tests put each agent in its own namespaces: they need util-linux unshare, and root "
-                    "or unprivileged user namespaces", pytrace=False)
-    made: dict[str, Node] = {}
-    try:
-        for name in ("n1", "n2"):
-            made[name] = Node(name, nats_server.url, tmp_path / name, ["etl"]).start()
-        for name in made:
-            wait_for(lambda n=name: alive(nats_server.url, n), timeout=30, what=f"{name} beating")  # type: ignore[misc]
-        yield made
-    finally:
-        for n in made.values():
-            n.stop()
-
-
-def alive(url: str, name: str) -> bool:
-    p = cli("agents", "--broker", url, "--json")
-    return p.returncode == 0 and any(a["agent"] == name and a["state"] == "ALIVE" for a in json.loads(p.stdout))
-
-
 def test_a_seeded_loop_of_agent_kill_9s_loses_nothing_and_ends_no_job_twice(
-        tmp_path: Path, nats_server: NatsServer, fleet: dict[str, Node]) -> None:
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
     rng = random.Random(SEED)
     # Given a run of three chains of pool jobs spread over two agents
     out = tmp_path / "evidence"
@@ -61,11 +37,11 @@ def test_a_seeded_loop_of_agent_kill_9s_loses_nothing_and_ends_no_job_twice(
     kills: list[str] = []
     while len(kills) < KILLS and proc.poll() is None:
         time.sleep(rng.uniform(0.3, 2.5))
-        name = rng.choice(sorted(fleet))
-        fleet[name].kill_node()
+        name = rng.choice(sorted(nodes))
+        nodes[name].kill_node()
         kills.append(name)
-        fleet[name].start()
-        wait_for(lambda n=name: alive(nats_server.url, n), timeout=30, what=f"{name} back")  # type: ignore[misc]
+        nodes[name].start()
+        wait_for(lambda n=name: _alive(nats_server.url, n), timeout=30, what=f"{name} back")  # type: ignore[misc]
     stdout, stderr = proc.communicate(timeout=240)
     # Then the run succeeds, every job ended exactly once, and the loop had its kills
     assert proc.returncode == 0, stderr

@@ -14,32 +14,10 @@ import pytest
 import yaml
 
 from tests.integration.helpers import ENV, cli, job_states, read_evidence, wait_for
-from tests.remote.conftest import NatsServer
-from tests.remote.nodes import Node, unshare_available
+from tests.remote.conftest import NatsServer, _alive
+from tests.remote.nodes import Node
 
 pytestmark = pytest.mark.ipc
-
-
-@pytest.fixture
-def nodes(tmp_path: Path, nats_server: NatsServer) -> Iterator[dict[str, Node]]:
-    """Two agents of pool `etl`, n1 and n2, each on its own host; stopped at teardown whatever happened."""
-    if not unshare_available():
-        pytest.fail("these tests put each agent in its own namespaces: they need util-linux unshare, and root "
-                    "or unprivileged user namespaces", pytrace=False)
-    made: dict[str, Node] = {}
-    try:
-        for name in ("n1", "n2"):
-            made[name] = Node(name, nats_server.url, tmp_path / name, ["etl"]).start()
-        wait_for(lambda: all(_alive(nats_server.url, n) for n in made), timeout=30, what="both agents beating")
-        yield made
-    finally:
-        for n in made.values():
-            n.stop()
-
-
-def _alive(url: str, name: str) -> bool:
-    p = cli("agents", "--broker", url, "--json")
-    return p.returncode == 0 and any(a["agent"] == name and a["state"] == "ALIVE" for a in json.loads(p.stdout))
 
 
 TRUSTING = {"roles": {"operator": {"broker_users": ["unauthenticated"]}}}
