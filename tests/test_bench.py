@@ -392,3 +392,19 @@ def test_file_creation_cost_is_measured_on_new_files_left_for_cleanup(tmp_path: 
     us = file_create_micros(tmp_path / "files", count=20)
     # Then it is a positive time per file, and the files stay for the scratch cleanup
     assert us > 0 and len(list((tmp_path / "files").iterdir())) == 20
+
+
+def test_notes_and_details_print_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a note and a figure's note with square brackets (pip extras look like markup)
+    from wloadctl.bench.figures import Figure
+    from wloadctl.bench.report import print_report
+
+    data = {"mode": "quick", "settings": {"repeat": 1}, "out": "x.json", "notes": [daskcmp.MISSING],
+            "machine": {"load_average_start": [0.0], "load_average_end": [0.0], "cores": 2, "cpu": "cpu",
+                        "python": "3.11", "platform": "linux"}}
+    fig = Figure("dask", "no-op", "dask", "bank", 10, 1.0, 10.0, "run wall", note="needs 'wloadctl[bench]'")
+    # When the report is printed
+    print_report(data, [fig], [], [])
+    # Then the brackets are printed, not eaten as markup
+    out = capsys.readouterr().out
+    assert "pip install 'wloadctl[bench]'" in out and "needs 'wloadctl[bench]'" in out

@@ -296,6 +296,7 @@ def print_report(
     """Print the figures, ratios, targets and notes as tables on the terminal."""
     # rich is a dependency of the CLI's display only; the engine never imports it.
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     # Piped or redirected output would wrap at 80 columns: give the table room.
@@ -323,7 +324,7 @@ def print_report(
             f"{f.jobs:,}",
             _fmt(f.seconds, "{:.3f}"),
             _fmt(f.jobs_per_s, "{:,.0f}"),
-            _details(f.extra, f.note),
+            escape(_details(f.extra, f.note)),
         )
     console.print(t)
     if ratios:
@@ -346,5 +347,5 @@ def print_report(
         tt.add_row(g.label, g.text, shown, met)
     console.print(tt)
     for note in data["notes"]:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")
     console.print(f"JSON: {data['out']}")
