@@ -22,6 +22,7 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wloadctl.core.codes import RANK_MAX
 from wloadctl.paths import ids_path
@@ -149,16 +150,53 @@ def read_shape(state_dir: Path, run_id: str) -> RunShape | None:
 
 def shape_of_core(core: object, deadlines: Mapping[int, str], timezone: str | None) -> RunShape:
     """A run's shape from its scheduler core's arrays (tier, downstream rows, expected, path)."""
+    return shape_of_copy(CoreCopy.of(core), deadlines, timezone)
+
+
+@dataclass(frozen=True, slots=True)
+class CoreCopy:
+    """What a run's shape is made of, copied out of a scheduler core in a few milliseconds.
+
+    The copy lets the shape be worked out beside the loop that keeps changing the core (a loop
+    over output appends jobs): every part of it covers the same first `n` jobs.
+    """
+
+    ids: list[str]
+    """Job ids."""
+    tier: bytearray
+    """SLA tier of each job."""
+    down_off: array
+    """Row offsets of each job's dependents."""
+    down: array
+    """Dependents, row after row."""
+    expected: array
+    """Expected seconds of each job."""
+    path: array
+    """Expected seconds from each job's start to the end of the plan."""
+    specs: list[Any]
+    """The jobs' specs (for their deadlines)."""
+
+    @classmethod
+    def of(cls, core: object) -> CoreCopy:
+        """Copy a core's arrays (run in the thread that drives the core)."""
+        c: Any = core
+        n = int(c.n)
+        down_off = array("i", c.down_start[:n + 1])
+        return cls(c.ids[:n], bytearray(c.tier[:n]), down_off, array("i", c.down[:down_off[n]]),
+                   array("d", c.expected[:n]), array("d", c.path[:n]), c.specs[:n])
+
+
+def shape_of_copy(copy: CoreCopy, deadlines: Mapping[int, str] | None, timezone: str | None) -> RunShape:
+    """A run's shape from a copy of its core (deadlines: the copy's own when None)."""
     from itertools import accumulate
 
     from wloadctl.core.dag import transpose
 
-    n = int(core.n)  # type: ignore[attr-defined]
+    n = len(copy.ids)
+    if deadlines is None:
+        deadlines = {i: s.deadline for i, s in enumerate(copy.specs) if s.deadline}
     id_starts = array("i", [0])
-    id_starts.extend(accumulate(len(j.encode()) + 1 for j in core.ids))  # type: ignore[attr-defined]
-    down_off = array("i", core.down_start)  # type: ignore[attr-defined]
-    down = array("i", core.down)  # type: ignore[attr-defined]
-    up_off, up = transpose(n, down_off, down)
-    return RunShape(bytearray(core.tier), id_starts, up_off, up, down_off, down,  # type: ignore[attr-defined]
-                    array("d", core.expected), array("d", core.path),  # type: ignore[attr-defined]
+    id_starts.extend(accumulate(len(j.encode()) + 1 for j in copy.ids))
+    up_off, up = transpose(n, copy.down_off, copy.down)
+    return RunShape(copy.tier, id_starts, up_off, up, copy.down_off, copy.down, copy.expected, copy.path,
                     dict(deadlines), timezone)

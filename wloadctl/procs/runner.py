@@ -46,7 +46,7 @@ from wloadctl.procs.spawning import remove_dead_spares
 from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby, shm_at_start, shm_full
 from wloadctl.procs.userfiles import remove_job_dirs
 from wloadctl.runplan import keep_plan, run_plan
-from wloadctl.runshape import shape_of_core, write_shape
+from wloadctl.runshape import CoreCopy, shape_of_copy, write_shape
 from wloadctl.store import RunRow, Store, journal_exists
 
 if TYPE_CHECKING:
@@ -396,13 +396,31 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
             link.close(timeout=5.0)
 
 
-def _keep_shape(opts: RunOptions, run: RunRow, plan: Plan, core: SchedulerCore) -> None:
-    """Write the run's shape beside its id list, so a console attaches without parsing the plan."""
-    deadlines = {i: j.deadline for i, j in enumerate(core.specs) if j.deadline}
-    try:
-        write_shape(opts.state_dir, run.run_id, shape_of_core(core, deadlines, plan.timezone))
-    except OSError as e:
-        opts.say(f"cannot write the run's shape file ({e}): consoles will read the plan")
+class _ShapeWriter:
+    """Writes the run's shape beside its id list, so a console attaches without parsing the plan.
+
+    The core's arrays are copied at once (milliseconds); working out the upstream rows and writing
+    the file (seconds at a million jobs) happens on a thread of its own beside dispatch, so the
+    first jobs do not wait for it. A console that attaches before the file is there reads the plan.
+    """
+
+    def __init__(self, opts: RunOptions, run: RunRow, plan: Plan, core: SchedulerCore) -> None:
+        copy = CoreCopy.of(core)
+        self.thread = threading.Thread(target=self._write, args=(opts, run.run_id, copy, plan.timezone),
+                                       name="run-shape", daemon=True)
+        """The thread that writes the file."""
+        self.thread.start()
+
+    @staticmethod
+    def _write(opts: RunOptions, run_id: str, copy: CoreCopy, timezone: str | None) -> None:
+        try:
+            write_shape(opts.state_dir, run_id, shape_of_copy(copy, None, timezone))
+        except OSError as e:
+            opts.say(f"cannot write the run's shape file ({e}): consoles will read the plan")
+
+    def join(self) -> None:
+        """Wait for the file (a run that ends leaves a whole shape file, never a half-written one)."""
+        self.thread.join()
 
 
 def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None:
@@ -454,7 +472,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     finally:
         if collecting:
             gc.enable()
-    _keep_shape(opts, run, plan, core)
+    shape = _ShapeWriter(opts, run, plan, core)
     # The plan and the core's arrays live as long as the run: keep the cyclic collector from
     # walking millions of their objects again at every collection.
     gc.freeze()
@@ -554,6 +572,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             _restore_signals(stop_signals)
             if loop.governor is not None:
                 loop.governor.leave()
+            shape.join()
     if fenced is not None:
         raise fenced
     return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed, kept)
