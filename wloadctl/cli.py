@@ -422,7 +422,9 @@ def cmd_agents(a: argparse.Namespace) -> int:
 def cmd_drill(a: argparse.Namespace) -> int:
     from wloadctl.cli_drill import drill_command
 
-    return drill_command(a, _reader_dir(a.state_dir))
+    # Through the broker the drill finds the run in the server journal, from any host.
+    far = a.drill == "failover" and a.broker
+    return drill_command(a, None if far else _reader_dir(a.state_dir))
 
 
 def cmd_host(a: argparse.Namespace) -> int:

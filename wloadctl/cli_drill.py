@@ -22,13 +22,15 @@ def add_drill_args(p: argparse.ArgumentParser) -> None:
     sub.required = True
     f = sub.add_parser("failover", help="kill the active scheduler of a live run; measure the standby's takeover")
     f.add_argument("--state-dir", help="the run's state directory (default: $WLOADCTL_STATE_DIR, or the latest run)")
-    f.add_argument("--journal", metavar="URL", help="journal in PostgreSQL (the active must still be on this host)")
+    f.add_argument("--journal", metavar="URL", help="journal in PostgreSQL (with --broker, the pair may be on other "
+                   "hosts)")
     f.add_argument("--mode", choices=("kill", "stop"), default="kill",
                    help="kill: SIGKILL (default); stop: SIGSTOP, and SIGCONT once taken over (it must stand down)")
     f.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                    help="seconds to wait for the takeover, and again for the first start and the fencing "
                    f"(default {DEFAULT_TIMEOUT:g})")
     f.add_argument("--json", action="store_true")
+    add_broker_args(f, streams=False)  # --broker: the active strikes itself when asked, on whichever host it runs
     a = sub.add_parser("agent-loss", help="kill an agent of this host; measure its LOST detection and its tasks' "
                        "reassignment")
     add_agent_loss_args(a)
@@ -40,7 +42,12 @@ def drill_command(a: argparse.Namespace, reader_dir: Path | None) -> int:
         raise UsageError(f"--timeout must be positive, not {a.timeout:g}")
     from wloadctl.drillreport import report_lines
 
-    if a.drill == "failover":
+    if a.drill == "failover" and a.broker:
+        from wloadctl.remote.broker import BrokerOptions
+        from wloadctl.remote.faildrill import failover_far
+
+        rep = failover_far(BrokerOptions.from_args(a), a.mode, a.timeout)
+    elif a.drill == "failover":
         from wloadctl.drill import failover
 
         rep = failover(reader_dir, a.mode, a.timeout)

@@ -3,7 +3,10 @@
 `wloadctl drill failover` (its command line is wloadctl.cli_drill) kills (SIGKILL) or freezes (SIGSTOP)
 the active scheduler of a run that has a live standby, and measures the takeover and the first job the
 new active starts from the journal; it checks that no job that had succeeded ran again and that the old
-active is fenced. `wloadctl drill agent-loss` (wloadctl.remote.agentdrill) does the same for an agent.
+active is fenced. With `--broker` (wloadctl.remote.faildrill) the pair may span hosts: the drill asks the
+active over the broker to strike itself, and watches the journal and the broker; it measures and checks
+the same way (`measure_failover`, with a `Target` for each way to reach the active).
+`wloadctl drill agent-loss` (wloadctl.remote.agentdrill) does the same for an agent.
 Each report is journaled as an action of the run's audit trail (verb `drill`), which `status`, `audit`
 and the console show.
 """
@@ -13,6 +16,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Protocol
 
 from wloadctl.core.states import JobState
 from wloadctl.drillreport import (
@@ -53,8 +57,8 @@ def failover(state_dir: Path | None, mode: str, timeout: float) -> DrillReport:
             if c.leased():
                 host = c.store.holder_host(run.id) or "another host"
                 raise UsageError(f"run {run.run_id}: its active scheduler (pid {run.scheduler_pid}) runs on "
-                                 f"{host}, not here; a failover drill kills it, so run the drill on that host",
-                                 hint="the drill needs the active's board and process on this host")
+                                 f"{host}, not here; drill it through the broker",
+                                 hint="`wloadctl drill failover --broker URL --journal URL`")
             raise UsageError(f"no live run in {sd if state_dir else c.store.where}: run {run.run_id} is "
                              f"{'interrupted' if run.status == 'running' else run.status}",
                              hint="a drill runs on a live run with a standby")
@@ -62,26 +66,105 @@ def failover(state_dir: Path | None, mode: str, timeout: float) -> DrillReport:
         if not is_wloadctl(active):
             raise UsageError(f"run {run.run_id}: scheduler pid {active} is not a wloadctl process of this host")
         if not standby or not pid_alive(standby):
-            far = " (a standby of another host is not seen from here: the drill supports a pair on this host)" \
+            far = " on this host (a standby of another host is seen through the broker: `--broker URL`)" \
                 if journal_url() else ""
             raise UsageError(f"run {run.run_id} has no live standby to take over from scheduler pid {active}{far}",
                              hint=f"start one: `wloadctl scheduler --standby --state-dir {sd}`")
         rep = DrillReport("failover", run.run_id, facts={
             "mode": mode, "active_pid": active, "standby_pid": standby, "epoch_from": hdr.epoch})
-        _drill_failover(c.store, run, sd, rep, timeout)
+        measure_failover(c.store, run, rep, timeout, LocalTarget(sd, run.run_id, active))
     journal_report(state_dir, run.id, rep)
     return rep
 
 
-def _drill_failover(store: Store, run_row: RunRow, sd: Path, rep: DrillReport, timeout: float) -> None:
+class Target(Protocol):
+    """How a failover drill strikes the active scheduler, and what it can see of it afterwards."""
+
+    def strike(self, mode: str) -> float:
+        """Kill (kill) or freeze (stop) the active; when it was struck."""
+        ...
+
+    def took_at(self, row: RunRow) -> float | None:
+        """When the journal granted the new epoch, by the new active's own word (None: not known)."""
+        ...
+
+    def thaw(self) -> None:
+        """A frozen active was taken over: wake it (it must stand down)."""
+        ...
+
+    def release(self) -> None:
+        """Nobody took a frozen active over: it goes on as it was."""
+        ...
+
+    def old_active(self, mode: str, timeout: float) -> tuple[str, str | None]:
+        """How the old active left the run, and a problem when it did not within `timeout`."""
+        ...
+
+    def old_epoch_dispatches(self, epoch: int, since: float) -> int:
+        """Tasks of `epoch` dispatched after the takeover at `since` (a fenced active dispatched them)."""
+        ...
+
+
+class LocalTarget:
+    """The active of a pair on this host: signalled by pid, watched through the run's events and executors."""
+
+    def __init__(self, sd: Path, run_id: str, active: int) -> None:
+        self.sd, self.run_id, self.active = sd, run_id, active
+        self.events = EventTail(sd / "events.jsonl")
+        """The run's events from the drill's start (the standby's takeover, the old active's fencing)."""
+
+    def strike(self, mode: str) -> float:
+        """SIGKILL or SIGSTOP the active's pid."""
+        at = time.time()
+        os.kill(self.active, signal.SIGKILL if mode == "kill" else signal.SIGSTOP)
+        return at
+
+    def took_at(self, row: RunRow) -> float | None:
+        """The standby's takeover event's claim time."""
+        take = wait_until(lambda: self.events.find("takeover", from_pid=self.active), 1.0)
+        return float(take["claimed_at"]) if take else None
+
+    def thaw(self) -> None:
+        """SIGCONT: it wakes, finds the newer epoch, and must leave the run."""
+        os.kill(self.active, signal.SIGCONT)
+
+    def release(self) -> None:
+        """SIGCONT the frozen active, if it lives."""
+        if pid_alive(self.active):
+            os.kill(self.active, signal.SIGCONT)
+
+    def old_active(self, mode: str, timeout: float) -> tuple[str, str | None]:
+        """Gone (killed, or fenced by its own word) or still running."""
+        gone = wait_until(lambda: not pid_alive(self.active), timeout)
+        if not gone:
+            return "still running", f"the old active (pid {self.active}) is still running {timeout:g}s after the " \
+                "takeover"
+        fenced = self.events.find("fenced", pid=self.active)
+        if fenced:
+            return f"fenced ({fenced.get('how') or 'stood down'})", None
+        return ("killed" if mode == "kill" else "gone"), None
+
+    def old_epoch_dispatches(self, epoch: int, since: float) -> int:
+        """Tasks of `epoch` the run's executors accepted after `since`."""
+        return _old_epoch_dispatches(self.sd, self.run_id, epoch, since)
+
+
+def measure_failover(store: Store, run_row: RunRow, rep: DrillReport, timeout: float, target: Target) -> None:
+    """Strike the active, then measure and check the takeover (the report's facts and problems).
+
+    Args:
+        store: The run's journal (read-only).
+        run_row: The run as it stood before the strike.
+        rep: The report: its facts hold `mode` and `epoch_from`; figures and findings are added.
+        timeout: Longest wait for the takeover, and again for the first start and the fencing.
+        target: How the active is struck and seen (this host's pids, or the broker).
+    """
     f, run, rid = rep.facts, run_row.id, run_row.run_id
-    active, epoch0, mode = f["active_pid"], f["epoch_from"], f["mode"]
-    events = EventTail(sd / "events.jsonl")
+    epoch0, mode = f["epoch_from"], f["mode"]
     watch = JournalWatch(store, run)
     before = watch.succeeded()
     f["succeeded_before"] = len(before)
-    killed = time.time()
-    os.kill(active, signal.SIGKILL if mode == "kill" else signal.SIGSTOP)
+    killed = target.strike(mode)
     f["killed_at"] = round(killed, 6)
     thawed = False
     try:
@@ -89,11 +172,10 @@ def _drill_failover(store: Store, run_row: RunRow, sd: Path, rep: DrillReport, t
         if row is None:
             rep.problems.append(f"no takeover within {timeout:g}s")
             return
-        take = wait_until(lambda: events.find("takeover", from_pid=active), 1.0)
-        took = float(take["claimed_at"]) if take else time.time()
+        took = target.took_at(row) or time.time()
         f.update(epoch_to=row.epoch, new_pid=row.scheduler_pid, takeover_s=round(took - killed, 3))
         if mode == "stop":
-            os.kill(active, signal.SIGCONT)  # it wakes, finds the newer epoch, and must leave the run
+            target.thaw()
             thawed = True
         first = wait_until(FirstStart(watch, took), timeout)
         if first is not None:
@@ -104,13 +186,10 @@ def _drill_failover(store: Store, run_row: RunRow, sd: Path, rep: DrillReport, t
             f["note"] = "the run had nothing left to start after the takeover"
         else:
             rep.problems.append(f"the new active started no job within {timeout:g}s of the takeover")
-        gone = wait_until(lambda: not pid_alive(active), timeout)
-        fenced = events.find("fenced", pid=active)
-        f["old_active"] = (("killed" if mode == "kill" else "gone") if not fenced else
-                           f"fenced ({fenced.get('how') or 'stood down'})") if gone else "still running"
-        if not gone:
-            rep.problems.append(f"the old active (pid {active}) is still running {timeout:g}s after the takeover")
-        late = _old_epoch_dispatches(sd, rep.run, epoch0, took)
+        f["old_active"], problem = target.old_active(mode, timeout)
+        if problem:
+            rep.problems.append(problem)
+        late = target.old_epoch_dispatches(epoch0, took)
         f["old_epoch_dispatches"] = late
         if late:
             rep.problems.append(f"{late} task(s) of the old epoch {epoch0} were taken after the takeover")
@@ -120,8 +199,8 @@ def _drill_failover(store: Store, run_row: RunRow, sd: Path, rep: DrillReport, t
         if reran:
             rep.problems.append(f"{len(reran)} job(s) that had succeeded ran again: {', '.join(f['reran'][:5])}")
     finally:
-        if mode == "stop" and not thawed and pid_alive(active):
-            os.kill(active, signal.SIGCONT)  # nobody took over: the frozen active goes on as it was
+        if mode == "stop" and not thawed:
+            target.release()  # nobody took over: the frozen active goes on as it was
     rep.ok = not rep.problems
 
 

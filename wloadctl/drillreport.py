@@ -173,7 +173,7 @@ def report_lines(rep: DrillReport) -> Iterator[str]:
     for key, label in names.items():
         if key in f:
             yield f"  {label:<21}{_secs(f[key]):>7} after the kill"
-    for key in ("first_job", "new_pid", "old_active", "old_epoch_dispatches", "agent_pid", "killed_pids",
+    for key in ("first_job", "new_pid", "new_host", "old_active", "old_epoch_dispatches", "agent_pid", "killed_pids",
                 "held", "lost_tasks", "note"):
         if key in f:
             yield f"  {key.replace('_', ' '):<21}{f[key]}"

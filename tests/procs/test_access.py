@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import select
@@ -186,3 +187,36 @@ def test_somebody_with_no_role_may_not_even_look(tmp_path: Path) -> None:
         return
     assert rep["error"] == f"why needs the viewer role; {ME} has no role" and rep["needs"] == "viewer"
     assert actions == [rep["error"]]
+
+
+def test_a_drill_through_the_broker_needs_the_admin_role_and_the_actives_epoch(tmp_path: Path) -> None:
+    # Given a desk whose roles make callers through the broker (unauthenticated) operators
+    desk, store, run = desk_for(tmp_path, {"operator": {"broker_users": ["unauthenticated"]}})
+    answers: list[dict[str, Any]] = []
+
+    def ask(**req: Any) -> None:
+        body = {"verb": "drill", "jobs": [], "user": "ana@elsewhere", **req}
+        desk.take(json.dumps(body).encode(), lambda d: answers.append(json.loads(d)), 2.0, "wl.op.r1")
+
+    try:
+        # When an operator asks for a drill, it is refused naming the admin role
+        ask(mode="kill", epoch=1)
+        assert not answers[-1]["ok"] and answers[-1]["needs"] == "admin" and desk.drill is None
+        # and an admin's drill of another epoch, or of a mode that is not one, is refused too
+        desk.roles = parse_roles({"admin": {"broker_users": ["unauthenticated"]}}, "roles.yaml")
+        ask(mode="kill", epoch=7)
+        assert "this scheduler holds epoch 1, not the 7" in answers[-1]["error"]
+        ask(mode="freeze", epoch=1)
+        assert "drill mode 'freeze' is not kill or stop" in answers[-1]["error"]
+        # Then an admin's drill of this epoch waits, unanswered, for the end of the turn
+        ask(mode="stop", epoch=1, wake_after=30)
+        assert len(answers) == 3
+        drill = desk.take_drill()
+        assert drill is not None and drill["mode"] == "stop" and desk.take_drill() is None
+    finally:
+        desk.close()
+    desk.ctx.events.close()
+    rows = [(r[2], r[3], bool(r[6])) for r in store.actions(run)]
+    store.close()
+    # and each refusal is audited as the scheduler's (a drill's `*` row is its report)
+    assert rows == [("drill", "scheduler", False)] * 3

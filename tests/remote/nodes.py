@@ -22,11 +22,16 @@ def unshare_available() -> bool:
     return subprocess.run(["unshare", *probe], capture_output=True).returncode == 0
 
 
-def host_command(args: list[str], hostname: str | None = None) -> list[str]:
-    """`args` run on a "host" of its own: IPC, mount and pid namespaces (and its host name, when given)."""
+def host_command(args: list[str], hostname: str | None = None, shell_init: bool = False) -> list[str]:
+    """`args` run on a "host" of its own: IPC, mount and pid namespaces (and its host name, when given).
+
+    With `shell_init` the shell stays the namespace's init and `args` runs as its child, as a
+    service does on a real host: an init is spared its own SIGKILL and SIGSTOP by the kernel.
+    """
     # The IPC namespace alone makes its queues private (they need no mount to work); its
     # shared memory lives in its own tmpfs.
-    script = "mount -t tmpfs tmpfs /dev/shm && exec \"$@\""
+    # (A shell execs the last command of its script itself: the `exit` after it keeps the shell.)
+    script = "mount -t tmpfs tmpfs /dev/shm && " + ("{ \"$@\"; exit $?; }" if shell_init else "exec \"$@\"")
     uts: list[str] = []
     if hostname is not None:
         script = f"hostname {hostname} && {script}"
@@ -109,7 +114,8 @@ class Node:
                     cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 except OSError:
                     continue
-                if self.marker in cmd and b"wloadctl" in cmd and b"--state-dir" in cmd:
+                # (The host's shell, when it stays init, carries the same words as its arguments.)
+                if cmd[0] != b"sh" and self.marker in cmd and b"wloadctl" in cmd and b"--state-dir" in cmd:
                     return pid
             time.sleep(0.05)
         raise AssertionError(f"no agent process of {self.name}")
@@ -148,7 +154,8 @@ class SchedulerHost(Node):
         """Start it on its own host (named after it)."""
         self.state_dir.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")
-        self.proc = subprocess.Popen(host_command(self.command(), hostname=self.name), stdout=out,
+        # Not its host's init: a scheduler asked to drill itself signals itself.
+        self.proc = subprocess.Popen(host_command(self.command(), hostname=self.name, shell_init=True), stdout=out,
                                      stderr=subprocess.STDOUT, env=ENV, cwd=self.state_dir.parent,
                                      start_new_session=True)
         out.close()

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 _RESPOND = "_respond"
 """Key of a request's answering function when it came through the broker (never sent on a wire)."""
+DRILL_JOB = "scheduler"
+"""The audit's `job` of a drill asked of the scheduler (the drill's own report is journaled under `*`)."""
 MAX_REPLY_LINES = 40
 """Per-job messages in one reply; the rest are counted (a reply must fit one queue message)."""
 
@@ -69,6 +71,8 @@ class ControlDesk:
         """Verbs the plan or the roles config make need a second person's approve on every job."""
         self.book = PendingBook.from_actions(store.actions(ctx.run.id))
         """Requests waiting for a second person (rebuilt from the journal's actions)."""
+        self.drill: dict[str, Any] | None = None
+        """A failover drill asked of this scheduler, carried out at the end of the turn (wloadctl.procs.selfdrill)."""
 
     @classmethod
     def open(cls, core: SchedulerCore, ctx: RunContext, store: Store) -> ControlDesk:
@@ -134,7 +138,8 @@ class ControlDesk:
             return
         if role < needed(verb):
             msg = refusal(verb, user, role)
-            self._journal(req, "; ".join(names) or "*", msg, False)
+            # (A drill's `*` row is its report: a refused request is the scheduler's, as an accepted one is.)
+            self._journal(req, DRILL_JOB if verb == "drill" else "; ".join(names) or "*", msg, False)
             self._send(req, {"ok": False, "error": msg, "refused": True, "role": role.label,
                              "needs": needed(verb).label})
             return
@@ -148,6 +153,9 @@ class ControlDesk:
             return
         if verb == "pending":
             self._send(req, {"ok": True, "requests": self.book.listing()})
+            return
+        if verb == "drill":  # not in the roles table: it needs admin, as every verb not listed there
+            self._take_drill(req)
             return
         if verb in ("approve", "reject"):
             asked, bad = judge(verb, names, user, self.book, lambda n: n in core.index)
@@ -171,6 +179,35 @@ class ControlDesk:
         core.feed(OperatorEvent(verb, tuple(idx), now, user=str(req.get("user", "")),
                                 reason=str(req.get("reason", "")), downstream=bool(req.get("downstream")),
                                 cause_id=f"op-{req.get('id', '')}"))
+
+    def _take_drill(self, req: dict[str, Any]) -> None:
+        """A failover drill of this scheduler from another host: checked here, carried out once the turn is done."""
+        mode, epoch = req.get("mode"), req.get("epoch")
+        if _RESPOND not in req:
+            bad = "a failover drill is asked of the active through the broker (`wloadctl drill failover --broker`)"
+        elif mode not in ("kill", "stop"):
+            bad = f"drill mode {mode!r} is not kill or stop"
+        elif epoch != self.ctx.epoch:
+            bad = f"this scheduler holds epoch {self.ctx.epoch}, not the {epoch} the drill was asked for"
+        elif self.drill is not None:
+            bad = "a drill of this scheduler is already under way"
+        else:
+            self.drill = req
+            return
+        self._refuse(req, DRILL_JOB, f"drill refused: {bad}")  # answered at once: nothing strikes
+
+    def take_drill(self) -> dict[str, Any] | None:
+        """The drill asked of this scheduler this turn, if any (handed over once)."""
+        req, self.drill = self.drill, None
+        return req
+
+    def record(self, req: dict[str, Any], job: str, outcome: str, applied: bool) -> None:
+        """Journal the outcome of a request carried out outside the core (then `answer` it)."""
+        self._journal(req, job, outcome, applied)
+
+    def answer(self, req: dict[str, Any], body: dict[str, Any]) -> None:
+        """Answer a request carried out outside the core."""
+        self._send(req, body)
 
     def _refuse(self, req: dict[str, Any], job: str, msg: str, **more: Any) -> None:
         """Journal a refusal and answer it."""

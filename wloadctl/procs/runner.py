@@ -674,6 +674,7 @@ def _stand_down(loop: SchedulerLoop, fenced: Fenced, opts: RunOptions) -> None:
              f"{fenced.message}; it exits without touching the run")
     if loop.remote is not None:
         loop.remote.release()
+        loop.remote.stood_down()
     loop.ctx.reap_hooks()
     if _successor_elsewhere(loop):
         # A successor on another host took the run: nothing on this host is its own. What ran

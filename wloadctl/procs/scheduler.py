@@ -35,6 +35,7 @@ from wloadctl.store import Store
 
 if TYPE_CHECKING:
     from wloadctl.hostshare import SlotGovernor
+    from wloadctl.procs.selfdrill import Strike
     from wloadctl.remote.agentpool import AgentPool
 
 _SHOWN = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED,
@@ -110,6 +111,8 @@ class SchedulerLoop:
     """Tells jumps of the wall clock from time passing (the core's retry waits move with a jump)."""
     shm_short: bool = False
     """The payload arena found no memory in /dev/shm: dispatches wait to be sent (dispatch degrades, never crashes)."""
+    strike: Strike | None = None
+    """A failover drill asked of this scheduler from another host, until it strikes (wloadctl.procs.selfdrill)."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -189,6 +192,11 @@ class SchedulerLoop:
             # The board's beat is the heartbeat standbys and executors watch: publish it
             # every interval even when no job changed state.
             self._publish(force=beat)
+            if desk.drill is not None or self.strike is not None:
+                # A failover drill asked from another host: struck at the end of a turn, once it may be.
+                from wloadctl.procs.selfdrill import advance
+
+                advance(self)
             meter.turn_done(began, time.perf_counter())
             if self.exit_when_stalled and core.is_stalled() and not local.pending() and \
                     not (remote is not None and remote.pending()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -39,6 +40,8 @@ VERIFY_WAIT = 2 * EXECUTOR_BEAT + 0.1
 """Longest wait for every live executor to beat once after the silence was noticed."""
 LOCK_WAIT = 0.5
 """Seconds a claim waits for the journal's write lock before it kills the silent one."""
+PAIR_BEAT = 1.0
+"""Most seconds between a standby's beats on the broker (fewer when its heartbeat interval is shorter)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,8 @@ class Standby:
         """The run's state board, once it exists."""
         self.eboard: ExecutorBoard | None = None
         """The run's executor board, once it exists."""
+        self.next_beat = 0.0
+        """When this standby next beats on the broker (far only)."""
 
     def serve(self) -> int:
         """Stand by until the run ends (0), or take it over and drive it (exit code).
@@ -238,6 +243,8 @@ class Standby:
                     status = row.status if row else "gone"
                     say(f"run {run.run_id} is {status}; the standby exits")
                     return None
+                if now >= self.next_beat:
+                    self._beat(run.run_id, "suspects-partition" if suspected else "standing-by", row.epoch, now)
                 if row.epoch != epoch:
                     # A new active (a start, or another standby's takeover) gets a full
                     # timeout from the moment it is seen, whatever its board says yet;
@@ -327,6 +334,8 @@ class Standby:
             return None
         epoch = got[0]
         detected = time.time()
+        # Seen from another host, the takeover is this word (the journal says who, this says when).
+        self._beat(row.run_id, "took-over", epoch, detected, at=detected, flush=True)
 
         def announce(events: EventLog) -> None:
             if killed:
@@ -362,6 +371,25 @@ class Standby:
                 _say_local_jobs(store, row, opts)
 
         return Claim(epoch, old_pid, announce, agents=len(verdict.asked) if self.far else 0)
+
+    def _beat(self, run_id: str, state: str, epoch: int, now: float, at: float | None = None,
+              flush: bool = False) -> None:
+        """Say on the broker that this standby lives and what it does (far only: a drill of any host reads it)."""
+        if self.link is None or not self.link.connected:
+            return
+        from wloadctl.remote import messages as M
+        from wloadctl.remote.broker import Subjects
+
+        assert self.opts.broker is not None
+        every = min(PAIR_BEAT, self.opts.heartbeat_interval)
+        self.next_beat = now + every
+        try:
+            self.link.publish(Subjects(self.opts.broker.prefix).pair(run_id), M.PairBeat(
+                run_id, "standby", state, socket.gethostname(), os.getpid(), epoch, now, every, at).encode())
+            if flush:
+                self.link.flush(1.0)
+        except WloadError:
+            pass  # the broker is away: the journal's lease, not these beats, decides any takeover
 
     def _close_boards(self) -> None:
         for b in (self.board, self.eboard):

@@ -503,6 +503,17 @@ class AgentPool:
             self.link.publish(self.subjects.beat(self.run_id), M.SchedulerBeat(
                 self.run_id, self.epoch, os.getpid(), socket.gethostname(), now).encode())
 
+    def stood_down(self) -> None:
+        """Say on the broker that this fenced scheduler leaves the run (a drill of another host waits for it)."""
+        now = time.time()
+        try:
+            self.link.publish(self.subjects.pair(self.run_id), M.PairBeat(
+                self.run_id, "active", "stood-down", socket.gethostname(), os.getpid(), self.epoch, now, 0.0,
+                now).encode())
+            self.link.flush(1.0)
+        except WloadError:
+            pass  # the broker is away: the journal's epoch says the same to whoever asks
+
     def _write_rows(self, now: float) -> None:
         """The agents as this scheduler judges them, for `status` and the console (read from the state dir)."""
         tmp = self.state_dir / f".{NODES_FILE}.tmp"

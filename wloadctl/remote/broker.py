@@ -10,6 +10,9 @@ Layout on the broker, under a prefix PFX (one per installation, `wl` by default)
 * `PFX.op.RUN` and `PFX.op.RUN.USER` (core NATS): operator verbs to a run's scheduler, the
   second from broker user USER (see wloadctl.remote.operators for the permissions that make
   it that user's alone).
+* `PFX.pair.RUN` (core NATS): what the schedulers of a run's active/standby pair say about
+  themselves: a standby's beats, its takeover, a fenced active standing down (a failover
+  drill of another host watches them).
 * `PFX.hb.NAME` (core NATS): heartbeats; `PFX.ctl.NAME` and `PFX.ask`: request/reply to
   one agent and to all.
 * KV `PFX-leader`: current epoch and holder (compare-and-set); KV `PFX-agents`: each
@@ -257,6 +260,10 @@ class Subjects:
     def beat(self, run: str) -> str:
         """Subject of the beats of run `run`'s active scheduler."""
         return f"{self.prefix}.beat.{check_name(run, 'run id')}"
+
+    def pair(self, run: str) -> str:
+        """Subject of the notices of run `run`'s active/standby pair (standby beats, takeover, stand-down)."""
+        return f"{self.prefix}.pair.{check_name(run, 'run id')}"
 
     def op(self, run: str) -> str:
         """Request/reply subject of operator verbs for run `run` (the scheduler holding its lease answers)."""

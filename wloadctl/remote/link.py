@@ -354,6 +354,20 @@ class BrokerLink:
         nc, _ = self._client()
         self._fire(nc.publish(subject, data, headers=headers))
 
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait until the server has every core message published so far (False: it did not answer in time).
+
+        For the last words of a process about to end abruptly: `publish` only queues them.
+        """
+        if not self.connected:
+            return False
+        nc, _ = self._client()
+        try:
+            self._call(nc.flush(timeout), timeout + 1.0, "flush")
+        except TransportError:
+            return False
+        return True
+
     def respond(self, msg: Msg, data: bytes) -> None:
         """Answer a request received through `subscribe`."""
         if msg.reply:

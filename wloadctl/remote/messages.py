@@ -169,6 +169,35 @@ class SchedulerBeat(Body):
 
 
 @dataclass(slots=True)
+class PairBeat(Body):
+    """`pair.RUN` (core NATS): a scheduler of a run's active/standby pair speaks for itself.
+
+    A standby beats while it watches (`standing-by`, or `suspects-partition` while agents
+    still hear a silent active) and says `took-over` once the journal granted it the next
+    epoch; an active that found itself fenced says `stood-down` as it leaves the run.
+    """
+
+    run: str
+    """Run id."""
+    role: str
+    """standby or active."""
+    state: str
+    """standing-by, suspects-partition or took-over (a standby); stood-down (an active)."""
+    host: str
+    """Its host name."""
+    pid: int
+    """Its process id."""
+    epoch: int
+    """The epoch it follows (a standby), holds after its takeover, or held until it was fenced."""
+    sent: float
+    """When sent, epoch seconds (its clock)."""
+    every: float = 0.0
+    """Seconds between a standby's beats (0: a one-off notice)."""
+    at: float | None = None
+    """took-over: when the journal granted the epoch; stood-down: when it found the newer one."""
+
+
+@dataclass(slots=True)
 class KillRequest(Body):
     """`ctl.NAME`: kill one task attempt (refused below the agent's highest epoch)."""
 

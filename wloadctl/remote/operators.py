@@ -127,14 +127,15 @@ class OperatorGate:
 class OperatorLink:
     """An operator's connection to the broker (opened at the first verb, kept for the next ones)."""
 
-    def __init__(self, options: BrokerOptions) -> None:
+    def __init__(self, options: BrokerOptions, link: BrokerLink | None = None) -> None:
         self.options = options
         """Where the broker is."""
         self.subjects = Subjects(options.prefix)
         """Names on the broker."""
         self.identity = broker_identity(options)
         """The broker user this operator connects as (None: none of its own)."""
-        self.link: BrokerLink | None = None
+        self.link = link
+        """The connection (opened at the first verb unless given: its owner then closes it)."""
 
     def ask(self, run_id: str, req: dict[str, Any], timeout: float) -> dict[str, Any] | None:
         """Send a verb to the scheduler of `run_id` and wait for its answer.
