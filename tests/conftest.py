@@ -14,7 +14,8 @@ from wloadctl.core.states import DepKind, SlaTier
 
 
 def make_plan(spec: dict[str, dict], resources: dict[str, int] | None = None, name: str = "t") -> Plan:
-    """A plan from {id: {deps, kinds, sla, priority, retry, resources, idempotent, type, pool, agent, expected}}."""
+    """A plan from {id: {deps, kinds, sla, priority, retry, resources, idempotent, type, pool, agent, expected, cpu,
+    memory}}."""
     jobs = {}
     for jid, s in spec.items():
         deps = s.get("deps", {})
@@ -29,7 +30,8 @@ def make_plan(spec: dict[str, dict], resources: dict[str, int] | None = None, na
             type=s.get("type", "shell"), sla=SlaTier[s.get("sla", "standard").upper()],
             priority=s.get("priority", 0), timeout=s.get("timeout"), retry=s.get("retry", RetryPolicy()),
             resources=tuple(s.get("resources", {}).items()), idempotent=s.get("idempotent", True),
-            pool=s.get("pool"), agent=s.get("agent"), expected=s.get("expected"),
+            pool=s.get("pool"), agent=s.get("agent"), expected=s.get("expected"), cpu=s.get("cpu", 0.0),
+            memory=s.get("memory", 0),
         )
     return Plan(name, jobs, resources or {})
 

@@ -1,4 +1,5 @@
-"""The host's slot ledger: tiers first across runs, fair share by weight, crash-safe release."""
+"""The host's ledger: slots, cpu and memory split with tiers first across runs, fair share by weight, crash-safe
+release."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from wloadctl.hostshare import HostCapacity, HostShare, Ledger, Row, allocate, behind
+from wloadctl.hostshare import HostCapacity, HostShare, Ledger, Row, allocate, behind, grant
 
 
 def row(run: str, weight: float = 1.0, demand: tuple[int, ...] = (0, 0, 10, 0)) -> Row:
@@ -61,3 +62,83 @@ def test_two_schedulers_share_the_host_and_a_dead_ones_slots_come_back(tmp_path:
 def test_without_a_host_capacity_a_run_keeps_its_own_slots(tmp_path: Path) -> None:
     assert HostShare(tmp_path, "run-a", "p", 1.0, own_slots=8).beat([0, 0, 50, 0], busy=0) == 8
     assert behind(tmp_path, "run-a") == []
+
+
+def claimer(run: str, weight: float = 1.0, held: int = 0, waiting: tuple[tuple[int, int, int], ...] = ()) -> Row:
+    return Row(run, run, os.getpid(), weight, held={"cpu": held}, waiting=[list(w) for w in waiting])
+
+
+def test_cpu_is_granted_job_by_job_by_weight_and_never_in_halves() -> None:
+    two = ((2, 2000, 0),) * 3
+    # Two runs of equal weight, jobs of two CPUs each, four CPUs: one job each, not 2+2 of one
+    assert grant({"cpu": 4000}, [claimer("a", waiting=two), claimer("b", waiting=two)]) == {
+        "a": {"cpu": 2000},
+        "b": {"cpu": 2000},
+    }
+    # Two CPUs for both: one of them runs its job whole (never one CPU each, which would start nothing)
+    assert grant({"cpu": 2000}, [claimer("a", waiting=two), claimer("b", waiting=two)]) == {
+        "a": {"cpu": 2000},
+        "b": {"cpu": 0},
+    }
+    # Equally far below their share, the run that has used the host less goes first
+    used = claimer("a", waiting=two)
+    used.used = 5.0
+    assert grant({"cpu": 2000}, [used, claimer("b", waiting=two)]) == {"a": {"cpu": 0}, "b": {"cpu": 2000}}
+    # By weight: the run of weight 3 gets three jobs to the other's one
+    one = ((2, 1000, 0),) * 8
+    got = grant({"cpu": 4000}, [claimer("a", 3, waiting=one), claimer("b", 1, waiting=one)])
+    assert got == {"a": {"cpu": 3000}, "b": {"cpu": 1000}}
+
+
+def test_claims_keep_what_runs_hold_and_tiers_go_first_across_runs() -> None:
+    # A run's running jobs keep what they hold; the critical job of another run comes before the rest
+    rows = [claimer("bulk", 10, held=1000, waiting=((3, 1000, 0),) * 4), claimer("urgent", 1, waiting=((0, 2000, 0),))]
+    assert grant({"cpu": 3000}, rows) == {"bulk": {"cpu": 1000}, "urgent": {"cpu": 2000}}
+    # When the critical job does not fit yet, nothing smaller overtakes it
+    assert grant({"cpu": 2500}, rows) == {"bulk": {"cpu": 1000}, "urgent": {"cpu": 0}}
+    # A job claiming more than the host has is passed over
+    rows = [claimer("a", waiting=((2, 9000, 0), (2, 1000, 0)))]
+    assert grant({"cpu": 2000}, rows) == {"a": {"cpu": 1000}}
+
+
+def test_cpu_and_memory_are_granted_together_by_dominant_share() -> None:
+    mem_heavy = Row("m", "m", os.getpid(), 1.0, waiting=[[2, 100, 4000]] * 4)
+    cpu_heavy = Row("c", "c", os.getpid(), 1.0, waiting=[[2, 1000, 64]] * 4)
+    got = grant({"cpu": 4000, "memory": 8192}, [mem_heavy, cpu_heavy])
+    # Each job goes to the run whose larger part (memory for m, cpu for c) is the smaller: m ends with most
+    # of the memory, c with most of the CPUs, and neither is starved by the other's kind of job
+    assert got == {"m": {"cpu": 200, "memory": 8000}, "c": {"cpu": 3000, "memory": 192}}
+
+
+def test_two_runs_share_the_hosts_cpus_and_a_crashed_runs_claims_come_back_when_its_executors_end(
+    tmp_path: Path,
+) -> None:
+    HostCapacity(0, cpus=2).write(tmp_path)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    executor = subprocess.Popen(["sleep", "60"])
+    try:
+        # Given run a holding both CPUs, with an executor of its own
+        a = HostShare(tmp_path, "run-a", "ledger", 1.0, own_slots=8)
+        a.row.pid = sleeper.pid
+        assert a.beat([0] * 4, busy=1, now=100.0, held={"cpu": 2000}, holders=[executor.pid]) == 8
+        assert a.claims == {"cpu": 2000}
+        # When run b waits for two CPUs, it gets none: a holds them, and `why` names a
+        b = HostShare(tmp_path, "run-b", "stmts", 1.0, own_slots=8)
+        assert b.beat([0] * 4, busy=0, now=100.5, held={"cpu": 0}, waiting=[[2, 2000, 0]]) == 8
+        assert b.claims == {"cpu": 0}
+        assert [r.plan for r in behind(tmp_path, "run-b", now=101.0, kinds=["cpu"])] == ["ledger"]
+        assert behind(tmp_path, "run-b", now=101.0) == []  # slots are not shared
+        # When a's scheduler dies, its executor still runs its job: the claim stays
+        sleeper.kill()
+        sleeper.wait()
+        assert b.beat([0] * 4, busy=0, now=101.5, held={"cpu": 0}, waiting=[[2, 2000, 0]]) == 8
+        assert b.claims == {"cpu": 0}
+        assert [r.plan for r in behind(tmp_path, "run-b", now=102.0, kinds=["cpu"])] == ["ledger"]
+    finally:
+        for p in (sleeper, executor):
+            p.kill()
+            p.wait()
+    # Then once its executor is gone too, the CPUs come back to b
+    assert b.beat([0] * 4, busy=0, now=102.5, held={"cpu": 0}, waiting=[[2, 2000, 0]]) == 8
+    assert b.claims == {"cpu": 2000}
+    assert list(Ledger(tmp_path).rows()) == ["run-b"]

@@ -257,9 +257,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
                    "~/.local/state/wloadctl)")
     p.add_argument("--json", action="store_true")
-    p = sub.add_parser("host", help="the host's capacity every run draws on (slots), and the runs holding it")
+    p = sub.add_parser("host", help="the host's capacity every run draws on (slots, cpu, memory), and the runs "
+                       "holding it")
     p.add_argument("--slots", type=int, help="set the host's capacity in slots, shared by every run by `share:`")
-    p.add_argument("--off", action="store_true", help="remove it: every run uses its own executors' slots")
+    p.add_argument("--cpus", type=float, help="set the CPUs that jobs claiming `cpu` share across every run "
+                   "(0: no host limit)")
+    p.add_argument("--memory", help="set the memory that jobs claiming `memory` share across every run: MiB or a "
+                   "size like 8G (0: no host limit)")
+    p.add_argument("--off", action="store_true", help="remove it: every run uses its own executors' slots, cpus "
+                   "and memory")
     p.add_argument("--root", help="the state root (default: $WLOADCTL_HOME, or ~/.local/state/wloadctl)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("doctor", help="host limits that matter (queues, /dev/shm, files, processes, cgroups) and use")

@@ -714,10 +714,22 @@ def resolve_state_dir(given: str | None) -> Path:
 
 
 def _behind_runs(why: dict[str, Any], run_id: str) -> None:
-    """Name the other runs holding the host's shared slots in a ready job's `why`."""
-    from wloadctl.hostshare import behind
+    """Name the other runs holding the host's shared slots, or the cpu or memory a ready job waits for, in its
+    `why`."""
+    from wloadctl.hostshare import behind, claims_text
     from wloadctl.paths import state_root
 
+    kinds = why.get("host_wait", [])
+    if kinds:
+        others = behind(state_root(), run_id, kinds=kinds)
+        if others:
+            why["behind_runs"] = [{"run": r.run, "plan": r.plan, "holds": {k: r.held.get(k, 0) for k in kinds}}
+                                  for r in others]
+            names = ", ".join(f"{r.plan} (run {r.run}, holds {claims_text(r.held)})" for r in others[:8])
+            verb = "are" if len(kinds) > 1 else "is"
+            why["reasons"] = [*why.get("reasons", []),
+                              f"the host's {' and '.join(kinds)} {verb} shared with other runs; waiting behind {names}"]
+        return
     others = behind(state_root(), run_id)
     if others:
         why["behind_runs"] = [{"run": r.run, "plan": r.plan, "running": r.busy} for r in others]

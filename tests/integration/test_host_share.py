@@ -136,3 +136,96 @@ def test_a_crashed_runs_slots_go_back_to_the_host(tmp_path: Path, no_ipc_leaks: 
         _stop(*([second] if second is not None else []))
         # The killed run's executors and objects: a resume of it finishes and removes them.
         _wl(env, "resume", "--state-dir", str(root / "first"))
+
+
+def _claim_plan(path: Path, name: str, out: Path, gate: Path, jobs: int, pids: Path | None = None) -> Path:
+    # Each job claims both of the host's CPUs, leaves start/end evidence (and its pid), and runs until the gate opens.
+    pid = f"echo $$ > {pids}/$WLOADCTL_JOB; " if pids is not None else ""
+    cmd = (f'{pid}echo "$WLOADCTL_JOB start $(date +%s.%N)" >> {out}; n=0; '
+           f'while [ ! -e {gate} ] && [ $n -lt 600 ]; do n=$((n+1)); sleep 0.1; done; '
+           f'echo "$WLOADCTL_JOB end $(date +%s.%N)" >> {out}')
+    spec = {"name": name, "jobs": {f"{name}{k}": {"command": cmd, "cpu": 2} for k in range(jobs)}}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _why(env: dict[str, str], job: str, state_dir: Path) -> dict[str, Any]:
+    p = _wl(env, "why", job, "--state-dir", str(state_dir), "--json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)  # type: ignore[no-any-return]
+
+
+def test_runs_never_hold_more_of_the_hosts_cpus_than_it_has_and_why_names_the_run_holding_them(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    root, out, gate = tmp_path / "home", tmp_path / "ev", tmp_path / "gate"
+    env = _env(root)
+    assert _wl(env, "host", "--cpus", "2").returncode == 0
+    # Given a run whose jobs each claim both of the host's CPUs, its first one running
+    first = _start(env, _claim_plan(tmp_path / "a.yaml", "ledger", out, gate, 2))
+    second = None
+    try:
+        wait_for(lambda: len(read_evidence(out)) == 1, what="ledger0 running")
+        # When a second run of such jobs starts beside it
+        second = _start(env, _claim_plan(tmp_path / "b.yaml", "stmts", out, gate, 2))
+        sd = root / "stmts"
+        wait_for(lambda: sd.joinpath("journal.db").exists() and job_states(sd).get("stmts0") == "READY",
+                 what="stmts ready")
+        # Then its jobs wait READY (not failing) behind the first run, and `why` names it
+        why = _why(env, "stmts0", sd)
+        assert why["state"] == "READY" and why["host_wait"] == ["cpu"], why
+        assert [(b["plan"], b["holds"]) for b in why["behind_runs"]] == [("ledger", {"cpu": 2000})], why
+        assert any("waiting behind ledger" in r for r in why["reasons"]), why
+        assert set(job_states(sd).values()) == {"READY"}
+        assert len(read_evidence(out)) == 1  # nothing else started meanwhile
+        held = {r["plan"]: r["held"] for r in _host(env)["runs"]}
+        assert held["ledger"] == {"cpu": 2000} and not any(held["stmts"].values()), held
+        # And once the jobs may end, all four run, one at a time
+        gate.touch()
+        for p in (first, second):
+            _o, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        assert len(read_evidence(out)) == 4
+        assert _running(out) == 1
+        assert _host(env)["runs"] == []
+    finally:
+        gate.touch()
+        _stop(first, *([second] if second is not None else []))
+
+
+def test_a_killed_runs_cpu_claim_stays_while_its_job_can_run_and_then_comes_back(tmp_path: Path,
+                                                                                no_ipc_leaks: None) -> None:
+    root, out, gate, pids = tmp_path / "home", tmp_path / "ev", tmp_path / "gate", tmp_path / "pids"
+    pids.mkdir()
+    env = _env(root)
+    assert _wl(env, "host", "--cpus", "2").returncode == 0
+    first = _start(env, _claim_plan(tmp_path / "a.yaml", "first", out, gate, 1, pids))
+    second = None
+    try:
+        wait_for(lambda: len(read_evidence(out)) == 1, what="first0 running")
+        # Given the first run's scheduler killed -9 while its job runs (its executors keep it running)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate(timeout=30)
+        second = _start(env, _claim_plan(tmp_path / "b.yaml", "second", out, tmp_path / "open", 1))
+        (tmp_path / "open").touch()
+        sd = root / "second"
+        wait_for(lambda: sd.joinpath("journal.db").exists() and job_states(sd).get("second0") == "READY",
+                 what="second ready")
+        # Then its claim still counts, and the second run's job waits behind it
+        rows = _host(env)["runs"]
+        gone = next(r for r in rows if r["plan"] == "first")
+        assert not gone["live"] and gone["held"] == {"cpu": 2000}, rows
+        assert [b["plan"] for b in _why(env, "second0", sd)["behind_runs"]] == ["first"]
+        # When its executors and its job are killed -9 too, the claim comes back and the second run finishes
+        for pid, _started in gone["holders"]:
+            os.kill(pid, signal.SIGKILL)
+        job = int((pids / "first0").read_text())
+        os.killpg(os.getpgid(job), signal.SIGKILL)
+        _o, err = second.communicate(timeout=120)
+        assert second.returncode == 0, err
+        assert [k for k in read_evidence(out)] == ["first0", "second0"]
+        assert _host(env)["runs"] == []
+    finally:
+        gate.touch()
+        _stop(*([second] if second is not None else []))
+        # The killed run's queues and segments: a resume of it finishes and removes them.
+        _wl(env, "resume", "--state-dir", str(root / "first"))

@@ -26,6 +26,7 @@ from wloadctl.core.events import (
     ClockJumpedEvent,
     Event,
     ExecutorLostEvent,
+    HostClaimsEvent,
     JobAcceptedEvent,
     JobExitedEvent,
     JobsFinishedEvent,
@@ -38,7 +39,7 @@ from wloadctl.core.events import (
     TimerFiredEvent,
 )
 from wloadctl.core.fanout import FanOut
-from wloadctl.core.holding import LOCAL_PLACE, Needs, Resources
+from wloadctl.core.holding import HOST_CPU, HOST_MEMORY, LOCAL_PLACE, Needs, Resources
 from wloadctl.core.jobtable import JobTable, PlanArrays
 from wloadctl.core.loops import with_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
@@ -112,8 +113,9 @@ class SchedulerCore(JobTable):
         if any(j.pool or j.agent for j in specs):
             # Every job claims a slot of its place: this host, a pool of agents, or one agent.
             self.resources.add_place(LOCAL_PLACE, self.slots)
+            self.resources.places = True
             for i, j in enumerate(specs):
-                self._claim_place(i, j)
+                self._claim(i, j)
         self.preemptible_running: set[int] = set()
         """Running jobs marked preemptible (candidates to make room for critical work)."""
         self.ready: list[int] = []
@@ -168,13 +170,15 @@ class SchedulerCore(JobTable):
         elif isinstance(event, RunStartedEvent):
             self._on_run_started()
         elif isinstance(event, SlotsChangedEvent):
-            if self.resources.claims:
+            if self.resources.places:
                 self.set_capacity(LOCAL_PLACE, event.slots)  # this host's slots, beside the agents'
             else:
                 self.slots = event.slots
                 self.tiers.resize(event.slots)
         elif isinstance(event, PlaceCapacityEvent):
             self.set_capacity(event.place, event.slots)
+        elif isinstance(event, HostClaimsEvent):
+            self._on_host_claims(event)
         elif isinstance(event, OperatorEvent):
             self._other.append(apply_verb(self, event))
         else:  # pragma: no cover - the Event union is closed
@@ -567,8 +571,8 @@ class SchedulerCore(JobTable):
         if self.group_of is not None:
             self.group_of.append(self.group_of[parent])
         self.gate.append((_GATE_EXIT if spec.until or spec.resources else 0) | (_GATE_RES if spec.resources else 0))
-        if self.resources.claims:
-            self._claim_place(k, spec)
+        if self.resources.places or self.resources.host:
+            self._claim(k, spec)
         if spec.until:
             self.branches.add_until(k, spec)
         self.timers.inherit(k, parent, self.specs)
@@ -708,9 +712,20 @@ class SchedulerCore(JobTable):
         """What job i holds while it runs: its declared resources, and a slot of its place when places apply."""
         return self.resources.needs(i, self.specs[i].resources)
 
-    def _claim_place(self, i: int, spec: JobSpec) -> None:
-        self.resources.claim_place(i, spec)
-        self.gate[i] |= _GATE_EXIT | _GATE_RES  # dispatch acquires, the exit releases
+    def _claim(self, i: int, spec: JobSpec) -> None:
+        if self.resources.claim(i, spec):
+            self.gate[i] |= _GATE_EXIT | _GATE_RES  # dispatch acquires, the exit releases
+
+    def _on_host_claims(self, ev: HostClaimsEvent) -> None:
+        """The run's share of the host's cpu and memory changed; the first share makes claims count."""
+        res = self.resources
+        if not res.host:
+            state = self.state
+            for i in res.share_host(self.specs, lambda i: state[i] == _Q or state[i] == _RUN):
+                self.gate[i] |= _GATE_EXIT | _GATE_RES
+        res.host_returns = ev.contended
+        for name, amount in ((HOST_CPU, ev.cpu), (HOST_MEMORY, ev.memory)):
+            self._requeue(res.set_capacity(name, amount)[1])
 
     def set_capacity(self, place: str, slots: int) -> None:
         """A place now offers `slots`: the run's slots follow, and jobs waiting for it compete again."""

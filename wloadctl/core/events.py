@@ -180,6 +180,27 @@ class PlaceCapacityEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class HostClaimsEvent:
+    """The share of the host's cpu and memory this run may hold now changed (`wloadctl host --cpus/--memory`).
+
+    From the first one on, a job that claims `cpu` or `memory` and runs on this host also holds them
+    out of the run's share: it waits READY while the share has no room for it.
+    """
+
+    cpu: int
+    """Thousandths of a CPU the run's jobs may claim in all (HOST_UNLIMITED: no host limit)."""
+    memory: int
+    """MiB the run's jobs may claim in all (HOST_UNLIMITED: no host limit)."""
+    contended: bool
+    """Other runs wait for the host's cpu or memory: what a job gives back goes back to the host, to be
+    shared again at the next beat, rather than to this run's next job."""
+    now: float
+    """When it changed."""
+    cause_id: str = "host-share"
+    """Identifier carried into the rows this event causes."""
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorEvent:
     """An operator verb (hold, release, retry, rerun, kill, set-ok, skip, cancel) on some jobs."""
 
@@ -211,6 +232,7 @@ Event = (
     | ClockJumpedEvent
     | SlotsChangedEvent
     | PlaceCapacityEvent
+    | HostClaimsEvent
     | OperatorEvent
 )
 """Every event the core accepts."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from wloadctl.core.critical import rank_of
 from wloadctl.core.durations import format_duration
-from wloadctl.core.holding import LOCAL_PLACE
+from wloadctl.core.holding import HOST_CPU, HOST_UNLIMITED, LOCAL_PLACE
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.core.verbs import applicable_verbs
 
@@ -31,6 +31,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
     spec = core.specs[i]
     reasons: list[str] = []
     blocking: list[dict[str, str]] = []
+    host_wait: list[str] = []
     if st == S.WAITING or st == S.HELD:
         for k, dep in enumerate(spec.depends_on):
             u = core.index[dep]
@@ -59,6 +60,10 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
                     reasons.append(f"waiting for {where}: no live agent offers it a slot" if cap == 0 and
                                    r != LOCAL_PLACE else f"waiting for a slot on {where}: all {cap} busy "
                                    f"({', '.join(holders[:8])})")
+                    continue
+                if r.startswith("host:"):
+                    host_wait.append(r.removeprefix("host:"))
+                    reasons.append(_host_wait(r, a, core.resources.res_free.get(r, 0), cap, holders))
                     continue
                 reasons.append(f"waiting for resource {r}: needs {a}, {core.resources.res_free.get(r, 0)} free of "
                                f"{cap}; held by {', '.join(holders[:8]) or 'nobody'}")
@@ -105,7 +110,18 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
         "blocking": blocking,
         "verbs": [v for v in applicable_verbs(st) if v != ("release" if spec.confirm else "approve")],
         "critical_path": path,
+        **({"host_wait": host_wait} if host_wait else {}),
     }
+
+
+def _host_wait(r: str, need: int, free: int, share: int, holders: list[str]) -> str:
+    """Why a job waits for the host's cpu or memory, in the claim's own unit (CPUs, MiB)."""
+    unit, scale = ("cpu", 1000) if r == HOST_CPU else ("memory MiB", 1)
+    held = f"; this run's {', '.join(holders[:8])} hold{'s' if len(holders) == 1 else ''} some" if holders else ""
+    if share >= HOST_UNLIMITED:
+        return f"waiting for the host's {unit}: needs {need / scale:g}{held}"
+    return (f"waiting for the host's {unit}: needs {need / scale:g}, {max(0, free) / scale:g} free of the "
+            f"{share / scale:g} this run may hold now (`wloadctl host` shares it between runs){held}")
 
 
 def critical_path(core: SchedulerCore, i: int) -> dict[str, Any] | None:

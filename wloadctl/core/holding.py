@@ -1,4 +1,5 @@
-"""What running jobs hold: declared resources and the slots of the places they run on (this host, pools, agents)."""
+"""What running jobs hold: declared resources, the slots of the places they run on (this host, pools, agents),
+and their cpu and memory claims out of the run's share of the host (`wloadctl host --cpus/--memory`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,24 @@ Needs = tuple[tuple[str, int], ...]
 """What a job holds while it runs: (resource or place, amount) pairs."""
 LOCAL_PLACE = "pool:local"
 """The place of jobs that run on this host's executors."""
+HOST_CPU = "host:cpu"
+"""The run's share of the host's CPUs, in thousandths of a CPU."""
+HOST_MEMORY = "host:memory"
+"""The run's share of the host's memory, in MiB."""
+HOST_UNLIMITED = 1 << 40
+"""A share of cpu or memory that the host does not limit."""
+
+
+def host_claim(spec: JobSpec) -> Needs:
+    """What a job claims of the host's cpu (thousandths) and memory (MiB); nothing when it runs elsewhere."""
+    if spec.agent or spec.pool or not (spec.cpu or spec.memory):
+        return ()
+    out: list[tuple[str, int]] = []
+    if spec.cpu:
+        out.append((HOST_CPU, max(1, round(spec.cpu * 1000))))
+    if spec.memory:
+        out.append((HOST_MEMORY, spec.memory))
+    return tuple(out)
 
 
 def place_of(spec: JobSpec) -> str:
@@ -44,7 +63,15 @@ class Resources:
         """What each resource and place offers in all (places change as agents come and go)."""
         self.claims: dict[int, Needs] = {}
         """Jobs whose dispatch needs more than their declared resources: their place too (only when the
-        plan runs anything on agents; then every job claims one slot of its place)."""
+        plan runs anything on agents; then every job claims one slot of its place), their cpu and memory
+        out of the host's share (only once the host limits them)."""
+        self.places = False
+        """Every job claims a slot of its place (the plan runs something on agents)."""
+        self.host = False
+        """Jobs on this host claim their cpu and memory out of the run's share of the host."""
+        self.host_returns = False
+        """Other runs wait for the host's cpu or memory: what a job gives back of them leaves the run's share
+        (the host shares it again at the next beat) instead of going to this run's next job."""
 
     def needs(self, i: int, declared: Needs) -> Needs:
         """What job i holds while it runs: its `declared` resources, and a slot of its place when places apply."""
@@ -85,8 +112,11 @@ class Resources:
         """Job i gives back what it `held`; returns the jobs parked on those resources, to compete again."""
         woken: list[int] = []
         for name, amount in held:
-            self.res_free[name] += amount
             self.res_holders[name].discard(i)
+            if self.host_returns and name.startswith("host:"):
+                self.capacity_of[name] -= amount
+                continue
+            self.res_free[name] += amount
             parked = self.parked[name]
             woken.extend(parked)
             parked.clear()
@@ -99,12 +129,48 @@ class Resources:
             self.res_free[name] -= amount
             self.res_holders[name].add(i)
 
-    def claim_place(self, i: int, spec: JobSpec) -> None:
-        """Job i (its spec given) claims a slot of its place beside its declared resources."""
-        place = place_of(spec)
-        if place not in self.capacity_of:
-            self.add_place(place, 0)
-        self.claims[i] = (*spec.resources, (place, 1))
+    def claim(self, i: int, spec: JobSpec) -> bool:
+        """Job i (its spec given) claims, beside its declared resources, a slot of its place when places
+        apply and its cpu and memory when the host shares them.
+
+        Returns:
+            Whether it claims anything beyond its declared resources.
+        """
+        extra: Needs = ()
+        if self.places:
+            place = place_of(spec)
+            if place not in self.capacity_of:
+                self.add_place(place, 0)
+            extra = ((place, 1),)
+        if self.host:
+            extra += host_claim(spec)
+        if extra:
+            self.claims[i] = (*spec.resources, *extra)
+        return bool(extra)
+
+    def share_host(self, specs: list[JobSpec], active: Callable[[int], bool]) -> list[int]:
+        """From now on jobs on this host claim their cpu and memory out of the run's share of the host.
+
+        Args:
+            specs: every job's spec.
+            active: whether job i is QUEUED or RUNNING (it holds its claim at once).
+
+        Returns:
+            The jobs that claim something now.
+        """
+        self.host = True
+        for name in (HOST_CPU, HOST_MEMORY):
+            if name not in self.capacity_of:
+                self.add_place(name, 0)
+        out = []
+        for i, spec in enumerate(specs):
+            hc = host_claim(spec)
+            if hc:
+                self.claim(i, spec)
+                out.append(i)
+                if active(i):
+                    self.hold(i, hc)
+        return out
 
     def add_place(self, place: str, slots: int) -> None:
         """A place offering `slots`, none taken."""

@@ -499,7 +499,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
         opts.metrics.loop = loop
     if claim is not None and adopt:
         loop.sweeper = ResultSweeper(local, core.ids, claim.predecessor, events.emit)
-    loop.governor = _governor(run, plan, core)
+    loop.governor = _governor(run, plan, core, lambda: [w.pid for w in sup.workers.values()])
     stop_signals = _install_signals(loop)
     status = "interrupted"
     kept = 0
@@ -578,12 +578,12 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed, kept)
 
 
-def _governor(run: RunRow, plan: Plan, core: SchedulerCore) -> SlotGovernor | None:
-    """The run's share of the host's slots when `wloadctl host --slots` set a host capacity."""
+def _governor(run: RunRow, plan: Plan, core: SchedulerCore, executors: Callable[[], list[int]]) -> SlotGovernor | None:
+    """The run's share of the host's slots, cpu and memory when `wloadctl host` set a host capacity."""
     root = state_root()
     if HostCapacity.read(root) is None:
         return None
-    return SlotGovernor(HostShare(root, run.run_id, plan.name, plan.share, core.slots))
+    return SlotGovernor(HostShare(root, run.run_id, plan.name, plan.share, core.slots), executors)
 
 
 def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: int, opts: RunOptions,

@@ -9,6 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
+from wloadctl.cli_host import memory_mib
 from wloadctl.errors import UsageError, WloadError
 from wloadctl.remote.broker import BrokerOptions, add_broker_args, check_name
 
@@ -26,17 +27,6 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", help="its journal, logs and results (default: ~/.local/state/wloadctl/agent-NAME)")
 
 
-def _memory(text: str) -> int:
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    units = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
-    try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(float(t))
-    except ValueError:
-        raise UsageError(f"--memory must be MiB or a size like 4G, not {text!r}") from None
-
-
 def agent_command(a: argparse.Namespace) -> int:
     """Run the agent until SIGTERM/SIGINT."""
     from wloadctl.remote.agent import Agent, AgentOptions
@@ -49,7 +39,7 @@ def agent_command(a: argparse.Namespace) -> int:
     state_dir = Path(a.state_dir) if a.state_dir else \
         Path(os.environ.get("WLOADCTL_HOME", Path.home() / ".local" / "state" / "wloadctl")) / f"agent-{name}"
     opts = AgentOptions(BrokerOptions.from_args(a), name, pools, state_dir, slots=a.slots, executors=a.executors,
-                        cpus=a.cpus, memory=_memory(a.memory))
+                        cpus=a.cpus, memory=memory_mib(a.memory))
     server = None
     if a.metrics:
         from wloadctl.metrics import MetricsServer, parse_address
