@@ -7,6 +7,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from wloadctl.cli import main
+from wloadctl.client import _behind_runs
 from wloadctl.hostshare import HostCapacity, HostShare, Ledger, Row, allocate, behind, grant
 
 
@@ -142,3 +146,37 @@ def test_two_runs_share_the_hosts_cpus_and_a_crashed_runs_claims_come_back_when_
     assert b.beat([0] * 4, busy=0, now=102.5, held={"cpu": 0}, waiting=[[2, 2000, 0]]) == 8
     assert b.claims == {"cpu": 2000}
     assert list(Ledger(tmp_path).rows()) == ["run-b"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--memory", "lots"], "--memory must be MiB or a size like 4G, not 'lots'"),
+        (["--cpus", "-1"], "--cpus -1: the host's capacity cannot be negative"),
+        (["--cpus", "0"], "needs slots, cpus or memory above 0"),
+    ],
+)
+def test_a_bad_host_capacity_is_one_line_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main(["host", "--root", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert HostCapacity.read(tmp_path) is None
+
+
+def test_each_host_option_changes_only_its_part(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["host", "--root", str(tmp_path), "--cpus", "1.5", "--memory", "2G"]) == 0
+    assert main(["host", "--root", str(tmp_path), "--slots", "3"]) == 0
+    assert HostCapacity.read(tmp_path) == HostCapacity(3, 1.5, 2048)
+    assert main(["host", "--root", str(tmp_path), "--cpus", "0"]) == 0
+    assert HostCapacity.read(tmp_path) == HostCapacity(3, 0.0, 2048)
+    assert "3 slots, 2048 MiB" in capsys.readouterr().out
+
+
+def test_why_of_a_job_claiming_more_than_the_host_has_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WLOADCTL_HOME", str(tmp_path))
+    HostCapacity(0, cpus=2).write(tmp_path)
+    why = {"state": "READY", "reasons": [], "host_wait": ["cpu"], "host_need": {"cpu": 4000}}
+    _behind_runs(why, "run-a")
+    assert "it claims cpu 4, more than the host has (cpu 2)" in why["reasons"][-1]

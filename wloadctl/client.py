@@ -716,11 +716,18 @@ def resolve_state_dir(given: str | None) -> Path:
 def _behind_runs(why: dict[str, Any], run_id: str) -> None:
     """Name the other runs holding the host's shared slots, or the cpu or memory a ready job waits for, in its
     `why`."""
-    from wloadctl.hostshare import behind, claims_text
+    from wloadctl.hostshare import HostCapacity, behind, claims_text
     from wloadctl.paths import state_root
 
     kinds = why.get("host_wait", [])
     if kinds:
+        cap = HostCapacity.read(state_root())
+        limits = cap.claims() if cap is not None else {}
+        over = {k: n for k, n in why.get("host_need", {}).items() if k in limits and n > limits[k]}
+        if over:
+            why["reasons"] = [*why.get("reasons", []), f"it claims {claims_text(over)}, more than the host has "
+                              f"({claims_text(limits)}): it starts only once `wloadctl host` offers more"]
+            return
         others = behind(state_root(), run_id, kinds=kinds)
         if others:
             why["behind_runs"] = [{"run": r.run, "plan": r.plan, "holds": {k: r.held.get(k, 0) for k in kinds}}

@@ -31,7 +31,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
     spec = core.specs[i]
     reasons: list[str] = []
     blocking: list[dict[str, str]] = []
-    host_wait: list[str] = []
+    host_wait: dict[str, int] = {}
     if st == S.WAITING or st == S.HELD:
         for k, dep in enumerate(spec.depends_on):
             u = core.index[dep]
@@ -62,7 +62,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
                                    f"({', '.join(holders[:8])})")
                     continue
                 if r.startswith("host:"):
-                    host_wait.append(r.removeprefix("host:"))
+                    host_wait[r.removeprefix("host:")] = a
                     reasons.append(_host_wait(r, a, core.resources.res_free.get(r, 0), cap, holders))
                     continue
                 reasons.append(f"waiting for resource {r}: needs {a}, {core.resources.res_free.get(r, 0)} free of "
@@ -110,7 +110,7 @@ def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
         "blocking": blocking,
         "verbs": [v for v in applicable_verbs(st) if v != ("release" if spec.confirm else "approve")],
         "critical_path": path,
-        **({"host_wait": host_wait} if host_wait else {}),
+        **({"host_wait": list(host_wait), "host_need": host_wait} if host_wait else {}),
     }
 
 
