@@ -9,7 +9,6 @@ import socket
 import sys
 from pathlib import Path
 
-from wloadctl.cli_host import memory_mib
 from wloadctl.errors import UsageError, WloadError
 from wloadctl.remote.broker import BrokerOptions, add_broker_args, check_name
 
@@ -29,6 +28,7 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
 
 def agent_command(a: argparse.Namespace) -> int:
     """Run the agent until SIGTERM/SIGINT."""
+    from wloadctl.cli_host import memory_mib
     from wloadctl.remote.agent import Agent, AgentOptions
     from wloadctl.remote.link import BrokerLink
 
