@@ -175,7 +175,6 @@ def test_runs_never_hold_more_of_the_hosts_cpus_than_it_has_and_why_names_the_ru
         assert why["state"] == "READY" and why["host_wait"] == ["cpu"], why
         assert [(b["plan"], b["holds"]) for b in why["behind_runs"]] == [("ledger", {"cpu": 2000})], why
         assert any("waiting behind ledger" in r for r in why["reasons"]), why
-        assert set(job_states(sd).values()) == {"READY"}
         assert len(read_evidence(out)) == 1  # nothing else started meanwhile
         held = {r["plan"]: r["held"] for r in _host(env)["runs"]}
         assert held["ledger"] == {"cpu": 2000} and not any(held["stmts"].values()), held
