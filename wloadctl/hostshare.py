@@ -258,7 +258,7 @@ class Ledger:
 
 
 class HostShare:
-    """A scheduler's side of the ledger: its row, and the slots it may fill."""
+    """A scheduler's side of the ledger: its row, the slots it may fill and the cpu and memory its jobs may claim."""
 
     def __init__(self, root: Path, run: str, plan: str, weight: float, own_slots: int) -> None:
         self.ledger = Ledger(root)
