@@ -218,7 +218,9 @@ def test_executor_cpu_capacity_limits_jobs_that_claim_cpus(tmp_path: Path, no_ip
     assert "needs cpu 16" in " ".join(why["reasons"])
 
 
-def loop_over_output_plan(tmp_path: Path, out: Path, files: str, nap: float = 0.0) -> Path:
+def loop_over_output_plan(tmp_path: Path, out: Path, files: str, nap: float = 0.0, gate: Path | None = None) -> Path:
+    """A job listing files, a loop over its list, and a report after the loop (which waits for `gate` if given)."""
+    wait = f"while [ ! -e {gate} ]; do sleep 0.05; done; " if gate is not None else ""
     return write(
         tmp_path / "p.yaml",
         {
@@ -230,7 +232,7 @@ def loop_over_output_plan(tmp_path: Path, out: Path, files: str, nap: float = 0.
                     "depends_on": ["list_files"],
                     "for_each": {"items": "jobs.list_files.result.files", "max_items": 50},
                 },
-                "report": {"command": stamp(out, "report"), "depends_on": ["load"]},
+                "report": {"command": wait + stamp(out, "report"), "depends_on": ["load"]},
             },
         },
     )
@@ -278,7 +280,9 @@ def test_loop_instances_survive_a_kill_9_of_the_scheduler(tmp_path: Path) -> Non
 
     out = tmp_path / "ev"
     items = json.dumps([f"f{k}" for k in range(8)])
-    plan = loop_over_output_plan(tmp_path, out, items, nap=0.4)
+    # (the report waits for a gate opened after the kill: the run cannot end before it)
+    gate = tmp_path / "gate"
+    plan = loop_over_output_plan(tmp_path, out, items, nap=0.4, gate=gate)
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "2")
 
@@ -293,6 +297,7 @@ def test_loop_instances_survive_a_kill_9_of_the_scheduler(tmp_path: Path) -> Non
 
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    gate.touch()
     p = cli("resume", "--state-dir", str(sd), "--json")
     assert p.returncode == 0, p.stderr
     jobs = json.loads(p.stdout)["jobs"]
