@@ -151,38 +151,35 @@ def test_a_retry_resumes_from_the_last_checkpoint(tmp_path: Path, no_ipc_leaks: 
 def test_a_critical_job_preempts_a_preemptible_low_job_which_completes_later(
     tmp_path: Path, no_ipc_leaks: None
 ) -> None:
+    from tests.integration.helpers import start, wait_for
+
     out = tmp_path / "ev"
-    nb = time.strftime("%H:%M:%S", time.localtime(time.time() + 2))
+    sd = tmp_path / "sd"
+    # urgent waits for an operator's confirmation, given once bulk holds the only slot
     plan = write(
         tmp_path / "p.yaml",
         {
             "name": "preempt",
             "jobs": {
                 "bulk": {"command": stamp(out, "bulk", 2.5), "sla": "low", "preemptible": True},
-                "urgent": {"command": stamp(out, "urgent", 0.2), "sla": "critical", "not_before": nb},
+                "urgent": {"command": stamp(out, "urgent", 0.2), "sla": "critical", "confirm": True},
             },
         },
     )
-    # one slot: when urgent's time comes, the only slot is busy with bulk
-    p = cli(
-        "run",
-        str(plan),
-        "--state-dir",
-        str(tmp_path / "sd"),
-        "--executors",
-        "1",
-        "--slots",
-        "1",
-        "--json",
-        "--business-date",
-        time.strftime("%Y-%m-%d"),
-    )
-    assert p.returncode == 0, p.stderr
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "1")
+    try:
+        wait_for(lambda: "bulk" in read_evidence(out), timeout=30, what="bulk's start")
+        assert cli("approve", "urgent", "--state-dir", str(sd)).returncode == 0
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     ev = read_evidence(out)
     kinds = [k for k, _ in ev["bulk"]]
     assert kinds == ["start", "start", "end"]  # stopped once, then ran to the end
     assert ev["urgent"][0][1] < ev["bulk"][1][1]  # urgent started before bulk's second start
-    h = json.loads(cli("history", "bulk", "--state-dir", str(tmp_path / "sd"), "--json").stdout)
+    h = json.loads(cli("history", "bulk", "--state-dir", str(sd), "--json").stdout)
     assert any("preempted for critical job urgent" in t["reason"] for t in h["transitions"])
     assert h["attempts"] == 1 or h["transitions"][-1]["to"] == "SUCCEEDED"
 
