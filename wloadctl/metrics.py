@@ -9,6 +9,7 @@ sampled every few seconds tolerates.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -93,7 +94,7 @@ class SchedulerCollector(Collector):
             rows = CounterMetricFamily(f"{PREFIX}journal_rows", "Transitions journaled.")
             rows.add_metric([], meter.rows)
             yield rows
-        local, objs = loop.local, loop.objs
+        pools, objs = loop.pools, loop.objs
         depth = GaugeMetricFamily(f"{PREFIX}queue_depth_messages", "Messages waiting in a run queue.",
                                   labels=["queue"])
         for name, q in (("request", objs.req), ("response", objs.rsp)):
@@ -104,7 +105,7 @@ class SchedulerCollector(Collector):
         yield depth
         backlog = GaugeMetricFamily(f"{PREFIX}dispatch_backlog_tasks",
                                     "Dispatched tasks waiting for room in the request queue or the arena.")
-        backlog.add_metric([], len(local.sendq) + len(local.unplaced))
+        backlog.add_metric([], pools.backlog())
         yield backlog
         arena = GaugeMetricFamily(f"{PREFIX}arena_used_bytes", "Bytes of the payload arena in use.")
         arena.add_metric([], objs.arena.used)
@@ -113,8 +114,7 @@ class SchedulerCollector(Collector):
         cap.add_metric([], objs.arena.capacity)
         yield cap
         agents = GaugeMetricFamily(f"{PREFIX}agents", "Agents of the run's pools by state.", labels=["state"])
-        by_state = Counter(node.state.name for node in list(loop.remote.nodes.values())) \
-            if loop.remote is not None else Counter()
+        by_state = Counter(str(row["state"]) for row in pools.health(time.time()) if "agent" in row)
         from wloadctl.remote.agents import AgentState
 
         for ast in AgentState:

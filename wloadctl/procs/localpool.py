@@ -15,110 +15,27 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from wloadctl.core.commands import Kill
 from wloadctl.core.events import ExecutorLostEvent, JobAcceptedEvent, SlotsChangedEvent, TasksLostEvent
 from wloadctl.core.states import ExecutorState, JobState
 from wloadctl.errors import Fenced
 from wloadctl.ipc import protocol as P
-from wloadctl.procs.jobtree import kill_executor_trees
+from wloadctl.procs.jobtree import kill_executor_trees, kill_job_tree
+from wloadctl.procs.pools import Book, Feed
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.supervisor import RunObjects, Supervisor
 
 if TYPE_CHECKING:
     from wloadctl.core.events import Event
+    from wloadctl.procs.control import ControlDesk
 
 KILL_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL of an operator kill or preemption."""
 UNACCEPTED_SETTLE = 0.25
 """Seconds, once the request queue has emptied after an executor died, before tasks found in no
 executor's record count as lost with it (live executors record what they take at once)."""
-
-Feed = Callable[["Event"], None]
-"""Where a pool's events go (the core's feed)."""
-
-
-class Book(Protocol):
-    """What a local pool reads of the tasks it runs, indexed by task id: the engine's arrays on a
-    scheduler, an agent's book of the tasks it took on a node. A pool never writes them."""
-
-    n: int
-    """Task ids are below this."""
-    state: Any
-    """JobState value per task."""
-    attempt: Any
-    """Current attempt per task."""
-    executor: Any
-    """Executor holding each task (-1: none known)."""
-    tier: Any
-    """SLA tier per task (an executor starts the most urgent first)."""
-    slots: int
-    """Slots offered in all."""
-
-    def unaccepted(self) -> tuple[tuple[int, int], ...]:
-        """QUEUED tasks no executor has accepted yet: (task, attempt) pairs."""
-        ...
-
-    def feed(self, event: Event) -> None:
-        """Take one event."""
-        ...
-
-
-class Pool(Protocol):
-    """What the scheduler loop asks of a pool of executors (LocalPool here; StubPool in tests)."""
-
-    health_due: bool
-    """A node's state changed: the loop judges health at once."""
-
-    def attach(self, poller: select.poll) -> None:
-        """Register the descriptors the pool waits on."""
-        ...
-
-    def on_ready(self, fd: int, cause: str) -> bool:
-        """Handle a ready descriptor if it is the pool's."""
-        ...
-
-    def drain(self, feed: Feed, cause: str) -> None:
-        """Feed the engine every report waiting."""
-        ...
-
-    def submit(self, tasks: list[tuple[int, int]]) -> None:
-        """Take dispatched (job, attempt) pairs."""
-        ...
-
-    def pump(self) -> None:
-        """Send what waits, as far as there is room."""
-        ...
-
-    def pending(self) -> bool:
-        """Dispatches not yet handed to a node."""
-        ...
-
-    def next_due(self) -> float:
-        """When the pool next needs the loop."""
-        ...
-
-    def fire_kills(self, now: float) -> None:
-        """Send the kills that are due."""
-        ...
-
-    def kill(self, c: Kill) -> None:
-        """Stop a job's attempt."""
-        ...
-
-    def check(self, now: float, feed: Feed, cause: str, replace: bool = True) -> None:
-        """Judge the nodes; a lost one loses its jobs."""
-        ...
-
-    def alive(self) -> int:
-        """Nodes alive now."""
-        ...
-
-    def stop_all(self) -> None:
-        """Ask every node to stop its jobs."""
-        ...
-
 
 def result_journals(state_dir: Path, run_id: str) -> list[tuple[int, int, Path]]:
     """(executor index, executor pid, path) of every executor results journal of a run."""
@@ -172,6 +89,8 @@ class LocalPool:
     """Where executors keep their results journals."""
     say: Callable[[str, dict[str, object]], None] = field(default=lambda _e, _f: None)
     """Event log line for the operator (event name, fields)."""
+    serves: Callable[[int], bool] = field(default=lambda _i: True)
+    """Whether a job runs on this host (the jobs of no other pool)."""
     sendq: deque[P.TaskRecord] = field(default_factory=deque)
     """Task records waiting for room in the request queue."""
     unplaced: deque[tuple[int, int]] = field(default_factory=deque)
@@ -196,6 +115,39 @@ class LocalPool:
     received_batches: int = 0
     """Response messages received (pipeline figures)."""
 
+    keeps_jobs: ClassVar[bool] = False
+    """A stop stops this host's jobs (or, after Ctrl-C, leaves them to a resume that reattaches)."""
+
+    @classmethod
+    def start(cls, core: Book, objs: RunObjects, reader: ReportReader, payload_of: Callable[[int, int], bytes | None],
+              guard: Callable[[], None], epoch: int, state_dir: Path, *, executors: int, slots: int,
+              say: Callable[[str, dict[str, object]], None] | None = None,
+              serves: Callable[[int], bool] | None = None, **limits: Any) -> LocalPool:
+        """The pool of a run's (or a node's) executors, with the supervisor that spawns and watches them.
+
+        Args:
+            core: what the pool reads of its tasks.
+            objs: the run's queues and segments (their run id names the executors).
+            reader: records to events.
+            payload_of: encoded payload of (job, attempt).
+            guard: raises when this scheduler was fenced.
+            epoch: carried by every task record.
+            state_dir: where the executors keep their journals and pidfiles.
+            executors: how many executors.
+            slots: slots of each.
+            say: event log line for the operator.
+            serves: whether a job runs on this host (default: every job).
+            limits: the supervisor's per-executor settings (dead_after, orphan_timeout, cpus,
+                memory, prefetch).
+        """
+        sup = Supervisor(objs.run_id, state_dir, objs.eboard, executors, slots, **limits)
+        pool = cls(core, objs, sup, reader, payload_of, guard, epoch, state_dir)
+        if say is not None:
+            pool.say = say
+        if serves is not None:
+            pool.serves = serves
+        return pool
+
     def __post_init__(self) -> None:
         self.per_msg = P.tasks_per_message(self.objs.req.max_message_size)
         self._req_out = False
@@ -210,6 +162,9 @@ class LocalPool:
         self.sup.poller = poller
         for fd in self.sup.fds():
             poller.register(fd, select.POLLIN)
+
+    def join_desk(self, desk: ControlDesk) -> None:
+        """Nothing to carry: operators on this host reach the desk over its own socket."""
 
     def on_ready(self, fd: int, cause: str) -> bool:
         """Handle one ready descriptor if it is this pool's; return whether it was."""
@@ -239,9 +194,27 @@ class LocalPool:
                 self._poller.unregister(self.objs.req.fd)
             self._req_out = want_out
 
+    def after_commit(self) -> None:
+        """Nothing to let go: executors journal their reports themselves."""
+
+    def flush(self, timeout: float) -> None:
+        """Nothing waits: the queues hand over at once."""
+
     def pending(self) -> bool:
         """Dispatches not yet handed to an executor's queue."""
         return bool(self.sendq or self.unplaced)
+
+    def backlog(self) -> int:
+        """Dispatches waiting for room in the request queue or the payload arena."""
+        return len(self.sendq) + len(self.unplaced)
+
+    def starved(self) -> bool:
+        """The payload arena found no memory in /dev/shm: dispatches wait to be sent."""
+        return self.objs.arena.starved
+
+    def traffic(self) -> tuple[int, int]:
+        """Request messages sent and response messages received."""
+        return self.sent_batches, self.received_batches
 
     def next_due(self) -> float:
         """When this pool next needs the loop (a SIGKILL due after a SIGTERM)."""
@@ -250,6 +223,27 @@ class LocalPool:
     def alive(self) -> int:
         """Executors alive now."""
         return self.sup.alive_count()
+
+    def health(self, now: float) -> list[dict[str, object]]:
+        """One row per executor: its index, pid, state, heartbeat age and restarts."""
+        return [{"executor": w.index, "pid": w.pid, "state": w.state.name,
+                 "age": round(now - w.last_beat, 1) if w.last_beat else None, "restarts": w.restarts}
+                for w in sorted(list(self.sup.workers.values()), key=lambda w: w.index)]
+
+    def inventory(self) -> dict[int, set[tuple[int, int]]]:
+        """What each live executor's journal shows it took and has not reported ended."""
+        live = {w.pid for w in self.sup.workers.values() if w.state != ExecutorState.DEAD}
+        held: dict[int, set[tuple[int, int]]] = {}
+        for index, pid, path in result_journals(self.state_dir, self.objs.run_id):
+            if pid not in live:
+                continue
+            mine = held.setdefault(index, set())
+            for r in read_results(path):
+                if r.kind in (P.RES_ACCEPTED, P.RES_STARTED):
+                    mine.add((r.task, r.attempt))
+                elif r.kind == P.RES_EXITED:
+                    mine.discard((r.task, r.attempt))
+        return held
 
     # -- reports -------------------------------------------------------------------------
 
@@ -305,6 +299,45 @@ class LocalPool:
                 killpg(r.pid, signal.SIGTERM)
                 self.kills.append((time.time() + KILL_GRACE, i, r.attempt))
                 self.kills.sort()
+
+    def replay(self, r: P.ResultRecord, cause: str) -> Event:
+        """A report read from an executor's journal rather than its queue (recovery, a sweep): booked
+        as if received, and turned into its event.
+
+        Args:
+            r: an accepted, started or exited record.
+            cause: cause id of the event.
+        """
+        self._settle_record(r)
+        ev = self.reader.event(r, cause)
+        assert ev is not None, f"record kind {r.kind} has no event"
+        return ev
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def reattach(self) -> tuple[list[int], int]:
+        """Take over a previous scheduler's executors still alive, and drop the task records it sent
+        that no executor took (they are sent again under this scheduler's epoch).
+
+        Returns:
+            The indices of the executors reattached, and how many task records were dropped.
+        """
+        found = self.sup.adopt()
+        dropped = 0
+        while (data := self.objs.req.recv_nowait()) is not None:
+            dropped += len(P.decode_tasks(data))
+        return found, dropped
+
+    def executor_pids(self, indices: list[int]) -> set[int]:
+        """Process ids of these executors."""
+        return {self.sup.workers[i].pid for i in indices}
+
+    def kill_lost(self, started: P.ResultRecord) -> None:
+        """A started job whose executor is gone may live on: stop its process group, and whatever
+        left the group with it, before it is retried."""
+        killpg(started.pid, signal.SIGKILL)
+        kill_job_tree(self.objs.run_id, started.executor, started.task, started.attempt)
+        self.pids.pop(started.task, None)
 
     # -- health --------------------------------------------------------------------------
 

@@ -21,9 +21,8 @@ from wloadctl.latency import Histogram, Rate
 from wloadctl.paths import pipeline_path
 
 if TYPE_CHECKING:
-    from wloadctl.procs.localpool import LocalPool
+    from wloadctl.procs.pools import Pools
     from wloadctl.procs.supervisor import RunObjects
-    from wloadctl.remote.agentpool import AgentPool
 
 PUBLISH_EVERY = 1.0
 """Seconds between writes of the pipeline file (the loop's beat may be faster)."""
@@ -142,20 +141,19 @@ class PipelineMeter:
             fig.started += count
             fig.start.observe_many(starts.get(ex, []), wall)
 
-    def beat(self, now: float, objs: RunObjects, local: LocalPool, remote: AgentPool | None) -> None:
+    def beat(self, now: float, objs: RunObjects, pools: Pools) -> None:
         """Take the depths and rates, and publish the figures if a second has passed since the last write.
 
         Args:
             now: the time.
             objs: the run's queues and arena.
-            local: this host's pool (its batch counters and backlog).
-            remote: the agents' pool, if the run has one.
+            pools: the run's pools (their batch counters, backlog and agents' rows).
         """
         if now - self._last_write < PUBLISH_EVERY:
             return
         self._last_write = now
         try:
-            self.figures = self._figures(now, objs, local, remote)
+            self.figures = self._figures(now, objs, pools)
             _write_json(pipeline_path(self.state_dir), self.figures)
         except (OSError, ValueError):
             pass  # a full disk or a vanished segment: the next beat tries again
@@ -168,7 +166,7 @@ class PipelineMeter:
             r = self._rates[name] = Rate()
         return round(r.update(now, value), 3)
 
-    def _figures(self, now: float, objs: RunObjects, local: LocalPool, remote: AgentPool | None) -> dict[str, Any]:
+    def _figures(self, now: float, objs: RunObjects, pools: Pools) -> dict[str, Any]:
         req, rsp, arena = objs.req, objs.rsp, objs.arena
         executors = []
         for ex in sorted(self.executors):
@@ -178,7 +176,8 @@ class PipelineMeter:
             executors.append({"executor": ex, "started": fig.started,
                               "started_per_s": self._rate(f"ex{ex}", now, fig.started),
                               "dispatch_to_start": fig.start.summary(now)})
-        agents = remote.rows(now) if remote is not None else []
+        agents = [row for row in pools.health(now) if "agent" in row]
+        sent, received = pools.traffic()
         commits_per_s = self._rate("commits", now, self.commits)
         rows_per_s = self._rate("rows", now, self.rows)
         # Rows per commit of the last few seconds; before the second reading, of the whole run so far.
@@ -188,12 +187,12 @@ class PipelineMeter:
             "ts": round(now, 3), "run": self.run_id, "pid": os.getpid(), "epoch": self.epoch,
             "queues": {
                 "request": {"depth": req.current_messages, "max": req.max_messages,
-                            "batches": local.sent_batches,
-                            "batches_per_s": self._rate("req", now, local.sent_batches),
-                            "backlog": len(local.sendq) + len(local.unplaced)},
+                            "batches": sent,
+                            "batches_per_s": self._rate("req", now, sent),
+                            "backlog": pools.backlog()},
                 "response": {"depth": rsp.current_messages, "max": rsp.max_messages,
-                             "batches": local.received_batches,
-                             "batches_per_s": self._rate("rsp", now, local.received_batches)},
+                             "batches": received,
+                             "batches_per_s": self._rate("rsp", now, received)},
             },
             "arena": {"used": arena.used, "capacity": arena.capacity, "live": arena.live},
             "latency": {"ready_to_dispatch": self.dispatch.summary(now),

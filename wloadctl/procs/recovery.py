@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,8 +11,8 @@ from wloadctl.core.states import JobState
 from wloadctl.errors import WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.health import pid_alive
-from wloadctl.procs.jobtree import kill_job_tree
-from wloadctl.procs.localpool import Feed, LocalPool, killpg, read_results, result_journals
+from wloadctl.procs.localpool import LocalPool, read_results, result_journals
+from wloadctl.procs.pools import Feed
 
 SETTLE = 0.3
 """Seconds to let live executors journal what they took from the request queue before it is read."""
@@ -53,19 +52,16 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
     Returns:
         One line per notable finding, for the operator.
     """
-    core, objs, sup = pool.core, pool.objs, pool.sup
+    core = pool.core
     notes: list[str] = []
     alive: set[int] = set()
     if adopt:
-        found = sup.adopt()
-        alive = {sup.workers[i].pid for i in found}
-        if found:
-            notes.append(f"reattached to {len(found)} executor(s) still running: {sorted(found)}")
         # Task records the dead scheduler sent but no executor took are dropped here and
         # re-sent below, under this scheduler's epoch.
-        dropped = 0
-        while (data := objs.req.recv_nowait()) is not None:
-            dropped += len(P.decode_tasks(data))
+        found, dropped = pool.reattach()
+        alive = pool.executor_pids(found)
+        if found:
+            notes.append(f"reattached to {len(found)} executor(s) still running: {sorted(found)}")
         if dropped:
             notes.append(f"dropped {dropped} unsent task record(s) of the previous scheduler")
         time.sleep(SETTLE)
@@ -74,7 +70,7 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
         return notes
     want = {(i, core.attempt[i]) for i in inflight}
     seen: dict[tuple[int, int], dict[int, tuple[int, P.ResultRecord]]] = {}
-    for _ex, pid, path in result_journals(pool.state_dir, objs.run_id):
+    for _ex, pid, path in result_journals(pool.state_dir, pool.objs.run_id):
         for r in read_results(path):
             key = (r.task, r.attempt)
             if key in want:
@@ -84,27 +80,20 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
         att = core.attempt[i]
         recs = seen.get((i, att), {})
         if P.RES_EXITED in recs:
-            feed(pool.reader.exited(recs[P.RES_EXITED][1], "recovery"))
+            feed(pool.replay(recs[P.RES_EXITED][1], "recovery"))
             applied += 1
             continue
         started = recs.get(P.RES_STARTED)
         accepted = recs.get(P.RES_ACCEPTED)
         holder = started or accepted
         if holder is not None:
-            if started is not None:
-                pool.pids[i] = started[1].pid
-            ev = pool.reader.event(holder[1], "recovery")
-            assert ev is not None
-            feed(ev)
+            feed(pool.replay(holder[1], "recovery"))
         if holder is not None and holder[0] in alive and pid_alive(holder[0]):
             kept += 1
             continue
         if started is not None:
-            # Its executor is gone but the job's process group may live on: stop it first,
-            # and whatever left the group with it.
-            killpg(started[1].pid, signal.SIGKILL)
-            kill_job_tree(pool.objs.run_id, started[1].executor, i, att)
-            pool.pids.pop(i, None)
+            # Its executor is gone but the job's process group may live on: stopped first.
+            pool.kill_lost(started[1])
         feed(JobExitedEvent(i, att, holder[1].executor if holder else -1, -1, time.time(), lost=True,
                             cause_id="recovery"))
         lost += 1
@@ -212,10 +201,7 @@ class ResultSweeper:
                 continue
             if kind == P.RES_EXITED and st not in (JobState.QUEUED, JobState.RUNNING):
                 continue
-            pool._settle_record(r)
-            ev = pool.reader.event(r, "sweep")
-            assert ev is not None
-            feed(ev)
+            feed(pool.replay(r, "sweep"))
             fed.append(kind)
         if fed:
             self.recovered += len(fed)

@@ -38,12 +38,13 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.procs.jobtree import remove_run_groups
 from wloadctl.procs.limits import queue_room, quota_full
 from wloadctl.procs.localpool import LocalPool
+from wloadctl.procs.pools import Pools
 from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.spawning import remove_dead_spares
-from wloadctl.procs.supervisor import RunObjects, Supervisor, clean_stale, live_standby, shm_at_start, shm_full
+from wloadctl.procs.supervisor import RunObjects, clean_stale, live_standby, shm_at_start, shm_full
 from wloadctl.procs.userfiles import remove_job_dirs
 from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.runshape import CoreCopy, shape_of_copy, write_shape
@@ -485,14 +486,16 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     if claim is not None:
         claim.announce(events)
     ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds)
-    sup = Supervisor(run.run_id, opts.state_dir, objs.eboard, opts.executors, opts.slots,
-                     dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
-                     cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch)
     reader = ReportReader(core.want, _tail_reader(objs), lambda i, a: ctx.result_of(core.ids[i], a))
-    local = LocalPool(core, objs, sup, reader, _payloads(ctx, core), lambda: loop._check_fenced(), epoch,
-                      opts.state_dir, say=lambda e, f: events.emit(e, **f))
     remote = _agent_pool(link, core, ctx, epoch, opts, events) if link is not None else None
-    loop = SchedulerLoop(ctx, core, store, objs, local, remote=remote, on_turn=on_turn,
+    local = LocalPool.start(core, objs, reader, _payloads(ctx, core), lambda: loop._check_fenced(), epoch,
+                            opts.state_dir, executors=opts.executors, slots=opts.slots,
+                            say=lambda e, f: events.emit(e, **f),
+                            serves=(lambda i: not remote.remote_of(i)) if remote is not None else None,
+                            dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
+                            cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch)
+    loop = SchedulerLoop(ctx, core, store, objs, Pools([local] if remote is None else [local, remote]),
+                         on_turn=on_turn,
                          exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval,
                          say=opts.say)
     if opts.metrics is not None:
@@ -509,8 +512,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
         if resumed:
             core.restore(store.job_states(run.id), t0)
             _restore_outcomes(store, run, ctx, core)
-            notes = reconcile(local, core.feed, adopt,
-                              mine=(lambda i: not remote.remote_of(i)) if remote is not None else (lambda _i: True))
+            notes = reconcile(local, core.feed, adopt, mine=local.serves)
             if remote is not None:
                 notes += remote.recover(core.feed, expect=claim.agents if claim is not None else 0)
             for n in notes:
@@ -546,7 +548,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             # run's status, publish `done`, stop executors or remove the run's objects.
             fenced = fenced or _lost_epoch(store, run, epoch)
             if fenced is not None:
-                _stand_down(loop, fenced, opts)
+                _stand_down(loop, local, remote, fenced, opts)
             else:
                 ended = time.time()
                 try:
@@ -662,7 +664,8 @@ def _fence_board(objs: RunObjects, epoch: int, lease_until: float, state_dir: Pa
         standby_pid=live_standby(state_dir)))
 
 
-def _stand_down(loop: SchedulerLoop, fenced: Fenced, opts: RunOptions) -> None:
+def _stand_down(loop: SchedulerLoop, local: LocalPool, remote: AgentPool | None, fenced: Fenced,
+                opts: RunOptions) -> None:
     """Leave a run another scheduler took over: nothing published, stopped, removed or journaled.
 
     The run's queues, segments and executors now serve the successor, and the journal's
@@ -672,15 +675,15 @@ def _stand_down(loop: SchedulerLoop, fenced: Fenced, opts: RunOptions) -> None:
                          by_epoch=fenced.by_epoch, how="exited: it found a newer epoch")
     opts.say(f"this scheduler (pid {os.getpid()}, epoch {loop.ctx.epoch}) was fenced: "
              f"{fenced.message}; it exits without touching the run")
-    if loop.remote is not None:
-        loop.remote.release()
-        loop.remote.stood_down()
+    if remote is not None:
+        remote.release()
+        remote.stood_down()
     loop.ctx.reap_hooks()
     if _successor_elsewhere(loop):
         # A successor on another host took the run: nothing on this host is its own. What ran
         # here is retried there under its policy, so it must not go on here.
-        loop.local.stop_all()
-        loop.local.wait_all(timeout=10.0)
+        local.stop_all()
+        local.wait_all(timeout=10.0)
         loop.objs.remove()
     else:
         loop.objs.close()

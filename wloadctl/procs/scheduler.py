@@ -26,8 +26,8 @@ from wloadctl.ipc.protocol import PAUSE_NONE, PAUSE_SHM_FULL, PAUSE_STATE_DIR_FU
 from wloadctl.paths import append_ids
 from wloadctl.procs.clockwatch import ClockWatch
 from wloadctl.procs.control import ControlDesk
-from wloadctl.procs.localpool import LocalPool, Pool
 from wloadctl.procs.pipeline import PipelineMeter
+from wloadctl.procs.pools import Pools
 from wloadctl.procs.recovery import ResultSweeper
 from wloadctl.procs.runctx import RunContext
 from wloadctl.procs.supervisor import RunObjects, live_standby
@@ -36,7 +36,6 @@ from wloadctl.store import Store
 if TYPE_CHECKING:
     from wloadctl.hostshare import SlotGovernor
     from wloadctl.procs.selfdrill import Strike
-    from wloadctl.remote.agentpool import AgentPool
 
 _SHOWN = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED,
                     JobState.SKIPPED, JobState.CANCELLED, JobState.HELD, JobState.RETRY_WAIT})
@@ -61,10 +60,9 @@ class SchedulerLoop:
     """The journal."""
     objs: RunObjects
     """The run's queues and segments (the loop itself uses the state board)."""
-    local: Pool
-    """This host's executors (a LocalPool; a StubPool in tests of the loop)."""
-    remote: AgentPool | None = None
-    """Agents on other hosts, when the run has a broker."""
+    pools: Pools
+    """Where jobs run: this host's executors (a LocalPool; a StubPool in tests of the loop), and agents
+    on other hosts when the run has a broker."""
     on_turn: Callable[[SchedulerLoop], None] | None = None
     """Called after each turn (progress display), at most every 0.2 s."""
     stop_requested: bool = False
@@ -123,20 +121,14 @@ class SchedulerLoop:
             desk.close()
 
     def _run(self, desk: ControlDesk) -> RunFinished | None:
-        core, local, remote = self.core, self.local, self.remote
+        core, pools = self.core, self.pools
         self.lease_renewed = time.time()
-        if remote is not None:
-            from wloadctl.remote.operators import OperatorGate
-
-            remote.on_op = desk.take  # verbs of operators on other hosts, through the broker
-            desk.gate = OperatorGate.of(remote.link, remote.subjects, remote.run_id)
+        pools.join_desk(desk)  # verbs of operators on other hosts, through the broker
         self.not_idempotent = {i for i, spec in enumerate(core.specs) if not spec.idempotent}
         meter = self.meter = self.meter or PipelineMeter(self.ctx.state_dir, self.ctx.run_id, self.ctx.epoch)
         poller = select.poll()
         desk.ctl.attach(poller)
-        local.attach(poller)
-        if remote is not None:
-            remote.attach(poller)
+        pools.attach(poller)
         next_health = 0.0
         last_progress = 0.0
         self._check_fenced()
@@ -145,7 +137,7 @@ class SchedulerLoop:
         self._publish(force=True)
         while self.finished is None and not self.stop_requested:
             now = time.time()
-            due = min(next_health, core.next_timer() or float("inf"), local.next_due())
+            due = min(next_health, core.next_timer() or float("inf"), pools.next_due())
             # Never longer than a beat: a wall clock set back would otherwise stretch the wait
             # by the jump (the beat after it finds the jump and moves the waits).
             timeout_ms = max(0, min(int((due - now) * 1000) + 1, int(self.beat_interval * 1000) + 1))
@@ -166,9 +158,9 @@ class SchedulerLoop:
             for fd, _ev in ready:
                 if desk.ctl.owns(fd):
                     desk.on_ready(fd, now)
-                elif remote is None or not remote.on_ready(fd, cause):
-                    local.on_ready(fd, cause)
-            if local.health_due or (remote is not None and remote.health_due):
+                else:
+                    pools.on_ready(fd, cause)
+            if pools.health_due:
                 next_health = now
             nt = core.next_timer()
             if nt is not None and nt <= now:
@@ -177,18 +169,16 @@ class SchedulerLoop:
                 next_health = now + self.beat_interval
                 self._check_health(now)
                 beat = True
-            local.fire_kills(now)
+            pools.fire_kills(now)
             self._execute(core.flush())
-            local.pump()
+            # Reports applied this turn are journaled now: they may leave the broker's stream
+            # (not while a full disk holds their journal write back).
+            if not self.held_back:
+                pools.after_commit()
+            if pools.pending():
+                self._check_fenced()
+            pools.pump()
             self._watch_shm()
-            if remote is not None:
-                # Results applied this turn are journaled now: they may leave the broker's stream
-                # (not while a full disk holds their journal write back).
-                if not self.held_back:
-                    remote.after_commit()
-                if remote.pending():
-                    self._check_fenced()
-                    remote.pump()
             # The board's beat is the heartbeat standbys and executors watch: publish it
             # every interval even when no job changed state.
             self._publish(force=beat)
@@ -198,8 +188,7 @@ class SchedulerLoop:
 
                 advance(self)
             meter.turn_done(began, time.perf_counter())
-            if self.exit_when_stalled and core.is_stalled() and not local.pending() and \
-                    not (remote is not None and remote.pending()):
+            if self.exit_when_stalled and core.is_stalled() and not pools.pending():
                 self.stalled = True
                 break
             if self.on_turn is not None and now - last_progress >= 0.2:
@@ -225,16 +214,13 @@ class SchedulerLoop:
         # at most one interval of events.
         self.ctx.events.flush()
         cause = f"health-{self.turn}"
-        self.local.check(now, self.core.feed, cause, replace=not self.stop_requested and self.finished is None)
+        self.pools.check(now, self.core.feed, cause, replace=not self.stop_requested and self.finished is None)
         if self.governor is not None:
             self.governor.beat(self.core, now)
-        if self.remote is not None:
-            self.remote.check(now, self.core.feed, cause)
         if self.sweeper is not None and not self.sweeper.sweep(self.core.feed, now):
             self.sweeper = None
         if self.meter is not None:
-            if isinstance(self.local, LocalPool):  # a stub pool (tests of the loop) has nothing to measure
-                self.meter.beat(now, self.objs, self.local, self.remote)
+            self.meter.beat(now, self.objs, self.pools)
 
     def _clock_jumped(self, by: float) -> None:
         """The wall clock was set forward or back: the core moves its retry waits, and the log says so."""
@@ -246,14 +232,13 @@ class SchedulerLoop:
 
     def _watch_shm(self) -> None:
         """Say when sending stops for want of /dev/shm for payloads, and when it goes on."""
-        short = isinstance(self.local, LocalPool) and self.local.objs.arena.starved
+        short = self.pools.starved()
         if short == self.shm_short:
             return
         self.shm_short = short
         if short:
-            waiting = len(self.local.unplaced) if isinstance(self.local, LocalPool) else 0
-            self.say(f"paused: no space left in /dev/shm for the payload arena; {waiting} job(s) wait to be "
-                     "sent, retried at each turn")
+            self.say(f"paused: no space left in /dev/shm for the payload arena; {self.pools.backlog()} job(s) "
+                     "wait to be sent, retried at each turn")
             self.ctx.events.emit("paused", reason="no space left in /dev/shm for the payload arena")
         else:
             self.say("resumed: /dev/shm has room for payloads again, sending goes on")
@@ -389,17 +374,9 @@ class SchedulerLoop:
             if self.watch is not None:
                 self.watch.extend((t[0], t[2], t[7]) for t in c.transitions if t[2] in _SHOWN)
         elif isinstance(c, Dispatch):
-            if self.remote is None:
-                self.local.submit(c.tasks)
-            else:
-                away = self.remote.remote_of
-                self.remote.submit([t for t in c.tasks if away(t[0])])
-                self.local.submit([t for t in c.tasks if not away(t[0])])
+            self.pools.submit(c.tasks)
         elif isinstance(c, Kill):
-            if self.remote is not None and self.remote.remote_of(c.job):
-                self.remote.kill(c)
-            else:
-                self.local.kill(c)
+            self.pools.kill(c)
         elif isinstance(c, Alert):
             self.ctx.alert(self.store, self.core, c)
         elif isinstance(c, Flag):
@@ -441,10 +418,9 @@ class SchedulerLoop:
         self.core.paused = True
 
     def jobs_here(self) -> int:
-        """Jobs sent to or running on this host's executors now."""
-        core = self.core
-        away = self.remote.remote_of if self.remote is not None else (lambda _i: False)
-        return sum(1 for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and not away(i))
+        """Jobs sent to or running on nodes that stop with this scheduler (this host's executors) now."""
+        core, ends = self.core, self.pools.stops_with_scheduler
+        return sum(1 for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and ends(i))
 
     def drain_after_stop(self, grace: float) -> None:
         """After a stop: requeue running jobs, let executors stop them, and journal what they report.
@@ -454,21 +430,24 @@ class SchedulerLoop:
         """
         self._check_fenced()
         self._raise_if_fenced()
-        core, local = self.core, self.local
-        away = self.remote.remote_of if self.remote is not None else (lambda _i: False)
+        core, ends = self.core, self.pools.stops_with_scheduler
+        stopping = self.pools.stopping()
         # Jobs on agents keep running there: their results wait in the broker for the next scheduler.
-        here = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and not away(i)]
+        here = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and ends(i)]
         for i in here:
             core.kill_reason[i] = ("interrupted: run stopped", True)
-        local.stop_all()
+        for p in stopping:
+            p.stop_all()
         deadline = time.time() + grace
-        while time.time() < deadline and local.alive() and \
+        while time.time() < deadline and any(p.alive() for p in stopping) and \
                 any(core.state[i] in (JobState.QUEUED, JobState.RUNNING) for i in here):
             time.sleep(0.05)
-            local.drain(core.feed, "stop")
+            for p in stopping:
+                p.drain(core.feed, "stop")
             self._execute(core.flush())
         try:
-            local.drain(core.feed, "stop")
+            for p in stopping:
+                p.drain(core.feed, "stop")
             self._execute(core.flush())
             self._publish(force=True)
         except Fenced:

@@ -33,8 +33,8 @@ from wloadctl.store import Store, journal_url
 
 if TYPE_CHECKING:
     from wloadctl.procs.control import ControlDesk
+    from wloadctl.procs.pools import Pools
     from wloadctl.procs.runctx import RunContext
-    from wloadctl.remote.agentpool import AgentPool
 
 WAKER_READY = 10.0
 """Seconds the scheduler waits for its waker to be watching the journal (else the drill is refused)."""
@@ -53,8 +53,8 @@ class SchedulerLoop(Protocol):
     """Its control desk: requests in, answers out."""
     ctx: RunContext
     """The run: its id, epoch, state directory and event log."""
-    remote: AgentPool | None
-    """Its agents, and the broker link the answer leaves by."""
+    pools: Pools
+    """Where its jobs run, and the channels (the broker link) the answer leaves by."""
     strike: Strike | None
     """The drill under way."""
 
@@ -136,8 +136,7 @@ def strike(loop: SchedulerLoop, req: dict[str, Any], waker: Waker | None) -> Non
     desk.answer(req, {"ok": True, "mode": mode, "pid": pid, "host": host, "epoch": ctx.epoch, "at": round(at, 6),
                       "waker": waker.pid if waker is not None else 0})
     # The answer first: the drill measures from it, and a dead scheduler answers nothing.
-    if loop.remote is not None:
-        loop.remote.link.flush(2.0)
+    loop.pools.flush(2.0)
     if waker is None:
         die()
     os.kill(pid, signal.SIGSTOP)

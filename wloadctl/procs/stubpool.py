@@ -12,14 +12,18 @@ import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 from wloadctl.core.commands import Kill
 from wloadctl.core.events import ExecutorLostEvent
 from wloadctl.core.states import JobState
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.memory import MemoryQueue
-from wloadctl.procs.localpool import Book, Feed
+from wloadctl.procs.pools import Book, Feed
 from wloadctl.procs.reports import ReportReader
+
+if TYPE_CHECKING:
+    from wloadctl.procs.control import ControlDesk
 
 Outcome = Callable[[int, int], int | None]
 """(job, attempt) -> exit status, or None to leave the attempt running until `finish` or a kill."""
@@ -38,7 +42,11 @@ class StubPool:
     rsp: MemoryQueue
     """In-memory response queue the reports travel through."""
     executors: int = 2
-    """Executors it pretends to have (indices 0..executors-1)."""
+    """Executors it pretends to have (indices first..first+executors-1)."""
+    first: int = 0
+    """Index of its first executor (a second stub pool beside it numbers its own after the first's)."""
+    takes: Callable[[int], bool] = field(default=lambda _i: True)
+    """Which jobs it serves."""
     sent: list[tuple[int, int]] = field(default_factory=list)
     """Every (job, attempt) it was given, in order."""
     killed: list[tuple[int, int]] = field(default_factory=list)
@@ -48,9 +56,24 @@ class StubPool:
     lost: list[int] = field(default_factory=list)
     """Executors to report lost at the next health check."""
     waiting: list[tuple[int, int]] = field(default_factory=list)
+    """Dispatches not started yet."""
     health_due: bool = False
     """Whether the loop should judge health at once."""
+    received: int = 0
+    """Response messages drained."""
+    restarts: dict[int, int] = field(default_factory=dict)
+    """Times each executor died and was replaced (at once, as a real pool's supervisor does)."""
     _next: int = 0
+
+    keeps_jobs: ClassVar[bool] = False
+    """A stop ends the stub's attempts (stop_all)."""
+
+    def serves(self, job: int) -> bool:
+        """Whether `takes` says the job is its."""
+        return self.takes(job)
+
+    def join_desk(self, desk: ControlDesk) -> None:
+        """No channel of its own."""
 
     def attach(self, poller: select.poll) -> None:
         """Wait on the response queue."""
@@ -67,6 +90,7 @@ class StubPool:
         """Feed the engine every report in the response queue."""
         recs: list[P.ResultRecord] = []
         while (data := self.rsp.recv_nowait()) is not None:
+            self.received += 1
             recs += P.decode_results(data)
         for ev in self.reader.batch(recs, cause, time.time()):
             feed(ev)
@@ -82,7 +106,7 @@ class StubPool:
         for i, att in self.waiting:
             if self.core.state[i] != JobState.QUEUED or self.core.attempt[i] != att:
                 continue
-            ex = self._next % self.executors
+            ex = self.first + self._next % self.executors
             self._next += 1
             self.sent.append((i, att))
             out.append(P.ResultRecord(P.RES_STARTED, 0, ex, i, att, 0, 0, 1, 1000 + i, now, 0.0, 0, 0))
@@ -107,9 +131,27 @@ class StubPool:
             if not self.rsp.send_nowait(P.encode_results(recs[k : k + per])):
                 raise AssertionError("the stub's response queue is full: drain it more often")
 
+    def after_commit(self) -> None:
+        """Nothing to let go."""
+
+    def flush(self, timeout: float) -> None:
+        """Nothing waits."""
+
     def pending(self) -> bool:
         """Dispatches not yet started."""
         return bool(self.waiting)
+
+    def backlog(self) -> int:
+        """Dispatches not yet started."""
+        return len(self.waiting)
+
+    def starved(self) -> bool:
+        """Never: payloads stay in the engine."""
+        return False
+
+    def traffic(self) -> tuple[int, int]:
+        """No request messages; the response messages drained."""
+        return 0, self.received
 
     def next_due(self) -> float:
         """Nothing is timed here."""
@@ -139,7 +181,20 @@ class StubPool:
             for job in [j for j, e in self.running.items() if e == ex]:
                 del self.running[job]
             feed(ExecutorLostEvent(ex, now, "stub executor lost", cause_id=cause))
+            self.restarts[ex] = self.restarts.get(ex, 0) + 1
         self.lost.clear()
+
+    def health(self, now: float) -> list[dict[str, object]]:
+        """One row per executor (each alive: a lost one was replaced)."""
+        return [{"executor": ex, "state": "ALIVE", "restarts": self.restarts.get(ex, 0)}
+                for ex in range(self.first, self.first + self.executors)]
+
+    def inventory(self) -> dict[int, set[tuple[int, int]]]:
+        """The attempts each live executor still runs."""
+        out: dict[int, set[tuple[int, int]]] = {ex: set() for ex in range(self.first, self.first + self.executors)}
+        for job, ex in self.running.items():
+            out[ex].add((job, self.core.attempt[job]))
+        return out
 
     def alive(self) -> int:
         """Executors alive."""

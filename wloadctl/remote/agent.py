@@ -30,7 +30,7 @@ from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.localpool import LocalPool, read_results, result_journals
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import RESULT_LIMIT, read_small
-from wloadctl.procs.supervisor import RunObjects, Supervisor
+from wloadctl.procs.supervisor import RunObjects
 from wloadctl.procs.userfiles import read_regular, remove_job_dirs
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
@@ -114,11 +114,10 @@ class Agent:
         per = max(1, -(-o.slots // o.executors))
         self.book = NodeBook(per * o.executors)
         self.payloads: dict[int, bytes | None] = {}
-        sup = Supervisor(self.node, o.state_dir, objs.eboard, o.executors, per, cpus=o.cpus, memory=o.memory,
-                         prefetch=o.prefetch)
-        self.pool = LocalPool(self.book, objs, sup, ReportReader((), lambda _r: "", lambda _i, _a: None),
-                              self._payload, lambda: None, self.epoch, o.state_dir,
-                              say=lambda e, f: self.note(f"{e}: {f}"))
+        self.pool = LocalPool.start(self.book, objs, ReportReader((), lambda _r: "", lambda _i, _a: None),
+                                    self._payload, lambda: None, self.epoch, o.state_dir, executors=o.executors,
+                                    slots=per, say=lambda e, f: self.note(f"{e}: {f}"), cpus=o.cpus,
+                                    memory=o.memory, prefetch=o.prefetch)
         self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
         """Result batches published and not yet acknowledged, with the ends they carry."""
         self._beat_board()

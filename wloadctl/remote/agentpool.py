@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 from wloadctl.core.commands import Kill
 from wloadctl.core.events import (
@@ -32,7 +33,7 @@ from wloadctl.core.holding import LOCAL_PLACE, place_of
 from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, WloadError
 from wloadctl.ipc import protocol as P
-from wloadctl.procs.localpool import Book, Feed
+from wloadctl.procs.pools import Book, Feed
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import parse_result
 from wloadctl.remote import messages as M
@@ -42,6 +43,9 @@ from wloadctl.remote.broker import Subjects, ensure_streams
 from wloadctl.remote.link import BrokerLink
 from wloadctl.remote.pulling import Msg, Puller
 from wloadctl.remote.witness import take_lead
+
+if TYPE_CHECKING:
+    from wloadctl.procs.control import ControlDesk
 
 BEAT = 1.0
 """Seconds between the scheduler's beats to the agents."""
@@ -79,6 +83,9 @@ class Node:
 
 class AgentPool:
     """Agents on other hosts, reached through the broker."""
+
+    keeps_jobs: ClassVar[bool] = True
+    """Agents keep their jobs when this scheduler stops: the results wait in the broker for the next one."""
 
     def __init__(self, core: Book, link: BrokerLink, subjects: Subjects, run_id: str, epoch: int,
                  reader: ReportReader, payload_of: Callable[[int, int], bytes | None], state_dir: Path,
@@ -270,9 +277,20 @@ class AgentPool:
 
     # -- the loop's side -----------------------------------------------------------------------
 
+    def serves(self, job: int) -> bool:
+        """Whether the job runs on an agent (its plan names a pool or an agent)."""
+        return self.remote_of(job)
+
     def attach(self, poller: select.poll) -> None:
         """Wait on the broker link's wake descriptor."""
         poller.register(self.link.fileno(), select.POLLIN)
+
+    def join_desk(self, desk: ControlDesk) -> None:
+        """Verbs of operators on other hosts reach the desk through the broker, vouched for by its gate."""
+        from wloadctl.remote.operators import OperatorGate
+
+        self.on_op = desk.take
+        desk.gate = OperatorGate.of(self.link, self.subjects, self.run_id)
 
     def on_ready(self, fd: int, cause: str) -> bool:
         """Handle the link's descriptor."""
@@ -323,11 +341,41 @@ class AgentPool:
         """Dispatches not yet published."""
         return bool(self.waiting)
 
+    def backlog(self) -> int:
+        """Dispatches not yet published (the broker holds the rest until an agent pulls)."""
+        return sum(len(t) for t in self.waiting.values())
+
+    def starved(self) -> bool:
+        """Never: payloads travel in the dispatch messages, not this host's arena."""
+        return False
+
+    def traffic(self) -> tuple[int, int]:
+        """None over this host's queues: the agents' messages travel on the broker."""
+        return 0, 0
+
+    def next_due(self) -> float:
+        """Nothing timed between beats: a kill is the agent's to follow through."""
+        return float("inf")
+
+    def fire_kills(self, now: float) -> None:
+        """Nothing to fire: an agent sends its SIGKILL after the grace itself."""
+
+    def alive(self) -> int:
+        """Agents heard within the timeout."""
+        return sum(1 for n in self.nodes.values() if n.state == AgentState.ALIVE)
+
+    def stop_all(self) -> None:
+        """Nothing to stop: agents keep their jobs (see keeps_jobs)."""
+
     def after_commit(self) -> None:
         """The turn is journaled: the results it applied may leave the stream."""
         if self.to_ack:
             self.link.ack_all(self.to_ack)
             self.to_ack.clear()
+
+    def flush(self, timeout: float) -> None:
+        """Wait until the broker has what the link sent (an answer to an operator of another host)."""
+        self.link.flush(timeout)
 
     # -- results and heartbeats ----------------------------------------------------------------
 
@@ -417,8 +465,9 @@ class AgentPool:
 
     # -- health --------------------------------------------------------------------------------
 
-    def check(self, now: float, feed: Feed, cause: str) -> None:
-        """Judge every agent, give the engine each place's slots, beat to the agents."""
+    def check(self, now: float, feed: Feed, cause: str, replace: bool = True) -> None:
+        """Judge every agent, give the engine each place's slots, beat to the agents (an agent is never
+        replaced from here: `replace` is the local pool's)."""
         self.health_due = False
         core = self.core
         for node in self.nodes.values():
@@ -484,12 +533,7 @@ class AgentPool:
                 return  # the broker cannot say now: the next check asks again
             if pending or unacked:
                 return  # some dispatch is still on its way to an agent
-        held: set[tuple[int, int]] = set()
-        for raw in self.link.gather(self.subjects.ask, M.InventoryRequest(self.run_id).encode(), wait=0.5):
-            try:
-                held.update((t.job, t.attempt) for t in M.Reply.decode(raw).tasks())
-            except WloadError:
-                continue
+        held = {(t.job, t.attempt) for tasks in self._held().values() for t in tasks}
         lost = tuple(sorted(k for k in keys if k not in held))
         self.orphans = None
         if lost:
@@ -550,6 +594,31 @@ class AgentPool:
                         "slots_used": b.slots_used if b else 0, "slots": n.slots,
                         "load1": b.load1 if b else 0.0, "jobs_held": b.jobs_held if b else 0,
                         "age": round(now - n.heard, 1) if n.heard else None})
+        return out
+
+    def health(self, now: float) -> list[dict[str, object]]:
+        """One row per agent (see rows)."""
+        return self.rows(now)
+
+    def inventory(self) -> dict[int, set[tuple[int, int]]]:
+        """What each agent that answers still holds of this run (asked over the broker), by node index."""
+        out: dict[int, set[tuple[int, int]]] = {}
+        for name, tasks in self._held().items():
+            node = self.nodes.get(name)
+            if node is not None:
+                out[node.index] = {(t.job, t.attempt) for t in tasks if t.state != "exited"}
+        return out
+
+    def _held(self, wait: float = 0.5) -> dict[str, list[M.HeldTask]]:
+        """Each answering agent's inventory of this run, by agent name (exited tasks included: their
+        reports may be on their way)."""
+        out: dict[str, list[M.HeldTask]] = {}
+        for raw in self.link.gather(self.subjects.ask, M.InventoryRequest(self.run_id).encode(), wait=wait):
+            try:
+                reply = M.Reply.decode(raw)
+                out.setdefault(reply.agent, []).extend(reply.tasks())
+            except WloadError:
+                continue
         return out
 
     def remote_of(self, i: int) -> bool:
