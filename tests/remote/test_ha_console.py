@@ -1,8 +1,9 @@
 """The console of another host: it watches and steers a run whose scheduler and agents are on hosts of their own,
-through the journal and the broker alone."""
+through the journal and the broker alone, and shows the output of a job that ran on an agent's host."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,18 +11,21 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Log
 
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import cli, wait_for
 from tests.remote.conftest import NatsServer, broker_threads
 from tests.remote.nodes import Node, SchedulerHost, unshare_available
 from tests.remote.test_agent_runs import TRUSTING, plan_file
 from tests.remote.test_ha_hosts import BEAT, _agents_alive, journal_run
 from tui.app import ConsoleApp
 from tui.screens.confirm import ConfirmScreen
+from tui.screens.job_detail import JobDetailScreen
 from tui.widgets.job_table import JobTable
 from wloadctl.client import RunClient
 from wloadctl.core.states import JobState
 from wloadctl.errors import WloadError
+from wloadctl.paths import log_path
 from wloadctl.remote.broker import BrokerOptions
 
 pytestmark = pytest.mark.ipc
@@ -107,4 +111,28 @@ async def test_the_console_of_another_host_watches_and_holds_a_job_of_a_run_ther
         active.stop()
     status, _epoch, states = journal_run(pg_url)
     assert status == "succeeded" and set(states.values()) == {JobState.SUCCEEDED}
+    assert broker_threads() == []
+
+
+async def test_the_log_view_shows_the_output_of_a_job_that_ran_on_an_agents_host(
+        tmp_path: Path, nats_server: NatsServer, agent: Node) -> None:
+    # Given a run of this host whose job ran on the agent of another host, its log written there
+    plan = plan_file(tmp_path / "plan.yaml", tmp_path / "evidence", {
+        "far": {"pool": "etl", "command": 'echo "far says hello from $WLOADCTL_AGENT"'}}, name="farlog")
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--broker", nats_server.url, "--json", timeout=120)
+    assert p.returncode == 0, p.stderr
+    here = log_path(sd, json.loads(p.stdout)["run"], "far", 1)
+    assert not here.exists(), "the output stays on the agent's host until someone reads it"
+    # When the console opens the run and the job's detail
+    app = ConsoleApp(sd, open_client=lambda: RunClient(sd), poll=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.loaded.is_set(), "the run loaded")
+        assert app.screen.query_one(JobTable).select_job("far")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "the job's detail")
+        # Then its log view shows what the job printed on the agent's host, fetched through the broker
+        await until(pilot, lambda: "far says hello from n1" in "\n".join(app.screen.query_one("#log", Log).lines),
+                    "the agent's log on screen")
+        app.exit()
     assert broker_threads() == []
