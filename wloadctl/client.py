@@ -265,6 +265,8 @@ class RunClient:
             return f"no space left on device in {self.state_dir}"
         if h.paused == P.PAUSE_SHM_FULL:
             return "no space left in /dev/shm for the payload arena (jobs wait to be sent)"
+        if h.paused == P.PAUSE_JOURNAL_LOST:
+            return "journal unreachable, retrying"
         return f"paused (reason code {h.paused})"
 
     def held(self, states: bytes | None = None, limit: int = 50) -> list[str]:

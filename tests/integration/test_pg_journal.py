@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,9 @@ import pytest
 
 from tests.integration.helpers import ENV, cli, evidence_plan, ipc_names, read_evidence, reap_orphans, wait_for
 from tests.pgserver import PrivateServer
+from wloadctl.ipc import protocol as P
+from wloadctl.ipc.boards import StateBoard
+from wloadctl.ipc.naming import ROLE_BOARD, object_name
 from wloadctl.store import Store
 from wloadctl.store.postgres import scratch_database
 
@@ -49,6 +51,12 @@ def test_the_bank_plan_runs_on_a_postgresql_journal_and_status_reads_it_from_any
     assert h.returncode == 0, h.stderr
 
 
+def journal_events(sd: Path) -> list[dict]:
+    """The run's journal_lost / journal_back events, in order."""
+    lines = (sd / "events.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] in ("journal_lost", "journal_back")]
+
+
 @pytest.fixture
 def private_pg() -> Iterator[PrivateServer]:
     """A PostgreSQL server of this test alone: it is stopped and started mid-run (never the shared one)."""
@@ -75,17 +83,27 @@ def test_a_postgresql_restart_mid_run_loses_nothing(tmp_path: Path, private_pg: 
         run_id = ""
         try:
             def some_done() -> bool:
+                nonlocal run_id
                 try:
                     with Store.open(None, journal=url, readonly=True) as st:
                         run = st.latest_run()
+                        run_id = run.run_id if run is not None else ""
                         return run is not None and dict(st.state_counts(run.id)).get(4, 0) >= 5
                 except Exception:
                     return False
 
             wait_for(some_done, timeout=60, what="five jobs succeeded")
-            # When PostgreSQL restarts in the middle of the run (every connection dropped, 2 s away)
-            private_pg.stop("fast")
-            time.sleep(2.0)
+            board = StateBoard.open(object_name(run_id, ROLE_BOARD))
+            try:
+                # When PostgreSQL restarts in the middle of the run (every connection dropped)
+                private_pg.stop("fast")
+                # Then, while it is away, the board says why nothing is dispatched (status and the
+                # console read it there) and the event log says the journal was lost
+                wait_for(lambda: board.read_header().paused == P.PAUSE_JOURNAL_LOST, timeout=30,
+                         what="the board paused for the journal")
+                assert [e["event"] for e in journal_events(sd)] == ["journal_lost"]
+            finally:
+                board.close()
             private_pg.start()
             stdout, _ = proc.communicate(timeout=180)
         finally:
@@ -105,8 +123,12 @@ def test_a_postgresql_restart_mid_run_loses_nothing(tmp_path: Path, private_pg: 
         assert all([k for k, _t in marks] == ["start", "end"] for marks in ev.values()), ev
         for i in range(1, 30):
             assert ev[f"j{i:02d}"][0][1] >= ev[f"j{i - 1:02d}"][1][1]
-        # And the scheduler said what happened, and the journal holds every transition once
+        # And the scheduler said what happened, on stderr and in the event log, and the journal
+        # holds every transition once
         assert "unreachable" in stderr and "is back after" in stderr
+        said = journal_events(sd)
+        assert [e["event"] for e in said] == ["journal_lost", "journal_back"]
+        assert "unreachable" in said[0]["notice"] and "is back after" in said[1]["notice"]
         with Store.open(None, journal=url, readonly=True) as st:
             run = st.get_run(run_id)
             assert run is not None and run.status == "succeeded"

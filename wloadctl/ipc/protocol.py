@@ -522,6 +522,8 @@ PAUSE_STATE_DIR_FULL = 1
 """Dispatch is paused: the disk of the state directory is full (journal writes are retried)."""
 PAUSE_SHM_FULL = 2
 """Dispatch is paused: the payload arena in /dev/shm has no room (it waits for running jobs to free some)."""
+PAUSE_JOURNAL_LOST = 3
+"""Dispatch is paused: the journal's server is unreachable (the scheduler reconnects with a bounded backoff)."""
 BOARD_EPOCH = struct.Struct("<I")
 """The header body's first field, the epoch: read alone by a scheduler checking it was not fenced."""
 BOARD_STATES_OFFSET = 192

@@ -498,6 +498,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                          on_turn=on_turn,
                          exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval,
                          say=opts.say)
+    # A server journal lost mid-run: the loop waits in the store; the event log and the board say so.
+    store.on_outage = loop.journal_outage
     if opts.metrics is not None:
         opts.metrics.loop = loop
     if claim is not None and adopt:
@@ -571,6 +573,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                         remove_dead_spares(run_dirs(opts.state_dir, run.run_id)[0])
                     events.close()
         finally:
+            store.on_outage = None
             _restore_signals(stop_signals)
             if loop.governor is not None:
                 loop.governor.leave()

@@ -22,7 +22,7 @@ from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import ClockJumpedEvent, TimerFiredEvent
 from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, StoreError, StoreFull, WloadError
-from wloadctl.ipc.protocol import PAUSE_NONE, PAUSE_SHM_FULL, PAUSE_STATE_DIR_FULL
+from wloadctl.ipc.protocol import PAUSE_JOURNAL_LOST, PAUSE_NONE, PAUSE_SHM_FULL, PAUSE_STATE_DIR_FULL
 from wloadctl.paths import append_ids
 from wloadctl.procs.clockwatch import ClockWatch
 from wloadctl.procs.control import ControlDesk
@@ -111,6 +111,8 @@ class SchedulerLoop:
     """The payload arena found no memory in /dev/shm: dispatches wait to be sent (dispatch degrades, never crashes)."""
     strike: Strike | None = None
     """A failover drill asked of this scheduler from another host, until it strikes (wloadctl.procs.selfdrill)."""
+    journal_lost: bool = False
+    """The journal's server is unreachable: the loop waits inside the store until it is back."""
 
     def run(self) -> RunFinished | None:
         """Loop until the run finishes or a stop is requested; return how it finished (None if stopped)."""
@@ -244,6 +246,28 @@ class SchedulerLoop:
             self.say("resumed: /dev/shm has room for payloads again, sending goes on")
             self.ctx.events.emit("resumed", reason="/dev/shm has room for payloads again")
         self._publish(force=True)
+
+    def journal_outage(self, lost: bool, notice: str) -> None:
+        """The journal's server went away, or came back (the store calls this while it waits for it).
+
+        The loop is held inside a journal call meanwhile, so nothing is dispatched; the event log
+        and the board say why at once. Only the board's pause code changes: its counts and states
+        stay what the journal holds, and the journal is not asked anything from here.
+
+        Args:
+            lost: True when the server went away, False when it is back.
+            notice: the store's one-line notice.
+        """
+        self.journal_lost = lost
+        self.ctx.events.emit("journal_lost" if lost else "journal_back", notice=notice)
+        self.ctx.events.flush()
+        board = self.objs.board
+        try:
+            if board.read_epoch() > self.ctx.epoch:
+                return  # a successor writes the board now
+            board.publish(dataclasses.replace(board.read_header(), paused=self._pause_code()))
+        except WloadError:
+            pass  # unreadable for now: the next publish sets it
 
     def _renew(self, now: float) -> None:
         """Extend the journal's lease; raise Fenced if a successor holds the run.
@@ -398,10 +422,15 @@ class SchedulerLoop:
         # The board has one writer: once a successor published there, this one must not.
         self._check_fenced()
         hdr = dataclasses.replace(self.ctx.board_header(self.core, done=done), standby_pid=self.standby_pid,
-                                  paused=PAUSE_STATE_DIR_FULL if self.no_space else
-                                  PAUSE_SHM_FULL if self.shm_short else PAUSE_NONE)
+                                  paused=self._pause_code())
         self.objs.board.publish(hdr, changes=self.changes)
         self.changes = []
+
+    def _pause_code(self) -> int:
+        """Why dispatch is paused, for the board (PAUSE_NONE when it is not)."""
+        if self.journal_lost:
+            return PAUSE_JOURNAL_LOST
+        return PAUSE_STATE_DIR_FULL if self.no_space else PAUSE_SHM_FULL if self.shm_short else PAUSE_NONE
 
     def publish_final(self) -> None:
         """Publish the last states with the done flag (executors exit when they see it)."""

@@ -113,6 +113,9 @@ class Store(CurrentState, ABC):
     """Whether turns choose their durability (see open's `sync`)."""
     epoch: int | None = None
     """The epoch this store's writes carry (set by begin_epoch; None: unfenced, e.g. offline verbs)."""
+    on_outage: Callable[[bool, str], None] | None = None
+    """Told when a server journal becomes unreachable (True) and when it is back (False), with the
+    one-line notice: a scheduler shows its pause in the event log and on the board."""
 
     def __init__(self) -> None:
         self._columns: dict[int, JobColumns] = {}

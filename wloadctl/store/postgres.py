@@ -223,8 +223,9 @@ class PostgresStore(Store):
                 out = fn(conn)
                 self._gave_up = False
                 if lost_at is not None:
-                    self.say(f"journal: PostgreSQL {self.where} is back after {time.time() - lost_at:.1f}s; "
-                             "the unfinished transaction was written again as a whole")
+                    self._outage(False, f"journal: PostgreSQL {self.where} is back after "
+                                        f"{time.time() - lost_at:.1f}s; the unfinished transaction was written "
+                                        "again as a whole")
                 return out
             except psycopg.OperationalError as e:
                 conn = self._conn
@@ -236,8 +237,9 @@ class PostgresStore(Store):
                 now = time.time()
                 if lost_at is None:
                     lost_at = now
-                    self.say(f"journal: PostgreSQL {self.where} unreachable ({_line(e)}); reconnecting for up "
-                             f"to {self.outage_limit:.0f}s, nothing is dispatched until the journal is written")
+                    self._outage(True, f"journal: PostgreSQL {self.where} unreachable ({_line(e)}); reconnecting "
+                                       f"for up to {self.outage_limit:.0f}s, nothing is dispatched until the journal "
+                                       "is written")
                 if now - lost_at > (0.0 if self._gave_up else self.outage_limit):
                     # Once it gave up, later calls (status, fencing checks on the way out) try once.
                     self._gave_up = True
@@ -247,6 +249,12 @@ class PostgresStore(Store):
                 delay = min(delay * 2, BACKOFF_MAX)
             except psycopg.Error as e:
                 raise StoreError(f"journal {self.where}: {_line(e)}") from None
+
+    def _outage(self, lost: bool, notice: str) -> None:
+        """Say that the server went away or came back, and tell whoever watches (a scheduler's loop)."""
+        self.say(notice)
+        if self.on_outage is not None:
+            self.on_outage(lost, notice)
 
     def _guarded(self, conn: psycopg.Connection[Any], run: int, sql: str, args: Sequence[object]) -> None:
         """Execute `sql` (an UPDATE or INSERT ... SELECT ending in WHERE) only while this store's epoch holds."""
