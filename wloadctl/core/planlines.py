@@ -78,7 +78,7 @@ class JobLines:
         such a line the plan is left to the parser. The job lines are read on
         in chunks by `lines`.
         """
-        head = b""
+        head = bytearray()  # grows in place: a header of one long line is not copied at every read
         at = -1
         while True:
             data = stream.read(_CHUNK)
@@ -97,7 +97,7 @@ class JobLines:
                 return None
         if not _JOBS_KEY.fullmatch(head, at, end):
             return None
-        return cls(head[: end + 1], head.count(b"\n", 0, at) + 1, head[end + 1 :], stream)
+        return cls(bytes(head[: end + 1]), head.count(b"\n", 0, at) + 1, bytes(head[end + 1 :]), stream)
 
     def chunks(self) -> Iterator[str]:
         """The text after the `jobs:` line, in pieces that end at a line break (but maybe the last).
@@ -105,18 +105,20 @@ class JobLines:
         Raises:
             NotPlain: a byte outside ASCII (left to the parser's own decoding).
         """
-        tail = self._rest
+        tail = bytearray(self._rest)  # grows in place: a long line is not copied at every read
         self._rest = b""
         read = self._stream.read
+        seen = 0  # bytes of `tail` known to hold no line break
         while True:
             data = read(_CHUNK)
             if not data:
                 break
-            block = tail + data
-            cut = block.rfind(b"\n") + 1
-            tail = block[cut:]
+            tail += data
+            cut = tail.rfind(b"\n", seen) + 1
             if cut:
-                yield _text(block[:cut])
+                yield _text(tail[:cut])
+                del tail[:cut]
+            seen = len(tail)
         if tail:
             # What the first read left after the `jobs:` line, or a last line
             # with no line break.
@@ -140,7 +142,7 @@ def lines_of(chunks: Iterable[str]) -> Iterator[str]:
         yield from rows
 
 
-def _text(block: bytes) -> str:
+def _text(block: bytes | bytearray) -> str:
     """ASCII text with CRLF line ends made LF; a lone CR stays, and matches no line."""
     try:
         return block.decode("ascii").replace("\r\n", "\n")
