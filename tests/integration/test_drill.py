@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +31,8 @@ def pair(no_ipc_leaks: None, tmp_path: Path) -> Iterator[Cluster]:
 
 
 def start_pair(c: Cluster) -> tuple[Any, Any]:
-    """A run in the middle (jobs left to start) and a standby the active has published."""
-    active = c.start_run(layers=9, sleep=0.8, tail=1.5)
+    """A run in the middle (jobs left to start, held there by a gate) and a standby the active has published."""
+    active = c.start_run(layers=4, sleep=0.3, gate_layer=2)
     c.wait_event("scheduler_start", timeout=30)  # the run is in the journal: a standby finds it there
     standby = c.standby()
     c.wait_mid_run()
@@ -38,12 +40,29 @@ def start_pair(c: Cluster) -> tuple[Any, Any]:
     return active, standby
 
 
-def drill(c: Cluster, *extra: str) -> tuple[dict[str, Any], Any]:
-    p = cli("drill", "failover", "--state-dir", str(c.sd), "--json", *extra, timeout=90)
-    assert p.returncode == 0, p.stderr
-    rep = json.loads(p.stdout)
+def drill(c: Cluster, *extra: str) -> dict[str, Any]:
+    """`wloadctl drill failover`; the gate opens once a new epoch is on the board (the jobs after it start
+    under the new active)."""
+    epoch = c.board_header().epoch
+
+    def taken_over() -> bool:
+        try:
+            return c.board_header().epoch > epoch
+        except Exception:  # the board is gone: the run is over
+            return True
+
+    args = ["drill", "failover", "--state-dir", str(c.sd), "--json", *extra]
+    with subprocess.Popen([sys.executable, "-m", "wloadctl", *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=ENV) as p:
+        try:
+            wait_for(lambda: p.poll() is not None or taken_over(), timeout=90, every=0.05, what="a takeover")
+        finally:
+            c.open_gate()
+        out, err = p.communicate(timeout=90)
+    assert p.returncode == 0, err
+    rep: dict[str, Any] = json.loads(out)
     print(rep["summary"])
-    return rep, p
+    return rep
 
 
 def test_failover_drill_kill_measures_the_takeover_and_the_run_then_finishes(pair: Cluster) -> None:
@@ -51,7 +70,7 @@ def test_failover_drill_kill_measures_the_takeover_and_the_run_then_finishes(pai
     active, standby = start_pair(pair)
     epoch = pair.board_header().epoch
     # When the drill kills the active
-    rep, _ = drill(pair)
+    rep = drill(pair)
     # Then it reports the takeover by the standby, with its figures, and no succeeded job ran again
     assert rep["ok"] and rep["problems"] == []
     assert (rep["active_pid"], rep["standby_pid"], rep["new_pid"]) == (active.pid, standby.pid, standby.pid)
@@ -77,7 +96,7 @@ def test_failover_drill_stop_fences_the_frozen_active_when_it_wakes(pair: Cluste
     # Given a live run with a standby
     active, standby = start_pair(pair)
     # When the drill freezes the active, and wakes it once the standby took over
-    rep, _ = drill(pair, "--mode", "stop")
+    rep = drill(pair, "--mode", "stop")
     # Then the old active left the run without dispatching, and the run finishes once
     assert rep["ok"], rep
     assert rep["old_active"].startswith("fenced") and rep["old_epoch_dispatches"] == 0
@@ -91,7 +110,7 @@ def test_failover_drill_stop_fences_the_frozen_active_when_it_wakes(pair: Cluste
 
 def test_failover_drill_refuses_without_a_standby_and_kills_nothing(pair: Cluster) -> None:
     # Given a live run with no standby
-    active = pair.start_run(layers=6, sleep=0.6, tail=2.0)
+    active = pair.start_run(layers=3, sleep=0.3, gate_layer=1)
     pair.wait_mid_run()
     # When a drill is asked for
     p = cli("drill", "failover", "--state-dir", str(pair.sd))
@@ -99,6 +118,7 @@ def test_failover_drill_refuses_without_a_standby_and_kills_nothing(pair: Cluste
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and "no live standby" in p.stderr and "Traceback" not in p.stderr
     assert active.poll() is None
+    pair.open_gate()
     assert active.wait(60) == 0, pair.stderr("active")
     # and on a run that is over, it says there is no live run
     p = cli("drill", "failover", "--state-dir", str(pair.sd))
@@ -130,6 +150,7 @@ class PgPair(Cluster):
         wait_for(mid, timeout=30, what="a run in the middle")
 
     def stop(self) -> None:
+        self.open_gate()
         for p in self.procs:
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGCONT)
@@ -150,10 +171,8 @@ def test_failover_drill_on_a_postgresql_journal(
     try:
         _active, standby = start_pair(c)
         # When the drill kills the active, naming the journal
-        p = cli("drill", "failover", "--state-dir", str(c.sd), "--journal", pg_url, "--json", timeout=90)
+        rep = drill(c, "--journal", pg_url)
         # Then the standby took over, nothing ran twice, and the report is in that journal
-        assert p.returncode == 0, p.stderr
-        rep = json.loads(p.stdout)
         assert rep["ok"] and rep["new_pid"] == standby.pid and rep["takeover_s"] > 0 and rep["reran"] == []
         assert standby.wait(60) == 0, c.stderr("standby")
         c.assert_exactly_once()
@@ -173,7 +192,7 @@ def test_a_standby_started_before_the_run_waits_for_a_postgresql_journal_to_exis
         time.sleep(3.0)  # long enough to have looked at the empty database a few times
         assert standby.poll() is None, c.stderr("standby")
         # When the run starts after it
-        active = c.start_run(layers=4, sleep=0.4, tail=0.5)
+        active = c.start_run(layers=3, sleep=0.2, gate_layer=1)
         # Then the standby waited, found the run, and stands by for it, rather than exiting
         def standing_by() -> bool:
             if standby.poll() is not None:
@@ -185,6 +204,7 @@ def test_a_standby_started_before_the_run_waits_for_a_postgresql_journal_to_exis
 
         wait_for(standing_by, timeout=60, what="the standby on the board")
         assert standby.poll() is None, c.stderr("standby")
+        c.open_gate()
         assert active.wait(90) == 0, c.stderr("active")
     finally:
         c.stop()

@@ -83,16 +83,26 @@ class Cluster:
     def stderr(self, name: str) -> str:
         return (self.tmp / f"{name}.err").read_text()
 
+    @property
+    def gate(self) -> Path:
+        return self.tmp / "gate"
+
     def start_run(
-        self, layers: int = 5, sleep: float = 0.6, tail: float = 0.0
+        self, layers: int = 5, sleep: float = 0.6, tail: float = 0.0, gate_layer: int | None = None
     ) -> subprocess.Popen[bytes]:
-        """Layers of 4 evidence jobs (and a last job of `tail` seconds), 2 x 2 slots."""
+        """Layers of 4 evidence jobs (and a last job of `tail` seconds), 2 x 2 slots.
+
+        The jobs of `gate_layer` run until `open_gate`: the run stays in its middle, with
+        jobs running and jobs left to start, as long as a test needs it there.
+        """
         width = 4
         jobs: dict[str, dict[str, Any]] = {}
         for layer in range(layers):
             for k in range(width):
                 up = [f"l{layer - 1}_{k}", f"l{layer - 1}_{(k + 1) % width}"]
                 jobs[f"l{layer}_{k}"] = {"depends_on": up} if layer else {}
+                if layer == gate_layer:
+                    jobs[f"l{layer}_{k}"]["gate"] = str(self.gate)
         if tail:
             last = [f"l{layers - 1}_{k}" for k in range(width)]
             jobs["tail"] = {"depends_on": last, "sleep": tail}
@@ -103,6 +113,10 @@ class Cluster:
             "active", "run", str(plan), "--state-dir", sd, "--executors", "2",
             "--slots", "2", "--quiet",
         )  # fmt: skip
+
+    def open_gate(self) -> None:
+        """Let the jobs of the gated layer end."""
+        self.gate.touch()
 
     def standby(self, name: str = "standby") -> subprocess.Popen[bytes]:
         return self.spawn(name, "scheduler", "--standby", "--state-dir", str(self.sd))
@@ -178,6 +192,7 @@ class Cluster:
             assert "fenced" in self.stderr("active")
 
     def stop(self) -> None:
+        self.open_gate()
         for p in self.procs:
             if p.poll() is None:
                 os.kill(p.pid, signal.SIGCONT)  # a frozen process must wake to die
