@@ -217,7 +217,7 @@ def test_kill_9_of_the_active_the_standby_takes_over_and_every_job_runs_once(
     cluster: Cluster,
 ) -> None:
     # Given a run in the middle, with jobs running, and a standby watching it
-    active = cluster.start_run(tail=4.0)
+    active = cluster.start_run(layers=4, sleep=0.3, gate_layer=2)
     standby = cluster.standby()
     cluster.wait_mid_run()
     wait_for(lambda: cluster.board_header().standby_pid == standby.pid, what="standby")
@@ -242,6 +242,7 @@ def test_kill_9_of_the_active_the_standby_takes_over_and_every_job_runs_once(
     second = cluster.standby("second")
     wait_for(lambda: cluster.board_header().standby_pid == second.pid, what="second")
     # and the run completes with every job's side effect exactly once
+    cluster.open_gate()
     assert standby.wait(30) == 0, cluster.stderr("standby")
     assert second.wait(10) == 0, cluster.stderr("second")
     cluster.assert_exactly_once()
@@ -257,13 +258,14 @@ def test_a_frozen_active_is_fenced_and_only_the_new_active_dispatches(
     cluster: Cluster,
 ) -> None:
     # Given a run in the middle and a standby
-    active = cluster.start_run(tail=2.0)
+    active = cluster.start_run(layers=4, sleep=0.3, gate_layer=2)
     standby = cluster.standby()
     cluster.wait_mid_run()
     # When the active is frozen past the heartbeat timeout
     os.kill(active.pid, signal.SIGSTOP)
     take = cluster.wait_event("takeover")[0]
     # and wakes up while the run goes on under the standby
+    cluster.open_gate()
     time.sleep(0.5)
     os.kill(active.pid, signal.SIGCONT)
     # Then the old active leaves the run to the new one, which completes it once
@@ -375,12 +377,14 @@ for two seconds and prints their kinds."""
 
 def test_two_standbys_only_one_takes_over(cluster: Cluster) -> None:
     # Given two standbys watching the same active
-    active = cluster.start_run()
+    active = cluster.start_run(layers=4, sleep=0.3, gate_layer=2)
     first, second = cluster.standby("first"), cluster.standby("second")
     cluster.wait_mid_run()
     # When the active dies
     os.kill(active.pid, signal.SIGKILL)
     active.wait()
+    cluster.wait_event("takeover")
+    cluster.open_gate()
     # Then exactly one takes over, the other stands by, and the run completes once
     assert first.wait(30) == 0, cluster.stderr("first")
     assert second.wait(30) == 0, cluster.stderr("second")
@@ -396,7 +400,7 @@ def test_a_standby_that_an_executor_contradicts_suspects_a_partition(
     cluster: Cluster,
 ) -> None:
     # Given a frozen active, and an executor that still hears it (a network split)
-    active = cluster.start_run(tail=2.0)
+    active = cluster.start_run(layers=4, sleep=0.3, gate_layer=2)
     standby = cluster.standby()
     cluster.wait_mid_run()
     epoch = cluster.board_header().epoch
@@ -413,6 +417,7 @@ def test_a_standby_that_an_executor_contradicts_suspects_a_partition(
     witness.kill()
     witness.wait()
     cluster.wait_event("takeover")
+    cluster.open_gate()
     os.kill(active.pid, signal.SIGCONT)
     cluster.assert_fenced_once(active, by=standby.pid)
     assert standby.wait(30) == 0, cluster.stderr("standby")

@@ -120,7 +120,7 @@ def cluster(no_ipc_leaks: None, tmp_path: Path) -> Iterator[Cluster]:
 def test_a_standby_serves_metrics_inactive_until_it_takes_the_run_over(cluster: Cluster) -> None:
     # Given a run in the middle and a standby with metrics
     port = free_port()
-    active = cluster.start_run(tail=4.0)
+    active = cluster.start_run(layers=3, sleep=0.3, gate_layer=1)
     standby = cluster.spawn("standby", "scheduler", "--standby", "--state-dir", str(cluster.sd),
                             "--metrics", f"127.0.0.1:{port}")
     cluster.wait_mid_run()
@@ -137,4 +137,5 @@ def test_a_standby_serves_metrics_inactive_until_it_takes_the_run_over(cluster: 
                      what="the standby active")
     assert [dict(k)["epoch"] for k in after["wloadctl_run_info"]] == ["2"]
     assert sum(after["wloadctl_jobs"].values()) == cluster.jobs
+    cluster.open_gate()
     assert standby.wait(60) == 0, cluster.stderr("standby")
