@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -121,8 +122,11 @@ def test_broker_users_act_as_themselves_and_cannot_act_as_another(tmp_path: Path
                              name="forger") as link:
             body = json.dumps({"verb": "hold", "jobs": ["b"], "reason": "forged", "user": "alice@hosta",
                                "id": "f1"}).encode()
-            forged = link.request(Subjects().op_user(run.run_id(), "alice"), body, timeout=3.0)
-            anon = link.request(Subjects().op(run.run_id()), body, timeout=3.0)
+            rid = run.run_id()
+            with ThreadPoolExecutor(2) as both:  # each waits out its whole timeout: side by side
+                asks = [both.submit(link.request, subject, body, 3.0)
+                        for subject in (Subjects().op_user(rid, "alice"), Subjects().op(rid))]
+                forged, anon = (ask.result() for ask in asks)
         # Then the server never delivers it: no answer, nothing done
         assert forged is None and anon is None
         # and the console of each broker user sees the role the scheduler gives them
