@@ -70,11 +70,11 @@ QUICK = Sizes(
     rescan_cap=1.0,
     e2e=(2_000,),
     big=2_000,
-    shell=150,
+    shell=60,
     latency=100,
     dask=(2_000,),
-    remote=1_000,
-    remote_dask=1_000,
+    remote=500,
+    remote_dask=500,
     first_job=2_000,
 )
 """Small sizes that run everything in well under a minute (used by the tests)."""
