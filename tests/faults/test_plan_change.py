@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,21 @@ from wloadctl.store import Store
 pytestmark = pytest.mark.ipc
 
 
+@pytest.fixture(autouse=True)
+def gate_opens_at_the_end(tmp_path: Path) -> Iterator[None]:
+    """A test that fails before it opens a's gate leaves no job waiting at it."""
+    yield
+    (tmp_path / "gate").touch()
+
+
 def plans(tmp: Path) -> tuple[Path, Path, Path, str]:
-    """The plan file as the run starts (a, then b), and the text it is changed to (b fails, c added)."""
-    out, changed_out = tmp / "evidence", tmp / "changed"
-    plan = evidence_plan(tmp / "plan.yaml", out, {"a": {"sleep": 2.0}, "b": {"depends_on": ["a"]}})
-    edit = evidence_plan(tmp / "edit.yaml", changed_out, {"a": {"sleep": 2.0}, "b": {"depends_on": ["a"], "exit": 1},
+    """The plan file as the run starts (a, then b), and the text it is changed to (b fails, c added).
+
+    a runs until the test opens its gate (`tmp/gate`).
+    """
+    out, changed_out, gate = tmp / "evidence", tmp / "changed", str(tmp / "gate")
+    plan = evidence_plan(tmp / "plan.yaml", out, {"a": {"gate": gate}, "b": {"depends_on": ["a"]}})
+    edit = evidence_plan(tmp / "edit.yaml", changed_out, {"a": {"gate": gate}, "b": {"depends_on": ["a"], "exit": 1},
                                                           "c": {"depends_on": ["b"]}})
     text = edit.read_text()
     edit.unlink()
@@ -49,6 +60,7 @@ def test_editing_the_plan_file_does_not_change_the_live_run(tmp_path: Path, no_i
         run_id = status(sd)["run"]
         # When the plan file is rewritten under it (b now fails, c is added)
         plan.write_text(changed)
+        (tmp_path / "gate").touch()
         # Then the run finishes as it started: two jobs, b as first written, nothing of the edit
         assert proc.wait(60) == 0
     finally:
@@ -77,6 +89,7 @@ def test_a_resume_of_the_changed_plan_is_refused_unless_accepted(tmp_path: Path,
         plan.write_text(changed)
         kill_all([proc.pid, *executor_pids(run_id)])
         proc.wait()
+        (tmp_path / "gate").touch()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -130,6 +143,7 @@ def test_a_resume_without_the_file_runs_the_journals_copy(tmp_path: Path, no_ipc
         run = st.latest_run()
         assert run is not None and st.job_ids(run.id) == ["a", "b"]
     # When it is resumed without the file, it goes on from the journal's copy
+    (tmp_path / "gate").touch()
     p = cli("resume", "--state-dir", str(sd))
     assert p.returncode == 0, p.stderr
     assert job_states(sd) == {"a": "SUCCEEDED", "b": "SUCCEEDED"}
