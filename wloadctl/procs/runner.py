@@ -504,7 +504,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
         opts.metrics.loop = loop
     if claim is not None and adopt:
         loop.sweeper = ResultSweeper(local, core.ids, claim.predecessor, events.emit)
-    loop.governor = _governor(run, plan, core, lambda: [w.pid for w in sup.workers.values()])
+    loop.governor = _governor(run, plan, core, lambda: [w.pid for w in local.sup.workers.values()])
     stop_signals = _install_signals(loop)
     status = "interrupted"
     kept = 0
