@@ -123,6 +123,7 @@ def test_engine_and_reference_loops_complete_the_same_dag(
         assert eng["extra"]["completed"] == counter["extra"]["completed"] == jobs
         # The engine has a slot per job here: it runs in the loops' rounds.
         assert eng["extra"]["rounds"] == counter["extra"]["rounds"]
+        assert eng["extra"]["bytes_per_job"] > 0
 
 
 @pytest.mark.ipc
@@ -365,6 +366,10 @@ def test_command_line_defaults_and_sections() -> None:
     )
     sized = settings_from(build_parser().parse_args(["--quick", "--first-job-jobs", "5000"]))
     assert sized.sizes.first_job == 5000 and sized.sizes.engine == QUICK.engine
+    big = settings_from(build_parser().parse_args(["--only", "engine", "--engine-jobs", "1000000", "10000000"]))
+    assert big.sizes.engine == (1_000_000, 10_000_000) and big.sizes.first_job == 1_000_000
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--engine-jobs", "0"])
 
 
 def test_scratch_of_a_killed_benchmark_is_removed_on_the_next_start(

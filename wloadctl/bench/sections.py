@@ -43,6 +43,16 @@ def engine(ctx: Context) -> None:
             _engine_figures(ctx, shape, jobs, reps)
 
 
+def engine_bytes_per_job(r: dict[str, Any], jobs: int) -> float:
+    """Memory per job of the engine alone: its process's peak above what it held before the plan.
+
+    The peak covers the plan's load, the core's build and the simulated run, as the scheduler's
+    in section memory covers its plan, core and run (that one with its journal and queues beside).
+    """
+    peak = max(r[p]["peak_kib"] for p in ("load", "build", "initial", "run"))
+    return (peak - r["baseline_kib"]) * 1024 / max(1, jobs)
+
+
 def _engine_figures(
     ctx: Context, shape: str, jobs: int, reps: list[dict[str, Any]]
 ) -> None:
@@ -119,6 +129,7 @@ def _engine_figures(
             "seconds": r["initial"]["seconds"] + r["run"]["seconds"],
             "cpu_seconds": r["initial"]["cpu_seconds"] + r["run"]["cpu_seconds"],
             "peak_mib": mib(max(r["initial"]["peak_kib"], r["run"]["peak_kib"])),
+            "bytes_per_job": engine_bytes_per_job(r, jobs),
             "rounds": r["run"]["rounds"],
             "completed": r["run"]["completed"],
             "slots": r["slots"],
@@ -134,7 +145,8 @@ def _engine_figures(
             jobs,
             sim,
             "pure engine, run start to last completion, "
-            "every dispatched job completing at once",
+            "every dispatched job completing at once; bytes_per_job = (peak RSS from "
+            "plan load to the last completion - RSS before the load) / jobs",
         )
     )
     add(

@@ -100,11 +100,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="--prefetch of every wloadctl run: tasks per slot an executor takes ahead "
         "(default: the command's default)",
     )
+    ap.add_argument("--engine-jobs", type=_job_count, nargs="+", default=None, metavar="N",
+                    help="jobs of the bank plans of the engine section, e.g. 1000000 10000000 "
+                    "(default: 100,000 and 1,000,000, or 2,000 and 10,000 with --quick)")
     ap.add_argument("--first-job-jobs", type=int, default=0, metavar="N",
                     help="jobs of the plans of the firstjob section (default: 1,000,000, or 2,000 with --quick)")
     ap.add_argument("--seed", type=int, default=1, help="seed of every generated plan")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
+
+
+def _job_count(text: str) -> int:
+    """A plan size given on the command line: a whole number of jobs, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job count (a whole number, at least 1)")
+    return n
 
 
 def settings_from(a: argparse.Namespace) -> Settings:
@@ -114,6 +128,8 @@ def settings_from(a: argparse.Namespace) -> Settings:
     sizes = QUICK if a.quick else FULL
     if a.first_job_jobs > 0:
         sizes = dataclasses.replace(sizes, first_job=a.first_job_jobs)
+    if a.engine_jobs:
+        sizes = dataclasses.replace(sizes, engine=tuple(a.engine_jobs))
     return Settings(
         sizes=sizes,
         quick=a.quick,
