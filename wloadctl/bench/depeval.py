@@ -102,8 +102,16 @@ def evaluate(plan_path: str, slots: int, rescan_cap: float) -> dict[str, Any]:
     out["load"] = load
     slots = slots or n
     out["slots"] = slots
-    with Phase(resettable) as build:
-        core = SchedulerCore(plan, slots)
+    # As the scheduler does (procs/runner.py): the collector off while the core is built, where it
+    # would walk the plan's millions of objects at each collection the build's allocations trigger.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with Phase(resettable) as build:
+            core = SchedulerCore(plan, slots)
+    finally:
+        if collecting:
+            gc.enable()
     out["build"] = build
     # As the scheduler does once its plan and core are built: the collector leaves the
     # millions of long-lived objects alone (the reference loops get the same below).
