@@ -125,7 +125,7 @@ def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_pa
         assert ro.plan_text(run.id) == "text"
         assert ro.last_seq(run.id) == 3
     with Store.open(tmp_path) as st:
-        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 7
         assert st.plan_text(run.id) == "text"
         assert st.current_states(run.id) is None, "kept from the run's next write on"
         st.write_turn(run.id, [(0, RUN, OK, 1, 3.0, 0, 0, "", "t2")])
@@ -193,7 +193,7 @@ def test_a_journal_from_before_the_audit_chain_keeps_its_actions_and_chains_new_
     con.close()
     # When it is opened for writing, a turn written and an action added
     with Store.open(tmp_path) as st:
-        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 7
         st.write_turn(run.id, [(0, R, Q, 1, 2.0, -1, None, "", "t")])
         assert st.current_states(run.id) == bytearray([Q, W])
         st.record_action(run.id, "new", "release", "a", "", "released", True)

@@ -117,6 +117,8 @@ def test_a_database_from_before_the_audit_chain_migrates_forward_and_chains_new_
         c.execute("DROP TRIGGER actions_append_only ON actions")
         c.execute("DROP FUNCTION wloadctl_audit_append_only()")
         c.execute("ALTER TABLE actions DROP COLUMN prev_hash, DROP COLUMN hash")
+        c.execute("DROP TABLE now_rows")
+        c.execute("ALTER TABLE now_runs DROP COLUMN flat_seq")
         if version == 1:
             for table in ("now_runs", "now_states", "turn_jobs", "took"):
                 c.execute(f"DROP TABLE {table}")
@@ -131,6 +133,6 @@ def test_a_database_from_before_the_audit_chain_migrates_forward_and_chains_new_
         rep = st.verify_audit()
         assert rep.ok and (rep.checked, rep.unchained) == (1, 1)
     # Then it is at the latest version, and the trail refuses changes
-    assert _version(pg_url) == SCHEMA_VERSION == 3
+    assert _version(pg_url) == SCHEMA_VERSION == 4
     with psycopg.connect(pg_url, autocommit=True) as c, pytest.raises(psycopg.Error, match="append-only"):
         c.execute("DELETE FROM actions")

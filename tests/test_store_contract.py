@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from wloadctl.errors import StoreError
-from wloadctl.store import StaleEpoch, Store
-from wloadctl.turns import INDEX_BLOCK, STATE_BLOCK
+from wloadctl.store import StaleEpoch, Store, current
+from wloadctl.turns import INDEX_BLOCK, STATE_BLOCK, JobColumns
 
 W, R, Q, RUN, OK, FAIL = 0, 1, 2, 3, 4, 5
 Opener = Callable[..., Store]
@@ -185,8 +188,10 @@ def _random_run(st: Store, n: int, turns: int, seed: int = 7) -> int:
     return run.id
 
 
-def test_reads_of_one_job_and_of_the_counts_answer_as_a_replay_does(opener: Opener) -> None:
+def test_reads_of_one_job_and_of_the_counts_answer_as_a_replay_does(opener: Opener,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     n = 2 * STATE_BLOCK + 37
+    monkeypatch.setattr(current, "FLAT_EVERY", 500)  # flat rows saved every few turns
     st = opener()
     run = _random_run(st, n, 60)
     reader = opener(readonly=True)
@@ -205,19 +210,37 @@ def test_reads_of_one_job_and_of_the_counts_answer_as_a_replay_does(opener: Open
     # Rows of a page of jobs at once, as a console reads those it shows
     page = [0, 3, INDEX_BLOCK + 1, STATE_BLOCK, n - 2]
     assert reader.rows_of(run, page) == {i: replay.row(i, ids[i])[2:] for i in page}
+    # Every job's start, end, attempt and executor at once, as a console sorts by them: saved, and the
+    # turns after the last save applied
+    assert 0 < reader._flat_saved(run) < reader.last_seq(run)  # type: ignore[operator]
+    assert _flat(reader, run) == _replayed(replay, n)
+    # And the run's end saves them all
+    st.set_status(run, "succeeded", 99.0)
+    assert reader._flat_saved(run) == reader.last_seq(run) and _flat(reader, run) == _replayed(replay, n)
+
+
+def _flat(st: Store, run: int) -> list[tuple]:
+    rows = st.flat_rows(run)
+    assert rows is not None
+    return [rows.row(i) for i in range(len(rows))]
+
+
+def _replayed(cols: JobColumns, n: int) -> list[tuple]:
+    cols.grow(n)
+    return [(cols.attempt[i], cols.executor[i], cols.started.get(i), cols.ended.get(i)) for i in range(n)]
 
 
 def test_a_run_journaled_before_its_current_states_were_kept_is_brought_in_at_its_next_write(
         opener: Opener) -> None:
     st = opener()
     run = _random_run(st, 300, 10)
-    # As a journal of the previous schema version has it: turns only.
-    for table in ("turn_jobs", "now_states", "now_runs"):
+    # As a journal of an older schema version has it: turns only.
+    for table in ("turn_jobs", "now_states", "now_runs", "now_rows"):
         sql = f"DELETE FROM {table} WHERE run = {run}"
         conn = getattr(st, "conn", None) or st._conn  # type: ignore[attr-defined]
         conn.execute(sql)
     reader = opener(readonly=True)
-    assert reader.current_states(run) is None
+    assert reader.current_states(run) is None and reader.flat_rows(run) is None
     replay = [reader.job_row(run, f"j{i}") for i in range(300)]
     assert reader.rows_of(run, [1, 7]) == {1: replay[1][2:], 7: replay[7][2:]}  # type: ignore[index]
     writer = opener()
@@ -227,6 +250,7 @@ def test_a_run_journaled_before_its_current_states_were_kept_is_brought_in_at_it
     assert [again.job_row(run, f"j{i}") for i in range(300) if i != 5] == [r for k, r in enumerate(replay) if k != 5]
     assert again.job_row(run, "j5")[2:4] == (OK, 9)  # type: ignore[index]
     assert [t[1] for t in again.transitions_of(run, 5)][-1] == OK
+    assert _flat(again, run) == _replayed(again.columns(run), 300)
 
 
 def test_successful_attempts_make_the_history_of_the_next_runs_of_the_plan(opener: Opener) -> None:
@@ -299,3 +323,44 @@ def test_audit_verify_reports_the_first_broken_link(opener: Opener, tmp_path: Pa
     assert not rep.ok and rep.broken is not None
     broken_seq = seq if "UPDATE" in edit else st.audit_rows(run.id)[1][0]
     assert rep.broken == (run.id, broken_seq, problem) and rep.checked == 1
+
+
+_WRITER = """
+import random, sys
+from pathlib import Path
+from wloadctl.store import Store, current
+current.FLAT_EVERY = 100  # flat rows saved every third turn
+st = Store.open(Path(sys.argv[1]), journal=sys.argv[2] or None)
+run = st.create_run("r1", "p", "p.yaml", "digest", "name: p", [f"j{i}" for i in range(300)], "2026-11-30", 1.0)
+rng, t = random.Random(3), 0
+while True:
+    t += 1
+    batch = [(i, 0, rng.choice([1, 2, 3, 4, 5]), t, float(t), t % 3, None, "", "c") for i in rng.sample(range(300), 40)]
+    st.write_turn(run.id, batch)
+    if t == 20:
+        Path(sys.argv[3]).touch()
+"""
+
+
+def test_flat_rows_match_a_replay_after_a_writer_is_killed_and_another_resumes(
+        opener: Opener, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    # Given a writer killed -9 while it writes turns
+    url = request.getfixturevalue("pg_url") if "postgres" in request.node.name else ""
+    gate = tmp_path / "twenty-turns"
+    with subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path / "state"), url, str(gate)]) as child:
+        deadline = time.monotonic() + 60
+        while not gate.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        child.kill()
+    assert gate.exists(), "the writer never got to its twentieth turn"
+    # Then its flat rows are those of its committed turns (saved, and the turns after them)
+    reader = opener(readonly=True)
+    run = reader.latest_run()
+    assert run is not None and reader._flat_saved(run.id)
+    assert _flat(reader, run.id) == _replayed(reader.columns(run.id), 300)
+    # And a writer resuming the run keeps them so
+    writer = opener()
+    writer.write_turn(run.id, [(7, 0, RUN, 9, 999.0, 2, None, "", "resumed"), (8, 0, OK, 9, 999.5, 1, 0, "", "r")])
+    again = opener(readonly=True)
+    assert _flat(again, run.id) == _replayed(again.columns(run.id), 300)
+    assert again.flat_rows(run.id).row(7)[:3] == (9, 2, 999.0)  # type: ignore[union-attr]

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from wloadctl.core.plan import Plan
     from wloadctl.remote.broker import BrokerOptions
     from wloadctl.remote.operators import OperatorLink
-    from wloadctl.turns import JobColumns
+    from wloadctl.turns import FlatRows, JobColumns
 
 VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel", "approve")
 """Operator verbs (the core's wloadctl.core.verbs.VERBS, repeated here to keep imports light; a test checks)."""
@@ -567,6 +567,11 @@ class RunClient:
         """Every job's row as columns (flat arrays of states, attempts, executors; the rest by job),
         for readers of the whole run that would not build a million row tuples."""
         return self.store.columns(self.run.id)
+
+    def flat_rows(self) -> FlatRows | None:
+        """Every job's start, end, attempt and executor as flat arrays from the journal (no replay); None
+        when it keeps none (a run journaled before them, until its next write)."""
+        return self.store.flat_rows(self.run.id)
 
     def states(self) -> bytearray | None:
         """Every job's state by index from the journal's current states (no replay); None when it keeps none."""

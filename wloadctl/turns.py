@@ -240,3 +240,117 @@ def unpack_took(blob: bytes) -> Iterator[tuple[int, float]]:
     jobs.frombytes(blob[:half])
     secs.frombytes(blob[half:])
     return zip(jobs, secs, strict=True)
+
+
+ROW_BLOCK = INDEX_BLOCK
+"""Jobs per row of a run's flat rows (see FlatRows): a save rewrites only the rows of the jobs moved since the
+last (the turn index's keys are these blocks)."""
+NOT_YET = float("nan")
+"""A flat row's time that is not there (never started; not ended)."""
+_ENDING = TERMINAL_STATES
+
+
+class FlatRows:
+    """Every job's start, end, attempt and executor as fixed-width arrays (24 bytes a job), the form
+    the journal keeps beside the current states so a reader sorts a million jobs without a replay
+    (store/current.py says when they are saved).
+
+    They are what JobColumns gives for the same turns: `started` is when the latest attempt started
+    running, `ended` when the job reached the terminal state it is in (NOT_YET for both when there
+    is none), `executor` the latest one given (-1: none).
+    """
+
+    def __init__(self, n: int = 0) -> None:
+        self.started = array("d", [NOT_YET]) * n
+        """When each job's latest attempt started running (NOT_YET: never)."""
+        self.ended = array("d", [NOT_YET]) * n
+        """When each job reached its terminal state (NOT_YET: it is not in one)."""
+        self.attempt = array("i", bytes(4 * n))
+        """Attempts so far per job."""
+        self.executor = array("i", [-1]) * n
+        """Executor of the latest attempt (-1: none)."""
+
+    def __len__(self) -> int:
+        return len(self.attempt)
+
+    def grow(self, n: int) -> None:
+        """Make room for jobs up to index n-1 (jobs a run added)."""
+        more = n - len(self.attempt)
+        if more > 0:
+            self.started.extend(array("d", [NOT_YET]) * more)
+            self.ended.extend(array("d", [NOT_YET]) * more)
+            self.attempt.extend(array("i", bytes(4 * more)))
+            self.executor.extend(array("i", [-1]) * more)
+
+    def apply(self, transitions: Sequence[tuple]) -> None:
+        """Apply one turn's transitions (job, from, to, attempt, ts, executor, ...), in order.
+
+        Each field ends as the job's last transition leaves it, so applying transitions already
+        applied, in order with those after them, changes nothing (a reader's snapshot may be newer
+        than the sequence number it came with).
+        """
+        top = max(t[0] for t in transitions) if transitions else -1
+        if top >= len(self.attempt):
+            self.grow(top + 1)
+        started, ended, attempt, executor = self.started, self.ended, self.attempt, self.executor
+        nan = NOT_YET
+        for i, _f, to, att, ts, ex, _x, _r, _c in transitions:
+            if to == _RUNNING:
+                started[i] = ts
+                ended[i] = nan
+            else:
+                ended[i] = ts if to in _ENDING else nan
+            attempt[i] = att
+            if ex >= 0:
+                executor[i] = ex
+
+    def block(self, b: int) -> bytes:
+        """Block b as the journal keeps it: its jobs' starts, ends, attempts and executors, one array after
+        the other (the last block of a run may be shorter)."""
+        s, e = b * ROW_BLOCK, (b + 1) * ROW_BLOCK
+        return (self.started[s:e].tobytes() + self.ended[s:e].tobytes() + self.attempt[s:e].tobytes()
+                + self.executor[s:e].tobytes())
+
+    def blocks(self) -> dict[int, bytes]:
+        """Every block that holds more than its jobs' initial rows."""
+        out: dict[int, bytes] = {}
+        blank = FlatRows(ROW_BLOCK).block(0)
+        for b in range((len(self) + ROW_BLOCK - 1) // ROW_BLOCK):
+            data = self.block(b)
+            if data != blank[: len(data)]:
+                out[b] = data
+        return out
+
+    @classmethod
+    def from_blocks(cls, blocks: Iterable[tuple[int, bytes]], n: int) -> FlatRows:
+        """The flat rows of n jobs from the journal's blocks (jobs of no block keep their initial row)."""
+        rows = cls(n)
+        cols = [memoryview(a).cast("B") for a in (rows.started, rows.ended, rows.attempt, rows.executor)]
+        for b, data in blocks:
+            k = min(len(data) // 24, n - b * ROW_BLOCK)
+            if k <= 0:
+                continue
+            first, at = b * ROW_BLOCK, 0
+            length = len(data) // 24
+            for col, width in zip(cols, (8, 8, 4, 4), strict=True):
+                col[first * width:(first + k) * width] = data[at:at + k * width]
+                at += length * width
+        return rows
+
+    @classmethod
+    def from_columns(cls, cols: JobColumns, n: int) -> FlatRows:
+        """The flat rows of JobColumns (a run journaled before they were kept)."""
+        rows = cls(max(n, len(cols.state)))
+        m = len(cols.state)
+        rows.attempt[:m] = array("i", cols.attempt)
+        rows.executor[:m] = array("i", cols.executor)
+        for i, ts in cols.started.items():
+            rows.started[i] = ts
+        for i, ts in cols.ended.items():
+            rows.ended[i] = ts
+        return rows
+
+    def row(self, i: int) -> tuple[int, int, float | None, float | None]:
+        """(attempt, executor, started, ended) of job i (None: not there)."""
+        s, e = self.started[i], self.ended[i]
+        return self.attempt[i], self.executor[i], (s if s == s else None), (e if e == e else None)

@@ -7,6 +7,14 @@ blocks of turns.STATE_BLOCK jobs, a turn rewriting only the blocks it changed) a
 before they existed is brought into them at its next write (`_current_changes`). Each turn also
 journals the durations of the successful attempts it ends (`took`), from which the next runs of
 the plan learn how long each job takes (`expected_history`).
+
+A run's flat rows (turns.FlatRows: each job's start, end, attempt and executor as fixed-width
+arrays, what a sort by those reads) are saved less often: a busy run moves jobs all over the
+plan, and rewriting their blocks at every turn would write gigabytes. The writer keeps them in
+memory and saves the blocks changed since its last save, with the sequence number they reach,
+in the transaction of a turn once FLAT_EVERY transitions have passed, and in the one that ends
+the run (`set_status`). A reader takes the saved blocks and applies the turns after them, so a
+kill -9 loses nothing: at worst the next reader, or writer, applies FLAT_EVERY transitions more.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from wloadctl.turns import (
     STATE_BLOCK,
     SUCCEEDED,
     TERMINAL_STATES,
+    FlatRows,
     index_blocks,
     last_states,
     pack_took,
@@ -31,6 +40,8 @@ from wloadctl.turns import (
 
 _TIMED = TERMINAL_STATES | {RUNNING}
 """States whose transitions start or end an attempt's duration."""
+FLAT_EVERY = 500_000
+"""Transitions between two saves of a run's flat rows while it runs (a save of a million jobs writes 24 MB)."""
 
 
 class CurrentState:
@@ -39,6 +50,12 @@ class CurrentState:
     def __init__(self) -> None:
         self._now: dict[int, bytearray] = {}
         """A writer's copy of the current states of the runs it writes turns of (one byte per job)."""
+        self._flat: dict[int, FlatRows] = {}
+        """A writer's copy of the flat rows of the runs it writes turns of."""
+        self._flat_dirty: dict[int, set[int]] = {}
+        """Per run, the blocks of flat rows changed since the writer last saved them."""
+        self._flat_seq: dict[int, list[int]] = {}
+        """Per run, [last transition in the writer's copy, transitions applied since its last save]."""
         self._running_since: dict[int, dict[int, float]] = {}
         """Per run, when each job the writer saw start running started (for the durations it journals)."""
 
@@ -62,6 +79,18 @@ class CurrentState:
     @abstractmethod
     def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
         """The records of these jobs in every turn the index lists under their keys, oldest first."""
+
+    @abstractmethod
+    def _flat_saved(self, run: int) -> int | None:
+        """Last transition a run's saved flat rows include (None: not kept: journaled before them)."""
+
+    @abstractmethod
+    def _flat_blocks(self, run: int) -> Iterable[tuple[int, bytes]]:
+        """(block, data) rows of a run's saved flat rows."""
+
+    @abstractmethod
+    def _write_flat(self, run: int, blocks: dict[int, bytes], seq: int) -> None:
+        """Save a run's flat rows as they stand at transition `seq` (one transaction, outside turns)."""
 
     def _stored_at(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
         """Rows kept as rows (see _stored_rows) of these jobs: idx -> (state, attempt, ... reason)."""
@@ -100,6 +129,73 @@ class CurrentState:
         size = STATE_BLOCK
         rows = {b: bytes(flat[b * size:(b + 1) * size]) for b in {i // size for i in last}}
         return rows, index_blocks(last)
+
+    def _flat_changes(self, run: int, transitions: Sequence[tuple], keys: Sequence[int]) -> dict[int, bytes]:
+        """Apply a turn to the writer's flat rows; the blocks to save with it (none until FLAT_EVERY
+        transitions have passed since the last save: see `_flat_written`).
+
+        Args:
+            keys: the turn's turn-index keys (its jobs' blocks: turns.ROW_BLOCK is turns.INDEX_BLOCK).
+        """
+        flat = self._flat.get(run)
+        if flat is None:
+            flat = self._flat_copy(run)
+        flat.apply(transitions)
+        self._flat_dirty[run].update(keys)
+        mark = self._flat_seq[run]
+        mark[1] += len(transitions)
+        return self._flat_unsaved(run) if mark[1] >= FLAT_EVERY else {}
+
+    def _flat_copy(self, run: int) -> FlatRows:
+        """The writer's copy of a run's flat rows, read at its first turn (a run journaled before they
+        were kept is brought into them first)."""
+        read = self._read_flat(run)
+        if read is None:
+            seq = self.last_seq(run)
+            flat = FlatRows.from_columns(self.columns(run), self._kept_jobs(run) or 0)
+            self._write_flat(run, flat.blocks(), seq)
+            self.drop_columns()
+            read = flat, seq, set(), 0
+        flat, seq, dirty, since = read
+        self._flat[run], self._flat_dirty[run], self._flat_seq[run] = flat, dirty, [seq, since]
+        return flat
+
+    def _flat_unsaved(self, run: int) -> dict[int, bytes]:
+        """The blocks of the writer's flat rows changed since it last saved them (block -> data)."""
+        flat, dirty = self._flat.get(run), self._flat_dirty.get(run)
+        if flat is None or not dirty:
+            return {}
+        return {b: flat.block(b) for b in sorted(dirty)}
+
+    def _flat_written(self, run: int, seq: int, saved: bool) -> None:
+        """A turn (ending at transition `seq`), or the run's end, committed; with it the unsaved flat rows
+        when `saved`."""
+        mark = self._flat_seq.get(run)
+        if mark is None:
+            return
+        mark[0] = max(mark[0], seq)
+        if saved:
+            mark[1] = 0
+            self._flat_dirty[run].clear()
+
+    def _read_flat(self, run: int) -> tuple[FlatRows, int, set[int], int] | None:
+        """A run's flat rows as saved, with the turns after them applied: (rows, last transition in them,
+        the blocks those turns changed, how many transitions they were); None when not kept."""
+        # The sequence number first: blocks saved after it are newer, and the turns after it,
+        # applied again over them, change nothing (FlatRows.apply).
+        seq = self._flat_saved(run)
+        if seq is None:
+            return None
+        flat = FlatRows.from_blocks(self._flat_blocks(run), self._kept_jobs(run) or 0)
+        dirty: set[int] = set()
+        since = 0
+        for turn in self._turns(run, seq):
+            if turn:
+                flat.apply([r[1:] for r in turn])
+                dirty.update(index_blocks(r[1] for r in turn))
+                since += len(turn)
+                seq = turn[-1][0]
+        return flat, seq, dirty, since
 
     def _durations(self, run: int, transitions: Sequence[tuple]) -> bytes:
         """The successful attempts a turn ends, packed for the history (see pack_took): seconds from
@@ -142,6 +238,9 @@ class CurrentState:
     def _forget_current(self, run: int) -> None:
         """Drop the writer's copy of a run's states (a write failed: read them again next time)."""
         self._now.pop(run, None)
+        self._flat.pop(run, None)
+        self._flat_dirty.pop(run, None)
+        self._flat_seq.pop(run, None)
         self._running_since.pop(run, None)
 
     def _backfill(self, run: int) -> None:
@@ -152,12 +251,19 @@ class CurrentState:
         index = [(key, turn[0][0]) for turn in self._turns(run, 0) if turn
                  for key in index_blocks(r[1] for r in turn)]
         self._write_current(run, n, blocks, index)
-        self.drop_columns()
+        if self._flat_saved(run) is not None:
+            self.drop_columns()  # else the flat rows' backfill, next, reads them too
 
     def current_states(self, run: int) -> bytearray | None:
         """Every job's state (JobState values by index) without replaying the run; None when not kept."""
         n = self._kept_jobs(run)
         return None if n is None else states_of(self._state_rows(run), n)
+
+    def flat_rows(self, run: int) -> FlatRows | None:
+        """Every job's start, end, attempt and executor without replaying the run (its saved flat rows and
+        the turns after them); None when not kept."""
+        read = self._read_flat(run)
+        return None if read is None else read[0]
 
     def rows_of(self, run: int, idxs: Sequence[int]) -> dict[int, tuple]:
         """(state, attempt, executor, exit_code, started, ended, reason) of some jobs, read through the turn

@@ -84,6 +84,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TRIGGER actions_append_only BEFORE UPDATE OR DELETE ON actions"
         " FOR EACH ROW EXECUTE FUNCTION wloadctl_audit_append_only()",
     ),
+    # 3 -> 4: a run's flat rows (wloadctl.turns.FlatRows, one row per block) and the last transition
+    # they include (NULL: not kept); the runs journaled before are brought into them at their next write.
+    (
+        "ALTER TABLE now_runs ADD COLUMN flat_seq bigint",
+        "CREATE TABLE now_rows (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
+        " block integer NOT NULL, data bytea NOT NULL, PRIMARY KEY (run, block))",
+    ),
 )
 """MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -57,6 +57,13 @@ _NOW_STATES = (
     " FROM unnest(%(blocks)s::integer[], %(states)s::bytea[]) AS x(b, s) WHERE " + _WROTE
     + " ON CONFLICT (run, block) DO UPDATE SET states = excluded.states"
 )
+_NOW_ROWS = (
+    "INSERT INTO now_rows (run, block, data) SELECT %(run)s, b, d"
+    " FROM unnest(%(rows)s::integer[], %(data)s::bytea[]) AS x(b, d) WHERE " + _WROTE
+    + " ON CONFLICT (run, block) DO UPDATE SET data = excluded.data"
+)
+_FLAT_SEQ = "UPDATE now_runs SET flat_seq = %(upto)s WHERE run = %(run)s AND " + _WROTE
+"""A turn's save of flat rows (see store/current.py), made only with the turn."""
 _TOOK = ("INSERT INTO took (run, seq, blob) SELECT %(run)s, %(seq)s, %(took)s WHERE " + _WROTE
          + " ON CONFLICT DO NOTHING")
 _TURN_JOBS = (
@@ -284,7 +291,7 @@ class PostgresStore(Store):
                      json.dumps(extra))).fetchone()[0]  # type: ignore[index]
                 conn.execute("INSERT INTO plans (run, text) VALUES (%s, %s)", (rid, plan_text))
                 self._copy_jobs(conn, rid, enumerate(ids))
-                conn.execute("INSERT INTO now_runs (run, jobs) VALUES (%s, %s)", (rid, len(ids)))
+                conn.execute("INSERT INTO now_runs (run, jobs, flat_seq) VALUES (%s, %s, 0)", (rid, len(ids)))
 
         self._do(create)
         row = self.get_run(run_id)
@@ -376,14 +383,20 @@ class PostgresStore(Store):
         return str(row[0]).rpartition(":")[0] if row and row[0] else None
 
     def set_status(self, run: int, status: str, ended: float | None) -> None:
-        """Record the run's status (and end time)."""
+        """Record the run's status (and end time), and save the flat rows this writer changed since it
+        last did (see SqliteStore.set_status)."""
+        rows = self._flat_unsaved(run)
+        seq = self._flat_seq[run][0] if rows else 0
 
         def put(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
                 self._guarded(conn, run, "UPDATE runs SET status = %s, ended = %s WHERE id = %s",
                               (status, ended, run))
+                if rows:
+                    self._save_flat(conn, run, rows, seq)
 
         self._do(put)
+        self._flat_written(run, seq, bool(rows))
 
     # -- jobs and turns ---------------------------------------------------------------------
 
@@ -431,6 +444,7 @@ class PostgresStore(Store):
         relaxed = self.auto_sync and not durable
         try:
             blocks, keys = self._current_changes(run, transitions)
+            rows = self._flat_changes(run, transitions, keys) if n else {}
             took = self._durations(run, transitions)
         except BaseException:
             self._forget_current(run)
@@ -445,7 +459,8 @@ class PostgresStore(Store):
                 seq = self._next[run] = int(row[0])
             args = {"run": run, "seq": seq, "next": seq + n, "upto": seq + n - 1, "n": n, "epoch": held,
                     "recs": recs, "causes": causes, "reasons": reasons, "blocks": list(blocks),
-                    "states": list(blocks.values()), "keys": keys, "took": took}
+                    "states": list(blocks.values()), "keys": keys, "took": took, "rows": list(rows),
+                    "data": list(rows.values())}
             if not added:
                 # The common turn: one round trip (BEGIN, the guarded insert, COMMIT in one pipeline).
                 with conn.pipeline(), conn.transaction():
@@ -454,6 +469,9 @@ class PostgresStore(Store):
                     cur = conn.execute(_TURN, args)
                     conn.execute(_NOW_STATES, args)
                     conn.execute(_TURN_JOBS, args)
+                    if rows:
+                        conn.execute(_NOW_ROWS, args)
+                        conn.execute(_FLAT_SEQ, args)
                     if took:
                         conn.execute(_TOOK, args)
                 done = cur.rowcount == 1
@@ -463,6 +481,9 @@ class PostgresStore(Store):
                     if done and n:
                         conn.execute(_NOW_STATES, args)
                         conn.execute(_TURN_JOBS, args)
+                        if rows:
+                            conn.execute(_NOW_ROWS, args)
+                            conn.execute(_FLAT_SEQ, args)
                         if took:
                             conn.execute(_TOOK, args)
                     if done:
@@ -473,6 +494,8 @@ class PostgresStore(Store):
                             self._grow(conn, run, first + len(ids))
             if done:
                 self._next[run] = seq + n
+                if n:
+                    self._flat_written(run, seq + n - 1, bool(rows))
                 return
             self._settle_refused(conn, run, seq, n, held)
 
@@ -496,6 +519,32 @@ class PostgresStore(Store):
         rows = self._do(lambda c: c.execute("SELECT block, states FROM now_states WHERE run = %s",
                                             (run,)).fetchall())
         return [(b, bytes(s)) for b, s in rows]
+
+    def _flat_saved(self, run: int) -> int | None:
+        row = self._do(lambda c: c.execute("SELECT flat_seq FROM now_runs WHERE run = %s", (run,)).fetchone())
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _flat_blocks(self, run: int) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT block, data FROM now_rows WHERE run = %s", (run,),
+                                            binary=True).fetchall())
+        return [(b, bytes(d)) for b, d in rows]
+
+    @staticmethod
+    def _save_flat(conn: psycopg.Connection[Any], run: int, blocks: dict[int, bytes], seq: int) -> None:
+        """Save these blocks of flat rows, standing at transition `seq` (inside the caller's transaction)."""
+        conn.execute("INSERT INTO now_rows (run, block, data) SELECT %s, b, d"
+                     " FROM unnest(%s::integer[], %s::bytea[]) AS x(b, d)"
+                     " ON CONFLICT (run, block) DO UPDATE SET data = excluded.data",
+                     (run, list(blocks), list(blocks.values())))
+        conn.execute("UPDATE now_runs SET flat_seq = %s WHERE run = %s", (seq, run))
+
+    def _write_flat(self, run: int, blocks: dict[int, bytes], seq: int) -> None:
+        def put(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                conn.execute("DELETE FROM now_rows WHERE run = %s", (run,))
+                self._save_flat(conn, run, blocks, seq)
+
+        self._do(put)
 
     def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
         rows = self._do(lambda c: c.execute(

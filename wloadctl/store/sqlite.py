@@ -72,6 +72,14 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
                 conn.execute(f"ALTER TABLE actions ADD COLUMN {col} TEXT NOT NULL DEFAULT ''")
         for stmt in AUDIT_TRIGGERS:
             conn.execute(stmt)
+    if version < 7:
+        # The flat rows; a run's are made at its next write (CurrentState._flat_copy).
+        if "flat_seq" not in {row[1] for row in conn.execute("PRAGMA table_info(now_runs)")}:
+            conn.execute("ALTER TABLE now_runs ADD COLUMN flat_seq INTEGER")
+        # A rowid table: a block's 1,536 bytes fit in its page, where WITHOUT ROWID would give each one
+        # an overflow page of its own (about 1,000 bytes fit there).
+        conn.execute("CREATE TABLE IF NOT EXISTS now_rows (run INTEGER NOT NULL, block INTEGER NOT NULL,"
+                     " data BLOB NOT NULL, PRIMARY KEY (run, block))")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -95,6 +103,8 @@ class SqliteStore(Store):
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'turns'").fetchone() is not None
         self._has_now = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_runs'").fetchone() is not None
+        self._has_flat = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_rows'").fetchone() is not None
 
     @classmethod
     def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
@@ -213,7 +223,7 @@ class SqliteStore(Store):
             c.execute("INSERT INTO plans (run, text) VALUES (?, ?)", (rid, plan_text))
             ids = list(job_ids)
             _insert_jobs(c, rid, ids)
-            c.execute("INSERT INTO now_runs (run, jobs) VALUES (?, ?)", (rid, len(ids)))
+            c.execute("INSERT INTO now_runs (run, jobs, flat_seq) VALUES (?, ?, 0)", (rid, len(ids)))
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             c.execute("ROLLBACK")
@@ -323,23 +333,34 @@ class SqliteStore(Store):
         return cur.rowcount == 1
 
     def set_status(self, run: int, status: str, ended: float | None) -> None:
-        """Record the run's status (and end time).
+        """Record the run's status (and end time), and save the flat rows this writer changed since it
+        last did (the run's end is when the console reads them: see store/current.py).
 
         Raises:
             StoreFull: no space left for the write.
             StoreError: another failed write, or a newer epoch holds the run.
         """
         self._durable()
+        rows = self._flat_unsaved(run)
+        seq = self._flat_seq[run][0] if rows else 0
+        c = self.conn
         try:
+            c.execute("BEGIN IMMEDIATE")
             if self.epoch is None:
-                self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run))
-                return
-            changed = self.conn.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ? AND epoch = ?",
-                                        (status, ended, run, self.epoch)).rowcount
+                changed = c.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ?", (status, ended, run)).rowcount
+            else:
+                changed = c.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ? AND epoch = ?",
+                                    (status, ended, run, self.epoch)).rowcount
+            if rows and changed == 1:
+                self._save_flat(run, rows, seq)
+            c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
+            if c.in_transaction:
+                c.execute("ROLLBACK")
             raise write_error(e, self.path) from None
-        if changed != 1:
+        if changed != 1 and self.epoch is not None:
             raise self._stale(run, self._epoch_of(run), self.epoch)
+        self._flat_written(run, seq, bool(rows) and changed == 1)
 
     def _epoch_of(self, run: int) -> int | None:
         row = self.conn.execute("SELECT epoch FROM runs WHERE id = ?", (run,)).fetchone()
@@ -428,6 +449,8 @@ class SqliteStore(Store):
             epoch = self.epoch
         recs, causes, reasons = pack_turn(transitions)
         blocks, keys = self._current_changes(run, transitions)
+        rows = self._flat_changes(run, transitions, keys)
+        last = 0
         took = self._durations(run, transitions)
         c = self.conn
         if self.auto_sync and durable == self._relaxed:
@@ -456,6 +479,9 @@ class SqliteStore(Store):
                               [(run, b, s) for b, s in blocks.items()])
                 c.executemany("INSERT OR IGNORE INTO turn_jobs (run, block, seq) VALUES (?, ?, ?)",
                               [(run, k, top[0]) for k in keys])
+                last = top[0] + len(transitions) - 1
+                if rows:
+                    self._save_flat(run, rows, last)
                 if took:
                     c.execute("INSERT INTO took (run, seq, blob) VALUES (?, ?, ?)", (run, top[0], took))
             c.execute("COMMIT")
@@ -467,6 +493,7 @@ class SqliteStore(Store):
         except BaseException:
             self._forget_current(run)
             raise
+        self._flat_written(run, last, bool(rows))
 
     # -- the current state and the turn index -------------------------------------------
 
@@ -478,6 +505,32 @@ class SqliteStore(Store):
 
     def _state_rows(self, run: int) -> Iterable[tuple[int, bytes]]:
         return self.conn.execute("SELECT block, states FROM now_states WHERE run = ?", (run,))
+
+    def _flat_saved(self, run: int) -> int | None:
+        if not self._has_flat:
+            return None  # a journal no scheduler of this version has written to (read-only)
+        row = self.conn.execute("SELECT flat_seq FROM now_runs WHERE run = ?", (run,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _flat_blocks(self, run: int) -> Iterable[tuple[int, bytes]]:
+        return self.conn.execute("SELECT block, data FROM now_rows WHERE run = ?", (run,))
+
+    def _save_flat(self, run: int, blocks: dict[int, bytes], seq: int) -> None:
+        """Save these blocks of flat rows, standing at transition `seq` (inside the caller's transaction)."""
+        self.conn.executemany("INSERT OR REPLACE INTO now_rows (run, block, data) VALUES (?, ?, ?)",
+                              [(run, b, d) for b, d in blocks.items()])
+        self.conn.execute("UPDATE now_runs SET flat_seq = ? WHERE run = ?", (seq, run))
+
+    def _write_flat(self, run: int, blocks: dict[int, bytes], seq: int) -> None:
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute("DELETE FROM now_rows WHERE run = ?", (run,))
+            self._save_flat(run, blocks, seq)
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
 
     def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
         keys = index_blocks(jobs)
@@ -523,7 +576,8 @@ class SqliteStore(Store):
                           [(run, b, s) for b, s in blocks.items()])
             c.executemany("INSERT OR IGNORE INTO turn_jobs (run, block, seq) VALUES (?, ?, ?)",
                           [(run, k, seq) for k, seq in index])
-            c.execute("INSERT OR REPLACE INTO now_runs (run, jobs) VALUES (?, ?)", (run, jobs))
+            c.execute("INSERT INTO now_runs (run, jobs) VALUES (?, ?)"
+                      " ON CONFLICT (run) DO UPDATE SET jobs = excluded.jobs", (run, jobs))
             c.execute("COMMIT")
         except BaseException:
             c.execute("ROLLBACK")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The schema version a new or migrated SQLite journal is at."""
 
 AUDIT_TRIGGERS: tuple[str, ...] = tuple(
@@ -93,7 +93,8 @@ CREATE TABLE IF NOT EXISTS expansions (
 );
 CREATE TABLE IF NOT EXISTS now_runs (
     run INTEGER PRIMARY KEY,
-    jobs INTEGER NOT NULL
+    jobs INTEGER NOT NULL,
+    flat_seq INTEGER
 );
 CREATE TABLE IF NOT EXISTS now_states (
     run INTEGER NOT NULL,
@@ -101,6 +102,12 @@ CREATE TABLE IF NOT EXISTS now_states (
     states BLOB NOT NULL,
     PRIMARY KEY (run, block)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS now_rows (
+    run INTEGER NOT NULL,
+    block INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (run, block)
+);
 CREATE TABLE IF NOT EXISTS turn_jobs (
     run INTEGER NOT NULL,
     block INTEGER NOT NULL,
@@ -127,5 +134,7 @@ CREATE TABLE IF NOT EXISTS alerts (
 """ + "".join(f"{t};\n" for t in AUDIT_TRIGGERS)
 """The tables of a new journal (older ones are brought here by the migrations in sqlite.py).
 
-now_runs and now_states: a run's job count and current states; turn_jobs: the turn index; took: the
+now_runs and now_states: a run's job count, the last transition its saved flat rows include (NULL: not kept),
+and current states; now_rows: its flat rows (turns.FlatRows, one row per block: a rowid table, whose pages hold a
+block's 1,536 bytes where a WITHOUT ROWID one would give each an overflow page); turn_jobs: the turn index; took: the
 durations of successful attempts, per turn (see store/base.py); actions carry the audit hash chain."""
