@@ -90,6 +90,10 @@ class RowSource:
         """Every job's row (the journal's columns)."""
         return self._client().job_columns()
 
+    def flat(self) -> Any:
+        """Every job's start, end, attempt and executor (the journal's flat rows; None: not kept)."""
+        return self._client().flat_rows()
+
     def close(self) -> None:
         """Release the client."""
         if self.client is not None:
@@ -140,6 +144,7 @@ def load_model(
         model.take_rows(client.rows_of(sorted(set(model.running) | set(model.deadline))))
         source = RowSource(open_client)
         model.fetch, model.fetch_all, model.release = source.rows, source.columns, source.close
+        model.fetch_flat = source.flat
     model.seq = seq
     model.critical = frozenset(shape.critical_path())
     model.expected, model.remaining = shape.expected, shape.path

@@ -3,16 +3,22 @@
 A million jobs filtered or sorted one Python call per job takes about a second; here states and
 tiers are picked with `bytes.translate` and `itertools.compress`, a sort by state or tier is a
 pass per value, and sorts by start, duration, attempt or executor sort only the jobs that have
-one (the others keep plan order after them, as the one-key sort leaves them).
+one (the others keep plan order after them, as the one-key sort leaves them). Once the journal's
+flat rows are read (`_flat_order`), attempts and executors are grouped a pass per value too, and
+starts and durations are sorted over their arrays of doubles.
 """
 
 from __future__ import annotations
 
+import sys
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate, compress
+from operator import sub
 from typing import Any, overload
 
+from tui.columns import Times
 from tui.idlist import IdList
 
 FAST_FROM = 20_000
@@ -252,6 +258,10 @@ def sort_order(model: Any, idx: Sequence[int], sort_key: str, reverse: bool, now
     if sort_key == "tier":
         present = sorted(set(bytes(model.tier)), reverse=reverse)
         return _by_value(idx, model.tier, present)
+    if isinstance(model.started, Times):
+        flat = _flat_order(model, idx, sort_key, reverse, now)
+        if flat is not None:
+            return flat
     whole = isinstance(idx, range) and idx == range(len(model))
     if sort_key == "start":
         started = model.started
@@ -284,3 +294,132 @@ def sort_order(model: Any, idx: Sequence[int], sort_key: str, reverse: bool, now
     out = list(idx)
     out.sort(key=ids.__getitem__, reverse=reverse)
     return out
+
+
+_LITTLE = sys.byteorder == "little"
+_SOME_TIME = _table(range(0x00, 0x7F))
+"""By a double's most significant byte: 1 for times (not NaN, not negative, not of an absurd size)."""
+_POSITIVE = _table(range(0x01, 0x7F))
+"""By a double's most significant byte: 1 for durations (more than about 1e-292 s, not NaN)."""
+
+
+def _top_bytes(values: Any) -> bytes:
+    """The most significant byte of each double of an array (its sign and the top of its exponent)."""
+    return values.tobytes()[7::8] if _LITTLE else values.tobytes()[0::8]
+
+
+def _where(idx: Sequence[int], has: bytes, key: Callable[[int], Any], reverse: bool,
+           descending: bool | None = None) -> Sequence[int]:
+    """`idx` sorted by key (`descending`, else `reverse`) where `has` (a byte per job) holds 1; the others keep
+    plan order after them (before them when `reverse`)."""
+    down = reverse if descending is None else descending
+    n = len(has)
+    whole = isinstance(idx, range) and idx == range(n)
+    if whole or isinstance(idx, Picked):
+        flags = has if whole else _and(has, idx.mask)  # type: ignore[attr-defined]
+        head = list(compress(range(n), flags))
+        head.sort(key=key, reverse=down)
+        others = has.translate(_table((0,)))
+        rest = Picked(others if whole else _and(others, idx.mask))  # type: ignore[attr-defined]
+        return Chained([rest, head] if reverse else [head, rest])
+    sub_has = bytes(map(has.__getitem__, idx))
+    head = list(compress(idx, sub_has))
+    head.sort(key=key, reverse=down)
+    listed = list(compress(idx, sub_has.translate(_table((0,)))))
+    return listed + head if reverse else head + listed
+
+
+def _value_groups(column: Any) -> list[tuple[int, bytes]] | None:
+    """(value, byte mask) of each value an array of 32-bit ints holds, by value; None when a value is
+    outside -1..65535 (found a pass of C per value rather than a Python call per job)."""
+    raw = column.tobytes()
+    planes = [raw[k::4] for k in range(4)]
+    if not _LITTLE:
+        planes.reverse()
+    b0, b1, b2, b3 = planes
+    n = len(b3)
+    minus = b3.translate(_table((0xFF,)))
+    neg = minus.count(1)
+    # Only -1 below zero (all four bytes 0xff) and nothing above 65535 (upper bytes 0).
+    if b2 != b3 or b3.count(0) + neg != n or (neg and (_and(b1, b3).count(0xFF) != neg
+                                                        or _and(b0, b3).count(0xFF) != neg)):
+        return None
+    out: list[tuple[int, bytes]] = [(-1, minus)] if neg else []
+    keep = minus.translate(_table((0,)))
+    for hi in _present(b1, keep):
+        in_hi = _and(b1.translate(_table((hi,))), keep)
+        for lo in _present(b0, in_hi):
+            out.append((hi * 256 + lo, _and(b0.translate(_table((lo,))), in_hi)))
+    return out
+
+
+_ALL = bytes(range(256))
+_FULL = _table(range(1, 256)).replace(b"\x01", b"\xff")
+"""Byte translation of a 0/1 mask to 0x00/0xff."""
+
+
+def _present(column: bytes, mask: bytes) -> list[int]:
+    """The byte values `column` holds where `mask` holds 1, in order (a search of C per value)."""
+    if mask.find(0) < 0:
+        return [v for v in _ALL if v in column]
+    picked = _and(column, mask.translate(_FULL))  # 0 where not picked
+    out = [v for v in _ALL[1:] if v in picked]
+    if picked.count(0) > mask.count(0):
+        out.insert(0, 0)
+    return out
+
+
+def _grouped(idx: Sequence[int], groups: list[tuple[int, bytes]], values: Sequence[int]) -> Sequence[int]:
+    """`idx` as the groups of these values, in this order (each group in plan order)."""
+    masks = dict(groups)
+    whole = isinstance(idx, range) and idx == range(len(groups[0][1]) if groups else 0)
+    parts: list[Sequence[int]] = []
+    for v in values:
+        m = masks.get(v)
+        if m is not None:
+            parts.append(Picked(m if whole else _and(m, idx.mask)))  # type: ignore[attr-defined]
+    return Chained(parts)
+
+
+def _flat_order(model: Any, idx: Sequence[int], sort_key: str, reverse: bool, now: float) -> Sequence[int] | None:
+    """`idx` sorted by start, duration, attempt or executor over the flat arrays read from the journal's
+    flat rows (None: another key, or values this way cannot group)."""
+    n = len(model)
+    if sort_key == "start":
+        starts = model.started.values_array
+        return _where(idx, _top_bytes(starts).translate(_SOME_TIME), starts.__getitem__, reverse)
+    if sort_key == "duration":
+        took = array("d", map(sub, model.ended.values_array, model.started.values_array))
+        for i in _active(model):
+            start = model.started[i]
+            if start is not None:
+                took[i] = max(0.0, now - start)
+        # Longest first; no duration and a duration of 0 both sort with the jobs never started.
+        return _where(idx, _top_bytes(took).translate(_POSITIVE), took.__getitem__, reverse, not reverse)
+    if sort_key not in ("attempt", "executor") or not (isinstance(idx, range) or isinstance(idx, Picked)):
+        return None
+    column = model.attempt if sort_key == "attempt" else model.executor
+    groups = _value_groups(column[:n])
+    if groups is None:
+        return None
+    values = [v for v, _m in groups]
+    if sort_key == "attempt":
+        return _grouped(idx, groups, values if reverse else values[::-1])  # most attempts first
+    # Executors in order, jobs on none last.
+    ordered = [v for v in values if v >= 0] + [v for v in values if v < 0]
+    return _grouped(idx, groups, ordered[::-1] if reverse else ordered)
+
+
+def _active(model: Any) -> list[int]:
+    """Jobs queued or running (their durations grow with the clock)."""
+    out = sorted(model.running)
+    state = bytes(model.state)
+    k = state.find(_QUEUED)
+    while k >= 0:
+        out.append(k)
+        k = state.find(_QUEUED, k + 1)
+    return out
+
+
+_QUEUED = 2
+"""JobState.QUEUED's value (tui.order stays free of the engine's imports)."""

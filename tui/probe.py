@@ -1,9 +1,11 @@
-"""`python -m tui.probe STATE_DIR [--from-plan] [--app]`: what attaching the console to a run costs.
+"""`python -m tui.probe STATE_DIR [--from-plan] [--every-row] [--app]`: what attaching the console to a run costs.
 
 Prints one JSON object: seconds to read the run into the console's model (from the run's shape,
 or with --from-plan by parsing its plan as consoles did before the shape), the process's memory
 after it, the milliseconds of what the keys do over the model (filters, sorts, a page of rows,
 the panes), and with --app the seconds until the console app, headless, has loaded and painted.
+--every-row makes the sorts by start, duration, attempt or executor read every job's row, as
+consoles did before the journal kept its flat rows.
 `wloadctl bench` runs it in a child process, so each figure is one console's alone.
 """
 
@@ -74,10 +76,13 @@ def key_costs(model: JobsModel, dag: Dag, now: float) -> dict[str, float]:
         "find a job by id": _ms(lambda: model.index.get(model.ids[len(model) - 1]) if len(model) else None),
     }
     out["rss_keys_mib"] = rss_mib()
-    # Last: the first sort by start reads every job's row when the attach read only their states.
+    # Last: the first sort by start reads every job's start, end, attempt and executor (the journal's
+    # flat rows, else every row) when the attach read only their states.
     out["sort: start (first)"] = _ms(page("start"), 1)
     out["sort: start (again)"] = _ms(page("start"))
+    out["sort: duration"] = _ms(page("duration"))
     out["sort: attempt"] = _ms(page("attempt"))
+    out["sort: executor"] = _ms(page("executor"))
     return out
 
 
@@ -100,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tui.probe")
     ap.add_argument("state_dir")
     ap.add_argument("--from-plan", action="store_true", help="read the run by parsing its plan")
+    ap.add_argument("--every-row", action="store_true",
+                    help="sorts by start... read every row rather than the journal's flat rows")
     ap.add_argument("--app", action="store_true", help="also time the headless app's attach")
     a = ap.parse_args(argv)
     state_dir = Path(a.state_dir)
@@ -111,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             _info, model, dag = load_model(client, open_client=lambda: RunClient(state_dir))
     attach = time.perf_counter() - t0
+    if a.every_row:
+        model.fetch_flat = None
     out: dict[str, Any] = {
         "jobs": len(model),
         "attach_seconds": attach,

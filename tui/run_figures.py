@@ -66,10 +66,11 @@ def summarize(
     active = c[S.QUEUED] + c[S.RUNNING]
     end = now
     if finished:
-        ends = list(model.ended.values())
-        end = max(ends) if ends else now
         if model.known is not None and ended:
             end = ended  # rows not all read: the run's own end
+        else:
+            ends = list(model.ended.values())
+            end = max(ends) if ends else now
     elapsed = max(0.0, end - started)
     forecast: float | None = None
     total = len(model)

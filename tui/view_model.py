@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tui.columns import Sparse
+from tui.columns import NOT_YET, Sparse, Times
 from tui.filters import JobFilter
 from tui.idlist import IdIndex, IdList
 from tui.labels import TIER_SHORT, fmt_clock, fmt_duration
@@ -65,10 +65,10 @@ class JobsModel:
     """Executor of the latest attempt (-1 none)."""
     exit_code: Sparse[int] = field(default_factory=lambda: Sparse())
     """Exit status of the latest attempt (None: none yet)."""
-    started: Sparse[float] = field(default_factory=lambda: Sparse())
-    """When the latest attempt started (None: never)."""
-    ended: Sparse[float] = field(default_factory=lambda: Sparse())
-    """When the job last reached a terminal state (None while it is not in one)."""
+    started: Sparse[float] | Times = field(default_factory=lambda: Sparse())
+    """When the latest attempt started (None: never); Times once every job's is read (`ensure_all`)."""
+    ended: Sparse[float] | Times = field(default_factory=lambda: Sparse())
+    """When the job last reached a terminal state (None while it is not in one); Times as `started`."""
     reason: Sparse[str] = field(default_factory=lambda: Sparse(""))
     """Latest reason recorded for the job (failure, hold, skip)."""
     deadline: dict[int, float] = field(default_factory=dict)
@@ -96,6 +96,9 @@ class JobsModel:
     """Reads some jobs' rows (state, attempt, executor, exit_code, started, ended, reason) by index."""
     fetch_all: Callable[[], Any] | None = None
     """Reads every job's row as the journal's columns (wloadctl.turns.JobColumns)."""
+    fetch_flat: Callable[[], Any] | None = None
+    """Reads every job's start, end, attempt and executor as the journal's flat rows
+    (wloadctl.turns.FlatRows; None when the journal keeps none for the run)."""
     release: Callable[[], None] | None = None
     """Releases what `fetch` reads with (the console calls it when it leaves the run)."""
 
@@ -181,11 +184,23 @@ class JobsModel:
         self.attempt.extend(array("i", bytes(4 * (n - len(self.attempt)))))
         self.executor = array("i", cols.executor[:n])
         self.executor.extend(array("i", [-1]) * (n - len(self.executor)))
+        self.started, self.ended = Sparse(), Sparse()
         for mine, theirs in ((self.exit_code, cols.exit_code), (self.started, cols.started),
                              (self.ended, cols.ended), (self.reason, cols.reason)):
             mine.clear()
             mine.update((i, v) for i, v in theirs.items() if i < n)
         self._recount()
+        self.version += 1
+
+    def load_flat(self, flat: Any) -> None:
+        """Take every job's start, end, attempt and executor from the journal's flat rows
+        (wloadctl.turns.FlatRows) as arrays; exit statuses and reasons are still read when shown."""
+        n = len(self.ids)
+        more = max(0, n - len(flat))
+        self.attempt = flat.attempt[:n] + array("i", bytes(4 * more))
+        self.executor = flat.executor[:n] + array("i", [-1]) * more
+        self.started = Times(flat.started[:n] + array("d", [NOT_YET]) * more)
+        self.ended = Times(flat.ended[:n] + array("d", [NOT_YET]) * more)
         self.version += 1
 
     def take_rows(self, rows: dict[int, tuple]) -> None:
@@ -214,11 +229,16 @@ class JobsModel:
             self.take_rows(self.fetch(want))
 
     def ensure_all(self) -> None:
-        """Read every job's row (a sort by start, duration, attempt or executor needs them all)."""
-        if self.known is None or self.fetch_all is None:
+        """Read every job's start, end, attempt and executor (a sort by one of them needs them all): from
+        the journal's flat rows, else every job's row."""
+        if self.known is None or isinstance(self.started, Times):
             return
-        self.load_columns(self.fetch_all())
-        self.known = None
+        flat = self.fetch_flat() if self.fetch_flat is not None else None
+        if flat is not None:
+            self.load_flat(flat)
+        elif self.fetch_all is not None:
+            self.load_columns(self.fetch_all())
+            self.known = None
 
     def grow(self, ids: Sequence[str]) -> bool:
         """Add jobs the run made (loop instances `job@item`, in the parent's SLA tier), WAITING.

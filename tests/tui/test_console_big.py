@@ -10,15 +10,21 @@ from itertools import accumulate
 from pathlib import Path
 
 import pytest
+from console_helpers import loaded
 
 from tui import view_model
+from tui.app import ConsoleApp
+from tui.columns import NOT_YET, Times
 from tui.feed import _load_from_plan, load_model
 from tui.filters import JobFilter, parse_filter
 from tui.idlist import IdIndex, IdList
+from tui.order import _value_groups
 from tui.view_model import SORT_KEYS, JobsModel, view_order
+from tui.widgets.job_table import JobTable
 from wloadctl.client import RunClient
 from wloadctl.core.states import JobState, SlaTier
 from wloadctl.runshape import read_shape, shape_path
+from wloadctl.turns import FlatRows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,6 +107,37 @@ def test_orders_over_flat_columns_are_the_plain_ones(monkeypatch: pytest.MonkeyP
         assert order[-1] == plain[-1] and list(order[-3:]) == plain[-3:]
 
 
+def flat_of(model: JobsModel) -> FlatRows:
+    """The journal's flat rows of a model's jobs."""
+    flat = FlatRows(len(model))
+    for i in range(len(model)):
+        flat.attempt[i], flat.executor[i] = model.attempt[i], model.executor[i]
+        flat.started[i] = model.started.get(i, NOT_YET)
+        flat.ended[i] = model.ended.get(i, NOT_YET)
+    return flat
+
+
+@pytest.mark.parametrize("sort_key", ["start", "duration", "attempt", "executor"])
+@pytest.mark.parametrize("text", ["", "running,failed", "waiting tier:low", "job_00*b"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_orders_over_the_journals_flat_rows_are_the_plain_ones(monkeypatch: pytest.MonkeyPatch, sort_key: str,
+                                                               text: str, reverse: bool) -> None:
+    # Given a big model whose rows are read as the journal's flat rows (some jobs queued and running)
+    model = big_model(3000)
+    model.apply([(1, i, 0, s, 1, 1100.0 + i % 7, i % 3, None, "") for i, s in ((4, 2), (5, 3), (8, 3))])
+    flt = parse_filter(text) if text else JobFilter()
+    monkeypatch.setattr(view_model, "FAST_FROM", 1 << 30)
+    plain = list(view_order(model, flt, sort_key, reverse, now=1200.0))
+    monkeypatch.setattr(view_model, "FAST_FROM", 1000)
+    model.known, model.fetch_flat = bytearray(len(model)), lambda: flat_of(model)
+    # When a sort reads them
+    order = view_order(model, flt, sort_key, reverse, now=1200.0)
+    # Then the rows show in the same order, found by position and by job
+    assert isinstance(model.started, Times) and list(order) == plain
+    for k in range(0, len(plain), 97):
+        assert order[k] == plain[k] and order.index(plain[k]) == k
+
+
 def test_counts_per_tier_and_state_match_a_count_by_hand() -> None:
     model = big_model(2000)
     by_hand = [[0] * len(JobState) for _ in SlaTier]
@@ -158,9 +195,13 @@ def test_a_big_run_is_attached_with_its_states_and_rows_are_read_when_shown(tmp_
             assert (lazy.attempt[i], lazy.executor[i], lazy.exit_code[i], lazy.started[i], lazy.ended[i],
                     lazy.reason[i]) == (full.attempt[i], full.executor[i], full.exit_code[i], full.started[i],
                                         full.ended[i], full.reason[i])
-        # And a sort by start reads them all, in the order the full model gives
-        order = view_order(lazy, JobFilter(), "start")
-        assert lazy.known is None and list(order) == list(view_order(full, JobFilter(), "start"))
+        # And a sort by start reads every start, end, attempt and executor from the journal's flat rows
+        for key in ("start", "duration", "attempt", "executor"):
+            order = view_order(lazy, JobFilter(), key, now=2e9)
+            assert list(order) == list(view_order(full, JobFilter(), key, now=2e9)), key
+        assert isinstance(lazy.started, Times)
+        assert [(lazy.attempt[i], lazy.executor[i], lazy.started[i], lazy.ended[i]) for i in range(len(lazy))] == \
+            [(full.attempt[i], full.executor[i], full.started[i], full.ended[i]) for i in range(len(full))]
     finally:
         assert lazy.release is not None
         lazy.release()
@@ -176,3 +217,44 @@ def test_a_damaged_shape_file_is_passed_over_for_the_plan(tmp_path: Path) -> Non
         assert client.shape() is None
         _info, model, dag = load_model(client)
     assert isinstance(model.ids, list) and len(dag) == len(model) == 154
+
+
+def test_attempts_and_executors_are_grouped_by_value_in_order() -> None:
+    col = array("i", [3, -1, 1000, 0, 1000, 256, -1, 3])
+    groups = _value_groups(col)
+    assert groups is not None
+    assert [(v, [i for i, b in enumerate(m) if b]) for v, m in groups] == \
+        [(-1, [1, 6]), (0, [3]), (3, [0, 7]), (256, [5]), (1000, [2, 4])]
+    assert _value_groups(array("i", [1, 70000])) is None and _value_groups(array("i", [-2, 0])) is None
+
+
+async def test_the_console_sorts_a_finished_run_by_start_duration_attempt_and_executor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a finished run whose jobs start and take various times on two executors, a third retried
+    jobs = "".join(f"  j{k}:\n    command: \"sleep 0.0{k % 7}; test -e m{k} || {{ touch m{k}; exit {k % 3}; }}\"\n"
+                   f"    cwd: {tmp_path}\n    retries: {{count: 1, delay: 10ms}}\n" for k in range(16))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"name: sorts\njobs:\n{jobs}")
+    state = tmp_path / "state"
+    subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(state), "--quiet",
+                    "--executors", "2", "--slots", "2"], check=True, timeout=120, capture_output=True)
+    with RunClient(state) as client:
+        rows = {r[0]: r for r in client.job_rows()}  # (idx, id, state, attempt, executor, exit, started, ended, ..)
+    expect = {"start": sorted(rows, key=lambda i: rows[i][6]),
+              "duration": sorted(rows, key=lambda i: rows[i][6] - rows[i][7]),
+              "attempt": sorted(rows, key=lambda i: -rows[i][3]),
+              "executor": sorted(rows, key=lambda i: rows[i][4])}
+    assert {rows[i][3] for i in rows} == {1, 2} and {rows[i][4] for i in rows} == {0, 1}
+    monkeypatch.setattr(view_model, "FAST_FROM", 10)  # the path of big runs
+    app = ConsoleApp(state, readonly=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await loaded(pilot)
+        table = app.screen.query_one(JobTable)
+        for key in ("start", "duration", "attempt", "executor"):
+            # When the operator sorts by each key in turn
+            while table.sort_key != key:
+                await pilot.press("S")
+            await pilot.pause()
+            # Then the table shows the jobs in the order the journal's rows give
+            assert list(table.order) == expect[key], key
+        assert app.model is not None and isinstance(app.model.started, Times), "read from the flat rows"
