@@ -91,6 +91,11 @@ def test_loop_instances_get_rows_in_the_turn_that_made_them(tmp_path: Path) -> N
         assert st.job_ids(run.id) == ["list", "load", "load@a", "load@b"]
         assert st.expansions(run.id) == [("load", ("a", "b"))]
         assert [r[2] for r in st.job_rows(run.id)] == [W, W, R, R]
+        st.write_turn(run.id, [(3, R, Q, 1, 2.0, 1, None, "", "u")])
+        st.set_status(run.id, "running", None)  # saves the flat rows
+        flat = st.flat_rows(run.id)
+        assert flat is not None and [flat.row(i) for i in range(4)] == \
+            [(0, -1, None, None)] * 3 + [(1, 1, None, None)]
 
 
 def test_a_fenced_writer_writes_nothing(tmp_path: Path) -> None:

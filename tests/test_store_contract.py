@@ -182,7 +182,7 @@ def _random_run(st: Store, n: int, turns: int, seed: int = 7) -> int:
         for i in rng.sample(range(n), rng.randint(1, 200)):
             to = rng.choice([R, Q, RUN, OK, FAIL])
             code = 1 if to == FAIL else 0 if to == OK else None
-            batch.append((i, state[i], to, t, float(t), t % 3, code, f"r{t}" if to == FAIL else "", f"c{t}"))
+            batch.append((i, state[i], to, t, float(t), t % 4 - 1, code, f"r{t}" if to == FAIL else "", f"c{t}"))
             state[i] = to
         st.write_turn(run.id, batch, durable=t % 2 == 0)
     return run.id

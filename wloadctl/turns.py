@@ -282,19 +282,23 @@ class FlatRows:
             self.attempt.extend(array("i", bytes(4 * more)))
             self.executor.extend(array("i", [-1]) * more)
 
-    def apply(self, transitions: Sequence[tuple]) -> None:
-        """Apply one turn's transitions (job, from, to, attempt, ts, executor, ...), in order.
+    def apply(self, recs: bytes) -> None:
+        """Apply packed records (RECORD each, as a turn journals them), in order.
 
-        Each field ends as the job's last transition leaves it, so applying transitions already
-        applied, in order with those after them, changes nothing (a reader's snapshot may be newer
-        than the sequence number it came with).
+        Each field ends as the job's last record leaves it, so records already applied, applied again
+        in order with those after them, change nothing (a reader's snapshot may be newer than the
+        sequence number it came with).
         """
-        top = max(t[0] for t in transitions) if transitions else -1
-        if top >= len(self.attempt):
-            self.grow(top + 1)
+        try:
+            self._apply(recs)
+        except IndexError:  # a job the run added since: applied again from the start
+            self.grow(max(job for (job,) in JOB_FIELD.iter_unpack(recs)) + 1)
+            self._apply(recs)
+
+    def _apply(self, recs: bytes) -> None:
         started, ended, attempt, executor = self.started, self.ended, self.attempt, self.executor
         nan = NOT_YET
-        for i, _f, to, att, ts, ex, _x, _r, _c in transitions:
+        for i, _f, to, att, ex, _x, ts, _c in RECORD.iter_unpack(recs):
             if to == _RUNNING:
                 started[i] = ts
                 ended[i] = nan

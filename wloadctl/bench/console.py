@@ -1,4 +1,5 @@
-"""The console on a big run: attach seconds, memory and what keys cost, beside `status` and the old attach.
+"""The console on a big run: attach seconds, memory and what keys cost, beside `status`, the old attach and
+the old sorts (by start, duration, attempt or executor, reading every job's row).
 
 The console is measured in a child process (`python -m tui.probe`), one per repeat, so its
 memory is its own; the Textual side stays out of this package.
@@ -51,9 +52,11 @@ def console(ctx: Context) -> None:
                                    note=f"run {run.status}: {run.error}"))
         return
     timeout = max(600.0, jobs / 1000)
-    ctx.say(f"console: attach to {jobs:,} jobs ({s.repeat} times), from the plan once, `status --json`")
+    ctx.say(f"console: attach to {jobs:,} jobs ({s.repeat} times), from the plan once, sorts reading every row"
+            " once, `status --json`")
     reps = [_probe(state_dir, "--app", timeout=timeout) for _ in range(s.repeat)]
     old = _probe(state_dir, "--from-plan", timeout=timeout)
+    rows = _probe(state_dir, "--every-row", timeout=timeout)
     made: dict[str, Figure] = {}
 
     def add(name: str, samples: list[dict[str, Any]], what: str = basis) -> None:
@@ -69,6 +72,8 @@ def console(ctx: Context) -> None:
 
     add("attach (run's shape)", reps)
     add("attach (parsing the plan, as before)", [old])
+    add("attach (sorts reading every row, as before)", [rows],
+        basis + "; the sorts by start, duration, attempt and executor read every job's row, not the flat rows")
     made["status"] = combine("console", "status --json (command)", "wloadctl", "bank", jobs,
                              [_status(state_dir) for _ in range(s.repeat)], "whole command")
     ctx.figures.append(made["status"])
@@ -77,4 +82,9 @@ def console(ctx: Context) -> None:
     ctx.add_ratio(ratio(f"console {jobs}: attach from the shape / from the plan", now, was, "seconds"))
     ctx.add_ratio(ratio(f"console {jobs}: memory from the shape / from the plan", now, was, "rss_mib"))
     ctx.add_ratio(ratio(f"console {jobs}: slowest key from the shape / from the plan", now, was, "slowest key ms"))
+    every = made["attach (sorts reading every row, as before)"]
+    ctx.add_ratio(ratio(f"console {jobs}: first sort by start, flat rows / every row", now, every,
+                        "sort: start (first) ms"))
+    ctx.add_ratio(ratio(f"console {jobs}: memory after every sort, flat rows / every row", now, every,
+                        "rss_all_rows_mib"))
     shutil.rmtree(state_dir, ignore_errors=True)

@@ -214,6 +214,15 @@ TARGETS: tuple[TargetSpec, ...] = (
         "ms",
     ),
     TargetSpec(
+        "k4",
+        "and under 300 MB after its sorts by start, duration, attempt and executor (read from the flat rows)",
+        _fig("console", "attach (run's shape)", "wloadctl", "bank", 1_000_000),
+        "rss_all_rows_mib",
+        "<",
+        300.0,
+        "MiB",
+    ),
+    TargetSpec(
         "s2",
         "load of a plan written one key a line within 10 s per million jobs",
         _fig("firstjob", "load+validate", "wloadctl", "bank, block", 1_000_000),

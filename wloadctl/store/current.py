@@ -9,22 +9,26 @@ journals the durations of the successful attempts it ends (`took`), from which t
 the plan learn how long each job takes (`expected_history`).
 
 A run's flat rows (turns.FlatRows: each job's start, end, attempt and executor as fixed-width
-arrays, what a sort by those reads) are saved less often: a busy run moves jobs all over the
-plan, and rewriting their blocks at every turn would write gigabytes. The writer keeps them in
-memory and saves the blocks changed since its last save, with the sequence number they reach,
-in the transaction of a turn once FLAT_EVERY transitions have passed, and in the one that ends
-the run (`set_status`). A reader takes the saved blocks and applies the turns after them, so a
-kill -9 loses nothing: at worst the next reader, or writer, applies FLAT_EVERY transitions more.
+arrays, what a sort by those reads) are saved later than the turns that change them: a busy run
+moves jobs all over the plan, and rewriting their blocks at every turn would write gigabytes
+over a million jobs. The writer keeps them in memory; each turn's transaction saves a share of
+the blocks changed longest ago, with the transition every saved block is at (`_flat_changes`),
+and the one that ends the run saves the rest (`set_status`). A reader takes the saved blocks and
+applies the turns after that transition, so a kill -9 loses nothing: at worst the next reader,
+or writer, applies about FLAT_EVERY transitions more.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from statistics import median
 from typing import Any
 
 from wloadctl.turns import (
+    JOB_FIELD,
+    RECORD,
     RUNNING,
     STATE_BLOCK,
     SUCCEEDED,
@@ -40,8 +44,8 @@ from wloadctl.turns import (
 
 _TIMED = TERMINAL_STATES | {RUNNING}
 """States whose transitions start or end an attempt's duration."""
-FLAT_EVERY = 500_000
-"""Transitions between two saves of a run's flat rows while it runs (a save of a million jobs writes 24 MB)."""
+FLAT_EVERY = 1_000_000
+"""About how many transitions a changed block of flat rows waits to be saved (see _flat_changes)."""
 
 
 class CurrentState:
@@ -52,10 +56,11 @@ class CurrentState:
         """A writer's copy of the current states of the runs it writes turns of (one byte per job)."""
         self._flat: dict[int, FlatRows] = {}
         """A writer's copy of the flat rows of the runs it writes turns of."""
-        self._flat_dirty: dict[int, set[int]] = {}
-        """Per run, the blocks of flat rows changed since the writer last saved them."""
-        self._flat_seq: dict[int, list[int]] = {}
-        """Per run, [last transition in the writer's copy, transitions applied since its last save]."""
+        self._flat_dirty: dict[int, dict[int, int]] = {}
+        """Per run, the blocks of flat rows changed since the writer last saved them, oldest change first:
+        block -> the transition its saved row is at."""
+        self._flat_seq: dict[int, int] = {}
+        """Per run, the last transition in the writer's copy."""
         self._running_since: dict[int, dict[int, float]] = {}
         """Per run, when each job the writer saw start running started (for the durations it journals)."""
 
@@ -87,6 +92,10 @@ class CurrentState:
     @abstractmethod
     def _flat_blocks(self, run: int) -> Iterable[tuple[int, bytes]]:
         """(block, data) rows of a run's saved flat rows."""
+
+    @abstractmethod
+    def _turn_records(self, run: int, after: int) -> Iterable[tuple[int, bytes]]:
+        """(first transition, packed records) of each turn of a run with a transition after `after`, oldest first."""
 
     @abstractmethod
     def _write_flat(self, run: int, blocks: dict[int, bytes], seq: int) -> None:
@@ -130,21 +139,33 @@ class CurrentState:
         rows = {b: bytes(flat[b * size:(b + 1) * size]) for b in {i // size for i in last}}
         return rows, index_blocks(last)
 
-    def _flat_changes(self, run: int, transitions: Sequence[tuple], keys: Sequence[int]) -> dict[int, bytes]:
-        """Apply a turn to the writer's flat rows; the blocks to save with it (none until FLAT_EVERY
-        transitions have passed since the last save: see `_flat_written`).
+    def _flat_changes(self, run: int, recs: bytes, n: int, keys: Sequence[int]) -> tuple[dict[int, bytes], int | None]:
+        """Apply a turn to the writer's flat rows: the blocks to save with it, and the transition all saved
+        blocks are at (None: the turn's last, when no changed block is left unsaved).
+
+        A turn saves the blocks changed longest ago, its share of them: as many as it has transitions
+        in FLAT_EVERY. So a changed block waits about FLAT_EVERY transitions, and the saves are spread
+        over the turns (a save of every block of a million jobs writes 24 MB at once).
 
         Args:
+            recs: the turn's records as journaled (turns.pack_turn).
+            n: how many.
             keys: the turn's turn-index keys (its jobs' blocks: turns.ROW_BLOCK is turns.INDEX_BLOCK).
         """
         flat = self._flat.get(run)
         if flat is None:
             flat = self._flat_copy(run)
-        flat.apply(transitions)
-        self._flat_dirty[run].update(keys)
-        mark = self._flat_seq[run]
-        mark[1] += len(transitions)
-        return self._flat_unsaved(run) if mark[1] >= FLAT_EVERY else {}
+        flat.apply(recs)
+        dirty = self._flat_dirty[run]
+        clean = self._flat_seq[run]  # transitions before the turn: where its blocks were last saved from
+        for k in keys:
+            dirty.setdefault(k, clean)
+        share = -(-len(dirty) * n // FLAT_EVERY)
+        # Oldest first: a dict keeps the order its keys came in.
+        blocks = {b: flat.block(b) for b in islice(dirty, share)}
+        for b in blocks:
+            del dirty[b]
+        return blocks, next(iter(dirty.values()), None)
 
     def _flat_copy(self, run: int) -> FlatRows:
         """The writer's copy of a run's flat rows, read at its first turn (a run journaled before they
@@ -155,47 +176,45 @@ class CurrentState:
             flat = FlatRows.from_columns(self.columns(run), self._kept_jobs(run) or 0)
             self._write_flat(run, flat.blocks(), seq)
             self.drop_columns()
-            read = flat, seq, set(), 0
-        flat, seq, dirty, since = read
-        self._flat[run], self._flat_dirty[run], self._flat_seq[run] = flat, dirty, [seq, since]
+            read = flat, seq, seq, set()
+        flat, saved, seq, changed = read
+        self._flat[run], self._flat_seq[run] = flat, seq
+        self._flat_dirty[run] = dict.fromkeys(sorted(changed), saved)
         return flat
 
-    def _flat_unsaved(self, run: int) -> dict[int, bytes]:
-        """The blocks of the writer's flat rows changed since it last saved them (block -> data)."""
+    def _flat_unsaved(self, run: int) -> tuple[dict[int, bytes], int]:
+        """Every block of the writer's flat rows not saved since it changed, and the transition the writer
+        has written last (the run's end saves them all)."""
         flat, dirty = self._flat.get(run), self._flat_dirty.get(run)
         if flat is None or not dirty:
-            return {}
-        return {b: flat.block(b) for b in sorted(dirty)}
+            return {}, 0
+        blocks = {b: flat.block(b) for b in dirty}
+        dirty.clear()
+        return blocks, self._flat_seq[run]
 
-    def _flat_written(self, run: int, seq: int, saved: bool) -> None:
-        """A turn (ending at transition `seq`), or the run's end, committed; with it the unsaved flat rows
-        when `saved`."""
-        mark = self._flat_seq.get(run)
-        if mark is None:
-            return
-        mark[0] = max(mark[0], seq)
-        if saved:
-            mark[1] = 0
-            self._flat_dirty[run].clear()
+    def _flat_written(self, run: int, seq: int) -> None:
+        """A turn ending at transition `seq` committed."""
+        if run in self._flat_seq:
+            self._flat_seq[run] = max(self._flat_seq[run], seq)
 
-    def _read_flat(self, run: int) -> tuple[FlatRows, int, set[int], int] | None:
-        """A run's flat rows as saved, with the turns after them applied: (rows, last transition in them,
-        the blocks those turns changed, how many transitions they were); None when not kept."""
+    def _read_flat(self, run: int) -> tuple[FlatRows, int, int, set[int]] | None:
+        """A run's flat rows as saved, with the turns after them applied: (rows, the transition the saved
+        blocks are at, the last transition in the rows, the blocks the turns after the save changed);
+        None when not kept."""
         # The sequence number first: blocks saved after it are newer, and the turns after it,
         # applied again over them, change nothing (FlatRows.apply).
-        seq = self._flat_saved(run)
+        saved = seq = self._flat_saved(run)
         if seq is None:
             return None
         flat = FlatRows.from_blocks(self._flat_blocks(run), self._kept_jobs(run) or 0)
-        dirty: set[int] = set()
-        since = 0
-        for turn in self._turns(run, seq):
-            if turn:
-                flat.apply([r[1:] for r in turn])
-                dirty.update(index_blocks(r[1] for r in turn))
-                since += len(turn)
-                seq = turn[-1][0]
-        return flat, seq, dirty, since
+        tail: list[bytes] = []
+        for first, recs in self._turn_records(run, seq):
+            skip = max(0, seq + 1 - first)  # a turn the save ended inside of (saves end turns)
+            tail.append(recs[skip * RECORD.size:])
+            seq = max(seq, first + len(recs) // RECORD.size - 1)
+        recs = b"".join(tail)
+        flat.apply(recs)
+        return flat, saved, seq, set(index_blocks(job for (job,) in JOB_FIELD.iter_unpack(recs)))
 
     def _durations(self, run: int, transitions: Sequence[tuple]) -> bytes:
         """The successful attempts a turn ends, packed for the history (see pack_took): seconds from

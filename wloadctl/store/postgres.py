@@ -62,7 +62,7 @@ _NOW_ROWS = (
     " FROM unnest(%(rows)s::integer[], %(data)s::bytea[]) AS x(b, d) WHERE " + _WROTE
     + " ON CONFLICT (run, block) DO UPDATE SET data = excluded.data"
 )
-_FLAT_SEQ = "UPDATE now_runs SET flat_seq = %(upto)s WHERE run = %(run)s AND " + _WROTE
+_FLAT_SEQ = "UPDATE now_runs SET flat_seq = coalesce(%(saved_at)s, %(upto)s) WHERE run = %(run)s AND " + _WROTE
 """A turn's save of flat rows (see store/current.py), made only with the turn."""
 _TOOK = ("INSERT INTO took (run, seq, blob) SELECT %(run)s, %(seq)s, %(took)s WHERE " + _WROTE
          + " ON CONFLICT DO NOTHING")
@@ -385,8 +385,7 @@ class PostgresStore(Store):
     def set_status(self, run: int, status: str, ended: float | None) -> None:
         """Record the run's status (and end time), and save the flat rows this writer changed since it
         last did (see SqliteStore.set_status)."""
-        rows = self._flat_unsaved(run)
-        seq = self._flat_seq[run][0] if rows else 0
+        rows, seq = self._flat_unsaved(run)
 
         def put(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
@@ -395,8 +394,11 @@ class PostgresStore(Store):
                 if rows:
                     self._save_flat(conn, run, rows, seq)
 
-        self._do(put)
-        self._flat_written(run, seq, bool(rows))
+        try:
+            self._do(put)
+        except BaseException:
+            self._forget_current(run)
+            raise
 
     # -- jobs and turns ---------------------------------------------------------------------
 
@@ -444,7 +446,7 @@ class PostgresStore(Store):
         relaxed = self.auto_sync and not durable
         try:
             blocks, keys = self._current_changes(run, transitions)
-            rows = self._flat_changes(run, transitions, keys) if n else {}
+            rows, saved_at = self._flat_changes(run, recs, n, keys) if n else ({}, None)
             took = self._durations(run, transitions)
         except BaseException:
             self._forget_current(run)
@@ -460,7 +462,7 @@ class PostgresStore(Store):
             args = {"run": run, "seq": seq, "next": seq + n, "upto": seq + n - 1, "n": n, "epoch": held,
                     "recs": recs, "causes": causes, "reasons": reasons, "blocks": list(blocks),
                     "states": list(blocks.values()), "keys": keys, "took": took, "rows": list(rows),
-                    "data": list(rows.values())}
+                    "data": list(rows.values()), "saved_at": saved_at}
             if not added:
                 # The common turn: one round trip (BEGIN, the guarded insert, COMMIT in one pipeline).
                 with conn.pipeline(), conn.transaction():
@@ -495,7 +497,7 @@ class PostgresStore(Store):
             if done:
                 self._next[run] = seq + n
                 if n:
-                    self._flat_written(run, seq + n - 1, bool(rows))
+                    self._flat_written(run, seq + n - 1)
                 return
             self._settle_refused(conn, run, seq, n, held)
 
@@ -523,6 +525,11 @@ class PostgresStore(Store):
     def _flat_saved(self, run: int) -> int | None:
         row = self._do(lambda c: c.execute("SELECT flat_seq FROM now_runs WHERE run = %s", (run,)).fetchone())
         return None if row is None or row[0] is None else int(row[0])
+
+    def _turn_records(self, run: int, after: int) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT seq, recs FROM turns WHERE run = %s AND upto > %s ORDER BY seq",
+                                            (run, after), binary=True).fetchall())
+        return [(int(first), bytes(recs)) for first, recs in rows]
 
     def _flat_blocks(self, run: int) -> Iterable[tuple[int, bytes]]:
         rows = self._do(lambda c: c.execute("SELECT block, data FROM now_rows WHERE run = %s", (run,),

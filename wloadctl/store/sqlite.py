@@ -341,8 +341,7 @@ class SqliteStore(Store):
             StoreError: another failed write, or a newer epoch holds the run.
         """
         self._durable()
-        rows = self._flat_unsaved(run)
-        seq = self._flat_seq[run][0] if rows else 0
+        rows, seq = self._flat_unsaved(run)
         c = self.conn
         try:
             c.execute("BEGIN IMMEDIATE")
@@ -355,12 +354,13 @@ class SqliteStore(Store):
                 self._save_flat(run, rows, seq)
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
+            self._forget_current(run)
             if c.in_transaction:
                 c.execute("ROLLBACK")
             raise write_error(e, self.path) from None
         if changed != 1 and self.epoch is not None:
+            self._forget_current(run)
             raise self._stale(run, self._epoch_of(run), self.epoch)
-        self._flat_written(run, seq, bool(rows) and changed == 1)
 
     def _epoch_of(self, run: int) -> int | None:
         row = self.conn.execute("SELECT epoch FROM runs WHERE id = ?", (run,)).fetchone()
@@ -449,7 +449,7 @@ class SqliteStore(Store):
             epoch = self.epoch
         recs, causes, reasons = pack_turn(transitions)
         blocks, keys = self._current_changes(run, transitions)
-        rows = self._flat_changes(run, transitions, keys)
+        rows, saved_at = self._flat_changes(run, recs, len(transitions), keys)
         last = 0
         took = self._durations(run, transitions)
         c = self.conn
@@ -481,7 +481,7 @@ class SqliteStore(Store):
                               [(run, k, top[0]) for k in keys])
                 last = top[0] + len(transitions) - 1
                 if rows:
-                    self._save_flat(run, rows, last)
+                    self._save_flat(run, rows, last if saved_at is None else saved_at)
                 if took:
                     c.execute("INSERT INTO took (run, seq, blob) VALUES (?, ?, ?)", (run, top[0], took))
             c.execute("COMMIT")
@@ -493,7 +493,7 @@ class SqliteStore(Store):
         except BaseException:
             self._forget_current(run)
             raise
-        self._flat_written(run, last, bool(rows))
+        self._flat_written(run, last)
 
     # -- the current state and the turn index -------------------------------------------
 
@@ -511,6 +511,11 @@ class SqliteStore(Store):
             return None  # a journal no scheduler of this version has written to (read-only)
         row = self.conn.execute("SELECT flat_seq FROM now_runs WHERE run = ?", (run,)).fetchone()
         return None if row is None or row[0] is None else int(row[0])
+
+    def _turn_records(self, run: int, after: int) -> Iterable[tuple[int, bytes]]:
+        if not self._has_turns:
+            return []
+        return self.conn.execute("SELECT seq, recs FROM turns WHERE run = ? AND seq + n > ? ORDER BY seq", (run, after))
 
     def _flat_blocks(self, run: int) -> Iterable[tuple[int, bytes]]:
         return self.conn.execute("SELECT block, data FROM now_rows WHERE run = ?", (run,))
