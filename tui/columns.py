@@ -67,6 +67,7 @@ class Times:
         return v if v == v else None
 
     def get(self, i: int, default: Any = None) -> Any:
+        """Job i's time, or `default`."""
         v = self[i]
         return default if v is None else v
 
@@ -81,6 +82,7 @@ class Times:
         self[i] = NOT_YET if value is None else value
 
     def pop(self, i: int, default: Any = None) -> Any:
+        """Remove job i's time; return it, or `default` when there was none."""
         v = self[i]
         if v is None:
             return default
@@ -91,14 +93,17 @@ class Times:
         return isinstance(i, int) and self[i] is not None
 
     def items(self) -> Iterator[tuple[int, float]]:
+        """(job, time) of the jobs that have one."""
         return ((i, v) for i, v in enumerate(self.values_array) if v == v)
 
     def keys(self) -> Iterator[int]:
+        """The jobs that have a time."""
         return (i for i, v in enumerate(self.values_array) if v == v)
 
     __iter__ = keys
 
     def values(self) -> Iterator[float]:
+        """The times there are."""
         return filter(isfinite, self.values_array)
 
     def __len__(self) -> int:

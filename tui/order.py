@@ -410,15 +410,19 @@ def _flat_order(model: Any, idx: Sequence[int], sort_key: str, reverse: bool, no
     return _grouped(idx, groups, ordered[::-1] if reverse else ordered)
 
 
-def _active(model: Any) -> list[int]:
-    """Jobs queued or running (their durations grow with the clock)."""
-    out = sorted(model.running)
-    state = bytes(model.state)
-    k = state.find(_QUEUED)
+def positions(buf: bytes | bytearray, value: int) -> list[int]:
+    """Indices where `buf` holds `value` (few of them: found by byte search)."""
+    out: list[int] = []
+    k = buf.find(value)
     while k >= 0:
         out.append(k)
-        k = state.find(_QUEUED, k + 1)
+        k = buf.find(value, k + 1)
     return out
+
+
+def _active(model: Any) -> list[int]:
+    """Jobs queued or running (their durations grow with the clock)."""
+    return sorted(model.running) + positions(model.state, _QUEUED)
 
 
 _QUEUED = 2

@@ -12,7 +12,7 @@ from tui.columns import NOT_YET, Sparse, Times
 from tui.filters import JobFilter
 from tui.idlist import IdIndex, IdList
 from tui.labels import TIER_SHORT, fmt_clock, fmt_duration
-from tui.order import FAST_FROM, backwards, pick, sort_order
+from tui.order import FAST_FROM, backwards, pick, positions, sort_order
 from wloadctl.client import node_label
 from wloadctl.core.states import OK_STATES, TERMINAL, JobState, SlaTier
 
@@ -32,16 +32,6 @@ SORT_KEYS: tuple[str, ...] = (
 
 _HIGH = bytes((b << 4) & 0xFF for b in range(256))
 """Byte translation moving a value 0-15 to the high half of the byte."""
-
-
-def _positions(buf: bytes | bytearray, value: int) -> list[int]:
-    """Indices where `buf` holds `value` (few of them: found by byte search)."""
-    out: list[int] = []
-    k = buf.find(value)
-    while k >= 0:
-        out.append(k)
-        k = buf.find(value, k + 1)
-    return out
 _TERMINAL_VALUES = frozenset(int(s) for s in TERMINAL)
 
 
@@ -127,7 +117,7 @@ class JobsModel:
         """Counts per state and per tier and state, and the running jobs: a few passes of C."""
         state, n = bytes(self.state), len(self.state)
         self.counts = [state.count(s) for s in range(len(JobState))]
-        self.running = set(_positions(state, int(S.RUNNING)))
+        self.running = set(positions(state, int(S.RUNNING)))
         # Tier in the high half of a byte, state in the low: one byte per job, counted per value.
         both = bytes(self.tier).translate(_HIGH)
         pairs = (int.from_bytes(both, "little") | int.from_bytes(state, "little")).to_bytes(n, "little")
@@ -196,11 +186,14 @@ class JobsModel:
         """Take every job's start, end, attempt and executor from the journal's flat rows
         (wloadctl.turns.FlatRows) as arrays; exit statuses and reasons are still read when shown."""
         n = len(self.ids)
-        more = max(0, n - len(flat))
-        self.attempt = flat.attempt[:n] + array("i", bytes(4 * more))
-        self.executor = flat.executor[:n] + array("i", [-1]) * more
-        self.started = Times(flat.started[:n] + array("d", [NOT_YET]) * more)
-        self.ended = Times(flat.ended[:n] + array("d", [NOT_YET]) * more)
+        if len(flat) != n:  # jobs the run made since (or more than the model holds)
+            more = max(0, n - len(flat))
+            flat.attempt = flat.attempt[:n] + array("i", bytes(4 * more))
+            flat.executor = flat.executor[:n] + array("i", [-1]) * more
+            flat.started = flat.started[:n] + array("d", [NOT_YET]) * more
+            flat.ended = flat.ended[:n] + array("d", [NOT_YET]) * more
+        self.attempt, self.executor = flat.attempt, flat.executor
+        self.started, self.ended = Times(flat.started), Times(flat.ended)
         self.version += 1
 
     def take_rows(self, rows: dict[int, tuple]) -> None:

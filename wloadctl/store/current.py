@@ -61,6 +61,8 @@ class CurrentState:
         block -> the transition its saved row is at."""
         self._flat_seq: dict[int, int] = {}
         """Per run, the last transition in the writer's copy."""
+        self._flat_owed: dict[int, float] = {}
+        """Per run, the fraction of a block the turns so far owe to the saves (see _flat_changes)."""
         self._running_since: dict[int, dict[int, float]] = {}
         """Per run, when each job the writer saw start running started (for the durations it journals)."""
 
@@ -160,7 +162,10 @@ class CurrentState:
         clean = self._flat_seq[run]  # transitions before the turn: where its blocks were last saved from
         for k in keys:
             dirty.setdefault(k, clean)
-        share = -(-len(dirty) * n // FLAT_EVERY)
+        # The turn's share, carried over in fractions: a turn of a few transitions writes no block.
+        owed = self._flat_owed.get(run, 0.0) + len(dirty) * n / FLAT_EVERY
+        share = int(owed)
+        self._flat_owed[run] = owed - share
         # Oldest first: a dict keeps the order its keys came in.
         blocks = {b: flat.block(b) for b in islice(dirty, share)}
         for b in blocks:
@@ -260,6 +265,7 @@ class CurrentState:
         self._flat.pop(run, None)
         self._flat_dirty.pop(run, None)
         self._flat_seq.pop(run, None)
+        self._flat_owed.pop(run, None)
         self._running_since.pop(run, None)
 
     def _backfill(self, run: int) -> None:
