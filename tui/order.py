@@ -389,7 +389,11 @@ def _flat_order(model: Any, idx: Sequence[int], sort_key: str, reverse: bool, no
         starts = model.started.values_array
         return _where(idx, _top_bytes(starts).translate(_SOME_TIME), starts.__getitem__, reverse)
     if sort_key == "duration":
-        took = array("d", map(sub, model.ended.values_array, model.started.values_array))
+        starts = model.started.values_array
+        started = _top_bytes(starts).translate(_SOME_TIME)
+        if started.find(1) < 0:  # no job started (no-op jobs end without running): no duration
+            return _where(idx, started, starts.__getitem__, reverse)
+        took = array("d", map(sub, model.ended.values_array, starts))
         for i in _active(model):
             start = model.started[i]
             if start is not None:

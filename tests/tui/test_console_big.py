@@ -138,6 +138,14 @@ def test_orders_over_the_journals_flat_rows_are_the_plain_ones(monkeypatch: pyte
         assert order[k] == plain[k] and order.index(plain[k]) == k
 
 
+def test_jobs_that_never_ran_sort_by_duration_in_plan_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(view_model, "FAST_FROM", 1000)
+    model = JobsModel(id_list([f"j{i}" for i in range(2000)]), bytearray(2000))
+    model.known, model.fetch_flat = bytearray(2000), lambda: FlatRows(2000)
+    for reverse in (False, True):
+        assert list(view_order(model, JobFilter(), "duration", reverse)) == list(range(2000))
+
+
 def test_counts_per_tier_and_state_match_a_count_by_hand() -> None:
     model = big_model(2000)
     by_hand = [[0] * len(JobState) for _ in SlaTier]
