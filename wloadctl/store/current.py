@@ -159,9 +159,8 @@ class CurrentState:
             flat = self._flat_copy(run)
         flat.apply(recs)
         dirty = self._flat_dirty[run]
-        clean = self._flat_seq[run]  # transitions before the turn: where its blocks were last saved from
-        for k in keys:
-            dirty.setdefault(k, clean)
+        # Blocks not changed before are at the transition before the turn (added after the others: a pass of C).
+        dirty.update(dict.fromkeys(set(keys).difference(dirty), self._flat_seq[run]))
         # The turn's share, carried over in fractions: a turn of a few transitions writes no block.
         owed = self._flat_owed.get(run, 0.0) + len(dirty) * n / FLAT_EVERY
         share = int(owed)

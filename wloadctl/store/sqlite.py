@@ -522,7 +522,9 @@ class SqliteStore(Store):
 
     def _save_flat(self, run: int, blocks: dict[int, bytes], seq: int) -> None:
         """Save these blocks of flat rows, standing at transition `seq` (inside the caller's transaction)."""
-        self.conn.executemany("INSERT OR REPLACE INTO now_rows (run, block, data) VALUES (?, ?, ?)",
+        # An upsert rewrites a saved block in place (a REPLACE deletes it and inserts it anew).
+        self.conn.executemany("INSERT INTO now_rows (run, block, data) VALUES (?, ?, ?)"
+                              " ON CONFLICT (run, block) DO UPDATE SET data = excluded.data",
                               [(run, b, d) for b, d in blocks.items()])
         self.conn.execute("UPDATE now_runs SET flat_seq = ? WHERE run = ?", (seq, run))
 
