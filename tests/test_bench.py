@@ -187,7 +187,7 @@ def test_targets_are_listed_but_not_judged_at_quick_sizes(
 ) -> None:
     labels = [t["label"] for t in quick["targets"]]
     assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "d", "e", "f1", "f2", "r1", "r2", "r3",
-                      "s1", "k1", "k2", "k3", "s2"]
+                      "s1", "k1", "k2", "k3", "k4", "s2"]
     assert all(t["met"] is None for t in quick["targets"])
 
 
