@@ -29,14 +29,16 @@ def _wl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, env=env)
 
 
-def _plan(path: Path, name: str, out: Path, gate: Path, jobs: int, share: float = 1.0) -> Path:
-    # Each job leaves start/end evidence and runs until the gate opens (at most a minute), then a second
-    # more, so the split can be seen while the runs share the host.
-    cmd = (f'echo "$WLOADCTL_JOB start $(date +%s.%N)" >> {out}; n=0; '
-           f'while [ ! -e {gate} ] && [ $n -lt 600 ]; do n=$((n+1)); sleep 0.1; done; sleep 1; '
+def _plan(path: Path, name: str, out: Path, gate: Path, jobs: int, share: float = 1.0, cpu: float = 0.0,
+          tail: float = 1.0, pids: Path | None = None) -> Path:
+    # Each job leaves start/end evidence (and its pid in `pids`) and runs until the gate opens (at most a minute),
+    # then `tail` seconds more, so the split can be seen while the runs share the host; `cpu` is its claim.
+    pid = f"echo $$ > {pids}/$WLOADCTL_JOB; " if pids is not None else ""
+    cmd = (f'{pid}echo "$WLOADCTL_JOB start $(date +%s.%N)" >> {out}; n=0; '
+           f'while [ ! -e {gate} ] && [ $n -lt 600 ]; do n=$((n+1)); sleep 0.1; done; sleep {tail}; '
            f'echo "$WLOADCTL_JOB end $(date +%s.%N)" >> {out}')
-    spec: dict[str, Any] = {"name": name, "share": share,
-                            "jobs": {f"{name}{k}": {"command": cmd} for k in range(jobs)}}
+    job: dict[str, Any] = {"command": cmd, **({"cpu": cpu} if cpu else {})}
+    spec: dict[str, Any] = {"name": name, "share": share, "jobs": {f"{name}{k}": dict(job) for k in range(jobs)}}
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 
@@ -139,14 +141,8 @@ def test_a_crashed_runs_slots_go_back_to_the_host(tmp_path: Path, no_ipc_leaks: 
 
 
 def _claim_plan(path: Path, name: str, out: Path, gate: Path, jobs: int, pids: Path | None = None) -> Path:
-    # Each job claims both of the host's CPUs, leaves start/end evidence (and its pid), and runs until the gate opens.
-    pid = f"echo $$ > {pids}/$WLOADCTL_JOB; " if pids is not None else ""
-    cmd = (f'{pid}echo "$WLOADCTL_JOB start $(date +%s.%N)" >> {out}; n=0; '
-           f'while [ ! -e {gate} ] && [ $n -lt 600 ]; do n=$((n+1)); sleep 0.1; done; '
-           f'echo "$WLOADCTL_JOB end $(date +%s.%N)" >> {out}')
-    spec = {"name": name, "jobs": {f"{name}{k}": {"command": cmd, "cpu": 2} for k in range(jobs)}}
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    """Jobs that each claim both of the host's CPUs and end as the gate opens."""
+    return _plan(path, name, out, gate, jobs, cpu=2, tail=0, pids=pids)
 
 
 def _why(env: dict[str, str], job: str, state_dir: Path) -> dict[str, Any]:
