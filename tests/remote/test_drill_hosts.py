@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +70,24 @@ def check_after(pair: Pair, out: Path, journal: str, mode: str, struck: str) -> 
     assert asked[0]["user"].startswith("unauthenticated@")
 
 
+@contextmanager
+def run_under_way(tmp_path: Path, out: Path, url: str, journal: str) -> Iterator[Pair]:
+    """A run on host A, under way (its standby is not started); everything stopped after."""
+    pair = Pair(tmp_path, drill_plan(tmp_path, out), url, journal)
+    try:
+        pair.active.start()
+        wait_for(lambda: {"a03", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
+        yield pair
+    finally:
+        (tmp_path / "go").touch()
+        pair.stop()
+
+
 def test_a_drill_through_the_broker_refuses_without_a_standby_then_the_active_kills_itself_and_host_b_takes_over(
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node], pg_url: str) -> None:
     # Given a run on host A, under way, with no standby yet
     out = tmp_path / "evidence"
-    pair = Pair(tmp_path, drill_plan(tmp_path, out), nats_server.url, pg_url)
-    try:
-        pair.active.start()
-        wait_for(lambda: {"a03", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
+    with run_under_way(tmp_path, out, nats_server.url, pg_url) as pair:
         # When a drill is asked from here with no standby beating
         p = drill(nats_server.url, pg_url)
         # Then it refuses in one line, and the active goes on
@@ -88,9 +100,6 @@ def test_a_drill_through_the_broker_refuses_without_a_standby_then_the_active_ki
         assert rep["old_active"].startswith("killed (the lease went to hostb:"), rep
         assert pair.active.wait(30) != 0
         assert pair.standby.wait(120) == 0, pair.standby.output()
-    finally:
-        (tmp_path / "go").touch()
-        pair.stop()
     check_after(pair, out, pg_url, "kill", "SIGKILL")
 
 
@@ -98,10 +107,7 @@ def test_a_drill_through_the_broker_freezes_the_active_whose_waker_thaws_it_and_
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node], pg_url: str) -> None:
     # Given a run on host A, under way
     out = tmp_path / "evidence"
-    pair = Pair(tmp_path, drill_plan(tmp_path, out), nats_server.url, pg_url)
-    try:
-        pair.active.start()
-        wait_for(lambda: {"a03", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
+    with run_under_way(tmp_path, out, nats_server.url, pg_url) as pair:
         # When a standby watches from host B and the drill asks the active to freeze itself
         rep = run_drill(pair, nats_server.url, pg_url, "stop", tmp_path / "go")
         # Then the active, woken on its own host once taken over, said it stood down and left the run
@@ -109,7 +115,4 @@ def test_a_drill_through_the_broker_freezes_the_active_whose_waker_thaws_it_and_
         assert pair.active.wait(30) != 0
         assert "wloadctl: fenced: scheduler pid" in pair.active.output(), pair.active.output()
         assert pair.standby.wait(120) == 0, pair.standby.output()
-    finally:
-        (tmp_path / "go").touch()
-        pair.stop()
     check_after(pair, out, pg_url, "stop", "SIGSTOP")
