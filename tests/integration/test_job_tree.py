@@ -74,3 +74,29 @@ def test_a_killed_job_leaves_nothing_running(tmp_path: Path, mode: str, no_ipc_l
     # Then none is left
     wait_for(lambda: not sleepers(tag), timeout=10, what="escaped processes gone")
     assert job_states(sd) == {"esc": "FAILED"}
+
+
+@pytest.mark.skipif(detect().mode != "cgroup", reason=f"no delegated cgroup v2 here: {detect().why}")
+def test_a_job_starts_in_its_own_group_without_a_shell(tmp_path: Path, no_ipc_leaks: None,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a command with no shell syntax (run directly) and one that needs the shell
+    monkeypatch.setitem(ENV, MODE_ENV, "cgroup")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "groups", "jobs": {
+        "plain": {"command": "cat /proc/self/cgroup"},
+        "shelled": {"command": "cat /proc/self/cgroup; sleep 0.2; echo parent $(cat /proc/$PPID/comm) "
+                               "$(grep ^0:: /proc/$PPID/cgroup)"}}}))
+    sd = tmp_path / "sd"
+    # When they run
+    p = cli("run", str(plan), "--state-dir", str(sd))
+    assert p.returncode == 0, p.stderr
+    # Then each was in its own attempt's group from its start: cat is the job itself, not a child of a
+    # shell that moved it there
+    for job in ("plain", "shelled"):
+        text = cli("logs", job, "--state-dir", str(sd)).stdout
+        line = next(x for x in text.splitlines() if x.startswith("0::"))
+        assert "/wloadctl." in line and "/e0-t" in line and line.endswith("-a1"), text
+    # And the executor, the shell's parent, went back to its own group once the job had started
+    parent = next(x for x in cli("logs", "shelled", "--state-dir", str(sd)).stdout.splitlines()
+                  if x.startswith("parent "))
+    assert parent.startswith("parent python") and "0::" in parent and "/e0-t" not in parent, parent

@@ -257,3 +257,18 @@ def test_spare_log_files_of_dead_processes_are_removed_and_those_of_live_ones_ke
     assert remove_dead_spares(str(tmp_path)) == 1
     assert mine.exists() and log.exists() and not dead.exists()
     assert remove_dead_spares(str(tmp_path / "absent")) == 0
+
+
+def test_own_children_lists_this_process_children_as_the_proc_scan_does() -> None:
+    from wloadctl.procs.jobtree import children_of, own_children
+
+    procs = [subprocess.Popen(["sleep", "30"]) for _ in range(3)]
+    try:
+        mine = own_children()
+        assert {p.pid for p in procs} <= set(mine)
+        assert sorted(mine) == sorted(children_of(os.getpid()))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert not {p.pid for p in procs} & set(own_children())

@@ -25,7 +25,7 @@ from wloadctl.ipc.shm import (
     segment_name,
 )
 from wloadctl.procs.health import process_rss_kb
-from wloadctl.procs.jobtree import JobTrees, detect, joining
+from wloadctl.procs.jobtree import JobTrees, detect
 from wloadctl.procs.resultlog import NO_SPACE, ResultLog
 from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
 from wloadctl.procs.userfiles import JobFiles
@@ -141,6 +141,7 @@ class Executor:
         keep_descriptors_from_jobs()
         # Before the first job: what jobs leave behind must be re-parented here, not to init.
         self.trees = JobTrees(rid, self.index, detect(rid))
+        self.spawner.home_group = self.trees.home_group()
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -303,8 +304,6 @@ class Executor:
         cpu, mem = _claim(p)
         run_as = p.extra.get("run_as") if p.extra else None
         join = self.trees.prepare(rec.task, rec.attempt, env, cpu, mem, bool(p.extra and p.extra.get("enforce")))
-        if join and not run_as:
-            argv = joining(join, argv)
         files: JobFiles | None = None
         try:
             if run_as:

@@ -24,6 +24,7 @@ import ctypes
 import errno
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -168,6 +169,23 @@ def children_of(pid: int) -> list[int]:
     return [p for p in _all_pids() if (st := _stat(p)) is not None and st[0] == pid]
 
 
+def own_children() -> list[int]:
+    """Direct children of this process: one read of its thread's list while it runs one thread."""
+    if threading.active_count() > 1:
+        return children_of(os.getpid())
+    try:
+        fd = os.open(f"/proc/self/task/{threading.get_native_id()}/children", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return children_of(os.getpid())
+    try:
+        raw = b""
+        while chunk := os.read(fd, 1 << 16):
+            raw += chunk
+        return [int(x) for x in raw.split()]
+    finally:
+        os.close(fd)
+
+
 def _all_pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 
@@ -288,12 +306,17 @@ class JobTrees:
         n = 0
         if self.how.mode == "cgroup" and self.how.base is not None:
             g = run_group(self.how.base, self.run_id) / group_name(self.executor, task, attempt)
-            if g.is_dir():
+            try:
+                g.rmdir()  # the common case: the job left nothing, its group goes at once
+                return 0
+            except FileNotFoundError:
+                pass  # never made (no group could be): its strays are found by their marker
+            except OSError:
                 n += _kill_group(g)
                 self.dying[g] = time.time()
         mark = marker(self.run_id, self.executor, task, attempt)
         left = []
-        for c in children_of(os.getpid()):
+        for c in own_children():
             if c in self.leaders:
                 continue  # another job's first process, running: never a stray of this one
             st = _stat(c)
@@ -308,10 +331,17 @@ class JobTrees:
             self.tidy()
         return n
 
+    def home_group(self) -> str | None:
+        """The `cgroup.procs` of the group this executor is in (cgroup mode), where it comes back to
+        after starting a job in the job's own group."""
+        if self.how.mode != "cgroup" or self.how.base is None:
+            return None
+        return str(self.how.base / "cgroup.procs")
+
     def tidy(self) -> None:
         """Reap ended strays re-parented here (not the jobs' leaders) and remove emptied job groups."""
         if self.how.mode == "subreaper":
-            for c in children_of(os.getpid()):
+            for c in own_children():
                 st = _stat(c)
                 if c not in self.leaders and st is not None and st[3] in ("Z", "X"):
                     with contextlib.suppress(ChildProcessError):

@@ -10,7 +10,9 @@ SIGXFSZ at their defaults.
 A command given as text runs through `/bin/sh -c` only when it needs a shell: one with no
 shell syntax (no quoting beyond plain quotes, no expansion, redirection, pipe, list, glob,
 assignment or builtin) is split into words and run directly, as make does, saving the shell's
-own start for each job. The program is looked up in the job's PATH once per (name, PATH).
+own start for each job. The program is looked up in the job's PATH once per (name, PATH). A job
+that gets a cgroup of its own starts in it the same way: the executor steps into the group for the
+moment of the clone and back (two writes to `cgroup.procs`), so no shell is started to move it.
 
 A job's log is created when it first has output (`LogFile`): a job starts on a spare file of
 its executor, renamed to the attempt's log path once it is not empty (at the executor's beat
@@ -32,6 +34,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
+
+from wloadctl.procs.jobtree import joining
 
 LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 """How a log file is opened: appended to, created when missing, never inherited as such."""
@@ -114,6 +118,9 @@ class Spawner:
     """Empty spare files ready to be lent, by log directory."""
     spare_names: set[str] = field(default_factory=set)
     """Every spare file made and not yet named or removed (removed at close)."""
+    home_group: str | None = None
+    """The `cgroup.procs` of the executor's own cgroup (cgroup mode): it steps into a job's group for the
+    moment of the job's start and comes back, so the job starts there without a shell to move it."""
 
     def argv_for(self, command: str | Sequence[str] | None, env: Mapping[str, str]) -> list[str]:
         """The argv that runs a job's command: its words when it needs no shell, else `/bin/sh -c TEXT`."""
@@ -251,7 +258,9 @@ class Spawner:
             cwd: Its working directory (None: the executor's).
             log_fd: Where its output goes.
             run_as: A user to run it as (the log becomes theirs); needs root unless it is this user.
-            join: A cgroup's `cgroup.procs` the process joins before it drops to `run_as`.
+            join: A cgroup's `cgroup.procs` the process starts in: this process steps into it for the
+                start when `home_group` is set, else a shell moves the job there before it execs (and a
+                `run_as` job joins it before it drops to the user).
 
         Raises:
             OSError: The process could not be started (no such program, no such directory, a
@@ -260,18 +269,40 @@ class Spawner:
         if run_as is not None:
             return self._spawn_as(argv, env, cwd, log_fd, run_as, join)
         if self.posix_spawn and not cwd and "/" in argv[0]:
-            try:
-                pid = os.posix_spawn(
-                    argv[0], list(argv), env,
-                    file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                                  (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)],
-                    setsid=True, setsigdef=DEFAULT_SIGNALS)
-                return Spawned(pid)
-            except NotImplementedError:
-                self.posix_spawn = False  # a C library without POSIX_SPAWN_SETSID
+            if join is None:
+                sp = self._posix_spawn(argv, env, log_fd)
+            elif self.home_group is not None and _move_self(join):
+                # The child is made in the group this process is in: it starts there, and so does
+                # everything it forks. Only the moment of the clone is spent in the job's group.
+                try:
+                    sp = self._posix_spawn(argv, env, log_fd)
+                finally:
+                    if not _move_self(self.home_group):
+                        # Killing the job's group would kill this executor too: it must not go on.
+                        raise RuntimeError(f"cannot move back to {self.home_group} after starting a job")
+            else:
+                sp = None
+            if sp is not None:
+                return sp
+        if join is not None:
+            # A shell moves the process into its group before it becomes the job.
+            argv = joining(join, list(argv))
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
                                 cwd=cwd or None, env=env, start_new_session=True, close_fds=True)
         return Spawned(proc.pid, proc)
+
+    def _posix_spawn(self, argv: Sequence[str], env: Mapping[str, str], log_fd: int) -> Spawned | None:
+        """Start through os.posix_spawn (None where the C library cannot start a new session with it)."""
+        try:
+            pid = os.posix_spawn(
+                argv[0], list(argv), env,
+                file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                              (os.POSIX_SPAWN_DUP2, log_fd, 1), (os.POSIX_SPAWN_DUP2, log_fd, 2)],
+                setsid=True, setsigdef=DEFAULT_SIGNALS)
+        except NotImplementedError:
+            self.posix_spawn = False  # a C library without POSIX_SPAWN_SETSID
+            return None
+        return Spawned(pid)
 
     @staticmethod
     def _spawn_as(argv: Sequence[str], env: Mapping[str, str], cwd: str | None, log_fd: int, user: str,
@@ -296,6 +327,21 @@ class Spawner:
                                 # preexec_fn is safe here: the executor runs one thread.
                                 preexec_fn=become)
         return Spawned(proc.pid, proc)
+
+
+def _move_self(procs: str) -> bool:
+    """Move this process into the cgroup of `procs` (its `cgroup.procs`); False when that is refused."""
+    try:
+        fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"0")
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def run_as_user(user: str) -> pwd.struct_passwd:
