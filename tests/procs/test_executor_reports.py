@@ -49,8 +49,19 @@ def test_a_start_report_waits_for_the_exit_and_both_go_in_one_message(tmp_path: 
     assert q.sent == [] and journal.getvalue() == P.encode_results(held), "journaled at once, not sent yet"
     ex._emit(record(P.RES_EXITED))
     ex._flush(now)
-    assert [[r.kind for r in m] for m in q.sent] == [[P.RES_ACCEPTED, P.RES_STARTED, P.RES_EXITED]]
+    # The acceptance stays in the journal; the start it came with tells the scheduler as much
+    assert [[r.kind for r in m] for m in q.sent] == [[P.RES_STARTED, P.RES_EXITED]]
+    assert journal.getvalue() == P.encode_results(held) + P.encode_results([record(P.RES_EXITED)])
     assert not ex.outbox and not ex.urgent and not ex.exits and ex.report_due == 0.0
+
+
+def test_an_acceptance_goes_alone_when_its_task_has_not_started_by_the_report(tmp_path: Path) -> None:
+    ex, q, _ = executor(tmp_path)
+    ex._emit(record(P.RES_ACCEPTED, task=1))
+    ex._emit(record(P.RES_ACCEPTED, task=2))
+    ex._emit(record(P.RES_STARTED, task=2))
+    ex._flush(ex.report_due)
+    assert [[(r.kind, r.task) for r in m] for m in q.sent] == [[(P.RES_ACCEPTED, 1), (P.RES_STARTED, 2)]]
 
 
 def test_a_start_report_goes_alone_once_its_hold_is_over(tmp_path: Path) -> None:

@@ -400,6 +400,12 @@ class Executor:
         urgent = self.urgent or (self.exits and not self.backlog)
         if not out or (not urgent and not self.rsp_full and now < self.report_due):
             return
+        if len(out) > 1:
+            # An acceptance sent with the same task's start (or end) says nothing the start does not:
+            # the scheduler learns the executor from either, and the journal here has both.
+            later = {(r.task, r.attempt) for r in out if r.kind != P.RES_ACCEPTED}
+            if later:
+                out[:] = [r for r in out if r.kind != P.RES_ACCEPTED or (r.task, r.attempt) not in later]
         sent = 0
         while sent < len(out):
             batch = out[sent : sent + self.per_msg]
