@@ -121,8 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--prefetch",
             type=int,
-            default=0,
-            help="tasks per slot sent to executors ahead of time: more throughput, less strict priority",
+            default=None,
+            help="tasks per slot an executor takes ahead while its jobs are short (under 50 ms; a task "
+            "taken ahead waits at most that long before it is handed back); 0: never (default 2)",
         )
         p.add_argument(
             "--executor-cpus",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from wloadctl.core.states import JobState, is_holding
 from wloadctl.errors import UsageError
+from wloadctl.procs.executor import DEFAULT_PREFETCH
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
 
@@ -154,9 +155,9 @@ def run_command(a: argparse.Namespace) -> int:
     from wloadctl.store import default_state_dir
 
     quiet = a.quiet or a.json
-    for flag, value in (("--executors", a.executors), ("--slots", a.slots), ("--prefetch", a.prefetch)):
+    for flag, value in (("--executors", a.executors), ("--slots", a.slots), ("--prefetch", a.prefetch or 0)):
         if value < 0:
-            raise UsageError(f"{flag} must be 0 (the default) or more, not {value}")
+            raise UsageError(f"{flag} must be 0 or more, not {value}")
         if flag == "--executors" and value > 64:
             raise UsageError(f"--executors {value}: at most 64 executors per run")
     loaded = None
@@ -170,7 +171,8 @@ def run_command(a: argparse.Namespace) -> int:
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
                       dead_after=a.executor_timeout, executor_cpus=a.executor_cpus,
-                      executor_memory=a.executor_memory, prefetch=max(0, a.prefetch),
+                      executor_memory=a.executor_memory,
+                      prefetch=DEFAULT_PREFETCH if a.prefetch is None else a.prefetch,
                       heartbeat_interval=a.heartbeat_interval, exit_when_stalled=a.exit_on_hold,
                       lease_seconds=a.heartbeat_timeout, say=_say(a.quiet), broker=broker_of(a),
                       agent_timeout=a.agent_timeout)

@@ -220,6 +220,18 @@ def test_tasks_a_lost_executor_took_before_accepting_them_are_sent_again() -> No
     core.validate()
 
 
+def test_a_task_handed_back_unstarted_is_sent_again_at_the_same_attempt_and_says_why() -> None:
+    core = SchedulerCore(make_plan({"a": {}, "b": {}}), slots=2)
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobAcceptedEvent(0, 1, 1, 0.1))  # a: taken ahead by executor 1, whose slot stays busy
+    for _ in range(5):  # handed back again and again: never counted as lost
+        cmds = core.handle(JobExitedEvent(0, 1, 1, 0, 0.2, lost=True, returned=True))
+        assert dispatched(cmds) == [(0, 1)] and states(core)["a"] == "QUEUED"
+    assert core.executor[0] == -1 and "handed back unstarted by executor 1" in core.reasons[0]
+    assert 0 not in core.lost_count
+    core.validate()
+
+
 def test_a_job_lost_again_and_again_fails() -> None:
     core = SchedulerCore(make_plan({"poison": {}}), slots=1)
     core.handle(RunStartedEvent(0.0))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import evidence_plan, read_evidence, start, status, wait_for
+from tests.integration.helpers import ENV, evidence_plan, read_evidence, start, status, wait_for
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.localpool import read_results, result_journals
 
@@ -40,9 +40,10 @@ def _alive(pid: int) -> bool:
 
 
 def test_kill_9_of_an_executor_with_a_prefetched_backlog_every_job_runs_exactly_once(
-        tmp_path: Path, no_ipc_leaks: None) -> None:
+        tmp_path: Path, no_ipc_leaks: None, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given independent jobs of a second each, on two executors of one slot that each take
-    # three tasks ahead
+    # three tasks ahead (jobs under a minute count as short here, so they do once one has ended)
+    monkeypatch.setitem(ENV, "WLOADCTL_HAND_BACK", "60")
     out = tmp_path / "ev"
     names = [f"j{i:02d}" for i in range(12)]
     plan = evidence_plan(tmp_path / "plan.yaml", out, {n: {} for n in names}, sleep=1.0)

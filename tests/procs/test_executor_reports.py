@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from wloadctl.ipc import protocol as P
-from wloadctl.procs.executor import REPORT_HOLD, Executor
+from wloadctl.procs.executor import HAND_BACK, REPORT_HOLD, Executor, Running
 
 
 class FakeQueue:
@@ -86,7 +86,7 @@ def test_exits_and_rejections_go_at_once_and_a_full_queue_keeps_them(tmp_path: P
 
 def test_exits_wait_while_prefetched_tasks_are_held_and_go_once_none_is(tmp_path: Path) -> None:
     ex, q, journal = executor(tmp_path)
-    ex.backlog.append((0, 1, P.TaskRecord(3, 1, P.TASK_NOOP, 0, 1, 0, 0), None))  # type: ignore[arg-type]
+    ex.backlog.append((0, 1, 0.0, P.TaskRecord(3, 1, P.TASK_NOOP, 0, 1, 0, 0), None))  # type: ignore[arg-type]
     ex._emit(record(P.RES_EXITED, task=1))
     now = ex.report_due - REPORT_HOLD
     ex._flush(now)
@@ -97,7 +97,7 @@ def test_exits_wait_while_prefetched_tasks_are_held_and_go_once_none_is(tmp_path
     ex.backlog.clear()
     ex._flush(now)
     assert [[r.task for r in m] for m in q.sent] == [[1, 2]], "no task left here: the exits go at once, together"
-    ex.backlog.append((0, 1, P.TaskRecord(3, 1, P.TASK_NOOP, 0, 1, 0, 0), None))  # type: ignore[arg-type]
+    ex.backlog.append((0, 1, 0.0, P.TaskRecord(3, 1, P.TASK_NOOP, 0, 1, 0, 0), None))  # type: ignore[arg-type]
     ex._emit(record(P.RES_EXITED, task=4))
     ex._flush(ex.report_due)
     assert [[r.task for r in m] for m in q.sent][-1] == [4], "held no longer than REPORT_HOLD"
@@ -120,7 +120,7 @@ def test_a_long_backlog_is_started_in_slices_so_the_loop_can_beat_between_them(
     monkeypatch.setattr(E, "START_SLICE", 0.12)
     monkeypatch.setattr(E, "_claim", lambda _p: (0.0, 0))
     monkeypatch.setattr(ex, "_spawn", slow_spawn)
-    ex.backlog = [(0, k, record(P.RES_ACCEPTED, task=k), None) for k in range(10)]  # type: ignore[misc]
+    ex.backlog = [(0, k, 0.0, record(P.RES_ACCEPTED, task=k), None) for k in range(10)]  # type: ignore[misc]
     # When it starts its backlog, it stops when its slice is over and says more is left
     ex._start_backlog()
     first = len(started)
@@ -129,3 +129,48 @@ def test_a_long_backlog_is_started_in_slices_so_the_loop_can_beat_between_them(
     while ex.more_to_start:
         ex._start_backlog()
     assert started == list(range(10)) and not ex.more_to_start
+
+
+def _running(began: float) -> Running:
+    return Running(record(P.RES_STARTED, task=9), None, -1, 0.0, began, None)  # type: ignore[arg-type]
+
+
+def test_tasks_are_taken_ahead_only_while_the_jobs_are_short(tmp_path: Path) -> None:
+    ex, _, _ = executor(tmp_path)
+    ex.slots, ex.prefetch = 2, 2
+    now = time.monotonic()
+    assert ex._room(now) == 2, "no job has ended yet: nothing is known short"
+    ex.last_run = HAND_BACK / 10
+    assert ex._room(now) == 6
+    ex.running[1] = _running(now - HAND_BACK / 2)
+    assert ex._room(now) == 6
+    ex.running[2] = _running(now - HAND_BACK * 2)
+    assert ex._room(now) == 2, "a job running past HAND_BACK is a long one"
+    ex.running.clear()
+    ex.last_run = HAND_BACK * 2
+    assert ex._room(now) == 2, "the last job was a long one"
+    ex.prefetch = 0
+    ex.last_run = 0.0
+    assert ex._room(now) == 2
+
+
+def test_tasks_taken_ahead_go_back_unstarted_when_the_slots_stay_busy(tmp_path: Path) -> None:
+    ex, q, journal = executor(tmp_path)
+    ex.prefetch = 2
+    now = time.monotonic()
+    ex.running[1] = _running(now - 1.0)
+    old = [P.TaskRecord(k, 1, P.TASK_SHELL, 0, 1, 0, 0) for k in (3, 4)]
+    young = P.TaskRecord(5, 1, P.TASK_SHELL, 0, 1, 0, 0)
+    ex.backlog = [(0, 1, now - HAND_BACK * 1.5, old[0], None), (0, 2, now - HAND_BACK * 1.2, old[1], None),
+                  (0, 3, now, young, None)]  # type: ignore[list-item]
+    assert ex._hand_back_due() == pytest.approx(now - HAND_BACK * 0.5)
+    ex._hand_back(now)
+    assert [b[3].task for b in ex.backlog] == [5] and ex.returned == 2 and ex.urgent
+    ex._flush(now)
+    sent = [r for m in q.sent for r in m]
+    assert [(r.kind, r.task, r.flags) for r in sent] == [(P.RES_EXITED, k, P.FLAG_LOST | P.FLAG_RETURNED)
+                                                          for k in (3, 4)]
+    assert P.decode_results(journal.getvalue()) == sent, "journaled before it is sent"
+    # A task waiting with a slot free waits for cpu or memory room: it is not handed back
+    ex.running.clear()
+    assert ex._hand_back_due() == float("inf")

@@ -330,7 +330,9 @@ class SchedulerCore(JobTable):
             # Preempted, stopped with the run, or lost before it ever started: not the
             # job's fault, so it is requeued without using up an attempt.
             self.attempt[i] -= 1
-            self._make_ready_from(i, reason=killed or "requeued: executor lost before start")
+            self._make_ready_from(i, reason=killed or (
+                f"handed back unstarted by executor {ex}: its slots stayed busy" if ev.returned
+                else "requeued: executor lost before start"))
             return
         if ev.lost:
             why, retryable = "executor lost", policy.on_lost

@@ -102,6 +102,8 @@ class JobExitedEvent:
     """Its executor died or the scheduler crashed with it in flight; the outcome is unknown."""
     spawn_failed: bool = False
     """The command could not be started at all (missing program, bad cwd)."""
+    returned: bool = False
+    """With `lost`: handed back unstarted by an executor that took it ahead and stayed busy."""
     started: float = 0.0
     """When the attempt started (0 when unknown)."""
     tail: str = ""

@@ -78,6 +78,9 @@ FLAG_LOST = 4
 """ResultRecord.flags: the executor lost track of the process."""
 FLAG_TAIL = 8
 """ResultRecord.flags: tail_offset/tail_length point at an output tail."""
+FLAG_RETURNED = 16
+"""With FLAG_LOST on an exit: the executor hands back a task it took ahead and never started, because its
+slots stayed busy (another executor may run it; no attempt is spent)."""
 
 HEADER = struct.Struct("<2sBBHH")
 """The 8-byte header of every queue message."""

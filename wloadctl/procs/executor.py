@@ -44,6 +44,15 @@ REPORT_HOLD = 0.005
 a job that ends within them costs the scheduler one turn and one journal commit instead of two. An exit
 report waits as long while this executor still holds prefetched tasks (it has work until then): the
 exits of several jobs then cost the scheduler one turn, and its answer refills several slots at once."""
+DEFAULT_PREFETCH = 2
+"""Tasks per slot an executor takes ahead while its jobs are short ones (see HAND_BACK): a slot that frees
+starts its next short job at once instead of waiting a round trip through the scheduler."""
+HAND_BACK = 0.05
+"""Prefetch is for short jobs: an executor takes tasks ahead only while the last job it ended ran less than
+this (seconds) and every job it runs started less than this ago. A task taken ahead that waits longer for
+a slot is handed back unstarted, for an executor with a free slot. A job sent ahead thus waits behind a
+long one for at most this long, and plans of long jobs are not prefetched at all.
+$WLOADCTL_HAND_BACK sets another value."""
 
 
 @dataclass(slots=True)
@@ -58,6 +67,8 @@ class Running:
     """A pidfd that becomes readable when the process exits."""
     started: float
     """When it started."""
+    began: float
+    """When it started, on the monotonic clock."""
     log: LogFile
     """Its output file, kept open until the job is reaped (its size tells if a tail is due); named as the
     attempt's log once it has output."""
@@ -97,8 +108,15 @@ class Executor:
     """MiB this executor offers to jobs that claim some (0 = no limit)."""
     running: dict[int, Running] = field(default_factory=dict)
     """Jobs running now, by pidfd."""
-    backlog: list[tuple[int, int, P.TaskRecord, P.Payload]] = field(default_factory=list)
-    """Accepted tasks waiting for a free slot."""
+    backlog: list[tuple[int, int, float, P.TaskRecord, P.Payload]] = field(default_factory=list)
+    """Accepted tasks waiting for a free slot: (tier flags, arrival, when taken on the monotonic clock, task,
+    payload)."""
+    returned: int = 0
+    """Tasks taken ahead and handed back unstarted (see HAND_BACK)."""
+    hand_back: float = HAND_BACK
+    """Seconds that make a job short enough to take tasks ahead of it (see HAND_BACK)."""
+    last_run: float = float("inf")
+    """How long the last job this executor reaped ran (none yet: too long to prefetch behind)."""
     outbox: list[P.ResultRecord] = field(default_factory=list)
     """Results journaled but not yet sent (held, or the response queue was full)."""
     report_due: float = 0.0
@@ -158,7 +176,7 @@ class Executor:
         sched_beat = 0.0
         while True:
             now = time.monotonic()
-            want_req = not self.stop and len(self.backlog) + len(self.running) < (1 + self.prefetch) * self.slots
+            want_req = not self.stop and len(self.backlog) + len(self.running) < self._room(now)
             if want_req != req_on:
                 if want_req:
                     poller.register(req_fd, select.POLLIN)
@@ -174,7 +192,8 @@ class Executor:
             # A full response queue is waited for through POLLOUT: a report that is due then must not
             # turn the wait into a busy loop of failed sends (it takes the CPU the scheduler drains with).
             due = min(next_beat, self._next_deadline(),
-                      self.report_due if self.outbox and not self.rsp_full else next_beat)
+                      self.report_due if self.outbox and not self.rsp_full else next_beat,
+                      self._hand_back_due())
             timeout = 0.0 if self.more_to_start else max(0.0, due - now)
             for fd, _ev in poller.poll(timeout * 1000):
                 if fd == req_fd:
@@ -183,6 +202,8 @@ class Executor:
                     self._reap(fd)
             now = time.monotonic()
             self._start_backlog()
+            if self.backlog and self.prefetch and len(self.running) >= self.slots:
+                self._hand_back(now)
             self._check_timeouts(now)
             self._flush(now)
             if now >= next_beat:
@@ -210,6 +231,41 @@ class Executor:
         except WloadError:
             return None
 
+    def _room(self, now: float) -> int:
+        """Tasks this executor may hold now: one per slot, and `prefetch` more per slot while its jobs are
+        short ones (the last one it ended, and each it runs so far, under `hand_back`)."""
+        limit = self.hand_back
+        if not self.prefetch or self.last_run >= limit or any(now - r.began >= limit
+                                                                for r in self.running.values()):
+            return self.slots
+        return (1 + self.prefetch) * self.slots
+
+    def _hand_back_due(self) -> float:
+        """When the oldest task taken ahead has waited HAND_BACK while every slot is busy (inf: none waits;
+        a task that waits with a slot free waits for cpu or memory room, as the first in line should)."""
+        if not self.backlog or not self.prefetch or len(self.running) < self.slots:
+            return float("inf")
+        return min(b[2] for b in self.backlog) + self.hand_back
+
+    def _hand_back(self, now: float) -> None:
+        """Hand back, unstarted, the tasks that waited HAND_BACK for a slot here: an executor with a free
+        slot takes them (the scheduler requeues them at the same attempt)."""
+        if now < self._hand_back_due():
+            return
+        keep: list[tuple[int, int, float, P.TaskRecord, P.Payload]] = []
+        stamp = time.time()
+        for b in self.backlog:
+            if now - b[2] < self.hand_back:
+                keep.append(b)
+                continue
+            rec = b[3]
+            self.returned += 1
+            self._emit(P.ResultRecord(P.RES_EXITED, P.FLAG_LOST | P.FLAG_RETURNED, self.index, rec.task,
+                                      rec.attempt, 0, 0, rec.epoch, 0, 0.0, stamp, 0, 0))
+        heapq.heapify(keep)
+        self.backlog = keep
+        self.urgent = True  # another executor may be idle for want of them: they go now
+
     def _next_deadline(self) -> float:
         t = float("inf")
         for r in self.running.values():
@@ -226,7 +282,8 @@ class Executor:
         hdr = self._header()
         if hdr is not None and hdr.epoch > self.epoch:
             self.epoch = hdr.epoch
-        while len(self.backlog) + len(self.running) < (1 + self.prefetch) * self.slots:
+        room = self._room(time.monotonic())
+        while len(self.backlog) + len(self.running) < room:
             data = self.req.recv_nowait()
             if data is None:
                 return
@@ -260,7 +317,7 @@ class Executor:
                 # Most urgent SLA tier first (the record's flags carry it), then arrival order:
                 # a critical task sent after a prefetched low one still starts first.
                 self._seq += 1
-                heapq.heappush(self.backlog, (rec.flags, self._seq, rec, payload))
+                heapq.heappush(self.backlog, (rec.flags, self._seq, time.monotonic(), rec, payload))
                 accepted.append(P.ResultRecord(P.RES_ACCEPTED, 0, self.index, rec.task, rec.attempt, 0, 0,
                                                rec.epoch, 0, now, 0.0, 0, 0))
             # Acceptances are journaled already (above): they only need sending.
@@ -275,7 +332,7 @@ class Executor:
             if time.monotonic() >= until:
                 self.more_to_start = True  # the loop beats, then comes back at once for the rest
                 return
-            _tier, _seq, rec, payload = self.backlog[0]
+            _tier, _seq, _taken, rec, payload = self.backlog[0]
             cpu, mem = _claim(payload)
             if (self.cpus and cpu > self.cpus) or (self.memory and mem > self.memory):
                 heapq.heappop(self.backlog)
@@ -321,7 +378,8 @@ class Executor:
             return
         pidfd = os.pidfd_open(proc.pid)
         self.trees.leaders.add(proc.pid)
-        r = Running(rec, proc, pidfd, now, log, time.monotonic() + p.timeout if p.timeout else None, cpu=cpu,
+        began = time.monotonic()
+        r = Running(rec, proc, pidfd, now, began, log, began + p.timeout if p.timeout else None, cpu=cpu,
                     memory=mem, files=files)
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
@@ -338,6 +396,7 @@ class Executor:
         r = self.running.pop(pidfd)
         self.poller.unregister(pidfd)
         rc = reap(r.proc)
+        self.last_run = time.monotonic() - r.began
         os.close(pidfd)
         now = time.time()
         if r.timed_out:
@@ -493,6 +552,15 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
+def hand_back_seconds() -> float:
+    """HAND_BACK, or $WLOADCTL_HAND_BACK when it is a positive number of seconds."""
+    try:
+        v = float(os.environ.get("WLOADCTL_HAND_BACK", ""))
+    except ValueError:
+        return HAND_BACK
+    return v if v > 0 else HAND_BACK
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m wloadctl.procs.executor`."""
     ap = argparse.ArgumentParser(prog="wloadctl-executor")
@@ -506,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory", type=int, default=0)
     a = ap.parse_args(argv)
     ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory,
-                  prefetch=a.prefetch)
+                  prefetch=a.prefetch, hand_back=hand_back_seconds())
     # Ctrl-C belongs to the scheduler; SIGTERM means: stop taking work, stop jobs, exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -22,6 +22,7 @@ from wloadctl.core.events import ExecutorLostEvent, JobAcceptedEvent, SlotsChang
 from wloadctl.core.states import ExecutorState, JobState
 from wloadctl.errors import Fenced
 from wloadctl.ipc import protocol as P
+from wloadctl.procs.executor import hand_back_seconds
 from wloadctl.procs.jobtree import kill_executor_trees, kill_job_tree
 from wloadctl.procs.pools import Book, Feed
 from wloadctl.procs.reports import ReportReader
@@ -114,6 +115,12 @@ class LocalPool:
     """Request messages sent (pipeline figures)."""
     received_batches: int = 0
     """Response messages received (pipeline figures)."""
+    paced: bool = True
+    """The core's slots follow the jobs' lengths (see `_pace`); False when a host share sets them."""
+    short_jobs: bool = False
+    """The last job this pool's executors ended was a short one: the core has its prefetch slots too."""
+    hand_back: float = field(default_factory=hand_back_seconds)
+    """Under how many seconds a job counts as short (the executors' threshold)."""
 
     keeps_jobs: ClassVar[bool] = False
     """A stop stops this host's jobs (or, after Ctrl-C, leaves them to a resume that reattaches)."""
@@ -253,6 +260,28 @@ class LocalPool:
         if recs:
             for ev in self.reader.batch(recs, cause, time.time()):
                 feed(ev)
+            if self.paced and self.sup.prefetch:
+                self._pace(recs, feed, cause)
+
+    def _pace(self, recs: list[P.ResultRecord], feed: Feed, cause: str) -> None:
+        """Give the core `prefetch` more slots per executor slot while jobs are short, and take them back
+        when one is not.
+
+        The executors take tasks ahead only while their jobs are short; the core keeps as many in flight
+        only then too, so that behind long jobs no task waits in the queue where a more urgent one that
+        becomes ready later could not overtake it.
+        """
+        for r in reversed(recs):
+            if r.kind == P.RES_EXITED and r.started and not r.flags & P.FLAG_LOST:
+                short = r.ended - r.started < self.hand_back
+                break
+        else:
+            return
+        if short == self.short_jobs:
+            return
+        self.short_jobs = short
+        slots = self.sup.alive_count() * self.sup.slots * (1 + self.sup.prefetch if short else 1)
+        feed(SlotsChangedEvent(slots, time.time(), cause_id=cause))
 
     def take_reports(self) -> list[P.ResultRecord]:
         """Every report waiting in the response queue, with this pool's bookkeeping of each done.

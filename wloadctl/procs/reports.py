@@ -53,6 +53,7 @@ class ReportReader:
         return JobExitedEvent(i, r.attempt, r.executor if node is None else node, r.exit_code,
                               r.ended, signal=r.signal, timed_out=bool(r.flags & P.FLAG_TIMED_OUT),
                               spawn_failed=bool(r.flags & P.FLAG_SPAWN_FAILED), lost=bool(r.flags & P.FLAG_LOST),
+                              returned=bool(r.flags & P.FLAG_RETURNED),
                               started=r.started, tail=tail,
                               result=result if i in self.want else None, cause_id=cause)
 

@@ -34,6 +34,7 @@ from wloadctl.ipc.quota import run_shapes
 from wloadctl.ipc.segment import shm_free
 from wloadctl.ipc.shm import run_is_alive
 from wloadctl.paths import ids_path, run_dirs, state_root, summary_path, write_ids, write_summary
+from wloadctl.procs.executor import DEFAULT_PREFETCH
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.jobtree import remove_run_groups
 from wloadctl.procs.limits import queue_room, quota_full
@@ -82,8 +83,8 @@ class RunOptions:
     a standby's looks at them."""
     dead_after: float = 5.0
     orphan_timeout: float = 120.0
-    prefetch: int = 0
-    """Tasks per executor slot sent ahead (0: strict priority; 1 or more: throughput)."""
+    prefetch: int = DEFAULT_PREFETCH
+    """Tasks per executor slot an executor may take ahead while its jobs are short (0: never)."""
     executor_cpus: float = 0.0
     """CPUs each executor offers jobs that claim some (0 = no limit)."""
     executor_memory: int = 0
@@ -458,9 +459,6 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     run = store.get_run(run.run_id) or run
     # Closing figures of an earlier stop would outlive a crash of this scheduler: gone while it runs.
     summary_path(opts.state_dir, run.run_id).unlink(missing_ok=True)
-    # With prefetch, each executor holds tasks beyond the ones it runs and starts the next the moment
-    # one ends, instead of waiting a round trip through the scheduler and its journal commit. The
-    # price: a task already sent starts before a more urgent one that becomes ready meanwhile.
     history = store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest)
     # The cyclic collector would walk the plan's million objects again and again while the core
     # allocates its own: off until the core is built, then both are frozen out of its sight.
@@ -468,8 +466,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     collecting = gc.isenabled()
     gc.disable()
     try:
-        core = SchedulerCore(plan, opts.executors * opts.slots * (1 + opts.prefetch), seed=epoch, history=history,
-                             arrays=made)
+        # Prefetch slots are added by the pool while jobs are short (LocalPool._pace).
+        core = SchedulerCore(plan, opts.executors * opts.slots, seed=epoch, history=history, arrays=made)
     finally:
         if collecting:
             gc.enable()
@@ -505,6 +503,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     if claim is not None and adopt:
         loop.sweeper = ResultSweeper(local, core.ids, claim.predecessor, events.emit)
     loop.governor = _governor(run, plan, core, lambda: [w.pid for w in local.sup.workers.values()])
+    local.paced = loop.governor is None  # a host share sets the core's slots itself
     stop_signals = _install_signals(loop)
     status = "interrupted"
     kept = 0
