@@ -553,6 +553,27 @@ class PostgresStore(Store):
 
         self._do(put)
 
+    def _write_facts(self, run: int, meta: str, blocks: dict[int, bytes]) -> None:
+        def put(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                conn.execute("DELETE FROM job_facts WHERE run = %s", (run,))
+                conn.execute("INSERT INTO job_facts (run, block, data) SELECT %s, b, d"
+                             " FROM unnest(%s::integer[], %s::bytea[]) AS x(b, d)",
+                             (run, list(blocks), list(blocks.values())))
+                conn.execute("INSERT INTO fact_runs (run, meta) VALUES (%s, %s)"
+                             " ON CONFLICT (run) DO UPDATE SET meta = excluded.meta", (run, meta))
+
+        self._do(put)
+
+    def _facts_meta(self, run: int) -> str | None:
+        row = self._do(lambda c: c.execute("SELECT meta FROM fact_runs WHERE run = %s", (run,)).fetchone())
+        return None if row is None else str(row[0])
+
+    def _fact_blocks(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT block, data FROM job_facts WHERE run = %s AND block = ANY(%s)",
+                                            (run, list(blocks)), binary=True).fetchall())
+        return [(b, bytes(d)) for b, d in rows]
+
     def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
         rows = self._do(lambda c: c.execute(
             "SELECT seq, recs, causes, reasons FROM turns WHERE run = %s AND seq IN (SELECT seq FROM turn_jobs"

@@ -80,6 +80,11 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         # an overflow page of its own (about 1,000 bytes fit there).
         conn.execute("CREATE TABLE IF NOT EXISTS now_rows (run INTEGER NOT NULL, block INTEGER NOT NULL,"
                      " data BLOB NOT NULL, PRIMARY KEY (run, block))")
+    if version < 8:
+        # What a run's scheduler works out of its plan (store/facts.py); a run gets them at its next start.
+        conn.execute("CREATE TABLE IF NOT EXISTS fact_runs (run INTEGER PRIMARY KEY, meta TEXT NOT NULL)")
+        conn.execute("CREATE TABLE IF NOT EXISTS job_facts (run INTEGER NOT NULL, block INTEGER NOT NULL,"
+                     " data BLOB NOT NULL, PRIMARY KEY (run, block))")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -105,6 +110,8 @@ class SqliteStore(Store):
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_runs'").fetchone() is not None
         self._has_flat = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_rows'").fetchone() is not None
+        self._has_facts = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fact_runs'").fetchone() is not None
 
     @classmethod
     def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
@@ -589,6 +596,31 @@ class SqliteStore(Store):
         except BaseException:
             c.execute("ROLLBACK")
             raise
+
+    def _write_facts(self, run: int, meta: str, blocks: dict[int, bytes]) -> None:
+        self._durable()
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute("DELETE FROM job_facts WHERE run = ?", (run,))
+            c.executemany("INSERT INTO job_facts (run, block, data) VALUES (?, ?, ?)",
+                          [(run, b, d) for b, d in blocks.items()])
+            c.execute("INSERT INTO fact_runs (run, meta) VALUES (?, ?)"
+                      " ON CONFLICT (run) DO UPDATE SET meta = excluded.meta", (run, meta))
+            c.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            c.execute("ROLLBACK")
+            raise write_error(e, self.path) from None
+
+    def _facts_meta(self, run: int) -> str | None:
+        if not self._has_facts:
+            return None  # a journal no scheduler of this version has written to (read-only)
+        row = self.conn.execute("SELECT meta FROM fact_runs WHERE run = ?", (run,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _fact_blocks(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        return self.conn.execute(f"SELECT block, data FROM job_facts WHERE run = ? AND block IN"
+                                 f" ({', '.join('?' * len(blocks))})", (run, *blocks)).fetchall()
 
     def _set_relaxed(self, relaxed: bool) -> None:
         self.conn.execute(f"PRAGMA synchronous = {'NORMAL' if relaxed else 'FULL'}")
