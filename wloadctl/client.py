@@ -467,15 +467,12 @@ class RunClient:
         Returns None where that cannot be read so (globs, a run without kept facts or whose plan changed
         since, loops over output): the caller rebuilds the run's core then.
         """
-        from wloadctl.core.explain import why as explain
-        from wloadctl.core.whyview import JobSight, JobView
+        from wloadctl.whyread import why_of_stopped
 
         names: list[str] = req["jobs"]
         if not names or any(c in n for n in names for c in "*?["):
             return None
         st, run = self.store, self.run
-        if st.expansions(run.id):
-            return None
         idx: list[int] = []
         unknown: list[str] = []
         for name in names:
@@ -491,36 +488,8 @@ class RunClient:
             with Store.open(self.state_dir, create=False) as w:
                 w.record_action(run.id, req["user"], "why", "; ".join(unknown), req["reason"], msg, False)
             return {"ok": False, "error": msg, "unknown": unknown, "live": False}
-        idx = idx[:20]
-        got = st.job_facts(run.id, idx)
-        states = st.current_states(run.id)
-        if got is None or states is None or got[0].digest != run.plan_digest or len(states) != got[0].jobs:
-            return None
-        meta, facts = got
-        if any(facts[i].loop for i in idx):
-            return None
-        ups = sorted({u for i in idx for u in facts[i].ups})
-        ids = st.ids_at(run.id, [*idx, *ups])
-        rows = st.rows_of(run.id, idx)
-        counts = [states.count(s) for s in range(len(JobState))]
-        active: dict[int, Any] = {}
-        if (meta.places or meta.resources) and any(states[i] == JobState.READY for i in idx):
-            # What QUEUED and RUNNING jobs hold is what a READY job may wait for.
-            busy = sorted(k for s in (JobState.QUEUED, JobState.RUNNING) for k in _found(states, s))
-            held = st.job_facts(run.id, busy)
-            if held is None:
-                return None
-            names_of = st.ids_at(run.id, busy)
-            active = {k: held[1][k].spec(names_of[k], None) for k in busy}
-        now = time.time()
-        out = []
-        for i in idx:
-            f = facts[i]
-            job = JobSight(f.spec(ids[i], ids), states[i], rows[i][1], rows[i][6] or "")
-            view = JobView(i, job, {u: (ids[u], states[u]) for u in f.ups}, counts, active,
-                           (f.rank, f.expected, f.path, meta.longest, meta.jobs), meta.resources, meta.places, now)
-            out.append(explain(view, i, now))
-        return {"ok": True, "why": out, "live": False}
+        out = why_of_stopped(st, run, idx[:20], time.time())
+        return None if out is None else {"ok": True, "why": out, "live": False}
 
     def _offline_settle(self, req: dict[str, Any]) -> dict[str, Any] | None:
         """pending, and approve/reject of a request id, on the journal of a run with no live scheduler.
@@ -816,16 +785,6 @@ def _behind_runs(why: dict[str, Any], run_id: str) -> None:
         why["behind_runs"] = [{"run": r.run, "plan": r.plan, "running": r.busy} for r in others]
         why["reasons"] = [*why.get("reasons", []), "the host's slots are shared with other runs; waiting behind "
                           + ", ".join(f"{r.plan} (run {r.run}, {r.busy} running)" for r in others[:8])]
-
-
-def _found(states: bytearray, state: int) -> list[int]:
-    """Indices of the jobs in one state."""
-    out: list[int] = []
-    k = states.find(state)
-    while k >= 0:
-        out.append(k)
-        k = states.find(state, k + 1)
-    return out
 
 
 def _user() -> str:

@@ -81,7 +81,9 @@ class JobView:
     def __init__(self, i: int, job: JobSight, ups: Mapping[int, tuple[str, int]], counts: Sequence[int],
                  active: Mapping[int, JobSpec], figures: tuple[int, float, float, float, int],
                  resources: Mapping[str, int], places: bool, now: float) -> None:
-        """Args:
+        """The part of a core that `why` of job i reads, as a core rebuilt from the journal would hold it.
+
+        Args:
             i: the job's index.
             job: the job.
             ups: its upstreams: index -> (id, state).
