@@ -20,6 +20,8 @@ from wloadctl.core.explain import why as explain
 from wloadctl.core.plan import Plan, RetryPolicy
 from wloadctl.core.plancodec import encode_plan
 from wloadctl.core.states import JobState
+from wloadctl.paths import write_ids
+from wloadctl.runshape import index_of_id, shape_of_core, write_shape
 from wloadctl.store import JOURNAL_ENV, RunRow, Store
 from wloadctl.store.facts import FACT_BLOCK, run_facts
 
@@ -160,6 +162,8 @@ def test_a_finished_run_answers_without_a_rebuilt_core_and_unknown_jobs_are_refu
     r.stop("succeeded")
     monkeypatch.setattr("wloadctl.client.journal_core", lambda *a: pytest.fail("the plan was loaded"))
     with RunClient(state_dir) as c:
+        # A stopped run's flat rows hold every transition: a succeeded job's attempts are read there.
+        assert c.store.attempts_at(c.run.id, [0, 1]) == {0: 1, 1: 1}
         w = c.why("b")
         assert w["state"] == "SUCCEEDED" and w["reasons"] == ["succeeded after 1 attempt(s)"]
         rep = c.control("why", ["nope"])
@@ -177,3 +181,16 @@ def test_a_run_without_kept_facts_is_explained_from_its_plan(state_dir: Path) ->
     with RunClient(state_dir) as c:
         assert c._why_read({"jobs": ["b"], "user": "ann", "reason": ""}) is None
         assert c.why("b")["state"] == "WAITING"
+
+
+def test_a_jobs_index_is_found_by_the_shapes_line_offsets_or_by_counting_lines(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = make_plan({f"job_{k}": {"deps": [f"job_{k - 1}"]} if k else {} for k in range(50)})
+    ids = list(plan.jobs)
+    write_ids(tmp_path, "r1", ids)
+    assert [index_of_id(tmp_path, "r1", j) for j in ("job_0", "job_17", "job_49")] == [0, 17, 49]
+    write_shape(tmp_path, "r1", shape_of_core(SchedulerCore(plan, 1), {}, None))
+    monkeypatch.setattr("wloadctl.runshape.find_id", lambda *a: pytest.fail("the lines were counted"))
+    assert [index_of_id(tmp_path, "r1", j) for j in ids] == list(range(50))
+    assert index_of_id(tmp_path, "r1", "job_") is None and index_of_id(tmp_path, "r1", "ob_3") is None
+    assert index_of_id(tmp_path, "nope", "job_0") is None

@@ -23,9 +23,9 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import find_id, ids_path, log_path, read_ids
+from wloadctl.paths import ids_path, log_path, read_ids
 from wloadctl.remote.agents import AGENT_BASE
-from wloadctl.runshape import RunShape, read_shape
+from wloadctl.runshape import RunShape, index_of_id, read_shape
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class RunClient:
         """A job's index from the run's id list when it is there (None: ask the journal)."""
         if self._ids is not None:
             return self._ids.index(job) if job in self._ids else None
-        return find_id(self.state_dir, self.run.run_id, job)
+        return index_of_id(self.state_dir, self.run.run_id, job)
 
     def job_row(self, job: str) -> tuple | None:
         """One job's row from the journal."""

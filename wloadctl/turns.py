@@ -242,6 +242,8 @@ def unpack_took(blob: bytes) -> Iterator[tuple[int, float]]:
     return zip(jobs, secs, strict=True)
 
 
+_ATTEMPT = struct.Struct("=i")
+"""An attempt count in a block of flat rows (the arrays' own layout)."""
 ROW_BLOCK = INDEX_BLOCK
 """Jobs per row of a run's flat rows (see FlatRows): a save rewrites only the rows of the jobs moved since the
 last (the turn index's keys are these blocks)."""
@@ -325,6 +327,15 @@ class FlatRows:
             if data != blank[: len(data)]:
                 out[b] = data
         return out
+
+    @staticmethod
+    def attempt_in(data: bytes, k: int) -> int:
+        """The attempts of the k-th job of a block as the journal keeps it (0 for a job past its end: a block
+        not saved holds initial rows)."""
+        length = len(data) // 24
+        if k >= length:
+            return 0
+        return int(_ATTEMPT.unpack_from(data, 16 * length + 4 * k)[0])
 
     @classmethod
     def from_blocks(cls, blocks: Iterable[tuple[int, bytes]], n: int) -> FlatRows:

@@ -87,7 +87,8 @@ class JobView:
             i: the job's index.
             job: the job.
             ups: its upstreams: index -> (id, state).
-            counts: jobs per state of the run (by state value).
+            counts: jobs per state of the run (by state value; only READY, QUEUED and RUNNING are read, and only
+                for a READY job).
             active: the run's QUEUED and RUNNING jobs (their specs): what they hold (read for a READY job).
             figures: (rank, expected seconds, remaining path, the plan's longest path, the plan's jobs).
             resources: the plan's declared resources.

@@ -522,6 +522,16 @@ class PostgresStore(Store):
                                             (run,)).fetchall())
         return [(b, bytes(s)) for b, s in rows]
 
+    def _state_blocks(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT block, states FROM now_states WHERE run = %s AND block = ANY(%s)",
+                                            (run, list(blocks)), binary=True).fetchall())
+        return [(b, bytes(s)) for b, s in rows]
+
+    def _flat_blocks_at(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT block, data FROM now_rows WHERE run = %s AND block = ANY(%s)",
+                                            (run, list(blocks)), binary=True).fetchall())
+        return [(b, bytes(d)) for b, d in rows]
+
     def _flat_saved(self, run: int) -> int | None:
         row = self._do(lambda c: c.execute("SELECT flat_seq FROM now_runs WHERE run = %s", (run,)).fetchone())
         return None if row is None or row[0] is None else int(row[0])
