@@ -31,14 +31,21 @@ def test_a_turn_packs_and_unpacks_every_field() -> None:
     assert back == [(10 + k, *t[:4], t[4], t[5], t[6], t[7], t[8]) for k, t in enumerate(tx)]
 
 
+REASONS = ["", "why", 'exit "7": "x"', 'a, "12": b', "{\"3\": }", "\u00e9t\u00e9 \\", '", "9": "']
+"""Reasons of random turns, some holding text that looks like the keys of a turn's reasons."""
+
+
 def test_some_jobs_records_of_a_turn_by_search_and_by_scan_agree_with_unpacking_it_all() -> None:
     rng = random.Random(3)
     # Job indexes whose bytes also appear inside other records' fields (attempts, executors, times)
     tx = [(rng.choice([1, 2, 258, 65536, 70000, 5]), W, R, rng.choice([1, 2, 258]), rng.random() * 1e9,
-           rng.choice([1, 2, 258]), rng.choice([None, 0, 2]), rng.choice(["", "why"]), "c") for _ in range(400)]
+           rng.choice([1, 2, 258]), rng.choice([None, 0, 2]), rng.choice(REASONS), "c") for _ in range(400)]
+    # A job of a few records among them: its reasons are decoded alone
+    for k, reason in zip((3, 7, 9, 12, 200), REASONS[2:], strict=True):
+        tx.insert(k, (4242, W, R, 1, 1.0, -1, None, reason, "c"))
     recs, causes, reasons = pack_turn(tx)
     every = list(unpack_turn(10, recs, causes, reasons))
-    for jobs in ([2], [258, 5], [1, 2, 258, 65536, 70000, 5, 11, 12, 13, 14], [99]):
+    for jobs in ([2], [258, 5], [1, 2, 258, 65536, 70000, 5, 11, 12, 13, 14], [99], [4242], [4242, 99]):
         want = [r for r in every if r[1] in jobs]
         assert unpack_jobs(10, recs, causes, reasons, jobs) == want
 
