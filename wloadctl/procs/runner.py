@@ -417,18 +417,19 @@ class _ShapeWriter:
         """The run."""
         self.facts: RunFacts | None = None
         """The run's facts once made, until the loop's thread journals them."""
-        self.thread = threading.Thread(target=self._write, args=(copy, plan, core.resources.places),
+        self.thread = threading.Thread(target=self._write, args=(copy, plan, core.resources.places, core.index),
                                        name="run-shape", daemon=True)
         """The thread that writes the file."""
         self.thread.start()
 
-    def _write(self, copy: CoreCopy, plan: Plan, places: bool) -> None:
+    def _write(self, copy: CoreCopy, plan: Plan, places: bool, index: dict[str, int]) -> None:
         try:
             write_shape(self.opts.state_dir, self.run.run_id, shape_of_copy(copy, None, plan.timezone))
         except OSError as e:
             self.opts.say(f"cannot write the run's shape file ({e}): consoles will read the plan")
+        # The core's index only grows (loops over output add jobs after the copy's): the copy's ids are in it.
         self.facts = run_facts(copy.specs, copy.ids, copy.tier, copy.expected, copy.path, self.run.plan_digest,
-                               plan.resources, places)
+                               plan.resources, places, index)
 
     def save_facts(self, store: Store) -> None:
         """Journal the run's facts once they are made (in the thread that drives the run's journal)."""

@@ -12,8 +12,9 @@ the rows the journal keeps anyway.
 
 A block (little-endian): HEAD (jobs in it, upstream edges), n tier bytes, n uint16 ranks, n
 float64 expected seconds, n float64 remaining paths, n + 1 int32 offsets of each job's upstream
-row, the upstream rows (int32 job indices, plan order), then a JSON object of the jobs of the
-block whose settings `why` reads differ from a plain job's (SPECIAL_FIELDS), by position.
+row (in the run's upstream rows: the block's own rows start at the first), the block's upstream
+rows (int32 job indices, in depends_on order), then a JSON object of the jobs of the block whose
+settings `why` reads differ from a plain job's (SPECIAL_FIELDS), by position.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from abc import abstractmethod
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from itertools import accumulate, chain
-from operator import attrgetter
+from itertools import accumulate, chain, compress, count, repeat
+from operator import attrgetter, rshift
 from typing import Any
 
 from wloadctl.core.codes import JOB_BITS
@@ -144,27 +145,31 @@ def _special_row(values: tuple) -> dict[str, Any]:
 
 
 def run_facts(specs: Sequence[JobSpec], ids: Sequence[str], tier: Sequence[int], expected: Sequence[float],
-              path: Sequence[float], digest: str, resources: Mapping[str, int], places: bool) -> RunFacts:
-    """A run's facts from its scheduler's core (specs, tiers, expected seconds and paths by job index).
+              path: Sequence[float], digest: str, resources: Mapping[str, int], places: bool,
+              index: Mapping[str, int] | None = None) -> RunFacts:
+    """A run's facts from its scheduler's core (specs, tiers, expected seconds and paths by job index; the
+    core's index of ids, when given, saves making one).
 
-    Every step runs over all jobs at once through C-level map: a million jobs take about a second,
-    on the thread that writes the run's shape beside dispatch.
+    Every step runs over all jobs at once through C-level map: a million jobs take a few seconds of
+    CPU, on the thread that writes the run's shape beside dispatch.
     """
     n = len(ids)
-    index = dict(zip(ids, range(n), strict=True))
+    if index is None:
+        index = dict(zip(ids, range(n), strict=True))
     lens = list(map(len, map(_DEPS_OF, specs)))
     up = array("i", map(index.__getitem__, chain.from_iterable(map(_DEPS_OF, specs))))
     up_off = array("i", [0])
     up_off.extend(accumulate(lens))
-    shift = JOB_BITS
-    rank = array("H", [k >> shift for k in rank_bits(path)])
-    special = {i: _special_row(v) for i, v in enumerate(map(_SPECIAL, specs)) if v != _PLAIN}
+    rank = array("H", map(rshift, rank_bits(path), repeat(JOB_BITS)))
+    # Most jobs are plain: the few that are not are found without a Python step per job.
+    special = {i: _special_row(_SPECIAL(specs[i]))
+               for i in compress(count(), map(_PLAIN.__ne__, map(_SPECIAL, specs)))}
     exp, pth, tiers = array("d", expected), array("d", path), bytes(tier)
     blocks: dict[int, bytes] = {}
     for b in range((n + FACT_BLOCK - 1) // FACT_BLOCK):
         lo, hi = b * FACT_BLOCK, min(n, (b + 1) * FACT_BLOCK)
         first, last = up_off[lo], up_off[hi]
-        offs = array("i", (o - first for o in up_off[lo:hi + 1]))
+        offs = up_off[lo:hi + 1]  # where the rows start in the run's rows: the block's own start at offs[0]
         extra = {str(i - lo): special[i] for i in range(lo, hi) if i in special} if special else {}
         blocks[b] = b"".join((HEAD.pack(hi - lo, last - first), tiers[lo:hi], _le(rank[lo:hi]), _le(exp[lo:hi]),
                               _le(pth[lo:hi]), _le(offs), _le(up[first:last]),
@@ -182,17 +187,18 @@ def read_block(data: bytes, block: int, want: Iterable[int]) -> dict[int, JobFac
     tier = view[at:at + n]
     at += n
     parts: list[array] = []
-    for code, count in (("H", n), ("d", n), ("d", n), ("i", n + 1), ("i", edges)):
-        size = array(code).itemsize * count
+    for code, items in (("H", n), ("d", n), ("d", n), ("i", n + 1), ("i", edges)):
+        size = array(code).itemsize * items
         parts.append(_from_le(code, view[at:at + size]))
         at += size
     rank, exp, pth, offs, up = parts
     extra = json.loads(bytes(view[at:]))
-    base = block * FACT_BLOCK
+    base, first = block * FACT_BLOCK, offs[0]
     out: dict[int, JobFact] = {}
     for i in want:
         k = i - base
-        out[i] = JobFact(tier[k], rank[k], exp[k], pth[k], tuple(up[offs[k]:offs[k + 1]]), extra.get(str(k), {}))
+        out[i] = JobFact(tier[k], rank[k], exp[k], pth[k], tuple(up[offs[k] - first:offs[k + 1] - first]),
+                         extra.get(str(k), {}))
     return out
 
 
