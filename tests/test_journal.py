@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from wloadctl.core.plan import JobSpec
 from wloadctl.errors import StoreError
 from wloadctl.store import Store
+from wloadctl.store.facts import run_facts
+from wloadctl.store.sqlschema import SCHEMA_VERSION
 from wloadctl.turns import JobColumns, pack_turn, unpack_jobs, unpack_turn
 
 W, R, Q, RUN, OK, FAIL, RW, HELD = 0, 1, 2, 3, 4, 5, 7, 8
@@ -28,14 +31,21 @@ def test_a_turn_packs_and_unpacks_every_field() -> None:
     assert back == [(10 + k, *t[:4], t[4], t[5], t[6], t[7], t[8]) for k, t in enumerate(tx)]
 
 
+REASONS = ["", "why", 'exit "7": "x"', 'a, "12": b', "{\"3\": }", "\u00e9t\u00e9 \\", '", "9": "']
+"""Reasons of random turns, some holding text that looks like the keys of a turn's reasons."""
+
+
 def test_some_jobs_records_of_a_turn_by_search_and_by_scan_agree_with_unpacking_it_all() -> None:
     rng = random.Random(3)
     # Job indexes whose bytes also appear inside other records' fields (attempts, executors, times)
     tx = [(rng.choice([1, 2, 258, 65536, 70000, 5]), W, R, rng.choice([1, 2, 258]), rng.random() * 1e9,
-           rng.choice([1, 2, 258]), rng.choice([None, 0, 2]), rng.choice(["", "why"]), "c") for _ in range(400)]
+           rng.choice([1, 2, 258]), rng.choice([None, 0, 2]), rng.choice(REASONS), "c") for _ in range(400)]
+    # A job of a few records among them: its reasons are decoded alone
+    for k, reason in zip((3, 7, 9, 12, 200), REASONS[2:], strict=True):
+        tx.insert(k, (4242, W, R, 1, 1.0, -1, None, reason, "c"))
     recs, causes, reasons = pack_turn(tx)
     every = list(unpack_turn(10, recs, causes, reasons))
-    for jobs in ([2], [258, 5], [1, 2, 258, 65536, 70000, 5, 11, 12, 13, 14], [99]):
+    for jobs in ([2], [258, 5], [1, 2, 258, 65536, 70000, 5, 11, 12, 13, 14], [99], [4242], [4242, 99]):
         want = [r for r in every if r[1] in jobs]
         assert unpack_jobs(10, recs, causes, reasons, jobs) == want
 
@@ -130,7 +140,7 @@ def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_pa
         assert ro.plan_text(run.id) == "text"
         assert ro.last_seq(run.id) == 3
     with Store.open(tmp_path) as st:
-        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 7
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert st.plan_text(run.id) == "text"
         assert st.current_states(run.id) is None, "kept from the run's next write on"
         st.write_turn(run.id, [(0, RUN, OK, 1, 3.0, 0, 0, "", "t2")])
@@ -198,7 +208,7 @@ def test_a_journal_from_before_the_audit_chain_keeps_its_actions_and_chains_new_
     con.close()
     # When it is opened for writing, a turn written and an action added
     with Store.open(tmp_path) as st:
-        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == 7
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         st.write_turn(run.id, [(0, R, Q, 1, 2.0, -1, None, "", "t")])
         assert st.current_states(run.id) == bytearray([Q, W])
         st.record_action(run.id, "new", "release", "a", "", "released", True)
@@ -239,3 +249,26 @@ def test_job_rows_are_bound_one_by_one_without_sqlite_json(tmp_path: Path) -> No
         sq._insert_jobs(NoJson(st.conn), run.id + 100, ["x", "y"])  # type: ignore[arg-type]
         rows = st.conn.execute("SELECT idx, job_id FROM jobs WHERE run = ?", (run.id + 100,)).fetchall()
         assert rows == [(0, "x"), (1, "y")]
+
+
+def test_a_journal_from_before_the_plans_facts_is_read_without_them_and_keeps_them_once_written(
+        tmp_path: Path) -> None:
+    with Store.open(tmp_path) as st:
+        run = st.create_run("r1", "p", "p.yaml", "d", "t", ["a", "b"], "2026-11-30", 1.0)
+    # Given a version 7 journal (no facts of the plans)
+    con = sqlite3.connect(tmp_path / "journal.db")
+    con.execute("DROP TABLE job_facts")
+    con.execute("DROP TABLE fact_runs")
+    con.execute("PRAGMA user_version = 7")
+    con.close()
+    # Then a reader finds none, and a writer migrates it and keeps a run's facts
+    with Store.open(tmp_path, readonly=True) as ro:
+        assert ro.job_facts(run.id, [0]) is None
+    specs = [JobSpec("a", None), JobSpec("b", None, ("a",), confirm=True)]
+    with Store.open(tmp_path) as st:
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        st.keep_facts(run.id, run_facts(specs, ["a", "b"], [2, 1], [1.0, 3.0], [4.0, 3.0], "d", {}, False))
+    with Store.open(tmp_path, readonly=True) as ro:
+        meta, facts = ro.job_facts(run.id, [1])  # type: ignore[misc]
+        assert (meta.longest, facts[1].tier, facts[1].ups, facts[1].expected) == (4.0, 1, (0,), 3.0)
+        assert facts[1].spec("b", {0: "a"}).confirm and facts[1].spec("b", {0: "a"}).depends_on == ("a",)

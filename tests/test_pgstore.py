@@ -7,8 +7,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from wloadctl.core.plan import JobSpec
 from wloadctl.errors import StoreError, UsageError
 from wloadctl.store import Store
+from wloadctl.store.facts import run_facts
 from wloadctl.store.pgschema import SCHEMA_VERSION, VERSION_TABLE
 from wloadctl.store.postgres import PostgresStore, parse_journal_url
 
@@ -114,6 +116,7 @@ def test_a_database_from_before_the_audit_chain_migrates_forward_and_chains_new_
         run = st.create_run("r1", "p", "p.yaml", "d", "t", ["a"], "2026-11-30", 1.0)
     # Given a database at version 2 (current-state tables, no audit chain) or 1 (neither)
     with psycopg.connect(pg_url, autocommit=True) as c:
+        c.execute("DROP TABLE job_facts, fact_runs")
         c.execute("DROP TRIGGER actions_append_only ON actions")
         c.execute("DROP FUNCTION wloadctl_audit_append_only()")
         c.execute("ALTER TABLE actions DROP COLUMN prev_hash, DROP COLUMN hash")
@@ -133,6 +136,25 @@ def test_a_database_from_before_the_audit_chain_migrates_forward_and_chains_new_
         rep = st.verify_audit()
         assert rep.ok and (rep.checked, rep.unchained) == (1, 1)
     # Then it is at the latest version, and the trail refuses changes
-    assert _version(pg_url) == SCHEMA_VERSION == 4
+    assert _version(pg_url) == SCHEMA_VERSION == 5
     with psycopg.connect(pg_url, autocommit=True) as c, pytest.raises(psycopg.Error, match="append-only"):
         c.execute("DELETE FROM actions")
+
+
+def test_a_database_from_before_the_plans_facts_migrates_forward_and_keeps_them(pg_url: str, tmp_path: Path) -> None:
+    with Store.open(tmp_path, journal=pg_url) as st:
+        run = st.create_run("r1", "p", "p.yaml", "d", "t", ["a", "b"], "2026-11-30", 1.0)
+    # Given a database at version 4 (no facts of the plans)
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        c.execute("DROP TABLE job_facts, fact_runs")
+        c.execute(f"UPDATE {VERSION_TABLE} SET version = 4")
+    # Then a reader asks for a run or resume first, and a writer migrates it and keeps a run's facts
+    with pytest.raises(StoreError, match="has schema 4, older than this wloadctl"):
+        Store.open(tmp_path, journal=pg_url, create=False, readonly=True)
+    specs = [JobSpec("a", None), JobSpec("b", None, ("a",))]
+    with Store.open(tmp_path, journal=pg_url) as st:
+        assert st.job_facts(run.id, [1]) is None
+        st.keep_facts(run.id, run_facts(specs, ["a", "b"], [2, 2], [1.0, 1.0], [2.0, 1.0], "d", {}, False))
+        meta, facts = st.job_facts(run.id, [1])  # type: ignore[misc]
+        assert (meta.jobs, meta.longest, facts[1].ups, facts[1].path) == (2, 2.0, (0,), 1.0)
+    assert _version(pg_url) == SCHEMA_VERSION

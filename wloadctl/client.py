@@ -23,9 +23,9 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import find_id, ids_path, log_path, read_ids
+from wloadctl.paths import ids_path, log_path, read_ids
 from wloadctl.remote.agents import AGENT_BASE
-from wloadctl.runshape import RunShape, read_shape
+from wloadctl.runshape import RunShape, index_of_id, read_shape
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class RunClient:
         """A job's index from the run's id list when it is there (None: ask the journal)."""
         if self._ids is not None:
             return self._ids.index(job) if job in self._ids else None
-        return find_id(self.state_dir, self.run.run_id, job)
+        return index_of_id(self.state_dir, self.run.run_id, job)
 
     def job_row(self, job: str) -> tuple | None:
         """One job's row from the journal."""
@@ -402,6 +402,10 @@ class RunClient:
             settled = self._offline_settle(req)
             if settled is not None:
                 return settled
+        if verb == "why":
+            read = self._why_read(req)
+            if read is not None:
+                return read
         if verb not in MUTATING_OFFLINE and verb != "why":
             raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
                                hint="resume the run with `wloadctl resume --state-dir DIR`")
@@ -454,6 +458,38 @@ class RunClient:
                 return {"ok": ok, "verb": verb, "results": results, "live": False}
         finally:
             lock.close()
+
+    def _why_read(self, req: dict[str, Any]) -> dict[str, Any] | None:
+        """`why` of jobs named by id, on a run with no live scheduler, without loading its plan: from the
+        journal's rows of the jobs and their upstreams and what the run's scheduler kept of its plan
+        (store/facts.py), through the explain a rebuilt core goes through (core/whyview.py).
+
+        Returns None where that cannot be read so (globs, a run without kept facts or whose plan changed
+        since, loops over output): the caller rebuilds the run's core then.
+        """
+        from wloadctl.whyread import why_of_stopped
+
+        names: list[str] = req["jobs"]
+        if not names or any(c in n for n in names for c in "*?["):
+            return None
+        st, run = self.store, self.run
+        idx: list[int] = []
+        unknown: list[str] = []
+        for name in names:
+            i = self.index_of(name)
+            if i is None:
+                i = st.job_index(run.id, name)
+            if i is None:
+                unknown.append(name)
+            elif i not in idx:
+                idx.append(i)
+        if unknown:
+            msg = f"unknown job(s): {', '.join(unknown)}"
+            with Store.open(self.state_dir, create=False) as w:
+                w.record_action(run.id, req["user"], "why", "; ".join(unknown), req["reason"], msg, False)
+            return {"ok": False, "error": msg, "unknown": unknown, "live": False}
+        out = why_of_stopped(st, run, idx[:20], time.time())
+        return None if out is None else {"ok": True, "why": out, "live": False}
 
     def _offline_settle(self, req: dict[str, Any]) -> dict[str, Any] | None:
         """pending, and approve/reject of a request id, on the journal of a run with no live scheduler.

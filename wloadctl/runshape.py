@@ -15,6 +15,7 @@ float64 expected seconds, n float64 remaining paths, and a JSON text {"timezone"
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from wloadctl.core.codes import RANK_MAX
-from wloadctl.paths import ids_path
+from wloadctl.paths import find_id, ids_path
 
 MAGIC = b"WLSH"
 """First bytes of a shape file."""
@@ -146,6 +147,51 @@ def read_shape(state_dir: Path, run_id: str) -> RunShape | None:
     meta = json.loads(bytes(view[at:at + tlen]))
     deadlines = {int(k): str(v) for k, v in (meta.get("deadlines") or {}).items()}
     return RunShape(tier, *parts, deadlines=deadlines, timezone=meta.get("timezone"))
+
+
+_OFFSET = struct.Struct("<i")
+"""One offset of the id list's lines in a shape file."""
+
+
+def index_of_id(state_dir: Path, run_id: str, job: str) -> int | None:
+    """A job's index in a run's id list (None: not there, or no list), found without reading the list into
+    memory or counting the lines before it: the list is searched where it lies, and the line found is
+    placed by the shape's offsets of the lines (a binary search). Without a shape that has the line, the
+    lines are counted (paths.find_id)."""
+    key = job.encode() + b"\n"
+    try:
+        with open(ids_path(state_dir, run_id), "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as ids:
+            at = 0 if ids[:len(key)] == key else ids.find(b"\n" + key) + 1
+            if at == 0 and ids[:len(key)] != key:
+                return None
+    except (OSError, ValueError):  # no list, or an empty one
+        return None
+    found = _line_in_shape(state_dir, run_id, at)
+    return found if found is not None else find_id(state_dir, run_id, job)
+
+
+def _line_in_shape(state_dir: Path, run_id: str, at: int) -> int | None:
+    """The index of the id list's line starting at byte `at`, by the shape file's offsets (None: no shape
+    file of this layout, or none of its lines starts there)."""
+    try:
+        with open(shape_path(state_dir, run_id), "rb") as f, \
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as shape:
+            if len(shape) < HEADER.size:
+                return None
+            magic, version, _r, n, _edges, _tlen = HEADER.unpack_from(shape)
+            base = HEADER.size + n
+            if magic != MAGIC or version != VERSION or len(shape) < base + 4 * (n + 1):
+                return None
+            lo, hi = 0, n
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _OFFSET.unpack_from(shape, base + 4 * mid)[0] < at:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo if lo < n and _OFFSET.unpack_from(shape, base + 4 * lo)[0] == at else None
+    except (OSError, ValueError):
+        return None
 
 
 def shape_of_core(core: object, deadlines: Mapping[int, str], timezone: str | None) -> RunShape:

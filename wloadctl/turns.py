@@ -82,12 +82,34 @@ def unpack_jobs(first: int, recs: bytes, causes: str, reasons: str, jobs: Iterab
     if not at:
         return []
     names = json.loads(causes)
-    why = {int(k): v for k, v in json.loads(reasons).items()} if reasons else {}
+    if len(at) <= FEW_JOBS:
+        why = {k: _reason_of(reasons, k) for k in at}
+    else:
+        why = {int(k): v for k, v in json.loads(reasons).items()} if reasons else {}
     out = []
     for k in sorted(at):
         i, frm, to, att, ex, code, ts, c = RECORD.unpack_from(recs, k * size)
         out.append((first + k, i, frm, to, att, ts, ex, None if code == NO_EXIT else code, why.get(k, ""), names[c]))
     return out
+
+
+def _reason_of(reasons: str, k: int) -> str:
+    """Record k's reason in a turn's reasons JSON, decoded alone: a turn that failed a million jobs' dependents
+    holds tens of megabytes of them.
+
+    pack_turn writes {record: reason} with json.dumps' separators, so a key is `"k": ` after `{` or `, `;
+    inside a reason every quote is escaped, so that text, after those, is a key.
+    """
+    if not reasons:
+        return ""
+    key = f'"{k}": '
+    at = reasons.find(key)
+    while at > 0 and reasons[at - 1] not in "{ ":
+        at = reasons.find(key, at + 1)
+    if at <= 0:
+        return ""
+    value, _end = _DECODER.raw_decode(reasons, at + len(key))
+    return str(value)
 
 
 class JobColumns:
@@ -242,6 +264,10 @@ def unpack_took(blob: bytes) -> Iterator[tuple[int, float]]:
     return zip(jobs, secs, strict=True)
 
 
+_DECODER = json.JSONDecoder()
+"""Decodes one JSON value where it starts in a text (see _reason_of)."""
+_ATTEMPT = struct.Struct("=i")
+"""An attempt count in a block of flat rows (the arrays' own layout)."""
 ROW_BLOCK = INDEX_BLOCK
 """Jobs per row of a run's flat rows (see FlatRows): a save rewrites only the rows of the jobs moved since the
 last (the turn index's keys are these blocks)."""
@@ -325,6 +351,15 @@ class FlatRows:
             if data != blank[: len(data)]:
                 out[b] = data
         return out
+
+    @staticmethod
+    def attempt_in(data: bytes, k: int) -> int:
+        """The attempts of the k-th job of a block as the journal keeps it (0 for a job past its end: a block
+        not saved holds initial rows)."""
+        length = len(data) // 24
+        if k >= length:
+            return 0
+        return int(_ATTEMPT.unpack_from(data, 16 * length + 4 * k)[0])
 
     @classmethod
     def from_blocks(cls, blocks: Iterable[tuple[int, bytes]], n: int) -> FlatRows:

@@ -8,7 +8,7 @@ places). Operator verbs (verbs.py) act on it through the VerbTarget protocol.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 
 from wloadctl.core import codes as C
 from wloadctl.core.branches import Branches
@@ -69,6 +69,35 @@ def _popping(heap: list[int]) -> Iterator[int]:
     pop = heapq.heappop
     while heap:
         yield pop(heap)
+
+
+def unmet_and_block(spec: JobSpec, state: Mapping[int, int] | bytearray, index: Mapping[str, int],
+                    branch_skipped: Container[int]) -> tuple[int, int]:
+    """A job's unmet dependencies and block (0: none; 1: an upstream failed; 2: a branch or condition
+    not taken) from its upstreams' states (by job index).
+
+    Args:
+        spec: the job.
+        state: job states by index (at least its upstreams').
+        index: job index by id (at least its upstreams').
+        branch_skipped: jobs a branch skipped.
+    """
+    unmet = 0
+    block = 0
+    for k, dep in enumerate(spec.depends_on):
+        u = index[dep]
+        su = state[u]
+        if not _TERMINAL[su]:
+            unmet += 1
+            continue
+        kind = spec.kind_of(k)
+        if kind == DepKind.SUCCESS and su == _SKIP and u in branch_skipped:
+            block = block or 2
+        elif kind == DepKind.SUCCESS and su not in (_OK, _SKIP):
+            block = 1
+        elif kind == DepKind.FAILURE and su not in (_FAIL, _TO) and block == 0:
+            block = 2
+    return unmet, block
 
 
 class SchedulerCore(JobTable):
@@ -581,25 +610,8 @@ class SchedulerCore(JobTable):
 
     def recompute(self, d: int) -> None:
         """Recount job d's unmet dependencies and blocks from its upstreams' current states."""
-        state = self.state
-        unmet = 0
-        block = 0
-        spec = self.specs[d]
-        for k, dep in enumerate(spec.depends_on):
-            su = state[self.index[dep]]
-            if not _TERMINAL[su]:
-                unmet += 1
-                continue
-            kind = spec.kind_of(k)
-            u = self.index[dep]
-            if kind == DepKind.SUCCESS and su == _SKIP and u in self.branches.branch_skipped:
-                block = block or 2
-            elif kind == DepKind.SUCCESS and su not in (_OK, _SKIP):
-                block = 1
-            elif kind == DepKind.FAILURE and su not in (_FAIL, _TO) and block == 0:
-                block = 2
-        self.unmet[d] = unmet
-        self.block[d] = block
+        self.unmet[d], self.block[d] = unmet_and_block(self.specs[d], self.state, self.index,
+                                                       self.branches.branch_skipped)
 
     # -- dispatch ------------------------------------------------------------------------
 

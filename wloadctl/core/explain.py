@@ -12,15 +12,17 @@ from wloadctl.core.verbs import applicable_verbs
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
+    from wloadctl.core.whyview import JobView
 
 S = JobState
 
 
-def why(core: SchedulerCore, i: int, now: float) -> dict[str, Any]:
+def why(core: SchedulerCore | JobView, i: int, now: float) -> dict[str, Any]:
     """Explain job i's state: unmet dependencies, hold, resources, slots, retry delay, deadline.
 
     Args:
-        core: the scheduling core.
+        core: the scheduling core, or the part of a stopped run's core that job i's answer reads
+            (core/whyview.py: made of the journal's rows without loading the plan).
         i: job index.
         now: current time (for retry countdowns).
 
@@ -124,7 +126,7 @@ def _host_wait(r: str, need: int, free: int, share: int, holders: list[str]) -> 
             f"{share / scale:g} this run may hold now (`wloadctl host` shares it between runs){held}")
 
 
-def critical_path(core: SchedulerCore, i: int) -> dict[str, Any] | None:
+def critical_path(core: SchedulerCore | JobView, i: int) -> dict[str, Any] | None:
     """Job i's place on the critical path: {"rank" (0: the longest remaining path), "expected" seconds,
     "remaining" seconds of work from it to the end, "longest" such path of the plan}; None for a job
     made during the run (a loop's instance ranks as its loop)."""

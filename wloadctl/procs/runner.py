@@ -25,7 +25,7 @@ from wloadctl.core.jobtable import PlanArrays, plan_arrays
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.states import JobState
-from wloadctl.errors import PlanError, TransportError, UsageError, WloadError
+from wloadctl.errors import PlanError, StoreError, TransportError, UsageError, WloadError
 from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.boards import StateBoard
@@ -50,6 +50,7 @@ from wloadctl.procs.userfiles import remove_job_dirs
 from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.runshape import CoreCopy, shape_of_copy, write_shape
 from wloadctl.store import RunRow, Store, journal_exists
+from wloadctl.store.facts import RunFacts, run_facts
 
 if TYPE_CHECKING:
     from wloadctl.metrics import SchedulerCollector
@@ -399,26 +400,47 @@ def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: boo
 
 
 class _ShapeWriter:
-    """Writes the run's shape beside its id list, so a console attaches without parsing the plan.
+    """Writes the run's shape beside its id list, so a console attaches without parsing the plan, and
+    makes the facts the journal keeps of the plan for `why` (store/facts.py).
 
     The core's arrays are copied at once (milliseconds); working out the upstream rows and writing
     the file (seconds at a million jobs) happens on a thread of its own beside dispatch, so the
     first jobs do not wait for it. A console that attaches before the file is there reads the plan.
+    The facts are made on the same thread and journaled by the loop's (save_facts), which owns the
+    journal's connection; a reader that comes before them rebuilds the run's core.
     """
 
     def __init__(self, opts: RunOptions, run: RunRow, plan: Plan, core: SchedulerCore) -> None:
         copy = CoreCopy.of(core)
-        self.thread = threading.Thread(target=self._write, args=(opts, run.run_id, copy, plan.timezone),
+        self.opts = opts
+        """How the run runs (where notices go)."""
+        self.run = run
+        """The run."""
+        self.facts: RunFacts | None = None
+        """The run's facts once made, until the loop's thread journals them."""
+        self.thread = threading.Thread(target=self._write, args=(copy, plan, core.resources.places, core.index),
                                        name="run-shape", daemon=True)
         """The thread that writes the file."""
         self.thread.start()
 
-    @staticmethod
-    def _write(opts: RunOptions, run_id: str, copy: CoreCopy, timezone: str | None) -> None:
+    def _write(self, copy: CoreCopy, plan: Plan, places: bool, index: dict[str, int]) -> None:
         try:
-            write_shape(opts.state_dir, run_id, shape_of_copy(copy, None, timezone))
+            write_shape(self.opts.state_dir, self.run.run_id, shape_of_copy(copy, None, plan.timezone))
         except OSError as e:
-            opts.say(f"cannot write the run's shape file ({e}): consoles will read the plan")
+            self.opts.say(f"cannot write the run's shape file ({e}): consoles will read the plan")
+        # The core's index only grows (loops over output add jobs after the copy's): the copy's ids are in it.
+        self.facts = run_facts(copy.specs, copy.ids, copy.tier, copy.expected, copy.path, self.run.plan_digest,
+                               plan.resources, places, index)
+
+    def save_facts(self, store: Store) -> None:
+        """Journal the run's facts once they are made (in the thread that drives the run's journal)."""
+        facts, self.facts = self.facts, None
+        if facts is None:
+            return
+        try:
+            store.keep_facts(self.run.id, facts)
+        except StoreError as e:
+            self.opts.say(f"cannot keep the plan's facts in the journal ({e}): `why` will read the plan")
 
     def join(self) -> None:
         """Wait for the file (a run that ends leaves a whole shape file, never a half-written one)."""
@@ -492,8 +514,13 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                             serves=(lambda i: not remote.remote_of(i)) if remote is not None else None,
                             dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
                             cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch)
+    def turned(lp: SchedulerLoop) -> None:
+        shape.save_facts(store)
+        if on_turn is not None:
+            on_turn(lp)
+
     loop = SchedulerLoop(ctx, core, store, objs, Pools([local] if remote is None else [local, remote]),
-                         on_turn=on_turn,
+                         on_turn=turned,
                          exit_when_stalled=opts.exit_when_stalled, beat_interval=opts.heartbeat_interval,
                          say=opts.say)
     # A server journal lost mid-run: the loop waits in the store; the event log and the board say so.
@@ -552,6 +579,9 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                 _stand_down(loop, local, remote, fenced, opts)
             else:
                 ended = time.time()
+                # A reader of the stopped run finds the plan's facts (see _ShapeWriter).
+                shape.join()
+                shape.save_facts(store)
                 try:
                     store.set_status(run.id, status, ended if status not in UNFINISHED else None)
                     write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts)})

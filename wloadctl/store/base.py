@@ -6,7 +6,8 @@ directory; `PostgresStore` (wloadctl/store/postgres.py) in a PostgreSQL database
 runs and installations share. Job rows are never updated in place: they are what replaying a
 run's turns gives (`columns`), computed here once for both.
 
-Readers do not replay a whole run to answer for one job or for the counts: see store/current.py.
+Readers do not replay a whole run to answer for one job or for the counts: see store/current.py;
+nor load its plan to say why one job waits: see store/facts.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from wloadctl.errors import StoreError
 from wloadctl.store.audit import ChainReport
 from wloadctl.store.audit import verify as verify_chain
 from wloadctl.store.current import CurrentState
+from wloadctl.store.facts import JobFacts
 from wloadctl.turns import JobColumns, rows_from
 
 JOURNAL_ENV = "WLOADCTL_JOURNAL"
@@ -100,7 +102,7 @@ def journal_exists(state_dir: Path | None, journal: str | None = None) -> bool:
     return journal_url(journal) is not None or (state_dir is not None and (state_dir / DB_NAME).exists())
 
 
-class Store(CurrentState, ABC):
+class Store(CurrentState, JobFacts, ABC):
     """The journal of runs: what every caller (scheduler, standby, client, bench) uses.
 
     Writes of a scheduler carry its epoch: after `begin_epoch` the store holds it, and every
@@ -333,6 +335,14 @@ class Store(CurrentState, ABC):
         cols.grow(len(self.job_ids(run)))
         state = cols.state
         return [(s, state.count(s)) for s in sorted(set(state))]
+
+    def job_index(self, run: int, job_id: str) -> int | None:
+        """Index of one job (None: no such job)."""
+        return self._job_index(run, job_id)
+
+    def ids_at(self, run: int, idxs: Sequence[int]) -> dict[int, str]:
+        """Ids of these jobs."""
+        return self._ids_at(run, idxs)
 
     def job_row(self, run: int, job_id: str, idx: int | None = None) -> tuple | None:
         """One job's row (see job_rows); `idx` when the caller knows the job's index."""

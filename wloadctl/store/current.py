@@ -29,6 +29,7 @@ from typing import Any
 from wloadctl.turns import (
     JOB_FIELD,
     RECORD,
+    ROW_BLOCK,
     RUNNING,
     STATE_BLOCK,
     SUCCEEDED,
@@ -86,6 +87,14 @@ class CurrentState:
     @abstractmethod
     def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
         """The records of these jobs in every turn the index lists under their keys, oldest first."""
+
+    @abstractmethod
+    def _state_blocks(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        """(block, states) rows of some blocks of a run's current states."""
+
+    @abstractmethod
+    def _flat_blocks_at(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        """(block, data) rows of some blocks of a run's saved flat rows."""
 
     @abstractmethod
     def _flat_saved(self, run: int) -> int | None:
@@ -282,6 +291,30 @@ class CurrentState:
         """Every job's state (JobState values by index) without replaying the run; None when not kept."""
         n = self._kept_jobs(run)
         return None if n is None else states_of(self._state_rows(run), n)
+
+    def states_at(self, run: int, idxs: Sequence[int]) -> dict[int, int] | None:
+        """The states of some jobs, read from the blocks of current states that hold them; None when not kept."""
+        n = self._kept_jobs(run)
+        if n is None:
+            return None
+        size = STATE_BLOCK
+        rows = dict(self._state_blocks(run, sorted({i // size for i in idxs})))
+        out: dict[int, int] = {}
+        for i in idxs:
+            if not 0 <= i < n:
+                return None
+            row = rows.get(i // size, b"")
+            out[i] = row[i % size] if i % size < len(row) else 0
+        return out
+
+    def attempts_at(self, run: int, idxs: Sequence[int]) -> dict[int, int] | None:
+        """The attempts of some jobs from the saved flat rows, when they include the run's every transition
+        (a run whose scheduler stopped and saved them); None otherwise (see rows_of then)."""
+        saved = self._flat_saved(run)
+        if saved is None or saved != self.last_seq(run):
+            return None
+        rows = dict(self._flat_blocks_at(run, sorted({i // ROW_BLOCK for i in idxs})))
+        return {i: FlatRows.attempt_in(rows.get(i // ROW_BLOCK, b""), i % ROW_BLOCK) for i in idxs}
 
     def flat_rows(self, run: int) -> FlatRows | None:
         """Every job's start, end, attempt and executor without replaying the run (its saved flat rows and

@@ -91,6 +91,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE now_rows (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
         " block integer NOT NULL, data bytea NOT NULL, PRIMARY KEY (run, block))",
     ),
+    # 4 -> 5: what a run's scheduler works out of its plan, per job (wloadctl.store.facts); a run
+    # journaled before gets them at its next start or resume.
+    (
+        "CREATE TABLE fact_runs (run bigint PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE, meta text NOT NULL)",
+        "CREATE TABLE job_facts (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
+        " block integer NOT NULL, data bytea NOT NULL, PRIMARY KEY (run, block))",
+    ),
 )
 """MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -522,6 +522,16 @@ class PostgresStore(Store):
                                             (run,)).fetchall())
         return [(b, bytes(s)) for b, s in rows]
 
+    def _state_blocks(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT block, states FROM now_states WHERE run = %s AND block = ANY(%s)",
+                                            (run, list(blocks)), binary=True).fetchall())
+        return [(b, bytes(s)) for b, s in rows]
+
+    def _flat_blocks_at(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT block, data FROM now_rows WHERE run = %s AND block = ANY(%s)",
+                                            (run, list(blocks)), binary=True).fetchall())
+        return [(b, bytes(d)) for b, d in rows]
+
     def _flat_saved(self, run: int) -> int | None:
         row = self._do(lambda c: c.execute("SELECT flat_seq FROM now_runs WHERE run = %s", (run,)).fetchone())
         return None if row is None or row[0] is None else int(row[0])
@@ -552,6 +562,27 @@ class PostgresStore(Store):
                 self._save_flat(conn, run, blocks, seq)
 
         self._do(put)
+
+    def _write_facts(self, run: int, meta: str, blocks: dict[int, bytes]) -> None:
+        def put(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                conn.execute("DELETE FROM job_facts WHERE run = %s", (run,))
+                conn.execute("INSERT INTO job_facts (run, block, data) SELECT %s, b, d"
+                             " FROM unnest(%s::integer[], %s::bytea[]) AS x(b, d)",
+                             (run, list(blocks), list(blocks.values())))
+                conn.execute("INSERT INTO fact_runs (run, meta) VALUES (%s, %s)"
+                             " ON CONFLICT (run) DO UPDATE SET meta = excluded.meta", (run, meta))
+
+        self._do(put)
+
+    def _facts_meta(self, run: int) -> str | None:
+        row = self._do(lambda c: c.execute("SELECT meta FROM fact_runs WHERE run = %s", (run,)).fetchone())
+        return None if row is None else str(row[0])
+
+    def _fact_blocks(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        rows = self._do(lambda c: c.execute("SELECT block, data FROM job_facts WHERE run = %s AND block = ANY(%s)",
+                                            (run, list(blocks)), binary=True).fetchall())
+        return [(b, bytes(d)) for b, d in rows]
 
     def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
         rows = self._do(lambda c: c.execute(

@@ -80,6 +80,11 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         # an overflow page of its own (about 1,000 bytes fit there).
         conn.execute("CREATE TABLE IF NOT EXISTS now_rows (run INTEGER NOT NULL, block INTEGER NOT NULL,"
                      " data BLOB NOT NULL, PRIMARY KEY (run, block))")
+    if version < 8:
+        # What a run's scheduler works out of its plan (store/facts.py); a run gets them at its next start.
+        conn.execute("CREATE TABLE IF NOT EXISTS fact_runs (run INTEGER PRIMARY KEY, meta TEXT NOT NULL)")
+        conn.execute("CREATE TABLE IF NOT EXISTS job_facts (run INTEGER NOT NULL, block INTEGER NOT NULL,"
+                     " data BLOB NOT NULL, PRIMARY KEY (run, block))")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -105,6 +110,8 @@ class SqliteStore(Store):
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_runs'").fetchone() is not None
         self._has_flat = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_rows'").fetchone() is not None
+        self._has_facts = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fact_runs'").fetchone() is not None
 
     @classmethod
     def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
@@ -423,8 +430,11 @@ class SqliteStore(Store):
 
     def last_seq(self, run: int) -> int:
         """Sequence number of the run's latest transition (0 if none)."""
-        row = self.conn.execute("SELECT max(seq + n - 1) FROM turns WHERE run = ?", (run,)).fetchone() \
-            if self._has_turns else (None,)
+        # Turns number their transitions in order without overlap: the last turn ends with the latest (one
+        # step down the index, where max() over every turn of a million-job run reads thousands of rows).
+        row = self.conn.execute("SELECT seq + n - 1 FROM turns WHERE run = ? ORDER BY seq DESC LIMIT 1",
+                                (run,)).fetchone() if self._has_turns else (None,)
+        row = row or (None,)
         if row[0] is not None:
             return int(row[0])
         row = self.conn.execute("SELECT max(seq) FROM transitions WHERE +run = ?", (run,)).fetchone()
@@ -505,6 +515,14 @@ class SqliteStore(Store):
 
     def _state_rows(self, run: int) -> Iterable[tuple[int, bytes]]:
         return self.conn.execute("SELECT block, states FROM now_states WHERE run = ?", (run,))
+
+    def _state_blocks(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        return self.conn.execute(f"SELECT block, states FROM now_states WHERE run = ? AND block IN"
+                                 f" ({', '.join('?' * len(blocks))})", (run, *blocks)).fetchall()
+
+    def _flat_blocks_at(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        return self.conn.execute(f"SELECT block, data FROM now_rows WHERE run = ? AND block IN"
+                                 f" ({', '.join('?' * len(blocks))})", (run, *blocks)).fetchall()
 
     def _flat_saved(self, run: int) -> int | None:
         if not self._has_flat:
@@ -589,6 +607,31 @@ class SqliteStore(Store):
         except BaseException:
             c.execute("ROLLBACK")
             raise
+
+    def _write_facts(self, run: int, meta: str, blocks: dict[int, bytes]) -> None:
+        self._durable()
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute("DELETE FROM job_facts WHERE run = ?", (run,))
+            c.executemany("INSERT INTO job_facts (run, block, data) VALUES (?, ?, ?)",
+                          [(run, b, d) for b, d in blocks.items()])
+            c.execute("INSERT INTO fact_runs (run, meta) VALUES (?, ?)"
+                      " ON CONFLICT (run) DO UPDATE SET meta = excluded.meta", (run, meta))
+            c.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            c.execute("ROLLBACK")
+            raise write_error(e, self.path) from None
+
+    def _facts_meta(self, run: int) -> str | None:
+        if not self._has_facts:
+            return None  # a journal no scheduler of this version has written to (read-only)
+        row = self.conn.execute("SELECT meta FROM fact_runs WHERE run = ?", (run,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _fact_blocks(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
+        return self.conn.execute(f"SELECT block, data FROM job_facts WHERE run = ? AND block IN"
+                                 f" ({', '.join('?' * len(blocks))})", (run, *blocks)).fetchall()
 
     def _set_relaxed(self, relaxed: bool) -> None:
         self.conn.execute(f"PRAGMA synchronous = {'NORMAL' if relaxed else 'FULL'}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The schema version a new or migrated SQLite journal is at."""
 
 AUDIT_TRIGGERS: tuple[str, ...] = tuple(
@@ -120,6 +120,16 @@ CREATE TABLE IF NOT EXISTS took (
     blob BLOB NOT NULL,
     PRIMARY KEY (run, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fact_runs (
+    run INTEGER PRIMARY KEY,
+    meta TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_facts (
+    run INTEGER NOT NULL,
+    block INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (run, block)
+);
 CREATE TABLE IF NOT EXISTS alerts (
     seq INTEGER PRIMARY KEY,
     run INTEGER NOT NULL,
@@ -137,4 +147,5 @@ CREATE TABLE IF NOT EXISTS alerts (
 now_runs and now_states: a run's job count, the last transition its saved flat rows include (NULL: not kept),
 and current states; now_rows: its flat rows (turns.FlatRows, one row per block: a rowid table, whose pages hold a
 block's 1,536 bytes where a WITHOUT ROWID one would give each an overflow page); turn_jobs: the turn index; took: the
-durations of successful attempts, per turn (see store/base.py); actions carry the audit hash chain."""
+durations of successful attempts, per turn (see store/base.py); fact_runs and job_facts: what the run's scheduler
+worked out of its plan, per job (store/facts.py); actions carry the audit hash chain."""

@@ -1,0 +1,196 @@
+"""`why` of a stopped run read from the journal's rows and the run's facts gives what a core rebuilt from the
+whole journal gives, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import make_plan
+from wloadctl.client import RunClient, journal_core
+from wloadctl.core.commands import Persist
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import Event, JobExitedEvent, JobStartedEvent, OperatorEvent, RunStartedEvent
+from wloadctl.core.explain import why as explain
+from wloadctl.core.plan import Plan, RetryPolicy
+from wloadctl.core.plancodec import encode_plan
+from wloadctl.core.states import JobState
+from wloadctl.paths import write_ids
+from wloadctl.runshape import index_of_id, shape_of_core, write_shape
+from wloadctl.store import JOURNAL_ENV, RunRow, Store
+from wloadctl.store.facts import FACT_BLOCK, run_facts
+
+S = JobState
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def state_dir(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A state directory whose journal is SQLite in it, or a scratch PostgreSQL database."""
+    if request.param == "postgres":
+        monkeypatch.setenv(JOURNAL_ENV, request.getfixturevalue("pg_url"))
+    else:
+        monkeypatch.delenv(JOURNAL_ENV, raising=False)
+    yield tmp_path / "state"
+
+
+class Journaled:
+    """A run driven through the pure core, its turns journaled as a scheduler journals them."""
+
+    def __init__(self, state_dir: Path, plan: Plan, slots: int = 4) -> None:
+        self.store = Store.open(state_dir)
+        self.run: RunRow = self.store.create_run("r1", plan.name, "p.yaml", "digest-1", "name: t", plan.jobs.keys(),
+                                                 "2026-12-02", 1.0)
+        self.store.set_plan_blob(self.run.id, encode_plan(plan))
+        self.core = core = SchedulerCore(plan, slots)
+        self.store.keep_facts(self.run.id, run_facts(core.specs, core.ids, core.tier, core.expected, core.path,
+                                                     self.run.plan_digest, plan.resources, core.resources.places))
+        self.feed(RunStartedEvent(1.0))
+
+    def feed(self, ev: Event) -> None:
+        for c in self.core.handle(ev):
+            if isinstance(c, Persist):
+                self.store.write_turn(self.run.id, c.transitions)
+
+    def start(self, job: str, now: float = 2.0) -> None:
+        i = self.core.index[job]
+        self.feed(JobStartedEvent(i, self.core.attempt[i], 0, 100 + i, now))
+
+    def end(self, job: str, code: int, now: float = 3.0) -> None:
+        i = self.core.index[job]
+        self.start(job, now - 0.5)
+        self.feed(JobExitedEvent(i, self.core.attempt[i], 0, code, now))
+
+    def stop(self, status: str) -> None:
+        self.store.set_status(self.run.id, status, None)
+        self.store.close()
+
+
+def answers(state_dir: Path, jobs: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(read from the journal's rows, from a core rebuilt from the whole journal) for these jobs."""
+    with RunClient(state_dir) as c:
+        read = c._why_read({"jobs": jobs, "user": "ann", "reason": ""})
+        assert read is not None and read["ok"], read
+        core = journal_core(c.store, c.run)
+        now = time.time()
+        full = [explain(core, core.index[j], now) for j in jobs]
+    return read["why"], full
+
+
+def test_the_situations_of_a_stopped_run_read_as_a_rebuilt_core_says(state_dir: Path) -> None:
+    plan = make_plan({
+        "open": {"expected": 30.0},
+        "load": {"deps": ["open"], "expected": 120.0, "sla": "critical"},
+        "report": {"deps": ["load"]},
+        "flaky": {"deps": ["open"], "retry": RetryPolicy(count=2, delay=60.0)},
+        "after_flaky": {"deps": ["flaky"], "sla": "high"},
+        "alert": {"deps": {"load": "failure"}},
+        "cleanup": {"deps": {"load": "done"}},
+        "held": {"deps": ["open"]},
+        "late": {"deps": ["held", "flaky"]},
+        "lock_a": {"deps": ["open"], "resources": {"db": 1}},
+        "lock_b": {"deps": ["open"], "resources": {"db": 1}},
+    }, resources={"db": 1})
+    jobs = dict(plan.jobs)
+    jobs["sign"] = dataclasses.replace(make_plan({"sign": {"deps": ["open"]}}).jobs["sign"], confirm=True)
+    plan = dataclasses.replace(plan, jobs=jobs)
+    # Given a run that stopped with a job failed, one in retry delay, one held, one waiting for approval,
+    # one holding a resource another wants, and jobs that never ran
+    r = Journaled(state_dir, plan)
+    r.feed(OperatorEvent("hold", (r.core.index["held"],), 1.5, user="ann", reason="month end"))
+    r.end("open", 0)
+    r.end("load", 1, now=4.0)
+    r.end("flaky", 1, now=4.5)
+    r.start("lock_a", now=5.0)
+    r.stop("interrupted")
+    # When each is explained both ways, then the answers are the same
+    names = list(plan.jobs)
+    read, full = answers(state_dir, names)
+    assert read == full
+    by = {w["job"]: w for w in read}
+    assert by["open"]["state"] == "SUCCEEDED" and by["load"]["state"] == "FAILED"
+    assert by["report"]["state"] == "UPSTREAM_FAILED" and by["flaky"]["state"] == "RETRY_WAIT"
+    assert by["after_flaky"]["state"] == "WAITING" and by["after_flaky"]["blocking"]
+    assert by["held"]["state"] == "HELD" and "month end" in by["held"]["reasons"][0]
+    assert by["sign"]["state"] == "HELD" and "approve" in by["sign"]["reasons"][0]
+    waiting_db = by["lock_b"] if by["lock_b"]["state"] == "READY" else by["lock_a"]
+    assert any("resource db" in line for line in waiting_db["reasons"]), waiting_db
+    assert by["late"]["critical_path"] is not None
+
+
+def test_a_waiting_job_whose_upstream_failed_in_a_lagging_journal_reads_as_upstream_failed(state_dir: Path) -> None:
+    plan = make_plan({"a": {}, "b": {"deps": ["a"]}, "c": {"deps": {"a": "failure"}}})
+    r = Journaled(state_dir, plan)
+    r.start("a")
+    # A turn that ended `a` without its dependents' transitions (as an older scheduler could leave it)
+    a = r.core.index["a"]
+    r.store.write_turn(r.run.id, [(a, S.RUNNING, S.FAILED, 1, 3.0, 0, 1, "exit status 1", "t")])
+    r.stop("interrupted")
+    read, full = answers(state_dir, ["a", "b", "c"])
+    assert read == full
+    assert read[1]["state"] == "UPSTREAM_FAILED" and read[2]["state"] == "WAITING"
+
+
+def test_jobs_of_a_finished_run_read_over_several_blocks_and_a_run_on_agents(state_dir: Path) -> None:
+    n = FACT_BLOCK + 40
+    spec: dict[str, dict] = {f"j{k}": {"deps": [f"j{k - 1}"]} if k else {} for k in range(n)}
+    spec["j1"]["pool"] = "gpu"
+    spec["side"] = {"deps": ["j0"]}
+    spec["side2"] = {"deps": ["j0"]}
+    r = Journaled(state_dir, make_plan(spec), slots=1)
+    r.end("j0", 0)
+    r.stop("interrupted")
+    picks = ["j0", "j1", "j2", "side", "side2", f"j{FACT_BLOCK - 1}", f"j{FACT_BLOCK}", f"j{n - 1}"]
+    read, full = answers(state_dir, picks)
+    assert read == full
+    assert read[1]["state"] == "READY" and any("pool gpu" in line for line in read[1]["reasons"])
+    # One side job took this host's slot; the other waits for it, and says who holds it.
+    assert {read[3]["state"], read[4]["state"]} == {"QUEUED", "READY"}
+    ready = read[3] if read[3]["state"] == "READY" else read[4]
+    assert any("this host" in line and "(side" in line for line in ready["reasons"]), ready
+
+
+def test_a_finished_run_answers_without_a_rebuilt_core_and_unknown_jobs_are_refused(
+        state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    r = Journaled(state_dir, make_plan({"a": {}, "b": {"deps": ["a"]}}))
+    r.end("a", 0)
+    r.end("b", 0, now=4.0)
+    r.stop("succeeded")
+    monkeypatch.setattr("wloadctl.client.journal_core", lambda *a: pytest.fail("the plan was loaded"))
+    with RunClient(state_dir) as c:
+        # A stopped run's flat rows hold every transition: a succeeded job's attempts are read there.
+        assert c.store.attempts_at(c.run.id, [0, 1]) == {0: 1, 1: 1}
+        w = c.why("b")
+        assert w["state"] == "SUCCEEDED" and w["reasons"] == ["succeeded after 1 attempt(s)"]
+        rep = c.control("why", ["nope"])
+        assert rep["ok"] is False and rep["error"] == "unknown job(s): nope"
+        assert c.store.actions(c.run.id)[-1][2:6] == ("why", "nope", "", "unknown job(s): nope")
+
+
+def test_a_run_without_kept_facts_is_explained_from_its_plan(state_dir: Path) -> None:
+    plan = make_plan({"a": {}, "b": {"deps": ["a"]}})
+    st = Store.open(state_dir)
+    run = st.create_run("r1", plan.name, "p.yaml", "digest-1", "name: t", plan.jobs.keys(), "2026-12-02", 1.0)
+    st.set_plan_blob(run.id, encode_plan(plan))
+    st.set_status(run.id, "interrupted", None)
+    st.close()
+    with RunClient(state_dir) as c:
+        assert c._why_read({"jobs": ["b"], "user": "ann", "reason": ""}) is None
+        assert c.why("b")["state"] == "WAITING"
+
+
+def test_a_jobs_index_is_found_by_the_shapes_line_offsets_or_by_counting_lines(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = make_plan({f"job_{k}": {"deps": [f"job_{k - 1}"]} if k else {} for k in range(50)})
+    ids = list(plan.jobs)
+    write_ids(tmp_path, "r1", ids)
+    assert [index_of_id(tmp_path, "r1", j) for j in ("job_0", "job_17", "job_49")] == [0, 17, 49]
+    write_shape(tmp_path, "r1", shape_of_core(SchedulerCore(plan, 1), {}, None))
+    monkeypatch.setattr("wloadctl.runshape.find_id", lambda *a: pytest.fail("the lines were counted"))
+    assert [index_of_id(tmp_path, "r1", j) for j in ids] == list(range(50))
+    assert index_of_id(tmp_path, "r1", "job_") is None and index_of_id(tmp_path, "r1", "ob_3") is None
+    assert index_of_id(tmp_path, "nope", "job_0") is None
