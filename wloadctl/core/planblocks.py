@@ -142,13 +142,9 @@ class _BlockReader:
         make = jobs.usual_maker()
         no_command, no_tier = template[_COMMAND], template[_SLA]
         no_deps, no_kinds = template[_DEPS], template[_KINDS]
+        # Lines and jobs are counted in locals here, and on the reader itself the general way.
         line, count = self.line, self.count
-
-        def general(pos: int) -> int:
-            # The general way counts lines and jobs on the reader itself.
-            self.line, self.count = line, count
-            return self._general(text, pos)
-
+        general = self._general_from
         # A job without a command is complete only when the defaults give one, or make it a noop.
         bare_ok = template[_COMMAND] is not None or template[_TYPE] != "shell"
         pos, end = 0, len(text)
@@ -156,15 +152,13 @@ class _BlockReader:
         while pos < end:
             m = self.usual(text, pos)
             if m is None:
-                pos = general(pos)
-                line, count = self.line, self.count
+                pos, line, count = general(text, pos, line, count)
                 continue
             jid, command, plain, deps, listed, sla = m.groups()
             if plain is not None:
                 # Unquoted text may be a number or a boolean to YAML: those go the general way.
                 if resolve_plain(plain) is not plain:
-                    pos = general(pos)
-                    line, count = self.line, self.count
+                    pos, line, count = general(text, pos, line, count)
                     continue
                 command = plain
             if (
@@ -172,19 +166,16 @@ class _BlockReader:
                 or (command is None and deps is None and listed is None and sla is None)
                 or jid in index
             ):
-                pos = general(pos)
-                line, count = self.line, self.count
+                pos, line, count = general(text, pos, line, count)
                 continue
             tier = sla_names.get(sla) if sla is not None else None
             if sla is not None and tier is None:
-                pos = general(pos)
-                line, count = self.line, self.count
+                pos, line, count = general(text, pos, line, count)
                 continue
             if command is not None:
                 command = shared_get(command) or (share(command) if command.strip() else None)
                 if command is None:
-                    pos = general(pos)
-                    line, count = self.line, self.count
+                    pos, line, count = general(text, pos, line, count)
                     continue
             if deps is not None:
                 names = deps[self.item_skip : -1].split(self.item_sep)
@@ -195,8 +186,7 @@ class _BlockReader:
             if names:
                 found: list[Any] = list(map(index_get, names))
                 if None in found:
-                    pos = general(pos)
-                    line, count = self.line, self.count
+                    pos, line, count = general(text, pos, line, count)
                     continue
             jline = line + 1
             after = m.end()
@@ -224,6 +214,12 @@ class _BlockReader:
             count += 1
         self.line = line
         self.count = count
+
+    def _general_from(self, text: str, pos: int, line: int, count: int) -> tuple[int, int, int]:
+        """`_general` from the usual loop's own counts of lines and jobs; (position, lines, jobs) after it."""
+        self.line, self.count = line, count
+        pos = self._general(text, pos)
+        return pos, self.line, self.count
 
     def _general(self, text: str, pos: int) -> int:
         """Read one job, blank line or comment at `pos` line by line; the position after it."""
