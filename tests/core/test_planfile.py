@@ -21,7 +21,7 @@ from wloadctl.core.durations import (
 )
 from wloadctl.core.plan import NO_RETRY, JobSpec, Plan
 from wloadctl.core.planfile import MAX_PROBLEMS, load_plan, load_plan_text
-from wloadctl.core.planjobs import FIELDS, spec_maker
+from wloadctl.core.planjobs import FIELDS, USUAL_FIELDS, spec_maker
 from wloadctl.core.states import DepKind, SlaTier
 from wloadctl.errors import CycleError, PlanError, WloadError
 
@@ -512,6 +512,19 @@ def test_fast_spec_builder_gives_the_same_objects() -> None:
         assert hash(built) == hash(job)
 
 
+def test_fast_spec_builder_with_fixed_fields_takes_only_the_others() -> None:
+    plan = load_plan(DATA / "good" / "all_features.yaml")
+    for job in plan.jobs.values():
+        fixed = {name: getattr(job, name) for name in FIELDS if name not in USUAL_FIELDS}
+        make = spec_maker(JobSpec, fixed)
+        built = make(*(getattr(job, name) for name in USUAL_FIELDS))
+        assert type(built) is JobSpec
+        assert built == job
+        assert hash(built) == hash(job)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            built.id = "other"  # type: ignore[misc]
+
+
 def test_fast_spec_builder_steps_aside_for_post_init() -> None:
     @dataclasses.dataclass(frozen=True, slots=True)
     class Checked:
@@ -522,6 +535,9 @@ def test_fast_spec_builder_steps_aside_for_post_init() -> None:
                 raise ValueError("negative")
 
     assert spec_maker(Checked) is Checked
+    with pytest.raises(ValueError, match="negative"):
+        spec_maker(Checked, {"amount": -1})()
+    assert spec_maker(Checked, {"amount": 2})() == Checked(2)
 
 
 def test_nested_aliases_in_variables_stay_small() -> None:

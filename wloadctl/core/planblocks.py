@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from wloadctl.core.planfields import SLA_NAMES
-from wloadctl.core.planjobs import MAKE_SPEC, SLOT, JobsReader
+from wloadctl.core.planjobs import SLOT, JobsReader
 from wloadctl.core.planlines import (
     _DQ,
     _ID,
@@ -138,7 +138,13 @@ class _BlockReader:
         index, ids, specs, up = jobs.index, jobs.ids, jobs.jobs, jobs.up
         index_get, id_at, ids_append = index.get, ids.__getitem__, ids.append
         up_extend, up_off_append = up.extend, jobs.up_off.append
-        make = MAKE_SPEC
+        # The usual job sets only USUAL_FIELDS: the defaults give the rest, and these when it does not.
+        make = jobs.usual_maker()
+        no_command, no_tier = template[_COMMAND], template[_SLA]
+        no_deps, no_kinds = template[_DEPS], template[_KINDS]
+        # Lines and jobs are counted in locals here, and on the reader itself the general way.
+        line, count = self.line, self.count
+        general = self._general_from
         # A job without a command is complete only when the defaults give one, or make it a noop.
         bare_ok = template[_COMMAND] is not None or template[_TYPE] != "shell"
         pos, end = 0, len(text)
@@ -146,13 +152,13 @@ class _BlockReader:
         while pos < end:
             m = self.usual(text, pos)
             if m is None:
-                pos = self._general(text, pos)
+                pos, line, count = general(text, pos, line, count)
                 continue
             jid, command, plain, deps, listed, sla = m.groups()
             if plain is not None:
                 # Unquoted text may be a number or a boolean to YAML: those go the general way.
                 if resolve_plain(plain) is not plain:
-                    pos = self._general(text, pos)
+                    pos, line, count = general(text, pos, line, count)
                     continue
                 command = plain
             if (
@@ -160,16 +166,16 @@ class _BlockReader:
                 or (command is None and deps is None and listed is None and sla is None)
                 or jid in index
             ):
-                pos = self._general(text, pos)
+                pos, line, count = general(text, pos, line, count)
                 continue
             tier = sla_names.get(sla) if sla is not None else None
             if sla is not None and tier is None:
-                pos = self._general(text, pos)
+                pos, line, count = general(text, pos, line, count)
                 continue
             if command is not None:
                 command = shared_get(command) or (share(command) if command.strip() else None)
                 if command is None:
-                    pos = self._general(text, pos)
+                    pos, line, count = general(text, pos, line, count)
                     continue
             if deps is not None:
                 names = deps[self.item_skip : -1].split(self.item_sep)
@@ -180,29 +186,40 @@ class _BlockReader:
             if names:
                 found: list[Any] = list(map(index_get, names))
                 if None in found:
-                    pos = self._general(text, pos)
+                    pos, line, count = general(text, pos, line, count)
                     continue
-            jline = self.line + 1
-            self.line += count_lines("\n", pos, m.end())
-            pos = m.end()
-            vals = template.copy()
-            vals[_ID_SLOT] = jid
-            vals[_LINE_SLOT] = jline
-            if command is not None:
-                vals[_COMMAND] = command
-            if tier is not None:
-                vals[_SLA] = tier
+            jline = line + 1
+            after = m.end()
+            line += count_lines("\n", pos, after)
+            pos = after
             if names:
-                vals[_KINDS] = None
                 up_extend(found)
-                vals[_DEPS] = tuple(map(id_at, found))
+                upstream: tuple[str, ...] = tuple(map(id_at, found))
+                kinds = None
                 if len(found) > 1 and len(set(found)) < len(found):
                     jobs.report_twice(jid, jline, names)
+            else:
+                upstream, kinds = no_deps, no_kinds
             up_off_append(len(up))
             index[jid] = len(ids)
             ids_append(jid)
-            specs[jid] = make(*vals)
-            self.count += 1
+            specs[jid] = make(
+                jid,
+                command if command is not None else no_command,
+                upstream,
+                kinds,
+                tier if tier is not None else no_tier,
+                jline,
+            )
+            count += 1
+        self.line = line
+        self.count = count
+
+    def _general_from(self, text: str, pos: int, line: int, count: int) -> tuple[int, int, int]:
+        """`_general` from the usual loop's own counts of lines and jobs; (position, lines, jobs) after it."""
+        self.line, self.count = line, count
+        pos = self._general(text, pos)
+        return pos, self.line, self.count
 
     def _general(self, text: str, pos: int) -> int:
         """Read one job, blank line or comment at `pos` line by line; the position after it."""

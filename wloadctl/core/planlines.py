@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 from yaml.events import ScalarEvent
 
 from wloadctl.core.planfields import SLA_NAMES
-from wloadctl.core.planjobs import MAKE_SPEC, SLOT, JobsReader
+from wloadctl.core.planjobs import SLOT, JobsReader
 from wloadctl.core.yamltree import Entry, YamlEvent, resolve_plain
 
 _CHUNK = 1 << 16
@@ -175,7 +175,10 @@ def read_job_lines(jobs: JobsReader, lines: Iterator[str], line: int) -> None:
     index, ids, specs, up = jobs.index, jobs.ids, jobs.jobs, jobs.up
     index_get, id_at, ids_append = index.get, ids.__getitem__, ids.append
     up_extend, up_off_append = up.extend, jobs.up_off.append
-    make = MAKE_SPEC
+    # The usual job sets only USUAL_FIELDS: the defaults give the rest, and these when it does not.
+    make = jobs.usual_maker()
+    no_command, no_tier = template[_COMMAND], template[_SLA]
+    no_deps, no_kinds = template[_DEPS], template[_KINDS]
     # A job line without a command is complete only when the defaults give one, or make it a noop.
     bare_ok = template[_COMMAND] is not None or template[_TYPE] != "shell"
     for text in lines:
@@ -211,28 +214,39 @@ def read_job_lines(jobs: JobsReader, lines: Iterator[str], line: int) -> None:
         if (sla is not None and tier is None) or jid in index:
             _job_items(jobs, jid, line, body)
             continue
-        vals = template.copy()
-        vals[_ID_SLOT] = jid
-        vals[_LINE_SLOT] = line
-        if command is not None:
-            vals[_COMMAND] = command
-        if tier is not None:
-            vals[_SLA] = tier
         if deps is not None:
-            vals[_KINDS] = None
             names = deps.split(", ")
             found: list[Any] = list(map(index_get, names))
             if None in found:
+                # An upstream further down (or none such): the reader links it later.
+                vals = template.copy()
+                vals[_ID_SLOT] = jid
+                vals[_LINE_SLOT] = line
+                if command is not None:
+                    vals[_COMMAND] = command
+                if tier is not None:
+                    vals[_SLA] = tier
+                vals[_KINDS] = None
                 jobs.add(jid, line, vals, names, [line] * len(names))
                 continue
             up_extend(found)
-            vals[_DEPS] = tuple(map(id_at, found))
+            upstream: tuple[str, ...] = tuple(map(id_at, found))
+            kinds = None
             if len(found) > 1 and len(set(found)) < len(found):
                 jobs.report_twice(jid, line, names)
+        else:
+            upstream, kinds = no_deps, no_kinds
         up_off_append(len(up))
         index[jid] = len(ids)
         ids_append(jid)
-        specs[jid] = make(*vals)
+        specs[jid] = make(
+            jid,
+            command if command is not None else no_command,
+            upstream,
+            kinds,
+            tier if tier is not None else no_tier,
+            line,
+        )
     if general is None:
         raise NotPlain
 

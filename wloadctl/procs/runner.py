@@ -21,7 +21,6 @@ from typing import IO, TYPE_CHECKING
 
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import RunStartedEvent
-from wloadctl.core.jobtable import PlanArrays, plan_arrays
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.states import JobState
@@ -260,7 +259,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
     lock = StateDirLock(opts.state_dir)
     lock.acquire()
     store = None
-    arrays: _ArraysMaker | None = None
+    maker: _CoreMaker | None = None
     try:
         store = Store.open(opts.state_dir, sync=opts.journal_sync)
         prev = store.latest_run()
@@ -299,10 +298,12 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             queue_room(run_shapes(len(plan.jobs)).charge)
             if 0 < shm_free() < shm_at_start(len(plan.jobs)):
                 raise shm_full(f"a run of plan '{plan.name}'", shm_at_start(len(plan.jobs)))
-            # The core's arrays are made of the plan while the journal is written: SQLite writes
-            # the jobs without the interpreter lock. The core (and so the first dispatch) waits
-            # for both, and the journal's commit comes first.
-            arrays = _ArraysMaker(plan)
+            # The plan is whole and valid here. Its core is built in a thread while the journal is
+            # written (SQLite writes the jobs without the interpreter lock); the loop, and so the
+            # first dispatch, waits for both, and the journal's commit comes first. The history of
+            # the plan's earlier runs is read now: the new run is not one of them.
+            history = store.expected_history(plan.name, _EVERY_RUN, list(plan.jobs), plan.digest)
+            maker = _CoreMaker(plan, _core_slots(opts), _FIRST_EPOCH, history)
             bdate = opts.business_date or dt.date.today().isoformat()
             rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
             text = Path(plan.path).read_text(encoding="utf-8", errors="replace")
@@ -311,10 +312,10 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             keep_plan(store, run, plan)
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
             write_ids(opts.state_dir, run.run_id, list(plan.jobs))
-        return _drive(store, run, plan, opts, resumed, on_turn, arrays=arrays)
+        return _drive(store, run, plan, opts, resumed, on_turn, maker=maker)
     finally:
-        if arrays is not None:
-            arrays.close()  # joined, and the collector back on, whatever happened
+        if maker is not None:
+            maker.close()  # joined, and the collector back on, whatever happened
         if store is not None:
             store.close()
         lock.release()
@@ -351,13 +352,28 @@ def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim) -> R
     return _drive(store, run, plan, opts, True, None, claim)
 
 
-class _ArraysMaker(threading.Thread):
-    """Makes the core's arrays of a plan in a thread (see core.jobtable.PlanArrays)."""
+_EVERY_RUN = 1 << 62
+"""A run id after every run of a journal: the history before it is that of all runs so far."""
+_FIRST_EPOCH = 1
+"""The epoch the first scheduler of a new run takes (its row starts at 0)."""
 
-    def __init__(self, plan: Plan) -> None:
-        super().__init__(name="plan-arrays", daemon=True)
+
+def _core_slots(opts: RunOptions) -> int:
+    """The core's slots at the start: every executor slot (the pool adds the tasks executors take ahead
+    while jobs are short, LocalPool._pace)."""
+    return opts.executors * opts.slots
+
+
+class _CoreMaker(threading.Thread):
+    """Builds a new run's core in a thread, beside the journal's writes, for `_drive_with` to take."""
+
+    def __init__(self, plan: Plan, slots: int, seed: int, history: dict[str, float]) -> None:
+        super().__init__(name="run-core", daemon=True)
         self.plan = plan
-        self.made: PlanArrays | None = None
+        self.slots = slots
+        self.seed = seed
+        self.history = history
+        self.made: SchedulerCore | None = None
         self.error: BaseException | None = None
         # The collector would walk the plan's million objects at each of the thread's collections.
         self.collecting = gc.isenabled()
@@ -366,18 +382,21 @@ class _ArraysMaker(threading.Thread):
 
     def run(self) -> None:
         try:
-            self.made = plan_arrays(self.plan)
-        except BaseException as e:  # raised again where the arrays are wanted
+            self.made = SchedulerCore(self.plan, self.slots, seed=self.seed, history=self.history)
+        except BaseException as e:  # raised again where the core is wanted
             self.error = e
 
-    def result(self) -> PlanArrays | None:
-        """The arrays, once made (None after a first call); the collector is on again."""
+    def result(self, slots: int, seed: int) -> SchedulerCore | None:
+        """The core, once built, if it was built for these slots and seed (else None: build it again).
+
+        The collector is on again afterwards.
+        """
         self.close()
         made, self.made = self.made, None
         if self.error is not None:
             error, self.error = self.error, None
             raise error
-        return made
+        return made if (self.slots, self.seed) == (slots, seed) else None
 
     def close(self) -> None:
         """Wait for the thread, and turn the collector back on."""
@@ -389,11 +408,11 @@ class _ArraysMaker(threading.Thread):
 
 def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
            on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None = None,
-           arrays: _ArraysMaker | None = None) -> RunOutcome:
+           maker: _CoreMaker | None = None) -> RunOutcome:
     t0 = time.time()
     link = _broker_link(plan, opts, run)
     try:
-        return _drive_with(store, run, plan, opts, resumed, on_turn, claim, link, t0, arrays)
+        return _drive_with(store, run, plan, opts, resumed, on_turn, claim, link, t0, maker)
     finally:
         if link is not None:
             link.close(timeout=5.0)
@@ -469,7 +488,7 @@ def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None
 
 def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
                 on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None,
-                link: BrokerLink | None, t0: float, arrays: _ArraysMaker | None = None) -> RunOutcome:
+                link: BrokerLink | None, t0: float, maker: _CoreMaker | None = None) -> RunOutcome:
     if claim is None:
         for line in clean_stale_lines():
             opts.say(line)
@@ -481,18 +500,19 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     run = store.get_run(run.run_id) or run
     # Closing figures of an earlier stop would outlive a crash of this scheduler: gone while it runs.
     summary_path(opts.state_dir, run.run_id).unlink(missing_ok=True)
-    history = store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest)
-    # The cyclic collector would walk the plan's million objects again and again while the core
-    # allocates its own: off until the core is built, then both are frozen out of its sight.
-    made = arrays.result() if arrays is not None else None
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        # Prefetch slots are added by the pool while jobs are short (LocalPool._pace).
-        core = SchedulerCore(plan, opts.executors * opts.slots, seed=epoch, history=history, arrays=made)
-    finally:
-        if collecting:
-            gc.enable()
+    # A new run's core was built beside its journal's writes (for the epoch it takes now).
+    core = maker.result(_core_slots(opts), epoch) if maker is not None else None
+    if core is None:
+        history = store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest)
+        # The cyclic collector would walk the plan's million objects again and again while the core
+        # allocates its own: off until the core is built, then both are frozen out of its sight.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            core = SchedulerCore(plan, _core_slots(opts), seed=epoch, history=history)
+        finally:
+            if collecting:
+                gc.enable()
     shape = _ShapeWriter(opts, run, plan, core)
     # The plan and the core's arrays live as long as the run: keep the cyclic collector from
     # walking millions of their objects again at every collection.
