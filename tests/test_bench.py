@@ -35,6 +35,7 @@ from wloadctl.bench.measure import file_create_micros
 from wloadctl.bench.remote import agent_names
 from wloadctl.bench.runs import chain_latencies, run_processes
 from wloadctl.bench.suite import build_parser, main, settings_from
+from wloadctl.bench.workflows import Workflow
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.shm import remove_run_objects
 from wloadctl.remote.agent import node_run_id
@@ -303,6 +304,15 @@ def test_build_files_hold_one_edge_or_target_per_job(tmp_path: Path) -> None:
     assert ninja.count("\nbuild ") == 50
     assert make.count("\nall: ") == 50
     assert "touch" not in ninja and "touch" not in make
+
+
+def test_list_schedule_starts_the_longest_remaining_path_first() -> None:
+    # y1, y2 come first in plan order, but x1 -> x2 is the longer path: started first, it ends with them
+    wf = Workflow("w", ["y1", "y2", "x1", "x2"], {"y1": [], "y2": [], "x1": [], "x2": ["x1"]},
+                  {"y1": 2.0, "y2": 2.0, "x1": 1.0, "x2": 3.0})
+    assert wf.lower_bound(2) == 4.0
+    assert wf.list_schedule(2) == 4.0  # plan order would start x1 at 2 and end at 6
+    assert wf.list_schedule(1) == 8.0
 
 
 @pytest.mark.skipif(shutil.which("ninja") is None, reason="ninja is not installed")

@@ -363,3 +363,12 @@ def test_the_last_free_slots_stay_reserved_for_critical_work_when_every_ready_jo
     cmds = core.handle(JobsFinishedEvent([(0, 1, 0, 0)], 2.0))  # low0 ends: crit ready, takes the reserve
     assert core.ids[dispatched(cmds)[0][0]] == "crit"
     core.validate()
+
+
+def test_a_tier_with_no_job_in_the_plan_reserves_no_slot() -> None:
+    core = SchedulerCore(make_plan({f"std{k}": {} for k in range(12)}), slots=10)
+    started = dispatched(core.handle(RunStartedEvent(0.0)))
+    assert len(started) == 10 and core.busy == 10  # no slot stands idle for critical or high work
+    cmds = core.handle(JobsFinishedEvent([(0, 1, 0, 0), (1, 1, 0, 0)], 1.0))
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["std10", "std11"]
+    core.validate()

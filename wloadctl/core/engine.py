@@ -132,7 +132,7 @@ class SchedulerCore(JobTable):
                 self.gate[i] |= _GATE_EXIT | _GATE_RES
         self.slots = slots
         """Total executor slots."""
-        self.tiers = TierSlots(slots, reserve)
+        self.tiers = TierSlots(slots, reserve, self.tier)
         """Slots reserved per SLA tier and used per tier."""
         self.busy = 0
         """Jobs QUEUED or RUNNING (each holds a slot)."""
@@ -599,6 +599,7 @@ class SchedulerCore(JobTable):
     def _append_job(self, spec: JobSpec, parent: int) -> None:
         """Add one job after all others, WAITING, whose only dependent is `parent`."""
         k = self._append_row(spec, parent)
+        self.tiers.admit(self.tier[k])
         if self.group_of is not None:
             self.group_of.append(self.group_of[parent])
         self.gate.append((_GATE_EXIT if spec.until or spec.resources else 0) | (_GATE_RES if spec.resources else 0))

@@ -24,20 +24,43 @@ _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 class TierSlots:
     """Which tier may take the next free slot, given the reserved shares and what each tier uses now."""
 
-    def __init__(self, slots: int, reserve: dict[SlaTier, float] | None = None) -> None:
+    def __init__(self, slots: int, reserve: dict[SlaTier, float] | None = None,
+                 tiers: bytes | bytearray | None = None) -> None:
+        """Slots of a run and what each tier keeps of them.
+
+        Args:
+            slots: the run's slots.
+            reserve: share of the slots kept per tier (DEFAULT_RESERVE when None).
+            tiers: the tier of every job of the plan, or None for a plan that may hold any tier. A tier
+                no job has reserves nothing: with no urgent work to protect, a reserved slot would only
+                stand idle (one slot in ten of a plan all of one tier).
+        """
         self.reserve = dict(DEFAULT_RESERVE if reserve is None else reserve)
         """Share of slots reserved per tier."""
+        # `in` over a bytearray is one memchr per tier, not a pass of Python over every job.
+        self.present = [tiers is None or t in tiers for t in range(len(SlaTier))]
+        """Whether the plan has a job of each tier (only those tiers keep their reserve)."""
         self.in_use = [0] * len(SlaTier)
         """Slots held now by each tier."""
         self.reserved = [0] * len(SlaTier)
         """Slots reserved for each tier (floor of share x slots)."""
+        self.slots = slots
+        """The run's slots."""
         self.resize(slots)
 
     def resize(self, slots: int) -> None:
         """Recompute the reserved counts for a new total of slots."""
-        self.reserved = [int(self.reserve.get(SlaTier(t), 0.0) * slots) for t in range(len(SlaTier))]
+        self.slots = slots
+        self.reserved = [int(self.reserve.get(SlaTier(t), 0.0) * slots) if self.present[t] else 0
+                         for t in range(len(SlaTier))]
         self.total_reserved = sum(self.reserved)
         """While more slots than this are free, no reservation can bind (a fast path)."""
+
+    def admit(self, tier: int) -> None:
+        """A job of `tier` joined the plan (an instance of a loop): the tier keeps its reserve from now on."""
+        if not self.present[tier]:
+            self.present[tier] = True
+            self.resize(self.slots)
 
     def may_start(self, tier: int, free: int) -> bool:
         """Whether a job of `tier` may take one of `free` slots without eating a more urgent tier's reserve."""
