@@ -248,6 +248,8 @@ class JobTrees:
     """Job groups killed but not yet empty (removed when they are), with when they were killed."""
     leaders: set[int] = field(default_factory=set)
     """Pids of the jobs' first processes, reaped by the executor itself (never here)."""
+    _rg: str | None = None
+    """The run's cgroup directory once known (see `_run_group`)."""
 
     def __post_init__(self) -> None:
         if self.how.mode == "subreaper" and not become_subreaper():
@@ -275,15 +277,21 @@ class JobTrees:
     def _group(self, task: int, attempt: int, wanted: dict[str, float], applied: set[str]) -> str | None:
         if self.how.mode != "cgroup" or self.how.base is None:
             return None
-        rg = run_group(self.how.base, self.run_id)
-        g = rg / group_name(self.executor, task, attempt)
+        rg = self._run_group()
+        # Plain strings and os calls: this runs for every job, where Path objects cost more than the mkdir.
+        g = f"{rg}/{group_name(self.executor, task, attempt)}"
         try:
-            if not rg.is_dir():
-                rg.mkdir(exist_ok=True)
+            try:
+                os.mkdir(g)
+            except FileNotFoundError:
+                # The run's group is not there yet (the first job), or was removed: made, then the job's.
+                os.makedirs(rg, exist_ok=True)
                 with contextlib.suppress(OSError):
-                    (rg / "cgroup.subtree_control").write_text(
+                    Path(rg, "cgroup.subtree_control").write_text(
                         " ".join(f"+{c}" for c in sorted(self.how.controllers)))
-            g.mkdir(exist_ok=True)
+                os.mkdir(g)
+        except FileExistsError:
+            pass
         except OSError:
             return None  # the group cannot be made: the process group's signal is all there is
         for name, value in wanted.items():
@@ -291,11 +299,18 @@ class JobTrees:
                 continue
             with contextlib.suppress(OSError):
                 if name == "memory":
-                    (g / "memory.max").write_text(str(int(value) * 1024 * 1024))
+                    Path(g, "memory.max").write_text(str(int(value) * 1024 * 1024))
                 else:
-                    (g / "cpu.max").write_text(f"{int(value * 100000)} 100000")
+                    Path(g, "cpu.max").write_text(f"{int(value * 100000)} 100000")
                 applied.add(name)
-        return str(g / "cgroup.procs")
+        return f"{g}/cgroup.procs"
+
+    def _run_group(self) -> str:
+        """The run's cgroup directory (cgroup mode), as a string."""
+        if self._rg is None:
+            assert self.how.base is not None
+            self._rg = str(run_group(self.how.base, self.run_id))
+        return self._rg
 
     def end(self, task: int, attempt: int, pid: int) -> int:
         """The job's leader `pid` ended (or was killed): end everything else of its tree.
@@ -305,13 +320,14 @@ class JobTrees:
         """
         n = 0
         if self.how.mode == "cgroup" and self.how.base is not None:
-            g = run_group(self.how.base, self.run_id) / group_name(self.executor, task, attempt)
+            name = f"{self._run_group()}/{group_name(self.executor, task, attempt)}"
             try:
-                g.rmdir()  # the common case: the job left nothing, its group goes at once
+                os.rmdir(name)  # the common case: the job left nothing, its group goes at once
                 return 0
             except FileNotFoundError:
                 pass  # never made (no group could be): its strays are found by their marker
             except OSError:
+                g = Path(name)
                 n += _kill_group(g)
                 self.dying[g] = time.time()
         mark = marker(self.run_id, self.executor, task, attempt)
