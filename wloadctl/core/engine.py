@@ -661,6 +661,9 @@ class SchedulerCore(JobTable):
         """
         ready, state, tier, gate, tiers = self.ready, self.state, self.tier, self.gate, self.tiers
         not_before, now = self.timers.not_before, self.now
+        if (type(source) is list and free - len(source) >= tiers.total_reserved and not not_before
+                and self.group_of is None):
+            return free - self._start_all(source)
         attempt, tx_append, cause = self.attempt, self._tx.append, self._cause
         dispatch, in_use, reserved = self._dispatch.append, tiers.in_use, tiers.total_reserved
         res, specs = self.resources, self.specs
@@ -697,6 +700,37 @@ class SchedulerCore(JobTable):
         counts[_R] -= had - free  # one slot taken per job sent
         counts[_Q] += had - free
         return free
+
+    def _start_all(self, keys: list[int]) -> int:
+        """Dispatch every READY job of a sorted list of keys; return how many were sent.
+
+        The bulk case (a stage's worth of jobs made ready at once): there is a slot for every key
+        even after the reserved ones, no job waits for a not-before time and there are no groups, so
+        only each job's state and resources are left to check.
+        """
+        state, tier, gate, in_use = self.state, self.tier, self.gate, self.tiers.in_use
+        attempt, tx_append, cause, now = self.attempt, self._tx.append, self._cause, self.now
+        dispatch, res, specs = self._dispatch.append, self.resources, self.specs
+        r_, q_, res_, mask = _R, _Q, _GATE_RES, _MASK
+        sent = len(self._dispatch)
+        for key in keys:
+            i = key & mask
+            if state[i] != r_:
+                continue
+            if gate[i] & res_ and not res.acquire(i, res.needs(i, specs[i].resources), key):
+                continue
+            att = attempt[i] + 1
+            attempt[i] = att
+            # READY -> QUEUED is always legal: the hot path skips the table lookup.
+            state[i] = q_
+            tx_append((i, r_, q_, att, now, -1, None, "", cause))
+            dispatch((i, att))
+            in_use[tier[i]] += 1
+        sent = len(self._dispatch) - sent
+        counts = self.counts
+        counts[_R] -= sent
+        counts[_Q] += sent
+        return sent
 
     def _build_groups(self, plan: Plan, specs: list) -> None:
         self.group_of: bytearray | None = None
