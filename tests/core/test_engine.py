@@ -372,3 +372,29 @@ def test_a_tier_with_no_job_in_the_plan_reserves_no_slot() -> None:
     cmds = core.handle(JobsFinishedEvent([(0, 1, 0, 0), (1, 1, 0, 0)], 1.0))
     assert [core.ids[i] for i, _ in dispatched(cmds)] == ["std10", "std11"]
     core.validate()
+
+
+def test_a_stage_that_fits_the_free_slots_starts_in_key_order_once_each_and_leaves_the_collector_as_it_was() -> None:
+    import gc
+
+    jobs: dict[str, dict] = {"root": {}}
+    jobs.update({f"s{k}": {"deps": ["root"], "sla": ("low", "critical", "standard")[k % 3]} for k in range(9)})
+    core = SchedulerCore(make_plan(jobs), slots=100)
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert dispatched(core.handle(RunStartedEvent(0.0))) == [(0, 1)]
+        assert gc.isenabled()
+        gc.disable()
+        core.feed(JobsFinishedEvent([(0, 1, 0, 0)], 1.0))
+        assert not gc.isenabled()
+        gc.enable()
+        # A key the heap holds twice (a job requeued by a resource, say) still starts the job once.
+        core.enqueue(core.index["s4"])
+        started = [core.ids[i] for i, _ in dispatched(core.flush())]
+        assert gc.isenabled()
+    finally:
+        gc.enable() if was else gc.disable()
+    assert started == ["s1", "s4", "s7", "s2", "s5", "s8", "s0", "s3", "s6"]
+    assert core.counts[S.QUEUED] == 9 and core.busy == 9 and core.tiers.in_use[:4] == [3, 0, 3, 3]
+    core.validate()
