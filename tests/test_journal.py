@@ -172,6 +172,9 @@ def test_a_version_8_journal_keeps_its_current_states_and_turn_index(tmp_path: P
         con.execute(f"ALTER TABLE {new} RENAME TO {old}")
     con.execute("PRAGMA user_version = 8")
     con.close()
+    with Store.open(tmp_path, readonly=True) as ro:  # a reader leaves it as it is
+        assert ro.current_states(run.id) == states
+        assert ro.transitions_of(run.id, 2996) == story
     with Store.open(tmp_path) as st:
         assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert st.current_states(run.id) == states

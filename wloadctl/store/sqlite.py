@@ -134,6 +134,8 @@ class SqliteStore(Store):
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_rows'").fetchone() is not None
         self._has_facts = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fact_runs'").fetchone() is not None
+        self._by_span = any(row[1] == "span" for row in conn.execute("PRAGMA table_info(turn_jobs)"))
+        """The turn index is keyed by span (schema 9; a reader of an older journal finds it keyed by block)."""
 
     @classmethod
     def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
@@ -591,16 +593,18 @@ class SqliteStore(Store):
         if not keys:
             return
         c = self.conn
-        lo = c.execute("SELECT min(seq) FROM turns WHERE run = ?", (run,)).fetchone()[0]
-        if lo is None:
-            return
-        hi = c.execute("SELECT max(seq) FROM turns WHERE run = ?", (run,)).fetchone()[0]
-        # One look-up per (span, block) of the run: spans are whole numbers, written into the query.
-        spans = ", ".join(map(str, range(lo >> SPAN_SHIFT, (hi >> SPAN_SHIFT) + 1)))
+        where = ""
+        if self._by_span:
+            lo = c.execute("SELECT min(seq) FROM turns WHERE run = ?", (run,)).fetchone()[0]
+            if lo is None:
+                return
+            hi = c.execute("SELECT max(seq) FROM turns WHERE run = ?", (run,)).fetchone()[0]
+            # One look-up per (span, block) of the run: spans are whole numbers, written into the query.
+            where = f" AND span IN ({', '.join(map(str, range(lo >> SPAN_SHIFT, (hi >> SPAN_SHIFT) + 1)))})"
         marks = ", ".join("?" * len(keys))
         for first, recs, causes, reasons in c.execute(
                 "SELECT seq, recs, causes, reasons FROM turns WHERE seq IN (SELECT seq FROM turn_jobs"
-                f" WHERE run = ? AND span IN ({spans}) AND block IN ({marks})) ORDER BY seq", (run, *keys)):
+                f" WHERE run = ?{where} AND block IN ({marks})) ORDER BY seq", (run, *keys)):
             yield unpack_jobs(first, recs, causes, reasons, jobs)
 
     def _took(self, runs: Sequence[int]) -> Iterable[tuple[int, bytes]]:
