@@ -150,6 +150,42 @@ def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_pa
         assert [s[0] for s in st.transitions_since(run.id, 2)] == [3, 4]
 
 
+def test_a_version_8_journal_keeps_its_current_states_and_turn_index(tmp_path: Path) -> None:
+    ids = [f"j{k}" for k in range(3000)]
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ids)
+        st.write_turn(run.id, [(i, W, R, 0, 1.0, -1, None, "", "s") for i in range(0, 3000, 7)])
+        st.write_turn(run.id, [(i, R, Q, 1, 2.0, -1, None, "", "t") for i in range(0, 3000, 7)])
+        states = st.current_states(run.id)
+        story = st.transitions_of(run.id, 2996)
+    assert states is not None and states[2996] == Q and len(story) == 2
+    # Version 8 kept the current states in a WITHOUT ROWID table and keyed the turn index by block.
+    con = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+    con.execute("CREATE TABLE s7 (run INTEGER NOT NULL, block INTEGER NOT NULL, states BLOB NOT NULL,"
+                " PRIMARY KEY (run, block)) WITHOUT ROWID")
+    con.execute("INSERT INTO s7 SELECT run, block, states FROM now_states")
+    con.execute("CREATE TABLE t7 (run INTEGER NOT NULL, block INTEGER NOT NULL, seq INTEGER NOT NULL,"
+                " PRIMARY KEY (run, block, seq)) WITHOUT ROWID")
+    con.execute("INSERT INTO t7 SELECT run, block, seq FROM turn_jobs")
+    for old, new in (("now_states", "s7"), ("turn_jobs", "t7")):
+        con.execute(f"DROP TABLE {old}")
+        con.execute(f"ALTER TABLE {new} RENAME TO {old}")
+    con.execute("PRAGMA user_version = 8")
+    con.close()
+    with Store.open(tmp_path, readonly=True) as ro:  # a reader leaves it as it is
+        assert ro.current_states(run.id) == states
+        assert ro.transitions_of(run.id, 2996) == story
+    with Store.open(tmp_path) as st:
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert st.current_states(run.id) == states
+        assert st.transitions_of(run.id, 2996) == story
+        st.write_turn(run.id, [(2996, Q, OK, 1, 3.0, 0, 0, "", "u")])
+        assert [t[1] for t in st.transitions_of(run.id, 2996)] == [R, Q, OK]
+        assert st.current_states(run.id)[2996] == OK  # type: ignore[index]
+    with Store.open(tmp_path, readonly=True) as ro:
+        assert ro.job_row(run.id, "j2996")[2] == OK  # type: ignore[index]
+
+
 def test_columns_grow_for_jobs_added_later() -> None:
     cols = JobColumns(1)
     cols.apply([(1, 4, W, R, 0, 1.0, -1, None, "", "s")])

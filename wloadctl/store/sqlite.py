@@ -19,6 +19,12 @@ SQLITE_FULL = 13
 """SQLite's primary result code for a write refused for want of disk space."""
 
 
+SPAN_SHIFT = 14
+"""Turn-index keys begin with the span of their turn, its first transition's number >> SPAN_SHIFT (16,384)."""
+WAL_CHECKPOINT = 8192
+"""Pages (of 4 KiB) the write-ahead log of a writer grows to before it is checkpointed into the database."""
+
+
 def write_error(e: sqlite3.Error, path: Path) -> StoreError:
     """The StoreError of a failed write: StoreFull when the disk is full (the write may be retried).
 
@@ -85,6 +91,22 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         conn.execute("CREATE TABLE IF NOT EXISTS fact_runs (run INTEGER PRIMARY KEY, meta TEXT NOT NULL)")
         conn.execute("CREATE TABLE IF NOT EXISTS job_facts (run INTEGER NOT NULL, block INTEGER NOT NULL,"
                      " data BLOB NOT NULL, PRIMARY KEY (run, block))")
+    if version < 9:
+        # The current states move to a rowid table too: a block's 1,024 bytes overflowed a WITHOUT ROWID
+        # page, and each turn rewrote most blocks (an overflow page and the freelist's pages with each).
+        conn.execute("CREATE TABLE now_states_v9 (run INTEGER NOT NULL, block INTEGER NOT NULL,"
+                     " states BLOB NOT NULL, PRIMARY KEY (run, block))")
+        conn.execute("INSERT INTO now_states_v9 (run, block, states) SELECT run, block, states FROM now_states")
+        conn.execute("DROP TABLE now_states")
+        conn.execute("ALTER TABLE now_states_v9 RENAME TO now_states")
+        # The turn index is keyed by span first: a turn's keys go into the few pages of the latest span,
+        # not one page in each of its blocks' runs of keys across the whole index.
+        conn.execute("CREATE TABLE turn_jobs_v9 (run INTEGER NOT NULL, span INTEGER NOT NULL, block INTEGER NOT NULL,"
+                     " seq INTEGER NOT NULL, PRIMARY KEY (run, span, block, seq)) WITHOUT ROWID")
+        conn.execute(f"INSERT INTO turn_jobs_v9 (run, span, block, seq) SELECT run, seq >> {SPAN_SHIFT}, block, seq"
+                     " FROM turn_jobs")
+        conn.execute("DROP TABLE turn_jobs")
+        conn.execute("ALTER TABLE turn_jobs_v9 RENAME TO turn_jobs")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -112,6 +134,8 @@ class SqliteStore(Store):
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_rows'").fetchone() is not None
         self._has_facts = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fact_runs'").fetchone() is not None
+        self._by_span = any(row[1] == "span" for row in conn.execute("PRAGMA table_info(turn_jobs)"))
+        """The turn index is keyed by span (schema 9; a reader of an older journal finds it keyed by block)."""
 
     @classmethod
     def open(cls, state_dir: str | Path | None, *, create: bool = True, readonly: bool = False,
@@ -158,6 +182,10 @@ class SqliteStore(Store):
             if not readonly:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute(f"PRAGMA synchronous = {'FULL' if sync == 'AUTO' else sync}")
+                # A loop turn rewrites a few hundred of the same pages (current states, turn index): a checkpoint
+                # every WAL_CHECKPOINT pages rather than SQLite's 1,000 copies each such page back, and syncs
+                # the files, once per several turns instead of about once per turn.
+                conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT}")
                 if version == 0:
                     conn.executescript(SCHEMA)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -485,10 +513,13 @@ class SqliteStore(Store):
                     top = c.execute("SELECT coalesce(max(seq), 0) + 1 FROM transitions").fetchone()
                 c.execute("INSERT INTO turns (seq, run, n, recs, causes, reasons) VALUES (?, ?, ?, ?, ?, ?)",
                           (top[0], run, len(transitions), recs, causes, reasons))
-                c.executemany("INSERT OR REPLACE INTO now_states (run, block, states) VALUES (?, ?, ?)",
+                # An upsert rewrites each changed block in its page (a REPLACE deletes and inserts it anew).
+                c.executemany("INSERT INTO now_states (run, block, states) VALUES (?, ?, ?)"
+                              " ON CONFLICT (run, block) DO UPDATE SET states = excluded.states",
                               [(run, b, s) for b, s in blocks.items()])
-                c.executemany("INSERT OR IGNORE INTO turn_jobs (run, block, seq) VALUES (?, ?, ?)",
-                              [(run, k, top[0]) for k in keys])
+                span = top[0] >> SPAN_SHIFT
+                c.executemany("INSERT OR IGNORE INTO turn_jobs (run, span, block, seq) VALUES (?, ?, ?, ?)",
+                              [(run, span, k, top[0]) for k in keys])
                 last = top[0] + len(transitions) - 1
                 if rows:
                     self._save_flat(run, rows, last if saved_at is None else saved_at)
@@ -561,10 +592,19 @@ class SqliteStore(Store):
         keys = index_blocks(jobs)
         if not keys:
             return
+        c = self.conn
+        where = ""
+        if self._by_span:
+            lo = c.execute("SELECT min(seq) FROM turns WHERE run = ?", (run,)).fetchone()[0]
+            if lo is None:
+                return
+            hi = c.execute("SELECT max(seq) FROM turns WHERE run = ?", (run,)).fetchone()[0]
+            # One look-up per (span, block) of the run: spans are whole numbers, written into the query.
+            where = f" AND span IN ({', '.join(map(str, range(lo >> SPAN_SHIFT, (hi >> SPAN_SHIFT) + 1)))})"
         marks = ", ".join("?" * len(keys))
-        for first, recs, causes, reasons in self.conn.execute(
+        for first, recs, causes, reasons in c.execute(
                 "SELECT seq, recs, causes, reasons FROM turns WHERE seq IN (SELECT seq FROM turn_jobs"
-                f" WHERE run = ? AND block IN ({marks})) ORDER BY seq", (run, *keys)):
+                f" WHERE run = ?{where} AND block IN ({marks})) ORDER BY seq", (run, *keys)):
             yield unpack_jobs(first, recs, causes, reasons, jobs)
 
     def _took(self, runs: Sequence[int]) -> Iterable[tuple[int, bytes]]:
@@ -599,8 +639,8 @@ class SqliteStore(Store):
             c.execute("DELETE FROM turn_jobs WHERE run = ?", (run,))
             c.executemany("INSERT INTO now_states (run, block, states) VALUES (?, ?, ?)",
                           [(run, b, s) for b, s in blocks.items()])
-            c.executemany("INSERT OR IGNORE INTO turn_jobs (run, block, seq) VALUES (?, ?, ?)",
-                          [(run, k, seq) for k, seq in index])
+            c.executemany("INSERT OR IGNORE INTO turn_jobs (run, span, block, seq) VALUES (?, ?, ?, ?)",
+                          [(run, seq >> SPAN_SHIFT, k, seq) for k, seq in index])
             c.execute("INSERT INTO now_runs (run, jobs) VALUES (?, ?)"
                       " ON CONFLICT (run) DO UPDATE SET jobs = excluded.jobs", (run, jobs))
             c.execute("COMMIT")

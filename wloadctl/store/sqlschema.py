@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """The schema version a new or migrated SQLite journal is at."""
 
 AUDIT_TRIGGERS: tuple[str, ...] = tuple(
@@ -101,7 +101,7 @@ CREATE TABLE IF NOT EXISTS now_states (
     block INTEGER NOT NULL,
     states BLOB NOT NULL,
     PRIMARY KEY (run, block)
-) WITHOUT ROWID;
+);
 CREATE TABLE IF NOT EXISTS now_rows (
     run INTEGER NOT NULL,
     block INTEGER NOT NULL,
@@ -110,9 +110,10 @@ CREATE TABLE IF NOT EXISTS now_rows (
 );
 CREATE TABLE IF NOT EXISTS turn_jobs (
     run INTEGER NOT NULL,
+    span INTEGER NOT NULL,
     block INTEGER NOT NULL,
     seq INTEGER NOT NULL,
-    PRIMARY KEY (run, block, seq)
+    PRIMARY KEY (run, span, block, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS took (
     run INTEGER NOT NULL,
@@ -145,7 +146,9 @@ CREATE TABLE IF NOT EXISTS alerts (
 """The tables of a new journal (older ones are brought here by the migrations in sqlite.py).
 
 now_runs and now_states: a run's job count, the last transition its saved flat rows include (NULL: not kept),
-and current states; now_rows: its flat rows (turns.FlatRows, one row per block: a rowid table, whose pages hold a
-block's 1,536 bytes where a WITHOUT ROWID one would give each an overflow page); turn_jobs: the turn index; took: the
-durations of successful attempts, per turn (see store/base.py); fact_runs and job_facts: what the run's scheduler
-worked out of its plan, per job (store/facts.py); actions carry the audit hash chain."""
+and current states; now_rows: its flat rows (turns.FlatRows). now_states and now_rows have one row per block and
+are rowid tables, whose pages hold a block's 1,024 or 1,536 bytes where a WITHOUT ROWID one would give each an
+overflow page (about 1,000 bytes fit there); turn_jobs: the turn index, keyed by span (see sqlite.SPAN_SHIFT),
+block and turn, so a turn writes its keys into the latest span's few pages; took: the durations of successful
+attempts, per turn (see store/base.py); fact_runs and job_facts: what the run's scheduler worked out of its plan,
+per job (store/facts.py); actions carry the audit hash chain."""
