@@ -57,7 +57,10 @@ def lock_holder(state_dir: Path) -> int | None:
                 # "1: FLOCK  ADVISORY  WRITE 4242 08:01:123 0 EOF"; waiters carry "->"
                 if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
                     continue
-                if parts[5] == dev and parts[4].isdigit() and pid_alive(int(parts[4])):
+                # This process's own lock (a verb applied on a stopped run's journal holds it for a moment)
+                # is not a scheduler's: the console must never take itself for one and signal itself.
+                if parts[5] == dev and parts[4].isdigit() and int(parts[4]) != os.getpid() \
+                        and pid_alive(int(parts[4])):
                     return int(parts[4])
     except OSError:
         pass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 from pathlib import Path
@@ -95,8 +96,9 @@ def test_a_job_starts_in_its_own_group_without_a_shell(tmp_path: Path, no_ipc_le
     for job in ("plain", "shelled"):
         text = cli("logs", job, "--state-dir", str(sd)).stdout
         line = next(x for x in text.splitlines() if x.startswith("0::"))
-        assert "/wloadctl." in line and "/e0-t" in line and line.endswith("-a1"), text
+        assert "/wloadctl." in line and re.search(r"/e\d+-t\d+-a1$", line), text
     # And the executor, the shell's parent, went back to its own group once the job had started
     parent = next(x for x in cli("logs", "shelled", "--state-dir", str(sd)).stdout.splitlines()
                   if x.startswith("parent "))
-    assert parent.startswith("parent python") and "0::" in parent and "/e0-t" not in parent, parent
+    assert parent.startswith("parent python") and "0::" in parent, parent
+    assert not re.search(r"/e\d+-t\d+-a\d+$", parent), parent
