@@ -152,6 +152,11 @@ def test_tasks_are_taken_ahead_only_while_the_jobs_are_short(tmp_path: Path) -> 
     ex.prefetch = 0
     ex.last_run = 0.0
     assert ex._room(now) == 2
+    # An agent's executor (hand_back 0) takes ahead whatever its jobs' lengths, and hands nothing back
+    ex.prefetch, ex.hand_back, ex.last_run = 2, 0.0, float("inf")
+    ex.running[2] = _running(now - 60.0)
+    ex.backlog = [(0, 1, now - 60.0, P.TaskRecord(3, 1, P.TASK_SHELL, 0, 1, 0, 0), None)]  # type: ignore[list-item]
+    assert ex._room(now) == 6 and ex._hand_back_due() == float("inf")
 
 
 def test_tasks_taken_ahead_go_back_unstarted_when_the_slots_stay_busy(tmp_path: Path) -> None:

@@ -114,7 +114,9 @@ class Executor:
     returned: int = 0
     """Tasks taken ahead and handed back unstarted (see HAND_BACK)."""
     hand_back: float = HAND_BACK
-    """Seconds that make a job short enough to take tasks ahead of it (see HAND_BACK)."""
+    """Seconds that make a job short enough to take tasks ahead of it (see HAND_BACK); 0: tasks are taken
+    ahead whatever the jobs' lengths and never handed back (an agent's executors: the agent holds its tasks
+    for its node and pulls only what its slots and prefetch allow)."""
     last_run: float = float("inf")
     """How long the last job this executor reaped ran (none yet: too long to prefetch behind)."""
     outbox: list[P.ResultRecord] = field(default_factory=list)
@@ -235,6 +237,8 @@ class Executor:
         """Tasks this executor may hold now: one per slot, and `prefetch` more per slot while its jobs are
         short ones (the last one it ended, and each it runs so far, under `hand_back`)."""
         limit = self.hand_back
+        if limit <= 0:
+            return (1 + self.prefetch) * self.slots  # takes ahead whatever the jobs' lengths (agents)
         if not self.prefetch or self.last_run >= limit or any(now - r.began >= limit
                                                                 for r in self.running.values()):
             return self.slots
@@ -243,7 +247,7 @@ class Executor:
     def _hand_back_due(self) -> float:
         """When the oldest task taken ahead has waited HAND_BACK while every slot is busy (inf: none waits;
         a task that waits with a slot free waits for cpu or memory room, as the first in line should)."""
-        if not self.backlog or not self.prefetch or len(self.running) < self.slots:
+        if not self.backlog or not self.prefetch or len(self.running) < self.slots or self.hand_back <= 0:
             return float("inf")
         return min(b[2] for b in self.backlog) + self.hand_back
 
@@ -572,9 +576,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpus", type=float, default=0.0)
     ap.add_argument("--prefetch", type=int, default=0)
     ap.add_argument("--memory", type=int, default=0)
+    ap.add_argument("--hand-back", type=float, default=None)
     a = ap.parse_args(argv)
     ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory,
-                  prefetch=a.prefetch, hand_back=hand_back_seconds())
+                  prefetch=a.prefetch, hand_back=hand_back_seconds() if a.hand_back is None else a.hand_back)
     # Ctrl-C belongs to the scheduler; SIGTERM means: stop taking work, stop jobs, exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

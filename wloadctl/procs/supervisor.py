@@ -230,6 +230,8 @@ class Supervisor:
     """Tasks per slot each executor may hold beyond those it runs."""
     memory: int = 0
     """MiB each executor offers jobs that claim some (0 = no limit)."""
+    hand_back: float | None = None
+    """Each executor's `--hand-back` (None: the executors' default; 0: take ahead always, never hand back)."""
     workers: dict[int, Worker] = field(default_factory=dict)
     poller: select.poll | None = None
     messages: list[str] = field(default_factory=list)
@@ -244,7 +246,8 @@ class Supervisor:
                  "--slots", str(self.slots), "--state-dir", str(self.state_dir),
                  "--orphan-timeout", str(self.orphan_timeout), "--cpus", str(self.cpus),
                  "--prefetch", str(self.prefetch),
-                 "--memory", str(self.memory)],
+                 "--memory", str(self.memory),
+                 *(["--hand-back", str(self.hand_back)] if self.hand_back is not None else [])],
                 stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:
             raise TransportError(f"cannot start executor {index}: {e}") from None

@@ -117,7 +117,7 @@ class Agent:
         self.pool = LocalPool.start(self.book, objs, ReportReader((), lambda _r: "", lambda _i, _a: None),
                                     self._payload, lambda: None, self.epoch, o.state_dir, executors=o.executors,
                                     slots=per, say=lambda e, f: self.note(f"{e}: {f}"), cpus=o.cpus,
-                                    memory=o.memory, prefetch=o.prefetch)
+                                    memory=o.memory, prefetch=o.prefetch, hand_back=0.0)
         self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
         """Result batches published and not yet acknowledged, with the ends they carry."""
         self._beat_board()
