@@ -339,16 +339,9 @@ class Agent:
     def _reports(self, recs: list[P.ResultRecord]) -> None:
         """Turn the executors' reports into result entries of the runs, journal ends, publish."""
         out: list[tuple[int, dict[str, object]]] = []
-        again: list[tuple[int, int]] = []
         for r in recs:
             h = self.book.held.get(r.task)
             if h is None:
-                continue
-            if r.kind == P.RES_EXITED and r.flags & P.FLAG_RETURNED:
-                # Taken ahead by an executor whose slots stayed busy, and handed back unstarted: this
-                # node still holds it, and its queue gives it to an executor with a free slot.
-                self.book.executor[r.task] = -1
-                again.append((r.task, 1))
                 continue
             if r.kind == P.RES_ACCEPTED:
                 self.book.executor[r.task] = r.executor
@@ -361,8 +354,6 @@ class Agent:
                 self.book.drop(h.local)
                 self.payloads.pop(h.local, None)
             out.append((h.local, entry))
-        if again:
-            self.pool.submit(again)
         if out:
             self.journal.flush()
             self._publish_entries(out)
