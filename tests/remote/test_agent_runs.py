@@ -285,6 +285,29 @@ def test_an_agent_restarted_on_its_node_reattaches_to_the_jobs_its_executors_sti
         node.stop()
 
 
+def test_a_job_that_ended_before_its_whole_node_was_killed_is_reported_ended_not_run_again(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {"one": {"pool": "etl", "sleep": 1},
+                                                 "next": {"pool": "etl", "depends_on": ["one"]}})
+    proc = run_bg(plan, tmp_path / "sd", nats_server.url, "--agent-timeout", "60")
+    wait_for(lambda: "one" in agents_of(out), timeout=60, what="one started")
+    node = nodes[agents_of(out)["one"][0][1]]
+    # Given an agent frozen while its job ends (its executor journals the exit; the agent never reads it)
+    node.signal_agent(signal.SIGSTOP)
+    wait_for(lambda: [k for k, _a in agents_of(out)["one"]] == ["start", "end"], timeout=30, what="one ended")
+    time.sleep(0.5)
+    # When the whole node is killed -9 (agent, executors, shared memory) and started again
+    node.kill_node()
+    node.start()
+    stdout, stderr = proc.communicate(timeout=120)
+    # Then the job's end reaches the run from its executor's journal: it is not run a second time
+    assert proc.returncode == 0, stderr
+    assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
+    assert [k for k, _a in agents_of(out)["one"]] == ["start", "end"]
+    assert "1 task(s) held before a restart had ended meanwhile: reported ended" in node.output()
+
+
 def test_a_task_whose_payload_cannot_be_read_ends_as_a_failed_start_and_never_runs(
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
     from tests.remote.conftest import collect

@@ -296,14 +296,12 @@ def _collect(
         if timed_out:
             error = f"stopped after {timeout:.0f}s; {error}"
     records = _executor_records(state_dir, run_id) if run_id else []
-    exited = [r for r in records if r.kind == P.RES_EXITED]
+    # A task handed back unstarted (FLAG_RETURNED) never ran: it stamps no start and is no job's end.
+    ran = [r for r in records if r.started > 0 and not r.flags & P.FLAG_RETURNED]
+    exited = [r for r in ran if r.kind == P.RES_EXITED]
     window = None
     if exited:
-        first = min(
-            r.started
-            for r in records
-            if r.kind in (P.RES_EXITED, P.RES_STARTED, P.RES_ACCEPTED)
-        )
+        first = min(r.started for r in ran if r.kind in (P.RES_EXITED, P.RES_STARTED, P.RES_ACCEPTED))
         window = (first, max(r.ended for r in exited))
     wall = summary.get("wall_seconds")
     # wait4 counts the scheduler and every child it reaped: executors and their jobs.
@@ -334,7 +332,7 @@ def chain_latencies(records: list[P.ResultRecord], jobs: int) -> list[float]:
     ended: dict[int, float] = {}
     started: dict[int, float] = {}
     for r in records:
-        if r.kind == P.RES_EXITED and r.exit_code == 0 and not r.signal:
+        if r.kind == P.RES_EXITED and r.exit_code == 0 and not r.signal and not r.flags & P.FLAG_RETURNED:
             ended[r.task] = r.ended
             if r.started:
                 started.setdefault(r.task, r.started)

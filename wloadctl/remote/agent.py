@@ -167,15 +167,23 @@ class Agent:
             return
         for h in j.held.values():
             self.book.take(h, 0)
-        if not adopt:
-            self.note(f"{len(j.held)} task(s) held before a restart had no live executor: reported lost")
-            self.book.lost.extend(j.held)
-            return
-        found = self.pool.sup.adopt()
-        self.note(f"reattached to {len(found)} executor(s) still running {len(j.held)} task(s)")
         # Every report the executors journaled for held tasks is applied, as if it had just come.
         recs = [r for _ex, _pid, path in result_journals(self.opts.state_dir, self.node)
                 for r in read_results(path) if r.task in self.book.held]
+        if not adopt:
+            # The executors went with the node, but a job that ended before it went, ended: its
+            # executor journaled the exit. Only the rest are lost (and run again).
+            ended = [r for r in recs if r.kind == P.RES_EXITED]
+            if ended:
+                self.note(f"{len(ended)} task(s) held before a restart had ended meanwhile: reported ended")
+                self._reports(ended)
+            if self.book.held:
+                self.note(f"{len(self.book.held)} task(s) held before a restart had no live executor: "
+                          "reported lost")
+                self.book.lost.extend(self.book.held)
+            return
+        found = self.pool.sup.adopt()
+        self.note(f"reattached to {len(found)} executor(s) still running {len(j.held)} task(s)")
         self._reports(recs)
         # What no live executor holds went with a dead one.
         alive = {w.index for w in self.pool.sup.workers.values()}
