@@ -36,6 +36,41 @@ def _decode_prefix(data: bytes) -> tuple[list[P.ResultRecord], int]:
     return P.decode_result_log(data[:pos]), pos
 
 
+class AttemptReports:
+    """What the executors' journals say of attempts in flight, kept per executor.
+
+    A task an executor took ahead and handed back unstarted (an exit with FLAG_RETURNED) went on to
+    another executor at the same attempt: the hand-back takes back what its executor said of the
+    attempt and says nothing itself, so it never hides, nor passes for, the other executor's reports.
+    """
+
+    def __init__(self) -> None:
+        self.by: dict[tuple[int, int], dict[int, dict[int, P.ResultRecord]]] = {}
+        """(job, attempt) -> executor pid -> kind -> record."""
+
+    def add(self, pid: int, r: P.ResultRecord) -> None:
+        """One record read from the journal of the executor whose pid is `pid`."""
+        key = (r.task, r.attempt)
+        if r.flags & P.FLAG_RETURNED:
+            self.by.get(key, {}).pop(pid, None)
+        else:
+            self.by.setdefault(key, {}).setdefault(pid, {})[r.kind] = r
+
+    def of(self, key: tuple[int, int]) -> dict[int, tuple[int, P.ResultRecord]]:
+        """kind -> (executor pid, record) of one attempt; where two executors report a kind, the later."""
+        out: dict[int, tuple[int, P.ResultRecord]] = {}
+        for pid, kinds in self.by.get(key, {}).items():
+            for kind, r in kinds.items():
+                have = out.get(kind)
+                if have is None or r.started >= have[1].started:
+                    out[kind] = (pid, r)
+        return out
+
+    def keep(self, keys: set[tuple[int, int]]) -> None:
+        """Forget attempts not in `keys`."""
+        self.by = {k: v for k, v in self.by.items() if k in keys}
+
+
 def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bool] = lambda _i: True) -> list[str]:
     """Settle every job the journal shows QUEUED or RUNNING, before dispatching anything.
 
@@ -69,16 +104,15 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
     if not inflight:
         return notes
     want = {(i, core.attempt[i]) for i in inflight}
-    seen: dict[tuple[int, int], dict[int, tuple[int, P.ResultRecord]]] = {}
+    seen = AttemptReports()
     for _ex, pid, path in result_journals(pool.state_dir, pool.objs.run_id):
         for r in read_results(path):
-            key = (r.task, r.attempt)
-            if key in want:
-                seen.setdefault(key, {})[r.kind] = (pid, r)
+            if (r.task, r.attempt) in want:
+                seen.add(pid, r)
     applied = lost = kept = 0
     for i in inflight:
         att = core.attempt[i]
-        recs = seen.get((i, att), {})
+        recs = seen.of((i, att))
         if P.RES_EXITED in recs:
             feed(pool.replay(recs[P.RES_EXITED][1], "recovery"))
             applied += 1
@@ -124,8 +158,8 @@ class ResultSweeper:
         """Event log line (event, job, attempt, **fields)."""
         self.offsets: dict[Path, int] = {}
         """Bytes of each result journal already read."""
-        self.found: dict[tuple[int, int], dict[int, tuple[int, P.ResultRecord]]] = {}
-        """Reports read for attempts in flight: (job, attempt) -> kind -> (executor pid, record)."""
+        self.found = AttemptReports()
+        """Reports read for attempts in flight."""
         self.suspects: set[tuple[int, int]] = set()
         """Attempts whose report looked overdue at the last sweep."""
         self.next = 0.0
@@ -179,16 +213,15 @@ class ResultSweeper:
             records, used = _decode_prefix(data)
             self.offsets[path] = start + used
             for r in records:
-                key = (r.task, r.attempt)
-                if key in keep:
-                    self.found.setdefault(key, {})[r.kind] = (pid, r)
-        self.found = {k: v for k, v in self.found.items() if k in keep}
+                if (r.task, r.attempt) in keep:
+                    self.found.add(pid, r)
+        self.found.keep(keep)
 
     def _apply(self, feed: Feed, key: tuple[int, int]) -> None:
         """Feed the core what the journals say about one overdue attempt."""
         pool = self.pool
         core, (i, att) = pool.core, key
-        recs = self.found.get(key, {})
+        recs = self.found.of(key)
         fed = []
         for kind in (P.RES_ACCEPTED, P.RES_STARTED, P.RES_EXITED):
             if kind not in recs:

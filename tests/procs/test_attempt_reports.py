@@ -1,0 +1,69 @@
+"""Recovery's reading of the executors' journals when a task was handed back and ran on another executor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wloadctl.ipc import protocol as P
+from wloadctl.procs.localpool import read_results, result_journals
+from wloadctl.procs.recovery import AttemptReports
+from wloadctl.procs.resultlog import ResultLog
+
+RUN = "20261202-000000-abcdef"
+
+
+def rec(kind: int, executor: int, t: float, flags: int = 0) -> P.ResultRecord:
+    """A report of job 7, attempt 1, stamped t."""
+    return P.ResultRecord(kind, flags, executor, 7, 1, 0, 0, 3, 100 + executor, t, t, 0, 0)
+
+
+def journal(sd: Path, executor: int, pid: int, records: list[P.ResultRecord]) -> None:
+    (sd / "executors").mkdir(parents=True, exist_ok=True)
+    log = ResultLog(sd / "executors" / f"{RUN}-{executor}-{pid}.results")
+    for r in records:
+        log.write(P.encode_results([r]))
+    log.close()
+
+
+def read(sd: Path) -> AttemptReports:
+    """The reports as recovery reads them: every journal, in file order."""
+    got = AttemptReports()
+    for _ex, pid, path in result_journals(sd, RUN):
+        for r in read_results(path):
+            got.add(pid, r)
+    return got
+
+
+RETURNED = P.FLAG_LOST | P.FLAG_RETURNED
+
+
+@pytest.mark.parametrize("taker", [0, 1], ids=["ran-on-the-first-journal", "ran-on-the-second-journal"])
+def test_an_exit_on_the_executor_that_ran_it_wins_over_the_hand_back_of_the_one_that_took_it_ahead(
+        tmp_path: Path, taker: int) -> None:
+    giver = 1 - taker
+    # Given executor `giver` took the task ahead and handed it back, and `taker` ran it to its end
+    journal(tmp_path, giver, 500 + giver, [rec(P.RES_ACCEPTED, giver, 1.0), rec(P.RES_EXITED, giver, 1.1, RETURNED)])
+    journal(tmp_path, taker, 500 + taker, [rec(P.RES_ACCEPTED, taker, 1.2), rec(P.RES_STARTED, taker, 1.2),
+                                           rec(P.RES_EXITED, taker, 1.2)])
+    got = read(tmp_path).of((7, 1))
+    # Then recovery sees the real end, from the executor that ran it, whichever journal it read last
+    assert sorted(got) == [P.RES_ACCEPTED, P.RES_STARTED, P.RES_EXITED]
+    assert {pid for pid, _r in got.values()} == {500 + taker}
+    assert not got[P.RES_EXITED][1].flags & P.FLAG_RETURNED
+
+
+def test_a_task_handed_back_and_taken_by_nobody_is_held_by_no_executor(tmp_path: Path) -> None:
+    # (recovery then counts it lost, never started, and sends it again)
+    journal(tmp_path, 0, 500, [rec(P.RES_ACCEPTED, 0, 1.0), rec(P.RES_EXITED, 0, 1.1, RETURNED)])
+    journal(tmp_path, 1, 501, [])
+    assert read(tmp_path).of((7, 1)) == {}
+
+
+def test_a_task_handed_back_then_taken_again_by_the_same_executor_is_its_again(tmp_path: Path) -> None:
+    journal(tmp_path, 0, 500, [rec(P.RES_ACCEPTED, 0, 1.0), rec(P.RES_EXITED, 0, 1.1, RETURNED),
+                               rec(P.RES_ACCEPTED, 0, 1.3), rec(P.RES_STARTED, 0, 1.3)])
+    got = read(tmp_path).of((7, 1))
+    assert sorted(got) == [P.RES_ACCEPTED, P.RES_STARTED]
+    assert got[P.RES_STARTED] == (500, rec(P.RES_STARTED, 0, 1.3))
