@@ -123,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
             type=int,
             default=None,
             help="tasks per slot an executor takes ahead while its jobs are short (under 50 ms; a task "
-            "taken ahead waits at most that long before it is handed back); 0: never (default 2)",
+            "taken ahead waits at most that long before it is handed back, and fewer are taken the longer the jobs); "
+            "0: never (default 8)",
         )
         p.add_argument(
             "--executor-cpus",

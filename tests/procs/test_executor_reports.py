@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from wloadctl.ipc import protocol as P
-from wloadctl.procs.executor import HAND_BACK, REPORT_HOLD, Executor, Running
+from wloadctl.procs.executor import HAND_BACK, REPORT_HOLD, Executor, Running, ahead_per_slot
 
 
 class FakeQueue:
@@ -147,6 +147,9 @@ def test_tasks_are_taken_ahead_only_while_the_jobs_are_short(tmp_path: Path) -> 
     ex.running[2] = _running(now - HAND_BACK * 2)
     assert ex._room(now) == 2, "a job running past HAND_BACK is a long one"
     ex.running.clear()
+    ex.prefetch, ex.last_run = 8, HAND_BACK / 4
+    assert ex._room(now) == 2 * (1 + 4), "no more ahead than start within HAND_BACK at the last job's pace"
+    ex.prefetch = 2
     ex.last_run = HAND_BACK * 2
     assert ex._room(now) == 2, "the last job was a long one"
     ex.prefetch = 0
@@ -157,6 +160,16 @@ def test_tasks_are_taken_ahead_only_while_the_jobs_are_short(tmp_path: Path) -> 
     ex.running[2] = _running(now - 60.0)
     ex.backlog = [(0, 1, now - 60.0, P.TaskRecord(3, 1, P.TASK_SHELL, 0, 1, 0, 0), None)]  # type: ignore[list-item]
     assert ex._room(now) == 6 and ex._hand_back_due() == float("inf")
+
+
+def test_tasks_taken_ahead_are_as_many_as_start_within_the_hand_back_time_at_most_the_prefetch() -> None:
+    assert ahead_per_slot(8, 0.05, 0.001) == 8
+    assert ahead_per_slot(8, 0.05, 0.01) == 5
+    assert ahead_per_slot(8, 0.05, 0.03) == 1
+    assert ahead_per_slot(8, 0.05, 0.05) == 0
+    assert ahead_per_slot(8, 0.05, float("inf")) == 0
+    assert ahead_per_slot(8, 0.05, 0.0) == 8
+    assert ahead_per_slot(0, 0.05, 0.001) == 0
 
 
 def test_tasks_taken_ahead_go_back_unstarted_when_the_slots_stay_busy(tmp_path: Path) -> None:

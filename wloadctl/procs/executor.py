@@ -44,9 +44,10 @@ REPORT_HOLD = 0.005
 a job that ends within them costs the scheduler one turn and one journal commit instead of two. An exit
 report waits as long while this executor still holds prefetched tasks (it has work until then): the
 exits of several jobs then cost the scheduler one turn, and its answer refills several slots at once."""
-DEFAULT_PREFETCH = 2
-"""Tasks per slot an executor takes ahead while its jobs are short ones (see HAND_BACK): a slot that frees
-starts its next short job at once instead of waiting a round trip through the scheduler."""
+DEFAULT_PREFETCH = 8
+"""Most tasks per slot an executor takes ahead while its jobs are short ones (see HAND_BACK and
+ahead_per_slot): a slot that frees starts its next short job at once instead of waiting a round trip
+through the scheduler, and each turn of the scheduler takes the exits of several jobs."""
 HAND_BACK = 0.05
 """Prefetch is for short jobs: an executor takes tasks ahead only while the last job it ended ran less than
 this (seconds) and every job it runs started less than this ago. A task taken ahead that waits longer for
@@ -234,15 +235,15 @@ class Executor:
             return None
 
     def _room(self, now: float) -> int:
-        """Tasks this executor may hold now: one per slot, and `prefetch` more per slot while its jobs are
-        short ones (the last one it ended, and each it runs so far, under `hand_back`)."""
+        """Tasks this executor may hold now: one per slot, and more per slot while its jobs are short ones
+        (the last one it ended, and each it runs so far, under `hand_back`): as many as start within
+        `hand_back` at the last job's pace, at most `prefetch` (ahead_per_slot)."""
         limit = self.hand_back
         if limit <= 0:
             return (1 + self.prefetch) * self.slots  # takes ahead whatever the jobs' lengths (agents)
-        if not self.prefetch or self.last_run >= limit or any(now - r.began >= limit
-                                                                for r in self.running.values()):
+        if not self.prefetch or any(now - r.began >= limit for r in self.running.values()):
             return self.slots
-        return (1 + self.prefetch) * self.slots
+        return (1 + ahead_per_slot(self.prefetch, limit, self.last_run)) * self.slots
 
     def _hand_back_due(self) -> float:
         """When the oldest task taken ahead has waited HAND_BACK while every slot is busy (inf: none waits;
@@ -554,6 +555,15 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def ahead_per_slot(prefetch: int, hand_back: float, last_run: float) -> int:
+    """Tasks per slot to take ahead after a job that ran `last_run` seconds: as many as would start,
+    one after another, within `hand_back` (so that none waits long enough to be handed back), at most
+    `prefetch`; none after a long job, or before any job has ended (`last_run` infinite)."""
+    if prefetch <= 0 or last_run >= hand_back:
+        return 0
+    return prefetch if last_run <= 0 else min(prefetch, int(hand_back / last_run))
 
 
 def hand_back_seconds() -> float:

@@ -22,7 +22,7 @@ from wloadctl.core.events import ExecutorLostEvent, JobAcceptedEvent, SlotsChang
 from wloadctl.core.states import ExecutorState, JobState
 from wloadctl.errors import Fenced
 from wloadctl.ipc import protocol as P
-from wloadctl.procs.executor import hand_back_seconds
+from wloadctl.procs.executor import ahead_per_slot, hand_back_seconds
 from wloadctl.procs.jobtree import kill_executor_trees, kill_job_tree
 from wloadctl.procs.pools import Book, Feed
 from wloadctl.procs.reports import ReportReader
@@ -117,8 +117,9 @@ class LocalPool:
     """Response messages received (pipeline figures)."""
     paced: bool = True
     """The core's slots follow the jobs' lengths (see `_pace`); False when a host share sets them."""
-    short_jobs: bool = False
-    """The last job this pool's executors ended was a short one: the core has its prefetch slots too."""
+    ahead: int = 0
+    """Tasks per slot the executors take ahead after the last job they ended (ahead_per_slot): the core
+    has as many more slots per executor slot."""
     hand_back: float = field(default_factory=hand_back_seconds)
     """Under how many seconds a job counts as short (the executors' threshold)."""
 
@@ -264,8 +265,8 @@ class LocalPool:
                 self._pace(recs, feed, cause)
 
     def _pace(self, recs: list[P.ResultRecord], feed: Feed, cause: str) -> None:
-        """Give the core `prefetch` more slots per executor slot while jobs are short, and take them back
-        when one is not.
+        """Give the core as many more slots per executor slot as the executors take tasks ahead after the
+        last job that ended (ahead_per_slot: none after a long one).
 
         The executors take tasks ahead only while their jobs are short; the core keeps as many in flight
         only then too, so that behind long jobs no task waits in the queue where a more urgent one that
@@ -273,14 +274,14 @@ class LocalPool:
         """
         for r in reversed(recs):
             if r.kind == P.RES_EXITED and r.started and not r.flags & P.FLAG_LOST:
-                short = r.ended - r.started < self.hand_back
+                ahead = ahead_per_slot(self.sup.prefetch, self.hand_back, r.ended - r.started)
                 break
         else:
             return
-        if short == self.short_jobs:
+        if ahead == self.ahead:
             return
-        self.short_jobs = short
-        slots = self.sup.alive_count() * self.sup.slots * (1 + self.sup.prefetch if short else 1)
+        self.ahead = ahead
+        slots = self.sup.alive_count() * self.sup.slots * (1 + ahead)
         feed(SlotsChangedEvent(slots, time.time(), cause_id=cause))
 
     def take_reports(self) -> list[P.ResultRecord]:
