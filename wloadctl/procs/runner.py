@@ -399,10 +399,12 @@ class _CoreMaker(threading.Thread):
         return made if (self.slots, self.seed) == (slots, seed) else None
 
     def close(self) -> None:
-        """Wait for the thread, and turn the collector back on."""
+        """Wait for the thread, and turn the collector back on (the plan's and the core's objects frozen
+        out of its sight first: the first collection would otherwise walk all of them)."""
         self.join()
         if self.collecting:
             self.collecting = False
+            gc.freeze()
             gc.enable()
 
 
@@ -439,8 +441,13 @@ class _ShapeWriter:
         """The run's facts once made, until the loop's thread journals them."""
         self.thread = threading.Thread(target=self._write, args=(copy, plan, core.resources.places, core.index),
                                        name="run-shape", daemon=True)
-        """The thread that writes the file."""
-        self.thread.start()
+        """The thread that writes the file (started by `begin`)."""
+
+    def begin(self) -> None:
+        """Start the thread, once: after the loop's first turn, whose dispatch it would slow (it holds
+        the interpreter lock for seconds at a million jobs)."""
+        if self.thread.ident is None:
+            self.thread.start()
 
     def _write(self, copy: CoreCopy, plan: Plan, places: bool, index: dict[str, int]) -> None:
         try:
@@ -463,6 +470,7 @@ class _ShapeWriter:
 
     def join(self) -> None:
         """Wait for the file (a run that ends leaves a whole shape file, never a half-written one)."""
+        self.begin()
         self.thread.join()
 
 
@@ -535,6 +543,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                             dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
                             cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch)
     def turned(lp: SchedulerLoop) -> None:
+        shape.begin()
         shape.save_facts(store)
         if on_turn is not None:
             on_turn(lp)
