@@ -41,3 +41,49 @@ def test_arrays_of_another_plan_are_not_used() -> None:
     other = load_plan_text("name: q\njobs:\n  c: {command: x}\n")
     core = SchedulerCore(one, 2, arrays=plan_arrays(other))
     assert core.ids == ["a", "b"] and core.downs == [(1,), ()]
+
+
+def _arrays_fields(plan):  # type: ignore[no-untyped-def]
+    a = plan_arrays(plan)
+    return {f: list(v) if v is not None and not isinstance(v, (list, dict)) else v
+            for f, v in ((f, getattr(a, f)) for f in ("ids", "index", "tier", "key_base", "down_start", "down",
+                                                      "downs", "down_kind", "upstreams"))}
+
+
+def test_edges_the_loader_resolved_give_the_arrays_a_lookup_per_edge_gives(tmp_path: Path) -> None:
+    import dataclasses
+
+    samples = Path(__file__).resolve().parents[2] / "samples"
+    plans = [load_plan(p) for p in sorted(samples.glob("*.yaml"))]
+    for shape in ("bank", "wide", "chain"):
+        for style in ("flow", "block"):
+            path = tmp_path / f"{shape}-{style}.yaml"
+            write_plan(path, 2500, shape, 3, style=style)  # type: ignore[arg-type]
+            plans.append(load_plan(path))
+    plans.append(load_plan_text(  # forward references, edge kinds, a dependency listed under a job after it
+        "name: p\njobs:\n  z: {command: x, depends_on: [b, a]}\n  a: {command: x}\n"
+        "  b: {command: x, depends_on: {a: failure}}\n  c: {type: noop, depends_on: {a: done, b: success}}\n"))
+    used = 0
+    for plan in plans:
+        assert plan.edges is not None
+        used += plan.edges.for_jobs(plan.jobs)
+        # Given the same plan without the loader's edges (a plan made otherwise)
+        bare = dataclasses.replace(plan, edges=None)
+        # Then both make the same arrays
+        assert _arrays_fields(plan) == _arrays_fields(bare), plan.name
+    assert used >= len(plans) - 1, "the loader's edges were not used"
+
+
+def test_edges_of_a_jobs_mapping_that_changed_are_not_used() -> None:
+    import dataclasses
+
+    plan = load_plan_text("name: p\njobs:\n  a: {command: x}\n  b: {command: x, depends_on: [a]}\n")
+    assert plan.edges is not None and plan.edges.for_jobs(plan.jobs)
+    jobs = dict(plan.jobs)
+    jobs["c"] = dataclasses.replace(jobs["b"], id="c", depends_on=("b",))
+    other = dataclasses.replace(plan, jobs=jobs)
+    assert not plan.edges.for_jobs(other.jobs)
+    assert plan_arrays(other).downs == [(1,), (2,), ()]
+    plan.jobs["d"] = dataclasses.replace(plan.jobs["b"], id="d")  # the same mapping, grown in place
+    assert not plan.edges.for_jobs(plan.jobs)
+    assert plan_arrays(plan).downs == [(1, 2), (), ()]

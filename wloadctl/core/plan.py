@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 from wloadctl.core.states import DepKind, SlaTier
@@ -146,6 +147,33 @@ class Schedule:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanEdges:
+    """The dependency edges the loader resolved while it read the jobs, kept for the job table.
+
+    A job table derives the same from the specs with a dictionary lookup per edge: at millions of jobs
+    every lookup misses the CPU's caches, and that is most of the build. Valid only for the `jobs`
+    mapping they were read with, unchanged (see `for_jobs`).
+    """
+
+    jobs: dict[str, JobSpec]
+    """The jobs mapping they belong to (the very object)."""
+    ids: list[str]
+    """Job ids by index (file order)."""
+    index: dict[str, int]
+    """Index by job id."""
+    up: array
+    """Upstream indices of every job, in its `depends_on` order, job after job."""
+    up_off: array
+    """Where each job's upstreams start in `up` (one more entry than jobs)."""
+
+    def for_jobs(self, jobs: dict[str, JobSpec]) -> bool:
+        """Whether these edges are those of `jobs` as it is now."""
+        n = len(jobs)
+        return (self.jobs is jobs and len(self.ids) == n == len(self.index) and len(self.up_off) == n + 1
+                and self.up_off[n] == len(self.up))
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A whole plan as loaded and validated."""
 
@@ -180,3 +208,5 @@ class Plan:
     """Roles of Unix users and groups, and of broker users, in the run (wloadctl.access), added to the config file's."""
     four_eyes: tuple[str, ...] = ()
     """Operator verbs that need a second person's `approve` on every job of the run (four eyes)."""
+    edges: PlanEdges | None = field(default=None, compare=False, repr=False)
+    """The edges as the loader resolved them (None for a plan made otherwise)."""

@@ -14,7 +14,7 @@ import yaml
 from yaml.events import MappingEndEvent, MappingStartEvent, ScalarEvent
 
 from wloadctl.core.loops import expand_for_each
-from wloadctl.core.plan import JobSpec, Plan
+from wloadctl.core.plan import JobSpec, Plan, PlanEdges
 from wloadctl.core.planblocks import read_jobs
 from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
@@ -292,6 +292,7 @@ class _PlanBuilder:
             limits=self._top_field("limits", read_limits, "claim"),
             roles=self._top_field("roles", read_roles, None),
             four_eyes=self._top_field("four_eyes", read_four_eyes, ()),
+            edges=PlanEdges(jobs.jobs, jobs.ids, jobs.index, jobs.up, jobs.up_off),
         )
 
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:
