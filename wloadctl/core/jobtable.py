@@ -18,6 +18,7 @@ _N = len(JobState)
 _W, _R, _Q, _RUN = int(S.WAITING), int(S.READY), int(S.QUEUED), int(S.RUNNING)
 _OK, _RW, _HELD, _SKIP = int(S.SUCCEEDED), int(S.RETRY_WAIT), int(S.HELD), int(S.SKIPPED)
 _DEPS_OF = attrgetter("depends_on")
+_TIER_PRIORITY = attrgetter("sla", "priority")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +75,10 @@ def plan_arrays(plan: Plan) -> PlanArrays:
         index = {jid: i for i, jid in enumerate(ids)}
         lens = list(map(len, map(_DEPS_OF, specs)))
         ups = list(map(index.__getitem__, chain.from_iterable(map(_DEPS_OF, specs))))
-    bases: dict[tuple[int, int], int] = {}
-    key_base = array("q", (bases.get((j.sla, j.priority)) or bases.setdefault(
-        (j.sla, j.priority), ready_key(j.sla, j.priority, 0)) for j in specs))
+    # A plan has a few (tier, priority) pairs: each one's key is made once, and C-level maps give every job its own.
+    pairs = list(map(_TIER_PRIORITY, specs))
+    bases = {pair: ready_key(pair[0], pair[1], 0) for pair in set(pairs)}
+    key_base = array("q", map(bases.__getitem__, pairs))
     edges = len(ups)
     # Edges by upstream job, each upstream's dependents in plan order (a stable sort).
     order = sorted(range(edges), key=ups.__getitem__)
