@@ -87,3 +87,14 @@ def test_edges_of_a_jobs_mapping_that_changed_are_not_used() -> None:
     plan.jobs["d"] = dataclasses.replace(plan.jobs["b"], id="d")  # the same mapping, grown in place
     assert not plan.edges.for_jobs(plan.jobs)
     assert plan_arrays(plan).downs == [(1, 2), (), ()]
+
+
+def test_the_first_table_takes_the_loaders_edges_and_a_second_table_of_the_plan_is_the_same(tmp_path: Path) -> None:
+    path = tmp_path / "bank.yaml"
+    write_plan(path, 2000, "bank", 9)
+    plan = load_plan(path)
+    assert plan.edges is not None and plan.edges.for_jobs(plan.jobs)
+    first = _arrays_fields(plan)
+    # The run keeps one index of the ids, not two: the edges hold nothing once taken
+    assert not plan.edges.for_jobs(plan.jobs) and plan.edges.index == {}
+    assert _arrays_fields(plan) == first

@@ -68,8 +68,8 @@ def plan_arrays(plan: Plan) -> PlanArrays:
     if edges is not None and edges.for_jobs(plan.jobs):
         # The loader resolved every edge already: a lookup per edge again would miss the caches
         # millions of times (most of the build at ten million jobs).
-        ids, index, ups = list(edges.ids), edges.index.copy(), edges.up
-        lens = list(map(sub, edges.up_off[1:], edges.up_off[:-1]))
+        ids, index, ups, up_off = edges.take()
+        lens = list(map(sub, up_off[1:], up_off[:-1]))
     else:
         ids = [j.id for j in specs]
         index = {jid: i for i, jid in enumerate(ids)}

@@ -146,13 +146,14 @@ class Schedule:
     """ISO dates that are not business days."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PlanEdges:
-    """The dependency edges the loader resolved while it read the jobs, kept for the job table.
+    """The dependency edges the loader resolved while it read the jobs, kept for the first job table.
 
     A job table derives the same from the specs with a dictionary lookup per edge: at millions of jobs
     every lookup misses the CPU's caches, and that is most of the build. Valid only for the `jobs`
-    mapping they were read with, unchanged (see `for_jobs`).
+    mapping they were read with, unchanged (see `for_jobs`). The first table takes them (`take`): the
+    run does not keep a second index of a million ids; a later table of the same plan looks them up.
     """
 
     jobs: dict[str, JobSpec]
@@ -167,10 +168,16 @@ class PlanEdges:
     """Where each job's upstreams start in `up` (one more entry than jobs)."""
 
     def for_jobs(self, jobs: dict[str, JobSpec]) -> bool:
-        """Whether these edges are those of `jobs` as it is now."""
+        """Whether these edges are those of `jobs` as it is now (and not taken yet)."""
         n = len(jobs)
         return (self.jobs is jobs and len(self.ids) == n == len(self.index) and len(self.up_off) == n + 1
                 and self.up_off[n] == len(self.up))
+
+    def take(self) -> tuple[list[str], dict[str, int], array, array]:
+        """(ids, index, up, up_off), handed over: these edges hold nothing afterwards."""
+        got = (self.ids, self.index, self.up, self.up_off)
+        self.ids, self.index, self.up, self.up_off = [], {}, array("i"), array("i", [0])
+        return got
 
 
 @dataclass(frozen=True, slots=True)
