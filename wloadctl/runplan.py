@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from wloadctl.core.loops import apply_expansions
 from wloadctl.core.plan import Plan
 from wloadctl.core.plancodec import decode_plan, encode_plan
+from wloadctl.errors import WloadError
 from wloadctl.store import RunRow, Store
 
 __all__ = ["keep_plan", "run_plan"]
@@ -17,12 +21,31 @@ def run_plan(store: Store, run: RunRow) -> Plan:
     if plan is None:
         from wloadctl.core.planfile import load_plan_text
 
-        plan = load_plan_text(store.plan_text(run.id), run.plan_path)
+        text = store.plan_text(run.id)
+        plan = load_plan_text(text, run.plan_path) if text else _plan_file(run)
     expansions = store.expansions(run.id)
     if expansions:
         # Instances of `for_each` loops over output, in the order the run made them.
         plan = apply_expansions(plan, expansions)
     return plan
+
+
+def _plan_file(run: RunRow) -> Plan:
+    """The plan of a run whose journal holds no copy of it yet (a new run writes its copy after the first
+    dispatch): the plan file itself, if it is still the file the run was started with."""
+    from wloadctl.core.planfile import load_plan_text
+
+    try:
+        data = Path(run.plan_path).read_bytes()
+    except OSError as e:
+        data, why = b"", f"cannot be read ({e.strerror})"
+    else:
+        why = "changed since"
+    if data and hashlib.sha256(data).hexdigest() == run.plan_digest:
+        return load_plan_text(data.decode("utf-8", "replace"), run.plan_path)
+    raise WloadError(f"the journal holds no copy of the plan of run {run.run_id} yet (its scheduler stopped before "
+                     f"it wrote one), and the plan file {why}", file=run.plan_path,
+                     hint="put the plan file back as the run started with it, then resume")
 
 
 def keep_plan(store: Store, run: RunRow, plan: Plan) -> None:

@@ -306,13 +306,14 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             maker = _CoreMaker(plan, _core_slots(opts), _FIRST_EPOCH, history)
             bdate = opts.business_date or dt.date.today().isoformat()
             rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-            text = Path(plan.path).read_text(encoding="utf-8", errors="replace")
-            run = store.create_run(rid, plan.name, plan.path, plan.digest, text, plan.jobs.keys(), bdate,
+            # Every job's row is journaled before anything runs; the plan's own copy (its text, 150 MB for
+            # a million jobs one key a line, and its encoded form) follows the first dispatch (_PlanCopy).
+            run = store.create_run(rid, plan.name, plan.path, plan.digest, "", plan.jobs.keys(), bdate,
                                    time.time(), json.dumps(_settings(opts)))
-            keep_plan(store, run, plan)
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
             write_ids(opts.state_dir, run.run_id, list(plan.jobs))
-        return _drive(store, run, plan, opts, resumed, on_turn, maker=maker)
+        copy = None if resumed else _PlanCopy(run, plan, opts)
+        return _drive(store, run, plan, opts, resumed, on_turn, maker=maker, copy=copy)
     finally:
         if maker is not None:
             maker.close()  # joined, and the collector back on, whatever happened
@@ -364,6 +365,40 @@ def _core_slots(opts: RunOptions) -> int:
     return opts.executors * opts.slots
 
 
+class _PlanCopy:
+    """The journal's copy of a new run's plan, written after the loop's first turn (or as the run ends).
+
+    Until then a reader of the run (a resume after a crash in its first second, `status`) reads the plan
+    file, if it is still the file the run started with (runplan.run_plan).
+    """
+
+    def __init__(self, run: RunRow, plan: Plan, opts: RunOptions) -> None:
+        self.run = run
+        self.plan: Plan | None = plan
+        self.opts = opts
+
+    def save(self, store: Store) -> None:
+        """Write the copy, once (from the thread that drives the run's journal)."""
+        plan, self.plan = self.plan, None
+        if plan is None:
+            return
+        try:
+            data = Path(plan.path).read_bytes()
+        except OSError as e:
+            self.opts.say(f"cannot read {plan.path} again to keep its copy in the journal ({e.strerror}): "
+                          "a resume needs the file as it was")
+            return
+        if hashlib.sha256(data).hexdigest() != plan.digest:
+            self.opts.say(f"{plan.path} changed since the run started: the journal keeps no copy of the plan, "
+                          "a resume needs the file as it was")
+            return
+        try:
+            store.set_plan_text(self.run.id, data.decode("utf-8", "replace"))
+            keep_plan(store, self.run, plan)
+        except StoreError as e:
+            self.opts.say(f"cannot keep the plan's copy in the journal ({e}): a resume needs the plan file")
+
+
 class _CoreMaker(threading.Thread):
     """Builds a new run's core in a thread, beside the journal's writes, for `_drive_with` to take."""
 
@@ -410,11 +445,11 @@ class _CoreMaker(threading.Thread):
 
 def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
            on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None = None,
-           maker: _CoreMaker | None = None) -> RunOutcome:
+           maker: _CoreMaker | None = None, copy: _PlanCopy | None = None) -> RunOutcome:
     t0 = time.time()
     link = _broker_link(plan, opts, run)
     try:
-        return _drive_with(store, run, plan, opts, resumed, on_turn, claim, link, t0, maker)
+        return _drive_with(store, run, plan, opts, resumed, on_turn, claim, link, t0, maker, copy)
     finally:
         if link is not None:
             link.close(timeout=5.0)
@@ -496,7 +531,8 @@ def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None
 
 def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
                 on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None,
-                link: BrokerLink | None, t0: float, maker: _CoreMaker | None = None) -> RunOutcome:
+                link: BrokerLink | None, t0: float, maker: _CoreMaker | None = None,
+                copy: _PlanCopy | None = None) -> RunOutcome:
     if claim is None:
         for line in clean_stale_lines():
             opts.say(line)
@@ -544,6 +580,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                             cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch)
     def turned(lp: SchedulerLoop) -> None:
         shape.begin()
+        if copy is not None:
+            copy.save(store)
         shape.save_facts(store)
         if on_turn is not None:
             on_turn(lp)
@@ -608,7 +646,9 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                 _stand_down(loop, local, remote, fenced, opts)
             else:
                 ended = time.time()
-                # A reader of the stopped run finds the plan's facts (see _ShapeWriter).
+                # A reader of the stopped run finds the plan's copy and facts (see _PlanCopy, _ShapeWriter).
+                if copy is not None:
+                    copy.save(store)
                 shape.join()
                 shape.save_facts(store)
                 try:

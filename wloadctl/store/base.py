@@ -202,6 +202,10 @@ class Store(CurrentState, JobFacts, ABC):
         """Keep the plan's encoded form beside its text."""
 
     @abstractmethod
+    def set_plan_text(self, run: int, text: str) -> None:
+        """Keep the plan's text, for a run created without it (its copy is written after the first dispatch)."""
+
+    @abstractmethod
     def replace_plan(self, run: int, digest: str, text: str, path: str,
                      new_job_ids: Sequence[tuple[int, str]]) -> None:
         """Accept a changed plan on resume: store its text and add rows for its new jobs."""

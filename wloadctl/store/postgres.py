@@ -339,6 +339,10 @@ class PostgresStore(Store):
         """Keep the plan's encoded form beside its text."""
         self._do(lambda c: c.execute("UPDATE plans SET blob = %s WHERE run = %s", (blob, run)))
 
+    def set_plan_text(self, run: int, text: str) -> None:
+        """Keep the plan's text (see Store.set_plan_text)."""
+        self._do(lambda c: c.execute("UPDATE plans SET text = %s WHERE run = %s", (text, run)))
+
     def replace_plan(self, run: int, digest: str, text: str, path: str,
                      new_job_ids: Sequence[tuple[int, str]]) -> None:
         """Accept a changed plan on resume: store its text and add rows for its new jobs."""

@@ -309,6 +309,10 @@ class SqliteStore(Store):
         """Keep the plan's encoded form beside its text."""
         self.conn.execute("UPDATE plans SET blob = ? WHERE run = ?", (blob, run))
 
+    def set_plan_text(self, run: int, text: str) -> None:
+        """Keep the plan's text (see Store.set_plan_text)."""
+        self.conn.execute("UPDATE plans SET text = ? WHERE run = ?", (text, run))
+
     def replace_plan(self, run: int, digest: str, text: str, path: str, new_job_ids: Sequence[tuple[int, str]]) -> None:
         """Accept a changed plan on resume: store its text and add rows for its new jobs."""
         c = self.conn
