@@ -158,3 +158,16 @@ def test_a_database_from_before_the_plans_facts_migrates_forward_and_keeps_them(
         meta, facts = st.job_facts(run.id, [1])  # type: ignore[misc]
         assert (meta.jobs, meta.longest, facts[1].ups, facts[1].path) == (2, 2.0, (0,), 1.0)
     assert _version(pg_url) == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize("where", ["sqlite", "postgres"])
+def test_a_run_created_without_its_plan_copy_says_so_until_it_is_kept(
+        where: str, pg_url: str, tmp_path: Path) -> None:
+    with Store.open(tmp_path, journal=pg_url if where == "postgres" else None) as st:
+        run = st.create_run("r1", "p", "p.yaml", "d", "", ["a"], "2026-11-30", 1.0)
+        assert not st.has_plan_copy(run.id)
+        st.set_plan_text(run.id, "name: p\njobs: {}\n")
+        assert st.has_plan_copy(run.id) and st.plan_text(run.id) == "name: p\njobs: {}\n"
+        other = st.create_run("r2", "p", "p.yaml", "d", "", ["a"], "2026-11-30", 2.0)
+        st.set_plan_blob(other.id, "{}")
+        assert st.has_plan_copy(other.id)

@@ -63,3 +63,27 @@ def test_a_run_whose_copy_was_never_written_reads_its_unchanged_file_and_refuses
             raise AssertionError("a missing plan file was taken for the run's plan")
     finally:
         st.close()
+
+
+def test_a_run_resumed_before_its_copy_was_written_runs_from_its_file_and_keeps_the_copy(tmp_path: Path) -> None:
+    # Given a run killed after its jobs' rows were journaled and before its plan's copy was
+    plan = tmp_path / "p.yaml"
+    plan.write_text(PLAN)
+    sd = tmp_path / "sd"
+    st = Store.open(sd)
+    try:
+        st.create_run("20261202-000000-bbbbbb", "copy", str(plan), hashlib.sha256(PLAN.encode()).hexdigest(),
+                      "", ["a", "b"], "2026-12-02", 1.0, json.dumps({"executors": 1, "slots": 1}))
+    finally:
+        st.close()
+    # When it is resumed
+    p = cli("resume", "--state-dir", str(sd), "--json")
+    # Then it runs to its end from the unchanged file, and the journal keeps the copy from now on
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"a": "SUCCEEDED", "b": "SUCCEEDED"}
+    st = Store.open(sd)
+    try:
+        run = st.latest_run()
+        assert run is not None and st.has_plan_copy(run.id) and st.plan_text(run.id) == PLAN
+    finally:
+        st.close()

@@ -312,7 +312,8 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
                                    time.time(), json.dumps(_settings(opts)))
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
             write_ids(opts.state_dir, run.run_id, list(plan.jobs))
-        copy = None if resumed else _PlanCopy(run, plan, opts)
+        # (a run resumed after a crash in its first second may have no copy yet: it gets one now)
+        copy = _PlanCopy(run, plan, opts) if not resumed or not store.has_plan_copy(run.id) else None
         return _drive(store, run, plan, opts, resumed, on_turn, maker=maker, copy=copy)
     finally:
         if maker is not None:

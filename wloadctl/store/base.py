@@ -202,6 +202,10 @@ class Store(CurrentState, JobFacts, ABC):
         """Keep the plan's encoded form beside its text."""
 
     @abstractmethod
+    def has_plan_copy(self, run: int) -> bool:
+        """Whether the journal holds the run's plan, as text or encoded (a new run writes it after its first turn)."""
+
+    @abstractmethod
     def set_plan_text(self, run: int, text: str) -> None:
         """Keep the plan's text, for a run created without it (its copy is written after the first dispatch)."""
 

@@ -339,6 +339,12 @@ class PostgresStore(Store):
         """Keep the plan's encoded form beside its text."""
         self._do(lambda c: c.execute("UPDATE plans SET blob = %s WHERE run = %s", (blob, run)))
 
+    def has_plan_copy(self, run: int) -> bool:
+        """See Store.has_plan_copy."""
+        row = self._do(lambda c: c.execute("SELECT blob IS NOT NULL OR text <> '' FROM plans WHERE run = %s",
+                                           (run,)).fetchone())
+        return bool(row and row[0])
+
     def set_plan_text(self, run: int, text: str) -> None:
         """Keep the plan's text (see Store.set_plan_text)."""
         self._do(lambda c: c.execute("UPDATE plans SET text = %s WHERE run = %s", (text, run)))

@@ -309,6 +309,13 @@ class SqliteStore(Store):
         """Keep the plan's encoded form beside its text."""
         self.conn.execute("UPDATE plans SET blob = ? WHERE run = ?", (blob, run))
 
+    def has_plan_copy(self, run: int) -> bool:
+        """See Store.has_plan_copy (journals of older versions kept the text in the run's row)."""
+        if not self._has_turns:
+            return True
+        row = self.conn.execute("SELECT blob IS NOT NULL OR text <> '' FROM plans WHERE run = ?", (run,)).fetchone()
+        return bool(row and row[0])
+
     def set_plan_text(self, run: int, text: str) -> None:
         """Keep the plan's text (see Store.set_plan_text)."""
         self.conn.execute("UPDATE plans SET text = ? WHERE run = ?", (text, run))
