@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import psycopg
@@ -166,8 +167,14 @@ def test_a_run_created_without_its_plan_copy_says_so_until_it_is_kept(
     with Store.open(tmp_path, journal=pg_url if where == "postgres" else None) as st:
         run = st.create_run("r1", "p", "p.yaml", "d", "", ["a"], "2026-11-30", 1.0)
         assert not st.has_plan_copy(run.id)
-        st.set_plan_text(run.id, "name: p\njobs: {}\n")
-        assert st.has_plan_copy(run.id) and st.plan_text(run.id) == "name: p\njobs: {}\n"
+        plan = tmp_path / "p.yaml"
+        text = "name: p\njobs: {}\n" + "# déjà vu\n" * 200_000  # more than one piece, and not only ASCII
+        plan.write_text(text, encoding="utf-8")
+        digest = hashlib.sha256(plan.read_bytes()).hexdigest()
+        assert not st.keep_plan_file(run.id, str(plan), "0" * 64), "a file of another digest is not kept"
+        assert not st.has_plan_copy(run.id)
+        assert st.keep_plan_file(run.id, str(plan), digest)
+        assert st.has_plan_copy(run.id) and st.plan_text(run.id) == text
         other = st.create_run("r2", "p", "p.yaml", "d", "", ["a"], "2026-11-30", 2.0)
         st.set_plan_blob(other.id, "{}")
         assert st.has_plan_copy(other.id)

@@ -384,20 +384,18 @@ class _PlanCopy:
         if plan is None:
             return
         try:
-            data = Path(plan.path).read_bytes()
+            kept = store.keep_plan_file(self.run.id, plan.path, plan.digest)
+            if kept:
+                keep_plan(store, self.run, plan)
         except OSError as e:
             self.opts.say(f"cannot read {plan.path} again to keep its copy in the journal ({e.strerror}): "
                           "a resume needs the file as it was")
-            return
-        if hashlib.sha256(data).hexdigest() != plan.digest:
-            self.opts.say(f"{plan.path} changed since the run started: the journal keeps no copy of the plan, "
-                          "a resume needs the file as it was")
-            return
-        try:
-            store.set_plan_text(self.run.id, data.decode("utf-8", "replace"))
-            keep_plan(store, self.run, plan)
         except StoreError as e:
             self.opts.say(f"cannot keep the plan's copy in the journal ({e}): a resume needs the plan file")
+        else:
+            if not kept:
+                self.opts.say(f"{plan.path} changed since the run started: the journal keeps no copy of the plan, "
+                              "a resume needs the file as it was")
 
 
 class _CoreMaker(threading.Thread):

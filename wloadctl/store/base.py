@@ -206,8 +206,13 @@ class Store(CurrentState, JobFacts, ABC):
         """Whether the journal holds the run's plan, as text or encoded (a new run writes it after its first turn)."""
 
     @abstractmethod
-    def set_plan_text(self, run: int, text: str) -> None:
-        """Keep the plan's text, for a run created without it (its copy is written after the first dispatch)."""
+    def keep_plan_file(self, run: int, path: str, digest: str) -> bool:
+        """Keep the plan file's text for a run created without it (its copy follows the first dispatch), if the
+        file's SHA-256 is `digest`; False, and nothing kept, if it is not.
+
+        Raises:
+            OSError: the file cannot be read.
+        """
 
     @abstractmethod
     def replace_plan(self, run: int, digest: str, text: str, path: str,

@@ -10,6 +10,7 @@ transaction again; a turn is never half applied.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import socket
@@ -345,9 +346,15 @@ class PostgresStore(Store):
                                            (run,)).fetchone())
         return bool(row and row[0])
 
-    def set_plan_text(self, run: int, text: str) -> None:
-        """Keep the plan's text (see Store.set_plan_text)."""
+    def keep_plan_file(self, run: int, path: str, digest: str) -> bool:
+        """See Store.keep_plan_file."""
+        data = Path(path).read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            return False
+        text = data.decode("utf-8", "replace")
+        del data
         self._do(lambda c: c.execute("UPDATE plans SET text = %s WHERE run = %s", (text, run)))
+        return True
 
     def replace_plan(self, run: int, digest: str, text: str, path: str,
                      new_job_ids: Sequence[tuple[int, str]]) -> None:

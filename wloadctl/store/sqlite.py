@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -295,7 +297,8 @@ class SqliteStore(Store):
             else None
         if row is None:
             row = self.conn.execute("SELECT plan_text FROM runs WHERE id = ?", (run,)).fetchone()
-        return str(row[0])
+        text = row[0]
+        return text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
 
     def plan_blob(self, run: int) -> str | None:
         """The plan as loaded, in its compact encoded form (None for journals written before it existed)."""
@@ -316,9 +319,35 @@ class SqliteStore(Store):
         row = self.conn.execute("SELECT blob IS NOT NULL OR text <> '' FROM plans WHERE run = ?", (run,)).fetchone()
         return bool(row and row[0])
 
-    def set_plan_text(self, run: int, text: str) -> None:
-        """Keep the plan's text (see Store.set_plan_text)."""
-        self.conn.execute("UPDATE plans SET text = ? WHERE run = ?", (text, run))
+    def keep_plan_file(self, run: int, path: str, digest: str) -> bool:
+        """See Store.keep_plan_file. The file goes into its row a piece at a time (a million-job plan's text is
+        150 MB: held whole, with SQLite's copies of it, it was the scheduler's peak memory); the row then
+        holds the text's UTF-8 bytes, which plan_text decodes."""
+        size = os.path.getsize(path)
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute("UPDATE plans SET text = zeroblob(?) WHERE run = ?", (size, run))
+            h = hashlib.sha256()
+            with open(path, "rb") as f, c.blobopen("plans", "text", run) as blob:
+                while piece := f.read(1 << 20):
+                    if blob.tell() + len(piece) > size:
+                        h = None  # the file grew since: not the run's plan
+                        break
+                    blob.write(piece)
+                    h.update(piece)
+                whole = blob.tell() == size
+            if h is None or not whole or h.hexdigest() != digest:
+                c.execute("ROLLBACK")
+                return False
+            c.execute("COMMIT")
+            return True
+        except sqlite3.DatabaseError as e:
+            c.execute("ROLLBACK")
+            raise StoreError(f"could not keep the plan's text in {self.path}: {e}") from None
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
 
     def replace_plan(self, run: int, digest: str, text: str, path: str, new_job_ids: Sequence[tuple[int, str]]) -> None:
         """Accept a changed plan on resume: store its text and add rows for its new jobs."""
