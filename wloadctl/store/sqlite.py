@@ -330,14 +330,11 @@ class SqliteStore(Store):
             c.execute("UPDATE plans SET text = zeroblob(?) WHERE run = ?", (size, run))
             h = hashlib.sha256()
             with open(path, "rb") as f, c.blobopen("plans", "text", run) as blob:
-                while piece := f.read(1 << 20):
-                    if blob.tell() + len(piece) > size:
-                        h = None  # the file grew since: not the run's plan
-                        break
+                while (piece := f.read(1 << 20)) and blob.tell() + len(piece) <= size:  # (a file that grew: not it)
                     blob.write(piece)
                     h.update(piece)
-                whole = blob.tell() == size
-            if h is None or not whole or h.hexdigest() != digest:
+                whole = not piece and blob.tell() == size
+            if not whole or h.hexdigest() != digest:
                 c.execute("ROLLBACK")
                 return False
             c.execute("COMMIT")
