@@ -70,7 +70,7 @@ def _verb_broker_arg(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     ap = _Parser(prog="wloadctl", description="Workload scheduler for batch operations.")
-    ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    ap.add_argument("--version", action=_VersionAction)
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
@@ -280,6 +280,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmarks at bank scale (see `wloadctl bench --help`)", add_help=False)
     p.add_argument("args", nargs=argparse.REMAINDER)
     return ap
+
+
+class _VersionAction(argparse.Action):
+    """`--version`: the version is looked up when asked for, not at every command's start (its metadata
+    costs tens of milliseconds to read)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str = "show the version and exit") -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
 
 
 def _version() -> str:

@@ -143,6 +143,10 @@ class Executor:
     epoch: int = 0
     done: int = 0
     stop: bool = False
+    look: bool = False
+    """The scheduler asked this executor to read the board now (SIGUSR1: the run is done), not at its next beat."""
+    wake_fd: int = -1
+    """Read end of the pipe a caught signal writes to (signal.set_wakeup_fd): a signal ends the wait at once."""
 
     def open(self) -> None:
         """Open the run's queues and segments (the scheduler created them)."""
@@ -169,7 +173,9 @@ class Executor:
     def serve(self) -> None:
         """Run until told to stop, the run is done, or the scheduler is gone for good."""
         poller = self.poller
-        req_fd, rsp_fd = self.req.fd, self.rsp.fd
+        req_fd, rsp_fd, wake_fd = self.req.fd, self.rsp.fd, self.wake_fd
+        if wake_fd >= 0:
+            poller.register(wake_fd, select.POLLIN)
         rsp_on = False
         req_on = False
         # The loop waits on the monotonic clock: a wall clock set back must not stop the beats
@@ -203,14 +209,18 @@ class Executor:
                     self._take()
                 elif fd in self.running:
                     self._reap(fd)
+                elif fd == wake_fd:
+                    _drain(wake_fd)
             now = time.monotonic()
             self._start_backlog()
             if self.backlog and self.prefetch and len(self.running) >= self.slots:
                 self._hand_back(now)
             self._check_timeouts(now)
             self._flush(now)
-            if now >= next_beat:
-                next_beat = now + BEAT_INTERVAL
+            if now >= next_beat or self.look:
+                if now >= next_beat:
+                    next_beat = now + BEAT_INTERVAL
+                self.look = False
                 hdr = self._header()
                 if hdr is not None:
                     if hdr.epoch > self.epoch:
@@ -598,7 +608,16 @@ def main(argv: list[str] | None = None) -> int:
         for r in ex.running.values():
             _killpg(r.proc.pid, signal.SIGTERM)
 
+    def on_look(_s: int, _f: object) -> None:
+        ex.look = True
+
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGUSR1, on_look)
+    # A caught signal writes to this pipe, which the loop polls: SIGTERM and SIGUSR1 end its wait
+    # at once (a signal alone would not: the wait resumes after the handler, PEP 475).
+    ex.wake_fd, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     try:
         ex.open()
     except WloadError as e:
@@ -609,6 +628,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ex.shutdown()
     return 0
+
+
+def _drain(fd: int) -> None:
+    """Empty the signal wake-up pipe."""
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
 
 
 if __name__ == "__main__":

@@ -662,6 +662,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                         loop.publish_final()
                         if status in ("interrupted", "held"):
                             local.stop_all()
+                        else:
+                            local.wake_all()
                         local.wait_all(timeout=10.0)
                         ctx.reap_hooks(wait=5.0)
                         objs.remove()

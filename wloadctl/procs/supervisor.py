@@ -363,20 +363,36 @@ class Supervisor:
                 except ProcessLookupError:
                     pass
 
+    def wake_all(self) -> None:
+        """Tell every executor to read the board now (SIGUSR1): the run is done, they exit without waiting for
+        their next beat."""
+        for w in self.workers.values():
+            if w.state != ExecutorState.DEAD:
+                try:
+                    os.kill(w.pid, signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass
+
     def wait_all(self, timeout: float) -> None:
         """Wait for every executor to exit; SIGKILL the ones that do not in time; reap them all."""
-        deadline = time.time() + timeout
+        deadline = time.monotonic() + timeout
+        # Each executor's pidfd turns readable when it exits: wait on them all at once, not in turns.
+        waiting = select.poll()
+        left = set()
+        for w in self.workers.values():
+            if w.state != ExecutorState.DEAD:
+                waiting.register(w.pidfd, select.POLLIN)
+                left.add(w.pidfd)
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for fd, _ev in waiting.poll(max(1, int(remaining * 1000))):
+                waiting.unregister(fd)
+                left.discard(fd)
         for w in self.workers.values():
             if w.state == ExecutorState.DEAD:
                 continue
-            while pid_alive(w.pid) and time.time() < deadline:
-                if w.proc is not None:
-                    try:
-                        w.proc.wait(max(0.0, min(0.05, deadline - time.time())))
-                    except subprocess.TimeoutExpired:
-                        pass
-                else:
-                    time.sleep(0.02)
             if pid_alive(w.pid):
                 try:
                     os.kill(w.pid, signal.SIGKILL)
