@@ -365,9 +365,16 @@ class Supervisor:
 
     def wake_all(self) -> None:
         """Tell every executor to read the board now (SIGUSR1): the run is done, they exit without waiting for
-        their next beat."""
+        their next beat.
+
+        Only an executor that has beaten is told: it set its handler before its first beat, and SIGUSR1 would
+        end one still starting (it finds the board done at its first beat anyway)."""
+        try:
+            beaten = {s.executor: s.pid for s in self.eboard.read_all() if s.pid and s.beat}
+        except WloadError:
+            return
         for w in self.workers.values():
-            if w.state != ExecutorState.DEAD:
+            if w.state != ExecutorState.DEAD and beaten.get(w.index) == w.pid:
                 try:
                     os.kill(w.pid, signal.SIGUSR1)
                 except ProcessLookupError:
