@@ -147,3 +147,26 @@ def test_a_log_exists_only_for_an_attempt_that_printed(tmp_path: Path, no_ipc_le
     run_id = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["run"]
     # The executors' spare files went with them: only the log of the attempt that printed is left.
     assert sorted(p.name for p in (sd / "logs" / run_id).iterdir()) == ["loud.1.log"]
+
+
+def test_a_new_run_removes_the_executor_journals_of_the_finished_runs_before_it(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given a state directory that ran a plan once, and a journal of a run it does not know
+    sd = tmp_path / "sd"
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "evidence", {"a": {}, "b": {"depends_on": ["a"]}})
+    first = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    assert first.returncode == 0, first.stderr
+    run1 = json.loads(first.stdout)["run"]
+    journals = sd / "executors"
+    assert [p for p in journals.iterdir() if p.name.startswith(f"{run1}-")], "the run's executors journaled"
+    stranger = journals / "20200101-000000-abcdef-0-1.results"
+    stranger.write_bytes(b"")
+    # When the next night's run starts there
+    second = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    assert second.returncode == 0, second.stderr
+    run2 = json.loads(second.stdout)["run"]
+    # Then only the new run's journals are left, and what the journal cannot say is finished stays
+    names = sorted(p.name for p in journals.iterdir())
+    assert not [n for n in names if n.startswith(f"{run1}-")], names
+    assert [n for n in names if n.startswith(f"{run2}-")], names
+    assert stranger.name in names

@@ -67,3 +67,24 @@ def test_a_task_handed_back_then_taken_again_by_the_same_executor_is_its_again(t
     got = read(tmp_path).of((7, 1))
     assert sorted(got) == [P.RES_ACCEPTED, P.RES_STARTED]
     assert got[P.RES_STARTED] == (500, rec(P.RES_STARTED, 0, 1.3))
+
+
+def test_only_the_journals_of_finished_runs_are_dropped(tmp_path: Path) -> None:
+    from wloadctl.procs.localpool import drop_result_journals
+
+    (tmp_path / "executors").mkdir()
+    for run, ex in (("20261201-010101-aaaaaa", 0), ("20261201-010101-aaaaaa", 1), ("20261202-020202-bbbbbb", 0)):
+        log = ResultLog(tmp_path / "executors" / f"{run}-{ex}-{100 + ex}.results")
+        log.write(P.encode_results([rec(P.RES_EXITED, ex, 1.0)]))
+        log.close()
+    (tmp_path / "executors" / "notes.txt").write_text("not a journal")
+    asked: list[str] = []
+
+    def finished(run_id: str) -> bool:
+        asked.append(run_id)
+        return run_id == "20261201-010101-aaaaaa"
+
+    assert drop_result_journals(tmp_path, finished) == 2
+    left = sorted(p.name for p in (tmp_path / "executors").iterdir())
+    assert left == ["20261202-020202-bbbbbb-0-100.results", "notes.txt"]
+    assert sorted(asked) == ["20261201-010101-aaaaaa", "20261202-020202-bbbbbb"], "one question a run"

@@ -50,6 +50,34 @@ def result_journals(state_dir: Path, run_id: str) -> list[tuple[int, int, Path]]
     return out
 
 
+def drop_result_journals(state_dir: Path, finished: Callable[[str], bool]) -> int:
+    """Remove the executors' results journals of the runs `finished` says are over (their journals served
+    only their own recovery). Returns how many went.
+
+    Without this a state directory run every night would keep three records a job, every night, forever.
+    """
+    gone = 0
+    try:
+        names = os.listdir(state_dir / "executors")
+    except OSError:
+        return 0
+    verdict: dict[str, bool] = {}
+    for name in names:
+        # RUN-INDEX-PID.results, the run id itself holding dashes
+        run_id = name.rsplit("-", 2)[0]
+        if not name.endswith(".results") or name.count("-") < 3:
+            continue
+        if run_id not in verdict:
+            verdict[run_id] = finished(run_id)
+        if verdict[run_id]:
+            try:
+                os.unlink(state_dir / "executors" / name)
+                gone += 1
+            except OSError:
+                pass
+    return gone
+
+
 def read_results(path: Path) -> list[P.ResultRecord]:
     """Every result record in one executor's journal (a torn last record is ignored)."""
     try:

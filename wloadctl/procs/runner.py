@@ -37,7 +37,7 @@ from wloadctl.procs.executor import DEFAULT_PREFETCH
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.jobtree import remove_run_groups
 from wloadctl.procs.limits import queue_room, quota_full
-from wloadctl.procs.localpool import LocalPool
+from wloadctl.procs.localpool import LocalPool, drop_result_journals
 from wloadctl.procs.pools import Pools
 from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.reports import ReportReader
@@ -310,6 +310,8 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             # a million jobs one key a line, and its encoded form) follows the first dispatch (_PlanCopy).
             run = store.create_run(rid, plan.name, plan.path, plan.digest, "", plan.jobs.keys(), bdate,
                                    time.time(), json.dumps(_settings(opts)))
+            # What the executors of this directory's finished runs journaled for a recovery is no longer needed.
+            drop_result_journals(opts.state_dir, lambda r: r != rid and _finished(store, r))
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
             write_ids(opts.state_dir, run.run_id, list(plan.jobs))
         # (a run resumed after a crash in its first second may have no copy yet: it gets one now)
@@ -321,6 +323,12 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         if store is not None:
             store.close()
         lock.release()
+
+
+def _finished(store: Store, run_id: str) -> bool:
+    """Whether the journal holds this run as finished (a run it does not know is not judged finished)."""
+    row = store.get_run(run_id)
+    return row is not None and row.status not in UNFINISHED
 
 
 def _settings(opts: RunOptions) -> dict[str, object]:
