@@ -297,8 +297,10 @@ def test_a_job_that_ended_before_its_whole_node_was_killed_is_reported_ended_not
     node.signal_agent(signal.SIGSTOP)
     wait_for(lambda: [k for k, _a in agents_of(out)["one"]] == ["start", "end"], timeout=30, what="one ended")
     time.sleep(0.5)
+    assert list((node.state_dir / "executors").glob("*.results")), "the node's executors journal what they run"
     # When the whole node is killed -9 (agent, executors, shared memory) and started again
     node.kill_node()
+    restarted = time.time()
     node.start()
     stdout, stderr = proc.communicate(timeout=120)
     # Then the job's end reaches the run from its executor's journal: it is not run a second time
@@ -306,6 +308,12 @@ def test_a_job_that_ended_before_its_whole_node_was_killed_is_reported_ended_not
     assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
     assert [k for k, _a in agents_of(out)["one"]] == ["start", "end"]
     assert "1 task(s) held before a restart had ended meanwhile: reported ended" in node.output()
+    # and the dead executors' journals, applied, are gone: what is journaled now is the new executors' alone
+    # (in the node's fresh pid namespace they may have the same pids, and so the same file names)
+    from wloadctl.procs.localpool import read_results
+
+    recs = [r for p in (node.state_dir / "executors").glob("*.results") for r in read_results(p)]
+    assert all(max(r.started, r.ended) >= restarted for r in recs), recs
 
 
 def test_a_task_whose_payload_cannot_be_read_ends_as_a_failed_start_and_never_runs(

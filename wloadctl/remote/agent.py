@@ -26,7 +26,7 @@ from wloadctl.ipc import protocol as P
 from wloadctl.ipc.quota import LARGEST_RUN
 from wloadctl.ipc.shm import remove_run_objects, run_is_alive
 from wloadctl.paths import log_name, result_name, run_dirs
-from wloadctl.procs.health import process_rss_kb
+from wloadctl.procs.health import pid_alive, process_rss_kb
 from wloadctl.procs.localpool import LocalPool, read_results, result_journals
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import RESULT_LIMIT, read_small
@@ -122,6 +122,7 @@ class Agent:
         """Result batches published and not yet acknowledged, with the ends they carry."""
         self._beat_board()
         self._restore(adopt)
+        self._drop_dead_journals()
         self.pool.spawn_missing(o.executors)
         self.pullers: list[Puller] = []
         for pool in o.pools:
@@ -190,6 +191,17 @@ class Agent:
         for loc, ex in list(self.book.executor.items()):
             if ex < 0 or ex not in alive:
                 self.book.lost.append(loc)
+
+    def _drop_dead_journals(self) -> None:
+        """Remove the journals of the node's executors that are gone: what they said is applied (`_restore`
+        journaled it in the node's own journal), and an agent restarted often would otherwise read them all
+        again at every start, and keep them for ever."""
+        for _ex, pid, path in result_journals(self.opts.state_dir, self.node):
+            if not pid_alive(pid):
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
 
     # -- the loop --------------------------------------------------------------------------
 
