@@ -133,9 +133,16 @@ def test_shell_comparison_ran_every_tool_on_every_shape(quick: dict[str, Any]) -
     tools = ["wloadctl"] + [
         f"{t} -j2" for t in buildtools.TOOLS if buildtools.available(t)
     ]
+    ratios = {r["name"]: r for r in quick["ratios"]}
     for shape in ("bank", "wide", "chain"):
         for tool in tools:
             assert f"shell/shell jobs (true)/{tool}/{shape}/{QUICK.shell}" in figs
+        # CPU per job beside ninja's: every process of each command, over the same jobs
+        if buildtools.available("ninja"):
+            cpu = ratios[f"shell {shape} {QUICK.shell}: wloadctl / ninja -j2 CPU per job"]
+            mine = figs[f"shell/shell jobs (true)/wloadctl/{shape}/{QUICK.shell}"]["extra"]["cpu_seconds"]
+            theirs = figs[f"shell/shell jobs (true)/ninja -j2/{shape}/{QUICK.shell}"]["extra"]["cpu_seconds"]
+            assert cpu["value"] == pytest.approx(mine / theirs) and cpu["of"] == "cpu_seconds"
 
 
 @pytest.mark.ipc
@@ -187,8 +194,8 @@ def test_targets_are_listed_but_not_judged_at_quick_sizes(
     quick: dict[str, Any],
 ) -> None:
     labels = [t["label"] for t in quick["targets"]]
-    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "d", "e", "f1", "f2", "r1", "r2", "r3",
-                      "s1", "k1", "k2", "k3", "k4", "s2"]
+    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "c4", "c5", "c6", "d", "e", "f1", "f2",
+                      "r1", "r2", "r3", "s1", "k1", "k2", "k3", "k4", "s2"]
     assert all(t["met"] is None for t in quick["targets"])
 
 

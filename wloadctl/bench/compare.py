@@ -128,6 +128,16 @@ def shell(ctx: Context) -> None:
                     "jobs_per_s",
                 )
             )
+            # The same jobs on both sides: the ratio of their CPU is that of CPU per job (every process of
+            # the command, the jobs' own included).
+            ctx.add_ratio(
+                ratio(
+                    f"shell {shape} {jobs}: wloadctl / {t} -j{par} CPU per job",
+                    mine,
+                    theirs,
+                    "cpu_seconds",
+                )
+            )
 
 
 def dask(ctx: Context) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from wloadctl.bench.figures import Extra, Figure, Ratio, Target, field_of
 
-Op = Literal["<", ">="]
+Op = Literal["<", "<=", ">="]
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,18 @@ TARGETS: tuple[TargetSpec, ...] = (
         ">=",
         0.9,
         "x",
+    ),
+    *(
+        TargetSpec(
+            f"c{k}",
+            f"shell jobs, {shape} 10,000: CPU per job at most ninja -j2's (every process, the jobs' own included)",
+            f"ratio:shell {shape} 10000: wloadctl / ninja -j2 CPU per job",
+            "value",
+            "<=",
+            1.0,
+            "x",
+        )
+        for k, shape in ((4, "bank"), (5, "wide"), (6, "chain"))
     ),
     TargetSpec(
         "d",
@@ -250,7 +262,7 @@ def judge(figures: list[Figure], ratios: list[Ratio]) -> list[Target]:
         met = (
             None
             if value is None
-            else (value < t.bound if t.op == "<" else value >= t.bound)
+            else (value < t.bound if t.op == "<" else value <= t.bound if t.op == "<=" else value >= t.bound)
         )
         out.append(Target(t.label, t.text, t.source, value, t.unit, met))
     return out
