@@ -358,10 +358,7 @@ class Supervisor:
         """SIGTERM every executor (each stops its jobs and exits)."""
         for w in self.workers.values():
             if w.state != ExecutorState.DEAD:
-                try:
-                    os.kill(w.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                _signal(w, signal.SIGTERM)
 
     def wake_all(self) -> None:
         """Tell every executor to read the board now (SIGUSR1): the run is done, they exit without waiting for
@@ -375,10 +372,7 @@ class Supervisor:
             return
         for w in self.workers.values():
             if w.state != ExecutorState.DEAD and beaten.get(w.index) == w.pid:
-                try:
-                    os.kill(w.pid, signal.SIGUSR1)
-                except ProcessLookupError:
-                    pass
+                _signal(w, signal.SIGUSR1)
 
     def wait_all(self, timeout: float) -> None:
         """Wait for every executor to exit; SIGKILL the ones that do not in time; reap them all."""
@@ -408,3 +402,17 @@ class Supervisor:
             if w.proc is not None:
                 w.proc.wait()
             self._bury(w)
+
+
+def _signal(w: Worker, sig: int) -> None:
+    """Signal an executor through its pidfd: an adopted one (not this process's child) may have exited and its
+    pid gone to another process, which a kill by pid would reach."""
+    try:
+        signal.pidfd_send_signal(w.pidfd, sig)
+    except ProcessLookupError:
+        pass
+    except OSError:
+        try:
+            os.kill(w.pid, sig)  # a closed or unusable pidfd: by pid, as before
+        except ProcessLookupError:
+            pass
