@@ -73,6 +73,9 @@ class SchedulerLoop:
     """Set when the core reports the run finished."""
     changes: list[tuple[int, int]] = field(default_factory=list)
     """Board changes not yet published."""
+    unlogged: list[tuple[list[tuple], float]] = field(default_factory=list)
+    """Transitions committed this turn, with their commit's seconds, for the event log and the pipeline meter:
+    written after the turn's dispatch (with the board), so a job's successor is sent without waiting for them."""
     turn: int = 0
     """Loop turns so far (cause ids of results name their turn)."""
     exit_when_stalled: bool = False
@@ -386,15 +389,13 @@ class SchedulerLoop:
                 t0 = time.perf_counter()
                 self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
                                       durable=durable)
-                if self.meter is not None:
-                    self.meter.committed(c.transitions, time.perf_counter() - t0, self.core.n)
+                self.unlogged.append((c.transitions, time.perf_counter() - t0))
             except StoreError:
                 self._raise_if_fenced()
                 raise
             if added:
                 self._announce_instances(added)
             self.changes.extend((t[0], t[2]) for t in c.transitions)
-            self.ctx.events.transitions(c.transitions, self.core.ids)
             if self.watch is not None:
                 self.watch.extend((t[0], t[2], t[7]) for t in c.transitions if t[2] in _SHOWN)
         elif isinstance(c, Dispatch):
@@ -417,6 +418,8 @@ class SchedulerLoop:
             self.ctx.events.emit("for_each_expanded", job=parent, items=len(items), first_index=first)
 
     def _publish(self, force: bool = False, done: bool = False) -> None:
+        if self.unlogged:
+            self._log_committed()
         if not self.changes and not force:
             return
         # The board has one writer: once a successor published there, this one must not.
@@ -425,6 +428,15 @@ class SchedulerLoop:
                                   paused=self._pause_code())
         self.objs.board.publish(hdr, changes=self.changes)
         self.changes = []
+
+    def _log_committed(self) -> None:
+        """The event log's lines and the pipeline meter's figures of the transitions committed since the last call."""
+        done, self.unlogged = self.unlogged, []
+        ids, meter, n = self.core.ids, self.meter, self.core.n
+        for transitions, seconds in done:
+            if meter is not None:
+                meter.committed(transitions, seconds, n)
+            self.ctx.events.transitions(transitions, ids)
 
     def _pause_code(self) -> int:
         """Why dispatch is paused, for the board (PAUSE_NONE when it is not)."""
