@@ -73,7 +73,7 @@ class SchedulerLoop:
     """Set when the core reports the run finished."""
     changes: list[tuple[int, int]] = field(default_factory=list)
     """Board changes not yet published."""
-    unlogged: list[tuple[list[tuple], float]] = field(default_factory=list)
+    unlogged: list[tuple[list, float]] = field(default_factory=list)
     """Transitions committed this turn, with their commit's seconds, for the event log and the pipeline meter:
     written after the turn's dispatch (with the board), so a job's successor is sent without waiting for them."""
     turn: int = 0
