@@ -294,9 +294,12 @@ class Executor:
         """Receive task records while there is room; no-op tasks complete at once."""
         # A takeover publishes its epoch on the board before it dispatches anything: reading
         # it here, not only at the next beat, fences a woken predecessor's records at once.
-        hdr = self._header()
-        if hdr is not None and hdr.epoch > self.epoch:
-            self.epoch = hdr.epoch
+        try:
+            epoch = self.board.read_epoch()  # the epoch alone: the rest of the header is read at the beat
+        except WloadError:
+            epoch = 0
+        if epoch > self.epoch:
+            self.epoch = epoch
         room = self._room(time.monotonic())
         while len(self.backlog) + len(self.running) < room:
             data = self.req.recv_nowait()
@@ -370,7 +373,9 @@ class Executor:
     def _spawn(self, rec: P.TaskRecord, p: P.Payload) -> None:
         now = time.time()
         spawner = self.spawner
-        env = dict(spawner.env_for(p.env))
+        env = spawner.env_for(p.env)
+        if env is spawner.base_env:
+            env = dict(env)  # the job's marker is added to it below: never to the shared base
         argv = spawner.argv_for(p.command, env)
         log: LogFile | None = None
         cpu, mem = _claim(p)
