@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any, Literal
 from wloadctl.bench.figures import Extra, Figure, Ratio, Target, field_of
 
 Op = Literal["<", "<=", ">="]
+_COMPARE = {"<": operator.lt, "<=": operator.le, ">=": operator.ge}
+"""How a target's value is judged against its bound."""
 
 
 @dataclass(frozen=True)
@@ -259,11 +262,7 @@ def judge(figures: list[Figure], ratios: list[Ratio]) -> list[Target]:
             value = r.value if r is not None else None
         elif (f := by_key.get(t.source)) is not None:
             value = field_of(f, t.field)
-        met = (
-            None
-            if value is None
-            else (value < t.bound if t.op == "<" else value <= t.bound if t.op == "<=" else value >= t.bound)
-        )
+        met = None if value is None else _COMPARE[t.op](value, t.bound)
         out.append(Target(t.label, t.text, t.source, value, t.unit, met))
     return out
 

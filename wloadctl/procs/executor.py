@@ -621,7 +621,6 @@ def main(argv: list[str] | None = None) -> int:
     # A caught signal writes to this pipe, which the loop polls: SIGTERM and SIGUSR1 end its wait
     # at once (a signal alone would not: the wait resumes after the handler, PEP 475).
     ex.wake_fd, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     try:
         ex.open()

@@ -38,15 +38,27 @@ UNACCEPTED_SETTLE = 0.25
 """Seconds, once the request queue has emptied after an executor died, before tasks found in no
 executor's record count as lost with it (live executors record what they take at once)."""
 
+def _journal_name(name: str) -> tuple[str, int, int] | None:
+    """(run id, executor index, executor pid) of an executor's results journal file name, RUN-INDEX-PID.results
+    (the run id holding dashes of its own), or None for any other name."""
+    if not name.endswith(".results"):
+        return None
+    parts = name[: -len(".results")].rsplit("-", 2)
+    if len(parts) != 3:
+        return None
+    try:
+        return parts[0], int(parts[1]), int(parts[2])
+    except ValueError:
+        return None
+
+
 def result_journals(state_dir: Path, run_id: str) -> list[tuple[int, int, Path]]:
     """(executor index, executor pid, path) of every executor results journal of a run."""
     out = []
     for p in sorted((state_dir / "executors").glob(f"{run_id}-*.results")):
-        try:
-            index, pid = (int(x) for x in p.stem[len(run_id) + 1 :].split("-"))
-        except ValueError:
-            continue
-        out.append((index, pid, p))
+        named = _journal_name(p.name)
+        if named is not None and named[0] == run_id:
+            out.append((named[1], named[2], p))
     return out
 
 
@@ -63,10 +75,10 @@ def drop_result_journals(state_dir: Path, finished: Callable[[str], bool]) -> in
         return 0
     verdict: dict[str, bool] = {}
     for name in names:
-        # RUN-INDEX-PID.results, the run id itself holding dashes
-        run_id = name.rsplit("-", 2)[0]
-        if not name.endswith(".results") or name.count("-") < 3:
+        named = _journal_name(name)
+        if named is None:
             continue
+        run_id = named[0]
         if run_id not in verdict:
             verdict[run_id] = finished(run_id)
         if verdict[run_id]:

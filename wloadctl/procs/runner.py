@@ -311,7 +311,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             run = store.create_run(rid, plan.name, plan.path, plan.digest, "", plan.jobs.keys(), bdate,
                                    time.time(), json.dumps(_settings(opts)))
             # What the executors of this directory's finished runs journaled for a recovery is no longer needed.
-            drop_result_journals(opts.state_dir, lambda r: r != rid and _finished(store, r))
+            drop_result_journals(opts.state_dir, lambda r: _finished(store, r))
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
             write_ids(opts.state_dir, run.run_id, list(plan.jobs))
         # (a run resumed after a crash in its first second may have no copy yet: it gets one now)

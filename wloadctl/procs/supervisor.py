@@ -309,7 +309,7 @@ class Supervisor:
                 continue
             since = now - (w.last_beat or w.spawned)
             if since > self.dead_after + (5.0 if w.state == ExecutorState.STARTING else 0.0):
-                os.kill(w.pid, signal.SIGKILL)
+                _signal(w, signal.SIGKILL)
                 dead.append((w.index, f"no heartbeat for {since:.1f}s (stuck); killed"))
                 self._bury(w)
             elif since > self.suspect_after and w.state != ExecutorState.STARTING:
@@ -394,11 +394,8 @@ class Supervisor:
         for w in self.workers.values():
             if w.state == ExecutorState.DEAD:
                 continue
-            if pid_alive(w.pid):
-                try:
-                    os.kill(w.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            if w.pidfd in left:  # not exited in time
+                _signal(w, signal.SIGKILL)
             if w.proc is not None:
                 w.proc.wait()
             self._bury(w)
