@@ -267,6 +267,10 @@ class RunClient:
             return "no space left in /dev/shm for the payload arena (jobs wait to be sent)"
         if h.paused == P.PAUSE_JOURNAL_LOST:
             return "journal unreachable, retrying"
+        if h.paused == P.PAUSE_CANCELLED:
+            return "run cancelled: running jobs finish, nothing new starts"
+        if h.paused == P.PAUSE_STOPPING:
+            return "the scheduler is stopping"
         return f"paused (reason code {h.paused})"
 
     def held(self, states: bytes | None = None, limit: int = 50) -> list[str]:

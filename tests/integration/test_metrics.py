@@ -54,7 +54,8 @@ def test_a_live_run_serves_prometheus_metrics_with_its_jobs_outcomes_and_latenci
         assert jobs[(("state", "FAILED"), ("tier", "standard"))] == 1
         assert sum(jobs.values()) == 4
         assert m["wloadctl_jobs_finished_total"][(("outcome", "FAILED"),)] == 1
-        assert m["wloadctl_dispatch_latency_seconds_count"][()] >= 4
+        # READY to QUEUED: a, b and bad (wait follows b on its executor, never READY), or wait too
+        assert m["wloadctl_dispatch_latency_seconds_count"][()] >= 3
         assert m["wloadctl_completion_to_start_seconds_count"][()] >= 2
         assert m["wloadctl_journal_commit_seconds_count"][()] >= 3
         assert m["wloadctl_loop_turn_seconds_count"][()] >= 1

@@ -39,11 +39,11 @@ def test_top_shows_the_live_pipeline_per_executor_and_goes_stale_when_the_run_en
         run_id = view["run"]
         # Then it has the queues, the arena, the latencies, the journal, the loop and each executor
         req, rsp = view["queues"]["request"], view["queues"]["response"]
-        assert req["max"] >= 1 and 0 <= req["depth"] <= req["max"] and req["batches"] >= 6
-        assert rsp["batches"] >= 6 and 0 <= rsp["depth"] <= rsp["max"]
+        assert req["max"] >= 1 and 0 <= req["depth"] <= req["max"] and req["batches"] >= 2  # a chain goes out at once
+        assert rsp["batches"] >= 3 and 0 <= rsp["depth"] <= rsp["max"]
         assert view["arena"]["capacity"] > 0
         lat = view["latency"]
-        assert lat["ready_to_dispatch"]["n"] >= 6 and lat["ready_to_dispatch"]["p50"] is not None
+        assert lat["ready_to_dispatch"]["n"] >= 1 and lat["ready_to_dispatch"]["p50"] is not None
         assert lat["finish_to_dependent_start"]["p99"] >= lat["finish_to_dependent_start"]["p50"] >= 0
         assert view["journal"]["commits"] >= 6 and view["journal"]["rows_per_commit"] >= 1
         assert view["loop"]["turn"]["n"] >= 1 and not view["stale"]

@@ -46,6 +46,9 @@ class Dispatch:
 
     tasks: list[tuple[int, int]]
     """Job index and attempt number, in dispatch order (most urgent first)."""
+    follow: frozenset[int] = frozenset()
+    """Jobs of `tasks` that follow the task just before them: sent in the same message, to the same
+    executor, and started by it the moment that task exits 0 (handed back otherwise)."""
 
 
 @dataclass(frozen=True, slots=True)

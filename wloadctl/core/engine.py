@@ -64,6 +64,8 @@ FAIR_SCAN = 256
 """Ready jobs looked at per pick to find each group's most urgent one (fair share only)."""
 MAX_LOST = 3
 """A job whose attempts are lost with their executor this many times fails (it may be what kills them)."""
+FOLLOW = 16
+"""Most jobs sent behind one dispatched job as its followers (SchedulerCore.follow)."""
 
 class _CollectorPaused:
     """Holds the cyclic garbage collector off while the core works through a batch.
@@ -189,6 +191,18 @@ class SchedulerCore(JobTable):
         """Confirmation jobs (`confirm: true`) not yet HELD for an operator's approve (held at the run's start)."""
         self._dispatch: list[tuple[int, int]] = []
         self._other: list[Command] = []
+        self.follow = 0
+        """Followers sent behind each job dispatched while nothing else is ready (0: none; the shell turns it
+        on for its local executors): a chain of jobs, each the next's only unmet upstream, QUEUED at once in
+        one message to one executor, which starts each the moment the one before it exits 0 and hands the
+        rest back otherwise. A chain of short jobs then pays one round trip through the scheduler per chain,
+        not one per job."""
+        self.following: dict[int, int] = {}
+        """Followers whose upstream has not been seen to succeed: follower -> the job it follows. Each is
+        QUEUED and counted busy, but holds no slot until then (its upstream's slot becomes its own)."""
+        self.leader: dict[int, int] = {}
+        """The same pairs the other way: job -> its follower."""
+        self._follow: set[int] = set()
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -248,6 +262,8 @@ class SchedulerCore(JobTable):
         """
         with _CollectorPaused():
             self._fill()
+            if self.follow and self._dispatch and not self.ready:
+                self._add_followers()
         out: list[Command] = []
         fanout = self.fanout
         if self._tx or fanout.added:
@@ -257,8 +273,9 @@ class SchedulerCore(JobTable):
         out.extend(self._other)
         self._other = []
         if self._dispatch:
-            out.append(Dispatch(self._dispatch))
+            out.append(Dispatch(self._dispatch, frozenset(self._follow)) if self._follow else Dispatch(self._dispatch))
             self._dispatch = []
+            self._follow = set()
         if not self.finished_sent and self.is_finished():
             self.finished_sent = True
             out.append(RunFinished(ok=self.counts[_OK] + self.counts[_SKIP] == self.n))
@@ -325,6 +342,8 @@ class SchedulerCore(JobTable):
     def _on_start(self, ev: JobStartedEvent) -> None:
         i = ev.job
         if self.state[i] == _Q and self.attempt[i] == ev.attempt:
+            if i in self.following:
+                self._inherit(i)  # its executor started it: the job it follows exited 0 there
             self.executor[i] = ev.executor
             self.set_state(i, _RUN, executor=ev.executor)
             if self.specs[i].preemptible:
@@ -335,6 +354,7 @@ class SchedulerCore(JobTable):
         state, attempt, tx_append = self.state, self.attempt, self._tx.append
         executor, tier, in_use, gate = self.executor, self.tier, self.tiers.in_use, self.gate
         kill_reason, now, cause = self.kill_reason, ev.now, ev.cause_id
+        leader, following = self.leader, self.following
         q_, run_, ok_, slow = _Q, _RUN, _OK, _GATE_EXIT
         done: list[int] = []
         append = done.append
@@ -346,6 +366,10 @@ class SchedulerCore(JobTable):
             if code or gate[i] & slow or (kill_reason and i in kill_reason):
                 self._on_exit(JobExitedEvent(i, att, ex, code, now, cause_id=cause))
                 continue
+            if following and i in following:
+                self._inherit(i)
+            if leader and i in leader:
+                self._inherit(leader[i])  # its follower takes its slot, and is started already or about to be
             in_use[tier[i]] -= 1
             executor[i] = -1
             # QUEUED/RUNNING -> SUCCEEDED is always legal: the hot path skips the table lookup.
@@ -369,6 +393,12 @@ class SchedulerCore(JobTable):
             return  # a stale or repeated report: the journal already has this attempt's end
         self._release(i)
         ex = ev.executor
+        if self.following and i in self.following:
+            if ev.lost:
+                # Handed back or lost unstarted: it waits again for the job it followed, whatever that did.
+                self._unfollow(i, ev)
+                return
+            self._inherit(i)  # its executor tried to start it: the job it follows exited 0 there
         if not ev.lost:
             self.branches.record(i, None if ev.signal else ev.exit_code, ev.result)
         if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.lost and not ev.spawn_failed:
@@ -376,9 +406,13 @@ class SchedulerCore(JobTable):
                 del self.kill_reason[i]
             if i in self.branches.untils and self._again_until(i, ev):
                 return
+            if i in self.leader:
+                self._inherit(self.leader[i])
             self.set_state(i, _OK, executor=ex, exit_code=0)
             self.resolve(i)
             return
+        # Its follower, if any, is handed back by the executor (or lost with it): _unfollow settles it.
+        self.leader.pop(i, None)
         spec = self.specs[i]
         policy = spec.retry
         kill = self.kill_reason.pop(i, None)
@@ -390,6 +424,8 @@ class SchedulerCore(JobTable):
             self._make_ready_from(i, reason=killed or (
                 f"handed back unstarted by executor {ex}: its slots stayed busy" if ev.returned
                 else "requeued: executor lost before start"))
+            if self.cancelled:
+                self.set_state(i, _CANC, reason="run cancelled")  # it never started: it does not now
             return
         if ev.lost:
             why, retryable = "executor lost", policy.on_lost
@@ -453,6 +489,96 @@ class SchedulerCore(JobTable):
     def _make_ready_from(self, i: int, reason: str) -> None:
         self.set_state(i, _R, reason=reason)
         heapq.heappush(self.ready, self.key_base[i] | i)
+
+    # -- followers -----------------------------------------------------------------------
+
+    def _add_followers(self) -> None:
+        """Behind each job dispatched this turn, the chain of jobs that can start only after it (see `follow`)."""
+        out: list[tuple[int, int]] = []
+        state, attempt, tier, in_use = self.state, self.attempt, self.tier, self.tiers.in_use
+        following, leader, follow, ids = self.following, self.leader, self._follow, self.ids
+        tx_append, now, cause = self._tx.append, self.now, self._cause
+        added = 0
+        for i, att in self._dispatch:
+            out.append((i, att))
+            u = i
+            for _ in range(self.follow):
+                d = self._next_in_chain(u)
+                if d is None:
+                    break
+                a = attempt[d] + 1
+                attempt[d] = a
+                state[d] = _Q
+                why = f"follows {ids[u]}: starts when it succeeds"
+                self.reasons[d] = why
+                tx_append((d, _W, _Q, a, now, -1, None, why, cause))
+                in_use[tier[d]] += 1
+                following[d] = u
+                leader[u] = d
+                follow.add(d)
+                out.append((d, a))
+                added += 1
+                u = d
+        if added:
+            self._dispatch = out
+            self.busy += added
+            self.counts[_W] -= added
+            self.counts[_Q] += added
+
+    def _next_in_chain(self, u: int) -> int | None:
+        """The dependent of u that may follow it: u is its only unmet upstream, by a plain success edge, and
+        nothing else decides when it starts (no condition, loop, resource, not-before time, `until` on u)."""
+        gate = self.gate
+        if gate[u] & _GATE_EXIT:
+            return None
+        state, unmet, block, down, kinds = self.state, self.unmet, self.block, self.down, self.down_kind
+        not_before, specs, key_base = self.timers.not_before, self.specs, self.key_base
+        best = -1
+        for pos in range(self.down_start[u], self.down_start[u + 1]):
+            d = down[pos]
+            if state[d] != _W or unmet[d] != 1 or block[d] or gate[d] or (kinds is not None and kinds[pos]):
+                continue
+            if specs[d].type == "noop" or (not_before and d in not_before):
+                continue
+            if best < 0 or key_base[d] < key_base[best]:
+                best = d
+        return best if best >= 0 else None
+
+    def _inherit(self, d: int) -> None:
+        """The job follower d follows succeeded (or d's executor started d, which it does only then): d counts
+        it as done and holds its slot."""
+        u = self.following.pop(d, None)
+        if u is None:
+            return
+        if self.leader.get(u) == d:
+            del self.leader[u]
+        self.unmet[d] -= 1
+
+    def _unfollow(self, d: int, ev: JobExitedEvent) -> None:
+        """Follower d came back unstarted (handed back, or lost with its executor): it takes the state its
+        upstreams call for now, its attempt not counted. Its next dispatch takes a new attempt number (not
+        this one again, as a task handed back from a backlog does): whatever an executor recorded of this
+        one can then never be read as the next one's."""
+        u = self.following.pop(d)
+        if self.leader.get(u) == d:
+            del self.leader[u]
+        self.kill_reason.pop(d, None)  # a kill asked for while it waited: it never ran
+        self.set_state(d, _W, reason=f"handed back unstarted behind {self.ids[u]}")
+        self.attempt_base[d] = self.attempt_base.get(d, 0) + 1
+        self.recompute(d)
+        if self.cancelled:
+            self.set_state(d, _CANC, reason="run cancelled")
+        elif self.block[d]:
+            self._blocked(u, d, [])
+            self.resolve(d)
+        elif self.unmet[d] == 0:
+            if self.gate[d] & _GATE_READY:
+                stack: list[int] = []
+                self._gated_ready(d, stack)
+                if stack:
+                    self._resolve_many(stack)
+            else:
+                self._make_ready(d)
 
     def resolve(self, i: int) -> None:
         """Job i reached a terminal state: update its dependents' counters, cascading without recursion."""
@@ -647,7 +773,8 @@ class SchedulerCore(JobTable):
     def _fill(self) -> None:
         if self.cancelled or self.paused:
             return
-        free = self.slots - self.busy
+        lent = len(self.following)  # followers are counted busy, but hold no slot yet
+        free = self.slots - self.busy + lent
         ready = self.ready
         if free > 0 and ready:
             stash: dict[int, list[int]] = {}
@@ -664,7 +791,7 @@ class SchedulerCore(JobTable):
             for keys in stash.values():
                 for k in keys:
                     heapq.heappush(ready, k)
-            self.busy = self.slots - free
+            self.busy = self.slots - free + lent
         if free <= 0 and ready and self.preemptible_running:
             self._preempt_for_critical()
 
@@ -908,6 +1035,7 @@ class SchedulerCore(JobTable):
                     self.group_use[self.group_of[i]] += 1
             if (st == _Q or st == _RUN) and (self.specs[i].resources or i in self.resources.claims):
                 self.resources.hold(i, self.needs(i))
+        self._restore_followers()
         self._cause = "restore"
         # Jobs whose upstreams finished while the journal lagged: resolve them now.
         for i in range(self.n):
@@ -918,10 +1046,30 @@ class SchedulerCore(JobTable):
                 )
                 self.resolve(i)
 
+    def _restore_followers(self) -> None:
+        """QUEUED jobs with an upstream not yet ended are followers (see `follow`): each follows the one
+        QUEUED or RUNNING upstream it has; its executor starts it or hands it back."""
+        state, index = self.state, self.index
+        for i in range(self.n):
+            if state[i] != _Q or not self.specs[i].depends_on:
+                continue
+            self.recompute(i)
+            if not self.unmet[i]:
+                continue
+            for dep in self.specs[i].depends_on:
+                u = index[dep]
+                if state[u] == _Q or state[u] == _RUN:
+                    self.following[i] = u
+                    self.leader[u] = i
+                    break
+
     def validate(self) -> None:
         """Check the core's invariants; raise AssertionError naming the first broken one."""
         self.check_table()
         active = self.counts[_Q] + self.counts[_RUN]
         assert active == self.busy, f"busy={self.busy} but {active} jobs are queued or running"
         assert self.busy >= 0, "more slots released than taken"
+        for d, u in self.following.items():
+            assert self.state[d] == _Q, f"follower {self.ids[d]} is {S(self.state[d]).name}, not QUEUED"
+            assert self.leader.get(u, d) == d, f"{self.ids[u]} leads two followers"
         self.resources.check(self.needs)

@@ -51,6 +51,7 @@ TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (_S.WAITING, _S.UPSTREAM_FAILED),
         (_S.WAITING, _S.SUCCEEDED),  # set-ok by an operator; a loop whose instances all ended
         (_S.WAITING, _S.FAILED),  # a for_each over an upstream's output that gives no usable list
+        (_S.WAITING, _S.QUEUED),  # follows its last upstream onto that one's executor (engine.FOLLOW)
         (_S.READY, _S.QUEUED),
         (_S.READY, _S.HELD),
         (_S.READY, _S.SKIPPED),
@@ -65,6 +66,7 @@ TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (_S.QUEUED, _S.TIMED_OUT),
         (_S.QUEUED, _S.RETRY_WAIT),
         (_S.QUEUED, _S.HELD),  # executor lost and the job is not idempotent
+        (_S.QUEUED, _S.WAITING),  # a follower handed back before its upstream succeeded
         (_S.RUNNING, _S.SUCCEEDED),
         (_S.RUNNING, _S.FAILED),
         (_S.RUNNING, _S.TIMED_OUT),

@@ -60,6 +60,9 @@ TASK_SHELL = 1
 """TaskRecord.kind: run the payload's command."""
 TASK_NOOP = 2
 """TaskRecord.kind: complete without spawning a process."""
+TASK_FOLLOW = 3
+"""TaskRecord.kind: run the payload's command the moment the task its payload names (`after`: "task:attempt"),
+the record just before it in the same message, exits 0; hand it back unstarted otherwise."""
 
 RES_ACCEPTED = 1
 """ResultRecord.kind: the executor took the task into its local backlog."""
@@ -526,6 +529,10 @@ PAUSE_SHM_FULL = 2
 """Dispatch is paused: the payload arena in /dev/shm has no room (it waits for running jobs to free some)."""
 PAUSE_JOURNAL_LOST = 3
 """Dispatch is paused: the journal's server is unreachable (the scheduler reconnects with a bounded backoff)."""
+PAUSE_CANCELLED = 4
+"""Nothing new starts: the run was cancelled (an executor hands back the followers it holds)."""
+PAUSE_STOPPING = 5
+"""Nothing new starts: the scheduler is stopping (an executor hands back the followers it holds)."""
 BOARD_EPOCH = struct.Struct("<I")
 """The header body's first field, the epoch: read alone by a scheduler checking it was not fenced."""
 BOARD_STATES_OFFSET = 192

@@ -112,6 +112,10 @@ class Executor:
     backlog: list[tuple[int, int, float, P.TaskRecord, P.Payload]] = field(default_factory=list)
     """Accepted tasks waiting for a free slot: (tier flags, arrival, when taken on the monotonic clock, task,
     payload)."""
+    follow: dict[tuple[int, int], tuple[P.TaskRecord, P.Payload, float]] = field(default_factory=dict)
+    """Followers (P.TASK_FOLLOW) by the (task, attempt) they follow: each starts the moment that one exits 0
+    here and is handed back unstarted otherwise, or once that one has run `hand_back` (with when it started,
+    on the monotonic clock; inf until then)."""
     returned: int = 0
     """Tasks taken ahead and handed back unstarted (see HAND_BACK)."""
     hand_back: float = HAND_BACK
@@ -213,7 +217,7 @@ class Executor:
                     _drain(wake_fd)
             now = time.monotonic()
             self._start_backlog()
-            if self.backlog and self.prefetch and len(self.running) >= self.slots:
+            if self.follow or (self.backlog and self.prefetch and len(self.running) >= self.slots):
                 self._hand_back(now)
             self._check_timeouts(now)
             self._flush(now)
@@ -258,28 +262,51 @@ class Executor:
     def _hand_back_due(self) -> float:
         """When the oldest task taken ahead has waited HAND_BACK while every slot is busy (inf: none waits;
         a task that waits with a slot free waits for cpu or memory room, as the first in line should)."""
-        if not self.backlog or not self.prefetch or len(self.running) < self.slots or self.hand_back <= 0:
+        if self.hand_back <= 0:
             return float("inf")
-        return min(b[2] for b in self.backlog) + self.hand_back
+        due = min(f[2] for f in self.follow.values()) + self.hand_back if self.follow else float("inf")
+        if not self.backlog or not self.prefetch or len(self.running) < self.slots:
+            return due
+        return min(due, min(b[2] for b in self.backlog) + self.hand_back)
 
     def _hand_back(self, now: float) -> None:
         """Hand back, unstarted, the tasks that waited HAND_BACK for a slot here: an executor with a free
         slot takes them (the scheduler requeues them at the same attempt)."""
         if now < self._hand_back_due():
             return
+        for key, f in list(self.follow.items()):
+            if key in self.follow and now - f[2] >= self.hand_back:
+                del self.follow[key]
+                self._return(f[0])  # its upstream runs long: it waits for it at the scheduler, where it can be held
+        if not self.backlog or not self.prefetch or len(self.running) < self.slots:
+            return
         keep: list[tuple[int, int, float, P.TaskRecord, P.Payload]] = []
-        stamp = time.time()
         for b in self.backlog:
             if now - b[2] < self.hand_back:
                 keep.append(b)
                 continue
-            rec = b[3]
-            self.returned += 1
-            self._emit(P.ResultRecord(P.RES_EXITED, P.FLAG_LOST | P.FLAG_RETURNED, self.index, rec.task,
-                                      rec.attempt, 0, 0, rec.epoch, 0, 0.0, stamp, 0, 0))
+            self._return(b[3])
         heapq.heapify(keep)
         self.backlog = keep
         self.urgent = True  # another executor may be idle for want of them: they go now
+
+    def _return(self, rec: P.TaskRecord) -> None:
+        """Hand a task back unstarted (the scheduler requeues it at the same attempt), with its followers."""
+        stamp = time.time()
+        while True:
+            self.returned += 1
+            self._emit(P.ResultRecord(P.RES_EXITED, P.FLAG_LOST | P.FLAG_RETURNED, self.index, rec.task,
+                                      rec.attempt, 0, 0, rec.epoch, 0, 0.0, stamp, 0, 0))
+            f = self.follow.pop((rec.task, rec.attempt), None)
+            if f is None:
+                return
+            rec = f[0]
+
+    def _drop_followers(self, rec: P.TaskRecord) -> None:
+        """Task `rec` will not exit 0 here: the tasks that follow it go back unstarted."""
+        f = self.follow.pop((rec.task, rec.attempt), None) if self.follow else None
+        if f is not None:
+            self._return(f[0])
 
     def _next_deadline(self) -> float:
         t = float("inf")
@@ -315,7 +342,10 @@ class Executor:
             for k in range(0, len(taken), self.per_msg):
                 self.journal.write(P.encode_results(taken[k : k + self.per_msg]))
             accepted: list[P.ResultRecord] = []
+            # The record before in this message, while it may still exit 0 here (what a follower follows).
+            prev: P.TaskRecord | None = None
             for rec in recs:
+                before, prev = prev, None
                 if rec.epoch < self.epoch:
                     self._emit(P.ResultRecord(P.RES_REJECTED, 0, self.index, rec.task, rec.attempt, 0, 0,
                                               rec.epoch, 0, now, now, 0, 0))
@@ -332,6 +362,18 @@ class Executor:
                     # Never run what another record's payload says: report a failed start.
                     self._spawn_failed(rec, f"cannot read the task's payload: {e.message}")
                     continue
+                if rec.kind == P.TASK_FOLLOW:
+                    after = payload.extra.get("after") if payload.extra else None
+                    accepted.append(P.ResultRecord(P.RES_ACCEPTED, 0, self.index, rec.task, rec.attempt, 0, 0,
+                                                   rec.epoch, 0, now, 0.0, 0, 0))
+                    if before is None or after != f"{before.task}:{before.attempt}":
+                        self._return(rec)  # not behind the task it follows: the scheduler waits for that one
+                        continue
+                    # Its wait counts from the start of the one it follows (_spawn), not behind the whole chain.
+                    self.follow[(before.task, before.attempt)] = (rec, payload, float("inf"))
+                    prev = rec
+                    continue
+                prev = rec
                 # Most urgent SLA tier first (the record's flags carry it), then arrival order:
                 # a critical task sent after a prefetched low one still starts first.
                 self._seq += 1
@@ -356,6 +398,7 @@ class Executor:
                 heapq.heappop(self.backlog)
                 self._refuse(rec, f"needs cpu {cpu:g} and memory {mem} MiB; an executor offers cpu "
                                   f"{self.cpus:g} and memory {self.memory} MiB")
+                self._drop_followers(rec)
                 continue
             used_cpu = sum(r.cpu for r in self.running.values())
             used_mem = sum(r.memory for r in self.running.values())
@@ -401,12 +444,17 @@ class Executor:
         began = time.monotonic()
         r = Running(rec, proc, pidfd, now, began, log, began + p.timeout if p.timeout else None, cpu=cpu,
                     memory=mem, files=files)
+        if self.follow:
+            f = self.follow.get((rec.task, rec.attempt))
+            if f is not None:
+                self.follow[(rec.task, rec.attempt)] = (f[0], f[1], began)  # its follower waits from now
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
         self._emit(P.ResultRecord(P.RES_STARTED, 0, self.index, rec.task, rec.attempt, 0, 0, rec.epoch,
                                   proc.pid, now, 0.0, 0, 0))
 
     def _spawn_failed(self, rec: P.TaskRecord, msg: str) -> None:
+        self._drop_followers(rec)
         now = time.time()
         off, length = self.tails.write(self.index, rec.task, rec.attempt, msg.encode())
         self._emit(P.ResultRecord(P.RES_EXITED, P.FLAG_SPAWN_FAILED | P.FLAG_TAIL, self.index, rec.task,
@@ -436,6 +484,17 @@ class Executor:
         self.done += 1
         self._emit(P.ResultRecord(P.RES_EXITED, flags, self.index, r.rec.task, r.rec.attempt, sig, code,
                                   r.rec.epoch, r.proc.pid, r.started, now, off, length))
+        if self.follow:
+            f = self.follow.pop((r.rec.task, r.rec.attempt), None)
+            if f is not None:
+                if code == 0 and not r.timed_out and not self.stop and not self._paused():
+                    # Its successor starts now, in the slot this job leaves, ahead of every other task here;
+                    # this end is on record first, so a kill -9 from here on does not run this job again.
+                    self._journal()
+                    self._seq += 1
+                    heapq.heappush(self.backlog, (-1, self._seq, time.monotonic(), f[0], f[1]))
+                else:
+                    self._return(f[0])
 
     def _check_timeouts(self, now: float) -> None:
         """Stop jobs past their timeout (`now` and the deadlines are on the monotonic clock)."""
@@ -471,10 +530,7 @@ class Executor:
 
         A full queue keeps the rest for the next turn.
         """
-        if self.unjournaled:
-            for k in range(0, len(self.unjournaled), self.per_msg):
-                self.journal.write(P.encode_results(self.unjournaled[k : k + self.per_msg]))
-            self.unjournaled.clear()
+        self._journal()
         out = self.outbox
         urgent = self.urgent or (self.exits and not self.backlog)
         if not out or (not urgent and not self.rsp_full and now < self.report_due):
@@ -496,6 +552,18 @@ class Executor:
         if not out:
             self.urgent = self.exits = False
             self.report_due = 0.0
+
+    def _paused(self) -> bool:
+        """The scheduler starts nothing new now (the run was cancelled, or it is stopping): followers go back."""
+        hdr = self._header()
+        return hdr is not None and hdr.paused in (P.PAUSE_CANCELLED, P.PAUSE_STOPPING)
+
+    def _journal(self) -> None:
+        """Write every result not yet in the results journal."""
+        if self.unjournaled:
+            for k in range(0, len(self.unjournaled), self.per_msg):
+                self.journal.write(P.encode_results(self.unjournaled[k : k + self.per_msg]))
+            self.unjournaled.clear()
 
     def _beat(self, now: float, sched_beat: float) -> None:
         self.trees.tidy()

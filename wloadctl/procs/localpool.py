@@ -142,8 +142,10 @@ class LocalPool:
     """Process (group) id of each running job, for kills."""
     kills: list[tuple[float, int, int]] = field(default_factory=list)
     """(when, job, attempt) SIGKILLs that follow a graceful SIGTERM."""
-    pending_kill: dict[int, bool] = field(default_factory=dict)
-    """Kills asked for before the job started, applied at its start."""
+    pending_kill: dict[int, tuple[int, bool]] = field(default_factory=dict)
+    """Kills asked for before the job started, applied at its start: job -> (attempt, graceful)."""
+    follows: set[int] = field(default_factory=set)
+    """Dispatched jobs not yet placed that follow the task dispatched just before them (Dispatch.follow)."""
     unaccepted: tuple[float, tuple[tuple[int, int], ...]] | None = None
     """After an executor was lost: when the queue was seen empty (0: not yet), and the tasks nobody had
     accepted then."""
@@ -162,6 +164,10 @@ class LocalPool:
     has as many more slots per executor slot."""
     hand_back: float = field(default_factory=hand_back_seconds)
     """Under how many seconds a job counts as short (the executors' threshold)."""
+    chains: Callable[[bool], None] | None = None
+    """Told, as the jobs' lengths change, whether they are short (the executors take tasks ahead): the
+    engine sends chains of followers only then (SchedulerCore.follow); a follower that waits longer than
+    `hand_back` behind a long job is handed back, and would only have made a round trip for nothing."""
 
     keeps_jobs: ClassVar[bool] = False
     """A stop stops this host's jobs (or, after Ctrl-C, leaves them to a resume that reattaches)."""
@@ -226,9 +232,12 @@ class LocalPool:
             return True
         return False
 
-    def submit(self, tasks: list[tuple[int, int]]) -> None:
-        """Take dispatched (job, attempt) pairs; they are placed and sent by pump()."""
+    def submit(self, tasks: list[tuple[int, int]], follow: frozenset[int] = frozenset()) -> None:
+        """Take dispatched (job, attempt) pairs; they are placed and sent by pump(). Those in `follow` go
+        in the same message as the task before them (see Dispatch.follow)."""
         self.unplaced.extend(tasks)
+        if follow:
+            self.follows |= follow
 
     def pump(self) -> None:
         """Place payloads and send task records while there is room; keep the rest for the next turn."""
@@ -320,6 +329,8 @@ class LocalPool:
             return
         if ahead == self.ahead:
             return
+        if self.chains is not None:
+            self.chains(ahead > 0)
         self.ahead = ahead
         slots = self.sup.alive_count() * self.sup.slots * (1 + ahead)
         feed(SlotsChangedEvent(slots, time.time(), cause_id=cause))
@@ -365,7 +376,8 @@ class LocalPool:
             self.pids.pop(i, None)
         elif r.kind == P.RES_STARTED:
             self.pids[i] = r.pid
-            if self.pending_kill.pop(i, None) is not None:
+            k = self.pending_kill.pop(i, None)
+            if k is not None and k[0] == r.attempt:
                 killpg(r.pid, signal.SIGTERM)
                 self.kills.append((time.time() + KILL_GRACE, i, r.attempt))
                 self.kills.sort()
@@ -438,6 +450,7 @@ class LocalPool:
         """
         core = self.core
         held: dict[tuple[int, int], P.ResultRecord] = {}
+        facts: list[P.ResultRecord] = []
         for ex, _pid, path in result_journals(self.state_dir, self.objs.run_id):
             if ex != index:
                 continue
@@ -447,6 +460,16 @@ class LocalPool:
                     held[key] = r
                 elif r.kind == P.RES_EXITED:
                     held.pop(key, None)
+                    facts.append(r)
+                elif r.kind == P.RES_STARTED:
+                    facts.append(r)
+        # Starts and ends it recorded but had not reported yet (a job that ended is not lost with it; one that
+        # started counts its attempt), in the order it recorded them.
+        for r in facts:
+            i = r.task
+            if i < core.n and core.attempt[i] == r.attempt and (
+                    (core.state[i] == JobState.RUNNING and r.kind == P.RES_EXITED) or core.state[i] == JobState.QUEUED):
+                feed(self.replay(r, cause))
         for (i, att), r in held.items():
             if i < core.n and core.state[i] == JobState.QUEUED and core.attempt[i] == att and core.executor[i] < 0:
                 feed(JobAcceptedEvent(i, att, index, r.started, cause_id=cause))
@@ -507,8 +530,12 @@ class LocalPool:
                 if off is None:
                     return  # the arena is full: the rest waits for results to free room
                 self.payload_at[i] = off
+                kind = P.TASK_SHELL
+                if self.follows and i in self.follows:
+                    self.follows.discard(i)
+                    kind = P.TASK_FOLLOW
                 # flags carry the SLA tier: an executor starts its most urgent backlog task first.
-                self.sendq.append(P.TaskRecord(i, att, P.TASK_SHELL, core.tier[i], epoch, off, len(data)))
+                self.sendq.append(P.TaskRecord(i, att, kind, core.tier[i], epoch, off, len(data)))
             un.popleft()
 
     def _send(self) -> None:
@@ -518,8 +545,12 @@ class LocalPool:
         self.guard()
         # Spread small batches over the executors so one does not hoard the work.
         per = max(1, min(self.per_msg, len(q) // max(1, self.sup.alive_count())))
+        follow = P.TASK_FOLLOW
         while q:
-            batch = [q[k] for k in range(min(per, len(q)))]
+            n = min(per, len(q))
+            while n < len(q) and n < self.per_msg and q[n].kind == follow:
+                n += 1  # a follower goes with the task it follows (alone at a message's head it is handed back)
+            batch = [q[k] for k in range(n)]
             if not req.send_nowait(P.encode_tasks(batch)):
                 return  # full: keep the batch for the next turn, never block, never drop
             self.sent_batches += 1
@@ -532,7 +563,7 @@ class LocalPool:
         """Stop a job's attempt: SIGTERM now (or at its start), SIGKILL after a grace period."""
         i = c.job
         if i not in self.pids:
-            self.pending_kill[i] = c.graceful
+            self.pending_kill[i] = (c.attempt, c.graceful)
             return
         killpg(self.pids[i], signal.SIGTERM)
         self.kills.append((time.time() + (KILL_GRACE if c.graceful else 1.0), i, c.attempt))

@@ -71,6 +71,8 @@ class PipelineMeter:
     """Per executor index."""
     figures: dict[str, Any] = field(default_factory=dict)
     """The latest published figures."""
+    _last_end: float = 0.0
+    """When the last job end journaled so far happened (what a follower's start is measured from)."""
     _ready: list[float] = field(default_factory=list)
     _queued: list[float] = field(default_factory=list)
     _released: list[float] = field(default_factory=list)
@@ -105,6 +107,7 @@ class PipelineMeter:
         releases: list[float] = []
         starts: dict[int, list[float]] = {}
         started: dict[int, int] = {}
+        follower_starts: list[float] = []
         last_end = 0.0
         for i, frm, to, _att, ts, ex, _code, _reason, _cause in transitions:
             entered[to] += 1
@@ -117,6 +120,8 @@ class PipelineMeter:
                 t = ready[i]
                 if t:
                     waits.append(ts - t)
+                elif frm == 0:
+                    released[i] = -1.0  # a follower (never READY): released by its upstream's end
                 queued[i] = ts
             elif to == _RUNNING:
                 started[ex] = started.get(ex, 0) + 1
@@ -128,10 +133,18 @@ class PipelineMeter:
                     got.append(ts - t)
                 t = released[i]
                 if t:
-                    releases.append(ts - t)
+                    if t < 0:
+                        follower_starts.append(ts)
+                    else:
+                        releases.append(ts - t)
                     released[i] = 0.0  # a retry's start is not a release
             elif to in _ENDS and ts > last_end:
                 last_end = ts
+        # A follower's start is reported with (or just after) its upstream's end: measured from the last end.
+        end = last_end or self._last_end
+        if end:
+            releases.extend(max(0.0, ts - end) for ts in follower_starts)
+        self._last_end = max(self._last_end, last_end)
         self.dispatch.observe_many(waits, wall)
         self.release.observe_many(releases, wall)
         for ex, count in started.items():

@@ -80,8 +80,9 @@ class Pool(Protocol):
         """Feed the engine every report waiting."""
         ...
 
-    def submit(self, tasks: list[tuple[int, int]]) -> None:
-        """Take dispatched (job, attempt) pairs."""
+    def submit(self, tasks: list[tuple[int, int]], follow: frozenset[int] = frozenset()) -> None:
+        """Take dispatched (job, attempt) pairs; those in `follow` follow the task before them (Dispatch.follow:
+        only a pool whose engine turned `follow` on gets any)."""
         ...
 
     def pump(self) -> None:
@@ -194,10 +195,10 @@ class Pools:
         """Some pool saw a node's state change."""
         return any(p.health_due for p in self.members)
 
-    def submit(self, tasks: list[tuple[int, int]]) -> None:
+    def submit(self, tasks: list[tuple[int, int]], follow: frozenset[int] = frozenset()) -> None:
         """Hand each dispatched (job, attempt) to its pool, in order."""
         if len(self.members) == 1:
-            self.members[0].submit(tasks)  # the common case: no split per task
+            self.members[0].submit(tasks, follow)  # the common case: no split per task
             return
         by_pool: dict[int, list[tuple[int, int]]] = {}
         for t in tasks:

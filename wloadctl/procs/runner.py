@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.engine import FOLLOW, SchedulerCore
 from wloadctl.core.events import RunStartedEvent
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
@@ -585,6 +585,14 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                             serves=(lambda i: not remote.remote_of(i)) if remote is not None else None,
                             dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
                             cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch)
+    if remote is None and not core.resources.places and core.group_of is None:
+        # Chains of short jobs go to the executors a chain at a time (SchedulerCore.follow): one executor's
+        # queue message carries them, so no other pool, placement or fair share may split them.
+        def chains(short: bool) -> None:
+            core.follow = FOLLOW if short else 0
+
+        local.chains = chains
+
     def turned(lp: SchedulerLoop) -> None:
         shape.begin()
         if copy is not None:
@@ -728,11 +736,17 @@ def _tail_reader(objs: RunObjects) -> Callable[[P.ResultRecord], str]:
 
 def _payloads(ctx: RunContext, core: SchedulerCore) -> Callable[[int, int], bytes | None]:
     """Encoded payload of (job, attempt) for the local executors; None for a no-op job."""
-    specs = core.specs
+    specs, following, attempts = core.specs, core.following, core.attempt
 
     def payload(i: int, attempt: int) -> bytes | None:
         spec = specs[i]
-        return None if spec.type == "noop" else P.encode_payload(ctx.payload(spec, attempt))
+        if spec.type == "noop":
+            return None
+        p = ctx.payload(spec, attempt)
+        u = following.get(i)
+        if u is not None:
+            p.extra["after"] = f"{u}:{attempts[u]}"  # the executor checks it against the record before
+        return P.encode_payload(p)
 
     return payload
 

@@ -22,7 +22,14 @@ from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import ClockJumpedEvent, TimerFiredEvent
 from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, StoreError, StoreFull, WloadError
-from wloadctl.ipc.protocol import PAUSE_JOURNAL_LOST, PAUSE_NONE, PAUSE_SHM_FULL, PAUSE_STATE_DIR_FULL
+from wloadctl.ipc.protocol import (
+    PAUSE_CANCELLED,
+    PAUSE_JOURNAL_LOST,
+    PAUSE_NONE,
+    PAUSE_SHM_FULL,
+    PAUSE_STATE_DIR_FULL,
+    PAUSE_STOPPING,
+)
 from wloadctl.paths import append_ids
 from wloadctl.procs.clockwatch import ClockWatch
 from wloadctl.procs.control import ControlDesk
@@ -399,7 +406,7 @@ class SchedulerLoop:
             if self.watch is not None:
                 self.watch.extend((t[0], t[2], t[7]) for t in c.transitions if t[2] in _SHOWN)
         elif isinstance(c, Dispatch):
-            self.pools.submit(c.tasks)
+            self.pools.submit(c.tasks, c.follow)
         elif isinstance(c, Kill):
             self.pools.kill(c)
         elif isinstance(c, Alert):
@@ -442,7 +449,12 @@ class SchedulerLoop:
         """Why dispatch is paused, for the board (PAUSE_NONE when it is not)."""
         if self.journal_lost:
             return PAUSE_JOURNAL_LOST
-        return PAUSE_STATE_DIR_FULL if self.no_space else PAUSE_SHM_FULL if self.shm_short else PAUSE_NONE
+        if self.no_space:
+            return PAUSE_STATE_DIR_FULL
+        if self.shm_short:
+            return PAUSE_SHM_FULL
+        # Followers (SchedulerCore.follow) an executor holds must not start now: it reads this before each.
+        return PAUSE_CANCELLED if self.core.cancelled else PAUSE_STOPPING if self.core.paused else PAUSE_NONE
 
     def publish_final(self) -> None:
         """Publish the last states with the done flag (executors exit when they see it)."""

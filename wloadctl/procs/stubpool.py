@@ -95,8 +95,8 @@ class StubPool:
         for ev in self.reader.batch(recs, cause, time.time()):
             feed(ev)
 
-    def submit(self, tasks: list[tuple[int, int]]) -> None:
-        """Take dispatches."""
+    def submit(self, tasks: list[tuple[int, int]], follow: frozenset[int] = frozenset()) -> None:
+        """Take dispatches (the engine sends this pool no followers)."""
         self.waiting.extend(tasks)
 
     def pump(self) -> None:

@@ -299,8 +299,8 @@ class AgentPool:
         self.drain(self.core.feed, cause)
         return True
 
-    def submit(self, tasks: list[tuple[int, int]]) -> None:
-        """Take dispatched (job, attempt) pairs; pump() publishes them."""
+    def submit(self, tasks: list[tuple[int, int]], follow: frozenset[int] = frozenset()) -> None:
+        """Take dispatched (job, attempt) pairs; pump() publishes them (the engine sends agents no followers)."""
         for i, att in tasks:
             self.waiting.setdefault(place_of(self.specs[i]), []).append((i, att))
 
