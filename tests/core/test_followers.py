@@ -168,13 +168,14 @@ def test_restore_finds_the_followers_again() -> None:
     again.validate()
 
 
-def test_no_follower_into_a_job_that_needs_a_resource_or_runs_nothing() -> None:
+def test_no_follower_into_a_job_that_needs_a_resource_or_runs_nothing_nor_behind_one_that_runs_nothing() -> None:
     plan = make_plan({"a": {}, "b": {"deps": ["a"], "resources": {"db": 1}}, "c": {},
-                      "d": {"deps": ["c"], "type": "noop"}}, resources={"db": 1})
+                      "d": {"deps": ["c"], "type": "noop"}, "e": {"type": "noop"}, "f": {"deps": ["e"]}},
+                     resources={"db": 1})
     core = SchedulerCore(plan, slots=4)
     core.follow = FOLLOW
     tasks, follow = sent(core.handle(RunStartedEvent(0.0)))
-    assert not follow and sorted(tasks) == [(0, 1), (2, 1)]
+    assert not follow and sorted(tasks) == [(0, 1), (2, 1), (4, 1)]
 
 
 def test_the_journal_gets_the_followers_queued_in_the_same_turn() -> None:

@@ -189,8 +189,11 @@ def shm_full_mid_run(cfg: dict[str, Any]) -> dict[str, Any]:
     """Fill /dev/shm mid-run: the scheduler stops sending, says why, and sends again when there is room."""
     sd, plan = Path(cfg["sd"]), cfg["plan"]
     log = open(cfg["log"], "ab")
+    # --prefetch 0: no task is taken ahead and no follower sent behind the gate job, so no later job's payload
+    # grows the arena before /dev/shm is filled (the run would then go on, one job at a time, in the room it has).
     proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", plan, "--state-dir", str(sd),
-                             "--executors", "2", "--slots", "2"], stdout=subprocess.DEVNULL, stderr=log, env=ENV)
+                             "--executors", "2", "--slots", "2", "--prefetch", "0"],
+                            stdout=subprocess.DEVNULL, stderr=log, env=ENV)
     log.close()
     got: dict[str, Any] = {}
     try:

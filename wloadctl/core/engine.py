@@ -527,12 +527,13 @@ class SchedulerCore(JobTable):
 
     def _next_in_chain(self, u: int) -> int | None:
         """The dependent of u that may follow it: u is its only unmet upstream, by a plain success edge, and
-        nothing else decides when it starts (no condition, loop, resource, not-before time, `until` on u)."""
-        gate = self.gate
-        if gate[u] & _GATE_EXIT:
+        nothing else decides when it starts (no condition, loop, resource, not-before time, `until` on u), and
+        u runs a process (a no-op ends as its executor takes it: there is nothing to follow)."""
+        gate, specs = self.gate, self.specs
+        if gate[u] & _GATE_EXIT or specs[u].type == "noop":
             return None
         state, unmet, block, down, kinds = self.state, self.unmet, self.block, self.down, self.down_kind
-        not_before, specs, key_base = self.timers.not_before, self.specs, self.key_base
+        not_before, key_base = self.timers.not_before, self.key_base
         best = -1
         for pos in range(self.down_start[u], self.down_start[u + 1]):
             d = down[pos]
