@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -60,13 +61,8 @@ def test_a_chain_runs_in_order_through_followers_and_a_failure_stops_the_rest(
 
 def test_kill_9_of_the_executor_running_a_chain_every_job_still_ends_once_in_order(
         tmp_path: Path, no_ipc_leaks: None) -> None:
-    out = tmp_path / "ev"
-    jobs = _chain(150)
-    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, sleep=0.01)
-    sd = tmp_path / "sd"
-    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "1")
+    proc, out, sd, jobs = _started_chain(tmp_path, 150, 40)
     try:
-        wait_for(lambda: len(read_evidence(out)) >= 40, timeout=60, what="40 jobs of the chain started")
         run_id = str(status(sd)["run"])
         # The executor running the chain now (the one with a job process) dies.
         victims = [pid for pid in executor_pids(run_id) if _descendants(pid)]
@@ -89,13 +85,8 @@ def test_kill_9_of_the_executor_running_a_chain_every_job_still_ends_once_in_ord
 
 
 def test_kill_9_of_the_scheduler_mid_chain_then_resume_every_job_ends_once_in_order(tmp_path: Path) -> None:
-    out = tmp_path / "ev"
-    jobs = _chain(120)
-    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, sleep=0.01)
-    sd = tmp_path / "sd"
-    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "1")
+    proc, out, sd, jobs = _started_chain(tmp_path, 120, 30)
     try:
-        wait_for(lambda: len(read_evidence(out)) >= 30, timeout=60, what="30 jobs of the chain started")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
@@ -111,6 +102,22 @@ def test_kill_9_of_the_scheduler_mid_chain_then_resume_every_job_ends_once_in_or
     _in_order(ev, list(jobs))
     run_id = json.loads(p.stdout)["run"]
     wait_for(lambda: not executor_pids(run_id), timeout=15, what="the executors to exit")
+
+
+def _started_chain(tmp_path: Path, n: int, started: int) -> tuple[subprocess.Popen[bytes], Path, Path, dict]:
+    """A chain of n jobs of 10 ms run on 2 executors of one slot, once `started` of them have started."""
+    out = tmp_path / "ev"
+    jobs = _chain(n)
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, sleep=0.01)
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "1")
+    try:
+        wait_for(lambda: len(read_evidence(out)) >= started, timeout=60, what=f"{started} jobs of the chain started")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, out, sd, jobs
 
 
 def _descendants(pid: int) -> list[int]:
