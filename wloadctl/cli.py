@@ -48,6 +48,8 @@ def _heartbeat_args(p: argparse.ArgumentParser) -> None:
 
 def _remote_args(p: argparse.ArgumentParser) -> None:
     """The broker (for jobs on agents) and how long an agent may be silent."""
+    if isinstance(p, _Unbuilt):
+        return  # another command's: its options are not built, nor their modules loaded
     from wloadctl.remote.broker import add_broker_args
 
     add_broker_args(p)
@@ -62,6 +64,8 @@ def _metrics_arg(p: argparse.ArgumentParser) -> None:
 
 def _verb_broker_arg(p: argparse.ArgumentParser) -> None:
     """The broker a verb travels through to a scheduler of another host (with --journal)."""
+    if isinstance(p, _Unbuilt):
+        return
     from wloadctl.remote.broker import add_broker_args
 
     add_broker_args(p)
@@ -256,20 +260,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _remote_args(p)
     _metrics_arg(p)
     p = sub.add_parser("agent", help="serve pools of a broker on this node: run their jobs on local executors")
-    from wloadctl.remote.agent_cli import add_agent_args
+    if not isinstance(p, _Unbuilt):
+        from wloadctl.remote.agent_cli import add_agent_args
 
-    add_agent_args(p)
-    _metrics_arg(p)
+        add_agent_args(p)
+        _metrics_arg(p)
     p = sub.add_parser("agents", help="remote agents (nodes) from the broker, with their state")
-    from wloadctl.remote.agents import add_agents_args
-    from wloadctl.remote.broker import add_broker_args
+    if not isinstance(p, _Unbuilt):
+        from wloadctl.remote.agents import add_agents_args
+        from wloadctl.remote.broker import add_broker_args
 
-    add_broker_args(p, streams=False)
-    add_agents_args(p)
+        add_broker_args(p, streams=False)
+        add_agents_args(p)
     p = sub.add_parser("drill", help="failover and agent-loss drills on a live run, measured and journaled")
-    from wloadctl.cli_drill import add_drill_args
+    if not isinstance(p, _Unbuilt):
+        from wloadctl.cli_drill import add_drill_args
 
-    add_drill_args(p)
+        add_drill_args(p)
     p = sub.add_parser("runs", help="every run under a root directory, live or finished")
     p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
                    "~/.local/state/wloadctl)")

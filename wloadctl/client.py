@@ -24,7 +24,7 @@ from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
 from wloadctl.paths import ids_path, log_path, read_ids
-from wloadctl.remote.agents import AGENT_BASE
+from wloadctl.remote import AGENT_BASE
 from wloadctl.runshape import RunShape, index_of_id, read_shape
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
 

@@ -8,3 +8,7 @@ are made, so verbs that never reach a broker never load the client.
 * `wire`: byte layouts of dispatch and result batches; `messages`: heartbeat and ctl bodies.
 * `agents`: the liveness judgement of an agent and the `wloadctl agents` listing.
 """
+
+AGENT_BASE = 1000
+"""Engine executor index of a run's first agent: indices below are the scheduler host's own executors (here, not
+in `agents`, so what only needs the number does not load the agents' modules)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from wloadctl.errors import ControlError, ProtocolError, UsageError, WloadError
+from wloadctl.remote import AGENT_BASE  # noqa: F401 - kept importable from here
 from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.messages import Heartbeat
 
@@ -29,8 +30,6 @@ SUSPECT_FRACTION = 0.5
 """Share of the agent timeout after which a silent agent is SUSPECT."""
 
 
-AGENT_BASE = 1000
-"""Engine executor index of a run's first agent: indices below are the scheduler host's own executors."""
 AGENTS_FILE = "agents.json"
 """File of a run's state directory mapping agent names to their executor index (kept across restarts)."""
 NODES_FILE = "nodes.json"
