@@ -14,6 +14,7 @@ from wloadctl.core.events import (
     OperatorEvent,
     RunStartedEvent,
 )
+from wloadctl.core.explain import why
 from wloadctl.core.plan import RetryPolicy
 from wloadctl.core.states import JobState
 
@@ -198,3 +199,11 @@ def test_a_follower_handed_back_after_a_cancel_is_cancelled_not_run() -> None:
     assert [st(core, f"j{k}") for k in range(3)] == ["SUCCEEDED", "CANCELLED", "CANCELLED"]
     assert core.busy == 0 and core.is_finished()
     core.validate()
+
+
+def test_why_says_what_a_follower_waits_for() -> None:
+    core = chain(3)
+    sent(core.handle(RunStartedEvent(0.0)))
+    core.handle(JobStartedEvent(0, 1, 0, 100, 0.1))
+    reasons = why(core, 1, 0.2)["reasons"]
+    assert any("behind j0 (RUNNING)" in r and "the moment that one succeeds" in r for r in reasons), reasons

@@ -79,6 +79,10 @@ def why(core: SchedulerCore | JobView, i: int, now: float) -> dict[str, Any]:
         left = f" in {max(0.0, due - now):.1f}s" if due else ""
         reasons.append(f"in retry delay after attempt {core.attempt[i]}: {core.reasons.get(i, '')}; "
                        f"becomes READY{left}")
+    elif st == S.QUEUED and i in (following := getattr(core, "following", {})):
+        u = following[i]
+        reasons.append(f"sent to the executors behind {core.ids[u]} ({S(core.state[u]).name}): its executor starts it "
+                       "the moment that one succeeds, and hands it back if it does not or runs long")
     elif st == S.QUEUED:
         reasons.append("sent to the executors; not started yet")
     elif st == S.RUNNING:
