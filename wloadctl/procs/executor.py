@@ -270,8 +270,9 @@ class Executor:
         return min(due, min(b[2] for b in self.backlog) + self.hand_back)
 
     def _hand_back(self, now: float) -> None:
-        """Hand back, unstarted, the tasks that waited HAND_BACK for a slot here: an executor with a free
-        slot takes them (the scheduler requeues them at the same attempt)."""
+        """Hand back, unstarted, the tasks that waited HAND_BACK for a slot here (an executor with a free slot
+        takes them; the scheduler requeues them at the same attempt), and the followers whose leader has run
+        HAND_BACK (they wait for it at the scheduler)."""
         if now < self._hand_back_due():
             return
         for key, f in list(self.follow.items()):
@@ -291,7 +292,8 @@ class Executor:
         self.urgent = True  # another executor may be idle for want of them: they go now
 
     def _return(self, rec: P.TaskRecord) -> None:
-        """Hand a task back unstarted (the scheduler requeues it at the same attempt), with its followers."""
+        """Hand a task back unstarted, with its followers (the scheduler requeues a task at the same attempt, and
+        gives a follower a new one: SchedulerCore._unfollow)."""
         stamp = time.time()
         while True:
             self.returned += 1
