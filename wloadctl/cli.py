@@ -13,6 +13,8 @@ from typing import Any, NoReturn
 from wloadctl.errors import PlanError, UsageError, WloadError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+PROBLEM_LINES = 20
+"""A plan's problems printed at most (validate --json lists every one)."""
 VERB_COMMANDS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip")
 
 
@@ -361,7 +363,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
             bad += 1
             out.append({"file": path, "ok": False, "problems": e.lines()})
             if not a.json:
-                for line in e.lines():
+                for line in e.lines(PROBLEM_LINES):
                     print(line, file=sys.stderr)
     if a.json:
         print(json.dumps(out, indent=2))
@@ -598,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(COMMANDS[args.cmd](args))
     except PlanError as e:
-        for line in e.lines():
+        for line in e.lines(PROBLEM_LINES):
             print(line, file=sys.stderr)
         return EXIT_USAGE
     except WloadError as e:

@@ -52,9 +52,33 @@ class PlanError(WloadError):
         self.problems: list[WloadError] = problems or []
         """Every problem of the plan, each with its own location."""
 
-    def lines(self) -> list[str]:
-        """One line per problem (or this error's own line when it holds none)."""
-        return [p.one_line() for p in self.problems] or [self.one_line()]
+    def lines(self, limit: int | None = None) -> list[str]:
+        """One line per problem (or this error's own line when it holds none).
+
+        With `limit`, a plan with more problems than that is summed up: the same problem in many
+        jobs (one mistake copied through a generated plan) is one line naming the first few, and
+        what is still past the limit is counted on a last line.
+        """
+        if not self.problems:
+            return [self.one_line()]
+        if limit is None or len(self.problems) <= limit:
+            return [p.one_line() for p in self.problems]
+        alike: dict[tuple[str | None, str, str | None], list[WloadError]] = {}
+        for p in self.problems:
+            alike.setdefault((p.file, p.message, p.hint), []).append(p)
+        out = []
+        for same in alike.values():
+            line = same[0].one_line()
+            if len(same) > 1:
+                where = [f"{p.job or '-'}{f' line {p.line}' if p.line else ''}" for p in same[1:4]]
+                more = ", ..." if len(same) > 4 else ""
+                line += f"; the same in {len(same) - 1} more place(s): {', '.join(where)}{more}"
+            out.append(line)
+        if len(out) > limit:
+            rest = sum(len(same) for same in list(alike.values())[limit - 1 :])
+            name = self.problems[0].file or "the plan"
+            out[limit - 1 :] = [f"{name}: and {rest} more problem(s) (`wloadctl validate --json` lists every one)"]
+        return out
 
 
 class CycleError(PlanError):

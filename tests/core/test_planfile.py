@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from wloadctl.core.dag import Dag
 from wloadctl.core.durations import (
@@ -556,3 +557,26 @@ def test_a_very_long_value_is_clipped_in_its_message() -> None:
         load_plan_text("name: p\njobs: " + "x" * 5000 + "\n")
     line = e.value.lines()[0]
     assert "(5000 characters)" in line and len(line) < 200
+
+
+def test_many_problems_are_summed_up_and_json_still_lists_each(tmp_path: Path) -> None:
+    # Given a plan with one mistake in 300 jobs, and 30 different ones
+    jobs = {f"j{i}": {"command": "true", "after": ["x"]} for i in range(300)}
+    jobs |= {f"p{i}": {"command": "true", "priority": f"high{i}"} for i in range(30)}
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "many", "jobs": jobs}, sort_keys=False))
+    with pytest.raises(PlanError) as got:
+        load_plan(plan)
+    e = got.value
+    assert len(e.lines()) == 330  # every problem, each on its line
+    # When it is printed with a limit
+    short = e.lines(20)
+    # Then the copied mistake is one line naming the first job and the count of the others
+    assert len(short) == 20
+    assert short[0].startswith(f"{plan}:5: job 'j0': unknown key 'after'"), short[0]
+    assert "the same in 299 more place(s): j1 line 9, j2 line 13, j3 line 17, ..." in short[0], short[0]
+    # And the different ones each get a line until the limit, the rest counted
+    assert all("priority" in line for line in short[1:19])
+    assert short[19] == f"{plan}: and 12 more problem(s) (`wloadctl validate --json` lists every one)"
+    # And a few problems are still listed one by one
+    assert PlanError("p", problems=e.problems[:3]).lines(20) == [p.one_line() for p in e.problems[:3]]

@@ -65,6 +65,12 @@ def million_one_line(p: Path) -> bytes:
             + "}}\n").encode()
 
 
+def one_mistake_everywhere(p: Path) -> bytes:
+    # A generator's typo copied into every job: one line for it, not 100,000.
+    return ("name: m\njobs:\n" + "".join(f"  j{i}:\n    command: 'true'\n    after: [j{i - 1}]\n"
+                                         for i in range(1, 100_001))).encode()
+
+
 CASES: list[tuple[Callable[[Path], bytes], int, str]] = [
     (deep, 2, "nest"),  # "nested too deeply", or the YAML parser's "exceeded maximum nesting depth"
     (deep_blocks, 2, "the YAML is nested too deeply to be a plan"),
@@ -76,6 +82,7 @@ CASES: list[tuple[Callable[[Path], bytes], int, str]] = [
     (not_utf8, 2, "invalid leading UTF-8 octet"),
     (binary, 2, "plan.yaml"),
     (million_one_line, 0, "ok (1000000 jobs)"),
+    (one_mistake_everywhere, 2, "unknown key 'after' (accepted: command"),
 ]
 
 
@@ -98,3 +105,4 @@ def test_a_hostile_plan_is_read_or_refused_clearly(tmp_path: Path, make: Callabl
         lines = p.stderr.decode(errors="replace").splitlines()
         assert lines and all(line.startswith(str(plan)) for line in lines), lines[:5]
         assert max(len(line) for line in lines) < 600, "a message must not echo the hostile input"
+        assert len(lines) <= 20, f"{len(lines)} lines: many problems are summed up, not all printed"
