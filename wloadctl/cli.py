@@ -22,8 +22,24 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors and exit code 2."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        print(f"{self.prog}: error: {_invalid_choice(message)} (see `{self.prog} --help`)", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+
+
+def _invalid_choice(message: str) -> str:
+    """argparse's "invalid choice" with the closest choice first and the internal ones (`_x`) left out."""
+    import re
+
+    m = re.fullmatch(r"(argument [^:]+): invalid choice: '(.*)' \(choose from (.*)\)", message, re.S)
+    if m is None:
+        return message
+    import difflib
+
+    choices = [c for c in re.findall(r"'([^']*)'", m[3]) if not c.startswith("_")]
+    close = difflib.get_close_matches(m[2], choices, n=1, cutoff=0.6)
+    guess = f"did you mean '{close[0]}'? " if close else ""
+    what = "unknown command" if m[1] == "argument COMMAND" else f"{m[1]}: invalid choice"
+    return f"{what} '{m[2]}' ({guess}choose from {', '.join(choices)})"
 
 
 def _state_dir_arg(p: argparse.ArgumentParser) -> None:
