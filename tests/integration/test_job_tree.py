@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.integration.helpers import ENV, cli, job_states, reap_orphans, start, wait_for
-from wloadctl.procs.jobtree import MODE_ENV, detect
+from wloadctl.procs.jobtree import MODE_ENV, detect, run_group
 
 pytestmark = pytest.mark.ipc
 
@@ -96,9 +96,42 @@ def test_a_job_starts_in_its_own_group_without_a_shell(tmp_path: Path, no_ipc_le
     for job in ("plain", "shelled"):
         text = cli("logs", job, "--state-dir", str(sd)).stdout
         line = next(x for x in text.splitlines() if x.startswith("0::"))
-        assert "/wloadctl." in line and re.search(r"/e\d+-t\d+-a1$", line), text
+        assert "/wloadctl." in line and re.search(r"/e\d+\.\d+-g\d+$", line), text
     # And the executor, the shell's parent, went back to its own group once the job had started
     parent = next(x for x in cli("logs", "shelled", "--state-dir", str(sd)).stdout.splitlines()
                   if x.startswith("parent "))
     assert parent.startswith("parent python") and "0::" in parent, parent
-    assert not re.search(r"/e\d+-t\d+-a\d+$", parent), parent
+    assert not re.search(r"/e\d+\.\d+-g\d+$", parent), parent
+
+
+@pytest.mark.skipif(detect().mode != "cgroup", reason=f"no delegated cgroup v2 here: {detect().why}")
+def test_a_group_serves_the_next_job_only_once_its_job_left_nothing(tmp_path: Path, no_ipc_leaks: None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given one executor and a chain: two clean jobs, one that leaves a sleeper behind, then two more
+    tag = secrets.token_hex(3).translate(str.maketrans("abcdef", "123456"))
+    monkeypatch.setitem(ENV, MODE_ENV, "cgroup")
+    show = "grep ^0:: /proc/self/cgroup"
+    jobs: dict[str, dict[str, object]] = {
+        "a": {"command": show},
+        "b": {"command": show, "depends_on": ["a"]},
+        "c": {"command": f"{show}; setsid sleep 600.{tag} & sleep 0.1", "depends_on": ["b"]},
+        "d": {"command": show, "depends_on": ["c"]},
+        "e": {"command": show, "depends_on": ["d"]},
+    }
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "reuse", "jobs": jobs}))
+    sd = tmp_path / "sd"
+    # When it runs
+    p = cli("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "1")
+    assert p.returncode == 0, p.stderr
+    group = {j: next(x for x in cli("logs", j, "--state-dir", str(sd)).stdout.splitlines()
+                     if x.startswith("0::")) for j in jobs}
+    # Then the clean jobs ran one after the other in the same group, made once
+    assert group["a"] == group["b"] == group["c"], group
+    # And the sleeper c left was ended with its job, its group not given to d
+    wait_for(lambda: not sleepers(tag), timeout=10, what="c's sleeper gone")
+    assert group["d"] != group["c"] and group["d"] == group["e"], group
+    # And no job group is left once the run is over
+    run_id = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["run"]
+    base = detect().base
+    assert base is not None and not run_group(base, run_id).exists(), "the run's groups are removed"

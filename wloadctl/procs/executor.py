@@ -438,6 +438,7 @@ class Executor:
                 spawner.return_log(log)
             if files is not None:
                 files.discard()
+            self.trees.end(rec.task, rec.attempt, 0)  # its group, made or taken for it, is free again
             self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
                                     f"{e.strerror or e}")
             return

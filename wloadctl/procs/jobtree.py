@@ -4,10 +4,12 @@ Signalling a job's process group misses what left it (`setsid cmd &`, a double f
 to end the whole tree, chosen once per executor (`detect`):
 
 * **cgroup**: the executor may make child groups in its cgroup v2 (root, or a delegated
-  subtree). Each attempt runs in `<own group>/wloadctl.<run>/e<executor>-t<task>-a<attempt>`,
-  joined by the job's first process itself before it execs the command (so nothing it forks
-  can start outside), and ended with `cgroup.kill`. Memory and CPU claims can become
-  `memory.max`/`cpu.max` where those controllers are enabled (`limits: enforce`).
+  subtree). Each attempt runs alone in a group `<own group>/wloadctl.<run>/e<executor>.<pid>-g<n>`
+  of its executor (index and pid), started in it (so nothing it forks can start outside), and
+  what it leaves when it ends is ended with `cgroup.kill`. A group its job left empty is kept for
+  the executor's next job: making and removing a group for every job cost about a tenth of a
+  `true` job's throughput. Memory and CPU claims can become `memory.max`/`cpu.max` where those
+  controllers are enabled (`limits: enforce`); such a group is the job's alone, removed after it.
 * **subreaper**: the executor is a child subreaper (PR_SET_CHILD_SUBREAPER), so what a job
   leaves behind is re-parented to it instead of init. Every job carries a marker in its
   environment (`WLOADCTL_TREE=run/executor/task/attempt`); when a job ends, whatever was
@@ -121,9 +123,9 @@ def marker(run_id: str, executor: int, task: int, attempt: int) -> str:
     return f"{run_id}/{executor}/{task}/{attempt}"
 
 
-def group_name(executor: int, task: int, attempt: int) -> str:
-    """The cgroup of one attempt, under the run's group."""
-    return f"e{executor}-t{task}-a{attempt}"
+def group_prefix(executor: int, pid: int | None = None) -> str:
+    """The start of the names of an executor's job groups (of every executor with that index without `pid`)."""
+    return f"e{executor}." if pid is None else f"e{executor}.{pid}-"
 
 
 def run_group(base: Path, run_id: str) -> Path:
@@ -248,6 +250,12 @@ class JobTrees:
     """Job groups killed but not yet empty (removed when they are), with when they were killed."""
     leaders: set[int] = field(default_factory=set)
     """Pids of the jobs' first processes, reaped by the executor itself (never here)."""
+    held: dict[tuple[int, int], tuple[str, bool]] = field(default_factory=dict)
+    """(task, attempt) -> the group its job runs in, and whether limits were set on it (cgroup mode)."""
+    spare: list[str] = field(default_factory=list)
+    """Groups whose jobs ended and left nothing: the next jobs run in them."""
+    made: int = 0
+    """Groups made so far (numbers their names)."""
     _rg: str | None = None
     """The run's cgroup directory once known (see `_run_group`)."""
 
@@ -277,9 +285,14 @@ class JobTrees:
     def _group(self, task: int, attempt: int, wanted: dict[str, float], applied: set[str]) -> str | None:
         if self.how.mode != "cgroup" or self.how.base is None:
             return None
+        if self.spare and not wanted:
+            g = self.spare.pop()
+            self.held[(task, attempt)] = (g, False)
+            return f"{g}/cgroup.procs"
         rg = self._run_group()
-        # Plain strings and os calls: this runs for every job, where Path objects cost more than the mkdir.
-        g = f"{rg}/{group_name(self.executor, task, attempt)}"
+        # Plain strings and os calls: this runs for a job, where Path objects cost more than the mkdir.
+        self.made += 1
+        g = f"{rg}/{group_prefix(self.executor, os.getpid())}g{self.made}"
         try:
             try:
                 os.mkdir(g)
@@ -290,10 +303,9 @@ class JobTrees:
                     Path(rg, "cgroup.subtree_control").write_text(
                         " ".join(f"+{c}" for c in sorted(self.how.controllers)))
                 os.mkdir(g)
-        except FileExistsError:
-            pass
         except OSError:
             return None  # the group cannot be made: the process group's signal is all there is
+        self.held[(task, attempt)] = (g, bool(wanted))
         for name, value in wanted.items():
             if name not in self.how.controllers:
                 continue
@@ -319,17 +331,22 @@ class JobTrees:
             How many processes were signalled.
         """
         n = 0
-        if self.how.mode == "cgroup" and self.how.base is not None:
-            name = f"{self._run_group()}/{group_name(self.executor, task, attempt)}"
-            try:
-                os.rmdir(name)  # the common case: the job left nothing, its group goes at once
-                return 0
-            except FileNotFoundError:
-                pass  # never made (no group could be): its strays are found by their marker
-            except OSError:
-                g = Path(name)
-                n += _kill_group(g)
-                self.dying[g] = time.time()
+        held = self.held.pop((task, attempt), None)
+        if held is not None:
+            name, limited = held
+            if _empty(name):
+                # The common case: the job left nothing. Its group serves the next job, unless it
+                # carries this one's limits.
+                if not limited:
+                    self.spare.append(name)
+                    return 0
+                with contextlib.suppress(OSError):
+                    os.rmdir(name)
+                    return 0
+            g = Path(name)
+            n += _kill_group(g)
+            self.dying[g] = time.time()
+        # No group could be made, or what was in it is being killed: strays out of it have the marker.
         mark = marker(self.run_id, self.executor, task, attempt)
         left = []
         for c in own_children():
@@ -374,6 +391,10 @@ class JobTrees:
 
     def close(self) -> None:
         """At exit: end what is left in this executor's groups and remove them (best effort)."""
+        for name in self.spare:
+            with contextlib.suppress(OSError):
+                os.rmdir(name)
+        self.spare.clear()
         for g in list(self.dying):
             _kill_group(g)
         deadline = time.time() + 2.0
@@ -398,6 +419,20 @@ def joining(procs: str, argv: list[str]) -> list[str]:
     return ["/bin/sh", "-c", JOIN_SCRIPT, procs, *argv]
 
 
+def _empty(group: str) -> bool:
+    """Whether no process is left in a group or in groups below it (`populated 0`); False when unreadable."""
+    try:
+        fd = os.open(f"{group}/cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return b"populated 0" in os.read(fd, 256)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _kill_group(g: Path) -> int:
     """Kill every process of a cgroup: cgroup.kill where the kernel has it, else each listed pid."""
     try:
@@ -412,28 +447,29 @@ def _kill_group(g: Path) -> int:
     return kill_all(pids)
 
 
-def kill_executor_trees(run_id: str, executor: int) -> int:
-    """An executor is gone: end the trees of every job it ran (groups, then marked processes)."""
+def _kill_groups(run_id: str, prefix: str) -> int:
+    """Kill every job group of the run whose name starts with `prefix`."""
     n = 0
     how = detect(run_id)
     if how.mode == "cgroup" and how.base is not None:
-        rg = run_group(how.base, run_id)
         with contextlib.suppress(OSError):
-            for g in rg.iterdir():
-                if g.is_dir() and g.name.startswith(f"e{executor}-"):
+            for g in run_group(how.base, run_id).iterdir():
+                if g.name.startswith(prefix) and g.is_dir():
                     n += _kill_group(g)
-    return n + kill_marked(f"{run_id}/{executor}/")
+    return n
 
 
-def kill_job_tree(run_id: str, executor: int, task: int, attempt: int) -> int:
-    """An attempt whose executor is gone: end its cgroup and every process carrying its marker."""
-    n = 0
-    how = detect(run_id)
-    if how.mode == "cgroup" and how.base is not None:
-        g = run_group(how.base, run_id) / group_name(executor, task, attempt)
-        if g.is_dir():
-            n += _kill_group(g)
-    return n + kill_marked(marker(run_id, executor, task, attempt) + "/")
+def kill_executor_trees(run_id: str, executor: int) -> int:
+    """An executor is gone (before another takes its index): end the trees of every job it ran
+    (its groups, then marked processes)."""
+    return _kill_groups(run_id, group_prefix(executor)) + kill_marked(f"{run_id}/{executor}/")
+
+
+def kill_job_tree(run_id: str, executor: int, executor_pid: int, task: int, attempt: int) -> int:
+    """An attempt whose executor (`executor_pid`) is gone: end that executor's groups, each holding one of
+    its jobs, all lost with it, and every process carrying the attempt's marker."""
+    return _kill_groups(run_id, group_prefix(executor, executor_pid)) + \
+        kill_marked(marker(run_id, executor, task, attempt) + "/")
 
 
 def remove_run_groups(run_id: str) -> None:

@@ -414,11 +414,11 @@ class LocalPool:
         """Process ids of these executors."""
         return {self.sup.workers[i].pid for i in indices}
 
-    def kill_lost(self, started: P.ResultRecord) -> None:
-        """A started job whose executor is gone may live on: stop its process group, and whatever
-        left the group with it, before it is retried."""
+    def kill_lost(self, started: P.ResultRecord, executor_pid: int) -> None:
+        """A started job whose executor (`executor_pid`) is gone may live on: stop its process group, and
+        whatever left the group with it, before it is retried."""
         killpg(started.pid, signal.SIGKILL)
-        kill_job_tree(self.objs.run_id, started.executor, started.task, started.attempt)
+        kill_job_tree(self.objs.run_id, started.executor, executor_pid, started.task, started.attempt)
         self.pids.pop(started.task, None)
 
     # -- health --------------------------------------------------------------------------

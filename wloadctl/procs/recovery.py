@@ -127,7 +127,7 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
             continue
         if started is not None:
             # Its executor is gone but the job's process group may live on: stopped first.
-            pool.kill_lost(started[1])
+            pool.kill_lost(started[1], started[0])
         feed(JobExitedEvent(i, att, holder[1].executor if holder else -1, -1, time.time(), lost=True,
                             cause_id="recovery"))
         lost += 1
