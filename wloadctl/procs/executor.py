@@ -171,6 +171,7 @@ class Executor:
         # Before the first job: what jobs leave behind must be re-parented here, not to init.
         self.trees = JobTrees(rid, self.index, detect(rid))
         self.spawner.home_group = self.trees.home_group()
+        self.spawner.enter = self.trees.enter
 
     # -- the loop ------------------------------------------------------------------------
 

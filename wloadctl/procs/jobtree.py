@@ -256,6 +256,9 @@ class JobTrees:
     """Groups whose jobs ended and left nothing: the next jobs run in them."""
     made: int = 0
     """Groups made so far (numbers their names)."""
+    files: dict[str, int] = field(default_factory=dict)
+    """Open descriptors of the groups' `cgroup.procs` and `cgroup.events`, by path, kept while the group is:
+    an open of a cgroup file costs more than the write or read it is for."""
     _rg: str | None = None
     """The run's cgroup directory once known (see `_run_group`)."""
 
@@ -334,14 +337,14 @@ class JobTrees:
         held = self.held.pop((task, attempt), None)
         if held is not None:
             name, limited = held
-            if _empty(name):
+            if self._empty(name):
                 # The common case: the job left nothing. Its group serves the next job, unless it
                 # carries this one's limits.
                 if not limited:
                     self.spare.append(name)
                     return 0
                 with contextlib.suppress(OSError):
-                    os.rmdir(name)
+                    self._remove(name)
                     return 0
             g = Path(name)
             n += _kill_group(g)
@@ -371,6 +374,50 @@ class JobTrees:
             return None
         return str(self.how.base / "cgroup.procs")
 
+    def enter(self, procs: str) -> bool:
+        """Move this process into the group of `procs` (its `cgroup.procs`); False when that is refused."""
+        fd = self._file(procs, os.O_WRONLY)
+        try:
+            return fd is not None and os.write(fd, b"0") == 1
+        except OSError:
+            return False
+
+    def _empty(self, group: str) -> bool:
+        """Whether no process is left in a group or in groups below it (`populated 0`); False when unreadable."""
+        fd = self._file(f"{group}/cgroup.events", os.O_RDONLY)
+        try:
+            return fd is not None and b"populated 0" in os.pread(fd, 256, 0)
+        except OSError:
+            return False
+
+    def _file(self, path: str, flags: int) -> int | None:
+        fd = self.files.get(path)
+        if fd is None:
+            try:
+                fd = self.files[path] = os.open(path, flags | os.O_CLOEXEC)
+            except OSError:
+                return None
+        return fd
+
+    def _remove(self, group: str) -> None:
+        """Remove an emptied group, and forget its files.
+
+        Raises:
+            OSError: it is not empty, or is gone already (FileNotFoundError).
+        """
+        try:
+            os.rmdir(group)
+        except FileNotFoundError:
+            self._forget(group)
+            raise
+        self._forget(group)
+
+    def _forget(self, group: str) -> None:
+        for name in ("cgroup.procs", "cgroup.events"):
+            fd = self.files.pop(f"{group}/{name}", None)
+            if fd is not None:
+                os.close(fd)
+
     def tidy(self) -> None:
         """Reap ended strays re-parented here (not the jobs' leaders) and remove emptied job groups."""
         if self.how.mode == "subreaper":
@@ -381,7 +428,7 @@ class JobTrees:
                         os.waitpid(c, os.WNOHANG)
         for g, when in list(self.dying.items()):
             try:
-                g.rmdir()
+                self._remove(str(g))
                 del self.dying[g]
             except FileNotFoundError:
                 del self.dying[g]
@@ -393,7 +440,7 @@ class JobTrees:
         """At exit: end what is left in this executor's groups and remove them (best effort)."""
         for name in self.spare:
             with contextlib.suppress(OSError):
-                os.rmdir(name)
+                self._remove(name)
         self.spare.clear()
         for g in list(self.dying):
             _kill_group(g)
@@ -402,6 +449,9 @@ class JobTrees:
             self.tidy()
             if self.dying:
                 time.sleep(0.02)
+        for fd in self.files.values():
+            os.close(fd)
+        self.files.clear()
 
 
 def limits_text(wanted: dict[str, float], applied: set[str], how: Containment) -> str:
@@ -417,20 +467,6 @@ def limits_text(wanted: dict[str, float], applied: set[str], how: Containment) -
 def joining(procs: str, argv: list[str]) -> list[str]:
     """`argv` started through /bin/sh that first moves itself into the group of `procs`."""
     return ["/bin/sh", "-c", JOIN_SCRIPT, procs, *argv]
-
-
-def _empty(group: str) -> bool:
-    """Whether no process is left in a group or in groups below it (`populated 0`); False when unreadable."""
-    try:
-        fd = os.open(f"{group}/cgroup.events", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        return b"populated 0" in os.read(fd, 256)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _kill_group(g: Path) -> int:

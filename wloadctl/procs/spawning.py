@@ -31,7 +31,7 @@ import shlex
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -121,6 +121,8 @@ class Spawner:
     home_group: str | None = None
     """The `cgroup.procs` of the executor's own cgroup (cgroup mode): it steps into a job's group for the
     moment of the job's start and comes back, so the job starts there without a shell to move it."""
+    enter: Callable[[str], bool] = field(default=lambda procs: _move_self(procs))
+    """Moves this process into the group of a `cgroup.procs` (the executor's job trees keep those files open)."""
 
     def argv_for(self, command: str | Sequence[str] | None, env: Mapping[str, str]) -> list[str]:
         """The argv that runs a job's command: its words when it needs no shell, else `/bin/sh -c TEXT`."""
@@ -271,13 +273,13 @@ class Spawner:
         if self.posix_spawn and not cwd and "/" in argv[0]:
             if join is None:
                 sp = self._posix_spawn(argv, env, log_fd)
-            elif self.home_group is not None and _move_self(join):
+            elif self.home_group is not None and self.enter(join):
                 # The child is made in the group this process is in: it starts there, and so does
                 # everything it forks. Only the moment of the clone is spent in the job's group.
                 try:
                     sp = self._posix_spawn(argv, env, log_fd)
                 finally:
-                    if not _move_self(self.home_group):
+                    if not self.enter(self.home_group):
                         # Killing the job's group would kill this executor too: it must not go on.
                         raise RuntimeError(f"cannot move back to {self.home_group} after starting a job")
             else:
