@@ -84,6 +84,18 @@ def test_bad_plan_exits_2_with_one_line_per_problem_and_creates_nothing(tmp_path
     assert not (tmp_path / "sd").exists()
 
 
+def test_a_state_directory_that_cannot_be_used_is_refused_in_one_line(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: one\njobs:\n  a: {command: 'true'}\n")
+    (tmp_path / "afile").write_text("")
+    for sd, why in ((tmp_path / "afile", "it is not a directory"), (tmp_path / "afile" / "sd", "it is not a directory"),
+                    (Path("/proc/wloadctl-none"), "No such file or directory")):
+        p = cli("run", str(plan), "--state-dir", str(sd))
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == f"wloadctl: cannot use {sd} as a state directory: {why} (give --state-dir a directory " \
+                           "this user may create and write)\n", p.stderr
+
+
 def test_status_of_a_finished_run_and_history(tmp_path: Path, no_ipc_leaks: None) -> None:
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {}, "b": {"depends_on": ["a"], "exit": 1}})
     sd = str(tmp_path / "sd")

@@ -141,9 +141,14 @@ class StateDirLock:
     """One active scheduler per state directory: an exclusive flock on `scheduler.lock`."""
 
     def __init__(self, state_dir: Path) -> None:
-        state_dir.mkdir(parents=True, exist_ok=True)
         self.path = state_dir / "scheduler.lock"
-        self.f: IO[str] = open(self.path, "a+")
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            self.f: IO[str] = open(self.path, "a+")
+        except OSError as e:
+            why = "it is not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e
+            raise UsageError(f"cannot use {state_dir} as a state directory: {why}",
+                             hint="give --state-dir a directory this user may create and write") from None
 
     def acquire(self) -> None:
         """Take the lock or raise UsageError naming the live scheduler."""
