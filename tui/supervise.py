@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from wloadctl.client import RunClient, pid_alive
 from wloadctl.errors import UsageError, WloadError
+from wloadctl.paths import make_state_dir
 
 if TYPE_CHECKING:
     from wloadctl.client import RunRow
@@ -174,7 +175,7 @@ class SchedulerSupervisor:
             return self._start(plan)
 
     def _start(self, plan: str | None) -> int:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        make_state_dir(self.state_dir)
         if self.proc is not None:
             self._older.append(self.proc)  # never dropped while it may run: reaped later
             self.proc = None

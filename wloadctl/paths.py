@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from wloadctl.errors import UsageError
+
 
 def state_root() -> Path:
     """The directory runs' state directories are made under when none is given.
@@ -18,6 +20,25 @@ def state_root() -> Path:
         return Path(home)
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "wloadctl"
+
+
+def make_state_dir(state_dir: Path) -> None:
+    """Make the state directory (and its parents) where it is not there.
+
+    Raises:
+        UsageError: it cannot be made, or is something else than a directory.
+    """
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise unusable_state_dir(state_dir, e) from None
+
+
+def unusable_state_dir(state_dir: Path, e: OSError) -> UsageError:
+    """The one-line error of a state directory that cannot be made, entered or written."""
+    why = "it is not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e
+    return UsageError(f"cannot use {state_dir} as a state directory: {why}",
+                      hint="give --state-dir a directory this user may create and write")
 
 
 def run_dirs(state_dir: Path, run_id: str) -> tuple[str, str, str]:

@@ -94,6 +94,11 @@ def test_a_state_directory_that_cannot_be_used_is_refused_in_one_line(tmp_path: 
         assert p.returncode == 2, p.stderr
         assert p.stderr == f"wloadctl: cannot use {sd} as a state directory: {why} (give --state-dir a directory " \
                            "this user may create and write)\n", p.stderr
+    # The console, which starts the scheduler itself, says the same
+    p = cli("console", str(plan), "--state-dir", str(tmp_path / "afile"))
+    assert p.returncode == 2 and p.stderr.splitlines()[-1] == (
+        f"wloadctl: cannot use {tmp_path / 'afile'} as a state directory: it is not a directory (give --state-dir a "
+        "directory this user may create and write)"), p.stderr
 
 
 def test_status_of_a_finished_run_and_history(tmp_path: Path, no_ipc_leaks: None) -> None:

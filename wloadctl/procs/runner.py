@@ -32,7 +32,16 @@ from wloadctl.ipc.naming import ROLE_BOARD, object_name
 from wloadctl.ipc.quota import run_shapes
 from wloadctl.ipc.segment import shm_free
 from wloadctl.ipc.shm import run_is_alive
-from wloadctl.paths import ids_path, run_dirs, state_root, summary_path, write_ids, write_summary
+from wloadctl.paths import (
+    ids_path,
+    make_state_dir,
+    run_dirs,
+    state_root,
+    summary_path,
+    unusable_state_dir,
+    write_ids,
+    write_summary,
+)
 from wloadctl.procs.executor import DEFAULT_PREFETCH
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.jobtree import remove_run_groups
@@ -142,13 +151,11 @@ class StateDirLock:
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / "scheduler.lock"
+        make_state_dir(state_dir)
         try:
-            state_dir.mkdir(parents=True, exist_ok=True)
             self.f: IO[str] = open(self.path, "a+")
         except OSError as e:
-            why = "it is not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e
-            raise UsageError(f"cannot use {state_dir} as a state directory: {why}",
-                             hint="give --state-dir a directory this user may create and write") from None
+            raise unusable_state_dir(state_dir, e) from None
 
     def acquire(self) -> None:
         """Take the lock or raise UsageError naming the live scheduler."""
