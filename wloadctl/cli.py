@@ -432,16 +432,18 @@ def cmd_read(a: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(a: argparse.Namespace) -> int:
-    from wloadctl.procs.supervisor import clean_stale
+    from wloadctl.procs.supervisor import clean_stale, clean_stale_groups
 
     lines: list[str] = []
     gone = clean_stale(lines.append)
+    groups = clean_stale_groups(lines.append)
     if a.json:
-        print(json.dumps({"removed": gone}))
+        print(json.dumps({"removed": gone, "job_groups_removed": groups}))
     else:
         for line in lines:
             print(line)
-        print(f"removed {len(gone)} stale IPC object(s)")
+        and_groups = f" and {groups} empty job group folder(s)" if groups else ""
+        print(f"removed {len(gone)} stale IPC object(s){and_groups}")
     return EXIT_OK
 
 

@@ -288,8 +288,11 @@ class JobTrees:
     def _group(self, task: int, attempt: int, wanted: dict[str, float], applied: set[str]) -> str | None:
         if self.how.mode != "cgroup" or self.how.base is None:
             return None
-        if self.spare and not wanted:
+        while self.spare and not wanted:
             g = self.spare.pop()
+            if not self._empty(g):
+                self._forget(g)  # removed from outside (`wloadctl cleanup` of a run it took for gone)
+                continue
             self.held[(task, attempt)] = (g, False)
             return f"{g}/cgroup.procs"
         rg = self._run_group()
@@ -508,15 +511,35 @@ def kill_job_tree(run_id: str, executor: int, executor_pid: int, task: int, atte
         kill_marked(marker(run_id, executor, task, attempt) + "/")
 
 
-def remove_run_groups(run_id: str) -> None:
-    """At the end of a run: remove its cgroup directory (and the empty job groups left in it)."""
+def remove_run_groups(run_id: str) -> int:
+    """At the end of a run: remove its cgroup directory (and the empty job groups left in it).
+
+    Returns:
+        How many directories were removed.
+    """
     how = detect(run_id)
     if how.mode != "cgroup" or how.base is None:
-        return
+        return 0
     rg = run_group(how.base, run_id)
+    n = 0
     with contextlib.suppress(OSError):
         for g in rg.iterdir():
             if g.is_dir():
                 with contextlib.suppress(OSError):
                     g.rmdir()
+                    n += 1
         rg.rmdir()
+        n += 1
+    return n
+
+
+def grouped_runs() -> list[str]:
+    """Ids of the runs with a cgroup directory under this process's group (cgroup mode)."""
+    how = detect()
+    if how.mode != "cgroup" or how.base is None:
+        return []
+    try:
+        return sorted(d.name.removeprefix("wloadctl.") for d in how.base.iterdir()
+                      if d.name.startswith("wloadctl.") and d.is_dir())
+    except OSError:
+        return []

@@ -157,6 +157,22 @@ def clean_stale(say: object = None) -> list[str]:
     return removed
 
 
+def clean_stale_groups(say: object = None) -> int:
+    """Remove the empty job groups (cgroup mode) of runs whose scheduler and executors are all gone: a run
+    killed whole and never resumed leaves them. An agent's groups are its own to keep. Returns how many went."""
+    from wloadctl.procs.jobtree import grouped_runs, remove_run_groups
+
+    n = 0
+    for rid in grouped_runs():
+        if rid.startswith("agent-") or run_is_alive(rid):
+            continue
+        gone = remove_run_groups(rid)
+        n += gone
+        if callable(say) and gone:
+            say(f"removed {gone} empty job group folder(s) left by crashed run {rid}")
+    return n
+
+
 def register_standby(state_dir: Path) -> Path:
     """Record this process as a standby of the state dir's run; return its pidfile.
 

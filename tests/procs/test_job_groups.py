@@ -1,0 +1,82 @@
+"""An executor's job groups (cgroup mode): made once, served again while their jobs leave nothing, and those of a
+run killed whole removed by `wloadctl cleanup`."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import cli
+from wloadctl.procs.jobtree import JobTrees, detect, grouped_runs, remove_run_groups, run_group
+from wloadctl.procs.spawning import Spawner, reap
+
+pytestmark = pytest.mark.skipif(detect().mode != "cgroup", reason=f"no delegated cgroup v2 here: {detect().why}")
+
+
+def _run_one(trees: JobTrees, spawner: Spawner, task: int, argv: list[str]) -> str:
+    """Start `argv` as attempt 1 of `task` in the group the trees give it, wait for it, end it; its group."""
+    join = trees.prepare(task, 1, {}, 0.0, 0, False)
+    assert join is not None
+    log = os.open(os.devnull, os.O_WRONLY)
+    try:
+        sp = spawner.spawn(argv, dict(os.environ), None, log, join=join)
+    finally:
+        os.close(log)
+    assert reap(sp) == 0
+    trees.end(task, 1, sp.pid)
+    return os.path.dirname(join)
+
+
+@pytest.fixture
+def trees() -> Iterator[JobTrees]:
+    run = f"test-{secrets.token_hex(4)}"
+    t = JobTrees(run, 0, detect(run))
+    yield t
+    t.close()
+    remove_run_groups(run)
+
+
+def test_a_group_left_empty_serves_the_next_job_and_one_removed_from_outside_is_not_used(trees: JobTrees) -> None:
+    spawner = Spawner()
+    spawner.home_group = trees.home_group()
+    spawner.enter = trees.enter
+    # Given a job that ran and left nothing
+    first = _run_one(trees, spawner, 0, ["/bin/true"])
+    assert trees.spare == [first]
+    # When the next one runs, it runs in the same group
+    assert _run_one(trees, spawner, 1, ["/bin/true"]) == first
+    # And when that group is removed from outside (a cleanup), the next job gets a new one
+    os.rmdir(first)
+    third = _run_one(trees, spawner, 2, ["/bin/true"])
+    assert third != first and Path(third).is_dir()
+    # And this process is back in its own group after each start
+    own = Path("/proc/self/cgroup").read_text()
+    assert f"wloadctl.{trees.run_id}" not in own, own
+
+
+def test_cleanup_removes_the_empty_groups_of_a_run_whose_processes_are_all_gone(trees: JobTrees) -> None:
+    spawner = Spawner()
+    spawner.home_group = trees.home_group()
+    spawner.enter = trees.enter
+    # Given a run's groups left behind (no board, no process: killed whole), and an agent's
+    _run_one(trees, spawner, 0, ["/bin/true"])
+    base = detect().base
+    assert base is not None
+    agent = run_group(base, f"agent-{secrets.token_hex(3)}")
+    agent.mkdir()
+    try:
+        assert trees.run_id in grouped_runs()
+        # When an operator cleans up
+        p = cli("cleanup")
+        # Then the run's groups are gone and said so, the agent's kept
+        assert p.returncode == 0, p.stderr
+        assert f"empty job group folder(s) left by crashed run {trees.run_id}" in p.stdout, p.stdout
+        assert not run_group(base, trees.run_id).exists()
+        assert agent.is_dir()
+    finally:
+        agent.rmdir()
+    trees.spare.clear()  # removed with the run's folder
