@@ -16,6 +16,7 @@ import yaml
 from tests.integration.helpers import ENV, cli, job_states, read_evidence, wait_for
 from tests.remote.conftest import NatsServer, _alive
 from tests.remote.nodes import Node
+from wloadctl.procs.jobtree import detect, run_group
 
 pytestmark = pytest.mark.ipc
 
@@ -281,6 +282,11 @@ def test_an_agent_restarted_on_its_node_reattaches_to_the_jobs_its_executors_sti
         assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
         assert [k for k, _a in agents_of(out)["long"]] == ["start", "end"]
         assert "reattached to 2 executor(s)" in node.output()
+        # And once the agent is stopped, no job group of its node is left (cgroup mode: the suite runs as root)
+        node.stop()
+        how = detect()
+        if how.base is not None:
+            assert not run_group(how.base, "agent-solo").exists(), "a stopped agent removes its job groups"
     finally:
         node.stop()
 

@@ -27,6 +27,7 @@ from wloadctl.ipc.quota import LARGEST_RUN
 from wloadctl.ipc.shm import remove_run_objects, run_is_alive
 from wloadctl.paths import log_name, result_name, run_dirs
 from wloadctl.procs.health import pid_alive, process_rss_kb
+from wloadctl.procs.jobtree import remove_run_groups
 from wloadctl.procs.localpool import LocalPool, read_results, result_journals
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import RESULT_LIMIT, read_small
@@ -109,6 +110,7 @@ class Agent:
         else:
             remove_run_objects(self.node)
             remove_job_dirs(self.node)  # of run_as jobs that went with executors no longer alive
+            remove_run_groups(self.node)  # the empty job groups (cgroup mode) of those executors
             objs = RunObjects.create(self.node, 1, queue_jobs=LARGEST_RUN)
         self.objs = objs
         per = max(1, -(-o.slots // o.executors))
@@ -254,6 +256,7 @@ class Agent:
             self._settle_published()
         self.pool.wait_all(5.0)
         remove_job_dirs(self.node)
+        remove_run_groups(self.node)
         self.journal.close()
         self.objs.remove()
 
