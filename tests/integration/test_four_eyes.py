@@ -140,13 +140,34 @@ def as_user(user: str, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, env={**ENV, "HOME": "/"}, cwd="/")
 
 
+def _closed_to_others() -> list[Path]:
+    """The directories on the way to this interpreter and this checkout that other users cannot cross
+    (root's home is 0700 on a fresh host, and the interpreter may live under it)."""
+    import wloadctl
+
+    out: list[Path] = []
+    for start_at in (Path(sys.executable).resolve(), Path(sys.prefix).resolve(), Path(wloadctl.__file__).resolve()):
+        for d in reversed(start_at.parents):
+            if not d.stat().st_mode & 0o001 and d not in out:
+                out.append(d)
+    return out
+
+
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
-    """A directory other users can reach (pytest's own are the running user's alone)."""
+    """A directory other users can reach (pytest's own are the running user's alone), and the way to the
+    interpreter and the checkout opened to them (crossing only, `o+x`) for the test, then closed again."""
     d = Path(tempfile.mkdtemp(prefix="wloadctl-foureyes-", dir="/tmp"))
     d.chmod(0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    opened = _closed_to_others()
+    for o in opened:
+        o.chmod(o.stat().st_mode & 0o7777 | 0o001)
+    try:
+        yield d
+    finally:
+        for o in opened:
+            o.chmod(o.stat().st_mode & 0o7776)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="acting as two other users needs root (setpriv)")
