@@ -16,7 +16,7 @@ from tests.integration.helpers import ENV, cli, evidence_plan, status, wait_for
 from wloadctl.ipc.mq import queue_charge
 from wloadctl.ipc.quota import run_shapes
 from wloadctl.procs.jobtree import detect
-from wloadctl.procs.limits import judge, probe, run_queue_bytes
+from wloadctl.procs.limits import favoring_dynmods, judge, probe, run_queue_bytes
 
 KEYS = {"name", "limit", "used", "unit", "verdict", "hint", "note"}
 
@@ -97,3 +97,34 @@ def test_a_live_run_counts_in_the_runs_and_queue_bytes(tmp_path: Path, no_ipc_le
     finally:
         proc.send_signal(signal.SIGTERM)  # stops its jobs too (Ctrl-C would leave them running)
         proc.wait(60)
+
+
+MOUNTINFO = """\
+25 30 0:23 / /sys rw,nosuid - sysfs sysfs rw
+31 25 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+42 25 0:39 / /sys/fs/cgroup/other rw,relatime - cgroup2 cgroup2 rw,favordynmods
+"""
+
+
+def test_favordynmods_is_read_from_the_mount_holding_the_job_groups() -> None:
+    assert favoring_dynmods(MOUNTINFO, Path("/sys/fs/cgroup/unified/a/b")) == ("/sys/fs/cgroup/unified", False)
+    assert favoring_dynmods(MOUNTINFO, Path("/sys/fs/cgroup/other")) == ("/sys/fs/cgroup/other", True)
+    assert favoring_dynmods(MOUNTINFO, Path("/sys/fs/cgroup/unifiedx")) is None
+    shown = MOUNTINFO.replace("rw,relatime - cgroup2 cgroup2 rw\n", "rw,relatime,favordynmods - cgroup2 cgroup2 rw\n")
+    assert favoring_dynmods(shown, Path("/sys/fs/cgroup/unified/g")) == ("/sys/fs/cgroup/unified", True)
+    assert favoring_dynmods("", Path("/sys/fs/cgroup")) is None
+
+
+def test_doctor_says_whether_job_starts_wait_for_the_kernel() -> None:
+    rows = doctor_json()
+    how = detect()
+    row = rows.get("cgroup job starts")
+    if how.mode != "cgroup":
+        assert row is None
+        return
+    assert how.base is not None
+    found = favoring_dynmods(Path("/proc/self/mountinfo").read_text(), how.base)
+    assert found is not None and row is not None
+    assert row["verdict"] == ("ok" if found[1] else "low")
+    assert found[1] or f"remount,favordynmods {found[0]}" in row["hint"]
