@@ -36,6 +36,20 @@ def make_plan(spec: dict[str, dict], resources: dict[str, int] | None = None, na
     return Plan(name, jobs, resources or {})
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Compile the project's bytecode once, up front: the suite starts hundreds of wloadctl processes, and
+    where nothing wrote it (PYTHONDONTWRITEBYTECODE set, a fresh checkout) each would compile every module of
+    the package again (about a fifth of the suite's time)."""
+    import compileall
+
+    root = Path(__file__).resolve().parent.parent
+    for pkg in ("wloadctl", "tui", "tests"):
+        try:
+            compileall.compile_dir(root / pkg, quiet=2)
+        except OSError:
+            pass  # a read-only checkout: the processes compile as they go
+
+
 def _ours() -> set[str]:
     names: set[str] = set()
     prefix = f"wloadctl.{os.getuid()}."
