@@ -398,9 +398,29 @@ def cmd_gen(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from wloadctl.cli_run import run_command
+    early = _start_ahead(a)
+    try:
+        from wloadctl.cli_run import run_command
 
-    return run_command(a)
+        return run_command(a, early)
+    finally:
+        if early is not None:
+            early.close()
+
+
+def _start_ahead(a: argparse.Namespace) -> Any:
+    """The executors of a new run, started before the scheduler's own imports (procs/prestart.py); None when
+    the command line does not say where the run lives, or what it says is refused later."""
+    if a.cmd != "run" or not a.state_dir or not 0 <= a.executors <= 64 or a.slots < 0 or (a.prefetch or 0) < 0:
+        return None
+    from wloadctl.procs import prestart as ahead
+
+    rid = ahead.new_run_id()
+    argvs = [ahead.executor_argv(rid, i, a.slots or ahead.DEFAULT_SLOTS, Path(a.state_dir), ahead.ORPHAN_TIMEOUT,
+                                 a.executor_cpus, ahead.DEFAULT_PREFETCH if a.prefetch is None else a.prefetch,
+                                 a.executor_memory, None)
+             for i in range(a.executors or ahead.DEFAULT_EXECUTORS)]
+    return ahead.Prestarted(rid, argvs)
 
 
 def cmd_status(a: argparse.Namespace) -> int:

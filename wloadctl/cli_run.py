@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from wloadctl.core.states import JobState, is_holding
 from wloadctl.errors import UsageError
-from wloadctl.procs.executor import DEFAULT_PREFETCH
+from wloadctl.procs.prestart import DEFAULT_PREFETCH, Prestarted
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
 
@@ -148,8 +148,8 @@ def broker_of(a: argparse.Namespace) -> BrokerOptions | None:
     return BrokerOptions.from_args(a)
 
 
-def run_command(a: argparse.Namespace) -> int:
-    """`wloadctl run PLAN` and `wloadctl resume`."""
+def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
+    """`wloadctl run PLAN` and `wloadctl resume` (`early`: executors started ahead for a new run)."""
     from wloadctl.client import resolve_state_dir
     from wloadctl.core.planfile import load_plan
     from wloadctl.store import default_state_dir
@@ -175,7 +175,8 @@ def run_command(a: argparse.Namespace) -> int:
                       prefetch=DEFAULT_PREFETCH if a.prefetch is None else a.prefetch,
                       heartbeat_interval=a.heartbeat_interval, exit_when_stalled=a.exit_on_hold,
                       lease_seconds=a.heartbeat_timeout, say=_say(a.quiet), broker=broker_of(a),
-                      agent_timeout=a.agent_timeout)
+                      agent_timeout=a.agent_timeout, run_id=early.run_id if early is not None else None,
+                      prestarted=early)
     opts.metrics, server = _metrics(a, opts)
     try:
         return _run_headless(a, opts, state_dir, quiet, loaded)

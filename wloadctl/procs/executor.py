@@ -26,6 +26,7 @@ from wloadctl.ipc.shm import (
 )
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import JobTrees, detect
+from wloadctl.procs.prestart import AWAIT_FLAG, ORPHAN_TIMEOUT, await_go
 from wloadctl.procs.resultlog import NO_SPACE, ResultLog
 from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
 from wloadctl.procs.userfiles import JobFiles
@@ -44,10 +45,6 @@ REPORT_HOLD = 0.005
 a job that ends within them costs the scheduler one turn and one journal commit instead of two. An exit
 report waits as long while this executor still holds prefetched tasks (it has work until then): the
 exits of several jobs then cost the scheduler one turn, and its answer refills several slots at once."""
-DEFAULT_PREFETCH = 8
-"""Most tasks per slot an executor takes ahead while its jobs are short ones (see HAND_BACK and
-ahead_per_slot): a slot that frees starts its next short job at once instead of waiting a round trip
-through the scheduler, and each turn of the scheduler takes the exits of several jobs."""
 HAND_BACK = 0.05
 """Prefetch is for short jobs: an executor takes tasks ahead only while the last job it ended ran less than
 this (seconds) and every job it runs started less than this ago. A task taken ahead that waits longer for
@@ -99,7 +96,7 @@ class Executor:
     """Jobs it runs at once."""
     state_dir: Path
     """Where its results journal lives."""
-    orphan_timeout: float = 120.0
+    orphan_timeout: float = ORPHAN_TIMEOUT
     """Exit when idle and no scheduler has beaten for this long."""
     prefetch: int = 0
     """Tasks per slot it may hold beyond those it runs."""
@@ -669,12 +666,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--index", type=int, required=True)
     ap.add_argument("--slots", type=int, default=1)
     ap.add_argument("--state-dir", required=True)
-    ap.add_argument("--orphan-timeout", type=float, default=120.0)
+    ap.add_argument("--orphan-timeout", type=float, default=ORPHAN_TIMEOUT)
     ap.add_argument("--cpus", type=float, default=0.0)
     ap.add_argument("--prefetch", type=int, default=0)
     ap.add_argument("--memory", type=int, default=0)
     ap.add_argument("--hand-back", type=float, default=None)
+    ap.add_argument(AWAIT_FLAG, action="store_true", help="started ahead of the run: wait to be taken (prestart.py)")
     a = ap.parse_args(argv)
+    if a.await_go and not await_go(Path(a.state_dir), a.index):
+        return 0
     ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory,
                   prefetch=a.prefetch, hand_back=hand_back_seconds() if a.hand_back is None else a.hand_back)
     # Ctrl-C belongs to the scheduler; SIGTERM means: stop taking work, stop jobs, exit.

@@ -9,7 +9,6 @@ import gc
 import hashlib
 import json
 import os
-import secrets
 import signal
 import socket
 import threading
@@ -42,12 +41,19 @@ from wloadctl.paths import (
     write_ids,
     write_summary,
 )
-from wloadctl.procs.executor import DEFAULT_PREFETCH
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.jobtree import remove_run_groups
 from wloadctl.procs.limits import queue_room, quota_full
 from wloadctl.procs.localpool import LocalPool, drop_result_journals
 from wloadctl.procs.pools import Pools
+from wloadctl.procs.prestart import (
+    DEFAULT_EXECUTORS,
+    DEFAULT_PREFETCH,
+    DEFAULT_SLOTS,
+    ORPHAN_TIMEOUT,
+    Prestarted,
+    new_run_id,
+)
 from wloadctl.procs.recovery import ResultSweeper, reconcile
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import EventLog, RunContext
@@ -91,7 +97,7 @@ class RunOptions:
     """Seconds between beats of the active scheduler (board beat, lease renewal) and between
     a standby's looks at them."""
     dead_after: float = 5.0
-    orphan_timeout: float = 120.0
+    orphan_timeout: float = ORPHAN_TIMEOUT
     prefetch: int = DEFAULT_PREFETCH
     """Tasks per executor slot an executor may take ahead while its jobs are short (0: never)."""
     executor_cpus: float = 0.0
@@ -107,6 +113,10 @@ class RunOptions:
     """The broker of the agents that run the plan's `pool:`/`agent:` jobs (None: this host only)."""
     agent_timeout: float = 10.0
     """Seconds an agent may be silent before it is LOST and its jobs go back to their policy."""
+    run_id: str | None = None
+    """The id a new run takes (None: one made when it starts); `wloadctl run` chooses it at its start."""
+    prestarted: Prestarted | None = None
+    """Executors started ahead of a new run, for its supervisor to take (prestart.py)."""
     metrics: SchedulerCollector | None = None
     """The Prometheus collector of `--metrics` (its server already listens): given the loop once built."""
 
@@ -301,8 +311,8 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
                 opts.slots = int(settings.get("slots", 4))
         else:
             assert plan is not None
-            opts.executors = opts.executors if opts.executors > 0 else 2
-            opts.slots = opts.slots if opts.slots > 0 else 4
+            opts.executors = opts.executors if opts.executors > 0 else DEFAULT_EXECUTORS
+            opts.slots = opts.slots if opts.slots > 0 else DEFAULT_SLOTS
             # A full queue quota refuses the run in one line before anything of it exists
             # (crashed runs' queues go first: they hold quota nobody uses).
             for line in clean_stale_lines():
@@ -317,7 +327,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             history = store.expected_history(plan.name, _EVERY_RUN, list(plan.jobs), plan.digest)
             maker = _CoreMaker(plan, _core_slots(opts), _FIRST_EPOCH, history)
             bdate = opts.business_date or dt.date.today().isoformat()
-            rid = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+            rid = opts.run_id or new_run_id()
             # Every job's row is journaled before anything runs; the plan's own copy (its text, 150 MB for
             # a million jobs one key a line, and its encoded form) follows the first dispatch (_PlanCopy).
             run = store.create_run(rid, plan.name, plan.path, plan.digest, "", plan.jobs.keys(), bdate,
@@ -596,7 +606,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                             say=lambda e, f: events.emit(e, **f),
                             serves=(lambda i: not remote.remote_of(i)) if remote is not None else None,
                             dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
-                            cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch)
+                            cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch,
+                            prestarted=opts.prestarted)
     if remote is None and not core.resources.places and core.group_of is None:
         # Chains of short jobs go to the executors a chain at a time (SchedulerCore.follow): one executor's
         # queue message carries them, so no other pool, placement or fair share may split them.
@@ -642,6 +653,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             store.drop_columns()  # every job's row, read for the resume: not kept for the whole run
         events.emit("scheduler_start", pid=os.getpid(), epoch=epoch, resumed=resumed)
         local.spawn_missing(opts.executors)
+        if opts.prestarted is not None:
+            opts.prestarted.close()  # those not taken (a resume, other settings) end now, not with the run
         if loop.governor is not None:  # the host's share before the first dispatch
             loop.governor.beat(core, time.time())
         core.feed(RunStartedEvent(time.time(), cause_id="resume" if resumed else "start"))

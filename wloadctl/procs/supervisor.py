@@ -6,7 +6,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from wloadctl.ipc.shm import (
     stale_runs,
 )
 from wloadctl.procs.health import pid_alive
+from wloadctl.procs.prestart import ORPHAN_TIMEOUT, Prestarted, executor_argv, executor_log
 
 STANDBY_DIR = "standbys"
 """Directory of a state dir where each standby scheduler keeps a pidfile while it watches."""
@@ -238,7 +238,7 @@ class Supervisor:
     """Seconds without a heartbeat before an executor is SUSPECT (nothing new is sent to it)."""
     dead_after: float = 5.0
     """Seconds without a heartbeat before it is DEAD: killed, its jobs reassigned, replaced."""
-    orphan_timeout: float = 120.0
+    orphan_timeout: float = ORPHAN_TIMEOUT
     """How long executors wait for a scheduler to come back before exiting."""
     cpus: float = 0.0
     """CPUs each executor offers jobs that claim some (0 = no limit)."""
@@ -248,6 +248,9 @@ class Supervisor:
     """MiB each executor offers jobs that claim some (0 = no limit)."""
     hand_back: float | None = None
     """Each executor's `--hand-back` (None: the executors' default; 0: take ahead always, never hand back)."""
+    prestarted: Prestarted | None = None
+    """Executors started ahead of the run (`wloadctl run`), taken where one was started with the same command
+    line (prestart.py)."""
     workers: dict[int, Worker] = field(default_factory=dict)
     poller: select.poll | None = None
     messages: list[str] = field(default_factory=list)
@@ -255,20 +258,18 @@ class Supervisor:
 
     def spawn(self, index: int) -> Worker:
         """Start executor `index` in its own session (a closed terminal or Ctrl-C does not reach it)."""
-        logf = open(self.state_dir / f"executor-{index}.log", "ab")
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "wloadctl.procs.executor", "--run", self.run_id, "--index", str(index),
-                 "--slots", str(self.slots), "--state-dir", str(self.state_dir),
-                 "--orphan-timeout", str(self.orphan_timeout), "--cpus", str(self.cpus),
-                 "--prefetch", str(self.prefetch),
-                 "--memory", str(self.memory),
-                 *(["--hand-back", str(self.hand_back)] if self.hand_back is not None else [])],
-                stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-        except OSError as e:
-            raise TransportError(f"cannot start executor {index}: {e}") from None
-        finally:
-            logf.close()
+        argv = executor_argv(self.run_id, index, self.slots, self.state_dir, self.orphan_timeout, self.cpus,
+                             self.prefetch, self.memory, self.hand_back)
+        proc = self.prestarted.take(argv) if self.prestarted is not None else None
+        if proc is None:
+            logf = open(executor_log(self.state_dir, index), "ab")
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+            except OSError as e:
+                raise TransportError(f"cannot start executor {index}: {e}") from None
+            finally:
+                logf.close()
         w = Worker(index, proc.pid, os.pidfd_open(proc.pid), proc)
         prev = self.workers.get(index)
         if prev is not None:
