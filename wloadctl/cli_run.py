@@ -130,13 +130,17 @@ class HoldNotice:
         self.holding = now
 
 
+def state_counts(o: RunOutcome) -> dict[str, int]:
+    """Jobs per state name (the states no job is in left out)."""
+    return {s.name: v for s, v in zip(JobState, o.core.counts) if v}
+
+
 def summary(o: RunOutcome) -> dict[str, Any]:
     """The --json summary of a finished run."""
     names = [s.name for s in JobState]
-    counts = {names[k]: v for k, v in enumerate(o.core.counts) if v}
     return {"plan": o.plan.name, "run": o.run.run_id, "status": o.status, "exit_code": o.exit_code,
             "business_date": o.run.business_date, "resumed": o.resumed, "wall_seconds": round(o.wall, 3),
-            "counts": counts, "jobs": {jid: names[o.core.state[i]] for i, jid in enumerate(o.core.ids)}}
+            "counts": state_counts(o), "jobs": dict(zip(o.core.ids, map(names.__getitem__, o.core.state)))}
 
 
 def broker_of(a: argparse.Namespace) -> BrokerOptions | None:
@@ -223,7 +227,7 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
     if a.json:
         print(json.dumps(summary(outcome), indent=2))
     elif not a.quiet:
-        c = summary(outcome)["counts"]
+        c = state_counts(outcome)
         parts = ", ".join(f"{v} {k.lower()}" for k, v in c.items())
         print(f"run {outcome.run.run_id} {outcome.status}: {parts} in {outcome.wall:.1f}s "
               f"(state dir {state_dir})")
