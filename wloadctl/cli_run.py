@@ -132,7 +132,7 @@ class HoldNotice:
 
 def state_counts(o: RunOutcome) -> dict[str, int]:
     """Jobs per state name (the states no job is in left out)."""
-    return {s.name: v for s, v in zip(JobState, o.core.counts) if v}
+    return {s.name: v for s, v in zip(JobState, o.core.counts, strict=True) if v}
 
 
 def summary(o: RunOutcome) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def summary(o: RunOutcome) -> dict[str, Any]:
     names = [s.name for s in JobState]
     return {"plan": o.plan.name, "run": o.run.run_id, "status": o.status, "exit_code": o.exit_code,
             "business_date": o.run.business_date, "resumed": o.resumed, "wall_seconds": round(o.wall, 3),
-            "counts": state_counts(o), "jobs": dict(zip(o.core.ids, map(names.__getitem__, o.core.state)))}
+            "counts": state_counts(o), "jobs": dict(zip(o.core.ids, map(names.__getitem__, o.core.state), strict=True))}
 
 
 def broker_of(a: argparse.Namespace) -> BrokerOptions | None:
@@ -154,7 +154,6 @@ def broker_of(a: argparse.Namespace) -> BrokerOptions | None:
 
 def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
     """`wloadctl run PLAN` and `wloadctl resume` (`early`: executors started ahead for a new run)."""
-    from wloadctl.client import resolve_state_dir
     from wloadctl.core.planfile import load_plan
     from wloadctl.store import default_state_dir
 
@@ -171,6 +170,8 @@ def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
     elif a.cmd == "run":
         state_dir = Path(a.state_dir)
     else:
+        from wloadctl.client import resolve_state_dir  # a resume only: `run` does not read runs
+
         state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
