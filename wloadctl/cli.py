@@ -8,9 +8,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from wloadctl.errors import PlanError, UsageError, WloadError
+
+if TYPE_CHECKING:
+    from wloadctl.procs.prestart import Prestarted
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 PROBLEM_LINES = 20
@@ -408,13 +411,13 @@ def cmd_run(a: argparse.Namespace) -> int:
             early.close()
 
 
-def _start_ahead(a: argparse.Namespace) -> Any:
+def _start_ahead(a: argparse.Namespace) -> Prestarted | None:
     """The executors of a new run, started before the scheduler's own imports (procs/prestart.py); None when
     the command line does not say where the run lives, or what it says is refused later."""
-    if a.cmd != "run" or not a.state_dir or not 0 <= a.executors <= 64 or a.slots < 0 or (a.prefetch or 0) < 0:
-        return None
     from wloadctl.procs import prestart as ahead
 
+    if a.cmd != "run" or not a.state_dir or ahead.counts_problem(a.executors, a.slots, a.prefetch or 0):
+        return None
     rid = ahead.new_run_id()
     argvs = [ahead.executor_argv(rid, i, a.slots or ahead.DEFAULT_SLOTS, Path(a.state_dir), ahead.ORPHAN_TIMEOUT,
                                  a.executor_cpus, ahead.DEFAULT_PREFETCH if a.prefetch is None else a.prefetch,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from wloadctl.core.states import JobState, is_holding
 from wloadctl.errors import UsageError
-from wloadctl.procs.prestart import DEFAULT_PREFETCH, Prestarted
+from wloadctl.procs.prestart import DEFAULT_PREFETCH, Prestarted, counts_problem
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
 
@@ -158,11 +158,9 @@ def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
     from wloadctl.store import default_state_dir
 
     quiet = a.quiet or a.json
-    for flag, value in (("--executors", a.executors), ("--slots", a.slots), ("--prefetch", a.prefetch or 0)):
-        if value < 0:
-            raise UsageError(f"{flag} must be 0 or more, not {value}")
-        if flag == "--executors" and value > 64:
-            raise UsageError(f"--executors {value}: at most 64 executors per run")
+    problem = counts_problem(a.executors, a.slots, a.prefetch or 0)
+    if problem is not None:
+        raise UsageError(problem)
     loaded = None
     if a.cmd == "run" and not a.state_dir:
         loaded = load_plan(a.plan)  # a bad plan fails here, before anything is created

@@ -31,6 +31,18 @@ DEFAULT_EXECUTORS, DEFAULT_SLOTS = 2, 4
 """Executors of a new run, and slots of each, unless the command line says."""
 ORPHAN_TIMEOUT = 120.0
 """Seconds executors wait for a silent scheduler to come back before they exit."""
+MOST_EXECUTORS = 64
+"""The most executors one run may have."""
+
+
+def counts_problem(executors: int, slots: int, prefetch: int) -> str | None:
+    """What is wrong with a command line's `--executors`, `--slots` and `--prefetch` (None: nothing)."""
+    for flag, value in (("--executors", executors), ("--slots", slots), ("--prefetch", prefetch)):
+        if value < 0:
+            return f"{flag} must be 0 or more, not {value}"
+    if executors > MOST_EXECUTORS:
+        return f"--executors {executors}: at most {MOST_EXECUTORS} executors per run"
+    return None
 
 
 def new_run_id() -> str:

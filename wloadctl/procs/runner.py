@@ -306,9 +306,9 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             run = prev
             opts.say(f"resuming run {run.run_id} of plan '{plan.name}' (business date {run.business_date})")
             if opts.executors <= 0:
-                opts.executors = int(settings.get("executors", 2))
+                opts.executors = int(settings.get("executors", DEFAULT_EXECUTORS))
             if opts.slots <= 0:
-                opts.slots = int(settings.get("slots", 4))
+                opts.slots = int(settings.get("slots", DEFAULT_SLOTS))
         else:
             assert plan is not None
             opts.executors = opts.executors if opts.executors > 0 else DEFAULT_EXECUTORS
@@ -378,8 +378,8 @@ def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim) -> R
         WloadError: IPC or journal failures.
     """
     settings = json.loads(run.settings or "{}")
-    opts.executors = opts.executors if opts.executors > 0 else int(settings.get("executors", 2))
-    opts.slots = opts.slots if opts.slots > 0 else int(settings.get("slots", 4))
+    opts.executors = opts.executors if opts.executors > 0 else int(settings.get("executors", DEFAULT_EXECUTORS))
+    opts.slots = opts.slots if opts.slots > 0 else int(settings.get("slots", DEFAULT_SLOTS))
     plan = run_plan(store, run)
     return _drive(store, run, plan, opts, True, None, claim)
 
