@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import cli
-from wloadctl.procs.jobtree import JobTrees, detect, grouped_runs, remove_run_groups, run_group
+from tests.integration.helpers import ENV, cli, wait_for
+from wloadctl.procs.jobtree import WARM_ENV, JobTrees, children_of, detect, grouped_runs, remove_run_groups, run_group
 from wloadctl.procs.spawning import Spawner, reap
 
 pytestmark = pytest.mark.skipif(detect().mode != "cgroup", reason=f"no delegated cgroup v2 here: {detect().why}")
@@ -80,3 +84,47 @@ def test_cleanup_removes_the_empty_groups_of_a_run_whose_processes_are_all_gone(
     finally:
         agent.rmdir()
     trees.spare.clear()  # removed with the run's folder
+
+
+def _writes(pid: int) -> int:
+    """Write calls `pid` has made (/proc/PID/io `syscw`)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("syscw:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no syscw in /proc/{pid}/io")
+
+
+@pytest.mark.parametrize("every", ["0.005", "0"])
+def test_an_executor_keeps_group_moves_fast_while_its_jobs_run(tmp_path: Path, every: str) -> None:
+    """Without favordynmods a job's start waits for an RCU grace period unless a move came shortly before: while
+    jobs run, the executor writes itself into its own group every $WLOADCTL_CGROUP_WARM seconds (0: never)."""
+    plan = tmp_path / "p.yaml"
+    plan.write_text("name: warm\njobs:\n  nap: {command: 'sleep 2'}\n")
+    env = {**ENV, WARM_ENV: every}
+    run = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(tmp_path / "sd"),
+                            "--executors", "1", "--slots", "1"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        def busy_executor() -> int | None:
+            for pid in children_of(run.pid):
+                if "wloadctl.procs.executor" in Path(f"/proc/{pid}/cmdline").read_text() and children_of(pid):
+                    return pid
+            return None
+
+        executor = wait_for(busy_executor, what="the executor running the job")
+        before = _writes(executor)
+        time.sleep(0.5)
+        writes = _writes(executor) - before
+        # Then with the setting on it wrote about 100 times in that half second (at least 25 even on a loaded
+        # machine), and with it off hardly at all (its log and beats write nothing while the job sleeps)
+        if every == "0":
+            assert writes < 10, writes
+        else:
+            assert writes >= 25, writes
+        assert run.wait(timeout=30) == 0, run.stderr.read() if run.stderr else ""
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        if run.stderr:
+            run.stderr.close()

@@ -15,8 +15,8 @@ import pytest
 from tests.integration.helpers import ENV, cli, evidence_plan, status, wait_for
 from wloadctl.ipc.mq import queue_charge
 from wloadctl.ipc.quota import run_shapes
-from wloadctl.procs.jobtree import detect
-from wloadctl.procs.limits import favoring_dynmods, judge, probe, run_queue_bytes
+from wloadctl.procs.jobtree import WARM_ENV, WARM_EVERY, detect, favoring_dynmods, warm_interval
+from wloadctl.procs.limits import judge, probe, run_queue_bytes
 
 KEYS = {"name", "limit", "used", "unit", "verdict", "hint", "note"}
 
@@ -114,6 +114,19 @@ def test_favordynmods_is_read_from_the_mount_holding_the_job_groups() -> None:
     shown = MOUNTINFO.replace("rw,relatime - cgroup2 cgroup2 rw\n", "rw,relatime,favordynmods - cgroup2 cgroup2 rw\n")
     assert favoring_dynmods(shown, Path("/sys/fs/cgroup/unified/g")) == ("/sys/fs/cgroup/unified", True)
     assert favoring_dynmods("", Path("/sys/fs/cgroup")) is None
+
+
+def test_executors_keep_moves_fast_only_where_the_mount_lacks_favordynmods(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WARM_ENV, raising=False)
+    assert warm_interval(Path("/sys/fs/cgroup/unified/a"), MOUNTINFO) == WARM_EVERY
+    assert warm_interval(Path("/sys/fs/cgroup/other/a"), MOUNTINFO) == 0.0
+    # An operator's setting wins either way; a negative one turns it off, one that is no number is ignored.
+    monkeypatch.setenv(WARM_ENV, "0.02")
+    assert warm_interval(Path("/sys/fs/cgroup/other/a"), MOUNTINFO) == 0.02
+    monkeypatch.setenv(WARM_ENV, "-1")
+    assert warm_interval(Path("/sys/fs/cgroup/unified/a"), MOUNTINFO) == 0.0
+    monkeypatch.setenv(WARM_ENV, "often")
+    assert warm_interval(Path("/sys/fs/cgroup/unified/a"), MOUNTINFO) == WARM_EVERY
 
 
 def test_doctor_says_whether_job_starts_wait_for_the_kernel() -> None:

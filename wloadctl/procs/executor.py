@@ -205,6 +205,9 @@ class Executor:
             due = min(next_beat, self._next_deadline(),
                       self.report_due if self.outbox and not self.rsp_full else next_beat,
                       self._hand_back_due())
+            warm = self.trees.warm_every if self.running else 0.0
+            if warm:
+                due = min(due, self.trees.last_move + warm)
             timeout = 0.0 if self.more_to_start else max(0.0, due - now)
             for fd, _ev in poller.poll(timeout * 1000):
                 if fd == req_fd:
@@ -219,6 +222,8 @@ class Executor:
                 self._hand_back(now)
             self._check_timeouts(now)
             self._flush(now)
+            if warm and self.running:
+                self.trees.keep_warm(now)
             if now >= next_beat or self.look:
                 if now >= next_beat:
                     next_beat = now + BEAT_INTERVAL

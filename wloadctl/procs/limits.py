@@ -14,7 +14,7 @@ from wloadctl.ipc.cleanup import MQUEUE_DIR, SHM_DIR, scan_objects
 from wloadctl.ipc.mq import queue_charge, queue_shape
 from wloadctl.ipc.naming import QUEUE_ROLES, object_name
 from wloadctl.ipc.quota import KernelLimits, most_charge
-from wloadctl.procs.jobtree import detect
+from wloadctl.procs.jobtree import WARM_ENV, WARM_EVERY, detect, favoring_dynmods
 
 Verdict = Literal["ok", "low", "exhausted"]
 
@@ -251,23 +251,6 @@ def _cgroup_limit() -> Limit:
                  f"executors are child subreapers: what a job leaves is caught and killed; {how.why}")
 
 
-def favoring_dynmods(mountinfo: str, base: Path) -> tuple[str, bool] | None:
-    """(mount point, whether it has `favordynmods`) of the cgroup2 mount holding `base` (None: no such mount in
-    `mountinfo`). A kernel built with CONFIG_CGROUP_FAVOR_DYNMODS=y mounts with it."""
-    best: tuple[str, bool] | None = None
-    for line in mountinfo.splitlines():
-        pre, _, post = line.partition(" - ")
-        fields, rest = pre.split(), post.split()
-        if len(fields) < 6 or rest[:1] != ["cgroup2"]:
-            continue
-        point = fields[4]
-        if base == Path(point) or Path(point) in base.parents:
-            options = fields[5].split(",") + (rest[2].split(",") if len(rest) > 2 else [])
-            if best is None or len(point) > len(best[0]):
-                best = (point, "favordynmods" in options)
-    return best
-
-
 def _job_starts_limit() -> Limit | None:
     """In cgroup mode: whether moving into a job's group waits for the kernel (no `favordynmods`)."""
     how = detect()
@@ -289,7 +272,9 @@ def _job_starts_limit() -> Limit | None:
                  "or a kernel built with CONFIG_CGROUP_FAVOR_DYNMODS=y",
                  "an executor moves into a job's group to start it; without favordynmods a move after a quiet "
                  "moment waits for an RCU grace period (about 8 ms seen on Linux 6.18), and the executor's "
-                 "other jobs wait with it: 2 % of a 50 s plan of 1,700 jobs in 16 slots")
+                 "other jobs wait with it. While jobs run, executors write into their own group every "
+                 f"{WARM_EVERY * 1000:g} ms (${WARM_ENV}) to keep moves fast; the first start after an idle "
+                 "moment still waits")
 
 
 def _runs_limit(queue_bytes: Limit) -> Limit:
