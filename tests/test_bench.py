@@ -80,6 +80,8 @@ def test_report_describes_the_machine(quick: dict[str, Any]) -> None:
     assert m["python"].count(".") == 2
     assert m["platform"]
     assert len(m["load_average_start"]) == 3
+    # How jobs are contained, which the shell and workflow figures depend on
+    assert m["job_tree"].startswith(("cgroup per job; ", "subreaper (")), m["job_tree"]
 
 
 @pytest.mark.ipc

@@ -210,5 +210,29 @@ def machine_info() -> dict[str, Any]:
         "ninja": _version(["ninja", "--version"]),
         "make": _version(["make", "--version"]),
         "dask": dask_version() or "not installed",
+        "job_tree": job_tree_info(),
         "load_average_start": list(os.getloadavg()),
     }
+
+
+def job_tree_info() -> str:
+    """How the executors contain each job here, and whether moving a job into its cgroup waits for the kernel:
+    the shell and workflow figures depend on it (see WARM_EVERY in wloadctl.procs.jobtree)."""
+    from wloadctl.procs.jobtree import WARM_ENV, detect, favoring_dynmods, warm_interval
+
+    how = detect()
+    if how.mode != "cgroup" or how.base is None:
+        return f"subreaper ({how.why})"
+    try:
+        found = favoring_dynmods(Path("/proc/self/mountinfo").read_text(), how.base)
+    except OSError:
+        found = None
+    favor = found is not None and found[1]
+    every = warm_interval(how.base)
+    if every:
+        moves = f"kept warm by a write every {every * 1000:g} ms"
+    elif favor:
+        moves = "fast by themselves"
+    else:
+        moves = f"not kept warm (${WARM_ENV}=0)"
+    return f"cgroup per job; {'favordynmods' if favor else 'no favordynmods'}; moves {moves}"
