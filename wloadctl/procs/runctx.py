@@ -240,7 +240,10 @@ class RunContext:
             WLOADCTL_STATE_DIR=str(self.state_dir),
             # A long job writes its progress token here; a retry gets the last one back.
             WLOADCTL_CHECKPOINT_FILE=ckpt,
-            WLOADCTL_CHECKPOINT=read_small(ckpt),
+            # Nothing has written a checkpoint before a job's first attempt under the run's first scheduler
+            # (the run's folder is new): only a later attempt, or any after a resume or takeover (epoch > 1),
+            # looks for one, which spares a failed open per job dispatched.
+            WLOADCTL_CHECKPOINT=read_small(ckpt) if attempt > 1 or self.epoch > 1 else "",
             # What a job writes here (JSON object or key=value lines) is its result for `if`/`until`.
             WLOADCTL_RESULT_FILE=result_name(results, spec.id, attempt),
         )
