@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from wloadctl.core.sla import instant
+from wloadctl.core.sla import NOT_BEFORE_REACHED, instant
 
 UTC = dt.UTC
 
@@ -43,3 +43,19 @@ def test_every_clock_deadline_lies_after_the_start_at_any_hour() -> None:
         started = at(2026, 12, 1, hour, 30)
         for text in ("00:00", "06:00", "19:00", "23:59", "23:30+1d"):
             assert instant(text, "2026-12-01", started, "Europe/London") >= started
+
+
+def test_a_not_before_time_reached_before_the_start_lets_the_job_start_at_once() -> None:
+    # The tutorial's `not_before: "00:00"` on a run started at 02:59: reached, not tomorrow's midnight
+    started = at(2026, 12, 6, 2, 59)
+    assert instant("00:00", "2026-12-06", started, "UTC", NOT_BEFORE_REACHED) == at(2026, 12, 6, 0)
+    assert instant("18:00", "2026-12-06", at(2026, 12, 6, 19), "UTC", NOT_BEFORE_REACHED) == at(2026, 12, 6, 18)
+    # A deadline at the same time still means the next one: a run is never LATE from its start
+    assert instant("00:00", "2026-12-06", started, "UTC") == at(2026, 12, 7, 0)
+
+
+def test_a_not_before_time_long_past_at_the_start_is_the_next_nights() -> None:
+    # A run started at 22:00 keeps a job not before 01:00 until after midnight
+    assert instant("01:00", "2026-12-06", at(2026, 12, 6, 22), "UTC", NOT_BEFORE_REACHED) == at(2026, 12, 7, 1)
+    # Ahead of the start on the same day: that time
+    assert instant("23:30", "2026-12-06", at(2026, 12, 6, 8), "UTC", NOT_BEFORE_REACHED) == at(2026, 12, 6, 23, 30)
