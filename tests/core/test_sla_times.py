@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from wloadctl.core.sla import NOT_BEFORE_REACHED, instant
+from wloadctl.core.sla import instant
 
 UTC = dt.UTC
 
@@ -46,16 +46,17 @@ def test_every_clock_deadline_lies_after_the_start_at_any_hour() -> None:
 
 
 def test_a_not_before_time_reached_before_the_start_lets_the_job_start_at_once() -> None:
-    # The tutorial's `not_before: "00:00"` on a run started at 02:59: reached, not tomorrow's midnight
-    started = at(2026, 12, 6, 2, 59)
-    assert instant("00:00", "2026-12-06", started, "UTC", NOT_BEFORE_REACHED) == at(2026, 12, 6, 0)
-    assert instant("18:00", "2026-12-06", at(2026, 12, 6, 19), "UTC", NOT_BEFORE_REACHED) == at(2026, 12, 6, 18)
+    # The tutorial's `not_before: "00:00"` on a run started at 02:59, or at 23:00: reached, not tomorrow's midnight
+    for hour in (2, 23):
+        started = at(2026, 12, 6, hour, 59)
+        assert instant("00:00", "2026-12-06", started, "UTC", roll=False) == at(2026, 12, 6, 0)
+    assert instant("18:00", "2026-12-06", at(2026, 12, 6, 19), "UTC", roll=False) == at(2026, 12, 6, 18)
     # A deadline at the same time still means the next one: a run is never LATE from its start
-    assert instant("00:00", "2026-12-06", started, "UTC") == at(2026, 12, 7, 0)
+    assert instant("00:00", "2026-12-06", at(2026, 12, 6, 2, 59), "UTC") == at(2026, 12, 7, 0)
 
 
-def test_a_not_before_time_long_past_at_the_start_is_the_next_nights() -> None:
-    # A run started at 22:00 keeps a job not before 01:00 until after midnight
-    assert instant("01:00", "2026-12-06", at(2026, 12, 6, 22), "UTC", NOT_BEFORE_REACHED) == at(2026, 12, 7, 1)
+def test_a_not_before_time_after_midnight_is_written_for_the_next_day() -> None:
+    # A run started at 22:00 keeps a job not before 01:00+1d until after midnight
+    assert instant("01:00+1d", "2026-12-06", at(2026, 12, 6, 22), "UTC", roll=False) == at(2026, 12, 7, 1)
     # Ahead of the start on the same day: that time
-    assert instant("23:30", "2026-12-06", at(2026, 12, 6, 8), "UTC", NOT_BEFORE_REACHED) == at(2026, 12, 6, 23, 30)
+    assert instant("23:30", "2026-12-06", at(2026, 12, 6, 8), "UTC", roll=False) == at(2026, 12, 6, 23, 30)

@@ -1,4 +1,4 @@
-"""The bank sample runs clean, whatever the business date and the hour it starts at."""
+"""The samples run clean, whatever the business date and the hour they start at."""
 
 from __future__ import annotations
 
@@ -34,3 +34,14 @@ def test_bank_sample_succeeds_with_no_job_late_or_at_risk(
     else:
         assert flags == {}
         assert not (sd / "alerts.log").exists()
+
+
+def test_the_tutorial_runs_to_its_end_at_any_hour(tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Its first job is not before 00:00 of the business date, reached whenever the run starts
+    sd = tmp_path / "sd"
+    p = cli("run", str(SAMPLES / "tutorial.yaml"), "--state-dir", str(sd), "--quiet", timeout=120)
+    assert p.returncode == 0, p.stderr
+    st = status(sd)
+    assert st["status"] == "succeeded"
+    states = {j["job"]: j["state"] for j in st["jobs"]}
+    assert states["open_day"] == "SUCCEEDED" and states["close_day"] == "SUCCEEDED", states

@@ -82,30 +82,24 @@ def clock_time(text: str) -> tuple[int, int, int]:
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
-NOT_BEFORE_REACHED = 12 * 3600.0
-"""A not-before time of day that passed less than this long before the run started has been reached: its job
-may start at once. One that passed longer ago is the next day's (a night that crosses midnight)."""
-
-
-def instant(text: str, business_date: str, run_started: float, tz: str | None, reached: float = 0.0) -> float:
+def instant(text: str, business_date: str, run_started: float, tz: str | None, roll: bool = True) -> float:
     """An absolute time for a deadline or not-before: `HH:MM[:SS]` on the business date, or `+duration` from the start.
 
     Times of day are read on the business date's own clock: the calendar day the run started
     on (in the plan's zone) stands for the business date, so yesterday's rerun or a replay of a
     sample's fixed date is judged as if it had started on its business date at the same time of
-    day. A time of day already past when the run started means the next day (a batch night
-    that crosses midnight), so a run started before a deadline is never LATE from the start;
-    but one that passed less than `reached` seconds before the start stays where it is (a
-    not-before time gives NOT_BEFORE_REACHED: a run started at 02:59 starts a job not before
-    00:00 at once, and one started at 22:00 keeps a job not before 01:00 until then).
-    `HH:MM+1d` names the day after explicitly.
+    day. For a deadline (`roll`), a time of day already past when the run started means the next
+    day (a batch night that crosses midnight), so a run is never LATE from its start. A not-before
+    time (`roll` False) already past at the start has been reached: its job may start at once (a
+    run started at 02:59 starts a job not before 00:00 at once). `HH:MM+1d` names the day after
+    explicitly, as a job not before 01:00 on a run started at 22:00 needs.
 
     Args:
         text: `HH:MM[:SS]`, `+1h30m`, or `HH:MM+1d` (the day after the business date).
         business_date: `YYYY-MM-DD` (checked; the times of day are laid on the start's day).
         run_started: epoch seconds of the run's start.
         tz: IANA zone of the plan, None for local time.
-        reached: how long before the start a time of day may lie and still be that day's.
+        roll: whether a time of day already past at the start means the next day's.
 
     Returns:
         Epoch seconds.
@@ -125,7 +119,7 @@ def instant(text: str, business_date: str, run_started: float, tz: str | None, r
     when = dt.datetime(d.year, d.month, d.day, h, m, s, tzinfo=zone)
     if zone is None:
         when = when.astimezone()  # local time of this host
-    if when.timestamp() < run_started - reached:
+    if roll and when.timestamp() < run_started:
         # Past at the start: the next occurrence (wall clock, so a DST change keeps HH:MM).
         d += dt.timedelta(days=1)
         when = dt.datetime(d.year, d.month, d.day, h, m, s, tzinfo=zone)

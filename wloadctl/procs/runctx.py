@@ -315,7 +315,7 @@ class RunContext:
 
     def times(self, core: SchedulerCore) -> tuple[dict[int, float], dict[int, float]]:
         """Absolute deadlines and not-before times of the plan's jobs for this run's business date."""
-        from wloadctl.core.sla import NOT_BEFORE_REACHED, instant
+        from wloadctl.core.sla import instant
 
         dls: dict[int, float] = {}
         nbs: dict[int, float] = {}
@@ -324,7 +324,7 @@ class RunContext:
                 dls[i] = instant(spec.deadline, self.run.business_date, self.run.started, self.plan.timezone)
             if spec.not_before:
                 nbs[i] = instant(spec.not_before, self.run.business_date, self.run.started, self.plan.timezone,
-                                 NOT_BEFORE_REACHED)
+                                 roll=False)
         return dls, nbs
 
     def reap_hooks(self, wait: float = 0.0) -> None:
