@@ -143,9 +143,16 @@ class RunClient:
         return self._board_header() is not None
 
     def leased(self) -> bool:
-        """Whether a scheduler (of any host) holds the run's lease now, by the journal."""
+        """Whether a scheduler (of any host) holds the run's lease now, by the journal.
+
+        A lease whose holder is on this host and gone (a scheduler killed -9 moments ago: its lease runs
+        out a few seconds later) holds nothing.
+        """
         self.run = self.store.get_run(self.run.run_id) or self.run
-        return self.run.status == "running" and self.run.lease_until > time.time()
+        if self.run.status != "running" or self.run.lease_until <= time.time():
+            return False
+        return not (self.store.holder_host(self.run.id) is None and self.run.scheduler_pid
+                    and not pid_alive(self.run.scheduler_pid))
 
     def ids(self) -> list[str]:
         """Job ids by index (from the run's id list file when it is there: cheaper than the journal)."""

@@ -65,6 +65,9 @@ def test_kill_9_of_the_scheduler_then_resume_runs_every_job_exactly_once(tmp_pat
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert executor_pids(run_id), "executors must outlive a crashed scheduler"
+    # Then status says so at once, though the dead scheduler's lease in the journal still runs
+    st = status(sd)
+    assert (st["status"], st["live"]) == ("interrupted", False), (st["status"], st["live"])
     # and the run is resumed
     p = cli("resume", "--state-dir", str(sd), "--json")
     # Then it completes, and every job's side effect happened exactly once
