@@ -45,6 +45,18 @@ def _invalid_choice(message: str) -> str:
     return f"{what} '{m[2]}' ({guess}choose from {', '.join(choices)})"
 
 
+def _business_date(text: str) -> str:
+    """`--business-date`: a calendar date written YYYY-MM-DD (what jobs see as $WLOADCTL_BUSINESS_DATE)."""
+    import datetime as dt
+
+    try:
+        if len(text) == 10:
+            return dt.date.fromisoformat(text).isoformat()
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text!r} is not a date: write it YYYY-MM-DD (2026-12-31)")
+
+
 def _state_dir_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", help="the run's state directory (default: $WLOADCTL_STATE_DIR, or the latest run)")
     p.add_argument("--journal", metavar="URL",
@@ -140,7 +152,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         _state_dir_arg(p)
         p.add_argument("--executors", type=int, default=0, help="executor processes (default 2)")
         p.add_argument("--slots", type=int, default=0, help="jobs per executor at once (default 4)")
-        p.add_argument("--business-date", help="YYYY-MM-DD the commands see as WLOADCTL_BUSINESS_DATE")
+        p.add_argument("--business-date", type=_business_date,
+                       help="YYYY-MM-DD the commands see as WLOADCTL_BUSINESS_DATE")
         p.add_argument("--accept-plan-change", action="store_true")
         p.add_argument(
             "--journal-sync",
@@ -276,7 +289,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--slots", type=int, default=0)
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--run", metavar="ID", help="with --standby: the run to follow (default: the latest running one)")
-    p.add_argument("--business-date")
+    p.add_argument("--business-date", type=_business_date)
     _heartbeat_args(p)
     _remote_args(p)
     _metrics_arg(p)
