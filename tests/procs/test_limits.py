@@ -125,6 +125,11 @@ def test_executors_keep_moves_fast_only_where_the_mount_lacks_favordynmods(monke
     assert warm_interval(Path("/sys/fs/cgroup/other/a"), MOUNTINFO) == 0.02
     monkeypatch.setenv(WARM_ENV, "-1")
     assert warm_interval(Path("/sys/fs/cgroup/unified/a"), MOUNTINFO) == 0.0
+    monkeypatch.setenv(WARM_ENV, "nan")
+    assert warm_interval(Path("/sys/fs/cgroup/unified/a"), MOUNTINFO) == 0.0
+    # A write every microsecond would keep the executor's loop from ever waiting: a millisecond at least
+    monkeypatch.setenv(WARM_ENV, "0.000001")
+    assert warm_interval(Path("/sys/fs/cgroup/unified/a"), MOUNTINFO) == 0.001
     monkeypatch.setenv(WARM_ENV, "often")
     assert warm_interval(Path("/sys/fs/cgroup/unified/a"), MOUNTINFO) == WARM_EVERY
 

@@ -47,6 +47,8 @@ JOIN_SCRIPT = 'echo 0 > "$0" || exit 126; exec "$@"'
 """Run by /bin/sh before a job's command: move this process into its cgroup, then become the job."""
 WARM_ENV = "WLOADCTL_CGROUP_WARM"
 """Seconds between the writes that keep cgroup moves fast where the mount lacks `favordynmods` (0: none)."""
+WARM_LEAST = 0.001
+"""The shortest $WLOADCTL_CGROUP_WARM taken (a smaller positive setting reads as this)."""
 WARM_EVERY = 0.005
 """The default of $WLOADCTL_CGROUP_WARM. A write to `cgroup.procs` takes the kernel's cgroup threadgroup rwsem
 for writing; without `favordynmods` the first write after the last one's RCU grace period has run out (15-20 ms
@@ -142,9 +144,11 @@ def warm_interval(base: Path, mountinfo: str | None = None) -> float:
     given = os.environ.get(WARM_ENV)
     if given is not None:
         try:
-            return max(0.0, float(given))
+            every = float(given)
         except ValueError:
             return WARM_EVERY
+        # At most a write a millisecond: a smaller setting would keep the executor's loop from waiting at all.
+        return max(WARM_LEAST, every) if every > 0 else 0.0
     try:
         found = favoring_dynmods(Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo, base)
     except OSError:
