@@ -125,14 +125,18 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(f"  verbs that apply: {', '.join(data['verbs'])}")
     elif a.cmd == "history":
         print(f"{data['job']}: {data['state']} after {data['attempts']} attempt(s)")
+        # Operators' actions among the transitions, in time order (an action before the transitions it made).
+        lines = [(x["ts"], f"  {_ts(x['ts'])} {x['user']} {x['verb']} ({x['reason'] or 'no reason'}): "
+                           f"{x['outcome']}") for x in data["actions"]]
         for t in data["transitions"]:
             code = f" exit {t['exit_code']}" if t["exit_code"] is not None else ""
             ex = f" on agent {agents[t['executor']]}" if t["executor"] in agents else \
                 f" on executor {t['executor']}" if t["executor"] >= 0 else ""
             reason = f"  {t['reason']}" if t["reason"] else ""
-            print(f"  {_ts(t['ts'])} #{t['attempt']} {t['from']} -> {t['to']}{ex}{code}{reason}")
-        for x in data["actions"]:
-            print(f"  {_ts(x['ts'])} {x['user']} {x['verb']} ({x['reason'] or 'no reason'}): {x['outcome']}")
+            lines.append((t["ts"], f"  {_ts(t['ts'])} #{t['attempt']} {t['from']} -> {t['to']}{ex}{code}{reason}"))
+        lines.sort(key=lambda pair: pair[0])  # stable: the journal's own order where times are equal
+        for _, text in lines:
+            print(text)
     elif a.cmd == "pending":
         print("\n".join(pending_lines(data)) or "nothing waits for an approve")
     elif a.cmd == "lineage":

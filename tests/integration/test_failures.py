@@ -197,3 +197,22 @@ def test_a_critical_shell_job_starts_before_low_jobs_already_sent_to_the_executo
     gate_end = ev["gate"][1][1]
     started_after_gate = sorted((v[0][1], j) for j, v in ev.items() if v[0][1] >= gate_end)
     assert started_after_gate[0][1] == "urgent", started_after_gate[:3]
+
+
+def test_history_shows_an_operators_retry_among_the_attempts_in_time_order(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given a run that failed, a retry of the failed job by an operator, and the run resumed
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "h", "jobs": {"c": {"command": "exit 3", "retries": 0}}}))
+    sd = str(tmp_path / "sd")
+    assert cli("run", str(plan), "--state-dir", sd).returncode == 1
+    assert cli("retry", "c", "--state-dir", sd).returncode == 0
+    assert cli("resume", "--state-dir", sd).returncode == 1
+    # Then the history lists the retry after the first attempt's end and before the second attempt
+    lines = cli("history", "c", "--state-dir", sd).stdout.splitlines()[1:]
+    action = next(k for k, line in enumerate(lines) if " retry (no reason): " in line)
+    assert any("#1 RUNNING -> FAILED" in line for line in lines[:action]), lines
+    assert any("#2 READY -> QUEUED" in line for line in lines[action + 1:]), lines
+    data = json.loads(cli("history", "c", "--state-dir", sd, "--json").stdout)
+    stamps = sorted([t["ts"] for t in data["transitions"]] + [x["ts"] for x in data["actions"]])
+    assert [line.split()[0] for line in lines] == [time.strftime("%H:%M:%S", time.localtime(s)) for s in stamps]
