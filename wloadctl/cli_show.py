@@ -199,6 +199,8 @@ def _logs(c: RunClient, a: argparse.Namespace) -> int:
             if not a.follow:
                 row = c.store.job_row(c.run.id, a.job)
                 if row is not None and (row[2] not in (2, 3) or (a.attempt or row[3]) < row[3]):
+                    # Said on stderr: what a script reads of stdout stays the (empty) output.
+                    print(f"wloadctl: {a.job} attempt {a.attempt or row[3]} printed nothing", file=sys.stderr)
                     return 0
                 print(f"wloadctl: no output yet for {a.job} ({path})", file=sys.stderr)
                 return 1

@@ -170,7 +170,7 @@ def test_a_log_exists_only_for_an_attempt_that_printed(tmp_path: Path, no_ipc_le
     sd = tmp_path / "sd"
     assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
     quiet = cli("logs", "quiet", "--state-dir", str(sd))
-    assert (quiet.returncode, quiet.stdout) == (0, "")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "wloadctl: quiet attempt 1 printed nothing\n")
     assert cli("logs", "loud", "--state-dir", str(sd)).stdout == "hello\n"
     run_id = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["run"]
     # The executors' spare files went with them: only the log of the attempt that printed is left.
