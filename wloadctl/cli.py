@@ -48,9 +48,10 @@ def _invalid_choice(message: str) -> str:
 def _business_date(text: str) -> str:
     """`--business-date`: a calendar date written YYYY-MM-DD (what jobs see as $WLOADCTL_BUSINESS_DATE)."""
     import datetime as dt
+    import re
 
     try:
-        if len(text) == 10:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
             return dt.date.fromisoformat(text).isoformat()
     except ValueError:
         pass

@@ -87,7 +87,7 @@ def test_bad_plan_exits_2_with_one_line_per_problem_and_creates_nothing(tmp_path
 def test_a_business_date_that_is_no_date_is_refused_in_one_line(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text("name: one\njobs:\n  a: {command: 'true'}\n")
-    for bad in ("2026-13-45", "20261231", "2026-2-3", "tomorrow"):
+    for bad in ("2026-13-45", "20261231", "2026-2-3", "2026-W01-1", "tomorrow"):
         p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--business-date", bad)
         assert p.returncode == 2, p.stderr
         assert p.stderr == (f"wloadctl run: error: argument --business-date: {bad!r} is not a date: write it "

@@ -146,3 +146,5 @@ def test_doctor_says_whether_job_starts_wait_for_the_kernel() -> None:
     assert found is not None and row is not None
     assert row["verdict"] == ("ok" if found[1] else "low")
     assert found[1] or f"remount,favordynmods {found[0]}" in row["hint"]
+    # and whether the executors keep moves fast meanwhile (this suite runs with the default setting)
+    assert found[1] or "write into their own group every 5 ms" in row["note"], row["note"]

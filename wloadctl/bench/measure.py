@@ -218,15 +218,12 @@ def machine_info() -> dict[str, Any]:
 def job_tree_info() -> str:
     """How the executors contain each job here, and whether moving a job into its cgroup waits for the kernel:
     the shell and workflow figures depend on it (see WARM_EVERY in wloadctl.procs.jobtree)."""
-    from wloadctl.procs.jobtree import WARM_ENV, detect, favoring_dynmods, warm_interval
+    from wloadctl.procs.jobtree import WARM_ENV, detect, mount_favors, warm_interval
 
     how = detect()
     if how.mode != "cgroup" or how.base is None:
         return f"subreaper ({how.why})"
-    try:
-        found = favoring_dynmods(Path("/proc/self/mountinfo").read_text(), how.base)
-    except OSError:
-        found = None
+    found = mount_favors(how.base)
     favor = found is not None and found[1]
     every = warm_interval(how.base)
     if every:

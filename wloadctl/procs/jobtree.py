@@ -135,6 +135,16 @@ def favoring_dynmods(mountinfo: str, base: Path) -> tuple[str, bool] | None:
     return best
 
 
+def mount_favors(base: Path, mountinfo: str | None = None) -> tuple[str, bool] | None:
+    """`favoring_dynmods` of this process's mounts (`mountinfo`: the text of /proc/self/mountinfo, read when None;
+    None when it cannot be read)."""
+    try:
+        text = Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo
+    except OSError:
+        return None
+    return favoring_dynmods(text, base)
+
+
 def warm_interval(base: Path, mountinfo: str | None = None) -> float:
     """Seconds between an executor's keep-warm writes for job groups under `base`: $WLOADCTL_CGROUP_WARM, else
     WARM_EVERY where the cgroup2 mount lacks `favordynmods`, else 0 (moves are fast without them).
@@ -149,10 +159,7 @@ def warm_interval(base: Path, mountinfo: str | None = None) -> float:
             return WARM_EVERY
         # At most a write a millisecond: a smaller setting would keep the executor's loop from waiting at all.
         return max(WARM_LEAST, every) if every > 0 else 0.0
-    try:
-        found = favoring_dynmods(Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo, base)
-    except OSError:
-        return WARM_EVERY
+    found = mount_favors(base, mountinfo)
     return 0.0 if found is not None and found[1] else WARM_EVERY
 
 

@@ -14,7 +14,7 @@ from wloadctl.ipc.cleanup import MQUEUE_DIR, SHM_DIR, scan_objects
 from wloadctl.ipc.mq import queue_charge, queue_shape
 from wloadctl.ipc.naming import QUEUE_ROLES, object_name
 from wloadctl.ipc.quota import KernelLimits, most_charge
-from wloadctl.procs.jobtree import WARM_ENV, WARM_EVERY, detect, favoring_dynmods
+from wloadctl.procs.jobtree import WARM_ENV, detect, mount_favors, warm_interval
 
 Verdict = Literal["ok", "low", "exhausted"]
 
@@ -256,10 +256,7 @@ def _job_starts_limit() -> Limit | None:
     how = detect()
     if how.mode != "cgroup" or how.base is None:
         return None
-    try:
-        found = favoring_dynmods(Path("/proc/self/mountinfo").read_text(), how.base)
-    except OSError:
-        found = None
+    found = mount_favors(how.base)
     if found is None:
         return None
     point, favor = found
@@ -272,9 +269,15 @@ def _job_starts_limit() -> Limit | None:
                  "or a kernel built with CONFIG_CGROUP_FAVOR_DYNMODS=y",
                  "an executor moves into a job's group to start it; without favordynmods a move after a quiet "
                  "moment waits for an RCU grace period (about 8 ms seen on Linux 6.18), and the executor's "
-                 "other jobs wait with it. While jobs run, executors write into their own group every "
-                 f"{WARM_EVERY * 1000:g} ms (${WARM_ENV}) to keep moves fast; the first start after an idle "
-                 "moment still waits")
+                 f"other jobs wait with it. {_kept_warm(warm_interval(how.base))}")
+
+
+def _kept_warm(every: float) -> str:
+    """What executors do about it, by their keep-warm interval (jobtree.warm_interval)."""
+    if not every:
+        return f"${WARM_ENV}=0: executors do not keep moves fast, every start after a quiet moment waits"
+    return (f"While jobs run, executors write into their own group every {every * 1000:g} ms (${WARM_ENV}) to "
+            "keep moves fast; the first start after an idle moment still waits")
 
 
 def _runs_limit(queue_bytes: Limit) -> Limit:
