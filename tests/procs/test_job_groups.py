@@ -128,3 +128,70 @@ def test_an_executor_keeps_group_moves_fast_while_its_jobs_run(tmp_path: Path, e
             run.wait()
         if run.stderr:
             run.stderr.close()
+
+
+@pytest.mark.parametrize("every", ["0.005", "0"])
+def test_an_executor_started_ahead_keeps_moves_fast_while_it_waits_to_be_taken(tmp_path: Path, every: str) -> None:
+    """Its first job's start must not wait a grace period either: while it waits for its scheduler's go, it writes
+    itself into its own group as it does while jobs run; and it still ends when its scheduler goes."""
+    from wloadctl.procs.prestart import AWAIT_FLAG
+
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    argv = [sys.executable, "-m", "wloadctl.procs.executor", "--run", "20000101-000000-abcdef", "--index", "0",
+            "--state-dir", str(sd), AWAIT_FLAG]
+    waiting = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**ENV, WARM_ENV: every})
+    try:
+        time.sleep(0.5)  # its imports done
+        before = _writes(waiting.pid)
+        time.sleep(0.5)
+        writes = _writes(waiting.pid) - before
+        if every == "0":
+            assert writes < 10, writes
+        else:
+            assert writes >= 25, writes
+        assert waiting.poll() is None
+        assert waiting.stdin is not None
+        waiting.stdin.close()  # its scheduler is gone
+        assert waiting.wait(timeout=10) == 0
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    assert list(sd.iterdir()) == []
+
+
+def test_an_idle_executor_keeps_moves_fast_for_a_while_after_its_start_then_stops(tmp_path: Path) -> None:
+    """A job is likely soon after an executor starts or its last job ends (WARM_IDLE): the writes go on that long
+    with no job running, then stop, so an idle executor does not wake every few milliseconds for ever."""
+    from wloadctl.procs.jobtree import WARM_IDLE
+
+    plan = tmp_path / "p.yaml"
+    plan.write_text("name: idle\njobs:\n  nap: {command: 'sleep 4'}\n")
+    run = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(tmp_path / "sd"),
+                            "--executors", "2", "--slots", "1"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, env={**ENV, WARM_ENV: "0.005"}, start_new_session=True)
+    try:
+        def executors() -> list[int] | None:
+            found = [pid for pid in children_of(run.pid)
+                     if "wloadctl.procs.executor" in Path(f"/proc/{pid}/cmdline").read_text()]
+            return found if len(found) == 2 and any(children_of(p) for p in found) else None
+
+        idle = next(p for p in wait_for(executors, what="an executor running the job") if not children_of(p))
+        before = _writes(idle)
+        time.sleep(0.3)
+        early = _writes(idle) - before
+        time.sleep(WARM_IDLE + 0.5 - 0.3)
+        before = _writes(idle)
+        time.sleep(0.5)
+        late = _writes(idle) - before
+        assert early >= 15, early  # about 60 in those 0.3 s
+        assert late < 10, late  # none but what its beats may write
+        assert run.wait(timeout=30) == 0, run.stderr.read() if run.stderr else ""
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+        if run.stderr:
+            run.stderr.close()

@@ -25,7 +25,7 @@ from wloadctl.ipc.shm import (
     segment_name,
 )
 from wloadctl.procs.health import process_rss_kb
-from wloadctl.procs.jobtree import JobTrees, detect
+from wloadctl.procs.jobtree import WARM_IDLE, JobTrees, detect, waiting_warmer
 from wloadctl.procs.prestart import AWAIT_FLAG, ORPHAN_TIMEOUT, await_go
 from wloadctl.procs.resultlog import NO_SPACE, ResultLog
 from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
@@ -131,6 +131,8 @@ class Executor:
     """The outbox holds an exit report: sent now when no prefetched task waits here, else held."""
     rsp_full: bool = False
     """The last send found the response queue full."""
+    warm_until: float = 0.0
+    """Keep-warm writes go on until then with no job running (monotonic clock; see jobtree.WARM_IDLE)."""
     more_to_start: bool = False
     """The last turn's time for starting jobs ran out with startable ones left (the next poll does not wait)."""
     unjournaled: list[P.ResultRecord] = field(default_factory=list)
@@ -168,6 +170,7 @@ class Executor:
         # Before the first job: what jobs leave behind must be re-parented here, not to init.
         self.trees = JobTrees(rid, self.index, detect(rid))
         self.spawner.home_group = self.trees.home_group()
+        self.warm_until = time.monotonic() + WARM_IDLE  # its first job is on its way
         self.spawner.enter = self.trees.enter
 
     # -- the loop ------------------------------------------------------------------------
@@ -205,7 +208,7 @@ class Executor:
             due = min(next_beat, self._next_deadline(),
                       self.report_due if self.outbox and not self.rsp_full else next_beat,
                       self._hand_back_due())
-            warm = self.trees.warm_every if self.running else 0.0
+            warm = self.trees.warm_every if self.running or now < self.warm_until else 0.0
             if warm:
                 due = min(due, self.trees.last_move + warm)
             timeout = 0.0 if self.more_to_start else max(0.0, due - now)
@@ -222,7 +225,7 @@ class Executor:
                 self._hand_back(now)
             self._check_timeouts(now)
             self._flush(now)
-            if warm and self.running:
+            if warm and (self.running or now < self.warm_until):
                 self.trees.keep_warm(now)
             if now >= next_beat or self.look:
                 if now >= next_beat:
@@ -470,7 +473,8 @@ class Executor:
         r = self.running.pop(pidfd)
         self.poller.unregister(pidfd)
         rc = reap(r.proc)
-        self.last_run = time.monotonic() - r.began
+        self.warm_until = time.monotonic() + WARM_IDLE
+        self.last_run = self.warm_until - WARM_IDLE - r.began
         os.close(pidfd)
         now = time.time()
         if r.timed_out:
@@ -678,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hand-back", type=float, default=None)
     ap.add_argument(AWAIT_FLAG, action="store_true", help="started ahead of the run: wait to be taken (prestart.py)")
     a = ap.parse_args(argv)
-    if a.await_go and not await_go(Path(a.state_dir), a.index):
+    if a.await_go and not await_go(Path(a.state_dir), a.index, waiting_warmer()):
         return 0
     ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory,
                   prefetch=a.prefetch, hand_back=hand_back_seconds() if a.hand_back is None else a.hand_back)
@@ -721,4 +725,9 @@ def _drain(fd: int) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is closed and written (shutdown); the interpreter's own teardown, 10 ms the scheduler would wait
+    # for at the end of every run, has nothing left to do.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -53,7 +53,11 @@ WARM_EVERY = 0.005
 """The default of $WLOADCTL_CGROUP_WARM. A write to `cgroup.procs` takes the kernel's cgroup threadgroup rwsem
 for writing; without `favordynmods` the first write after the last one's RCU grace period has run out (15-20 ms
 of quiet on Linux 6.18 here) waits a whole grace period, 8 ms at the median and up to 16 ms, where one within it
-takes 0.06 ms. A write every 5 ms while jobs run keeps every job's start on the fast side."""
+takes 0.06 ms. A write every 5 ms while jobs run keeps every job's start on the fast side (an executor started ahead
+writes as often while it waits to be taken: prestart.await_go)."""
+WARM_IDLE = 1.0
+"""Seconds an executor goes on with those writes with no job running: after it starts and after its last job
+ends (a next job is likely soon: the first of a run, the next of a chain whose upstream ran elsewhere)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +165,32 @@ def warm_interval(base: Path, mountinfo: str | None = None) -> float:
         return max(WARM_LEAST, every) if every > 0 else 0.0
     found = mount_favors(base, mountinfo)
     return 0.0 if found is not None and found[1] else WARM_EVERY
+
+
+def waiting_warmer() -> tuple[int, float] | None:
+    """For an executor started ahead, waiting to be taken: (a descriptor of its own group's `cgroup.procs`, seconds
+    between keep-warm writes to it), so that the first job it starts does not wait a grace period; None where
+    there are none to make (subreaper mode, a mount with `favordynmods`, $WLOADCTL_CGROUP_WARM=0, no such group)."""
+    if os.environ.get(MODE_ENV) == "subreaper":
+        return None
+    here, _found = _own_cgroup2()
+    if here is None:
+        return None
+    every = warm_interval(here)
+    if not every:
+        return None
+    try:
+        return os.open(here / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC), every
+    except OSError:
+        return None
+
+
+def warm_write(fd: int) -> bool:
+    """One keep-warm write (this process into the group it is in: it moves nothing); False when refused."""
+    try:
+        return os.write(fd, b"0") == 1
+    except OSError:
+        return False
 
 
 def become_subreaper(on: bool = True) -> bool:
@@ -442,9 +472,7 @@ class JobTrees:
         """Move this process into the group of `procs` (its `cgroup.procs`); False when that is refused."""
         fd = self._file(procs, os.O_WRONLY)
         try:
-            return fd is not None and os.write(fd, b"0") == 1
-        except OSError:
-            return False
+            return fd is not None and warm_write(fd)
         finally:
             self.last_move = time.monotonic()
 
@@ -453,7 +481,7 @@ class JobTrees:
 
         The write moves nothing, but it takes the rwsem every move takes, so the kernel keeps moves on
         their fast path: the next job's start does not wait for an RCU grace period (see WARM_EVERY).
-        Called by the executor's loop while it has jobs running; when it has none, the next start may wait.
+        Called by the executor's loop while it has jobs running and for WARM_IDLE after.
         """
         if now - self.last_move >= self.warm_every:
             home = self.home_group()

@@ -14,7 +14,7 @@ from wloadctl.ipc.cleanup import MQUEUE_DIR, SHM_DIR, scan_objects
 from wloadctl.ipc.mq import queue_charge, queue_shape
 from wloadctl.ipc.naming import QUEUE_ROLES, object_name
 from wloadctl.ipc.quota import KernelLimits, most_charge
-from wloadctl.procs.jobtree import WARM_ENV, detect, mount_favors, warm_interval
+from wloadctl.procs.jobtree import WARM_ENV, WARM_IDLE, detect, mount_favors, warm_interval
 
 Verdict = Literal["ok", "low", "exhausted"]
 
@@ -276,8 +276,9 @@ def _kept_warm(every: float) -> str:
     """What executors do about it, by their keep-warm interval (jobtree.warm_interval)."""
     if not every:
         return f"${WARM_ENV}=0: executors do not keep moves fast, every start after a quiet moment waits"
-    return (f"While jobs run, executors write into their own group every {every * 1000:g} ms (${WARM_ENV}) to "
-            "keep moves fast; the first start after an idle moment still waits")
+    return (f"While jobs run, and for {WARM_IDLE:g} s after an executor starts or its last job ends, executors "
+            f"write into their own group every {every * 1000:g} ms (${WARM_ENV}) to keep moves fast; the first "
+            "start after a longer idle moment still waits")
 
 
 def _runs_limit(queue_bytes: Limit) -> Limit:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 GO = b"g"
@@ -33,6 +35,9 @@ ORPHAN_TIMEOUT = 120.0
 """Seconds executors wait for a silent scheduler to come back before they exit."""
 MOST_EXECUTORS = 64
 """The most executors one run may have."""
+WARM_WAITING = 60.0
+"""The longest an executor started ahead goes on with keep-warm writes while it waits to be taken (see
+jobtree.WARM_EVERY and waiting_warmer)."""
 
 
 def counts_problem(executors: int, slots: int, prefetch: int) -> str | None:
@@ -113,9 +118,24 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
             pass
 
 
-def await_go(state_dir: Path, index: int) -> bool:
+def await_go(state_dir: Path, index: int, warm: tuple[int, float] | None = None) -> bool:
     """In an executor started ahead: wait to be taken, then take the usual input and output (nothing in,
-    output appended to its log). False when its scheduler ended without taking it."""
+    output appended to its log). False when its scheduler ended without taking it.
+
+    `warm` (jobtree.waiting_warmer: a descriptor and seconds) keeps cgroup moves fast while it waits, for at
+    most WARM_WAITING; the descriptor is closed before this returns."""
+    if warm is not None:
+        fd, every = warm
+        try:
+            waiter = select.poll()
+            waiter.register(0, select.POLLIN)
+            until = time.monotonic() + WARM_WAITING
+            while time.monotonic() < until and not waiter.poll(every * 1000):
+                os.write(fd, b"0")
+        except OSError:
+            pass  # refused: it waits without
+        finally:
+            os.close(fd)
     try:
         go = os.read(0, 1)
     except OSError:
