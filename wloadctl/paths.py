@@ -42,9 +42,10 @@ def unusable_state_dir(state_dir: Path, e: OSError) -> UsageError:
 
 
 def run_dirs(state_dir: Path, run_id: str) -> tuple[str, str, str]:
-    """A run's folders of logs, checkpoints and results, as text (a job's files are `<folder>/<name>`)."""
-    return (str(state_dir / "logs" / run_id), str(state_dir / "checkpoints" / run_id),
-            str(state_dir / "results" / run_id))
+    """A run's folders of logs, checkpoints and results, as absolute paths in text (a job's files are
+    `<folder>/<name>`: a job with a `cwd:` of its own finds them too)."""
+    base = state_dir.absolute()
+    return (str(base / "logs" / run_id), str(base / "checkpoints" / run_id), str(base / "results" / run_id))
 
 
 def log_path(state_dir: Path, run_id: str, job: str, attempt: int) -> Path:

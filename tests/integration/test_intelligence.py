@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.integration.helpers import cli, read_evidence
+from tests.integration.helpers import ENV, cli, read_evidence
 
 pytestmark = pytest.mark.ipc
 
@@ -357,3 +359,23 @@ def test_trigger_lists_runs_on_business_days_only(tmp_path: Path) -> None:
     assert holiday - dt.timedelta(days=1) in days or holiday + dt.timedelta(days=1) in days
     assert len(set(days)) == len(days) and days == sorted(days)
     assert all(t["at"].endswith("T18:30:00+00:00") for t in json.loads(p.stdout))
+
+
+def test_a_job_with_a_cwd_of_its_own_finds_its_files_under_a_relative_state_dir(tmp_path: Path,
+                                                                                 no_ipc_leaks: None) -> None:
+    """`--state-dir sd` is relative to where `run` was started; a job with `cwd: /tmp` is elsewhere: the paths it
+    is given ($WLOADCTL_RESULT_FILE, _CHECKPOINT_FILE, _STATE_DIR) are absolute, so it writes its result where the
+    scheduler reads it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    plan = write(tmp_path / "p.yaml", {"name": "cwd", "jobs": {
+        "count": {"command": 'echo "rows=25" > "$WLOADCTL_RESULT_FILE" && echo tok > "$WLOADCTL_CHECKPOINT_FILE" '
+                             '&& test -d "$WLOADCTL_STATE_DIR/logs"',
+                  "cwd": str(elsewhere)},
+        "small": {"command": "true", "depends_on": ["count"], "if": "jobs.count.result.rows == 25"},
+    }})
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", "sd", "--json"],
+                       capture_output=True, text=True, timeout=120, env=ENV, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"count": "SUCCEEDED", "small": "SUCCEEDED"}
+    assert not (elsewhere / "sd").exists()

@@ -215,11 +215,14 @@ class RunContext:
     """on_failure hook processes not yet reaped."""
     dirs: tuple[str, str, str] = field(init=False)
     """The run's logs, checkpoints and results folders, as text (made once: a payload per dispatch)."""
+    home: str = field(init=False)
+    """The state directory as an absolute path, for the jobs' $WLOADCTL_STATE_DIR."""
 
     def __post_init__(self) -> None:
         for sub in ("checkpoints", "results"):
             (self.state_dir / sub / self.run.run_id).mkdir(parents=True, exist_ok=True)
         self.dirs = run_dirs(self.state_dir, self.run.run_id)
+        self.home = str(self.state_dir.absolute())
 
     @property
     def run_id(self) -> str:
@@ -237,7 +240,7 @@ class RunContext:
             WLOADCTL_JOB=spec.id,
             WLOADCTL_ATTEMPT=str(attempt),
             WLOADCTL_BUSINESS_DATE=self.run.business_date,
-            WLOADCTL_STATE_DIR=str(self.state_dir),
+            WLOADCTL_STATE_DIR=self.home,
             # A long job writes its progress token here; a retry gets the last one back.
             WLOADCTL_CHECKPOINT_FILE=ckpt,
             # Nothing has written a checkpoint before a job's first attempt under the run's first scheduler

@@ -335,7 +335,7 @@ class Agent:
         h.result = result_name(results, p.job, h.attempt)
         ckpt = f"{checkpoints}/{p.job}"
         env = dict(p.env, WLOADCTL_AGENT=self.opts.name, WLOADCTL_POOL=h.pool or "",
-                   WLOADCTL_STATE_DIR=str(self.opts.state_dir), WLOADCTL_RESULT_FILE=h.result,
+                   WLOADCTL_STATE_DIR=str(self.opts.state_dir.absolute()), WLOADCTL_RESULT_FILE=h.result,
                    WLOADCTL_CHECKPOINT_FILE=ckpt,
                    # The job's checkpoint file is this node's: a retry here gets its last token back.
                    WLOADCTL_CHECKPOINT=read_small(ckpt) or p.env.get("WLOADCTL_CHECKPOINT", ""))
