@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -23,6 +24,9 @@ def run_plan(store: Store, run: RunRow) -> Plan:
 
         text = store.plan_text(run.id)
         plan = load_plan_text(text, run.plan_path) if text else _plan_file(run)
+    if run.plan_path and plan.path != run.plan_path:
+        # The journal's path (absolute since then) leads to the plan's folder from anywhere: relative `cwd:` too.
+        plan = dataclasses.replace(plan, path=run.plan_path)
     expansions = store.expansions(run.id)
     if expansions:
         # Instances of `for_each` loops over output, in the order the run made them.

@@ -379,3 +379,13 @@ def test_a_job_with_a_cwd_of_its_own_finds_its_files_under_a_relative_state_dir(
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["jobs"] == {"count": "SUCCEEDED", "small": "SUCCEEDED"}
     assert not (elsewhere / "sd").exists()
+
+
+def test_a_job_whose_cwd_is_missing_fails_saying_so(tmp_path: Path, no_ipc_leaks: None) -> None:
+    gone = tmp_path / "gone"
+    plan = write(tmp_path / "p.yaml", {"name": "nocwd", "jobs": {"a": {"command": "true", "cwd": str(gone)}}})
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"))
+    assert p.returncode == 1
+    why = json.loads(cli("why", "a", "--state-dir", str(tmp_path / "sd"), "--json").stdout)
+    assert why["state"] == "FAILED"
+    assert f"cannot start in its working directory {gone}: no such directory here" in " ".join(why["reasons"])

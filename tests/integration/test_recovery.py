@@ -6,11 +6,14 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.integration.helpers import (
+    ENV,
     cli,
     evidence_plan,
     executor_pids,
@@ -255,4 +258,44 @@ jobs:
     assert jobs["fan@x"] == "SUCCEEDED" and jobs["fan@y"] == "SUCCEEDED", jobs
     assert sorted(out.read_text().split("\n")) == ["", "b", "fan x", "fan y"]
     reap_orphans(run_id)
+    assert ipc_names(run_id) == []
+
+
+def _has_plan_copy(sd: Path) -> bool:
+    with Store.open(sd, readonly=True) as st:
+        run = st.latest_run()
+        return run is not None and st.has_plan_copy(run.id)
+
+
+@pytest.mark.parametrize("style", ["block", "flow"])
+def test_a_resume_from_another_directory_runs_relative_cwd_jobs_in_the_plans_folder(tmp_path: Path,
+                                                                                     style: str) -> None:
+    """`run plan.yaml` in the plan's folder, a kill -9, `resume` from elsewhere: a job's `cwd: sub` still leads from
+    the plan's folder, whether the resume reads the plan's encoded copy (block style) or its text (one-line jobs)."""
+    proj, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    (proj / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    if style == "block":
+        text = ("name: rel\njobs:\n  a:\n    command: 'sleep 1'\n  b:\n    command: 'pwd > where.txt'\n"
+                "    depends_on: [a]\n    cwd: sub\n")
+    else:
+        text = ("name: rel\njobs:\n  a: {command: 'sleep 1'}\n"
+                "  b: {command: 'pwd > where.txt', depends_on: [a], cwd: sub}\n")
+    (proj / "plan.yaml").write_text(text)
+    sd = proj / "sd"
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", "plan.yaml", "--state-dir", "sd"], cwd=proj,
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: (sd / "journal.db").exists() and _has_plan_copy(sd), what="the plan's copy journaled")
+        run_id = status(sd)["run"]
+        assert job_states(sd)["a"] == "RUNNING"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "resume", "--state-dir", str(sd), "--json"], cwd=elsewhere,
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    reap_orphans(run_id)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"a": "SUCCEEDED", "b": "SUCCEEDED"}
+    assert (proj / "sub" / "where.txt").read_text().strip() == str(proj / "sub")
     assert ipc_names(run_id) == []

@@ -445,8 +445,11 @@ class Executor:
             if files is not None:
                 files.discard()
             self.trees.end(rec.task, rec.attempt, 0)  # its group, made or taken for it, is free again
-            self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
-                                    f"{e.strerror or e}")
+            if p.cwd and not os.path.isdir(p.cwd):
+                self._spawn_failed(rec, f"cannot start in its working directory {p.cwd}: no such directory here")
+            else:
+                self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
+                                        f"{e.strerror or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
         self.trees.leaders.add(proc.pid)

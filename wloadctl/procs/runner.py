@@ -225,10 +225,16 @@ def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOpt
     plan = dataclasses.replace(fresh, jobs={j: fresh.jobs[j] for j in order})
     added = [(k, j) for k, j in enumerate(order) if j not in stored.jobs]
     _refuse_growing_live_board(plan_path, run, plan)
-    store.replace_plan(run.id, fresh.digest, text.decode("utf-8", "replace"), plan_path, added)
+    store.replace_plan(run.id, fresh.digest, text.decode("utf-8", "replace"), _absolute(plan_path), added)
     keep_plan(store, run, plan)
     opts.say(f"plan change accepted: {len(added)} job(s) added")
     return plan
+
+
+def _absolute(plan_path: str) -> str:
+    """The plan file's path as journaled: absolute, so that a resume from another directory (or a standby) still
+    finds it, and the jobs' relative `cwd:` still lead from the plan's folder."""
+    return os.path.abspath(plan_path) if plan_path else plan_path
 
 
 def _refuse_growing_live_board(plan_path: str, run: RunRow, plan: Plan) -> None:
@@ -330,7 +336,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             rid = opts.run_id or new_run_id()
             # Every job's row is journaled before anything runs; the plan's own copy (its text, 150 MB for
             # a million jobs one key a line, and its encoded form) follows the first dispatch (_PlanCopy).
-            run = store.create_run(rid, plan.name, plan.path, plan.digest, "", plan.jobs.keys(), bdate,
+            run = store.create_run(rid, plan.name, _absolute(plan.path), plan.digest, "", plan.jobs.keys(), bdate,
                                    time.time(), json.dumps(_settings(opts)))
             # What the executors of this directory's finished runs journaled for a recovery is no longer needed.
             drop_result_journals(opts.state_dir, lambda r: _finished(store, r))
