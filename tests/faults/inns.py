@@ -215,8 +215,35 @@ def shm_full_mid_run(cfg: dict[str, Any]) -> dict[str, Any]:
     return got
 
 
+def full_from_the_start(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A run whose first job fills the state directory's disk at once, before the run's first journal writes
+    after dispatch (the plan's copy, its facts); the job waits for the filler to go, which the scenario removes
+    once the scheduler says it paused."""
+    sd, plan = Path(cfg["sd"]), cfg["plan"]
+    log = open(cfg["log"], "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", plan, "--state-dir", str(sd)],
+                            stdout=subprocess.DEVNULL, stderr=log, env=ENV)
+    log.close()
+    got: dict[str, Any] = {}
+    try:
+        wait_for(lambda: (sd / "filler").exists() and b"paused: no space" in Path(cfg["log"]).read_bytes(),
+                 "the disk full and the scheduler paused")
+        time.sleep(1.0)  # the writes after the first turn come and are refused
+        got["alive_while_full"] = proc.poll() is None
+        (sd / "filler").unlink()
+        got["rc"] = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    got.update(journal_facts(sd))
+    got.update(leftovers(got["run_id"]))
+    got["why"] = cli("why", "b", "--state-dir", str(sd), "--json").stdout
+    return got
+
+
 SCENARIOS = {"full_state_dir": full_state_dir, "shm_full_at_start": shm_full_at_start,
-             "shm_full_mid_run": shm_full_mid_run}
+             "shm_full_mid_run": shm_full_mid_run, "full_from_the_start": full_from_the_start}
 
 
 def main() -> int:

@@ -79,6 +79,30 @@ def test_a_full_state_dir_pauses_dispatch_and_the_run_goes_on_when_space_returns
     assert "Traceback" not in said
 
 
+def test_a_disk_full_before_the_runs_first_writes_after_dispatch_pauses_it_too(tmp_path: Path) -> None:
+    # Given a run whose first job fills the state directory's disk at once, then waits for the space to come back
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "early", "jobs": {
+        "a": {"command": 'dd if=/dev/zero of="$WLOADCTL_STATE_DIR/filler" bs=64k 2>/dev/null; '
+                         'while [ -e "$WLOADCTL_STATE_DIR/filler" ]; do sleep 0.05; done'},
+        "b": {"command": "true", "depends_on": ["a"]}}}))
+    log = tmp_path / "scheduler.log"
+    # When the plan's copy and facts are refused by the full disk, and the space comes back later
+    got = scenario("full_from_the_start", tmp_path, [(sd, "4m"), ("/dev/shm", "64m")],
+                   {"sd": str(sd), "plan": str(plan), "log": str(log)})
+    said = log.read_text()
+    # Then the scheduler paused (it did not die of the refused writes) and finished the run when space returned
+    assert got["alive_while_full"], said
+    assert "resumed: space is back in" in said, said
+    assert got["rc"] == 0 and got["run_status"] == "succeeded", said
+    assert got["integrity"] == "ok" and got["succeeded"] == {"a": 1, "b": 1}
+    assert json.loads(got["why"])["state"] == "SUCCEEDED"
+    assert got["shm"] == [] and got["procs"] == [], (got["shm"], got["procs"])
+    assert "Traceback" not in said and "no transaction is active" not in said
+
+
 def test_a_run_that_does_not_fit_dev_shm_is_refused_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     # Given a /dev/shm of 2 MiB, too small for a run's segments
     sd = tmp_path / "sd"

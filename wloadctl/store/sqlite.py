@@ -41,6 +41,13 @@ def write_error(e: sqlite3.Error, path: Path) -> StoreError:
     return StoreError(f"could not write the journal {path}: {e}")
 
 
+def _rollback(c: sqlite3.Connection) -> None:
+    """End a failed write's transaction, if SQLite has not ended it already (it rolls back by itself when the disk
+    is full: a ROLLBACK then would raise "no transaction is active" over the error that matters)."""
+    if c.in_transaction:
+        c.execute("ROLLBACK")
+
+
 def _migrate(conn: sqlite3.Connection, version: int) -> None:
     """Bring an older journal's schema up to SCHEMA_VERSION, in one transaction."""
     conn.execute("BEGIN IMMEDIATE")
@@ -263,7 +270,9 @@ class SqliteStore(Store):
             c.execute("INSERT INTO now_runs (run, jobs, flat_seq) VALUES (?, ?, 0)", (rid, len(ids)))
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
-            c.execute("ROLLBACK")
+            _rollback(c)
+            if isinstance(write_error(e, self.path), StoreFull):
+                raise write_error(e, self.path) from None
             raise StoreError(f"could not record the run in {self.path}: {e}") from None
         row = self.get_run(run_id)
         assert row is not None
@@ -340,10 +349,12 @@ class SqliteStore(Store):
             c.execute("COMMIT")
             return True
         except sqlite3.DatabaseError as e:
-            c.execute("ROLLBACK")
+            _rollback(c)
+            if isinstance(write_error(e, self.path), StoreFull):
+                raise write_error(e, self.path) from None
             raise StoreError(f"could not keep the plan's text in {self.path}: {e}") from None
         except BaseException:
-            c.execute("ROLLBACK")
+            _rollback(c)
             raise
 
     def replace_plan(self, run: int, digest: str, text: str, path: str, new_job_ids: Sequence[tuple[int, str]]) -> None:
@@ -385,7 +396,7 @@ class SqliteStore(Store):
             )
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            _rollback(c)
             raise
         self.epoch = int(cur) + 1
         return self.epoch
@@ -622,7 +633,7 @@ class SqliteStore(Store):
             self._save_flat(run, blocks, seq)
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            _rollback(c)
             raise
 
     def _index_turns(self, run: int, jobs: Sequence[int]) -> Iterator[list[tuple]]:
@@ -682,7 +693,7 @@ class SqliteStore(Store):
                       " ON CONFLICT (run) DO UPDATE SET jobs = excluded.jobs", (run, jobs))
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            _rollback(c)
             raise
 
     def _write_facts(self, run: int, meta: str, blocks: dict[int, bytes]) -> None:
@@ -697,7 +708,7 @@ class SqliteStore(Store):
                       " ON CONFLICT (run) DO UPDATE SET meta = excluded.meta", (run, meta))
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
-            c.execute("ROLLBACK")
+            _rollback(c)
             raise write_error(e, self.path) from None
 
     def _facts_meta(self, run: int) -> str | None:
