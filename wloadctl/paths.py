@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -37,6 +38,9 @@ def make_state_dir(state_dir: Path) -> None:
 def unusable_state_dir(state_dir: Path, e: OSError) -> UsageError:
     """The one-line error of a state directory that cannot be made, entered or written."""
     why = "it is not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return UsageError(f"cannot use {state_dir} as a state directory: {why}",
+                          hint="free space on its disk, or give --state-dir a directory on another")
     return UsageError(f"cannot use {state_dir} as a state directory: {why}",
                       hint="give --state-dir a directory this user may create and write")
 

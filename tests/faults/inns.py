@@ -242,8 +242,27 @@ def full_from_the_start(cfg: dict[str, Any]) -> dict[str, Any]:
     return got
 
 
+def full_before_the_run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """`wloadctl run` on a state directory whose disk is full, then on one with too little room for the journal."""
+    sd, plan = Path(cfg["sd"]), cfg["plan"]
+    got: dict[str, Any] = {}
+    fill(sd / "filler")
+    p = cli("run", plan, "--state-dir", str(sd / "run"))
+    got["full"] = {"rc": p.returncode, "stderr": p.stderr}
+    (sd / "filler").unlink()
+    shutil.rmtree(sd / "run", ignore_errors=True)
+    room = shutil.disk_usage(sd).free - cfg["leave"]
+    subprocess.run(["dd", "if=/dev/zero", f"of={sd / 'filler'}", "bs=1k", f"count={room // 1024}"],
+                   capture_output=True)
+    p = cli("run", plan, "--state-dir", str(sd / "run"))
+    got["nearly"] = {"rc": p.returncode, "stderr": p.stderr}
+    got.update(leftovers(""))
+    return got
+
+
 SCENARIOS = {"full_state_dir": full_state_dir, "shm_full_at_start": shm_full_at_start,
-             "shm_full_mid_run": shm_full_mid_run, "full_from_the_start": full_from_the_start}
+             "shm_full_mid_run": shm_full_mid_run, "full_from_the_start": full_from_the_start,
+             "full_before_the_run": full_before_the_run}
 
 
 def main() -> int:

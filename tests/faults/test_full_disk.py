@@ -103,6 +103,25 @@ def test_a_disk_full_before_the_runs_first_writes_after_dispatch_pauses_it_too(t
     assert "Traceback" not in said and "no transaction is active" not in said
 
 
+def test_a_run_on_a_full_disk_is_refused_in_one_line_saying_so(tmp_path: Path) -> None:
+    # Given a state directory whose disk is full, then one with 48 KiB left (less than a journal takes)
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "evidence", {"a": {}, "b": {"depends_on": ["a"]}})
+    got = scenario("full_before_the_run", tmp_path, [(sd, "1m"), ("/dev/shm", "64m")],
+                   {"sd": str(sd), "plan": str(plan), "leave": 48 * 1024})
+    # When a run starts there, each time it is refused in one line that says the disk is full and what to do,
+    # with no promise of a retry (nothing of the run has started)
+    for case in ("full", "nearly"):
+        lines = got[case]["stderr"].strip().splitlines()
+        assert got[case]["rc"] != 0 and len(lines) == 1, got[case]
+        assert "no space left on device" in lines[0].lower() and "free space" in lines[0], lines[0]
+        assert "retries" not in lines[0] and "internal error" not in lines[0], lines[0]
+    assert got["full"]["rc"] == 2
+    assert not (tmp_path / "evidence").exists()
+    assert got["shm"] == [] and got["procs"] == [], got
+
+
 def test_a_run_that_does_not_fit_dev_shm_is_refused_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
     # Given a /dev/shm of 2 MiB, too small for a run's segments
     sd = tmp_path / "sd"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import fcntl
@@ -177,10 +178,15 @@ class StateDirLock:
             self.f.close()
             raise UsageError(f"a scheduler (pid {pid}) is already running the run in {self.path.parent}",
                              hint="watch it with `wloadctl status`, or stop it first") from None
-        self.f.seek(0)
-        self.f.truncate()
-        self.f.write(str(os.getpid()))
-        self.f.flush()
+        try:
+            self.f.seek(0)
+            self.f.truncate()
+            self.f.write(str(os.getpid()))
+            self.f.flush()
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                self.f.close()  # (its flush fails again: the file is closed all the same)
+            raise unusable_state_dir(self.path.parent, e) from None
 
     def release(self) -> None:
         """Drop the lock."""

@@ -41,6 +41,12 @@ def write_error(e: sqlite3.Error, path: Path) -> StoreError:
     return StoreError(f"could not write the journal {path}: {e}")
 
 
+def full_at_start(path: Path) -> StoreFull:
+    """A full disk before the run has begun: nothing retries then, the command ends."""
+    return StoreFull(f"could not write the journal {path}: no space left on device in {path.parent}",
+                     hint="free space there and start again: nothing of the run has started")
+
+
 def _rollback(c: sqlite3.Connection) -> None:
     """End a failed write's transaction, if SQLite has not ended it already (it rolls back by itself when the disk
     is full: a ROLLBACK then would raise "no transaction is active" over the error that matters)."""
@@ -219,7 +225,7 @@ class SqliteStore(Store):
             conn.execute("SELECT count(*) FROM runs").fetchone()
         except sqlite3.DatabaseError as e:
             if isinstance(write_error(e, path), StoreFull):
-                raise write_error(e, path) from None
+                raise full_at_start(path) from None
             raise StoreError(
                 f"run journal {path} is unreadable or corrupt: {e}",
                 hint="restore it from a backup or move it away; wloadctl never starts afresh over it",
@@ -272,7 +278,7 @@ class SqliteStore(Store):
         except sqlite3.DatabaseError as e:
             _rollback(c)
             if isinstance(write_error(e, self.path), StoreFull):
-                raise write_error(e, self.path) from None
+                raise full_at_start(self.path) from None
             raise StoreError(f"could not record the run in {self.path}: {e}") from None
         row = self.get_run(run_id)
         assert row is not None
