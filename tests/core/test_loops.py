@@ -174,3 +174,14 @@ def test_a_plan_rebuilt_with_its_expansions_continues_where_it_was() -> None:
     again.handle(JobsFinishedEvent([(p, 1, 0, 0), (q, 1, 0, 0)], 6.0))
     assert JobState(again.state[again.index["load"]]) == JobState.SUCCEEDED
     again.validate()
+
+
+def test_an_instance_of_a_long_item_gets_an_id_short_enough_to_name_files_and_its_own() -> None:
+    from wloadctl.core.loops import instance_id
+    from wloadctl.core.planfields import JOB_ID, JOB_ID_MAX
+
+    a, b = "/data/" + "x" * 300 + "/a.csv", "/data/" + "x" * 300 + "/b.csv"
+    ia, ib = instance_id("load", a), instance_id("load", b)
+    assert len(ia) == len(ib) == JOB_ID_MAX and ia != ib
+    assert ia.startswith("load@_data_xxx") and JOB_ID.fullmatch(ia.split("@", 1)[1])
+    assert instance_id("load", "emea") == "load@emea"

@@ -84,6 +84,8 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("bad_time_of_day.yaml", 5, "'25:00' is not a time"),
     ("bad_deadline.yaml", 5, "'tomorrow' is not a time"),
     ("bad_job_id.yaml", 3, "'load accounts' is not a valid job id"),
+    ("dots_job_id.yaml", 3, "'..' is not a valid job id"),
+    ("long_job_id.yaml", 3, "the job id is 201 characters long (at most 200: an id names the job's files)"),
     ("duplicate_dependency.yaml", 4, "depends on 'open' more than once"),
     ("bad_env.yaml", 6, "env 'REGION' must be text, not a mapping"),
     ("bad_env_name.yaml", 6, "'1REGION' is not an environment variable name"),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from wloadctl.core.condition import ConditionError, parse_condition
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
+from wloadctl.core.planfields import JOB_ID_MAX
 from wloadctl.core.states import DepKind
 from wloadctl.errors import PlanError, WloadError
 
@@ -43,8 +45,13 @@ def items_of(spec: JobSpec, variables: dict[str, object]) -> tuple[str, ...]:
 
 
 def instance_id(job: str, item: str) -> str:
-    """The id of one instance: `<job>@<item>` with characters ids may not hold replaced by `_`."""
-    return f"{job}{ITEM_SEP}{_SAFE.sub('_', item)}"
+    """The id of one instance: `<job>@<item>` with characters ids may not hold replaced by `_`; an item too long
+    for the id to name files (JOB_ID_MAX) is cut, and a digest of it keeps the ids of such items apart."""
+    iid = f"{job}{ITEM_SEP}{_SAFE.sub('_', item)}"
+    if len(iid) <= JOB_ID_MAX:
+        return iid
+    digest = hashlib.sha256(item.encode()).hexdigest()[:12]
+    return f"{iid[: JOB_ID_MAX - len(digest) - 1]}_{digest}"
 
 
 def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None = None) -> JobSpec:

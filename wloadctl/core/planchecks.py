@@ -9,7 +9,7 @@ from array import array
 from wloadctl.core.condition import parse_condition
 from wloadctl.core.dag import cycle_in, reverse_kahn
 from wloadctl.core.plan import DynamicItems
-from wloadctl.core.planfields import JOB_ID
+from wloadctl.core.planfields import JOB_ID, JOB_ID_MAX
 from wloadctl.core.planjobs import SLOT, JobsReader, where_line
 from wloadctl.errors import CycleError
 
@@ -120,7 +120,8 @@ def _upstream_closure(jobs: JobsReader, start: int) -> set[int]:
 def _check_ids(jobs: JobsReader) -> None:
     ids = jobs.ids
     joined = " ".join(ids)
-    if _ALL_IDS.fullmatch(joined) and joined.count(" ") == len(ids) - 1:
+    if _ALL_IDS.fullmatch(joined) and joined.count(" ") == len(ids) - 1 and max(map(len, ids), default=0) <= \
+            JOB_ID_MAX and "." not in jobs.jobs and ".." not in jobs.jobs:
         return
     for jid in ids:
         if not JOB_ID.fullmatch(jid):
@@ -130,3 +131,9 @@ def _check_ids(jobs: JobsReader) -> None:
                 "use letters, digits and _ . : - only",
                 job=jid,
             )
+        elif jid in (".", ".."):
+            jobs.report(jobs.jobs[jid].line, f"'{jid}' is not a valid job id",
+                        "an id names the job's files, and this one names a folder: add a letter or a digit", job=jid)
+        elif len(jid) > JOB_ID_MAX:
+            jobs.report(jobs.jobs[jid].line, f"the job id is {len(jid)} characters long",
+                        f"at most {JOB_ID_MAX}: an id names the job's files", job=jid[:40] + "...")
