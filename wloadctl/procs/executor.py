@@ -476,8 +476,9 @@ class Executor:
         r = self.running.pop(pidfd)
         self.poller.unregister(pidfd)
         rc = reap(r.proc)
-        self.warm_until = time.monotonic() + WARM_IDLE
-        self.last_run = self.warm_until - WARM_IDLE - r.began
+        ended = time.monotonic()
+        self.warm_until = ended + WARM_IDLE
+        self.last_run = ended - r.began
         os.close(pidfd)
         now = time.time()
         if r.timed_out:

@@ -185,8 +185,9 @@ def waiting_warmer() -> tuple[int, float] | None:
         return None
 
 
-def warm_write(fd: int) -> bool:
-    """One keep-warm write (this process into the group it is in: it moves nothing); False when refused."""
+def write_self(fd: int) -> bool:
+    """Write this process into the group of the `cgroup.procs` open at `fd` (into its own group: a keep-warm write,
+    which moves nothing); False when refused."""
     try:
         return os.write(fd, b"0") == 1
     except OSError:
@@ -472,7 +473,7 @@ class JobTrees:
         """Move this process into the group of `procs` (its `cgroup.procs`); False when that is refused."""
         fd = self._file(procs, os.O_WRONLY)
         try:
-            return fd is not None and warm_write(fd)
+            return fd is not None and write_self(fd)
         finally:
             self.last_move = time.monotonic()
 
