@@ -106,3 +106,21 @@ def test_the_watch_tells_a_jump_from_time_passing_and_from_slow_drift() -> None:
     assert w.jumped() is None
     c.t += 120.0
     assert w.jumped() == (c.t, pytest.approx(120.0))
+
+
+def test_why_a_ready_job_waits_for_its_not_before_time_says_so_then_not() -> None:
+    """A READY job held by its `not_before` is not waiting for a slot: `why` says what it waits for, and how long."""
+    import dataclasses
+
+    from wloadctl.core.explain import why
+
+    plan = make_plan({"early": {}})
+    plan = dataclasses.replace(plan, jobs={"early": dataclasses.replace(plan.jobs["early"], not_before="02:30")})
+    core = SchedulerCore(plan, slots=4)
+    core.set_times({}, {0: 1000.0 + 2 * HOUR})
+    assert dispatched(core.handle(RunStartedEvent(1000.0))) == []
+    said = " ".join(why(core, 0, 1000.0 + HOUR)["reasons"])
+    assert "not before 02:30: it may start in 1h" in said and "free slot" not in said, said
+    # Once the time has come, a job still READY waits for a slot, and says that
+    said = " ".join(why(core, 0, 1000.0 + 3 * HOUR)["reasons"])
+    assert "not before" not in said and "waiting for a free slot" in said, said

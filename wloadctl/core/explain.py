@@ -71,6 +71,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float) -> dict[str, Any]:
                                f"{cap}; held by {', '.join(holders[:8]) or 'nobody'}")
         elif core.paused or core.cancelled:
             reasons.append("the run is not dispatching (stopping or cancelled)")
+        elif (due := core.timers.not_before.get(i)) is not None and now < due:
+            reasons.append(f"not before {spec.not_before}: it may start in {format_duration(due - now)}")
         else:
             reasons.append(f"ready, waiting for a free slot ({core.busy} of {core.slots} slots busy; "
                            f"{core.counts[S.READY]} jobs ready)")

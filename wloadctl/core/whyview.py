@@ -49,6 +49,8 @@ class ViewTimers:
     """When jobs in RETRY_WAIT become READY."""
     lateness: dict[int, str] = field(default_factory=dict)
     """Deadline notes (a core rebuilt from the journal has none)."""
+    not_before: dict[int, float] = field(default_factory=dict)
+    """Earliest starts (none known here: the journal keeps the times of day, not the instants they were read as)."""
 
 
 @dataclass
