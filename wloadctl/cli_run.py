@@ -270,6 +270,9 @@ def scheduler_command(a: argparse.Namespace) -> int:
     from wloadctl.client import resolve_state_dir
     from wloadctl.store import default_state_dir, journal_url
 
+    problem = counts_problem(a.executors, a.slots, 0)
+    if problem is not None:
+        raise UsageError(problem)
     broker = broker_of(a)
     if a.standby and broker is not None and journal_url() is not None and not a.state_dir:
         # A standby on another host: the run's files are not here; its own go to a directory of its own.
@@ -304,6 +307,9 @@ def trigger_command(a: argparse.Namespace) -> int:
     from wloadctl.errors import UsageError
     from wloadctl.store import default_state_dir
 
+    problem = counts_problem(a.executors, a.slots, 0)
+    if problem is not None:
+        raise UsageError(problem)
     plan = load_plan(a.plan)
     if plan.schedule is None:
         raise UsageError(f"{a.plan}: the plan has no `schedule` (cron and calendar) to trigger on",

@@ -95,6 +95,21 @@ def test_a_business_date_that_is_no_date_is_refused_in_one_line(tmp_path: Path) 
     assert not (tmp_path / "sd").exists()
 
 
+def test_counts_an_executor_cannot_hold_are_refused_in_one_line_by_every_command_that_starts_a_scheduler(
+        tmp_path: Path) -> None:
+    """An executor's board counts its slots in 16 bits: more used to crash every executor, and every job then
+    failed as 'executor lost'."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: one\njobs:\n  a: {command: 'true'}\n")
+    for cmd in ("run", "scheduler", "trigger"):
+        for flags, said in ((["--slots", "65536"], "--slots 65536: at most 65535 slots per executor"),
+                            (["--executors", "65"], "--executors 65: at most 64 executors per run"),
+                            (["--slots", "-2"], "--slots must be 0 or more, not -2")):
+            p = cli(cmd, str(plan), "--state-dir", str(tmp_path / "sd"), *flags)
+            assert p.returncode == 2 and p.stderr == f"wloadctl: {said}\n", (cmd, flags, p.stderr)
+    assert not (tmp_path / "sd").exists()
+
+
 def test_a_state_directory_that_cannot_be_used_is_refused_in_one_line(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text("name: one\njobs:\n  a: {command: 'true'}\n")

@@ -35,6 +35,8 @@ ORPHAN_TIMEOUT = 120.0
 """Seconds executors wait for a silent scheduler to come back before they exit."""
 MOST_EXECUTORS = 64
 """The most executors one run may have."""
+MOST_SLOTS = 65535
+"""The most slots of one executor (its board slot counts them in 16 bits)."""
 WARM_WAITING = 60.0
 """The longest an executor started ahead goes on with keep-warm writes while it waits to be taken (see
 jobtree.WARM_EVERY and waiting_warmer)."""
@@ -47,6 +49,8 @@ def counts_problem(executors: int, slots: int, prefetch: int) -> str | None:
             return f"{flag} must be 0 or more, not {value}"
     if executors > MOST_EXECUTORS:
         return f"--executors {executors}: at most {MOST_EXECUTORS} executors per run"
+    if slots > MOST_SLOTS:
+        return f"--slots {slots}: at most {MOST_SLOTS} slots per executor"
     return None
 
 

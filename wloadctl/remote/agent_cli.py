@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from wloadctl.errors import UsageError, WloadError
+from wloadctl.procs.prestart import MOST_EXECUTORS, MOST_SLOTS
 from wloadctl.remote.broker import BrokerOptions, add_broker_args, check_name
 
 
@@ -34,8 +35,8 @@ def agent_command(a: argparse.Namespace) -> int:
 
     name = check_name(a.name or socket.gethostname().split(".")[0], "agent name")
     pools = [check_name(p, "pool") for p in (a.pool or ["default"])]
-    if a.slots < 1 or a.executors < 1 or a.executors > 64:
-        raise UsageError("--slots must be 1 or more and --executors 1 to 64")
+    if not 1 <= a.slots <= MOST_SLOTS or a.executors < 1 or a.executors > MOST_EXECUTORS:
+        raise UsageError(f"--slots must be 1 to {MOST_SLOTS} and --executors 1 to {MOST_EXECUTORS}")
     state_dir = Path(a.state_dir) if a.state_dir else \
         Path(os.environ.get("WLOADCTL_HOME", Path.home() / ".local" / "state" / "wloadctl")) / f"agent-{name}"
     opts = AgentOptions(BrokerOptions.from_args(a), name, pools, state_dir, slots=a.slots, executors=a.executors,
