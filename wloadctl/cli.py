@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -65,16 +66,41 @@ def _state_dir_arg(p: argparse.ArgumentParser) -> None:
                         "$WLOADCTL_JOURNAL, else SQLite in the state directory)")
 
 
+def _seconds(text: str) -> float:
+    """A duration option in seconds: a finite number above 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds above 0")
+    return v
+
+
+def _amount(kind: type[int] | type[float]) -> Any:
+    """A quantity option (CPUs, MiB): 0 or more."""
+    def parse(text: str) -> int | float:
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if kind is int else ''}number") from None
+        if not (v >= 0 and math.isfinite(v)):
+            raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more (0: no limit)")
+        return v
+
+    return parse
+
+
 def _heartbeat_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--heartbeat-interval",
-        type=float,
+        type=_seconds,
         default=0.25,
         help="seconds between the active scheduler's heartbeats (and a standby's looks at them)",
     )
     p.add_argument(
         "--heartbeat-timeout",
-        type=float,
+        type=_seconds,
         default=1.5,
         help="seconds of silence (board beat and journal lease) before a standby verifies and takes over",
     )
@@ -87,7 +113,7 @@ def _remote_args(p: argparse.ArgumentParser) -> None:
     from wloadctl.remote.broker import add_broker_args
 
     add_broker_args(p)
-    p.add_argument("--agent-timeout", type=float, default=10.0,
+    p.add_argument("--agent-timeout", type=_seconds, default=10.0,
                    help="seconds an agent may be silent before it is LOST and its jobs are retried (default 10)")
 
 
@@ -182,19 +208,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         )
         p.add_argument(
             "--executor-cpus",
-            type=float,
+            type=_amount(float),
             default=0.0,
             help="CPUs each executor offers jobs that declare `cpu` (0: no limit)",
         )
         p.add_argument(
             "--executor-memory",
-            type=int,
+            type=_amount(int),
             default=0,
             help="MiB each executor offers jobs that declare `memory` (0: no limit)",
         )
         p.add_argument(
             "--executor-timeout",
-            type=float,
+            type=_seconds,
             default=5.0,
             help="seconds without a heartbeat before an executor is declared dead and replaced",
         )

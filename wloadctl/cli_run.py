@@ -170,13 +170,21 @@ def broker_of(a: argparse.Namespace) -> BrokerOptions | None:
     return BrokerOptions.from_args(a)
 
 
+def _beats_problem(a: argparse.Namespace) -> str | None:
+    """What is wrong with `--heartbeat-interval` and `--heartbeat-timeout` together (None: nothing)."""
+    if a.heartbeat_timeout <= a.heartbeat_interval:
+        return (f"--heartbeat-timeout {a.heartbeat_timeout:g} must be longer than --heartbeat-interval "
+                f"{a.heartbeat_interval:g}: a standby would take over between two beats")
+    return None
+
+
 def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
     """`wloadctl run PLAN` and `wloadctl resume` (`early`: executors started ahead for a new run)."""
     from wloadctl.core.planfile import load_plan
     from wloadctl.store import default_state_dir
 
     quiet = a.quiet or a.json
-    problem = counts_problem(a.executors, a.slots, a.prefetch or 0)
+    problem = counts_problem(a.executors, a.slots, a.prefetch or 0) or _beats_problem(a)
     if problem is not None:
         raise UsageError(problem)
     loaded = None
@@ -270,7 +278,7 @@ def scheduler_command(a: argparse.Namespace) -> int:
     from wloadctl.client import resolve_state_dir
     from wloadctl.store import default_state_dir, journal_url
 
-    problem = counts_problem(a.executors, a.slots, 0)
+    problem = counts_problem(a.executors, a.slots, 0) or _beats_problem(a)
     if problem is not None:
         raise UsageError(problem)
     broker = broker_of(a)

@@ -110,6 +110,24 @@ def test_counts_an_executor_cannot_hold_are_refused_in_one_line_by_every_command
     assert not (tmp_path / "sd").exists()
 
 
+def test_durations_and_amounts_out_of_range_are_refused_in_one_line(tmp_path: Path) -> None:
+    """A heartbeat of 0 s or less, a lease no longer than a beat, a negative CPU or memory offer: each used to be
+    taken (the last two then failed every job that claims cpu or memory)."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: one\njobs:\n  a: {command: 'true', cpu: 1}\n")
+    for flags, said in ((["--heartbeat-interval", "0"], "argument --heartbeat-interval: '0': give a number of "
+                                                         "seconds above 0"),
+                        (["--executor-timeout", "nan"], "argument --executor-timeout: 'nan': give a number of "
+                                                        "seconds above 0"),
+                        (["--executor-cpus", "-1"], "argument --executor-cpus: '-1': give 0 or more (0: no limit)"),
+                        (["--executor-memory", "1.5"], "argument --executor-memory: '1.5' is not a whole number"),
+                        (["--heartbeat-timeout", "0.2"], "--heartbeat-timeout 0.2 must be longer than "
+                                                         "--heartbeat-interval 0.25")):
+        p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), *flags)
+        assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and said in p.stderr, (flags, p.stderr)
+    assert not (tmp_path / "sd").exists()
+
+
 def test_a_state_directory_that_cannot_be_used_is_refused_in_one_line(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text("name: one\njobs:\n  a: {command: 'true'}\n")
