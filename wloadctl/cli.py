@@ -77,6 +77,17 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _attempt(text: str) -> int:
+    """`--attempt N`: an attempt number, 1 or more."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an attempt number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: attempts are numbered from 1")
+    return v
+
+
 def _amount(kind: type[int] | type[float]) -> Any:
     """A quantity option (CPUs, MiB): 0 or more."""
     def parse(text: str) -> int | float:
@@ -292,7 +303,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
     p = sub.add_parser("logs", help="a job's output")
     p.add_argument("job", metavar="JOB")
-    p.add_argument("--attempt", type=int)
+    p.add_argument("--attempt", type=_attempt, help="which attempt (default: the latest)")
     p.add_argument("--follow", "-f", action="store_true")
     p.add_argument("--broker", metavar="URL", help="broker of the agent that ran it (default: the run's)")
     _state_dir_arg(p)

@@ -213,3 +213,6 @@ def test_logs_follow_streams_a_running_job_until_it_ends(tmp_path: Path, no_ipc_
             proc.wait()
     p = cli("logs", "talker", "--attempt", "2", "--state-dir", str(sd))
     assert p.returncode == 1 and "there is no attempt 2" in p.stderr
+    for bad in ("0", "-1"):
+        p = cli("logs", "talker", "--attempt", bad, "--state-dir", str(sd))
+        assert p.returncode == 2 and f"argument --attempt: '{bad}': attempts are numbered from 1" in p.stderr
