@@ -544,6 +544,15 @@ class RunClient:
         if not rep.get("ok") or not rep.get("why"):
             raise ControlError(rep.get("error") or f"unknown job '{job}'")
         out = dict(rep["why"][0])
+        if rep.get("live") is False and out.get("state") in ("READY", "QUEUED", "RETRY_WAIT") and \
+                self.run.status in ("running", "interrupted", "held") and not self.leased():
+            # The answer of the run's journal: no scheduler dispatches it now, whatever the job would wait for.
+            status = "interrupted" if self.run.status == "running" else self.run.status
+            kept = [r for r in out.get("reasons", []) if not r.startswith(("ready, waiting for a free slot",
+                                                                           "sent to the executors"))]
+            out["reasons"] = [f"the run is {status}: no scheduler dispatches its jobs now (`wloadctl resume "
+                              f"--state-dir {self.state_dir}` goes on)", *kept]
+            return out
         if out.get("state") == "READY":
             _behind_runs(out, self.run.run_id)
         return out

@@ -299,3 +299,34 @@ def test_a_resume_from_another_directory_runs_relative_cwd_jobs_in_the_plans_fol
     assert json.loads(p.stdout)["jobs"] == {"a": "SUCCEEDED", "b": "SUCCEEDED"}
     assert (proj / "sub" / "where.txt").read_text().strip() == str(proj / "sub")
     assert ipc_names(run_id) == []
+
+
+def test_why_of_a_job_of_an_interrupted_run_says_no_scheduler_dispatches_it(tmp_path: Path) -> None:
+    """READY with every slot free is no reason of its own when the run's scheduler is gone: `why` says the run is
+    interrupted and how it goes on, not that the job waits for a slot."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: later\njobs:\n  first: {command: 'true'}\n"
+                    "  late: {command: 'true', depends_on: [first], not_before: '23:59+1d'}\n")
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: (sd / "journal.db").exists() and job_states(sd).get("late") == "READY", what="late READY")
+        run_id = status(sd)["run"]
+        live = json.loads(cli("why", "late", "--state-dir", str(sd), "--json").stdout)
+        assert any(r.startswith("not before 23:59+1d: it may start in") for r in live["reasons"]), live
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    kill_all(executor_pids(run_id))
+    why = json.loads(cli("why", "late", "--state-dir", str(sd), "--json").stdout)
+    assert why["state"] == "READY"
+    assert why["reasons"][0] == (f"the run is interrupted: no scheduler dispatches its jobs now (`wloadctl resume "
+                                 f"--state-dir {sd}` goes on)"), why
+    assert not any("free slot" in r for r in why["reasons"]), why
+    # and that resume goes on: the job skipped meanwhile, the run ends and leaves nothing
+    assert cli("skip", "late", "--state-dir", str(sd)).returncode == 0
+    p = cli("resume", "--state-dir", str(sd), "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"first": "SUCCEEDED", "late": "SKIPPED"}
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []
