@@ -322,8 +322,12 @@ def trigger_command(a: argparse.Namespace) -> int:
     if plan.schedule is None:
         raise UsageError(f"{a.plan}: the plan has no `schedule` (cron and calendar) to trigger on",
                          hint="add schedule: {cron: '30 18 * * 1-5'} or run it with `wloadctl run`")
+    never = UsageError(f"{a.plan}: the schedule never fires on a business day (cron '{plan.schedule.cron}')",
+                       hint="check the cron expression and the business days and holidays")
     if a.next:
         times = next_triggers(plan.schedule, dt.datetime.now().astimezone(), a.next, plan.timezone)
+        if not times:
+            raise never
         rows = [{"at": t.isoformat(), "business_date": business_date_of(t)} for t in times]
         if a.json:
             print(json.dumps(rows, indent=1))
@@ -342,7 +346,7 @@ def trigger_command(a: argparse.Namespace) -> int:
         while not stop["now"]:
             nxt = next_triggers(plan.schedule, dt.datetime.now().astimezone(), 1, plan.timezone)
             if not nxt:
-                raise UsageError(f"{a.plan}: the schedule never falls on a business day")
+                raise never
             when = nxt[0]
             _say(False)(f"next run of '{plan.name}' at {when.isoformat()} (business date {business_date_of(when)})")
             while not stop["now"] and time.time() < when.timestamp():

@@ -27,5 +27,11 @@ def test_a_calendar_without_business_days_ends_the_search() -> None:
                          horizon_days=3) == []
 
 
+def test_a_cron_no_date_matches_has_no_triggers() -> None:
+    # The 30th of February: valid cron, never a date (croniter gives up on it with an error of its own)
+    assert valid_cron("0 0 30 2 *")
+    assert next_triggers(Schedule("0 0 30 2 *"), dt.datetime(2026, 1, 1), 2, "UTC") == []
+
+
 def test_cron_validation() -> None:
     assert valid_cron("30 18 * * 1-5") and not valid_cron("61 25 * * *")

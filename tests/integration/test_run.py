@@ -110,6 +110,16 @@ def test_counts_an_executor_cannot_hold_are_refused_in_one_line_by_every_command
     assert not (tmp_path / "sd").exists()
 
 
+def test_trigger_of_a_schedule_that_never_fires_says_so_in_one_line(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: feb\nschedule: {cron: '0 0 30 2 *'}\njobs:\n  a: {command: 'true'}\n")
+    for extra in (["--next", "2"], ["--once"]):
+        p = cli("trigger", str(plan), "--state-dir", str(tmp_path / "sd"), *extra, timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == (f"wloadctl: {plan}: the schedule never fires on a business day (cron '0 0 30 2 *') "
+                            "(check the cron expression and the business days and holidays)\n"), p.stderr
+
+
 def test_durations_and_amounts_out_of_range_are_refused_in_one_line(tmp_path: Path) -> None:
     """A heartbeat of 0 s or less, a lease no longer than a beat, a negative CPU or memory offer: each used to be
     taken (the last two then failed every job that claims cpu or memory)."""

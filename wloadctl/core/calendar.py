@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from wloadctl.core.plan import Schedule
 
@@ -44,7 +44,10 @@ def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: st
     out: list[dt.datetime] = []
     limit = start + dt.timedelta(days=horizon_days)
     while len(out) < count:
-        when = it.get_next(dt.datetime)
+        try:
+            when = it.get_next(dt.datetime)
+        except CroniterBadDateError:
+            break  # an expression no date matches (the 30th of February): it never fires
         if when > limit:
             break
         if is_business_day(when.date(), schedule):
