@@ -178,7 +178,8 @@ def test_a_plan_rebuilt_with_its_expansions_continues_where_it_was() -> None:
 
 def test_an_instance_of_a_long_item_gets_an_id_short_enough_to_name_files_and_its_own() -> None:
     from wloadctl.core.loops import instance_id
-    from wloadctl.core.planfields import JOB_ID, JOB_ID_MAX
+    from wloadctl.core.plan import JOB_ID_MAX
+    from wloadctl.core.planfields import JOB_ID
 
     a, b = "/data/" + "x" * 300 + "/a.csv", "/data/" + "x" * 300 + "/b.csv"
     ia, ib = instance_id("load", a), instance_id("load", b)

@@ -9,8 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from wloadctl.core.condition import ConditionError, parse_condition
-from wloadctl.core.plan import DynamicItems, JobSpec, Plan
-from wloadctl.core.planfields import JOB_ID_MAX
+from wloadctl.core.plan import JOB_ID_MAX, DynamicItems, JobSpec, Plan
 from wloadctl.core.states import DepKind
 from wloadctl.errors import PlanError, WloadError
 

@@ -45,6 +45,9 @@ NO_RETRY = RetryPolicy()
 """The default: no retries."""
 
 
+JOB_ID_MAX = 200
+"""The longest job id: an id names its job's files (a log is `<id>.<attempt>.log`), and a file name holds at
+most 255 bytes."""
 DEFAULT_MAX_ITEMS = 1000
 """Most instances a `for_each` over an upstream's output may make unless the plan says otherwise."""
 

@@ -8,8 +8,8 @@ from array import array
 
 from wloadctl.core.condition import parse_condition
 from wloadctl.core.dag import cycle_in, reverse_kahn
-from wloadctl.core.plan import DynamicItems
-from wloadctl.core.planfields import JOB_ID, JOB_ID_MAX
+from wloadctl.core.plan import JOB_ID_MAX, DynamicItems
+from wloadctl.core.planfields import JOB_ID
 from wloadctl.core.planjobs import SLOT, JobsReader, where_line
 from wloadctl.errors import CycleError
 

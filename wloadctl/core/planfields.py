@@ -100,9 +100,6 @@ DEP_KIND_NAMES: dict[str, DepKind] = {kind.name.lower(): kind for kind in DepKin
 
 JOB_ID = re.compile(r"[A-Za-z0-9_.:-]+")
 """What a job id may be made of."""
-JOB_ID_MAX = 200
-"""The longest job id: an id names its job's files (a log is `<id>.<attempt>.log`), and a file name holds at
-most 255 bytes."""
 
 PLACE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """What a pool or agent name may be made of (it becomes part of a broker subject)."""
