@@ -397,7 +397,7 @@ class RunClient:
         from wloadctl.core.events import OperatorEvent
         from wloadctl.core.explain import why as explain
         from wloadctl.core.foureyes import PendingBook, needs_second, pending_outcome
-        from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs
+        from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs, unknown_text
 
         verb = req["verb"]
         if verb == "whoami":
@@ -430,7 +430,7 @@ class RunClient:
                 core = journal_core(st, run)
                 idx, unknown = resolve_jobs(core, req["jobs"])
                 if unknown:
-                    msg = f"unknown job(s): {', '.join(unknown)}"
+                    msg = unknown_text(unknown)
                     st.record_action(run.id, req["user"], verb, "; ".join(unknown), req["reason"], msg, False)
                     return {"ok": False, "error": msg, "unknown": unknown, "live": False}
                 if verb == "why":

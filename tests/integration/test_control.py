@@ -95,13 +95,16 @@ def test_refused_verbs_name_the_job_its_state_and_what_would_apply(tmp_path: Pat
     assert p.returncode == 1 and "needs a live scheduler" in p.stderr
     p = cli("hold", "nosuchjob", "--state-dir", sd)
     assert p.returncode == 1 and "unknown job(s): nosuchjob" in p.stderr
+    p = cli("hold", "zz*", "nosuchjob", "--state-dir", sd)
+    assert p.returncode == 1 and p.stderr == "wloadctl: unknown job(s): nosuchjob; no job matches 'zz*'\n"
     p = cli("frobnicate", "a", "--state-dir", sd)
     assert p.returncode == 2 and "unknown command 'frobnicate' (choose from validate," in p.stderr
     assert "Traceback" not in p.stderr and "_complete" not in p.stderr and len(p.stderr.splitlines()) == 1
     p = cli("reelase", "a", "--state-dir", sd)
     assert p.returncode == 2 and "unknown command 'reelase' (did you mean 'release'?" in p.stderr
     audit = json.loads(cli("audit", "--state-dir", sd, "--json").stdout)
-    assert [(a["verb"], a["applied"]) for a in audit] == [("release", False), ("hold", False)]
+    assert [(a["verb"], a["applied"]) for a in audit] == [("release", False), ("hold", False), ("hold", False)]
+    assert audit[-1]["outcome"] == "unknown job(s): nosuchjob; no job matches 'zz*'"
 
 
 def test_rerun_downstream_on_a_finished_run_reruns_exactly_the_descendants(

@@ -123,6 +123,15 @@ def resolve_jobs(core: JobNames, names: list[str]) -> tuple[list[int], list[str]
     return found, unknown
 
 
+def unknown_text(unknown: list[str]) -> str:
+    """What resolve_jobs found nothing for, in words: ids that name no job, patterns that match none."""
+    ids = [n for n in unknown if not any(c in n for c in "*?[")]
+    globs = [n for n in unknown if n not in ids]
+    parts = [f"unknown job(s): {', '.join(ids)}"] if ids else []
+    parts += [f"no job matches {', '.join(repr(g) for g in globs)}"] if globs else []
+    return "; ".join(parts)
+
+
 def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
     """Apply an operator verb to the jobs it names and report, per job, what happened.
 

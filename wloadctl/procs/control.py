@@ -29,7 +29,7 @@ from wloadctl.core.foureyes import (
     settle_word,
     settled_outcome,
 )
-from wloadctl.core.verbs import VERBS, resolve_jobs
+from wloadctl.core.verbs import VERBS, resolve_jobs, unknown_text
 from wloadctl.ipc.ctlsock import ControlSocket, Peer
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class ControlDesk:
             return
         idx, unknown = resolve_jobs(core, names)
         if unknown and verb != "cancel":
-            self._refuse(req, "; ".join(unknown), f"unknown job(s): {', '.join(unknown)}", unknown=unknown)
+            self._refuse(req, "; ".join(unknown), unknown_text(unknown), unknown=unknown)
             return
         if not req.get("approved") and needs_second(verb, (core.specs[i] for i in idx), self.four_eyes):
             self._ask_second(req, names)
