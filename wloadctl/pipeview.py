@@ -96,7 +96,8 @@ def _size(b: int | None) -> str:
 
 def render(view: dict[str, Any]) -> list[str]:
     """The view as lines of text (the same lines in `top` and the console's pane)."""
-    live = f"live, scheduler pid {view['scheduler_pid']}, epoch {view['epoch']}" if view["live"] else "not live"
+    # At most 80 columns with a run id's 22 characters and a 7-digit pid: the first line of `top` fits a terminal.
+    live = f"live, pid {view['scheduler_pid']}, epoch {view['epoch']}" if view["live"] else "not live"
     age = "no figures yet" if view["age"] is None else f"figures {view['age']:.1f}s old"
     lines = [f"run {view['run']}  ({live}; {age}{', STALE' if view['stale'] and view['live'] else ''})"]
     q = view.get("queues") or {}

@@ -54,6 +54,7 @@ def test_top_shows_the_live_pipeline_per_executor_and_goes_stale_when_the_run_en
         text = cli("top", "--state-dir", str(sd), "--once", timeout=30, check=True).stdout
         assert "request queue" in text and "journal commit" in text and "finish->dep. start" in text
         assert text.count("\n0   ") + text.count("\n1   ") == 2  # one line per executor
+        assert max(map(len, text.splitlines())) <= 80, text  # a terminal's width
         gate.touch()
         assert p.wait(timeout=60) == 0
         # Once the run is over the last figures stay, marked stale
