@@ -80,6 +80,13 @@ def ends(evidence: Path) -> int:
         return 0
 
 
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a scenario's scheduler left running by a failure (it has its pid namespace's jobs to take along)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def fill(path: Path) -> str:
     """Fill the disk under `path` with one file; return what dd said."""
     p = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=64k"], capture_output=True, text=True)
@@ -155,9 +162,7 @@ def full_state_dir(cfg: dict[str, Any]) -> dict[str, Any]:
         (sd / "filler").unlink()
         got["rc"] = proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill(proc)
     got.update(journal_facts(sd))
     got.update(leftovers(got["run_id"]))
     got["events"] = events_of(sd)
@@ -207,9 +212,7 @@ def shm_full_mid_run(cfg: dict[str, Any]) -> dict[str, Any]:
         Path("/dev/shm/filler").unlink()
         got["rc"] = proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill(proc)
     got.update(journal_facts(sd))
     got.update(leftovers(got["run_id"]))
     return got
@@ -233,9 +236,7 @@ def full_from_the_start(cfg: dict[str, Any]) -> dict[str, Any]:
         (sd / "filler").unlink()
         got["rc"] = proc.wait(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill(proc)
     got.update(journal_facts(sd))
     got.update(leftovers(got["run_id"]))
     got["why"] = cli("why", "b", "--state-dir", str(sd), "--json").stdout

@@ -86,6 +86,15 @@ def test_cleanup_removes_the_empty_groups_of_a_run_whose_processes_are_all_gone(
     trees.spare.clear()  # removed with the run's folder
 
 
+def _end(run: subprocess.Popen[bytes]) -> None:
+    """Kill the run's whole session if a test failed early; close its stderr whatever happened."""
+    if run.poll() is None:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    if run.stderr:
+        run.stderr.close()
+
+
 def _writes(pid: int) -> int:
     """Write calls `pid` has made (/proc/PID/io `syscw`)."""
     for line in Path(f"/proc/{pid}/io").read_text().splitlines():
@@ -123,11 +132,7 @@ def test_an_executor_keeps_group_moves_fast_while_its_jobs_run(tmp_path: Path, e
             assert writes >= 25, writes
         assert run.wait(timeout=30) == 0, run.stderr.read() if run.stderr else ""
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
-        if run.stderr:
-            run.stderr.close()
+        _end(run)
 
 
 @pytest.mark.parametrize("every", ["0.005", "0"])
@@ -190,8 +195,4 @@ def test_an_idle_executor_keeps_moves_fast_for_a_while_after_its_start_then_stop
         assert late < 10, late  # none but what its beats may write
         assert run.wait(timeout=30) == 0, run.stderr.read() if run.stderr else ""
     finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
-        if run.stderr:
-            run.stderr.close()
+        _end(run)
