@@ -77,7 +77,7 @@ def answers(state_dir: Path, jobs: list[str]) -> tuple[list[dict[str, Any]], lis
         assert read is not None and read["ok"], read
         core = journal_core(c.store, c.run)
         now = time.time()
-        full = [explain(core, core.index[j], now) for j in jobs]
+        full = [explain(core, core.index[j], now, c._undispatched()) for j in jobs]
     return read["why"], full
 
 
@@ -120,6 +120,11 @@ def test_the_situations_of_a_stopped_run_read_as_a_rebuilt_core_says(state_dir: 
     waiting_db = by["lock_b"] if by["lock_b"]["state"] == "READY" else by["lock_a"]
     assert any("resource db" in line for line in waiting_db["reasons"]), waiting_db
     assert by["late"]["critical_path"] is not None
+    # No scheduler holds the run: what waits to be dispatched says so first, and waits for no slot
+    stopped = f"the run is interrupted: no scheduler dispatches its jobs now (`wloadctl resume --state-dir {state_dir}`"
+    for job in ("flaky", waiting_db["job"]):
+        assert by[job]["reasons"][0].startswith(stopped), by[job]
+    assert not any("free slot" in line for w in read for line in w["reasons"]), read
 
 
 def test_a_waiting_job_whose_upstream_failed_in_a_lagging_journal_reads_as_upstream_failed(state_dir: Path) -> None:

@@ -434,7 +434,9 @@ class RunClient:
                     st.record_action(run.id, req["user"], verb, "; ".join(unknown), req["reason"], msg, False)
                     return {"ok": False, "error": msg, "unknown": unknown, "live": False}
                 if verb == "why":
-                    return {"ok": True, "why": [explain(core, i, time.time()) for i in idx[:20]], "live": False}
+                    stopped = self._undispatched()
+                    return {"ok": True, "why": [explain(core, i, time.time(), stopped) for i in idx[:20]],
+                            "live": False}
                 second = frozenset(core.plan.four_eyes) | access.load_roles().four_eyes
                 if not req.get("approved") and needs_second(verb, (core.specs[i] for i in idx), second):
                     book = PendingBook.from_actions(st.actions(run.id))
@@ -499,7 +501,7 @@ class RunClient:
             with Store.open(self.state_dir, create=False) as w:
                 w.record_action(run.id, req["user"], "why", "; ".join(unknown), req["reason"], msg, False)
             return {"ok": False, "error": msg, "unknown": unknown, "live": False}
-        out = why_of_stopped(st, run, idx[:20], time.time())
+        out = why_of_stopped(st, run, idx[:20], time.time(), self._undispatched())
         return None if out is None else {"ok": True, "why": out, "live": False}
 
     def _offline_settle(self, req: dict[str, Any]) -> dict[str, Any] | None:
@@ -544,18 +546,18 @@ class RunClient:
         if not rep.get("ok") or not rep.get("why"):
             raise ControlError(rep.get("error") or f"unknown job '{job}'")
         out = dict(rep["why"][0])
-        if rep.get("live") is False and out.get("state") in ("READY", "QUEUED", "RETRY_WAIT") and \
-                self.run.status in ("running", "interrupted", "held") and not self.leased():
-            # The answer of the run's journal: no scheduler dispatches it now, whatever the job would wait for.
-            status = "interrupted" if self.run.status == "running" else self.run.status
-            kept = [r for r in out.get("reasons", []) if not r.startswith(("ready, waiting for a free slot",
-                                                                           "sent to the executors"))]
-            out["reasons"] = [f"the run is {status}: no scheduler dispatches its jobs now (`wloadctl resume "
-                              f"--state-dir {self.state_dir}` goes on)", *kept]
-            return out
-        if out.get("state") == "READY":
+        if out.get("state") == "READY" and not (rep.get("live") is False and self._undispatched()):
             _behind_runs(out, self.run.run_id)
         return out
+
+    def _undispatched(self) -> str | None:
+        """What the journal's `why` says first of a job waiting to be dispatched when no scheduler holds the
+        run, whatever the job would wait for under one (None: a scheduler holds it, or the run is over)."""
+        if self.leased() or self.run.status not in ("running", "interrupted", "held"):
+            return None
+        status = "interrupted" if self.run.status == "running" else self.run.status
+        return (f"the run is {status}: no scheduler dispatches its jobs now (`wloadctl resume --state-dir "
+                f"{self.state_dir}` goes on)")
 
     def history(self, job: str) -> dict[str, Any]:
         """Every transition and operator action of one job."""

@@ -25,7 +25,8 @@ _NO_REASON = frozenset({JobState.SUCCEEDED, JobState.READY, JobState.QUEUED, Job
 from the plan)."""
 
 
-def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float) -> list[dict[str, Any]] | None:
+def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float,
+                   stopped: str | None = None) -> list[dict[str, Any]] | None:
     """Explain these jobs (by index) of a run no scheduler holds, as a core rebuilt from its journal would.
 
     Args:
@@ -33,6 +34,8 @@ def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float) -> lis
         run: the run.
         idx: the jobs.
         now: the time of the answer.
+        stopped: what is said first of a job waiting to be dispatched, no scheduler holding the run
+            (explain.why).
 
     Returns:
         One explain.why answer per job; None when the journal cannot answer so (the run's scheduler kept
@@ -79,7 +82,7 @@ def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float) -> lis
         job = JobSight(f.spec(ids[i], ids), states[i], attempt, reason)
         view = JobView(i, job, {u: (ids[u], states[u]) for u in f.ups}, counts, active,
                        (f.rank, f.expected, f.path, meta.longest, meta.jobs), meta.resources, meta.places, now)
-        out.append(explain(view, i, now))
+        out.append(explain(view, i, now, stopped))
     return out
 
 

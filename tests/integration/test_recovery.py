@@ -323,6 +323,9 @@ def test_why_of_a_job_of_an_interrupted_run_says_no_scheduler_dispatches_it(tmp_
     assert why["reasons"][0] == (f"the run is interrupted: no scheduler dispatches its jobs now (`wloadctl resume "
                                  f"--state-dir {sd}` goes on)"), why
     assert not any("free slot" in r for r in why["reasons"]), why
+    # a pattern is answered by the core rebuilt from the journal, the same way
+    globbed = json.loads(cli("why", "la*", "--state-dir", str(sd), "--json").stdout)
+    assert globbed["reasons"] == why["reasons"], (globbed, why)
     # and that resume goes on: the job skipped meanwhile, the run ends and leaves nothing
     assert cli("skip", "late", "--state-dir", str(sd)).returncode == 0
     p = cli("resume", "--state-dir", str(sd), "--json")

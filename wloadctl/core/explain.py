@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 S = JobState
 
 
-def why(core: SchedulerCore | JobView, i: int, now: float) -> dict[str, Any]:
+def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None = None) -> dict[str, Any]:
     """Explain job i's state: unmet dependencies, hold, resources, slots, retry delay, deadline.
 
     Args:
@@ -25,6 +25,9 @@ def why(core: SchedulerCore | JobView, i: int, now: float) -> dict[str, Any]:
             (core/whyview.py: made of the journal's rows without loading the plan).
         i: job index.
         now: current time (for retry countdowns).
+        stopped: said first of a job that waits to be dispatched (READY, QUEUED, RETRY_WAIT) when no
+            scheduler dispatches the run (the caller knows: a core rebuilt from the journal does not);
+            the job then waits for no slot and for no executor.
 
     Returns:
         {"job", "state", "tier", "attempt", "reasons": [str, ...], "verbs": [...], "blocking": [...]}
@@ -51,6 +54,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float) -> dict[str, Any]:
     elif st == S.HELD:
         reasons.insert(0, f"held: {core.reasons.get(i, 'by an operator')}; release it to let it run")
     elif st == S.READY:
+        if stopped is not None:
+            reasons.append(stopped)  # first: it waits for no slot, nothing dispatches
         lacking = [(r, a) for r, a in core.needs(i) if core.resources.res_free.get(r, 0) < a]
         if lacking:
             for r, a in lacking:
@@ -69,18 +74,22 @@ def why(core: SchedulerCore | JobView, i: int, now: float) -> dict[str, Any]:
                     continue
                 reasons.append(f"waiting for resource {r}: needs {a}, {core.resources.res_free.get(r, 0)} free of "
                                f"{cap}; held by {', '.join(holders[:8]) or 'nobody'}")
-        elif core.paused or core.cancelled:
+        elif stopped is None and (core.paused or core.cancelled):
             reasons.append("the run is not dispatching (stopping or cancelled)")
         elif (due := core.timers.not_before.get(i)) is not None and now < due:
             reasons.append(f"not before {spec.not_before}: it may start in {format_duration(due - now)}")
-        else:
+        elif stopped is None:
             reasons.append(f"ready, waiting for a free slot ({core.busy} of {core.slots} slots busy; "
                            f"{core.counts[S.READY]} jobs ready)")
     elif st == S.RETRY_WAIT:
+        if stopped is not None:
+            reasons.append(stopped)
         due = core.timers.retry_due.get(i)
         left = f" in {max(0.0, due - now):.1f}s" if due else ""
         reasons.append(f"in retry delay after attempt {core.attempt[i]}: {core.reasons.get(i, '')}; "
                        f"becomes READY{left}")
+    elif st == S.QUEUED and stopped is not None:
+        reasons.append(stopped)  # no executor takes it before a scheduler runs the run again
     elif st == S.QUEUED and i in (following := getattr(core, "following", {})):
         u = following[i]
         reasons.append(f"sent to the executors behind {core.ids[u]} ({S(core.state[u]).name}): its executor starts it "
