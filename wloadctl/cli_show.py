@@ -144,6 +144,8 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
         print("  upstream:   " + (", ".join(data["upstream"]) or "-"))
         print("  downstream: " + (", ".join(data["downstream"]) or "-"))
     else:
+        if not data:
+            print(f"no operator actions in run {c.run.run_id}")
         for x in data:
             if x["verb"] == "drill":
                 ok = "passed" if x["applied"] else "failed"

@@ -219,3 +219,14 @@ def test_logs_follow_streams_a_running_job_until_it_ends(tmp_path: Path, no_ipc_
     for bad in ("0", "-1"):
         p = cli("logs", "talker", "--attempt", bad, "--state-dir", str(sd))
         assert p.returncode == 2 and f"argument --attempt: '{bad}': attempts are numbered from 1" in p.stderr
+
+
+def test_audit_of_a_run_without_operator_actions_says_so(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: quiet\njobs:\n  a: {command: 'true'}\n")
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
+    p = cli("audit", "--state-dir", str(sd))
+    run_id = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["run"]
+    assert (p.returncode, p.stdout) == (0, f"no operator actions in run {run_id}\n"), p
+    assert json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout) == []
