@@ -723,12 +723,15 @@ class RunClient:
 def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     """A core rebuilt from the journal (for verbs and `why` on a run with no live scheduler)."""
     from wloadctl.core.engine import SchedulerCore
+    from wloadctl.core.sla import run_instants
 
     plan = run_plan(store, run)
     # Ranked as the run's scheduler ranked it: with what the runs before it taught.
     core = SchedulerCore(plan, 0, history=store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest))
     core.restore(store.job_states(run.id), time.time())
     core.flush()  # the restore's own corrections are not the operator's doing
+    # The instants the run's jobs may start at, as its scheduler read them (`why` says them; nothing dispatches here).
+    core.set_times({}, run_instants(core.specs, run.business_date, run.started, plan.timezone, deadlines=False)[1])
     for i, _jid, _s, _a, _e, _c, _st, _en, reason in store.job_rows(run.id):
         if reason:
             core.reasons[i] = reason

@@ -16,6 +16,7 @@ from typing import Any
 
 from wloadctl.core.explain import why as explain
 from wloadctl.core.plan import JobSpec
+from wloadctl.core.sla import instant
 from wloadctl.core.states import JobState
 from wloadctl.core.whyview import JobSight, JobView
 from wloadctl.store import RunRow, Store
@@ -82,6 +83,10 @@ def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float,
         job = JobSight(f.spec(ids[i], ids), states[i], attempt, reason)
         view = JobView(i, job, {u: (ids[u], states[u]) for u in f.ups}, counts, active,
                        (f.rank, f.expected, f.path, meta.longest, meta.jobs), meta.resources, meta.places, now)
+        if job.spec.not_before:
+            # read as the run's scheduler read it (core/sla.py), from the run's start and business date
+            view.timers.not_before[i] = instant(job.spec.not_before, run.business_date, run.started,
+                                                meta.timezone, roll=False)
         out.append(explain(view, i, now, stopped))
     return out
 

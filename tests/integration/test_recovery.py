@@ -26,6 +26,7 @@ from tests.integration.helpers import (
     status,
     wait_for,
 )
+from wloadctl.core.durations import parse_duration
 from wloadctl.store import Store
 
 pytestmark = pytest.mark.ipc
@@ -301,11 +302,20 @@ def test_a_resume_from_another_directory_runs_relative_cwd_jobs_in_the_plans_fol
     assert ipc_names(run_id) == []
 
 
+def _starts_in(reasons: list[str]) -> float:
+    """The seconds `why` says a job held by its not-before time may start in."""
+    head = "not before 23:59+1d: it may start in "
+    said = [r.removeprefix(head) for r in reasons if r.startswith(head)]
+    assert len(said) == 1, reasons
+    return parse_duration(said[0])
+
+
 def test_why_of_a_job_of_an_interrupted_run_says_no_scheduler_dispatches_it(tmp_path: Path) -> None:
     """READY with every slot free is no reason of its own when the run's scheduler is gone: `why` says the run is
     interrupted and how it goes on, not that the job waits for a slot."""
     plan = tmp_path / "plan.yaml"
-    plan.write_text("name: later\njobs:\n  first: {command: 'true'}\n"
+    # (a zone far from this host's: its not-before is read in the plan's zone, live and from the journal alike)
+    plan.write_text("name: later\ntimezone: Pacific/Kiritimati\njobs:\n  first: {command: 'true'}\n"
                     "  late: {command: 'true', depends_on: [first], not_before: '23:59+1d'}\n")
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd))
@@ -313,7 +323,7 @@ def test_why_of_a_job_of_an_interrupted_run_says_no_scheduler_dispatches_it(tmp_
         wait_for(lambda: (sd / "journal.db").exists() and job_states(sd).get("late") == "READY", what="late READY")
         run_id = status(sd)["run"]
         live = json.loads(cli("why", "late", "--state-dir", str(sd), "--json").stdout)
-        assert any(r.startswith("not before 23:59+1d: it may start in") for r in live["reasons"]), live
+        live_left = _starts_in(live["reasons"])
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -323,6 +333,8 @@ def test_why_of_a_job_of_an_interrupted_run_says_no_scheduler_dispatches_it(tmp_
     assert why["reasons"][0] == (f"the run is interrupted: no scheduler dispatches its jobs now (`wloadctl resume "
                                  f"--state-dir {sd}` goes on)"), why
     assert not any("free slot" in r for r in why["reasons"]), why
+    # and says when the job may start, as the scheduler did (a few seconds later)
+    assert 0 <= live_left - _starts_in(why["reasons"]) < 30, (live_left, why)
     # a pattern is answered by the core rebuilt from the journal, the same way
     globbed = json.loads(cli("why", "la*", "--state-dir", str(sd), "--json").stdout)
     assert globbed["reasons"] == why["reasons"], (globbed, why)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from wloadctl.core.durations import parse_duration
 from wloadctl.core.states import SlaTier
+
+if TYPE_CHECKING:
+    from wloadctl.core.plan import JobSpec
 
 DEFAULT_RESERVE: dict[SlaTier, float] = {SlaTier.CRITICAL: 0.10, SlaTier.HIGH: 0.05}
 """Share of all slots kept for a tier and the tiers above it, so bulk low work cannot starve urgent work."""
@@ -80,6 +85,27 @@ def clock_time(text: str) -> tuple[int, int, int]:
     if not m or int(m.group(1)) > 23 or int(m.group(2)) > 59 or int(m.group(3) or 0) > 59:
         raise ValueError(f"'{text}' is not a time of day (HH:MM or HH:MM:SS)")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def run_instants(specs: Iterable[JobSpec], business_date: str, run_started: float, tz: str | None,
+                 deadlines: bool = True) -> tuple[dict[int, float], dict[int, float]]:
+    """The absolute deadlines and not-before times of jobs (by their index in `specs`) for a run.
+
+    Args:
+        specs: the jobs' specs, by index.
+        business_date: the run's business date.
+        run_started: epoch seconds of the run's start.
+        tz: IANA zone of the plan, None for local time.
+        deadlines: work out the deadlines too (else only the not-before times; the deadlines come back empty).
+    """
+    dls: dict[int, float] = {}
+    nbs: dict[int, float] = {}
+    for i, spec in enumerate(specs):
+        if deadlines and spec.deadline:
+            dls[i] = instant(spec.deadline, business_date, run_started, tz)
+        if spec.not_before:
+            nbs[i] = instant(spec.not_before, business_date, run_started, tz, roll=False)
+    return dls, nbs
 
 
 def instant(text: str, business_date: str, run_started: float, tz: str | None, roll: bool = True) -> float:

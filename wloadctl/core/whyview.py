@@ -50,7 +50,7 @@ class ViewTimers:
     lateness: dict[int, str] = field(default_factory=dict)
     """Deadline notes (a core rebuilt from the journal has none)."""
     not_before: dict[int, float] = field(default_factory=dict)
-    """Earliest starts (none known here: the journal keeps the times of day, not the instants they were read as)."""
+    """Earliest starts (the run's facts keep the times of day: they are read on the run's start and business date)."""
 
 
 @dataclass

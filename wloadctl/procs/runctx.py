@@ -318,17 +318,9 @@ class RunContext:
 
     def times(self, core: SchedulerCore) -> tuple[dict[int, float], dict[int, float]]:
         """Absolute deadlines and not-before times of the plan's jobs for this run's business date."""
-        from wloadctl.core.sla import instant
+        from wloadctl.core.sla import run_instants
 
-        dls: dict[int, float] = {}
-        nbs: dict[int, float] = {}
-        for i, spec in enumerate(core.specs):
-            if spec.deadline:
-                dls[i] = instant(spec.deadline, self.run.business_date, self.run.started, self.plan.timezone)
-            if spec.not_before:
-                nbs[i] = instant(spec.not_before, self.run.business_date, self.run.started, self.plan.timezone,
-                                 roll=False)
-        return dls, nbs
+        return run_instants(core.specs, self.run.business_date, self.run.started, self.plan.timezone)
 
     def reap_hooks(self, wait: float = 0.0) -> None:
         """Reap finished hook processes (waiting up to `wait` seconds for the rest)."""

@@ -532,7 +532,7 @@ class _ShapeWriter:
             self.opts.say(f"cannot write the run's shape file ({e}): consoles will read the plan")
         # The core's index only grows (loops over output add jobs after the copy's): the copy's ids are in it.
         self.facts = run_facts(copy.specs, copy.ids, copy.tier, copy.expected, copy.path, self.run.plan_digest,
-                               plan.resources, places, index)
+                               plan.resources, places, index, plan.timezone)
 
     def save_facts(self, store: Store) -> None:
         """Journal the run's facts once they are made (in the thread that drives the run's journal)."""

@@ -41,7 +41,7 @@ FACTS_VERSION = 1
 """Layout of the blocks and of the run's row; a reader takes no other (and reads the plan then)."""
 HEAD = struct.Struct("<II")
 """Jobs in a block, upstream edges in it."""
-SPECIAL_FIELDS = ("dep_kinds", "confirm", "resources", "pool", "agent", "cpu", "memory", "for_each")
+SPECIAL_FIELDS = ("dep_kinds", "confirm", "resources", "pool", "agent", "cpu", "memory", "for_each", "not_before")
 """The settings of a job `why` reads besides its dependencies and tier (core/explain.py, core/holding.py)."""
 _SPECIAL = attrgetter(*SPECIAL_FIELDS)
 _PLAIN = _SPECIAL(JobSpec("", None))
@@ -54,7 +54,7 @@ class RunFacts:
     """What a run's scheduler keeps of its plan: the run's row and its blocks (see the module)."""
 
     meta: str
-    """JSON of the run's row: version, jobs, digest, longest, places, resources."""
+    """JSON of the run's row: version, jobs, digest, longest, places, resources, timezone."""
     blocks: dict[int, bytes]
     """Block number -> its bytes."""
 
@@ -73,6 +73,9 @@ class FactsMeta:
     """The plan runs something on agents: every job claims a slot of its place (core/holding.py)."""
     resources: dict[str, int]
     """The plan's declared resources and their capacities."""
+    timezone: str | None = None
+    """The plan's zone, its jobs' `not_before` times of day are read in (None: local time, or facts kept before
+    they held it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +106,7 @@ class JobFact:
             sla=SlaTier(self.tier), confirm=bool(sp.get("confirm", False)),
             resources=tuple((str(r), int(a)) for r, a in sp.get("resources", ())),
             pool=sp.get("pool"), agent=sp.get("agent"), cpu=float(sp.get("cpu", 0.0)),
-            memory=int(sp.get("memory", 0)))
+            memory=int(sp.get("memory", 0)), not_before=sp.get("not_before"))
 
     @property
     def loop(self) -> bool:
@@ -146,7 +149,7 @@ def _special_row(values: tuple) -> dict[str, Any]:
 
 def run_facts(specs: Sequence[JobSpec], ids: Sequence[str], tier: Sequence[int], expected: Sequence[float],
               path: Sequence[float], digest: str, resources: Mapping[str, int], places: bool,
-              index: Mapping[str, int] | None = None) -> RunFacts:
+              index: Mapping[str, int] | None = None, timezone: str | None = None) -> RunFacts:
     """A run's facts from its scheduler's core (specs, tiers, expected seconds and paths by job index; the
     core's index of ids, when given, saves making one).
 
@@ -175,7 +178,7 @@ def run_facts(specs: Sequence[JobSpec], ids: Sequence[str], tier: Sequence[int],
                               _le(pth[lo:hi]), _le(offs), _le(up[first:last]),
                               json.dumps(extra, separators=(",", ":")).encode()))
     meta = {"version": FACTS_VERSION, "jobs": n, "digest": digest, "longest": max(path, default=0.0),
-            "places": places, "resources": dict(resources)}
+            "places": places, "resources": dict(resources), "timezone": timezone}
     return RunFacts(json.dumps(meta), blocks)
 
 
@@ -239,4 +242,4 @@ class JobFacts:
         if len(out) != len(set(idxs)):
             return None
         return FactsMeta(meta["jobs"], meta["digest"], meta["longest"], meta["places"],
-                         {str(k): int(v) for k, v in meta["resources"].items()}), out
+                         {str(k): int(v) for k, v in meta["resources"].items()}, meta.get("timezone")), out
