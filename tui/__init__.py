@@ -56,6 +56,12 @@ def run_console(args: argparse.Namespace) -> int:
             state_dir
         ).close()  # fails with a clear message when there is no run to show
     else:
+        wanted = None
+        if args.plan:
+            from wloadctl.core.planfile import load_plan
+
+            # A bad plan is told here, as `run` tells it, before any scheduler starts.
+            wanted = load_plan(args.plan).name
         supervisor = SchedulerSupervisor(
             state_dir, args.plan, args.executors, args.slots
         )
@@ -65,11 +71,8 @@ def run_console(args: argparse.Namespace) -> int:
         )
         event = supervisor.attach_or_start()
         print(f"wloadctl: {event.text}", file=sys.stderr)
-        if args.plan:
-            from wloadctl.core.planfile import load_plan
-
+        if wanted is not None:
             with RunClient(state_dir) as client:
-                wanted = load_plan(args.plan).name
                 if client.run.plan_name != wanted:
                     raise UsageError(
                         f"{state_dir} runs plan '{client.run.plan_name}', "

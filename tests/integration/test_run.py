@@ -155,6 +155,16 @@ def test_a_state_directory_that_cannot_be_used_is_refused_in_one_line(tmp_path: 
         "directory this user may create and write)"), p.stderr
 
 
+def test_the_console_on_a_bad_plan_says_what_run_says_and_starts_nothing(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: bad\njobs:\n  a: {command: 'true', depends_on: [zz]}\n")
+    said = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"))
+    p = cli("console", str(plan), "--state-dir", str(tmp_path / "sd"))
+    assert (p.returncode, p.stderr) == (2, said.stderr) and said.returncode == 2, (p.stderr, said.stderr)
+    assert p.stderr == f"{plan}:3: job 'a': depends on unknown job 'zz' (no job 'zz' in this plan)\n", p.stderr
+    assert not (tmp_path / "sd").exists()
+
+
 def test_status_of_a_finished_run_and_history(tmp_path: Path, no_ipc_leaks: None) -> None:
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {}, "b": {"depends_on": ["a"], "exit": 1}})
     sd = str(tmp_path / "sd")
