@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import make_plan
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import RunStartedEvent
-from wloadctl.core.loops import expand_for_each
+from wloadctl.core.loops import expand_for_each, shell_item
 from wloadctl.errors import PlanError
 
 
@@ -186,3 +189,39 @@ def test_an_instance_of_a_long_item_gets_an_id_short_enough_to_name_files_and_it
     assert len(ia) == len(ib) == JOB_ID_MAX and ia != ib
     assert ia.startswith("load@_data_xxx") and JOB_ID.fullmatch(ia.split("@", 1)[1])
     assert instance_id("load", "emea") == "load@emea"
+
+
+HOSTILE = ["x; touch PWNED", "$(touch PWNED)", "`touch PWNED`", "it's", 'say "hi"', "back\\slash", "two  spaces",
+           "$HOME", "*", "", "'; touch PWNED; '", '"; touch PWNED; "', "a\nb"]
+
+
+@pytest.mark.parametrize("command,expected", [
+    ("printf '%s\\n' {item}", "{}"),
+    ("printf '%s\\n' \"{item}\"", "{}"),
+    ("printf '%s\\n' '{item}'", "{}"),
+    ("printf '%s\\n' \"pre {item} post\"", "pre {} post"),
+    ("printf '%s\\n' pre{item}'post'", "pre{}post"),
+    ("printf '%s\\n' \"$(printf '%s' {item})\"", "{}"),
+    ("printf '%s\\n' \"$(printf '%s' '{item}')\"", "{}"),
+    ("printf '%s\\n' \"$(printf '%s' \"{item}\")\"", "{}"),
+    ("X=${UNSET_VAR:-{item}}; printf '%s\\n' \"$X\"", "{}"),
+])
+def test_an_item_is_text_to_the_shell_wherever_it_stands(tmp_path: Path, command: str, expected: str) -> None:
+    """An item comes from variables or an upstream's output (a file name): the shell running the instance's
+    command reads it as text, inside quotes, outside them and inside substitutions alike."""
+    for item in HOSTILE:
+        cmd = shell_item(command, item)
+        p = subprocess.run(["/bin/sh", "-c", cmd], cwd=tmp_path, capture_output=True, text=True,
+                           env={**os.environ, "WLOADCTL_ITEM": item})
+        assert not (tmp_path / "PWNED").exists(), (command, item, cmd)
+        assert (p.returncode, p.stdout) == (0, expected.format(item) + "\n"), (command, item, cmd, p.stderr)
+
+
+def test_a_plain_item_leaves_the_command_as_written() -> None:
+    assert shell_item("load --region {item} && echo \"{item} done\"", "eu") == "load --region eu && echo \"eu done\""
+    assert shell_item("echo no placeholder", "x; y") == "echo no placeholder"
+    # argv commands run without a shell: the item is one argument as it is
+    plan = expand_for_each(dataclasses.replace(looped(("a b; c",)), jobs={
+        **looped(("a b; c",)).jobs,
+        "load": dataclasses.replace(looped(("a b; c",)).jobs["load"], command=("load", "--region={item}"))}))
+    assert plan.jobs["load@a_b__c"].command == ("load", "--region=a b; c")

@@ -272,6 +272,23 @@ def test_for_each_over_an_upstreams_output_runs_one_instance_per_item(tmp_path: 
     assert "3 instance(s) finished" in " ".join(why["reasons"])
 
 
+def test_a_file_name_from_an_upstreams_output_runs_nothing_in_the_shell(tmp_path: Path, no_ipc_leaks: None) -> None:
+    """Items of a loop over output are data: `{item}` in a shell command is quoted, whatever the name holds."""
+    names = ["ok.csv", f"x; touch {tmp_path}/PWNED", f"$(touch {tmp_path}/PWNED)"]
+    plan = write(tmp_path / "p.yaml", {"name": "names", "jobs": {
+        "list_files": {"command": f"echo '{json.dumps({'files': names})}' > $WLOADCTL_RESULT_FILE"},
+        "load": {"command": 'echo loading {item}; echo "quoted {item}"', "depends_on": ["list_files"],
+                 "for_each": "jobs.list_files.result.files"}}})
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    assert p.returncode == 0, p.stderr
+    assert not (tmp_path / "PWNED").exists()
+    instances = [j for j in json.loads(p.stdout)["jobs"] if j.startswith("load@")]
+    assert len(instances) == 3
+    said = sorted(cli("logs", j, "--state-dir", str(sd)).stdout for j in instances)
+    assert said == sorted(f"loading {n}\nquoted {n}\n" for n in names)
+
+
 def test_for_each_over_a_bad_output_fails_the_loop_and_says_why(tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "ev"
     plan = loop_over_output_plan(tmp_path, out, '"not-a-list"')

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -53,11 +54,84 @@ def instance_id(job: str, item: str) -> str:
     return f"{iid[: JOB_ID_MAX - len(digest) - 1]}_{digest}"
 
 
+PLACEHOLDER = "{item}"
+"""What a looped job's command names its item by."""
+_ITEM_VAR = "WLOADCTL_ITEM"
+_NESTED = "PBV"
+"""Lexer contexts of shell text inside a substitution: $( ), backquotes, ${ }."""
+
+
+def shell_item(command: str, item: str) -> str:
+    """A `/bin/sh -c` command text with each `{item}` replaced so that the shell reads the item as text, never
+    as shell syntax: an item comes from a plan's variables or an upstream job's output (a file name such as
+    `x; rm -rf ~` runs nothing).
+
+    The item is written quoted for where `{item}` stands: `'it'\''s'` outside quotes, escaped inside double
+    quotes, closed and reopened inside single quotes. Inside a command substitution (`$( )`, backquotes,
+    `${ }`), it is the quoted expansion of $WLOADCTL_ITEM, which every instance has in its environment.
+    """
+    if PLACEHOLDER not in command:
+        return command
+    out: list[str] = []
+    stack = ["U"]  # U unquoted, S single, D double quotes; P $( ), B backquotes, V ${ }
+    i, n = 0, len(command)
+    while i < n:
+        if command.startswith(PLACEHOLDER, i):
+            out.append(_quoted(stack, item))
+            i += len(PLACEHOLDER)
+            continue
+        c = command[i]
+        top = stack[-1]
+        out.append(c)
+        i += 1
+        if top == "S":
+            if c == "'":
+                stack.pop()
+            continue
+        if c == "\\" and i < n:
+            out.append(command[i])
+            i += 1
+        elif c == '"':
+            if top == "D":
+                stack.pop()
+            else:
+                stack.append("D")
+        elif c == "'" and top != "D":
+            stack.append("S")
+        elif c == "`":
+            if top == "B":
+                stack.pop()
+            else:
+                stack.append("B")
+        elif c == "$" and i < n and command[i] in "({":
+            out.append(command[i])
+            stack.append("P" if command[i] == "(" else "V")
+            i += 1
+        elif c == "(" and top == "P":
+            stack.append("P")
+        elif c == ")" and top == "P" or c == "}" and top == "V":
+            stack.pop()
+    return "".join(out)
+
+
+def _quoted(stack: list[str], item: str) -> str:
+    """The item as shell text where the lexer's context stack stands (see shell_item)."""
+    top = stack[-1]
+    if any(ctx in _NESTED for ctx in stack):
+        return {"S": f"'\"${_ITEM_VAR}\"'", "D": f"${{{_ITEM_VAR}}}"}.get(top, f'"${_ITEM_VAR}"')
+    if top == "S":
+        return item.replace("'", "'\\''")
+    if top == "D":
+        return "".join("\\" + c if c in '\\$`"' else c for c in item)
+    return shlex.quote(item)
+
+
 def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None = None) -> JobSpec:
-    """One instance of a `for_each` job: `{item}` in its command replaced, WLOADCTL_ITEM in its environment."""
+    """One instance of a `for_each` job: `{item}` in its command replaced (as text the shell does not read as
+    syntax, in a command the shell runs: shell_item), WLOADCTL_ITEM in its environment."""
     cmd = spec.command
     if isinstance(cmd, str):
-        cmd = cmd.replace("{item}", item)
+        cmd = shell_item(cmd, item)
     elif cmd is not None:
         cmd = tuple(c.replace("{item}", item) for c in cmd)
     extra = {} if depends_on is None else {"depends_on": depends_on, "dep_kinds": None}
