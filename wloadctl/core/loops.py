@@ -109,7 +109,7 @@ def shell_item(command: str, item: str) -> str:
             i += 1
         elif c == "(" and top == "P":
             stack.append("P")
-        elif c == ")" and top == "P" or c == "}" and top == "V":
+        elif (c == ")" and top == "P") or (c == "}" and top == "V"):
             stack.pop()
     return "".join(out)
 
