@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.integration.helpers import ENV, cli, read_evidence
+from wloadctl.procs.localpool import KILL_GRACE
 
 pytestmark = pytest.mark.ipc
 
@@ -168,13 +169,14 @@ def test_a_critical_job_preempts_a_preemptible_low_job_which_completes_later(
 
     out = tmp_path / "ev"
     sd = tmp_path / "sd"
-    # urgent waits for an operator's confirmation, given once bulk holds the only slot
+    # urgent waits for an operator's confirmation, given once bulk holds the only slot; bulk's second run outlasts
+    # the grace after which its first was to be killed (KILL_GRACE): that kill is not for the second
     plan = write(
         tmp_path / "p.yaml",
         {
             "name": "preempt",
             "jobs": {
-                "bulk": {"command": stamp(out, "bulk", 2.5), "sla": "low", "preemptible": True},
+                "bulk": {"command": stamp(out, "bulk", KILL_GRACE + 1.0), "sla": "low", "preemptible": True},
                 "urgent": {"command": stamp(out, "urgent", 0.2), "sla": "critical", "confirm": True},
             },
         },

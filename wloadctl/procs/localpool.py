@@ -140,8 +140,8 @@ class LocalPool:
     """Arena offset of each in-flight job's payload, released at its first report."""
     pids: dict[int, int] = field(default_factory=dict)
     """Process (group) id of each running job, for kills."""
-    kills: list[tuple[float, int, int]] = field(default_factory=list)
-    """(when, job, attempt) SIGKILLs that follow a graceful SIGTERM."""
+    kills: list[tuple[float, int, int, int]] = field(default_factory=list)
+    """(when, job, attempt, process group) SIGKILLs that follow a graceful SIGTERM."""
     pending_kill: dict[int, tuple[int, bool]] = field(default_factory=dict)
     """Kills asked for before the job started, applied at its start: job -> (attempt, graceful)."""
     follows: set[int] = field(default_factory=set)
@@ -379,7 +379,7 @@ class LocalPool:
             k = self.pending_kill.pop(i, None)
             if k is not None and k[0] == r.attempt:
                 killpg(r.pid, signal.SIGTERM)
-                self.kills.append((time.time() + KILL_GRACE, i, r.attempt))
+                self.kills.append((time.time() + KILL_GRACE, i, r.attempt, r.pid))
                 self.kills.sort()
 
     def replay(self, r: P.ResultRecord, cause: str) -> Event:
@@ -566,15 +566,16 @@ class LocalPool:
             self.pending_kill[i] = (c.attempt, c.graceful)
             return
         killpg(self.pids[i], signal.SIGTERM)
-        self.kills.append((time.time() + (KILL_GRACE if c.graceful else 1.0), i, c.attempt))
+        self.kills.append((time.time() + (KILL_GRACE if c.graceful else 1.0), i, c.attempt, self.pids[i]))
         self.kills.sort()
 
     def fire_kills(self, now: float) -> None:
-        """Send the SIGKILLs that are due."""
+        """Send the SIGKILLs that are due, each to the process it was meant for: a job stopped and requeued
+        (preempted) runs again at the same attempt, and its new process is not the one that was stopped."""
         while self.kills and self.kills[0][0] <= now:
-            _, i, att = self.kills.pop(0)
-            if self.core.attempt[i] == att and i in self.pids:
-                killpg(self.pids[i], signal.SIGKILL)
+            _, i, att, pid = self.kills.pop(0)
+            if self.core.attempt[i] == att and self.pids.get(i) == pid:
+                killpg(pid, signal.SIGKILL)
 
     def _kill_orphans(self, executor: int) -> None:
         """Jobs of a dead executor may still run, unsupervised: stop them before they are retried."""
