@@ -266,8 +266,14 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
                     f"executors and `wloadctl resume --state-dir {state_dir}` picks them up")
         return 130
     if outcome.status == "interrupted":
-        # A stopped run's running jobs were stopped and requeued: a resume runs them again.
-        _say(False)(f"run {outcome.run.run_id} stopped; jobs that were running will run again: "
+        # A stopped run's running jobs were stopped and requeued (held, if they may not run twice): a resume
+        # runs them again.
+        core = outcome.core
+        held = [core.ids[i] for i in range(core.n) if core.state[i] == JobState.HELD
+                and core.reasons.get(i, "").endswith("(idempotent: false)")]
+        them = f" ({', '.join(held[:5])}{' ...' if len(held) > 5 else ''} idempotent: false, held until released)" \
+            if held else ""
+        _say(False)(f"run {outcome.run.run_id} stopped; jobs that were running will run again{them}: "
                     f"`wloadctl resume --state-dir {state_dir}`")
         return 130
     return outcome.exit_code

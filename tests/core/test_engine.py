@@ -317,6 +317,20 @@ def test_a_critical_job_short_of_slots_preempts_the_lowest_tier_preemptible_job(
     core.validate()
 
 
+def test_a_preemptible_job_that_may_not_run_twice_is_not_preempted() -> None:
+    from tests.core.test_conditions import with_fields
+
+    plan = with_fields(make_plan({"bulk": {"sla": "low"}, "gate": {}, "urgent": {"sla": "critical", "deps": ["gate"]}}),
+                       bulk={"preemptible": True, "idempotent": False})
+    core = SchedulerCore(plan, slots=1)
+    core.handle(OperatorEvent("hold", (core.index["gate"],), 0.0))
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobStartedEvent(core.index["bulk"], 1, 0, 100, 0.5))
+    cmds = core.handle(OperatorEvent("set-ok", (core.index["gate"],), 1.0))
+    assert not [c for c in cmds if isinstance(c, Kill)]
+    assert states(core)["urgent"] == "READY"
+
+
 def test_fair_share_splits_slots_between_groups_by_weight() -> None:
     from tests.core.test_conditions import with_fields
 

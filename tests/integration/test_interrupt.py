@@ -15,14 +15,15 @@ from tests.integration.helpers import ENV, cli, executor_pids, job_states, read_
 pytestmark = pytest.mark.ipc
 
 
-def _plan(path: Path, out: Path, go: Path) -> Path:
+def _plan(path: Path, out: Path, go: Path, idempotent: bool = True) -> Path:
     # `long` runs until the test lets it end (at most a minute), leaving evidence of each start and end.
     long = (f'echo "long start $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}; n=0; '
             f'while [ ! -e {go} ] && [ $n -lt 600 ]; do n=$((n+1)); sleep 0.1; done; '
             f'echo "long end $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}')
     after = f'echo "after start $(date +%s.%N) $WLOADCTL_ATTEMPT" >> {out}'
     path.write_text(yaml.safe_dump({"name": "keep", "jobs": {
-        "long": {"command": long}, "after": {"command": after, "depends_on": ["long"]}}}, sort_keys=False))
+        "long": {"command": long, "idempotent": idempotent}, "after": {"command": after, "depends_on": ["long"]}}},
+        sort_keys=False))
     return path
 
 
@@ -88,6 +89,39 @@ def test_sigterm_still_stops_and_requeues_running_jobs(tmp_path: Path, no_ipc_le
         assert not executor_pids(run_id)
         assert job_states(sd)["long"] == "READY"
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigterm_holds_a_running_job_that_may_not_run_twice(tmp_path: Path, no_ipc_leaks: None) -> None:
+    """A job with `idempotent: false` stopped with the run is held for an operator, not run again by the resume."""
+    out, go, sd = tmp_path / "ev", tmp_path / "go", tmp_path / "sd"
+    plan = _plan(tmp_path / "p.yaml", out, go, idempotent=False)
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: "long" in read_evidence(out), what="long started")
+        wait_for(lambda: job_states(sd).get("long") == "RUNNING", what="long RUNNING")
+        run_id = status(sd)["run"]
+        proc.send_signal(signal.SIGTERM)
+        _o, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "(long idempotent: false, held until released)" in err, err
+        assert not executor_pids(run_id)
+        assert job_states(sd)["long"] == "HELD"
+        # the resume holds it still; the operator's release runs it
+        go.touch()
+        p = cli("resume", "--state-dir", str(sd), "--exit-on-hold")
+        assert p.returncode == 1 and job_states(sd)["long"] == "HELD", p.stderr
+        assert [e for e, _t in read_evidence(out)["long"]] == ["start"]
+        assert cli("release", "long", "--state-dir", str(sd)).returncode == 0
+        p = cli("resume", "--state-dir", str(sd))
+        assert p.returncode == 0, p.stderr
+        assert [e for e, _t in read_evidence(out)["long"]] == ["start", "start", "end"]
+    finally:
+        go.touch()
         if proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -417,6 +417,10 @@ class SchedulerCore(JobTable):
         policy = spec.retry
         kill = self.kill_reason.pop(i, None)
         killed = kill[0] if kill else None
+        if kill is not None and kill[1] and st == _RUN and not spec.idempotent:
+            # Stopped with the run while it ran: what it did may not be done twice (idempotent: false).
+            self.set_state(i, _HELD, reason=f"{killed}; interrupted, needs operator (idempotent: false)", executor=ex)
+            return
         if (kill is not None and kill[1]) or (ev.lost and st == _Q):
             # Preempted, stopped with the run, or lost before it ever started: not the
             # job's fault, so it is requeued without using up an attempt.
@@ -969,7 +973,7 @@ class SchedulerCore(JobTable):
         cands = [
             v
             for v in self.preemptible_running
-            if self.state[v] == _RUN and self.tier[v] > 0 and v not in self.kill_reason
+            if self.state[v] == _RUN and self.tier[v] > 0 and v not in self.kill_reason and self.specs[v].idempotent
         ]
         if not cands:
             return
