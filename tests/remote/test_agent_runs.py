@@ -396,3 +396,24 @@ def test_tasks_a_lost_agent_took_and_never_reported_are_sent_again_exactly_once(
         ghost.close()
         if node is not None:
             node.stop()
+
+
+def test_an_agent_stopped_while_its_job_runs_exits_clean_and_the_run_retries_the_job_elsewhere(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    """SIGTERM to an agent running a job: the job is stopped and reported lost, the agent exits 0 (it crashed
+    on its book's lookup of the task it had just dropped), and the run runs the job on the pool's other agent."""
+    out, gate = tmp_path / "evidence", tmp_path / "go"
+    plan = plan_file(tmp_path / "p.yaml", out, {"slow": {"pool": "etl", "gate": str(gate), "sleep": 0}})
+    proc = run_bg(plan, tmp_path / "sd", nats_server.url)
+    wait_for(lambda: "slow" in agents_of(out), timeout=60, what="slow started on an agent")
+    first = agents_of(out)["slow"][0][1]
+    node = nodes[first]
+    node.signal_agent(signal.SIGTERM)
+    assert node.proc is not None and node.proc.wait(30) == 0, node.output()
+    assert "internal error" not in node.output(), node.output()
+    gate.touch()
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert json.loads(stdout)["jobs"] == {"slow": "SUCCEEDED"}
+    other = ({"n1", "n2"} - {first}).pop()
+    assert agents_of(out)["slow"] == [("start", first), ("start", other), ("end", other)]

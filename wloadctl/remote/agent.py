@@ -87,6 +87,8 @@ class Agent:
     """Its broker connection."""
     stop: bool = False
     """Set by SIGTERM/SIGINT: stop taking work, stop the jobs, report them, exit."""
+    stopping: bool = False
+    """Its jobs are being stopped (shutdown): one that ends killed or failing is reported lost, not failed."""
     heard_active: float = 0.0
     """When a scheduler's dispatch, kill or beat last reached it."""
     heard_runs: dict[str, float] = field(default_factory=dict)
@@ -241,6 +243,7 @@ class Agent:
         """Stop pulling, stop the jobs (each is reported lost, so its scheduler runs it elsewhere), exit clean."""
         for p in self.pullers:
             p.stop()
+        self.stopping = True
         self.pool.stop_all()
         deadline = time.time() + 10.0
         while self.book.held and self.pool.alive() and time.time() < deadline:
@@ -371,6 +374,10 @@ class Agent:
             elif r.kind == P.RES_STARTED:
                 self.book.executor[r.task] = r.executor
                 self.book.started(r.task)
+            if r.kind == P.RES_EXITED and self.stopping and (r.signal or r.exit_code):
+                # Stopped with the agent (SIGTERM to its jobs): not the job's failure, lost with the node.
+                self.book.lost.append(h.local)
+                continue
             entry = self._entry(h, r)
             if r.kind == P.RES_EXITED:
                 self.journal.end(h.local, entry)

@@ -43,6 +43,18 @@ class Held:
     """queued, running or exited (as an inventory reply names them)."""
 
 
+class _Column(dict[int, int]):
+    """One of a book's columns by local id: an id it does not hold (dropped, or never taken) reads as `missing`,
+    as an index of the engine's arrays reads a job in no such state (a pool reads any task id it was told of)."""
+
+    def __init__(self, missing: int) -> None:
+        super().__init__()
+        self.missing = missing
+
+    def __missing__(self, key: int) -> int:
+        return self.missing
+
+
 class NodeBook:
     """The tasks an agent holds, in the shape a LocalPool reads (see localpool.Book), plus their runs."""
 
@@ -51,12 +63,12 @@ class NodeBook:
         """Local ids are below this."""
         self.slots = slots
         """Slots of the node's executors in all."""
-        self.state: dict[int, int] = {}
-        """JobState value per local id still held (QUEUED or RUNNING)."""
-        self.attempt: dict[int, int] = {}
-        """Local attempt per id (always 1: a task comes once; a retry is another task)."""
-        self.executor: dict[int, int] = {}
-        """Local executor holding each id (-1: none yet)."""
+        self.state = _Column(-1)
+        """JobState value per local id still held (QUEUED or RUNNING; -1 for an id not held)."""
+        self.attempt = _Column(0)
+        """Local attempt per id (always 1: a task comes once; a retry is another task; 0 for an id not held)."""
+        self.executor = _Column(-1)
+        """Local executor holding each id (-1: none yet, or not held)."""
         self.tier: dict[int, int] = {}
         """SLA tier per id."""
         self.held: dict[int, Held] = {}
