@@ -312,11 +312,14 @@ class RunClient:
                 "confirm": self.awaiting_confirmation(self.held(limit=1000))}
 
     def flags(self) -> dict[str, str]:
-        """Jobs flagged AT_RISK or LATE during the run (job -> its latest flag)."""
+        """Jobs flagged AT_RISK or LATE during the run (job -> its latest flag; one flagged AT_RISK that then
+        finished before its deadline, flagged MET, is none)."""
         out: dict[str, str] = {}
         for _ts, job, _tier, state, _att, _reason, _log in self.store.alerts(self.run.id):
             if state in ("AT_RISK", "LATE"):
                 out[job] = state
+            elif state == "MET":
+                out.pop(job, None)
         return out
 
     # -- operator verbs ---------------------------------------------------------------------

@@ -58,6 +58,8 @@ def _risk(store: Store, run: RunRow) -> tuple[int, int]:
     for _ts, job, _tier, state, *_rest in store.alerts(run.id):
         if state in ("AT_RISK", "LATE"):
             flags[job] = state
+        elif state == "MET":
+            flags.pop(job, None)  # finished before its deadline
     late = sum(1 for f in flags.values() if f == "LATE")
     return len(flags) - late, late
 

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import datetime as dt
 
-from wloadctl.core.sla import instant
+import pytest
+
+from tests.conftest import make_plan
+from wloadctl.core.commands import Flag
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import (
+    JobExitedEvent,
+    JobsFinishedEvent,
+    JobStartedEvent,
+    RunStartedEvent,
+    TimerFiredEvent,
+)
+from wloadctl.core.sla import RISK_WINDOW, instant
 
 UTC = dt.UTC
 
@@ -60,3 +72,29 @@ def test_a_not_before_time_after_midnight_is_written_for_the_next_day() -> None:
     assert instant("01:00+1d", "2026-12-06", at(2026, 12, 6, 22), "UTC", roll=False) == at(2026, 12, 7, 1)
     # Ahead of the start on the same day: that time
     assert instant("23:30", "2026-12-06", at(2026, 12, 6, 8), "UTC", roll=False) == at(2026, 12, 6, 23, 30)
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_job_at_risk_that_finishes_before_its_deadline_is_flagged_met_and_one_late_stays_late(
+        batched: bool) -> None:
+    # Given two jobs due at t=1000, at risk from 700 (RISK_WINDOW before it)
+    core = SchedulerCore(make_plan({"a": {}, "b": {}}), slots=2)
+    core.set_times({0: 1000.0, 1: 1000.0}, {})
+    core.handle(RunStartedEvent(0.0))
+    for i in (0, 1):
+        core.handle(JobStartedEvent(i, 1, 0, 100 + i, 1.0))
+    risk = [c for c in core.handle(TimerFiredEvent(1000.0 - RISK_WINDOW)) if isinstance(c, Flag)]
+    assert sorted((f.job, f.level) for f in risk) == [(0, "AT_RISK"), (1, "AT_RISK")]
+
+    def end(i: int, now: float) -> list:
+        ev = JobsFinishedEvent(((i, 1, 0, 0),), now) if batched else JobExitedEvent(i, 1, 0, 0, now)
+        return [c for c in core.handle(ev) if isinstance(c, Flag)]
+
+    # When one finishes in time, then it is MET and no longer at risk
+    met = end(0, 900.0)
+    assert [(f.job, f.level) for f in met] == [(0, "MET")]
+    assert 0 not in core.timers.lateness
+    # and the other, late, stays LATE when it finishes
+    late = [c for c in core.handle(TimerFiredEvent(1000.0)) if isinstance(c, Flag)]
+    assert [(f.job, f.level) for f in late] == [(1, "LATE")]
+    assert end(1, 1100.0) == [] and core.timers.lateness[1].startswith("LATE")

@@ -251,3 +251,16 @@ def test_a_new_run_removes_the_executor_journals_of_the_finished_runs_before_it(
     assert not [n for n in names if n.startswith(f"{run1}-")], names
     assert [n for n in names if n.startswith(f"{run2}-")], names
     assert stranger.name in names
+
+
+def test_a_job_at_risk_that_made_its_deadline_is_not_listed_at_risk_afterwards(tmp_path: Path,
+                                                                              no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    # both are at risk from the start (their deadlines are within the risk window); one makes it, one is late
+    plan.write_text("name: dl\njobs:\n  ontime: {command: 'sleep 0.2', deadline: '+60s'}\n"
+                    "  late: {command: 'sleep 1.5', deadline: '+1s'}\n")
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
+    assert json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["flags"] == {"late": "LATE"}
+    runs = json.loads(cli("runs", "--root", str(tmp_path), "--json").stdout)
+    assert [(r["at_risk"], r["late"]) for r in runs] == [(0, 1)], runs

@@ -86,7 +86,7 @@ class Flag:
     job: int
     """Job index."""
     level: str
-    """AT_RISK or LATE."""
+    """AT_RISK or LATE; MET when a job flagged AT_RISK finished before its deadline (the flag is cleared)."""
     deadline: float
     """The deadline, epoch seconds."""
     text: str

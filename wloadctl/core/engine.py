@@ -384,7 +384,16 @@ class SchedulerCore(JobTable):
             counts[_Q] -= was_queued
             counts[_RUN] -= len(done) - was_queued
             counts[_OK] += len(done)
+            if self.timers.lateness:
+                self._deadlines_met(done)
             self._resolve_many(done)
+
+    def _deadlines_met(self, jobs: list[int]) -> None:
+        """Jobs that just succeeded: those flagged AT_RISK made their deadline (flagged MET)."""
+        lateness, other = self.timers.lateness, self._other
+        for i in jobs:
+            if i in lateness and (flag := self.timers.met(i, self.now)) is not None:
+                other.append(flag)
 
     def _on_exit(self, ev: JobExitedEvent) -> None:
         i = ev.job
@@ -409,6 +418,8 @@ class SchedulerCore(JobTable):
             if i in self.leader:
                 self._inherit(self.leader[i])
             self.set_state(i, _OK, executor=ex, exit_code=0)
+            if self.timers.lateness:
+                self._deadlines_met([i])
             self.resolve(i)
             return
         # Its follower, if any, is handed back by the executor (or lost with it): _unfollow settles it.

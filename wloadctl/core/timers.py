@@ -86,6 +86,15 @@ class Timers:
             out.append((i, mark))
         return out
 
+    def met(self, i: int, now: float) -> Flag | None:
+        """Job i succeeded: if it was flagged AT_RISK and its deadline has not passed, the MET flag that clears it
+        (a job flagged LATE stays so)."""
+        text = self.lateness.get(i, "")
+        if not text.startswith("AT_RISK") or now > self.deadline.get(i, now):
+            return None
+        del self.lateness[i]
+        return Flag(i, "MET", self.deadline[i], "MET: finished before its deadline")
+
     def flag(self, i: int, late: bool, state: int) -> Flag | None:
         """Job i's deadline is near or passed: the Flag to raise, or None if it was already flagged LATE."""
         level = "LATE" if late else "AT_RISK"
