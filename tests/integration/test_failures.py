@@ -165,6 +165,24 @@ def test_final_failure_raises_an_alert_and_runs_the_on_failure_hook(tmp_path: Pa
     alert = json.loads((sd / "alerts.log").read_text().splitlines()[0])
     assert alert["job"] == "recon" and alert["tier"] == "critical" and alert["attempts"] == 2
     assert alert["log"].endswith("recon.2.log")
+    wait_for(lambda: "exited" in (sd / "hooks.log").read_text(), timeout=10, what="the hook's end told")
+    assert (sd / "hooks.log").read_text().endswith(" exited with status 0\n")
+
+
+def test_an_on_failure_hook_still_running_when_the_run_ends_is_stopped_not_left_behind(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    pid_file = tmp_path / "hook.pid"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "hang", "on_failure": f"echo $$ > {pid_file}; sleep 60",
+                                    "jobs": {"bad": {"command": "exit 2"}}}))
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd))
+    assert p.returncode == 1
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    told = (sd / "hooks.log").read_text()
+    assert told.startswith("--- wloadctl: on_failure hook for job bad (pid ") and told.endswith(
+        " still running 5s after the run ended: stopped (killed by signal 15)\n"), told
 
 
 def test_a_job_past_its_deadline_is_flagged_late_in_status_and_events(tmp_path: Path, no_ipc_leaks: None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -211,8 +212,8 @@ class RunContext:
     """How long the journal lease of this scheduler lasts without renewal."""
     started: float = field(default_factory=time.time)
     """When this scheduler started."""
-    hooks: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    """on_failure hook processes not yet reaped."""
+    hooks: dict[subprocess.Popen[bytes], str] = field(default_factory=dict)
+    """on_failure hook processes not yet reaped, with the job each is for."""
     dirs: tuple[str, str, str] = field(init=False)
     """The run's logs, checkpoints and results folders, as text (made once: a payload per dispatch)."""
     home: str = field(init=False)
@@ -300,9 +301,9 @@ class RunContext:
                        WLOADCTL_BUSINESS_DATE=self.run.business_date)
             hook_log = open(self.state_dir / "hooks.log", "ab")
             try:
-                self.hooks.append(subprocess.Popen(["/bin/sh", "-c", self.plan.on_failure], env=env,
-                                                   stdin=subprocess.DEVNULL, stdout=hook_log,
-                                                   stderr=subprocess.STDOUT, start_new_session=True))
+                hook = subprocess.Popen(["/bin/sh", "-c", self.plan.on_failure], env=env, stdin=subprocess.DEVNULL,
+                                        stdout=hook_log, stderr=subprocess.STDOUT, start_new_session=True)
+                self.hooks[hook] = spec.id
             except OSError as e:
                 self.events.emit("hook_failed", spec.id, reason=str(e))
             finally:
@@ -322,12 +323,49 @@ class RunContext:
 
         return run_instants(core.specs, self.run.business_date, self.run.started, self.plan.timezone)
 
-    def reap_hooks(self, wait: float = 0.0) -> None:
-        """Reap finished hook processes (waiting up to `wait` seconds for the rest)."""
+    def reap_hooks(self, wait: float = 0.0, last: bool = False) -> None:
+        """Reap finished hook processes (waiting up to `wait` seconds for the rest); each one's end is told in
+        hooks.log, after its output.
+
+        Args:
+            wait: seconds to wait for the hooks still running.
+            last: the run ends (this scheduler leaves): hooks still running after the wait are stopped (their
+                process group: SIGTERM, SIGKILL a second later), not left behind.
+        """
         deadline = time.time() + wait
         for h in list(self.hooks):
             try:
-                h.wait(max(0.0, deadline - time.time()) if wait else 0)
+                code = h.wait(max(0.0, deadline - time.time()) if wait else 0)
             except subprocess.TimeoutExpired:
-                continue
-            self.hooks.remove(h)
+                if not last:
+                    continue
+                code = _stop_group(h)
+                self._hook_said(h, f"still running {wait:.0f}s after the run ended: stopped ({_ended(code)})")
+            else:
+                self._hook_said(h, _ended(code))
+            del self.hooks[h]
+
+    def _hook_said(self, hook: subprocess.Popen[bytes], what: str) -> None:
+        try:
+            with open(self.state_dir / "hooks.log", "a") as f:
+                f.write(f"--- wloadctl: on_failure hook for job {self.hooks[hook]} (pid {hook.pid}) {what}\n")
+        except OSError:
+            pass  # the hook's own output is what the file is for
+
+
+def _ended(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> int:
+    """Stop a process started in a session of its own, with everything in its group; its exit status."""
+    for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()

@@ -709,7 +709,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                     events.emit("scheduler_stop", status=status, **({"kept_running": kept} if kept else {}))
                 finally:
                     if kept:  # executors, queues and segments stay for the resume that reattaches
-                        ctx.reap_hooks(wait=5.0)
+                        ctx.reap_hooks(wait=5.0, last=True)
                         objs.close()
                     else:
                         loop.publish_final()
@@ -718,7 +718,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                         else:
                             local.wake_all()
                         local.wait_all(timeout=10.0)
-                        ctx.reap_hooks(wait=5.0)
+                        ctx.reap_hooks(wait=5.0, last=True)
                         objs.remove()
                         remove_run_groups(run.run_id)
                         remove_job_dirs(run.run_id)
