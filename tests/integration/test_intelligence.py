@@ -291,6 +291,36 @@ def test_a_file_name_from_an_upstreams_output_runs_nothing_in_the_shell(tmp_path
     assert said == sorted(f"loading {n}\nquoted {n}\n" for n in names)
 
 
+def test_a_result_that_cannot_be_read_fails_the_job_whose_result_is_read_and_says_why(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    """A result a condition or loop reads that is too big, or not a result at all, is not taken as no values
+    (a branch silently skipped, a loop over nothing): the job fails and says so; one nobody reads is no matter."""
+    big = json.dumps({"files": [f"f{k:05}.csv" for k in range(9000)]})
+    plan = write(tmp_path / "p.yaml", {"name": "results", "jobs": {
+        "big": {"command": f"echo '{big}' > $WLOADCTL_RESULT_FILE"},
+        "each": {"for_each": "jobs.big.result.files", "command": "true", "depends_on": ["big"]},
+        "garbled": {"command": "echo 'rows: {{{' > $WLOADCTL_RESULT_FILE"},
+        "branch": {"command": "true", "depends_on": ["garbled"], "if": "jobs.garbled.result.rows == 5"},
+        "listed": {"command": "echo '[1, 2]' > $WLOADCTL_RESULT_FILE"},
+        "after_list": {"command": "true", "depends_on": ["listed"], "if": "jobs.listed.exit_code == 0"},
+        "unread": {"command": "echo nonsense > $WLOADCTL_RESULT_FILE"},
+        "fine": {"command": "echo rows=5 > $WLOADCTL_RESULT_FILE"},
+        "yes": {"command": "true", "depends_on": ["fine"], "if": "jobs.fine.result.rows == 5"}}})
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    assert p.returncode == 1, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {
+        "big": "FAILED", "each": "UPSTREAM_FAILED", "garbled": "FAILED", "branch": "UPSTREAM_FAILED",
+        "listed": "FAILED", "after_list": "UPSTREAM_FAILED", "unread": "SUCCEEDED", "fine": "SUCCEEDED",
+        "yes": "SUCCEEDED"}
+    said = {j: json.loads(cli("why", j, "--state-dir", str(sd), "--json").stdout)["reasons"][0]
+            for j in ("big", "garbled", "listed")}
+    assert said == {
+        "big": "failed: exited 0, but its result file is larger than 64 KiB, the most a result may hold",
+        "garbled": "failed: exited 0, but its result file is neither a JSON object nor key=value lines",
+        "listed": "failed: exited 0, but its result file holds a JSON list, not an object of named values"}
+
+
 def test_for_each_over_a_bad_output_fails_the_loop_and_says_why(tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "ev"
     plan = loop_over_output_plan(tmp_path, out, '"not-a-list"')

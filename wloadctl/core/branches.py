@@ -9,6 +9,17 @@ from wloadctl.core.states import JobState
 S = JobState
 
 
+class UnusableResult(dict[str, object]):
+    """What a job's result file holds when it cannot be read as a result (too big, not a JSON object nor
+    `key=value` lines): no values, and why. A job whose result a condition or loop reads fails with it: what
+    reads it could not be judged (see SchedulerCore._on_exit)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__()
+        self.problem = problem
+        """Why it could not be read: "its result file ..."."""
+
+
 class Branches:
     """Owns `if` and `until`: the parsed conditions, the outcomes they read, the jobs a branch skipped.
 

@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Container, Iterable, Iterator, Mapping
 
 from wloadctl.core import codes as C
-from wloadctl.core.branches import Branches
+from wloadctl.core.branches import Branches, UnusableResult
 from wloadctl.core.commands import (
     Alert,
     Command,
@@ -410,7 +410,9 @@ class SchedulerCore(JobTable):
             self._inherit(i)  # its executor tried to start it: the job it follows exited 0 there
         if not ev.lost:
             self.branches.record(i, None if ev.signal else ev.exit_code, ev.result)
-        if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.lost and not ev.spawn_failed:
+        unusable = ev.result.problem if isinstance(ev.result, UnusableResult) else None
+        if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.lost and not ev.spawn_failed and \
+                unusable is None:
             if i in self.kill_reason:
                 del self.kill_reason[i]
             if i in self.branches.untils and self._again_until(i, ev):
@@ -464,6 +466,9 @@ class SchedulerCore(JobTable):
             why, retryable = "could not start: " + (ev.tail.strip().splitlines() or ["?"])[-1], False
         elif ev.signal:
             why, retryable = f"killed by signal {ev.signal}", policy.on_signal
+        elif unusable is not None and ev.exit_code == 0:
+            # What reads its result (an `if`, an `until`, a loop) could not be judged on it.
+            why, retryable = f"exited 0, but {unusable}", True
         else:
             why, retryable = f"exit status {ev.exit_code}", policy.retries_exit(ev.exit_code)
         used = self.attempt[i] - self.attempt_base.get(i, 0)

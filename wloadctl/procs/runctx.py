@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wloadctl.core.branches import UnusableResult
 from wloadctl.core.commands import Alert, Flag
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.plan import JobSpec, Plan
@@ -32,12 +33,22 @@ def read_small(path: Path | str, limit: int = 4096) -> str:
 
 
 def read_result(path: Path) -> dict[str, object]:
-    """A job's result file: a JSON object, or `key=value` lines (values stay strings, numbers become numbers)."""
-    return parse_result(read_small(path, RESULT_LIMIT))
+    """A job's result file: a JSON object, or `key=value` lines (values stay strings, numbers become numbers);
+    an UnusableResult when it is neither, or is larger than RESULT_LIMIT."""
+    return result_of_bytes(read_regular(str(path), RESULT_LIMIT + 1))
 
 
 RESULT_LIMIT = 65536
-"""Bytes of a job's result file that are read (a result is a few values, not data)."""
+"""Most bytes a job's result file may hold (a result is values a condition or a loop reads, not data; it also
+crosses the broker in one message from an agent)."""
+
+
+def result_of_bytes(data: bytes | None) -> dict[str, object]:
+    """What a job wrote to its result file, from its first RESULT_LIMIT + 1 bytes (None: no regular file)."""
+    if data is not None and len(data) > RESULT_LIMIT:
+        return UnusableResult(f"its result file is larger than {RESULT_LIMIT // 1024} KiB, the most a result "
+                              "may hold")
+    return parse_result("" if data is None else data.decode("utf-8", "replace"))
 
 
 def parse_result(text: str) -> dict[str, object]:
@@ -45,12 +56,15 @@ def parse_result(text: str) -> dict[str, object]:
     text = text.strip()
     if not text:
         return {}
-    if text.startswith("{"):
+    if text.startswith(("{", "[")):
         try:
             obj = json.loads(text)
-            return obj if isinstance(obj, dict) else {}
-        except ValueError:
-            return {}
+        except ValueError as e:
+            return UnusableResult(f"its result file is not valid JSON ({e})")
+        return obj if isinstance(obj, dict) else UnusableResult(
+            f"its result file holds a JSON {type(obj).__name__}, not an object of named values")
+    if not any("=" in line for line in text.splitlines()):
+        return UnusableResult("its result file is neither a JSON object nor key=value lines")
     out: dict[str, object] = {}
     for line in text.splitlines():
         if "=" in line:

@@ -399,7 +399,7 @@ class Agent:
                 except WloadError:
                     tail = b""
             if h.result:
-                result = read_regular(h.result, RESULT_LIMIT)
+                result = read_regular(h.result, RESULT_LIMIT + 1)  # one more: the scheduler tells a bigger one
         return {"run": h.run, "kind": r.kind, "flags": r.flags & ~P.FLAG_TAIL, "job": h.job, "attempt": h.attempt,
                 "signal": r.signal, "code": r.exit_code, "epoch": h.epoch, "pid": r.pid, "started": r.started,
                 "ended": r.ended, "tail": tail.decode("utf-8", "replace"),

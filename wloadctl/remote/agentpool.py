@@ -35,7 +35,7 @@ from wloadctl.errors import Fenced, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.pools import Book, Feed
 from wloadctl.procs.reports import ReportReader
-from wloadctl.procs.runctx import parse_result
+from wloadctl.procs.runctx import result_of_bytes
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.agents import AGENT_BASE, AGENTS_FILE, NODES_FILE, AgentState, agent_state, node_names
@@ -420,7 +420,7 @@ class AgentPool:
             if 0 <= self.core.executor[i] != node.index:
                 continue  # another node holds this attempt now: this node's copy is a late, stale one
             if r.kind == P.RES_EXITED and (e.tail or e.result is not None or r.flags):
-                result = parse_result(e.result.decode("utf-8", "replace")) if e.result is not None else None
+                result = result_of_bytes(e.result) if e.result is not None else None
                 feed(reader.exited(r, cause, node=node.index, tail=e.tail.decode("utf-8", "replace"),
                                    result=result if result is not None else {}))
                 continue
