@@ -75,6 +75,14 @@ def test_expressions_outside_the_language_are_refused(text: str) -> None:
         parse_condition(text)
 
 
+@pytest.mark.parametrize("text", ["not " * 1000 + "vars.x", "not " * 5000 + "vars.x", "- " * 50000 + "vars.x",
+                                  "vars.x" + ".a" * 5000], ids=["not-1000", "not-5000", "minus-50000", "dots-5000"])
+def test_an_expression_nested_past_the_limit_is_refused_before_anything_recurses_over_it(text: str) -> None:
+    with pytest.raises(ConditionError, match=r"nested .*\(at most 100"):
+        parse_condition(text)
+    assert parse_condition("not " * 91 + "vars.x").evaluate({}, {"x": 0}) is True
+
+
 def test_missing_values_satisfy_no_ordering() -> None:
     c = parse_condition("jobs.a.result.n > 0")
     assert c.evaluate({"a": {"result": {}}}, {}) is False

@@ -106,6 +106,7 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("bad_condition.yaml", 7, "call is not allowed in a condition"),
     ("condition_not_upstream.yaml", 5, "reads job 'side', which is not upstream of it"),
     ("condition_unknown_job.yaml", 4, "the condition reads unknown job 'lod'"),
+    ("condition_too_deep.yaml", 7, "job 'b': if: 'not not not"),
     ("bad_until.yaml", 5, "'result.ready ==' is not a valid expression"),
     ("many_problems.yaml", 10, "depends on unknown job 'opn'"),
     ("for_each_empty.yaml", 5, "for_each lists no items"),

@@ -13,6 +13,8 @@ _CMP: dict[type, Callable[[Any, Any], bool]] = {
     ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
 NAMES = ("jobs", "vars", "result", "exit_code", "iteration")
+MAX_DEPTH = 100
+"""Deepest nesting of an expression (`not not ...`, `a.b.c...`): evaluation recurses once per level."""
 """Names an expression may use: jobs["id"].exit_code / .state / .result.KEY, vars.NAME, and for `until`
 the job's own result, exit_code and iteration."""
 
@@ -82,20 +84,46 @@ def parse_condition(text: str) -> Condition:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
-        raise ConditionError(f"'{text}' is not a valid expression: {e.msg}") from None
+        raise ConditionError(f"'{_quoted(text)}' is not a valid expression: {e.msg}") from None
+    except (RecursionError, MemoryError):
+        # Python's parser gives up on a few thousand levels (MemoryError is its
+        # "stack overflowed"), long before a plan could mean them.
+        raise ConditionError(f"'{_quoted(text)}' is nested too deeply (at most {MAX_DEPTH} levels)") from None
+    depth = _depth(tree)
+    if depth > MAX_DEPTH:
+        raise ConditionError(f"'{_quoted(text)}' is nested {depth} levels deep (at most {MAX_DEPTH})")
     jobs: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id not in NAMES:
-            raise ConditionError(f"'{text}': unknown name '{node.id}' (use {', '.join(NAMES)})")
+            raise ConditionError(f"'{_quoted(text)}': unknown name '{node.id}' (use {', '.join(NAMES)})")
         if not isinstance(node, _ALLOWED):
-            raise ConditionError(f"'{text}': {type(node).__name__.lower()} is not allowed in a condition")
+            raise ConditionError(f"'{_quoted(text)}': {type(node).__name__.lower()} is not allowed in a condition")
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "jobs":
             if not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
-                raise ConditionError(f"'{text}': write jobs[\"id\"] with a literal job id")
+                raise ConditionError(f"'{_quoted(text)}': write jobs[\"id\"] with a literal job id")
             jobs.add(node.slice.value)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "jobs":
             jobs.add(node.attr)
     return Condition(text, tree, frozenset(jobs))
+
+
+def _quoted(text: str) -> str:
+    """An expression as messages quote it: a long one is cut, so the message stays one readable line."""
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _depth(tree: ast.AST) -> int:
+    """How many expressions deep the tree nests, counted without recursion (a deep tree is what this guards
+    against)."""
+    deepest, stack = 0, [(tree, 0)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, ast.expr):
+            d += 1
+            deepest = max(deepest, d)
+        stack.extend((child, d) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 _ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare,
