@@ -82,6 +82,8 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("command_empty_list.yaml", 4, "command is an empty list"),
     ("missing_command.yaml", 3, "the job has no command"),
     ("bad_time_of_day.yaml", 5, "'25:00' is not a time"),
+    ("duration_too_long.yaml", 5, "job 'load': expected: '9999999999999999999"),
+    ("duration_too_long.yaml", 6, "job 'load': timeout: '99999999999d' is longer than the 100 years"),
     ("bad_deadline.yaml", 5, "'tomorrow' is not a time"),
     ("bad_job_id.yaml", 3, "'load accounts' is not a valid job id"),
     ("dots_job_id.yaml", 3, "'..' is not a valid job id"),
@@ -397,6 +399,17 @@ def test_parse_duration(text: str | int | float, seconds: float) -> None:
 def test_parse_duration_refuses(text: str | int | bool) -> None:
     with pytest.raises(ValueError, match="is not a duration; use a number of seconds"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["9" * 400, 10**400, float("inf"), "1e400", "99999999999d", "36501d", "+" + "9" * 400 + "s"],
+    ids=["digits-400", "int-400-digits", "inf", "1e400", "11-digit-days", "36501d", "deadline-400-digits"],
+)
+def test_a_duration_past_a_hundred_years_is_refused(text: str | int | float) -> None:
+    read = parse_deadline if isinstance(text, str) and text.startswith("+") else parse_duration
+    with pytest.raises(ValueError, match=r"longer than the 100 years|is not a duration"):
+        read(text)
+    assert parse_duration("36500d") == 36500 * 86400.0
 
 
 @pytest.mark.parametrize(

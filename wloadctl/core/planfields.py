@@ -407,7 +407,7 @@ class FieldReader:
         try:
             parse_deadline(text)
         except ValueError as err:
-            raise FieldError(str(err), line) from None
+            raise FieldError(f"{what}: {err}", line) from None
         return text.strip()
 
     def condition(self, entry: Entry) -> str | None:

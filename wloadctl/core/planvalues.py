@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from wloadctl.core.durations import DURATION_FORMS, parse_duration
+from wloadctl.core.durations import DURATION_FORMS, DurationRangeError, parse_duration
 from wloadctl.core.yamltree import Entry, describe
 
 
@@ -107,6 +107,8 @@ def duration(entry: Entry, what: str, *, positive: bool = False) -> float:
         )
     try:
         seconds = parse_duration(text)
+    except DurationRangeError as err:
+        raise FieldError(f"{what}: {err}", line) from None
     except ValueError:
         raise FieldError(
             f"{what}: '{text}' is not a duration", line, f"use {DURATION_FORMS}"
