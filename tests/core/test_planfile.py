@@ -596,3 +596,28 @@ def test_many_problems_are_summed_up_and_json_still_lists_each(tmp_path: Path) -
     assert short[19] == f"{plan}: and 12 more problem(s) (`wloadctl validate --json` lists every one)"
     # And a few problems are still listed one by one
     assert PlanError("p", problems=e.problems[:3]).lines(20) == [p.one_line() for p in e.problems[:3]]
+
+
+# -- what a process can be started with ------------------------------------------
+
+
+def test_a_job_whose_command_or_env_a_process_cannot_be_given_is_refused() -> None:
+    # Given: a command text past one exec argument, an env value past it, and argv words past exec's total
+    words = ", ".join([f"'{'q' * 100_000}'"] * 20)
+    text = (
+        "name: big\njobs:\n"
+        f"  a: {{command: 'echo {'x' * 200_000}'}}\n"
+        f"  b: {{command: 'true', env: {{A: '{'z' * 140_000}'}}}}\n"
+        f"  c: {{command: [echo, {words}]}}\n"
+        f"  d: {{command: [echo, '{'y' * 130_000}', '{'y' * 130_000}']}}\n"
+    )
+    # When: the plan is read
+    with pytest.raises(PlanError) as caught:
+        load_plan_text(text, "big.yaml")
+    # Then: each job past a limit is named, one line each; d, under them, is not
+    lines = {p.job: p.one_line() for p in caught.value.problems}
+    assert set(lines) == {"a", "b", "c"}
+    assert "the command is 200,005 bytes long" in lines["a"] and "131,071 bytes in one argument" in lines["a"]
+    assert "env 'A' is longer than a process can be given" in lines["b"]
+    assert "the command and env take 2,000,193 bytes" in lines["c"] and "ARG_MAX" in lines["c"]
+    assert all(line.startswith("big.yaml:") and "\n" not in line for line in lines.values())
