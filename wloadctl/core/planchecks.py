@@ -53,6 +53,10 @@ def check_jobs(jobs: JobsReader) -> None:
         )
     _check_conditions(jobs)
     _check_exec_sizes(jobs)
+    for jid, line in jobs.iterated:
+        if not jobs.jobs[jid].until and jid not in jobs.looping:
+            jobs.report(line, "max_iterations without until: the job runs once",
+                        "add an until (e.g. until: result.ready == 1) or remove max_iterations", job=jid)
 
 
 def _check_exec_sizes(jobs: JobsReader) -> None:

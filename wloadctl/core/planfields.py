@@ -7,7 +7,7 @@ import pwd
 import re
 from typing import Any
 
-from wloadctl.core.condition import ConditionError, parse_condition
+from wloadctl.core.condition import OWN_NAMES, ConditionError, parse_condition
 from wloadctl.core.durations import parse_deadline
 from wloadctl.core.plan import DEFAULT_MAX_ITEMS, JOB_TYPES, NO_RETRY, DynamicItems, RetryPolicy
 from wloadctl.core.planvalues import (
@@ -427,9 +427,16 @@ class FieldReader:
             return None
         text = text_of(entry, what, lenient=True)
         try:
-            parse_condition(text)
+            cond = parse_condition(text)
         except ConditionError as err:
-            raise FieldError(f"{what}: {err}", entry[1], _EXAMPLES[what]) from None
+            raise FieldError(f"{what}: {err}", entry[1], err.hint or _EXAMPLES[what]) from None
+        if what == "until" and cond.jobs:
+            # An `until` is evaluated on the job's own outcome alone: another job's reads as nothing.
+            raise FieldError(f"until reads job '{min(cond.jobs)}': an until reads only the job's own "
+                             f"{', '.join(OWN_NAMES)} and vars", entry[1], _EXAMPLES[what])
+        if what == "if" and cond.own:
+            raise FieldError(f"if reads '{min(cond.own)}', which only an until has (the job's own outcome)",
+                             entry[1], "read an upstream's: jobs.NAME.result.KEY, jobs.NAME.exit_code")
         return self.share(text)
 
     def for_each(self, entry: Entry) -> tuple[str, ...] | str | DynamicItems | None:
@@ -475,7 +482,11 @@ class FieldReader:
         try:
             cond = parse_condition(text)
         except ConditionError as err:
-            raise FieldError(f"for_each: {err}", entry[1], "write for_each: jobs.list_files.result.files") from None
+            raise FieldError(f"for_each: {err}", entry[1],
+                             err.hint or "write for_each: jobs.list_files.result.files") from None
+        if cond.own:
+            raise FieldError(f"for_each reads '{min(cond.own)}', which only an until has (the job's own outcome)",
+                             entry[1], "write for_each: jobs.list_files.result.files")
         if not cond.jobs:
             raise FieldError("for_each over an upstream's output must read a job", entry[1],
                              "write for_each: jobs.list_files.result.files")
