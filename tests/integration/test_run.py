@@ -116,8 +116,9 @@ def test_trigger_of_a_schedule_that_never_fires_says_so_in_one_line(tmp_path: Pa
     for extra in (["--next", "2"], ["--once"]):
         p = cli("trigger", str(plan), "--state-dir", str(tmp_path / "sd"), *extra, timeout=60)
         assert p.returncode == 2, p.stderr
-        assert p.stderr == (f"wloadctl: {plan}: the schedule never fires on a business day (cron '0 0 30 2 *') "
-                            "(check the cron expression and the business days and holidays)\n"), p.stderr
+        assert p.stderr == (f"{plan}:2: cron '0 0 30 2 *' never fires on a business day (mon, tue, wed, thu, fri) "
+                            "(check the cron's days and months against business_days)\n"), p.stderr
+        assert not (tmp_path / "sd").exists()
 
 
 def test_durations_and_amounts_out_of_range_are_refused_in_one_line(tmp_path: Path) -> None:

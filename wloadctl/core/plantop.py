@@ -74,7 +74,7 @@ def read_share(entry: Entry) -> float:
 
 def read_schedule(entry: Entry) -> Schedule:
     """`schedule`: {cron, business_days, holidays}."""
-    from wloadctl.core.calendar import WEEKDAYS, valid_cron
+    from wloadctl.core.calendar import CRON_FIELDS, WEEKDAYS, fires_on_business_days, valid_cron
 
     fields = mapping(entry, "schedule")
     for key in fields:
@@ -84,8 +84,10 @@ def read_schedule(entry: Entry) -> Schedule:
         raise FieldError("schedule needs a cron expression", entry[1], "write cron: '30 18 * * 1-5'")
     cron = text_of(fields["cron"], "cron")
     if not valid_cron(cron):
-        raise FieldError(f"'{cron}' is not a cron expression", fields["cron"][1],
-                         "five fields: minute hour day-of-month month day-of-week")
+        count = len(cron.split())
+        what = f"has {count} fields, not the five of" if count != 5 else "is not"
+        raise FieldError(f"'{cron}' {what} a cron expression", fields["cron"][1],
+                         f"write {CRON_FIELDS}, e.g. '30 18 * * 1-5'")
     days: tuple[int, ...] = (0, 1, 2, 3, 4)
     if "business_days" in fields:
         raw = fields["business_days"]
@@ -109,7 +111,12 @@ def read_schedule(entry: Entry) -> Schedule:
                 holidays.append(dt.date.fromisoformat(text).isoformat())
             except ValueError:
                 raise FieldError(f"holiday '{text}' is not a date", item[1], "write YYYY-MM-DD") from None
-    return Schedule(cron, days, tuple(holidays))
+    schedule = Schedule(cron, days, tuple(holidays))
+    if not fires_on_business_days(schedule):
+        names = ", ".join(WEEKDAYS[d] for d in days) or "none"
+        raise FieldError(f"cron '{cron}' never fires on a business day ({names})", fields["cron"][1],
+                         "check the cron's days and months against business_days")
+    return schedule
 
 
 def read_timezone(entry: Entry) -> str:
