@@ -100,6 +100,8 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("second_document.yaml", 4, "a plan file holds one YAML document"),
     ("unknown_alias.yaml", 4, "alias '*load_cmd' names no anchor"),
     ("bad_timezone.yaml", 2, "unknown time zone 'Mars/Olympus_Mons'"),
+    ("plan_name_dots.yaml", 1, "'..' cannot name a plan: it names a folder"),
+    ("plan_name_control.yaml", 1, "the plan name holds a control character (U+000A)"),
     ("no_name.yaml", 1, "the plan has no name"),
     ("bad_type.yaml", 4, "unknown job type 'python'"),
     ("bad_bool.yaml", 5, "idempotent must be true or false"),
@@ -630,3 +632,18 @@ def test_a_job_whose_command_or_env_a_process_cannot_be_given_is_refused() -> No
     assert "env 'A' is longer than a process can be given" in lines["b"]
     assert "the command and env take 2,000,193 bytes" in lines["c"] and "ARG_MAX" in lines["c"]
     assert all(line.startswith("big.yaml:") and "\n" not in line for line in lines.values())
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_a_plan_named_as_a_folder_is_refused_in_one_line_and_its_state_dir_stays_under_the_root(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wloadctl.store import default_state_dir
+
+    with pytest.raises(PlanError) as caught:
+        load_plan_text(f"name: '{name}'\njobs:\n  a: {{command: 'true'}}\n", "p.yaml")
+    assert [p.one_line() for p in caught.value.problems] == [
+        f"p.yaml:1: '{name}' cannot name a plan: it names a folder "
+        "(the name is the plan's state directory: add a letter or a digit)"]
+    monkeypatch.setenv("WLOADCTL_HOME", str(tmp_path))
+    assert default_state_dir(name).parent == tmp_path

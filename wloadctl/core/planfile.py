@@ -24,6 +24,7 @@ from wloadctl.core.plantop import (
     group_weights,
     read_four_eyes,
     read_limits,
+    read_name,
     read_roles,
     read_schedule,
     read_share,
@@ -265,8 +266,9 @@ class _PlanBuilder:
         self.sink = self.job_problems
         check_jobs(jobs)
         self.sink = self.problems
-        name = self._top_field("name", lambda e: text_of(e, "name", lenient=True), None)
-        if not name:
+        name = self._top_field("name", read_name, None)
+        given = self.top.get("name")
+        if not name and (given is None or not given[0]):
             self.report(
                 self.top["name"][1] if "name" in self.top else 1,
                 "the plan has no name",

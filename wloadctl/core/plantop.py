@@ -1,8 +1,9 @@
-"""The top-level fields of a plan read from entries: fair-share groups, schedule, time zone."""
+"""The top-level fields of a plan read from entries: its name, fair-share groups, schedule, time zone."""
 
 from __future__ import annotations
 
 import datetime as dt
+import unicodedata
 
 from wloadctl.core.plan import Schedule
 from wloadctl.core.planvalues import FieldError, mapping, number, text_of
@@ -10,6 +11,31 @@ from wloadctl.core.yamltree import Entry, describe
 
 ROLE_NAMES = ("viewer", "operator", "admin")
 """Roles a plan's `roles:` may grant (wloadctl.access)."""
+
+
+PLAN_NAME_MAX = 200
+"""The longest plan name, in bytes of UTF-8: the name names the plan's state directory (at most 255)."""
+
+
+def read_name(entry: Entry) -> str:
+    """`name`: how the plan is listed, and the name of its state directory under the state root.
+
+    Any text is taken (a character a directory name cannot hold becomes `_` there), but
+    not `.` or `..`, which name the root or its parent, nor a control character, which
+    would garble every listing of runs.
+    """
+    name = text_of(entry, "name", lenient=True)
+    bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    if bad is not None:
+        raise FieldError(f"the plan name holds a control character (U+{ord(bad):04X})", entry[1],
+                         "use printable text: the name is shown in every listing of runs")
+    if name in (".", ".."):
+        raise FieldError(f"'{name}' cannot name a plan: it names a folder", entry[1],
+                         "the name is the plan's state directory: add a letter or a digit")
+    if len(name.encode()) > PLAN_NAME_MAX:
+        raise FieldError(f"the plan name is {len(name.encode())} bytes long", entry[1],
+                         f"at most {PLAN_NAME_MAX}: the name is the plan's state directory")
+    return name
 
 
 def read_limits(entry: Entry) -> str:
