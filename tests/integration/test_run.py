@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -107,6 +108,17 @@ def test_counts_an_executor_cannot_hold_are_refused_in_one_line_by_every_command
                             (["--slots", "-2"], "--slots must be 0 or more, not -2")):
             p = cli(cmd, str(plan), "--state-dir", str(tmp_path / "sd"), *flags)
             assert p.returncode == 2 and p.stderr == f"wloadctl: {said}\n", (cmd, flags, p.stderr)
+    assert not (tmp_path / "sd").exists()
+
+
+def test_a_plan_that_is_not_a_regular_file_is_refused_in_one_line_without_waiting(tmp_path: Path) -> None:
+    # A named pipe used to hang validate and run forever: opening it waits for a writer
+    fifo = tmp_path / "plan.yaml"
+    os.mkfifo(fifo)
+    for cmd in ("validate", "run"):
+        p = cli(cmd, str(fifo), *(["--state-dir", str(tmp_path / "sd")] if cmd == "run" else []), timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == f"{fifo}: {fifo} is a named pipe, not a plan file (a plan is a regular YAML file)\n"
     assert not (tmp_path / "sd").exists()
 
 

@@ -6,6 +6,8 @@ import dataclasses
 import gc
 import hashlib
 import io
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -72,7 +74,7 @@ def load_plan(path: str | Path) -> Plan:
     try:
         # The parser pulls the file in chunks: a million-job plan is never
         # held as one block of bytes.
-        with open(path, "rb") as stream:
+        with _open_regular(name) as stream:
             digesting = _Digesting(stream)
             return _load(
                 lambda: digesting if digesting.fresh else open(path, "rb"),
@@ -91,6 +93,32 @@ def load_plan(path: str | Path) -> Plan:
         raise PlanError(
             f"cannot read plan file {name}: {err.strerror or err}", file=name
         ) from None
+
+
+_KINDS = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _open_regular(name: str) -> BinaryIO:
+    """Open a plan file for reading, refusing what is not a regular file.
+
+    Opened without blocking: opening a named pipe waits for a writer, and reading
+    a device may never end. A directory fails as IsADirectoryError, like open().
+    """
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(name)
+        if not stat.S_ISREG(mode):
+            kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+            raise PlanError(f"{name} is {kind}, not a plan file", file=name,
+                            hint="a plan is a regular YAML file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def load_plan_text(text: str, path: str = "<string>") -> Plan:
