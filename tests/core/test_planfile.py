@@ -116,6 +116,12 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("condition_own_result.yaml", 7, "job 'report': if reads 'result', which only an until has"),
     ("until_reads_job.yaml", 7, "job 'poll': until reads job 'load': an until reads only the job's own"),
     ("max_iterations_without_until.yaml", 5, "job 'poll': max_iterations without until"),
+    ("condition_reads_itself.yaml", 3, "job 'load': a job cannot read its own outcome in its if (jobs.load)"),
+    ("sla_mapping.yaml", 5, "job 'load': sla must be a tier, not a mapping (use one of: critical, high"),
+    ("sla_list.yaml", 5, "job 'load': sla must be a tier, not a list"),
+    ("group_weight_negative.yaml", 4, "weight of group g2 must be more than zero, not -3"),
+    ("group_weight_zero.yaml", 2, "weight of group g1 must be more than zero, not 0"),
+    ("resource_capacity_text.yaml", 4, "resource 's' must be a whole number of at least 1, not the text 'two'"),
     ("bad_until.yaml", 5, "'result.ready ==' is not a valid expression"),
     ("many_problems.yaml", 10, "depends on unknown job 'opn'"),
     ("for_each_empty.yaml", 5, "for_each lists no items"),
@@ -647,3 +653,22 @@ def test_a_plan_named_as_a_folder_is_refused_in_one_line_and_its_state_dir_stays
         "(the name is the plan's state directory: add a letter or a digit)"]
     monkeypatch.setenv("WLOADCTL_HOME", str(tmp_path))
     assert default_state_dir(name).parent == tmp_path
+
+
+@pytest.mark.parametrize("name", ["group_weight_negative.yaml", "group_weight_zero.yaml",
+                                  "resource_capacity_text.yaml", "sla_mapping.yaml", "condition_reads_itself.yaml"])
+def test_one_mistake_is_one_line(name: str) -> None:
+    # A wrong declaration used to make every job that names it undeclared too, and a tier read as
+    # a mapping or a list printed the parser's internal values
+    (problem,) = problems_of(DATA / "bad" / name)
+    assert "(None," not in problem.one_line() and "('" not in problem.one_line()
+
+
+def test_a_key_past_yamls_limit_is_one_line_saying_so() -> None:
+    # PyYAML and libyaml read no key past 1024 characters: the long id was taken for the value of
+    # `jobs`, which was then said to be text
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: p\njobs:\n  " + "k" * 2000 + ": {command: 'true'}\n", "p.yaml")
+    assert [p.one_line() for p in caught.value.problems] == [
+        "p.yaml:3: YAML syntax error: a key longer than 1024 characters (a job id is at most 200) "
+        "(check the indentation and quoting around this line)"]

@@ -156,6 +156,12 @@ def _check_conditions(jobs: JobsReader) -> None:
                 if i is None:
                     jobs.report(spec.line, f"the {what} reads unknown job '{name}'", job=jid)
                     continue
+                if name == jid:
+                    key = "if" if what == "condition" else what
+                    jobs.report(spec.line, f"a job cannot read its own outcome in its {key} (jobs.{jid})",
+                                "it is decided before the job runs; only until reads the job's own "
+                                "result.KEY and exit_code", job=jid)
+                    continue
                 if above is None:
                     above = _upstream_closure(jobs, jobs.index[jid])
                 if i not in above:

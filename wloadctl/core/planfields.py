@@ -129,10 +129,13 @@ class FieldReader:
     resource sets; each distinct value is kept once.
     """
 
-    def __init__(self, capacity: dict[str, int]) -> None:
+    def __init__(self, capacity: dict[str, int], declared: frozenset[str] = frozenset()) -> None:
         """Prepare for a plan whose declared resources are `capacity`."""
         self.capacity = capacity
         """Declared resources and their capacity."""
+        self.declared = declared
+        """Every resource name the plan declares, its capacity right or wrong (a wrong one is reported once,
+        where it is declared, and not again for each job that asks for it)."""
         self.extra: list[FieldError] = []
         """More problems of the field just read (it gave a value); callers empty it."""
         self.shared: dict[Any, Any] = {}
@@ -242,7 +245,10 @@ class FieldReader:
         value, line, text = entry
         tier = SLA_NAMES.get(value) if type(value) is str else None
         if tier is None:
-            word = str(text if text is not None else value)
+            if text is None:
+                raise FieldError(f"sla must be a tier, not {describe(value)}", line,
+                                 f"use one of: {', '.join(SLA_NAMES)}")
+            word = str(text)
             tier = SLA_NAMES.get(word.lower())
             if tier is None:
                 raise FieldError(
@@ -334,6 +340,8 @@ class FieldReader:
         out = []
         for name, amount, line in amounts(entry, "resource"):
             cap = self.capacity.get(name)
+            if cap is None and name in self.declared:
+                continue
             if cap is None:
                 declared = ", ".join(self.capacity) or "none are declared"
                 raise FieldError(

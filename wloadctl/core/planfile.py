@@ -40,6 +40,7 @@ from wloadctl.core.planvalues import (
     text_of,
 )
 from wloadctl.core.yamltree import (
+    LONG_KEY,
     Entry,
     TreeReader,
     YamlEvent,
@@ -225,6 +226,10 @@ class _PlanBuilder:
         self.settle_problems: list[WloadError] = []
         """Problems of `defaults` and `resources` (replaced when they are read again)."""
         self.job_problems: list[WloadError] = []
+        self.value_sink: list[WloadError] = self.problems
+        """Where the problems of the top-level value being read go."""
+        self.sink_mark = 0
+        """How many problems value_sink held when that value began."""
         """Problems of the jobs (replaced when they are read again)."""
         self.top: dict[str, Entry] = {}
         """Top-level entries other than the jobs."""
@@ -328,8 +333,11 @@ class _PlanBuilder:
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:
         """The fair-share `groups` (name -> weight); every job's group must be one of them."""
         groups: dict[str, float] = self._top_field("groups", group_weights, {})
+        # A group whose weight is wrong is still declared: its own line says what is wrong.
+        given = self.top.get("groups")
+        declared = given[0] if given is not None and type(given[0]) is dict else groups
         for j in jobs.values():
-            if j.group is not None and j.group not in groups:
+            if j.group is not None and j.group not in declared:
                 self.report(j.line, f"job '{j.id}': group '{j.group}' is not declared under groups",
                             f"declared: {', '.join(groups) or 'none'}")
         return groups
@@ -395,9 +403,11 @@ class _PlanBuilder:
                         f"duplicate key '{key}' (first at line {self.top[key][1]})",
                         "YAML keeps only the last one; remove or rename one of them",
                     )
+                self.value_sink, self.sink_mark = self.sink, len(self.sink)
                 if key == "jobs":
                     self.top[key] = (True, line, None)
-                    self.sink = self.job_problems = []
+                    self.sink = self.value_sink = self.job_problems = []
+                    self.sink_mark = 0
                     self.jobs_reader = JobsReader(
                         self.fields, self.template, self.report
                     )
@@ -426,6 +436,10 @@ class _PlanBuilder:
                 raise NotPlain from None
             self.failed = True
             where, text = syntax_line(err)
+            if text.startswith(LONG_KEY) and str(getattr(err, "problem", "")).startswith("mapping values"):
+                # The key was read as the value of the mapping above it before the parser gave up:
+                # what was said of that value ("jobs must be a mapping ..., not the text ...") is false.
+                del self.value_sink[self.sink_mark:]
             self.sink = self.problems
             self.report(
                 where,
@@ -479,7 +493,8 @@ class _PlanBuilder:
                 }
             except FieldError as bad:
                 self.report(bad.line, bad.message, bad.hint)
-        self.fields = FieldReader(self.capacity)
+        declared = frozenset(res[0]) if res is not None and type(res[0]) is dict else frozenset()
+        self.fields = FieldReader(self.capacity, declared)
         self.template = [getattr(_BLANK, name) for name in FIELDS]
         defaults = self.top.get("defaults")
         if defaults is not None and defaults[0] is not None:

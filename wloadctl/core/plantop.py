@@ -6,7 +6,7 @@ import datetime as dt
 import unicodedata
 
 from wloadctl.core.plan import Schedule
-from wloadctl.core.planvalues import FieldError, mapping, number, text_of
+from wloadctl.core.planvalues import FieldError, mapping, positive_number, text_of
 from wloadctl.core.yamltree import Entry, describe
 
 ROLE_NAMES = ("viewer", "operator", "admin")
@@ -84,18 +84,13 @@ def group_weights(entry: Entry) -> dict[str, float]:
     """`groups`: group name -> positive weight."""
     out: dict[str, float] = {}
     for name, item in mapping(entry, "groups").items():
-        out[name] = number(item, f"weight of group {name}", 0.0)
-        if out[name] <= 0:
-            raise FieldError(f"weight of group {name} must be positive", item[1])
+        out[name] = positive_number(item, f"weight of group {name}", "a weight such as 1 or 2")
     return out
 
 
 def read_share(entry: Entry) -> float:
     """`share`: the plan's positive weight in the host's fair share between runs."""
-    value = number(entry, "share", 0.0)
-    if value <= 0:
-        raise FieldError("share must be positive", entry[1], "a weight such as 1 (the default) or 2")
-    return value
+    return positive_number(entry, "share", "a weight such as 1 (the default) or 2")
 
 
 def read_schedule(entry: Entry) -> Schedule:

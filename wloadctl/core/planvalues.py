@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 
 from wloadctl.core.durations import DURATION_FORMS, DurationRangeError, parse_duration
 from wloadctl.core.yamltree import Entry, describe
@@ -88,6 +89,14 @@ def number(entry: Entry, what: str, low: float, high: float | None = None) -> fl
         )
         raise FieldError(f"{what} must be {span}, not {value}", line)
     return float(value)
+
+
+def positive_number(entry: Entry, what: str, hint: str | None = None) -> float:
+    """A float field more than zero (a weight)."""
+    value = number(entry, what, -math.inf)
+    if not value > 0:
+        raise FieldError(f"{what} must be more than zero, not {entry[0]}", entry[1], hint)
+    return value
 
 
 def boolean(entry: Entry, what: str) -> bool:
