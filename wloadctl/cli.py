@@ -446,7 +446,14 @@ def cmd_gen(a: argparse.Namespace) -> int:
     if a.jobs <= 0:
         raise UsageError(f"--jobs must be positive, not {a.jobs}")
     t = time.time()
-    write_plan(a.output, a.jobs, a.shape, a.seed, job_type=a.job_type, command=a.command, style=a.style)
+    try:
+        write_plan(a.output, a.jobs, a.shape, a.seed, job_type=a.job_type, command=a.command, style=a.style)
+    except ValueError as e:
+        raise UsageError(f"--command {a.command!r}: {e}" if a.command is not None and "command" in str(e)
+                         else str(e)) from None
+    except OSError as e:
+        raise UsageError(f"cannot write {a.output}: {e.strerror or e}",
+                         hint="-o names the plan file to write, in a directory that exists") from None
     print(f"wrote {a.output}: {a.jobs} jobs, shape {a.shape}, seed {a.seed} ({time.time() - t:.1f}s)", file=sys.stderr)
     return EXIT_OK
 

@@ -240,8 +240,11 @@ def write_plan(
             upstream id on its own `- id` line.
 
     Raises:
-        ValueError: bad `jobs`, `shape`, `job_type` or `style`.
+        ValueError: bad `jobs`, `shape`, `job_type`, `command` or `style`.
+        OSError: the file cannot be written.
     """
+    if job_type == "shell" and command is not None and not command.strip():
+        raise ValueError("the command is empty: a shell job needs one (or write --type noop jobs)")
     if job_type not in ("shell", "noop"):
         raise ValueError(f"unknown job type '{job_type}'; use shell or noop")
     if style not in STYLES:

@@ -12,6 +12,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
+from wloadctl.core.durations import MAX_DURATION
 from wloadctl.core.states import JobState
 from wloadctl.errors import UsageError
 
@@ -36,21 +37,42 @@ def parse_when(text: str, run_started: float, now: float | None = None) -> float
     now = time.time() if now is None else now
     t = text.strip()
     if _AGO.match(t):
-        return now - sum(float(n) * _UNIT[u] for n, u in _PART.findall(t[1:]))
+        back = sum(float(n) * _UNIT[u] for n, u in _PART.findall(t[1:]))
+        if not back <= MAX_DURATION:  # an offset of a few hundred digits is infinite
+            raise UsageError(f"--at {_shown(text)}: at most 100 years back (-36500d)")
+        return _on_clock(now - back, text)
     m = _CLOCK.match(t)
     if m:
         h, mi, se = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
         if h > 23 or mi > 59 or se > 59:
-            raise UsageError(f"--at {text!r}: no such clock time")
+            raise UsageError(f"--at {_shown(text)}: no such clock time")
         day = dt.datetime.fromtimestamp(run_started).replace(hour=h, minute=mi, second=se, microsecond=0)
         if day.timestamp() < run_started - 1:
             day += dt.timedelta(days=1)
         return day.timestamp()
     try:
-        return dt.datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+        moment = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"--at {text!r}: expected a clock time (23:40), an ISO timestamp "
+        raise UsageError(f"--at {_shown(text)}: expected a clock time (23:40), an ISO timestamp "
                          "(2026-12-01T23:40:00) or an offset back from now (-15m)") from None
+    try:
+        return _on_clock(moment.timestamp(), text)
+    except (ValueError, OverflowError, OSError):
+        raise UsageError(f"--at {_shown(text)}: no such moment on this system's clock") from None
+
+
+def _on_clock(when: float, text: str) -> float:
+    """`when`, once sure it is a local time this system can show (it is shown as one)."""
+    try:
+        dt.datetime.fromtimestamp(when)
+    except (ValueError, OverflowError, OSError):
+        raise UsageError(f"--at {_shown(text)}: no such moment on this system's clock") from None
+    return when
+
+
+def _shown(text: str) -> str:
+    """An --at value as messages quote it: a long one is cut, so the message stays one readable line."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}...({len(text)} characters)"
 
 
 def iso(ts: float) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from wloadctl.core.calendar import is_business_day, next_triggers, valid_cron
+from wloadctl.core.calendar import fires_on_business_days, is_business_day, next_triggers, valid_cron
 from wloadctl.core.plan import Schedule
 
 
@@ -35,3 +35,15 @@ def test_a_cron_no_date_matches_has_no_triggers() -> None:
 
 def test_cron_validation() -> None:
     assert valid_cron("30 18 * * 1-5") and not valid_cron("61 25 * * *")
+
+
+def test_a_cron_of_six_fields_is_not_valid_though_croniter_reads_it_as_seconds() -> None:
+    assert not valid_cron("0 0 * * * *") and not valid_cron("@daily") and valid_cron("0 0 * * *")
+
+
+def test_whether_a_cron_ever_falls_on_a_business_day_is_known_without_a_clock() -> None:
+    assert not fires_on_business_days(Schedule("0 0 31 2 *"))
+    assert not fires_on_business_days(Schedule("* * * * sat,sun"))
+    assert not fires_on_business_days(Schedule("0 6 * * *", business_days=()))
+    assert fires_on_business_days(Schedule("0 0 29 2 *", business_days=(0,)))  # a Monday in 2016
+    assert fires_on_business_days(Schedule("0 0 13 * 6", business_days=(4,)))  # the 13th or Saturdays

@@ -75,6 +75,29 @@ def test_expressions_outside_the_language_are_refused(text: str) -> None:
         parse_condition(text)
 
 
+@pytest.mark.parametrize("text", ["not " * 1000 + "vars.x", "not " * 5000 + "vars.x", "- " * 50000 + "vars.x",
+                                  "vars.x" + ".a" * 5000], ids=["not-1000", "not-5000", "minus-50000", "dots-5000"])
+def test_an_expression_nested_past_the_limit_is_refused_before_anything_recurses_over_it(text: str) -> None:
+    with pytest.raises(ConditionError, match=r"nested .*\(at most 100"):
+        parse_condition(text)
+    assert parse_condition("not " * 91 + "vars.x").evaluate({}, {"x": 0}) is True
+
+
+@pytest.mark.parametrize(("text", "guess"), [("jobs.a.exitcode == 0", "exit_code"),
+                                             ("jobs.a.results.rows == 5", "result"),
+                                             ('jobs.a.status == "SUCCEEDED"', "state"),
+                                             ('jobs["a"]["exitcode"] == 0', "exit_code")])
+def test_a_job_field_outside_exit_code_state_and_result_is_refused_with_a_guess(text: str, guess: str) -> None:
+    with pytest.raises(ConditionError, match="a job has no field") as caught:
+        parse_condition(text)
+    assert caught.value.hint is not None and caught.value.hint.startswith(f"did you mean '{guess}'?")
+
+
+def test_the_own_names_an_expression_reads_are_known() -> None:
+    assert parse_condition("result.n > 1 and iteration < 3").own == {"result", "iteration"}
+    assert parse_condition('jobs.a.result.n > 1 and jobs["a"].state == "FAILED"').own == frozenset()
+
+
 def test_missing_values_satisfy_no_ordering() -> None:
     c = parse_condition("jobs.a.result.n > 0")
     assert c.evaluate({"a": {"result": {}}}, {}) is False

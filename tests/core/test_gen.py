@@ -7,6 +7,7 @@ import itertools
 import re
 import shutil
 import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -122,6 +123,24 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         list(iter_jobs(5, "star", 1))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown job type"):
         write_plan(tmp_path / "x.yaml", 5, "wide", 1, job_type="python")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["-o", "{tmp}/missing/x.yaml"], "wloadctl: cannot write {tmp}/missing/x.yaml: No such file or directory "
+                                     "(-o names the plan file to write, in a directory that exists)\n"),
+    (["-o", "{tmp}"], "wloadctl: cannot write {tmp}: Is a directory "
+                      "(-o names the plan file to write, in a directory that exists)\n"),
+    (["--command", "", "-o", "{tmp}/x.yaml"],
+     "wloadctl: --command '': the command is empty: a shell job needs one (or write --type noop jobs)\n"),
+], ids=["missing-directory", "a-directory", "empty-command"])
+def test_gen_refuses_what_it_cannot_write_in_one_line_and_writes_nothing(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "gen", "--jobs", "10", *argv],
+                       capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stderr) == (2, said.replace("{tmp}", str(tmp_path)))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fifty_thousand_jobs_are_written(tmp_path: Path) -> None:

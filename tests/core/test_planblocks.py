@@ -181,6 +181,12 @@ def _key_values(i: int, rng: random.Random, ids: list[str], nested: bool) -> dic
         if (key == "for_each" and "until" in job) or (key == "until" and "for_each" in job):
             continue
         job[key] = value
+    if "max_iterations" in job and "until" not in job:
+        # max_iterations bounds an until: alone it is refused.
+        if "for_each" in job:
+            del job["max_iterations"]
+        else:
+            job["until"] = "result.ready == 1"
     return job
 
 

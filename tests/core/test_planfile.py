@@ -82,6 +82,8 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("command_empty_list.yaml", 4, "command is an empty list"),
     ("missing_command.yaml", 3, "the job has no command"),
     ("bad_time_of_day.yaml", 5, "'25:00' is not a time"),
+    ("duration_too_long.yaml", 5, "job 'load': expected: '9999999999999999999"),
+    ("duration_too_long.yaml", 6, "job 'load': timeout: '99999999999d' is longer than the 100 years"),
     ("bad_deadline.yaml", 5, "'tomorrow' is not a time"),
     ("bad_job_id.yaml", 3, "'load accounts' is not a valid job id"),
     ("dots_job_id.yaml", 3, "'..' is not a valid job id"),
@@ -98,6 +100,8 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("second_document.yaml", 4, "a plan file holds one YAML document"),
     ("unknown_alias.yaml", 4, "alias '*load_cmd' names no anchor"),
     ("bad_timezone.yaml", 2, "unknown time zone 'Mars/Olympus_Mons'"),
+    ("plan_name_dots.yaml", 1, "'..' cannot name a plan: it names a folder"),
+    ("plan_name_control.yaml", 1, "the plan name holds a control character (U+000A)"),
     ("no_name.yaml", 1, "the plan has no name"),
     ("bad_type.yaml", 4, "unknown job type 'python'"),
     ("bad_bool.yaml", 5, "idempotent must be true or false"),
@@ -106,12 +110,28 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("bad_condition.yaml", 7, "call is not allowed in a condition"),
     ("condition_not_upstream.yaml", 5, "reads job 'side', which is not upstream of it"),
     ("condition_unknown_job.yaml", 4, "the condition reads unknown job 'lod'"),
+    ("condition_too_deep.yaml", 7, "job 'b': if: 'not not not"),
+    ("condition_unknown_field.yaml", 7,
+     "job 'report': if: 'jobs.load.exitcode == 0': a job has no field 'exitcode' (did you mean 'exit_code'?"),
+    ("condition_own_result.yaml", 7, "job 'report': if reads 'result', which only an until has"),
+    ("until_reads_job.yaml", 7, "job 'poll': until reads job 'load': an until reads only the job's own"),
+    ("max_iterations_without_until.yaml", 5, "job 'poll': max_iterations without until"),
+    ("condition_reads_itself.yaml", 3, "job 'load': a job cannot read its own outcome in its if (jobs.load)"),
+    ("sla_mapping.yaml", 5, "job 'load': sla must be a tier, not a mapping (use one of: critical, high"),
+    ("sla_list.yaml", 5, "job 'load': sla must be a tier, not a list"),
+    ("group_weight_negative.yaml", 4, "weight of group g2 must be more than zero, not -3"),
+    ("group_weight_zero.yaml", 2, "weight of group g1 must be more than zero, not 0"),
+    ("resource_capacity_text.yaml", 4, "resource 's' must be a whole number of at least 1, not the text 'two'"),
     ("bad_until.yaml", 5, "'result.ready ==' is not a valid expression"),
     ("many_problems.yaml", 10, "depends on unknown job 'opn'"),
     ("for_each_empty.yaml", 5, "for_each lists no items"),
     ("for_each_unknown_variable.yaml", 5, "for_each: vars.regions is not a non-empty list variable"),
     ("undeclared_group.yaml", 5, "group 'cards' is not declared under groups"),
     ("bad_cron.yaml", 3, "'99 * * * *' is not a cron expression"),
+    ("cron_six_fields.yaml", 3, "'0 0 * * * *' has 6 fields, not the five of a cron expression"),
+    ("cron_never_on_business_day.yaml", 3,
+     "cron '0 0 * * sun' never fires on a business day (mon, tue, wed, thu, fri)"),
+    ("cron_no_date.yaml", 3, "cron '0 0 31 2 *' never fires on a business day"),
     ("bad_holiday.yaml", 4, "holiday 'christmas' is not a date"),
     ("bad_run_as.yaml", 5, "job 'load': run_as: unknown user 'no_such_user_here'"),
     ("bad_roles.yaml", 3, "unknown role 'boss' under roles"),
@@ -399,6 +419,17 @@ def test_parse_duration_refuses(text: str | int | bool) -> None:
 
 
 @pytest.mark.parametrize(
+    "text", ["9" * 400, 10**400, float("inf"), "1e400", "99999999999d", "36501d", "+" + "9" * 400 + "s"],
+    ids=["digits-400", "int-400-digits", "inf", "1e400", "11-digit-days", "36501d", "deadline-400-digits"],
+)
+def test_a_duration_past_a_hundred_years_is_refused(text: str | int | float) -> None:
+    read = parse_deadline if isinstance(text, str) and text.startswith("+") else parse_duration
+    with pytest.raises(ValueError, match=r"longer than the 100 years|is not a duration"):
+        read(text)
+    assert parse_duration("36500d") == 36500 * 86400.0
+
+
+@pytest.mark.parametrize(
     ("seconds", "text"),
     [
         (5400, "1h30m"),
@@ -582,3 +613,62 @@ def test_many_problems_are_summed_up_and_json_still_lists_each(tmp_path: Path) -
     assert short[19] == f"{plan}: and 12 more problem(s) (`wloadctl validate --json` lists every one)"
     # And a few problems are still listed one by one
     assert PlanError("p", problems=e.problems[:3]).lines(20) == [p.one_line() for p in e.problems[:3]]
+
+
+# -- what a process can be started with ------------------------------------------
+
+
+def test_a_job_whose_command_or_env_a_process_cannot_be_given_is_refused() -> None:
+    # Given: a command text past one exec argument, an env value past it, and argv words past exec's total
+    words = ", ".join([f"'{'q' * 100_000}'"] * 20)
+    text = (
+        "name: big\njobs:\n"
+        f"  a: {{command: 'echo {'x' * 200_000}'}}\n"
+        f"  b: {{command: 'true', env: {{A: '{'z' * 140_000}'}}}}\n"
+        f"  c: {{command: [echo, {words}]}}\n"
+        f"  d: {{command: [echo, '{'y' * 130_000}', '{'y' * 130_000}']}}\n"
+    )
+    # When: the plan is read
+    with pytest.raises(PlanError) as caught:
+        load_plan_text(text, "big.yaml")
+    # Then: each job past a limit is named, one line each; d, under them, is not
+    lines = {p.job: p.one_line() for p in caught.value.problems}
+    assert set(lines) == {"a", "b", "c"}
+    assert "the command is 200,005 bytes long" in lines["a"] and "131,071 bytes in one argument" in lines["a"]
+    assert "env 'A' is longer than a process can be given" in lines["b"]
+    assert "the command and env take 2,000,193 bytes" in lines["c"] and "ARG_MAX" in lines["c"]
+    assert all(line.startswith("big.yaml:") and "\n" not in line for line in lines.values())
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_a_plan_named_as_a_folder_is_refused_in_one_line_and_its_state_dir_stays_under_the_root(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wloadctl.store import default_state_dir
+
+    with pytest.raises(PlanError) as caught:
+        load_plan_text(f"name: '{name}'\njobs:\n  a: {{command: 'true'}}\n", "p.yaml")
+    assert [p.one_line() for p in caught.value.problems] == [
+        f"p.yaml:1: '{name}' cannot name a plan: it names a folder "
+        "(the name is the plan's state directory: add a letter or a digit)"]
+    monkeypatch.setenv("WLOADCTL_HOME", str(tmp_path))
+    assert default_state_dir(name).parent == tmp_path
+
+
+@pytest.mark.parametrize("name", ["group_weight_negative.yaml", "group_weight_zero.yaml",
+                                  "resource_capacity_text.yaml", "sla_mapping.yaml", "condition_reads_itself.yaml"])
+def test_one_mistake_is_one_line(name: str) -> None:
+    # A wrong declaration used to make every job that names it undeclared too, and a tier read as
+    # a mapping or a list printed the parser's internal values
+    (problem,) = problems_of(DATA / "bad" / name)
+    assert "(None," not in problem.one_line() and "('" not in problem.one_line()
+
+
+def test_a_key_past_yamls_limit_is_one_line_saying_so() -> None:
+    # PyYAML and libyaml read no key past 1024 characters: the long id was taken for the value of
+    # `jobs`, which was then said to be text
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: p\njobs:\n  " + "k" * 2000 + ": {command: 'true'}\n", "p.yaml")
+    assert [p.one_line() for p in caught.value.problems] == [
+        "p.yaml:3: YAML syntax error: a key longer than 1024 characters (a job id is at most 200) "
+        "(check the indentation and quoting around this line)"]

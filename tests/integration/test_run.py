@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -110,14 +111,26 @@ def test_counts_an_executor_cannot_hold_are_refused_in_one_line_by_every_command
     assert not (tmp_path / "sd").exists()
 
 
+def test_a_plan_that_is_not_a_regular_file_is_refused_in_one_line_without_waiting(tmp_path: Path) -> None:
+    # A named pipe used to hang validate and run forever: opening it waits for a writer
+    fifo = tmp_path / "plan.yaml"
+    os.mkfifo(fifo)
+    for cmd in ("validate", "run"):
+        p = cli(cmd, str(fifo), *(["--state-dir", str(tmp_path / "sd")] if cmd == "run" else []), timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == f"{fifo}: {fifo} is a named pipe, not a plan file (a plan is a regular YAML file)\n"
+    assert not (tmp_path / "sd").exists()
+
+
 def test_trigger_of_a_schedule_that_never_fires_says_so_in_one_line(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text("name: feb\nschedule: {cron: '0 0 30 2 *'}\njobs:\n  a: {command: 'true'}\n")
     for extra in (["--next", "2"], ["--once"]):
         p = cli("trigger", str(plan), "--state-dir", str(tmp_path / "sd"), *extra, timeout=60)
         assert p.returncode == 2, p.stderr
-        assert p.stderr == (f"wloadctl: {plan}: the schedule never fires on a business day (cron '0 0 30 2 *') "
-                            "(check the cron expression and the business days and holidays)\n"), p.stderr
+        assert p.stderr == (f"{plan}:2: cron '0 0 30 2 *' never fires on a business day (mon, tue, wed, thu, fri) "
+                            "(check the cron's days and months against business_days)\n"), p.stderr
+        assert not (tmp_path / "sd").exists()
 
 
 def test_durations_and_amounts_out_of_range_are_refused_in_one_line(tmp_path: Path) -> None:

@@ -18,9 +18,39 @@ def is_business_day(day: dt.date, schedule: Schedule) -> bool:
     return day.weekday() in schedule.business_days and day.isoformat() not in schedule.holidays
 
 
+CRON_FIELDS = "minute hour day-of-month month day-of-week"
+"""The five fields of a plan's cron, in order."""
+_CYCLE_START = dt.datetime(2001, 1, 1)
+_CYCLE_END = dt.datetime(2029, 1, 1)
+"""28 years in which every leap year is one: each date of the year falls on each weekday in it."""
+
+
 def valid_cron(expr: str) -> bool:
-    """Whether a cron expression parses."""
-    return bool(croniter.is_valid(expr))
+    """Whether a cron expression parses and has five fields (croniter reads a sixth as seconds)."""
+    return len(expr.split()) == 5 and bool(croniter.is_valid(expr))
+
+
+def fires_on_business_days(schedule: Schedule) -> bool:
+    """Whether the schedule's cron ever falls on one of its business days (holidays aside).
+
+    Which days a cron fires on does not depend on its minute and hour, and every
+    date falls on every weekday within 28 years: one such cycle, day by day, decides.
+
+    Args:
+        schedule: a schedule whose cron is valid.
+    """
+    if not schedule.business_days:
+        return False
+    days = croniter("0 0 " + " ".join(schedule.cron.split()[2:]), _CYCLE_START - dt.timedelta(minutes=1))
+    try:
+        while True:
+            when = days.get_next(dt.datetime)
+            if when >= _CYCLE_END:
+                return False
+            if when.weekday() in schedule.business_days:
+                return True
+    except CroniterBadDateError:
+        return False  # no date matches at all (the 31st of February)
 
 
 def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: str | None = None,

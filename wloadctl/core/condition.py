@@ -8,17 +8,30 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from wloadctl.core.planvalues import key_hint
+
 _CMP: dict[type, Callable[[Any, Any], bool]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
     ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
 NAMES = ("jobs", "vars", "result", "exit_code", "iteration")
+JOB_FIELDS = ("exit_code", "state", "result")
+"""What an expression may read of a job: `jobs.NAME.exit_code`, `.state` (its state's name) and `.result.KEY`."""
+OWN_NAMES = ("result", "exit_code", "iteration")
+"""Names of an `until` job's own outcome: only an `until` has them."""
+MAX_DEPTH = 100
+"""Deepest nesting of an expression (`not not ...`, `a.b.c...`): evaluation recurses once per level."""
 """Names an expression may use: jobs["id"].exit_code / .state / .result.KEY, vars.NAME, and for `until`
 the job's own result, exit_code and iteration."""
 
 
 class ConditionError(ValueError):
     """An expression that is not allowed or cannot be evaluated."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+        """What would be accepted, when the message alone does not say."""
 
 
 class Record:
@@ -44,6 +57,8 @@ class Condition:
     """The checked syntax tree."""
     jobs: frozenset[str]
     """Job ids it reads through `jobs[...]` / `jobs.NAME`."""
+    own: frozenset[str] = frozenset()
+    """Names of the job's own outcome it reads (OWN_NAMES): only an `until` may."""
 
     def evaluate(self, jobs: Mapping[str, Mapping[str, Any]], variables: Mapping[str, Any],
                  own: Mapping[str, Any] | None = None) -> bool:
@@ -77,25 +92,76 @@ def parse_condition(text: str) -> Condition:
     """Parse and check an expression.
 
     Raises:
-        ConditionError: a syntax error or a construct outside the language (calls, lambdas, imports...).
+        ConditionError: a syntax error, a construct outside the language (calls, lambdas, imports...),
+            or a job field other than JOB_FIELDS.
     """
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
-        raise ConditionError(f"'{text}' is not a valid expression: {e.msg}") from None
+        raise ConditionError(f"'{_quoted(text)}' is not a valid expression: {e.msg}") from None
+    except (RecursionError, MemoryError):
+        # Python's parser gives up on a few thousand levels (MemoryError is its
+        # "stack overflowed"), long before a plan could mean them.
+        raise ConditionError(f"'{_quoted(text)}' is nested too deeply (at most {MAX_DEPTH} levels)") from None
+    depth = _depth(tree)
+    if depth > MAX_DEPTH:
+        raise ConditionError(f"'{_quoted(text)}' is nested {depth} levels deep (at most {MAX_DEPTH})")
     jobs: set[str] = set()
+    own: set[str] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in OWN_NAMES:
+            own.add(node.id)
+        _check_job_field(node, text)
         if isinstance(node, ast.Name) and node.id not in NAMES:
-            raise ConditionError(f"'{text}': unknown name '{node.id}' (use {', '.join(NAMES)})")
+            raise ConditionError(f"'{_quoted(text)}': unknown name '{node.id}' (use {', '.join(NAMES)})")
         if not isinstance(node, _ALLOWED):
-            raise ConditionError(f"'{text}': {type(node).__name__.lower()} is not allowed in a condition")
+            raise ConditionError(f"'{_quoted(text)}': {type(node).__name__.lower()} is not allowed in a condition")
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "jobs":
             if not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
-                raise ConditionError(f"'{text}': write jobs[\"id\"] with a literal job id")
+                raise ConditionError(f"'{_quoted(text)}': write jobs[\"id\"] with a literal job id")
             jobs.add(node.slice.value)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "jobs":
             jobs.add(node.attr)
-    return Condition(text, tree, frozenset(jobs))
+    return Condition(text, tree, frozenset(jobs), frozenset(own))
+
+
+def _check_job_field(node: ast.AST, text: str) -> None:
+    """A field read of a job (`jobs.a.X`, `jobs["a"].X`, `jobs.a["X"]`) must name one of JOB_FIELDS.
+
+    Any other reads None whatever the job did, so a typo (`exitcode`, `status`) would
+    silently turn a branch off.
+    """
+    if isinstance(node, ast.Attribute):
+        field = node.attr
+    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        field = node.slice.value
+    else:
+        return
+    job = node.value
+    if not (isinstance(job, (ast.Attribute, ast.Subscript)) and isinstance(job.value, ast.Name)
+            and job.value.id == "jobs") or field in JOB_FIELDS:
+        return
+    raise ConditionError(f"'{_quoted(text)}': a job has no field {field!r}",
+                         key_hint(str(field), JOB_FIELDS))
+
+
+def _quoted(text: str) -> str:
+    """An expression as messages quote it: a long one is cut, so the message stays one readable line."""
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _depth(tree: ast.AST) -> int:
+    """How many expressions deep the tree nests, counted without recursion (a deep tree is what this guards
+    against)."""
+    deepest, stack = 0, [(tree, 0)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, ast.expr):
+            d += 1
+            deepest = max(deepest, d)
+        stack.extend((child, d) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 _ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare,

@@ -13,6 +13,16 @@ DURATION_FORMS = (
 TIME_FORMS = "HH:MM or HH:MM:SS on a 24-hour clock (06:30, 23:59:59)"
 """The accepted time-of-day forms, for error messages."""
 
+MAX_DURATION = 100 * 365 * 86400.0
+"""The longest duration a plan may give (100 years): longer is a typo, and past a few hundred digits the
+number is not even finite."""
+
+
+
+class DurationRangeError(ValueError):
+    """A duration written correctly but longer than MAX_DURATION."""
+
+
 _UNIT_SECONDS: dict[str, float] = {
     "ms": 0.001,
     "s": 1.0,
@@ -37,22 +47,23 @@ def parse_duration(value: str | int | float) -> float:
             `1h30m`, `1h 30m`, `2d` or `500ms`.
 
     Returns:
-        The duration in seconds (never negative).
+        The duration in seconds (never negative, at most MAX_DURATION).
 
     Raises:
-        ValueError: the value is not a duration; the message names the bad
-            text and the accepted forms.
+        ValueError: the value is not a duration, or is longer than MAX_DURATION;
+            the message names the bad text and the accepted forms.
     """
     if isinstance(value, bool):
         raise ValueError(f"'{value}' is not a duration; use {DURATION_FORMS}")
     if isinstance(value, int | float):
-        if value < 0 or not math.isfinite(value):
+        # An int of a few hundred digits has no float: compare before converting.
+        if value < 0 or (isinstance(value, float) and math.isnan(value)):
             raise ValueError(f"'{value}' is not a duration; use {DURATION_FORMS}")
-        return float(value)
+        return _bounded(value, str(value))
     text = str(value)
     whole = _NUMBER.fullmatch(text)
     if whole:
-        return float(whole.group(1))
+        return _bounded(float(whole.group(1)), text)
     total = 0.0
     pos = 0
     seen = -1
@@ -67,7 +78,15 @@ def parse_duration(value: str | int | float) -> float:
         pos = part.end()
     if seen < 0:
         raise ValueError(f"'{text}' is not a duration; use {DURATION_FORMS}")
-    return total
+    return _bounded(total, text)
+
+
+def _bounded(seconds: float, text: str) -> float:
+    """The seconds as a float, refused past MAX_DURATION (an infinite one included)."""
+    if not seconds <= MAX_DURATION:
+        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+        raise DurationRangeError(f"'{shown.strip()}' is longer than the 100 years a duration may be")
+    return float(seconds)
 
 
 def format_duration(seconds: float) -> str:
@@ -143,6 +162,8 @@ def parse_day_time(text: str) -> tuple[int, int]:
     if plus:
         try:
             span = parse_duration(later)
+        except DurationRangeError:
+            raise
         except ValueError:
             span = -1.0
         if span < 0 or span % 86400:
@@ -174,6 +195,8 @@ def parse_deadline(text: str) -> tuple[bool, float]:
             return True, parse_duration(stripped[1:])
         days, seconds = parse_day_time(stripped)
         return False, float(days * 86400 + seconds)
+    except DurationRangeError:
+        raise
     except ValueError:
         raise ValueError(
             f"'{text}' is not a time; use {TIME_FORMS} (+1d for the next day), "

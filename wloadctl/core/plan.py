@@ -48,6 +48,13 @@ NO_RETRY = RetryPolicy()
 JOB_ID_MAX = 200
 """The longest job id: an id names its job's files (a log is `<id>.<attempt>.log`), and a file name holds at
 most 255 bytes."""
+EXEC_ARG_MAX = 128 * 1024
+"""Bytes of one argument or environment string a process can be started with, its NUL included (Linux's
+MAX_ARG_STRLEN): a text command is one argument of `/bin/sh -c`."""
+EXEC_TOTAL_MAX = 2 * 1024 * 1024 - 256 * 1024
+"""Bytes a job's command and env may take together, counted as exec counts them (each string with its NUL
+and its pointer): the OS's ARG_MAX of 2 MiB, less 256 KiB kept for the executor's own environment and the
+WLOADCTL_* variables of the run. The payload arena (16 MiB) holds any payload under this."""
 DEFAULT_MAX_ITEMS = 1000
 """Most instances a `for_each` over an upstream's output may make unless the plan says otherwise."""
 

@@ -8,7 +8,7 @@ from array import array
 
 from wloadctl.core.condition import parse_condition
 from wloadctl.core.dag import cycle_in, reverse_kahn
-from wloadctl.core.plan import JOB_ID_MAX, DynamicItems
+from wloadctl.core.plan import EXEC_ARG_MAX, EXEC_TOTAL_MAX, JOB_ID_MAX, DynamicItems, JobSpec
 from wloadctl.core.planfields import JOB_ID
 from wloadctl.core.planjobs import SLOT, JobsReader, where_line
 from wloadctl.errors import CycleError
@@ -16,6 +16,9 @@ from wloadctl.errors import CycleError
 # Checking all ids with one regex over their space-joined text is far cheaper
 # than a match per id; the count of spaces proves no id held a space itself.
 _ALL_IDS = re.compile(r"[A-Za-z0-9_.:-]+(?: [A-Za-z0-9_.:-]+)*")
+# A command shorter than this (in characters, so at most 4 times as many bytes)
+# cannot break a limit of exec alone: only its env is then counted.
+_SHORT_COMMAND = 4096
 # Suggesting a close id compares with every id; past this many it costs too much.
 _SUGGEST_LIMIT = 20000
 
@@ -49,6 +52,66 @@ def check_jobs(jobs: JobsReader) -> None:
             kind=CycleError,
         )
     _check_conditions(jobs)
+    _check_exec_sizes(jobs)
+    for jid, line in jobs.iterated:
+        if not jobs.jobs[jid].until and jid not in jobs.looping:
+            jobs.report(line, "max_iterations without until: the job runs once",
+                        "add an until (e.g. until: result.ready == 1) or remove max_iterations", job=jid)
+
+
+def _check_exec_sizes(jobs: JobsReader) -> None:
+    """Each job's command and env must fit what a process can be started with (EXEC_ARG_MAX, EXEC_TOTAL_MAX).
+
+    Past them the executor's exec fails ("Argument list too long") or, far past, the payload does not fit
+    the run's arena and the scheduler stops: both only once the run is under way.
+    """
+    # Envs are shared between jobs (defaults, interning): each distinct one is measured once.
+    env_bytes: dict[int, tuple[int, str | None]] = {}
+    for jid, spec in jobs.jobs.items():
+        command, env = spec.command, spec.env
+        if env:
+            known = env_bytes.get(id(env))
+            if known is None:
+                known = env_bytes[id(env)] = _env_size(env)
+            size, too_long = known
+        else:
+            size, too_long = 0, None
+        if type(command) is str and len(command) < _SHORT_COMMAND and not size and too_long is None:
+            continue
+        _check_exec_size(jobs, jid, spec, size, too_long)
+
+
+def _env_size(env: tuple[tuple[str, str], ...]) -> tuple[int, str | None]:
+    """Bytes the env takes at exec, and the name of a variable too long to pass (or None)."""
+    size, too_long = 0, None
+    for name, value in env:
+        n = len(name.encode()) + len(value.encode()) + 2
+        if n > EXEC_ARG_MAX and too_long is None:
+            too_long = name
+        size += n + 8
+    return size, too_long
+
+
+def _check_exec_size(jobs: JobsReader, jid: str, spec: JobSpec, env_size: int, too_long: str | None) -> None:
+    if too_long is not None:
+        jobs.report(spec.line, f"env '{too_long}' is longer than a process can be given",
+                    f"the OS passes at most {EXEC_ARG_MAX - 1:,} bytes of NAME=value: pass a file instead",
+                    job=jid)
+        return
+    words = [spec.command] if type(spec.command) is str else list(spec.command or ())
+    sizes = [len(w.encode()) + 1 for w in words]
+    longest = max(sizes, default=0)
+    if longest > EXEC_ARG_MAX:
+        what = "the command" if type(spec.command) is str else "an argument of the command"
+        jobs.report(spec.line, f"{what} is {longest - 1:,} bytes long, more than a process can be given",
+                    f"the OS passes at most {EXEC_ARG_MAX - 1:,} bytes in one argument: put it in a script",
+                    job=jid)
+        return
+    total = sum(sizes) + 8 * len(sizes) + env_size
+    if total > EXEC_TOTAL_MAX:
+        jobs.report(spec.line, f"the command and env take {total:,} bytes, more than a process can be given",
+                    f"a job may pass at most {EXEC_TOTAL_MAX:,}: the OS's ARG_MAX of 2 MiB, less room for the "
+                    "run's own environment; put them in a script or a file", job=jid)
 
 
 def _resolve(jobs: JobsReader) -> None:
@@ -92,6 +155,12 @@ def _check_conditions(jobs: JobsReader) -> None:
                 i = jobs.index.get(name)
                 if i is None:
                     jobs.report(spec.line, f"the {what} reads unknown job '{name}'", job=jid)
+                    continue
+                if name == jid:
+                    key = "if" if what == "condition" else what
+                    jobs.report(spec.line, f"a job cannot read its own outcome in its {key} (jobs.{jid})",
+                                "it is decided before the job runs; only until reads the job's own "
+                                "result.KEY and exit_code", job=jid)
                     continue
                 if above is None:
                     above = _upstream_closure(jobs, jobs.index[jid])

@@ -7,7 +7,7 @@ import pwd
 import re
 from typing import Any
 
-from wloadctl.core.condition import ConditionError, parse_condition
+from wloadctl.core.condition import OWN_NAMES, ConditionError, parse_condition
 from wloadctl.core.durations import parse_deadline
 from wloadctl.core.plan import DEFAULT_MAX_ITEMS, JOB_TYPES, NO_RETRY, DynamicItems, RetryPolicy
 from wloadctl.core.planvalues import (
@@ -129,10 +129,13 @@ class FieldReader:
     resource sets; each distinct value is kept once.
     """
 
-    def __init__(self, capacity: dict[str, int]) -> None:
+    def __init__(self, capacity: dict[str, int], declared: frozenset[str] = frozenset()) -> None:
         """Prepare for a plan whose declared resources are `capacity`."""
         self.capacity = capacity
         """Declared resources and their capacity."""
+        self.declared = declared
+        """Every resource name the plan declares, its capacity right or wrong (a wrong one is reported once,
+        where it is declared, and not again for each job that asks for it)."""
         self.extra: list[FieldError] = []
         """More problems of the field just read (it gave a value); callers empty it."""
         self.shared: dict[Any, Any] = {}
@@ -242,7 +245,10 @@ class FieldReader:
         value, line, text = entry
         tier = SLA_NAMES.get(value) if type(value) is str else None
         if tier is None:
-            word = str(text if text is not None else value)
+            if text is None:
+                raise FieldError(f"sla must be a tier, not {describe(value)}", line,
+                                 f"use one of: {', '.join(SLA_NAMES)}")
+            word = str(text)
             tier = SLA_NAMES.get(word.lower())
             if tier is None:
                 raise FieldError(
@@ -334,6 +340,8 @@ class FieldReader:
         out = []
         for name, amount, line in amounts(entry, "resource"):
             cap = self.capacity.get(name)
+            if cap is None and name in self.declared:
+                continue
             if cap is None:
                 declared = ", ".join(self.capacity) or "none are declared"
                 raise FieldError(
@@ -407,7 +415,7 @@ class FieldReader:
         try:
             parse_deadline(text)
         except ValueError as err:
-            raise FieldError(str(err), line) from None
+            raise FieldError(f"{what}: {err}", line) from None
         return text.strip()
 
     def condition(self, entry: Entry) -> str | None:
@@ -427,9 +435,16 @@ class FieldReader:
             return None
         text = text_of(entry, what, lenient=True)
         try:
-            parse_condition(text)
+            cond = parse_condition(text)
         except ConditionError as err:
-            raise FieldError(f"{what}: {err}", entry[1], _EXAMPLES[what]) from None
+            raise FieldError(f"{what}: {err}", entry[1], err.hint or _EXAMPLES[what]) from None
+        if what == "until" and cond.jobs:
+            # An `until` is evaluated on the job's own outcome alone: another job's reads as nothing.
+            raise FieldError(f"until reads job '{min(cond.jobs)}': an until reads only the job's own "
+                             f"{', '.join(OWN_NAMES)} and vars", entry[1], _EXAMPLES[what])
+        if what == "if" and cond.own:
+            raise FieldError(f"if reads '{min(cond.own)}', which only an until has (the job's own outcome)",
+                             entry[1], "read an upstream's: jobs.NAME.result.KEY, jobs.NAME.exit_code")
         return self.share(text)
 
     def for_each(self, entry: Entry) -> tuple[str, ...] | str | DynamicItems | None:
@@ -475,7 +490,11 @@ class FieldReader:
         try:
             cond = parse_condition(text)
         except ConditionError as err:
-            raise FieldError(f"for_each: {err}", entry[1], "write for_each: jobs.list_files.result.files") from None
+            raise FieldError(f"for_each: {err}", entry[1],
+                             err.hint or "write for_each: jobs.list_files.result.files") from None
+        if cond.own:
+            raise FieldError(f"for_each reads '{min(cond.own)}', which only an until has (the job's own outcome)",
+                             entry[1], "write for_each: jobs.list_files.result.files")
         if not cond.jobs:
             raise FieldError("for_each over an upstream's output must read a job", entry[1],
                              "write for_each: jobs.list_files.result.files")

@@ -6,6 +6,8 @@ import dataclasses
 import gc
 import hashlib
 import io
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -24,6 +26,7 @@ from wloadctl.core.plantop import (
     group_weights,
     read_four_eyes,
     read_limits,
+    read_name,
     read_roles,
     read_schedule,
     read_share,
@@ -37,6 +40,7 @@ from wloadctl.core.planvalues import (
     text_of,
 )
 from wloadctl.core.yamltree import (
+    LONG_KEY,
     Entry,
     TreeReader,
     YamlEvent,
@@ -71,7 +75,7 @@ def load_plan(path: str | Path) -> Plan:
     try:
         # The parser pulls the file in chunks: a million-job plan is never
         # held as one block of bytes.
-        with open(path, "rb") as stream:
+        with _open_regular(name) as stream:
             digesting = _Digesting(stream)
             return _load(
                 lambda: digesting if digesting.fresh else open(path, "rb"),
@@ -90,6 +94,32 @@ def load_plan(path: str | Path) -> Plan:
         raise PlanError(
             f"cannot read plan file {name}: {err.strerror or err}", file=name
         ) from None
+
+
+_KINDS = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _open_regular(name: str) -> BinaryIO:
+    """Open a plan file for reading, refusing what is not a regular file.
+
+    Opened without blocking: opening a named pipe waits for a writer, and reading
+    a device may never end. A directory fails as IsADirectoryError, like open().
+    """
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(name)
+        if not stat.S_ISREG(mode):
+            kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+            raise PlanError(f"{name} is {kind}, not a plan file", file=name,
+                            hint="a plan is a regular YAML file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def load_plan_text(text: str, path: str = "<string>") -> Plan:
@@ -196,6 +226,10 @@ class _PlanBuilder:
         self.settle_problems: list[WloadError] = []
         """Problems of `defaults` and `resources` (replaced when they are read again)."""
         self.job_problems: list[WloadError] = []
+        self.value_sink: list[WloadError] = self.problems
+        """Where the problems of the top-level value being read go."""
+        self.sink_mark = 0
+        """How many problems value_sink held when that value began."""
         """Problems of the jobs (replaced when they are read again)."""
         self.top: dict[str, Entry] = {}
         """Top-level entries other than the jobs."""
@@ -265,8 +299,9 @@ class _PlanBuilder:
         self.sink = self.job_problems
         check_jobs(jobs)
         self.sink = self.problems
-        name = self._top_field("name", lambda e: text_of(e, "name", lenient=True), None)
-        if not name:
+        name = self._top_field("name", read_name, None)
+        given = self.top.get("name")
+        if not name and (given is None or not given[0]):
             self.report(
                 self.top["name"][1] if "name" in self.top else 1,
                 "the plan has no name",
@@ -298,8 +333,11 @@ class _PlanBuilder:
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:
         """The fair-share `groups` (name -> weight); every job's group must be one of them."""
         groups: dict[str, float] = self._top_field("groups", group_weights, {})
+        # A group whose weight is wrong is still declared: its own line says what is wrong.
+        given = self.top.get("groups")
+        declared = given[0] if given is not None and type(given[0]) is dict else groups
         for j in jobs.values():
-            if j.group is not None and j.group not in groups:
+            if j.group is not None and j.group not in declared:
                 self.report(j.line, f"job '{j.id}': group '{j.group}' is not declared under groups",
                             f"declared: {', '.join(groups) or 'none'}")
         return groups
@@ -365,9 +403,11 @@ class _PlanBuilder:
                         f"duplicate key '{key}' (first at line {self.top[key][1]})",
                         "YAML keeps only the last one; remove or rename one of them",
                     )
+                self.value_sink, self.sink_mark = self.sink, len(self.sink)
                 if key == "jobs":
                     self.top[key] = (True, line, None)
-                    self.sink = self.job_problems = []
+                    self.sink = self.value_sink = self.job_problems = []
+                    self.sink_mark = 0
                     self.jobs_reader = JobsReader(
                         self.fields, self.template, self.report
                     )
@@ -396,6 +436,10 @@ class _PlanBuilder:
                 raise NotPlain from None
             self.failed = True
             where, text = syntax_line(err)
+            if text.startswith(LONG_KEY) and str(getattr(err, "problem", "")).startswith("mapping values"):
+                # The key was read as the value of the mapping above it before the parser gave up:
+                # what was said of that value ("jobs must be a mapping ..., not the text ...") is false.
+                del self.value_sink[self.sink_mark:]
             self.sink = self.problems
             self.report(
                 where,
@@ -449,7 +493,8 @@ class _PlanBuilder:
                 }
             except FieldError as bad:
                 self.report(bad.line, bad.message, bad.hint)
-        self.fields = FieldReader(self.capacity)
+        declared = frozenset(res[0]) if res is not None and type(res[0]) is dict else frozenset()
+        self.fields = FieldReader(self.capacity, declared)
         self.template = [getattr(_BLANK, name) for name in FIELDS]
         defaults = self.top.get("defaults")
         if defaults is not None and defaults[0] is not None:

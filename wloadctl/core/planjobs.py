@@ -165,6 +165,10 @@ class JobsReader:
         """Forward references: (position in `up`, upstream id, where, job id)."""
         self.conditional: list[str] = []
         """Jobs given an `if` of their own (the defaults' `if` applies to all)."""
+        self.iterated: list[tuple[str, int]] = []
+        """Jobs given a `max_iterations` of their own, with its line: each needs an `until`."""
+        self.looping: set[str] = set()
+        """Jobs given an `until`, right or wrong (a wrong one is reported once)."""
         self._index_get = self.index.get
         self._id_at = self.ids.__getitem__
         self._shared = fields.shared
@@ -412,11 +416,15 @@ class JobsReader:
                 entry[1], f"unknown key '{key}'", key_hint(key, JOB_KEYS), job=jid
             )
             return
+        if key == "until":
+            self.looping.add(jid)
         try:
             vals[found[0]] = found[1](entry)
             if (key == "if" or (key == "for_each" and isinstance(vals[found[0]], DynamicItems))) and (
                     not self.conditional or self.conditional[-1] != jid):
                 self.conditional.append(jid)
+            elif key == "max_iterations":
+                self.iterated.append((jid, entry[1]))
         except FieldError as bad:
             self.report(bad.line, bad.message, bad.hint, job=jid)
             if key == "command":

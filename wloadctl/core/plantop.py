@@ -1,15 +1,41 @@
-"""The top-level fields of a plan read from entries: fair-share groups, schedule, time zone."""
+"""The top-level fields of a plan read from entries: its name, fair-share groups, schedule, time zone."""
 
 from __future__ import annotations
 
 import datetime as dt
+import unicodedata
 
 from wloadctl.core.plan import Schedule
-from wloadctl.core.planvalues import FieldError, mapping, number, text_of
+from wloadctl.core.planvalues import FieldError, mapping, positive_number, text_of
 from wloadctl.core.yamltree import Entry, describe
 
 ROLE_NAMES = ("viewer", "operator", "admin")
 """Roles a plan's `roles:` may grant (wloadctl.access)."""
+
+
+PLAN_NAME_MAX = 200
+"""The longest plan name, in bytes of UTF-8: the name names the plan's state directory (at most 255)."""
+
+
+def read_name(entry: Entry) -> str:
+    """`name`: how the plan is listed, and the name of its state directory under the state root.
+
+    Any text is taken (a character a directory name cannot hold becomes `_` there), but
+    not `.` or `..`, which name the root or its parent, nor a control character, which
+    would garble every listing of runs.
+    """
+    name = text_of(entry, "name", lenient=True)
+    bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    if bad is not None:
+        raise FieldError(f"the plan name holds a control character (U+{ord(bad):04X})", entry[1],
+                         "use printable text: the name is shown in every listing of runs")
+    if name in (".", ".."):
+        raise FieldError(f"'{name}' cannot name a plan: it names a folder", entry[1],
+                         "the name is the plan's state directory: add a letter or a digit")
+    if len(name.encode()) > PLAN_NAME_MAX:
+        raise FieldError(f"the plan name is {len(name.encode())} bytes long", entry[1],
+                         f"at most {PLAN_NAME_MAX}: the name is the plan's state directory")
+    return name
 
 
 def read_limits(entry: Entry) -> str:
@@ -58,23 +84,18 @@ def group_weights(entry: Entry) -> dict[str, float]:
     """`groups`: group name -> positive weight."""
     out: dict[str, float] = {}
     for name, item in mapping(entry, "groups").items():
-        out[name] = number(item, f"weight of group {name}", 0.0)
-        if out[name] <= 0:
-            raise FieldError(f"weight of group {name} must be positive", item[1])
+        out[name] = positive_number(item, f"weight of group {name}", "a weight such as 1 or 2")
     return out
 
 
 def read_share(entry: Entry) -> float:
     """`share`: the plan's positive weight in the host's fair share between runs."""
-    value = number(entry, "share", 0.0)
-    if value <= 0:
-        raise FieldError("share must be positive", entry[1], "a weight such as 1 (the default) or 2")
-    return value
+    return positive_number(entry, "share", "a weight such as 1 (the default) or 2")
 
 
 def read_schedule(entry: Entry) -> Schedule:
     """`schedule`: {cron, business_days, holidays}."""
-    from wloadctl.core.calendar import WEEKDAYS, valid_cron
+    from wloadctl.core.calendar import CRON_FIELDS, WEEKDAYS, fires_on_business_days, valid_cron
 
     fields = mapping(entry, "schedule")
     for key in fields:
@@ -84,8 +105,10 @@ def read_schedule(entry: Entry) -> Schedule:
         raise FieldError("schedule needs a cron expression", entry[1], "write cron: '30 18 * * 1-5'")
     cron = text_of(fields["cron"], "cron")
     if not valid_cron(cron):
-        raise FieldError(f"'{cron}' is not a cron expression", fields["cron"][1],
-                         "five fields: minute hour day-of-month month day-of-week")
+        count = len(cron.split())
+        what = f"has {count} fields, not the five of" if count != 5 else "is not"
+        raise FieldError(f"'{cron}' {what} a cron expression", fields["cron"][1],
+                         f"write {CRON_FIELDS}, e.g. '30 18 * * 1-5'")
     days: tuple[int, ...] = (0, 1, 2, 3, 4)
     if "business_days" in fields:
         raw = fields["business_days"]
@@ -109,7 +132,12 @@ def read_schedule(entry: Entry) -> Schedule:
                 holidays.append(dt.date.fromisoformat(text).isoformat())
             except ValueError:
                 raise FieldError(f"holiday '{text}' is not a date", item[1], "write YYYY-MM-DD") from None
-    return Schedule(cron, days, tuple(holidays))
+    schedule = Schedule(cron, days, tuple(holidays))
+    if not fires_on_business_days(schedule):
+        names = ", ".join(WEEKDAYS[d] for d in days) or "none"
+        raise FieldError(f"cron '{cron}' never fires on a business day ({names})", fields["cron"][1],
+                         "check the cron's days and months against business_days")
+    return schedule
 
 
 def read_timezone(entry: Entry) -> str:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import math
 
-from wloadctl.core.durations import DURATION_FORMS, parse_duration
+from wloadctl.core.durations import DURATION_FORMS, DurationRangeError, parse_duration
 from wloadctl.core.yamltree import Entry, describe
 
 
@@ -90,6 +91,14 @@ def number(entry: Entry, what: str, low: float, high: float | None = None) -> fl
     return float(value)
 
 
+def positive_number(entry: Entry, what: str, hint: str | None = None) -> float:
+    """A float field more than zero (a weight)."""
+    value = number(entry, what, -math.inf)
+    if not value > 0:
+        raise FieldError(f"{what} must be more than zero, not {entry[0]}", entry[1], hint)
+    return value
+
+
 def boolean(entry: Entry, what: str) -> bool:
     """A yes/no field."""
     value, line, _ = entry
@@ -107,6 +116,8 @@ def duration(entry: Entry, what: str, *, positive: bool = False) -> float:
         )
     try:
         seconds = parse_duration(text)
+    except DurationRangeError as err:
+        raise FieldError(f"{what}: {err}", line) from None
     except ValueError:
         raise FieldError(
             f"{what}: '{text}' is not a duration", line, f"use {DURATION_FORMS}"

@@ -19,6 +19,8 @@ from yaml.events import (
     StreamStartEvent,
 )
 
+from wloadctl.core.plan import JOB_ID_MAX
+
 Entry = tuple[Any, int, str | None]
 """A YAML node as (value, 1-based line, source text).
 
@@ -338,6 +340,10 @@ class TreeReader:
             )
 
 
+LONG_KEY = "a key longer than 1024 characters"
+"""Start of the message for a key past YAML's limit (PyYAML and libyaml read none longer as a key)."""
+
+
 def syntax_line(error: yaml.YAMLError) -> tuple[int | None, str]:
     """The line and a one-line message of a YAML parser error.
 
@@ -355,4 +361,9 @@ def syntax_line(error: yaml.YAMLError) -> tuple[int | None, str]:
     else:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
     line = mark.line + 1 if mark is not None else None
+    if problem is not None and mark is not None and mark.column > 1024 and (
+            problem.startswith("mapping values are not allowed") or "could not find expected ':'" in problem):
+        # Past 1024 characters the parser no longer takes the text before the colon for a key
+        # (libyaml and PyYAML alike), and says only this.
+        text = f"{LONG_KEY} (a job id is at most {JOB_ID_MAX})"
     return line, text

@@ -78,6 +78,8 @@ def default_state_dir(plan_name: str) -> Path:
     from wloadctl.paths import state_root
 
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in plan_name) or "plan"
+    if safe in (".", ".."):
+        safe = "_" * len(safe)  # the root itself, or its parent: plans refuse these names, stored ones may not
     return state_root() / safe
 
 
