@@ -302,6 +302,34 @@ def test_a_resume_from_another_directory_runs_relative_cwd_jobs_in_the_plans_fol
     assert ipc_names(run_id) == []
 
 
+def test_a_resume_from_another_directory_runs_jobs_without_a_cwd_where_the_run_started(tmp_path: Path) -> None:
+    """A job without `cwd:` runs in the directory the run was started from, whatever directory a resume comes from
+    and whether the run's executors are still there: one run's jobs do not run in two places."""
+    proj, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    proj.mkdir()
+    elsewhere.mkdir()
+    (proj / "plan.yaml").write_text("name: here\njobs:\n  a: {command: 'pwd > a.txt; sleep 1'}\n"
+                                    "  b: {command: 'pwd > b.txt', depends_on: [a]}\n")
+    sd = proj / "sd"
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", "plan.yaml", "--state-dir", "sd"], cwd=proj,
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: (proj / "a.txt").exists(), what="a started")
+        run_id = status(sd)["run"]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    kill_all(executor_pids(run_id))  # the resume starts executors of its own
+    reap_orphans(run_id)
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "resume", "--state-dir", str(sd), "--json"], cwd=elsewhere,
+                       env=ENV, capture_output=True, text=True, timeout=120)
+    reap_orphans(run_id)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"a": "SUCCEEDED", "b": "SUCCEEDED"}
+    assert (proj / "b.txt").read_text().strip() == str(proj) and not (elsewhere / "b.txt").exists()
+    assert ipc_names(run_id) == []
+
+
 def _starts_in(reasons: list[str]) -> float:
     """The seconds `why` says a job held by its not-before time may start in."""
     head = "not before 23:59+1d: it may start in "

@@ -367,7 +367,8 @@ def _finished(store: Store, run_id: str) -> bool:
 
 def _settings(opts: RunOptions) -> dict[str, object]:
     """What a run keeps of how it was started: a resume uses it, `logs` finds the broker of agents' jobs."""
-    out: dict[str, object] = {"executors": opts.executors, "slots": opts.slots}
+    # (cwd: where its jobs without a cwd: of their own run, whoever resumes it from wherever)
+    out: dict[str, object] = {"executors": opts.executors, "slots": opts.slots, "cwd": os.getcwd()}
     if opts.broker is not None:
         out.update(broker=opts.broker.shown(), prefix=opts.broker.prefix)
     return out
@@ -619,7 +620,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                             serves=(lambda i: not remote.remote_of(i)) if remote is not None else None,
                             dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
                             cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch,
-                            prestarted=opts.prestarted)
+                            prestarted=opts.prestarted, workdir=json.loads(run.settings or "{}").get("cwd"))
     if remote is None and not core.resources.places and core.group_of is None:
         # Chains of short jobs go to the executors a chain at a time (SchedulerCore.follow): one executor's
         # queue message carries them, so no other pool, placement or fair share may split them.

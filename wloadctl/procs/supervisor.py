@@ -248,6 +248,9 @@ class Supervisor:
     """MiB each executor offers jobs that claim some (0 = no limit)."""
     hand_back: float | None = None
     """Each executor's `--hand-back` (None: the executors' default; 0: take ahead always, never hand back)."""
+    workdir: str | None = None
+    """The directory the run was started from: its executors run there, and so do the jobs without a `cwd:` of
+    their own, when a resume starts them from another directory (None: this process's)."""
     prestarted: Prestarted | None = None
     """Executors started ahead of the run (`wloadctl run`), taken where one was started with the same command
     line (prestart.py)."""
@@ -255,17 +258,23 @@ class Supervisor:
     poller: select.poll | None = None
     messages: list[str] = field(default_factory=list)
     """Health events for the operator (restarts, deaths)."""
+    workdir_gone: bool = False
+    """The run's directory was found gone (said once)."""
 
     def spawn(self, index: int) -> Worker:
-        """Start executor `index` in its own session (a closed terminal or Ctrl-C does not reach it)."""
-        argv = executor_argv(self.run_id, index, self.slots, self.state_dir, self.orphan_timeout, self.cpus,
+        """Start executor `index` in its own session (a closed terminal or Ctrl-C does not reach it), in the
+        run's directory."""
+        state_dir, cwd = self.state_dir, self._workdir()
+        if cwd is not None:
+            state_dir = state_dir.absolute()
+        argv = executor_argv(self.run_id, index, self.slots, state_dir, self.orphan_timeout, self.cpus,
                              self.prefetch, self.memory, self.hand_back)
         proc = self.prestarted.take(argv) if self.prestarted is not None else None
         if proc is None:
             logf = open(executor_log(self.state_dir, index), "ab")
             try:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                                        start_new_session=True, cwd=cwd)
             except OSError as e:
                 raise TransportError(f"cannot start executor {index}: {e}") from None
             finally:
@@ -366,6 +375,17 @@ class Supervisor:
             return None
         self.log(f"executor {index} restarted (pid {w.pid}, restart #{w.restarts})")
         return w
+
+    def _workdir(self) -> str | None:
+        """The run's directory when executors must be started there (None: this process's own is it)."""
+        if self.workdir is None or os.path.realpath(self.workdir) == os.path.realpath(os.getcwd()):
+            return None
+        if not os.path.isdir(self.workdir):
+            if not self.workdir_gone:
+                self.workdir_gone = True
+                self.log(f"the run's directory {self.workdir} is gone: its jobs without a cwd: run in {os.getcwd()}")
+            return None
+        return self.workdir
 
     def log(self, msg: str) -> None:
         """Keep a health message for the operator."""
