@@ -124,6 +124,20 @@ def test_cancel_drains_the_run() -> None:
     assert dispatched(finish(core, "a")) == []
 
 
+def test_a_cancelled_run_refuses_verbs_that_would_start_jobs_and_ends() -> None:
+    """Nothing is dispatched in a cancelled run: a job rerun or released there would wait READY for good, and keep
+    the drained run from ending."""
+    core = chain()
+    op(core, "cancel")
+    for verb in ("rerun", "retry", "release"):
+        rep, _ = op(core, verb, "b")
+        assert [(ok, msg.startswith("the run is cancelled: nothing new starts in it")) for _i, ok, msg in rep.results] \
+            == [(False, True)], rep.results
+    assert states(core)["b"] == "CANCELLED"
+    finish(core, "a")
+    assert core.is_finished()
+
+
 def test_glob_resolution_and_unknown_names() -> None:
     core = SchedulerCore(make_plan({"load_eu": {}, "load_us": {}, "post": {}}), slots=1)
     found, unknown = resolve_jobs(core, ["load_*", "nope", "post"])

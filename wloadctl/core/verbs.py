@@ -132,6 +132,10 @@ def unknown_text(unknown: list[str]) -> str:
     return "; ".join(parts)
 
 
+_STARTS = frozenset({"release", "approve", "retry", "rerun"})
+"""Verbs that let jobs start: refused in a cancelled run, which starts nothing."""
+
+
 def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
     """Apply an operator verb to the jobs it names and report, per job, what happened.
 
@@ -155,6 +159,11 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
                                         f"{core.busy} running jobs finish")], touched)
     if verb not in VERB_FROM:
         return Reply(verb, [(-1, False, f"unknown verb '{verb}'; verbs: {', '.join(VERBS)}")])
+    if core.cancelled and verb in _STARTS:
+        # Nothing is dispatched in a cancelled run: the jobs would wait READY and keep the drained run up.
+        return Reply(verb, [(i, False, f"the run is cancelled: nothing new starts in it, so '{core.ids[i]}' would "
+                                       f"not run; once the run has ended, `wloadctl {verb} {core.ids[i]}` on its "
+                                       "journal and `wloadctl resume` run it") for i in ev.jobs])
     for i in ev.jobs:
         st = S(core.state[i])
         if st not in VERB_FROM[verb]:
