@@ -135,6 +135,7 @@ def test_a_cancelled_run_refuses_verbs_that_would_start_jobs_and_ends() -> None:
             == [(False, True)], rep.results
     assert states(core)["b"] == "CANCELLED"
     finish(core, "a")
+    finish(core, "x")
     assert core.is_finished()
 
 
