@@ -3,6 +3,7 @@ refused in one line unless the change is accepted."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -108,8 +109,13 @@ def test_a_resume_of_the_changed_plan_is_refused_unless_accepted(tmp_path: Path,
     # and accepted, the run goes on with the change: c is added, b runs as now written
     p = cli("resume", str(plan), "--state-dir", str(sd), "--accept-plan-change")
     assert p.returncode == 1, p.stderr  # b now fails, by the change
-    assert "plan change accepted: 1 job(s) added" in p.stderr
+    # (a writes its evidence elsewhere now too)
+    said = ("plan change accepted: 1 job(s) added (c), 2 changed (a, b): what has not run yet runs as the file "
+            "now says")
+    assert said in p.stderr
     assert job_states(sd) == {"a": "SUCCEEDED", "b": "FAILED", "c": "UPSTREAM_FAILED"}
+    audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
+    assert [(x["verb"], x["outcome"]) for x in audit] == [("plan-change", said)]
     # with a run at most once more (its executor died with the scheduler; it is idempotent) and b
     # once, as now written, and nothing left behind
     assert [k for k, _t in read_evidence(out)["a"]].count("start") <= 2

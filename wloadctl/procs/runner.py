@@ -14,7 +14,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -26,6 +26,7 @@ from wloadctl.core.planfile import load_plan
 from wloadctl.core.states import JobState
 from wloadctl.errors import PlanError, StoreError, TransportError, UsageError, WloadError
 from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
+from wloadctl.ipc import ctlsock
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.boards import StateBoard
 from wloadctl.ipc.naming import ROLE_BOARD, object_name
@@ -230,11 +231,25 @@ def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOpt
     order = list(stored.jobs) + [j for j in fresh.jobs if j not in stored.jobs]
     plan = dataclasses.replace(fresh, jobs={j: fresh.jobs[j] for j in order})
     added = [(k, j) for k, j in enumerate(order) if j not in stored.jobs]
+    # (a job's line in the file is no part of what it does)
+    changed = [j for j in stored.jobs if dataclasses.replace(fresh.jobs[j], line=0) !=
+               dataclasses.replace(stored.jobs[j], line=0)]
     _refuse_growing_live_board(plan_path, run, plan)
     store.replace_plan(run.id, fresh.digest, text.decode("utf-8", "replace"), _absolute(plan_path), added)
     keep_plan(store, run, plan)
-    opts.say(f"plan change accepted: {len(added)} job(s) added")
+    said = (f"plan change accepted: {len(added)} job(s) added"
+            + (f" ({_some(j for _k, j in added)})" if added else "")
+            + (f", {len(changed)} changed ({_some(changed)}): what has not run yet runs as the file now says"
+               if changed else ""))
+    store.record_action(run.id, ctlsock.user_name(os.getuid()), "plan-change", "*", "", said, True)
+    opts.say(said)
     return plan
+
+
+def _some(ids: Iterable[str], most: int = 10) -> str:
+    """Up to `most` ids, and how many more."""
+    ids = list(ids)
+    return ", ".join(ids[:most]) + (f" and {len(ids) - most} more" if len(ids) > most else "")
 
 
 def _absolute(plan_path: str) -> str:
