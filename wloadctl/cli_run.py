@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wloadctl.core.states import JobState, is_holding
+from wloadctl.core.states import TERMINAL, JobState, is_holding
 from wloadctl.errors import UsageError
 from wloadctl.procs.prestart import DEFAULT_PREFETCH, Prestarted, counts_problem
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
@@ -45,7 +45,11 @@ class LineLog:
         if self.loop is None:
             self.loop = loop
             if loop.core.n <= LINE_LOG_MAX_JOBS:
-                loop.watch = []
+                # The first turn ended jobs before anything watched: those that never ran (an `if` false at
+                # the start, an upstream that failed before) are told with the turn's others.
+                core = loop.core
+                loop.watch = [(i, core.state[i], core.reasons.get(i, "")) for i in range(core.n)
+                              if core.state[i] in TERMINAL and core.attempt[i] == 0]
         self.flush()
 
     def flush(self, final: bool = False) -> None:

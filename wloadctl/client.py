@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wloadctl import access
-from wloadctl.core.states import JobState, is_holding
+from wloadctl.core.states import TERMINAL, JobState, is_holding
 from wloadctl.errors import ControlError, TransportError, UsageError, WloadError
 from wloadctl.ipc import ctlsock
 from wloadctl.ipc import protocol as P
@@ -582,6 +582,10 @@ class RunClient:
         if row is None:
             raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
         att = attempt or row[3]
+        if att <= 0 and row[2] in TERMINAL:
+            raise ControlError(f"job '{job}' ran no process of its own (state {JobState(row[2]).name}), so it has "
+                               "no log" + (f" (its for_each instances {job}@ITEM have theirs)"
+                                           if any(p == job for p, _i in self.store.expansions(self.run.id)) else ""))
         if att <= 0:
             raise ControlError(f"job '{job}' has not run yet (state {JobState(row[2]).name})")
         if att > row[3]:

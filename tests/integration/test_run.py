@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.integration.helpers import (
     cli,
@@ -277,3 +278,29 @@ def test_a_job_at_risk_that_made_its_deadline_is_not_listed_at_risk_afterwards(t
     assert json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["flags"] == {"late": "LATE"}
     runs = json.loads(cli("runs", "--root", str(tmp_path), "--json").stdout)
     assert [(r["at_risk"], r["late"]) for r in runs] == [(0, 1)], runs
+
+
+def test_jobs_that_never_ran_are_told_and_a_stalled_run_says_which_verb_each_held_job_needs(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "told", "variables": {"x": 2}, "jobs": {
+        "lst": {"command": "echo '{\"x\": [\"a\", \"b\"]}' > $WLOADCTL_RESULT_FILE"},
+        "each": {"for_each": "jobs.lst.result.x", "command": "echo {item}", "depends_on": ["lst"]},
+        "sk": {"command": "true", "if": "vars.x == 1"},
+        "sign": {"command": "true", "confirm": True},
+        "after": {"command": "true", "depends_on": ["sign"]}}}, sort_keys=False))
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--exit-on-hold", "--executors", "1", "--slots", "1")
+    assert p.returncode == 1, p.stderr
+    # a job skipped as the run started is told with the others
+    assert any(line.split()[1:] == ["SKIPPED", "sk", "(condition", "false:", "vars.x", "==", "1)"]
+               for line in p.stdout.splitlines()), p.stdout
+    assert p.stderr.splitlines()[-1] == ("wloadctl: run stalled: 1 held job(s) need an operator: approve sign "
+                                         f"(waiting for confirmation); then `wloadctl resume --state-dir {sd}`")
+    # a job that ran no process of its own has no log, and says why
+    for job, said in (("each", "wloadctl: job 'each' ran no process of its own (state SUCCEEDED), so it has no log "
+                               "(its for_each instances each@ITEM have theirs)"),
+                      ("sk", "wloadctl: job 'sk' ran no process of its own (state SKIPPED), so it has no log"),
+                      ("after", "wloadctl: job 'after' has not run yet (state WAITING)")):
+        q = cli("logs", job, "--state-dir", str(sd))
+        assert (q.returncode, q.stderr.strip()) == (1, said), q.stderr

@@ -691,9 +691,14 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             status = "succeeded" if finished.ok else ("cancelled" if core.cancelled else "failed")
         elif loop.stalled:
             status = "held"
-            held = [core.ids[i] for i in range(core.n) if core.state[i] == JobState.HELD]
-            opts.say(f"run stalled: {len(held)} held job(s) need an operator: {', '.join(held[:10])}; "
-                     f"release them and `wloadctl resume --state-dir {opts.state_dir}`")
+            held = [i for i in range(core.n) if core.state[i] == JobState.HELD]
+            confirm = [core.ids[i] for i in held if core.specs[i].confirm]
+            others = [core.ids[i] for i in held if not core.specs[i].confirm]
+            how = " and ".join(part for part in (
+                f"release {_some(others)}" if others else "",
+                f"approve {_some(confirm)} (waiting for confirmation)" if confirm else "") if part)
+            opts.say(f"run stalled: {len(held)} held job(s) need an operator: {how}; "
+                     f"then `wloadctl resume --state-dir {opts.state_dir}`")
         else:
             # Ctrl-C: what runs here goes on under its executors, whose queues and segments stay
             # for the resume that reattaches to them; a SIGTERM stops and requeues it.
