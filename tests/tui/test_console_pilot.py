@@ -116,6 +116,33 @@ async def test_destructive_verbs_do_not_confirm_on_enter() -> None:
     assert fake.sent == [("kill", ["load_gl"], "", False)]
 
 
+async def test_enter_in_the_reason_field_does_not_confirm_a_destructive_verb() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        app.screen.query_one(JobTable).select_job("load_gl")
+        # Given the kill dialog, the operator in its reason field
+        await pilot.press("x")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen),
+            what="the confirmation",
+        )
+        # When Enter is pressed there, empty or after a reason
+        await pilot.press("tab", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and not fake.sent
+        await pilot.press("tab", *"stuck", "enter")
+        await pilot.pause()
+        # Then nothing is sent; the reason is kept and y (no longer text) confirms
+        assert isinstance(app.screen, ConfirmScreen) and not fake.sent
+        assert any("press y to kill" in n.message for n in app._notifications)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: fake.sent, what="the kill")
+    assert fake.sent == [("kill", ["load_gl"], "stuck", False)]
+
+
 async def test_rerun_with_downstream_is_a_choice_in_the_dialog() -> None:
     fake = FakeClient()
     app = fake_app(fake)
