@@ -139,3 +139,25 @@ async def test_the_approvals_screen_on_a_live_run_lists_requests_and_approving_a
         live_run.open_gate()
         await wait_for(pilot, lambda: app.model is not None and app.model.counts[S.SUCCEEDED] == 3, timeout=30,
                        what="the run done")
+
+
+async def test_a_verb_that_needs_four_eyes_says_which_request_waits_for_approve(live_run: LiveRun) -> None:
+    from tui.screens.confirm import ConfirmScreen
+
+    # Given a live run whose plan makes skip need a second person
+    sup = live_run.supervisor(live_run.plan("confirm.yaml"))
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda: app.screen.query_one(JobTable).select_job("transfer"), what="transfer")
+        # When the operator skips a job and confirms
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        await pilot.press("y")
+        # Then the note names the request and the approve it waits for, not "nothing to do"
+        note = await wait_for(pilot, lambda: next((n for n in app.notes if n.text.startswith("skip")), None),
+                              timeout=30, what="the reply")
+        assert "request R1 needs another admin's approve" in note.text and "transfer" in note.text
+        assert "nothing to do" not in note.text
+        live_run.open_gate()
