@@ -65,6 +65,9 @@ class JobsModel:
     """Absolute deadline (epoch seconds) of jobs that have one."""
     deadline_text: dict[int, str] = field(default_factory=dict)
     """Deadlines as written in the plan."""
+    risk_window: dict[int, float] = field(default_factory=dict)
+    """At-risk windows of jobs with a deadline whose timeout widens them past the core's RISK_WINDOW
+    (wloadctl.core.sla.risk_window)."""
     critical: frozenset[int] = frozenset()
     """Jobs on the run's critical path."""
     expected: array[float] = field(default_factory=lambda: array("d"))

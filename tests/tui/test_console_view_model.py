@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from console_fakes import NOW, T0, FakeClient
+from console_fakes import NOW, PLAN_TEXT, T0, FakeClient
 
 from tui.commands import CommandError, parse_command, resolve
 from tui.dag_layout import layout, render
@@ -18,6 +18,7 @@ from tui.sla import deadline_at, sla_view
 from tui.view_model import JobsModel, job_row, view_order
 from wloadctl.core.dag import Dag
 from wloadctl.core.planfile import load_plan_text
+from wloadctl.core.sla import RISK_WINDOW, risk_window
 from wloadctl.core.states import TRANSITIONS, JobState, SlaTier
 from wloadctl.core.verbs import VERB_FROM
 
@@ -238,9 +239,27 @@ def test_sla_view_per_tier_and_at_risk(loaded: tuple[JobsModel, Dag]) -> None:
     crit = next(t for t in view.tiers if t.tier == SlaTier.CRITICAL)
     assert (crit.total, crit.done, crit.running, crit.failed) == (5, 1, 1, 0)
     assert crit.next_due is not None and crit.next_due.job == "load_gl"
-    assert [d.job for d in view.at_risk] == ["revalue_fx", "load_gl"]
+    assert [d.job for d in view.at_risk] == ["revalue_fx"]  # blocked by its failed upstream
     later = sla_view(model, T0 + 3600)  # past +20m and +30m
     assert {d.job for d in later.late} == {"revalue_fx", "load_gl"}
+
+
+def test_sla_view_flags_at_risk_by_the_schedulers_window(loaded: tuple[JobsModel, Dag]) -> None:
+    # load_gl runs with its deadline at +30m; the scheduler flags it RISK_WINDOW before
+    model, _dag = loaded
+    due = model.deadline[model.index["load_gl"]]
+    assert "load_gl" not in [d.job for d in sla_view(model, due - RISK_WINDOW - 1).at_risk]
+    assert "load_gl" in [d.job for d in sla_view(model, due - RISK_WINDOW).at_risk]
+    # A timeout longer than the window widens it, as the scheduler's timers do
+    client = FakeClient()
+    client._plan = load_plan_text(
+        PLAN_TEXT.replace('deadline: "+30m"}', 'deadline: "+30m", timeout: 20m}'), "eod_mini.yaml"
+    )
+    _info, timed, _dag = load_model(client)
+    i = timed.index["load_gl"]
+    assert timed.risk_window == {i: risk_window(1200.0)} == {i: 1200.0}
+    assert "load_gl" not in [d.job for d in sla_view(timed, due - 1201).at_risk]
+    assert "load_gl" in [d.job for d in sla_view(timed, due - 1200).at_risk]
 
 
 def test_commands_parse_with_helpful_errors() -> None:
