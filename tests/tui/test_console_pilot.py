@@ -191,6 +191,37 @@ async def test_command_line_runs_verbs_on_globs_and_sorts() -> None:
     assert fake.sent == [("hold", ["post_interest", "gl_close"], "", False)]
 
 
+async def test_the_sort_arrow_and_title_say_the_order_the_rows_are_in() -> None:
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        table = app.screen.query_one(JobTable)
+        assert app.model is not None
+        durations = lambda: [  # noqa: E731
+            d for i in table.order if (d := app.model.duration(i, NOW)) is not None
+        ]
+        # Descending: the longest first
+        await pilot.press("colon", *"sort duration desc", "enter")
+        await pilot.pause()
+        assert "DURv" in screen_text(app) and "sort: duration desc" in screen_text(app)
+        assert app.model.ids[table.order[0]] == "load_gl"
+        assert durations() == sorted(durations(), reverse=True)
+        # Ascending: the shortest first
+        await pilot.press("colon", *"sort duration", "enter")
+        await pilot.pause()
+        assert "DUR^" in screen_text(app) and durations() == sorted(durations())
+        # S reaches attempt descending, the retried job on top; I turns it
+        await pilot.press("S")
+        await pilot.pause()
+        assert "ATv" in screen_text(app) and "sort: attempt desc" in screen_text(app)
+        assert app.model.ids[table.order[0]] == "load_fx_rates"  # its attempt 2
+        await pilot.press("I")
+        await pilot.pause()
+        attempts = [app.model.attempt[i] for i in table.order]
+        assert "AT^" in screen_text(app) and attempts[0] == 1 and attempts[-1] == 0
+        assert app.model.ids[table.order[attempts.index(2)]] == "load_fx_rates"
+
+
 async def test_enter_opens_the_job_with_why_and_history_and_esc_goes_back() -> None:
     app = fake_app()
     async with app.run_test(size=(100, 30)) as pilot:

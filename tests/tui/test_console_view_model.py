@@ -15,7 +15,7 @@ from tui.impact import impact
 from tui.labels import clip, fmt_duration, legend, progress_bar
 from tui.run_figures import summarize
 from tui.sla import deadline_at, sla_view
-from tui.view_model import JobsModel, job_row, view_order
+from tui.view_model import JobsModel, job_row, value_of, view_order
 from wloadctl.core.dag import Dag
 from wloadctl.core.planfile import load_plan_text
 from wloadctl.core.sla import RISK_WINDOW, risk_window
@@ -114,8 +114,25 @@ def test_order_by_state_puts_trouble_first_and_filters_compose(
     crit = view_order(model, parse_filter("state:waiting tier:critical"))
     assert [model.ids[i] for i in crit] == ["post_interest", "gl_close", "reg_report"]
     assert view_order(model, JobFilter(), "plan", reverse=True)[0] == len(model) - 1
-    longest = view_order(model, JobFilter(), "duration", now=NOW)
+    longest = view_order(model, JobFilter(), "duration", reverse=True, now=NOW)
     assert model.ids[longest[0]] == "load_gl"  # running for 9m24s
+
+
+@pytest.mark.parametrize("sort_key", ["start", "duration", "attempt", "executor"])
+def test_a_sort_ascends_or_descends_by_the_value_with_jobs_without_one_last(
+    loaded: tuple[JobsModel, Dag], sort_key: str
+) -> None:
+    model, _dag = loaded
+    value = value_of(model, sort_key, NOW)
+    for reverse in (False, True):
+        order = list(view_order(model, JobFilter(), sort_key, reverse, now=NOW))
+        values = [value(i) for i in order]
+        some = [v for v in values if v is not None]
+        assert some and len(set(some)) > 1, "the canned run has several values"
+        assert some == sorted(some, reverse=reverse), (sort_key, reverse)
+        assert values[: len(some)] == some  # and the jobs without one after them
+        rest = order[len(some):]
+        assert rest == sorted(rest)  # in plan order
 
 
 def test_row_cells_and_formatting(loaded: tuple[JobsModel, Dag]) -> None:
