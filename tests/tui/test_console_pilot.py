@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from console_fakes import NOW, FakeClient
 from console_helpers import fake_app, loaded, screen_text, wait_for
+from textual.widgets import Static
 
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
@@ -271,6 +272,10 @@ async def test_quitting_a_live_supervised_run_asks_detach_or_stop() -> None:
             pilot, lambda: isinstance(app.screen, QuitScreen), what="the question"
         )
         assert "scheduler pid 4242" in screen_text(app)
+        # The way back names the run's own state directory
+        said = str(app.screen.query_one("#question", Static).content)
+        assert "`wloadctl console --state-dir /nonexistent/eod_mini` attaches again" in said
+        assert "DIR" not in said
         await pilot.press("escape")
         assert isinstance(app.screen, MainScreen)
         await pilot.press("q", "s")

@@ -118,3 +118,15 @@ async def test_a_bad_command_on_the_list_keeps_the_prompt_open_and_q_quits() -> 
         await pilot.press("escape", "q")
         await pilot.pause(0.1)
     assert app.return_value == "quit"
+
+
+def test_a_console_on_a_directory_without_a_run_names_it_in_the_hint(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "console", "--state-dir", str(empty), "--readonly"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert f"`wloadctl run PLAN --state-dir {empty}`" in p.stderr and "DIR" not in p.stderr
