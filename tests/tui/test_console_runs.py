@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from console_fakes import NOW, T0, FakeClient, Run
 from console_helpers import loaded, screen_text, wait_for
 
@@ -130,3 +131,13 @@ def test_a_console_on_a_directory_without_a_run_names_it_in_the_hint(tmp_path: P
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert f"`wloadctl run PLAN --state-dir {empty}`" in p.stderr and "DIR" not in p.stderr
+
+
+def test_the_console_help_says_what_opens_without_a_state_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    from wloadctl.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["console", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "latest run" not in text
+    assert "with neither, the console opens the list of runs" in text
