@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from console_fakes import NOW, FakeClient
 from console_helpers import fake_app, loaded, screen_text, wait_for
 from textual.widgets import Static
@@ -428,3 +431,36 @@ async def test_the_header_says_why_a_live_scheduler_dispatches_nothing() -> None
         header = app.screen.query_one(RunHeader)
         await wait_for(pilot, lambda: header.status is not None and bool(header.status.paused), 10, "a paused feed")
         assert "PAUSED: no space left on device in /srv/eod" in header.render().plain
+
+
+@pytest.mark.parametrize("width", [80, 200])
+async def test_the_progress_line_keeps_the_succeeded_and_failed_counts_when_narrow(width: int) -> None:
+    from textual.app import App
+
+    from tui.messages import LiveStatus, RunInfo
+    from tui.run_figures import RunSummary
+    from tui.widgets.run_header import RunHeader
+    from wloadctl.core.states import JobState as S
+
+    class HeaderApp(App[None]):
+        def compose(self) -> Any:
+            yield RunHeader()
+
+    counts = [0] * len(S)
+    for st, n in ((S.SUCCEEDED, 40), (S.FAILED, 3), (S.UPSTREAM_FAILED, 2), (S.HELD, 1), (S.RETRY_WAIT, 1),
+                  (S.RUNNING, 8), (S.READY, 11), (S.WAITING, 236)):
+        counts[st] = n
+    app = HeaderApp()
+    async with app.run_test(size=(width, 24)) as pilot:
+        header = app.query_one(RunHeader)
+        header.show(RunInfo("r1", "eod", "2023-11-14", NOW - 60, "/nonexistent"),
+                    RunSummary(302, 45, 40, 5, 8, 60.0, 300.0), counts,
+                    LiveStatus(True, 4242, 1, 0.1), NOW)
+        await pilot.pause()
+        line = header.render().plain.split("\n")[1]
+    # The line fits, and keeps what an operator reads first: done, failed, blocked
+    assert len(line) <= width - 2 and "45/302" in line
+    for part in ("OK 40", "FAIL 3", "UPFAIL 2", "HELD 1"):
+        assert part in line, (part, line)
+    if width == 200:
+        assert "WAIT 236" in line and "READY 11" in line
