@@ -327,7 +327,10 @@ class ConsoleApp(App[str]):
                 self.push_screen(StoppingScreen())
 
         self.push_screen(
-            QuitScreen(self.status.scheduler_pid if self.status else None), chosen
+            QuitScreen(
+                self.status.scheduler_pid if self.status else None, self.state_dir
+            ),
+            chosen,
         )
 
     def action_command_palette(self) -> None:

@@ -28,6 +28,7 @@ from tui.supervise import SchedulerSupervisor
 from tui.view_model import JobsModel
 from wloadctl.client import node_label
 from wloadctl.core.dag import Dag
+from wloadctl.core.sla import RISK_WINDOW, risk_window
 from wloadctl.runshape import RunShape
 
 POLL = 0.25
@@ -129,6 +130,7 @@ def load_model(
         if at is not None and i < len(ids):
             model.deadline[i] = at
             model.deadline_text[i] = text
+    model.risk_window.update((i, w) for i, w in shape.windows.items() if i in model.deadline)
     seq = last_seq(client)
     states = client.states() if open_client is not None else None  # type: ignore[attr-defined]
     if states is None or len(states) > len(ids):
@@ -198,6 +200,8 @@ def _load_from_plan(
             if at is not None:
                 model.deadline[i] = at
                 model.deadline_text[i] = spec.deadline
+                if (window := risk_window(spec.timeout)) > RISK_WINDOW:
+                    model.risk_window[i] = window
     step("reading the jobs' states")
     seq = last_seq(client)
     # Rows read after `seq` already include some of the transitions past it; replaying

@@ -3,7 +3,8 @@
 A million jobs filtered or sorted one Python call per job takes about a second; here states and
 tiers are picked with `bytes.translate` and `itertools.compress`, a sort by state or tier is a
 pass per value, and sorts by start, duration, attempt or executor sort only the jobs that have
-one (the others keep plan order after them, as the one-key sort leaves them). Once the journal's
+one, ascending or descending (the others keep plan order after them either way, as
+view_model.view_order leaves them). Once the journal's
 flat rows are read (`_flat_order`), attempts and executors are grouped a pass per value too, and
 starts and durations are sorted over their arrays of doubles.
 """
@@ -224,8 +225,8 @@ def _keep_mask(idx: Sequence[int], n: int) -> bytes:
 
 def _sparse(idx: Sequence[int], has: Iterable[Any], key: Callable[[int], Any], reverse: bool,
             keep: Callable[[int], bool] | None = None) -> Sequence[int]:
-    """Sort `idx` by key where `has` is true (and `keep`, asked of those only); the others, whose key
-    is the largest, keep their order. `has` may be the jobs that have a key (a dict), when `idx` is every job."""
+    """Sort `idx` by key where `has` is true (and `keep`, asked of those only), descending when `reverse`;
+    the others follow in their order. `has` may be the jobs that have a key (a dict), when `idx` is every job."""
     if isinstance(has, dict):
         flags = bytearray(len(idx))
         for i in has:
@@ -243,9 +244,8 @@ def _sparse(idx: Sequence[int], has: Iterable[Any], key: Callable[[int], Any], r
     others = flags.translate(_table((0,)))
     if isinstance(idx, range) and idx == range(len(flags)):
         rest: Sequence[int] = Picked(others)  # most of a large run: not listed
-        return Chained([rest, head] if reverse else [head, rest])
-    listed = list(compress(idx, others))
-    return listed + head if reverse else head + listed
+        return Chained([head, rest])
+    return head + list(compress(idx, others))
 
 
 def sort_order(model: Any, idx: Sequence[int], sort_key: str, reverse: bool, now: float,
@@ -271,14 +271,14 @@ def sort_order(model: Any, idx: Sequence[int], sort_key: str, reverse: bool, now
         started = model.started
 
         def dur(i: int) -> float:
-            return -(model.duration(i, now) or -1.0)
+            return model.duration(i, now) or 0.0
 
         # No duration and a duration of 0 both sort with the jobs never started.
         has = started if whole else map(started.__contains__, idx)
         return _sparse(idx, has, dur, reverse, lambda i: bool(model.duration(i, now)))
     if sort_key == "attempt":
         att = model.attempt
-        return _sparse(idx, att if whole else map(att.__getitem__, idx), lambda i: -att[i], reverse)
+        return _sparse(idx, att if whole else map(att.__getitem__, idx), att.__getitem__, reverse)
     if sort_key == "executor":
         ex = model.executor
         return _sparse(idx, map((-1).__lt__, ex if whole else map(ex.__getitem__, idx)), ex.__getitem__, reverse)
@@ -308,25 +308,22 @@ def _top_bytes(values: Any) -> bytes:
     return values.tobytes()[7::8] if _LITTLE else values.tobytes()[0::8]
 
 
-def _where(idx: Sequence[int], has: bytes, key: Callable[[int], Any], reverse: bool,
-           descending: bool | None = None) -> Sequence[int]:
-    """`idx` sorted by key (`descending`, else `reverse`) where `has` (a byte per job) holds 1; the others keep
-    plan order after them (before them when `reverse`)."""
-    down = reverse if descending is None else descending
+def _where(idx: Sequence[int], has: bytes, key: Callable[[int], Any], reverse: bool) -> Sequence[int]:
+    """`idx` sorted by key (descending when `reverse`) where `has` (a byte per job) holds 1; the others keep
+    plan order after them."""
     n = len(has)
     whole = isinstance(idx, range) and idx == range(n)
     if whole or isinstance(idx, Picked):
         flags = has if whole else _and(has, idx.mask)  # type: ignore[attr-defined]
         head = list(compress(range(n), flags))
-        head.sort(key=key, reverse=down)
+        head.sort(key=key, reverse=reverse)
         others = has.translate(_table((0,)))
         rest = Picked(others if whole else _and(others, idx.mask))  # type: ignore[attr-defined]
-        return Chained([rest, head] if reverse else [head, rest])
+        return Chained([head, rest])
     sub_has = bytes(map(has.__getitem__, idx))
     head = list(compress(idx, sub_has))
-    head.sort(key=key, reverse=down)
-    listed = list(compress(idx, sub_has.translate(_table((0,)))))
-    return listed + head if reverse else head + listed
+    head.sort(key=key, reverse=reverse)
+    return head + list(compress(idx, sub_has.translate(_table((0,)))))
 
 
 def _value_groups(column: Any) -> list[tuple[int, bytes]] | None:
@@ -398,20 +395,18 @@ def _flat_order(model: Any, idx: Sequence[int], sort_key: str, reverse: bool, no
             start = model.started[i]
             if start is not None:
                 took[i] = max(0.0, now - start)
-        # Longest first; no duration and a duration of 0 both sort with the jobs never started.
-        return _where(idx, _top_bytes(took).translate(_POSITIVE), took.__getitem__, reverse, not reverse)
+        # No duration and a duration of 0 both sort with the jobs never started.
+        return _where(idx, _top_bytes(took).translate(_POSITIVE), took.__getitem__, reverse)
     if sort_key not in ("attempt", "executor") or not (isinstance(idx, range) or isinstance(idx, Picked)):
         return None
     column = model.attempt if sort_key == "attempt" else model.executor
     groups = _value_groups(column[:n])
     if groups is None:
         return None
-    values = [v for v, _m in groups]
-    if sort_key == "attempt":
-        return _grouped(idx, groups, values if reverse else values[::-1])  # most attempts first
-    # Executors in order, jobs on none last.
-    ordered = [v for v in values if v >= 0] + [v for v in values if v < 0]
-    return _grouped(idx, groups, ordered[::-1] if reverse else ordered)
+    # Values in order (descending when `reverse`); jobs without one (no attempt, no executor) last.
+    least = 1 if sort_key == "attempt" else 0
+    some = [v for v, _m in groups if v >= least]
+    return _grouped(idx, groups, (some[::-1] if reverse else some) + [v for v, _m in groups if v < least])
 
 
 def positions(buf: bytes | bytearray, value: int) -> list[int]:

@@ -6,12 +6,10 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfoNotFoundError
 
 from tui.view_model import JobsModel
-from wloadctl.core.sla import instant
+from wloadctl.core.sla import RISK_WINDOW, instant
 from wloadctl.core.states import OK_STATES, TERMINAL, JobState, SlaTier
 
 S = JobState
-RISK_WINDOW = 30 * 60.0
-"""An unfinished job whose deadline is closer than this (seconds) is at risk."""
 STUCK: frozenset[int] = frozenset(
     int(s)
     for s in (
@@ -101,16 +99,18 @@ class SlaView:
     """Jobs already past their deadline without having succeeded."""
 
 
-def sla_view(model: JobsModel, now: float, window: float = RISK_WINDOW) -> SlaView:
+def sla_view(model: JobsModel, now: float) -> SlaView:
     """Per-tier figures and the jobs whose deadlines are in danger.
 
-    Only jobs with a deadline are walked, so this stays cheap on large runs.
+    Only jobs with a deadline are walked, so this stays cheap on large runs. A job is at
+    risk by the scheduler's rule (wloadctl.core.sla.risk_window): unfinished within
+    RISK_WINDOW of its deadline, or within its timeout when that is longer.
 
     Args:
         model: the jobs.
         now: the time.
-        window: how close an unfinished job's deadline must be to count as at risk.
     """
+    windows = model.risk_window
     late_by_tier = [0] * len(SlaTier)
     risk_by_tier = [0] * len(SlaTier)
     next_by_tier: list[Due | None] = [None] * len(SlaTier)
@@ -132,13 +132,14 @@ def sla_view(model: JobsModel, now: float, window: float = RISK_WINDOW) -> SlaVi
             continue
         if next_by_tier[tier] is None and st not in _DONE:
             next_by_tier[tier] = Due(model.ids[i], at, text, state, "")
-        if st in STUCK or at - now < window:
+        close = at - now <= windows.get(i, RISK_WINDOW)
+        if st in STUCK or close:
             risk_by_tier[tier] += 1
         if st in STUCK:
             at_risk.append(
                 Due(model.ids[i], at, text, state, "blocked: needs an operator")
             )
-        elif at - now < window:
+        elif close:
             at_risk.append(Due(model.ids[i], at, text, state, "deadline close"))
     figures = []
     for t in SlaTier:

@@ -68,13 +68,21 @@ def lock_holder(state_dir: Path) -> int | None:
     return None
 
 
-def log_tail(state_dir: Path, lines: int = 15) -> str:
-    """The last lines of the scheduler's log."""
+def log_tail(state_dir: Path, lines: int = 15, start: int = 0) -> str:
+    """The last lines of the scheduler's log from byte `start` on (where the output of the
+    scheduler a console started begins: earlier starts' lines are not its)."""
     try:
-        data = (state_dir / LOG_NAME).read_bytes()[-8192:]
+        with open(state_dir / LOG_NAME, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            at = max(start, size - 8192)
+            f.seek(at)
+            data = f.read()
     except OSError:
         return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+    text = data.decode("utf-8", "replace").splitlines()
+    if at > start and text:
+        text = text[1:]  # read from the middle of a line
+    return "\n".join(text[-lines:])
 
 
 class SchedulerSupervisor:
@@ -120,6 +128,9 @@ class SchedulerSupervisor:
         """Set while an operator's stop is under way (the scheduler should exit)."""
         self.spawned_at = 0.0
         """When the console last started a scheduler."""
+        self.log_from = 0
+        """Where the output of the scheduler this console last started begins in its log
+        (after the `--- ... console starts` line written before it)."""
         self._recent: deque[float] = deque()
         self._reaped: list[subprocess.Popen[bytes]] = []
         self._older: list[subprocess.Popen[bytes]] = []
@@ -193,6 +204,7 @@ class SchedulerSupervisor:
                 f"{' '.join(cmd)}\n".encode()
             )
             log.flush()
+            self.log_from = log.tell()
             self.proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
@@ -231,7 +243,7 @@ class SchedulerSupervisor:
                 pass  # the journal is not there yet
             if rc is not None:
                 self.reap()
-                tail = log_tail(self.state_dir)
+                tail = log_tail(self.state_dir, start=self.log_from)
                 raise UsageError(
                     f"the scheduler exited with status {rc} before the run started"
                     + (f":\n{tail}" if tail else "")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,12 @@ SORT_KEYS: tuple[str, ...] = (
     "attempt",
     "executor",
 )
-"""Columns the job table sorts by; `plan` is the plan's own order."""
+"""Columns the job table sorts by; `plan` is the plan's own order. Ascending is the smallest value
+first (state: trouble first; tier: critical first); jobs without a value come last either way."""
+
+DESCENDING_FIRST: frozenset[str] = frozenset(("duration", "attempt"))
+"""Sorts the S key and the palette open descending: an operator looks for the longest-running
+and most-tried jobs first."""
 
 _HIGH = bytes((b << 4) & 0xFF for b in range(256))
 """Byte translation moving a value 0-15 to the high half of the byte."""
@@ -65,6 +69,9 @@ class JobsModel:
     """Absolute deadline (epoch seconds) of jobs that have one."""
     deadline_text: dict[int, str] = field(default_factory=dict)
     """Deadlines as written in the plan."""
+    risk_window: dict[int, float] = field(default_factory=dict)
+    """At-risk windows of jobs with a deadline whose timeout widens them past the core's RISK_WINDOW
+    (wloadctl.core.sla.risk_window)."""
     critical: frozenset[int] = frozenset()
     """Jobs on the run's critical path."""
     expected: array[float] = field(default_factory=lambda: array("d"))
@@ -393,20 +400,34 @@ def view_order(
         key = lambda i: rank[st[i]]  # noqa: E731
     elif sort_key == "tier":
         key = model.tier.__getitem__
-    elif sort_key == "start":
-        started = model.started
-        key = lambda i: started[i] if started[i] is not None else math.inf  # noqa: E731
-    elif sort_key == "duration":
-        key = lambda i: -(model.duration(i, now) or -1.0)  # noqa: E731
-    elif sort_key == "attempt":
-        att = model.attempt
-        key = lambda i: -att[i]  # noqa: E731
     else:
-        ex = model.executor
-        key = lambda i: ex[i] if ex[i] >= 0 else 1 << 30  # noqa: E731
+        return _by_value(out, value_of(model, sort_key, now), reverse)
     # mypy narrows `key` to the union of what was assigned; each returns a sortable.
     out.sort(key=key, reverse=reverse)  # type: ignore[arg-type]
     return out
+
+
+def value_of(model: JobsModel, sort_key: str, now: float) -> Callable[[int], float | None]:
+    """A job's value for a sort by start, duration, attempt or executor (None: it has none: never
+    started, no duration or one of 0, no attempt, no executor)."""
+    if sort_key == "start":
+        return model.started.__getitem__
+    if sort_key == "duration":
+        return lambda i: model.duration(i, now) or None
+    column = model.attempt if sort_key == "attempt" else model.executor
+    least = 1 if sort_key == "attempt" else 0
+    return lambda i: column[i] if column[i] >= least else None
+
+
+def _by_value(idx: list[int], value: Callable[[int], float | None], reverse: bool) -> list[int]:
+    """`idx` sorted by value, ascending (descending when `reverse`); jobs without a value follow in
+    plan order either way, so a sort by duration descending starts with the longest, not with the
+    jobs that never ran."""
+    has = [(v, i) for i in idx if (v := value(i)) is not None]
+    # Python's sort is stable in both directions: jobs of equal value stay in plan order.
+    has.sort(key=lambda vi: vi[0], reverse=reverse)
+    some = {i for _v, i in has}
+    return [i for _v, i in has] + [i for i in idx if i not in some]
 
 
 _NEED_ROWS = frozenset(("start", "duration", "attempt", "executor"))

@@ -59,8 +59,8 @@ def _business_date(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} is not a date: write it YYYY-MM-DD (2026-12-31)")
 
 
-def _state_dir_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--state-dir", help="the run's state directory (default: $WLOADCTL_STATE_DIR, or the latest run)")
+def _state_dir_arg(p: argparse.ArgumentParser, default: str = "$WLOADCTL_STATE_DIR, or the latest run") -> None:
+    p.add_argument("--state-dir", help=f"the run's state directory (default: {default})")
     p.add_argument("--journal", metavar="URL",
                    help="journal in PostgreSQL, postgresql://USER@HOST[:PORT]/DB[?namespace=NAME] (default: "
                         "$WLOADCTL_JOURNAL, else SQLite in the state directory)")
@@ -315,7 +315,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("console", help="the operations console")
     p.add_argument("plan", metavar="PLAN", nargs="?")
-    _state_dir_arg(p)
+    _state_dir_arg(p, "with PLAN, its directory under the state root; else $WLOADCTL_STATE_DIR; with neither, "
+                      "the console opens the list of runs")
     _remote_args(p)  # the broker of its agents, and of verbs to a scheduler of another host
     p.add_argument("--readonly", action="store_true")
     p.add_argument("--executors", type=int, default=0)

@@ -82,7 +82,7 @@ class RunClient:
         given = None if state_dir is None else Path(state_dir)
         if given is not None and not journal_exists(given):
             raise UsageError(f"no run journal in {given}",
-                             hint="start a run there with `wloadctl run PLAN --state-dir DIR`")
+                             hint=f"start a run there with `wloadctl run PLAN --state-dir {given}`")
         self.store = Store.open(given, create=False, readonly=True)
         run = self.store.latest_run()
         if run is None:
@@ -422,7 +422,7 @@ class RunClient:
                 return read
         if verb not in MUTATING_OFFLINE and verb != "why":
             raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
-                               hint="resume the run with `wloadctl resume --state-dir DIR`")
+                               hint=f"resume the run with `wloadctl resume --state-dir {self.state_dir}`")
         # The state directory's scheduler lock keeps a starting scheduler out; a run of another
         # host (server journal) has none here, and its journal's epoch guards its writes.
         lock = open(self.state_dir / "scheduler.lock" if self.state_dir.is_dir() else os.devnull, "a+")

@@ -9,7 +9,7 @@ Layout (little-endian): a header (HEADER), then n tier bytes, n + 1 int32 offset
 line in the id list file (paths.ids_path; the last is where the list's first n lines end), the
 upstream rows (n + 1 int32 offsets, then the int32 contents), the downstream rows likewise, n
 float64 expected seconds, n float64 remaining paths, and a JSON text {"timezone": ...,
-"deadlines": {index: text}}.
+"deadlines": {index: text}, "windows": {index: seconds}}.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import struct
 import sys
 from array import array
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from wloadctl.core.codes import RANK_MAX
+from wloadctl.core.sla import RISK_WINDOW, risk_window
 from wloadctl.paths import find_id, ids_path
 
 MAGIC = b"WLSH"
@@ -60,6 +61,9 @@ class RunShape:
     """Deadlines as written in the plan, by job index."""
     timezone: str | None = None
     """The plan's time zone (deadlines are read on its clock)."""
+    windows: dict[int, float] = field(default_factory=dict)
+    """At-risk windows (core/sla.risk_window) of jobs with a deadline, where a timeout widens them past
+    RISK_WINDOW."""
 
     def __post_init__(self) -> None:
         self.longest = max(self.path, default=0.0)
@@ -107,7 +111,8 @@ def write_shape(state_dir: Path, run_id: str, shape: RunShape) -> None:
     path = shape_path(state_dir, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"timezone": shape.timezone,
-                       "deadlines": {str(k): v for k, v in shape.deadlines.items()}}).encode()
+                       "deadlines": {str(k): v for k, v in shape.deadlines.items()},
+                       "windows": {str(k): v for k, v in shape.windows.items()}}).encode()
     tmp = path.with_suffix(f".shape.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
         f.write(HEADER.pack(MAGIC, VERSION, 0, len(shape.tier), len(shape.up), len(text)))
@@ -146,7 +151,10 @@ def read_shape(state_dir: Path, run_id: str) -> RunShape | None:
         at += size
     meta = json.loads(bytes(view[at:at + tlen]))
     deadlines = {int(k): str(v) for k, v in (meta.get("deadlines") or {}).items()}
-    return RunShape(tier, *parts, deadlines=deadlines, timezone=meta.get("timezone"))
+    windows = {int(k): float(v) for k, v in (meta.get("windows") or {}).items()}
+    id_starts, up_off, up, down_off, down, expected, path = parts
+    return RunShape(tier, id_starts, up_off, up, down_off, down, expected, path, deadlines, meta.get("timezone"),
+                    windows)
 
 
 _OFFSET = struct.Struct("<i")
@@ -220,7 +228,7 @@ class CoreCopy:
     path: array
     """Expected seconds from each job's start to the end of the plan."""
     specs: list[Any]
-    """The jobs' specs (for their deadlines)."""
+    """The jobs' specs (for their deadlines and at-risk windows)."""
 
     @classmethod
     def of(cls, core: object) -> CoreCopy:
@@ -244,5 +252,6 @@ def shape_of_copy(copy: CoreCopy, deadlines: Mapping[int, str] | None, timezone:
     id_starts = array("i", [0])
     id_starts.extend(accumulate(len(j.encode()) + 1 for j in copy.ids))
     up_off, up = transpose(n, copy.down_off, copy.down)
+    windows = {i: w for i in deadlines if i < n and (w := risk_window(copy.specs[i].timeout)) > RISK_WINDOW}
     return RunShape(copy.tier, id_starts, up_off, up, copy.down_off, copy.down, copy.expected, copy.path,
-                    dict(deadlines), timezone)
+                    dict(deadlines), timezone, windows)

@@ -93,6 +93,7 @@ def test_refused_verbs_name_the_job_its_state_and_what_would_apply(tmp_path: Pat
     assert "refused: job 'a' is SUCCEEDED: release does not apply; rerun would apply" in p.stderr
     p = cli("kill", "b", "--state-dir", sd)
     assert p.returncode == 1 and "needs a live scheduler" in p.stderr
+    assert f"`wloadctl resume --state-dir {sd}`" in p.stderr
     p = cli("hold", "nosuchjob", "--state-dir", sd)
     assert p.returncode == 1 and "unknown job(s): nosuchjob" in p.stderr
     p = cli("hold", "zz*", "nosuchjob", "--state-dir", sd)

@@ -183,6 +183,25 @@ def test_attach_from_the_shape_reads_the_run_as_the_plan_does(tmp_path: Path) ->
     assert chain and not dag.upstream_of(fast.ids[chain[0]]) and not dag.downstream_of(fast.ids[chain[-1]])
 
 
+def test_the_shape_carries_the_at_risk_windows_a_timeout_widens(tmp_path: Path) -> None:
+    # Given a finished run with deadlines, one job's timeout longer than the scheduler's RISK_WINDOW
+    plan = tmp_path / "windows.yaml"
+    plan.write_text("name: windows\njobs:\n"
+                    "  slow: {command: 'true', deadline: '+1h', timeout: 20m}\n"
+                    "  quick: {command: 'true', deadline: '+1h', timeout: 1m}\n"
+                    "  free: {command: 'true', timeout: 30m}\n")
+    state = tmp_path / "state"
+    subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(state), "--quiet"],
+                   check=False, timeout=120, capture_output=True)
+    with RunClient(state) as client:
+        assert read_shape(client.state_dir, client.run.run_id) is not None
+        # When the console attaches from the shape, and from the plan
+        _info, fast, _dag = load_model(client)
+        _info, slow, _dag = _load_from_plan(client, list(client.ids()), lambda _s: None)
+    # Then both know the one window the timeout widens, as the scheduler does
+    assert fast.risk_window == slow.risk_window == {fast.index["slow"]: 1200.0}
+
+
 def test_a_big_run_is_attached_with_its_states_and_rows_are_read_when_shown(tmp_path: Path) -> None:
     # Given a finished run of the bank sample
     state = tmp_path / "bank"

@@ -326,3 +326,20 @@ def test_a_restart_and_a_resume_at_once_start_one_scheduler(live_run: LiveRun) -
     sup.reap()
     assert pid in [p.pid for p in sup._reaped]
     sup.wait_up(20)  # the successor resumes the run
+
+
+def test_a_failed_start_shows_its_own_log_lines_not_an_earlier_starts(live_run: LiveRun) -> None:
+    from wloadctl.errors import UsageError
+
+    # Given a state directory whose log holds an earlier failed start
+    first = live_run.supervisor(live_run.root / "first.yaml")
+    with pytest.raises(UsageError):
+        first.attach_or_start(timeout=30)
+    # When another start fails there
+    second = live_run.supervisor(live_run.root / "second.yaml")
+    with pytest.raises(UsageError) as failed:
+        second.attach_or_start(timeout=30)
+    # Then its message carries its own scheduler's lines only
+    text = str(failed.value)
+    assert "exited with status" in text and "second.yaml: plan file not found" in text
+    assert "first.yaml" not in text and "console starts" not in text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from console_helpers import LiveRun, loaded, screen_text, wait_for
 
@@ -139,3 +141,72 @@ async def test_the_approvals_screen_on_a_live_run_lists_requests_and_approving_a
         live_run.open_gate()
         await wait_for(pilot, lambda: app.model is not None and app.model.counts[S.SUCCEEDED] == 3, timeout=30,
                        what="the run done")
+
+
+async def test_a_verb_that_needs_four_eyes_says_which_request_waits_for_approve(live_run: LiveRun) -> None:
+    from tui.screens.confirm import ConfirmScreen
+
+    # Given a live run whose plan makes skip need a second person
+    sup = live_run.supervisor(live_run.plan("confirm.yaml"))
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda: app.screen.query_one(JobTable).select_job("transfer"), what="transfer")
+        # When the operator skips a job and confirms
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        await pilot.press("y")
+        # Then the note names the request and the approve it waits for, not "nothing to do"
+        note = await wait_for(pilot, lambda: next((n for n in app.notes if n.text.startswith("skip")), None),
+                              timeout=30, what="the reply")
+        assert "request R1 needs another admin's approve" in note.text and "transfer" in note.text
+        assert "nothing to do" not in note.text
+        live_run.open_gate()
+
+
+LOOP_PLAN = r"""name: loop
+jobs:
+  list_files:
+    command: "echo '{\"files\": [\"a\", \"b\", \"c\"]}' > $WLOADCTL_RESULT_FILE"
+  fan:
+    command: "echo item $WLOADCTL_ITEM"
+    depends_on: [list_files]
+    for_each: jobs.list_files.result.files
+  skipped:
+    command: "true"
+    depends_on: [list_files]
+    if: "jobs.list_files.exit_code != 0"
+"""
+
+
+async def test_a_loops_parent_says_its_instances_have_the_logs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from textual.widgets import Log
+
+    from tui.app import ConsoleApp
+    from tui.screens.job_detail import JobDetailScreen
+
+    # Given a finished run whose loop over an upstream's output made three instances
+    plan = tmp_path / "loop.yaml"
+    plan.write_text(LOOP_PLAN)
+    state = tmp_path / "state"
+    subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(state), "--quiet"],
+                   check=True, timeout=120, capture_output=True)
+    app = ConsoleApp(state, readonly=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        for job, title in (("fan", "no log of its own: its 3 instance(s) fan@ITEM have theirs"),
+                           ("skipped", "no log: SKIPPED without running")):
+            # When the operator opens the job
+            app.screen.query_one(JobTable).select_job(job)
+            await pilot.press("enter")
+            screen = await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen,
+                                    what="the job")
+            # Then its log pane says why it has no log, not that it has not run yet
+            log = screen.query_one("#log", Log)
+            await wait_for(pilot, lambda: log.border_title == title, what=title)  # noqa: B023
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), what="the main screen")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from console_fakes import NOW, FakeClient
 from console_helpers import fake_app, loaded, screen_text, wait_for
+from textual.widgets import Static
 
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
@@ -116,6 +120,33 @@ async def test_destructive_verbs_do_not_confirm_on_enter() -> None:
     assert fake.sent == [("kill", ["load_gl"], "", False)]
 
 
+async def test_enter_in_the_reason_field_does_not_confirm_a_destructive_verb() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        app.screen.query_one(JobTable).select_job("load_gl")
+        # Given the kill dialog, the operator in its reason field
+        await pilot.press("x")
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen),
+            what="the confirmation",
+        )
+        # When Enter is pressed there, empty or after a reason
+        await pilot.press("tab", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and not fake.sent
+        await pilot.press("tab", *"stuck", "enter")
+        await pilot.pause()
+        # Then nothing is sent; the reason is kept and y (no longer text) confirms
+        assert isinstance(app.screen, ConfirmScreen) and not fake.sent
+        assert any("press y to kill" in n.message for n in app._notifications)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: fake.sent, what="the kill")
+    assert fake.sent == [("kill", ["load_gl"], "stuck", False)]
+
+
 async def test_rerun_with_downstream_is_a_choice_in_the_dialog() -> None:
     fake = FakeClient()
     app = fake_app(fake)
@@ -162,6 +193,37 @@ async def test_command_line_runs_verbs_on_globs_and_sorts() -> None:
         await pilot.press("y")
         await wait_for(pilot, lambda: fake.sent, what="the hold")
     assert fake.sent == [("hold", ["post_interest", "gl_close"], "", False)]
+
+
+async def test_the_sort_arrow_and_title_say_the_order_the_rows_are_in() -> None:
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        table = app.screen.query_one(JobTable)
+        assert app.model is not None
+        durations = lambda: [  # noqa: E731
+            d for i in table.order if (d := app.model.duration(i, NOW)) is not None
+        ]
+        # Descending: the longest first
+        await pilot.press("colon", *"sort duration desc", "enter")
+        await pilot.pause()
+        assert "DURv" in screen_text(app) and "sort: duration desc" in screen_text(app)
+        assert app.model.ids[table.order[0]] == "load_gl"
+        assert durations() == sorted(durations(), reverse=True)
+        # Ascending: the shortest first
+        await pilot.press("colon", *"sort duration", "enter")
+        await pilot.pause()
+        assert "DUR^" in screen_text(app) and durations() == sorted(durations())
+        # S reaches attempt descending, the retried job on top; I turns it
+        await pilot.press("S")
+        await pilot.pause()
+        assert "ATv" in screen_text(app) and "sort: attempt desc" in screen_text(app)
+        assert app.model.ids[table.order[0]] == "load_fx_rates"  # its attempt 2
+        await pilot.press("I")
+        await pilot.pause()
+        attempts = [app.model.attempt[i] for i in table.order]
+        assert "AT^" in screen_text(app) and attempts[0] == 1 and attempts[-1] == 0
+        assert app.model.ids[table.order[attempts.index(2)]] == "load_fx_rates"
 
 
 async def test_enter_opens_the_job_with_why_and_history_and_esc_goes_back() -> None:
@@ -213,6 +275,10 @@ async def test_quitting_a_live_supervised_run_asks_detach_or_stop() -> None:
             pilot, lambda: isinstance(app.screen, QuitScreen), what="the question"
         )
         assert "scheduler pid 4242" in screen_text(app)
+        # The way back names the run's own state directory
+        said = str(app.screen.query_one("#question", Static).content)
+        assert "`wloadctl console --state-dir /nonexistent/eod_mini` attaches again" in said
+        assert "DIR" not in said
         await pilot.press("escape")
         assert isinstance(app.screen, MainScreen)
         await pilot.press("q", "s")
@@ -365,3 +431,36 @@ async def test_the_header_says_why_a_live_scheduler_dispatches_nothing() -> None
         header = app.screen.query_one(RunHeader)
         await wait_for(pilot, lambda: header.status is not None and bool(header.status.paused), 10, "a paused feed")
         assert "PAUSED: no space left on device in /srv/eod" in header.render().plain
+
+
+@pytest.mark.parametrize("width", [80, 200])
+async def test_the_progress_line_keeps_the_succeeded_and_failed_counts_when_narrow(width: int) -> None:
+    from textual.app import App
+
+    from tui.messages import LiveStatus, RunInfo
+    from tui.run_figures import RunSummary
+    from tui.widgets.run_header import RunHeader
+    from wloadctl.core.states import JobState as S
+
+    class HeaderApp(App[None]):
+        def compose(self) -> Any:
+            yield RunHeader()
+
+    counts = [0] * len(S)
+    for st, n in ((S.SUCCEEDED, 40), (S.FAILED, 3), (S.UPSTREAM_FAILED, 2), (S.HELD, 1), (S.RETRY_WAIT, 1),
+                  (S.RUNNING, 8), (S.READY, 11), (S.WAITING, 236)):
+        counts[st] = n
+    app = HeaderApp()
+    async with app.run_test(size=(width, 24)) as pilot:
+        header = app.query_one(RunHeader)
+        header.show(RunInfo("r1", "eod", "2023-11-14", NOW - 60, "/nonexistent"),
+                    RunSummary(302, 45, 40, 5, 8, 60.0, 300.0), counts,
+                    LiveStatus(True, 4242, 1, 0.1), NOW)
+        await pilot.pause()
+        line = header.render().plain.split("\n")[1]
+    # The line fits, and keeps what an operator reads first: done, failed, blocked
+    assert len(line) <= width - 2 and "45/302" in line
+    for part in ("OK 40", "FAIL 3", "UPFAIL 2", "HELD 1"):
+        assert part in line, (part, line)
+    if width == 200:
+        assert "WAIT 236" in line and "READY 11" in line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from console_fakes import NOW, T0, FakeClient, Run
 from console_helpers import loaded, screen_text, wait_for
 
@@ -118,3 +119,25 @@ async def test_a_bad_command_on_the_list_keeps_the_prompt_open_and_q_quits() -> 
         await pilot.press("escape", "q")
         await pilot.pause(0.1)
     assert app.return_value == "quit"
+
+
+def test_a_console_on_a_directory_without_a_run_names_it_in_the_hint(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "console", "--state-dir", str(empty), "--readonly"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert f"`wloadctl run PLAN --state-dir {empty}`" in p.stderr and "DIR" not in p.stderr
+
+
+def test_the_console_help_says_what_opens_without_a_state_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    from wloadctl.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["console", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "latest run" not in text
+    assert "with neither, the console opens the list of runs" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from console_fakes import NOW, T0, FakeClient
+from console_fakes import NOW, PLAN_TEXT, T0, FakeClient
 
 from tui.commands import CommandError, parse_command, resolve
 from tui.dag_layout import layout, render
@@ -15,9 +15,10 @@ from tui.impact import impact
 from tui.labels import clip, fmt_duration, legend, progress_bar
 from tui.run_figures import summarize
 from tui.sla import deadline_at, sla_view
-from tui.view_model import JobsModel, job_row, view_order
+from tui.view_model import JobsModel, job_row, value_of, view_order
 from wloadctl.core.dag import Dag
 from wloadctl.core.planfile import load_plan_text
+from wloadctl.core.sla import RISK_WINDOW, risk_window
 from wloadctl.core.states import TRANSITIONS, JobState, SlaTier
 from wloadctl.core.verbs import VERB_FROM
 
@@ -113,8 +114,25 @@ def test_order_by_state_puts_trouble_first_and_filters_compose(
     crit = view_order(model, parse_filter("state:waiting tier:critical"))
     assert [model.ids[i] for i in crit] == ["post_interest", "gl_close", "reg_report"]
     assert view_order(model, JobFilter(), "plan", reverse=True)[0] == len(model) - 1
-    longest = view_order(model, JobFilter(), "duration", now=NOW)
+    longest = view_order(model, JobFilter(), "duration", reverse=True, now=NOW)
     assert model.ids[longest[0]] == "load_gl"  # running for 9m24s
+
+
+@pytest.mark.parametrize("sort_key", ["start", "duration", "attempt", "executor"])
+def test_a_sort_ascends_or_descends_by_the_value_with_jobs_without_one_last(
+    loaded: tuple[JobsModel, Dag], sort_key: str
+) -> None:
+    model, _dag = loaded
+    value = value_of(model, sort_key, NOW)
+    for reverse in (False, True):
+        order = list(view_order(model, JobFilter(), sort_key, reverse, now=NOW))
+        values = [value(i) for i in order]
+        some = [v for v in values if v is not None]
+        assert some and len(set(some)) > 1, "the canned run has several values"
+        assert some == sorted(some, reverse=reverse), (sort_key, reverse)
+        assert values[: len(some)] == some  # and the jobs without one after them
+        rest = order[len(some):]
+        assert rest == sorted(rest)  # in plan order
 
 
 def test_row_cells_and_formatting(loaded: tuple[JobsModel, Dag]) -> None:
@@ -238,9 +256,27 @@ def test_sla_view_per_tier_and_at_risk(loaded: tuple[JobsModel, Dag]) -> None:
     crit = next(t for t in view.tiers if t.tier == SlaTier.CRITICAL)
     assert (crit.total, crit.done, crit.running, crit.failed) == (5, 1, 1, 0)
     assert crit.next_due is not None and crit.next_due.job == "load_gl"
-    assert [d.job for d in view.at_risk] == ["revalue_fx", "load_gl"]
+    assert [d.job for d in view.at_risk] == ["revalue_fx"]  # blocked by its failed upstream
     later = sla_view(model, T0 + 3600)  # past +20m and +30m
     assert {d.job for d in later.late} == {"revalue_fx", "load_gl"}
+
+
+def test_sla_view_flags_at_risk_by_the_schedulers_window(loaded: tuple[JobsModel, Dag]) -> None:
+    # load_gl runs with its deadline at +30m; the scheduler flags it RISK_WINDOW before
+    model, _dag = loaded
+    due = model.deadline[model.index["load_gl"]]
+    assert "load_gl" not in [d.job for d in sla_view(model, due - RISK_WINDOW - 1).at_risk]
+    assert "load_gl" in [d.job for d in sla_view(model, due - RISK_WINDOW).at_risk]
+    # A timeout longer than the window widens it, as the scheduler's timers do
+    client = FakeClient()
+    client._plan = load_plan_text(
+        PLAN_TEXT.replace('deadline: "+30m"}', 'deadline: "+30m", timeout: 20m}'), "eod_mini.yaml"
+    )
+    _info, timed, _dag = load_model(client)
+    i = timed.index["load_gl"]
+    assert timed.risk_window == {i: risk_window(1200.0)} == {i: 1200.0}
+    assert "load_gl" not in [d.job for d in sla_view(timed, due - 1201).at_risk]
+    assert "load_gl" in [d.job for d in sla_view(timed, due - 1200).at_risk]
 
 
 def test_commands_parse_with_helpful_errors() -> None:

@@ -124,9 +124,18 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
             self.action_confirm()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        """Enter after typing a reason is a deliberate confirmation."""
+        """Enter in the reason field confirms harmless verbs; a destructive one keeps
+        the reason and leaves the field, so that y confirms it."""
         event.stop()
-        self.action_confirm()
+        if self.impact.destructive:
+            # y typed in the field is text, so leaving it is the only way on to y.
+            self.set_focus(None)
+            self.notify(
+                f"reason kept: press y to {self.impact.verb}, n to cancel",
+                severity="warning",
+            )
+        else:
+            self.action_confirm()
 
     def action_cancel(self) -> None:
         """Do nothing."""

@@ -17,7 +17,7 @@ from tui.labels import SHORT, fmt_clock, fmt_duration
 from tui.screens.operator import OperatorScreen
 from tui.widgets.tones import state_style, tone_classes
 from wloadctl.client import node_label
-from wloadctl.core.states import JobState, SlaTier
+from wloadctl.core.states import TERMINAL, JobState, SlaTier
 from wloadctl.errors import WloadError
 
 TAIL_BYTES = 64 * 1024
@@ -210,7 +210,7 @@ class JobDetailScreen(OperatorScreen):
         log.border_title = (
             f"log attempt {shown} of {model.attempt[i]}"
             if shown
-            else "log (not run yet)"
+            else _no_log(self.job, st, ups)
         )
         log.border_subtitle = ("following" if self.follow else "paused (f)") + (
             f"  {self._log_note}" if self._log_note else ""
@@ -298,3 +298,15 @@ def _states(jobs: list[str], model: Any, limit: int = 8) -> str:
     ]
     more = f" ... {len(jobs) - limit} more" if len(jobs) > limit else ""
     return (", ".join(parts) or "none") + more
+
+
+def _no_log(job: str, st: JobState, ups: list[str]) -> str:
+    """The log pane's title for a job without an attempt: a loop's parent never runs (its
+    instances `job@item`, its upstreams once expanded, have the logs); others have not run yet,
+    or ended without running (skipped, cancelled, blocked, set OK)."""
+    instances = sum(u.startswith(f"{job}@") for u in ups)
+    if instances:
+        return f"no log of its own: its {instances} instance(s) {job}@ITEM have theirs"
+    if st in TERMINAL:
+        return f"no log: {st.name} without running"
+    return "log (not run yet)"

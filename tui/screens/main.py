@@ -21,7 +21,7 @@ from tui.screens.confirm import ActionRequest
 from tui.screens.operator import OperatorScreen
 from tui.screens.prompt import PromptScreen
 from tui.sla import sla_view
-from tui.view_model import SORT_KEYS, view_order
+from tui.view_model import DESCENDING_FIRST, SORT_KEYS, view_order
 from tui.widgets.dag_view import DagView
 from tui.widgets.job_table import JobTable
 from tui.widgets.node_panel import NodePanel
@@ -377,10 +377,11 @@ class MainScreen(OperatorScreen):
             self.app.action_runs()  # type: ignore[attr-defined]
 
     def action_cycle_sort(self) -> None:
-        """Sort by the next column."""
-        self.sort_key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)]
-        self._reorder()
-        self.notify(f"sorted by {self.sort_key}", timeout=1.5)
+        """Sort by the next column, in its first direction (DESCENDING_FIRST)."""
+        self._sort_by(SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)])
+        self.notify(
+            f"sorted by {self.sort_key}{' desc' if self.reverse else ''}", timeout=1.5
+        )
 
     def action_reverse_sort(self) -> None:
         """Reverse the order."""
@@ -515,5 +516,5 @@ class MainScreen(OperatorScreen):
             )
 
     def _sort_by(self, key: str) -> None:
-        self.sort_key = key
+        self.sort_key, self.reverse = key, key in DESCENDING_FIRST
         self._reorder()

@@ -133,8 +133,18 @@ class OperatorScreen(Screen[None]):
         results = [r for r in reply.get("results", []) if r[0] != "*"]
         applied = [r for r in results if r[1]]
         refused = [r for r in results if not r[1]]
+        pending = reply.get("pending")
         if reply.get("error"):
             text, level = f"{request.verb} failed: {reply['error']}", "error"
+        elif pending:
+            # Four eyes: nothing is applied yet, a request waits for another person.
+            rid = pending.get("id", "?")
+            jobs = ", ".join(pending.get("jobs") or request.jobs)
+            text = (
+                f"{request.verb} {jobs}: request {rid} needs another admin's approve "
+                f"(A, or `wloadctl approve {rid}`); nothing done yet"
+            )
+            level = "warning"
         elif refused:
             text = (
                 f"{request.verb}: {len(applied)} applied, {len(refused)} refused: "

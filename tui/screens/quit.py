@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from textual import work
@@ -23,19 +24,25 @@ class QuitScreen(ModalScreen[str | None]):
         Binding("n,escape", "choose('')", "Stay"),
     ]
 
-    def __init__(self, scheduler_pid: int | None) -> None:
+    def __init__(self, scheduler_pid: int | None, state_dir: Path | None = None) -> None:
         super().__init__()
         self.scheduler_pid = scheduler_pid
         """The live scheduler."""
+        self.state_dir = state_dir
+        """The run's state directory (named in the command that attaches again)."""
 
     def compose(self) -> ComposeResult:
         """The question."""
+        again = (
+            f"`wloadctl console --state-dir {self.state_dir}` attaches again"
+            if self.state_dir is not None
+            else "`wloadctl console` lists the runs to attach to"
+        )
         with Vertical(id="dialog") as box:
             box.border_title = "quit"
             yield Static(
                 f"The run is live (scheduler pid {self.scheduler_pid}).\n\n"
-                "d  detach: leave the run going; "
-                "`wloadctl console --state-dir DIR` attaches again\n"
+                f"d  detach: leave the run going; {again}\n"
                 "s  stop the run: the scheduler stops its executors; "
                 "the run can be resumed\n"
                 "n  stay in the console",

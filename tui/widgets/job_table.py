@@ -319,7 +319,8 @@ class JobTable(Widget, can_focus=True):
         for c in cols:
             title = c.title
             if c.key and c.key == self.sort_key:
-                title += "v" if self.reverse else "^"
+                # The arrow stays when the column is narrow (ATT, TIER, EX): a letter goes.
+                title = title[: max(0, c.width - 1)] + ("v" if self.reverse else "^")
             parts.append(
                 (title.rjust(c.width) if c.right else title.ljust(c.width))[: c.width]
                 + " "

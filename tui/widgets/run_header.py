@@ -26,6 +26,25 @@ _COUNT_ORDER = (
     JobState.SKIPPED,
     JobState.CANCELLED,
 )
+"""The order of the counts on the progress line."""
+_KEEP_ORDER = (
+    JobState.FAILED,
+    JobState.TIMED_OUT,
+    JobState.UPSTREAM_FAILED,
+    JobState.SUCCEEDED,
+    JobState.HELD,
+    JobState.RETRY_WAIT,
+    JobState.RUNNING,
+    JobState.CANCELLED,
+    JobState.SKIPPED,
+    JobState.QUEUED,
+    JobState.READY,
+    JobState.WAITING,
+)
+"""The counts most worth the room first: a narrow line drops WAIT, READY, QUEUE... before OK
+or a failure."""
+_BAR_MIN = 10
+"""The progress bar gives way down to this many columns before a count is dropped."""
 
 
 class RunHeader(Widget):
@@ -130,15 +149,26 @@ class RunHeader(Widget):
                 out.append(part)
                 room -= len(part)
         out.append("\n")
-        width = max(10, min(32, self.size.width // 4))
+        done = f" {s.done}/{s.total} {s.percent:.0f}%"
+        parts = {
+            state: f"{SHORT[state]} {n}"
+            for state in _COUNT_ORDER
+            if (n := self.counts[state] if state < len(self.counts) else 0)
+        }
+        # Least useful first out: the bar shrinks, then counts go from the end of _KEEP_ORDER.
+        room = self.size.width - len(done)
+        kept = [st for st in _KEEP_ORDER if st in parts]
+        need = sum(len(parts[st]) + 2 for st in kept)
+        while kept and need > room - _BAR_MIN:
+            need -= len(parts[kept.pop()]) + 2
+        width = max(_BAR_MIN, min(32, self.size.width // 4, room - need))
         frac = s.done / s.total if s.total else 1.0
         out.append(
             progress_bar(frac, width), tone_style(self, "bad" if s.bad else "ok")
         )
-        out.append(f" {s.done}/{s.total} {s.percent:.0f}%")
+        out.append(done)
         for state in _COUNT_ORDER:
-            n = self.counts[state] if state < len(self.counts) else 0
-            if n:
+            if state in kept:
                 out.append("  ")
-                out.append(f"{SHORT[state]} {n}", state_style(self, state))
+                out.append(parts[state], state_style(self, state))
         return out

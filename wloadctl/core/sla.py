@@ -20,6 +20,13 @@ DEFAULT_RESERVE: dict[SlaTier, float] = {SlaTier.CRITICAL: 0.10, SlaTier.HIGH: 0
 RISK_WINDOW = 300.0
 """A job not finished this many seconds (or its timeout, if longer) before its deadline is AT_RISK."""
 
+
+def risk_window(timeout: float | None) -> float:
+    """How long before its deadline an unfinished job is AT_RISK: RISK_WINDOW, or its timeout if longer
+    (a job that may run that long cannot be left to start later)."""
+    return max(RISK_WINDOW, timeout or 0.0)
+
+
 TIMER_RISK, TIMER_LATE, TIMER_NOT_BEFORE = -1, -2, -3
 """Markers in the core's timer heap (a non-negative marker is a retry of that attempt)."""
 

@@ -9,7 +9,7 @@ from array import array
 from wloadctl.core import codes as C
 from wloadctl.core.commands import Flag
 from wloadctl.core.plan import JobSpec
-from wloadctl.core.sla import RISK_WINDOW, TIMER_LATE, TIMER_NOT_BEFORE, TIMER_RISK
+from wloadctl.core.sla import TIMER_LATE, TIMER_NOT_BEFORE, TIMER_RISK, risk_window
 from wloadctl.core.states import JobState, SlaTier
 
 S = JobState
@@ -122,7 +122,7 @@ class Timers:
             self.deadline = dict(deadlines)
             self.not_before = dict(not_before)
         for i, dl in deadlines.items():
-            window = max(RISK_WINDOW, specs[i].timeout or 0.0)
+            window = risk_window(specs[i].timeout)
             heapq.heappush(self.heap, (dl - window, i, TIMER_RISK))
             heapq.heappush(self.heap, (dl, i, TIMER_LATE))
         for i, t in not_before.items():
