@@ -56,9 +56,12 @@ from wloadctl.core.plan import DynamicItems  # noqa: E402
 from wloadctl.core.states import JobState  # noqa: E402
 
 
-def dynamic(max_items: int = 1000):  # type: ignore[no-untyped-def]
+def dynamic(max_items: int = 1000, handlers: bool = False):  # type: ignore[no-untyped-def]
+    """list, the loop `load` over its output, post after load, side; with `handlers`, on_fail on load's failure
+    and after on its end."""
+    more = {"on_fail": {"deps": {"load": "failure"}}, "after": {"deps": {"load": "done"}}} if handlers else {}
     base = make_plan({"list": {}, "load": {"deps": ["list"], "command": "load {item}"},
-                      "post": {"deps": ["load"]}, "side": {}})
+                      "post": {"deps": ["load"]}, "side": {}, **more})
     jobs = dict(base.jobs)
     jobs["load"] = dataclasses.replace(jobs["load"], for_each=DynamicItems("jobs.list.result.files", max_items))
     return dataclasses.replace(base, jobs=jobs)
@@ -104,15 +107,20 @@ def test_output_loop_makes_instances_when_its_upstream_ends() -> None:
 
 
 def test_failed_instance_fails_the_loop_and_its_dependents_and_a_retry_heals_it() -> None:
-    core = SchedulerCore(dynamic(), slots=10)
+    core = SchedulerCore(dynamic(handlers=True), slots=10)
     core.handle(RunStartedEvent(0.0))
     finish_list(core, {"files": ["x", "y"]})
     x, y = core.index["load@x"], core.index["load@y"]
     core.handle(JobsFinishedEvent([(x, 1, 0, 0)], 2.0))
     cmds = core.handle(JobExitedEvent(y, 1, 0, 3, 2.0))
     assert any(isinstance(c, Alert) for c in cmds)
-    assert state(core, "load") == JobState.UPSTREAM_FAILED
+    # the loop failed with its instance: what depends on its failure, or on its end, runs
+    assert state(core, "load") == JobState.FAILED
+    assert core.reasons[core.index["load"]] == "instance load@y FAILED"
     assert state(core, "post") == JobState.UPSTREAM_FAILED
+    assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["after", "on_fail"]
+    for j in ("after", "on_fail"):
+        core.handle(JobsFinishedEvent([(core.index[j], 1, 0, 0)], 2.5))
     cmds = core.handle(OperatorEvent("retry", (y,), 3.0, user="op"))
     assert [core.ids[i] for i, _ in dispatched(cmds)] == ["load@y"]
     assert state(core, "load") == JobState.WAITING

@@ -695,7 +695,11 @@ class SchedulerCore(JobTable):
     def _blocked(self, u: int, d: int, stack: list[int]) -> None:
         """Job d, just counted upstream u as ended, is blocked: it ends UPSTREAM_FAILED or SKIPPED (then resolved)."""
         su = self.state[u]
-        if self.block[d] == 1:
+        if self.block[d] == 1 and d in self.fanout.expanded and self.specs[u].item is not None and \
+                self.ids[u].startswith(self.ids[d] + "@"):
+            # One of a loop's own instances failed: the loop failed (a `failure` dependency on it runs).
+            self.set_state(d, _FAIL, reason=f"instance {self.ids[u]} {S(su).name}")
+        elif self.block[d] == 1:
             self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
         else:
             branch = su == _SKIP and u in self.branches.branch_skipped

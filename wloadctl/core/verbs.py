@@ -255,7 +255,8 @@ def _reopen(core: VerbTarget, jobs: list[int], touched: list[int], only_blocked:
     reopened = []
     for d in jobs:
         st = core.state[d]
-        if only_blocked and st != S.UPSTREAM_FAILED:
+        # (a loop over output that made instances runs nothing itself: FAILED, it was failed by one of them)
+        if only_blocked and st != S.UPSTREAM_FAILED and not (st == S.FAILED and d in core.fanout.expanded):
             continue
         if st in TERMINAL:
             core.set_state(d, S.WAITING, reason="upstream rerun")
