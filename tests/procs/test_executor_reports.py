@@ -103,6 +103,24 @@ def test_exits_wait_while_prefetched_tasks_are_held_and_go_once_none_is(tmp_path
     assert [[r.task for r in m] for m in q.sent][-1] == [4], "held no longer than REPORT_HOLD"
 
 
+def test_exits_wait_while_followers_are_held_here_and_go_once_none_is(tmp_path: Path) -> None:
+    """A chain's next jobs wait here (followers): they start without the scheduler, so the exits of the jobs
+    before them go together after REPORT_HOLD, not in a message (and a wake of the scheduler) each."""
+    ex, q, _ = executor(tmp_path)
+    follower = P.TaskRecord(3, 1, P.TASK_NOOP, 0, 1, 0, 0)
+    ex.follow[(2, 1)] = (follower, None, float("inf"))  # type: ignore[assignment]
+    ex._emit(record(P.RES_EXITED, task=1))
+    now = ex.report_due - REPORT_HOLD
+    ex._flush(now)
+    assert q.sent == [], "a follower waits here: the exit waits for others"
+    ex._flush(ex.report_due)
+    assert [[r.task for r in m] for m in q.sent] == [[1]], "held no longer than REPORT_HOLD"
+    ex.follow.clear()
+    ex._emit(record(P.RES_EXITED, task=2))
+    ex._flush(ex.report_due - REPORT_HOLD)
+    assert [[r.task for r in m] for m in q.sent][-1] == [2], "nothing waits here: the exit goes at once"
+
+
 def test_a_long_backlog_is_started_in_slices_so_the_loop_can_beat_between_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given an executor with ten tasks to start whose every start is slow (a starved host)

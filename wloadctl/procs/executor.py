@@ -546,7 +546,10 @@ class Executor:
         """
         self._journal()
         out = self.outbox
-        urgent = self.urgent or (self.exits and not self.backlog)
+        # An exit is told at once when nothing waits here to start: the scheduler may have work for the slot.
+        # Tasks waiting here (taken ahead, or following the job that ended) start without it, so the reports
+        # wait a moment (REPORT_HOLD) and go in one message.
+        urgent = self.urgent or (self.exits and not self.backlog and not self.follow)
         if not out or (not urgent and not self.rsp_full and now < self.report_due):
             return
         if len(out) > 1:
