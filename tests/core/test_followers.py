@@ -119,6 +119,22 @@ def test_a_follower_handed_back_behind_a_long_job_waits_and_goes_out_again_when_
     assert tasks == [(1, 2)] and not follow and core.attempt_base[1] == 1
 
 
+def test_a_follower_handed_back_once_is_not_sent_as_a_follower_again() -> None:
+    """Each time a follower comes back it takes a new attempt number: behind jobs that run long, sending it so again
+    and again would only use up numbers (a job of a mixed plan was seen at its 7th attempt when it first ran)."""
+    core = chain(3)
+    tasks, follow = sent(core.handle(RunStartedEvent(0.0)))
+    assert tasks == [(0, 1), (1, 1), (2, 1)] and follow == {1, 2}
+    core.handle(JobStartedEvent(0, 1, 0, 100, 0.1))
+    for k in (1, 2):
+        core.handle(JobExitedEvent(k, 1, 0, 0, 0.3, lost=True, returned=True))
+    tasks, follow = sent(core.handle(JobsFinishedEvent([(0, 1, 0, 0)], 0.5)))
+    assert tasks == [(1, 2)] and not follow, "j1 goes alone; j2, handed back once, waits for it at the scheduler"
+    tasks, follow = sent(core.handle(JobsFinishedEvent([(1, 2, 0, 0)], 0.6)))
+    assert tasks == [(2, 2)] and not follow
+    core.validate()
+
+
 def test_a_retried_leader_does_not_take_the_follower_it_sent_back() -> None:
     core = chain(2, j0={"retry": RetryPolicy(count=1, delay=0, jitter=0)})
     sent(core.handle(RunStartedEvent(0.0)))

@@ -203,6 +203,9 @@ class SchedulerCore(JobTable):
         self.leader: dict[int, int] = {}
         """The same pairs the other way: job -> its follower."""
         self._follow: set[int] = set()
+        self.handed_back: set[int] = set()
+        """Jobs once sent as followers and handed back unstarted (the job they followed ran long): they are not
+        sent so again, each time at a new attempt number, but dispatched once their upstream has succeeded."""
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -559,7 +562,7 @@ class SchedulerCore(JobTable):
             d = down[pos]
             if state[d] != _W or unmet[d] != 1 or block[d] or gate[d] or (kinds is not None and kinds[pos]):
                 continue
-            if specs[d].type == "noop" or (not_before and d in not_before):
+            if specs[d].type == "noop" or (not_before and d in not_before) or d in self.handed_back:
                 continue
             if best < 0 or key_base[d] < key_base[best]:
                 best = d
@@ -586,6 +589,8 @@ class SchedulerCore(JobTable):
         self.kill_reason.pop(d, None)  # a kill asked for while it waited: it never ran
         self.set_state(d, _W, reason=f"handed back unstarted behind {self.ids[u]}")
         self.attempt_base[d] = self.attempt_base.get(d, 0) + 1
+        if ev.returned:  # (lost with its executor, it follows again: the job it followed ran no longer than any)
+            self.handed_back.add(d)
         self.recompute(d)
         if self.cancelled:
             self.set_state(d, _CANC, reason="run cancelled")
