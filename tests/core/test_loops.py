@@ -26,19 +26,45 @@ def looped(items: object, variables: dict | None = None):  # type: ignore[no-unt
 
 def test_one_instance_per_item_and_dependents_wait_for_all() -> None:
     plan = expand_for_each(looped(("eu", "us", "apac")))
-    assert list(plan.jobs) == ["open", "load@eu", "load@us", "load@apac", "post"]
+    # the loop stays, after its instances, and waits for all of them; its dependents wait for it
+    assert list(plan.jobs) == ["open", "load@eu", "load@us", "load@apac", "load", "post"]
     assert plan.jobs["load@us"].command == "load --region us"
     assert ("WLOADCTL_ITEM", "us") in plan.jobs["load@us"].env
     assert plan.jobs["load@us"].depends_on == ("open",)
-    assert plan.jobs["post"].depends_on == ("load@eu", "load@us", "load@apac")
+    assert plan.jobs["load"].depends_on == ("open", "load@eu", "load@us", "load@apac")
+    assert plan.jobs["post"].depends_on == ("load",)
     core = SchedulerCore(plan, slots=10)
+    cmds = core.handle(RunStartedEvent(0.0))
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["open"]
+    finish = [(core.index["open"], 1, 0, 0)]
+    cmds = core.handle(JobsFinishedEvent(finish, 1.0))
+    assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["load@apac", "load@eu", "load@us"]
+    cmds = core.handle(JobsFinishedEvent([(core.index[f"load@{r}"], 1, 0, 0) for r in ("eu", "us", "apac")], 2.0))
+    # the loop runs nothing: it ends with its instances, and post starts
+    assert state(core, "load") == JobState.SUCCEEDED and [core.ids[i] for i, _ in dispatched(cmds)] == ["post"]
+    core.validate()
+
+
+def test_a_loop_over_a_list_fails_once_all_its_instances_have_ended_and_one_failed() -> None:
+    base = looped(("eu", "us"))
+    jobs = dict(base.jobs)
+    jobs["page"] = dataclasses.replace(jobs["post"], id="page", depends_on=("load",), dep_kinds=(DepKind.FAILURE,))
+    jobs["tidy"] = dataclasses.replace(jobs["post"], id="tidy", depends_on=("load",), dep_kinds=(DepKind.DONE,))
+    core = SchedulerCore(expand_for_each(dataclasses.replace(base, jobs=jobs)), slots=10)
     core.handle(RunStartedEvent(0.0))
+    core.handle(JobsFinishedEvent([(core.index["open"], 1, 0, 0)], 1.0))
+    cmds = core.handle(JobExitedEvent(core.index["load@eu"], 1, 0, 2, 2.0))
+    assert state(core, "load") == JobState.WAITING and dispatched(cmds) == [], "load@us still runs"
+    cmds = core.handle(JobsFinishedEvent([(core.index["load@us"], 1, 0, 0)], 3.0))
+    assert state(core, "load") == JobState.FAILED and core.reasons[core.index["load"]] == "instance load@eu FAILED"
+    assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["page", "tidy"]
+    assert state(core, "post") == JobState.UPSTREAM_FAILED
     core.validate()
 
 
 def test_items_from_a_plan_variable() -> None:
     plan = expand_for_each(looped("vars.regions", {"regions": ["emea", "amer"]}))
-    assert [j for j in plan.jobs if j.startswith("load")] == ["load@emea", "load@amer"]
+    assert [j for j in plan.jobs if j.startswith("load")] == ["load@emea", "load@amer", "load"]
 
 
 def test_a_missing_variable_is_a_plan_error() -> None:
@@ -53,7 +79,7 @@ from wloadctl.core.commands import Alert, Dispatch, Persist  # noqa: E402
 from wloadctl.core.events import JobExitedEvent, JobsFinishedEvent, OperatorEvent  # noqa: E402
 from wloadctl.core.loops import apply_expansions  # noqa: E402
 from wloadctl.core.plan import DynamicItems  # noqa: E402
-from wloadctl.core.states import JobState  # noqa: E402
+from wloadctl.core.states import DepKind, JobState  # noqa: E402
 
 
 def dynamic(max_items: int = 1000, handlers: bool = False):  # type: ignore[no-untyped-def]

@@ -74,7 +74,7 @@ def one_mistake_everywhere(p: Path) -> bytes:
 CASES: list[tuple[Callable[[Path], bytes], int, str]] = [
     (deep, 2, "nest"),  # "nested too deeply", or the YAML parser's "exceeded maximum nesting depth"
     (deep_blocks, 2, "the YAML is nested too deeply to be a plan"),
-    (huge_string, 0, "ok (1 jobs)"),
+    (huge_string, 2, "more than a process can be given"),  # read whole, then refused: no process could run it
     (huge_id, 2, "job id"),
     (alias_bomb, 2, "items must be text or numbers, not a list"),
     (alias_bomb_env, 2, "env"),

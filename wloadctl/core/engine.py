@@ -702,8 +702,15 @@ class SchedulerCore(JobTable):
         su = self.state[u]
         if self.block[d] == 1 and d in self.fanout.expanded and self.specs[u].item is not None and \
                 self.ids[u].startswith(self.ids[d] + "@"):
-            # One of a loop's own instances failed: the loop failed (a `failure` dependency on it runs).
-            self.set_state(d, _FAIL, reason=f"instance {self.ids[u]} {S(su).name}")
+            # One of a loop's own instances failed: the loop fails (a `failure` dependency on it runs), once
+            # its other instances have ended too (a `done` dependency means the whole loop has).
+            if self.unmet[d] > 0:
+                return
+            failed = [v for v in (self.index[j] for j in self.specs[d].depends_on if j.startswith(self.ids[d] + "@"))
+                      if self.state[v] not in (_OK, _SKIP)]
+            names = ", ".join(self.ids[v] for v in failed[:5]) + (" ..." if len(failed) > 5 else "")
+            self.set_state(d, _FAIL, reason=f"instance {names} {S(self.state[failed[0]]).name}" if len(failed) == 1
+                           else f"{len(failed)} instances did not succeed: {names}")
         elif self.block[d] == 1:
             self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
         else:

@@ -1,14 +1,16 @@
-"""`for_each` over an upstream's output: instances made at run time, once the list is known.
+"""`for_each` loops in the core: over an upstream's output, instances made at run time, once the list is known.
 
 The looped job stays in the DAG as the loop's parent. When its upstreams have finished it
 does not run: the core reads the list from their outcomes, appends one job per item (they
 become READY at once) and makes the parent wait for all of them. When they have all ended,
-the parent ends: SUCCEEDED, or UPSTREAM_FAILED through the usual rules when an instance
-failed, so the parent's dependents wait for the whole loop.
+the parent ends: SUCCEEDED, or FAILED when an instance failed (SchedulerCore._blocked), so the
+parent's dependents wait for the whole loop. A loop over a list or `vars.NAME` has its instances
+from the start (core/loops.expand_for_each): its parent is an expanded loop from the first.
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 
 from wloadctl.core.condition import Condition, ConditionError, parse_condition
@@ -28,7 +30,8 @@ class FanOut:
 
     def __init__(self, specs: list[JobSpec], index: dict[str, int]) -> None:
         self.loops: dict[int, Condition] = {}
-        """Jobs looping over an upstream's output, with the expression giving the list."""
+        """Loop parents, with the expression giving their list (a list given in the plan: its text, which reads
+        nothing)."""
         self.expanded: dict[int, int] = {}
         """Loop parents already expanded, with their number of instances."""
         self.added: list[tuple[int, int, tuple[str, ...]]] = []
@@ -43,6 +46,11 @@ class FanOut:
                 made = sum(1 for d in j.depends_on if d.startswith(j.id + "@") and specs[index[d]].item)
                 if made:
                     self.expanded[i] = made
+            elif j.for_each is not None:
+                # A loop over a list: expanded when the plan was read.
+                text = j.for_each if isinstance(j.for_each, str) else f"[{', '.join(j.for_each)}]"
+                self.loops[i] = Condition(text, ast.Expression(ast.Constant(None)), frozenset())
+                self.expanded[i] = sum(1 for d in j.depends_on if d.startswith(j.id + "@") and specs[index[d]].item)
 
     def capacity(self, specs: list[JobSpec]) -> int:
         """Most jobs a run may hold: its jobs now (`specs`), plus every instance its loops may still make."""

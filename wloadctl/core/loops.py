@@ -198,7 +198,10 @@ def apply_expansions(plan: Plan, expansions: Iterable[tuple[str, tuple[str, ...]
 
 
 def expand_for_each(plan: Plan) -> Plan:
-    """Replace every `for_each` job by its instances and point its dependents at all of them.
+    """Give every `for_each` job over a list (or `vars.NAME`) its instances; the looped job stays, as the loop,
+    waiting for all of them (as a loop over output does once expanded, core/fanout.py): it runs nothing, and
+    ends SUCCEEDED when they have all succeeded, FAILED when one failed, so its dependents' `success`, `failure`
+    and `done` hold for the whole loop.
 
     `{item}` in a command (string or argv elements) becomes the item; each instance also gets
     WLOADCTL_ITEM in its environment.
@@ -211,7 +214,6 @@ def expand_for_each(plan: Plan) -> Plan:
     if not looped:
         return plan
     problems: list[WloadError] = []
-    instances: dict[str, list[str]] = {}
     jobs: dict[str, JobSpec] = {}
     for jid, j in plan.jobs.items():
         if jid not in looped:
@@ -223,7 +225,7 @@ def expand_for_each(plan: Plan) -> Plan:
             e.file = plan.path
             problems.append(e)
             continue
-        ids = []
+        made = []
         for item in items:
             inst = make_instance(j, item)
             if inst.id in plan.jobs or inst.id in jobs:
@@ -231,21 +233,9 @@ def expand_for_each(plan: Plan) -> Plan:
                                            file=plan.path, line=j.line, job=jid))
                 continue
             jobs[inst.id] = inst
-            ids.append(inst.id)
-        instances[jid] = ids
+            made.append(inst)
+        jobs[jid] = with_instances(j, made)
     if problems:
         raise PlanError(f"{plan.path}: {len(problems)} problem(s) in for_each loops", problems=problems,
                         file=plan.path)
-    # Dependents of a looped job wait for every instance, with the same dependency kind.
-    for jid, j in list(jobs.items()):
-        if not any(d in instances for d in j.depends_on):
-            continue
-        deps: list[str] = []
-        kinds = []
-        for k, d in enumerate(j.depends_on):
-            for target in instances.get(d, [d]):
-                deps.append(target)
-                kinds.append(j.kind_of(k))
-        jobs[jid] = dataclasses.replace(j, depends_on=tuple(deps),
-                                        dep_kinds=None if j.dep_kinds is None else tuple(kinds))
     return dataclasses.replace(plan, jobs=jobs)
