@@ -297,6 +297,9 @@ def test_jobs_that_never_ran_are_told_and_a_stalled_run_says_which_verb_each_hel
                for line in p.stdout.splitlines()), p.stdout
     assert p.stderr.splitlines()[-1] == ("wloadctl: run stalled: 1 held job(s) need an operator: approve sign "
                                          f"(waiting for confirmation); then `wloadctl resume --state-dir {sd}`")
+    # a loop's parent says how it ended, live or from the journal
+    why = json.loads(cli("why", "each", "--state-dir", str(sd), "--json").stdout)
+    assert why["reasons"][0].startswith("succeeded: all 2 instance(s) finished"), why
     # a job that ran no process of its own has no log, and says why
     for job, said in (("each", "wloadctl: job 'each' ran no process of its own (state SUCCEEDED), so it has no log "
                                "(its for_each instances each@ITEM have theirs)"),

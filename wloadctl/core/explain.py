@@ -103,6 +103,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
     elif st == S.SUCCEEDED and i in core.fanout.loops:
         reasons.append(f"succeeded: {core.reasons.get(i) or 'every instance finished'} "
                        f"(a for_each over {core.fanout.loops[i].text})")
+    elif st == S.SUCCEEDED and not core.attempt[i] and core.reasons.get(i):
+        reasons.append(f"succeeded: {core.reasons[i]}")  # without running: a loop's end, an operator's set-ok
     elif st == S.SUCCEEDED:
         reasons.append(f"succeeded after {core.attempt[i]} attempt(s)")
     if i in core.fanout.loops and st == S.WAITING:
