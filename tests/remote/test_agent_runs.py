@@ -194,6 +194,34 @@ def test_broker_stopped_and_started_mid_run_loses_nothing(
     assert all([k for k, _a in lines] == ["start", "end"] for lines in ev.values()), ev
 
 
+def test_a_broker_outage_longer_than_the_agent_timeout_loses_no_agent_and_runs_nothing_twice(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    # Given a run whose non-idempotent job is running on an agent, with a short agent timeout
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {"pay": {"pool": "etl", "sleep": 2, "idempotent": False},
+                                                 "redo": {"pool": "etl", "sleep": 2},
+                                                 "after": {"pool": "etl", "depends_on": ["pay", "redo"]}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
+    wait_for(lambda: {"pay", "redo"} <= set(agents_of(out)), timeout=60, what="pay and redo started")
+    # When the broker is away for twice the agent timeout while they end
+    nats_server.stop()
+    time.sleep(6)
+    nats_server.start()
+    stdout, stderr = proc.communicate(timeout=120)
+    # Then no agent was lost: the jobs' results are taken, each job ran once, and both sides said so
+    assert proc.returncode == 0, stderr
+    assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
+    assert all([k for k, _a in lines] == ["start", "end"] for lines in agents_of(out).values()), agents_of(out)
+    assert "agent_lost" not in (sd / "events.jsonl").read_text()
+    lines = stderr.splitlines()
+    assert len([x for x in lines if "broker lost" in x]) == 1, stderr
+    assert len([x for x in lines if "broker back" in x]) == 1, stderr
+    for node in nodes.values():
+        wait_for(lambda node=node: "broker back" in node.output(), timeout=30, what=f"{node.name} said so")
+        assert "broker lost" in node.output()
+
+
 def test_a_paused_agent_is_declared_lost_its_job_runs_elsewhere_and_its_late_copy_is_stopped(
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
     out = tmp_path / "evidence"

@@ -753,7 +753,7 @@ def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: i
     reader = ReportReader(core.want, lambda _r: "", lambda i, a: ctx.result_of(core.ids[i], a))
     pool = AgentPool(core, link, Subjects(opts.broker.prefix), ctx.run_id, epoch, reader, _payloads(ctx, core),
                      opts.state_dir, core.specs, timeout=opts.agent_timeout, say=lambda e, f: events.emit(e, **f),
-                     beat=min(1.0, opts.heartbeat_interval))
+                     beat=min(1.0, opts.heartbeat_interval), note=opts.say)
     pool.start()
     return pool
 

@@ -36,7 +36,7 @@ from wloadctl.procs.userfiles import read_regular, remove_job_dirs
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
-from wloadctl.remote.link import BrokerLink
+from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.node import Held, NodeBook, NodeJournal
 from wloadctl.remote.pulling import Msg, Puller
 
@@ -212,6 +212,7 @@ class Agent:
         poller = select.poll()
         poller.register(self.link.fileno(), select.POLLIN)
         self.pool.attach(poller)
+        watch = LinkWatch(self.link)
         next_beat = next_health = 0.0
         while not self.stop:
             now = time.time()
@@ -235,6 +236,10 @@ class Agent:
             self._throttle()
             if now >= next_beat:
                 next_beat = now + BEAT
+                change = watch.look()
+                if change is not None:
+                    # Jobs go on meanwhile: their ends are journaled here and published once it is back.
+                    self.note(watch.line(change))
                 self._beat(now)
 
     def shutdown(self) -> None:

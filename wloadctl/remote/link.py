@@ -87,6 +87,12 @@ class BrokerLink:
         self._log: deque[str] = deque(maxlen=500)
         self._last_error = ""
         self._closed = False
+        self.reconnects = 0
+        """Times the client connected again after losing the broker (a watcher compares it with its last look)."""
+        self.down_since: float | None = None
+        """When the connection was lost (wall clock), while it is down; None while connected."""
+        self.last_outage = 0.0
+        """Seconds the last loss of the broker lasted (set when it is back)."""
 
     # Opening and closing.
 
@@ -271,11 +277,17 @@ class BrokerLink:
             self._note(f"error {text}")
 
     async def _on_disconnected(self) -> None:
+        if self.down_since is None:
+            self.down_since = time.time()
         if not self._closed:
             self._note("disconnected; reconnecting")
 
     async def _on_reconnected(self) -> None:
         self._last_error = ""
+        if self.down_since is not None:
+            self.last_outage = max(0.0, time.time() - self.down_since)
+        self.down_since = None
+        self.reconnects += 1
         nc = self._nc
         self._note(f"reconnected to {nc.connected_url.geturl() if nc and nc.connected_url else self.options.shown()}")
         self._outbox.kick.set()
@@ -590,3 +602,41 @@ class BrokerLink:
             return self._call(go(), timeout, f"delete consumer {durable}")
         except WloadError:
             return False
+
+
+class LinkWatch:
+    """Tells a poll loop once when its link lost the broker and once when it has it back.
+
+    The loop looks at each beat; an outage shorter than a beat shows as "back" alone.
+    """
+
+    def __init__(self, link: BrokerLink) -> None:
+        self.link = link
+        """The link watched."""
+        self.up = True
+        """Whether the broker was there at the last look."""
+        self._seen = link.reconnects
+
+    def look(self) -> tuple[str, float] | None:
+        """("lost", seconds down so far) or ("back", seconds the outage lasted) on a change since the last
+        look, else None."""
+        link = self.link
+        again, self._seen = link.reconnects != self._seen, link.reconnects
+        if link.connected:
+            if not self.up or again:
+                self.up = True
+                return "back", link.last_outage
+            return None
+        if self.up:
+            self.up = False
+            since = link.down_since
+            return "lost", 0.0 if since is None else max(0.0, time.time() - since)
+        return None
+
+    def line(self, change: tuple[str, float]) -> str:
+        """The operator's line of a change `look` returned."""
+        kind, seconds = change
+        url = self.link.options.shown()
+        if kind == "lost":
+            return f"broker lost: {url} does not answer; reconnecting (nothing is lost meanwhile)"
+        return f"broker back: {url} answers again after {seconds:.1f}s"
