@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -148,3 +149,34 @@ def test_without_the_debian_binary_the_wheel_binary_serves(
             assert link.kv.put("probe", "k", b"v") == 1
     finally:
         server.stop()
+
+
+def test_a_second_agent_of_a_name_on_the_same_host_is_refused_in_one_line(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    from tests.integration.helpers import cli, wait_for
+    from tests.remote.nodes import Node
+    from wloadctl.remote.nodelock import lock_path
+
+    name = f"twin{os.getpid()}"
+    first = Node(name, nats_server.url, tmp_path / "a", ["etl"], isolated=False).start()
+    try:
+        wait_for(lambda: "serving" in first.output(), timeout=60, what="the first agent serving")
+        # When a second agent of that name starts on this host
+        p = cli("agent", "--broker", nats_server.url, "--name", name, "--pool", "etl",
+                "--state-dir", str(tmp_path / "b"), timeout=60)
+        # Then it is refused in one line naming the running one, which serves on untouched
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.count("\n") == 1, p.stderr
+        assert f"agent {name} already runs on this host (pid {first.agent_pid()}" in p.stderr
+        assert first.proc is not None and first.proc.poll() is None
+        assert not (tmp_path / "b").exists()
+    finally:
+        first.stop()
+        Path(lock_path(name)).unlink(missing_ok=True)
+    # And once the first stopped, an agent of that name starts again
+    again = Node(name, nats_server.url, tmp_path / "c", ["etl"], isolated=False).start()
+    try:
+        wait_for(lambda: "serving" in again.output(), timeout=60, what="an agent of that name serving again")
+    finally:
+        again.stop()
+        Path(lock_path(name)).unlink(missing_ok=True)
