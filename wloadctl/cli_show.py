@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wloadctl.client import RunClient
+
+if TYPE_CHECKING:
+    from wloadctl.remote.broker import BrokerOptions
 
 _BAD = ("FAILED", "TIMED_OUT", "UPSTREAM_FAILED")
 
@@ -96,7 +100,7 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl why|history|lineage|logs|audit`."""
     with RunClient(state_dir) as c:
         if a.cmd == "logs":
-            c.broker_url = a.broker
+            c.log_broker = _log_broker(c, a)
             return _logs(c, a)
         data: Any
         if a.cmd == "why":
@@ -182,6 +186,20 @@ def _verify(c: RunClient, as_json: bool) -> int:
         print(f"wloadctl: audit chain broken at action {b['seq']} of run {b['run']} ({b['action']}): "
               f"{b['problem']}; {rep['checked']} action(s) before it hold", file=sys.stderr)
     return 0 if rep["ok"] else 1
+
+
+def _log_broker(c: RunClient, a: argparse.Namespace) -> BrokerOptions | None:
+    """The broker options of `logs` (URL and prefix default to the run's; None: no broker anywhere)."""
+    from wloadctl.remote.broker import ENV_BROKER, ENV_PREFIX, BrokerOptions
+
+    if not hasattr(a, "broker_user"):  # the command's parser was not built with the broker's options
+        return None
+    settings = json.loads(c.run.settings or "{}")
+    url = a.broker or os.environ.get(ENV_BROKER) or settings.get("broker")
+    if not url:
+        return None
+    prefix = a.prefix or os.environ.get(ENV_PREFIX) or settings.get("prefix")
+    return BrokerOptions.from_args(argparse.Namespace(**{**vars(a), "broker": url, "prefix": prefix}))
 
 
 def _logs(c: RunClient, a: argparse.Namespace) -> int:
