@@ -180,3 +180,59 @@ def test_a_second_agent_of_a_name_on_the_same_host_is_refused_in_one_line(
     finally:
         again.stop()
         Path(lock_path(name)).unlink(missing_ok=True)
+
+
+REMOTE_PLAN = "name: away\njobs:\n  pay: {command: 'echo paying', pool: etl}\n"
+"""A plan with a job on agents: `run` needs the broker before it does anything."""
+
+
+def test_a_broker_without_jetstream_is_named_as_such_in_one_line(tmp_path: Path) -> None:
+    from tests.integration.helpers import cli
+    from wloadctl.remote.server import nats_server_binary
+
+    binary = nats_server_binary()
+    assert binary is not None
+    port = free_port()
+    server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        url = f"nats://127.0.0.1:{port}"
+        with BrokerLink.open(BrokerOptions(url), name="probe", connect_timeout=15.0):
+            pass  # it answers
+        plan = tmp_path / "p.yaml"
+        plan.write_text(REMOTE_PLAN)
+        # When `agents` and `run` meet a server started without -js
+        listed = _agents("--broker", url)
+        ran = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--broker", url, timeout=60)
+    finally:
+        server.terminate()
+        server.wait(10)
+    # Then each says that JetStream is not enabled there, in one line
+    for p in (listed, ran):
+        assert p.returncode == 3, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert f"broker {url}: JetStream is not enabled on that server" in p.stderr
+        assert "-js" in p.stderr and "ServiceUnavailable" not in p.stderr
+
+
+@pytest.mark.parametrize(("login", "said"), [
+    (("--broker-user", "ops", "--broker-password", "wrong"), "refused the credentials (user 'ops' and its password)"),
+    (("--broker-user", "ops"), "refused user 'ops': no password was given"),
+    ((), "wants credentials and none were given"),
+])
+def test_a_broker_refusing_the_credentials_is_said_so_in_one_line(
+        tmp_path: Path, login: tuple[str, ...], said: str) -> None:
+    from tests.integration.helpers import cli
+    from tests.remote.conftest import serve
+
+    servers = serve(tmp_path, "authorization {\n  users = [\n    {user: ops, password: ops-pw}\n  ]\n}\n")
+    server = next(servers)
+    try:
+        plan = tmp_path / "p.yaml"
+        plan.write_text(REMOTE_PLAN)
+        ran = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--broker", server.url, *login, timeout=60)
+    finally:
+        servers.close()
+    assert ran.returncode == 3, ran.stderr
+    assert ran.stderr.count("\n") == 1, ran.stderr
+    assert f"wloadctl: the broker at {server.url} {said}" in ran.stderr

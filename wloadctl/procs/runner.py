@@ -564,10 +564,18 @@ def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None
         raise UsageError(f"{plan.path or plan.name}: job(s) {', '.join(away[:5])}"
                          f"{' ...' if len(away) > 5 else ''} run on agents (pool:/agent:), and no broker was "
                          "given", hint="pass --broker nats://HOST:4222 or set WLOADCTL_BROKER")
+    from wloadctl.remote.broker import Subjects, ensure_streams
     from wloadctl.remote.link import BrokerLink
 
+    link = BrokerLink.open(opts.broker, name=f"scheduler-{run.run_id}")
+    try:
+        # Before anything of the run is made: a server without JetStream is refused here, in one line.
+        ensure_streams(link, Subjects(opts.broker.prefix))
+    except BaseException:
+        link.close(timeout=2.0)
+        raise
     opts.say(f"broker {opts.broker.shown()}: jobs with pool:/agent: run on agents")
-    return BrokerLink.open(opts.broker, name=f"scheduler-{run.run_id}")
+    return link
 
 
 def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
