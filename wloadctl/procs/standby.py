@@ -188,17 +188,19 @@ class Standby:
         sd, deadline = self.opts.state_dir, time.time() + RUN_WAIT
         store: Store | None = None
         where = self.run_id or ("the journal" if self.far else sd)
+        said = False
         try:
             while not self.stop:
                 if store is None and journal_exists(sd):
                     # From another host the journal is read as a whole (no state directory of ours).
                     try:
                         store = Store.open(None if self.far else sd, create=False, sync=self.opts.journal_sync)
-                    except StoreError:
-                        if journal_url() is None or time.time() > deadline:
-                            raise
+                    except StoreError as e:
                         # The first run makes a server journal's schema: it may not have started yet
-                        # (a standby on this host or another waits for it as for a run).
+                        # (a standby on this host or another waits for it as for a run). A server that
+                        # cannot be reached, or refuses, is said at once, as `run` says it.
+                        if journal_url() is None or not _no_journal_yet(e) or time.time() > deadline:
+                            raise
                 run = self._running_run(store) if store is not None else None
                 # From another host, a run counts once its scheduler holds it (its first epoch).
                 if store is not None and run is not None and run.status == "running" and \
@@ -215,6 +217,10 @@ class Standby:
                         f"no running run in {where} to stand by for",
                         hint="start the run first: `wloadctl run PLAN --state-dir DIR`",
                     )
+                if not said:
+                    said = True
+                    self.opts.say(f"no running run in {where} yet: waiting up to {RUN_WAIT:g}s for one to stand by "
+                                  "for")
                 time.sleep(self.opts.heartbeat_interval)
             return None
         finally:
@@ -459,6 +465,13 @@ def _say_local_jobs(store: Store, row: RunRow, opts: RunOptions) -> None:
         opts.say(f"{len(flying)} job(s) of pool local were in flight on the old active's host, out of reach from "
                  f"here: {', '.join(flying[:10])}{more}; retried here under their policy (held when not "
                  "idempotent). Plans meant for HA across hosts run their jobs on agents (pool:/agent:)")
+
+
+def _no_journal_yet(e: StoreError) -> bool:
+    """Whether a server journal answered and holds no journal yet (a run about to start makes it)."""
+    from wloadctl.store.postgres import NoJournalYet
+
+    return isinstance(e, NoJournalYet)
 
 
 def _kill_scheduler(pid: int) -> bool:

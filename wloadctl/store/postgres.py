@@ -103,6 +103,10 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), ns, where
 
 
+class NoJournalYet(StoreError):
+    """The server answers and holds no journal yet: the first run makes it (a standby waits for it)."""
+
+
 def _without_password(url: str) -> str:
     """`url` as given, its password (if any) left out."""
     head, at, tail = url.rpartition("@")
@@ -224,7 +228,7 @@ class PostgresStore(Store):
             if not create:
                 self.close()
                 if v == 0:
-                    raise StoreError(f"no run journal in {self.where}",
+                    raise NoJournalYet(f"no run journal in {self.where}",
                                      hint="start a run with `wloadctl run PLAN --journal URL`")
                 raise StoreError(f"run journal {self.where} has schema {v}, older than this wloadctl "
                                  f"({SCHEMA_VERSION})", hint="a run or resume with this wloadctl migrates it")
