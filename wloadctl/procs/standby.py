@@ -258,7 +258,7 @@ class Standby:
                     epoch, watch_from, suspected = row.epoch, now, False
                     self._close_boards()
                 hdr = self._header(run.run_id)
-                beat = hdr.beat if hdr is not None and hdr.epoch >= row.epoch else 0.0
+                beat = hdr.beat if hdr is not None and hdr.epoch >= row.epoch else self._far_beat(row)
                 silent = now - max(beat, watch_from)
                 if silent <= timeout or now <= row.lease_until:
                     if suspected:
@@ -396,6 +396,16 @@ class Standby:
                 self.link.flush(1.0)
         except WloadError:
             pass  # the broker is away: the journal's lease, not these beats, decides any takeover
+
+    def _far_beat(self, row: RunRow) -> float:
+        """When the active of another host was last known alive (0.0 on this host): its last beat heard on the
+        broker, or its last renewal of the journal's lease, whichever is later."""
+        if not self.far:
+            return 0.0
+        heard = self.witness.last_beat(row.run_id, row.epoch) if self.witness is not None else 0.0
+        # It renews the lease for lease_seconds at each beat (the first lease is longer, START_GRACE).
+        renewed = row.lease_until - self.opts.lease_seconds
+        return max(heard, min(renewed, time.time()))
 
     def _close_boards(self) -> None:
         for b in (self.board, self.eboard):
