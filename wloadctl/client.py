@@ -254,7 +254,7 @@ class RunClient:
             "confirm": self.awaiting_confirmation(held), "pending": self.pending_requests(),
             "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
             "scheduler_pid": h.scheduler_pid if h else (self.run.scheduler_pid if far else None),
-            "scheduler_host": self.store.holder_host(self.run.id) if far else None,
+            "scheduler_host": self.store.holder_host(self.run.id) if far or live else None,
             "standby_pid": (h.standby_pid or None) if h else None,
             "paused": self.pause_reason(h) if live else None,
             "lease_until": h.lease_until if h else self.run.lease_until,

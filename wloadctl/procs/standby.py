@@ -130,6 +130,7 @@ class Standby:
         # Like the active scheduler, a standby outlives a dropped SSH session.
         old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
         pidfile: Path | None = None
+        beside: Path | None = None
         store: Store | None = None
         try:
             if self.far:
@@ -139,11 +140,15 @@ class Standby:
                 return 0
             store, run = found
             pidfile = register_standby(self.opts.state_dir)
+            beside = self._register_beside(store, run)
             claim = self._watch(store, run)
             if claim is None:
                 return 0
             pidfile.unlink(missing_ok=True)
             pidfile = None
+            if beside is not None:
+                beside.unlink(missing_ok=True)
+                beside = None
             self._close_witness()
             # From here on this is the active scheduler, with the runner's signals.
             _restore(old)
@@ -151,12 +156,33 @@ class Standby:
             return continue_run(store, row, self.opts, claim).exit_code
         finally:
             _restore(old)
-            if pidfile is not None:
-                pidfile.unlink(missing_ok=True)
+            for made in (pidfile, beside):
+                if made is not None:
+                    made.unlink(missing_ok=True)
             self._close_boards()
             self._close_witness()
             if store is not None:
                 store.close()
+
+    def _register_beside(self, store: Store, run: RunRow) -> Path | None:
+        """From another state directory of the active's own host, be its standby there too (None: not so).
+
+        The active publishes the standby it finds in its state directory (`status` shows its pid);
+        a standby of a server journal keeps its own state directory, so it says so in the active's.
+        """
+        if not self.far:
+            return None
+        from wloadctl.store.postgres import PostgresStore
+
+        home = store.home_of(run.id) if isinstance(store, PostgresStore) else None
+        if home is None or home[0] != socket.gethostname() or not home[1].is_dir():
+            return None
+        if home[1].resolve() == self.opts.state_dir.resolve():
+            return None
+        try:
+            return register_standby(home[1])
+        except OSError:
+            return None  # not writable by this user: status goes without the standby's pid
 
     def _on_stop(self, _sig: int, _frame: object) -> None:
         self.stop = True

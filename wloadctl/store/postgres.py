@@ -420,6 +420,12 @@ class PostgresStore(Store):
                                            (lease, run, epoch)))
         return cur.rowcount == 1
 
+    def home_of(self, run: int) -> tuple[str, Path] | None:
+        """(host, state directory) of the scheduler that started the run (None: it named none)."""
+        row = self._do(lambda c: c.execute("SELECT home FROM runs WHERE id = %s", (run,)).fetchone())
+        host, _, path = str(row[0] if row and row[0] else "").partition(":")
+        return (host, Path(path)) if host and path else None
+
     def holder_host(self, run: int) -> str | None:
         """Host of the scheduler holding the run's lease (from its holder, host:pid)."""
         row = self._do(lambda c: c.execute("SELECT holder FROM runs WHERE id = %s", (run,)).fetchone())
