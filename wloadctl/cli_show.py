@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -103,13 +104,13 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             c.log_broker = _log_broker(c, a)
             return _logs(c, a)
         data: Any
+        from wloadctl.remote.agents import node_names
+
+        agents = node_names(c.state_dir) if c.state_dir is not None else {}
         if a.cmd == "why":
             data = c.why(a.job)
         elif a.cmd == "history":
             data = c.history(a.job)
-            from wloadctl.remote.agents import node_names
-
-            agents = node_names(c.state_dir)
         elif a.cmd == "lineage":
             data = c.lineage(a.job)
         elif a.cmd == "pending":
@@ -124,7 +125,7 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
     if a.cmd == "why":
         print(f"{data['job']} is {data['state']} (tier {data['tier']}, attempt {data['attempt']})")
         for r in data["reasons"]:
-            print(f"  - {r}")
+            print(f"  - {_agent_words(r, agents)}")
         if data["verbs"]:
             print(f"  verbs that apply: {', '.join(data['verbs'])}")
     elif a.cmd == "history":
@@ -132,11 +133,18 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
         # Operators' actions among the transitions, in time order (an action before the transitions it made).
         lines = [(x["ts"], f"  {_ts(x['ts'])} {x['user']} {x['verb']} ({x['reason'] or 'no reason'}): "
                            f"{x['outcome']}") for x in data["actions"]]
+        ran_on: dict[int, int] = {}
         for t in data["transitions"]:
             code = f" exit {t['exit_code']}" if t["exit_code"] is not None else ""
             ex = f" on agent {agents[t['executor']]}" if t["executor"] in agents else \
                 f" on executor {t['executor']}" if t["executor"] >= 0 else ""
-            reason = f"  {t['reason']}" if t["reason"] else ""
+            why = t["reason"] or ""
+            if t["executor"] >= 0:
+                ran_on[t["attempt"]] = t["executor"]
+            lost = ran_on.get(t["attempt"], -1)  # the transition that gives it up names none
+            if lost in agents:
+                why = why.replace("executor lost", f"agent {agents[lost]} lost")
+            reason = f"  {_agent_words(why, agents)}" if why else ""
             lines.append((t["ts"], f"  {_ts(t['ts'])} #{t['attempt']} {t['from']} -> {t['to']}{ex}{code}{reason}"))
         lines.sort(key=lambda pair: pair[0])  # stable: the journal's own order where times are equal
         for _, text in lines:
@@ -158,6 +166,14 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
                   + (f"  reason: {x['reason']}" if x["reason"] else ""))
     return 0
+
+
+def _agent_words(text: str, agents: dict[int, str]) -> str:
+    """`text` with each "executor N" that is an agent's node index said as "agent NAME"."""
+    if not agents:
+        return text
+    return re.sub(r"\bexecutor (\d+)\b", lambda m: f"agent {agents[int(m[1])]}" if int(m[1]) in agents
+                  else m[0], text)
 
 
 def pending_lines(data: dict[str, Any]) -> list[str]:

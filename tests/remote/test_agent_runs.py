@@ -246,6 +246,10 @@ def test_a_paused_agent_is_declared_lost_its_job_runs_elsewhere_and_its_late_cop
     assert lines[1][1] != first
     evidence = read_evidence(out)
     assert len(evidence["after"]) == 2
+    # and its history names the agent that was lost, not an executor number
+    told = cli("history", "slow", "--state-dir", str(sd)).stdout
+    assert f"RUNNING -> READY  agent {first} lost during attempt 1" in told, told
+    assert "executor" not in told, told
 
 
 def test_an_agent_refuses_a_dispatch_or_kill_of_an_older_epoch(
@@ -424,3 +428,30 @@ def test_tasks_a_lost_agent_took_and_never_reported_are_sent_again_exactly_once(
         ghost.close()
         if node is not None:
             node.stop()
+
+
+def test_agents_are_named_in_why_a_pinned_job_sees_no_pool_and_a_stopped_agent_is_listed_stopped(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    # Given a job pinned to n2 with `agent:` alone, running
+    gate = tmp_path / "go"
+    plan = plan_file(tmp_path / "p.yaml", tmp_path / "evidence", {"pinned": {
+        "agent": "n2", "command": f'echo "pool=${{WLOADCTL_POOL-unset}}"; while [ ! -e {gate} ]; do sleep 0.05; '
+                                  "done"}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url)
+    try:
+        # When `why` is asked while it runs
+        why = wait_for(lambda: (p := cli("why", "pinned", "--state-dir", str(sd))).returncode == 0 and
+                       "running" in p.stdout and p.stdout, timeout=60, what="pinned running")
+    finally:
+        gate.touch()
+    _out, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    # Then it names the agent that runs it; the job saw no pool
+    assert "on agent n2" in why and "executor" not in why, why
+    assert cli("logs", "pinned", "--state-dir", str(sd)).stdout == "pool=unset\n"
+    # And an agent stopped cleanly is listed STOPPED, not LOST
+    nodes["n2"].stop()
+    listed = {a["agent"]: a["state"] for a in json.loads(cli("agents", "--broker", nats_server.url, "--json",
+                                                            "--agent-timeout", "0.5", check=True).stdout)}
+    assert listed["n2"] == "STOPPED", listed

@@ -179,7 +179,7 @@ class AgentPool:
                 hb = M.Heartbeat.decode(entry.value)
             except WloadError:
                 continue
-            if agent_state(now - hb.sent, self.timeout) == AgentState.ALIVE:
+            if not hb.stopped and agent_state(now - hb.sent, self.timeout) == AgentState.ALIVE:
                 self._hear(hb, min(now, hb.sent))
 
     def _consumer(self, epoch: int) -> str:
