@@ -172,8 +172,8 @@ def test_a_second_agent_of_a_name_on_the_same_host_is_refused_in_one_line(
         assert not (tmp_path / "b").exists()
     finally:
         first.stop()
-        Path(lock_path(name)).unlink(missing_ok=True)
-    # And once the first stopped, an agent of that name starts again
+    # And once the first stopped (its lock file gone with it), an agent of that name starts again
+    assert not Path(lock_path(name)).exists()
     again = Node(name, nats_server.url, tmp_path / "c", ["etl"], isolated=False).start()
     try:
         wait_for(lambda: "serving" in again.output(), timeout=60, what="an agent of that name serving again")
@@ -236,3 +236,19 @@ def test_a_broker_refusing_the_credentials_is_said_so_in_one_line(
     assert ran.returncode == 3, ran.stderr
     assert ran.stderr.count("\n") == 1, ran.stderr
     assert f"wloadctl: the broker at {server.url} {said}" in ran.stderr
+
+
+def test_the_node_lock_refuses_a_second_holder_and_is_removed_when_released(tmp_path: Path) -> None:
+    from wloadctl.remote.nodelock import NodeLock, lock_path
+
+    first = NodeLock.take("x1", "/sd/one", directory=str(tmp_path))
+    held = rf"agent x1 already runs on this host \(pid {os.getpid()}, state dir /sd/one\)"
+    with pytest.raises(UsageError, match=held):
+        NodeLock.take("x1", "/sd/two", directory=str(tmp_path))
+    other = NodeLock.take("x2", "/sd/two", directory=str(tmp_path))  # another name is another lock
+    first.release()
+    other.release()
+    assert list(tmp_path.iterdir()) == []
+    again = NodeLock.take("x1", "/sd/two", directory=str(tmp_path))
+    assert Path(lock_path("x1", str(tmp_path))).read_text() == f"{os.getpid()}\n/sd/two\n"
+    again.release()
