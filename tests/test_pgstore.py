@@ -8,6 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.integration.helpers import cli
 from wloadctl.core.plan import JobSpec
 from wloadctl.errors import StoreError, UsageError
 from wloadctl.store import Store
@@ -78,6 +79,25 @@ def test_state_directories_and_installations_share_one_database(pg_url: str, tmp
 def test_a_bad_journal_url_is_one_line(url: str, fragment: str) -> None:
     with pytest.raises(UsageError, match=fragment):
         parse_journal_url(url)
+
+
+def test_a_journal_url_of_another_scheme_is_quoted_as_given_without_its_password() -> None:
+    with pytest.raises(UsageError) as e:
+        parse_journal_url("mysql://x:pw@y/z")
+    assert e.value.message.startswith("journal 'mysql://x@y/z' is not a postgresql:// URL")
+
+
+def test_an_unknown_journal_url_parameter_is_bad_input_naming_it_and_the_allowed_ones() -> None:
+    # Given a URL with a parameter neither wloadctl nor the driver knows
+    url = "postgresql://postgres@127.0.0.1/db?foo=bar"
+    # When a command is given it
+    p = cli("status", "--journal", url, timeout=60)
+    # Then it says so in one line, with what is allowed, as bad input
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert "unknown parameter 'foo'; allowed: " in p.stderr
+    assert "namespace" in p.stderr and "sslmode" in p.stderr and "internal error" not in p.stderr
+    parse_journal_url("postgresql://postgres@127.0.0.1/db?sslmode=disable&namespace=n1")  # known ones pass
 
 
 def test_the_password_never_shows(pg_url: str) -> None:

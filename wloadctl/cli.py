@@ -133,6 +133,15 @@ def _metrics_arg(p: argparse.ArgumentParser) -> None:
                    help="serve Prometheus metrics at http://HOST:PORT/metrics (:PORT for every interface)")
 
 
+def _log_broker_args(p: argparse.ArgumentParser) -> None:
+    """The broker of the agent that ran a job, for its log (default: the run's), with its credentials."""
+    if isinstance(p, _Unbuilt):
+        return
+    from wloadctl.remote.broker import add_broker_args
+
+    add_broker_args(p, streams=False)
+
+
 def _verb_broker_arg(p: argparse.ArgumentParser) -> None:
     """The broker a verb travels through to a scheduler of another host (with --journal)."""
     if isinstance(p, _Unbuilt):
@@ -305,7 +314,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("job", metavar="JOB")
     p.add_argument("--attempt", type=_attempt, help="which attempt (default: the latest)")
     p.add_argument("--follow", "-f", action="store_true")
-    p.add_argument("--broker", metavar="URL", help="broker of the agent that ran it (default: the run's)")
+    _log_broker_args(p)
     _state_dir_arg(p)
     p = sub.add_parser("audit", help="the run's operator actions")
     _state_dir_arg(p)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wloadctl.client import RunClient
+
+if TYPE_CHECKING:
+    from wloadctl.remote.broker import BrokerOptions
 
 _BAD = ("FAILED", "TIMED_OUT", "UPSTREAM_FAILED")
 
@@ -96,16 +101,16 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl why|history|lineage|logs|audit`."""
     with RunClient(state_dir) as c:
         if a.cmd == "logs":
-            c.broker_url = a.broker
+            c.log_broker = _log_broker(c, a)
             return _logs(c, a)
         data: Any
+        from wloadctl.remote.agents import node_names
+
+        agents = node_names(c.state_dir) if c.state_dir is not None else {}
         if a.cmd == "why":
             data = c.why(a.job)
         elif a.cmd == "history":
             data = c.history(a.job)
-            from wloadctl.remote.agents import node_names
-
-            agents = node_names(c.state_dir)
         elif a.cmd == "lineage":
             data = c.lineage(a.job)
         elif a.cmd == "pending":
@@ -120,7 +125,7 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
     if a.cmd == "why":
         print(f"{data['job']} is {data['state']} (tier {data['tier']}, attempt {data['attempt']})")
         for r in data["reasons"]:
-            print(f"  - {r}")
+            print(f"  - {_agent_words(r, agents)}")
         if data["verbs"]:
             print(f"  verbs that apply: {', '.join(data['verbs'])}")
     elif a.cmd == "history":
@@ -128,11 +133,18 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
         # Operators' actions among the transitions, in time order (an action before the transitions it made).
         lines = [(x["ts"], f"  {_ts(x['ts'])} {x['user']} {x['verb']} ({x['reason'] or 'no reason'}): "
                            f"{x['outcome']}") for x in data["actions"]]
+        ran_on: dict[int, int] = {}
         for t in data["transitions"]:
             code = f" exit {t['exit_code']}" if t["exit_code"] is not None else ""
             ex = f" on agent {agents[t['executor']]}" if t["executor"] in agents else \
                 f" on executor {t['executor']}" if t["executor"] >= 0 else ""
-            reason = f"  {t['reason']}" if t["reason"] else ""
+            why = t["reason"] or ""
+            if t["executor"] >= 0:
+                ran_on[t["attempt"]] = t["executor"]
+            lost = ran_on.get(t["attempt"], -1)  # the transition that gives it up names none
+            if lost in agents:
+                why = why.replace("executor lost", f"agent {agents[lost]} lost")
+            reason = f"  {_agent_words(why, agents)}" if why else ""
             lines.append((t["ts"], f"  {_ts(t['ts'])} #{t['attempt']} {t['from']} -> {t['to']}{ex}{code}{reason}"))
         lines.sort(key=lambda pair: pair[0])  # stable: the journal's own order where times are equal
         for _, text in lines:
@@ -154,6 +166,14 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
                   + (f"  reason: {x['reason']}" if x["reason"] else ""))
     return 0
+
+
+def _agent_words(text: str, agents: dict[int, str]) -> str:
+    """`text` with each "executor N" that is an agent's node index said as "agent NAME"."""
+    if not agents:
+        return text
+    return re.sub(r"\bexecutor (\d+)\b", lambda m: f"agent {agents[int(m[1])]}" if int(m[1]) in agents
+                  else m[0], text)
 
 
 def pending_lines(data: dict[str, Any]) -> list[str]:
@@ -182,6 +202,20 @@ def _verify(c: RunClient, as_json: bool) -> int:
         print(f"wloadctl: audit chain broken at action {b['seq']} of run {b['run']} ({b['action']}): "
               f"{b['problem']}; {rep['checked']} action(s) before it hold", file=sys.stderr)
     return 0 if rep["ok"] else 1
+
+
+def _log_broker(c: RunClient, a: argparse.Namespace) -> BrokerOptions | None:
+    """The broker options of `logs` (URL and prefix default to the run's; None: no broker anywhere)."""
+    from wloadctl.remote.broker import ENV_BROKER, ENV_PREFIX, BrokerOptions
+
+    if not hasattr(a, "broker_user"):  # the command's parser was not built with the broker's options
+        return None
+    settings = json.loads(c.run.settings or "{}")
+    url = a.broker or os.environ.get(ENV_BROKER) or settings.get("broker")
+    if not url:
+        return None
+    prefix = a.prefix or os.environ.get(ENV_PREFIX) or settings.get("prefix")
+    return BrokerOptions.from_args(argparse.Namespace(**{**vars(a), "broker": url, "prefix": prefix}))
 
 
 def _logs(c: RunClient, a: argparse.Namespace) -> int:

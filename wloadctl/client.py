@@ -74,8 +74,8 @@ class RunClient:
     """
 
     def __init__(self, state_dir: str | Path | None, broker: BrokerOptions | None = None) -> None:
-        self.broker_url: str | None = None
-        """Broker of the run's agents (for logs of their jobs); default: the run's own setting."""
+        self.log_broker: BrokerOptions | None = None
+        """Broker of the run's agents, for the logs of their jobs (None: the run's own setting)."""
         self.broker = broker
         """The broker verbs travel through to a scheduler of another host (None: this host's queues)."""
         self._link: OperatorLink | None = None
@@ -254,7 +254,7 @@ class RunClient:
             "confirm": self.awaiting_confirmation(held), "pending": self.pending_requests(),
             "started": self.run.started, "ended": self.run.ended, "epoch": h.epoch if h else self.run.epoch,
             "scheduler_pid": h.scheduler_pid if h else (self.run.scheduler_pid if far else None),
-            "scheduler_host": self.store.holder_host(self.run.id) if far else None,
+            "scheduler_host": self.store.holder_host(self.run.id) if far or live else None,
             "standby_pid": (h.standby_pid or None) if h else None,
             "paused": self.pause_reason(h) if live else None,
             "lease_until": h.lease_until if h else self.run.lease_until,
@@ -577,7 +577,11 @@ class RunClient:
         return {"job": job, "state": names[row[2]], "attempts": row[3], "transitions": tx, "actions": acts}
 
     def log_file(self, job: str, attempt: int | None = None) -> Path:
-        """Path of a job attempt's log (the last attempt by default)."""
+        """Path of a job attempt's log (the last attempt by default).
+
+        The log of an attempt that ran on an agent is copied from that agent: again while the
+        attempt runs, and once more after it ended if the copy there is was taken before.
+        """
         row = self.job_row(job)
         if row is None:
             raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
@@ -591,24 +595,48 @@ class RunClient:
         if att > row[3]:
             raise ControlError(f"job '{job}' has {row[3]} attempt(s); there is no attempt {att}")
         path = log_path(self.state_dir, self.run.run_id, job, att)
-        if row[4] >= AGENT_BASE and (not path.exists() or row[2] in (JobState.QUEUED, JobState.RUNNING)):
-            self._mirror_log(job, row, att, path)
+        executor = row[4] if att == row[3] and row[4] >= 0 else self._attempt_executor(job, att)
+        if executor < AGENT_BASE:
+            return path
+        partial = path.with_name(f".{path.name}.partial")
+        running = att == row[3] and row[2] in (JobState.QUEUED, JobState.RUNNING)
+        if running or not path.exists() or partial.exists():
+            self._mirror_log(job, row[0], executor, att, path)
+            # A copy taken while the attempt ran is fetched again once it has ended.
+            if running:
+                partial.touch()
+            else:
+                partial.unlink(missing_ok=True)
         return path
 
-    def _mirror_log(self, job: str, row: tuple, attempt: int, path: Path) -> None:
-        """Copy the log of a job that ran on an agent from that agent (through the broker) to `path`."""
-        from wloadctl.remote.agents import fetch_log, node_names
-        from wloadctl.remote.broker import ENV_BROKER, BrokerOptions
+    def _attempt_executor(self, job: str, attempt: int) -> int:
+        """The executor (an agent's node index) an attempt of a job last ran on, from its history."""
+        story = self.store.job_story(self.run.id, job, self.index_of(job))
+        if story is None:
+            return -1
+        found = -1
+        for _f, _t, a, _ts, ex, *_rest in story[1]:
+            if a == attempt and ex is not None and ex >= 0:
+                found = ex
+        return found
 
-        agent = node_names(self.state_dir).get(row[4])
-        settings = json.loads(self.run.settings or "{}")
-        url = self.broker_url or os.environ.get(ENV_BROKER) or settings.get("broker")
-        if agent is None or not url:
-            raise ControlError(f"{job} attempt {attempt} ran on an agent (node {row[4]}) and no broker is known",
+    def _mirror_log(self, job: str, index: int, executor: int, attempt: int, path: Path) -> None:
+        """Copy the log of a job attempt that ran on agent `executor` from it (through the broker) to `path`."""
+        from wloadctl.remote.agents import fetch_log, node_names
+        from wloadctl.remote.broker import ENV_BROKER, ENV_PASSWORD, BrokerOptions
+
+        agent = node_names(self.state_dir).get(executor)
+        options = self.log_broker
+        if options is None:
+            settings = json.loads(self.run.settings or "{}")
+            url = os.environ.get(ENV_BROKER) or settings.get("broker")
+            if url:
+                options = BrokerOptions(url=url, prefix=str(settings.get("prefix", "wl")),
+                                        password=os.environ.get(ENV_PASSWORD))
+        if agent is None or options is None:
+            raise ControlError(f"{job} attempt {attempt} ran on an agent (node {executor}) and no broker is known",
                                hint="pass --broker URL")
-        options = BrokerOptions(url=url, prefix=str(settings.get("prefix", "wl")),
-                                password=os.environ.get("WLOADCTL_BROKER_PASSWORD"))
-        fetch_log(options, agent, self.run.run_id, row[0], job, attempt, path)
+        fetch_log(options, agent, self.run.run_id, index, job, attempt, path)
 
     def plan(self) -> Plan:
         """The run's plan as loaded at its start (or as accepted on a resume)."""

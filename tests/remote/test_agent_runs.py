@@ -194,6 +194,34 @@ def test_broker_stopped_and_started_mid_run_loses_nothing(
     assert all([k for k, _a in lines] == ["start", "end"] for lines in ev.values()), ev
 
 
+def test_a_broker_outage_longer_than_the_agent_timeout_loses_no_agent_and_runs_nothing_twice(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    # Given a run whose non-idempotent job is running on an agent, with a short agent timeout
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {"pay": {"pool": "etl", "sleep": 2, "idempotent": False},
+                                                 "redo": {"pool": "etl", "sleep": 2},
+                                                 "after": {"pool": "etl", "depends_on": ["pay", "redo"]}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
+    wait_for(lambda: {"pay", "redo"} <= set(agents_of(out)), timeout=60, what="pay and redo started")
+    # When the broker is away for twice the agent timeout while they end
+    nats_server.stop()
+    time.sleep(6)
+    nats_server.start()
+    stdout, stderr = proc.communicate(timeout=120)
+    # Then no agent was lost: the jobs' results are taken, each job ran once, and both sides said so
+    assert proc.returncode == 0, stderr
+    assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
+    assert all([k for k, _a in lines] == ["start", "end"] for lines in agents_of(out).values()), agents_of(out)
+    assert "agent_lost" not in (sd / "events.jsonl").read_text()
+    lines = stderr.splitlines()
+    assert len([x for x in lines if "broker lost" in x]) == 1, stderr
+    assert len([x for x in lines if "broker back" in x]) == 1, stderr
+    for node in nodes.values():
+        wait_for(lambda node=node: "broker back" in node.output(), timeout=30, what=f"{node.name} said so")
+        assert "broker lost" in node.output()
+
+
 def test_a_paused_agent_is_declared_lost_its_job_runs_elsewhere_and_its_late_copy_is_stopped(
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
     out = tmp_path / "evidence"
@@ -218,6 +246,10 @@ def test_a_paused_agent_is_declared_lost_its_job_runs_elsewhere_and_its_late_cop
     assert lines[1][1] != first
     evidence = read_evidence(out)
     assert len(evidence["after"]) == 2
+    # and its history names the agent that was lost, not an executor number
+    told = cli("history", "slow", "--state-dir", str(sd)).stdout
+    assert f"RUNNING -> READY  agent {first} lost during attempt 1" in told, told
+    assert "executor" not in told, told
 
 
 def test_an_agent_refuses_a_dispatch_or_kill_of_an_older_epoch(
@@ -417,3 +449,30 @@ def test_an_agent_stopped_while_its_job_runs_exits_clean_and_the_run_retries_the
     assert json.loads(stdout)["jobs"] == {"slow": "SUCCEEDED"}
     other = ({"n1", "n2"} - {first}).pop()
     assert agents_of(out)["slow"] == [("start", first), ("start", other), ("end", other)]
+
+
+def test_agents_are_named_in_why_a_pinned_job_sees_no_pool_and_a_stopped_agent_is_listed_stopped(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    # Given a job pinned to n2 with `agent:` alone, running
+    gate = tmp_path / "go"
+    plan = plan_file(tmp_path / "p.yaml", tmp_path / "evidence", {"pinned": {
+        "agent": "n2", "command": f'echo "pool=${{WLOADCTL_POOL-unset}}"; while [ ! -e {gate} ]; do sleep 0.05; '
+                                  "done"}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url)
+    try:
+        # When `why` is asked while it runs
+        why = wait_for(lambda: (p := cli("why", "pinned", "--state-dir", str(sd))).returncode == 0 and
+                       "running" in p.stdout and p.stdout, timeout=60, what="pinned running")
+    finally:
+        gate.touch()
+    _out, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    # Then it names the agent that runs it; the job saw no pool
+    assert "on agent n2" in why and "executor" not in why, why
+    assert cli("logs", "pinned", "--state-dir", str(sd)).stdout == "pool=unset\n"
+    # And an agent stopped cleanly is listed STOPPED, not LOST
+    nodes["n2"].stop()
+    listed = {a["agent"]: a["state"] for a in json.loads(cli("agents", "--broker", nats_server.url, "--json",
+                                                            "--agent-timeout", "0.5", check=True).stdout)}
+    assert listed["n2"] == "STOPPED", listed

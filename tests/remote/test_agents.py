@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -148,3 +149,106 @@ def test_without_the_debian_binary_the_wheel_binary_serves(
             assert link.kv.put("probe", "k", b"v") == 1
     finally:
         server.stop()
+
+
+def test_a_second_agent_of_a_name_on_the_same_host_is_refused_in_one_line(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    from tests.integration.helpers import cli, wait_for
+    from tests.remote.nodes import Node
+    from wloadctl.remote.nodelock import lock_path
+
+    name = f"twin{os.getpid()}"
+    first = Node(name, nats_server.url, tmp_path / "a", ["etl"], isolated=False).start()
+    try:
+        wait_for(lambda: "serving" in first.output(), timeout=60, what="the first agent serving")
+        # When a second agent of that name starts on this host
+        p = cli("agent", "--broker", nats_server.url, "--name", name, "--pool", "etl",
+                "--state-dir", str(tmp_path / "b"), timeout=60)
+        # Then it is refused in one line naming the running one, which serves on untouched
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.count("\n") == 1, p.stderr
+        assert f"agent {name} already runs on this host (pid {first.agent_pid()}" in p.stderr
+        assert first.proc is not None and first.proc.poll() is None
+        assert not (tmp_path / "b").exists()
+    finally:
+        first.stop()
+    # And once the first stopped (its lock file gone with it), an agent of that name starts again
+    assert not Path(lock_path(name)).exists()
+    again = Node(name, nats_server.url, tmp_path / "c", ["etl"], isolated=False).start()
+    try:
+        wait_for(lambda: "serving" in again.output(), timeout=60, what="an agent of that name serving again")
+    finally:
+        again.stop()
+        Path(lock_path(name)).unlink(missing_ok=True)
+
+
+REMOTE_PLAN = "name: away\njobs:\n  pay: {command: 'echo paying', pool: etl}\n"
+"""A plan with a job on agents: `run` needs the broker before it does anything."""
+
+
+def test_a_broker_without_jetstream_is_named_as_such_in_one_line(tmp_path: Path) -> None:
+    from tests.integration.helpers import cli
+    from wloadctl.remote.server import nats_server_binary
+
+    binary = nats_server_binary()
+    assert binary is not None
+    port = free_port()
+    server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        url = f"nats://127.0.0.1:{port}"
+        with BrokerLink.open(BrokerOptions(url), name="probe", connect_timeout=15.0):
+            pass  # it answers
+        plan = tmp_path / "p.yaml"
+        plan.write_text(REMOTE_PLAN)
+        # When `agents` and `run` meet a server started without -js
+        listed = _agents("--broker", url)
+        ran = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--broker", url, timeout=60)
+    finally:
+        server.terminate()
+        server.wait(10)
+    # Then each says that JetStream is not enabled there, in one line
+    for p in (listed, ran):
+        assert p.returncode == 3, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert f"broker {url}: JetStream is not enabled on that server" in p.stderr
+        assert "-js" in p.stderr and "ServiceUnavailable" not in p.stderr
+
+
+@pytest.mark.parametrize(("login", "said"), [
+    (("--broker-user", "ops", "--broker-password", "wrong"), "refused the credentials (user 'ops' and its password)"),
+    (("--broker-user", "ops"), "refused user 'ops': no password was given"),
+    ((), "wants credentials and none were given"),
+])
+def test_a_broker_refusing_the_credentials_is_said_so_in_one_line(
+        tmp_path: Path, login: tuple[str, ...], said: str) -> None:
+    from tests.integration.helpers import cli
+    from tests.remote.conftest import serve
+
+    servers = serve(tmp_path, "authorization {\n  users = [\n    {user: ops, password: ops-pw}\n  ]\n}\n")
+    server = next(servers)
+    try:
+        plan = tmp_path / "p.yaml"
+        plan.write_text(REMOTE_PLAN)
+        ran = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--broker", server.url, *login, timeout=60)
+    finally:
+        servers.close()
+    assert ran.returncode == 3, ran.stderr
+    assert ran.stderr.count("\n") == 1, ran.stderr
+    assert f"wloadctl: the broker at {server.url} {said}" in ran.stderr
+
+
+def test_the_node_lock_refuses_a_second_holder_and_is_removed_when_released(tmp_path: Path) -> None:
+    from wloadctl.remote.nodelock import NodeLock, lock_path
+
+    first = NodeLock.take("x1", "/sd/one", directory=str(tmp_path))
+    held = rf"agent x1 already runs on this host \(pid {os.getpid()}, state dir /sd/one\)"
+    with pytest.raises(UsageError, match=held):
+        NodeLock.take("x1", "/sd/two", directory=str(tmp_path))
+    other = NodeLock.take("x2", "/sd/two", directory=str(tmp_path))  # another name is another lock
+    first.release()
+    other.release()
+    assert list(tmp_path.iterdir()) == []
+    again = NodeLock.take("x1", "/sd/two", directory=str(tmp_path))
+    assert Path(lock_path("x1", str(tmp_path))).read_text() == f"{os.getpid()}\n/sd/two\n"
+    again.release()

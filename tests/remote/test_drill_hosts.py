@@ -16,7 +16,7 @@ import pytest
 from tests.integration.helpers import cli, wait_for
 from tests.remote.conftest import NatsServer
 from tests.remote.nodes import Node
-from tests.remote.test_agent_runs import plan_file
+from tests.remote.test_agent_runs import TRUSTING, plan_file
 from tests.remote.test_ha_hosts import Pair, journal_run, runs_of
 
 pytestmark = pytest.mark.ipc
@@ -116,3 +116,26 @@ def test_a_drill_through_the_broker_freezes_the_active_whose_waker_thaws_it_and_
         assert "wloadctl: fenced: scheduler pid" in pair.active.output(), pair.active.output()
         assert pair.standby.wait(120) == 0, pair.standby.output()
     check_after(pair, out, pg_url, "stop", "SIGSTOP")
+
+
+def test_a_drill_refused_for_the_callers_role_is_one_line_and_exit_2(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node], pg_url: str) -> None:
+    # Given a run on host A with a standby on host B, whose plan makes the drill's caller an operator, not an admin
+    out = tmp_path / "evidence"
+    gate = tmp_path / "go"
+    plan = plan_file(tmp_path / "plan.yaml", out, {"long": {"pool": "etl", "gate": str(gate)}}, name="drill",
+                     extra=TRUSTING)
+    pair = Pair(tmp_path, plan, nats_server.url, pg_url)
+    try:
+        pair.start()
+        wait_for(lambda: "long" in runs_of(out), timeout=60, what="the run under way")
+        # When the drill is asked
+        p = drill(nats_server.url, pg_url)
+        # Then the active refuses it, said in one line as a refusal (exit 2, not a failed check), and goes on
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
+        assert "refused the drill" in p.stderr, p.stderr
+        assert pair.active.proc is not None and pair.active.proc.poll() is None
+    finally:
+        gate.touch()
+        pair.stop()

@@ -187,6 +187,30 @@ def test_an_active_frozen_past_its_lease_is_fenced_when_it_wakes_and_writes_noth
     assert any(e["event"] == "fenced" for e in a_events)
 
 
+def test_the_takeover_reports_the_silence_of_the_active_as_the_journal_and_the_broker_saw_it(
+        tmp_path: Path, nats_server: NatsServer, agents: list[Node], pg_url: str) -> None:
+    # Given a run on host A watched for a while by a standby on host B
+    out = tmp_path / "evidence"
+    pair = Pair(tmp_path, wide_plan(tmp_path, out), nats_server.url, pg_url).start()
+    try:
+        wait_for(lambda: {"a02", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
+        time.sleep(2)  # the standby has watched this active much longer than its lease
+        # When A's scheduler freezes, and B takes over
+        frozen = time.time()
+        pair.active.pause()
+        wait_for(lambda: "took run" in pair.standby.output(), timeout=30, what="the takeover")
+        pair.active.resume()
+        assert pair.standby.wait(120) == 0, pair.standby.output()
+    finally:
+        pair.stop()
+    # Then the silence it reports and journals is the one since A's last sign of life, not since B began to watch
+    b_events = [json.loads(line) for line in (tmp_path / "b" / "sd" / "events.jsonl").read_text().splitlines()]
+    took = next(e for e in b_events if e["event"] == "takeover")
+    assert 0.6 <= took["silent_for"] <= took["claimed_at"] - frozen + 0.3, (took, frozen)
+    said = float(pair.standby.output().split("(silent ", 1)[1].split("s;", 1)[0])
+    assert abs(said - took["silent_for"]) <= 0.06, pair.standby.output()
+
+
 def test_a_postgresql_restart_mid_run_loses_nothing_with_a_standby_watching(
         tmp_path: Path, nats_server: NatsServer, agents: list[Node]) -> None:
     # Given a run with a standby, on a PostgreSQL server of this test alone

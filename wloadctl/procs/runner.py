@@ -580,10 +580,18 @@ def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None
         raise UsageError(f"{plan.path or plan.name}: job(s) {', '.join(away[:5])}"
                          f"{' ...' if len(away) > 5 else ''} run on agents (pool:/agent:), and no broker was "
                          "given", hint="pass --broker nats://HOST:4222 or set WLOADCTL_BROKER")
+    from wloadctl.remote.broker import Subjects, ensure_streams
     from wloadctl.remote.link import BrokerLink
 
+    link = BrokerLink.open(opts.broker, name=f"scheduler-{run.run_id}")
+    try:
+        # Before anything of the run is made: a server without JetStream is refused here, in one line.
+        ensure_streams(link, Subjects(opts.broker.prefix))
+    except BaseException:
+        link.close(timeout=2.0)
+        raise
     opts.say(f"broker {opts.broker.shown()}: jobs with pool:/agent: run on agents")
-    return BrokerLink.open(opts.broker, name=f"scheduler-{run.run_id}")
+    return link
 
 
 def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
@@ -774,7 +782,7 @@ def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: i
     reader = ReportReader(core.want, lambda _r: "", lambda i, a: ctx.result_of(core.ids[i], a))
     pool = AgentPool(core, link, Subjects(opts.broker.prefix), ctx.run_id, epoch, reader, _payloads(ctx, core),
                      opts.state_dir, core.specs, timeout=opts.agent_timeout, say=lambda e, f: events.emit(e, **f),
-                     beat=min(1.0, opts.heartbeat_interval))
+                     beat=min(1.0, opts.heartbeat_interval), note=opts.say)
     pool.start()
     return pool
 

@@ -130,6 +130,7 @@ class Standby:
         # Like the active scheduler, a standby outlives a dropped SSH session.
         old[signal.SIGHUP] = signal.signal(signal.SIGHUP, signal.SIG_IGN)
         pidfile: Path | None = None
+        beside: Path | None = None
         store: Store | None = None
         try:
             if self.far:
@@ -139,11 +140,15 @@ class Standby:
                 return 0
             store, run = found
             pidfile = register_standby(self.opts.state_dir)
+            beside = self._register_beside(store, run)
             claim = self._watch(store, run)
             if claim is None:
                 return 0
             pidfile.unlink(missing_ok=True)
             pidfile = None
+            if beside is not None:
+                beside.unlink(missing_ok=True)
+                beside = None
             self._close_witness()
             # From here on this is the active scheduler, with the runner's signals.
             _restore(old)
@@ -151,12 +156,33 @@ class Standby:
             return continue_run(store, row, self.opts, claim).exit_code
         finally:
             _restore(old)
-            if pidfile is not None:
-                pidfile.unlink(missing_ok=True)
+            for made in (pidfile, beside):
+                if made is not None:
+                    made.unlink(missing_ok=True)
             self._close_boards()
             self._close_witness()
             if store is not None:
                 store.close()
+
+    def _register_beside(self, store: Store, run: RunRow) -> Path | None:
+        """From another state directory of the active's own host, be its standby there too (None: not so).
+
+        The active publishes the standby it finds in its state directory (`status` shows its pid);
+        a standby of a server journal keeps its own state directory, so it says so in the active's.
+        """
+        if not self.far:
+            return None
+        from wloadctl.store.postgres import PostgresStore
+
+        home = store.home_of(run.id) if isinstance(store, PostgresStore) else None
+        if home is None or home[0] != socket.gethostname() or not home[1].is_dir():
+            return None
+        if home[1].resolve() == self.opts.state_dir.resolve():
+            return None
+        try:
+            return register_standby(home[1])
+        except OSError:
+            return None  # not writable by this user: status goes without the standby's pid
 
     def _on_stop(self, _sig: int, _frame: object) -> None:
         self.stop = True
@@ -188,17 +214,19 @@ class Standby:
         sd, deadline = self.opts.state_dir, time.time() + RUN_WAIT
         store: Store | None = None
         where = self.run_id or ("the journal" if self.far else sd)
+        said = False
         try:
             while not self.stop:
                 if store is None and journal_exists(sd):
                     # From another host the journal is read as a whole (no state directory of ours).
                     try:
                         store = Store.open(None if self.far else sd, create=False, sync=self.opts.journal_sync)
-                    except StoreError:
-                        if journal_url() is None or time.time() > deadline:
-                            raise
+                    except StoreError as e:
                         # The first run makes a server journal's schema: it may not have started yet
-                        # (a standby on this host or another waits for it as for a run).
+                        # (a standby on this host or another waits for it as for a run). A server that
+                        # cannot be reached, or refuses, is said at once, as `run` says it.
+                        if journal_url() is None or not _no_journal_yet(e) or time.time() > deadline:
+                            raise
                 run = self._running_run(store) if store is not None else None
                 # From another host, a run counts once its scheduler holds it (its first epoch).
                 if store is not None and run is not None and run.status == "running" and \
@@ -215,6 +243,10 @@ class Standby:
                         f"no running run in {where} to stand by for",
                         hint="start the run first: `wloadctl run PLAN --state-dir DIR`",
                     )
+                if not said:
+                    said = True
+                    self.opts.say(f"no running run in {where} yet: waiting up to {RUN_WAIT:g}s for one to stand by "
+                                  "for")
                 time.sleep(self.opts.heartbeat_interval)
             return None
         finally:
@@ -252,7 +284,7 @@ class Standby:
                     epoch, watch_from, suspected = row.epoch, now, False
                     self._close_boards()
                 hdr = self._header(run.run_id)
-                beat = hdr.beat if hdr is not None and hdr.epoch >= row.epoch else 0.0
+                beat = hdr.beat if hdr is not None and hdr.epoch >= row.epoch else self._far_beat(row)
                 silent = now - max(beat, watch_from)
                 if silent <= timeout or now <= row.lease_until:
                     if suspected:
@@ -391,6 +423,16 @@ class Standby:
         except WloadError:
             pass  # the broker is away: the journal's lease, not these beats, decides any takeover
 
+    def _far_beat(self, row: RunRow) -> float:
+        """When the active of another host was last known alive (0.0 on this host): its last beat heard on the
+        broker, or its last renewal of the journal's lease, whichever is later."""
+        if not self.far:
+            return 0.0
+        heard = self.witness.last_beat(row.run_id, row.epoch) if self.witness is not None else 0.0
+        # It renews the lease for lease_seconds at each beat (the first lease is longer, START_GRACE).
+        renewed = row.lease_until - self.opts.lease_seconds
+        return max(heard, min(renewed, time.time()))
+
     def _close_boards(self) -> None:
         for b in (self.board, self.eboard):
             if b is not None:
@@ -459,6 +501,13 @@ def _say_local_jobs(store: Store, row: RunRow, opts: RunOptions) -> None:
         opts.say(f"{len(flying)} job(s) of pool local were in flight on the old active's host, out of reach from "
                  f"here: {', '.join(flying[:10])}{more}; retried here under their policy (held when not "
                  "idempotent). Plans meant for HA across hosts run their jobs on agents (pool:/agent:)")
+
+
+def _no_journal_yet(e: StoreError) -> bool:
+    """Whether a server journal answered and holds no journal yet (a run about to start makes it)."""
+    from wloadctl.store.postgres import NoJournalYet
+
+    return isinstance(e, NoJournalYet)
 
 
 def _kill_scheduler(pid: int) -> bool:

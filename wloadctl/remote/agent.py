@@ -36,7 +36,7 @@ from wloadctl.procs.userfiles import read_regular, remove_job_dirs
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
-from wloadctl.remote.link import BrokerLink
+from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.node import Held, NodeBook, NodeJournal
 from wloadctl.remote.pulling import Msg, Puller
 
@@ -214,6 +214,7 @@ class Agent:
         poller = select.poll()
         poller.register(self.link.fileno(), select.POLLIN)
         self.pool.attach(poller)
+        watch = LinkWatch(self.link)
         next_beat = next_health = 0.0
         while not self.stop:
             now = time.time()
@@ -237,6 +238,10 @@ class Agent:
             self._throttle()
             if now >= next_beat:
                 next_beat = now + BEAT
+                change = watch.look()
+                if change is not None:
+                    # Jobs go on meanwhile: their ends are journaled here and published once it is back.
+                    self.note(watch.line(change))
                 self._beat(now)
 
     def shutdown(self) -> None:
@@ -258,6 +263,13 @@ class Agent:
             time.sleep(0.05)
             self._settle_published()
         self.pool.wait_all(5.0)
+        # Its last beat in the agents bucket says it stopped: `wloadctl agents` lists it STOPPED, not LOST.
+        last = self._beat(time.time(), stopped=True)
+        if last is not None:
+            try:
+                last.result(2.0)
+            except Exception:  # the broker is away: it is listed LOST, as a crashed agent is
+                pass
         remove_job_dirs(self.node)
         remove_run_groups(self.node)
         self.journal.close()
@@ -337,7 +349,9 @@ class Agent:
         h.log = log_name(logs, p.job, h.attempt)
         h.result = result_name(results, p.job, h.attempt)
         ckpt = f"{checkpoints}/{p.job}"
-        env = dict(p.env, WLOADCTL_AGENT=self.opts.name, WLOADCTL_POOL=h.pool or "",
+        env = dict(p.env, WLOADCTL_AGENT=self.opts.name,
+                   # A job pinned with `agent:` alone came through no pool: it sees no WLOADCTL_POOL.
+                   **({"WLOADCTL_POOL": h.pool} if h.pool else {}),
                    WLOADCTL_STATE_DIR=str(self.opts.state_dir.absolute()), WLOADCTL_RESULT_FILE=h.result,
                    WLOADCTL_CHECKPOINT_FILE=ckpt,
                    # The job's checkpoint file is this node's: a retry here gets its last token back.
@@ -533,7 +547,8 @@ class Agent:
                             n_executors=self.opts.executors, lease_until=time.time() + 3 * BEAT)
         self.objs.board.publish(hdr)
 
-    def _beat(self, now: float) -> None:
+    def _beat(self, now: float, stopped: bool = False) -> concurrent.futures.Future[object] | None:
+        """Beat on the node's board and on the broker; the future of the agents bucket's put (None: not sent)."""
         self._beat_board()
         held = [[h.run, h.job, h.attempt] for h in list(self.book.held.values())[:200]]
         hb = M.Heartbeat(agent=self.opts.name, pools=list(self.opts.pools), slots_used=self.book.running_count(),
@@ -541,12 +556,15 @@ class Agent:
                          load1=os.getloadavg()[0], rss_kb=process_rss_kb(), mem_free_mb=_mem_free_mb(),
                          jobs_held=len(self.book.held), held=held, epoch_seen=max(self.epochs.values(), default=0),
                          heard_active=self.heard_active, pid=os.getpid(), host=socket.gethostname(),
-                         version=_version(), sent=now, prefetch=self.opts.prefetch)
+                         version=_version(), sent=now, prefetch=self.opts.prefetch, stopped=stopped)
         data = hb.encode()
-        if self.link.connected:
+        if not self.link.connected:
+            return None
+        if not stopped:  # (a scheduler hearing the last one would count the agent alive a while longer)
             self.link.publish(self.subjects.hb(self.opts.name), data)
-            # The agents bucket keeps the last beat for `wloadctl agents`; a put is a stream publish.
-            self.link.js_publish_async(f"$KV.{self.subjects.agents_bucket}.{self.opts.name}", data)
+        # The agents bucket keeps the last beat for `wloadctl agents`; a put is a stream publish.
+        return self.link.js_publish_async(  # type: ignore[return-value]
+            f"$KV.{self.subjects.agents_bucket}.{self.opts.name}", data)
 
 
 def _record(e: dict[str, object]) -> P.ResultRecord:

@@ -8,10 +8,14 @@ import signal
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wloadctl.errors import UsageError, WloadError
 from wloadctl.procs.prestart import MOST_EXECUTORS, MOST_SLOTS
 from wloadctl.remote.broker import BrokerOptions, add_broker_args, check_name
+
+if TYPE_CHECKING:
+    from wloadctl.remote.agent import AgentOptions
 
 
 def add_agent_args(p: argparse.ArgumentParser) -> None:
@@ -30,8 +34,8 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
 def agent_command(a: argparse.Namespace) -> int:
     """Run the agent until SIGTERM/SIGINT."""
     from wloadctl.cli_host import memory_mib
-    from wloadctl.remote.agent import Agent, AgentOptions
-    from wloadctl.remote.link import BrokerLink
+    from wloadctl.remote.agent import AgentOptions
+    from wloadctl.remote.nodelock import NodeLock
 
     name = check_name(a.name or socket.gethostname().split(".")[0], "agent name")
     pools = [check_name(p, "pool") for p in (a.pool or ["default"])]
@@ -41,15 +45,29 @@ def agent_command(a: argparse.Namespace) -> int:
         Path(os.environ.get("WLOADCTL_HOME", Path.home() / ".local" / "state" / "wloadctl")) / f"agent-{name}"
     opts = AgentOptions(BrokerOptions.from_args(a), name, pools, state_dir, slots=a.slots, executors=a.executors,
                         cpus=a.cpus, memory=memory_mib(a.memory))
-    server = None
     if a.metrics:
-        from wloadctl.metrics import MetricsServer, parse_address
+        from wloadctl.metrics import parse_address
 
         parse_address(a.metrics)  # a malformed address fails before the broker is dialled
+    # Before anything of the node's is touched: a second agent of this name would take over the first's queues.
+    lock = NodeLock.take(name, str(state_dir.absolute()))
+    try:
+        return _serve(a, opts)
+    finally:
+        lock.release()
+
+
+def _serve(a: argparse.Namespace, opts: AgentOptions) -> int:
+    """Connect, serve until SIGTERM/SIGINT, stop (under the node's lock)."""
+    from wloadctl.remote.agent import Agent
+    from wloadctl.remote.link import BrokerLink
+
+    name, pools, state_dir = opts.name, opts.pools, opts.state_dir
+    server = None
     link = BrokerLink.open(opts.broker, name=f"agent-{name}")
     agent = Agent(opts, link)
     if a.metrics:
-        from wloadctl.metrics import AgentCollector
+        from wloadctl.metrics import AgentCollector, MetricsServer
 
         try:
             server = MetricsServer(a.metrics, AgentCollector(agent))

@@ -40,7 +40,7 @@ from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.agents import AGENT_BASE, AGENTS_FILE, NODES_FILE, AgentState, agent_state, node_names
 from wloadctl.remote.broker import Subjects, ensure_streams
-from wloadctl.remote.link import BrokerLink
+from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.pulling import Msg, Puller
 from wloadctl.remote.witness import take_lead
 
@@ -90,7 +90,7 @@ class AgentPool:
     def __init__(self, core: Book, link: BrokerLink, subjects: Subjects, run_id: str, epoch: int,
                  reader: ReportReader, payload_of: Callable[[int, int], bytes | None], state_dir: Path,
                  specs: list, *, timeout: float = 10.0, say: Callable[[str, dict[str, object]], None],
-                 beat: float = BEAT) -> None:
+                 beat: float = BEAT, note: Callable[[str], None] | None = None) -> None:
         self.core = core
         """The engine (read only)."""
         self.link = link
@@ -113,6 +113,10 @@ class AgentPool:
         """Seconds of silence before an agent is LOST."""
         self.say = say
         """Event log line for the operator."""
+        self.note = note or (lambda _line: None)
+        """A line for the scheduler's own log (the broker lost and back)."""
+        self.watch = LinkWatch(link)
+        """Whether the broker is there: agents' beats cannot reach this scheduler while it is not."""
         self.nodes: dict[str, Node] = {}
         """Agents heard of, by name."""
         self.by_index: dict[int, Node] = {}
@@ -175,7 +179,7 @@ class AgentPool:
                 hb = M.Heartbeat.decode(entry.value)
             except WloadError:
                 continue
-            if agent_state(now - hb.sent, self.timeout) == AgentState.ALIVE:
+            if not hb.stopped and agent_state(now - hb.sent, self.timeout) == AgentState.ALIVE:
                 self._hear(hb, min(now, hb.sent))
 
     def _consumer(self, epoch: int) -> str:
@@ -470,7 +474,8 @@ class AgentPool:
         replaced from here: `replace` is the local pool's)."""
         self.health_due = False
         core = self.core
-        for node in self.nodes.values():
+        self._watch_broker(now)
+        for node in self.nodes.values() if self.watch.up else ():
             st = agent_state(now - node.heard, self.timeout)
             if st == node.state:
                 continue
@@ -503,6 +508,22 @@ class AgentPool:
         if now >= self.next_beat:
             self._write_rows(now)
             self._send_beat(now)
+
+    def _watch_broker(self, now: float) -> None:
+        """Say when the broker goes and comes back; an agent's silence while it was away is not held against it."""
+        change = self.watch.look()
+        if change is None:
+            return
+        kind, seconds = change
+        self.say(f"broker_{kind}", {"seconds": round(seconds, 1)})
+        if kind == "lost":
+            self.note(f"{self.watch.line(change)}; agents' silence is not counted until it is back")
+            return
+        self.note(f"{self.watch.line(change)}; agents have {self.timeout:g}s to be heard again")
+        # Their beats could not reach this scheduler: each agent not already lost gets a fresh timeout.
+        for node in self.nodes.values():
+            if node.state != AgentState.LOST:
+                node.heard = max(node.heard, now)
 
     def _settle_orphans(self, now: float, feed: Feed, cause: str) -> None:
         """Send again what a lost agent took and never reported (exactly, not by guess).

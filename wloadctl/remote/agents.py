@@ -105,6 +105,8 @@ class AgentState(enum.Enum):
     """Silent for more than half the agent timeout: shown, not yet acted on."""
     LOST = "LOST"
     """Silent for more than the agent timeout: its unfinished jobs are to be retried elsewhere."""
+    STOPPED = "STOPPED"
+    """Said, as its last beat, that it stopped cleanly (its jobs were reported lost as it stopped)."""
 
 
 def agent_state(age: float, timeout: float = DEFAULT_AGENT_TIMEOUT) -> AgentState:
@@ -133,7 +135,7 @@ class AgentRow:
     age: float
     """Seconds since it was sent (by the agent's clock against ours)."""
     state: AgentState
-    """ALIVE, SUSPECT or LOST."""
+    """ALIVE, SUSPECT, LOST or STOPPED."""
 
     def to_json(self) -> dict[str, Any]:
         """The row as a JSON object: the heartbeat's fields plus `age` and `state`."""
@@ -165,7 +167,7 @@ def agent_rows(
             problems.append(f"agent {key}: unreadable heartbeat ({exc.one_line()})")
             continue
         age = max(0.0, now - beat.sent)
-        rows.append(AgentRow(beat, age, agent_state(age, timeout)))
+        rows.append(AgentRow(beat, age, AgentState.STOPPED if beat.stopped else agent_state(age, timeout)))
     return rows, problems
 
 

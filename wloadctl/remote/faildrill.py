@@ -65,8 +65,9 @@ def failover_far(options: BrokerOptions, mode: str, timeout: float) -> DrillRepo
         The report, already journaled in the run's audit trail.
 
     Raises:
-        UsageError: no server journal, no run holding the lease, or no standby beating on the broker.
-        ControlError: the active did not answer, or refused the drill (it needs the admin role).
+        UsageError: no server journal, no run holding the lease, no standby beating on the broker, or the
+            active refused the drill (it needs the admin role).
+        ControlError: the active did not answer.
     """
     if journal_url() is None:
         raise UsageError("a failover drill through the broker reads the run's server journal: give --journal URL",
@@ -152,7 +153,8 @@ class BrokerTarget:
         """Ask the active to strike itself; when it did, by its answer (sent just before the strike).
 
         Raises:
-            ControlError: no answer, or a refusal (the admin role is needed).
+            ControlError: no answer.
+            UsageError: a refusal (the admin role is needed).
         """
         rid = self.run.run_id
         req = {"verb": "drill", "jobs": [], "mode": mode, "epoch": self.run.epoch, "wake_after": self.wake_after,
@@ -163,7 +165,8 @@ class BrokerTarget:
                                f"{ASK_TIMEOUT:g}s: nothing to measure",
                                hint="its audit trail says whether the request reached it (`wloadctl audit`)")
         if not got.get("ok"):
-            raise ControlError(f"the active of run {rid} refused the drill: {got.get('error') or 'no reason given'}")
+            # A refusal (the role, a drill under way) drilled nothing: exit 2 as the others, not a failed check.
+            raise UsageError(f"the active of run {rid} refused the drill: {got.get('error') or 'no reason given'}")
         self.holder = (str(got.get("host", self.holder[0])), int(got.get("pid", self.holder[1])))
         return float(got["at"])
 

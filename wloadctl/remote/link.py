@@ -87,6 +87,12 @@ class BrokerLink:
         self._log: deque[str] = deque(maxlen=500)
         self._last_error = ""
         self._closed = False
+        self.reconnects = 0
+        """Times the client connected again after losing the broker (a watcher compares it with its last look)."""
+        self.down_since: float | None = None
+        """When the connection was lost (wall clock), while it is down; None while connected."""
+        self.last_outage = 0.0
+        """Seconds the last loss of the broker lasted (set when it is back)."""
 
     # Opening and closing.
 
@@ -166,8 +172,13 @@ class BrokerLink:
                 timeout,
             )
         except Exception as exc:  # refused, timed out, bad credentials or TLS files: all one line
+            info = getattr(nc, "_server_info", None)
             await self._quietly(nc.close())
             why = self._last_error or f"{type(exc).__name__}: {exc}".rstrip(": ")
+            # The server closes the connection of a client it does not let in, with an
+            # "Authorization Violation" error or, when it closes first, a reset.
+            if "authorization violation" in why.lower() or (isinstance(info, dict) and info.get("auth_required")):
+                raise self._refused() from None
             raise TransportError(
                 f"cannot reach the broker at {o.shown()} within {timeout:g}s ({why})",
                 hint="check --broker / WLOADCTL_BROKER, the credentials, and that nats-server -js runs",
@@ -175,6 +186,23 @@ class BrokerLink:
         self._nc, self._js = nc, nc.jetstream()
         self._spawn(self._outbox.run())
         self._note(f"connected to {nc.connected_url.geturl() if nc.connected_url else o.shown()}")
+
+    def _refused(self) -> TransportError:
+        """The one line of a broker that did not let this client in: what it was given, and what to check."""
+        o = self.options
+        where = f"the broker at {o.shown()}"
+        if o.user and not o.password:
+            return TransportError(f"{where} refused user {o.user!r}: no password was given",
+                                  hint="pass --broker-password or set WLOADCTL_BROKER_PASSWORD")
+        given = [what for what, value in (
+            (f"user {o.user!r} and its password", o.user), ("the token", o.token),
+            ("the nkey seed", o.nkey_seed_file), ("the credentials file", o.creds_file)) if value]
+        if not given:
+            return TransportError(f"{where} wants credentials and none were given",
+                                  hint="pass --broker-user with --broker-password (or WLOADCTL_BROKER_PASSWORD), "
+                                  "--broker-token, --broker-nkey or --broker-creds")
+        return TransportError(f"{where} refused the credentials ({', '.join(given)})",
+                              hint="check the user and password, token, nkey or credentials file")
 
     def _tls(self) -> ssl.SSLContext:
         o = self.options
@@ -271,11 +299,17 @@ class BrokerLink:
             self._note(f"error {text}")
 
     async def _on_disconnected(self) -> None:
+        if self.down_since is None:
+            self.down_since = time.time()
         if not self._closed:
             self._note("disconnected; reconnecting")
 
     async def _on_reconnected(self) -> None:
         self._last_error = ""
+        if self.down_since is not None:
+            self.last_outage = max(0.0, time.time() - self.down_since)
+        self.down_since = None
+        self.reconnects += 1
         nc = self._nc
         self._note(f"reconnected to {nc.connected_url.geturl() if nc and nc.connected_url else self.options.shown()}")
         self._outbox.kick.set()
@@ -306,7 +340,18 @@ class BrokerLink:
         except (TransportError, asyncio.CancelledError):
             raise
         except Exception as exc:
+            if self._without_jetstream(exc):
+                raise TransportError(f"broker {self.options.shown()}: JetStream is not enabled on that server "
+                                     f"({what})", hint="start the server with -js (nats-server -js -sd DIR)") from None
             raise TransportError(f"broker {self.options.shown()}: {what} failed: {type(exc).__name__}: {exc}") from None
+
+    def _without_jetstream(self, exc: Exception) -> bool:
+        """Whether `exc` is the client's answer of a server that runs without JetStream (its INFO says so)."""
+        import nats.js.errors as jse
+
+        nc = self._nc
+        info = getattr(nc, "_server_info", None) if nc is not None else None
+        return isinstance(exc, jse.ServiceUnavailableError) and isinstance(info, dict) and not info.get("jetstream")
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Start a task on the loop (call on the loop thread); keep it referenced until it ends."""
@@ -590,3 +635,41 @@ class BrokerLink:
             return self._call(go(), timeout, f"delete consumer {durable}")
         except WloadError:
             return False
+
+
+class LinkWatch:
+    """Tells a poll loop once when its link lost the broker and once when it has it back.
+
+    The loop looks at each beat; an outage shorter than a beat shows as "back" alone.
+    """
+
+    def __init__(self, link: BrokerLink) -> None:
+        self.link = link
+        """The link watched."""
+        self.up = True
+        """Whether the broker was there at the last look."""
+        self._seen = link.reconnects
+
+    def look(self) -> tuple[str, float] | None:
+        """("lost", seconds down so far) or ("back", seconds the outage lasted) on a change since the last
+        look, else None."""
+        link = self.link
+        again, self._seen = link.reconnects != self._seen, link.reconnects
+        if link.connected:
+            if not self.up or again:
+                self.up = True
+                return "back", link.last_outage
+            return None
+        if self.up:
+            self.up = False
+            since = link.down_since
+            return "lost", 0.0 if since is None else max(0.0, time.time() - since)
+        return None
+
+    def line(self, change: tuple[str, float]) -> str:
+        """The operator's line of a change `look` returned."""
+        kind, seconds = change
+        url = self.link.options.shown()
+        if kind == "lost":
+            return f"broker lost: {url} does not answer; reconnecting (nothing is lost meanwhile)"
+        return f"broker back: {url} answers again after {seconds:.1f}s"

@@ -150,6 +150,8 @@ class Heartbeat(Body):
     """When this beat was sent, epoch seconds (the agent's clock)."""
     prefetch: int = 0
     """Tasks per slot it takes ahead of its free slots (its scheduler may keep that many more with it)."""
+    stopped: bool = False
+    """Its last word, kept in the agents bucket: it stopped cleanly (listed STOPPED, not LOST)."""
 
 
 @dataclass(slots=True)

@@ -46,18 +46,30 @@ class AgentWitness:
         """Names on the broker."""
         self.known: dict[str, float] = {}
         """Agents heard beating, with when (this host's clock)."""
+        self.beats: dict[str, tuple[int, float]] = {}
+        """Each run's active scheduler as last heard on the broker: (its epoch, when; this host's clock)."""
         link.subscribe(subjects.hb_all, source="hb")
+        link.subscribe(subjects.beat_all, source="beat")
 
     def listen(self) -> None:
-        """Take the agents' beats delivered so far (who is about, and when it was last heard)."""
+        """Take the agents' and schedulers' beats delivered so far (who is about, and when it was last heard)."""
         now = time.time()
         for m in self.link.drain():
-            if m.source != "hb":
-                continue
             try:
-                self.known[M.Heartbeat.decode(m.data).agent] = now
+                if m.source == "hb":
+                    self.known[M.Heartbeat.decode(m.data).agent] = now
+                elif m.source == "beat":
+                    beat = M.SchedulerBeat.decode(m.data)
+                    if beat.epoch >= self.beats.get(beat.run, (0, 0.0))[0]:
+                        self.beats[beat.run] = (beat.epoch, now)
             except WloadError:
                 continue
+
+    def last_beat(self, run_id: str, epoch: int) -> float:
+        """When this standby last heard the active scheduler of `run_id` (epoch `epoch` or newer) on the
+        broker; 0.0 if it has not."""
+        seen, at = self.beats.get(run_id, (0, 0.0))
+        return at if seen >= epoch else 0.0
 
     def expected(self) -> int:
         """How many agents beat lately (the ask stops waiting once that many answered)."""

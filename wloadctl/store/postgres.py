@@ -82,9 +82,15 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     parts = urlsplit(url)
     hint = "give --journal postgresql://USER@HOST[:PORT]/DB (optionally ?namespace=NAME)"
     if parts.scheme not in ("postgresql", "postgres"):
-        raise UsageError(f"journal {url.split('@')[-1]!r} is not a postgresql:// URL", hint=hint)
+        raise UsageError(f"journal {_without_password(url)!r} is not a postgresql:// URL", hint=hint)
     db = parts.path.lstrip("/")
     query = parse_qsl(parts.query)
+    known = _url_parameters()
+    unknown = [k for k, _v in query if k not in known]
+    if unknown:
+        # Said here, in one line: the driver would refuse it as an internal error.
+        raise UsageError(f"journal URL {_without_password(url)!r}: unknown parameter {unknown[0]!r}; allowed: "
+                         f"{', '.join(sorted(known))}", hint=hint)
     host = parts.hostname or next((v for k, v in query if k == "host"), "")  # ?host=/socket/dir
     if not db or not host:
         raise UsageError(f"journal URL {parts.scheme}://...@{parts.hostname or ''}{parts.path} names no "
@@ -95,6 +101,26 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     port = f":{parts.port}" if parts.port else ""
     where = f"postgresql://{user}{host}{port}/{db}"
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), ns, where
+
+
+class NoJournalYet(StoreError):
+    """The server answers and holds no journal yet: the first run makes it (a standby waits for it)."""
+
+
+def _without_password(url: str) -> str:
+    """`url` as given, its password (if any) left out."""
+    head, at, tail = url.rpartition("@")
+    if not at or "://" not in head:
+        return url
+    scheme, _, userinfo = head.partition("://")
+    return f"{scheme}://{userinfo.split(':', 1)[0]}@{tail}"
+
+
+def _url_parameters() -> set[str]:
+    """Query parameters a journal URL may carry: `namespace`, and libpq's connection parameters."""
+    from psycopg import pq
+
+    return {"namespace"} | {o.keyword.decode() for o in pq.Conninfo.get_defaults()}
 
 
 def _line(e: BaseException) -> str:
@@ -202,7 +228,7 @@ class PostgresStore(Store):
             if not create:
                 self.close()
                 if v == 0:
-                    raise StoreError(f"no run journal in {self.where}",
+                    raise NoJournalYet(f"no run journal in {self.where}",
                                      hint="start a run with `wloadctl run PLAN --journal URL`")
                 raise StoreError(f"run journal {self.where} has schema {v}, older than this wloadctl "
                                  f"({SCHEMA_VERSION})", hint="a run or resume with this wloadctl migrates it")
@@ -393,6 +419,12 @@ class PostgresStore(Store):
         cur = self._do(lambda c: c.execute("UPDATE runs SET lease_until = %s WHERE id = %s AND epoch = %s",
                                            (lease, run, epoch)))
         return cur.rowcount == 1
+
+    def home_of(self, run: int) -> tuple[str, Path] | None:
+        """(host, state directory) of the scheduler that started the run (None: it named none)."""
+        row = self._do(lambda c: c.execute("SELECT home FROM runs WHERE id = %s", (run,)).fetchone())
+        host, _, path = str(row[0] if row and row[0] else "").partition(":")
+        return (host, Path(path)) if host and path else None
 
     def holder_host(self, run: int) -> str | None:
         """Host of the scheduler holding the run's lease (from its holder, host:pid)."""
