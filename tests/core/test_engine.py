@@ -206,6 +206,25 @@ def test_lost_executor_requeues_unstarted_retries_started_and_holds_non_idempote
     core.validate()
 
 
+def test_a_held_lost_job_takes_its_late_success_and_stays_held_on_a_late_failure() -> None:
+    plan = make_plan({"c": {"idempotent": False}, "d": {"idempotent": False}, "after": {"deps": ["c"]}})
+    core = SchedulerCore(plan, slots=3)
+    core.handle(RunStartedEvent(0.0))
+    for i in (0, 1):
+        core.handle(JobStartedEvent(i, 1, 7, 100 + i, 0.1))
+    core.handle(ExecutorLostEvent(7, 1.0))
+    assert states(core)["c"] == "HELD" and states(core)["d"] == "HELD"
+    # its node comes back: c's attempt had succeeded, d's had failed
+    cmds = core.handle(JobExitedEvent(0, 1, 7, 0, 2.0))
+    assert states(core)["c"] == "SUCCEEDED" and core.reasons[0] == "its node came back: attempt 1 had succeeded"
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["after"]
+    core.handle(JobExitedEvent(1, 1, 7, 3, 2.0))
+    assert states(core)["d"] == "HELD" and core.reasons[1] == "interrupted, needs operator"
+    # and a report of it again changes nothing
+    core.handle(JobExitedEvent(0, 1, 7, 0, 2.5))
+    core.validate()
+
+
 def test_tasks_a_lost_executor_took_before_accepting_them_are_sent_again() -> None:
     core = SchedulerCore(make_plan({"a": {}, "b": {}, "c": {}}), slots=3)
     core.handle(RunStartedEvent(0.0))

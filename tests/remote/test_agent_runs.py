@@ -252,6 +252,31 @@ def test_a_paused_agent_is_declared_lost_its_job_runs_elsewhere_and_its_late_cop
     assert "executor" not in told, told
 
 
+def test_a_job_held_when_its_agent_was_lost_takes_its_end_when_the_agent_comes_back(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    """A job that may not run twice is held when its agent is lost; the agent, back, was not lost at all for the
+    job: it went on, and its success is the job's (held for nothing, it would keep the run waiting)."""
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {"pay": {"pool": "etl", "sleep": 5, "idempotent": False},
+                                                 "after": {"pool": "etl", "depends_on": ["pay"]}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "2")
+    wait_for(lambda: "pay" in agents_of(out), timeout=60, what="pay started")
+    first = agents_of(out)["pay"][0][1]
+    paused = nodes[first]
+    paused.signal_agent(signal.SIGSTOP)
+    try:
+        wait_for(lambda: job_states(sd).get("pay") == "HELD", timeout=60, what="pay held, its agent lost")
+    finally:
+        paused.signal_agent(signal.SIGCONT)
+    _out, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert agents_of(out)["pay"] == [("start", first), ("end", first)], "it ran once, to its end"
+    assert job_states(sd) == {"pay": "SUCCEEDED", "after": "SUCCEEDED"}
+    told = cli("history", "pay", "--state-dir", str(sd)).stdout
+    assert "HELD -> SUCCEEDED" in told and "its node came back: attempt 1 had succeeded" in told, told
+
+
 def test_an_agent_refuses_a_dispatch_or_kill_of_an_older_epoch(
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
     from tests.remote.conftest import collect

@@ -203,6 +203,9 @@ class SchedulerCore(JobTable):
         self.leader: dict[int, int] = {}
         """The same pairs the other way: job -> its follower."""
         self._follow: set[int] = set()
+        self.held_lost: dict[int, int] = {}
+        """Jobs held because their executor or agent was lost while they ran (idempotent: false), with that
+        attempt: if the node comes back and reports the attempt succeeded, that is the job's outcome."""
         self.handed_back: set[int] = set()
         """Jobs once sent as followers and handed back unstarted (the job they followed ran long): they are not
         sent so again, each time at a new attempt number, but dispatched once their upstream has succeeded."""
@@ -401,6 +404,9 @@ class SchedulerCore(JobTable):
     def _on_exit(self, ev: JobExitedEvent) -> None:
         i = ev.job
         st = self.state[i]
+        if st == _HELD and self.held_lost.get(i) == ev.attempt and not ev.lost:
+            self._late_exit(i, ev)
+            return
         if self.attempt[i] != ev.attempt or (st != _Q and st != _RUN):
             return  # a stale or repeated report: the journal already has this attempt's end
         self._release(i)
@@ -451,6 +457,7 @@ class SchedulerCore(JobTable):
             why, retryable = "executor lost", policy.on_lost
             if not spec.idempotent:
                 self.set_state(i, _HELD, reason="interrupted, needs operator", executor=ex)
+                self.held_lost[i] = self.attempt[i]
                 return
             lost = self.lost_count.get(i, 0)
             if policy.on_lost and lost < MAX_LOST:
@@ -487,6 +494,16 @@ class SchedulerCore(JobTable):
         self.set_state(i, final, reason=why, executor=ex, exit_code=code)
         self._other.append(Alert(i, final, used, why, code))
         self.resolve(i)
+
+    def _late_exit(self, i: int, ev: JobExitedEvent) -> None:
+        """The end of an attempt held when its node was lost (see held_lost): the node came back with it. An exit 0
+        is the job's success; any other end leaves it held for the operator, who now knows how it ended."""
+        del self.held_lost[i]
+        if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.spawn_failed:
+            self.branches.record(i, 0, ev.result)
+            self.set_state(i, _OK, reason=f"its node came back: attempt {ev.attempt} had succeeded",
+                           executor=ev.executor, exit_code=0)
+            self.resolve(i)
 
     def _again_until(self, i: int, ev: JobExitedEvent) -> bool:
         """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""

@@ -37,6 +37,8 @@ class Book(Protocol):
     """SLA tier per task (an executor starts the most urgent first)."""
     slots: int
     """Slots offered in all."""
+    held_lost: dict[int, int]
+    """Tasks held when their node was lost, with that attempt: the node's late report of its end is taken."""
 
     def unaccepted(self) -> tuple[tuple[int, int], ...]:
         """QUEUED tasks no executor has accepted yet: (task, attempt) pairs."""

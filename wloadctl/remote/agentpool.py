@@ -420,6 +420,10 @@ class AgentPool:
             if (i, r.attempt) in node.stale:
                 if r.kind == P.RES_EXITED:
                     node.stale.discard((i, r.attempt))
+                    if self.core.held_lost.get(i) == r.attempt and not r.flags & P.FLAG_LOST:
+                        # Held when the node was lost (idempotent: false): how the attempt really ended.
+                        feed(reader.exited(r, cause, node=node.index, tail=e.tail.decode("utf-8", "replace"),
+                                           result=result_of_bytes(e.result) if e.result is not None else {}))
                 continue  # the node was declared lost with it: the engine has moved on
             if 0 <= self.core.executor[i] != node.index:
                 continue  # another node holds this attempt now: this node's copy is a late, stale one
@@ -465,7 +469,10 @@ class AgentPool:
                 if run == self.run_id and ((job, att) in node.stale or (was == AgentState.LOST and
                                                                         core.executor[int(job)] != node.index)):
                     node.stale.add((int(job), int(att)))
-                    self._send_kill(node, int(job), int(att), signal.SIGKILL)
+                    if core.held_lost.get(int(job)) != int(att):
+                        # (a job held for an operator when the node was lost, one that may not run twice, goes on
+                        # to its end: how it ends is the job's outcome, see SchedulerCore._late_exit)
+                        self._send_kill(node, int(job), int(att), signal.SIGKILL)
 
     # -- health --------------------------------------------------------------------------------
 

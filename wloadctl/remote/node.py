@@ -77,6 +77,8 @@ class NodeBook:
         """Local id of each (run, job, attempt) held."""
         self.lost: list[int] = []
         """Local ids the pool found lost with their executor, not yet reported."""
+        self.held_lost: dict[int, int] = {}
+        """(Book) An agent holds nothing for an operator: its lost tasks are reported lost to their runs."""
         self.next_id = 1
         """The next local id."""
 
