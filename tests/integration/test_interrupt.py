@@ -72,6 +72,17 @@ def test_ctrl_c_keeps_running_jobs_under_their_executors_and_resume_takes_them(t
             cli("resume", "--state-dir", str(sd), timeout=120)
 
 
+def _terminated_while_long_runs(proc: subprocess.Popen[str], out: Path, sd: Path) -> tuple[str, str]:
+    """SIGTERM to the run once `long` runs; (the run's id, what the run said), its exit checked (130)."""
+    wait_for(lambda: "long" in read_evidence(out), what="long started")
+    wait_for(lambda: job_states(sd).get("long") == "RUNNING", what="long RUNNING")
+    run_id = status(sd)["run"]
+    proc.send_signal(signal.SIGTERM)
+    _o, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    return run_id, err
+
+
 def test_sigterm_still_stops_and_requeues_running_jobs(tmp_path: Path, no_ipc_leaks: None) -> None:
     out, go, sd = tmp_path / "ev", tmp_path / "go", tmp_path / "sd"
     plan = _plan(tmp_path / "p.yaml", out, go)
@@ -79,12 +90,7 @@ def test_sigterm_still_stops_and_requeues_running_jobs(tmp_path: Path, no_ipc_le
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                             start_new_session=True)
     try:
-        wait_for(lambda: "long" in read_evidence(out), what="long started")
-        wait_for(lambda: job_states(sd).get("long") == "RUNNING", what="long RUNNING")
-        run_id = status(sd)["run"]
-        proc.send_signal(signal.SIGTERM)
-        _o, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130, err
+        run_id, err = _terminated_while_long_runs(proc, out, sd)
         assert "will run again" in err and "keep running" not in err
         assert not executor_pids(run_id)
         assert job_states(sd)["long"] == "READY"
@@ -102,12 +108,7 @@ def test_sigterm_holds_a_running_job_that_may_not_run_twice(tmp_path: Path, no_i
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                             start_new_session=True)
     try:
-        wait_for(lambda: "long" in read_evidence(out), what="long started")
-        wait_for(lambda: job_states(sd).get("long") == "RUNNING", what="long RUNNING")
-        run_id = status(sd)["run"]
-        proc.send_signal(signal.SIGTERM)
-        _o, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130, err
+        run_id, err = _terminated_while_long_runs(proc, out, sd)
         assert "(long idempotent: false, held until released)" in err, err
         assert not executor_pids(run_id)
         assert job_states(sd)["long"] == "HELD"
