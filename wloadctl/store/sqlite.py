@@ -47,6 +47,42 @@ def full_at_start(path: Path) -> StoreFull:
                      hint="free space there and start again: nothing of the run has started")
 
 
+def _wal_size(path: Path) -> int:
+    """The size of a journal's write-ahead log (0 when there is none)."""
+    try:
+        return path.with_name(path.name + "-wal").stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A reading connection to a journal, also where its directory cannot be written (a read-only mount).
+
+    A journal in WAL mode is opened with a -shm file beside it, which SQLite cannot make in a read-only
+    directory ("unable to open database file"). Such a journal, with no -wal there, is at rest, and is read
+    with immutable=1 (no locks, no -shm). A live writer's journal is never read so: SQLite would not see
+    its changes, and the read could see a page half way through a checkpoint.
+    """
+    def connect(flags: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(f"file:{path}?{flags}", uri=True, timeout=10, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+
+    try:
+        return connect("mode=ro")
+    except sqlite3.OperationalError:
+        if os.access(path.parent, os.W_OK):
+            raise
+    # Nothing can be writing a journal whose directory cannot be written and that has no write-ahead log
+    # (a writer keeps its -wal beside it while it is open): it is at rest.
+    if _wal_size(path):
+        raise StoreError(f"run journal {path} cannot be read where it is: its directory is read-only and it has"
+                         " a write-ahead log (-wal) that SQLite reads only with a -shm file it cannot make there",
+                         hint="copy the state directory somewhere writable and read the copy")
+    return connect("mode=ro&immutable=1")
+
+
 def _rollback(c: sqlite3.Connection) -> None:
     """End a failed write's transaction, if SQLite has not ended it already (it rolls back by itself when the disk
     is full: a ROLLBACK then would raise "no transaction is active" over the error that matters)."""
@@ -186,9 +222,7 @@ class SqliteStore(Store):
             )
         try:
             if readonly:
-                conn = sqlite3.connect(
-                    f"file:{path}?mode=ro", uri=True, timeout=10, isolation_level=None, check_same_thread=False
-                )
+                conn = _open_readonly(path)
             else:
                 conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 10000")
