@@ -178,6 +178,19 @@ def _beats_problem(a: argparse.Namespace) -> str | None:
     return None
 
 
+def _refuse_nothing_to_resume(state_dir: Path) -> None:
+    """Refuse a resume where no journal is, before the lock and the journal of a run would be made there.
+
+    Raises:
+        UsageError: no journal for this state directory (a mistyped one, say).
+    """
+    from wloadctl.store import journal_exists
+
+    if not journal_exists(state_dir):
+        raise UsageError(f"no unfinished run to resume in {state_dir}",
+                         hint="start one with `wloadctl run PLAN --state-dir DIR`")
+
+
 def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
     """`wloadctl run PLAN` and `wloadctl resume` (`early`: executors started ahead for a new run)."""
     from wloadctl.core.planfile import load_plan
@@ -197,6 +210,7 @@ def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
         from wloadctl.client import resolve_state_dir  # a resume only: `run` does not read runs
 
         state_dir = resolve_state_dir(a.state_dir)
+        _refuse_nothing_to_resume(state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
                       dead_after=a.executor_timeout, executor_cpus=a.executor_cpus,
@@ -304,6 +318,8 @@ def scheduler_command(a: argparse.Namespace) -> int:
             from wloadctl.procs.standby import run_standby
 
             return run_standby(a.plan, opts, a.run)
+        if a.plan is None:
+            _refuse_nothing_to_resume(state_dir)
         outcome = start_or_resume(a.plan, opts, resume_only=a.plan is None)
         return outcome.exit_code
     finally:

@@ -146,6 +146,20 @@ def test_resume_refuses_removing_jobs_that_ran(tmp_path: Path, no_ipc_leaks: Non
     assert p.returncode == 2 and "removes job(s) that already ran: a" in p.stderr
 
 
+@pytest.mark.parametrize("cmd", ["resume", "scheduler"])
+def test_a_resume_of_a_directory_with_no_run_is_refused_and_creates_nothing(tmp_path: Path, cmd: str) -> None:
+    # Given a mistyped state directory that does not exist, and an empty one
+    for sd in (tmp_path / "typo_dir", tmp_path / "empty"):
+        if sd.name == "empty":
+            sd.mkdir()
+        # When the run there is resumed
+        p = cli(cmd, "--state-dir", str(sd))
+        # Then it is refused in one line, and nothing is made there
+        assert p.returncode == 2 and p.stderr.strip() == (f"wloadctl: no unfinished run to resume in {sd}"
+                                                          " (start one with `wloadctl run PLAN --state-dir DIR`)")
+        assert (not sd.exists()) if sd.name == "typo_dir" else list(sd.iterdir()) == []
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_a_corrupt_journal_is_a_clear_error_never_a_fresh_start(tmp_path: Path, damage: str) -> None:
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {"a": {}})
