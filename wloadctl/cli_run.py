@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wloadctl.core.states import JobState, is_holding
-from wloadctl.errors import UsageError
+from wloadctl.errors import StoreFull, UsageError
 from wloadctl.procs.prestart import DEFAULT_PREFETCH, Prestarted, counts_problem
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
@@ -251,13 +251,29 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
     elif not quiet:
         on_turn = LineLog(sys.stdout)
     notice = HoldNotice(_say(a.quiet), state_dir)
+    seen: list[SchedulerLoop] = []
 
     def each_turn(loop: SchedulerLoop) -> None:
+        if not seen:
+            seen.append(loop)
         notice(loop)
         if on_turn is not None:
             on_turn(loop)
 
-    outcome = start_or_resume(a.plan, opts, resume_only=a.cmd == "resume", on_turn=each_turn, loaded=loaded)
+    try:
+        outcome = start_or_resume(a.plan, opts, resume_only=a.cmd == "resume", on_turn=each_turn, loaded=loaded)
+    except StoreFull:
+        if not (seen and seen[0].stop_requested and seen[0].no_space):
+            raise
+        # Stopped while paused for a full disk: the stop could not be journaled, and the jobs running were
+        # left to their executors (SchedulerLoop.request_stop): a resume goes on from the journal and them.
+        loop = seen[0]
+        kept = loop.jobs_here()
+        them = f"; {kept} job(s) keep running under their executors" if kept else ""
+        _say(False)(f"run {loop.ctx.run_id} stopped while paused: {loop.no_space}, so the stop was not "
+                    f"journaled{them}; free space there, then `wloadctl resume --state-dir {state_dir}` goes on "
+                    "from what the journal holds")
+        return 130
     if bars:
         bars[0].show(outcome.core.counts)
         bars[0].progress.stop()
