@@ -363,5 +363,6 @@ def test_a_journal_with_a_write_ahead_log_on_a_read_only_mount_is_not_called_cor
     # Then it says in one line why it cannot be read in place and what to do, and never to restore it
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 3 and len(lines) == 1, p.stderr
-    assert "read-only" in lines[0] and "copy the state directory somewhere writable" in lines[0], lines[0]
+    assert "cannot write its directory" in lines[0], lines[0]
+    assert "copy the state directory somewhere writable" in lines[0], lines[0]
     assert "corrupt" not in lines[0] and "restore" not in lines[0]

@@ -1,8 +1,10 @@
 """The control socket: operator verbs over a Unix socket in the state directory, callers known by SO_PEERCRED.
 
 One request and one reply per connection, each a 4-byte length and a control message
-(protocol.encode_control). The scheduler's side never blocks: it accepts and reads without
-waiting, and the loop's poller wakes it for the listening socket and each open connection.
+(protocol.encode_control). A caller keeps its end open until the reply comes: one that closes it
+(even half way, with shutdown) or whose deadline passes has withdrawn its request. The scheduler's
+side never blocks: it accepts and reads without waiting, and the loop's poller wakes it for the
+listening socket and each open connection.
 The kernel tells who is calling (uid, gid, pid of the peer at connect time), so an operator's
 identity never comes from the environment.
 """

@@ -70,26 +70,34 @@ def _checkpoint_pages(d: Path) -> int:
     return max(WAL_CHECKPOINT_MIN, min(WAL_CHECKPOINT, st.f_bavail * st.f_frsize // 4096 // WAL_SHARE_OF_FREE))
 
 
-def _wal_size(path: Path) -> int:
-    """The size of a journal's write-ahead log (0 when there is none)."""
+def _in_use(path: Path) -> bool:
+    """Whether a journal has a write-ahead log with frames, or its index (-shm), beside it: a writer is or was
+    there (a live one keeps both; the last to close cleanly removes them) and its last commits may be there."""
     try:
-        return path.with_name(path.name + "-wal").stat().st_size
+        if path.with_name(path.name + "-wal").stat().st_size:
+            return True
     except FileNotFoundError:
-        return 0
+        pass
+    return path.with_name(path.name + "-shm").exists()
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:
     """A reading connection to a journal, also where its directory cannot be written (a read-only mount).
 
-    A journal in WAL mode is opened with a -shm file beside it, which SQLite cannot make in a read-only
-    directory ("unable to open database file"). Such a journal, with no -wal there, is at rest, and is read
-    with immutable=1 (no locks, no -shm). A live writer's journal is never read so: SQLite would not see
-    its changes, and the read could see a page half way through a checkpoint.
+    A journal in WAL mode is opened with a -shm file beside it, which SQLite cannot make in a directory it
+    cannot write ("unable to open database file"). Such a journal with no -wal frames nor -shm there is at
+    rest (closed by its last writer), and is read with immutable=1 (no locks, no -shm). A journal a writer
+    may hold is never read so: SQLite would not see its changes, or could see a page half way through a
+    checkpoint; it is named as readable from a writable copy.
     """
     def connect(flags: str) -> sqlite3.Connection:
         conn = sqlite3.connect(f"file:{path}?{flags}", uri=True, timeout=10, isolation_level=None,
                                check_same_thread=False)
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     try:
@@ -97,11 +105,9 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     except sqlite3.OperationalError:
         if os.access(path.parent, os.W_OK):
             raise
-    # Nothing can be writing a journal whose directory cannot be written and that has no write-ahead log
-    # (a writer keeps its -wal beside it while it is open): it is at rest.
-    if _wal_size(path):
-        raise StoreError(f"run journal {path} cannot be read where it is: its directory is read-only and it has"
-                         " a write-ahead log (-wal) that SQLite reads only with a -shm file it cannot make there",
+    if _in_use(path):
+        raise StoreError(f"run journal {path} cannot be read where it is: this user cannot write its directory,"
+                         " and its write-ahead log (-wal, -shm) is read only with the writes SQLite makes there",
                          hint="copy the state directory somewhere writable and read the copy")
     return connect("mode=ro&immutable=1")
 
