@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -308,3 +312,57 @@ def test_a_journal_from_before_the_plans_facts_is_read_without_them_and_keeps_th
         meta, facts = ro.job_facts(run.id, [1])  # type: ignore[misc]
         assert (meta.longest, facts[1].tier, facts[1].ups, facts[1].expected) == (4.0, 1, (0,), 3.0)
         assert facts[1].spec("b", {0: "a"}).confirm and facts[1].spec("b", {0: "a"}).depends_on == ("a",)
+
+
+def _in_read_only_mount(src: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`wloadctl ARGS` run in a mount namespace where `src` is seen read-only at src/../ro ({ro} in ARGS)."""
+    if shutil.which("unshare") is None:
+        pytest.fail("this test mounts a read-only view of a state directory: it needs util-linux unshare")
+    ro = src.parent / "ro"
+    ro.mkdir(exist_ok=True)
+    own = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    script = f'mount --bind "{src}" "{ro}" && mount -o remount,bind,ro "{ro}" && exec "$@"'
+    return subprocess.run(["unshare", *own, "--mount", "sh", "-c", script, "ns", sys.executable, "-m", "wloadctl",
+                           *(a.format(ro=ro) for a in args)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+def test_a_finished_runs_journal_on_a_read_only_mount_is_read(tmp_path: Path) -> None:
+    # Given a finished run's journal, closed (no -wal beside it), in a directory mounted read-only
+    src = tmp_path / "src"
+    with Store.open(src) as st:
+        run = new_run(st, ["a", "b"])
+        st.write_turn(run.id, [(0, W, R, 0, 1.0, -1, None, "", "s"), (1, W, R, 0, 1.0, -1, None, "", "s")])
+        st.set_status(run.id, "succeeded", 2.0)
+    assert not (src / "journal.db-wal").exists()
+    # When status, history and audit read it there
+    said = {args[0]: _in_read_only_mount(src, *args, "--state-dir", "{ro}")
+            for args in (("status",), ("history", "a"), ("audit",))}
+    # Then they read it, and never call it corrupt
+    assert all(p.returncode == 0 and p.stderr == "" for p in said.values()), {k: p.stderr for k, p in said.items()}
+    assert "(succeeded)" in said["status"].stdout and "2 jobs" in said["status"].stdout, said["status"].stdout
+    assert "a: READY" in said["history"].stdout, said["history"].stdout
+
+
+def test_a_journal_with_a_write_ahead_log_on_a_read_only_mount_is_not_called_corrupt(tmp_path: Path) -> None:
+    # Given a journal copied with its write-ahead log (taken while its writer was open), mounted read-only
+    live = tmp_path / "live"
+    src = tmp_path / "src"
+    with Store.open(live) as st:
+        new_run(st, ["a"])
+        held = sqlite3.connect(live / "journal.db")
+        held.execute("PRAGMA wal_autocheckpoint = 0")
+        held.execute("CREATE TABLE later (x)")
+        held.commit()
+        shutil.copytree(live, src)
+        held.close()
+    (src / "journal.db-shm").unlink(missing_ok=True)
+    assert (src / "journal.db-wal").stat().st_size
+    # When status reads it there
+    p = _in_read_only_mount(src, "status", "--state-dir", "{ro}")
+    # Then it says in one line why it cannot be read in place and what to do, and never to restore it
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 3 and len(lines) == 1, p.stderr
+    assert "cannot write its directory" in lines[0], lines[0]
+    assert "copy the state directory somewhere writable" in lines[0], lines[0]
+    assert "corrupt" not in lines[0] and "restore" not in lines[0]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wloadctl.core.states import TERMINAL, JobState, is_holding
-from wloadctl.errors import UsageError
+from wloadctl.errors import StoreFull, UsageError
 from wloadctl.procs.prestart import DEFAULT_PREFETCH, Prestarted, counts_problem
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
@@ -182,6 +182,19 @@ def _beats_problem(a: argparse.Namespace) -> str | None:
     return None
 
 
+def _refuse_nothing_to_resume(state_dir: Path) -> None:
+    """Refuse a resume where no journal is, before the lock and the journal of a run would be made there.
+
+    Raises:
+        UsageError: no journal for this state directory (a mistyped one, say).
+    """
+    from wloadctl.store import journal_exists
+
+    if not journal_exists(state_dir):
+        raise UsageError(f"no unfinished run to resume in {state_dir}",
+                         hint="start one with `wloadctl run PLAN --state-dir DIR`")
+
+
 def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
     """`wloadctl run PLAN` and `wloadctl resume` (`early`: executors started ahead for a new run)."""
     from wloadctl.core.planfile import load_plan
@@ -201,6 +214,7 @@ def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
         from wloadctl.client import resolve_state_dir  # a resume only: `run` does not read runs
 
         state_dir = resolve_state_dir(a.state_dir)
+        _refuse_nothing_to_resume(state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       accept_plan_change=a.accept_plan_change, journal_sync=a.journal_sync.upper(),
                       dead_after=a.executor_timeout, executor_cpus=a.executor_cpus,
@@ -241,13 +255,29 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
     elif not quiet:
         on_turn = LineLog(sys.stdout)
     notice = HoldNotice(_say(a.quiet), state_dir)
+    seen: list[SchedulerLoop] = []
 
     def each_turn(loop: SchedulerLoop) -> None:
+        if not seen:
+            seen.append(loop)
         notice(loop)
         if on_turn is not None:
             on_turn(loop)
 
-    outcome = start_or_resume(a.plan, opts, resume_only=a.cmd == "resume", on_turn=each_turn, loaded=loaded)
+    try:
+        outcome = start_or_resume(a.plan, opts, resume_only=a.cmd == "resume", on_turn=each_turn, loaded=loaded)
+    except StoreFull:
+        if not (seen and seen[0].stop_requested and seen[0].no_space):
+            raise
+        # Stopped while paused for a full disk: the stop could not be journaled, and the jobs running were
+        # left to their executors (SchedulerLoop.request_stop): a resume goes on from the journal and them.
+        loop = seen[0]
+        kept = loop.jobs_here()
+        them = f"; {kept} job(s) keep running under their executors" if kept else ""
+        _say(False)(f"run {loop.ctx.run_id} stopped while paused: {loop.no_space}, so the stop was not "
+                    f"journaled{them}; free space there, then `wloadctl resume --state-dir {state_dir}` goes on "
+                    "from what the journal holds")
+        return 130
     if bars:
         bars[0].show(outcome.core.counts)
         bars[0].progress.stop()
@@ -308,6 +338,8 @@ def scheduler_command(a: argparse.Namespace) -> int:
             from wloadctl.procs.standby import run_standby
 
             return run_standby(a.plan, opts, a.run)
+        if a.plan is None:
+            _refuse_nothing_to_resume(state_dir)
         outcome = start_or_resume(a.plan, opts, resume_only=a.plan is None)
         return outcome.exit_code
     finally:

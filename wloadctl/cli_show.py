@@ -35,8 +35,12 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     counts = "  ".join(f"{k} {v}" for k, v in st["counts"].items())
     standby = f", standby pid {st['standby_pid']}" if st.get("standby_pid") else ""
     host = f" on {st['scheduler_host']}" if st.get("scheduler_host") else ""
-    live = f"live, scheduler pid {st['scheduler_pid']}{host}{standby}, epoch {st['epoch']}" if st["live"] \
+    beat = f", beat {st['scheduler_beat_age']:.1f}s ago" if st.get("scheduler_beat_age") is not None else ""
+    live = f"live, scheduler pid {st['scheduler_pid']}{host}{standby}, epoch {st['epoch']}{beat}" if st["live"] \
         else st["status"]
+    if st.get("responding") is False:
+        live = (f"NOT RESPONDING: scheduler pid {st['scheduler_pid']}{host}, epoch {st['epoch']}, last beat "
+                f"{st['scheduler_beat_age']:.1f}s ago (stopped or hung; counts are as of then)")
     if st["status"] == "holding":
         live = f"HOLDING, {live}"
     if st.get("paused"):

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 VERBS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip", "cancel", "approve")
 """Operator verbs (the core's wloadctl.core.verbs.VERBS, repeated here to keep imports light; a test checks)."""
 
+SILENT_AFTER = 3.0
+"""Seconds without a board beat (beyond the lease the scheduler gave itself) after which a live
+scheduler is reported not responding: it beats every quarter second, turns included."""
 REPLY_TIMEOUT = 10.0
 """Seconds to wait for a live scheduler's answer."""
 
@@ -247,6 +250,7 @@ class RunClient:
                 jobs = [{"job": r[1], "state": names[r[2]], "attempt": r[3], "exit_code": r[5],
                          "started": r[6], "ended": r[7], "reason": r[8]} for r in rows]
         holding = live and h is not None and is_holding(h.counts)
+        beat_age = round(max(0.0, time.time() - h.beat), 3) if live and h is not None else None
         return {
             "run": self.run.run_id, "plan": self.run.plan_name, "business_date": self.run.business_date,
             "status": self.run.status if not live else ("holding" if holding else "running"), "live": live or far,
@@ -258,6 +262,8 @@ class RunClient:
             "standby_pid": (h.standby_pid or None) if h else None,
             "paused": self.pause_reason(h) if live else None,
             "lease_until": h.lease_until if h else self.run.lease_until,
+            "scheduler_beat_age": beat_age,
+            "responding": None if not (live or far) else (beat_age is None or not silent(h, beat_age)),
             "executors": self.executors() if live else [],
             "agents": self.agents() if live else [],
             "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
@@ -796,6 +802,13 @@ def state_dir_for_plan(plan_path: str) -> Path:
     from wloadctl.core.planfile import load_plan
 
     return default_state_dir(load_plan(plan_path).name)
+
+
+def silent(h: P.BoardHeader | None, beat_age: float) -> bool:
+    """Whether a live scheduler has stopped beating its board (stopped with SIGSTOP, hung): its counts are
+    as of its last beat. It is silent past its lease and past SILENT_AFTER seconds, whichever is later."""
+    lease = max(0.0, h.lease_until - h.beat) if h is not None else 0.0
+    return beat_age > max(SILENT_AFTER, lease)
 
 
 def resolve_state_dir(given: str | None) -> Path:

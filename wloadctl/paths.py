@@ -140,11 +140,17 @@ def summary_path(state_dir: Path, run_id: str) -> Path:
 
 
 def write_summary(state_dir: Path, run_id: str, summary: dict[str, Any]) -> None:
-    """Write a run's closing figures (atomically)."""
+    """Write a run's closing figures (atomically); on a full disk, none (readers do without: see read_summary)."""
     path = summary_path(state_dir, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary), encoding="utf-8")
+    try:
+        tmp.write_text(json.dumps(summary), encoding="utf-8")
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if e.errno != errno.ENOSPC:
+            raise
+        return
     tmp.replace(path)
 
 

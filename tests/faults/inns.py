@@ -261,9 +261,41 @@ def full_before_the_run(cfg: dict[str, Any]) -> dict[str, Any]:
     return got
 
 
+def small_state_dir(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Fill a small state directory's disk once its run is under way; once the scheduler has paused, free the
+    space and watch the run finish, or (cfg "stop") stop it while paused, free the space and resume it."""
+    sd, plan = Path(cfg["sd"]), cfg["plan"]
+    err = Path(cfg["log"])
+    with open(err, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", plan, "--state-dir", str(sd)],
+                                stdout=subprocess.DEVNULL, stderr=log, env=ENV)
+    got: dict[str, Any] = {}
+    try:
+        wait_for(lambda: status(sd).get("counts", {}).get("SUCCEEDED", 0) >= cfg["fill_after"], "first successes")
+        got["dd"] = fill(sd / "filler")
+        wait_for(lambda: status(sd).get("paused"), "a paused scheduler")
+        if cfg.get("stop"):
+            proc.terminate()
+            got["rc"] = proc.wait(timeout=60)
+            got["stop_said"] = err.read_text().strip().splitlines()[-1]
+            (sd / "filler").unlink()
+            resumed = cli("resume", "--state-dir", str(sd), timeout=120)
+            got["resume_rc"], got["resume_err"] = resumed.returncode, resumed.stderr
+            got["resume_err"] += cli("status", "--state-dir", str(sd), "--all").stdout
+        else:
+            (sd / "filler").unlink()
+            got["rc"] = proc.wait(timeout=60)  # a journal wedged for good never gets there
+    finally:
+        _kill(proc)
+    got["wal"] = (sd / "journal.db-wal").stat().st_size if (sd / "journal.db-wal").exists() else 0
+    got.update(journal_facts(sd))
+    got.update(leftovers(got["run_id"]))
+    return got
+
+
 SCENARIOS = {"full_state_dir": full_state_dir, "shm_full_at_start": shm_full_at_start,
              "shm_full_mid_run": shm_full_mid_run, "full_from_the_start": full_from_the_start,
-             "full_before_the_run": full_before_the_run}
+             "full_before_the_run": full_before_the_run, "small_state_dir": small_state_dir}
 
 
 def main() -> int:

@@ -79,6 +79,53 @@ def test_a_full_state_dir_pauses_dispatch_and_the_run_goes_on_when_space_returns
     assert "Traceback" not in said
 
 
+def _sixty_jobs(tmp: Path) -> Path:
+    plan = tmp / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "small", "jobs": {
+        f"j{k:02d}": {"command": f"sleep {0.3 + (k * 7 % 8) / 10:.1f}"} for k in range(60)}}))
+    return plan
+
+
+def test_a_small_state_dir_filled_mid_run_goes_on_when_space_returns(tmp_path: Path) -> None:
+    # Given a run of 60 short jobs whose state directory is a disk of 2 MiB, which fills up mid-run
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    log = tmp_path / "scheduler.log"
+    # When the fill is removed once the scheduler has paused
+    got = scenario("small_state_dir", tmp_path, [(sd, "2m"), ("/dev/shm", "64m")],
+                   {"sd": str(sd), "plan": str(_sixty_jobs(tmp_path)), "log": str(log), "fill_after": 10})
+    said = log.read_text()
+    # Then the run went on by itself (the journal's write-ahead log gave its space back) to a clean finish
+    assert f"paused: no space left on device in {sd}" in said and "resumed: space is back in" in said, said
+    assert got["rc"] == 0 and got["run_status"] == "succeeded", said[-3000:]
+    assert got["integrity"] == "ok" and got["succeeded"] == {f"j{k:02d}": 1 for k in range(60)}
+    assert got["wal"] < 1024 * 1024, got["wal"]
+    assert got["shm"] == [] and got["procs"] == [], (got["shm"], got["procs"])
+    assert "Traceback" not in said
+
+
+def test_a_run_stopped_while_paused_for_a_full_disk_says_to_resume_and_resumes(tmp_path: Path) -> None:
+    # Given a run of 60 short jobs on a 2 MiB state directory, paused for a full disk
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    log = tmp_path / "scheduler.log"
+    # When it is stopped (SIGTERM) while paused, the space is freed and the run resumed
+    got = scenario("small_state_dir", tmp_path, [(sd, "2m"), ("/dev/shm", "64m")],
+                   {"sd": str(sd), "plan": str(_sixty_jobs(tmp_path)), "log": str(log), "fill_after": 10,
+                    "stop": True})
+    # Then the stop exited as a stop does, saying in one line to resume (its jobs were left running: stopped
+    # with no room to journal it, they would read as failed), never that the scheduler goes on by itself
+    assert got["rc"] == 130, log.read_text()[-3000:]
+    said = got["stop_said"]
+    assert said.startswith(f"wloadctl: run {got['run_id']} stopped"), said
+    assert f"`wloadctl resume --state-dir {sd}`" in said and "retries" not in said, said
+    assert "stopped while paused: no space left on device" in said or "keep running under their executors" in said
+    # and the resume finished the run, each job once
+    assert got["resume_rc"] == 0 and got["run_status"] == "succeeded", got["resume_err"]
+    assert got["integrity"] == "ok" and got["succeeded"] == {f"j{k:02d}": 1 for k in range(60)}
+    assert got["shm"] == [] and got["procs"] == [], (got["shm"], got["procs"])
+
+
 def test_a_disk_full_before_the_runs_first_writes_after_dispatch_pauses_it_too(tmp_path: Path) -> None:
     # Given a run whose first job fills the state directory's disk at once, then waits for the space to come back
     sd = tmp_path / "sd"

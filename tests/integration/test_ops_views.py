@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +114,53 @@ def test_status_at_rebuilds_every_job_as_it_was_from_the_journal(tmp_path: Path)
 
 def cli_status_all(sd: Path) -> list[dict]:
     return json.loads(cli("status", "--state-dir", str(sd), "--all", "--json", check=True).stdout)["jobs"]
+
+
+def _status_once_there(sd: Path) -> dict:
+    """`status --json`, or {} while the run has no journal yet."""
+    p = cli("status", "--state-dir", str(sd), "--json", timeout=30)
+    return json.loads(p.stdout) if p.returncode == 0 else {}
+
+
+def test_status_says_when_a_live_scheduler_stops_responding_and_when_it_is_back(tmp_path: Path,
+                                                                               no_ipc_leaks: None) -> None:
+    # Given a live run whose last job waits for a file
+    gate = tmp_path / "go"
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "frozen", "jobs": {
+        "a": {"command": "true"}, "wait": {"command": f"while [ ! -f {gate} ]; do sleep 0.05; done"}}}))
+    sd = tmp_path / "sd"
+    p = start("run", str(plan), "--state-dir", str(sd), "--quiet")
+    run_id = ""
+    try:
+        first = wait_for(lambda: (lambda s: s if s.get("live") and s["counts"].get("SUCCEEDED") else None)(
+            _status_once_there(sd)), timeout=60, what="a live run")
+        run_id = first["run"]
+        assert first["responding"] is True and first["scheduler_beat_age"] is not None
+        # When its scheduler is stopped (SIGSTOP)
+        os.kill(p.pid, signal.SIGSTOP)
+        frozen = wait_for(lambda: (lambda s: s if s["responding"] is False else None)(status(sd)),
+                          timeout=60, what="status to say the scheduler does not respond")
+        # Then status says so, with the age of its last beat, past its lease, in JSON and in text
+        assert frozen["live"] and frozen["scheduler_beat_age"] >= 3.0
+        assert frozen["lease_until"] < time.time()
+        text = cli("status", "--state-dir", str(sd), timeout=30).stdout.splitlines()[0]
+        assert f"NOT RESPONDING: scheduler pid {p.pid}, epoch 1, last beat " in text, text
+        assert "s ago (stopped or hung; counts are as of then)" in text and "(live" not in text, text
+        # And once it goes on, it is live and responding again
+        os.kill(p.pid, signal.SIGCONT)
+        back = wait_for(lambda: (lambda s: s if s["responding"] else None)(status(sd)), timeout=60,
+                        what="the scheduler to beat again")
+        assert back["live"] and back["scheduler_beat_age"] < 3.0
+        assert ", beat " in cli("status", "--state-dir", str(sd), timeout=30).stdout.splitlines()[0]
+        gate.touch()
+        assert p.wait(timeout=60) == 0
+        assert status(sd)["responding"] is None  # a finished run has no scheduler to judge
+    finally:
+        gate.touch()
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.terminate()  # a scheduler stopped so unlinks its run's queues and segments
+            p.wait(timeout=60)
+        if run_id:
+            reap_orphans(run_id)

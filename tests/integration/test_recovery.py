@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -27,9 +29,14 @@ from tests.integration.helpers import (
     wait_for,
 )
 from wloadctl.core.durations import parse_duration
+from wloadctl.ipc.naming import ROLE_EXECUTORS, object_name
+from wloadctl.ipc.shm import ExecutorBoard
 from wloadctl.store import Store
 
 pytestmark = pytest.mark.ipc
+
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl option: orphaned descendants are reparented to this process (which then reaps them)."""
 
 
 def layered(n_layers: int = 4, width: int = 5) -> dict[str, dict]:
@@ -84,6 +91,61 @@ def test_kill_9_of_the_scheduler_then_resume_runs_every_job_exactly_once(tmp_pat
     assert "reattached to 2 executor(s)" in p.stderr
     reap_orphans(run_id)
     assert ipc_names(run_id) == []
+
+
+def _executors_idle(run_id: str) -> bool:
+    """Whether every executor on the run's board has beaten with no job running."""
+    board = ExecutorBoard.open(object_name(run_id, ROLE_EXECUTORS))
+    try:
+        slots = [s for s in board.read_all() if s.pid]
+    finally:
+        board.close()
+    return bool(slots) and all(s.running == 0 for s in slots)
+
+
+def test_executors_left_with_reports_no_one_read_exit_by_themselves_when_a_resume_finds_the_run_done(
+        tmp_path: Path) -> None:
+    # Given a run whose 16 jobs all run (2 executors of 8 slots) until a gate file appears; this process
+    # adopts the executors once their scheduler is gone (a subreaper), to learn how each one ends
+    out, gate = tmp_path / "evidence", tmp_path / "gate"
+    plan = evidence_plan(tmp_path / "plan.yaml", out,
+                         {f"j{k:02d}": {"gate": str(gate), "sleep": round(0.1 * k, 1)} for k in range(16)})
+    sd = tmp_path / "sd"
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "8", "--prefetch", "0")
+    pids: list[int] = []
+    try:
+        wait_for(lambda: sum(1 for line in out.read_text().splitlines() if " start " in line) == 16
+                 if out.exists() else False, timeout=60, what="16 jobs running")
+        run_id = status(sd)["run"]
+        pids = executor_pids(run_id)
+        assert len(pids) == 2
+        # When the scheduler is killed, and the jobs end one by one after it: each exit report goes
+        # alone into the response queue, more of them than it holds, so the executors keep some back
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        gate.touch()
+        wait_for(lambda: sum(1 for line in out.read_text().splitlines() if " end " in line) == 16,
+                 timeout=60, what="16 jobs ended")
+        wait_for(lambda: _executors_idle(run_id), timeout=60, what="idle executors")
+        # and a resume finds every job finished (by the executors' results journals)
+        p = cli("resume", "--state-dir", str(sd))
+        assert p.returncode == 0, p.stderr
+        assert "16 finished while the scheduler was down" in p.stderr, p.stderr
+        # Then the executors ended by themselves when the run was done: none had to be killed
+        ends = {pid: os.waitpid(pid, 0)[1] for pid in pids}
+        assert all(os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0 for st in ends.values()), ends
+    finally:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        gate.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_all(pids)
+        for pid in pids:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
 
 
 def test_kill_9_of_the_whole_tree_then_resume(tmp_path: Path) -> None:
@@ -144,6 +206,20 @@ def test_resume_refuses_removing_jobs_that_ran(tmp_path: Path, no_ipc_leaks: Non
     evidence_plan(plan, out, {"b": {}})
     p = cli("run", str(plan), "--state-dir", sd, "--accept-plan-change")
     assert p.returncode == 2 and "removes job(s) that already ran: a" in p.stderr
+
+
+@pytest.mark.parametrize("cmd", ["resume", "scheduler"])
+def test_a_resume_of_a_directory_with_no_run_is_refused_and_creates_nothing(tmp_path: Path, cmd: str) -> None:
+    # Given a mistyped state directory that does not exist, and an empty one
+    for sd in (tmp_path / "typo_dir", tmp_path / "empty"):
+        if sd.name == "empty":
+            sd.mkdir()
+        # When the run there is resumed
+        p = cli(cmd, "--state-dir", str(sd))
+        # Then it is refused in one line, and nothing is made there
+        assert p.returncode == 2 and p.stderr.strip() == (f"wloadctl: no unfinished run to resume in {sd}"
+                                                          " (start one with `wloadctl run PLAN --state-dir DIR`)")
+        assert (not sd.exists()) if sd.name == "typo_dir" else list(sd.iterdir()) == []
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])

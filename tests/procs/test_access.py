@@ -6,8 +6,11 @@ import json
 import os
 import pwd
 import select
+import socket
 import stat
+import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import RunStartedEvent
 from wloadctl.errors import TransportError, UsageError
 from wloadctl.ipc import ctlsock
+from wloadctl.ipc import protocol as P
 from wloadctl.procs.control import ControlDesk
 from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.store import Store
@@ -220,3 +224,47 @@ def test_a_drill_through_the_broker_needs_the_admin_role_and_the_actives_epoch(t
     store.close()
     # and each refusal is audited as the scheduler's (a drill's `*` row is its report)
     assert rows == [("drill", "scheduler", False)] * 3
+
+
+def _requests_read(sock: ctlsock.ControlSocket, poller: Any) -> list[tuple[int, ctlsock.Peer, dict[str, Any]]]:
+    """Accept what waits on the listener and read each connection to its end, as a scheduler going on does."""
+    got: list[tuple[int, ctlsock.Peer, dict[str, Any]]] = []
+    for fd, _ev in poller.poll(5000):
+        got += sock.ready(fd)
+    while sock.conns and (ready := poller.poll(5000)):
+        for fd, _ev in ready:
+            got += sock.ready(fd)
+        if got:
+            break
+    return got
+
+
+def test_a_request_its_asker_gave_up_on_is_dropped_not_applied_later(tmp_path: Path) -> None:
+    # Given a scheduler that does not read its socket for a while (stopped, or busy)
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    sock = ctlsock.ControlSocket.listen(sd)
+    poller = select.poll()
+    sock.attach(poller)
+    try:
+        # When a verb gets no answer in time
+        with pytest.raises(TransportError) as e:
+            ctlsock.request(sd, {"verb": "hold", "jobs": ["j099"]}, 0.3)
+        # Then the asker is told it is withdrawn, and where to see what was applied
+        assert "no answer from the scheduler within 0s: the 'hold' request is withdrawn" in str(e.value)
+        assert "wloadctl audit" in (e.value.hint or "")
+        # and the scheduler, reading its socket again, finds no request to apply
+        assert _requests_read(sock, poller) == [] and sock.conns == {}
+        # nor one whose deadline passed while its asker is still connected
+        late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        late.connect(str(sd / ctlsock.SOCKET_NAME))
+        data = P.encode_control({"verb": "hold", "jobs": ["j099"], "deadline": time.time() - 1})
+        late.sendall(struct.pack("!I", len(data)) + data)
+        assert _requests_read(sock, poller) == [] and sock.conns == {}
+        late.close()
+        # while an asker that waits gets its request taken
+        t = serve(sock, lambda conn, peer, req: sock.answer(conn, {"ok": True, "verb": req["verb"]}))
+        assert ctlsock.request(sd, {"verb": "hold", "jobs": ["j099"]}, 5.0) == {"ok": True, "verb": "hold"}
+        t.join(5)
+    finally:
+        sock.close()

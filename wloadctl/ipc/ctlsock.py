@@ -1,8 +1,10 @@
 """The control socket: operator verbs over a Unix socket in the state directory, callers known by SO_PEERCRED.
 
 One request and one reply per connection, each a 4-byte length and a control message
-(protocol.encode_control). The scheduler's side never blocks: it accepts and reads without
-waiting, and the loop's poller wakes it for the listening socket and each open connection.
+(protocol.encode_control). A caller keeps its end open until the reply comes: one that closes it
+(even half way, with shutdown) or whose deadline passes has withdrawn its request. The scheduler's
+side never blocks: it accepts and reads without waiting, and the loop's poller wakes it for the
+listening socket and each open connection.
 The kernel tells who is calling (uid, gid, pid of the peer at connect time), so an operator's
 identity never comes from the environment.
 """
@@ -30,6 +32,9 @@ MAX_REQUEST = 64 * 1024
 """Largest request a scheduler reads; a longer one is refused."""
 MAX_REPLY = 1024 * 1024
 """Largest reply a client reads."""
+ANSWER_MARGIN = 1.0
+"""Seconds before a request's deadline after which the scheduler no longer takes it: its answer would
+come too late for the asker, who is told the request was withdrawn."""
 _LEN = struct.Struct("!I")
 _UCRED = struct.Struct("3i")
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
@@ -242,6 +247,9 @@ class ControlSocket:
         except WloadError as exc:
             self.answer(fd, {"ok": False, "error": f"garbled request: {exc}"})
             return []
+        if _withdrawn(c.sock, req):
+            self.close_conn(fd)
+            return []
         return [(fd, c.peer, req)]
 
     def answer(self, fd: int, body: dict[str, Any]) -> None:
@@ -284,12 +292,35 @@ class ControlSocket:
                     os.unlink(where)
 
 
+def _withdrawn(sock: socket.socket, req: dict[str, Any]) -> bool:
+    """Whether the asker of a request read whole has given up on it: it closed the connection (it sends
+    nothing after its request, so the end of the stream says so), or the deadline it gave is (nearly) past.
+
+    A scheduler stopped (SIGSTOP) or busy finds such requests in the socket's backlog when it goes on: it
+    drops them, for their askers were told the request was withdrawn.
+    """
+    deadline = req.get("deadline")
+    if isinstance(deadline, (int, float)) and time.time() > deadline - ANSWER_MARGIN:
+        return True
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True  # reset by the asker
+
+
 def request(state_dir: Path, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Send one request to the state directory's scheduler and wait for its answer.
+
+    The request carries the time the caller gives up (`deadline`): a scheduler that reads it later, or
+    after the caller closed the connection, drops it (see `_withdrawn`), so a request not answered in
+    time is withdrawn rather than applied behind the caller's back.
 
     Raises:
         TransportError: nobody listens, the caller may not connect, or no answer came in time.
     """
+    started = time.time()
     path = socket_path(state_dir)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.settimeout(timeout)
@@ -303,7 +334,7 @@ def request(state_dir: Path, body: dict[str, Any], timeout: float) -> dict[str, 
         except OSError as exc:
             raise TransportError(f"{path}: no scheduler listens ({exc.strerror})",
                                  hint="check it with `wloadctl status`") from None
-        data = P.encode_control(body, max_size=MAX_REQUEST)
+        data = P.encode_control({**body, "deadline": started + timeout}, max_size=MAX_REQUEST)
         try:
             sock.sendall(_LEN.pack(len(data)) + data)
             head = _recv_exact(sock, _LEN.size)
@@ -312,8 +343,11 @@ def request(state_dir: Path, body: dict[str, Any], timeout: float) -> dict[str, 
                 raise TransportError(f"{path}: reply of {n} bytes is over the {MAX_REPLY}-byte limit")
             return P.decode_control(_recv_exact(sock, n))
         except TimeoutError:
-            raise TransportError(f"no answer from the scheduler within {timeout:.0f}s",
-                                 hint="check it with `wloadctl status`") from None
+            verb = f"'{body['verb']}' " if body.get("verb") else ""
+            raise TransportError(f"no answer from the scheduler within {timeout:.0f}s: the {verb}request is"
+                                 " withdrawn (the scheduler drops it if it reads it later)",
+                                 hint="check the scheduler with `wloadctl status` and what was applied with"
+                                      " `wloadctl audit`, then ask again") from None
         except OSError as exc:
             raise TransportError(f"{path}: the scheduler closed the connection ({exc.strerror or exc})") from None
     finally:

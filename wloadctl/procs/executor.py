@@ -239,8 +239,12 @@ class Executor:
                     # standby reads `seen_scheduler_beat` before it decides to take over.
                     if hdr.epoch == self.epoch and hdr.beat != sched_beat:
                         sched_beat, last_sched = hdr.beat, now
+                    # Reports the response queue has no room for do not hold it back once the run is done:
+                    # they are in its results journal (_flush journals first), and no scheduler reads the
+                    # queue any more. (A resume that found every job finished ends without a turn, leaving
+                    # the reports sent to the scheduler it replaced to fill the queue.)
                     if hdr.done and hdr.epoch == self.epoch and not self.running and not self.backlog \
-                            and not self.outbox:
+                            and (not self.outbox or self.rsp_full):
                         break
                 self._beat(time.time(), sched_beat)
                 if now - last_sched > self.orphan_timeout and not self.running and not self.backlog:

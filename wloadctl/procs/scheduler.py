@@ -218,6 +218,8 @@ class SchedulerLoop:
         The lease comes first: a fenced scheduler must not kill or respawn anything.
         """
         failures = self.space_failures
+        if self.no_space:
+            self.store.make_room()  # before any write: space come back goes to the checkpoint first
         self._renew(now)
         if self.no_space:
             self._retry_held(failures)
@@ -351,6 +353,7 @@ class SchedulerLoop:
     def _pause_for_space(self) -> None:
         """A write was refused for want of space: stop dispatching and say why (once)."""
         self.space_failures += 1
+        self.store.make_room()
         if self.no_space:
             return
         self.no_space = f"no space left on device in {self.ctx.state_dir}"
@@ -467,7 +470,9 @@ class SchedulerLoop:
         """Stop dispatching; running jobs are stopped and requeued so a resume runs them again,
         or, with `keep_jobs`, left running under their executors for a resume to reattach to."""
         self.stop_requested = True
-        self.keep_jobs = keep_jobs
+        # Paused for a full disk, the journal cannot record running jobs stopped and requeued: stopped, their
+        # exits would read as failures to the resume. They run on under their executors for it to pick up.
+        self.keep_jobs = keep_jobs or bool(self.no_space)
         self.core.paused = True
 
     def jobs_here(self) -> int:

@@ -235,6 +235,10 @@ class Store(CurrentState, JobFacts, ABC):
     def renew_lease(self, run: int, epoch: int, lease: float) -> bool:
         """Extend the lease of the scheduler holding `epoch`; False if it was fenced off."""
 
+    def make_room(self) -> None:
+        """Give back the disk space the journal holds beyond its data, after a write was refused for want of
+        space and before it is retried (a SQLite journal's write-ahead log); a server journal has none."""
+
     def holder_host(self, run: int) -> str | None:
         """Host of the scheduler holding the run's lease (None: this host; a SQLite journal has one host)."""
         return None

@@ -25,10 +25,19 @@ SPAN_SHIFT = 14
 """Turn-index keys begin with the span of their turn, its first transition's number >> SPAN_SHIFT (16,384)."""
 WAL_CHECKPOINT = 8192
 """Pages (of 4 KiB) the write-ahead log of a writer grows to before it is checkpointed into the database."""
+WAL_SHARE_OF_FREE = 4
+"""On a small disk the log is checkpointed sooner: at most this fraction (1/N) of the space free at open."""
+WAL_CHECKPOINT_MIN = 64
+"""Pages the log may always grow to before a checkpoint, however small the disk."""
+CHECKPOINT_WAIT_MS = 100
+"""Milliseconds a checkpoint after a full disk waits for readers (the loop must not stall on a console)."""
 
 
 def write_error(e: sqlite3.Error, path: Path) -> StoreError:
     """The StoreError of a failed write: StoreFull when the disk is full (the write may be retried).
+
+    A scheduler's loop retries a StoreFull by itself (and says so); one that reaches the command line
+    ended the command: its hint says how to go on.
 
     Args:
         e: what SQLite raised.
@@ -37,7 +46,8 @@ def write_error(e: sqlite3.Error, path: Path) -> StoreError:
     code = getattr(e, "sqlite_errorcode", 0) or 0
     if code & 0xFF == SQLITE_FULL or "disk is full" in str(e):
         return StoreFull(f"could not write the journal {path}: no space left on device in {path.parent}",
-                         hint="free space there; the scheduler retries and goes on by itself")
+                         hint="free space there and run the command again (a run stopped so goes on with"
+                              f" `wloadctl resume --state-dir {path.parent}`)")
     return StoreError(f"could not write the journal {path}: {e}")
 
 
@@ -45,6 +55,61 @@ def full_at_start(path: Path) -> StoreFull:
     """A full disk before the run has begun: nothing retries then, the command ends."""
     return StoreFull(f"could not write the journal {path}: no space left on device in {path.parent}",
                      hint="free space there and start again: nothing of the run has started")
+
+
+def _checkpoint_pages(d: Path) -> int:
+    """The write-ahead log's checkpoint threshold in a directory: WAL_CHECKPOINT, less on a small disk.
+
+    A log let grow to WAL_CHECKPOINT pages (32 MiB) on a disk of a few MiB fills it by itself, and a
+    checkpoint then has no room to copy it out: the journal could never be written again.
+    """
+    try:
+        st = os.statvfs(d)
+    except OSError:
+        return WAL_CHECKPOINT
+    return max(WAL_CHECKPOINT_MIN, min(WAL_CHECKPOINT, st.f_bavail * st.f_frsize // 4096 // WAL_SHARE_OF_FREE))
+
+
+def _in_use(path: Path) -> bool:
+    """Whether a journal has a write-ahead log with frames, or its index (-shm), beside it: a writer is or was
+    there (a live one keeps both; the last to close cleanly removes them) and its last commits may be there."""
+    try:
+        if path.with_name(path.name + "-wal").stat().st_size:
+            return True
+    except FileNotFoundError:
+        pass
+    return path.with_name(path.name + "-shm").exists()
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A reading connection to a journal, also where its directory cannot be written (a read-only mount).
+
+    A journal in WAL mode is opened with a -shm file beside it, which SQLite cannot make in a directory it
+    cannot write ("unable to open database file"). Such a journal with no -wal frames nor -shm there is at
+    rest (closed by its last writer), and is read with immutable=1 (no locks, no -shm). A journal a writer
+    may hold is never read so: SQLite would not see its changes, or could see a page half way through a
+    checkpoint; it is named as readable from a writable copy.
+    """
+    def connect(flags: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(f"file:{path}?{flags}", uri=True, timeout=10, isolation_level=None,
+                               check_same_thread=False)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    try:
+        return connect("mode=ro")
+    except sqlite3.OperationalError:
+        if os.access(path.parent, os.W_OK):
+            raise
+    if _in_use(path):
+        raise StoreError(f"run journal {path} cannot be read where it is: this user cannot write its directory,"
+                         " and its write-ahead log (-wal, -shm) is read only with the writes SQLite makes there",
+                         hint="copy the state directory somewhere writable and read the copy")
+    return connect("mode=ro&immutable=1")
 
 
 def _rollback(c: sqlite3.Connection) -> None:
@@ -186,9 +251,7 @@ class SqliteStore(Store):
             )
         try:
             if readonly:
-                conn = sqlite3.connect(
-                    f"file:{path}?mode=ro", uri=True, timeout=10, isolation_level=None, check_same_thread=False
-                )
+                conn = _open_readonly(path)
             else:
                 conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 10000")
@@ -200,7 +263,7 @@ class SqliteStore(Store):
                 # A loop turn rewrites a few hundred of the same pages (current states, turn index): a checkpoint
                 # every WAL_CHECKPOINT pages rather than SQLite's 1,000 copies each such page back, and syncs
                 # the files, once per several turns instead of about once per turn.
-                conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT}")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {_checkpoint_pages(d)}")
                 if version == 0:
                     conn.executescript(SCHEMA)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -238,6 +301,24 @@ class SqliteStore(Store):
     def where(self) -> str:
         """The database file."""
         return str(self.path)
+
+    def make_room(self) -> None:
+        """Copy the write-ahead log into the database and truncate it to nothing (a TRUNCATE checkpoint).
+
+        The log holds every page a run rewrote since the last checkpoint, several times over: on a
+        small disk it is most of the space there. A checkpoint needs room only for the database's
+        pages, and gives the log's back; a retried write then fits where it did not. It is tried
+        without waiting long for readers (a console's read) and fails harmlessly on a disk still full.
+        """
+        if self.readonly or self.conn.in_transaction:
+            return
+        try:
+            self.conn.execute(f"PRAGMA busy_timeout = {CHECKPOINT_WAIT_MS}")
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.DatabaseError:
+            pass
+        finally:
+            self.conn.execute("PRAGMA busy_timeout = 10000")
 
     def close(self) -> None:
         """Close the connection."""
