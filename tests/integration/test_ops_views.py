@@ -43,12 +43,14 @@ def test_top_shows_the_live_pipeline_per_executor_and_goes_stale_when_the_run_en
         # Then it has the queues, the arena, the latencies, the journal, the loop and each executor
         req, rsp = view["queues"]["request"], view["queues"]["response"]
         assert req["max"] >= 1 and 0 <= req["depth"] <= req["max"] and req["batches"] >= 2  # a chain goes out at once
-        assert rsp["batches"] >= 3 and 0 <= rsp["depth"] <= rsp["max"]
+        # (a chain's reports go in few messages: its next jobs wait at the executor, which holds them a moment)
+        assert rsp["batches"] >= 1 and 0 <= rsp["depth"] <= rsp["max"]
         assert view["arena"]["capacity"] > 0
         lat = view["latency"]
         assert lat["ready_to_dispatch"]["n"] >= 1 and lat["ready_to_dispatch"]["p50"] is not None
         assert lat["finish_to_dependent_start"]["p99"] >= lat["finish_to_dependent_start"]["p50"] >= 0
-        assert view["journal"]["commits"] >= 6 and view["journal"]["rows_per_commit"] >= 1
+        # (the chain's ends come together: a commit each for few of them)
+        assert view["journal"]["commits"] >= 2 and view["journal"]["rows_per_commit"] >= 1
         assert view["loop"]["turn"]["n"] >= 1 and not view["stale"]
         assert len(view["executors"]) == 2
         assert sum(e["started"] for e in view["executors"]) == 6  # the five and the waiting one
@@ -62,7 +64,7 @@ def test_top_shows_the_live_pipeline_per_executor_and_goes_stale_when_the_run_en
         assert p.wait(timeout=60) == 0
         # Once the run is over the last figures stay, marked stale
         after = _top(sd)
-        assert not after["live"] and after["stale"] and after["journal"]["commits"] >= 6
+        assert not after["live"] and after["stale"] and after["journal"]["commits"] >= view["journal"]["commits"]
         assert "not live" in cli("top", "--state-dir", str(sd), timeout=30, check=True).stdout
     finally:
         gate.touch()
