@@ -62,6 +62,14 @@ def test_a_loop_over_a_list_fails_once_all_its_instances_have_ended_and_one_fail
     core.validate()
 
 
+def test_a_loop_that_asks_for_confirmation_asks_it_of_each_instance_not_of_itself() -> None:
+    base = looped(("eu", "us"))
+    jobs = dict(base.jobs)
+    jobs["load"] = dataclasses.replace(jobs["load"], confirm=True)
+    plan = expand_for_each(dataclasses.replace(base, jobs=jobs))
+    assert [j for j, spec in plan.jobs.items() if spec.confirm] == ["load@eu", "load@us"]
+
+
 def test_items_from_a_plan_variable() -> None:
     plan = expand_for_each(looped("vars.regions", {"regions": ["emea", "amer"]}))
     assert [j for j in plan.jobs if j.startswith("load")] == ["load@emea", "load@amer", "load"]

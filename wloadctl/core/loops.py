@@ -234,7 +234,8 @@ def expand_for_each(plan: Plan) -> Plan:
                 continue
             jobs[inst.id] = inst
             made.append(inst)
-        jobs[jid] = with_instances(j, made)
+        # (each instance waits for its own confirmation, if the job asks for one: the loop itself runs nothing)
+        jobs[jid] = dataclasses.replace(with_instances(j, made), confirm=False)
     if problems:
         raise PlanError(f"{plan.path}: {len(problems)} problem(s) in for_each loops", problems=problems,
                         file=plan.path)
