@@ -247,6 +247,11 @@ HOSTILE = ["x; touch PWNED", "$(touch PWNED)", "`touch PWNED`", "it's", 'say "hi
     ("printf '%s\\n' \"$(printf '%s' '{item}')\"", "{}"),
     ("printf '%s\\n' \"$(printf '%s' \"{item}\")\"", "{}"),
     ("X=${UNSET_VAR:-{item}}; printf '%s\\n' \"$X\"", "{}"),
+    # a quote in a comment, a here-document (whose body holds a quote), a here-document's own quoting
+    ("# don't load twice\nprintf '%s\\n' {item}", "{}"),
+    ("true # say \"hi\nprintf '%s\\n' {item}", "{}"),
+    ("cat <<EOF\n{item}\nEOF", "{}"),
+    ("cat <<-'EOT' >/dev/null\n\tit's\n\tEOT\nprintf '%s\\n' {item}", "{}"),
 ])
 def test_an_item_is_text_to_the_shell_wherever_it_stands(tmp_path: Path, command: str, expected: str) -> None:
     """An item comes from variables or an upstream's output (a file name): the shell running the instance's
@@ -257,6 +262,27 @@ def test_an_item_is_text_to_the_shell_wherever_it_stands(tmp_path: Path, command
                            env={**os.environ, "WLOADCTL_ITEM": item})
         assert not (tmp_path / "PWNED").exists(), (command, item, cmd)
         assert (p.returncode, p.stdout) == (0, expected.format(item) + "\n"), (command, item, cmd, p.stderr)
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "bash"])
+def test_an_item_is_no_number_in_arithmetic_unless_it_is_one(tmp_path: Path, shell: str) -> None:
+    """bash evaluates an expanded value in arithmetic (`a[$(cmd)]` runs cmd): an item that is not plain is not
+    given there, and the command fails; a number is."""
+    command = "echo $(( {item} * 2 ))"
+    assert subprocess.run([shell, "-c", shell_item(command, "21")], capture_output=True, text=True).stdout == "42\n"
+    for item in ("a[$(touch PWNED)]", "1 + 1"):
+        p = subprocess.run([shell, "-c", shell_item(command, item)], cwd=tmp_path, capture_output=True, text=True,
+                           env={**os.environ, "WLOADCTL_ITEM": item})
+        assert p.returncode != 0 and not (tmp_path / "PWNED").exists(), (item, p)
+
+
+def test_the_script_of_a_shell_in_an_argv_command_is_shell_text() -> None:
+    base = looped(("x; touch PWNED",))
+    jobs = dict(base.jobs)
+    jobs["load"] = dataclasses.replace(jobs["load"], command=("/bin/sh", "-c", "echo {item}", "name-{item}"))
+    plan = expand_for_each(dataclasses.replace(base, jobs=jobs))
+    inst = next(j for j in plan.jobs.values() if j.item)
+    assert inst.command == ("/bin/sh", "-c", 'echo "$WLOADCTL_ITEM"', "name-x; touch PWNED")
 
 
 def test_a_plain_item_leaves_the_command_as_written() -> None:

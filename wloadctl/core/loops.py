@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
-import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -57,8 +57,15 @@ def instance_id(job: str, item: str) -> str:
 PLACEHOLDER = "{item}"
 """What a looped job's command names its item by."""
 _ITEM_VAR = "WLOADCTL_ITEM"
-_NESTED = "PBV"
-"""Lexer contexts of shell text inside a substitution: $( ), backquotes, ${ }."""
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/@%+,=-]+\Z")
+"""Items that read as themselves anywhere in shell text (quoted or not, in a comment, a here-document or
+arithmetic): written as they are."""
+_SHELLS = frozenset({"sh", "bash", "dash", "ksh", "zsh", "ash", "mksh", "busybox"})
+"""Programs whose -c argument is shell text (an argv command `[sh, -c, SCRIPT]`)."""
+_WORD_END = " \t\n;&|()<>"
+"""Characters after which a `#` starts a comment."""
+_HEREDOC = re.compile(r"<<(-?)[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\"|\\?([A-Za-z0-9_.-]+))")
+"""A here-document's operator and delimiter word (quoted or not)."""
 
 
 def shell_item(command: str, item: str) -> str:
@@ -66,24 +73,46 @@ def shell_item(command: str, item: str) -> str:
     as shell syntax: an item comes from a plan's variables or an upstream job's output (a file name such as
     `x; rm -rf ~` runs nothing).
 
-    The item is written quoted for where `{item}` stands: `'it'\''s'` outside quotes, escaped inside double
-    quotes, closed and reopened inside single quotes. Inside a command substitution (`$( )`, backquotes,
-    `${ }`), it is the quoted expansion of $WLOADCTL_ITEM, which every instance has in its environment.
+    An item of plain characters (letters, digits, `_ . : / @ % + , = -`) reads as itself everywhere and is
+    written as it is. Any other item's text never enters the command: `{item}` becomes an expansion of
+    $WLOADCTL_ITEM, which every instance has in its environment, written for where `{item}` stands (quoted
+    outside quotes, bare in double quotes and in a here-document, closing and reopening single quotes). Were
+    this reading of the shell text wrong somewhere, the item would come out as other text, never as a command.
     """
     if PLACEHOLDER not in command:
         return command
+    if _PLAIN.match(item):
+        return command.replace(PLACEHOLDER, item)
     out: list[str] = []
-    stack = ["U"]  # U unquoted, S single, D double quotes; P $( ), B backquotes, V ${ }
+    stack = ["U"]  # U unquoted, S single, D double quotes; P $( ), B backquotes, V ${ }, A arithmetic
+    heredocs: list[tuple[str, bool]] = []  # (delimiter, strip tabs) of the here-documents opened on this line
     i, n = 0, len(command)
     while i < n:
         if command.startswith(PLACEHOLDER, i):
-            out.append(_quoted(stack, item))
+            out.append(_expansion(stack[-1]))
             i += len(PLACEHOLDER)
             continue
         c = command[i]
         top = stack[-1]
+        if top in "UPB" and c == "#" and (i == 0 or command[i - 1] in _WORD_END):
+            end = command.find("\n", i)
+            end = n if end < 0 else end
+            out.append(command[i:end].replace(PLACEHOLDER, f"${{{_ITEM_VAR}}}"))  # a comment: text of no effect
+            i = end
+            continue
+        if top in "UPB" and command.startswith("<<", i) and not command.startswith("<<<", i):
+            m = _HEREDOC.match(command, i)
+            if m is not None:
+                heredocs.append((next(g for g in m.groups()[1:] if g is not None), m.group(1) == "-"))
+                out.append(m.group(0))
+                i = m.end()
+                continue
         out.append(c)
         i += 1
+        if c == "\n" and heredocs and top in "UPB":
+            i = _heredoc_bodies(command, i, heredocs, out)
+            heredocs = []
+            continue
         if top == "S":
             if c == "'":
                 stack.pop()
@@ -103,27 +132,53 @@ def shell_item(command: str, item: str) -> str:
                 stack.pop()
             else:
                 stack.append("B")
+        elif c == "$" and command.startswith("((", i):
+            # Arithmetic, $(( )) or (( )): a shell may evaluate an expanded value there as an expression
+            out.append("((")
+            stack += ["A", "A"]
+            i += 2
+        elif c == "(" and top in "UPB" and command.startswith("(", i):
+            out.append("(")
+            stack += ["A", "A"]
+            i += 1
         elif c == "$" and i < n and command[i] in "({":
             out.append(command[i])
             stack.append("P" if command[i] == "(" else "V")
             i += 1
-        elif c == "(" and top == "P":
-            stack.append("P")
-        elif (c == ")" and top == "P") or (c == "}" and top == "V"):
+        elif c == "(" and top in "PA":
+            stack.append(top)
+        elif (c == ")" and top in "PA") or (c == "}" and top == "V"):
             stack.pop()
     return "".join(out)
 
 
-def _quoted(stack: list[str], item: str) -> str:
-    """The item as shell text where the lexer's context stack stands (see shell_item)."""
-    top = stack[-1]
-    if any(ctx in _NESTED for ctx in stack):
-        return {"S": f"'\"${_ITEM_VAR}\"'", "D": f"${{{_ITEM_VAR}}}"}.get(top, f'"${_ITEM_VAR}"')
-    if top == "S":
-        return item.replace("'", "'\\''")
-    if top == "D":
-        return "".join("\\" + c if c in '\\$`"' else c for c in item)
-    return shlex.quote(item)
+def _expansion(context: str) -> str:
+    """$WLOADCTL_ITEM's expansion as one word of text where the lexer stands (shell_item)."""
+    if context == "S":
+        return f"'\"${_ITEM_VAR}\"'"  # close the single quotes, the quoted expansion, reopen them
+    if context == "D":
+        return f"${{{_ITEM_VAR}}}"
+    if context == "A":
+        # (bash evaluates an expanded value in arithmetic, `a[$(...)]` included: the item is not given there)
+        return "'(an item of other than plain characters is no number)'"
+    return f'"${_ITEM_VAR}"'
+
+
+def _heredoc_bodies(command: str, i: int, heredocs: list[tuple[str, bool]], out: list[str]) -> int:
+    """Copy the bodies of the here-documents opened on the line that ended before `i`, each up to its delimiter
+    line; `{item}` there is the bare expansion (the shell expands it in a body, and reads nothing of the item).
+    Returns where the command goes on."""
+    n = len(command)
+    for delimiter, strip in heredocs:
+        while i < n:
+            end = command.find("\n", i)
+            end = n if end < 0 else end + 1
+            line = command[i:end]
+            out.append(line.replace(PLACEHOLDER, f"${{{_ITEM_VAR}}}"))
+            i = end
+            if (line.lstrip("\t") if strip else line).rstrip("\n") == delimiter:
+                break
+    return i
 
 
 def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None = None) -> JobSpec:
@@ -133,7 +188,9 @@ def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None =
     if isinstance(cmd, str):
         cmd = shell_item(cmd, item)
     elif cmd is not None:
-        cmd = tuple(c.replace("{item}", item) for c in cmd)
+        # An argument is the item as it is, but the script a shell is given with -c is shell text.
+        script = cmd.index("-c") + 1 if os.path.basename(cmd[0]) in _SHELLS and "-c" in cmd[1:] else -1
+        cmd = tuple(shell_item(c, item) if k == script else c.replace(PLACEHOLDER, item) for k, c in enumerate(cmd))
     extra = {} if depends_on is None else {"depends_on": depends_on, "dep_kinds": None}
     return dataclasses.replace(spec, id=instance_id(spec.id, item), command=cmd, for_each=None, item=item,
                                env=(*spec.env, ("WLOADCTL_ITEM", item)), **extra)
