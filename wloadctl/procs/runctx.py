@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -51,9 +52,16 @@ def result_of_bytes(data: bytes | None) -> dict[str, object]:
     return parse_result("" if data is None else data.decode("utf-8", "replace"))
 
 
+_INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
+_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
+"""Values of `key=value` lines read as numbers: as written in JSON (`012345`, `1_000`, `NaN` stay text)."""
+
+
 def parse_result(text: str) -> dict[str, object]:
-    """What a job wrote to its result file (see read_result), from its text."""
-    text = text.strip()
+    """What a job wrote to its result file (see read_result), from its text: a JSON object, or `key=value` lines,
+    whose values are numbers where they are written as JSON writes numbers, else text (one pair of surrounding
+    quotes removed)."""
+    text = text.strip().lstrip("\ufeff").strip()  # (a byte-order mark some tools write first)
     if not text:
         return {}
     if text.startswith(("{", "[")):
@@ -70,13 +78,12 @@ def parse_result(text: str) -> dict[str, object]:
         if "=" in line:
             k, v = line.split("=", 1)
             v = v.strip()
-            try:
+            if _INT.match(v):
                 out[k.strip()] = int(v)
-            except ValueError:
-                try:
-                    out[k.strip()] = float(v)
-                except ValueError:
-                    out[k.strip()] = v
+            elif _FLOAT.match(v):
+                out[k.strip()] = float(v)
+            else:
+                out[k.strip()] = v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v
     return out
 
 

@@ -1,0 +1,27 @@
+"""What a job writes to its result file, as conditions and loops read it."""
+
+from __future__ import annotations
+
+from wloadctl.core.branches import UnusableResult
+from wloadctl.procs.runctx import RESULT_LIMIT, parse_result, result_of_bytes
+
+
+def test_key_value_lines_keep_text_that_is_not_written_as_a_number() -> None:
+    got = parse_result('sort_code=012345\nstatus=NaN\nbatch=1_000\nname="John Smith"\nnick=\'jo\'\n'
+                       "rows=5\nrate=0.5\nneg=-3\nbig=1e3\nzero=0\nempty=\n")
+    assert got == {"sort_code": "012345", "status": "NaN", "batch": "1_000", "name": "John Smith", "nick": "jo",
+                   "rows": 5, "rate": 0.5, "neg": -3, "big": 1000.0, "zero": 0, "empty": ""}
+
+
+def test_a_byte_order_mark_first_is_no_part_of_the_result() -> None:
+    assert result_of_bytes(b'\xef\xbb\xbf{"rows": 6}\n') == {"rows": 6}
+    assert result_of_bytes(b"\xef\xbb\xbfrows=6\r\n") == {"rows": 6}
+
+
+def test_no_result_an_empty_one_and_ones_that_cannot_be_read() -> None:
+    assert result_of_bytes(None) == {} and result_of_bytes(b"\n") == {}
+    for data, why in ((b"[1, 2]", "holds a JSON list"), (b"{oops", "is not valid JSON"),
+                      (b"garbage", "neither a JSON object nor key=value lines"),
+                      (b"x" * (RESULT_LIMIT + 1), "larger than 64 KiB")):
+        got = result_of_bytes(data)
+        assert isinstance(got, UnusableResult) and why in got.problem and got == {}, (data[:20], got)
