@@ -672,3 +672,21 @@ def test_a_key_past_yamls_limit_is_one_line_saying_so() -> None:
     assert [p.one_line() for p in caught.value.problems] == [
         "p.yaml:3: YAML syntax error: a key longer than 1024 characters (a job id is at most 200) "
         "(check the indentation and quoting around this line)"]
+
+
+@pytest.mark.parametrize("style", ["flow", "block"])
+def test_for_each_takes_its_cap_over_a_list_or_a_variable_too(style: str) -> None:
+    """`{items: ..., max_items: N}` is documented for every form of for_each: over a list or vars.NAME it was
+    refused as 'for_each over an upstream's output must read a job'."""
+    if style == "flow":
+        jobs = ("  j: {for_each: {items: vars.desks, max_items: 10}, command: 'echo {item}'}\n"
+                "  k: {for_each: {items: [x, y], max_items: 3}, command: 'echo {item}'}\n")
+    else:
+        jobs = ("  j:\n    for_each:\n      items: vars.desks\n      max_items: 10\n    command: echo {item}\n"
+                "  k:\n    for_each:\n      items: [x, y]\n      max_items: 3\n    command: echo {item}\n")
+    plan = load_plan_text("name: cap\nvariables: {desks: [a, b]}\njobs:\n" + jobs)
+    assert sorted(plan.jobs) == ["j", "j@a", "j@b", "k", "k@x", "k@y"]
+    with pytest.raises(PlanError) as e:
+        load_plan_text("name: cap\njobs:\n  k: {for_each: {items: [x, y, z], max_items: 2}, command: 'true'}\n")
+    assert "for_each lists 3 items, more than max_items 2" in str(e.value.problems[0] if e.value.problems
+                                                                   else e.value)

@@ -469,7 +469,14 @@ class FieldReader:
                 raise FieldError("for_each needs items", line, "write for_each: {items: jobs.list.result.files}")
             cap = integer(value["max_items"], "max_items", 1, _MAX_ITEMS) if "max_items" in value \
                 else DEFAULT_MAX_ITEMS
-            return DynamicItems(self._items_expr(value["items"]), cap)
+            items = value["items"]
+            if type(items[0]) is list or (type(items[0]) is str and items[0].startswith("vars.")):
+                # A list given here (or by a variable) is read now: the cap holds it to so many items.
+                listed = self.for_each(items)
+                if isinstance(listed, tuple) and len(listed) > cap:
+                    raise FieldError(f"for_each lists {len(listed)} items, more than max_items {cap}", items[1])
+                return listed
+            return DynamicItems(self._items_expr(items), cap)
         if type(value) is list and not value:
             raise FieldError("for_each lists no items", line, "write for_each: [emea, amer, apac]")
         if type(value) is not list:
