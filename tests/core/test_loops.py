@@ -70,6 +70,39 @@ def test_a_loop_that_asks_for_confirmation_asks_it_of_each_instance_not_of_itsel
     assert [j for j, spec in plan.jobs.items() if spec.confirm] == ["load@eu", "load@us"]
 
 
+def test_verbs_on_a_loop_are_about_its_instances() -> None:
+    core = SchedulerCore(expand_for_each(looped(("eu", "us", "apac"))), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobsFinishedEvent([(core.index["open"], 1, 0, 0)], 1.0))
+    eu, us, apac, load = (core.index[j] for j in ("load@eu", "load@us", "load@apac", "load"))
+    core.handle(JobsFinishedEvent([(eu, 1, 0, 0)], 2.0))
+
+    def verb(name: str, i: int) -> tuple[bool, str]:
+        reply = next(c for c in core.handle(OperatorEvent(name, (i,), 3.0, user="op")) if hasattr(c, "results"))
+        return reply.results[0][1], reply.results[0][2]
+
+    # While instances run, the loop cannot be skipped, held or set ok: it would end while they run
+    ok, said = verb("skip", load)
+    assert not ok and said == "'load' is a loop: it ends with its instances, and 2 of them have not ended; skip " \
+                              "them ('load@*') instead"
+    core.handle(JobExitedEvent(us, 1, 0, 1, 3.0))
+    core.handle(JobsFinishedEvent([(apac, 1, 0, 0)], 3.0))
+    assert state(core, "load") == JobState.FAILED and state(core, "post") == JobState.UPSTREAM_FAILED
+    # A retry of the loop retries its failed instance, and the loop and what waits for it wait again
+    ok, said = verb("retry", load)
+    assert ok and said == "loop 'load' will run again: 1 of its 3 instance(s)"
+    assert state(core, "load@us") == JobState.QUEUED and state(core, "load") == JobState.WAITING
+    assert state(core, "post") == JobState.WAITING and state(core, "load@eu") == JobState.SUCCEEDED
+    core.handle(JobsFinishedEvent([(us, 2, 0, 0)], 4.0))
+    assert state(core, "load") == JobState.SUCCEEDED
+    # A rerun of the loop reruns every instance
+    ok, said = verb("rerun", load)
+    assert ok and said == "loop 'load' will run again: 3 of its 3 instance(s)"
+    assert {state(core, j) for j in ("load@eu", "load@us", "load@apac")} == {JobState.QUEUED}
+    assert state(core, "load") == JobState.WAITING
+    core.validate()
+
+
 def test_items_from_a_plan_variable() -> None:
     plan = expand_for_each(looped("vars.regions", {"regions": ["emea", "amer"]}))
     assert [j for j in plan.jobs if j.startswith("load")] == ["load@emea", "load@amer", "load"]

@@ -32,6 +32,7 @@ class VerbTarget(Protocol):
     busy: int
     cancelled: bool
     specs: list[JobSpec]
+    index: Mapping[str, int]
     fanout: FanOut
     timers: Timers
 
@@ -166,6 +167,9 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
                                        "journal and `wloadctl resume` run it") for i in ev.jobs])
     for i in ev.jobs:
         st = S(core.state[i])
+        if i in core.fanout.expanded and verb in _LOOP_VERBS:
+            results.append((i, *_loop_verb(core, i, ev, touched)))
+            continue
         if st not in VERB_FROM[verb]:
             results.append((i, False, refusal(core.ids[i], st, verb)))
             continue
@@ -176,6 +180,36 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         msg = _APPLY[verb](core, i, ev, touched)
         results.append((i, True, msg))
     return Reply(verb, results, touched)
+
+
+_LOOP_VERBS = frozenset({"retry", "rerun", "hold", "skip", "set-ok"})
+"""Verbs that, on a loop, are about its instances (the loop runs nothing itself: it ends with them)."""
+
+
+def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> tuple[bool, str]:
+    """retry or rerun of a loop: of its instances that failed (retry) or of all of them (rerun), the loop then
+    waiting for them again; hold, skip or set-ok of a loop whose instances have not all ended is refused (it
+    would end while they run), the instances being named instead. (applied, message)"""
+    verb, job = ev.verb, core.ids[i]
+    mine = [core.index[d] for d in core.specs[i].depends_on if d.startswith(job + "@")]
+    left = [k for k in mine if core.state[k] not in TERMINAL]
+    if verb in ("hold", "skip", "set-ok"):
+        if left:
+            return False, (f"'{job}' is a loop: it ends with its instances, and {len(left)} of them have not ended; "
+                           f"{verb} them ('{job}@*') instead")
+        st = S(core.state[i])
+        if st not in VERB_FROM[verb]:
+            return False, refusal(job, st, verb)
+        return True, _APPLY[verb](core, i, ev, touched)
+    again = [k for k in mine if core.state[k] in ((S.FAILED, S.TIMED_OUT) if verb == "retry" else TERMINAL)]
+    if not again:
+        what = "failed instance" if verb == "retry" else "ended instance"
+        return False, f"loop '{job}' has no {what} to {verb}" + (f" ({len(left)} have not ended)" if left else "")
+    for k in again:
+        _again(core, k, ev, touched, verb)
+    if core.state[i] in TERMINAL:  # (a failed loop was reopened with its instances; a succeeded one is now)
+        _again(core, i, ev, touched, verb)
+    return True, f"loop '{job}' will run again: {len(again)} of its {len(mine)} instance(s)"
 
 
 def awaits_confirmation(core: VerbTarget, i: int) -> bool:
