@@ -139,6 +139,46 @@ def test_a_cancelled_run_refuses_verbs_that_would_start_jobs_and_ends() -> None:
     assert core.is_finished()
 
 
+def test_a_cancel_ends_an_until_job_after_its_iteration_and_a_loop_with_its_running_instances() -> None:
+    from tests.core.test_conditions import exit_with, with_fields
+    from wloadctl.core.loops import expand_for_each
+    from wloadctl.core.plan import Plan
+
+    base = make_plan({"poll": {}, "each": {"command": "echo {item}"}, "after": {"deps": ["each"]}})
+    plan = with_fields(base, poll={"until": "result.ready == 1", "max_iterations": 50},
+                       each={"for_each": ("a", "b")})
+    plan = expand_for_each(Plan(plan.name, plan.jobs, plan.resources, plan.variables))
+    core = SchedulerCore(plan, slots=2)  # each@a and each@b run, poll waits for a slot
+    core.handle(RunStartedEvent(0.0))
+    assert states(core)["poll"] == "READY" and states(core)["each@a"] == "QUEUED"
+    finish(core, "each@b")  # (poll takes its slot)
+    assert states(core)["poll"] == "QUEUED"
+    op(core, "cancel")
+    # the loop, whose instance runs, is not cancelled under it
+    assert states(core)["each"] == "WAITING"
+    exit_with(core, "poll", 0, {"ready": 0})  # until not met: no iteration starts in a cancelled run
+    assert states(core)["poll"] == "CANCELLED"
+    finish(core, "each@a")
+    assert states(core)["each"] == "SUCCEEDED" and states(core)["after"] == "CANCELLED"
+    assert core.is_finished()
+    core.validate()
+
+
+def test_a_confirmation_job_cancelled_before_its_approve_waits_for_one_again_on_rerun() -> None:
+    from tests.core.test_conditions import with_fields
+
+    core = SchedulerCore(with_fields(make_plan({"gate": {}, "x": {}}), gate={"confirm": True}), slots=2)
+    core.handle(RunStartedEvent(0.0))
+    op(core, "cancel")
+    finish(core, "x")
+    assert states(core)["gate"] == "CANCELLED"
+    core.cancelled = False  # (as a core rebuilt from the journal of the ended run is)
+    rep, cmds = op(core, "rerun", "gate")
+    assert rep.results[0][2] == "job 'gate' waits for confirmation again: `wloadctl approve gate` lets it run"
+    assert states(core)["gate"] == "HELD" and dispatched(cmds) == []
+    core.validate()
+
+
 def test_glob_resolution_and_unknown_names() -> None:
     core = SchedulerCore(make_plan({"load_eu": {}, "load_us": {}, "post": {}}), slots=1)
     found, unknown = resolve_jobs(core, ["load_*", "nope", "post"])

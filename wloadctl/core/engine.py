@@ -511,6 +511,11 @@ class SchedulerCore(JobTable):
         done, n = self.branches.until_done(i, ev.exit_code, ev.result, most)
         if done:
             return False
+        if self.cancelled:  # no iteration starts in a cancelled run
+            self.set_state(i, _R, reason=f"until not met after iteration {n}/{most}", executor=ev.executor)
+            self.set_state(i, _CANC, reason="run cancelled")
+            self.resolve(i)
+            return True
         # Another iteration is not a retry: it does not spend the retry budget.
         self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
         self._make_ready_from(i, reason=f"until not met after iteration {n}/{most}")
@@ -695,7 +700,7 @@ class SchedulerCore(JobTable):
                 if block[d]:
                     self._blocked(u, d, stack)
                 elif unmet[d] == 0 and sd == _W:
-                    if self.cancelled:
+                    if self.cancelled and d not in self.fanout.expanded:  # (a loop ends with its instances)
                         self.set_state(d, _CANC, reason="run cancelled")
                         continue
                     if gate[d] & _GATE_READY:
@@ -725,6 +730,10 @@ class SchedulerCore(JobTable):
                 return
             failed = [v for v in (self.index[j] for j in self.specs[d].depends_on if j.startswith(self.ids[d] + "@"))
                       if self.state[v] not in (_OK, _SKIP)]
+            if all(self.state[v] == _CANC for v in failed):
+                self.set_state(d, _CANC, reason="run cancelled: its instances that had not started were cancelled")
+                stack.append(d)
+                return
             names = ", ".join(self.ids[v] for v in failed[:5]) + (" ..." if len(failed) > 5 else "")
             self.set_state(d, _FAIL, reason=f"instance {names} {S(self.state[failed[0]]).name}" if len(failed) == 1
                            else f"{len(failed)} instances did not succeed: {names}")

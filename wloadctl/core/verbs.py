@@ -152,7 +152,10 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
     results: list[tuple[int, bool, str]] = []
     if verb == "cancel":
         core.cancelled = True
+        running = {i for i in range(core.n) if core.state[i] in (S.QUEUED, S.RUNNING)}
         for i in range(core.n):
+            if i in core.fanout.expanded and any(core.index[d] in running for d in core.specs[i].depends_on):
+                continue  # a loop whose instances run ends with them (cancelled with those that do not start)
             if core.state[i] in (S.WAITING, S.READY, S.HELD, S.RETRY_WAIT):
                 core.set_state(i, S.CANCELLED, reason=_why("run cancelled", ev))
                 touched.append(i)
@@ -163,8 +166,8 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
     if core.cancelled and verb in _STARTS:
         # Nothing is dispatched in a cancelled run: the jobs would wait READY and keep the drained run up.
         return Reply(verb, [(i, False, f"the run is cancelled: nothing new starts in it, so '{core.ids[i]}' would "
-                                       f"not run; once the run has ended, `wloadctl {verb} {core.ids[i]}` on its "
-                                       "journal and `wloadctl resume` run it") for i in ev.jobs])
+                                       f"not run; once the run has ended, `wloadctl rerun {core.ids[i]}` and "
+                                       "`wloadctl resume` run it") for i in ev.jobs])
     for i in ev.jobs:
         st = S(core.state[i])
         if i in core.fanout.expanded and verb in _LOOP_VERBS:
@@ -322,6 +325,10 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
     _settle(core, i, touched)
     extra = len(touched) - 1
     more = f" with {extra} downstream job(s)" if extra > 0 else ""
+    if core.specs[i].confirm and not core.attempt[i] and core.state[i] in (S.WAITING, S.READY):
+        # Never confirmed (cancelled or skipped before its approve): it waits for one again, as at the start.
+        core.set_state(i, S.HELD, reason=f"waiting for confirmation: `wloadctl approve {core.ids[i]}`")
+        return f"job '{core.ids[i]}' waits for confirmation again{more}: `wloadctl approve {core.ids[i]}` lets it run"
     return f"job '{core.ids[i]}' will run again{more}"
 
 
