@@ -342,6 +342,10 @@ def test_a_finished_runs_journal_on_a_read_only_mount_is_read(tmp_path: Path) ->
     assert all(p.returncode == 0 and p.stderr == "" for p in said.values()), {k: p.stderr for k, p in said.items()}
     assert "(succeeded)" in said["status"].stdout and "2 jobs" in said["status"].stdout, said["status"].stdout
     assert "a: READY" in said["history"].stdout, said["history"].stdout
+    # and a verb that would change it is refused in one line
+    p = _in_read_only_mount(src, "skip", "a", "--state-dir", "{ro}")
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "cannot skip in run r1: " in p.stderr and "cannot be written (Read-only file system)" in p.stderr, p.stderr
 
 
 def test_a_journal_with_a_write_ahead_log_on_a_read_only_mount_is_not_called_corrupt(tmp_path: Path) -> None:

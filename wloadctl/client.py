@@ -431,7 +431,11 @@ class RunClient:
                                hint=f"resume the run with `wloadctl resume --state-dir {self.state_dir}`")
         # The state directory's scheduler lock keeps a starting scheduler out; a run of another
         # host (server journal) has none here, and its journal's epoch guards its writes.
-        lock = open(self.state_dir / "scheduler.lock" if self.state_dir.is_dir() else os.devnull, "a+")
+        try:
+            lock = open(self.state_dir / "scheduler.lock" if self.state_dir.is_dir() else os.devnull, "a+")
+        except OSError as e:
+            raise ControlError(f"cannot {verb} in run {self.run.run_id}: {self.state_dir} cannot be written "
+                               f"({e.strerror})", hint="a read-only copy of a run can be read, not changed") from None
         try:
             _lock_wait(lock, 5.0)
             with Store.open(self.state_dir, create=False) as st:

@@ -261,6 +261,10 @@ def test_a_request_its_asker_gave_up_on_is_dropped_not_applied_later(tmp_path: P
         data = P.encode_control({"verb": "hold", "jobs": ["j099"], "deadline": time.time() - 1})
         late.sendall(struct.pack("!I", len(data)) + data)
         assert _requests_read(sock, poller) == [] and sock.conns == {}
+        # (which it is told, if it still waits: not a closed connection that says nothing)
+        (n,) = struct.unpack("!I", late.recv(4))
+        told = P.decode_control(late.recv(n))
+        assert told["ok"] is False and told["withdrawn"] is True and "withdrawn, not applied" in told["error"]
         late.close()
         # while an asker that waits gets its request taken
         t = serve(sock, lambda conn, peer, req: sock.answer(conn, {"ok": True, "verb": req["verb"]}))

@@ -248,7 +248,10 @@ class ControlSocket:
             self.answer(fd, {"ok": False, "error": f"garbled request: {exc}"})
             return []
         if _withdrawn(c.sock, req):
-            self.close_conn(fd)
+            # (an asker still waiting, in its last moment, is told; one that went away loses the answer)
+            self.answer(fd, {"ok": False, "withdrawn": True,
+                             "error": "the scheduler read the request too late to answer in time: it is withdrawn, "
+                                      "not applied"})
             return []
         return [(fd, c.peer, req)]
 
