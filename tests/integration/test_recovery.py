@@ -406,6 +406,34 @@ def test_a_resume_from_another_directory_runs_jobs_without_a_cwd_where_the_run_s
     assert ipc_names(run_id) == []
 
 
+def test_a_resume_says_so_when_the_directory_the_run_started_from_is_gone(tmp_path: Path) -> None:
+    start_dir, elsewhere, sd = tmp_path / "start", tmp_path / "elsewhere", tmp_path / "sd"
+    start_dir.mkdir()
+    elsewhere.mkdir()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: gone\njobs:\n  a: {command: 'sleep 2'}\n  b: {command: 'pwd', depends_on: [a]}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            cwd=start_dir, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: (sd / "journal.db").exists() and job_states(sd).get("a") == "RUNNING", what="a running")
+        run_id = status(sd)["run"]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    kill_all(executor_pids(run_id))
+    reap_orphans(run_id)
+    start_dir.rmdir()
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "resume", "--state-dir", str(sd)], cwd=elsewhere, env=ENV,
+                       capture_output=True, text=True, timeout=120)
+    reap_orphans(run_id)
+    assert p.returncode == 0, p.stderr
+    assert f"wloadctl: the run's directory {start_dir} is gone: its jobs without a cwd: run in {elsewhere}" \
+        in p.stderr.splitlines(), p.stderr
+    assert cli("logs", "b", "--state-dir", str(sd)).stdout.strip() == str(elsewhere)
+    assert ipc_names(run_id) == []
+
+
 def _starts_in(reasons: list[str]) -> float:
     """The seconds `why` says a job held by its not-before time may start in."""
     head = "not before 23:59+1d: it may start in "

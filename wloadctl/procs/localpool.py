@@ -198,6 +198,7 @@ class LocalPool:
         pool = cls(core, objs, sup, reader, payload_of, guard, epoch, state_dir)
         if say is not None:
             pool.say = say
+            sup.tell = lambda msg: say("executor_note", {"text": msg})  # (restarts, the run's directory gone)
         if serves is not None:
             pool.serves = serves
         return pool

@@ -643,7 +643,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                             serves=(lambda i: not remote.remote_of(i)) if remote is not None else None,
                             dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
                             cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch,
-                            prestarted=opts.prestarted, workdir=json.loads(run.settings or "{}").get("cwd"))
+                            prestarted=opts.prestarted, workdir=_start_dir(run, opts))
     if remote is None and not core.resources.places and core.group_of is None:
         # Chains of short jobs go to the executors a chain at a time (SchedulerCore.follow): one executor's
         # queue message carries them, so no other pool, placement or fair share may split them.
@@ -762,6 +762,14 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     if fenced is not None:
         raise fenced
     return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed, kept)
+
+
+def _start_dir(run: RunRow, opts: RunOptions) -> str | None:
+    """The directory the run was started from, where its jobs without a cwd: run (said when it is gone)."""
+    start = json.loads(run.settings or "{}").get("cwd")
+    if start is not None and not os.path.isdir(start):
+        opts.say(f"the run's directory {start} is gone: its jobs without a cwd: run in {os.getcwd()}")
+    return start
 
 
 def _governor(run: RunRow, plan: Plan, core: SchedulerCore, executors: Callable[[], list[int]]) -> SlotGovernor | None:

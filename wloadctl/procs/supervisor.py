@@ -7,6 +7,7 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,6 +261,8 @@ class Supervisor:
     """Health events for the operator (restarts, deaths)."""
     workdir_gone: bool = False
     """The run's directory was found gone (said once)."""
+    tell: Callable[[str], None] | None = None
+    """Where its health messages go besides `messages` (the run's event log)."""
 
     def spawn(self, index: int) -> Worker:
         """Start executor `index` in its own session (a closed terminal or Ctrl-C does not reach it), in the
@@ -388,8 +391,10 @@ class Supervisor:
         return self.workdir
 
     def log(self, msg: str) -> None:
-        """Keep a health message for the operator."""
+        """Keep a health message for the operator, and tell it (the run's events)."""
         self.messages.append(f"{time.strftime('%H:%M:%S')} {msg}")
+        if self.tell is not None:
+            self.tell(msg)
 
     def terminate_all(self) -> None:
         """SIGTERM every executor (each stops its jobs and exits)."""
