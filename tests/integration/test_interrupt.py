@@ -126,3 +126,30 @@ def test_sigterm_holds_a_running_job_that_may_not_run_twice(tmp_path: Path, no_i
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_sigterm_kills_jobs_that_ignore_it_and_leaves_none_behind(tmp_path: Path, no_ipc_leaks: None) -> None:
+    """A job that ignores SIGTERM is killed after the executors' grace when the run is stopped: it was left
+    running with no executor (the executors were killed first), and the run ended with it not settled."""
+    pids = tmp_path / "pids"
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "deaf", "jobs": {
+        "deaf": {"command": f"echo $$ >> {pids}; trap '' TERM; sleep 100", "idempotent": False},
+        "deafidem": {"command": f"echo $$ >> {pids}; trap '' TERM; sleep 100"}}}))
+    sd = tmp_path / "sd"
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, what="both jobs started")
+        wait_for(lambda: set(job_states(sd).values()) == {"RUNNING"}, what="both RUNNING")
+        proc.send_signal(signal.SIGTERM)
+        _o, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for pid in map(int, pids.read_text().split()):
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", pid
+    assert job_states(sd) == {"deaf": "HELD", "deafidem": "READY"}

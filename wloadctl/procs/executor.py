@@ -704,6 +704,8 @@ def main(argv: list[str] | None = None) -> int:
         ex.stop = True
         for r in ex.running.values():
             _killpg(r.proc.pid, signal.SIGTERM)
+            if r.kill_at is None:  # a job that ignores SIGTERM is killed after the grace (_check_timeouts)
+                r.kill_at = time.monotonic() + KILL_GRACE
 
     def on_look(_s: int, _f: object) -> None:
         ex.look = True
