@@ -303,12 +303,12 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
         # A stopped run's running jobs were stopped and requeued (held, if they may not run twice): a resume
         # runs them again.
         core = outcome.core
-        held = [core.ids[i] for i in range(core.n) if core.state[i] == JobState.HELD
-                and core.reasons.get(i, "").endswith("(idempotent: false)")]
+        stopped = [i for i in range(core.n) if core.reasons.get(i, "").startswith("interrupted: run stopped")]
+        held = [core.ids[i] for i in stopped if core.state[i] == JobState.HELD]
         them = f" ({', '.join(held[:5])}{' ...' if len(held) > 5 else ''} idempotent: false, held until released)" \
             if held else ""
-        _say(False)(f"run {outcome.run.run_id} stopped; jobs that were running will run again{them}: "
-                    f"`wloadctl resume --state-dir {state_dir}`")
+        again = f"; jobs that were running will run again{them}" if stopped else ""
+        _say(False)(f"run {outcome.run.run_id} stopped{again}: `wloadctl resume --state-dir {state_dir}` goes on")
         return 130
     return outcome.exit_code
 

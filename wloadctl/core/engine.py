@@ -441,7 +441,8 @@ class SchedulerCore(JobTable):
         killed = kill[0] if kill else None
         if kill is not None and kill[1] and st == _RUN and not spec.idempotent:
             # Stopped with the run while it ran: what it did may not be done twice (idempotent: false).
-            self.set_state(i, _HELD, reason=f"{killed}; interrupted, needs operator (idempotent: false)", executor=ex)
+            self.set_state(i, _HELD, reason=f"{killed}: it may not run twice (idempotent: false), an operator decides",
+                           executor=ex)
             return
         if (kill is not None and kill[1]) or (ev.lost and st == _Q):
             # Preempted, stopped with the run, or lost before it ever started: not the
