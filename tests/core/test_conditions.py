@@ -102,3 +102,11 @@ def test_missing_values_satisfy_no_ordering() -> None:
     c = parse_condition("jobs.a.result.n > 0")
     assert c.evaluate({"a": {"result": {}}}, {}) is False
     assert parse_condition("jobs.a.result.n == None").evaluate({"a": {}}, {}) is True
+
+
+def test_true_false_and_null_as_other_languages_write_them_are_told_how_to_write_them() -> None:
+    for word, right in (("true", "True"), ("false", "False"), ("null", "None")):
+        with pytest.raises(ConditionError) as e:
+            parse_condition(f"jobs.a.result.ok == {word}")
+        assert str(e.value).endswith(f"unknown name '{word}' (use jobs, vars, result, exit_code, iteration; "
+                                     f"{right} is written so)"), e.value

@@ -113,7 +113,9 @@ def parse_condition(text: str) -> Condition:
             own.add(node.id)
         _check_job_field(node, text)
         if isinstance(node, ast.Name) and node.id not in NAMES:
-            raise ConditionError(f"'{_quoted(text)}': unknown name '{node.id}' (use {', '.join(NAMES)})")
+            spelled = {"true": "True", "false": "False", "null": "None", "none": "None"}.get(node.id)
+            raise ConditionError(f"'{_quoted(text)}': unknown name '{node.id}' (use {', '.join(NAMES)}"
+                                 + (f"; {spelled} is written so" if spelled else "") + ")")
         if not isinstance(node, _ALLOWED):
             raise ConditionError(f"'{_quoted(text)}': {type(node).__name__.lower()} is not allowed in a condition")
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "jobs":
