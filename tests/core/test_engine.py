@@ -431,3 +431,14 @@ def test_a_stage_that_fits_the_free_slots_starts_in_key_order_once_each_and_leav
     assert started == ["s1", "s4", "s7", "s2", "s5", "s8", "s0", "s3", "s6"]
     assert core.counts[S.QUEUED] == 9 and core.busy == 9 and core.tiers.in_use[:4] == [3, 0, 3, 3]
     core.validate()
+
+
+def test_why_of_an_ended_job_does_not_say_its_state_twice() -> None:
+    from wloadctl.core.explain import why
+
+    core = SchedulerCore(make_plan({"a": {}, "b": {"deps": ["a"]}}), slots=1)
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobExitedEvent(0, 1, 0, 3, 1.0))
+    assert why(core, 1, 2.0)["reasons"] == ["upstream failed: upstream a FAILED"]
+    core.reasons[1] = "upstream failed"  # (as a restore from the journal words it)
+    assert why(core, 1, 2.0)["reasons"] == ["upstream failed"]

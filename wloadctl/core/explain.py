@@ -99,7 +99,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
     elif st == S.RUNNING:
         reasons.append(f"running (attempt {core.attempt[i]}) on executor {core.executor[i]}")
     elif st in (S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED, S.SKIPPED):
-        reasons.append(f"{st.name.lower().replace('_', ' ')}: {core.reasons.get(i, '')}".rstrip(": "))
+        said, why_ = st.name.lower().replace("_", " "), core.reasons.get(i, "")
+        reasons.append(said if why_ in ("", said) else f"{said}: {why_}")
     elif st == S.SUCCEEDED and i in core.fanout.loops:
         reasons.append(f"succeeded: {core.reasons.get(i) or 'every instance finished'} "
                        f"(a for_each over {core.fanout.loops[i].text})")

@@ -438,6 +438,7 @@ class Supervisor:
                 continue
             if w.pidfd in left:  # not exited in time
                 _signal(w, signal.SIGKILL)
+                self.log(f"executor {w.index} (pid {w.pid}) did not exit within {timeout:.0f}s: killed")
             if w.proc is not None:
                 w.proc.wait()
             self._bury(w)
