@@ -42,7 +42,7 @@ from wloadctl.core.events import (
 from wloadctl.core.fanout import FanOut
 from wloadctl.core.holding import HOST_CPU, HOST_MEMORY, LOCAL_PLACE, Needs, Resources
 from wloadctl.core.jobtable import JobTable, PlanArrays
-from wloadctl.core.loops import with_instances
+from wloadctl.core.loops import instances_of, with_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
 from wloadctl.core.sla import (
     TIMER_LATE,
@@ -729,7 +729,7 @@ class SchedulerCore(JobTable):
             # its other instances have ended too (a `done` dependency means the whole loop has).
             if self.unmet[d] > 0:
                 return
-            failed = [v for v in (self.index[j] for j in self.specs[d].depends_on if j.startswith(self.ids[d] + "@"))
+            failed = [v for v in instances_of(self.specs[d], self.specs, self.index)
                       if self.state[v] not in (_OK, _SKIP)]
             if all(self.state[v] == _CANC for v in failed):
                 self.set_state(d, _CANC, reason="run cancelled: its instances that had not started were cancelled")

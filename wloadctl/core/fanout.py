@@ -14,7 +14,7 @@ import ast
 from collections.abc import Mapping
 
 from wloadctl.core.condition import Condition, ConditionError, parse_condition
-from wloadctl.core.loops import make_instance, output_items
+from wloadctl.core.loops import instances_of, make_instance, output_items
 from wloadctl.core.plan import DynamicItems, JobSpec
 
 MAX_ID_LENGTH = 200
@@ -43,14 +43,14 @@ class FanOut:
                 self.loops[i] = parse_condition(j.for_each.expr)
                 # A plan rebuilt from a journal holds the instances it made already: the
                 # parent waits for them (they come last in its depends_on).
-                made = sum(1 for d in j.depends_on if d.startswith(j.id + "@") and specs[index[d]].item)
+                made = len(instances_of(j, specs, index))
                 if made:
                     self.expanded[i] = made
             elif j.for_each is not None:
                 # A loop over a list: expanded when the plan was read.
                 text = j.for_each if isinstance(j.for_each, str) else f"[{', '.join(j.for_each)}]"
                 self.loops[i] = Condition(text, ast.Expression(ast.Constant(None)), frozenset())
-                self.expanded[i] = sum(1 for d in j.depends_on if d.startswith(j.id + "@") and specs[index[d]].item)
+                self.expanded[i] = len(instances_of(j, specs, index))
 
     def capacity(self, specs: list[JobSpec]) -> int:
         """Most jobs a run may hold: its jobs now (`specs`), plus every instance its loops may still make."""

@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from wloadctl.core.condition import ConditionError, parse_condition
@@ -42,6 +42,12 @@ def items_of(spec: JobSpec, variables: dict[str, object]) -> tuple[str, ...]:
     if not fe:
         raise WloadError("for_each: the list of items is empty", job=spec.id, line=spec.line)
     return tuple(fe)
+
+
+def instances_of(parent: JobSpec, specs: Sequence[JobSpec], index: Mapping[str, int]) -> list[int]:
+    """The indices of a loop's instances: the jobs `<parent>@<item>` it waits for (it waits for its upstreams too)."""
+    mine = parent.id + ITEM_SEP
+    return [k for k in (index[d] for d in parent.depends_on if d.startswith(mine)) if specs[k].item is not None]
 
 
 def instance_id(job: str, item: str) -> str:

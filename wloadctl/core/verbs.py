@@ -12,6 +12,7 @@ from typing import Protocol
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.fanout import FanOut
+from wloadctl.core.loops import instances_of
 from wloadctl.core.plan import JobSpec
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import Timers
@@ -154,7 +155,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         core.cancelled = True
         running = {i for i in range(core.n) if core.state[i] in (S.QUEUED, S.RUNNING)}
         for i in range(core.n):
-            if i in core.fanout.expanded and any(core.index[d] in running for d in core.specs[i].depends_on):
+            if i in core.fanout.expanded and running.intersection(instances_of(core.specs[i], core.specs, core.index)):
                 continue  # a loop whose instances run ends with them (cancelled with those that do not start)
             if core.state[i] in (S.WAITING, S.READY, S.HELD, S.RETRY_WAIT):
                 core.set_state(i, S.CANCELLED, reason=_why("run cancelled", ev))
@@ -194,7 +195,7 @@ def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) 
     waiting for them again; hold, skip or set-ok of a loop whose instances have not all ended is refused (it
     would end while they run), the instances being named instead. (applied, message)"""
     verb, job = ev.verb, core.ids[i]
-    mine = [core.index[d] for d in core.specs[i].depends_on if d.startswith(job + "@")]
+    mine = instances_of(core.specs[i], core.specs, core.index)
     left = [k for k in mine if core.state[k] not in TERMINAL]
     if verb in ("hold", "skip", "set-ok"):
         if left:

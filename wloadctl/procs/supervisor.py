@@ -259,8 +259,6 @@ class Supervisor:
     poller: select.poll | None = None
     messages: list[str] = field(default_factory=list)
     """Health events for the operator (restarts, deaths)."""
-    workdir_gone: bool = False
-    """The run's directory was found gone (said once)."""
     tell: Callable[[str], None] | None = None
     """Where its health messages go besides `messages` (the run's event log)."""
 
@@ -383,12 +381,7 @@ class Supervisor:
         """The run's directory when executors must be started there (None: this process's own is it)."""
         if self.workdir is None or os.path.realpath(self.workdir) == os.path.realpath(os.getcwd()):
             return None
-        if not os.path.isdir(self.workdir):
-            if not self.workdir_gone:
-                self.workdir_gone = True
-                self.log(f"the run's directory {self.workdir} is gone: its jobs without a cwd: run in {os.getcwd()}")
-            return None
-        return self.workdir
+        return self.workdir if os.path.isdir(self.workdir) else None  # (gone: the runner said so at the start)
 
     def log(self, msg: str) -> None:
         """Keep a health message for the operator, and tell it (the run's events)."""
