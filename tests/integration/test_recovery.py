@@ -469,7 +469,10 @@ def test_why_of_a_job_of_an_interrupted_run_says_no_scheduler_dispatches_it(tmp_
     assert 0 <= live_left - _starts_in(why["reasons"]) < 30, (live_left, why)
     # a pattern is answered by the core rebuilt from the journal, the same way
     globbed = json.loads(cli("why", "la*", "--state-dir", str(sd), "--json").stdout)
-    assert globbed["reasons"] == why["reasons"], (globbed, why)
+    # (the countdown a second later may read a second less)
+    assert [r for r in globbed["reasons"] if not r.startswith("not before")] == \
+        [r for r in why["reasons"] if not r.startswith("not before")], (globbed, why)
+    assert 0 <= _starts_in(why["reasons"]) - _starts_in(globbed["reasons"]) < 30, (globbed, why)
     # and that resume goes on: the job skipped meanwhile, the run ends and leaves nothing
     assert cli("skip", "late", "--state-dir", str(sd)).returncode == 0
     p = cli("resume", "--state-dir", str(sd), "--json")
