@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from wloadctl.core.plan import JobSpec
-from wloadctl.errors import StoreError
+from wloadctl.errors import NoJournalYet, StoreError
 from wloadctl.store import Store
 from wloadctl.store.facts import run_facts
 from wloadctl.store.sqlschema import SCHEMA_VERSION
@@ -370,3 +370,58 @@ def test_a_journal_with_a_write_ahead_log_on_a_read_only_mount_is_not_called_cor
     assert "cannot write its directory" in lines[0], lines[0]
     assert "copy the state directory somewhere writable" in lines[0], lines[0]
     assert "corrupt" not in lines[0] and "restore" not in lines[0]
+
+
+def test_a_journal_in_its_first_moment_is_not_called_corrupt(tmp_path: Path) -> None:
+    """A reader that opens the file a run has just made, before its tables, hears there is no run yet; `status` says
+    so on one line, and a run then starts there as on an empty directory."""
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    first = sqlite3.connect(sd / "journal.db")
+    first.execute("PRAGMA journal_mode = WAL")  # the file exists, with no table and no schema version yet
+    first.close()
+    with pytest.raises(NoJournalYet) as e:
+        Store.open(sd, readonly=True)
+    assert "no run recorded in" in str(e.value) and "corrupt" not in str(e.value)
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "status", "--state-dir", str(sd)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "no run recorded in" in p.stderr, p.stderr
+    with Store.open(sd) as st:
+        assert st.latest_run() is None
+
+
+def test_readers_racing_a_journals_creation_find_it_empty_or_whole(tmp_path: Path) -> None:
+    """Readers opening journals while their writers create them: each read finds no journal yet or a whole one
+    (its tables made in the same transaction as its schema version), never 'no such table'."""
+    import threading
+
+    dirs = [tmp_path / f"sd{i}" for i in range(40)]
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            for d in dirs:
+                if not (d / "journal.db").exists():
+                    continue
+                try:
+                    with Store.open(d, readonly=True) as st:
+                        st.latest_run()
+                    seen.append("whole")
+                except NoJournalYet:
+                    seen.append("not yet")
+                except StoreError as err:
+                    seen.append(str(err))
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        for d in dirs:
+            Store.open(d).close()
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert seen and set(seen) <= {"whole", "not yet"}, sorted(set(seen) - {"whole", "not yet"})[:3]

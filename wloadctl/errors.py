@@ -107,6 +107,11 @@ class StoreError(WloadError):
     exit_code = 3
 
 
+class NoJournalYet(StoreError):
+    """No run journal is there yet, or one is being made that holds no run yet: the first run makes it (a standby,
+    or a reader waiting for a run to start, waits for it)."""
+
+
 class StoreFull(StoreError):
     """The journal's disk has no space left: the write did not happen and may be retried once space returns."""
 

@@ -79,14 +79,23 @@ def job_states(state_dir: Path) -> dict[str, str]:
 
 
 def wait_for(pred: Any, timeout: float = 30.0, every: float = 0.1, what: str = "condition") -> Any:
-    """Poll `pred` until it returns something truthy."""
+    """Poll `pred` until it returns something truthy.
+
+    A `pred` that raises is asked again (a run's first moments: its journal being made, no run recorded yet);
+    its last error is told when the time is up.
+    """
     deadline = time.time() + timeout
+    last: Exception | None = None
     while time.time() < deadline:
-        v = pred()
-        if v:
-            return v
+        try:
+            v = pred()
+        except Exception as e:  # polled again; told at the end
+            last = e
+        else:
+            if v:
+                return v
         time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"; last error: {last}" if last else ""))
 
 
 def executor_pids(run_id: str | None = None) -> list[int]:

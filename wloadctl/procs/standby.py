@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wloadctl.core.planfile import load_plan
-from wloadctl.errors import StoreError, UsageError, WloadError
+from wloadctl.errors import NoJournalYet, StoreError, UsageError, WloadError
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, object_name
 from wloadctl.ipc.protocol import BoardHeader, ExecutorSlot
 from wloadctl.ipc.shm import ExecutorBoard, StateBoard
@@ -505,8 +505,6 @@ def _say_local_jobs(store: Store, row: RunRow, opts: RunOptions) -> None:
 
 def _no_journal_yet(e: StoreError) -> bool:
     """Whether a server journal answered and holds no journal yet (a run about to start makes it)."""
-    from wloadctl.store.postgres import NoJournalYet
-
     return isinstance(e, NoJournalYet)
 
 

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from wloadctl.errors import StoreError, UsageError
+from wloadctl.errors import NoJournalYet, StoreError, UsageError
 from wloadctl.store.audit import GENESIS, action_hash
 from wloadctl.store.base import JournalUnavailable, RunRow, Store
 from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
@@ -101,10 +101,6 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     port = f":{parts.port}" if parts.port else ""
     where = f"postgresql://{user}{host}{port}/{db}"
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), ns, where
-
-
-class NoJournalYet(StoreError):
-    """The server answers and holds no journal yet: the first run makes it (a standby waits for it)."""
 
 
 def _without_password(url: str) -> str:

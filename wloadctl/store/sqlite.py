@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import count, repeat
 from pathlib import Path
 
-from wloadctl.errors import StoreError, StoreFull
+from wloadctl.errors import NoJournalYet, StoreError, StoreFull
 from wloadctl.store.audit import GENESIS, action_hash
 from wloadctl.store.base import DB_NAME, RunRow, Store
 from wloadctl.store.sqlschema import AUDIT_TRIGGERS, SCHEMA, SCHEMA_VERSION
@@ -240,7 +240,7 @@ class SqliteStore(Store):
         path = d / DB_NAME
         if not path.exists():
             if not create:
-                raise StoreError(
+                raise NoJournalYet(
                     f"no run journal in {d}", hint="start a run there with `wloadctl run PLAN --state-dir DIR`"
                 )
             d.mkdir(parents=True, exist_ok=True)
@@ -249,6 +249,7 @@ class SqliteStore(Store):
                 f"run journal {path} is truncated ({path.stat().st_size} bytes)",
                 hint="restore it from a backup or move it away to start afresh",
             )
+        conn: sqlite3.Connection | None = None
         try:
             if readonly:
                 conn = _open_readonly(path)
@@ -265,12 +266,22 @@ class SqliteStore(Store):
                 # the files, once per several turns instead of about once per turn.
                 conn.execute(f"PRAGMA wal_autocheckpoint = {_checkpoint_pages(d)}")
                 if version == 0:
-                    conn.executescript(SCHEMA)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    # In one transaction: a reader opening the journal meanwhile finds it empty (no run yet) or
+                    # whole, never tables without a schema version; a second writer waits, then finds it made.
+                    try:
+                        conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\nPRAGMA user_version = {SCHEMA_VERSION};\n"
+                                           "COMMIT;")
+                    except BaseException:
+                        _rollback(conn)
+                        raise
                     version = SCHEMA_VERSION
                 elif version < SCHEMA_VERSION:
                     _migrate(conn, version)
                     version = SCHEMA_VERSION
+            if version == 0:
+                # A writer has made the file and not yet its tables (its first moment), or the file is empty.
+                raise NoJournalYet(f"no run recorded in {d} yet: its journal is being made",
+                                   hint="a run is starting there; try again in a moment")
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"run journal {path} has schema {version}, newer than this wloadctl ({SCHEMA_VERSION})",
@@ -286,7 +297,11 @@ class SqliteStore(Store):
                         hint="restore it from a backup or move it away to start afresh",
                     )
             conn.execute("SELECT count(*) FROM runs").fetchone()
-        except sqlite3.DatabaseError as e:
+        except BaseException as e:
+            if conn is not None:
+                conn.close()
+            if not isinstance(e, sqlite3.DatabaseError):
+                raise
             if isinstance(write_error(e, path), StoreFull):
                 raise full_at_start(path) from None
             raise StoreError(
