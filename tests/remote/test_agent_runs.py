@@ -153,17 +153,21 @@ def test_kill_9_of_an_agent_host_mid_job_retries_its_jobs_elsewhere_and_nothing_
     proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
     wait_for(lambda: sum(1 for v in agents_of(out).values() if v and v[0][1] == "n1" and v[-1][0] == "start"
                          and len(v) == 1) >= 1, timeout=60, what="a long job running on n1")
-    done_before = {j for j, v in agents_of(out).items() if v[-1][0] == "end"}
+    # (what the scheduler knows as done: a job that ended on n1 in the moment before the kill, its report not
+    # yet out, is lost with the host and runs again, as an idempotent job may)
+    done_before = {j for j, s in job_states(sd).items() if s == "SUCCEEDED"}
+    assert done_before, "some job had ended and been reported before the kill"
     # When the whole of n1 dies (agent, executors and jobs)
     nodes["n1"].kill_node()
     stdout, stderr = proc.communicate(timeout=120)
-    # Then the run finishes: what was cut short on n1 ran again on n2, and nothing that had ended ran again
+    # Then the run finishes: what was cut short on n1 ran again on n2, and nothing known as ended ran again
     assert proc.returncode == 0, stderr
     assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
     ev = agents_of(out)
     for job, lines in ev.items():
         ends = [a for k, a in lines if k == "end"]
-        assert len(ends) == 1, f"{job} ended {len(ends)} times: {lines}"
+        assert ends and ends[-1] == lines[-1][1], f"{job} did not end last where it ran last: {lines}"
+        assert len([a for k, a in lines if k == "end" and a == "n2"]) <= 1, f"{job} ended twice on n2: {lines}"
         if job in done_before:
             assert len(lines) == 2, f"{job} had ended before the kill and ran again: {lines}"
     cut = [j for j, lines in ev.items() if len(lines) == 3]
