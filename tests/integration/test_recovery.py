@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -482,5 +483,83 @@ def test_why_of_a_job_of_an_interrupted_run_says_no_scheduler_dispatches_it(tmp_
     p = cli("resume", "--state-dir", str(sd), "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["jobs"] == {"first": "SUCCEEDED", "late": "SKIPPED"}
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []
+
+
+def test_a_predecessors_late_hand_back_of_a_job_sent_again_since_does_not_run_it_twice(tmp_path: Path) -> None:
+    """A report of the killed scheduler's epoch that reaches its successor after the successor sent the same job
+    (same attempt number: a hand-back or a loss before start costs none) is of the earlier copy: it must not put
+    the running copy back in the queue."""
+    from wloadctl.ipc import protocol as P
+    from wloadctl.ipc.mq import MessageQueue
+    from wloadctl.ipc.naming import ROLE_RESPONSE
+
+    out, gate = tmp_path / "evidence", tmp_path / "go"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {"first": {"sleep": 0.1, "gate": gate},
+                                                       "x": {"depends_on": ["first"], "sleep": 1.5}})
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "1")
+    wait_for(lambda: job_states(sd).get("first") == "RUNNING", what="first running")
+    run_id, old_epoch = status(sd)["run"], status(sd)["epoch"]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resumed = start("resume", "--state-dir", str(sd))
+    try:
+        wait_for(lambda: status(sd)["epoch"] > old_epoch and status(sd)["live"], what="the resume live")
+        gate.touch()
+        wait_for(lambda: job_states(sd).get("x") == "RUNNING", what="x sent again and running")
+        with Store.open(sd, readonly=True) as st:
+            index = st.job_ids(st.latest_run().id).index("x")
+        # When the predecessor's hand-back of x, attempt 1, arrives late on the response queue
+        q = MessageQueue.open(object_name(run_id, ROLE_RESPONSE))
+        now = time.time()
+        q.send(P.encode_results([P.ResultRecord(P.RES_EXITED, P.FLAG_LOST | P.FLAG_RETURNED, 0, index, 1, 0, 0,
+                                                old_epoch, 0, now, now, 0, 0)]), 5.0)
+        q.close()
+        assert resumed.wait(timeout=60) == 0
+    finally:
+        if resumed.poll() is None:
+            resumed.kill()
+            resumed.wait()
+    # Then x ran once, and its history says nothing of a hand-back
+    ev = read_evidence(out)
+    assert [k for k, _ in ev["x"]] == ["start", "end"], ev["x"]
+    assert job_states(sd) == {"first": "SUCCEEDED", "x": "SUCCEEDED"}
+    hist = cli("history", "x", "--state-dir", str(sd)).stdout
+    assert "handed back" not in hist and "lost" not in hist, hist
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []
+
+
+def test_a_job_stopped_with_the_run_resumed_then_the_scheduler_killed_takes_its_real_end(tmp_path: Path) -> None:
+    """Stop (SIGTERM) while a job runs, resume (the job is sent again under the same attempt), kill -9 of that
+    scheduler, resume again: the end the first copy journaled when the stop killed it is not the second copy's."""
+    out, gate = tmp_path / "evidence", tmp_path / "go"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {"first": {"sleep": 0.1},
+                                                       "long": {"depends_on": ["first"], "sleep": 0.2, "gate": gate}})
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "1")
+    wait_for(lambda: job_states(sd).get("long") == "RUNNING", what="long running")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    assert job_states(sd)["long"] == "READY"
+    second = start("resume", "--state-dir", str(sd))
+    wait_for(lambda: job_states(sd).get("long") == "RUNNING" and status(sd)["live"], what="long running again")
+    run_id = status(sd)["run"]
+    os.kill(second.pid, signal.SIGKILL)
+    second.wait()
+    third = start("resume", "--state-dir", str(sd))
+    try:
+        wait_for(lambda: status(sd)["live"] and job_states(sd).get("long") == "RUNNING", what="the third live")
+        gate.touch()
+        assert third.wait(timeout=60) == 0
+    finally:
+        if third.poll() is None:
+            third.kill()
+            third.wait()
+    assert job_states(sd) == {"first": "SUCCEEDED", "long": "SUCCEEDED"}
+    hist = cli("history", "long", "--state-dir", str(sd)).stdout
+    assert "FAILED" not in hist and "signal 15" not in hist.split("interrupted: run stopped")[-1], hist
     reap_orphans(run_id)
     assert ipc_names(run_id) == []

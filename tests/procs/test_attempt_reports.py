@@ -88,3 +88,32 @@ def test_only_the_journals_of_finished_runs_are_dropped(tmp_path: Path) -> None:
     left = sorted(p.name for p in (tmp_path / "executors").iterdir())
     assert left == ["20261202-020202-bbbbbb-0-100.results", "notes.txt"]
     assert sorted(asked) == ["20261201-010101-aaaaaa", "20261202-020202-bbbbbb"], "one question a run"
+
+
+def at(kind: int, executor: int, t: float, epoch: int, signal: int = 0) -> P.ResultRecord:
+    """A report of job 7, attempt 1, stamped t, of a copy sent in `epoch`."""
+    return P.ResultRecord(kind, 0, executor, 7, 1, signal, 128 + signal if signal else 0, epoch, 100 + executor,
+                          t, t, 0, 0)
+
+
+def test_the_end_of_a_copy_stopped_with_the_run_is_not_the_end_of_the_copy_a_resume_sent_again(
+        tmp_path: Path) -> None:
+    # Given a copy stopped with the run (ended by SIGTERM on an executor that exited with it), and the resume's
+    # copy of the same attempt running on a new executor under the next epoch
+    journal(tmp_path, 1, 600, [at(P.RES_ACCEPTED, 1, 1.0, 1), at(P.RES_STARTED, 1, 1.0, 1),
+                               at(P.RES_EXITED, 1, 1.0, 1, signal=15)])
+    journal(tmp_path, 1, 700, [at(P.RES_ACCEPTED, 1, 2.0, 2), at(P.RES_STARTED, 1, 2.0, 2)])
+    got = read(tmp_path).of((7, 1))
+    # Then recovery sees the running copy, not the stopped one's end
+    assert sorted(got) == [P.RES_ACCEPTED, P.RES_STARTED]
+    assert {pid for pid, _r in got.values()} == {700}
+
+
+def test_a_copy_preempted_then_sent_again_to_the_same_executor_is_running_not_ended(tmp_path: Path) -> None:
+    # Given a copy preempted (its end: SIGTERM) and the same attempt sent again to the same executor
+    journal(tmp_path, 0, 500, [at(P.RES_ACCEPTED, 0, 1.0, 1), at(P.RES_STARTED, 0, 1.0, 1),
+                               at(P.RES_EXITED, 0, 1.0, 1, signal=15), at(P.RES_ACCEPTED, 0, 1.5, 1),
+                               at(P.RES_STARTED, 0, 1.5, 1)])
+    got = read(tmp_path).of((7, 1))
+    assert sorted(got) == [P.RES_ACCEPTED, P.RES_STARTED]
+    assert got[P.RES_STARTED][1].started == 1.5

@@ -138,6 +138,9 @@ class LocalPool:
     """Dispatches waiting for room in the payload arena."""
     payload_at: dict[int, int] = field(default_factory=dict)
     """Arena offset of each in-flight job's payload, released at its first report."""
+    sent_here: bytearray = field(default_factory=bytearray)
+    """1 for each job this scheduler has sent in its own epoch: a predecessor's report of such a job is of an
+    earlier copy (requeued without spending its attempt, so under the same number) and is not applied."""
     pids: dict[int, int] = field(default_factory=dict)
     """Process (group) id of each running job, for kills."""
     kills: list[tuple[float, int, int, int]] = field(default_factory=list)
@@ -361,6 +364,10 @@ class LocalPool:
                         raise Fenced(f"fenced: an executor rejected this scheduler's epoch {r.epoch}: "
                                      "another scheduler took over")
                     continue  # a predecessor's record, refused for us: nothing to apply
+                if r.epoch < self.epoch and r.task < len(self.sent_here) and self.sent_here[r.task]:
+                    # A predecessor's report (a hand-back, a start, an end) of a copy it sent: this scheduler
+                    # has sent the job again since, and the report must not settle the new copy.
+                    continue
                 self._settle_record(r)
                 recs.append(r)
 
@@ -530,6 +537,11 @@ class LocalPool:
                 off = arena.put(data, task=i, attempt=att, epoch=epoch)
                 if off is None:
                     return  # the arena is full: the rest waits for results to free room
+                earlier = self.payload_at.get(i)
+                if earlier is not None:
+                    # The copy sent before settled with no report of this scheduler's (lost with its executor
+                    # before any took it): its room is free, or the ring would stop once it came round to it.
+                    arena.release(earlier)
                 self.payload_at[i] = off
                 kind = P.TASK_SHELL
                 if self.follows and i in self.follows:
@@ -537,6 +549,10 @@ class LocalPool:
                     kind = P.TASK_FOLLOW
                 # flags carry the SLA tier: an executor starts its most urgent backlog task first.
                 self.sendq.append(P.TaskRecord(i, att, kind, core.tier[i], epoch, off, len(data)))
+            sent = self.sent_here
+            if i >= len(sent):
+                sent.extend(bytes(max(i + 1, core.n) - len(sent)))
+            sent[i] = 1
             un.popleft()
 
     def _send(self) -> None:

@@ -42,6 +42,12 @@ class AttemptReports:
     A task an executor took ahead and handed back unstarted (an exit with FLAG_RETURNED) went on to
     another executor at the same attempt: the hand-back takes back what its executor said of the
     attempt and says nothing itself, so it never hides, nor passes for, the other executor's reports.
+
+    A job requeued without spending an attempt (preempted, or stopped with the run and resumed) is sent
+    again under the same attempt number: what the executors journaled of the copy that was stopped is
+    then not the new copy's. An executor's acceptance of an attempt it had already ended starts its
+    reports of that attempt afresh, and of several executors' reports of one attempt only those of the
+    latest dispatch count (the newest scheduler epoch, then the latest acceptance or start).
     """
 
     def __init__(self) -> None:
@@ -49,22 +55,28 @@ class AttemptReports:
         """(job, attempt) -> executor pid -> kind -> record."""
 
     def add(self, pid: int, r: P.ResultRecord) -> None:
-        """One record read from the journal of the executor whose pid is `pid`."""
+        """One record read from the journal of the executor whose pid is `pid` (in the journal's order)."""
         key = (r.task, r.attempt)
         if r.flags & P.FLAG_RETURNED:
             self.by.get(key, {}).pop(pid, None)
-        else:
-            self.by.setdefault(key, {}).setdefault(pid, {})[r.kind] = r
+            return
+        kinds = self.by.setdefault(key, {}).setdefault(pid, {})
+        if r.kind in (P.RES_ACCEPTED, P.RES_STARTED) and P.RES_EXITED in kinds:
+            kinds.clear()  # sent to this executor again after the copy it ended
+        kinds[r.kind] = r
 
     def of(self, key: tuple[int, int]) -> dict[int, tuple[int, P.ResultRecord]]:
-        """kind -> (executor pid, record) of one attempt; where two executors report a kind, the later."""
-        out: dict[int, tuple[int, P.ResultRecord]] = {}
-        for pid, kinds in self.by.get(key, {}).items():
-            for kind, r in kinds.items():
-                have = out.get(kind)
-                if have is None or r.started >= have[1].started:
-                    out[kind] = (pid, r)
-        return out
+        """kind -> (executor pid, record) of one attempt, from the executor it was last dispatched to."""
+        pids = self.by.get(key)
+        if not pids:
+            return {}
+
+        def dispatched(pid: int) -> tuple[int, float]:
+            recs = pids[pid].values()
+            return max(r.epoch for r in recs), max(r.started for r in recs)
+
+        pid = max((p for p in pids if pids[p]), key=dispatched, default=None)
+        return {} if pid is None else {kind: (pid, r) for kind, r in pids[pid].items()}
 
     def keep(self, keys: set[tuple[int, int]]) -> None:
         """Forget attempts not in `keys`."""
