@@ -551,7 +551,8 @@ class LocalPool:
                 self.sendq.append(P.TaskRecord(i, att, kind, core.tier[i], epoch, off, len(data)))
             sent = self.sent_here
             if i >= len(sent):
-                sent.extend(bytes(max(i + 1, core.n) - len(sent)))
+                # Doubled as it grows (an agent's book numbers its tasks up to 2**31: never sized by `n`).
+                sent.extend(bytes(max(i + 1 - len(sent), len(sent))))
             sent[i] = 1
             un.popleft()
 
