@@ -214,25 +214,30 @@ def test_a_tall_column_keeps_broken_jobs_and_says_how_many_more() -> None:
     assert "leaf17" in shown and len(shown) == 4 and more == [16]
 
 
+def at(model: JobsModel, *jobs: str) -> list[int]:
+    """The jobs' indices in the model."""
+    return [model.index[j] for j in jobs]
+
+
 def test_rerun_impact_counts_downstream_critical_and_deadlines(
     loaded: tuple[JobsModel, Dag],
 ) -> None:
     model, dag = loaded
-    alone = impact("rerun", ["extract_fx"], model, dag)
+    alone = impact("rerun", at(model, "extract_fx"), model, dag)
     assert alone.applies == ["extract_fx"] and alone.affected == [
         "revalue_fx"
     ]  # only what it blocked
     assert alone.destructive
-    everything = impact("retry", ["load_fx_rates"], model, dag)
+    everything = impact("retry", at(model, "load_fx_rates"), model, dag)
     assert everything.affected == ["revalue_fx"]
     assert [d.job for d in everything.deadlines] == ["revalue_fx"]
-    held = impact("hold", ["load_gl", "extract_core"], model, dag)
+    held = impact("hold", at(model, "load_gl", "extract_core"), model, dag)
     assert held.applies == []  # RUNNING and SUCCEEDED cannot be held
     assert (
         "'load_gl' is RUNNING: hold does not apply; kill would apply"
         in held.refused[0][1]
     )
-    kill = impact("kill", ["load_gl"], model, dag)
+    kill = impact("kill", at(model, "load_gl"), model, dag)
     assert "gl_close" in kill.affected and kill.critical_tier >= 3
     assert [d.job for d in kill.deadlines][:2] == ["load_gl", "gl_close"]
     assert any(
@@ -301,7 +306,7 @@ def test_commands_parse_with_helpful_errors() -> None:
     ids = ["load_a", "load_b", "post"]
     assert resolve(
         ("load_*", "post", "nope"), ids, {j: k for k, j in enumerate(ids)}
-    ) == (ids, ["nope"])
+    ) == ([0, 1, 2], ["nope"])
 
 
 def test_last_seq_is_the_journals_latest_transition() -> None:

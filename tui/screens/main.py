@@ -12,7 +12,7 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from tui.commands import Command, CommandError, parse_command, resolve
+from tui.commands import Command, CommandError, parse_command
 from tui.filters import JobFilter, parse_filter
 from tui.impact import VERB_KEYS
 from tui.messages import Note
@@ -414,13 +414,10 @@ class MainScreen(OperatorScreen):
         app = self.console
         model = app.model
         if cmd.is_verb:
-            if cmd.args and model is not None:
-                jobs, unknown = resolve(cmd.args, model.ids, model.index)
-                if unknown:
-                    raise CommandError(f"no job matches {', '.join(unknown)}")
+            if cmd.args:
+                self.ask_verb(cmd.name, [], cmd.downstream, names=cmd.args)
             else:
-                jobs = self.selected_jobs()
-            self.ask_verb(cmd.name, jobs, cmd.downstream)
+                self.ask_verb(cmd.name, self.selected_jobs(), cmd.downstream)
         elif cmd.name == "filter":
             self.set_filter(parse_filter(" ".join(cmd.args)))
         elif cmd.name == "sort":
