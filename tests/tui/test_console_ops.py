@@ -165,6 +165,33 @@ async def test_a_verb_that_needs_four_eyes_says_which_request_waits_for_approve(
         live_run.open_gate()
 
 
+async def test_the_sla_pane_counts_down_and_says_late_while_nothing_runs(live_run: LiveRun) -> None:
+    import time
+
+    from tui.app import ConsoleApp
+
+    # Given a live run whose only job with a deadline waits for an operator's approve: nothing runs
+    plan = live_run.root / "waits.yaml"
+    plan.write_text('name: tui-waits\njobs:\n  transfer: {command: "true", confirm: true, deadline: "+1h"}\n'
+                    '  report: {command: "true", depends_on: [transfer]}\n')
+    sup = live_run.supervisor(plan)
+    sup.attach_or_start()
+    shift = [0.0]
+    app = ConsoleApp(live_run.state_dir, supervisor=sup, poll=0.05, clock=lambda: time.time() + shift[0])
+    async with app.run_test(size=(160, 40)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda: app.model is not None and app.model.counts[S.HELD] == 1, what="transfer HELD")
+        sla = app.screen.query_one(SlaPanel)
+        await wait_for(pilot, lambda: sla.view is not None and not sla.view.late, what="the deadline ahead")
+        assert app.model is not None and not (app.model.counts[S.RUNNING] or app.model.counts[S.QUEUED])
+        # When its deadline passes with no transition at all
+        shift[0] = 2 * 3600.0
+        # Then the pane says it is late
+        await wait_for(pilot, lambda: sla.view is not None and [d.job for d in sla.view.late] == ["transfer"],
+                       what="transfer LATE in the SLA pane")
+        await wait_for(pilot, lambda: "late: 1" in screen_text(app), what="the late job on screen")
+
+
 LOOP_PLAN = r"""name: loop
 jobs:
   list_files:
