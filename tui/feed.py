@@ -176,6 +176,7 @@ def _info(client: Client) -> RunInfo:
         run.started,
         str(getattr(client, "state_dir", "")),
         getattr(run, "ended", None),
+        getattr(client, "latest", True),
     )
 
 

@@ -26,6 +26,8 @@ class RunInfo:
     """Where its journal, logs and lock live."""
     ended: float | None = None
     """When the run ended, as the journal had it when the console attached (None: not ended)."""
+    latest: bool = True
+    """Whether it is the latest run of its state directory (an earlier one is only read)."""
 
 
 @dataclass(frozen=True)
