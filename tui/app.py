@@ -25,6 +25,7 @@ from tui.messages import (
     Note,
     NoteAdded,
     RunInfo,
+    RunInfoChanged,
     StatusChanged,
 )
 from tui.runs_view import RunLike
@@ -276,6 +277,11 @@ class ConsoleApp(App[str]):
         self.model.apply(self.feed.take())
         self.jobs_version += 1
         self._maybe_loaded()
+
+    def on_run_info_changed(self, message: RunInfoChanged) -> None:
+        """Take the run's times read again (the header's elapsed time ends at the run's end)."""
+        self.info = message.info
+        self.status_version += 1
 
     def on_load_step(self, message: LoadStep) -> None:
         """Say what is being loaded."""

@@ -159,11 +159,17 @@ class RunClient:
         A lease whose holder is on this host and gone (a scheduler killed -9 moments ago: its lease runs
         out a few seconds later) holds nothing.
         """
-        self.run = self.store.get_run(self.run.run_id) or self.run
+        self.reread_run()
         if self.run.status != "running" or self.run.lease_until <= time.time():
             return False
         return not (self.store.holder_host(self.run.id) is None and self.run.scheduler_pid
                     and not pid_alive(self.run.scheduler_pid))
+
+    def reread_run(self) -> RunRow:
+        """The run's record read again from the journal: a resume sets it running again, and its end
+        moves when it ends again."""
+        self.run = self.store.get_run(self.run.run_id) or self.run
+        return self.run
 
     def ids(self) -> list[str]:
         """Job ids by index (from the run's id list file when it is there: cheaper than the journal)."""

@@ -220,6 +220,9 @@ class FakeClient:
     def last_drill(self) -> dict[str, Any] | None:
         return self.drill
 
+    def reread_run(self) -> Run:
+        return self.run
+
     def whoami(self) -> dict[str, Any]:
         from wloadctl.access import Role, allowed_verbs
 

@@ -192,6 +192,48 @@ async def test_a_verb_on_a_glob_of_thousands_of_jobs_is_sent_as_the_glob(live_ru
         live_run.open_gate()
 
 
+async def test_the_header_times_a_resumed_run_to_its_new_end(live_run: LiveRun) -> None:
+    import subprocess
+    import sys
+
+    from tui.labels import fmt_duration
+    from tui.widgets.run_header import RunHeader
+
+    def run_times() -> tuple[str, float | None]:
+        with RunClient(live_run.state_dir) as client:
+            run = client.run
+            return run.status, (run.ended - run.started if run.ended else None)
+
+    # Given a run that ended with a failed job, and a console on it
+    plan = live_run.root / "quick.yaml"
+    plan.write_text('name: tui-quick\njobs:\n  a: {command: "true"}\n  b: {command: "exit 3", depends_on: [a]}\n')
+    subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(live_run.state_dir),
+                    "--quiet"], timeout=120, capture_output=True)
+    status, first = run_times()
+    assert status == "failed" and first is not None
+    sup = live_run.supervisor(None)
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await loaded(pilot)
+        header = app.screen.query_one(RunHeader)
+        await wait_for(pilot, lambda: header.summary is not None and header.summary.elapsed == first,
+                       what="the first end")
+        # When the failed job is retried: the console resumes the run, which ends again
+        await pilot.press("colon", *"retry b", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: attempt_of(app, "b") == 2 and state_of(app, "b") == S.FAILED, timeout=30,
+                       what="b's second attempt")
+        status, second = await wait_for(pilot, lambda: (t := run_times())[0] == "failed" and t[1] and t,
+                                        timeout=30, what="the run's second end")
+        assert second > first
+        # Then the header's elapsed time runs to that end, as `wloadctl status` has it
+        await wait_for(pilot, lambda: header.summary is not None and header.summary.elapsed == second,
+                       what="the second end in the header")
+        await wait_for(pilot, lambda: f"{fmt_duration(second)} elapsed" in screen_text(app), what="it on screen")
+
+
 async def test_a_killed_executor_is_replaced_and_the_node_panel_shows_it(
     live_run: LiveRun,
 ) -> None:
