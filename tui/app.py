@@ -25,6 +25,7 @@ from tui.messages import (
     Note,
     NoteAdded,
     RunInfo,
+    RunInfoChanged,
     StatusChanged,
 )
 from tui.runs_view import RunLike
@@ -90,7 +91,7 @@ class ConsoleApp(App[str]):
         poll: float = POLL,
         runs_source: RunSource | None = None,
         runs_root: str = "",
-        client_for: Callable[[Path], Client] | None = None,
+        client_for: Callable[[Path, str | None], Client] | None = None,
     ) -> None:
         if state_dir is None:
             self.DEFAULT_MODE = "runs"  # no run given: the run list comes first
@@ -101,8 +102,12 @@ class ConsoleApp(App[str]):
         """Reads every run under the root (None: a console of one run, without a run list)."""
         self.runs_root = runs_root
         """The root the run list reads, as shown in its header."""
-        self.client_for: Callable[[Path], Client] = client_for or RunClient
-        """Opens a client of the run in a state directory (runs opened from the list)."""
+        self.client_for: Callable[[Path, str | None], Client] = client_for or (
+            lambda state_dir, run_id: RunClient(state_dir, run_id=run_id)
+        )
+        """Opens a client of a run of a state directory, by its id (None: the latest)."""
+        self.run_id: str | None = None
+        """The run shown, when it was opened from the run list (None: the latest of `state_dir`)."""
         self.poll = poll
         """Seconds between the feed's readings."""
         self._feed_serial = 0
@@ -110,8 +115,10 @@ class ConsoleApp(App[str]):
         """Keeps the scheduler running; None in a read-only console."""
         self.readonly = readonly
         """No operator action is allowed."""
+        self.readonly_asked = readonly
+        """The console was started read-only (every run opened from the list is then)."""
         self.open_client: Callable[[], Client] = open_client or (
-            lambda: self.client_for(self.state_dir)  # type: ignore[arg-type]
+            lambda: self.client_for(self.state_dir, self.run_id)  # type: ignore[arg-type]
         )
         """Opens a client of the run (the feed and the actions each get their own)."""
         self.clock = clock
@@ -170,14 +177,19 @@ class ConsoleApp(App[str]):
     # -- the run list --------------------------------------------------------------
 
     def open_run(self, run: RunLike) -> None:
-        """Show a run of the list: a fresh feed and main screen; the list stays behind esc."""
+        """Show a run of the list: a fresh feed and main screen; the list stays behind esc.
+
+        A run its state directory has a later one of is shown read-only: verbs and a resume
+        belong to the latest run.
+        """
         self.feed.stop()
         with self.client_lock:
             if self._action_client is not None:
                 self._action_client.close()
                 self._action_client = None
         self._release_model()
-        self.state_dir = Path(run.state_dir)
+        self.state_dir, self.run_id = Path(run.state_dir), run.run
+        self.readonly = self.readonly_asked or not run.latest
         self.supervisor = None  # attached from the list: the console neither starts nor stops it
         self.info = self.model = self.dag = self.status = None
         self.load_step, self.notes = "", []
@@ -265,6 +277,11 @@ class ConsoleApp(App[str]):
         self.model.apply(self.feed.take())
         self.jobs_version += 1
         self._maybe_loaded()
+
+    def on_run_info_changed(self, message: RunInfoChanged) -> None:
+        """Take the run's times read again (the header's elapsed time ends at the run's end)."""
+        self.info = message.info
+        self.status_version += 1
 
     def on_load_step(self, message: LoadStep) -> None:
         """Say what is being loaded."""

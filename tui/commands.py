@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import fnmatch
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tui.idlist import IdList
 from tui.impact import VERB_KEYS
 from tui.view_model import SORT_KEYS
 
@@ -104,17 +107,24 @@ def parse_command(text: str) -> Command:
 
 
 def resolve(
-    names: tuple[str, ...], ids: list[str], index: dict[str, int]
-) -> tuple[list[str], list[str]]:
-    """Job ids named by ids or globs, in plan order, and the names matching nothing."""
-    found: set[str] = set()
+    names: tuple[str, ...], ids: Sequence[str], index: Mapping[str, int]
+) -> tuple[list[int], list[str]]:
+    """Indices of the jobs named by ids or globs, in plan order, and the names matching nothing.
+
+    A glob is matched as the scheduler matches it (wloadctl.core.verbs.resolve_jobs: case
+    counts); the ids of a big run are searched in their file's bytes (IdList.matching).
+    """
+    found: set[int] = set()
     unknown: list[str] = []
     for name in names:
-        if any(c in name for c in "*?["):
-            hits = fnmatch.filter(ids, name)
+        if not any(c in name for c in "*?["):
+            hits = [index[name]] if name in index else []
+        elif isinstance(ids, IdList):
+            hits = ids.matching(name, fold=False)
         else:
-            hits = [name] if name in index else []
+            match = re.compile(fnmatch.translate(name)).match
+            hits = [k for k, j in enumerate(ids) if match(j)]
         if not hits:
             unknown.append(name)
         found.update(hits)
-    return sorted(found, key=index.__getitem__), unknown
+    return sorted(found), unknown

@@ -21,6 +21,7 @@ from tui.messages import (
     Note,
     NoteAdded,
     RunInfo,
+    RunInfoChanged,
     StatusChanged,
 )
 from tui.sla import deadline_at
@@ -61,6 +62,7 @@ class Client(Protocol):
     def agents(self) -> list[dict[str, Any]]: ...
     def whoami(self) -> dict[str, Any]: ...
     def last_drill(self) -> dict[str, Any] | None: ...
+    def reread_run(self) -> Any: ...
     def close(self) -> None: ...
 
 
@@ -176,6 +178,7 @@ def _info(client: Client) -> RunInfo:
         run.started,
         str(getattr(client, "state_dir", "")),
         getattr(run, "ended", None),
+        getattr(client, "latest", True),
     )
 
 
@@ -306,11 +309,11 @@ class Feed:
         self.known = len(model)
         self.post(ModelLoaded(info, model, dag))
         try:
-            self._follow(client, seq)
+            self._follow(client, seq, info)
         finally:
             client.close()
 
-    def _follow(self, client: Client, seq: int) -> None:
+    def _follow(self, client: Client, seq: int, info: RunInfo) -> None:
         last_beat: float | None = -1.0
         last_read = 0.0
         last_status = 0.0
@@ -340,6 +343,13 @@ class Feed:
                 live = header is not None
                 if now - last_status >= STATUS_EVERY or live != was_live:
                     last_status, was_live = now, live
+                    if not live:
+                        # A run resumed since it was read has ended again, or is about to: its end moved.
+                        client.reread_run()
+                        fresh = _info(client)
+                        if fresh != info:
+                            info = fresh
+                            self.post(RunInfoChanged(info))
                     self.post(StatusChanged(self._status(client, header, now)))
                 turns += 1
                 if turns % DRILL_EVERY == 0:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tui.labels import fmt_clock
@@ -137,16 +138,18 @@ class Impact:
 
 
 def impact(
-    verb: str, jobs: list[str], model: JobsModel, dag: Dag, downstream: bool = False
+    verb: str, jobs: Sequence[int], model: JobsModel, dag: Dag, downstream: bool = False
 ) -> Impact:
     """Work out what `verb` would do, from the console's copy of the states.
 
     It mirrors the engine's rules (which states a verb applies to, what it reopens)
     closely enough to warn; the scheduler still decides, and its answer is shown after.
+    Jobs are taken by index and the graph is walked once for all of them, so a glob
+    naming thousands of jobs of a big run costs about one pass over it.
 
     Args:
         verb: one of VERB_KEYS.
-        jobs: the selected job ids.
+        jobs: the selected jobs' indices in the model.
         model: the jobs' states.
         dag: the plan's graph.
         downstream: for rerun, whether finished downstream jobs run again too.
@@ -156,47 +159,55 @@ def impact(
     """
     imp = Impact(verb, downstream and verb == "rerun")
     allowed = VERB_FROM[verb]
-    for job in jobs:
-        i = model.index.get(job)
-        if i is None:
-            imp.refused.append((job, f"unknown job '{job}'"))
-            continue
-        st = JobState(model.state[i])
+    ids = model.ids
+    # One copy of the states: the UI thread goes on applying transitions meanwhile.
+    st_of = bytes(model.state)
+    refusal: dict[int, str] = {}  # the words after the job's name, per state
+    chosen: list[int] = []
+    for i in jobs:
+        st = st_of[i]
         if st in allowed:
-            imp.applies.append(job)
-        else:
-            others = applicable_verbs(st)
+            chosen.append(i)
+            continue
+        job = ids[i]
+        if st not in refusal:
+            others = applicable_verbs(JobState(st))
             would = f"; {', '.join(others)} would apply" if others else ""
-            imp.refused.append(
-                (job, f"'{job}' is {st.name}: {verb} does not apply{would}")
-            )
-    chosen = set(imp.applies)
-    below: set[str] = set()
-    for job in imp.applies:
-        if job in dag:  # jobs the run made since the graph was read have no rows in it
-            below |= dag.descendants(job)
-    below -= chosen
-    st_of = model.state
-    idx = model.index
+            refusal[st] = f" is {JobState(st).name}: {verb} does not apply{would}"
+        imp.refused.append((job, f"'{job}'{refusal[st]}"))
     if verb in ("retry", "rerun"):
         keep = TERMINAL if imp.downstream else frozenset({S.UPSTREAM_FAILED})
-        affected = {j for j in below if st_of[idx[j]] in keep}
     elif verb in ("hold", "kill"):
-        affected = {j for j in below if st_of[idx[j]] not in TERMINAL}
+        keep = frozenset(S) - TERMINAL
     else:
-        affected = {j for j in below if st_of[idx[j]] in (S.WAITING, S.UPSTREAM_FAILED)}
-    imp.affected = sorted(affected, key=idx.__getitem__)
-    touched = [*imp.applies, *imp.affected]
-    crit_value = int(SlaTier.CRITICAL)
-    imp.critical_tier = sum(1 for j in touched if model.tier[idx[j]] == crit_value)
-    imp.critical_path = sum(1 for j in touched if idx[j] in model.critical)
+        keep = frozenset({S.WAITING, S.UPSTREAM_FAILED})
+    kept = bytes(s in keep for s in range(256))
+    below = sorted(i for i in _below(dag, model, chosen) if kept[st_of[i]])
+    imp.applies = [ids[i] for i in chosen]
+    imp.affected = [ids[i] for i in below]
+    touched = chosen + below
+    tier, crit_value = model.tier, int(SlaTier.CRITICAL)
+    imp.critical_tier = sum(1 for i in touched if tier[i] == crit_value)
+    imp.critical_path = len(model.critical.intersection(touched))
     moves = []
-    for j in touched:
-        k = idx[j]
-        at = model.deadline.get(k)
-        if at is not None:
-            moves.append(
-                DeadlineMove(j, model.deadline_text.get(k, ""), at, j in chosen)
-            )
+    if model.deadline:
+        direct = set(chosen)
+        for i in touched:
+            at = model.deadline.get(i)
+            if at is not None:
+                moves.append(DeadlineMove(ids[i], model.deadline_text.get(i, ""), at, i in direct))
     imp.deadlines = sorted(moves, key=lambda d: d.at)
     return imp
+
+
+def _below(dag: Dag, model: JobsModel, chosen: list[int]) -> list[int]:
+    """Model indices of the jobs downstream of the chosen ones, in one walk of the graph.
+
+    The console's graph shares the model's index when it was read from the run's shape;
+    one read from the plan has its own, and jobs the run made since are in neither.
+    """
+    if dag.index is model.index:
+        return dag.below(chosen)
+    ids, index = model.ids, model.index
+    starts = [dag.index[ids[i]] for i in chosen if ids[i] in dag]
+    return [index[j] for j in map(dag.ids.__getitem__, dag.below(starts)) if j in index]

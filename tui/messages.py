@@ -25,7 +25,9 @@ class RunInfo:
     state_dir: str
     """Where its journal, logs and lock live."""
     ended: float | None = None
-    """When the run ended, as the journal had it when the console attached (None: not ended)."""
+    """When the run ended, as the journal has it (None: not ended); read again while no scheduler is live."""
+    latest: bool = True
+    """Whether it is the latest run of its state directory (an earlier one is only read)."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,15 @@ class ModelLoaded(Message):
         """Every job's state; from now on changed only on the UI thread."""
         self.dag = dag
         """The plan's graph."""
+
+
+class RunInfoChanged(Message):
+    """The run's record read again says other times (a resumed run that ended again has a new end)."""
+
+    def __init__(self, info: RunInfo) -> None:
+        super().__init__()
+        self.info = info
+        """The run's identity and times as the journal has them now."""
 
 
 class LoadStep(Message):

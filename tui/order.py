@@ -390,7 +390,11 @@ def _flat_order(model: Any, idx: Sequence[int], sort_key: str, reverse: bool, no
         started = _top_bytes(starts).translate(_SOME_TIME)
         if started.find(1) < 0:  # no job started (no-op jobs end without running): no duration
             return _where(idx, started, starts.__getitem__, reverse)
-        took = array("d", map(sub, model.ended.values_array, starts))
+        ends = model.ended.values_array
+        took = array("d", map(sub, ends, starts))
+        for i, end in model.stopped.items():
+            if i < len(took) and ends[i] == ends[i]:  # (an ended job only: NaN is not equal to itself)
+                took[i] = end - starts[i]
         for i in _active(model):
             start = model.started[i]
             if start is not None:

@@ -24,6 +24,7 @@ class RunLike(Protocol):
     late: int
     started: float
     state_dir: str
+    latest: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +56,29 @@ def host_risk(runs: Sequence[RunLike]) -> HostRisk:
 
 
 def run_row(r: RunLike) -> tuple[str, ...]:
-    """The cells of one run: plan, run id, business date, status, progress, risk, started."""
+    """The cells of one run: plan, run id, status, progress, risk, business date, started."""
     pct = f"{100 * r.done // r.total:3d}%" if r.total else "  -"
     risk = "-" if not (r.at_risk or r.late) else f"{r.at_risk} risk/{r.late} late"
     started = dt.datetime.fromtimestamp(r.started).strftime("%m-%d %H:%M") if r.started else "-"
-    return (r.plan, r.status, f"{r.done}/{r.total} {pct}", risk, r.business_date, started, r.run)
+    return (r.plan, r.run, r.status, f"{r.done}/{r.total} {pct}", risk, r.business_date, started)
 
 
-COLUMNS = ("PLAN", "STATUS", "PROGRESS", "SLA", "DATE", "STARTED", "RUN")
-"""Column titles of `run_row`."""
+COLUMNS = ("PLAN", "RUN", "STATUS", "PROGRESS", "SLA", "DATE", "STARTED")
+"""Column titles of `run_row`. The run id comes next to the plan: two runs of a plan differ by it alone."""
+
+
+def columns_fitting(rows: Sequence[tuple[str, ...]], width: int) -> int:
+    """How many of COLUMNS to show in `width` cells: all of them, or all but STARTED when they would not
+    fit (the run id starts with the same time), so that no column is cut off.
+
+    Args:
+        rows: the cells of each run (`run_row`).
+        width: the table's width inside its border (0: not known yet).
+    """
+    widths = [max(map(len, column)) for column in zip(COLUMNS, *rows, strict=True)]
+    # A table pads each cell by one column on either side.
+    need = sum(widths) + 2 * len(widths)
+    return len(COLUMNS) - 1 if 0 < width < need else len(COLUMNS)
 
 
 def find_run(runs: Sequence[RunLike], name: str) -> RunLike | None:

@@ -63,6 +63,9 @@ class JobsModel:
     """When the latest attempt started (None: never); Times once every job's is read (`ensure_all`)."""
     ended: Sparse[float] | Times = field(default_factory=lambda: Sparse())
     """When the job last reached a terminal state (None while it is not in one); Times as `started`."""
+    stopped: Sparse[float] = field(default_factory=lambda: Sparse())
+    """When the latest attempt stopped running, for the jobs whose `ended` does not say it, where the
+    transitions applied tell it: a failed job skipped or set ok later ended at the operator's act."""
     reason: Sparse[str] = field(default_factory=lambda: Sparse(""))
     """Latest reason recorded for the job (failure, hold, skip)."""
     deadline: dict[int, float] = field(default_factory=dict)
@@ -278,7 +281,7 @@ class JobsModel:
         touched: set[int] = set()
         n = len(self.ids)
         counts, tier_counts = self.counts, self.tier_counts
-        for seq, idx, _frm, to, att, ts, ex, code, reason in changes:
+        for seq, idx, frm, to, att, ts, ex, code, reason in changes:
             self.seq = max(self.seq, int(seq))
             i = int(idx)
             if i >= n:
@@ -302,8 +305,22 @@ class JobsModel:
             if code is not None:
                 self.exit_code[i] = int(code)
             self.reason.put(i, str(reason or ""))
+            # `stopped` is kept only where `ended` will not say when the attempt ended, so a big run
+            # holds a few of them. The transition's own from-state tells whether an attempt ended
+            # here: the feed may replay transitions a row read already has.
+            ran = frm in (S.RUNNING, S.QUEUED)
             if to_v == S.RUNNING:
                 self.started[i] = float(ts)
+                self.stopped.pop(i, None)
+            elif to_v in _TERMINAL_VALUES:
+                if ran:
+                    self.stopped.pop(i, None)  # the job ended with its attempt, at `ended`
+                elif i not in self.stopped and (end := self.ended[i]) is not None:
+                    # An ended job skipped or set ok: its attempt ended when the job did, as its row says.
+                    self.stopped[i] = end
+            elif ran and to_v != S.QUEUED:
+                # An attempt ended without ending the job (a retry to wait for, a lost executor).
+                self.stopped[i] = float(ts)
             if to_v in _TERMINAL_VALUES:
                 self.ended[i] = float(ts)
             else:
@@ -322,7 +339,7 @@ class JobsModel:
         return sum(self.counts[s] for s in _TERMINAL_VALUES)
 
     def duration(self, i: int, now: float) -> float | None:
-        """Seconds the latest attempt ran (so far, while it runs)."""
+        """Seconds the latest attempt ran (so far, while it runs; None for a job that never ran)."""
         start = self.started[i]
         if start is None:
             return None
@@ -330,7 +347,10 @@ class JobsModel:
         if st in (S.RUNNING, S.QUEUED):
             return max(0.0, now - start)
         end = self.ended[i]
-        return max(0.0, end - start) if end is not None and end >= start else None
+        if end is None:
+            return None  # not ended: waiting for a retry, held, reopened
+        end = self.stopped.get(i, end)  # (not known for rows read: the job ended with its attempt)
+        return max(0.0, end - start) if end >= start else None
 
     def running_on(self, executor: int) -> list[str]:
         """Ids of the jobs running on one executor (from the journal's view)."""

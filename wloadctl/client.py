@@ -69,14 +69,15 @@ def node_label(executor: int) -> str:
 
 
 class RunClient:
-    """A handle on the latest run of a state directory, live or finished.
+    """A handle on the latest run of a state directory (or an earlier one, by its id), live or finished.
 
     With a server journal and no state directory it reads the journal's latest run of the
     namespace, whichever host its scheduler is on; with a broker as well, operator verbs go by
     request/reply to the scheduler holding the run's lease (journal + broker mode).
     """
 
-    def __init__(self, state_dir: str | Path | None, broker: BrokerOptions | None = None) -> None:
+    def __init__(self, state_dir: str | Path | None, broker: BrokerOptions | None = None,
+                 run_id: str | None = None) -> None:
         self.log_broker: BrokerOptions | None = None
         """Broker of the run's agents, for the logs of their jobs (None: the run's own setting)."""
         self.broker = broker
@@ -87,12 +88,19 @@ class RunClient:
             raise UsageError(f"no run journal in {given}",
                              hint=f"start a run there with `wloadctl run PLAN --state-dir {given}`")
         self.store = Store.open(given, create=False, readonly=True)
-        run = self.store.latest_run()
-        if run is None:
+        latest = self.store.latest_run()
+        if latest is None:
             raise UsageError(f"no run recorded in {given or self.store.where}",
                              hint="start one with `wloadctl run PLAN`")
+        run = latest if run_id is None else self.store.get_run(run_id)
+        if run is None:
+            self.store.close()
+            raise UsageError(f"no run {run_id} in {given or self.store.where}", hint="`wloadctl runs` lists them")
         self.run: RunRow = run
         """The journal's record of the run."""
+        self.latest = run.id == latest.id
+        """Whether it is the latest run of its journal: an earlier one is read, never changed (verbs, a resume
+        and the control socket are the latest run's)."""
         # A server journal read from anywhere: the run's files are where its settings say (maybe another host).
         self.state_dir = given or Path(json.loads(run.settings or "{}").get("state_dir") or ".")
         """The run's state directory."""
@@ -151,11 +159,17 @@ class RunClient:
         A lease whose holder is on this host and gone (a scheduler killed -9 moments ago: its lease runs
         out a few seconds later) holds nothing.
         """
-        self.run = self.store.get_run(self.run.run_id) or self.run
+        self.reread_run()
         if self.run.status != "running" or self.run.lease_until <= time.time():
             return False
         return not (self.store.holder_host(self.run.id) is None and self.run.scheduler_pid
                     and not pid_alive(self.run.scheduler_pid))
+
+    def reread_run(self) -> RunRow:
+        """The run's record read again from the journal: a resume sets it running again, and its end
+        moves when it ends again."""
+        self.run = self.store.get_run(self.run.run_id) or self.run
+        return self.run
 
     def ids(self) -> list[str]:
         """Job ids by index (from the run's id list file when it is there: cheaper than the journal)."""
@@ -342,6 +356,9 @@ class RunClient:
         """
         if verb not in VERBS and verb not in ("why", "ping", "whoami", "reject", "pending"):
             raise UsageError(f"unknown verb '{verb}'", hint=f"verbs: {', '.join(VERBS)}, why")
+        if verb in VERBS and not self.latest:
+            raise ControlError(f"run {self.run.run_id} is not the latest run of {self.state_dir}: it is read only",
+                               hint="verbs apply to the latest run (`wloadctl runs` lists them)")
         req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": _user()}
         if self.broker is not None:
             rep = self._ask_broker(req)
@@ -363,8 +380,9 @@ class RunClient:
 
     def _listening(self) -> bool:
         """Whether the run's control socket is there: the run of another user, whose board is theirs alone,
-        is live when its scheduler answers on it (a socket left by a crashed one refuses the connection)."""
-        return ctlsock.socket_path(self.state_dir).exists()
+        is live when its scheduler answers on it (a socket left by a crashed one refuses the connection).
+        The socket is the latest run's: an earlier run of the directory is never live."""
+        return self.latest and ctlsock.socket_path(self.state_dir).exists()
 
     def _ask(self, req: dict[str, Any]) -> dict[str, Any]:
         # The scheduler takes the caller's identity from the socket (SO_PEERCRED), not from `user`.

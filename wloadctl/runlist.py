@@ -41,6 +41,8 @@ class RunEntry:
     """Its state directory."""
     counts: dict[str, int]
     """Jobs per state name (empty when unknown)."""
+    latest: bool = True
+    """Whether it is the latest run of its state directory (an earlier one is only read)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form."""
@@ -65,7 +67,7 @@ def _risk(store: Store, run: RunRow) -> tuple[int, int]:
 
 
 def _entry(store: Store, run: RunRow, state_dir: Path, counts: list[int] | tuple[int, ...] | None,
-           status: str) -> RunEntry:
+           status: str, latest: bool) -> RunEntry:
     if counts is None:
         summary = read_summary(state_dir, run.run_id)
         if summary is not None:
@@ -78,7 +80,7 @@ def _entry(store: Store, run: RunRow, state_dir: Path, counts: list[int] | tuple
     done, total, named = _progress(counts)
     at_risk, late = _risk(store, run)
     return RunEntry(run.run_id, run.plan_name, run.business_date, status, done, total, at_risk, late,
-                    run.started, str(state_dir), named)
+                    run.started, str(state_dir), named, latest)
 
 
 def runs_of(state_dir: Path) -> list[RunEntry]:
@@ -94,11 +96,11 @@ def runs_of(state_dir: Path) -> list[RunEntry]:
             header = client.board_header() if run.id == latest.id else None
             if header is not None:
                 status = "holding" if is_holding(header.counts) else "running"
-                out.append(_entry(store, run, state_dir, header.counts[: len(_NAMES)], status))
+                out.append(_entry(store, run, state_dir, header.counts[: len(_NAMES)], status, True))
             else:
                 # A run left `running` in the journal with no live scheduler was cut off.
                 status = "interrupted" if run.status == "running" else run.status
-                out.append(_entry(store, run, state_dir, None, status))
+                out.append(_entry(store, run, state_dir, None, status, run.id == latest.id))
         return out
 
 

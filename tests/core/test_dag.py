@@ -66,6 +66,18 @@ def test_ancestors_and_descendants(dag: Dag) -> None:
         dag.ancestors("nope")
 
 
+def test_below_walks_once_for_many_jobs_and_leaves_them_out(dag: Dag) -> None:
+    at = dag.index.__getitem__
+    # Every job below any of those given, as their descendants together, less those given
+    starts = ["load_a", "load_b", "report"]
+    want = set().union(*(dag.descendants(j) for j in starts)) - set(starts)
+    assert sorted(dag.ids[i] for i in dag.below(map(at, starts))) == sorted(want)
+    # A job below another given one is left out too; indices past the graph are passed over
+    assert sorted(dag.ids[i] for i in dag.below([at("open"), at("post"), len(dag) + 3])) == [
+        "alert", "close", "load_a", "load_b", "report"]
+    assert dag.below([at("lonely")]) == [] and dag.below([]) == []
+
+
 def test_levels_are_longest_path_depths(dag: Dag) -> None:
     assert dag.levels() == {
         "open": 0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,9 @@ class FakeClient:
     ) -> dict[str, Any]:
         self.sent.append((verb, list(jobs), reason, downstream))
         results = []
-        for job in jobs:
+        # Globs are matched as the scheduler matches them (wloadctl.core.verbs.resolve_jobs).
+        for job in (j for name in jobs for j in (fnmatch.filter(self.ids_list, name) if set(name) & set("*?[")
+                                                  else [name])):
             st = ROWS[job][0]
             ok = st in VERB_FROM[verb]
             results.append(
@@ -216,6 +219,9 @@ class FakeClient:
 
     def last_drill(self) -> dict[str, Any] | None:
         return self.drill
+
+    def reread_run(self) -> Run:
+        return self.run
 
     def whoami(self) -> dict[str, Any]:
         from wloadctl.access import Role, allowed_verbs

@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from console_helpers import LiveRun, loaded, screen_text, wait_for
@@ -149,6 +150,88 @@ async def test_hold_release_and_rerun_with_downstream_by_keys(
         )
         await pilot.press("q")  # the run is over: no question
     assert app.return_value == "quit"
+
+
+def many_loads_plan(run: LiveRun, loads: int) -> Path:
+    """A plan of `loads` jobs waiting behind the gate, each with a job after it: their ids alone
+    make more than one control request can carry."""
+    lines = ["name: tui-many", "jobs:",
+             f'  gate: {{command: "while [ ! -e {run.gate} ]; do sleep 0.05; done"}}']
+    for k in range(loads):
+        load = f"load_ledger_partition_{k:05d}"
+        lines.append(f'  {load}: {{command: "true", depends_on: [gate]}}')
+        lines.append(f'  post_ledger_partition_{k:05d}: {{command: "true", depends_on: [{load}]}}')
+    path = run.root / "many.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def test_a_verb_on_a_glob_of_thousands_of_jobs_is_sent_as_the_glob(live_run: LiveRun) -> None:
+    # Given a live run with 2,500 jobs waiting behind a running gate (their ids: about 75 KB)
+    sup = live_run.supervisor(many_loads_plan(live_run, 2500))
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda: state_of(app, "gate") == S.RUNNING, what="gate RUNNING")
+        # When the operator holds them by a glob on the command line
+        await pilot.press("colon", *"hold load_*", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), timeout=30, what="the confirmation")
+        impact = app.screen.impact
+        assert len(impact.applies) == 2500 and len(impact.affected) == 2500
+        assert "hold 2500 job(s): load_ledger_partition_00000" in screen_text(app)
+        await pilot.press("y")
+        # Then the scheduler holds every one of them, and the note counts them all
+        note = await wait_for(pilot, lambda: next((n for n in app.notes if n.text.startswith("hold")), None),
+                              timeout=30, what="the reply")
+        assert note.text.startswith("hold: 2500 job(s) - job 'load_ledger_partition_00000' held"), note.text
+        with RunClient(live_run.state_dir) as client:
+            assert client.status(with_jobs=False)["counts"]["HELD"] == 2500
+        await wait_for(pilot, lambda: app.model is not None and app.model.counts[S.HELD] == 2500,
+                       what="the holds on screen")
+        live_run.open_gate()
+
+
+async def test_the_header_times_a_resumed_run_to_its_new_end(live_run: LiveRun) -> None:
+    import subprocess
+    import sys
+
+    from tui.labels import fmt_duration
+    from tui.widgets.run_header import RunHeader
+
+    def run_times() -> tuple[str, float | None]:
+        with RunClient(live_run.state_dir) as client:
+            run = client.run
+            return run.status, (run.ended - run.started if run.ended else None)
+
+    # Given a run that ended with a failed job, and a console on it
+    plan = live_run.root / "quick.yaml"
+    plan.write_text('name: tui-quick\njobs:\n  a: {command: "true"}\n  b: {command: "exit 3", depends_on: [a]}\n')
+    subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(live_run.state_dir),
+                    "--quiet"], timeout=120, capture_output=True)
+    status, first = run_times()
+    assert status == "failed" and first is not None
+    sup = live_run.supervisor(None)
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await loaded(pilot)
+        header = app.screen.query_one(RunHeader)
+        await wait_for(pilot, lambda: header.summary is not None and header.summary.elapsed == first,
+                       what="the first end")
+        # When the failed job is retried: the console resumes the run, which ends again
+        await pilot.press("colon", *"retry b", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: attempt_of(app, "b") == 2 and state_of(app, "b") == S.FAILED, timeout=30,
+                       what="b's second attempt")
+        status, second = await wait_for(pilot, lambda: (t := run_times())[0] == "failed" and t[1] and t,
+                                        timeout=30, what="the run's second end")
+        assert second > first
+        # Then the header's elapsed time runs to that end, as `wloadctl status` has it
+        await wait_for(pilot, lambda: header.summary is not None and header.summary.elapsed == second,
+                       what="the second end in the header")
+        await wait_for(pilot, lambda: f"{fmt_duration(second)} elapsed" in screen_text(app), what="it on screen")
 
 
 async def test_a_killed_executor_is_replaced_and_the_node_panel_shows_it(

@@ -165,6 +165,79 @@ async def test_a_verb_that_needs_four_eyes_says_which_request_waits_for_approve(
         live_run.open_gate()
 
 
+async def test_the_sla_pane_counts_down_and_says_late_while_nothing_runs(live_run: LiveRun) -> None:
+    import time
+
+    from tui.app import ConsoleApp
+
+    # Given a live run whose only job with a deadline waits for an operator's approve: nothing runs
+    plan = live_run.root / "waits.yaml"
+    plan.write_text('name: tui-waits\njobs:\n  transfer: {command: "true", confirm: true, deadline: "+1h"}\n'
+                    '  report: {command: "true", depends_on: [transfer]}\n')
+    sup = live_run.supervisor(plan)
+    sup.attach_or_start()
+    shift = [0.0]
+    app = ConsoleApp(live_run.state_dir, supervisor=sup, poll=0.05, clock=lambda: time.time() + shift[0])
+    async with app.run_test(size=(160, 40)) as pilot:
+        await loaded(pilot)
+        await wait_for(pilot, lambda: app.model is not None and app.model.counts[S.HELD] == 1, what="transfer HELD")
+        sla = app.screen.query_one(SlaPanel)
+        await wait_for(pilot, lambda: sla.view is not None and not sla.view.late, what="the deadline ahead")
+        assert app.model is not None and not (app.model.counts[S.RUNNING] or app.model.counts[S.QUEUED])
+        # When its deadline passes with no transition at all
+        shift[0] = 2 * 3600.0
+        # Then the pane says it is late
+        await wait_for(pilot, lambda: sla.view is not None and [d.job for d in sla.view.late] == ["transfer"],
+                       what="transfer LATE in the SLA pane")
+        await wait_for(pilot, lambda: "late: 1" in screen_text(app), what="the late job on screen")
+
+
+async def test_a_failed_job_skipped_or_set_ok_keeps_its_attempts_duration(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from tui.app import ConsoleApp
+    from tui.labels import fmt_duration
+    from tui.screens.confirm import ConfirmScreen
+    from tui.view_model import job_row
+    from wloadctl.client import RunClient
+
+    # Given a run that ended with two failed jobs and one blocked behind the first
+    plan = tmp_path / "fails.yaml"
+    plan.write_text('name: tui-fails\njobs:\n  bad: {command: "sleep 0.2; exit 3"}\n  worse: {command: "exit 4"}\n'
+                    '  after: {command: "true", depends_on: [bad]}\n')
+    state = tmp_path / "state"
+    subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(state), "--quiet"],
+                   timeout=120, capture_output=True)
+    app = ConsoleApp(state, poll=0.05)  # no scheduler: the verbs go to the journal
+    async with app.run_test(size=(100, 24)) as pilot:
+        await loaded(pilot)
+        model = app.model
+        assert model is not None
+        # When the operator skips the blocked job and the failed one, and sets the other ok
+        for command, job, state_after in (("skip after", "after", S.SKIPPED), ("skip bad", "bad", S.SKIPPED),
+                                          ("set-ok worse", "worse", S.SUCCEEDED)):
+            await pilot.press("colon", *command, "enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+            await pilot.press("y")
+            await wait_for(pilot, lambda: model.state[model.index[job]] == state_after,  # noqa: B023
+                           what=f"{job} {state_after.name}")
+        # Then each failed job shows how long its attempt ran, not the time until the operator acted
+        now = app.clock()
+        with RunClient(state) as client:
+            for job in ("bad", "worse"):
+                moves = client.history(job)["transitions"]
+                start = next(t["ts"] for t in moves if t["to"] == "RUNNING")
+                end = next(t["ts"] for t in moves if t["from"] == "RUNNING")
+                i = model.index[job]
+                assert model.ended[i] > end  # (the act came later)
+                assert model.duration(i, now) == end - start
+                assert job_row(model, i, now).duration == fmt_duration(end - start)
+        # And the job skipped before it ever ran has no duration
+        assert model.duration(model.index["after"], now) is None
+        assert job_row(model, model.index["after"], now).duration == ""
+
+
 LOOP_PLAN = r"""name: loop
 jobs:
   list_files:

@@ -184,15 +184,21 @@ async def test_command_line_runs_verbs_on_globs_and_sorts() -> None:
             app.screen, PromptScreen
         )  # still open: the command is invalid
         assert "unknown command 'launch'" in screen_text(app)
-        await pilot.press("escape", "colon", *"hold post_* gl_close", "enter")
+        await pilot.press("escape", "colon", *"hold nope_*", "enter")
+        await wait_for(pilot, lambda: any(n.message == "no job matches nope_*" for n in app._notifications),
+                       what="the glob matching nothing")
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("colon", *"hold post_* gl_close", "enter")
         await wait_for(
             pilot,
             lambda: isinstance(app.screen, ConfirmScreen),
             what="the confirmation",
         )
+        assert "hold 2 job(s): post_interest, gl_close" in screen_text(app)
         await pilot.press("y")
         await wait_for(pilot, lambda: fake.sent, what="the hold")
-    assert fake.sent == [("hold", ["post_interest", "gl_close"], "", False)]
+    # The names go as typed, as the CLI sends them: the scheduler matches the glob again.
+    assert fake.sent == [("hold", ["post_*", "gl_close"], "", False)]
 
 
 async def test_the_sort_arrow_and_title_say_the_order_the_rows_are_in() -> None:

@@ -32,10 +32,10 @@ RUNS = [
 def runs_app(opened: list[Path]) -> ConsoleApp:
     """A console over the canned runs; each run opened gets a fake client of its own."""
 
-    def client_for(state_dir: Path) -> FakeClient:
+    def client_for(state_dir: Path, run_id: str | None) -> FakeClient:
         opened.append(state_dir)
         plan = state_dir.name
-        return FakeClient(state_dir=state_dir, run=Run(run_id=f"r-{plan}", plan_name=plan))
+        return FakeClient(state_dir=state_dir, run=Run(run_id=run_id or f"r-{plan}", plan_name=plan))
 
     return ConsoleApp(None, runs_source=lambda: RUNS, runs_root="/srv/wloadctl", client_for=client_for,
                       clock=lambda: NOW, poll=0.02)  # type: ignore[arg-type]
@@ -104,6 +104,50 @@ async def test_enter_opens_a_run_esc_goes_back_and_colon_switches() -> None:
     # (a run opened gets the feed's client and the one that learns the user's role in it)
     assert list(dict.fromkeys(opened)) == [Path("/nonexistent/eod_mini"), Path("/nonexistent/ledger"),
                                            Path("/nonexistent/statements")]
+
+
+async def test_an_earlier_run_of_a_directory_opens_as_itself_read_only(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from wloadctl.core.states import JobState
+    from wloadctl.runlist import list_runs
+
+    # Given two runs of a plan in one state directory: the first failed, the second succeeded
+    flag, plan, root = tmp_path / "flag", tmp_path / "flagged.yaml", tmp_path / "home"
+    plan.write_text(f'name: flagged\njobs:\n  check: {{command: "test -e {flag}"}}\n')
+    for _ in range(2):
+        subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(root / "flagged"),
+                        "--quiet"], timeout=120, capture_output=True)
+        flag.touch()
+    newer, older = (r.run for r in list_runs(root)[0])
+    app = ConsoleApp(None, runs_source=lambda: list_runs(root)[0], runs_root=str(root), poll=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        # Then an 80-column list shows both run ids whole
+        await listed(pilot)
+        text = screen_text(app)
+        assert newer in text and older in text
+        # When the earlier run is opened from the list
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), what="the run")
+        await loaded(pilot)
+        # Then it is that run, with its own states, and it is only read
+        assert app.info is not None and app.info.run_id == older
+        assert app.model is not None and app.model.state[0] == JobState.FAILED
+        assert app.readonly and "[read-only]" in screen_text(app)
+        assert f"run {older}" in screen_text(app).splitlines()[0]  # the header names it, even at 80 columns
+        await pilot.press("escape")
+        await listed(pilot)
+        # When the later one is asked for by its id, it opens as itself, with its verbs
+        await pilot.press("colon", *f"run {newer}", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen) and app.info is not None
+                       and app.info.run_id == newer, what="the later run")
+        await loaded(pilot)
+        assert app.model is not None and app.model.state[0] == JobState.SUCCEEDED and not app.readonly
+        # And `:run` of the earlier id from a run opens that one again
+        await pilot.press("colon", *f"run {older}", "enter")
+        await wait_for(pilot, lambda: app.info is not None and app.info.run_id == older, what="the earlier run")
+        assert app.readonly
 
 
 async def test_a_bad_command_on_the_list_keeps_the_prompt_open_and_q_quits() -> None:

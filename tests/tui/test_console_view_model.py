@@ -214,25 +214,30 @@ def test_a_tall_column_keeps_broken_jobs_and_says_how_many_more() -> None:
     assert "leaf17" in shown and len(shown) == 4 and more == [16]
 
 
+def at(model: JobsModel, *jobs: str) -> list[int]:
+    """The jobs' indices in the model."""
+    return [model.index[j] for j in jobs]
+
+
 def test_rerun_impact_counts_downstream_critical_and_deadlines(
     loaded: tuple[JobsModel, Dag],
 ) -> None:
     model, dag = loaded
-    alone = impact("rerun", ["extract_fx"], model, dag)
+    alone = impact("rerun", at(model, "extract_fx"), model, dag)
     assert alone.applies == ["extract_fx"] and alone.affected == [
         "revalue_fx"
     ]  # only what it blocked
     assert alone.destructive
-    everything = impact("retry", ["load_fx_rates"], model, dag)
+    everything = impact("retry", at(model, "load_fx_rates"), model, dag)
     assert everything.affected == ["revalue_fx"]
     assert [d.job for d in everything.deadlines] == ["revalue_fx"]
-    held = impact("hold", ["load_gl", "extract_core"], model, dag)
+    held = impact("hold", at(model, "load_gl", "extract_core"), model, dag)
     assert held.applies == []  # RUNNING and SUCCEEDED cannot be held
     assert (
         "'load_gl' is RUNNING: hold does not apply; kill would apply"
         in held.refused[0][1]
     )
-    kill = impact("kill", ["load_gl"], model, dag)
+    kill = impact("kill", at(model, "load_gl"), model, dag)
     assert "gl_close" in kill.affected and kill.critical_tier >= 3
     assert [d.job for d in kill.deadlines][:2] == ["load_gl", "gl_close"]
     assert any(
@@ -301,7 +306,7 @@ def test_commands_parse_with_helpful_errors() -> None:
     ids = ["load_a", "load_b", "post"]
     assert resolve(
         ("load_*", "post", "nope"), ids, {j: k for k, j in enumerate(ids)}
-    ) == (ids, ["nope"])
+    ) == ([0, 1, 2], ["nope"])
 
 
 def test_last_seq_is_the_journals_latest_transition() -> None:
@@ -321,3 +326,29 @@ def test_jobs_a_run_makes_join_the_model_in_their_parents_tier() -> None:
     touched = model.apply([(7, 3, int(JobState.WAITING), int(JobState.RUNNING), 1, 5.0, 0, None, "")])
     assert touched == {3} and model.running == {3}
     assert not model.grow([])
+
+
+def test_a_job_ended_by_an_operator_keeps_its_last_attempts_duration() -> None:
+    S = JobState
+    ids = ["retried", "failed", "never", "replayed"]
+    model = JobsModel(list(ids), bytearray(len(ids)))
+    # The last one was read from the journal after its skip: its row ends at the skip
+    model.load_rows([(3, "replayed", int(S.SKIPPED), 1, 0, 3, 10.0, 90.0, "skipped by ana")])
+    model.apply([
+        # an attempt waiting for a retry, then skipped
+        (1, 0, S.QUEUED, S.RUNNING, 1, 10.0, 0, None, ""), (2, 0, S.RUNNING, S.RETRY_WAIT, 1, 12.0, 0, 1, ""),
+        (3, 0, S.RETRY_WAIT, S.SKIPPED, 1, 50.0, -1, None, "skipped by ana"),
+        # a failed attempt, then set ok
+        (4, 1, S.QUEUED, S.RUNNING, 1, 10.0, 1, None, ""), (5, 1, S.RUNNING, S.FAILED, 1, 15.0, 1, 3, ""),
+        (6, 1, S.FAILED, S.SUCCEEDED, 1, 60.0, -1, None, "set ok by ana"),
+        # skipped before it ever ran
+        (7, 2, S.WAITING, S.SKIPPED, 0, 61.0, -1, None, "skipped by ana"),
+        # the transitions the row read already had, seen again
+        (8, 3, S.RUNNING, S.FAILED, 1, 13.0, 0, 3, ""), (9, 3, S.FAILED, S.SKIPPED, 1, 90.0, -1, None, ""),
+    ])
+    assert [model.duration(i, 100.0) for i in range(4)] == [2.0, 5.0, None, 3.0]
+    assert [job_row(model, i, 100.0).duration for i in range(4)] == ["2.0s", "5.0s", "", "3.0s"]
+    # The ends stay where the journal has them (an SLA met or missed is judged by them)
+    assert [model.ended[i] for i in range(4)] == [50.0, 60.0, 61.0, 90.0]
+    # And a sort by duration agrees
+    assert list(view_order(model, JobFilter(), "duration", False, 100.0)) == [0, 3, 1, 2]

@@ -27,6 +27,8 @@ class ActionRequest:
     """Rerun the downstream too."""
     reason: str = ""
     """Why, for the audit trail."""
+    names: tuple[str, ...] = ()
+    """The ids and globs the operator typed, sent instead of `jobs` when given (as the CLI sends them)."""
 
 
 class ConfirmScreen(ModalScreen[ActionRequest | None]):

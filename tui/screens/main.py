@@ -12,7 +12,7 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from tui.commands import Command, CommandError, parse_command, resolve
+from tui.commands import Command, CommandError, parse_command
 from tui.filters import JobFilter, parse_filter
 from tui.impact import VERB_KEYS
 from tui.messages import Note
@@ -27,7 +27,7 @@ from tui.widgets.job_table import JobTable
 from tui.widgets.node_panel import NodePanel
 from tui.widgets.run_header import RunHeader
 from tui.widgets.sla_panel import SlaPanel
-from wloadctl.core.states import is_holding
+from wloadctl.core.states import JobState, is_holding
 
 PANES = ("dag", "nodes", "sla")
 """The lower panes, in tab order."""
@@ -230,14 +230,19 @@ class MainScreen(OperatorScreen):
         self._refresh_nodes()
 
     def _tick(self) -> None:
-        """Running jobs' durations and the elapsed time grow without any transition."""
+        """Running jobs' durations, the elapsed time and the deadlines' countdowns move without any
+        transition."""
         app = self.console
         model = app.model
         if model is None:
             return
         live = app.status is not None and app.status.live
-        if model.counts[3] or model.counts[2]:
+        if model.counts[JobState.RUNNING] or model.counts[JobState.QUEUED]:
             self.query_one(JobTable).refresh()
+            self._refresh_panels(dag=False)
+        elif model.done_count() < len(model):
+            # Nothing runs, yet jobs wait (held, for a confirmation, for a resume): their deadlines
+            # come closer and pass all the same. The SLA pane walks the jobs with a deadline only.
             self._refresh_panels(dag=False)
         elif live:
             self._refresh_header(self.app_clock())
@@ -414,13 +419,10 @@ class MainScreen(OperatorScreen):
         app = self.console
         model = app.model
         if cmd.is_verb:
-            if cmd.args and model is not None:
-                jobs, unknown = resolve(cmd.args, model.ids, model.index)
-                if unknown:
-                    raise CommandError(f"no job matches {', '.join(unknown)}")
+            if cmd.args:
+                self.ask_verb(cmd.name, [], cmd.downstream, names=cmd.args)
             else:
-                jobs = self.selected_jobs()
-            self.ask_verb(cmd.name, jobs, cmd.downstream)
+                self.ask_verb(cmd.name, self.selected_jobs(), cmd.downstream)
         elif cmd.name == "filter":
             self.set_filter(parse_filter(" ".join(cmd.args)))
         elif cmd.name == "sort":

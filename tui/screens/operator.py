@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import partial
 from typing import Any, ClassVar, cast
 
 from textual import work
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
+from textual.worker import get_current_worker
 
+from tui.commands import resolve
 from tui.impact import VERB_KEYS, impact
 from tui.messages import Note
 from tui.screens.confirm import ActionRequest, ConfirmScreen
@@ -63,8 +67,19 @@ class OperatorScreen(Screen[None]):
         """Ask to apply `verb` to the selected jobs."""
         self.ask_verb(verb, self.selected_jobs())
 
-    def ask_verb(self, verb: str, jobs: list[str], downstream: bool = False) -> None:
-        """Show the impact of `verb` on `jobs` and send it if confirmed."""
+    def ask_verb(
+        self, verb: str, jobs: list[str], downstream: bool = False, names: tuple[str, ...] = ()
+    ) -> None:
+        """Show the impact of `verb` on `jobs` (or on the jobs `names` match) and send it if confirmed.
+
+        Args:
+            verb: one of VERB_KEYS.
+            jobs: the selected job ids (when no names are given).
+            downstream: for rerun, whether finished downstream jobs run again too.
+            names: ids and globs as the operator typed them (`:hold load_*`): matched here for the
+                impact, and sent as typed, as the CLI sends them (a glob naming thousands of jobs
+                is a few bytes, their ids would not fit in one request).
+        """
         app = self.console
         if getattr(app, "readonly", False):
             self.notify("read-only console: no actions", severity="warning")
@@ -74,21 +89,42 @@ class OperatorScreen(Screen[None]):
             self.notify(f"{verb} needs the {needed(verb).label} role; you are "
                         f"{app.role or 'without a role'} in this run", severity="warning")
             return
-        model, dag = app.model, app.dag
-        if model is None or dag is None:
+        if app.model is None or app.dag is None:
             return
-        if not jobs:
+        if not jobs and not names:
             self.notify("no job selected", severity="warning")
             return
-        first = impact(verb, jobs, model, dag, downstream)
-        app.push_screen(
-            ConfirmScreen(first, lambda ds: impact(verb, jobs, model, dag, ds)),
-            self._confirmed,
+        self._weigh(verb, jobs, downstream, names)
+
+    @work(thread=True, exclusive=True, group="impact", exit_on_error=False)
+    def _weigh(self, verb: str, jobs: list[str], downstream: bool, names: tuple[str, ...]) -> None:
+        """Match the names and work out the impact off the UI thread (a big run's graph takes a while),
+        then ask for the confirmation on it."""
+        app = self.console
+        model, dag = app.model, app.dag
+        if names:
+            idxs, unknown = resolve(names, model.ids, model.index)
+            if unknown:
+                app.call_from_thread(self.notify, f"no job matches {', '.join(unknown)}", severity="error")
+                return
+        else:
+            index = model.index
+            idxs = [index[j] for j in jobs if j in index]
+        first = impact(verb, idxs, model, dag, downstream)
+        # Rerun's dialog switches the downstream on and off: both answers are ready before it opens.
+        other = impact(verb, idxs, model, dag, not downstream) if verb == "rerun" else first
+        answers = {downstream: first, not downstream: other}
+        if get_current_worker().is_cancelled:
+            return  # the operator asked again meanwhile: that dialog comes instead
+        app.call_from_thread(
+            app.push_screen,
+            ConfirmScreen(first, answers.__getitem__),
+            partial(self._confirmed, names),
         )
 
-    def _confirmed(self, request: ActionRequest | None) -> None:
+    def _confirmed(self, names: tuple[str, ...], request: ActionRequest | None) -> None:
         if request is not None:
-            self.send_action(request)
+            self.send_action(replace(request, names=names))
 
     @work(thread=True, group="control", exit_on_error=False)
     def send_action(self, request: ActionRequest) -> None:
@@ -100,7 +136,7 @@ class OperatorScreen(Screen[None]):
                     dict[str, Any],
                     app.action_client().control(
                         request.verb,
-                        list(request.jobs),
+                        list(request.names or request.jobs),
                         request.reason,
                         request.downstream,
                     ),
@@ -133,6 +169,9 @@ class OperatorScreen(Screen[None]):
         results = [r for r in reply.get("results", []) if r[0] != "*"]
         applied = [r for r in results if r[1]]
         refused = [r for r in results if not r[1]]
+        # A scheduler sends the first answers of a verb on many jobs, and counts them all.
+        n_applied = int(reply.get("applied", len(applied)))
+        n_refused = int(reply.get("refused", len(refused)))
         pending = reply.get("pending")
         if reply.get("error"):
             text, level = f"{request.verb} failed: {reply['error']}", "error"
@@ -145,14 +184,13 @@ class OperatorScreen(Screen[None]):
                 f"(A, or `wloadctl approve {rid}`); nothing done yet"
             )
             level = "warning"
-        elif refused:
-            text = (
-                f"{request.verb}: {len(applied)} applied, {len(refused)} refused: "
-                f"{refused[0][2]}"
+        elif refused or n_refused:
+            text = f"{request.verb}: {n_applied} applied, {n_refused} refused" + (
+                f": {refused[0][2]}" if refused else ""
             )
             level = "warning"
         else:
-            text = f"{request.verb}: {len(applied)} job(s) - " + (
+            text = f"{request.verb}: {n_applied} job(s) - " + (
                 applied[0][2] if applied else "nothing to do"
             )
             level = "information"

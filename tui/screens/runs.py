@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from tui.runs_view import COLUMNS, LIVE, RunLike, find_run, host_risk, run_row
+from tui.runs_view import COLUMNS, LIVE, RunLike, columns_fitting, find_run, host_risk, run_row
 
 REFRESH = 2.0
 """Seconds between readings of the run list."""
@@ -81,17 +81,27 @@ class RunsScreen(Screen[None]):
         if risk.at_risk_runs:
             head.stylize("bold red", len(head.plain) - len(risk.line()))
         self.query_one("#runs-header", Static).update(head)
-        table.clear()
-        for r in self.runs:
-            cells = run_row(r)
+        rows = [run_row(r) for r in self.runs]
+        shown = columns_fitting(rows, table.scrollable_content_region.width)
+        if shown != len(table.columns):
+            table.clear(columns=True)
+            table.add_columns(*COLUMNS[:shown])
+        else:
+            table.clear()
+        for r, cells in zip(self.runs, rows, strict=True):
             style = "red" if r.late else ("yellow" if r.at_risk else ("bold" if r.status in LIVE else ""))
-            table.add_row(*(Text(c, style=style) for c in cells), key=r.run)
+            table.add_row(*(Text(c, style=style) for c in cells[:shown]), key=r.run)
         if current is not None:
             for k, r in enumerate(self.runs):
                 if r.run == current.run:
                     table.move_cursor(row=k)
         table.border_subtitle = f"{len(self.runs)} runs"
         self.loaded = True
+
+    def on_resize(self) -> None:
+        """The columns that fit change with the width."""
+        if self.loaded:
+            self.show(self.runs)
 
     def selected(self) -> RunLike | None:
         """The run under the cursor."""

@@ -105,7 +105,11 @@ class RunHeader(Widget):
                 out.append(f"\n{st.error}", tone_style(self, "bad"))
             return out
         out.append(f"{info.plan_name}", "bold")
-        out.append(f"  bd {info.business_date}  ")
+        if info.latest:
+            out.append(f"  bd {info.business_date}  ")
+        else:
+            # An earlier run of its directory: which one it is comes first, its business date after.
+            out.append(f"  run {info.run_id}  ", "bold")
         if st is None:
             out.append("...")
         elif st.error:
@@ -135,7 +139,8 @@ class RunHeader(Widget):
             out.append(f"  [{self.mode}]", tone_style(self, "warn"))
         if self.approvals:
             out.append(f"  {self.approvals} wait for approve (A)", tone_style(self, "warn"))
-        # The rest goes in while it fits, most useful first: narrow loses the run id.
+        # The rest goes in while it fits, most useful first: narrow loses the run id (or the business date
+        # of an earlier run).
         room = self.size.width - out.cell_len
         extras = [f"  {fmt_duration(s.elapsed)} elapsed"]
         if s.forecast is not None and s.done < s.total:
@@ -143,7 +148,7 @@ class RunHeader(Widget):
                 f", ~{fmt_duration(s.forecast)} to go "
                 f"({fmt_clock(self.now + s.forecast)[:5]})"
             )
-        extras.append(f"  run {info.run_id}")
+        extras.append(f"  run {info.run_id}" if info.latest else f"  bd {info.business_date}")
         for part in extras:
             if len(part) <= room:
                 out.append(part)

@@ -259,7 +259,10 @@ class ControlDesk:
         body: dict[str, Any] = {"ok": ok, "verb": rep.verb, "results": lines[:MAX_REPLY_LINES],
                                 "touched": len(rep.touched)}
         if extra > 0:
+            # The jobs past the lines sent are counted, so that a glob's answer still says how many were applied.
             body["more"] = extra
+            body["applied"] = sum(1 for job, applied, _msg in lines if applied and job != "*")
+            body["refused"] = sum(1 for job, applied, _msg in lines if not applied and job != "*")
         if req.get("approved"):
             body["approved"] = req["approved"]
         if req:
