@@ -454,7 +454,9 @@ class SchedulerCore(JobTable):
             if self.cancelled:
                 self.set_state(i, _CANC, reason="run cancelled")  # it never started: it does not now
             return
-        if ev.lost:
+        if ev.lost and (killed is None or not spec.idempotent):
+            # (An operator's kill of a job lost with its node is done: the job does not run again. One that may
+            # not run twice is held all the same: it may still run on the node, which may come back.)
             why, retryable = "executor lost", policy.on_lost
             if not spec.idempotent:
                 self.set_state(i, _HELD, reason="interrupted, needs operator", executor=ex)
