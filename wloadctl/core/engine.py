@@ -504,7 +504,9 @@ class SchedulerCore(JobTable):
         del self.held_lost[i]
         if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.spawn_failed:
             self.branches.record(i, 0, ev.result)
-            self.set_state(i, _OK, reason=f"its node came back: attempt {ev.attempt} had succeeded",
+            # Stamped with when it is heard: the job was held until now, whenever it had ended.
+            ago = f" ({ev.now - ev.ended:.0f}s before)" if ev.ended and ev.now - ev.ended >= 1 else ""
+            self.set_state(i, _OK, reason=f"its node came back: attempt {ev.attempt} had succeeded{ago}",
                            executor=ev.executor, exit_code=0)
             self.resolve(i)
 

@@ -10,6 +10,7 @@ those attempts is ignored, and what it still runs of them is killed once it is h
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -425,9 +426,11 @@ class AgentPool:
                 if r.kind == P.RES_EXITED:
                     node.stale.discard((i, r.attempt))
                     if self.core.held_lost.get(i) == r.attempt and not r.flags & P.FLAG_LOST:
-                        # Held when the node was lost (idempotent: false): how the attempt really ended.
-                        feed(reader.exited(r, cause, node=node.index, tail=e.tail.decode("utf-8", "replace"),
-                                           result=result_of_bytes(e.result) if e.result is not None else {}))
+                        # Held when the node was lost (idempotent: false): how the attempt really ended,
+                        # heard now (the job was held until now, whenever it had ended).
+                        late = reader.exited(r, cause, node=node.index, tail=e.tail.decode("utf-8", "replace"),
+                                             result=result_of_bytes(e.result) if e.result is not None else {})
+                        feed(dataclasses.replace(late, now=time.time(), ended=late.now))
                 continue  # the node was declared lost with it: the engine has moved on
             if 0 <= self.core.executor[i] != node.index:
                 continue  # another node holds this attempt now: this node's copy is a late, stale one
