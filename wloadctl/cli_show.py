@@ -70,6 +70,9 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         age = f"{g['age']:.1f}s ago" if g.get("age") is not None else "never"
         print(f"  agent {g['agent']}: {g['state']}, pools {','.join(g['pools']) or '-'}, "
               f"running {g['slots_used']}/{g['slots']}, load {g['load1']:.2f}, holds {g['jobs_held']}, beat {age}")
+        if g.get("duplicates"):
+            print(f"    {len(g['duplicates'])} agents run under the name {g['agent']}: {'; '.join(g['duplicates'])} "
+                  "(give each its own --name)")
     shown = st["jobs"]
     for j in shown[:200 if not a.all else None]:
         extra = f"  {j.get('reason', '')}" if j.get("reason") and j["state"] != "SUCCEEDED" else ""

@@ -650,7 +650,7 @@ class RunClient:
 
     def _mirror_log(self, job: str, index: int, executor: int, attempt: int, path: Path) -> None:
         """Copy the log of a job attempt that ran on agent `executor` from it (through the broker) to `path`."""
-        from wloadctl.remote.agents import fetch_log, node_names
+        from wloadctl.remote.agents import AGENTS_FILE, fetch_log, node_names
         from wloadctl.remote.broker import ENV_BROKER, ENV_PASSWORD, BrokerOptions
 
         agent = node_names(self.state_dir).get(executor)
@@ -661,9 +661,15 @@ class RunClient:
             if url:
                 options = BrokerOptions(url=url, prefix=str(settings.get("prefix", "wl")),
                                         password=os.environ.get(ENV_PASSWORD))
-        if agent is None or options is None:
+        if options is None:
             raise ControlError(f"{job} attempt {attempt} ran on an agent (node {executor}) and no broker is known",
                                hint="pass --broker URL")
+        if agent is None:
+            # The journal keeps the node's number only; its name is in the state directory of the scheduler that
+            # numbered it (its agents file), which this host does not have.
+            raise ControlError(f"{job} attempt {attempt} ran on agent node {executor}, whose name is not known here "
+                               f"({self.state_dir / AGENTS_FILE} does not name it)",
+                               hint="read the log on the host of the scheduler that ran the attempt")
         fetch_log(options, agent, self.run.run_id, index, job, attempt, path)
 
     def plan(self) -> Plan:

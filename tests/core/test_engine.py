@@ -251,6 +251,23 @@ def test_a_task_handed_back_unstarted_is_sent_again_at_the_same_attempt_and_says
     core.validate()
 
 
+def test_a_job_killed_by_an_operator_and_then_lost_with_its_node_is_done_not_run_again() -> None:
+    plan = make_plan({"a": {}, "c": {"idempotent": False}})
+    core = SchedulerCore(plan, slots=2)
+    core.handle(RunStartedEvent(0.0))
+    for i in (0, 1):
+        core.handle(JobStartedEvent(i, 1, 7, 100 + i, 0.1))
+    # an operator kills both, but the node that runs them no longer has them to kill
+    core.kill(0, "killed by operator")
+    core.kill(1, "killed by operator")
+    cmds = core.handle(ExecutorLostEvent(7, 1.0))
+    assert states(core)["a"] == "FAILED" and core.reasons[0] == "killed by operator"
+    assert dispatched(cmds) == []
+    # (one that may not run twice may still run there: it is held for the operator all the same)
+    assert states(core)["c"] == "HELD" and core.held_lost[1] == 1
+    core.validate()
+
+
 def test_a_job_lost_again_and_again_fails() -> None:
     core = SchedulerCore(make_plan({"poison": {}}), slots=1)
     core.handle(RunStartedEvent(0.0))

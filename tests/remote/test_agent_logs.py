@@ -115,3 +115,19 @@ def test_logs_logs_in_to_a_broker_with_users_as_run_does(tmp_path: Path, auth_se
         node.stop()
     # Then it is copied from the agent
     assert (p.returncode, p.stdout) == (0, "hi\n"), p.stderr
+
+
+def test_logs_of_an_agent_job_on_a_host_that_cannot_name_the_agent_say_so_not_that_no_broker_is_known(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    # Given a run whose job ran on an agent
+    plan = plan_file(tmp_path / "p.yaml", tmp_path / "evidence", {"talk": {"pool": "etl", "command": "echo hi"}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url)
+    _out, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    # When its log is asked for, with the broker, where the agents' names are not kept
+    (sd / "agents.json").unlink()
+    got = _logs("talk", "--state-dir", str(sd), "--broker", nats_server.url)
+    # Then the reader says it cannot name the agent, not that no broker is known
+    assert got.returncode != 0
+    assert "whose name is not known here" in got.stderr and "no broker" not in got.stderr, got.stderr

@@ -262,7 +262,8 @@ def test_a_job_held_when_its_agent_was_lost_takes_its_end_when_the_agent_comes_b
     """A job that may not run twice is held when its agent is lost; the agent, back, was not lost at all for the
     job: it went on, and its success is the job's (held for nothing, it would keep the run waiting)."""
     out = tmp_path / "evidence"
-    plan = plan_file(tmp_path / "p.yaml", out, {"pay": {"pool": "etl", "sleep": 5, "idempotent": False},
+    gate = tmp_path / "go"
+    plan = plan_file(tmp_path / "p.yaml", out, {"pay": {"pool": "etl", "sleep": 0, "gate": gate, "idempotent": False},
                                                  "after": {"pool": "etl", "depends_on": ["pay"]}})
     sd = tmp_path / "sd"
     proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "2")
@@ -271,6 +272,9 @@ def test_a_job_held_when_its_agent_was_lost_takes_its_end_when_the_agent_comes_b
     paused = nodes[first]
     paused.signal_agent(signal.SIGSTOP)
     try:
+        # (the job goes on while its agent is frozen: it ends before it is held)
+        gate.touch()
+        wait_for(lambda: len(agents_of(out)["pay"]) == 2, timeout=60, what="pay ended on the frozen agent")
         wait_for(lambda: job_states(sd).get("pay") == "HELD", timeout=60, what="pay held, its agent lost")
     finally:
         paused.signal_agent(signal.SIGCONT)
@@ -280,6 +284,10 @@ def test_a_job_held_when_its_agent_was_lost_takes_its_end_when_the_agent_comes_b
     assert job_states(sd) == {"pay": "SUCCEEDED", "after": "SUCCEEDED"}
     told = cli("history", "pay", "--state-dir", str(sd)).stdout
     assert "HELD -> SUCCEEDED" in told and "its node came back: attempt 1 had succeeded" in told, told
+    # and its success is stamped when it was heard, after it was held (not back-dated to when the job ended)
+    steps = {(t["from"], t["to"]): t["ts"] for t in
+             json.loads(cli("history", "pay", "--state-dir", str(sd), "--json").stdout)["transitions"]}
+    assert steps[("HELD", "SUCCEEDED")] >= steps[("RUNNING", "HELD")], told
 
 
 def test_an_agent_refuses_a_dispatch_or_kill_of_an_older_epoch(

@@ -454,7 +454,9 @@ class SchedulerCore(JobTable):
             if self.cancelled:
                 self.set_state(i, _CANC, reason="run cancelled")  # it never started: it does not now
             return
-        if ev.lost:
+        if ev.lost and (killed is None or not spec.idempotent):
+            # (An operator's kill of a job lost with its node is done: the job does not run again. One that may
+            # not run twice is held all the same: it may still run on the node, which may come back.)
             why, retryable = "executor lost", policy.on_lost
             if not spec.idempotent:
                 self.set_state(i, _HELD, reason="interrupted, needs operator", executor=ex)
@@ -502,7 +504,9 @@ class SchedulerCore(JobTable):
         del self.held_lost[i]
         if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.spawn_failed:
             self.branches.record(i, 0, ev.result)
-            self.set_state(i, _OK, reason=f"its node came back: attempt {ev.attempt} had succeeded",
+            # Stamped with when it is heard: the job was held until now, whenever it had ended.
+            ago = f" ({ev.now - ev.ended:.0f}s before)" if ev.ended and ev.now - ev.ended >= 1 else ""
+            self.set_state(i, _OK, reason=f"its node came back: attempt {ev.attempt} had succeeded{ago}",
                            executor=ev.executor, exit_code=0)
             self.resolve(i)
 

@@ -112,6 +112,8 @@ class JobExitedEvent:
     """What the job wrote to its result file (read only for jobs a condition looks at)."""
     cause_id: str = ""
     """Identifier carried into the rows this event causes."""
+    ended: float = 0.0
+    """When it ended, for a report heard long after (then `now` is when it was heard); 0: at `now`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import secrets
 import select
 import signal
 import socket
@@ -95,6 +96,8 @@ class Agent:
     """The same per run (a standby asks about the scheduler of its run)."""
     notes: list[str] = field(default_factory=list)
     """Lines for its log."""
+    boot: str = field(default_factory=lambda: secrets.token_hex(8))
+    """Drawn as it starts, said in every beat: its scheduler tells two agents of one name apart by it."""
 
     def open(self) -> None:
         """Make or reattach the node's queues, segments and executors, read the journal, start pulling."""
@@ -556,7 +559,8 @@ class Agent:
                          load1=os.getloadavg()[0], rss_kb=process_rss_kb(), mem_free_mb=_mem_free_mb(),
                          jobs_held=len(self.book.held), held=held, epoch_seen=max(self.epochs.values(), default=0),
                          heard_active=self.heard_active, pid=os.getpid(), host=socket.gethostname(),
-                         version=_version(), sent=now, prefetch=self.opts.prefetch, stopped=stopped)
+                         version=_version(), sent=now, prefetch=self.opts.prefetch, stopped=stopped,
+                         boot=self.boot)
         data = hb.encode()
         if not self.link.connected:
             return None

@@ -10,6 +10,7 @@ those attempts is ignored, and what it still runs of them is killed once it is h
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -40,6 +41,7 @@ from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.agents import AGENT_BASE, AGENTS_FILE, NODES_FILE, AgentState, agent_state, node_names
 from wloadctl.remote.broker import Subjects, ensure_streams
+from wloadctl.remote.holdings import Holdings
 from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.pulling import Msg, Puller
 from wloadctl.remote.witness import take_lead
@@ -78,7 +80,9 @@ class Node:
     beat: M.Heartbeat | None = None
     """Its last heartbeat."""
     stale: set[tuple[int, int]] = field(default_factory=set)
-    """(job, attempt) it held when it was declared LOST: not its to finish any more."""
+    """(job, attempt) it held when it was declared LOST, or its beats stopped listing: not its to finish any more."""
+    holdings: Holdings | None = None
+    """What its beats list against what this scheduler placed on it, and whether two agents share its name."""
 
 
 class AgentPool:
@@ -141,6 +145,7 @@ class AgentPool:
         self.orphans: tuple[float, set[tuple[int, int]]] | None = None
         """After an agent was lost: since when, and the unaccepted tasks it may have taken."""
         self.next_orphan_check = 0.0
+        self.next_held_check = 0.0
         self.seq = 0
         self.health_due = False
         self._load_numbering()
@@ -421,9 +426,11 @@ class AgentPool:
                 if r.kind == P.RES_EXITED:
                     node.stale.discard((i, r.attempt))
                     if self.core.held_lost.get(i) == r.attempt and not r.flags & P.FLAG_LOST:
-                        # Held when the node was lost (idempotent: false): how the attempt really ended.
-                        feed(reader.exited(r, cause, node=node.index, tail=e.tail.decode("utf-8", "replace"),
-                                           result=result_of_bytes(e.result) if e.result is not None else {}))
+                        # Held when the node was lost (idempotent: false): how the attempt really ended,
+                        # heard now (the job was held until now, whenever it had ended).
+                        late = reader.exited(r, cause, node=node.index, tail=e.tail.decode("utf-8", "replace"),
+                                             result=result_of_bytes(e.result) if e.result is not None else {})
+                        feed(dataclasses.replace(late, now=time.time(), ended=late.now))
                 continue  # the node was declared lost with it: the engine has moved on
             if 0 <= self.core.executor[i] != node.index:
                 continue  # another node holds this attempt now: this node's copy is a late, stale one
@@ -456,6 +463,13 @@ class AgentPool:
         was = node.state
         node.heard, node.beat, node.pools, node.slots = heard, hb, list(hb.pools), hb.slots_total
         node.prefetch = max(0, hb.prefetch)
+        if node.holdings is None:
+            node.holdings = Holdings(self.run_id, self.timeout)
+        if node.holdings.hear(hb, heard):
+            others = node.holdings.others()
+            self.say("agent_duplicate", {"agent": node.name, "agents": others, "reason": (
+                f"{len(others)} live agents beat under the name {node.name} ({'; '.join(others)}): their jobs "
+                "and kills are shared; give each its own --name")})
         if was != AgentState.ALIVE:
             node.state = AgentState.ALIVE
             self.health_due = True
@@ -500,6 +514,9 @@ class AgentPool:
                     since, before = self.orphans or (now, set())
                     self.orphans = (since, before | taken)
             node.state = st
+        if self.watch.up and now >= self.next_held_check:
+            self.next_held_check = now + self.beat
+            self._check_held(now, feed, cause)
         if self.orphans is not None and now >= self.next_orphan_check:
             self.next_orphan_check = now + ORPHAN_CHECK
             self._settle_orphans(now, feed, cause)
@@ -527,10 +544,38 @@ class AgentPool:
             self.note(f"{self.watch.line(change)}; agents' silence is not counted until it is back")
             return
         self.note(f"{self.watch.line(change)}; agents have {self.timeout:g}s to be heard again")
-        # Their beats could not reach this scheduler: each agent not already lost gets a fresh timeout.
+        # Their beats could not reach this scheduler: each agent not already lost gets a fresh timeout,
+        # and the tasks its beats did not list a fresh grace.
         for node in self.nodes.values():
             if node.state != AgentState.LOST:
                 node.heard = max(node.heard, now)
+            if node.holdings is not None:
+                node.holdings.forget()
+
+    def _check_held(self, now: float, feed: Feed, cause: str) -> None:
+        """Jobs placed on a live agent that its beats have stopped listing are lost (see remote/holdings.py).
+
+        The grace is the agent timeout: as long as a silent agent is given, and ample for a report of
+        the job's end to arrive (which settles it first).
+        """
+        core = self.core
+        placed: dict[int, set[tuple[int, int]]] = {}
+        state, attempt = core.state, core.attempt
+        for i, ex in enumerate(core.executor):
+            if ex >= AGENT_BASE and state[i] in (JobState.QUEUED, JobState.RUNNING):
+                placed.setdefault(ex, set()).add((i, attempt[i]))
+        for node in self.nodes.values():
+            if node.holdings is None or node.state == AgentState.LOST:
+                continue
+            gone = node.holdings.missing(placed.get(node.index, set()), now, self.timeout)
+            if not gone:
+                continue
+            node.stale.update(gone)
+            self.say("jobs_not_held", {"agent": node.name, "jobs": len(gone), "reason": (
+                f"agent {node.name} is heard but has not held {len(gone)} of its job(s) for {self.timeout:g}s "
+                "(started again without its state, or another agent of its name)")})
+            for i, att in gone:
+                feed(JobExitedEvent(i, att, node.index, -1, now, lost=True, cause_id=cause))
 
     def _settle_orphans(self, now: float, feed: Feed, cause: str) -> None:
         """Send again what a lost agent took and never reported (exactly, not by guess).
@@ -621,7 +666,8 @@ class AgentPool:
             out.append({"agent": n.name, "index": n.index, "state": n.state.name, "pools": n.pools,
                         "slots_used": b.slots_used if b else 0, "slots": n.slots,
                         "load1": b.load1 if b else 0.0, "jobs_held": b.jobs_held if b else 0,
-                        "age": round(now - n.heard, 1) if n.heard else None})
+                        "age": round(now - n.heard, 1) if n.heard else None,
+                        "duplicates": n.holdings.others() if n.holdings is not None else []})
         return out
 
     def health(self, now: float) -> list[dict[str, object]]:

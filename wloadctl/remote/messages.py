@@ -152,6 +152,8 @@ class Heartbeat(Body):
     """Tasks per slot it takes ahead of its free slots (its scheduler may keep that many more with it)."""
     stopped: bool = False
     """Its last word, kept in the agents bucket: it stopped cleanly (listed STOPPED, not LOST)."""
+    boot: str = ""
+    """A random id the agent drew as it started: two agents beating under one name have two."""
 
 
 @dataclass(slots=True)
