@@ -139,6 +139,10 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("bad_confirm.yaml", 6, "job 'post': confirm must be true or false, not the text 'yes'"),
     ("bad_four_eyes.yaml", 2, "four_eyes: unknown verb 'delete'"),
     ("bad_job_four_eyes.yaml", 5, "job 'load': four_eyes must be a list of verbs, not the text 'rerun'"),
+    ("command_nul.yaml", 4, "job 'load': the command holds a NUL byte (no process can be given one"),
+    ("env_nul.yaml", 3, "job 'load': env 'REGION' holds a NUL byte"),
+    ("cwd_nul.yaml", 3, "job 'load': cwd holds a NUL byte"),
+    ("on_failure_nul.yaml", 2, "on_failure holds a NUL byte"),
 ]
 
 # Problems whose message names a job: the job the report must carry.

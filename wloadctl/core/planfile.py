@@ -27,6 +27,7 @@ from wloadctl.core.plantop import (
     read_four_eyes,
     read_limits,
     read_name,
+    read_on_failure,
     read_roles,
     read_schedule,
     read_share,
@@ -37,7 +38,6 @@ from wloadctl.core.planvalues import (
     amounts,
     key_hint,
     mapping,
-    text_of,
 )
 from wloadctl.core.yamltree import (
     LONG_KEY,
@@ -316,9 +316,7 @@ class _PlanBuilder:
                 lambda e: plain_value((mapping(e, "variables"), 0, None)),
                 {},
             ),
-            on_failure=self._top_field(
-                "on_failure", lambda e: text_of(e, "on_failure"), None
-            ),
+            on_failure=self._top_field("on_failure", read_on_failure, None),
             timezone=self._top_field("timezone", read_timezone, None),
             path=self.path,
             groups=self._groups(jobs.jobs),

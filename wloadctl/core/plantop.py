@@ -38,6 +38,15 @@ def read_name(entry: Entry) -> str:
     return name
 
 
+def read_on_failure(entry: Entry) -> str:
+    """`on_failure`: the shell command of the hook run when a job fails for good (a process: no NUL byte)."""
+    command = text_of(entry, "on_failure")
+    if "\0" in command:
+        raise FieldError("on_failure holds a NUL byte", entry[1],
+                         "no process can be given one; in YAML, \"\\0\" in double quotes is a NUL byte")
+    return command
+
+
 def read_limits(entry: Entry) -> str:
     """`limits`: `claim` (the default) or `enforce` (cpu and memory claims become cgroup limits)."""
     value = text_of(entry, "limits")

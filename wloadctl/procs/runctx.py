@@ -325,7 +325,7 @@ class RunContext:
                 hook = subprocess.Popen(["/bin/sh", "-c", self.plan.on_failure], env=env, stdin=subprocess.DEVNULL,
                                         stdout=hook_log, stderr=subprocess.STDOUT, start_new_session=True)
                 self.hooks[hook] = spec.id
-            except OSError as e:
+            except (OSError, ValueError) as e:  # (ValueError: a NUL byte in its environment)
                 self.events.emit("hook_failed", spec.id, reason=str(e))
             finally:
                 hook_log.close()
