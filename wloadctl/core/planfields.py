@@ -109,6 +109,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
 _MAX_PRIORITY = 1_000_000
 _MAX_RETRIES = 1000
+_MAX_BACKOFF = 100.0
+"""The largest retry backoff factor: each retry's delay grows by it (10 turns 1 s into 3 h by the fifth)."""
 _MAX_ITERATIONS = 100_000
 _MAX_ITEMS = 1_000_000
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KkMmGgTt](?:i?[Bb])?)?")
@@ -296,7 +298,7 @@ class FieldReader:
         if "delay" in fields:
             kw["delay"] = duration(fields["delay"], "retries delay")
         if "backoff" in fields:
-            kw["backoff"] = number(fields["backoff"], "retries backoff", 1.0)
+            kw["backoff"] = number(fields["backoff"], "retries backoff", 1.0, _MAX_BACKOFF)
         if "max_delay" in fields:
             kw["max_delay"] = duration(fields["max_delay"], "retries max_delay")
         if "jitter" in fields:
