@@ -144,6 +144,10 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("env_nul.yaml", 3, "job 'load': env 'REGION' holds a NUL byte"),
     ("cwd_nul.yaml", 3, "job 'load': cwd holds a NUL byte"),
     ("on_failure_nul.yaml", 2, "on_failure holds a NUL byte"),
+    ("noop_with_command.yaml", 4, "job 'join': a noop job runs no command, but this one has one (remove the command, "
+     "or give the job type: shell)"),
+    ("noop_defaults_with_command.yaml", 5, "job 'load': a noop job runs no command, but this one has one (remove the "
+     "command, or give the job type: shell, as the defaults' type: noop holds for every job without one)"),
 ]
 
 # Problems whose message names a job: the job the report must carry.

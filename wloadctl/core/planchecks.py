@@ -52,16 +52,16 @@ def check_jobs(jobs: JobsReader) -> None:
             kind=CycleError,
         )
     _check_conditions(jobs)
-    _check_exec_sizes(jobs)
+    _check_commands(jobs)
     for jid, line in jobs.iterated:
         if not jobs.jobs[jid].until and jid not in jobs.looping:
             jobs.report(line, "max_iterations without until: the job runs once",
                         "add an until (e.g. until: result.ready == 1) or remove max_iterations", job=jid)
 
 
-def _check_exec_sizes(jobs: JobsReader) -> None:
-    """Each job's command and env must fit what a process can be started with (EXEC_ARG_MAX, EXEC_TOTAL_MAX),
-    and hold no NUL byte, nor its cwd.
+def _check_commands(jobs: JobsReader) -> None:
+    """A noop job has no command. Each job's command and env must fit what a process can be started with
+    (EXEC_ARG_MAX, EXEC_TOTAL_MAX), and hold no NUL byte, nor its cwd.
 
     Past them the executor's exec fails ("Argument list too long") or, far past, the payload does not fit
     the run's arena and the scheduler stops: both only once the run is under way. A NUL byte (YAML's "\\0"
@@ -71,6 +71,13 @@ def _check_exec_sizes(jobs: JobsReader) -> None:
     env_bytes: dict[int, tuple[int, str | None]] = {}
     for jid, spec in jobs.jobs.items():
         command, env = spec.command, spec.env
+        if command is not None and spec.type == "noop":
+            # Its command would never run, and nothing would say so.
+            jobs.report(spec.line, "a noop job runs no command, but this one has one",
+                        "remove the command, or give the job type: shell" + (
+                            ", as the defaults' type: noop holds for every job without one"
+                            if jobs.template[SLOT["type"]] == "noop" else ""), job=jid)
+            continue
         if _has_nul(command, env, spec.cwd):
             _report_nul(jobs, jid, spec)
             continue
