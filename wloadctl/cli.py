@@ -59,6 +59,10 @@ def _business_date(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} is not a date: write it YYYY-MM-DD (2026-12-31)")
 
 
+PLAN_STATE_DIR = "$WLOADCTL_STATE_DIR, else one named after the plan under $WLOADCTL_HOME or $XDG_STATE_HOME/wloadctl"
+"""Where `run` and `trigger` keep a plan's run when no --state-dir is given."""
+
+
 def _state_dir_arg(p: argparse.ArgumentParser, default: str = "$WLOADCTL_STATE_DIR, or the latest run") -> None:
     p.add_argument("--state-dir", help=f"the run's state directory (default: {default})")
     p.add_argument("--journal", metavar="URL",
@@ -196,7 +200,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("plan", metavar="PLAN")
         else:
             p.add_argument("plan", metavar="PLAN", nargs="?", help="the plan file, to check or accept changes")
-        _state_dir_arg(p)
+        _state_dir_arg(p, PLAN_STATE_DIR if name == "run" else "$WLOADCTL_STATE_DIR, or the latest run")
         p.add_argument("--executors", type=int, default=0, help="executor processes (default 2)")
         p.add_argument("--slots", type=int, default=0, help="jobs per executor at once (default 4)")
         p.add_argument("--business-date", type=_business_date,
@@ -250,7 +254,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("trigger", help="start runs of a plan at its cron schedule, on business days")
     p.add_argument("plan", metavar="PLAN")
-    _state_dir_arg(p)
+    _state_dir_arg(p, PLAN_STATE_DIR)
     p.add_argument("--next", type=int, default=0, metavar="N", help="only print the next N trigger times")
     p.add_argument("--once", action="store_true", help="wait for the next trigger, run once, exit")
     p.add_argument("--executors", type=int, default=0)
@@ -421,9 +425,10 @@ def resolve_state_dir(given: str | None) -> Path:
 
 def _reader_dir(given: str | None) -> Path | None:
     """The state directory of a read or a verb; None with a server journal and no directory named."""
+    from wloadctl.paths import named_state_dir
     from wloadctl.store import journal_url
 
-    if not given and not os.environ.get("WLOADCTL_STATE_DIR") and journal_url() is not None:
+    if not named_state_dir(given) and journal_url() is not None:
         return None  # the journal's latest run of the namespace: no state directory needed
     return resolve_state_dir(given)
 
@@ -469,6 +474,9 @@ def cmd_gen(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    from wloadctl.paths import named_state_dir
+
+    a.state_dir = named_state_dir(a.state_dir)  # before the executors started ahead, which need it
     early = _start_ahead(a)
     try:
         from wloadctl.cli_run import run_command

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -307,3 +309,31 @@ def test_jobs_that_never_ran_are_told_and_a_stalled_run_says_which_verb_each_hel
                       ("after", "wloadctl: job 'after' has not run yet (state WAITING)")):
         q = cli("logs", job, "--state-dir", str(sd))
         assert (q.returncode, q.stderr.strip()) == (1, said), q.stderr
+
+
+def test_run_and_trigger_use_the_state_directory_of_wloadctl_state_dir_as_every_verb_does(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given $WLOADCTL_STATE_DIR, and a state root where the plan's own directory would be
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: envdir\nschedule: {cron: '0 6 * * *'}\njobs:\n  a: {command: 'true'}\n")
+    sd, root = tmp_path / "sd", tmp_path / "root"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WLOADCTL_HOME": str(root), "WLOADCTL_STATE_DIR": str(sd)}
+    # When the plan runs without --state-dir
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--json"], capture_output=True,
+                       text=True, timeout=120, env=env)
+    # Then its run is in that directory, where status (reading the same variable) finds it
+    assert p.returncode == 0, p.stderr
+    assert (sd / "journal.db").exists() and not (root / "envdir").exists()
+    st = subprocess.run([sys.executable, "-m", "wloadctl", "status", "--json"], capture_output=True, text=True,
+                        timeout=60, env=env)
+    assert json.loads(st.stdout)["run"] == json.loads(p.stdout)["run"]
+    # And trigger keeps its runs there too
+    with subprocess.Popen([sys.executable, "-m", "wloadctl", "trigger", str(plan)], stderr=subprocess.PIPE,
+                          text=True, env=env, start_new_session=True) as trigger:
+        assert trigger.stderr is not None
+        try:
+            assert select.select([trigger.stderr], [], [], 60)[0], "trigger said nothing"
+            said = trigger.stderr.readline()
+        finally:
+            trigger.terminate()
+    assert said.startswith("wloadctl: next run of 'envdir' at ") and said.endswith(f" in {sd}\n"), said
