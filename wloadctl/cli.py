@@ -92,6 +92,17 @@ def _attempt(text: str) -> int:
     return v
 
 
+def _how_many(text: str) -> int:
+    """A count option (`--next N`): 1 or more."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
+    return v
+
+
 def _amount(kind: type[int] | type[float]) -> Any:
     """A quantity option (CPUs, MiB): 0 or more."""
     def parse(text: str) -> int | float:
@@ -255,7 +266,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("trigger", help="start runs of a plan at its cron schedule, on business days")
     p.add_argument("plan", metavar="PLAN")
     _state_dir_arg(p, PLAN_STATE_DIR)
-    p.add_argument("--next", type=int, default=0, metavar="N", help="only print the next N trigger times")
+    p.add_argument("--next", type=_how_many, metavar="N", help="only print the next N trigger times (1 or more)")
     p.add_argument("--once", action="store_true", help="wait for the next trigger, run once, exit")
     p.add_argument("--executors", type=int, default=0)
     p.add_argument("--slots", type=int, default=0)

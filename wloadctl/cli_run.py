@@ -367,7 +367,7 @@ def trigger_command(a: argparse.Namespace) -> int:
                          hint="add schedule: {cron: '30 18 * * 1-5'} or run it with `wloadctl run`")
     never = UsageError(f"{a.plan}: the schedule never fires on a business day (cron '{plan.schedule.cron}')",
                        hint="check the cron expression and the business days and holidays")
-    if a.next:
+    if a.next is not None:
         times = next_triggers(plan.schedule, dt.datetime.now().astimezone(), a.next, plan.timezone)
         if not times:
             raise never

@@ -136,6 +136,20 @@ def test_trigger_of_a_schedule_that_never_fires_says_so_in_one_line(tmp_path: Pa
         assert not (tmp_path / "sd").exists()
 
 
+def test_trigger_next_below_1_is_refused_in_one_line(tmp_path: Path) -> None:
+    # --next 0 used to start the trigger loop, --next -1 to say the schedule never fires
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: daily\nschedule: {cron: '0 6 * * *'}\njobs:\n  a: {command: 'true'}\n")
+    for n in ("0", "-1"):
+        p = cli("trigger", str(plan), "--state-dir", str(tmp_path / "sd"), "--next", n, timeout=30)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == (f"wloadctl trigger: error: argument --next: '{n}': give 1 or more (see `wloadctl trigger "
+                            "--help`)\n"), p.stderr
+    p = cli("trigger", str(plan), "--state-dir", str(tmp_path / "sd"), "--next", "1", timeout=30)
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 1, p.stderr
+    assert not (tmp_path / "sd").exists()
+
+
 def test_durations_and_amounts_out_of_range_are_refused_in_one_line(tmp_path: Path) -> None:
     """A heartbeat of 0 s or less, a lease no longer than a beat, a negative CPU or memory offer: each used to be
     taken (the last two then failed every job that claims cpu or memory)."""
