@@ -19,6 +19,13 @@ if TYPE_CHECKING:
 _BAD = ("FAILED", "TIMED_OUT", "UPSTREAM_FAILED")
 
 
+def status_exit(st: dict[str, Any]) -> int:
+    """The exit code of `status` in every form (text, --json, --at), from the run's status as `status --json`
+    gives it: 1 when the run is not going on (finished, interrupted) and a job FAILED, TIMED_OUT or was
+    UPSTREAM_FAILED, else 0."""
+    return 1 if any(st["counts"].get(b) for b in _BAD) and not st["live"] else 0
+
+
 def _ts(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
@@ -31,7 +38,7 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     if a.json:
         # Compact: the C encoder is an order of magnitude faster than the indenting one at 100k jobs.
         print(json.dumps(st, separators=(",", ":")))
-        return 0
+        return status_exit(st)
     counts = "  ".join(f"{k} {v}" for k, v in st["counts"].items())
     standby = f", standby pid {st['standby_pid']}" if st.get("standby_pid") else ""
     host = f" on {st['scheduler_host']}" if st.get("scheduler_host") else ""
@@ -76,7 +83,7 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         print(f"  {j['state']:<15} {j['job']}{extra}")
     if not a.all and len(shown) > 200:
         print("  ... more (use --all or --json)")
-    return 1 if any(st["counts"].get(b) for b in _BAD) and not st["live"] else 0
+    return status_exit(st)
 
 
 def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:

@@ -209,6 +209,18 @@ def test_status_of_a_finished_run_and_history(tmp_path: Path, no_ipc_leaks: None
     assert log.returncode == 0
 
 
+def test_the_exit_code_of_status_says_the_runs_outcome_in_every_form(tmp_path: Path, no_ipc_leaks: None) -> None:
+    # --json and --at used to exit 0 where the text form exited 1
+    forms = ([], ["--json"], ["--at", "-0s"], ["--at", "-0s", "--json"], ["--all"])
+    for name, code in (("bad", 1), ("good", 0)):
+        plan = tmp_path / f"{name}.yaml"
+        plan.write_text(yaml.safe_dump({"name": name, "jobs": {"a": {"command": f"exit {code}"}}}))
+        sd = str(tmp_path / name)
+        assert cli("run", str(plan), "--state-dir", sd).returncode == code
+        said = {" ".join(form): cli("status", "--state-dir", sd, *form).returncode for form in forms}
+        assert said == {" ".join(form): code for form in forms}, (name, said)
+
+
 def test_argv_commands_run_without_a_shell_and_a_missing_program_fails_cleanly(
         tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "argv.txt"
