@@ -328,7 +328,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("logs", help="a job's output")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--attempt", type=_attempt, help="which attempt (default: the latest)")
-    p.add_argument("--follow", "-f", action="store_true")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--follow", "-f", action="store_true")
+    form.add_argument("--json", action="store_true", help="the attempt, its log file and its output as one object")
     _log_broker_args(p)
     _state_dir_arg(p)
     p = sub.add_parser("audit", help="the run's operator actions")
@@ -706,6 +708,14 @@ COMMANDS: dict[str, Any] = {
 }
 
 
+def _command_parser(parser: argparse.ArgumentParser, cmd: str) -> argparse.ArgumentParser:
+    """The parser of command `cmd` (the whole parser when it has none of its own)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and cmd in action.choices:
+            return action.choices[cmd]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `wloadctl` console script."""
     argv = sys.argv[1:] if argv is None else argv
@@ -719,7 +729,11 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in enumerate(argv) if not (v == "--at" and k + 1 < len(argv) and argv[k + 1].startswith("-"))]
     # A known command's options are all that is built; help, a typo or no command get the whole parser.
     only = argv[0] if argv and argv[0] in COMMANDS and not {"-h", "--help"} & set(argv) else None
-    args = build_parser(only).parse_args(argv)
+    parser = build_parser(only)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Told by the command's own parser, as its other usage errors are: `wloadctl logs: error: ...`.
+        _command_parser(parser, args.cmd).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "journal", None):
         # The process's journal, inherited by the schedulers and executors it starts.
         from wloadctl.store import JOURNAL_ENV

@@ -231,6 +231,8 @@ def _log_broker(c: RunClient, a: argparse.Namespace) -> BrokerOptions | None:
 
 def _logs(c: RunClient, a: argparse.Namespace) -> int:
     path = c.log_file(a.job, a.attempt)
+    if a.json:
+        return _logs_json(c, a, path)
     pos = 0
     while True:
         if pos and a.follow:
@@ -260,3 +262,23 @@ def _logs(c: RunClient, a: argparse.Namespace) -> int:
         if row is not None and row[2] not in (2, 3) and not chunk:
             return 0
         time.sleep(0.25)
+
+
+def _logs_json(c: RunClient, a: argparse.Namespace, path: Path) -> int:
+    """`logs --json`: the attempt's output as one object, its text read as UTF-8 (bad bytes replaced); the
+    exit code is the text form's."""
+    from wloadctl.core.states import JobState
+
+    row = c.store.job_row(c.run.id, a.job)
+    assert row is not None  # (log_file found it)
+    attempt = a.attempt or row[3]
+    try:
+        data: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        data = None  # a log is made at a job's first output
+    waiting = data is None and row[2] in (2, 3) and attempt == row[3]
+    print(json.dumps({"run": c.run.run_id, "job": a.job, "attempt": attempt, "state": JobState(row[2]).name,
+                      "path": str(path), "bytes": len(data or b""),
+                      "note": "no output yet" if waiting else "printed nothing" if data is None else "",
+                      "text": (data or b"").decode("utf-8", "replace")}, indent=1))
+    return 1 if waiting else 0

@@ -209,6 +209,26 @@ def test_status_of_a_finished_run_and_history(tmp_path: Path, no_ipc_leaks: None
     assert log.returncode == 0
 
 
+def test_logs_json_gives_the_attempt_its_file_and_its_output(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "logs", "jobs": {
+        "talk": {"command": "echo hello; printf 'bad \\377 byte\\n'"}, "quiet": {"command": "true"}}}))
+    sd = str(tmp_path / "sd")
+    run_id = json.loads(cli("run", str(plan), "--state-dir", sd, "--json").stdout)["run"]
+    p = cli("logs", "talk", "--state-dir", sd, "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {
+        "run": run_id, "job": "talk", "attempt": 1, "state": "SUCCEEDED",
+        "path": f"{sd}/logs/{run_id}/talk.1.log", "bytes": 17, "note": "", "text": "hello\nbad \ufffd byte\n"}
+    p = cli("logs", "quiet", "--state-dir", sd, "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["note"] == "printed nothing" and p.stderr == "", p.stderr
+    # Usage errors name the command, as its other ones do
+    for extra, said in ((["--json", "--follow"], "argument --follow/-f: not allowed with argument --json"),
+                        (["--jsn"], "unrecognized arguments: --jsn")):
+        p = cli("logs", "talk", "--state-dir", sd, *extra)
+        assert (p.returncode, p.stderr) == (2, f"wloadctl logs: error: {said} (see `wloadctl logs --help`)\n")
+
+
 def test_the_exit_code_of_status_says_the_runs_outcome_in_every_form(tmp_path: Path, no_ipc_leaks: None) -> None:
     # --json and --at used to exit 0 where the text form exited 1
     forms = ([], ["--json"], ["--at", "-0s"], ["--at", "-0s", "--json"], ["--all"])
