@@ -144,6 +144,17 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("env_nul.yaml", 3, "job 'load': env 'REGION' holds a NUL byte"),
     ("cwd_nul.yaml", 3, "job 'load': cwd holds a NUL byte"),
     ("on_failure_nul.yaml", 2, "on_failure holds a NUL byte"),
+    ("exit_codes_empty.yaml", 5, "job 'load': exit_codes must not be empty: it would retry no exit code"),
+    # A resource or group declared wrong spoils neither the others nor the reports of the jobs
+    ("undeclared_beside_wrong.yaml", 2, "resource 'tape' must be a whole number of at least 1, not the number 0"),
+    ("undeclared_beside_wrong.yaml", 2, "resource 'printer' must be a whole number of at least 1, not the text 'two'"),
+    ("undeclared_beside_wrong.yaml", 5, "job 'load': group 'nightly' is not declared under groups (declared: "
+     "night, day)"),
+    ("undeclared_beside_wrong.yaml", 7, "job 'load': resource 'dbx' is not declared (declare it under the plan's "
+     "top-level resources; declared: db, tape, printer)"),
+    ("undeclared_beside_wrong.yaml", 7, "job 'load': asks for 5 of resource 'db', which has only 2"),
+    ("undeclared_beside_wrong.yaml", 7, "job 'load': resource 'tapes' is not declared"),
+    ("duplicate_env_key.yaml", 8, "job 'load': duplicate key 'REGION' (first at line 7)"),
     ("noop_with_command.yaml", 4, "job 'join': a noop job runs no command, but this one has one (remove the command, "
      "or give the job type: shell)"),
     ("noop_defaults_with_command.yaml", 5, "job 'load': a noop job runs no command, but this one has one (remove the "

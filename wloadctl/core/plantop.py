@@ -89,11 +89,18 @@ def read_four_eyes(entry: Entry) -> tuple[str, ...]:
     return tuple(out)
 
 
-def group_weights(entry: Entry) -> dict[str, float]:
-    """`groups`: group name -> positive weight."""
+def group_weights(entry: Entry, problems: list[FieldError]) -> dict[str, float]:
+    """`groups`: group name -> positive weight; each wrong weight is told in `problems`, and its group left out.
+
+    Raises:
+        FieldError: not a mapping.
+    """
     out: dict[str, float] = {}
     for name, item in mapping(entry, "groups").items():
-        out[name] = positive_number(item, f"weight of group {name}", "a weight such as 1 or 2")
+        try:
+            out[name] = positive_number(item, f"weight of group {name}", "a weight such as 1 or 2")
+        except FieldError as bad:
+            problems.append(bad)
     return out
 
 
