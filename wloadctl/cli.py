@@ -59,6 +59,10 @@ def _business_date(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} is not a date: write it YYYY-MM-DD (2026-12-31)")
 
 
+PLAN_STATE_DIR = "$WLOADCTL_STATE_DIR, else one named after the plan under $WLOADCTL_HOME or $XDG_STATE_HOME/wloadctl"
+"""Where `run` and `trigger` keep a plan's run when no --state-dir is given."""
+
+
 def _state_dir_arg(p: argparse.ArgumentParser, default: str = "$WLOADCTL_STATE_DIR, or the latest run") -> None:
     p.add_argument("--state-dir", help=f"the run's state directory (default: {default})")
     p.add_argument("--journal", metavar="URL",
@@ -85,6 +89,17 @@ def _attempt(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an attempt number") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: attempts are numbered from 1")
+    return v
+
+
+def _how_many(text: str) -> int:
+    """A count option (`--next N`): 1 or more."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
     return v
 
 
@@ -196,7 +211,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("plan", metavar="PLAN")
         else:
             p.add_argument("plan", metavar="PLAN", nargs="?", help="the plan file, to check or accept changes")
-        _state_dir_arg(p)
+        _state_dir_arg(p, PLAN_STATE_DIR if name == "run" else "$WLOADCTL_STATE_DIR, or the latest run")
         p.add_argument("--executors", type=int, default=0, help="executor processes (default 2)")
         p.add_argument("--slots", type=int, default=0, help="jobs per executor at once (default 4)")
         p.add_argument("--business-date", type=_business_date,
@@ -250,8 +265,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("trigger", help="start runs of a plan at its cron schedule, on business days")
     p.add_argument("plan", metavar="PLAN")
-    _state_dir_arg(p)
-    p.add_argument("--next", type=int, default=0, metavar="N", help="only print the next N trigger times")
+    _state_dir_arg(p, PLAN_STATE_DIR)
+    p.add_argument("--next", type=_how_many, metavar="N", help="only print the next N trigger times (1 or more)")
     p.add_argument("--once", action="store_true", help="wait for the next trigger, run once, exit")
     p.add_argument("--executors", type=int, default=0)
     p.add_argument("--slots", type=int, default=0)
@@ -313,7 +328,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("logs", help="a job's output")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--attempt", type=_attempt, help="which attempt (default: the latest)")
-    p.add_argument("--follow", "-f", action="store_true")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--follow", "-f", action="store_true")
+    form.add_argument("--json", action="store_true", help="the attempt, its log file and its output as one object")
     _log_broker_args(p)
     _state_dir_arg(p)
     p = sub.add_parser("audit", help="the run's operator actions")
@@ -421,9 +438,10 @@ def resolve_state_dir(given: str | None) -> Path:
 
 def _reader_dir(given: str | None) -> Path | None:
     """The state directory of a read or a verb; None with a server journal and no directory named."""
+    from wloadctl.paths import named_state_dir
     from wloadctl.store import journal_url
 
-    if not given and not os.environ.get("WLOADCTL_STATE_DIR") and journal_url() is not None:
+    if not named_state_dir(given) and journal_url() is not None:
         return None  # the journal's latest run of the namespace: no state directory needed
     return resolve_state_dir(given)
 
@@ -469,6 +487,9 @@ def cmd_gen(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    from wloadctl.paths import named_state_dir
+
+    a.state_dir = named_state_dir(a.state_dir)  # before the executors started ahead, which need it
     early = _start_ahead(a)
     try:
         from wloadctl.cli_run import run_command
@@ -687,6 +708,14 @@ COMMANDS: dict[str, Any] = {
 }
 
 
+def _command_parser(parser: argparse.ArgumentParser, cmd: str) -> argparse.ArgumentParser:
+    """The parser of command `cmd` (the whole parser when it has none of its own)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and cmd in action.choices:
+            return action.choices[cmd]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `wloadctl` console script."""
     argv = sys.argv[1:] if argv is None else argv
@@ -700,7 +729,11 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in enumerate(argv) if not (v == "--at" and k + 1 < len(argv) and argv[k + 1].startswith("-"))]
     # A known command's options are all that is built; help, a typo or no command get the whole parser.
     only = argv[0] if argv and argv[0] in COMMANDS and not {"-h", "--help"} & set(argv) else None
-    args = build_parser(only).parse_args(argv)
+    parser = build_parser(only)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Told by the command's own parser, as its other usage errors are: `wloadctl logs: error: ...`.
+        _command_parser(parser, args.cmd).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "journal", None):
         # The process's journal, inherited by the schedulers and executors it starts.
         from wloadctl.store import JOURNAL_ENV

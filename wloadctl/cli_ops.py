@@ -46,11 +46,15 @@ def _top_lines(c: RunClient) -> list[str]:
 
 def show_status_at(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl status --at TIME`: every job's state at that moment, rebuilt from the journal."""
+    from wloadctl.cli_show import status_exit
+
     with RunClient(state_dir) as c:
         st = c.status_at(a.at)
+        # The exit code says the run's outcome, as every form of status does, not how it stood at that moment.
+        code = status_exit(c.status(with_jobs=False))
     if a.json:
         print(json.dumps(st, separators=(",", ":")))
-        return 0
+        return code
     note = f"  ({st['note']})" if st["note"] else ""
     print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  as of {st['at_iso']}{note}")
     print(f"{st['total']} jobs: " + "  ".join(f"{k} {v}" for k, v in st["counts"].items()))
@@ -60,4 +64,4 @@ def show_status_at(a: argparse.Namespace, state_dir: Path | None) -> int:
         print(f"  {j['state']:<15} {j['job']}{extra}")
     if not a.all and len(shown) > 200:
         print("  ... more (use --all or --json)")
-    return 0
+    return code

@@ -355,6 +355,7 @@ def trigger_command(a: argparse.Namespace) -> int:
     from wloadctl.core.calendar import business_date_of, next_triggers
     from wloadctl.core.planfile import load_plan
     from wloadctl.errors import UsageError
+    from wloadctl.paths import named_state_dir
     from wloadctl.store import default_state_dir
 
     problem = counts_problem(a.executors, a.slots, 0)
@@ -366,7 +367,7 @@ def trigger_command(a: argparse.Namespace) -> int:
                          hint="add schedule: {cron: '30 18 * * 1-5'} or run it with `wloadctl run`")
     never = UsageError(f"{a.plan}: the schedule never fires on a business day (cron '{plan.schedule.cron}')",
                        hint="check the cron expression and the business days and holidays")
-    if a.next:
+    if a.next is not None:
         times = next_triggers(plan.schedule, dt.datetime.now().astimezone(), a.next, plan.timezone)
         if not times:
             raise never
@@ -382,6 +383,8 @@ def trigger_command(a: argparse.Namespace) -> int:
     def on_signal(_s: int, _f: object) -> None:
         stop["now"] = True
 
+    named = named_state_dir(a.state_dir)
+    state_dir = Path(named) if named else default_state_dir(plan.name)
     old = signal.signal(signal.SIGTERM, on_signal)
     code = 0
     try:
@@ -390,12 +393,12 @@ def trigger_command(a: argparse.Namespace) -> int:
             if not nxt:
                 raise never
             when = nxt[0]
-            _say(False)(f"next run of '{plan.name}' at {when.isoformat()} (business date {business_date_of(when)})")
+            _say(False)(f"next run of '{plan.name}' at {when.isoformat()} (business date {business_date_of(when)}) "
+                        f"in {state_dir}")
             while not stop["now"] and time.time() < when.timestamp():
                 time.sleep(min(1.0, max(0.0, when.timestamp() - time.time())))
             if stop["now"]:
                 break
-            state_dir = Path(a.state_dir) if a.state_dir else default_state_dir(plan.name)
             opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots,
                               business_date=business_date_of(when), say=_say(False))
             outcome = start_or_resume(a.plan, opts)

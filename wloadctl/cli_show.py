@@ -19,6 +19,13 @@ if TYPE_CHECKING:
 _BAD = ("FAILED", "TIMED_OUT", "UPSTREAM_FAILED")
 
 
+def status_exit(st: dict[str, Any]) -> int:
+    """The exit code of `status` in every form (text, --json, --at), from the run's status as `status --json`
+    gives it: 1 when the run is not going on (finished, interrupted) and a job FAILED, TIMED_OUT or was
+    UPSTREAM_FAILED, else 0."""
+    return 1 if any(st["counts"].get(b) for b in _BAD) and not st["live"] else 0
+
+
 def _ts(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
@@ -31,7 +38,7 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     if a.json:
         # Compact: the C encoder is an order of magnitude faster than the indenting one at 100k jobs.
         print(json.dumps(st, separators=(",", ":")))
-        return 0
+        return status_exit(st)
     counts = "  ".join(f"{k} {v}" for k, v in st["counts"].items())
     standby = f", standby pid {st['standby_pid']}" if st.get("standby_pid") else ""
     host = f" on {st['scheduler_host']}" if st.get("scheduler_host") else ""
@@ -79,7 +86,7 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         print(f"  {j['state']:<15} {j['job']}{extra}")
     if not a.all and len(shown) > 200:
         print("  ... more (use --all or --json)")
-    return 1 if any(st["counts"].get(b) for b in _BAD) and not st["live"] else 0
+    return status_exit(st)
 
 
 def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
@@ -227,6 +234,8 @@ def _log_broker(c: RunClient, a: argparse.Namespace) -> BrokerOptions | None:
 
 def _logs(c: RunClient, a: argparse.Namespace) -> int:
     path = c.log_file(a.job, a.attempt)
+    if a.json:
+        return _logs_json(c, a, path)
     pos = 0
     while True:
         if pos and a.follow:
@@ -256,3 +265,23 @@ def _logs(c: RunClient, a: argparse.Namespace) -> int:
         if row is not None and row[2] not in (2, 3) and not chunk:
             return 0
         time.sleep(0.25)
+
+
+def _logs_json(c: RunClient, a: argparse.Namespace, path: Path) -> int:
+    """`logs --json`: the attempt's output as one object, its text read as UTF-8 (bad bytes replaced); the
+    exit code is the text form's."""
+    from wloadctl.core.states import JobState
+
+    row = c.store.job_row(c.run.id, a.job)
+    assert row is not None  # (log_file found it)
+    attempt = a.attempt or row[3]
+    try:
+        data: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        data = None  # a log is made at a job's first output
+    waiting = data is None and row[2] in (2, 3) and attempt == row[3]
+    print(json.dumps({"run": c.run.run_id, "job": a.job, "attempt": attempt, "state": JobState(row[2]).name,
+                      "path": str(path), "bytes": len(data or b""),
+                      "note": "no output yet" if waiting else "printed nothing" if data is None else "",
+                      "text": (data or b"").decode("utf-8", "replace")}, indent=1))
+    return 1 if waiting else 0

@@ -23,7 +23,7 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import ids_path, log_path, read_ids
+from wloadctl.paths import ids_path, log_path, named_state_dir, read_ids
 from wloadctl.remote import AGENT_BASE
 from wloadctl.runshape import RunShape, index_of_id, read_shape
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
@@ -845,11 +845,9 @@ def resolve_state_dir(given: str | None) -> Path:
     Raises:
         UsageError: none given and no run found.
     """
-    if given:
-        return Path(given)
-    env = os.environ.get("WLOADCTL_STATE_DIR")
-    if env:
-        return Path(env)
+    named = named_state_dir(given)
+    if named:
+        return Path(named)
     base = default_state_dir("x").parent
     journals = sorted(base.glob(f"*/{DB_NAME}"), key=lambda p: p.stat().st_mtime) if base.exists() else []
     if not journals:

@@ -23,6 +23,15 @@ def state_root() -> Path:
     return Path(base) / "wloadctl"
 
 
+def named_state_dir(given: str | None) -> str | None:
+    """The state directory a command line names: its --state-dir, else $WLOADCTL_STATE_DIR (None: neither).
+
+    Every command takes it so: `run` and `trigger` then use the plan's directory under the state root,
+    the other verbs the latest run.
+    """
+    return given or os.environ.get("WLOADCTL_STATE_DIR") or None
+
+
 def make_state_dir(state_dir: Path) -> None:
     """Make the state directory (and its parents) where it is not there.
 

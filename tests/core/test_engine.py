@@ -172,6 +172,27 @@ def test_retry_waits_with_backoff_then_succeeds() -> None:
     assert any(isinstance(c, RunFinished) and c.ok for c in cmds)
 
 
+@pytest.mark.parametrize(("count", "backoff"), [(1000, 10.0), (5, 1.0e200)])
+def test_a_retry_delay_past_what_backoff_can_grow_to_stays_at_max_delay(count: int, backoff: float) -> None:
+    # backoff ** attempts leaves a float's range after ~310 attempts of backoff 10, at once for 1e200
+    pol = RetryPolicy(count=count, delay=0.001, backoff=backoff, max_delay=0.005, jitter=0)
+    core = SchedulerCore(make_plan({"flaky": {"retry": pol}}), slots=1)
+    core.handle(RunStartedEvent(0.0))
+    now, delays = 1.0, []
+    for _ in range(count):
+        finish(core, "flaky", code=1, now=now)
+        due = core.next_timer()
+        assert due is not None
+        delays.append(due - now)
+        now = due
+        core.handle(TimerFiredEvent(now))
+    finish(core, "flaky", code=1, now=now)
+    assert states(core)["flaky"] == "FAILED"
+    assert core.attempt[0] == count + 1
+    assert delays[0] == pytest.approx(0.001)
+    assert delays[-1] == pytest.approx(0.005) and max(delays) <= 0.005 + 1e-9
+
+
 def test_retries_exhausted_end_failed_and_non_retryable_codes_fail_at_once() -> None:
     pol = RetryPolicy(count=3, delay=1, jitter=0, exit_codes=((75, 75),))
     core = SchedulerCore(make_plan({"a": {"retry": pol}, "b": {"retry": pol}}), slots=2)

@@ -102,9 +102,11 @@ def test_chain_links_each_job_to_the_previous(tmp_path: Path) -> None:
     assert all(plan.jobs[b].depends_on == (a,) for a, b in itertools.pairwise(ids))
 
 
-def test_noop_plans_have_no_commands(tmp_path: Path) -> None:
+@pytest.mark.parametrize("style", ["flow", "block"])
+def test_noop_plans_have_no_commands(tmp_path: Path, style: str) -> None:
+    # (a noop job with a command is refused: the plan must load)
     path = tmp_path / "noop.yaml"
-    write_plan(path, 300, "bank", seed=2, job_type="noop")
+    write_plan(path, 300, "bank", seed=2, job_type="noop", style=style)
     plan = load_plan(path)
     assert {(job.type, job.command) for job in plan.jobs.values()} == {("noop", None)}
 

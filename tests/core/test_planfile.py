@@ -95,7 +95,8 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("bad_jitter.yaml", 5, "retries jitter must be between 0 and 1"),
     ("bad_pool_name.yaml", 5, "pool must be a name of letters, digits, '_' or '-' (at most 64), not 'etl nodes'"),
     ("bad_agent.yaml", 5, "agent must be"),
-    ("bad_backoff.yaml", 5, "retries backoff must be at least 1"),
+    ("bad_backoff.yaml", 5, "retries backoff must be between 1 and 100, not 0.5"),
+    ("backoff_too_big.yaml", 5, "job 'load': retries backoff must be between 1 and 100, not 1e+200"),
     ("job_not_mapping.yaml", 3, "a job must be a mapping of its settings"),
     ("second_document.yaml", 4, "a plan file holds one YAML document"),
     ("unknown_alias.yaml", 4, "alias '*load_cmd' names no anchor"),
@@ -139,6 +140,25 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("bad_confirm.yaml", 6, "job 'post': confirm must be true or false, not the text 'yes'"),
     ("bad_four_eyes.yaml", 2, "four_eyes: unknown verb 'delete'"),
     ("bad_job_four_eyes.yaml", 5, "job 'load': four_eyes must be a list of verbs, not the text 'rerun'"),
+    ("command_nul.yaml", 4, "job 'load': the command holds a NUL byte (no process can be given one"),
+    ("env_nul.yaml", 3, "job 'load': env 'REGION' holds a NUL byte"),
+    ("cwd_nul.yaml", 3, "job 'load': cwd holds a NUL byte"),
+    ("on_failure_nul.yaml", 2, "on_failure holds a NUL byte"),
+    ("exit_codes_empty.yaml", 5, "job 'load': exit_codes must not be empty: it would retry no exit code"),
+    # A resource or group declared wrong spoils neither the others nor the reports of the jobs
+    ("undeclared_beside_wrong.yaml", 2, "resource 'tape' must be a whole number of at least 1, not the number 0"),
+    ("undeclared_beside_wrong.yaml", 2, "resource 'printer' must be a whole number of at least 1, not the text 'two'"),
+    ("undeclared_beside_wrong.yaml", 5, "job 'load': group 'nightly' is not declared under groups (declared: "
+     "night, day)"),
+    ("undeclared_beside_wrong.yaml", 7, "job 'load': resource 'dbx' is not declared (declare it under the plan's "
+     "top-level resources; declared: db, tape, printer)"),
+    ("undeclared_beside_wrong.yaml", 7, "job 'load': asks for 5 of resource 'db', which has only 2"),
+    ("undeclared_beside_wrong.yaml", 7, "job 'load': resource 'tapes' is not declared"),
+    ("duplicate_env_key.yaml", 8, "job 'load': duplicate key 'REGION' (first at line 7)"),
+    ("noop_with_command.yaml", 4, "job 'join': a noop job runs no command, but this one has one (remove the command, "
+     "or give the job type: shell)"),
+    ("noop_defaults_with_command.yaml", 5, "job 'load': a noop job runs no command, but this one has one (remove the "
+     "command, or give the job type: shell, as the defaults' type: noop holds for every job without one)"),
 ]
 
 # Problems whose message names a job: the job the report must carry.

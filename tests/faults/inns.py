@@ -49,7 +49,7 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 def status(sd: Path) -> dict[str, Any]:
     p = cli("status", "--state-dir", str(sd), "--json")
     try:
-        return json.loads(p.stdout) if p.returncode == 0 else {}
+        return json.loads(p.stdout) if p.returncode in (0, 1) else {}  # (1: the run ended with a job failed)
     except ValueError:
         return {}
 

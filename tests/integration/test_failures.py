@@ -234,3 +234,36 @@ def test_history_shows_an_operators_retry_among_the_attempts_in_time_order(
     data = json.loads(cli("history", "c", "--state-dir", sd, "--json").stdout)
     stamps = sorted([t["ts"] for t in data["transitions"]] + [x["ts"] for x in data["actions"]])
     assert [line.split()[0] for line in lines] == [time.strftime("%H:%M:%S", time.localtime(s)) for s in stamps]
+
+
+def test_a_nul_byte_in_a_jobs_environment_fails_that_job_and_no_executor(tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given a job whose checkpoint holds a NUL byte when its retry starts, and a loop whose item from an
+    # upstream's result holds one (no process can have a NUL in its environment)
+    found = tmp_path / "found.json"
+    found.write_text('{"i": ["ok", "a\\u0000b"]}')
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "nul", "jobs": {
+        "a": {"command": "printf 'step1\\000x' > \"$WLOADCTL_CHECKPOINT_FILE\"; exit 1",
+              "retries": {"count": 1, "delay": "100ms"}},
+        "up": {"command": f'cp {found} "$WLOADCTL_RESULT_FILE"'},
+        "each": {"depends_on": ["up"], "for_each": "jobs.up.result.i", "command": 'echo "$WLOADCTL_ITEM"'},
+        "b": {"command": "sleep 1; echo innocent"}}}))
+    sd = tmp_path / "sd"
+    # When it runs on one executor
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "1")
+    try:
+        # Then the run ends: those jobs fail for good saying why, the others succeed, no executor is lost
+        assert proc.wait(60) == 1
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+    jobs = {j["job"]: j for j in status(sd)["jobs"]}
+    assert {j: v["state"] for j, v in jobs.items()} == {
+        "a": "FAILED", "up": "SUCCEEDED", "each": "FAILED", "each@ok": "SUCCEEDED", "each@a_b": "FAILED",
+        "b": "SUCCEEDED"}
+    assert jobs["a"]["reason"] == "could not start: its environment holds a NUL byte (in WLOADCTL_CHECKPOINT)"
+    assert jobs["each@a_b"]["reason"] == "could not start: its environment holds a NUL byte (in WLOADCTL_ITEM)"
+    events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e["event"] == "executor_lost"]
+    assert "Traceback" not in (sd / "executor-0.log").read_text()

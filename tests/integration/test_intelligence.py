@@ -321,6 +321,32 @@ def test_a_result_that_cannot_be_read_fails_the_job_whose_result_is_read_and_say
         "listed": "failed: exited 0, but its result file holds a JSON list, not an object of named values"}
 
 
+def test_a_result_nested_too_deep_or_with_too_long_a_number_fails_its_job_not_the_scheduler(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given results whose reading once stopped the scheduler for good (RecursionError, ValueError), read by an
+    # `if` and by an `until`
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"ok": 1, "x": ' + "[" * 5000 + "]" * 5000 + "}")
+    long = tmp_path / "long.txt"
+    long.write_text("ok=1\nn=" + "9" * 5000 + "\n")
+    plan = write(tmp_path / "p.yaml", {"name": "results", "jobs": {
+        "deep": {"command": f'cp {deep} "$WLOADCTL_RESULT_FILE"'},
+        "branch": {"command": "true", "depends_on": ["deep"], "if": "jobs.deep.result.ok == 1"},
+        "poll": {"command": f'cp {long} "$WLOADCTL_RESULT_FILE"', "until": "result.ok == 1"}}})
+    sd = tmp_path / "sd"
+    # When it runs
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    # Then the run ends, and the jobs whose result is read fail saying why
+    assert p.returncode == 1, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"deep": "FAILED", "branch": "UPSTREAM_FAILED", "poll": "FAILED"}
+    said = {j: json.loads(cli("why", j, "--state-dir", str(sd), "--json").stdout)["reasons"][0]
+            for j in ("deep", "poll")}
+    assert said == {
+        "deep": "failed: exited 0, but its result file nests values more than 100 deep",
+        "poll": "failed: exited 0, but its result file's 'n' is a number of 5000 digits, more than the 4300 a "
+                "number in a result may have"}
+
+
 def test_for_each_over_a_bad_output_fails_the_loop_and_says_why(tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "ev"
     plan = loop_over_output_plan(tmp_path, out, '"not-a-list"')

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,6 +136,20 @@ def test_trigger_of_a_schedule_that_never_fires_says_so_in_one_line(tmp_path: Pa
         assert not (tmp_path / "sd").exists()
 
 
+def test_trigger_next_below_1_is_refused_in_one_line(tmp_path: Path) -> None:
+    # --next 0 used to start the trigger loop, --next -1 to say the schedule never fires
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: daily\nschedule: {cron: '0 6 * * *'}\njobs:\n  a: {command: 'true'}\n")
+    for n in ("0", "-1"):
+        p = cli("trigger", str(plan), "--state-dir", str(tmp_path / "sd"), "--next", n, timeout=30)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == (f"wloadctl trigger: error: argument --next: '{n}': give 1 or more (see `wloadctl trigger "
+                            "--help`)\n"), p.stderr
+    p = cli("trigger", str(plan), "--state-dir", str(tmp_path / "sd"), "--next", "1", timeout=30)
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 1, p.stderr
+    assert not (tmp_path / "sd").exists()
+
+
 def test_durations_and_amounts_out_of_range_are_refused_in_one_line(tmp_path: Path) -> None:
     """A heartbeat of 0 s or less, a lease no longer than a beat, a negative CPU or memory offer: each used to be
     taken (the last two then failed every job that claims cpu or memory)."""
@@ -191,6 +207,38 @@ def test_status_of_a_finished_run_and_history(tmp_path: Path, no_ipc_leaks: None
     assert h["transitions"][-1]["exit_code"] == 1
     log = cli("logs", "a", "--state-dir", sd)
     assert log.returncode == 0
+
+
+def test_logs_json_gives_the_attempt_its_file_and_its_output(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "logs", "jobs": {
+        "talk": {"command": "echo hello; printf 'bad \\377 byte\\n'"}, "quiet": {"command": "true"}}}))
+    sd = str(tmp_path / "sd")
+    run_id = json.loads(cli("run", str(plan), "--state-dir", sd, "--json").stdout)["run"]
+    p = cli("logs", "talk", "--state-dir", sd, "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {
+        "run": run_id, "job": "talk", "attempt": 1, "state": "SUCCEEDED",
+        "path": f"{sd}/logs/{run_id}/talk.1.log", "bytes": 17, "note": "", "text": "hello\nbad \ufffd byte\n"}
+    p = cli("logs", "quiet", "--state-dir", sd, "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["note"] == "printed nothing" and p.stderr == "", p.stderr
+    # Usage errors name the command, as its other ones do
+    for extra, said in ((["--json", "--follow"], "argument --follow/-f: not allowed with argument --json"),
+                        (["--jsn"], "unrecognized arguments: --jsn")):
+        p = cli("logs", "talk", "--state-dir", sd, *extra)
+        assert (p.returncode, p.stderr) == (2, f"wloadctl logs: error: {said} (see `wloadctl logs --help`)\n")
+
+
+def test_the_exit_code_of_status_says_the_runs_outcome_in_every_form(tmp_path: Path, no_ipc_leaks: None) -> None:
+    # --json and --at used to exit 0 where the text form exited 1
+    forms = ([], ["--json"], ["--at", "-0s"], ["--at", "-0s", "--json"], ["--all"])
+    for name, code in (("bad", 1), ("good", 0)):
+        plan = tmp_path / f"{name}.yaml"
+        plan.write_text(yaml.safe_dump({"name": name, "jobs": {"a": {"command": f"exit {code}"}}}))
+        sd = str(tmp_path / name)
+        assert cli("run", str(plan), "--state-dir", sd).returncode == code
+        said = {" ".join(form): cli("status", "--state-dir", sd, *form).returncode for form in forms}
+        assert said == {" ".join(form): code for form in forms}, (name, said)
 
 
 def test_argv_commands_run_without_a_shell_and_a_missing_program_fails_cleanly(
@@ -307,3 +355,31 @@ def test_jobs_that_never_ran_are_told_and_a_stalled_run_says_which_verb_each_hel
                       ("after", "wloadctl: job 'after' has not run yet (state WAITING)")):
         q = cli("logs", job, "--state-dir", str(sd))
         assert (q.returncode, q.stderr.strip()) == (1, said), q.stderr
+
+
+def test_run_and_trigger_use_the_state_directory_of_wloadctl_state_dir_as_every_verb_does(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given $WLOADCTL_STATE_DIR, and a state root where the plan's own directory would be
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: envdir\nschedule: {cron: '0 6 * * *'}\njobs:\n  a: {command: 'true'}\n")
+    sd, root = tmp_path / "sd", tmp_path / "root"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WLOADCTL_HOME": str(root), "WLOADCTL_STATE_DIR": str(sd)}
+    # When the plan runs without --state-dir
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--json"], capture_output=True,
+                       text=True, timeout=120, env=env)
+    # Then its run is in that directory, where status (reading the same variable) finds it
+    assert p.returncode == 0, p.stderr
+    assert (sd / "journal.db").exists() and not (root / "envdir").exists()
+    st = subprocess.run([sys.executable, "-m", "wloadctl", "status", "--json"], capture_output=True, text=True,
+                        timeout=60, env=env)
+    assert json.loads(st.stdout)["run"] == json.loads(p.stdout)["run"]
+    # And trigger keeps its runs there too
+    with subprocess.Popen([sys.executable, "-m", "wloadctl", "trigger", str(plan)], stderr=subprocess.PIPE,
+                          text=True, env=env, start_new_session=True) as trigger:
+        assert trigger.stderr is not None
+        try:
+            assert select.select([trigger.stderr], [], [], 60)[0], "trigger said nothing"
+            said = trigger.stderr.readline()
+        finally:
+            trigger.terminate()
+    assert said.startswith("wloadctl: next run of 'envdir' at ") and said.endswith(f" in {sd}\n"), said

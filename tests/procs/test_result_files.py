@@ -22,6 +22,15 @@ def test_no_result_an_empty_one_and_ones_that_cannot_be_read() -> None:
     assert result_of_bytes(None) == {} and result_of_bytes(b"\n") == {}
     for data, why in ((b"[1, 2]", "holds a JSON list"), (b"{oops", "is not valid JSON"),
                       (b"garbage", "neither a JSON object nor key=value lines"),
-                      (b"x" * (RESULT_LIMIT + 1), "larger than 64 KiB")):
+                      (b"x" * (RESULT_LIMIT + 1), "larger than 64 KiB"),
+                      (b'{"x": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests values more than 100 deep"),
+                      (b'{"x": ' + b"[" * 100 + b"]" * 100 + b"}", "nests values more than 100 deep"),
+                      (b'{"n": ' + b"9" * 5000 + b"}", "holds a number of more than 4300 digits"),
+                      (b"n=" + b"9" * 5000, "'n' is a number of 5000 digits, more than the 4300")):
         got = result_of_bytes(data)
         assert isinstance(got, UnusableResult) and why in got.problem and got == {}, (data[:20], got)
+
+
+def test_a_result_nested_as_deep_as_a_result_may_be_is_read() -> None:
+    got = parse_result('{"x": ' + "[" * 99 + "]" * 99 + "}")
+    assert not isinstance(got, UnusableResult) and list(got) == ["x"]

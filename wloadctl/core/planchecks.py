@@ -52,23 +52,35 @@ def check_jobs(jobs: JobsReader) -> None:
             kind=CycleError,
         )
     _check_conditions(jobs)
-    _check_exec_sizes(jobs)
+    _check_commands(jobs)
     for jid, line in jobs.iterated:
         if not jobs.jobs[jid].until and jid not in jobs.looping:
             jobs.report(line, "max_iterations without until: the job runs once",
                         "add an until (e.g. until: result.ready == 1) or remove max_iterations", job=jid)
 
 
-def _check_exec_sizes(jobs: JobsReader) -> None:
-    """Each job's command and env must fit what a process can be started with (EXEC_ARG_MAX, EXEC_TOTAL_MAX).
+def _check_commands(jobs: JobsReader) -> None:
+    """A noop job has no command. Each job's command and env must fit what a process can be started with
+    (EXEC_ARG_MAX, EXEC_TOTAL_MAX), and hold no NUL byte, nor its cwd.
 
     Past them the executor's exec fails ("Argument list too long") or, far past, the payload does not fit
-    the run's arena and the scheduler stops: both only once the run is under way.
+    the run's arena and the scheduler stops: both only once the run is under way. A NUL byte (YAML's "\\0"
+    in double quotes) ends a C string: no process can be given one in its arguments, environment or path.
     """
     # Envs are shared between jobs (defaults, interning): each distinct one is measured once.
     env_bytes: dict[int, tuple[int, str | None]] = {}
     for jid, spec in jobs.jobs.items():
         command, env = spec.command, spec.env
+        if command is not None and spec.type == "noop":
+            # Its command would never run, and nothing would say so.
+            jobs.report(spec.line, "a noop job runs no command, but this one has one",
+                        "remove the command, or give the job type: shell" + (
+                            ", as the defaults' type: noop holds for every job without one"
+                            if jobs.template[SLOT["type"]] == "noop" else ""), job=jid)
+            continue
+        if _has_nul(command, env, spec.cwd):
+            _report_nul(jobs, jid, spec)
+            continue
         if env:
             known = env_bytes.get(id(env))
             if known is None:
@@ -79,6 +91,30 @@ def _check_exec_sizes(jobs: JobsReader) -> None:
         if type(command) is str and len(command) < _SHORT_COMMAND and not size and too_long is None:
             continue
         _check_exec_size(jobs, jid, spec, size, too_long)
+
+
+def _has_nul(command: str | tuple[str, ...] | None, env: tuple[tuple[str, str], ...], cwd: str | None) -> bool:
+    # One scan of each text in C: this runs for every job of a million-job plan.
+    if type(command) is str:
+        if "\0" in command:
+            return True
+    elif command and any("\0" in w for w in command):
+        return True
+    return bool(cwd and "\0" in cwd) or bool(env and any("\0" in v for _n, v in env))
+
+
+def _report_nul(jobs: JobsReader, jid: str, spec: JobSpec) -> None:
+    hint = "no process can be given one; in YAML, \"\\0\" in double quotes is a NUL byte"
+    words = [spec.command] if type(spec.command) is str else list(spec.command or ())
+    if any("\0" in w for w in words):
+        what = "the command" if type(spec.command) is str else "an argument of the command"
+        jobs.report(spec.line, f"{what} holds a NUL byte", hint, job=jid)
+    for name, value in spec.env:
+        if "\0" in value:
+            jobs.report(spec.line, f"env '{name}' holds a NUL byte", hint, job=jid)
+    if spec.cwd and "\0" in spec.cwd:
+        jobs.report(spec.line, "cwd holds a NUL byte", "no path can hold one; in YAML, \"\\0\" in double quotes "
+                    "is a NUL byte", job=jid)
 
 
 def _env_size(env: tuple[tuple[str, str], ...]) -> tuple[int, str | None]:

@@ -109,6 +109,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
 _MAX_PRIORITY = 1_000_000
 _MAX_RETRIES = 1000
+_MAX_BACKOFF = 100.0
+"""The largest retry backoff factor: each retry's delay grows by it (10 turns 1 s into 3 h by the fifth)."""
 _MAX_ITERATIONS = 100_000
 _MAX_ITEMS = 1_000_000
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KkMmGgTt](?:i?[Bb])?)?")
@@ -129,13 +131,13 @@ class FieldReader:
     resource sets; each distinct value is kept once.
     """
 
-    def __init__(self, capacity: dict[str, int], declared: frozenset[str] = frozenset()) -> None:
+    def __init__(self, capacity: dict[str, int], declared: tuple[str, ...] = ()) -> None:
         """Prepare for a plan whose declared resources are `capacity`."""
         self.capacity = capacity
         """Declared resources and their capacity."""
         self.declared = declared
-        """Every resource name the plan declares, its capacity right or wrong (a wrong one is reported once,
-        where it is declared, and not again for each job that asks for it)."""
+        """Every resource name the plan declares, in its order, its capacity right or wrong (a wrong one is
+        reported once, where it is declared, and not again for each job that asks for it)."""
         self.extra: list[FieldError] = []
         """More problems of the field just read (it gave a value); callers empty it."""
         self.shared: dict[Any, Any] = {}
@@ -296,7 +298,7 @@ class FieldReader:
         if "delay" in fields:
             kw["delay"] = duration(fields["delay"], "retries delay")
         if "backoff" in fields:
-            kw["backoff"] = number(fields["backoff"], "retries backoff", 1.0)
+            kw["backoff"] = number(fields["backoff"], "retries backoff", 1.0, _MAX_BACKOFF)
         if "max_delay" in fields:
             kw["max_delay"] = duration(fields["max_delay"], "retries max_delay")
         if "jitter" in fields:
@@ -311,7 +313,14 @@ class FieldReader:
     def exit_codes(self, entry: Entry) -> tuple[tuple[int, int], ...]:
         """`exit_codes`: a list of codes (1-255) or `a-b` ranges."""
         value, line, _ = entry
-        if type(value) is not list or not value:
+        if type(value) is list and not value:
+            raise FieldError(
+                "exit_codes must not be empty: it would retry no exit code",
+                line,
+                "list the codes to retry, e.g. exit_codes: [1, 75, '100-110'], or leave exit_codes out to retry "
+                "every one",
+            )
+        if type(value) is not list:
             raise FieldError(
                 f"exit_codes must be a list of codes or ranges, not {describe(value)}",
                 line,
@@ -336,26 +345,27 @@ class FieldReader:
         return tuple(out)
 
     def resources(self, entry: Entry) -> tuple[tuple[str, int], ...]:
-        """`resources`: declared resource -> amount held while the job runs."""
+        """`resources`: declared resource -> amount held while the job runs (each wrong one is told, in `extra`)."""
         out = []
-        for name, amount, line in amounts(entry, "resource"):
+        for name, amount, line in amounts(entry, "resource", self.extra):
             cap = self.capacity.get(name)
             if cap is None and name in self.declared:
                 continue
             if cap is None:
-                declared = ", ".join(self.capacity) or "none are declared"
-                raise FieldError(
+                declared = f"declared: {', '.join(self.declared)}" if self.declared else "none are declared"
+                self.extra.append(FieldError(
                     f"resource '{name}' is not declared",
                     line,
-                    f"declare it under the plan's top-level resources ({declared})",
-                )
-            if amount > cap:
-                raise FieldError(
+                    f"declare it under the plan's top-level resources; {declared}",
+                ))
+            elif amount > cap:
+                self.extra.append(FieldError(
                     f"asks for {amount} of resource '{name}', which has only {cap}",
                     line,
                     f"ask for at most {cap}, or raise its capacity",
-                )
-            out.append((name, amount))
+                ))
+            else:
+                out.append((name, amount))
         return self.share(tuple(out))
 
     def env(self, entry: Entry) -> tuple[tuple[str, str], ...]:

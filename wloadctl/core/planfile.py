@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import gc
 import hashlib
@@ -27,6 +28,7 @@ from wloadctl.core.plantop import (
     read_four_eyes,
     read_limits,
     read_name,
+    read_on_failure,
     read_roles,
     read_schedule,
     read_share,
@@ -37,7 +39,6 @@ from wloadctl.core.planvalues import (
     amounts,
     key_hint,
     mapping,
-    text_of,
 )
 from wloadctl.core.yamltree import (
     LONG_KEY,
@@ -316,9 +317,7 @@ class _PlanBuilder:
                 lambda e: plain_value((mapping(e, "variables"), 0, None)),
                 {},
             ),
-            on_failure=self._top_field(
-                "on_failure", lambda e: text_of(e, "on_failure"), None
-            ),
+            on_failure=self._top_field("on_failure", read_on_failure, None),
             timezone=self._top_field("timezone", read_timezone, None),
             path=self.path,
             groups=self._groups(jobs.jobs),
@@ -332,14 +331,17 @@ class _PlanBuilder:
 
     def _groups(self, jobs: dict[str, JobSpec]) -> dict[str, float]:
         """The fair-share `groups` (name -> weight); every job's group must be one of them."""
-        groups: dict[str, float] = self._top_field("groups", group_weights, {})
+        wrong: list[FieldError] = []
+        groups: dict[str, float] = self._top_field("groups", lambda e: group_weights(e, wrong), {})
+        for bad in wrong:
+            self.report(bad.line, bad.message, bad.hint)
         # A group whose weight is wrong is still declared: its own line says what is wrong.
         given = self.top.get("groups")
         declared = given[0] if given is not None and type(given[0]) is dict else groups
         for j in jobs.values():
             if j.group is not None and j.group not in declared:
                 self.report(j.line, f"job '{j.id}': group '{j.group}' is not declared under groups",
-                            f"declared: {', '.join(groups) or 'none'}")
+                            f"declared: {', '.join(declared) or 'none'}")
         return groups
 
     def _top_field(self, key: str, read: Callable[[Entry], Any], absent: Any) -> Any:
@@ -415,6 +417,7 @@ class _PlanBuilder:
                         self.jobs_reader.read(reader, value_ev, line)
                     else:
                         read_jobs(self.jobs_reader, lines, line)
+                    self._name_jobs(self.jobs_reader)
                     self.sink = outside
                     continue
                 entry = reader.node(value_ev)
@@ -457,6 +460,19 @@ class _PlanBuilder:
             self.sink = self.problems
         return late
 
+    def _name_jobs(self, jobs: JobsReader) -> None:
+        """Name the job of each problem the YAML reader found inside one (a duplicate key in its env, ...):
+        the job written last above the problem's line. The reader itself does not know whose values it reads."""
+        if all(p.job is not None or p.line is None for p in self.job_problems):
+            return
+        starts = sorted([(jobs.jobs[j].line, j) for j in jobs.ids] + jobs.repeated)
+        lines = [line for line, _j in starts]
+        for p in self.job_problems:
+            if p.job is None and p.line is not None:
+                k = bisect.bisect_right(lines, p.line) - 1
+                if k >= 0:
+                    p.job = starts[k][1]
+
     def _root_ok(self, reader: TreeReader, root: YamlEvent | None) -> bool:
         if type(root) is MappingStartEvent:
             return True
@@ -487,13 +503,16 @@ class _PlanBuilder:
         self.capacity = {}
         res = self.top.get("resources")
         if res is not None and res[0] is not None:
+            wrong: list[FieldError] = []
             try:
                 self.capacity = {
-                    name: amount for name, amount, _ in amounts(res, "resource")
+                    name: amount for name, amount, _ in amounts(res, "resource", wrong)
                 }
             except FieldError as bad:
+                wrong.append(bad)
+            for bad in wrong:
                 self.report(bad.line, bad.message, bad.hint)
-        declared = frozenset(res[0]) if res is not None and type(res[0]) is dict else frozenset()
+        declared = tuple(res[0]) if res is not None and type(res[0]) is dict else ()
         self.fields = FieldReader(self.capacity, declared)
         self.template = [getattr(_BLANK, name) for name in FIELDS]
         defaults = self.top.get("defaults")

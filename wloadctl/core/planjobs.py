@@ -169,6 +169,8 @@ class JobsReader:
         """Jobs given a `max_iterations` of their own, with its line: each needs an `until`."""
         self.looping: set[str] = set()
         """Jobs given an `until`, right or wrong (a wrong one is reported once)."""
+        self.repeated: list[tuple[int, str]] = []
+        """(line, id) of each job whose id a job above it has already (reported, and not kept)."""
         self._index_get = self.index.get
         self._id_at = self.ids.__getitem__
         self._shared = fields.shared
@@ -485,6 +487,7 @@ class JobsReader:
         """Check the finished job, record its edges and keep it."""
         index = self.index
         if jid in index:
+            self.repeated.append((line, jid))
             self.report(
                 line,
                 f"duplicate job id '{jid}' (first at line {self.jobs[jid].line})",

@@ -38,6 +38,15 @@ def read_name(entry: Entry) -> str:
     return name
 
 
+def read_on_failure(entry: Entry) -> str:
+    """`on_failure`: the shell command of the hook run when a job fails for good (a process: no NUL byte)."""
+    command = text_of(entry, "on_failure")
+    if "\0" in command:
+        raise FieldError("on_failure holds a NUL byte", entry[1],
+                         "no process can be given one; in YAML, \"\\0\" in double quotes is a NUL byte")
+    return command
+
+
 def read_limits(entry: Entry) -> str:
     """`limits`: `claim` (the default) or `enforce` (cpu and memory claims become cgroup limits)."""
     value = text_of(entry, "limits")
@@ -80,11 +89,18 @@ def read_four_eyes(entry: Entry) -> tuple[str, ...]:
     return tuple(out)
 
 
-def group_weights(entry: Entry) -> dict[str, float]:
-    """`groups`: group name -> positive weight."""
+def group_weights(entry: Entry, problems: list[FieldError]) -> dict[str, float]:
+    """`groups`: group name -> positive weight; each wrong weight is told in `problems`, and its group left out.
+
+    Raises:
+        FieldError: not a mapping.
+    """
     out: dict[str, float] = {}
     for name, item in mapping(entry, "groups").items():
-        out[name] = positive_number(item, f"weight of group {name}", "a weight such as 1 or 2")
+        try:
+            out[name] = positive_number(item, f"weight of group {name}", "a weight such as 1 or 2")
+        except FieldError as bad:
+            problems.append(bad)
     return out
 
 

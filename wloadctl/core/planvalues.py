@@ -136,16 +136,26 @@ def mapping(entry: Entry, what: str) -> dict[str, Entry]:
     return entry[0]
 
 
-def amounts(entry: Entry, what: str) -> list[tuple[str, int, int]]:
-    """A mapping of names to positive whole numbers, as (name, amount, line)."""
+def amounts(entry: Entry, what: str, problems: list[FieldError]) -> list[tuple[str, int, int]]:
+    """A mapping of names to positive whole numbers, as (name, amount, line).
+
+    Args:
+        entry: the YAML entry.
+        what: the name of one item for messages.
+        problems: where each wrong amount is told; the others are returned.
+
+    Raises:
+        FieldError: not a mapping.
+    """
     out = []
     for name, item in mapping(entry, what).items():
         value = item[0]
         if type(value) is not int or value < 1:
-            raise FieldError(
+            problems.append(FieldError(
                 f"{what} '{name}' must be a whole number of at least 1, "
                 f"not {describe(value)}",
                 item[1],
-            )
+            ))
+            continue
         out.append((name, value, item[1]))
     return out

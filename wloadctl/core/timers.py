@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from array import array
 
@@ -56,7 +57,12 @@ class Timers:
             The delay in seconds, within the policy's maximum.
         """
         p = spec.retry
-        base = min(p.max_delay, p.delay * (p.backoff ** (used - 1)))
+        base = min(p.max_delay, p.delay)
+        if used > 1 and p.backoff > 1.0 and 0.0 < base < p.max_delay:
+            # Capped before it is computed: backoff ** (used - 1) overflows a float (OverflowError) long before
+            # a retry count of 1000 runs out, and the delay stays at max_delay from the step that reaches it.
+            steps = math.log(p.max_delay / base, p.backoff)
+            base = p.max_delay if used - 1 >= steps else min(p.max_delay, base * p.backoff ** (used - 1))
         base *= TIER_RETRY_FACTOR[SlaTier(tier)]
         if p.jitter:
             base *= 1.0 + self.rng.uniform(-p.jitter, p.jitter)

@@ -28,7 +28,7 @@ from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import WARM_IDLE, JobTrees, detect, waiting_warmer
 from wloadctl.procs.prestart import AWAIT_FLAG, ORPHAN_TIMEOUT, await_go
 from wloadctl.procs.resultlog import NO_SPACE, ResultLog
-from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, reap, tail_of
+from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, nul_byte_in, reap, tail_of
 from wloadctl.procs.userfiles import JobFiles
 
 BEAT_INTERVAL = 0.25
@@ -426,6 +426,10 @@ class Executor:
                                   rec.attempt, 0, 126, rec.epoch, 0, now, now, off, length))
 
     def _spawn(self, rec: P.TaskRecord, p: P.Payload) -> None:
+        unfit = nul_byte_in(p.command, p.env, p.cwd)
+        if unfit is not None:
+            self._spawn_failed(rec, unfit)  # before argv_for, whose PATH look-up would raise on it too
+            return
         now = time.time()
         spawner = self.spawner
         env = spawner.env_for(p.env)
@@ -443,7 +447,8 @@ class Executor:
                 files = JobFiles.make(run_as, env, self.run_id)
             log = _open_log(spawner, p.log_path, lend=run_as is None)
             proc = spawner.spawn(argv, env, p.cwd, log.fd, run_as=run_as, join=join)
-        except OSError as e:
+        except (OSError, ValueError) as e:
+            # (ValueError: what Python refuses to hand to exec, as a NUL byte nul_byte_in missed.)
             if log is not None:
                 spawner.return_log(log)
             if files is not None:
@@ -453,7 +458,7 @@ class Executor:
                 self._spawn_failed(rec, f"cannot start in its working directory {p.cwd}: no such directory here")
             else:
                 self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "
-                                        f"{e.strerror or e}")
+                                        f"{getattr(e, 'strerror', None) or e}")
             return
         pidfd = os.pidfd_open(proc.pid)
         self.trees.leaders.add(proc.pid)

@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,25 @@ def result_of_bytes(data: bytes | None) -> dict[str, object]:
     return parse_result("" if data is None else data.decode("utf-8", "replace"))
 
 
+RESULT_DEPTH = 100
+"""Deepest nesting of lists and objects in a result: what reads values deeper (a comparison, the JSON reader
+itself) recurses once per level and would stop the scheduler at Python's recursion limit."""
+
+
+def _deeper_than(obj: object, limit: int) -> bool:
+    """Whether lists and objects nest in `obj` more than `limit` deep (looked at without recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for v in inner:
+            if isinstance(v, (dict, list)):
+                if depth >= limit:
+                    return True
+                stack.append((v, depth + 1))
+    return False
+
+
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 _FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 """Values of `key=value` lines read as numbers: as written in JSON (`012345`, `1_000`, `NaN` stay text)."""
@@ -67,10 +87,18 @@ def parse_result(text: str) -> dict[str, object]:
     if text.startswith(("{", "[")):
         try:
             obj = json.loads(text)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             return UnusableResult(f"its result file is not valid JSON ({e})")
-        return obj if isinstance(obj, dict) else UnusableResult(
-            f"its result file holds a JSON {type(obj).__name__}, not an object of named values")
+        except RecursionError:
+            return UnusableResult(f"its result file nests values more than {RESULT_DEPTH} deep")
+        except ValueError:
+            return UnusableResult(f"its result file holds a number of more than {sys.get_int_max_str_digits()} "
+                                  "digits, the most a number in a result may have")
+        if not isinstance(obj, dict):
+            return UnusableResult(f"its result file holds a JSON {type(obj).__name__}, not an object of named values")
+        if _deeper_than(obj, RESULT_DEPTH):
+            return UnusableResult(f"its result file nests values more than {RESULT_DEPTH} deep")
+        return obj
     if not any("=" in line for line in text.splitlines()):
         return UnusableResult("its result file is neither a JSON object nor key=value lines")
     out: dict[str, object] = {}
@@ -79,7 +107,12 @@ def parse_result(text: str) -> dict[str, object]:
             k, v = line.split("=", 1)
             v = v.strip()
             if _INT.match(v):
-                out[k.strip()] = int(v)
+                try:
+                    out[k.strip()] = int(v)
+                except ValueError:  # past Python's limit of digits (sys.get_int_max_str_digits)
+                    return UnusableResult(f"its result file's '{k.strip()[:40]}' is a number of "
+                                          f"{len(v.lstrip('-'))} digits, more than the "
+                                          f"{sys.get_int_max_str_digits()} a number in a result may have")
             elif _FLOAT.match(v):
                 out[k.strip()] = float(v)
             else:
@@ -325,7 +358,7 @@ class RunContext:
                 hook = subprocess.Popen(["/bin/sh", "-c", self.plan.on_failure], env=env, stdin=subprocess.DEVNULL,
                                         stdout=hook_log, stderr=subprocess.STDOUT, start_new_session=True)
                 self.hooks[hook] = spec.id
-            except OSError as e:
+            except (OSError, ValueError) as e:  # (ValueError: a NUL byte in its environment)
                 self.events.emit("hook_failed", spec.id, reason=str(e))
             finally:
                 hook_log.close()

@@ -76,6 +76,33 @@ def plain_words(command: str) -> list[str] | None:
     return words
 
 
+def nul_byte_in(command: str | Sequence[str] | None, env: Mapping[str, str], cwd: str | None) -> str | None:
+    """What of a job's start holds a NUL byte (None: nothing does).
+
+    No program's arguments, environment or path can hold one (C strings end at it), and
+    Python refuses to start such a process with a ValueError, not an OSError: a job whose
+    command, environment or working directory holds one cannot start, and is told so.
+    Its environment gets NULs from outside the plan too: a checkpoint file the job wrote,
+    or a loop's item from an upstream's result.
+
+    Args:
+        command: The job's command text or argv.
+        env: What the job adds to the executor's environment (that one holds no NUL).
+        cwd: Its working directory (None: the executor's).
+
+    Returns:
+        A phrase such as "its environment holds a NUL byte (in WLOADCTL_CHECKPOINT)", or None.
+    """
+    if command is not None and any("\0" in w for w in ([command] if isinstance(command, str) else command)):
+        return "its command holds a NUL byte"
+    for name, value in env.items():
+        if "\0" in value or "\0" in name:
+            return f"its environment holds a NUL byte (in {name.replace(chr(0), '')})"
+    if cwd and "\0" in cwd:
+        return "its working directory holds a NUL byte"
+    return None
+
+
 @dataclass(slots=True)
 class Spawned:
     """A started job process."""
