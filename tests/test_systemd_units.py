@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from wloadctl.errors import Fenced
+
 UNITS = Path(__file__).parents[1] / "contrib" / "systemd"
 INSTANCES = {"wloadctl-scheduler@.service": "nightly", "wloadctl-standby@.service": "nightly",
              "wloadctl-agent@.service": "batch"}
@@ -26,6 +28,9 @@ def _service(path: Path) -> configparser.SectionProxy:
 def test_each_unit_restarts_on_a_crash_leaves_jobs_running_and_raises_the_limits(name: str) -> None:
     svc = _service(UNITS / name)
     assert svc["Restart"] == "on-failure" and "2" in svc["RestartPreventExitStatus"].split()
+    if name != "wloadctl-agent@.service":
+        # A scheduler fenced by a takeover is not restarted to take the run back from its successor.
+        assert str(Fenced.exit_code) in svc["RestartPreventExitStatus"].split()
     assert svc["KillMode"] == "process"  # executors and jobs outlive a restarted scheduler or agent
     for limit in ("LimitMSGQUEUE", "LimitNOFILE", "LimitNPROC"):  # what `wloadctl doctor` checks
         assert int(svc[limit]) > 0

@@ -15,6 +15,7 @@ from wloadctl.errors import StoreFull, UsageError
 from wloadctl.procs.prestart import DEFAULT_PREFETCH, Prestarted, counts_problem
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
+from wloadctl.store import run_place
 
 if TYPE_CHECKING:
     from wloadctl.remote.broker import BrokerOptions
@@ -123,11 +124,11 @@ class HoldNotice:
             if held:
                 more = " ..." if len(held) > 10 else ""
                 parts.append(f"{len(held)} held job(s) wait for release: {', '.join(core.ids[i] for i in held[:10])}"
-                             f"{more} (`wloadctl release JOB --state-dir {self.state_dir}`)")
+                             f"{more} (`wloadctl release JOB {run_place(self.state_dir)}`)")
             if confirm:
                 more = " ..." if len(confirm) > 10 else ""
                 parts.append(f"{len(confirm)} job(s) wait for confirmation: {', '.join(confirm[:10])}{more} "
-                             f"(`wloadctl approve JOB --state-dir {self.state_dir}`)")
+                             f"(`wloadctl approve JOB {run_place(self.state_dir)}`)")
             self.say(f"holding: {'; '.join(parts)}; Ctrl-C stops the run")
         elif self.holding and not now:
             self.say("released: the run goes on")
@@ -275,7 +276,7 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
         kept = loop.jobs_here()
         them = f"; {kept} job(s) keep running under their executors" if kept else ""
         _say(False)(f"run {loop.ctx.run_id} stopped while paused: {loop.no_space}, so the stop was not "
-                    f"journaled{them}; free space there, then `wloadctl resume --state-dir {state_dir}` goes on "
+                    f"journaled{them}; free space there, then `wloadctl resume {run_place(state_dir)}` goes on "
                     "from what the journal holds")
         return 130
     if bars:
@@ -294,10 +295,10 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
                   if outcome.core.state[i] in (JobState.FAILED, JobState.TIMED_OUT)]
         if failed:
             print(f"failed: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''} "
-                  f"(see `wloadctl why JOB --state-dir {state_dir}`)")
+                  f"(see `wloadctl why JOB {run_place(state_dir)}`)")
     if outcome.status == "interrupted" and outcome.kept:
         _say(False)(f"run {outcome.run.run_id} stopped; {outcome.kept} job(s) keep running under their "
-                    f"executors and `wloadctl resume --state-dir {state_dir}` picks them up")
+                    f"executors and `wloadctl resume {run_place(state_dir)}` picks them up")
         return 130
     if outcome.status == "interrupted":
         # A stopped run's running jobs were stopped and requeued (held, if they may not run twice): a resume
@@ -308,7 +309,7 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
         them = f" ({', '.join(held[:5])}{' ...' if len(held) > 5 else ''} idempotent: false, held until released)" \
             if held else ""
         again = f"; jobs that were running will run again{them}" if stopped else ""
-        _say(False)(f"run {outcome.run.run_id} stopped{again}: `wloadctl resume --state-dir {state_dir}` goes on")
+        _say(False)(f"run {outcome.run.run_id} stopped{again}: `wloadctl resume {run_place(state_dir)}` goes on")
         return 130
     return outcome.exit_code
 

@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import secrets
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +24,10 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import ids_path, log_path, named_state_dir, read_ids
+from wloadctl.paths import ids_path, log_path, named_state_dir, read_ids, read_journal_note
 from wloadctl.remote import AGENT_BASE
 from wloadctl.runshape import RunShape, index_of_id, read_shape
-from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists
+from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists, run_place
 
 if TYPE_CHECKING:
     # The engine, plan loader and DAG are imported where used: `status` must answer fast.
@@ -45,6 +46,8 @@ SILENT_AFTER = 3.0
 scheduler is reported not responding: it beats every quarter second, turns included."""
 REPLY_TIMEOUT = 10.0
 """Seconds to wait for a live scheduler's answer."""
+READ_VERBS = ("why", "whoami", "pending")
+"""Requests that change nothing: read from the journal when no scheduler answers, wherever its holder is."""
 
 
 @dataclass
@@ -85,6 +88,10 @@ class RunClient:
         self._link: OperatorLink | None = None
         given = None if state_dir is None else Path(state_dir)
         if given is not None and not journal_exists(given):
+            url = read_journal_note(given)
+            if url is not None:
+                raise UsageError(f"no run journal in {given}: its runs are journaled in {url}",
+                                 hint=f"add --journal {url} (or set WLOADCTL_JOURNAL)")
             raise UsageError(f"no run journal in {given}",
                              hint=f"start a run there with `wloadctl run PLAN --state-dir {given}`")
         self.store = Store.open(given, create=False, readonly=True)
@@ -376,7 +383,29 @@ class RunClient:
             except TransportError:
                 if self.is_live():
                     raise
+        if verb not in READ_VERBS:
+            self._refuse_far_holder(verb)
         return self._offline(req)
+
+    def _refuse_far_holder(self, verb: str) -> None:
+        """Refuse a verb that would change a run a live scheduler of another host holds.
+
+        Written here, with no epoch, it would race that scheduler's own writes (and stop it): the
+        verb goes to it through the broker instead.
+
+        Raises:
+            ControlError: the run's lease is in force and its holder is on another host.
+        """
+        if not self.leased():
+            return
+        host = self.store.holder_host(self.run.id)
+        if host is None or host == socket.gethostname():
+            return  # this host's scheduler: its state directory's lock keeps offline writes out
+        until = time.strftime("%H:%M:%S", time.localtime(self.run.lease_until))
+        raise ControlError(f"cannot {verb} in run {self.run.run_id} from here: scheduler pid "
+                           f"{self.run.scheduler_pid} on {host} holds it (lease until {until}), and only it changes "
+                           "the run",
+                           hint="pass --broker URL (the run's broker): the verb goes to that scheduler")
 
     def _listening(self) -> bool:
         """Whether the run's control socket is there: the run of another user, whose board is theirs alone,
@@ -446,7 +475,7 @@ class RunClient:
                 return read
         if verb not in MUTATING_OFFLINE and verb != "why":
             raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
-                               hint=f"resume the run with `wloadctl resume --state-dir {self.state_dir}`")
+                               hint=f"resume the run with `wloadctl resume {run_place(self.state_dir)}`")
         # The state directory's scheduler lock keeps a starting scheduler out; a run of another
         # host (server journal) has none here, and its journal's epoch guards its writes.
         try:
@@ -497,8 +526,8 @@ class RunClient:
                     if run.status not in ("running", "interrupted", "held"):
                         st.set_status(run.id, "interrupted", None)
                     if verb in ("retry", "rerun", "set-ok", "skip", "release") and ok:
-                        results.append(["*", True, "the run has no live scheduler: `wloadctl resume --state-dir "
-                                        f"{self.state_dir}` will run what is now due"])
+                        results.append(["*", True, "the run has no live scheduler: `wloadctl resume "
+                                        f"{run_place(self.state_dir)}` will run what is now due"])
                 return {"ok": ok, "verb": verb, "results": results, "live": False}
         finally:
             lock.close()
@@ -587,8 +616,8 @@ class RunClient:
         if self.leased() or self.run.status not in ("running", "interrupted", "held"):
             return None
         status = "interrupted" if self.run.status == "running" else self.run.status
-        return (f"the run is {status}: no scheduler dispatches its jobs now (`wloadctl resume --state-dir "
-                f"{self.state_dir}` goes on)")
+        return (f"the run is {status}: no scheduler dispatches its jobs now (`wloadctl resume "
+                f"{run_place(self.state_dir)}` goes on)")
 
     def history(self, job: str) -> dict[str, Any]:
         """Every transition and operator action of one job."""

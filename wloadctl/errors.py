@@ -131,8 +131,12 @@ class ControlError(WloadError):
 class Fenced(StoreError):
     """Another scheduler took the run over (a newer epoch): this one must stop without touching it."""
 
+    exit_code = 4
+    """Final, unlike a crash (3): a service manager that restarted it would only find the run held by another."""
+
     def __init__(self, message: str, by_pid: int = 0, by_epoch: int = 0) -> None:
-        super().__init__(message, hint="the run goes on under the newer scheduler; see `wloadctl status`")
+        super().__init__(message, hint="this scheduler exits without touching the run, which goes on under the newer "
+                                       "one; see `wloadctl status`")
         self.by_pid = by_pid
         """Pid of the scheduler that holds the run now (0 when unknown)."""
         self.by_epoch = by_epoch

@@ -179,3 +179,24 @@ PIPELINE_FILE = "pipeline.json"
 def pipeline_path(state_dir: Path) -> Path:
     """Where the live scheduler of a state directory publishes its pipeline figures."""
     return state_dir / PIPELINE_FILE
+
+
+JOURNAL_NOTE = "journal.url"
+"""A server journal's run leaves its URL (without password) in its state directory, which holds no journal."""
+
+
+def write_journal_note(state_dir: Path, url: str) -> None:
+    """Say in the state directory which server journal holds its runs (a reader given the directory alone is
+    told where to look). Best effort: a directory that cannot take it loses only that hint."""
+    try:
+        (state_dir / JOURNAL_NOTE).write_text(url + "\n", encoding="utf-8")
+    except OSError:
+        pass
+
+
+def read_journal_note(state_dir: Path) -> str | None:
+    """The server journal a state directory's runs were journaled in (None: it says none)."""
+    try:
+        return (state_dir / JOURNAL_NOTE).read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None

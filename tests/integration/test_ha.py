@@ -26,6 +26,7 @@ from tests.integration.helpers import (
     reap_orphans,
     wait_for,
 )
+from wloadctl.errors import Fenced
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, ROLE_RESPONSE, object_name
 from wloadctl.ipc.shm import StateBoard, remove_run_objects
@@ -188,7 +189,7 @@ class Cluster:
         if fenced[0]["how"].startswith("killed"):
             assert code == -signal.SIGKILL
         else:
-            assert code == 3
+            assert code == Fenced.exit_code
             assert "fenced" in self.stderr("active")
 
     def stop(self) -> None:

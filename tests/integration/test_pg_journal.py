@@ -138,3 +138,44 @@ def test_a_postgresql_restart_mid_run_loses_nothing(tmp_path: Path, private_pg: 
                 to_states = [t[1] for t in st.transitions_of(run.id, r[0])]
                 assert to_states.count(4) == 1 and to_states.count(3) == 1, (r[1], to_states)
         assert not ipc_names(run_id)
+
+
+def test_the_hints_of_a_postgresql_journal_run_name_its_journal_and_its_state_directory_says_where_it_is(
+        tmp_path: Path, pg_url: str) -> None:
+    # Given a run on a PostgreSQL journal whose job `end` an operator holds while `wait` runs
+    sd, gate = tmp_path / "sd", tmp_path / "go"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"name: hinted\njobs:\n  wait: {{command: 'while [ ! -e {gate} ]; do sleep 0.05; done'}}\n"
+                    "  end: {command: 'true', depends_on: [wait]}\n")
+    out = tmp_path / "out"
+    with open(out, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
+                                 "--journal", pg_url, "--executors", "1"], stdout=f, stderr=subprocess.STDOUT,
+                                env=ENV, text=True)
+    try:
+        wait_for(lambda: cli("status", "--state-dir", str(sd), "--journal", pg_url, "--json").returncode == 0 and
+                 json.loads(cli("status", "--state-dir", str(sd), "--journal", pg_url, "--json").stdout)["live"],
+                 timeout=60, what="the run live")
+        cli("hold", "end", "--state-dir", str(sd), "--journal", pg_url, check=True)
+        gate.touch()
+        # When it comes to hold, it names the command that releases the job
+        said = wait_for(lambda: next((line for line in out.read_text().splitlines() if "holding:" in line), None),
+                        timeout=60, what="the holding line")
+        hint = said.split("`")[1]
+        assert hint == f"wloadctl release JOB --state-dir {sd} --journal {pg_url}", said
+        # Then the state directory given alone says which journal holds its run
+        alone = cli("release", "end", "--state-dir", str(sd))
+        assert alone.returncode == 2 and f"its runs are journaled in {pg_url}" in alone.stderr, alone.stderr
+        assert "add --journal" in alone.stderr
+        for reader in ("status", "history"):
+            p = cli(reader, *(["end"] if reader == "history" else []), "--state-dir", str(sd))
+            assert p.returncode != 0 and f"journaled in {pg_url}" in p.stderr, (reader, p.stderr)
+        # And the hint, as printed, releases it and the run ends
+        p = cli(*hint.replace("JOB", "end").split()[1:])
+        assert p.returncode == 0, p.stderr
+        assert proc.wait(60) == 0, out.read_text()
+    finally:
+        gate.touch()
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(30)

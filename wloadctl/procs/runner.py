@@ -41,6 +41,7 @@ from wloadctl.paths import (
     summary_path,
     unusable_state_dir,
     write_ids,
+    write_journal_note,
     write_summary,
 )
 from wloadctl.procs.health import pid_alive
@@ -65,7 +66,7 @@ from wloadctl.procs.supervisor import RunObjects, clean_stale, live_standby, shm
 from wloadctl.procs.userfiles import remove_job_dirs
 from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.runshape import CoreCopy, shape_of_copy, write_shape
-from wloadctl.store import RunRow, Store, journal_exists
+from wloadctl.store import RunRow, Store, journal_exists, journal_url, run_place, without_password
 from wloadctl.store.facts import RunFacts, run_facts
 
 if TYPE_CHECKING:
@@ -156,6 +157,10 @@ class Claim:
     """Emits the takeover event, once the new epoch is on the board."""
     agents: int = 0
     """Agents that answered the standby before it took over (recovery waits for that many inventories)."""
+    link: BrokerLink | None = None
+    """The broker link of the run's agents, opened before the claim (broker_link; None: no jobs on agents)."""
+    plan: Plan | None = None
+    """The run's plan as the standby read it for that link (None: read it from the journal)."""
 
 
 class StateDirLock:
@@ -309,6 +314,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
     lock.acquire()
     store = None
     maker: _CoreMaker | None = None
+    link: BrokerLink | None = None
     try:
         store = Store.open(opts.state_dir, sync=opts.journal_sync)
         prev = store.latest_run()
@@ -322,7 +328,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             raise UsageError(f"no unfinished run to resume in {opts.state_dir}",
                              hint="start one with `wloadctl run PLAN --state-dir DIR`")
         if prev and prev.status in UNFINISHED:
-            _refuse_live_lease(prev, opts.state_dir)
+            _refuse_live_lease(store, prev, opts.state_dir)
         if prev and prev.status in UNFINISHED and plan is not None and prev.plan_name != plan.name:
             raise UsageError(f"{opts.state_dir} holds unfinished run {prev.run_id} of plan '{prev.plan_name}'",
                              hint="resume it with `wloadctl resume --state-dir DIR`, or use another --state-dir")
@@ -331,6 +337,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             settings = json.loads(prev.settings or "{}")
             plan = _plan_for_run(store, prev, plan_path, opts, plan)
             run = prev
+            link = broker_link(plan, opts, run.run_id)
             opts.say(f"resuming run {run.run_id} of plan '{plan.name}' (business date {run.business_date})")
             if opts.executors <= 0:
                 opts.executors = int(settings.get("executors", DEFAULT_EXECUTORS))
@@ -347,6 +354,9 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             queue_room(run_shapes(len(plan.jobs)).charge)
             if 0 < shm_free() < shm_at_start(len(plan.jobs)):
                 raise shm_full(f"a run of plan '{plan.name}'", shm_at_start(len(plan.jobs)))
+            # So is a plan with jobs on agents whose broker is not given or does not answer.
+            rid = opts.run_id or new_run_id()
+            link = broker_link(plan, opts, rid)
             # The plan is whole and valid here. Its core is built in a thread while the journal is
             # written (SQLite writes the jobs without the interpreter lock); the loop, and so the
             # first dispatch, waits for both, and the journal's commit comes first. The history of
@@ -354,7 +364,6 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             history = store.expected_history(plan.name, _EVERY_RUN, list(plan.jobs), plan.digest)
             maker = _CoreMaker(plan, _core_slots(opts), _FIRST_EPOCH, history)
             bdate = opts.business_date or dt.date.today().isoformat()
-            rid = opts.run_id or new_run_id()
             # Every job's row is journaled before anything runs; the plan's own copy (its text, 150 MB for
             # a million jobs one key a line, and its encoded form) follows the first dispatch (_PlanCopy).
             run = store.create_run(rid, plan.name, _absolute(plan.path), plan.digest, "", plan.jobs.keys(), bdate,
@@ -365,8 +374,10 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             write_ids(opts.state_dir, run.run_id, list(plan.jobs))
         # (a run resumed after a crash in its first second may have no copy yet: it gets one now)
         copy = _PlanCopy(run, plan, opts) if not resumed or not store.has_plan_copy(run.id) else None
-        return _drive(store, run, plan, opts, resumed, on_turn, maker=maker, copy=copy)
+        return _drive(store, run, plan, opts, resumed, on_turn, maker=maker, copy=copy, link=link)
     finally:
+        if link is not None:
+            link.close(timeout=5.0)
         if maker is not None:
             maker.close()  # joined, and the collector back on, whatever happened
         if store is not None:
@@ -389,11 +400,25 @@ def _settings(opts: RunOptions) -> dict[str, object]:
     return out
 
 
-def _refuse_live_lease(run: RunRow, state_dir: Path) -> None:
-    """Refuse to start a scheduler while another one (maybe a standby that took over) holds the run."""
+def _refuse_live_lease(store: Store, run: RunRow, state_dir: Path) -> None:
+    """Refuse to start a scheduler while another one (maybe a standby that took over) holds the run.
+
+    A holder of this host is judged by its pid; one of another host (a server journal's holder)
+    cannot be, and holds the run until its lease runs out.
+
+    Raises:
+        UsageError: the run's lease is in force and another scheduler holds it.
+    """
     pid = run.scheduler_pid
-    if run.status == "running" and run.lease_until > time.time() and pid and pid != os.getpid() \
-            and pid_alive(pid):
+    if run.status != "running" or run.lease_until <= time.time() or not pid:
+        return
+    host = store.holder_host(run.id)
+    if host is not None and host != socket.gethostname():
+        until = time.strftime("%H:%M:%S", time.localtime(run.lease_until))
+        raise UsageError(f"scheduler pid {pid} on {host} holds the lease of run {run.run_id} (epoch {run.epoch}, "
+                         f"its lease runs until {until} and is renewed while it lives)",
+                         hint="watch it with `wloadctl status`; a standby, not a resume, takes over if it dies")
+    if pid != os.getpid() and pid_alive(pid):
         raise UsageError(f"scheduler pid {pid} holds the lease of run {run.run_id} in {state_dir} "
                          f"(epoch {run.epoch})", hint="watch it with `wloadctl status`, or stop it first")
 
@@ -408,8 +433,12 @@ def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim) -> R
     settings = json.loads(run.settings or "{}")
     opts.executors = opts.executors if opts.executors > 0 else int(settings.get("executors", DEFAULT_EXECUTORS))
     opts.slots = opts.slots if opts.slots > 0 else int(settings.get("slots", DEFAULT_SLOTS))
-    plan = run_plan(store, run)
-    return _drive(store, run, plan, opts, True, None, claim)
+    plan = claim.plan if claim.plan is not None else run_plan(store, run)
+    try:
+        return _drive(store, run, plan, opts, True, None, claim, link=claim.link)
+    finally:
+        if claim.link is not None:
+            claim.link.close(timeout=5.0)
 
 
 _EVERY_RUN = 1 << 62
@@ -502,14 +531,10 @@ class _CoreMaker(threading.Thread):
 
 def _drive(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed: bool,
            on_turn: Callable[[SchedulerLoop], None] | None, claim: Claim | None = None,
-           maker: _CoreMaker | None = None, copy: _PlanCopy | None = None) -> RunOutcome:
-    t0 = time.time()
-    link = _broker_link(plan, opts, run)
-    try:
-        return _drive_with(store, run, plan, opts, resumed, on_turn, claim, link, t0, maker, copy)
-    finally:
-        if link is not None:
-            link.close(timeout=5.0)
+           maker: _CoreMaker | None = None, copy: _PlanCopy | None = None,
+           link: BrokerLink | None = None) -> RunOutcome:
+    """Drive the run; `link` is the broker_link the caller opened for it (and closes)."""
+    return _drive_with(store, run, plan, opts, resumed, on_turn, claim, link, time.time(), maker, copy)
 
 
 class _ShapeWriter:
@@ -566,8 +591,11 @@ class _ShapeWriter:
         self.thread.join()
 
 
-def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None:
+def broker_link(plan: Plan, opts: RunOptions, run_id: str) -> BrokerLink | None:
     """The broker connection a plan with jobs on agents needs (None when every job runs here).
+
+    It is opened before anything of the run is made or claimed: a broker that is not given or does
+    not answer refuses a start, and keeps a standby from taking a run it could not drive.
 
     Raises:
         UsageError: jobs name a pool or an agent and no broker was given.
@@ -583,7 +611,7 @@ def _broker_link(plan: Plan, opts: RunOptions, run: RunRow) -> BrokerLink | None
     from wloadctl.remote.broker import Subjects, ensure_streams
     from wloadctl.remote.link import BrokerLink
 
-    link = BrokerLink.open(opts.broker, name=f"scheduler-{run.run_id}")
+    link = BrokerLink.open(opts.broker, name=f"scheduler-{run_id}")
     try:
         # Before anything of the run is made: a server without JetStream is refused here, in one line.
         ensure_streams(link, Subjects(opts.broker.prefix))
@@ -607,6 +635,9 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     else:
         epoch = claim.epoch
     run = store.get_run(run.run_id) or run
+    url = journal_url()
+    if url is not None:
+        write_journal_note(opts.state_dir, without_password(url))
     # Closing figures of an earlier stop would outlive a crash of this scheduler: gone while it runs.
     summary_path(opts.state_dir, run.run_id).unlink(missing_ok=True)
     # A new run's core was built beside its journal's writes (for the epoch it takes now).
@@ -706,7 +737,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                 f"release {_some(others)}" if others else "",
                 f"approve {_some(confirm)} (waiting for confirmation)" if confirm else "") if part)
             opts.say(f"run stalled: {len(held)} held job(s) need an operator: {how}; "
-                     f"then `wloadctl resume --state-dir {opts.state_dir}`")
+                     f"then `wloadctl resume {run_place(opts.state_dir)}`")
         else:
             # Ctrl-C: what runs here goes on under its executors, whose queues and segments stay
             # for the resume that reattaches to them; a SIGTERM stops and requeues it.
@@ -724,7 +755,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             # run's status, publish `done`, stop executors or remove the run's objects.
             fenced = fenced or _lost_epoch(store, run, epoch)
             if fenced is not None:
-                _stand_down(loop, local, remote, fenced, opts)
+                _stand_down(loop, local, remote, fenced)
             else:
                 ended = time.time()
                 # A reader of the stopped run finds the plan's copy and facts (see _PlanCopy, _ShapeWriter).
@@ -862,17 +893,15 @@ def _fence_board(objs: RunObjects, epoch: int, lease_until: float, state_dir: Pa
         standby_pid=live_standby(state_dir)))
 
 
-def _stand_down(loop: SchedulerLoop, local: LocalPool, remote: AgentPool | None, fenced: Fenced,
-                opts: RunOptions) -> None:
+def _stand_down(loop: SchedulerLoop, local: LocalPool, remote: AgentPool | None, fenced: Fenced) -> None:
     """Leave a run another scheduler took over: nothing published, stopped, removed or journaled.
 
     The run's queues, segments and executors now serve the successor, and the journal's
     status is its to write; only this process's own handles are closed.
     """
+    # (The error itself, raised on from here, is what tells the operator: said once, by the command.)
     loop.ctx.events.emit("fenced", pid=os.getpid(), epoch=loop.ctx.epoch, by_pid=fenced.by_pid,
                          by_epoch=fenced.by_epoch, how="exited: it found a newer epoch")
-    opts.say(f"this scheduler (pid {os.getpid()}, epoch {loop.ctx.epoch}) was fenced: "
-             f"{fenced.message}; it exits without touching the run")
     if remote is not None:
         remote.release()
         remote.stood_down()

@@ -26,11 +26,13 @@ from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.executor import BEAT_INTERVAL as EXECUTOR_BEAT
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.runctx import EventLog
-from wloadctl.procs.runner import START_GRACE, Claim, RunOptions, continue_run
+from wloadctl.procs.runner import START_GRACE, Claim, RunOptions, broker_link, continue_run
 from wloadctl.procs.supervisor import register_standby
+from wloadctl.runplan import run_plan
 from wloadctl.store import RunRow, Store, journal_exists, journal_url
 
 if TYPE_CHECKING:
+    from wloadctl.core.plan import Plan
     from wloadctl.remote.link import BrokerLink
     from wloadctl.remote.witness import AgentWitness
 
@@ -42,6 +44,8 @@ LOCK_WAIT = 0.5
 """Seconds a claim waits for the journal's write lock before it kills the silent one."""
 PAIR_BEAT = 1.0
 """Most seconds between a standby's beats on the broker (fewer when its heartbeat interval is shorter)."""
+LINK_BACKOFF = 30.0
+"""Most seconds between a standby's tries of an unreachable broker before it takes a run over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,14 @@ class Standby:
         """The run's executor board, once it exists."""
         self.next_beat = 0.0
         """When this standby next beats on the broker (far only)."""
+        self.run_link: BrokerLink | None = None
+        """The broker link the run's scheduler will drive its agents through, opened before a claim."""
+        self.plan: Plan | None = None
+        """The run's plan, read from the journal before a claim (the scheduler it becomes runs it)."""
+        self.link_retry = 0.0
+        """When the broker may next be tried for a takeover (it did not answer the last try)."""
+        self.link_backoff = 0.0
+        """Seconds between those tries, doubled at each failure up to LINK_BACKOFF."""
 
     def serve(self) -> int:
         """Stand by until the run ends (0), or take it over and drive it (exit code).
@@ -161,6 +173,9 @@ class Standby:
                     made.unlink(missing_ok=True)
             self._close_boards()
             self._close_witness()
+            if self.run_link is not None:
+                self.run_link.close(timeout=2.0)
+                self.run_link = None
             if store is not None:
                 store.close()
 
@@ -322,6 +337,8 @@ class Standby:
                             f"{list(verdict.hearing)} still hear it; not taking over"
                         )
                     continue
+                if not self._broker_ready(store, row):
+                    continue  # a run it could not drive is not claimed: the lease stays free for whoever can
                 claim = self._claim(store, row, silent, verdict)
                 if claim is not None:
                     return claim
@@ -335,6 +352,7 @@ class Standby:
     ) -> Claim | None:
         """Increment the epoch in the journal; None if another scheduler did first."""
         opts, old_pid = self.opts, row.scheduler_pid or 0
+        link, self.run_link = self.run_link, None
         lease = time.time() + opts.lease_seconds + START_GRACE
         got: list[int] = []
         errors: list[Exception] = []
@@ -363,6 +381,8 @@ class Standby:
             err = errors[0]
             why = err.message if isinstance(err, StoreError) else str(err)
             opts.say(f"could not take run {row.run_id} over ({why}); standing by")
+            if link is not None:
+                link.close(timeout=2.0)
             return None
         epoch = got[0]
         detected = time.time()
@@ -402,7 +422,41 @@ class Standby:
             if self.far:
                 _say_local_jobs(store, row, opts)
 
-        return Claim(epoch, old_pid, announce, agents=len(verdict.asked) if self.far else 0)
+        return Claim(epoch, old_pid, announce, agents=len(verdict.asked) if self.far else 0, link=link,
+                     plan=self.plan if self.plan is not None and self.plan.digest == row.plan_digest else None)
+
+    def _broker_ready(self, store: Store, row: RunRow) -> bool:
+        """Open the broker link the run's agents need before the run is claimed (True: open, or none needed).
+
+        A broker that does not answer is tried again, with a backoff, while the run waits: a
+        standby that claimed the run and then could not drive it would leave it held by nobody.
+
+        Raises:
+            UsageError: the run has jobs on agents and this standby was given no broker.
+        """
+        if self.run_link is not None:
+            return True
+        if time.time() < self.link_retry:
+            return False
+        try:
+            if self.plan is None or self.plan.digest != row.plan_digest:
+                self.plan = run_plan(store, row)
+            self.run_link = broker_link(self.plan, self.opts, row.run_id)
+        except UsageError:
+            raise
+        except WloadError as e:
+            first = self.link_backoff == 0.0
+            self.link_backoff = min(LINK_BACKOFF, max(1.0, 2 * self.link_backoff))
+            self.link_retry = time.time() + self.link_backoff
+            if first:
+                self.opts.say(f"run {row.run_id} has lost its scheduler, and this standby cannot take it over: "
+                              f"{e.message}; it tries the broker again (every {LINK_BACKOFF:g}s at most) and takes "
+                              "the run over once it answers")
+            return False
+        if self.link_backoff:
+            self.opts.say(f"the broker answers again: taking run {row.run_id} over")
+        self.link_backoff = 0.0
+        return True
 
     def _beat(self, run_id: str, state: str, epoch: int, now: float, at: float | None = None,
               flush: bool = False) -> None:
@@ -490,7 +544,6 @@ def _say_local_jobs(store: Store, row: RunRow, opts: RunOptions) -> None:
     """
     from wloadctl.core.holding import LOCAL_PLACE, place_of
     from wloadctl.core.states import JobState
-    from wloadctl.runplan import run_plan
 
     specs = run_plan(store, row).jobs
     flying = [r[1] for r in store.job_rows(row.id, exclude_states=[s for s in JobState if s not in

@@ -17,7 +17,9 @@ from wloadctl.store.base import (
     default_state_dir,
     journal_exists,
     journal_url,
+    run_place,
+    without_password,
 )
 
 __all__ = ["DB_NAME", "JOURNAL_ENV", "JournalUnavailable", "RunRow", "StaleEpoch", "Store", "default_state_dir",
-           "journal_exists", "journal_url"]
+           "journal_exists", "journal_url", "run_place", "without_password"]

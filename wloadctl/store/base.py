@@ -99,6 +99,22 @@ def journal_url(given: str | None = None) -> str | None:
     return given or os.environ.get(JOURNAL_ENV) or None
 
 
+def without_password(url: str) -> str:
+    """`url` as given, its password (if any) left out (what messages and hints show of a journal URL)."""
+    head, at, tail = url.rpartition("@")
+    if not at or "://" not in head:
+        return url
+    scheme, _, userinfo = head.partition("://")
+    return f"{scheme}://{userinfo.split(':', 1)[0]}@{tail}"
+
+
+def run_place(state_dir: Path, journal: str | None = None) -> str:
+    """The options that find a run again in a command's hint: `--state-dir DIR`, and `--journal URL` (without
+    its password) when the journal in force is a server's (a state directory alone holds none of its runs)."""
+    url = journal_url(journal)
+    return f"--state-dir {state_dir}" + (f" --journal {without_password(url)}" if url else "")
+
+
 def journal_exists(state_dir: Path | None, journal: str | None = None) -> bool:
     """Whether a journal may hold runs for this state directory (a server journal always may)."""
     return journal_url(journal) is not None or (state_dir is not None and (state_dir / DB_NAME).exists())

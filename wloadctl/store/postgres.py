@@ -27,7 +27,7 @@ from psycopg import sql
 
 from wloadctl.errors import NoJournalYet, StoreError, UsageError
 from wloadctl.store.audit import GENESIS, action_hash
-from wloadctl.store.base import JournalUnavailable, RunRow, Store
+from wloadctl.store.base import JournalUnavailable, RunRow, Store, without_password
 from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
 
@@ -82,14 +82,14 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     parts = urlsplit(url)
     hint = "give --journal postgresql://USER@HOST[:PORT]/DB (optionally ?namespace=NAME)"
     if parts.scheme not in ("postgresql", "postgres"):
-        raise UsageError(f"journal {_without_password(url)!r} is not a postgresql:// URL", hint=hint)
+        raise UsageError(f"journal {without_password(url)!r} is not a postgresql:// URL", hint=hint)
     db = parts.path.lstrip("/")
     query = parse_qsl(parts.query)
     known = _url_parameters()
     unknown = [k for k, _v in query if k not in known]
     if unknown:
         # Said here, in one line: the driver would refuse it as an internal error.
-        raise UsageError(f"journal URL {_without_password(url)!r}: unknown parameter {unknown[0]!r}; allowed: "
+        raise UsageError(f"journal URL {without_password(url)!r}: unknown parameter {unknown[0]!r}; allowed: "
                          f"{', '.join(sorted(known))}", hint=hint)
     host = parts.hostname or next((v for k, v in query if k == "host"), "")  # ?host=/socket/dir
     if not db or not host:
@@ -101,15 +101,6 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     port = f":{parts.port}" if parts.port else ""
     where = f"postgresql://{user}{host}{port}/{db}"
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), ns, where
-
-
-def _without_password(url: str) -> str:
-    """`url` as given, its password (if any) left out."""
-    head, at, tail = url.rpartition("@")
-    if not at or "://" not in head:
-        return url
-    scheme, _, userinfo = head.partition("://")
-    return f"{scheme}://{userinfo.split(':', 1)[0]}@{tail}"
 
 
 def _url_parameters() -> set[str]:

@@ -12,6 +12,7 @@ from itertools import count, repeat
 from pathlib import Path
 
 from wloadctl.errors import NoJournalYet, StoreError, StoreFull
+from wloadctl.paths import read_journal_note
 from wloadctl.store.audit import GENESIS, action_hash
 from wloadctl.store.base import DB_NAME, RunRow, Store
 from wloadctl.store.sqlschema import AUDIT_TRIGGERS, SCHEMA, SCHEMA_VERSION
@@ -240,6 +241,10 @@ class SqliteStore(Store):
         path = d / DB_NAME
         if not path.exists():
             if not create:
+                url = read_journal_note(d)
+                if url is not None:
+                    raise NoJournalYet(f"no run journal in {d}: its runs are journaled in {url}",
+                                       hint=f"add --journal {url} (or set WLOADCTL_JOURNAL)")
                 raise NoJournalYet(
                     f"no run journal in {d}", hint="start a run there with `wloadctl run PLAN --state-dir DIR`"
                 )
