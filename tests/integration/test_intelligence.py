@@ -101,6 +101,38 @@ def test_until_repeats_a_job_until_its_result_says_done(tmp_path: Path, no_ipc_l
     assert counter.read_text().strip() == "3"
 
 
+def test_a_condition_that_cannot_be_evaluated_fails_its_job_and_the_run(tmp_path: Path, no_ipc_leaks: None) -> None:
+    """`"abc" < 5` is no answer: the job whose `if` or `until` it is fails, rather than being skipped, repeated
+    or passed, and the run does not succeed."""
+    plan = write(tmp_path / "p.yaml", {"name": "unjudged", "jobs": {
+        "count": {"command": "echo n=abc > $WLOADCTL_RESULT_FILE"},
+        "branch": {"command": "true", "depends_on": ["count"], "if": "jobs.count.result.n < 5"},
+        "poll": {"command": "echo n=abc > $WLOADCTL_RESULT_FILE", "until": "result.n > 5", "max_iterations": 3}}})
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    assert p.returncode == 1, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"count": "SUCCEEDED", "branch": "FAILED", "poll": "FAILED"}
+    said = {j: json.loads(cli("why", j, "--state-dir", str(sd), "--json").stdout)["reasons"][0]
+            for j in ("branch", "poll")}
+    assert said == {
+        "branch": "failed: if: cannot evaluate 'jobs.count.result.n < 5': '<' not supported between instances of "
+                  "'str' and 'int'",
+        "poll": "failed: until: cannot evaluate 'result.n > 5': '>' not supported between instances of 'str' and "
+                "'int'"}
+    assert json.loads(cli("history", "poll", "--state-dir", str(sd), "--json").stdout)["attempts"] == 1
+
+
+def test_a_misspelt_variable_in_a_condition_is_refused_before_the_run(tmp_path: Path) -> None:
+    plan = write(tmp_path / "p.yaml", {"name": "typo", "variables": {"region": "emea"},
+                                       "jobs": {"eu": {"command": "true", "if": 'vars.regoin == "emea"'}}})
+    for args in (("validate",), ("run", "--state-dir", str(tmp_path / "sd"))):
+        p = cli(args[0], str(plan), *args[1:])
+        assert p.returncode == 2, p.stderr
+        assert ("job 'eu': the condition reads undeclared variable 'regoin' (did you mean 'region'? declared: "
+                "region)") in p.stderr
+    assert not (tmp_path / "sd").exists()
+
+
 def test_not_before_holds_a_ready_job_until_its_time(tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "ev"
     at = time.localtime(time.time() + 3)

@@ -509,7 +509,12 @@ class SchedulerCore(JobTable):
     def _again_until(self, i: int, ev: JobExitedEvent) -> bool:
         """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""
         most = self.specs[i].max_iterations
-        done, n = self.branches.until_done(i, ev.exit_code, ev.result, most)
+        try:
+            done, n = self.branches.until_done(i, ev.exit_code, ev.result, most)
+        except ConditionError as e:
+            self._fail_unjudged(i, f"until: {e}", executor=ev.executor, exit_code=ev.exit_code)
+            self.resolve(i)
+            return True
         if done:
             return False
         if self.cancelled:  # no iteration starts in a cancelled run
@@ -752,7 +757,12 @@ class SchedulerCore(JobTable):
         """Job d has nothing left to wait for, but an `if` or a loop over output decides what happens to it."""
         branches = self.branches
         if d in branches.conds:
-            holds, why = branches.holds(d, self.state)
+            try:
+                holds, why = branches.holds(d, self.state)
+            except ConditionError as e:
+                self._fail_unjudged(d, f"if: {e}")
+                stack.append(d)
+                return
             if not holds:
                 branches.branch_skipped.add(d)
                 self.set_state(d, _SKIP, reason=why)
@@ -762,6 +772,12 @@ class SchedulerCore(JobTable):
             self.reach_loop(d)
             return
         self._make_ready(d)
+
+    def _fail_unjudged(self, i: int, why: str, executor: int = -1, exit_code: int | None = None) -> None:
+        """Job i fails because an expression that decides it (`if`, `until`, a loop's list) cannot be evaluated;
+        the caller resolves it."""
+        self.set_state(i, _FAIL, reason=why, executor=executor, exit_code=exit_code)
+        self._other.append(Alert(i, _FAIL, self.attempt[i] - self.attempt_base.get(i, 0), why, exit_code))
 
     # -- loops over output ---------------------------------------------------------------
 
@@ -793,9 +809,7 @@ class SchedulerCore(JobTable):
             outcomes = self.branches.outcomes_of(fanout.loops[d], self.state)
             items, instances = fanout.instances(spec, outcomes, self.plan.variables, self.index)
         except ConditionError as e:
-            why = f"for_each: {e}"
-            self.set_state(d, _FAIL, reason=why)
-            self._other.append(Alert(d, _FAIL, 0, why))
+            self._fail_unjudged(d, f"for_each: {e}")
             self.resolve(d)
             return
         if not instances:
