@@ -104,6 +104,18 @@ def test_loop_instances_added_by_a_turn_get_job_rows(opener: Opener) -> None:
     assert st.job_row(run.id, "each@x")[2] == R  # type: ignore[index]
 
 
+def test_a_loop_made_again_journals_its_lists_in_order_and_rows_for_its_new_instances_only(opener: Opener) -> None:
+    st = opener()
+    run = new_run(st, ["list", "each"])
+    st.write_turn(run.id, [(2, W, R, 0, 1.0, -1, None, "", "t1")],
+                  added=[("each", 2, ["x", "y"], ["each@x", "each@y"])])
+    # The loop forgets its list (no items, no rows), then lists y again and z anew (a row for z alone)
+    st.write_turn(run.id, [(1, OK, W, 0, 2.0, -1, None, "upstream rerun", "op")], added=[("each", 4, [], [])])
+    st.write_turn(run.id, [(4, W, R, 0, 3.0, -1, None, "", "t2")], added=[("each", 4, ["y", "z"], ["each@z"])])
+    assert st.job_ids(run.id) == ["list", "each", "each@x", "each@y", "each@z"]
+    assert st.expansions(run.id) == [("each", ("x", "y")), ("each", ()), ("each", ("y", "z"))]
+
+
 def test_a_changed_plan_adds_jobs(opener: Opener) -> None:
     st = opener()
     run = new_run(st, ["a"])

@@ -450,8 +450,10 @@ class RunClient:
         return self._link.ask(self.run.run_id, req, REPLY_TIMEOUT if self.leased() else 1.0)
 
     def _offline(self, req: dict[str, Any]) -> dict[str, Any]:
+        from wloadctl.core.commands import Persist
         from wloadctl.core.events import OperatorEvent
         from wloadctl.core.explain import why as explain
+        from wloadctl.core.fanout import expansion_rows
         from wloadctl.core.foureyes import PendingBook, needs_second, pending_outcome
         from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs, unknown_text
 
@@ -513,8 +515,9 @@ class RunClient:
                 results: list[list[Any]] = []
                 ok = True
                 for c in cmds:
-                    if hasattr(c, "transitions"):
-                        st.write_turn(run.id, c.transitions)
+                    if isinstance(c, Persist):
+                        # (a loop a rerun sends back to read its list again is journaled so)
+                        st.write_turn(run.id, c.transitions, added=expansion_rows(c.added, core.ids))
                     if hasattr(c, "results"):
                         for i, applied, msg in c.results:
                             job = core.ids[i] if i >= 0 else "*"

@@ -6,6 +6,7 @@ import pytest
 
 from tests.conftest import make_plan
 from tests.core.test_engine import dispatched, states
+from wloadctl.core.commands import Alert, RunFinished
 from wloadctl.core.condition import ConditionError, parse_condition
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import JobExitedEvent, RunStartedEvent
@@ -67,6 +68,36 @@ def test_until_stops_at_max_iterations() -> None:
     for _ in range(3):
         exit_with(core, "poll", 0, {})
     assert states(core)["poll"] == "SUCCEEDED" and core.branches.iterations[0] == 3
+
+
+def test_a_condition_that_cannot_be_evaluated_fails_its_job_and_the_run() -> None:
+    base = make_plan({"count": {}, "big": {"deps": ["count"]}, "after_big": {"deps": ["big"]}})
+    plan = with_fields(base, big={"condition": "jobs.count.result.rows < 5"})
+    core = SchedulerCore(plan, slots=5)
+    core.handle(RunStartedEvent(0.0))
+    cmds = exit_with(core, "count", 0, {"rows": "abc"})
+    assert states(core)["big"] == "FAILED" and states(core)["after_big"] == "UPSTREAM_FAILED"
+    why = ("if: cannot evaluate 'jobs.count.result.rows < 5': '<' not supported between instances of 'str' and "
+           "'int'")
+    assert core.reasons[core.index["big"]] == why
+    assert [(c.job, c.reason) for c in cmds if isinstance(c, Alert)] == [(core.index["big"], why)]
+    assert [c.ok for c in cmds if isinstance(c, RunFinished)] == [False]
+
+
+def test_an_until_that_cannot_be_evaluated_fails_its_job_rather_than_repeating_or_passing_it() -> None:
+    plan = with_fields(make_plan({"poll": {}}), poll={"until": "result.n > 5", "max_iterations": 3})
+    core = SchedulerCore(plan, slots=1)
+    core.handle(RunStartedEvent(0.0))
+    cmds = exit_with(core, "poll", 0, {"n": "abc"})
+    assert states(core)["poll"] == "FAILED" and core.attempt[0] == 1
+    assert core.reasons[0] == ("until: cannot evaluate 'result.n > 5': '>' not supported between instances of "
+                               "'str' and 'int'")
+    assert [c.ok for c in cmds if isinstance(c, RunFinished)] == [False]
+    core.validate()
+
+
+def test_the_variables_an_expression_reads_are_known() -> None:
+    assert parse_condition('vars.region == "eu" and vars["tier"] > 1 or jobs.a.result.n').vars == {"region", "tier"}
 
 
 @pytest.mark.parametrize("text", ['__import__("os")', "open('x')", "jobs[x]", "lambda: 1", "a + b", "1 +"])

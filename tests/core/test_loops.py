@@ -159,7 +159,7 @@ def test_output_loop_makes_instances_when_its_upstream_ends() -> None:
     # The instances run; the looped job itself is never dispatched.
     assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["load@7", "load@a.csv", "load@b_csv"]
     persist = next(c for c in cmds if isinstance(c, Persist))
-    assert persist.added == [(core.index["load"], 4, ("a.csv", "b csv", "7"))]
+    assert persist.added == [(core.index["load"], 4, ("a.csv", "b csv", "7"), 3)]
     assert cmds.index(persist) == 0
     assert state(core, "load") == JobState.WAITING and state(core, "post") == JobState.WAITING
     core.validate()
@@ -252,6 +252,127 @@ def test_a_plan_rebuilt_with_its_expansions_continues_where_it_was() -> None:
     again.handle(JobsFinishedEvent([(p, 1, 0, 0), (q, 1, 0, 0)], 6.0))
     assert JobState(again.state[again.index["load"]]) == JobState.SUCCEEDED
     again.validate()
+
+
+def reply_of(cmds: list) -> str:
+    return next(c for c in cmds if hasattr(c, "results")).results[0][2]
+
+
+def edges(core: SchedulerCore) -> tuple[list, list, list]:
+    return list(core.down_start), list(core.down), core.downs
+
+
+def test_a_rerun_of_a_loops_source_with_its_downstream_makes_the_loop_again_from_its_new_list() -> None:
+    # Given a loop over [a, b] that ended, and its dependent
+    core = SchedulerCore(dynamic(), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    cmds = finish_list(core, {"files": ["a", "b"]})
+    cmds = core.handle(JobsFinishedEvent([(i, att, 0, 0) for i, att in dispatched(cmds)], 2.0))
+    core.handle(JobsFinishedEvent([(core.index["post"], 1, 0, 0)], 3.0))
+    load, a, b = core.index["load"], core.index["load@a"], core.index["load@b"]
+    # When the job it reads is rerun with its downstream
+    cmds = core.handle(OperatorEvent("rerun", (core.index["list"],), 4.0, user="op", downstream=True))
+    assert reply_of(cmds) == ("job 'list' will run again with 2 downstream job(s); loop 'load' makes its instances "
+                              "again from the list it reads then (those made before stay as they ended, and run "
+                              "again if listed)")
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["list"]
+    assert state(core, "load") == JobState.WAITING and state(core, "post") == JobState.WAITING
+    assert next(c for c in cmds if isinstance(c, Persist)).added == [(load, 6, (), 0)]
+    # Then the loop reads its new list: b runs again, c is made, a (no longer listed) does not run
+    cmds = finish_list(core, {"files": ["b", "c"]})
+    assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["load@b", "load@c"]
+    assert next(c for c in cmds if isinstance(c, Persist)).added == [(load, 6, ("b", "c"), 1)]
+    assert core.specs[load].depends_on == ("list", "load@b", "load@c")
+    assert state(core, "load") == JobState.WAITING and state(core, "post") == JobState.WAITING
+    cmds = core.handle(JobsFinishedEvent([(i, att, 0, 0) for i, att in dispatched(cmds)], 5.0))
+    assert state(core, "load") == JobState.SUCCEEDED and core.reasons[load] == "all 2 instance(s) finished"
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["post"]
+    assert (core.attempt[a], core.attempt[b]) == (1, 2) and state(core, "load@a") == JobState.SUCCEEDED
+    core.validate()
+    # And the plan rebuilt from what the journal holds of the loop is the run's, edges and all
+    rebuilt = apply_expansions(dynamic(), [("load", ("a", "b")), ("load", ()), ("load", ("b", "c"))])
+    again = SchedulerCore(rebuilt, slots=10)
+    assert again.ids == core.ids and again.specs[load].depends_on == core.specs[load].depends_on
+    assert edges(again) == edges(core) and again.fanout.expanded == {load: 2}
+
+
+def test_a_loop_made_again_while_its_instances_run_lets_them_go_and_skips_those_not_succeeded() -> None:
+    # Given a loop over [a, b] whose instance a failed while b runs
+    core = SchedulerCore(dynamic(handlers=True), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    finish_list(core, {"files": ["a", "b"]})
+    a, b = core.index["load@a"], core.index["load@b"]
+    core.handle(JobExitedEvent(a, 1, 0, 1, 2.0))
+    assert state(core, "load") == JobState.WAITING
+    # When the job the loop reads is rerun with its downstream
+    cmds = core.handle(OperatorEvent("rerun", (core.index["list"],), 3.0, user="op", downstream=True))
+    assert reply_of(cmds).startswith("job 'list' will run again with 1 downstream job(s); loop 'load' makes")
+    # Then the failed instance is skipped (the loop no longer waits for it), the running one runs on
+    assert state(core, "load@a") == JobState.SKIPPED
+    assert core.reasons[a] == "loop load reads its list again: it runs if listed again"
+    assert state(core, "load@b") == JobState.QUEUED and core.downstream(b) == [] and core.downstream(a) == []
+    core.handle(JobsFinishedEvent([(b, 1, 0, 0)], 4.0))
+    assert state(core, "load") == JobState.WAITING, "its end is no longer the loop's"
+    cmds = finish_list(core, {"files": ["b"]})
+    assert [core.ids[i] for i, _ in dispatched(cmds)] == ["load@b"]
+    cmds = core.handle(JobsFinishedEvent([(b, 2, 0, 0)], 5.0))
+    assert state(core, "load") == JobState.SUCCEEDED
+    assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["after", "post"]
+    assert state(core, "on_fail") == JobState.SKIPPED
+    core.validate()
+
+
+def test_a_rerun_of_a_loops_own_instance_leaves_the_loop_its_list() -> None:
+    core = SchedulerCore(dynamic(), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    cmds = finish_list(core, {"files": ["a", "b"]})
+    core.handle(JobsFinishedEvent([(i, att, 0, 0) for i, att in dispatched(cmds)], 2.0))
+    core.handle(JobsFinishedEvent([(core.index["post"], 1, 0, 0)], 3.0))
+    cmds = core.handle(OperatorEvent("rerun", (core.index["load"],), 4.0, user="op", downstream=True))
+    assert reply_of(cmds) == "loop 'load' will run again: 2 of its 2 instance(s)"
+    assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["load@a", "load@b"]
+    assert core.fanout.expanded == {core.index["load"]: 2} and not next(c for c in cmds if isinstance(c, Persist)).added
+
+
+def test_a_loop_that_gets_new_instances_from_a_changed_plan_waits_for_them_and_so_do_its_dependents() -> None:
+    # Given a loop over [x, y] that ended while post, held, was released (no scheduler dispatching it)
+    old = expand_for_each(looped(("x", "y")))
+    core = SchedulerCore(old, slots=10)
+    core.handle(OperatorEvent("hold", (core.index["post"],), 0.0, user="op"))
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobsFinishedEvent([(core.index["open"], 1, 0, 0)], 1.0))
+    core.handle(JobsFinishedEvent([(core.index[j], 1, 0, 0) for j in ("load@x", "load@y")], 2.0))
+    core.paused = True
+    core.handle(OperatorEvent("release", (core.index["post"],), 3.0, user="op"))
+    assert state(core, "load") == JobState.SUCCEEDED and state(core, "post") == JobState.READY
+    # When the run resumes with the plan's list grown to [x, y, z] (its new job after the others)
+    new = expand_for_each(looped(("x", "y", "z")))
+    plan = dataclasses.replace(new, jobs={j: new.jobs[j] for j in [*old.jobs, "load@z"]})
+    again = SchedulerCore(plan, slots=10)
+    again.restore([(i, core.state[i], core.attempt[i]) for i in range(core.n)], 4.0)
+    cmds = again.handle(RunStartedEvent(4.0))
+    # Then the new instance runs, and the loop and post wait for it
+    assert [again.ids[i] for i, _ in dispatched(cmds)] == ["load@z"]
+    assert state(again, "load") == JobState.WAITING and state(again, "post") == JobState.WAITING
+    assert again.reasons[again.index["load"]] == "waiting for its instance(s) load@z, not run yet"
+    cmds = again.handle(JobsFinishedEvent([(again.index["load@z"], 1, 0, 0)], 5.0))
+    assert state(again, "load") == JobState.SUCCEEDED and [again.ids[i] for i, _ in dispatched(cmds)] == ["post"]
+    again.validate()
+
+
+def test_a_loop_restored_with_a_failed_instance_and_one_still_running_ends_failed_with_them() -> None:
+    core = SchedulerCore(dynamic(handlers=True), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    finish_list(core, {"files": ["a", "b"]})
+    core.handle(JobExitedEvent(core.index["load@a"], 1, 0, 1, 2.0))
+    rebuilt = apply_expansions(dynamic(handlers=True), [("load", ("a", "b"))])
+    again = SchedulerCore(rebuilt, slots=10)
+    again.restore([(i, core.state[i], core.attempt[i]) for i in range(core.n)], 3.0)
+    again.handle(RunStartedEvent(3.0))
+    assert state(again, "load") == JobState.WAITING, "load@b still runs"
+    cmds = again.handle(JobsFinishedEvent([(again.index["load@b"], 1, 0, 0)], 4.0))
+    assert state(again, "load") == JobState.FAILED
+    assert sorted(again.ids[i] for i, _ in dispatched(cmds)) == ["after", "on_fail"]
 
 
 def test_an_instance_of_a_long_item_gets_an_id_short_enough_to_name_files_and_its_own() -> None:

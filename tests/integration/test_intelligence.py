@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -98,6 +99,38 @@ def test_until_repeats_a_job_until_its_result_says_done(tmp_path: Path, no_ipc_l
     p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), "--json")
     assert p.returncode == 0, p.stderr
     assert counter.read_text().strip() == "3"
+
+
+def test_a_condition_that_cannot_be_evaluated_fails_its_job_and_the_run(tmp_path: Path, no_ipc_leaks: None) -> None:
+    """`"abc" < 5` is no answer: the job whose `if` or `until` it is fails, rather than being skipped, repeated
+    or passed, and the run does not succeed."""
+    plan = write(tmp_path / "p.yaml", {"name": "unjudged", "jobs": {
+        "count": {"command": "echo n=abc > $WLOADCTL_RESULT_FILE"},
+        "branch": {"command": "true", "depends_on": ["count"], "if": "jobs.count.result.n < 5"},
+        "poll": {"command": "echo n=abc > $WLOADCTL_RESULT_FILE", "until": "result.n > 5", "max_iterations": 3}}})
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    assert p.returncode == 1, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {"count": "SUCCEEDED", "branch": "FAILED", "poll": "FAILED"}
+    said = {j: json.loads(cli("why", j, "--state-dir", str(sd), "--json").stdout)["reasons"][0]
+            for j in ("branch", "poll")}
+    assert said == {
+        "branch": "failed: if: cannot evaluate 'jobs.count.result.n < 5': '<' not supported between instances of "
+                  "'str' and 'int'",
+        "poll": "failed: until: cannot evaluate 'result.n > 5': '>' not supported between instances of 'str' and "
+                "'int'"}
+    assert json.loads(cli("history", "poll", "--state-dir", str(sd), "--json").stdout)["attempts"] == 1
+
+
+def test_a_misspelt_variable_in_a_condition_is_refused_before_the_run(tmp_path: Path) -> None:
+    plan = write(tmp_path / "p.yaml", {"name": "typo", "variables": {"region": "emea"},
+                                       "jobs": {"eu": {"command": "true", "if": 'vars.regoin == "emea"'}}})
+    for args in (("validate",), ("run", "--state-dir", str(tmp_path / "sd"))):
+        p = cli(args[0], str(plan), *args[1:])
+        assert p.returncode == 2, p.stderr
+        assert ("job 'eu': the condition reads undeclared variable 'regoin' (did you mean 'region'? declared: "
+                "region)") in p.stderr
+    assert not (tmp_path / "sd").exists()
 
 
 def test_not_before_holds_a_ready_job_until_its_time(tmp_path: Path, no_ipc_leaks: None) -> None:
@@ -394,6 +427,63 @@ def test_loop_instances_survive_a_kill_9_of_the_scheduler(tmp_path: Path) -> Non
     reap_orphans(run_id)
     assert executor_pids(run_id) == []
     assert ipc_names(run_id) == []
+
+
+def listing_plan(tmp_path: Path, out: Path, flag: Path, gate: Path | None = None) -> Path:
+    """`lst` lists [m, n], or [n, p, q] once `flag` exists; the loop `per` over its list and `fin` after it
+    (with `gate`, a job `keep` holds the run open until the gate exists)."""
+    lists = f'if [ -e {flag} ]; then echo \'{{"i": ["n", "p", "q"]}}\'; else echo \'{{"i": ["m", "n"]}}\'; fi'
+    jobs: dict = {
+        "lst": {"command": f"{lists} > $WLOADCTL_RESULT_FILE"},
+        "per": {"command": stamp(out, "per@{item}"), "for_each": "jobs.lst.result.i", "depends_on": ["lst"]},
+        "fin": {"command": stamp(out, "fin"), "depends_on": ["per"]},
+    }
+    if gate is not None:
+        jobs["keep"] = {"command": f"while [ ! -e {gate} ]; do sleep 0.05; done"}
+    return write(tmp_path / "p.yaml", {"name": "relist", "jobs": jobs})
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["stopped", "live"])
+def test_a_rerun_of_a_loops_source_with_its_downstream_runs_the_loop_on_its_new_list(
+        tmp_path: Path, no_ipc_leaks: None, live: bool) -> None:
+    from tests.integration.helpers import job_states, start, wait_for
+
+    out, flag, gate, sd = tmp_path / "ev", tmp_path / "flag", tmp_path / "gate", tmp_path / "sd"
+    plan = listing_plan(tmp_path, out, flag, gate if live else None)
+    # Given a run whose loop ran over [m, n] and whose fin ran after it (stopped, or still up)
+    proc = None
+    if live:
+        proc = start("run", str(plan), "--state-dir", str(sd))
+    else:
+        assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
+    try:
+        wait_for(lambda: job_states(sd).get("fin") == "SUCCEEDED", what="fin to succeed")
+        # When its list will be [n, p, q] and lst is rerun with its downstream
+        flag.touch()
+        p = cli("rerun", "lst", "--downstream", "--state-dir", str(sd))
+        assert p.returncode == 0, p.stderr
+        assert ("job 'lst' will run again with 2 downstream job(s); loop 'per' makes its instances again from the "
+                "list it reads then") in p.stdout
+        if live:
+            wait_for(lambda: [k for k, _ in read_evidence(out).get("fin", [])] == ["start", "end"] * 2,
+                     what="fin to run again")
+            gate.touch()
+            assert proc is not None and proc.wait(timeout=60) == 0
+        else:
+            assert cli("resume", "--state-dir", str(sd)).returncode == 0
+    finally:
+        gate.touch()
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # (a stopped run takes its executors, queues and segments with it)
+            proc.wait(timeout=60)
+    # Then the loop made its instances from the new list and fin ran after them: n again, p and q new, m not again
+    states = job_states(sd)
+    assert {j: states[j] for j in ("lst", "per", "fin", "per@m", "per@n", "per@p", "per@q")} == dict.fromkeys(
+        ("lst", "per", "fin", "per@m", "per@n", "per@p", "per@q"), "SUCCEEDED")
+    ev = read_evidence(out)
+    runs = {j: [k for k, _ in v].count("start") for j, v in ev.items()}
+    assert runs == {"per@m": 1, "per@n": 2, "per@p": 1, "per@q": 1, "fin": 2}
+    assert ev["fin"][2][1] >= max(ev[j][-1][1] for j in ("per@n", "per@p", "per@q"))
 
 
 def test_groups_share_busy_slots_by_weight(tmp_path: Path, no_ipc_leaks: None) -> None:

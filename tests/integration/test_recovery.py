@@ -199,6 +199,45 @@ def test_resume_refuses_a_changed_plan_unless_accepted(tmp_path: Path, no_ipc_le
     assert [k for k, _ in read_evidence(out)["a"]] == ["start", "end"]
 
 
+def test_a_loop_that_a_changed_plan_gives_a_new_item_holds_its_dependents_until_it_has_run(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    out, opened = tmp_path / "ev", tmp_path / "open"
+
+    def loop_plan(items: list[str]) -> Path:
+        stamp = (f'echo "per@{{item}} start $(date +%s.%N)" >> {out}; while [ ! -e {opened} ]; do sleep 0.05; done; '
+                 f'sleep 0.3; echo "per@{{item}} end $(date +%s.%N)" >> {out}')
+        spec = {"name": "grown", "jobs": {
+            "per": {"command": stamp, "for_each": items},
+            "t": {"command": f'echo "t start $(date +%s.%N)" >> {out}', "depends_on": ["per"]}}}
+        (tmp_path / "plan.yaml").write_text(json.dumps(spec))
+        return tmp_path / "plan.yaml"
+
+    # Given a run whose loop over [x, y] ended while its dependent t was held, stopped with SIGTERM
+    plan = loop_plan(["x", "y"])
+    sd = str(tmp_path / "sd")
+    proc = start("run", str(plan), "--state-dir", sd)
+    try:
+        wait_for(lambda: job_states(Path(sd)).get("t") == "WAITING", what="the run to start")
+        assert cli("hold", "t", "--state-dir", sd).returncode == 0
+        opened.touch()
+        wait_for(lambda: job_states(Path(sd)).get("per") == "SUCCEEDED", what="the loop to end")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+    # When the plan lists [x, y, z], t is released, and the run resumes with the changed plan
+    loop_plan(["x", "y", "z"])
+    assert cli("release", "t", "--state-dir", sd).returncode == 0
+    p = cli("resume", str(plan), "--state-dir", sd, "--accept-plan-change", "--json")
+    # Then t waits for the loop's new instance, as a loop's dependents wait for the whole loop
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["jobs"] == dict.fromkeys(("per@x", "per@y", "per", "t", "per@z"), "SUCCEEDED")
+    ev = read_evidence(out)
+    assert ev["t"][0][1] >= ev["per@z"][-1][1], "t ran before the loop's new instance had ended"
+
+
 def test_resume_refuses_removing_jobs_that_ran(tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "ev"
     plan = evidence_plan(tmp_path / "plan.yaml", out, {"a": {}, "b": {"exit": 1}})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wloadctl.core.condition import Condition, ConditionError, parse_condition
+from wloadctl.core.condition import Condition, parse_condition
 from wloadctl.core.plan import JobSpec
 from wloadctl.core.states import JobState
 
@@ -76,12 +76,13 @@ class Branches:
 
         Returns:
             Whether it holds, and why not when it does not.
+
+        Raises:
+            ConditionError: it cannot be evaluated (it compares values that do not compare): the job fails
+                with it, as skipping it would pass it off as a branch not taken.
         """
         c = self.conds[i]
-        try:
-            ok = c.evaluate(self.outcomes_of(c, state), self.variables)
-        except ConditionError as e:
-            return False, f"condition could not be evaluated: {e}"
+        ok = c.evaluate(self.outcomes_of(c, state), self.variables)
         return ok, "" if ok else f"condition false: {c.text}"
 
     def outcomes_of(self, c: Condition, state: bytearray) -> dict[str, dict[str, object]]:
@@ -106,12 +107,13 @@ class Branches:
 
         Returns:
             (done, iterations so far): done when its condition holds or it ran `most` times.
+
+        Raises:
+            ConditionError: its condition cannot be evaluated on this iteration's outcome: the job fails
+                with it, as going on would repeat it for nothing and ending would pass it off as done.
         """
         n = self.iterations.get(i, 0) + 1
         self.iterations[i] = n
         own = {"result": result or {}, "exit_code": exit_code, "iteration": n}
-        try:
-            done = self.untils[i].evaluate({}, self.variables, own)
-        except ConditionError:
-            done = False
+        done = self.untils[i].evaluate({}, self.variables, own)
         return done or n >= most, n

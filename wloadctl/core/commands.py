@@ -29,15 +29,28 @@ class Transition(NamedTuple):
     """cause_id of the event that produced it."""
 
 
+class Expansion(NamedTuple):
+    """A loop made its instances (journaled with the turn that made them)."""
+
+    parent: int
+    """The loop's job index."""
+    first: int
+    """Index of the first instance it added to the run."""
+    items: tuple[str, ...]
+    """Its items, in order; none: it forgot its list, to read it again."""
+    made: int
+    """How many instances it added (from `first`); the other items' instances it had made for an earlier list."""
+
+
 @dataclass(frozen=True, slots=True)
 class Persist:
     """Write these transitions to the journal (and commit) before carrying out anything else."""
 
     transitions: list[Transition]
     """In the order they happened."""
-    added: list[tuple[int, int, tuple[str, ...]]] = field(default_factory=list)
-    """`for_each` loops expanded meanwhile, journaled with the transitions: (parent job, index of
-    its first instance, items). Their instances are the jobs the transitions' new indices name."""
+    added: list[Expansion] = field(default_factory=list)
+    """`for_each` loops expanded meanwhile, journaled with the transitions. Their new instances are the
+    jobs the transitions' new indices name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,8 @@ class Condition:
     """Job ids it reads through `jobs[...]` / `jobs.NAME`."""
     own: frozenset[str] = frozenset()
     """Names of the job's own outcome it reads (OWN_NAMES): only an `until` may."""
+    vars: frozenset[str] = frozenset()
+    """Plan variables it reads through `vars.NAME` / `vars["NAME"]`."""
 
     def evaluate(self, jobs: Mapping[str, Mapping[str, Any]], variables: Mapping[str, Any],
                  own: Mapping[str, Any] | None = None) -> bool:
@@ -108,6 +110,7 @@ def parse_condition(text: str) -> Condition:
         raise ConditionError(f"'{_quoted(text)}' is nested {depth} levels deep (at most {MAX_DEPTH})")
     jobs: set[str] = set()
     own: set[str] = set()
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in OWN_NAMES:
             own.add(node.id)
@@ -124,7 +127,20 @@ def parse_condition(text: str) -> Condition:
             jobs.add(node.slice.value)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "jobs":
             jobs.add(node.attr)
-    return Condition(text, tree, frozenset(jobs), frozenset(own))
+        name = _variable(node)
+        if name is not None:
+            names.add(name)
+    return Condition(text, tree, frozenset(jobs), frozenset(own), frozenset(names))
+
+
+def _variable(node: ast.AST) -> str | None:
+    """The plan variable a node reads (`vars.NAME`, `vars["NAME"]`), or None."""
+    if not (isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.value, ast.Name)
+            and node.value.id == "vars"):
+        return None
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.slice.value if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str) else None
 
 
 def _check_job_field(node: ast.AST, text: str) -> None:

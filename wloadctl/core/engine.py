@@ -42,7 +42,7 @@ from wloadctl.core.events import (
 from wloadctl.core.fanout import FanOut
 from wloadctl.core.holding import HOST_CPU, HOST_MEMORY, LOCAL_PLACE, Needs, Resources
 from wloadctl.core.jobtable import JobTable, PlanArrays
-from wloadctl.core.loops import instances_of, with_instances
+from wloadctl.core.loops import instances_of, with_instances, without_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
 from wloadctl.core.sla import (
     TIMER_LATE,
@@ -513,7 +513,12 @@ class SchedulerCore(JobTable):
     def _again_until(self, i: int, ev: JobExitedEvent) -> bool:
         """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""
         most = self.specs[i].max_iterations
-        done, n = self.branches.until_done(i, ev.exit_code, ev.result, most)
+        try:
+            done, n = self.branches.until_done(i, ev.exit_code, ev.result, most)
+        except ConditionError as e:
+            self._fail_unjudged(i, f"until: {e}", executor=ev.executor, exit_code=ev.exit_code)
+            self.resolve(i)
+            return True
         if done:
             return False
         if self.cancelled:  # no iteration starts in a cancelled run
@@ -756,7 +761,12 @@ class SchedulerCore(JobTable):
         """Job d has nothing left to wait for, but an `if` or a loop over output decides what happens to it."""
         branches = self.branches
         if d in branches.conds:
-            holds, why = branches.holds(d, self.state)
+            try:
+                holds, why = branches.holds(d, self.state)
+            except ConditionError as e:
+                self._fail_unjudged(d, f"if: {e}")
+                stack.append(d)
+                return
             if not holds:
                 branches.branch_skipped.add(d)
                 self.set_state(d, _SKIP, reason=why)
@@ -766,6 +776,12 @@ class SchedulerCore(JobTable):
             self.reach_loop(d)
             return
         self._make_ready(d)
+
+    def _fail_unjudged(self, i: int, why: str, executor: int = -1, exit_code: int | None = None) -> None:
+        """Job i fails because an expression that decides it (`if`, `until`, a loop's list) cannot be evaluated;
+        the caller resolves it."""
+        self.set_state(i, _FAIL, reason=why, executor=executor, exit_code=exit_code)
+        self._other.append(Alert(i, _FAIL, self.attempt[i] - self.attempt_base.get(i, 0), why, exit_code))
 
     # -- loops over output ---------------------------------------------------------------
 
@@ -797,9 +813,7 @@ class SchedulerCore(JobTable):
             outcomes = self.branches.outcomes_of(fanout.loops[d], self.state)
             items, instances = fanout.instances(spec, outcomes, self.plan.variables, self.index)
         except ConditionError as e:
-            why = f"for_each: {e}"
-            self.set_state(d, _FAIL, reason=why)
-            self._other.append(Alert(d, _FAIL, 0, why))
+            self._fail_unjudged(d, f"for_each: {e}")
             self.resolve(d)
             return
         if not instances:
@@ -807,16 +821,51 @@ class SchedulerCore(JobTable):
             self.resolve(d)
             return
         first = self.n
+        again: list[int] = []
         for inst in instances:
-            self._append_job(inst, d)
+            k = self.index.get(inst.id)
+            if k is None:
+                self._append_job(inst, d)
+            else:  # an instance of the loop's earlier list, listed again: it waits for it again
+                self.specs[k] = self.plan.jobs[inst.id] = inst
+                again.append(k)
+        if again:
+            self.set_dependents({k: (d,) for k in again})
         parent = with_instances(spec, instances)
         self.specs[d] = parent
         self.plan.jobs[spec.id] = parent
-        self.unmet[d] = len(instances)
-        fanout.expanded_to(d, first, items)
+        fanout.expanded_to(d, first, items, self.n - first)
         self.reasons[d] = f"waiting for its {len(instances)} instance(s)"
+        for k in again:
+            if _TERMINAL[self.state[k]]:
+                self.attempt_base[k] = self.attempt[k]
+                self._make_ready_from(k, reason=f"listed again by loop {spec.id}")
+        self.recompute(d)  # (an instance listed again may still run: the loop waits for it)
         for k in range(first, self.n):
             self._make_ready(k)
+
+    def read_list_again(self, d: int) -> list[int]:
+        """Loop over output d makes its instances again, from the list it reads once its upstreams have ended
+        (an upstream it reads runs again with its dependents).
+
+        It no longer waits for the instances it made: their ends are history, and those not ended run only if
+        listed again (those not started are skipped; one running ends on its own).
+
+        Returns:
+            The instances whose state changed.
+        """
+        spec = self.specs[d]
+        mine = instances_of(spec, self.specs, self.index)
+        base = without_instances(spec, {self.ids[k] for k in mine})
+        self.specs[d] = self.plan.jobs[spec.id] = base
+        self.set_dependents({k: () for k in mine})
+        self.fanout.read_again(d, self.n)
+        skipped = [k for k in mine if self.state[k] not in (_OK, _SKIP, _Q, _RUN)]
+        for k in skipped:
+            self.set_state(k, _SKIP, reason=f"loop {spec.id} reads its list again: it runs if listed again")
+        self.recompute(d)
+        self.reasons[d] = "reads its list again once its upstreams have ended"
+        return skipped
 
     def _append_job(self, spec: JobSpec, parent: int) -> None:
         """Add one job after all others, WAITING, whose only dependent is `parent`."""
@@ -1089,6 +1138,8 @@ class SchedulerCore(JobTable):
         self.now = now
         # A confirmation job the journal has a state for was held (or approved) already.
         self.to_confirm = [i for i in self.to_confirm if i not in seen]
+        self._cause = "restore"
+        self._reopen_loops()
         for i in range(self.n):
             st = state[i]
             if st == _W or st == _HELD:
@@ -1104,15 +1155,33 @@ class SchedulerCore(JobTable):
             if (st == _Q or st == _RUN) and (self.specs[i].resources or i in self.resources.claims):
                 self.resources.hold(i, self.needs(i))
         self._restore_followers()
-        self._cause = "restore"
-        # Jobs whose upstreams finished while the journal lagged: resolve them now.
+        # Jobs whose upstreams finished while the journal lagged: resolve them now. (A loop one of whose
+        # instances failed ends once the others have: SchedulerCore._blocked.)
         for i in range(self.n):
-            if state[i] == _W and self.block[i]:
+            if state[i] == _W and self.block[i] and not (i in self.fanout.expanded and self.unmet[i]):
                 failed = self.block[i] == 1
                 self.set_state(
                     i, _UPF if failed else _SKIP, reason="upstream failed" if failed else "condition not met"
                 )
                 self.resolve(i)
+
+    def _reopen_loops(self) -> None:
+        """A loop found ended while one of its instances has not (an instance a changed plan added to a loop over
+        a list) waits for it again, and so do its dependents that have not started: a loop ends with its
+        instances."""
+        state = self.state
+        for d in self.fanout.expanded:
+            if not _TERMINAL[state[d]]:
+                continue
+            left = [k for k in instances_of(self.specs[d], self.specs, self.index) if not _TERMINAL[state[k]]]
+            if not left:
+                continue
+            names = ", ".join(self.ids[k] for k in left[:5]) + (" ..." if len(left) > 5 else "")
+            self.set_state(d, _W, reason=f"waiting for its instance(s) {names}, not run yet")
+            self.attempt_base[d] = self.attempt[d]
+            for k in self.downstream(d):
+                if state[k] == _R:
+                    self.set_state(k, _W, reason=f"waiting for loop {self.ids[d]} again")
 
     def _restore_followers(self) -> None:
         """QUEUED jobs with an upstream not yet ended are followers (see `follow`): each follows the one

@@ -6,13 +6,18 @@ become READY at once) and makes the parent wait for all of them. When they have 
 the parent ends: SUCCEEDED, or FAILED when an instance failed (SchedulerCore._blocked), so the
 parent's dependents wait for the whole loop. A loop over a list or `vars.NAME` has its instances
 from the start (core/loops.expand_for_each): its parent is an expanded loop from the first.
+
+A rerun with its downstream of what a loop over output reads makes the loop forget its list
+(SchedulerCore.read_list_again): once its upstreams have ended again it reads the list anew, runs
+the instances of items it had made before again, makes those of new items, and waits for these alone.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from wloadctl.core.commands import Expansion
 from wloadctl.core.condition import Condition, ConditionError, parse_condition
 from wloadctl.core.loops import instances_of, make_instance, output_items
 from wloadctl.core.plan import DynamicItems, JobSpec
@@ -34,8 +39,8 @@ class FanOut:
         nothing)."""
         self.expanded: dict[int, int] = {}
         """Loop parents already expanded, with their number of instances."""
-        self.added: list[tuple[int, int, tuple[str, ...]]] = []
-        """Expansions since the last flush: (parent, index of its first instance, items)."""
+        self.added: list[Expansion] = []
+        """Expansions since the last flush."""
         self.room: int | None = None
         """Most jobs the shell can show (its state board's size); None = no limit."""
         for i, j in enumerate(specs):
@@ -73,26 +78,40 @@ class FanOut:
             index: job index by id of every job the run holds now.
 
         Returns:
-            The items, and one instance spec per item (none depends on anything).
+            The items, and one instance spec per item (none depends on anything). An instance of the
+            loop's earlier list that is listed again is in it too (its id is in `index`): it runs again.
 
         Raises:
-            ConditionError: the list cannot be read, an instance id clashes or is too long, or the
-                instances do not fit in the room the shell has.
+            ConditionError: the list cannot be read, an instance id is too long, or the new instances
+                do not fit in the room the shell has.
         """
         items = output_items(spec, outcomes, variables)
         instances = [make_instance(spec, item, depends_on=()) for item in items]
         for inst in instances:
-            if inst.id in index:
-                raise ConditionError(f"instance '{inst.id}' clashes with another job")
             if len(inst.id) > MAX_ID_LENGTH:
                 raise ConditionError(f"instance id '{inst.id[:40]}...' is longer than {MAX_ID_LENGTH} characters")
-        n = len(index)
-        if self.room is not None and n + len(instances) > self.room:
-            raise ConditionError(f"{len(instances)} instances do not fit: the run has room for "
+        # (an id `<loop>@<item>` is made by this loop alone: job ids of a plan hold no `@`)
+        n, new = len(index), sum(inst.id not in index for inst in instances)
+        if self.room is not None and n + new > self.room:
+            raise ConditionError(f"{new} instances do not fit: the run has room for "
                                  f"{self.room - n} more job(s)")
         return items, instances
 
-    def expanded_to(self, parent: int, first: int, items: tuple[str, ...]) -> None:
-        """Loop `parent` made one instance per item, the first at index `first`."""
+    def expanded_to(self, parent: int, first: int, items: tuple[str, ...], made: int) -> None:
+        """Loop `parent` made one instance per item: `made` new jobs from index `first`, the rest instances of an
+        earlier list of it, listed again."""
         self.expanded[parent] = len(items)
-        self.added.append((parent, first, items))
+        self.added.append(Expansion(parent, first, items, made))
+
+    def read_again(self, parent: int, n: int) -> None:
+        """Loop `parent` (of a run of `n` jobs) forgets its list: it reads it again once its upstreams have ended
+        (journaled as an expansion of no items)."""
+        del self.expanded[parent]
+        self.added.append(Expansion(parent, n, (), 0))
+
+
+def expansion_rows(added: Sequence[Expansion], ids: Sequence[str]) -> list[tuple[str, int, tuple[str, ...],
+                                                                                   list[str]]]:
+    """Expansions as the journal takes them (Store.write_turn's `added`): (looped job id, index of its first new
+    instance, items, ids of the new instances)."""
+    return [(ids[e.parent], e.first, e.items, list(ids[e.first : e.first + e.made])) for e in added]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import attrgetter, sub
@@ -215,6 +215,38 @@ class JobTable:
             self.down_kind.append(0)
         self.counts[_W] += 1
         return k
+
+    def set_dependents(self, changes: Mapping[int, tuple[int, ...]]) -> None:
+        """Give jobs new dependents (a loop that makes its instances again takes some back, lets others go).
+
+        The edges are copied once, in slices between the jobs that change: this is an operator's
+        rare move, not the hot path. A new edge is a plain `success` one.
+
+        Args:
+            changes: the full new dependents of each job that changes, by job index.
+        """
+        start, down, kinds = self.down_start, self.down, self.down_kind
+        new_start, new_down = array("i"), array("i")
+        new_kinds = None if kinds is None else bytearray()
+        prev = shift = 0  # the first job not copied yet; how far its edges move
+        for u in [*sorted(changes), self.n]:
+            new_start.extend(start[prev:u] if not shift else array("i", (x + shift for x in start[prev:u])))
+            new_down.extend(down[start[prev] : start[u]])
+            if new_kinds is not None and kinds is not None:
+                new_kinds.extend(kinds[start[prev] : start[u]])
+            if u == self.n:
+                break
+            deps = changes[u]
+            new_start.append(start[u] + shift)
+            new_down.extend(deps)
+            if new_kinds is not None and kinds is not None:
+                kept = dict(zip(down[start[u] : start[u + 1]], kinds[start[u] : start[u + 1]], strict=True))
+                new_kinds.extend(kept.get(d, 0) for d in deps)
+            shift += len(deps) - (start[u + 1] - start[u])
+            self.downs[u] = tuple(deps)
+            prev = u + 1
+        new_start.append(len(new_down))
+        self.down_start, self.down, self.down_kind = new_start, new_down, new_kinds
 
     def unaccepted(self) -> tuple[tuple[int, int], ...]:
         """QUEUED jobs no executor has accepted yet: (job, attempt) pairs."""

@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from wloadctl.core.condition import ConditionError, parse_condition
@@ -245,14 +245,25 @@ def with_instances(parent: JobSpec, instances: Iterable[JobSpec]) -> JobSpec:
     return dataclasses.replace(parent, depends_on=(*parent.depends_on, *ids), dep_kinds=kinds)
 
 
+def without_instances(parent: JobSpec, ids: Collection[str]) -> JobSpec:
+    """The looped job waiting no longer for the instances `ids` (its own upstreams it still waits for)."""
+    keep = [k for k, d in enumerate(parent.depends_on) if d not in ids]
+    kinds = None if parent.dep_kinds is None else tuple(parent.dep_kinds[k] for k in keep)
+    return dataclasses.replace(parent, depends_on=tuple(parent.depends_on[k] for k in keep), dep_kinds=kinds)
+
+
 def apply_expansions(plan: Plan, expansions: Iterable[tuple[str, tuple[str, ...]]]) -> Plan:
     """The plan with the instances of each `for_each` over output that a run has expanded, in order.
 
-    Instances come after every job, in the order they were made, as they did in the run.
+    Instances come after every job, in the order they were made, as they did in the run. A loop
+    that made its instances again (its list read anew after an upstream's rerun) waits for those
+    of its last expansion alone; an expansion of no items stands for the list to be read again.
+    Instances of an earlier list stay jobs of the run, and one listed again keeps its place.
     """
     jobs = dict(plan.jobs)
     for parent_id, items in expansions:
-        parent = jobs[parent_id]
+        parent = plan.jobs[parent_id]
+        parent = without_instances(parent, [d for d in parent.depends_on if d.startswith(parent_id + ITEM_SEP)])
         made = [make_instance(parent, item, depends_on=()) for item in items]
         for inst in made:
             jobs[inst.id] = inst

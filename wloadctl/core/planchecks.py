@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from array import array
+from collections.abc import Collection
 
 from wloadctl.core.condition import parse_condition
 from wloadctl.core.dag import cycle_in, reverse_kahn
@@ -23,7 +24,7 @@ _SHORT_COMMAND = 4096
 _SUGGEST_LIMIT = 20000
 
 
-def check_jobs(jobs: JobsReader) -> None:
+def check_jobs(jobs: JobsReader, variables: Collection[str] | None = None) -> None:
     """Finish a plan's jobs: check ids, resolve forward references, find a cycle.
 
     Unknown upstream ids are reported and their edges dropped, so the cycle
@@ -32,6 +33,8 @@ def check_jobs(jobs: JobsReader) -> None:
 
     Args:
         jobs: the reader, after the whole `jobs` mapping was read.
+        variables: the names declared under the plan's `variables` (None: they could not be read, and
+            what the expressions read of them is not checked).
     """
     _check_ids(jobs)
     acyclic = not jobs.pending
@@ -52,6 +55,8 @@ def check_jobs(jobs: JobsReader) -> None:
             kind=CycleError,
         )
     _check_conditions(jobs)
+    if variables is not None:
+        _check_variables(jobs, variables)
     _check_commands(jobs)
     for jid, line in jobs.iterated:
         if not jobs.jobs[jid].until and jid not in jobs.looping:
@@ -207,6 +212,31 @@ def _check_conditions(jobs: JobsReader) -> None:
                         f"add '{name}' to depends_on (or '{name}: done' for any outcome)",
                         job=jid,
                     )
+
+
+def _check_variables(jobs: JobsReader, declared: Collection[str]) -> None:
+    """Each `vars.NAME` an `if`, `until` or `for_each` reads must be declared under `variables` (the plan's
+    variables are all there are): an undeclared one reads as nothing, so a misspelt name would quietly turn a
+    branch off or end a loop."""
+    template = jobs.template
+    everyone = template[SLOT["condition"]] is not None or template[SLOT["until"]] is not None
+    names = sorted(str(k) for k in declared)
+    undeclared: dict[str, list[str]] = {}  # by expression: defaults give every job the same one
+    for jid in jobs.jobs if everyone else dict.fromkeys([*jobs.conditional, *sorted(jobs.looping)]):
+        spec = jobs.jobs.get(jid)
+        if spec is None:
+            continue
+        for text, what in ((spec.condition, "condition"), (spec.until, "until"),
+                           (spec.for_each.expr if isinstance(spec.for_each, DynamicItems) else None, "for_each")):
+            if text is None:
+                continue
+            if text not in undeclared:
+                undeclared[text] = sorted(parse_condition(text).vars.difference(names))
+            for name in undeclared[text]:
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = (f"did you mean '{close[0]}'? " if close else "") + (
+                    f"declared: {', '.join(names)}" if names else "declare it under `variables:` at the top")
+                jobs.report(spec.line, f"the {what} reads undeclared variable '{name}'", hint, job=jid)
 
 
 def _upstream_closure(jobs: JobsReader, start: int) -> set[int]:

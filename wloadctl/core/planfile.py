@@ -297,8 +297,12 @@ class _PlanBuilder:
                 )
             )
             return None
+        variables = self._top_field("variables", lambda e: plain_value((mapping(e, "variables"), 0, None)), {})
+        written = self.top.get("variables")
+        # (variables that could not be read are reported as such, not as each name a condition reads of them)
+        readable = written is None or written[0] is None or type(written[0]) is dict
         self.sink = self.job_problems
-        check_jobs(jobs)
+        check_jobs(jobs, variables if readable else None)
         self.sink = self.problems
         name = self._top_field("name", read_name, None)
         given = self.top.get("name")
@@ -312,11 +316,7 @@ class _PlanBuilder:
             name=name or "",
             jobs=jobs.jobs,
             resources=self.capacity,
-            variables=self._top_field(
-                "variables",
-                lambda e: plain_value((mapping(e, "variables"), 0, None)),
-                {},
-            ),
+            variables=variables,
             on_failure=self._top_field("on_failure", read_on_failure, None),
             timezone=self._top_field("timezone", read_timezone, None),
             path=self.path,

@@ -50,7 +50,7 @@ TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (_S.WAITING, _S.CANCELLED),
         (_S.WAITING, _S.UPSTREAM_FAILED),
         (_S.WAITING, _S.SUCCEEDED),  # set-ok by an operator; a loop whose instances all ended
-        (_S.WAITING, _S.FAILED),  # a for_each over an upstream's output that gives no usable list
+        (_S.WAITING, _S.FAILED),  # a for_each over output gives no usable list, or an `if` cannot be evaluated
         (_S.WAITING, _S.QUEUED),  # follows its last upstream onto that one's executor (engine.FOLLOW)
         (_S.READY, _S.QUEUED),
         (_S.READY, _S.HELD),

@@ -13,7 +13,7 @@ from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.fanout import FanOut
 from wloadctl.core.loops import instances_of
-from wloadctl.core.plan import JobSpec
+from wloadctl.core.plan import DynamicItems, JobSpec
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import Timers
 
@@ -55,6 +55,9 @@ class VerbTarget(Protocol):
 
     def reach_loop(self, d: int) -> None:
         """Loop parent d has nothing left to wait for: expand it, or end it."""
+
+    def read_list_again(self, d: int) -> list[int]:
+        """Loop over output d makes its instances again once its upstreams have ended; the instances changed."""
 
     def kill(self, i: int, reason: str, graceful: bool = False, requeue: bool = False) -> None:
         """Ask the shell to stop job i's running attempt."""
@@ -288,8 +291,12 @@ def _descendants(core: VerbTarget, i: int) -> list[int]:
     return order
 
 
-def _reopen(core: VerbTarget, jobs: list[int], touched: list[int], only_blocked: bool) -> None:
-    """Send finished descendants back to WAITING, then settle them upstream-first."""
+def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_blocked: bool) -> list[int]:
+    """Send job i's finished descendants `jobs` back to WAITING, then settle them upstream-first.
+
+    Unless only the blocked ones go back, a loop over output among them makes its instances again from the
+    list it reads then: its instances are downstream of what it reads, though no edge says so, and the list
+    may change (a rerun of one of its own instances leaves it its list). Returns those loops."""
     reopened = []
     for d in jobs:
         st = core.state[d]
@@ -300,6 +307,10 @@ def _reopen(core: VerbTarget, jobs: list[int], touched: list[int], only_blocked:
             core.set_state(d, S.WAITING, reason="upstream rerun")
             core.attempt_base[d] = core.attempt[d]
             reopened.append(d)
+    lists = [] if only_blocked else [d for d in jobs if d in core.fanout.expanded and isinstance(
+        core.specs[d].for_each, DynamicItems) and i not in instances_of(core.specs[d], core.specs, core.index)]
+    for d in lists:
+        touched.extend(core.read_list_again(d))
     for d in reopened:
         core.recompute(d)
     for d in reopened:
@@ -307,6 +318,8 @@ def _reopen(core: VerbTarget, jobs: list[int], touched: list[int], only_blocked:
             _settle(core, d, touched)
         else:
             touched.append(d)
+    touched.extend(d for d in lists if d not in reopened)
+    return lists
 
 
 def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what: str) -> str:
@@ -314,7 +327,7 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
     core.set_state(i, S.WAITING, reason=_why(what, ev))
     desc = _descendants(core, i)
     before = len(touched)
-    _reopen(core, desc, touched, only_blocked=not (ev.downstream and ev.verb == "rerun"))
+    lists = _reopen(core, i, desc, touched, only_blocked=not (ev.downstream and ev.verb == "rerun"))
     # Dependents that had counted this job (or a reopened one) as done must count it again.
     again = {i, *touched[before:]}
     for u in again:
@@ -323,9 +336,14 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
                 core.recompute(d)
                 if core.state[d] == S.READY and core.unmet[d] > 0:
                     core.set_state(d, S.WAITING, reason="upstream rerun")
+    extra = len(set(desc).intersection(touched[before:]))
     _settle(core, i, touched)
-    extra = len(touched) - 1
     more = f" with {extra} downstream job(s)" if extra > 0 else ""
+    if lists:
+        named = ", ".join(f"'{core.ids[d]}'" for d in lists[:5]) + (" ..." if len(lists) > 5 else "")
+        loop = f"loop {named} makes" if len(lists) == 1 else f"loops {named} make"
+        more += (f"; {loop} its instances again from the list it reads then (those made before stay as they "
+                 "ended, and run again if listed)")
     if core.specs[i].confirm and not core.attempt[i] and core.state[i] in (S.WAITING, S.READY):
         # Never confirmed (cancelled or skipped before its approve): it waits for one again, as at the start.
         core.set_state(i, S.HELD, reason=f"waiting for confirmation: `wloadctl approve {core.ids[i]}`")
@@ -353,7 +371,7 @@ def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: 
     touched.append(i)
     if was_terminal:
         # Its dependents already counted it; the ones it had blocked get a fresh look.
-        _reopen(core, _descendants(core, i), touched, only_blocked=True)
+        _reopen(core, i, _descendants(core, i), touched, only_blocked=True)
     else:
         core.timers.retry_due.pop(i, None)
         core.resolve(i)

@@ -20,6 +20,7 @@ from wloadctl.core.commands import (
 )
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import ClockJumpedEvent, TimerFiredEvent
+from wloadctl.core.fanout import expansion_rows
 from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, StoreError, StoreFull, WloadError
 from wloadctl.ipc.protocol import (
@@ -388,9 +389,7 @@ class SchedulerLoop:
         """
         if isinstance(c, Persist):
             # The journal first: nothing below may be visible before this commits.
-            ids = self.core.ids
-            added = [(ids[parent], first, items, ids[first : first + len(items)])
-                     for parent, first, items in c.added]
+            added = expansion_rows(c.added, self.core.ids)
             risky = self.not_idempotent
             if added:  # loop instances are as idempotent as their loop
                 risky.update(k for k in range(added[0][1], self.core.n) if not self.core.specs[k].idempotent)
