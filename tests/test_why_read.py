@@ -4,6 +4,7 @@ whole journal gives, on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,9 +122,13 @@ def test_the_situations_of_a_stopped_run_read_as_a_rebuilt_core_says(state_dir: 
     assert any("resource db" in line for line in waiting_db["reasons"]), waiting_db
     assert by["late"]["critical_path"] is not None
     # No scheduler holds the run: what waits to be dispatched says so first, and waits for no slot
-    stopped = f"the run is interrupted: no scheduler dispatches its jobs now (`wloadctl resume --state-dir {state_dir}`"
+    # (the resume it names is the run's own: with `--journal URL` when the journal is a server's)
+    stopped = f"the run is interrupted: no scheduler dispatches its jobs now (`wloadctl resume --state-dir {state_dir}"
+    journal = os.environ.get(JOURNAL_ENV)
     for job in ("flaky", waiting_db["job"]):
-        assert by[job]["reasons"][0].startswith(stopped), by[job]
+        first = by[job]["reasons"][0]
+        assert first.startswith(stopped) and first.endswith("` goes on)"), by[job]
+        assert ("--journal postgresql://" in first) == bool(journal), (first, journal)
     assert not any("free slot" in line for w in read for line in w["reasons"]), read
 
 
