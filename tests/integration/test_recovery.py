@@ -558,6 +558,7 @@ def test_a_predecessors_late_hand_back_of_a_job_sent_again_since_does_not_run_it
         q.close()
         assert resumed.wait(timeout=60) == 0
     finally:
+        gate.touch()
         if resumed.poll() is None:
             resumed.kill()
             resumed.wait()
@@ -594,6 +595,7 @@ def test_a_job_stopped_with_the_run_resumed_then_the_scheduler_killed_takes_its_
         gate.touch()
         assert third.wait(timeout=60) == 0
     finally:
+        gate.touch()  # a copy left running on a failure ends too
         if third.poll() is None:
             third.kill()
             third.wait()
