@@ -81,26 +81,25 @@ def _seconds(text: str) -> float:
     return v
 
 
-def _attempt(text: str) -> int:
-    """`--attempt N`: an attempt number, 1 or more."""
+def _one_or_more(text: str, what: str, below: str) -> int:
+    """A whole number of 1 or more; else `what` it is not, or what is `below` 1."""
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an attempt number") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
     if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: attempts are numbered from 1")
+        raise argparse.ArgumentTypeError(f"{text!r}: {below}")
     return v
+
+
+def _attempt(text: str) -> int:
+    """`--attempt N`: an attempt number, 1 or more."""
+    return _one_or_more(text, "an attempt number", "attempts are numbered from 1")
 
 
 def _how_many(text: str) -> int:
     """A count option (`--next N`): 1 or more."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 1 or more")
-    return v
+    return _one_or_more(text, "a whole number", "give 1 or more")
 
 
 def _amount(kind: type[int] | type[float]) -> Any:
