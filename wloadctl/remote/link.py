@@ -158,7 +158,7 @@ class BrokerLink:
         o = self.options
         nc = nats.NATS()
         try:
-            await asyncio.wait_for(
+            connecting = asyncio.ensure_future(
                 nc.connect(
                     servers=o.servers, name=self.name, connect_timeout=max(1, int(timeout)),
                     allow_reconnect=True, max_reconnect_attempts=-1,
@@ -168,9 +168,21 @@ class BrokerLink:
                     pending_size=16 * 1024 * 1024, error_cb=self._on_error,
                     disconnected_cb=self._on_disconnected, reconnected_cb=self._on_reconnected,
                     closed_cb=self._on_closed,
-                ),
-                timeout,
-            )
+                ))
+            # A server that refuses the credentials refuses them again at every try: that is said at once, not
+            # after the whole wait (a server that is down may still come up within it, and is waited for).
+            deadline = time.monotonic() + timeout
+            while not connecting.done():
+                left = deadline - time.monotonic()
+                if left <= 0 or "authorization violation" in self._last_error.lower():
+                    connecting.cancel()
+                    try:
+                        await connecting
+                    except (asyncio.CancelledError, Exception):  # the try given up: its end is not the matter
+                        pass
+                    raise TimeoutError
+                await asyncio.wait({connecting}, timeout=min(0.05, left))
+            connecting.result()
         except Exception as exc:  # refused, timed out, bad credentials or TLS files: all one line
             info = getattr(nc, "_server_info", None)
             await self._quietly(nc.close())
