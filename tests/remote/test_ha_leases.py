@@ -44,6 +44,17 @@ def gated_plan(tmp: Path, out: Path, gate: Path, far: bool = False) -> Path:
     }, name="leased")
 
 
+def started_pair(tmp_path: Path, nats_server: NatsServer, pg_url: str, hosts: list[SchedulerHost],
+                 far: bool = False) -> tuple[Pair, Path, Path]:
+    """A gated run on host A with a standby on host B, under way: (the pair, its evidence file, its gate)."""
+    out, gate = tmp_path / "evidence", tmp_path / "go"
+    pair = Pair(tmp_path, gated_plan(tmp_path, out, gate, far=far), nats_server.url, pg_url)
+    hosts += [pair.active, pair.standby]
+    pair.start()
+    wait_for(lambda: "wait" in runs_of(out), timeout=60, what="the run under way")
+    return pair, out, gate
+
+
 def elsewhere(hidden: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`wloadctl ARGS` on a host of its own (hostc), where `hidden` (a run's files) is an empty directory."""
     script = f"mount -t tmpfs tmpfs {hidden} && exec \"$@\""
@@ -88,11 +99,7 @@ def test_a_verb_without_a_broker_from_another_host_is_refused_naming_the_holder_
 def test_a_resume_on_the_old_host_is_refused_while_the_standby_that_took_over_holds_the_lease(
         tmp_path: Path, nats_server: NatsServer, pg_url: str, hosts: list[SchedulerHost]) -> None:
     # Given a run on host A that a standby on host B took over after a kill -9 of host A
-    out, gate = tmp_path / "evidence", tmp_path / "go"
-    pair = Pair(tmp_path, gated_plan(tmp_path, out, gate), nats_server.url, pg_url)
-    hosts += [pair.active, pair.standby]
-    pair.start()
-    wait_for(lambda: "wait" in runs_of(out), timeout=60, what="the run under way")
+    pair, out, gate = started_pair(tmp_path, nats_server, pg_url, hosts)
     pair.active.kill_node()
     wait_for(lambda: runs_of(out).get("wait") == 2, timeout=60, what="the takeover running `wait` again")
     # When the old host comes back and resumes the run from its state directory
@@ -114,11 +121,7 @@ def test_a_resume_on_the_old_host_is_refused_while_the_standby_that_took_over_ho
 def test_a_fenced_active_says_so_once_and_exits_with_the_status_its_service_does_not_restart(
         tmp_path: Path, nats_server: NatsServer, pg_url: str, hosts: list[SchedulerHost]) -> None:
     # Given a run on host A with a standby on host B
-    out, gate = tmp_path / "evidence", tmp_path / "go"
-    pair = Pair(tmp_path, gated_plan(tmp_path, out, gate), nats_server.url, pg_url)
-    hosts += [pair.active, pair.standby]
-    pair.start()
-    wait_for(lambda: "wait" in runs_of(out), timeout=60, what="the run under way")
+    pair, _out, gate = started_pair(tmp_path, nats_server, pg_url, hosts)
     # When A freezes past its lease, B takes over, and A wakes
     pair.active.pause()
     wait_for(lambda: "took run" in pair.standby.output(), timeout=30, what="the takeover")
@@ -134,11 +137,7 @@ def test_a_fenced_active_says_so_once_and_exits_with_the_status_its_service_does
 def test_a_standby_that_cannot_reach_the_broker_does_not_claim_the_run_and_takes_it_once_the_broker_answers(
         tmp_path: Path, nats_server: NatsServer, pg_url: str, hosts: list[SchedulerHost]) -> None:
     # Given a run with a job on agents, on host A, and a standby on host B
-    out, gate = tmp_path / "evidence", tmp_path / "go"
-    pair = Pair(tmp_path, gated_plan(tmp_path, out, gate, far=True), nats_server.url, pg_url)
-    hosts += [pair.active, pair.standby]
-    pair.start()
-    wait_for(lambda: "wait" in runs_of(out), timeout=60, what="the run under way")
+    pair, out, _gate = started_pair(tmp_path, nats_server, pg_url, hosts, far=True)
     # When the broker goes away and host A dies
     nats_server.stop()
     pair.active.kill_node()
