@@ -118,9 +118,7 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             c.log_broker = _log_broker(c, a)
             return _logs(c, a)
         data: Any
-        from wloadctl.remote.agents import node_names
-
-        agents = node_names(c.state_dir) if c.state_dir is not None else {}
+        agents = c.agent_names()
         if a.cmd == "why":
             data = c.why(a.job)
         elif a.cmd == "history":

@@ -228,6 +228,13 @@ class RunClient:
 
         return read_nodes(self.state_dir, time.time())
 
+    def agent_names(self) -> dict[int, str]:
+        """Executor index -> name of each agent the run's schedulers numbered (the journal's numbers, the
+        same on every host; a run numbered before the journal did has them in its agents file)."""
+        from wloadctl.remote.agents import run_agent_names
+
+        return run_agent_names(self.store, self.run.id, self.state_dir)
+
     def status(self, with_jobs: bool = True, only_unfinished: bool = False, limit: int = -1) -> dict[str, Any]:
         """The run's state: record, counts per state, scheduler, executors, and each job's state.
 
@@ -682,10 +689,10 @@ class RunClient:
 
     def _mirror_log(self, job: str, index: int, executor: int, attempt: int, path: Path) -> None:
         """Copy the log of a job attempt that ran on agent `executor` from it (through the broker) to `path`."""
-        from wloadctl.remote.agents import AGENTS_FILE, fetch_log, node_names
+        from wloadctl.remote.agents import fetch_log
         from wloadctl.remote.broker import ENV_BROKER, ENV_PASSWORD, BrokerOptions
 
-        agent = node_names(self.state_dir).get(executor)
+        agent = self.agent_names().get(executor)
         options = self.log_broker
         if options is None:
             settings = json.loads(self.run.settings or "{}")
@@ -697,10 +704,10 @@ class RunClient:
             raise ControlError(f"{job} attempt {attempt} ran on an agent (node {executor}) and no broker is known",
                                hint="pass --broker URL")
         if agent is None:
-            # The journal keeps the node's number only; its name is in the state directory of the scheduler that
-            # numbered it (its agents file), which this host does not have.
+            # A run numbered before the journal kept the agents' names: they are in the agents file of the
+            # state directory of the scheduler that numbered them, which this host does not have.
             raise ControlError(f"{job} attempt {attempt} ran on agent node {executor}, whose name is not known here "
-                               f"({self.state_dir / AGENTS_FILE} does not name it)",
+                               "(neither the run's journal nor this state directory's agents file names it)",
                                hint="read the log on the host of the scheduler that ran the attempt")
         fetch_log(options, agent, self.run.run_id, index, job, attempt, path)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -125,8 +127,10 @@ def test_logs_of_an_agent_job_on_a_host_that_cannot_name_the_agent_say_so_not_th
     proc = run_bg(plan, sd, nats_server.url)
     _out, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
-    # When its log is asked for, with the broker, where the agents' names are not kept
-    (sd / "agents.json").unlink()
+    # When its log is asked for, with the broker, where the agents' names are not kept (a run numbered before its
+    # journal kept them, read without the agents file of its scheduler's state directory)
+    with closing(sqlite3.connect(sd / "journal.db")) as con, con:
+        con.execute("DELETE FROM agents")
     got = _logs("talk", "--state-dir", str(sd), "--broker", nats_server.url)
     # Then the reader says it cannot name the agent, not that no broker is known
     assert got.returncode != 0

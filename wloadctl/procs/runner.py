@@ -667,7 +667,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
         claim.announce(events)
     ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds)
     reader = ReportReader(core.want, _tail_reader(objs), lambda i, a: ctx.result_of(core.ids[i], a))
-    remote = _agent_pool(link, core, ctx, epoch, opts, events) if link is not None else None
+    remote = _agent_pool(link, core, ctx, epoch, opts, events, store, resumed) if link is not None else None
     local = LocalPool.start(core, objs, reader, _payloads(ctx, core), lambda: loop._check_fenced(), epoch,
                             opts.state_dir, executors=opts.executors, slots=opts.slots,
                             say=lambda e, f: events.emit(e, **f),
@@ -812,16 +812,22 @@ def _governor(run: RunRow, plan: Plan, core: SchedulerCore, executors: Callable[
 
 
 def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: int, opts: RunOptions,
-                events: EventLog) -> AgentPool:
-    """The pool of agents the run's pool:/agent: jobs go to, listening already."""
+                events: EventLog, store: Store, resumed: bool) -> AgentPool:
+    """The pool of agents the run's pool:/agent: jobs go to, listening already.
+
+    The agents are numbered in the journal (the loop's thread, this one, owns the store); a resumed run
+    numbered before that has its numbers from the state directory's agents file.
+    """
     from wloadctl.remote.agentpool import AgentPool
+    from wloadctl.remote.agents import node_names
     from wloadctl.remote.broker import Subjects
 
     assert opts.broker is not None
     reader = ReportReader(core.want, lambda _r: "", lambda i, a: ctx.result_of(core.ids[i], a))
     pool = AgentPool(core, link, Subjects(opts.broker.prefix), ctx.run_id, epoch, reader, _payloads(ctx, core),
                      opts.state_dir, core.specs, timeout=opts.agent_timeout, say=lambda e, f: events.emit(e, **f),
-                     beat=min(1.0, opts.heartbeat_interval), note=opts.say)
+                     beat=min(1.0, opts.heartbeat_interval), note=opts.say, store=store, run_row=ctx.run.id,
+                     legacy=node_names(opts.state_dir) if resumed else None)
     pool.start()
     return pool
 

@@ -20,7 +20,7 @@ from wloadctl.drillreport import (
     wait_until,
 )
 from wloadctl.errors import UsageError
-from wloadctl.remote.agents import AGENTS_FILE, AgentState, agent_rows
+from wloadctl.remote.agents import AgentState, agent_rows
 from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.messages import Heartbeat
 
@@ -55,7 +55,7 @@ def agent_loss(a: argparse.Namespace, state_dir: Path | None) -> DrillReport:
         if not is_wloadctl(beat.pid, b"agent", a.agent.encode()):
             raise UsageError(f"agent {a.agent}: pid {beat.pid} is not its process on this host (it may run in "
                              "another pid namespace or container)", hint="run the drill where its pid is seen")
-        index = _agent_index(sd, a.agent)
+        index = next((i for i, name in c.agent_names().items() if name == a.agent), None)
         if index is None:
             raise UsageError(f"run {run.run_id} has never had agent {a.agent}",
                              hint=f"its agents are listed by `wloadctl status --state-dir {sd}`")
@@ -118,15 +118,6 @@ def _agent_beat(opts: BrokerOptions, name: str, timeout: float) -> Heartbeat:
     if row.state != AgentState.ALIVE:
         raise UsageError(f"agent {name} is {row.state.value} already (silent for {row.age:.1f}s): nothing to drill")
     return row.beat
-
-
-def _agent_index(sd: Path, name: str) -> int | None:
-    """The executor index the run's scheduler gave the agent (its jobs' `executor` in the journal)."""
-    try:
-        got = json.loads((sd / AGENTS_FILE).read_text()).get(name)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return int(got) if got is not None else None
 
 
 def _kill_tree(pid: int) -> list[int]:

@@ -3,7 +3,8 @@
 Dispatches go to work-queue streams (a pool's subject, or one agent's); results come back on
 the run's results stream, read through a durable consumer and acknowledged only after the
 turn that applied them is journaled; heartbeats tell which agents live and what they offer.
-Each agent is one node of the engine (executor index AGENT_BASE and up): a node silent past the
+Each agent is one node of the engine (executor index AGENT_BASE and up, numbered in the run's journal,
+so every scheduler of the run, on any host, gives an agent the same one): a node silent past the
 agent timeout is LOST and its jobs go back to the engine's policy; what it reports later about
 those attempts is ignored, and what it still runs of them is killed once it is heard again.
 """
@@ -39,15 +40,17 @@ from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import result_of_bytes
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
-from wloadctl.remote.agents import AGENT_BASE, AGENTS_FILE, NODES_FILE, AgentState, agent_state, node_names
+from wloadctl.remote.agents import AGENT_BASE, NODES_FILE, AgentState, agent_state
 from wloadctl.remote.broker import Subjects, ensure_streams
 from wloadctl.remote.holdings import Holdings
 from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.pulling import Msg, Puller
 from wloadctl.remote.witness import take_lead
+from wloadctl.store.base import StaleEpoch
 
 if TYPE_CHECKING:
     from wloadctl.procs.control import ControlDesk
+    from wloadctl.store.base import Store
 
 BEAT = 1.0
 """Seconds between the scheduler's beats to the agents."""
@@ -94,7 +97,8 @@ class AgentPool:
     def __init__(self, core: Book, link: BrokerLink, subjects: Subjects, run_id: str, epoch: int,
                  reader: ReportReader, payload_of: Callable[[int, int], bytes | None], state_dir: Path,
                  specs: list, *, timeout: float = 10.0, say: Callable[[str, dict[str, object]], None],
-                 beat: float = BEAT, note: Callable[[str], None] | None = None) -> None:
+                 beat: float = BEAT, note: Callable[[str], None] | None = None, store: Store, run_row: int,
+                 legacy: dict[int, str] | None = None) -> None:
         self.core = core
         """The engine (read only)."""
         self.link = link
@@ -110,7 +114,11 @@ class AgentPool:
         self.payload_of = payload_of
         """Encoded payload of (job, attempt); None for a no-op job."""
         self.state_dir = state_dir
-        """Where the node numbering is kept."""
+        """Where the agents as last judged are written for the operator (NODES_FILE)."""
+        self.store = store
+        """The run's journal, where its agents are numbered (used from the loop's thread, which owns it)."""
+        self.run_row = run_row
+        """The run's row id in the journal."""
         self.specs = specs
         """Job specs by index (their place)."""
         self.timeout = timeout
@@ -148,7 +156,7 @@ class AgentPool:
         self.next_held_check = 0.0
         self.seq = 0
         self.health_due = False
-        self._load_numbering()
+        self._load_numbering(legacy or {})
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -200,22 +208,37 @@ class AgentPool:
             if m.jetstream:
                 m.nak()
 
-    def _load_numbering(self) -> None:
-        for index, name in node_names(self.state_dir).items():
+    def _load_numbering(self, legacy: dict[int, str]) -> None:
+        """Know the agents the run's schedulers numbered, by the journal's numbers.
+
+        A run numbered before the journal kept the numbers (`legacy`: its state directory's agents file)
+        has them journaled now, the same where the journal has none of them yet.
+        """
+        names = self.store.agent_names(self.run_row)
+        if not names:
+            for index, name in sorted(legacy.items()):
+                names[self._number(name, index)] = name
+        for index, name in names.items():
             self._add(name, index)
+
+    def _number(self, name: str, first: int) -> int:
+        """The agent's executor index as the run's journal has it (given there now if it has none).
+
+        Raises:
+            Fenced: a newer scheduler holds the run (this one may not number anything).
+        """
+        try:
+            return self.store.agent_index(self.run_row, name, first)
+        except StaleEpoch as e:
+            raise Fenced(e.message) from None
 
     def _add(self, name: str, index: int | None = None) -> Node:
         """Know of an agent (heard of just now: it has the agent timeout to beat, or it is LOST)."""
-        fresh = index is None
         if index is None:
-            index = max((n.index for n in self.nodes.values()), default=AGENT_BASE - 1) + 1
+            index = self._number(name, AGENT_BASE)
         node = Node(name, index, heard=time.time(), state=AgentState.ALIVE)
         self.nodes[name] = node
         self.by_index[index] = node
-        if fresh:
-            tmp = self.state_dir / f".{AGENTS_FILE}.tmp"
-            tmp.write_text(json.dumps({n.name: n.index for n in self.nodes.values()}))
-            os.replace(tmp, self.state_dir / AGENTS_FILE)
         return node
 
     def recover(self, feed: Feed, wait: float = 1.0, expect: int = 0) -> list[str]:

@@ -17,12 +17,15 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from wloadctl.errors import ControlError, ProtocolError, UsageError, WloadError
 from wloadctl.remote import AGENT_BASE  # noqa: F401 - kept importable from here
 from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.messages import Heartbeat
+
+if TYPE_CHECKING:
+    from wloadctl.store.base import Store
 
 DEFAULT_AGENT_TIMEOUT = 10.0
 """Seconds of silence after which an agent is LOST (`--agent-timeout`)."""
@@ -31,18 +34,30 @@ SUSPECT_FRACTION = 0.5
 
 
 AGENTS_FILE = "agents.json"
-"""File of a run's state directory mapping agent names to their executor index (kept across restarts)."""
+"""File of a state directory where schedulers before the journal kept the agents' numbers (agent name ->
+executor index): read only for the runs they numbered (the journal numbers them now: Store.agent_index)."""
 NODES_FILE = "nodes.json"
 """File of a run's state directory where its scheduler writes the agents as it judges them, every second."""
 LOG_SLICE = 512 * 1024
 """Bytes of a log asked for in one request (a reply must fit a broker message)."""
 
 def node_names(state_dir: Path) -> dict[int, str]:
-    """Executor index -> agent name, as a run's scheduler numbered its agents."""
+    """Executor index -> agent name, as a scheduler before the journal numbered the agents (its AGENTS_FILE)."""
     try:
         return {int(v): k for k, v in json.loads((state_dir / AGENTS_FILE).read_text()).items()}
     except (OSError, ValueError, AttributeError):
         return {}
+
+
+def run_agent_names(store: Store, run: int, state_dir: Path | None) -> dict[int, str]:
+    """Executor index -> agent name of a run: the journal's numbering (the same on every host), and for
+    the indexes it lacks, those of the state directory's agents file (a run numbered before the journal)."""
+    names = store.agent_names(run)
+    if state_dir is not None:
+        for index, name in node_names(state_dir).items():
+            if index not in names and name not in names.values():
+                names[index] = name
+    return names
 
 
 def read_nodes(state_dir: Path, now: float) -> list[dict[str, Any]]:

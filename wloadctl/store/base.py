@@ -485,6 +485,22 @@ class Store(CurrentState, JobFacts, ABC):
     def alerts(self, run: int) -> list[tuple]:
         """(ts, job, tier, state, attempts, reason, log_path) of the run's alerts."""
 
+    # -- remote agents ------------------------------------------------------------------------
+
+    @abstractmethod
+    def agent_index(self, run: int, name: str, first: int) -> int:
+        """The executor index of the run's agent `name`, given it now if it has none: one past the run's
+        highest, and at least `first`, in one transaction (no two names of a run ever get one index, even
+        from two schedulers of the run at once). Every scheduler of the run, on any host, reads the same.
+
+        Raises:
+            StaleEpoch: the name had no index yet and this store's epoch is no longer the run's (nothing written).
+        """
+
+    @abstractmethod
+    def agent_names(self, run: int) -> dict[int, str]:
+        """Executor index -> name of each agent the run's schedulers numbered ({} for a journal from before)."""
+
     def _stale(self, run: int, now_epoch: int | None, held: int) -> StaleEpoch:
         """The refusal of a write carrying epoch `held` when the run is at `now_epoch`."""
         return StaleEpoch(f"fenced: run {run} of {self.where} is at epoch {now_epoch}, this writer holds {held}",

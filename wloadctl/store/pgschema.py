@@ -98,6 +98,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE job_facts (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
         " block integer NOT NULL, data bytea NOT NULL, PRIMARY KEY (run, block))",
     ),
+    # 5 -> 6: the executor index of each of a run's remote agents (Store.agent_index), the same for every
+    # scheduler of the run on whatever host (it was a file of the scheduler's state directory, agents.json).
+    (
+        "CREATE TABLE IF NOT EXISTS agents (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
+        " idx integer NOT NULL, name text NOT NULL, PRIMARY KEY (run, idx), UNIQUE (run, name))",
+    ),
 )
 """MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -732,6 +732,49 @@ class PostgresStore(Store):
             "SELECT ts, job, tier, state, attempts, reason, log_path FROM alerts WHERE run = %s ORDER BY seq",
             (run,)).fetchall())
 
+    # -- remote agents ----------------------------------------------------------------------
+
+    def agent_index(self, run: int, name: str, first: int) -> int:
+        """The executor index of the run's agent `name`, given it now if it has none (see Store.agent_index).
+
+        Two schedulers of the run giving a number at once: one insert wins on the unique (run, idx) or
+        (run, name); the other inserts nothing and tries again, where it reads the winner's row.
+
+        Raises:
+            StaleEpoch: a newer scheduler holds the run and the name had no index.
+        """
+
+        def take(conn: psycopg.Connection[Any]) -> int | None:
+            with conn.transaction():
+                row = conn.execute("SELECT idx FROM agents WHERE run = %s AND name = %s", (run, name)).fetchone()
+                if row is not None:
+                    return int(row[0])
+                top = conn.execute("SELECT max(idx) FROM agents WHERE run = %s", (run,)).fetchone()
+                index = first if top is None or top[0] is None else max(first, int(top[0]) + 1)
+                if self.epoch is not None:
+                    got = conn.execute(f"INSERT INTO agents (run, idx, name) SELECT %s, %s, %s WHERE EXISTS ({_GUARD})"
+                                       " ON CONFLICT DO NOTHING RETURNING idx",
+                                       (run, index, name, run, self.epoch)).fetchone()
+                else:
+                    got = conn.execute("INSERT INTO agents (run, idx, name) VALUES (%s, %s, %s)"
+                                       " ON CONFLICT DO NOTHING RETURNING idx", (run, index, name)).fetchone()
+                if got is not None:
+                    return index
+                now = conn.execute("SELECT epoch FROM runs WHERE id = %s", (run,)).fetchone()
+                if self.epoch is not None and (now is None or int(now[0]) != self.epoch):
+                    raise self._stale(run, now[0] if now else None, self.epoch)
+                return None  # another writer's row took the index or the name first: read again
+
+        while True:
+            index = self._do(take)
+            if index is not None:
+                return index
+
+    def agent_names(self, run: int) -> dict[int, str]:
+        """Executor index -> name of each agent the run's schedulers numbered."""
+        rows = self._do(lambda c: c.execute("SELECT idx, name FROM agents WHERE run = %s", (run,)).fetchall())
+        return {int(i): str(n) for i, n in rows}
+
 
 def server_answers(server_url: str, timeout: int = 2) -> bool:
     """Whether a PostgreSQL server accepts connections at this URL."""

@@ -188,6 +188,11 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
                      " FROM turn_jobs")
         conn.execute("DROP TABLE turn_jobs")
         conn.execute("ALTER TABLE turn_jobs_v9 RENAME TO turn_jobs")
+    if version < 10:
+        # The numbering of a run's agents moves into the journal (it was a file of the scheduler's state
+        # directory, agents.json, which readers still fall back to for the runs numbered there before).
+        conn.execute("CREATE TABLE IF NOT EXISTS agents (run INTEGER NOT NULL, idx INTEGER NOT NULL,"
+                     " name TEXT NOT NULL, PRIMARY KEY (run, idx), UNIQUE (run, name)) WITHOUT ROWID")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -901,6 +906,42 @@ class SqliteStore(Store):
                 "SELECT ts, job, tier, state, attempts, reason, log_path FROM alerts WHERE run = ? ORDER BY seq", (run,)
             )
         )
+
+    # -- remote agents ----------------------------------------------------------------------
+
+    def agent_index(self, run: int, name: str, first: int) -> int:
+        """The executor index of the run's agent `name`, given it now if it has none (see Store.agent_index).
+
+        Raises:
+            StaleEpoch: a newer scheduler holds the run and the name had no index.
+            StoreError: the write failed.
+        """
+        self._durable()
+        c = self.conn
+        try:
+            # IMMEDIATE: the write lock is taken before the read, so the highest index cannot move under it.
+            c.execute("BEGIN IMMEDIATE")
+            row = c.execute("SELECT idx FROM agents WHERE run = ? AND name = ?", (run, name)).fetchone()
+            if row is not None:
+                c.execute("COMMIT")
+                return int(row[0])
+            top = c.execute("SELECT max(idx) FROM agents WHERE run = ?", (run,)).fetchone()[0]
+            index = first if top is None else max(first, int(top) + 1)
+            self._guarded_insert(run, "INSERT INTO agents (run, idx, name)", (run, index, name))
+            c.execute("COMMIT")
+        except BaseException as e:
+            _rollback(c)
+            if isinstance(e, sqlite3.DatabaseError):
+                raise write_error(e, self.path) from None
+            raise
+        return index
+
+    def agent_names(self, run: int) -> dict[int, str]:
+        """Executor index -> name of each agent the run's schedulers numbered."""
+        try:
+            return {int(i): n for i, n in self.conn.execute("SELECT idx, name FROM agents WHERE run = ?", (run,))}
+        except sqlite3.OperationalError:
+            return {}  # a journal from before the agents' numbering, opened read-only
 
 
 def _insert_jobs(c: sqlite3.Connection, rid: int, ids: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """The schema version a new or migrated SQLite journal is at."""
 
 AUDIT_TRIGGERS: tuple[str, ...] = tuple(
@@ -142,6 +142,13 @@ CREATE TABLE IF NOT EXISTS alerts (
     reason TEXT NOT NULL,
     log_path TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS agents (
+    run INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    PRIMARY KEY (run, idx),
+    UNIQUE (run, name)
+) WITHOUT ROWID;
 """ + "".join(f"{t};\n" for t in AUDIT_TRIGGERS)
 """The tables of a new journal (older ones are brought here by the migrations in sqlite.py).
 
@@ -151,4 +158,5 @@ are rowid tables, whose pages hold a block's 1,024 or 1,536 bytes where a WITHOU
 overflow page (about 1,000 bytes fit there); turn_jobs: the turn index, keyed by span (see sqlite.SPAN_SHIFT),
 block and turn, so a turn writes its keys into the latest span's few pages; took: the durations of successful
 attempts, per turn (see store/base.py); fact_runs and job_facts: what the run's scheduler worked out of its plan,
-per job (store/facts.py); actions carry the audit hash chain."""
+per job (store/facts.py); actions carry the audit hash chain; agents: the executor index each of a run's remote
+agents has (Store.agent_index), the same for every scheduler of the run on whatever host."""
