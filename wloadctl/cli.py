@@ -378,6 +378,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("runs", help="every run under a root directory, live or finished")
     p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
                    "~/.local/state/wloadctl)")
+    p.add_argument("--journal", metavar="URL",
+                   help="also list the runs of this PostgreSQL journal, postgresql://USER@HOST[:PORT]/DB"
+                        "[?namespace=NAME], whatever their state directory or host (default: $WLOADCTL_JOURNAL)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("host", help="the host's capacity every run draws on (slots, cpu, memory), and the runs "
                        "holding it")
@@ -609,26 +612,37 @@ def cmd_host(a: argparse.Namespace) -> int:
 
 
 def cmd_runs(a: argparse.Namespace) -> int:
+    import socket
+
     from wloadctl.paths import state_root
-    from wloadctl.runlist import list_runs
+    from wloadctl.runlist import journal_runs, list_runs
+    from wloadctl.store import journal_url, without_password
 
     root = Path(a.root) if a.root else state_root()
     if a.root and not root.is_dir():
         raise UsageError(f"--root {root}: no such directory")
     entries, problems = list_runs(root)
+    where = f"under {root}"
+    url = journal_url()
+    if url is not None:
+        # And a server journal's runs, of every state directory and host of its namespace.
+        entries = sorted(entries + journal_runs(), key=lambda e: e.started, reverse=True)
+        where = f"in {without_password(url)} or {where}"
     for line in problems:
         print(f"wloadctl: {line}", file=sys.stderr)
     if a.json:
         print(json.dumps([e.as_dict() for e in entries], indent=1))
         return EXIT_OK
     if not entries:
-        print(f"no runs under {root}")
+        print(f"no runs {where}")
         return EXIT_OK
+    here = socket.gethostname()
     rows = [("RUN", "PLAN", "BUSINESS DATE", "STATUS", "PROGRESS", "SLA", "STATE DIR")]
     for e in entries:
         risk = ", ".join(p for p in (f"{e.late} LATE" if e.late else "",
                                      f"{e.at_risk} AT_RISK" if e.at_risk else "") if p) or "-"
-        rows.append((e.run, e.plan, e.business_date, e.status, f"{e.done}/{e.total}", risk, e.state_dir))
+        place = f"{e.host}:{e.state_dir}" if e.host and e.host != here else e.state_dir
+        rows.append((e.run, e.plan, e.business_date, e.status, f"{e.done}/{e.total}", risk, place))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])

@@ -97,8 +97,8 @@ class RunClient:
         self.store = Store.open(given, create=False, readonly=True)
         latest = self.store.latest_run()
         if latest is None:
-            raise UsageError(f"no run recorded in {given or self.store.where}",
-                             hint="start one with `wloadctl run PLAN`")
+            self.store.close()
+            raise _no_run_error(given, self.store.where)
         run = latest if run_id is None else self.store.get_run(run_id)
         if run is None:
             self.store.close()
@@ -144,33 +144,28 @@ class RunClient:
                              beat=min(time.time(), r.lease_until), started=r.started, lease_until=r.lease_until)
 
     def _board_header(self) -> P.BoardHeader | None:
-        try:
-            board = StateBoard.open(object_name(self.run.run_id, ROLE_BOARD))
-        except WloadError:
-            return None
-        try:
-            h = board.read_header()
-        except WloadError:
-            return None
-        finally:
-            board.close()
-        return h if pid_alive(h.scheduler_pid) and not h.done else None
+        return live_header(self.run.run_id)
 
     def is_live(self) -> bool:
         """Whether a scheduler is running this run now."""
         return self._board_header() is not None
 
     def leased(self) -> bool:
-        """Whether a scheduler (of any host) holds the run's lease now, by the journal.
+        """Whether a scheduler (of any host) holds the run's lease now, by the journal (see lease_held)."""
+        return lease_held(self.store, self.reread_run())
 
-        A lease whose holder is on this host and gone (a scheduler killed -9 moments ago: its lease runs
-        out a few seconds later) holds nothing.
-        """
-        self.reread_run()
-        if self.run.status != "running" or self.run.lease_until <= time.time():
-            return False
-        return not (self.store.holder_host(self.run.id) is None and self.run.scheduler_pid
-                    and not pid_alive(self.run.scheduler_pid))
+    def far_holder(self) -> str | None:
+        """The host of the scheduler holding the run's lease by the journal when its board is not here (a
+        scheduler of another host: `top` and the pipeline pane read the run from the journal then); None when
+        the board is here or no scheduler holds the lease."""
+        if self._board_header() is not None or not self.leased():
+            return None
+        return self.store.holder_host(self.run.id) or "another host"
+
+    def journal_counts(self) -> dict[str, int]:
+        """Jobs per state name, from the journal (read again at each call)."""
+        names = [s.name for s in JobState]
+        return {names[s]: n for s, n in self.store.state_counts(self.run.id) if s < len(names)}
 
     def reread_run(self) -> RunRow:
         """The run's record read again from the journal: a resume sets it running again, and its end
@@ -664,6 +659,11 @@ class RunClient:
         path = log_path(self.state_dir, self.run.run_id, job, att)
         executor = row[4] if att == row[3] and row[4] >= 0 else self._attempt_executor(job, att)
         if executor < AGENT_BASE:
+            host = None if path.parent.is_dir() else self._far_home()
+            if host is not None:
+                raise ControlError(f"the log of {job} attempt {att} is kept on {host}, the host of the run's "
+                                   f"scheduler ({path}), not on this host", hint=f"read it there: `wloadctl logs "
+                                   f"{job} --attempt {att} {run_place(self.state_dir)}` on {host}")
             return path
         partial = path.with_name(f".{path.name}.partial")
         running = att == row[3] and row[2] in (JobState.QUEUED, JobState.RUNNING)
@@ -675,6 +675,12 @@ class RunClient:
             else:
                 partial.unlink(missing_ok=True)
         return path
+
+    def _far_home(self) -> str | None:
+        """The host of the run's scheduler (the last to hold its lease, else the one that started it) when it is
+        not this host; None otherwise."""
+        host = self.store.holder_host(self.run.id) or json.loads(self.run.settings or "{}").get("host")
+        return host if host and host != socket.gethostname() else None
 
     def _attempt_executor(self, job: str, attempt: int) -> int:
         """The executor (an agent's node index) an attempt of a job last ran on, from its history."""
@@ -844,6 +850,51 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
         if reason:
             core.reasons[i] = reason
     return core
+
+
+def live_header(run_id: str) -> P.BoardHeader | None:
+    """The board header of run `run_id`'s scheduler when its board is on this host and it is live, else None."""
+    try:
+        board = StateBoard.open(object_name(run_id, ROLE_BOARD))
+    except WloadError:
+        return None
+    try:
+        h = board.read_header()
+    except WloadError:
+        return None
+    finally:
+        board.close()
+    return h if pid_alive(h.scheduler_pid) and not h.done else None
+
+
+def lease_held(store: Store, run: RunRow) -> bool:
+    """Whether a scheduler (of any host) holds the run's lease now, by the journal's record `run`.
+
+    A lease whose holder is on this host and gone (a scheduler killed -9 moments ago: its lease runs
+    out a few seconds later) holds nothing.
+    """
+    if run.status != "running" or run.lease_until <= time.time():
+        return False
+    return not (store.holder_host(run.id) is None and run.scheduler_pid and not pid_alive(run.scheduler_pid))
+
+
+def _no_run_error(given: Path | None, where: str) -> UsageError:
+    """The refusal of a journal that holds no run of the state directory `given` (of any, when None): with a
+    server journal holding runs of other state directories, it names the latest and how to read it."""
+    from wloadctl.store import journal_url, without_password
+
+    url = journal_url()
+    if given is None or url is None:
+        return UsageError(f"no run recorded in {given or where}", hint="start one with `wloadctl run PLAN`")
+    with Store.open(None, create=False, readonly=True) as st:
+        other = st.latest_run()
+    if other is None:
+        return UsageError(f"no run recorded in {where}", hint="start one with `wloadctl run PLAN`")
+    settings = json.loads(other.settings or "{}")
+    home = ":".join(str(settings[k]) for k in ("host", "state_dir") if settings.get(k)) or "another state directory"
+    return UsageError(f"no run of {given} in {where}: its latest run {other.run_id} is of {home}",
+                      hint="leave out --state-dir (and $WLOADCTL_STATE_DIR) to read the journal's latest run; "
+                           f"`wloadctl runs --journal {without_password(url)}` lists its runs")
 
 
 def journal_in_force() -> str | None:

@@ -31,6 +31,12 @@ class RunReader(Protocol):
     def agents(self) -> list[dict[str, Any]]:
         """The run's agents as its scheduler judges them."""
 
+    def far_holder(self) -> str | None:
+        """Host of the scheduler holding the run's lease when its board is not here (None: here, or none)."""
+
+    def journal_counts(self) -> dict[str, int]:
+        """Jobs per state name, from the journal."""
+
 STALE_AFTER = 5.0
 """Figures older than this many seconds are marked stale (the scheduler stopped publishing)."""
 
@@ -39,10 +45,14 @@ def pipeline_view(client: RunReader, now: float | None = None) -> dict[str, Any]
     """The run's pipeline figures: queues, arena, latencies, journal, loop, per executor and per agent.
 
     `live` says whether a scheduler runs the run now; `age` how old the figures are. Without a
-    live scheduler the last figures published are given, marked stale.
+    live scheduler the last figures published are given, marked stale. A scheduler of another host
+    (its lease in force, its board not here) is live as the journal tells (`from_journal`):
+    `scheduler_host` names its host, as `status` does, and `counts` are the journal's, read again
+    at each call.
     """
     now = time.time() if now is None else now
     header = client.board_header()
+    host = client.far_holder() if header is None else None
     figures = read_pipeline(client.state_dir) or {}
     mine = figures.get("run") == client.run.run_id
     if not mine:
@@ -60,10 +70,21 @@ def pipeline_view(client: RunReader, now: float | None = None) -> dict[str, Any]
         fig = started.get(g.get("index"), {})
         agents.append({**g, "started": fig.get("started", 0), "started_per_s": fig.get("started_per_s", 0.0),
                        "dispatch_to_start": fig.get("dispatch_to_start", {"n": 0, "p50": None, "p99": None})})
+    if host is not None:
+        run = client.run
+        return {
+            "run": run.run_id, "live": True, "scheduler_pid": run.scheduler_pid, "epoch": run.epoch, "age": age,
+            # Its figures are published on its host: none here is no sign of staleness.
+            "stale": age is not None and age > STALE_AFTER, "from_journal": True, "scheduler_host": host,
+            "lease_until": run.lease_until,
+            "counts": client.journal_counts(), "queues": figures.get("queues", {}), "arena": figures.get("arena", {}),
+            "latency": figures.get("latency", {}), "journal": figures.get("journal", {}),
+            "loop": figures.get("loop", {}), "executors": [], "agents": agents,
+        }
     return {
         "run": client.run.run_id, "live": header is not None, "scheduler_pid": header.scheduler_pid if header else None,
         "epoch": header.epoch if header else figures.get("epoch"), "age": age,
-        "stale": age is None or age > STALE_AFTER or header is None,
+        "stale": age is None or age > STALE_AFTER or header is None, "from_journal": False, "scheduler_host": None,
         "queues": figures.get("queues", {}), "arena": figures.get("arena", {}),
         "latency": figures.get("latency", {}), "journal": figures.get("journal", {}),
         "loop": figures.get("loop", {}), "executors": executors, "agents": agents,
@@ -97,9 +118,15 @@ def _size(b: int | None) -> str:
 def render(view: dict[str, Any]) -> list[str]:
     """The view as lines of text (the same lines in `top` and the console's pane)."""
     # At most 80 columns with a run id's 22 characters and a 7-digit pid: the first line of `top` fits a terminal.
-    live = f"live, pid {view['scheduler_pid']}, epoch {view['epoch']}" if view["live"] else "not live"
+    host = view.get("scheduler_host")
+    on = f" on {host}" if host else ""
+    live = f"live, pid {view['scheduler_pid']}{on}, epoch {view['epoch']}" if view["live"] else "not live"
     age = "no figures yet" if view["age"] is None else f"figures {view['age']:.1f}s old"
     lines = [f"run {view['run']}  ({live}; {age}{', STALE' if view['stale'] and view['live'] else ''})"]
+    if view.get("from_journal"):
+        until = time.strftime("%H:%M:%S", time.localtime(view["lease_until"]))
+        lines.append(f"scheduler on {host}: read from the journal (lease until {until})")
+        lines.append("jobs: " + ("  ".join(f"{k} {n}" for k, n in view["counts"].items()) or "none"))
     q = view.get("queues") or {}
     req, rsp = q.get("request") or {}, q.get("response") or {}
     if req:

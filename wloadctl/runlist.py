@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from wloadctl.client import RunClient
+from wloadctl.client import RunClient, lease_held, live_header
 from wloadctl.core.states import TERMINAL, JobState, is_holding
 from wloadctl.errors import WloadError
 from wloadctl.paths import read_summary
@@ -43,6 +43,8 @@ class RunEntry:
     """Jobs per state name (empty when unknown)."""
     latest: bool = True
     """Whether it is the latest run of its state directory (an earlier one is only read)."""
+    host: str = ""
+    """Host of its state directory, for a run of a server journal ("" for a state directory's own journal)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form."""
@@ -67,7 +69,7 @@ def _risk(store: Store, run: RunRow) -> tuple[int, int]:
 
 
 def _entry(store: Store, run: RunRow, state_dir: Path, counts: list[int] | tuple[int, ...] | None,
-           status: str, latest: bool) -> RunEntry:
+           status: str, latest: bool, host: str = "") -> RunEntry:
     if counts is None:
         summary = read_summary(state_dir, run.run_id)
         if summary is not None:
@@ -80,7 +82,7 @@ def _entry(store: Store, run: RunRow, state_dir: Path, counts: list[int] | tuple
     done, total, named = _progress(counts)
     at_risk, late = _risk(store, run)
     return RunEntry(run.run_id, run.plan_name, run.business_date, status, done, total, at_risk, late,
-                    run.started, str(state_dir), named, latest)
+                    run.started, str(state_dir), named, latest, host)
 
 
 def runs_of(state_dir: Path) -> list[RunEntry]:
@@ -102,6 +104,48 @@ def runs_of(state_dir: Path) -> list[RunEntry]:
                 status = "interrupted" if run.status == "running" else run.status
                 out.append(_entry(store, run, state_dir, None, status, run.id == latest.id))
         return out
+
+
+def journal_runs() -> list[RunEntry]:
+    """Every run of the server journal in force (its namespace, whatever state directory or host), newest first.
+
+    A run is live when its board is on this host, or when the journal's lease says a scheduler
+    (of another host) holds it; its counts are then the board's, or the journal's.
+
+    Raises:
+        WloadError: the journal cannot be read.
+    """
+    with Store.open(None, create=False, readonly=True) as store:
+        runs = store.runs()
+        homes = [_home(run) for run in runs]
+        latest = {home: run.id for home, run in zip(homes, runs, strict=True)}  # the last of each home wins
+        out: list[RunEntry] = []
+        for (host, state_dir), run in zip(homes, runs, strict=True):
+            last = latest[(host, state_dir)] == run.id
+            header = live_header(run.run_id) if run.status == "running" else None
+            if header is not None:
+                status = "holding" if is_holding(header.counts) else "running"
+                out.append(_entry(store, run, state_dir, header.counts[: len(_NAMES)], status, last, host))
+                continue
+            if lease_held(store, run):
+                counts = [0] * len(_NAMES)  # its scheduler is elsewhere: the journal's own count
+                for s, n in store.state_counts(run.id):
+                    counts[s] = n
+                status = "holding" if is_holding(counts) else "running"
+                out.append(_entry(store, run, state_dir, counts, status, last, host))
+                continue
+            status = "interrupted" if run.status == "running" else run.status
+            out.append(_entry(store, run, state_dir, None, status, last, host))
+    out.sort(key=lambda e: e.started, reverse=True)
+    return out
+
+
+def _home(run: RunRow) -> tuple[str, Path]:
+    """(host, state directory) a server journal's run was started in, as its settings say."""
+    import json
+
+    settings = json.loads(run.settings or "{}")
+    return str(settings.get("host") or ""), Path(str(settings.get("state_dir") or "."))
 
 
 def list_runs(root: Path) -> tuple[list[RunEntry], list[str]]:
