@@ -854,17 +854,8 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
 
 def live_header(run_id: str) -> P.BoardHeader | None:
     """The board header of run `run_id`'s scheduler when its board is on this host and it is live, else None."""
-    try:
-        board = StateBoard.open(object_name(run_id, ROLE_BOARD))
-    except WloadError:
-        return None
-    try:
-        h = board.read_header()
-    except WloadError:
-        return None
-    finally:
-        board.close()
-    return h if pid_alive(h.scheduler_pid) and not h.done else None
+    h = StateBoard.header_at(object_name(run_id, ROLE_BOARD))
+    return h if h is not None and pid_alive(h.scheduler_pid) and not h.done else None
 
 
 def lease_held(store: Store, run: RunRow) -> bool:

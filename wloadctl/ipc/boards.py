@@ -189,6 +189,20 @@ class StateBoard(_Board):
         return cls(segment)
 
     @classmethod
+    def header_at(cls, name: str) -> BoardHeader | None:
+        """The header of the board `name` on this host; None when there is none or it cannot be read."""
+        try:
+            board = cls.open(name)
+        except TransportError:
+            return None
+        try:
+            return board.read_header()
+        except TransportError:
+            return None
+        finally:
+            board.close()
+
+    @classmethod
     def open(cls, name: str, *, backend: SegmentBackend = Segment) -> StateBoard:
         """Open an existing board (readers, or a scheduler taking over).
 

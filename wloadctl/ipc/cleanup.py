@@ -153,16 +153,9 @@ def run_is_alive(run_id: str) -> bool:
     A run is dead when its state board is missing or unreadable, or when neither its
     scheduler, its standby nor any executor listed on its executor board is alive.
     """
-    try:
-        board = StateBoard.open(object_name(run_id, ROLE_BOARD))
-    except TransportError:
+    header = StateBoard.header_at(object_name(run_id, ROLE_BOARD))
+    if header is None:
         return False
-    try:
-        header = board.read_header()
-    except TransportError:
-        return False
-    finally:
-        board.close()
     pids = [header.scheduler_pid, header.standby_pid]
     try:
         executors = ExecutorBoard.open(object_name(run_id, ROLE_EXECUTORS))
