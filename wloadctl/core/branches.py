@@ -8,6 +8,19 @@ from wloadctl.core.states import JobState
 
 S = JobState
 
+UNTIL_AGAIN = "until not met after iteration "
+"""How the journal's reason for an `until` job sent round again begins: `...iteration N/MAX`."""
+UNTIL_UNJUDGED = "until: "
+"""How the reason of an `until` job failed because its condition could not be evaluated begins."""
+FRESH_STARTS = ("rerun", "upstream rerun", "listed again by loop ")
+"""How the reasons of transitions that start a job afresh begin (an operator's rerun, a rerun upstream, a loop's
+instance listed again): its `until` counts its iterations from none again, as in a fresh run."""
+
+
+def until_reason(n: int, most: int) -> str:
+    """The reason journaled when an `until` job goes round again after its n-th iteration of at most `most`."""
+    return f"{UNTIL_AGAIN}{n}/{most}"
+
 
 class UnusableResult(dict[str, object]):
     """What a job's result file holds when it cannot be read as a result (too big, not a JSON object nor
@@ -55,6 +68,10 @@ class Branches:
     def watch(self, c: Condition) -> None:
         """Keep the outcomes of the jobs expression `c` reads."""
         self.want.update(self.index[x] for x in c.jobs if x in self.index)
+
+    def afresh(self, i: int) -> None:
+        """Job i starts over, as in a fresh run (a rerun): its `until` counts its iterations from none."""
+        self.iterations.pop(i, None)
 
     def add_until(self, i: int, spec: JobSpec) -> None:
         """Job i (its spec given) repeats until its condition holds."""

@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Container, Iterable, Iterator, Mapping
 
 from wloadctl.core import codes as C
-from wloadctl.core.branches import Branches, UnusableResult
+from wloadctl.core.branches import Branches, UnusableResult, until_reason
 from wloadctl.core.commands import (
     Alert,
     Command,
@@ -187,6 +187,9 @@ class SchedulerCore(JobTable):
         self.paused = False
         """Dispatch is paused (the scheduler is stopping); states still change."""
         self.finished_sent = False
+        self.started = False
+        """The run has started (RunStartedEvent): jobs are judged and dispatched. A core rebuilt from a stopped
+        run's journal for an operator's verb never starts: it has not the outcomes conditions read."""
         self.to_confirm: list[int] = [i for i, j in enumerate(specs) if j.confirm]
         """Confirmation jobs (`confirm: true`) not yet HELD for an operator's approve (held at the run's start)."""
         self._dispatch: list[tuple[int, int]] = []
@@ -300,6 +303,7 @@ class SchedulerCore(JobTable):
     # -- event handlers ------------------------------------------------------------------
 
     def _on_run_started(self) -> None:
+        self.started = True
         state, unmet, block = self.state, self.unmet, self.block
         for i in self.to_confirm:
             if state[i] == _W:
@@ -447,7 +451,13 @@ class SchedulerCore(JobTable):
         if (kill is not None and kill[1]) or (ev.lost and st == _Q):
             # Preempted, stopped with the run, or lost before it ever started: not the
             # job's fault, so it is requeued without using up an attempt.
-            self.attempt[i] -= 1
+            if kill is not None and kill[1]:
+                # The stopped copy ran (or may have): its next copy takes a new attempt number, not counted,
+                # so that copy keeps its log and result, and nothing it reports late (a result, the kill
+                # sent after the grace) can be read as the next copy's: (job, attempt, epoch) names one copy.
+                self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
+            else:
+                self.attempt[i] -= 1
             self._make_ready_from(i, reason=killed or (
                 f"handed back unstarted by executor {ex}: its slots stayed busy" if ev.returned
                 else "requeued: executor lost before start"))
@@ -522,13 +532,13 @@ class SchedulerCore(JobTable):
         if done:
             return False
         if self.cancelled:  # no iteration starts in a cancelled run
-            self.set_state(i, _R, reason=f"until not met after iteration {n}/{most}", executor=ev.executor)
+            self.set_state(i, _R, reason=until_reason(n, most), executor=ev.executor)
             self.set_state(i, _CANC, reason="run cancelled")
             self.resolve(i)
             return True
         # Another iteration is not a retry: it does not spend the retry budget.
         self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
-        self._make_ready_from(i, reason=f"until not met after iteration {n}/{most}")
+        self._make_ready_from(i, reason=until_reason(n, most))
         return True
 
     @property
@@ -777,6 +787,33 @@ class SchedulerCore(JobTable):
             return
         self._make_ready(d)
 
+    def afresh(self, i: int) -> None:
+        """Job i starts over, as in a fresh run (an operator's rerun, or one upstream of it): an `until` counts
+        its iterations from none again. (Its reopening transition says so in the journal: a resume counts them
+        from there, core/replay.py.)"""
+        self.branches.afresh(i)
+
+    def let_go(self, i: int) -> None:
+        """WAITING job i has nothing left to wait for (an operator's retry, rerun or release): it goes on as it
+        would in a fresh run, its `if` judged again on the outcomes and variables of now (SKIPPED when false,
+        FAILED when it cannot be evaluated), never run on an old verdict or on none.
+
+        Before the run has started (a verb on a stopped run's journal, which has not the outcomes conditions
+        read) a job with an `if` stays WAITING: the run's start judges it when it is resumed.
+        """
+        if self.state[i] == _R:
+            self.enqueue(i)
+            return
+        if not self.gate[i] & _GATE_READY:
+            self._make_ready(i)
+            return
+        if not self.started:
+            return
+        stack: list[int] = []
+        self._gated_ready(i, stack)
+        if stack:
+            self._resolve_many(stack)
+
     def _fail_unjudged(self, i: int, why: str, executor: int = -1, exit_code: int | None = None) -> None:
         """Job i fails because an expression that decides it (`if`, `until`, a loop's list) cannot be evaluated;
         the caller resolves it."""
@@ -839,6 +876,7 @@ class SchedulerCore(JobTable):
         for k in again:
             if _TERMINAL[self.state[k]]:
                 self.attempt_base[k] = self.attempt[k]
+                self.branches.afresh(k)
                 self._make_ready_from(k, reason=f"listed again by loop {spec.id}")
         self.recompute(d)  # (an instance listed again may still run: the loop waits for it)
         for k in range(first, self.n):

@@ -48,6 +48,10 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
             reasons.append(f"waiting for {len(blocking)} of {len(spec.depends_on)} dependencies: "
                            + ", ".join(f"{b['job']} ({b['state']})" for b in blocking[:10])
                            + (" ..." if len(blocking) > 10 else ""))
+        elif st == S.WAITING and spec.condition:
+            # (a live run judges it the moment nothing is left to wait for: this is a stopped run's job, retried)
+            reasons.append(f"its upstreams have ended: its `if` ({spec.condition}) is judged again when the run "
+                           "resumes")
     if st == S.HELD and spec.confirm:
         reasons.insert(0, f"waiting for confirmation (confirm: true): an admin's `wloadctl approve {core.ids[i]}` "
                           "lets it run")

@@ -53,6 +53,12 @@ class VerbTarget(Protocol):
     def enqueue(self, i: int) -> None:
         """Put READY job i on the ready queue."""
 
+    def afresh(self, i: int) -> None:
+        """Job i starts over, as in a fresh run: an `until` counts its iterations from none again."""
+
+    def let_go(self, i: int) -> None:
+        """WAITING job i has nothing left to wait for: READY, or its `if` judged again first."""
+
     def reach_loop(self, d: int) -> None:
         """Loop parent d has nothing left to wait for: expand it, or end it."""
 
@@ -257,9 +263,7 @@ def _settle(core: VerbTarget, i: int, touched: list[int]) -> None:
             core.set_state(i, S.WAITING)
         core.reach_loop(i)  # a loop over output expands (again), or ends when its instances have
     elif core.unmet[i] == 0:
-        if core.state[i] != S.READY:
-            core.set_state(i, S.READY)
-        core.enqueue(i)
+        core.let_go(i)  # (an `if` is judged again, as in a fresh run)
     elif core.state[i] != S.WAITING:
         core.set_state(i, S.WAITING)
     touched.append(i)
@@ -306,6 +310,7 @@ def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_
         if st in TERMINAL:
             core.set_state(d, S.WAITING, reason="upstream rerun")
             core.attempt_base[d] = core.attempt[d]
+            core.afresh(d)
             reopened.append(d)
     lists = [] if only_blocked else [d for d in jobs if d in core.fanout.expanded and isinstance(
         core.specs[d].for_each, DynamicItems) and i not in instances_of(core.specs[d], core.specs, core.index)]
@@ -325,6 +330,8 @@ def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_
 def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what: str) -> str:
     core.attempt_base[i] = core.attempt[i]
     core.set_state(i, S.WAITING, reason=_why(what, ev))
+    if what == "rerun":
+        core.afresh(i)  # (a retry goes on with the job's `until` loop where its failed iteration left it)
     desc = _descendants(core, i)
     before = len(touched)
     lists = _reopen(core, i, desc, touched, only_blocked=not (ev.downstream and ev.verb == "rerun"))
@@ -348,6 +355,13 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
         # Never confirmed (cancelled or skipped before its approve): it waits for one again, as at the start.
         core.set_state(i, S.HELD, reason=f"waiting for confirmation: `wloadctl approve {core.ids[i]}`")
         return f"job '{core.ids[i]}' waits for confirmation again{more}: `wloadctl approve {core.ids[i]}` lets it run"
+    if core.specs[i].condition and core.state[i] != S.READY:
+        st = S(core.state[i])
+        if st == S.WAITING and core.unmet[i] == 0:
+            return (f"job '{core.ids[i]}' will run again if its `if` holds{more}: it is judged again when the run "
+                    "resumes")
+        if st in TERMINAL:
+            return f"job '{core.ids[i]}' was judged again on its `if`: {st.name}{more}"
     return f"job '{core.ids[i]}' will run again{more}"
 
 

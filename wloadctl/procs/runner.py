@@ -23,7 +23,8 @@ from wloadctl.core.engine import FOLLOW, SchedulerCore
 from wloadctl.core.events import RunStartedEvent
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
-from wloadctl.core.states import JobState
+from wloadctl.core.replay import attempts_unspent, iterations_journaled
+from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.errors import PlanError, StoreError, TransportError, UsageError, WloadError
 from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
 from wloadctl.ipc import ctlsock
@@ -712,6 +713,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
         if resumed:
             core.restore(store.job_states(run.id), t0)
             _restore_outcomes(store, run, ctx, core)
+            _restore_counts(store, run, core)
             notes = reconcile(local, core.feed, adopt, mine=local.serves)
             if remote is not None:
                 notes += remote.recover(core.feed, expect=claim.agents if claim is not None else 0)
@@ -869,6 +871,20 @@ def _restore_outcomes(store: Store, run: RunRow, ctx: RunContext, core: Schedule
     for i, _job, state, attempt, _ex, code, *_rest in store.job_rows(run.id):
         if i in core.want and state in (JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT) and attempt:
             core.outcomes[i] = {"exit_code": code, "result": ctx.result_of(core.ids[i], attempt)}
+
+
+def _restore_counts(store: Store, run: RunRow, core: SchedulerCore) -> None:
+    """Give the jobs that have run what their states do not say, from their journaled transitions: each `until`
+    job the iterations it completed since it last started afresh (a resume goes on with its loop), each job not
+    ended the attempts its retry policy does not count (a resume after a rerun, an iteration or a preemption
+    leaves it its retries)."""
+    untils, state, attempt = core.branches.untils, core.state, core.attempt
+    jobs = [i for i in range(core.n) if attempt[i] and (state[i] not in TERMINAL or i in untils)]
+    for i, transitions in store.transitions_of_jobs(run.id, jobs).items():
+        if i in untils:
+            core.branches.iterations[i] = iterations_journaled(transitions)
+        if state[i] not in TERMINAL:
+            core.attempt_base[i] = max(core.attempt_base.get(i, 0), attempts_unspent(transitions))
 
 
 def _lost_epoch(store: Store, run: RunRow, epoch: int) -> Fenced | None:

@@ -416,6 +416,19 @@ class Store(CurrentState, JobFacts, ABC):
         turns = self._index_turns(run, [idx]) if self._kept_jobs(run) is not None else self._turns(run, 0)
         return old + [r[2:] for turn in turns for r in turn if r[1] == idx]
 
+    def transitions_of_jobs(self, run: int, idxs: Iterable[int]) -> dict[int, list[tuple]]:
+        """The transitions of each of some jobs (as transitions_of gives them), read in one pass."""
+        out: dict[int, list[tuple]] = {i: [r[2:] for r in self._legacy_transitions(run, i, 0, -1)]
+                                       for i in sorted(set(idxs))}
+        if not out:
+            return out
+        turns = self._index_turns(run, list(out)) if self._kept_jobs(run) is not None else self._turns(run, 0)
+        for turn in turns:
+            for r in turn:
+                if r[1] in out:
+                    out[r[1]].append(r[2:])
+        return out
+
     def job_story(self, run: int, job_id: str, idx: int | None = None) -> tuple[tuple, list[tuple]] | None:
         """One job's row and its transitions (see job_row and transitions_of), read once; None: no such job."""
         i = self._job_index(run, job_id) if idx is None else idx

@@ -41,7 +41,8 @@ FACTS_VERSION = 1
 """Layout of the blocks and of the run's row; a reader takes no other (and reads the plan then)."""
 HEAD = struct.Struct("<II")
 """Jobs in a block, upstream edges in it."""
-SPECIAL_FIELDS = ("dep_kinds", "confirm", "resources", "pool", "agent", "cpu", "memory", "for_each", "not_before")
+SPECIAL_FIELDS = ("dep_kinds", "confirm", "resources", "pool", "agent", "cpu", "memory", "for_each", "not_before",
+                  "condition")
 """The settings of a job `why` reads besides its dependencies and tier (core/explain.py, core/holding.py)."""
 _SPECIAL = attrgetter(*SPECIAL_FIELDS)
 _PLAIN = _SPECIAL(JobSpec("", None))
@@ -106,7 +107,7 @@ class JobFact:
             sla=SlaTier(self.tier), confirm=bool(sp.get("confirm", False)),
             resources=tuple((str(r), int(a)) for r, a in sp.get("resources", ())),
             pool=sp.get("pool"), agent=sp.get("agent"), cpu=float(sp.get("cpu", 0.0)),
-            memory=int(sp.get("memory", 0)), not_before=sp.get("not_before"))
+            memory=int(sp.get("memory", 0)), not_before=sp.get("not_before"), condition=sp.get("condition"))
 
     @property
     def loop(self) -> bool:

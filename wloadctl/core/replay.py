@@ -1,0 +1,53 @@
+"""What a resume rebuilds of a job from its journaled transitions beyond its state: the iterations its `until`
+has completed, and its attempts not counted against its retry policy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from wloadctl.core.branches import FRESH_STARTS, UNTIL_AGAIN, UNTIL_UNJUDGED
+from wloadctl.core.states import TERMINAL, JobState
+
+S = JobState
+_SENT = frozenset({S.QUEUED, S.RUNNING})
+_BACK = frozenset({S.READY, S.WAITING})
+
+
+def iterations_journaled(transitions: Iterable[tuple]) -> int:
+    """How many iterations an `until` job has completed since it last started afresh.
+
+    Args:
+        transitions: the job's (from, to, attempt, ts, executor, exit_code, reason, ...), in order.
+    """
+    n = 0
+    for t in transitions:
+        frm, to, reason = t[0], t[1], t[6] or ""
+        if (to == S.WAITING and S(frm) in TERMINAL and reason.startswith(FRESH_STARTS[:2])) or \
+                reason.startswith(FRESH_STARTS[2]):
+            n = 0
+        elif reason.startswith(UNTIL_AGAIN):
+            n = int(reason[len(UNTIL_AGAIN):].partition("/")[0])
+        elif reason.startswith(UNTIL_UNJUDGED):
+            n += 1  # (the iteration ran and was counted; only its judging failed)
+    return n
+
+
+def attempts_unspent(transitions: Iterable[tuple]) -> int:
+    """How many of a job's attempt numbers its retry policy does not count (the engine's attempt_base): those
+    before an operator's retry or rerun (or one upstream, or a loop listing it again), and each attempt sent
+    back under its number rather than failed (an `until` iteration, a preempted or stopped copy, one rerun after
+    its executor was lost, a follower handed back). An attempt given back under the number before it (lost
+    before it started) took no number.
+
+    Args:
+        transitions: the job's (from, to, attempt, ...), in order.
+    """
+    base = last = 0
+    for t in transitions:
+        frm, to, att = S(t[0]), S(t[1]), t[2]
+        if frm in TERMINAL and to in _BACK:
+            base = att
+        elif frm in _SENT and to in _BACK and att == last:
+            base += 1
+        last = att
+    return base
