@@ -217,12 +217,12 @@ def test_an_unusable_list_fails_the_loop_with_its_reason(result: dict, why: str)
     core.validate()
 
 
-def test_an_empty_list_skips_the_loop_and_its_dependents_run() -> None:
+def test_an_empty_list_ends_the_loop_succeeded_and_its_dependents_run() -> None:
     core = SchedulerCore(dynamic(), slots=10)
     core.handle(RunStartedEvent(0.0))
     cmds = finish_list(core, {"files": []})
-    assert state(core, "load") == JobState.SKIPPED
-    assert "is empty" in core.reasons[core.index["load"]]
+    assert state(core, "load") == JobState.SUCCEEDED
+    assert "0 items: nothing to run" in core.reasons[core.index["load"]]
     assert [core.ids[i] for i, _ in dispatched(cmds)] == ["post"]
 
 

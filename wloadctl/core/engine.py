@@ -42,7 +42,7 @@ from wloadctl.core.events import (
 from wloadctl.core.fanout import FanOut
 from wloadctl.core.holding import HOST_CPU, HOST_MEMORY, LOCAL_PLACE, Needs, Resources
 from wloadctl.core.jobtable import JobTable, PlanArrays
-from wloadctl.core.loops import instances_of, with_instances, without_instances
+from wloadctl.core.loops import ITEM_SEP, instances_of, with_instances, without_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
 from wloadctl.core.sla import (
     TIMER_LATE,
@@ -309,8 +309,12 @@ class SchedulerCore(JobTable):
             if state[i] == _W:
                 self.set_state(i, _HELD, reason=f"waiting for confirmation: `wloadctl approve {self.ids[i]}`")
         self.to_confirm = []
+        specs = self.specs
         for i in range(self.n):
             if state[i] == _W and unmet[i] == 0 and not block[i]:
+                if specs[i].item is not None and (loop := self.awaits_list(i)) is not None:
+                    self._wait_for_list(i, loop)  # (a rerun instance whose loop reads its list again)
+                    continue
                 if self.gate[i] & _GATE_READY:
                     skipped: list[int] = []
                     self._gated_ready(i, skipped)
@@ -804,6 +808,10 @@ class SchedulerCore(JobTable):
         if self.state[i] == _R:
             self.enqueue(i)
             return
+        loop = self.awaits_list(i)
+        if loop is not None:
+            self._wait_for_list(i, loop)
+            return
         if not self.gate[i] & _GATE_READY:
             self._make_ready(i)
             return
@@ -848,13 +856,19 @@ class SchedulerCore(JobTable):
         assert isinstance(loop, DynamicItems)
         try:
             outcomes = self.branches.outcomes_of(fanout.loops[d], self.state)
-            items, instances = fanout.instances(spec, outcomes, self.plan.variables, self.index)
+            items, instances = fanout.instances(spec, outcomes, self.plan.variables, self.index, self.specs)
         except ConditionError as e:
-            self._fail_unjudged(d, f"for_each: {e}")
+            self._fail_unjudged(d, f"for_each: {e}")  # (its rerun instances waiting for the list end with it)
             self.resolve(d)
             return
+        rerun = fanout.waiting.pop(d, set())
+        listed = {inst.id for inst in instances}
+        for r in sorted(rerun):
+            if self.state[r] == _W and self.ids[r] not in listed:
+                self.set_state(r, _SKIP, reason=f"loop {spec.id} read its list again: it does not list {self.ids[r]}")
         if not instances:
-            self.set_state(d, _SKIP, reason=f"for_each: {loop.expr} is empty, nothing to run")
+            # A loop over no items has done all its work: it succeeds, and what waits for its success runs.
+            self.set_state(d, _OK, reason=f"for_each: {loop.expr} gave 0 items: nothing to run")
             self.resolve(d)
             return
         first = self.n
@@ -877,6 +891,8 @@ class SchedulerCore(JobTable):
             if _TERMINAL[self.state[k]]:
                 self.attempt_base[k] = self.attempt[k]
                 self.branches.afresh(k)
+                self._make_ready_from(k, reason=f"listed again by loop {spec.id}")
+            elif k in rerun and self.state[k] == _W:  # rerun by an operator, it waited for this list
                 self._make_ready_from(k, reason=f"listed again by loop {spec.id}")
         self.recompute(d)  # (an instance listed again may still run: the loop waits for it)
         for k in range(first, self.n):
@@ -904,6 +920,39 @@ class SchedulerCore(JobTable):
         self.recompute(d)
         self.reasons[d] = "reads its list again once its upstreams have ended"
         return skipped
+
+    def awaits_list(self, k: int) -> int | None:
+        """The loop whose list instance k waits for, else None: k is an instance of a loop over output that reads
+        its list again (an upstream it reads runs again), so k, rerun, runs once that list names its item, as a
+        plain job waits for an upstream that is rerun."""
+        if self.specs[k].item is None:
+            return None
+        p = self.index.get(self.ids[k].partition(ITEM_SEP)[0])
+        if p is None or p not in self.fanout.loops or p in self.fanout.expanded or _TERMINAL[self.state[p]]:
+            return None
+        return p
+
+    def _wait_for_list(self, k: int, p: int) -> None:
+        """WAITING instance k waits for loop p to read its list again (reach_loop lets it go or skips it)."""
+        self.fanout.waiting.setdefault(p, set()).add(k)
+        self.reasons[k] = f"waiting for loop {self.ids[p]} to read its list again: it runs if listed"
+
+    def set_state(self, i: int, to: int, reason: str = "", executor: int = -1,
+                  exit_code: int | None = None) -> None:
+        """Move job i to state `to` (JobTable.set_state); a loop that ends without reading its list again ends
+        the instances rerun that waited for it (reach_loop lets them go or skips them when it reads it)."""
+        super().set_state(i, to, reason, executor, exit_code)
+        if self.fanout.waiting and i in self.fanout.waiting and _TERMINAL[to]:
+            self._loop_ended_unread(i)
+
+    def _loop_ended_unread(self, d: int) -> None:
+        """Loop d ended without reading its list: the instances waiting for it end as a plain job waiting for an
+        upstream that ended so would (UPSTREAM_FAILED after a failure, CANCELLED, else SKIPPED)."""
+        st = self.state[d]
+        to = _UPF if st in (_FAIL, _TO, _UPF) else _CANC if st == _CANC else _SKIP
+        for k in sorted(self.fanout.waiting.pop(d)):
+            if self.state[k] == _W:
+                self.set_state(k, to, reason=f"loop {self.ids[d]} ended {S(st).name} without reading its list again")
 
     def _append_job(self, spec: JobSpec, parent: int) -> None:
         """Add one job after all others, WAITING, whose only dependent is `parent`."""
@@ -1182,6 +1231,8 @@ class SchedulerCore(JobTable):
             st = state[i]
             if st == _W or st == _HELD:
                 self.recompute(i)
+                if st == _W and self.specs[i].item is not None and (loop := self.awaits_list(i)) is not None:
+                    self._wait_for_list(i, loop)
             elif st == _RW:
                 self.timers.wait_retry(i, now, self.attempt[i])
             elif st == _R:

@@ -48,6 +48,10 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
             reasons.append(f"waiting for {len(blocking)} of {len(spec.depends_on)} dependencies: "
                            + ", ".join(f"{b['job']} ({b['state']})" for b in blocking[:10])
                            + (" ..." if len(blocking) > 10 else ""))
+        elif st == S.WAITING and (loop := getattr(core, "awaits_list", lambda _: None)(i)) is not None:
+            # (an instance rerun while its loop reads its list again: SchedulerCore.awaits_list)
+            reasons.append(f"waiting for loop {core.ids[loop]} to read its list again (an upstream it reads runs "
+                           "again): it runs if the list names its item")
         elif st == S.WAITING and spec.condition:
             # (a live run judges it the moment nothing is left to wait for: this is a stopped run's job, retried)
             reasons.append(f"its upstreams have ended: its `if` ({spec.condition}) is judged again when the run "

@@ -10,6 +10,8 @@ from the start (core/loops.expand_for_each): its parent is an expanded loop from
 A rerun with its downstream of what a loop over output reads makes the loop forget its list
 (SchedulerCore.read_list_again): once its upstreams have ended again it reads the list anew, runs
 the instances of items it had made before again, makes those of new items, and waits for these alone.
+An instance an operator reruns meanwhile waits for that list (SchedulerCore.awaits_list) as a job waits for an
+upstream that is rerun: it runs if the list names its item, and is SKIPPED if not.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from wloadctl.core.commands import Expansion
 from wloadctl.core.condition import Condition, ConditionError, parse_condition
-from wloadctl.core.loops import instances_of, make_instance, output_items
+from wloadctl.core.loops import instance_ids, instances_of, make_instance, output_items
 from wloadctl.core.plan import DynamicItems, JobSpec
 
 MAX_ID_LENGTH = 200
@@ -41,6 +43,9 @@ class FanOut:
         """Loop parents already expanded, with their number of instances."""
         self.added: list[Expansion] = []
         """Expansions since the last flush."""
+        self.waiting: dict[int, set[int]] = {}
+        """Loops that read their list again, with their instances an operator reran meanwhile: each waits for
+        the list and runs if it names its item (SchedulerCore.awaits_list)."""
         self.room: int | None = None
         """Most jobs the shell can show (its state board's size); None = no limit."""
         for i, j in enumerate(specs):
@@ -68,7 +73,7 @@ class FanOut:
         return len(specs) + spare
 
     def instances(self, spec: JobSpec, outcomes: dict[str, dict[str, object]], variables: dict[str, object],
-                  index: Mapping[str, int]) -> tuple[tuple[str, ...], list[JobSpec]]:
+                  index: Mapping[str, int], specs: Sequence[JobSpec]) -> tuple[tuple[str, ...], list[JobSpec]]:
         """The items and instance specs of loop parent `spec`, from the outcomes of the jobs it reads.
 
         Args:
@@ -76,6 +81,8 @@ class FanOut:
             outcomes: outcomes of the jobs its expression reads, by id.
             variables: the plan's variables.
             index: job index by id of every job the run holds now.
+            specs: the spec of every job the run holds now, by index (an id an earlier list of the loop gave an
+                item stays that item's: loops.instance_ids).
 
         Returns:
             The items, and one instance spec per item (none depends on anything). An instance of the
@@ -86,7 +93,8 @@ class FanOut:
                 do not fit in the room the shell has.
         """
         items = output_items(spec, outcomes, variables)
-        instances = [make_instance(spec, item, depends_on=()) for item in items]
+        ids = instance_ids(spec.id, items, lambda iid: specs[index[iid]].item if iid in index else None)
+        instances = [make_instance(spec, item, depends_on=(), iid=iid) for item, iid in zip(items, ids, strict=True)]
         for inst in instances:
             if len(inst.id) > MAX_ID_LENGTH:
                 raise ConditionError(f"instance id '{inst.id[:40]}...' is longer than {MAX_ID_LENGTH} characters")

@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from wloadctl.core.condition import ConditionError, parse_condition
@@ -52,12 +52,47 @@ def instances_of(parent: JobSpec, specs: Sequence[JobSpec], index: Mapping[str, 
 
 def instance_id(job: str, item: str) -> str:
     """The id of one instance: `<job>@<item>` with characters ids may not hold replaced by `_`; an item too long
-    for the id to name files (JOB_ID_MAX) is cut, and a digest of it keeps the ids of such items apart."""
+    for the id to name files (JOB_ID_MAX) is cut, and a digest of it keeps the ids of such items apart.
+    (Two items this gives one id are told apart by instance_ids.)"""
     iid = f"{job}{ITEM_SEP}{_SAFE.sub('_', item)}"
     if len(iid) <= JOB_ID_MAX:
         return iid
+    return _digested(iid, item)
+
+
+def _digested(iid: str, item: str) -> str:
+    """Id `iid` cut to leave room for a digest of `item`, and the digest: an id of that item alone."""
     digest = hashlib.sha256(item.encode()).hexdigest()[:12]
     return f"{iid[: JOB_ID_MAX - len(digest) - 1]}_{digest}"
+
+
+def instance_ids(job: str, items: Sequence[str], taken: Callable[[str], str | None]) -> list[str]:
+    """The ids of loop `job`'s instances of `items` (distinct): instance_id's, but an item whose id is another
+    item's gets a digest of itself after it, as a long item does (`q r` and `q_r` both read `q_r`).
+
+    Which keeps the plain id depends on what came first, never on chance: an id the run holds already (`taken`
+    gives the item of an instance id it holds, else None) stays that item's, and in one list an item written as
+    it is (its id is its text) comes before one whose characters were replaced, then the list's order.
+    The same history (the run's expansions, in order) gives the same ids: a resume makes them again.
+
+    Raises:
+        ConditionError: two items would still have one id (their digests clash).
+    """
+    base = [instance_id(job, item) for item in items]
+    plain = [k for k, item in enumerate(items) if base[k] == f"{job}{ITEM_SEP}{item}"]
+    first = set(plain)
+    claimed: dict[str, str] = {}
+    ids: dict[int, str] = {}
+    for k in [*plain, *(k for k in range(len(items)) if k not in first)]:
+        item, iid = items[k], base[k]
+        if claimed.get(iid, item) != item or (taken(iid) or item) != item:
+            iid = _digested(f"{job}{ITEM_SEP}{_SAFE.sub('_', item)}", item)
+            other = claimed.get(iid) or taken(iid) or item
+            if other != item:
+                raise ConditionError(f"items '{other}' and '{item}' give one instance id {iid}")
+        claimed[iid] = item
+        ids[k] = iid
+    return [ids[k] for k in range(len(items))]
 
 
 PLACEHOLDER = "{item}"
@@ -187,9 +222,11 @@ def _heredoc_bodies(command: str, i: int, heredocs: list[tuple[str, bool]], out:
     return i
 
 
-def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None = None) -> JobSpec:
+def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None = None,
+                  iid: str | None = None) -> JobSpec:
     """One instance of a `for_each` job: `{item}` in its command replaced (as text the shell does not read as
-    syntax, in a command the shell runs: shell_item), WLOADCTL_ITEM in its environment."""
+    syntax, in a command the shell runs: shell_item), WLOADCTL_ITEM in its environment; its id `iid` (from
+    instance_ids), else instance_id's."""
     cmd = spec.command
     if isinstance(cmd, str):
         cmd = shell_item(cmd, item)
@@ -198,7 +235,7 @@ def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None =
         script = cmd.index("-c") + 1 if os.path.basename(cmd[0]) in _SHELLS and "-c" in cmd[1:] else -1
         cmd = tuple(shell_item(c, item) if k == script else c.replace(PLACEHOLDER, item) for k, c in enumerate(cmd))
     extra = {} if depends_on is None else {"depends_on": depends_on, "dep_kinds": None}
-    return dataclasses.replace(spec, id=instance_id(spec.id, item), command=cmd, for_each=None, item=item,
+    return dataclasses.replace(spec, id=iid or instance_id(spec.id, item), command=cmd, for_each=None, item=item,
                                env=(*spec.env, ("WLOADCTL_ITEM", item)), **extra)
 
 
@@ -231,10 +268,9 @@ def output_items(spec: JobSpec, outcomes: Mapping[str, Mapping[str, Any]],
         raise ConditionError(f"{loop.expr} gave {len(items)} items, more than max_items {loop.max_items}")
     seen: set[str] = set()
     for item in items:
-        iid = instance_id(spec.id, item)
-        if iid in seen:
-            raise ConditionError(f"{loop.expr} gives item '{item}' twice (instance {iid})")
-        seen.add(iid)
+        if item in seen:
+            raise ConditionError(f"{loop.expr} gives item '{item}' twice (instance {instance_id(spec.id, item)})")
+        seen.add(item)
     return tuple(items)
 
 
@@ -264,7 +300,8 @@ def apply_expansions(plan: Plan, expansions: Iterable[tuple[str, tuple[str, ...]
     for parent_id, items in expansions:
         parent = plan.jobs[parent_id]
         parent = without_instances(parent, [d for d in parent.depends_on if d.startswith(parent_id + ITEM_SEP)])
-        made = [make_instance(parent, item, depends_on=()) for item in items]
+        ids = instance_ids(parent_id, items, lambda iid: jobs[iid].item if iid in jobs else None)
+        made = [make_instance(parent, item, depends_on=(), iid=iid) for item, iid in zip(items, ids, strict=True)]
         for inst in made:
             jobs[inst.id] = inst
         jobs[parent_id] = with_instances(parent, made)
@@ -300,8 +337,13 @@ def expand_for_each(plan: Plan) -> Plan:
             problems.append(e)
             continue
         made = []
-        for item in items:
-            inst = make_instance(j, item)
+        try:
+            ids = instance_ids(jid, items, lambda _: None)
+        except ConditionError as e:
+            problems.append(WloadError(f"for_each: {e}", file=plan.path, line=j.line, job=jid))
+            continue
+        for item, iid in zip(items, ids, strict=True):
+            inst = make_instance(j, item, iid=iid)
             if inst.id in plan.jobs or inst.id in jobs:
                 problems.append(WloadError(f"instance '{inst.id}' of for_each clashes with another job",
                                            file=plan.path, line=j.line, job=jid))

@@ -59,6 +59,9 @@ class VerbTarget(Protocol):
     def let_go(self, i: int) -> None:
         """WAITING job i has nothing left to wait for: READY, or its `if` judged again first."""
 
+    def awaits_list(self, k: int) -> int | None:
+        """The loop over output whose list (read again) instance k waits for, else None."""
+
     def reach_loop(self, d: int) -> None:
         """Loop parent d has nothing left to wait for: expand it, or end it."""
 
@@ -178,8 +181,16 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         return Reply(verb, [(i, False, f"the run is cancelled: nothing new starts in it, so '{core.ids[i]}' would "
                                        f"not run; once the run has ended, `wloadctl rerun {core.ids[i]}` and "
                                        "`wloadctl resume` run it") for i in ev.jobs])
+    reset: set[int] = set()  # the jobs in `touched[:counted]`
+    counted = 0
     for i in ev.jobs:
         st = S(core.state[i])
+        reset.update(touched[counted:])
+        counted = len(touched)
+        if st not in TERMINAL and verb in ("retry", "rerun") and i in reset:
+            # Reset already by this verb (downstream of a job it named, or an instance of a loop it named).
+            results.append((i, True, f"job '{core.ids[i]}' goes again with this {verb}: now {st.name}"))
+            continue
         if i in core.fanout.expanded and verb in _LOOP_VERBS:
             results.append((i, *_loop_verb(core, i, ev, touched)))
             continue
@@ -355,6 +366,10 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
         # Never confirmed (cancelled or skipped before its approve): it waits for one again, as at the start.
         core.set_state(i, S.HELD, reason=f"waiting for confirmation: `wloadctl approve {core.ids[i]}`")
         return f"job '{core.ids[i]}' waits for confirmation again{more}: `wloadctl approve {core.ids[i]}` lets it run"
+    waited = core.awaits_list(i) if core.state[i] == S.WAITING else None
+    if waited is not None:
+        return (f"job '{core.ids[i]}' will run again once loop '{core.ids[waited]}' has read its list again, if it "
+                f"lists it{more}")
     if core.specs[i].condition and core.state[i] != S.READY:
         st = S(core.state[i])
         if st == S.WAITING and core.unmet[i] == 0:
