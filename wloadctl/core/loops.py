@@ -70,29 +70,26 @@ def instance_ids(job: str, items: Sequence[str], taken: Callable[[str], str | No
     """The ids of loop `job`'s instances of `items` (distinct): instance_id's, but an item whose id is another
     item's gets a digest of itself after it, as a long item does (`q r` and `q_r` both read `q_r`).
 
-    Which keeps the plain id depends on what came first, never on chance: an id the run holds already (`taken`
-    gives the item of an instance id it holds, else None) stays that item's, and in one list an item written as
-    it is (its id is its text) comes before one whose characters were replaced, then the list's order.
-    The same history (the run's expansions, in order) gives the same ids: a resume makes them again.
+    The item that came first keeps the plain id: one the run holds already (`taken` gives the item of an
+    instance id it holds, else None), else the one earlier in the list. So the same history (the run's
+    expansions, in order) gives the same ids, and a resume makes them again; an item added at the end of a
+    list leaves the ids of the others as they were.
 
     Raises:
         ConditionError: two items would still have one id (their digests clash).
     """
-    base = [instance_id(job, item) for item in items]
-    plain = [k for k, item in enumerate(items) if base[k] == f"{job}{ITEM_SEP}{item}"]
-    first = set(plain)
     claimed: dict[str, str] = {}
-    ids: dict[int, str] = {}
-    for k in [*plain, *(k for k in range(len(items)) if k not in first)]:
-        item, iid = items[k], base[k]
+    ids: list[str] = []
+    for item in items:
+        iid = instance_id(job, item)
         if claimed.get(iid, item) != item or (taken(iid) or item) != item:
             iid = _digested(f"{job}{ITEM_SEP}{_SAFE.sub('_', item)}", item)
             other = claimed.get(iid) or taken(iid) or item
             if other != item:
                 raise ConditionError(f"items '{other}' and '{item}' give one instance id {iid}")
         claimed[iid] = item
-        ids[k] = iid
-    return [ids[k] for k in range(len(items))]
+        ids.append(iid)
+    return ids
 
 
 PLACEHOLDER = "{item}"
