@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import difflib
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from wloadctl.core.planvalues import key_hint
+from wloadctl.core.states import JobState
 
 _CMP: dict[type, Callable[[Any, Any], bool]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
@@ -149,18 +151,93 @@ def _check_job_field(node: ast.AST, text: str) -> None:
     Any other reads None whatever the job did, so a typo (`exitcode`, `status`) would
     silently turn a branch off.
     """
+    found = job_field(node)
+    if found is None or found[1] in JOB_FIELDS:
+        return
+    field = found[1]
+    raise ConditionError(f"'{_quoted(text)}': a job has no field {field!r}",
+                         key_hint(str(field), JOB_FIELDS))
+
+
+STATE_NAMES = tuple(s.name for s in JobState)
+"""What `jobs.NAME.state` reads: the upper-case name of the job's state."""
+_EQUALITY = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
+_STATE_WORDS = {"SUCCESS": "SUCCEEDED", "SUCCESSFUL": "SUCCEEDED", "COMPLETED": "SUCCEEDED", "COMPLETE": "SUCCEEDED",
+                "DONE": "SUCCEEDED", "OK": "SUCCEEDED", "PASSED": "SUCCEEDED", "FAILURE": "FAILED", "ERROR": "FAILED",
+                "TIMEOUT": "TIMED_OUT", "CANCELED": "CANCELLED", "PENDING": "WAITING"}
+"""Other schedulers' names of states, for the did-you-mean."""
+
+
+def job_field(node: ast.AST) -> tuple[str, str] | None:
+    """(job id, field) when a node reads a field of a job (`jobs.a.state`, `jobs["a"].exit_code`), else None."""
     if isinstance(node, ast.Attribute):
-        field = node.attr
+        field: Any = node.attr
     elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
         field = node.slice.value
     else:
-        return
+        return None
     job = node.value
     if not (isinstance(job, (ast.Attribute, ast.Subscript)) and isinstance(job.value, ast.Name)
-            and job.value.id == "jobs") or field in JOB_FIELDS:
+            and job.value.id == "jobs"):
+        return None
+    if isinstance(job, ast.Attribute):
+        return job.attr, str(field)
+    name = job.slice.value if isinstance(job.slice, ast.Constant) else None
+    return (name, str(field)) if isinstance(name, str) else None
+
+
+def check_comparisons(cond: Condition) -> None:
+    """Refuse a comparison of a job's state or exit_code with a literal it can never equal.
+
+    A plan's validation calls it (parse_condition does not: a plan already journaled is run as it was).
+
+    Raises:
+        ConditionError: the first such comparison, with the closest state name.
+    """
+    for node in ast.walk(cond.tree):
+        if isinstance(node, ast.Compare):
+            _check_compare(node, cond.text)
+
+
+def _check_compare(node: ast.Compare, text: str) -> None:
+    """A comparison of a job's state or exit_code with a literal that it can never equal.
+
+    A state is the upper-case name of a JobState ('SUCCEEDED'), an exit_code a number (or nothing): `state ==
+    'SUCCESS'` or `exit_code == "0"` is false whatever the job did, and would silently skip the job.
+    """
+    sides = [node.left, *node.comparators]
+    for k, op in enumerate(node.ops):
+        for read, other in ((sides[k], sides[k + 1]), (sides[k + 1], sides[k])):
+            found = job_field(read)
+            if found is None or found[1] not in ("state", "exit_code"):
+                continue
+            listed = isinstance(op, (ast.In, ast.NotIn))
+            if listed and (read is not sides[k] or not isinstance(other, (ast.List, ast.Tuple))):
+                continue  # (`'FAIL' in jobs.a.state` tests a part of the name)
+            if not listed and not isinstance(op, _EQUALITY) and found[1] == "state":
+                raise ConditionError(f"'{_quoted(text)}': a state is a name, it has no order",
+                                     "compare it with == or != (or 'in [...]')")
+            values = other.elts if listed else [other]  # type: ignore[attr-defined]
+            for value in values:
+                if isinstance(value, ast.Constant) and value.value is not None:
+                    _check_literal(found[0], found[1], value.value, text)
+
+
+def _check_literal(job: str, field: str, value: Any, text: str) -> None:
+    """Refuse a literal that a job's `field` never equals."""
+    if field == "exit_code":
+        if isinstance(value, str):
+            raise ConditionError(f"'{_quoted(text)}': jobs.{job}.exit_code is a number, never the text {value!r}",
+                                 f"write it without quotes: jobs.{job}.exit_code == {value.strip()}")
         return
-    raise ConditionError(f"'{_quoted(text)}': a job has no field {field!r}",
-                         key_hint(str(field), JOB_FIELDS))
+    if isinstance(value, str) and value in STATE_NAMES:
+        return
+    word = str(value).upper().replace(" ", "_")
+    close = [word] if word in STATE_NAMES else [_STATE_WORDS[word]] if word in _STATE_WORDS else \
+        difflib.get_close_matches(word, STATE_NAMES, n=1, cutoff=0.5)
+    guess = f"did you mean '{close[0]}'? " if close else ""
+    raise ConditionError(f"'{_quoted(text)}': a job's state is never {value!r}",
+                         f"{guess}states: {', '.join(STATE_NAMES)}")
 
 
 def _quoted(text: str) -> str:

@@ -40,8 +40,12 @@ from wloadctl.core.yamltree import Entry, resolve_plain
 
 _END = r"(?: *| +#[ -~]*)"
 """What may close a line: spaces, or a comment after at least one space."""
-_BPLAIN = r"(?:[A-Za-z0-9_./~$(+=]|-(?=[!-~]))(?:[!-9;-~]|:(?=[!-~])| +(?=[!\"$-~]))*"
-"""A plain scalar on one line of a block: no indicator first, no `: `, no ` #`, no space or `:` last."""
+_BPLAIN = r"(?:[A-Za-z0-9_./~$(+=]|-(?=[!-~]))(?:[!-9;-~]+|:(?=[!-~])| +(?=[!\"$-~]))*+"
+"""A plain scalar on one line of a block: no indicator first, no `: `, no ` #`, no space or `:` last.
+
+The repetition is possessive: nothing after it could match what it gave back,
+and a repetition that may give back keeps a frame a step (hundreds of bytes a
+character of a long description)."""
 _HEAD = re.compile(rf"( +)({_ID}):{_END}")
 """A block job's first line: its id alone (its settings follow, one deeper)."""
 _KEY = re.compile(

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
 import re
 from array import array
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
-from wloadctl.core.condition import parse_condition
+from wloadctl.core.condition import job_field, parse_condition
 from wloadctl.core.dag import cycle_in, reverse_kahn
+from wloadctl.core.loops import PLACEHOLDER, items_of
 from wloadctl.core.plan import EXEC_ARG_MAX, EXEC_TOTAL_MAX, JOB_ID_MAX, DynamicItems, JobSpec
 from wloadctl.core.planfields import JOB_ID
 from wloadctl.core.planjobs import SLOT, JobsReader, where_line
-from wloadctl.errors import CycleError
+from wloadctl.errors import CycleError, WloadError
 
 # Checking all ids with one regex over their space-joined text is far cheaper
 # than a match per id; the count of spaces proves no id held a space itself.
@@ -57,6 +59,8 @@ def check_jobs(jobs: JobsReader, variables: Collection[str] | None = None) -> No
     _check_conditions(jobs)
     if variables is not None:
         _check_variables(jobs, variables)
+        if jobs.over_vars and isinstance(variables, Mapping):
+            _check_loop_variables(jobs, variables)
     _check_commands(jobs)
     for jid, line in jobs.iterated:
         if not jobs.jobs[jid].until and jid not in jobs.looping:
@@ -83,6 +87,8 @@ def _check_commands(jobs: JobsReader) -> None:
                             ", as the defaults' type: noop holds for every job without one"
                             if jobs.template[SLOT["type"]] == "noop" else ""), job=jid)
             continue
+        if command is not None and ("{" in command if type(command) is str else any("{" in w for w in command)):
+            _check_placeholders(jobs, jid, spec)
         if _has_nul(command, env, spec.cwd):
             _report_nul(jobs, jid, spec)
             continue
@@ -96,6 +102,28 @@ def _check_commands(jobs: JobsReader) -> None:
         if type(command) is str and len(command) < _SHORT_COMMAND and not size and too_long is None:
             continue
         _check_exec_size(jobs, jid, spec, size, too_long)
+
+
+_BRACED = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""A `{word}` that is not a shell's `${word}`: where wloadctl's placeholder `{item}` or a misspelling of it stands."""
+
+
+def _check_placeholders(jobs: JobsReader, jid: str, spec: JobSpec) -> None:
+    """`{item}` is replaced only in a `for_each` job's command: elsewhere, or misspelt (`{itm}`), the braces and
+    the word would reach the command as they are. Shell text (`${HOME}`, `{a,b}`, `{ cmd; }`) and JSON are no
+    such word and pass."""
+    words = [spec.command] if type(spec.command) is str else list(spec.command or ())
+    found = {m[1] for w in words for m in _BRACED.finditer(w)}
+    if spec.for_each is None:
+        if PLACEHOLDER[1:-1] in found:
+            jobs.report(spec.line, f"the command holds {PLACEHOLDER}, but the job has no for_each: it would run "
+                        f"with the text '{PLACEHOLDER}'",
+                        f"add for_each (a list, vars.NAME or an upstream's output), or remove {PLACEHOLDER}", job=jid)
+        return
+    for word in sorted(found):
+        if word != "item" and difflib.SequenceMatcher(None, word.lower(), "item").ratio() >= 0.75:
+            jobs.report(spec.line, f"the command holds '{{{word}}}', which is not replaced: it would run as it is",
+                        f"did you mean '{PLACEHOLDER}'? a for_each job's command names its item so", job=jid)
 
 
 def _has_nul(command: str | tuple[str, ...] | None, env: tuple[tuple[str, str], ...], cwd: str | None) -> bool:
@@ -192,7 +220,9 @@ def _check_conditions(jobs: JobsReader) -> None:
                            (spec.for_each.expr if isinstance(spec.for_each, DynamicItems) else None, "for_each")):
             if text is None:
                 continue
-            for name in sorted(parse_condition(text).jobs):
+            cond = parse_condition(text)
+            _check_loop_results(jobs, jid, spec.line, cond.tree, text, what)
+            for name in sorted(cond.jobs):
                 i = jobs.index.get(name)
                 if i is None:
                     jobs.report(spec.line, f"the {what} reads unknown job '{name}'", job=jid)
@@ -212,6 +242,41 @@ def _check_conditions(jobs: JobsReader) -> None:
                         f"add '{name}' to depends_on (or '{name}: done' for any outcome)",
                         job=jid,
                     )
+
+
+def _check_loop_results(jobs: JobsReader, jid: str, line: int, tree: ast.AST, text: str, what: str) -> None:
+    """A `for_each` job has no result of its own (each instance has its own): `jobs.LOOP.result.KEY` reads
+    nothing whatever the instances wrote, so the `if` would be silently false."""
+    loops = sorted({found[0] for node in ast.walk(tree) if (found := job_field(node)) is not None
+                    and found[1] == "result" and found[0] in jobs.jobs and jobs.jobs[found[0]].for_each is not None})
+    for name in loops:
+        short = " ".join(text.split())
+        jobs.report(line, f"the {what} '{short if len(short) <= 60 else short[:57] + '...'}' reads the result of "
+                    f"'{name}', a for_each job, which has none (each instance has its own)",
+                    f"read its state (jobs.{name}.state == 'SUCCEEDED'), or let a job after it gather the "
+                    "instances' outcome and read that one's result", job=jid)
+
+
+def _check_loop_variables(jobs: JobsReader, variables: Mapping[str, object]) -> None:
+    """Each `for_each: vars.NAME` must name a declared list of text or numbers: reported with the plan's other
+    problems (expanding the loops, after the checks, would find it only once every other one is fixed)."""
+    names = sorted(str(k) for k in variables)
+    values = dict(variables)
+    for jid in jobs.over_vars:
+        spec = jobs.jobs.get(jid)
+        if spec is None or type(spec.for_each) is not str:
+            continue
+        name = spec.for_each.removeprefix("vars.").strip()
+        if name not in variables:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = (f"did you mean 'vars.{close[0]}'? " if close else "") + (
+                f"declared: {', '.join(names)}" if names else "declare it under `variables:` at the top as a list")
+            jobs.report(spec.line, f"for_each reads undeclared variable '{name}'", hint, job=jid)
+            continue
+        try:
+            items_of(spec, values)
+        except WloadError as bad:
+            jobs.report(spec.line, bad.message, bad.hint, job=jid)
 
 
 def _check_variables(jobs: JobsReader, declared: Collection[str]) -> None:

@@ -7,7 +7,7 @@ import pwd
 import re
 from typing import Any
 
-from wloadctl.core.condition import OWN_NAMES, ConditionError, parse_condition
+from wloadctl.core.condition import OWN_NAMES, ConditionError, check_comparisons, parse_condition
 from wloadctl.core.durations import parse_deadline
 from wloadctl.core.plan import DEFAULT_MAX_ITEMS, JOB_TYPES, NO_RETRY, DynamicItems, RetryPolicy
 from wloadctl.core.planvalues import (
@@ -446,6 +446,7 @@ class FieldReader:
         text = text_of(entry, what, lenient=True)
         try:
             cond = parse_condition(text)
+            check_comparisons(cond)
         except ConditionError as err:
             raise FieldError(f"{what}: {err}", entry[1], err.hint or _EXAMPLES[what]) from None
         if what == "until" and cond.jobs:
@@ -506,6 +507,7 @@ class FieldReader:
         text = text_of(entry, "for_each items")
         try:
             cond = parse_condition(text)
+            check_comparisons(cond)
         except ConditionError as err:
             raise FieldError(f"for_each: {err}", entry[1],
                              err.hint or "write for_each: jobs.list_files.result.files") from None

@@ -19,6 +19,7 @@ from yaml.events import MappingEndEvent, MappingStartEvent, ScalarEvent
 from wloadctl.core.loops import expand_for_each
 from wloadctl.core.plan import JobSpec, Plan, PlanEdges
 from wloadctl.core.planblocks import read_jobs
+from wloadctl.core.planbytes import unreadable
 from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
@@ -42,6 +43,7 @@ from wloadctl.core.planvalues import (
 )
 from wloadctl.core.yamltree import (
     LONG_KEY,
+    AliasBomb,
     Entry,
     TreeReader,
     YamlEvent,
@@ -193,6 +195,13 @@ def _load(source: Callable[[], Any], digest: Any, path: str) -> Plan:
         if builder is None:
             builder = _PlanBuilder(path)
             plan = builder.build(source)
+    except MemoryError:
+        builder = plan = None
+        raise PlanError(
+            f"not enough memory to read the plan {path}",
+            file=path,
+            hint="look for a huge value in it (a very long line, a list of millions), or raise the memory limit",
+        ) from None
     finally:
         if collecting:
             gc.enable()
@@ -240,6 +249,8 @@ class _PlanBuilder:
         """Declared resources."""
         self.jobs_reader: JobsReader | None = None
         """The reader of the `jobs` section, once it was met."""
+        self.source: Callable[[], Any] | None = None
+        """Gives the plan's bytes again (a stream or bytes), for a closer look at what the parser could not read."""
 
     def all_problems(self) -> list[WloadError]:
         """Every problem found, from every part of the plan."""
@@ -263,6 +274,7 @@ class _PlanBuilder:
         the plan (see planlines and planblocks), and NotPlain is raised when the plan is not
         written that way: it must then be read again by a fresh builder.
         """
+        self.source = source
         data = source()
         try:
             if by_lines:
@@ -438,6 +450,10 @@ class _PlanBuilder:
             if lines is not None:
                 raise NotPlain from None
             self.failed = True
+            if isinstance(err, yaml.reader.ReaderError) and self.source is not None:
+                self.sink = self.problems
+                self.report(*unreadable(err, self.source))
+                return late
             where, text = syntax_line(err)
             if text.startswith(LONG_KEY) and str(getattr(err, "problem", "")).startswith("mapping values"):
                 # The key was read as the value of the mapping above it before the parser gave up:
@@ -449,6 +465,11 @@ class _PlanBuilder:
                 f"YAML syntax error: {text}",
                 "check the indentation and quoting around this line",
             )
+        except AliasBomb as bomb:
+            self.failed = True
+            self.sink = self.problems
+            self.report(bomb.line, bomb.message,
+                        "an anchor's aliases (and theirs) repeat it over and over: write the values out, or fewer")
         except RecursionError:
             if lines is not None:
                 raise NotPlain from None

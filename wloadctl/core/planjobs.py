@@ -169,6 +169,8 @@ class JobsReader:
         """Jobs given a `max_iterations` of their own, with its line: each needs an `until`."""
         self.looping: set[str] = set()
         """Jobs given an `until`, right or wrong (a wrong one is reported once)."""
+        self.over_vars: list[str] = []
+        """Jobs given a `for_each: vars.NAME` of their own: the variable is checked once all are read."""
         self.repeated: list[tuple[int, str]] = []
         """(line, id) of each job whose id a job above it has already (reported, and not kept)."""
         self._index_get = self.index.get
@@ -427,6 +429,8 @@ class JobsReader:
                 self.conditional.append(jid)
             elif key == "max_iterations":
                 self.iterated.append((jid, entry[1]))
+            elif key == "for_each" and type(vals[found[0]]) is str:
+                self.over_vars.append(jid)
         except FieldError as bad:
             self.report(bad.line, bad.message, bad.hint, job=jid)
             if key == "command":

@@ -36,16 +36,17 @@ _PLAIN = r"[A-Za-z0-9_][A-Za-z0-9_./+-]*"
 _DQ = r'"[ !#-\[\]-~]*"'
 _SQ = r"'[ -&(-~]*'"
 _SCALAR = rf"(?:{_DQ}|{_SQ}|{_PLAIN})"
-_SEQ = rf"\[ *(?:{_SCALAR}(?: *, *{_SCALAR})*)? *\]"
+_SEQ = rf"\[ *(?:{_SCALAR}(?: *, *{_SCALAR})*+)? *\]"
 _ITEM_TEXT = rf"[A-Za-z_][A-Za-z0-9_]*: +(?:{_SCALAR}|{_SEQ})"
-_BODY = rf" *(?:{_ITEM_TEXT}(?: *, *{_ITEM_TEXT})*)? *"
+_BODY = rf" *(?:{_ITEM_TEXT}(?: *, *{_ITEM_TEXT})*+)? *"
+# (Possessive repetitions: giving back never helps these, and keeping the chance costs a frame an item.)
 
 _JOBS_KEY = re.compile(rb"jobs:(?: *| +#[ -~]*)\r?")
 """The line that opens the `jobs` section: the key alone at column 0."""
 _BLANK = re.compile(r" *(?:#[ -~]*)?")
 """An empty or comment-only line."""
 _ITEM = re.compile(
-    r"([A-Za-z_][A-Za-z0-9_]*): +(?:\"([^\"]*)\"|'([^']*)'|([^ ,\[\]{}]+)|\[((?:\"[^\"]*\"|'[^']*'|[^\]\"'])*)\])"
+    r"([A-Za-z_][A-Za-z0-9_]*): +(?:\"([^\"]*)\"|'([^']*)'|([^ ,\[\]{}]+)|\[((?:\"[^\"]*\"|'[^']*'|[^\]\"']+)*+)\])"
 )
 """One `key: value` of a job line already known to be well formed."""
 _SEQ_ITEM = re.compile(r"\"([^\"]*)\"|'([^']*)'|([^ ,\[\]]+)")

@@ -38,6 +38,26 @@ cannot say; the readers test the class and read the fields directly."""
 Report = Callable[[int, str, str | None], None]
 """Receives (line, message, hint) for each problem found while reading."""
 
+ALIAS_NODES = 1_000_000
+"""Nodes that aliases may stand for in a plan, beyond ten for each character of the file read so far."""
+
+
+class AliasBomb(Exception):
+    """Aliases stand for more nodes than a plan can mean (the "billion laughs").
+
+    Each alias is read as the one node it names, so the reader stays small,
+    but whatever later walks the values (variables written to the journal,
+    a job's env) sees every copy. Reading stops at the first alias past the
+    bound; `line` is that alias's line.
+    """
+
+    def __init__(self, line: int, anchor: str, nodes: int) -> None:
+        super().__init__(f"YAML aliases stand for more than {nodes:,} nodes (at alias '*{anchor}')")
+        self.line = line
+        """1-based line of the alias that went past the bound."""
+        self.message = str(self)
+        """The one-line message."""
+
 
 def line_of(ev: YamlEvent) -> int:
     """The 1-based line where an event's node starts."""
@@ -163,6 +183,12 @@ class TreeReader:
         """Entries by anchor name, for aliases."""
         self.report = report
         """Where problems go."""
+        self.sizes: dict[int, int] = {}
+        """Nodes each anchored entry stands for, by id (the entries stay alive in `kept`)."""
+        self.kept: list[Entry] = []
+        """Every anchored entry, so that the ids in `sizes` stay theirs."""
+        self.expanded = 0
+        """Nodes the aliases read so far stand for, counting every copy."""
 
     def close(self) -> None:
         """Free the parser's buffers."""
@@ -216,12 +242,46 @@ class TreeReader:
                     "define '&name' first",
                 )
                 return (None, line, "")
+            self._count_alias(ev, found)
             return found
         else:
             raise yaml.YAMLError(f"unexpected {kind.__name__} in the YAML stream")
         if ev.anchor is not None:
             self.anchors[ev.anchor] = entry
+            if entry[2] is None:
+                self.sizes[id(entry)] = self._size(entry)
+                self.kept.append(entry)
         return entry
+
+    def _size(self, entry: Entry) -> int:
+        """Nodes an entry stands for, every alias inside it expanded (anchored ones are looked up)."""
+        value = entry[0]
+        if type(value) is list:
+            items: Any = value
+        elif type(value) is dict:
+            items = value.values()
+        else:
+            return 1
+        sizes = self.sizes
+        total = 1
+        for item in items:
+            if item[2] is not None:
+                total += 1
+                continue
+            known = sizes.get(id(item))
+            total += known if known is not None else self._size(item)
+        return total
+
+    def _count_alias(self, ev: YamlEvent, found: Entry) -> None:
+        """Add what an alias stands for to the count; AliasBomb past the bound."""
+        if found[2] is not None:
+            self.expanded += 1
+            return
+        size = self.sizes.get(id(found))
+        self.expanded += size if size is not None else self._size(found)
+        bound = ALIAS_NODES + 10 * ev.start_mark.index
+        if self.expanded > bound:
+            raise AliasBomb(line_of(ev), ev.anchor, bound)
 
     def _tagged(self, ev: YamlEvent) -> Entry:
         """A scalar with an explicit tag such as `!!str 007`."""
