@@ -80,11 +80,25 @@ def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: st
             break  # an expression no date matches (the 30th of February): it never fires
         if when > limit:
             break
-        if is_business_day(when.date(), schedule):
+        if is_business_day(when.date(), schedule) and not repeated_wall_time(when):
             out.append(when)
     return out
+
+
+def repeated_wall_time(when: dt.datetime) -> bool:
+    """Whether `when` is the second pass of a wall-clock time the clocks going back repeat (01:30 EST after
+    01:30 EDT). A cron fires once at each wall-clock time, at its first pass, as cron does: a schedule never
+    starts a second run of a business date in the repeated hour (the clocks going forward are another matter:
+    a time they skip fires at the hour after it, as croniter gives it)."""
+    return bool(when.fold) and when.replace(fold=0).utcoffset() != when.utcoffset()
 
 
 def business_date_of(when: dt.datetime) -> str:
     """The business date a run triggered at `when` is for (the trigger's calendar day)."""
     return when.date().isoformat()
+
+
+def business_date_at(when: float, tz: str | None) -> str:
+    """The business date of a run started at `when` (seconds since the epoch) and not given one: that day in
+    the plan's time zone `tz` (None: the host's local zone), the day its trigger would have named."""
+    return dt.datetime.fromtimestamp(when, ZoneInfo(tz) if tz else None).date().isoformat()

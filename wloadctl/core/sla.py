@@ -159,3 +159,28 @@ def instant(text: str, business_date: str, run_started: float, tz: str | None, r
         if zone is None:
             when = when.astimezone()
     return when.timestamp()
+
+
+def standing_flags(alerts: Iterable[tuple]) -> dict[str, str]:
+    """Jobs flagged AT_RISK or LATE, from a run's alerts in order ((ts, job, tier, state, ...) as the journal
+    keeps them): job -> its latest flag; one flagged AT_RISK that then finished before its deadline (MET) has
+    none."""
+    out: dict[str, str] = {}
+    for alert in alerts:
+        job, state = alert[1], alert[3]
+        if state in ("AT_RISK", "LATE"):
+            out[job] = state
+        elif state == "MET":
+            out.pop(job, None)
+    return out
+
+
+def flag_lines(flags: dict[str, str]) -> list[str]:
+    """`LATE (n): jobs` and `AT_RISK (n): jobs` of a run's SLA flags (job -> flag), those it has: what `status`
+    and the end of `run` print."""
+    out = []
+    for flag in ("LATE", "AT_RISK"):
+        jobs = sorted(j for j, f in flags.items() if f == flag)
+        if jobs:
+            out.append(f"{flag} ({len(jobs)}): {', '.join(jobs[:20])}{' ...' if len(jobs) > 20 else ''}")
+    return out
