@@ -141,7 +141,7 @@ def _zone_off_the_host_date() -> str:
 
 
 def test_the_business_date_of_an_instant_is_its_day_in_the_plan_zone() -> None:
-    from wloadctl.core.calendar import business_date_at
+    from wloadctl.core.sla import business_date_at
 
     at = dt.datetime(2026, 12, 6, 14, 0, tzinfo=dt.UTC).timestamp()
     assert business_date_at(at, "Pacific/Kiritimati") == "2026-12-07"

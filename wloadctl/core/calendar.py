@@ -96,9 +96,3 @@ def repeated_wall_time(when: dt.datetime) -> bool:
 def business_date_of(when: dt.datetime) -> str:
     """The business date a run triggered at `when` is for (the trigger's calendar day)."""
     return when.date().isoformat()
-
-
-def business_date_at(when: float, tz: str | None) -> str:
-    """The business date of a run started at `when` (seconds since the epoch) and not given one: that day in
-    the plan's time zone `tz` (None: the host's local zone), the day its trigger would have named."""
-    return dt.datetime.fromtimestamp(when, ZoneInfo(tz) if tz else None).date().isoformat()

@@ -161,6 +161,13 @@ def instant(text: str, business_date: str, run_started: float, tz: str | None, r
     return when.timestamp()
 
 
+def business_date_at(when: float, tz: str | None) -> str:
+    """The business date of a run started at `when` (seconds since the epoch) and not given one: that day in
+    the plan's time zone `tz` (None: the host's local zone), where its times of day are laid, and the day its
+    trigger would have named (core.calendar.business_date_of)."""
+    return dt.datetime.fromtimestamp(when, ZoneInfo(tz) if tz else None).date().isoformat()
+
+
 def standing_flags(alerts: Iterable[tuple]) -> dict[str, str]:
     """Jobs flagged AT_RISK or LATE, from a run's alerts in order ((ts, job, tier, state, ...) as the journal
     keeps them): job -> its latest flag; one flagged AT_RISK that then finished before its deadline (MET) has

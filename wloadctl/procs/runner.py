@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from wloadctl.core.calendar import business_date_at
 from wloadctl.core.engine import FOLLOW, SchedulerCore
 from wloadctl.core.events import RunStartedEvent
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.replay import attempts_unspent, iterations_journaled
-from wloadctl.core.sla import standing_flags
+from wloadctl.core.sla import business_date_at, standing_flags
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.errors import PlanError, StoreError, TransportError, UsageError, WloadError
 from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
