@@ -19,7 +19,8 @@ def _outcome(ids: list[str], states: list[JobState]) -> Any:
         counts[s] += 1
     core = SimpleNamespace(ids=ids, state=array("b", states), counts=counts)
     return SimpleNamespace(plan=SimpleNamespace(name="p"), run=SimpleNamespace(run_id="r1", business_date="2026-12-06"),
-                           status="failed", exit_code=1, resumed=False, wall=1.23456, core=core)
+                           status="failed", exit_code=1, resumed=False, wall=1.23456, core=core,
+                           flags={"late job": "LATE"})
 
 
 @pytest.mark.parametrize("ids", [

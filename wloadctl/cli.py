@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from wloadctl.errors import PlanError, UsageError, WloadError
+from wloadctl.stdoutguard import GuardedStdout, to_devnull
 
 if TYPE_CHECKING:
     from wloadctl.procs.prestart import Prestarted
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_BROKEN_PIPE = 141
+"""A command whose output was cut short by its reader going away (`logs JOB | head`): 128 + SIGPIPE, the code
+of a `cat` the shell's pipe stops."""
 PROBLEM_LINES = 20
 """A plan's problems printed at most (validate --json lists every one)."""
 VERB_COMMANDS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip")
@@ -100,6 +104,11 @@ def _attempt(text: str) -> int:
 def _how_many(text: str) -> int:
     """A count option (`--next N`): 1 or more."""
     return _one_or_more(text, "a whole number", "give 1 or more")
+
+
+def _workers(text: str) -> int:
+    """`--executors N`, `--slots N`: 1 or more (left out, the default; 0 is refused, never read as it)."""
+    return _one_or_more(text, "a whole number", "give 1 or more, or leave the option out for the default")
 
 
 def _amount(kind: type[int] | type[float]) -> Any:
@@ -211,8 +220,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         else:
             p.add_argument("plan", metavar="PLAN", nargs="?", help="the plan file, to check or accept changes")
         _state_dir_arg(p, PLAN_STATE_DIR if name == "run" else "$WLOADCTL_STATE_DIR, or the latest run")
-        p.add_argument("--executors", type=int, default=0, help="executor processes (default 2)")
-        p.add_argument("--slots", type=int, default=0, help="jobs per executor at once (default 4)")
+        p.add_argument("--executors", type=_workers, default=0, help="executor processes (default 2)")
+        p.add_argument("--slots", type=_workers, default=0, help="jobs per executor at once (default 4)")
         p.add_argument("--business-date", type=_business_date,
                        help="YYYY-MM-DD the commands see as WLOADCTL_BUSINESS_DATE")
         p.add_argument("--accept-plan-change", action="store_true")
@@ -267,8 +276,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _state_dir_arg(p, PLAN_STATE_DIR)
     p.add_argument("--next", type=_how_many, metavar="N", help="only print the next N trigger times (1 or more)")
     p.add_argument("--once", action="store_true", help="wait for the next trigger, run once, exit")
-    p.add_argument("--executors", type=int, default=0)
-    p.add_argument("--slots", type=int, default=0)
+    p.add_argument("--executors", type=_workers, default=0)
+    p.add_argument("--slots", type=_workers, default=0)
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("status", help="state of a run, live or finished")
@@ -344,13 +353,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                       "the console opens the list of runs")
     _remote_args(p)  # the broker of its agents, and of verbs to a scheduler of another host
     p.add_argument("--readonly", action="store_true")
-    p.add_argument("--executors", type=int, default=0)
-    p.add_argument("--slots", type=int, default=0)
+    p.add_argument("--executors", type=_workers, default=0)
+    p.add_argument("--slots", type=_workers, default=0)
     p = sub.add_parser("scheduler", help="run the scheduler of a state directory's run (used by the console)")
     p.add_argument("plan", metavar="PLAN", nargs="?")
     _state_dir_arg(p)
-    p.add_argument("--executors", type=int, default=0)
-    p.add_argument("--slots", type=int, default=0)
+    p.add_argument("--executors", type=_workers, default=0)
+    p.add_argument("--slots", type=_workers, default=0)
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--run", metavar="ID", help="with --standby: the run to follow (default: the latest running one)")
     p.add_argument("--business-date", type=_business_date)
@@ -752,6 +761,17 @@ def main(argv: list[str] | None = None) -> int:
         from wloadctl.store import JOURNAL_ENV
 
         os.environ[JOURNAL_ENV] = args.journal
+    real_stdout = sys.stdout
+    if real_stdout is not None:
+        sys.stdout = GuardedStdout(real_stdout)  # a reader gone: the command goes on, exits with its own code
+    try:
+        return _dispatch(args)
+    finally:
+        sys.stdout = real_stdout
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed command: its exit code, its errors told in a line."""
     try:
         return int(COMMANDS[args.cmd](args))
     except PlanError as e:
@@ -765,7 +785,10 @@ def main(argv: list[str] | None = None) -> int:
         print("wloadctl: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return EXIT_OK
+        # Bytes written past the guard (a log's) to a reader that is gone: cut short, as `cat` would be
+        # by SIGPIPE; what is left buffered goes nowhere.
+        to_devnull(sys.stdout)
+        return EXIT_BROKEN_PIPE
     except Exception as e:  # an internal failure: one line, the details only on request
         if type(e).__module__ == "sqlite3":
             # A journal damaged in a way the first look at it did not catch.

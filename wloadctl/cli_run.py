@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wloadctl.core.sla import flag_lines
 from wloadctl.core.states import TERMINAL, JobState, is_holding
 from wloadctl.errors import StoreFull, UsageError
 from wloadctl.procs.prestart import DEFAULT_PREFETCH, Prestarted, counts_problem
@@ -144,7 +145,7 @@ def summary_head(o: RunOutcome) -> dict[str, Any]:
     """The --json summary of a finished run but its jobs."""
     return {"plan": o.plan.name, "run": o.run.run_id, "status": o.status, "exit_code": o.exit_code,
             "business_date": o.run.business_date, "resumed": o.resumed, "wall_seconds": round(o.wall, 3),
-            "counts": state_counts(o)}
+            "counts": state_counts(o), "flags": o.flags}
 
 
 def summary(o: RunOutcome) -> dict[str, Any]:
@@ -289,8 +290,12 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
     elif not a.quiet:
         c = state_counts(outcome)
         parts = ", ".join(f"{v} {k.lower()}" for k, v in c.items())
-        print(f"run {outcome.run.run_id} {outcome.status}: {parts} in {outcome.wall:.1f}s "
+        sla = "".join(f", {n} {flag}" for flag in ("LATE", "AT_RISK")
+                      if (n := sum(1 for f in outcome.flags.values() if f == flag)))
+        print(f"run {outcome.run.run_id} {outcome.status}{sla}: {parts} in {outcome.wall:.1f}s "
               f"(state dir {state_dir})")
+        for line in flag_lines(outcome.flags):
+            print(line)
         failed = [outcome.core.ids[i] for i in range(outcome.core.n)
                   if outcome.core.state[i] in (JobState.FAILED, JobState.TIMED_OUT)]
         if failed:
@@ -388,9 +393,12 @@ def trigger_command(a: argparse.Namespace) -> int:
     state_dir = Path(named) if named else default_state_dir(plan.name)
     old = signal.signal(signal.SIGTERM, on_signal)
     code = 0
+    last: dt.datetime | None = None
     try:
         while not stop["now"]:
-            nxt = next_triggers(plan.schedule, dt.datetime.now().astimezone(), 1, plan.timezone)
+            now = dt.datetime.now().astimezone()
+            # After the trigger just run, never at it again (a clock set back while it ran).
+            nxt = next_triggers(plan.schedule, now if last is None else max(now, last), 1, plan.timezone)
             if not nxt:
                 raise never
             when = nxt[0]
@@ -402,6 +410,7 @@ def trigger_command(a: argparse.Namespace) -> int:
                 break
             opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots,
                               business_date=business_date_of(when), say=_say(False))
+            last = when
             outcome = start_or_resume(a.plan, opts)
             code = outcome.exit_code
             print(f"run {outcome.run.run_id} for {outcome.run.business_date}: {outcome.status}", flush=True)

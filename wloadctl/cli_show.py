@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wloadctl.client import RunClient
+from wloadctl.core.sla import flag_lines
+from wloadctl.stdoutguard import to_devnull
 
 if TYPE_CHECKING:
     from wloadctl.remote.broker import BrokerOptions
@@ -61,13 +63,8 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         print(f"held ({n}), released with `wloadctl release JOB`: {', '.join(held)}{more}")
     for line in pending_lines({"confirm": st.get("confirm"), "requests": st.get("pending")}):
         print(line)
-    if st.get("flags"):
-        late = sorted(j for j, f in st["flags"].items() if f == "LATE")
-        risk = sorted(j for j, f in st["flags"].items() if f == "AT_RISK")
-        if late:
-            print(f"LATE ({len(late)}): {', '.join(late[:20])}{' ...' if len(late) > 20 else ''}")
-        if risk:
-            print(f"AT_RISK ({len(risk)}): {', '.join(risk[:20])}{' ...' if len(risk) > 20 else ''}")
+    for line in flag_lines(st.get("flags") or {}):
+        print(line)
     if st.get("last_drill"):
         print(f"last drill ({_ts(st['last_drill']['ts'])}, {st['last_drill']['user']}): {st['last_drill']['summary']}")
     for e in st["executors"]:
@@ -254,15 +251,25 @@ def _logs(c: RunClient, a: argparse.Namespace) -> int:
                     return 0
                 print(f"wloadctl: no output yet for {a.job} ({path})", file=sys.stderr)
                 return 1
-        if chunk:
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.flush()
+        if chunk and not _out(chunk):
+            return 0  # the reader went away (`logs JOB | head`): nobody reads what would follow
         if not a.follow:
             return 0
         row = c.store.job_row(c.run.id, a.job)
         if row is not None and row[2] not in (2, 3) and not chunk:
             return 0
         time.sleep(0.25)
+
+
+def _out(chunk: bytes) -> bool:
+    """Write a log's bytes to stdout: False when its reader is gone (stdout goes to /dev/null from then)."""
+    try:
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        to_devnull(sys.stdout)
+        return False
+    return not getattr(sys.stdout, "reader_gone", False)  # (the guard of cli.main took a failed flush)
 
 
 def _logs_json(c: RunClient, a: argparse.Namespace, path: Path) -> int:

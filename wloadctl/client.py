@@ -343,13 +343,9 @@ class RunClient:
     def flags(self) -> dict[str, str]:
         """Jobs flagged AT_RISK or LATE during the run (job -> its latest flag; one flagged AT_RISK that then
         finished before its deadline, flagged MET, is none)."""
-        out: dict[str, str] = {}
-        for _ts, job, _tier, state, _att, _reason, _log in self.store.alerts(self.run.id):
-            if state in ("AT_RISK", "LATE"):
-                out[job] = state
-            elif state == "MET":
-                out.pop(job, None)
-        return out
+        from wloadctl.core.sla import standing_flags
+
+        return standing_flags(self.store.alerts(self.run.id))
 
     # -- operator verbs ---------------------------------------------------------------------
 
@@ -527,8 +523,10 @@ class RunClient:
                             results.append([job, applied, msg])
                             ok = ok and applied
                 if not core.is_finished():
-                    # Jobs can run again: the run is unfinished, and a resume runs them.
-                    if run.status not in ("running", "interrupted", "held"):
+                    # Jobs can run again: the run is unfinished, and a resume runs them. A run that ended
+                    # holding and holds nothing now is a stopped run like any other.
+                    if run.status not in ("running", "interrupted", "held") or (
+                            run.status == "held" and not core.counts[JobState.HELD]):
                         st.set_status(run.id, "interrupted", None)
                     if verb in ("retry", "rerun", "set-ok", "skip", "release") and ok:
                         results.append(["*", True, "the run has no live scheduler: `wloadctl resume "

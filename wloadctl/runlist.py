@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from wloadctl.client import RunClient, lease_held, live_header
+from wloadctl.core.sla import standing_flags
 from wloadctl.core.states import TERMINAL, JobState, is_holding
 from wloadctl.errors import WloadError
 from wloadctl.paths import read_summary
@@ -58,12 +59,7 @@ def _progress(counts: list[int] | tuple[int, ...]) -> tuple[int, int, dict[str, 
 
 
 def _risk(store: Store, run: RunRow) -> tuple[int, int]:
-    flags: dict[str, str] = {}
-    for _ts, job, _tier, state, *_rest in store.alerts(run.id):
-        if state in ("AT_RISK", "LATE"):
-            flags[job] = state
-        elif state == "MET":
-            flags.pop(job, None)  # finished before its deadline
+    flags = standing_flags(store.alerts(run.id))
     late = sum(1 for f in flags.values() if f == "LATE")
     return len(flags) - late, late
 

@@ -106,11 +106,13 @@ def test_counts_an_executor_cannot_hold_are_refused_in_one_line_by_every_command
     plan = tmp_path / "plan.yaml"
     plan.write_text("name: one\njobs:\n  a: {command: 'true'}\n")
     for cmd in ("run", "scheduler", "trigger"):
-        for flags, said in ((["--slots", "65536"], "--slots 65536: at most 65535 slots per executor"),
-                            (["--executors", "65"], "--executors 65: at most 64 executors per run"),
-                            (["--slots", "-2"], "--slots must be 0 or more, not -2")):
+        below = (f"wloadctl {cmd}: error: argument --slots: '-2': give 1 or more, or leave the option out for the "
+                 f"default (see `wloadctl {cmd} --help`)")
+        for flags, said in ((["--slots", "65536"], "wloadctl: --slots 65536: at most 65535 slots per executor"),
+                            (["--executors", "65"], "wloadctl: --executors 65: at most 64 executors per run"),
+                            (["--slots", "-2"], below)):
             p = cli(cmd, str(plan), "--state-dir", str(tmp_path / "sd"), *flags)
-            assert p.returncode == 2 and p.stderr == f"wloadctl: {said}\n", (cmd, flags, p.stderr)
+            assert p.returncode == 2 and p.stderr == f"{said}\n", (cmd, flags, p.stderr)
     assert not (tmp_path / "sd").exists()
 
 

@@ -80,9 +80,17 @@ def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: st
             break  # an expression no date matches (the 30th of February): it never fires
         if when > limit:
             break
-        if is_business_day(when.date(), schedule):
+        if is_business_day(when.date(), schedule) and not repeated_wall_time(when):
             out.append(when)
     return out
+
+
+def repeated_wall_time(when: dt.datetime) -> bool:
+    """Whether `when` is the second pass of a wall-clock time the clocks going back repeat (01:30 EST after
+    01:30 EDT). A cron fires once at each wall-clock time, at its first pass, as cron does: a schedule never
+    starts a second run of a business date in the repeated hour (the clocks going forward are another matter:
+    a time they skip fires at the hour after it, as croniter gives it)."""
+    return bool(when.fold) and when.replace(fold=0).utcoffset() != when.utcoffset()
 
 
 def business_date_of(when: dt.datetime) -> str:

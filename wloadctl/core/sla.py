@@ -159,3 +159,35 @@ def instant(text: str, business_date: str, run_started: float, tz: str | None, r
         if zone is None:
             when = when.astimezone()
     return when.timestamp()
+
+
+def business_date_at(when: float, tz: str | None) -> str:
+    """The business date of a run started at `when` (seconds since the epoch) and not given one: that day in
+    the plan's time zone `tz` (None: the host's local zone), where its times of day are laid, and the day its
+    trigger would have named (core.calendar.business_date_of)."""
+    return dt.datetime.fromtimestamp(when, ZoneInfo(tz) if tz else None).date().isoformat()
+
+
+def standing_flags(alerts: Iterable[tuple]) -> dict[str, str]:
+    """Jobs flagged AT_RISK or LATE, from a run's alerts in order ((ts, job, tier, state, ...) as the journal
+    keeps them): job -> its latest flag; one flagged AT_RISK that then finished before its deadline (MET) has
+    none."""
+    out: dict[str, str] = {}
+    for alert in alerts:
+        job, state = alert[1], alert[3]
+        if state in ("AT_RISK", "LATE"):
+            out[job] = state
+        elif state == "MET":
+            out.pop(job, None)
+    return out
+
+
+def flag_lines(flags: dict[str, str]) -> list[str]:
+    """`LATE (n): jobs` and `AT_RISK (n): jobs` of a run's SLA flags (job -> flag), those it has: what `status`
+    and the end of `run` print."""
+    out = []
+    for flag in ("LATE", "AT_RISK"):
+        jobs = sorted(j for j, f in flags.items() if f == flag)
+        if jobs:
+            out.append(f"{flag} ({len(jobs)}): {', '.join(jobs[:20])}{' ...' if len(jobs) > 20 else ''}")
+    return out

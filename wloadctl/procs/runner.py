@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as dt
 import fcntl
 import gc
 import hashlib
@@ -24,6 +23,7 @@ from wloadctl.core.events import RunStartedEvent
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.replay import attempts_unspent, iterations_journaled
+from wloadctl.core.sla import business_date_at, standing_flags
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.errors import PlanError, StoreError, TransportError, UsageError, WloadError
 from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
@@ -139,11 +139,14 @@ class RunOutcome:
     resumed: bool
     kept: int = 0
     """Jobs left running under their executors by a stop that keeps them (Ctrl-C), for a resume."""
+    flags: dict[str, str] = field(default_factory=dict)
+    """Jobs flagged LATE or AT_RISK during the run, as the journal has them (what `status` shows)."""
 
     @property
     def exit_code(self) -> int:
-        """0 all succeeded or skipped, 1 some job failed for good (or the run was interrupted)."""
-        return 0 if self.status == "succeeded" else 1
+        """0 all succeeded or skipped, 130 the run was stopped (a signal: resumable), 1 otherwise (some job
+        failed for good, the run was cancelled, or it ended holding)."""
+        return 0 if self.status == "succeeded" else 130 if self.status == "interrupted" else 1
 
 
 @dataclass
@@ -364,11 +367,13 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             # the plan's earlier runs is read now: the new run is not one of them.
             history = store.expected_history(plan.name, _EVERY_RUN, list(plan.jobs), plan.digest)
             maker = _CoreMaker(plan, _core_slots(opts), _FIRST_EPOCH, history)
-            bdate = opts.business_date or dt.date.today().isoformat()
+            started = time.time()
+            # Today where the plan's times of day are (its not-before times and deadlines), as `trigger` names it.
+            bdate = opts.business_date or business_date_at(started, plan.timezone)
             # Every job's row is journaled before anything runs; the plan's own copy (its text, 150 MB for
             # a million jobs one key a line, and its encoded form) follows the first dispatch (_PlanCopy).
             run = store.create_run(rid, plan.name, _absolute(plan.path), plan.digest, "", plan.jobs.keys(), bdate,
-                                   time.time(), json.dumps(_settings(opts)))
+                                   started, json.dumps(_settings(opts)))
             # What the executors of this directory's finished runs journaled for a recovery is no longer needed.
             drop_result_journals(opts.state_dir, lambda r: _finished(store, r))
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
@@ -794,7 +799,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             shape.join()
     if fenced is not None:
         raise fenced
-    return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed, kept)
+    return RunOutcome(store.get_run(run.run_id) or run, plan, core, status, time.time() - t0, resumed, kept,
+                      standing_flags(store.alerts(run.id)))
 
 
 def _start_dir(run: RunRow, opts: RunOptions) -> str | None:

@@ -1,0 +1,252 @@
+"""The command line's edges: triggers when the clocks go back, a reader that goes away, the business date of a plan's
+time zone, SLA flags and exit codes in a run's summary, counts of 0, and the label of a run released after holding."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+import yaml
+
+from tests.integration.helpers import ENV, cli, job_states, read_evidence, status, wait_for
+from wloadctl.core.calendar import business_date_of, next_triggers
+from wloadctl.core.plan import Schedule
+
+NY = "America/New_York"
+EVERY_DAY = (0, 1, 2, 3, 4, 5, 6)
+
+
+def _write(path: Path, spec: dict) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _gated(name: str, go: Path, out: Path) -> str:
+    """A command that says it started, then waits until the test lets it end (a minute at most)."""
+    return (f'echo "{name} start $(date +%s.%N)" >> {out}; n=0; '
+            f'while [ ! -e {go} ] && [ $n -lt 600 ]; do n=$((n+1)); sleep 0.05; done')
+
+
+# -- 1. the clocks going back -----------------------------------------------------------------------------
+
+
+def test_a_cron_fires_once_in_the_hour_the_clocks_go_back_and_not_again_after_its_run() -> None:
+    sched = Schedule(cron="30 1 * * *", business_days=EVERY_DAY)
+    # Given a schedule at 01:30 New York time, a wall time 2027-11-07 has twice (EDT, then EST)
+    times = next_triggers(sched, dt.datetime(2027, 11, 5, 12, tzinfo=ZoneInfo(NY)), 4, NY)
+    # Then it fires once on that date, at the first 01:30
+    assert [t.isoformat() for t in times] == ["2027-11-06T01:30:00-04:00", "2027-11-07T01:30:00-04:00",
+                                              "2027-11-08T01:30:00-05:00", "2027-11-09T01:30:00-05:00"]
+    # And after its run (the trigger loop looks again at 01:31 EDT) the next one is the next day's
+    after_run = dt.datetime(2027, 11, 7, 1, 31, tzinfo=ZoneInfo(NY))
+    assert next_triggers(sched, after_run, 1, NY)[0].isoformat() == "2027-11-08T01:30:00-05:00"
+    # And a cron of every half hour fires at each wall time of the night once
+    half = Schedule(cron="*/30 * * * *", business_days=EVERY_DAY)
+    night = next_triggers(half, dt.datetime(2027, 11, 7, 0, 0, tzinfo=ZoneInfo(NY)), 5, NY)
+    assert [t.strftime("%H:%M%z") for t in night] == ["00:30-0400", "01:00-0400", "01:30-0400", "02:00-0500",
+                                                     "02:30-0500"]
+
+
+def test_the_clocks_going_forward_still_fire_at_the_hour_after_the_skipped_time() -> None:
+    sched = Schedule(cron="30 2 * * *", business_days=EVERY_DAY)
+    times = next_triggers(sched, dt.datetime(2027, 3, 12, 12, tzinfo=ZoneInfo(NY)), 3, NY)
+    assert [t.isoformat() for t in times] == ["2027-03-13T02:30:00-05:00", "2027-03-14T03:00:00-04:00",
+                                              "2027-03-15T02:30:00-04:00"]
+
+
+def test_trigger_next_names_each_business_date_once_over_a_year(tmp_path: Path) -> None:
+    # Given a daily plan in a zone whose clocks go back once a year (400 days from any today holds that day)
+    plan = _write(tmp_path / "sch.yaml", {"name": "sch", "timezone": NY, "schedule": {
+        "cron": "30 1 * * *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+        "jobs": {"a": {"command": "true"}}})
+    p = cli("trigger", str(plan), "--next", "400", "--json", timeout=60)
+    assert p.returncode == 0, p.stderr
+    dates = [r["business_date"] for r in json.loads(p.stdout)]
+    # Then no business date is triggered twice
+    assert len(dates) == 400 and len(set(dates)) == 400
+
+
+# -- 2. a reader that goes away ------------------------------------------------------------------------------
+
+
+def _closed_pipe() -> int:
+    """The write end of a pipe whose reader is gone: every write to it fails with a broken pipe."""
+    r, w = os.pipe()
+    os.close(r)
+    return w
+
+
+@pytest.mark.ipc
+def test_a_failed_run_whose_reader_goes_away_mid_run_runs_to_its_end_and_exits_1(tmp_path: Path) -> None:
+    out, go, sd = tmp_path / "ev", tmp_path / "go", tmp_path / "sd"
+    plan = _write(tmp_path / "p.yaml", {"name": "pipe", "jobs": {
+        "first": {"command": "true"},
+        "gate": {"command": _gated("gate", go, out), "depends_on": ["first"]},
+        "last": {"command": f'echo "last start $(date +%s.%N)" >> {out}; exit 3', "depends_on": ["gate"]}}})
+    # Given a run whose output is read by `head -1`
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        assert b"first" in proc.stdout.readline()
+        wait_for(lambda: "gate" in read_evidence(out), what="gate started")
+        # When the reader goes away while a job still runs
+        proc.stdout.close()
+        go.touch()
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # Then the run goes on to its end (its last job ran and failed) and exits as the failed run it is
+    assert "last" in read_evidence(out)
+    assert job_states(sd) == {"first": "SUCCEEDED", "gate": "SUCCEEDED", "last": "FAILED"}
+    assert code == 1
+
+
+@pytest.mark.ipc
+def test_status_and_run_json_with_no_reader_exit_with_their_own_codes(tmp_path: Path) -> None:
+    sd = tmp_path / "sd"
+    plan = _write(tmp_path / "p.yaml", {"name": "fails", "jobs": {"a": {"command": "exit 3"}}})
+    w = _closed_pipe()
+    try:
+        run = subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd), "--json"],
+                             stdout=w, stderr=subprocess.PIPE, text=True, env=ENV, timeout=60)
+        st = subprocess.run([sys.executable, "-m", "wloadctl", "status", "--state-dir", str(sd)],
+                            stdout=w, stderr=subprocess.PIPE, text=True, env=ENV, timeout=60)
+    finally:
+        os.close(w)
+    assert (run.returncode, run.stderr) == (1, "")
+    assert (st.returncode, st.stderr) == (1, "")
+    assert status(sd)["status"] == "failed"
+
+
+# -- 3. the business date of the plan's time zone ----------------------------------------------------------
+
+
+def _zone_off_the_host_date() -> str:
+    """A zone whose today is not the host's (UTC+14 and UTC-12 are 26 hours apart: one of them always is)."""
+    today = dt.date.today()
+    for zone in ("Pacific/Kiritimati", "Etc/GMT+12"):
+        if dt.datetime.now(ZoneInfo(zone)).date() != today:
+            return zone
+    raise AssertionError("no zone found whose date differs from the host's")
+
+
+def test_the_business_date_of_an_instant_is_its_day_in_the_plan_zone() -> None:
+    from wloadctl.core.sla import business_date_at
+
+    at = dt.datetime(2026, 12, 6, 14, 0, tzinfo=dt.UTC).timestamp()
+    assert business_date_at(at, "Pacific/Kiritimati") == "2026-12-07"
+    assert business_date_at(at, "Etc/GMT+12") == "2026-12-06"
+    assert business_date_at(at, None) == dt.datetime.fromtimestamp(at).date().isoformat()
+    assert business_date_of(dt.datetime(2026, 12, 7, 1, 30, tzinfo=ZoneInfo("Pacific/Kiritimati"))) == "2026-12-07"
+
+
+@pytest.mark.ipc
+def test_run_takes_today_in_the_plan_zone_for_its_business_date(tmp_path: Path) -> None:
+    zone, sd, seen = _zone_off_the_host_date(), tmp_path / "sd", tmp_path / "bd"
+    plan = _write(tmp_path / "p.yaml", {"name": "zoned", "timezone": zone, "jobs": {
+        "a": {"command": f"echo $WLOADCTL_BUSINESS_DATE > {seen}"}}})
+    before = dt.datetime.now(ZoneInfo(zone)).date().isoformat()
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json", timeout=60)
+    after = dt.datetime.now(ZoneInfo(zone)).date().isoformat()
+    assert p.returncode == 0, p.stderr
+    bdate = json.loads(p.stdout)["business_date"]
+    # Then the run, its job and status all have the plan zone's today (not the host's)
+    assert bdate in (before, after) and bdate != dt.date.today().isoformat()
+    assert seen.read_text().strip() == bdate
+    assert status(sd)["business_date"] == bdate
+
+
+# -- 4. SLA flags and 5. exit codes in the run's summary -----------------------------------------------------
+
+
+@pytest.mark.ipc
+def test_a_run_that_went_late_says_so_in_its_summary_and_json(tmp_path: Path) -> None:
+    sd, go, out = tmp_path / "sd", tmp_path / "go", tmp_path / "ev"
+    plan = _write(tmp_path / "p.yaml", {"name": "late", "jobs": {
+        "a": {"command": _gated("a", go, out), "deadline": "+100ms", "sla": "critical"},
+        "b": {"command": "true"}}})
+    for form in ([], ["--json"]):
+        go.unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd), *form],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                                start_new_session=True)
+        try:
+            # Given a job still running past its deadline (flagged LATE, as status shows)
+            wait_for(lambda: status(sd)["live"] and status(sd)["flags"].get("a") == "LATE", what="a LATE")
+            go.touch()
+            text, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        # Then the run succeeds (exit 0) and its summary says the job went late
+        assert proc.returncode == 0, err
+        if form:
+            assert json.loads(text)["flags"] == {"a": "LATE"}
+        else:
+            summary = [line for line in text.splitlines() if line.startswith("run ")]
+            assert len(summary) == 1 and " succeeded, 1 LATE: " in summary[0], text
+            assert "LATE (1): a" in text.splitlines()
+
+
+@pytest.mark.ipc
+def test_an_interrupted_run_json_has_the_exit_code_the_process_exits_with(tmp_path: Path) -> None:
+    sd, go, out = tmp_path / "sd", tmp_path / "go", tmp_path / "ev"
+    plan = _write(tmp_path / "p.yaml", {"name": "stop", "jobs": {"a": {"command": _gated("a", go, out)}}})
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: job_states(sd).get("a") == "RUNNING", what="a RUNNING")
+        proc.send_signal(signal.SIGTERM)
+        text, err = proc.communicate(timeout=60)
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert json.loads(text)["exit_code"] == 130 and json.loads(text)["status"] == "interrupted"
+
+
+# -- 6. counts of 0, and a held run released ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--executors", "--slots"])
+@pytest.mark.parametrize("cmd", ["run", "trigger"])
+def test_zero_executors_or_slots_is_refused_in_one_line(tmp_path: Path, flag: str, cmd: str) -> None:
+    plan = _write(tmp_path / "p.yaml", {"name": "z", "schedule": {"cron": "0 0 * * *"},
+                                        "jobs": {"a": {"command": "true"}}})
+    more = ["--next", "1"] if cmd == "trigger" else []  # (accepted, a trigger would wait for midnight)
+    p = cli(cmd, str(plan), "--state-dir", str(tmp_path / "sd"), *more, flag, "0", timeout=60)
+    assert p.returncode == 2
+    assert len(p.stderr.splitlines()) == 1 and f"{flag}: '0': give 1 or more" in p.stderr
+    assert not (tmp_path / "sd").exists()
+
+
+@pytest.mark.ipc
+def test_a_held_run_whose_held_jobs_are_all_approved_is_no_longer_labelled_held(tmp_path: Path) -> None:
+    sd = tmp_path / "sd"
+    plan = _write(tmp_path / "p.yaml", {"name": "cf", "jobs": {
+        "a": {"command": "true", "confirm": True}, "b": {"command": "true", "depends_on": ["a"]}}})
+    # Given a run that ended holding a job waiting for confirmation
+    assert cli("run", str(plan), "--state-dir", str(sd), "--exit-on-hold", timeout=60).returncode == 1
+    assert status(sd)["status"] == "held"
+    # When the job is approved (no scheduler live)
+    assert cli("approve", "a", "--state-dir", str(sd), timeout=60).returncode == 0
+    # Then the run holds nothing and says it is stopped, not held; a resume finishes it
+    st = status(sd)
+    assert st["status"] == "interrupted" and not st["counts"].get("HELD")
+    assert "(interrupted)" in cli("status", "--state-dir", str(sd), timeout=60).stdout.splitlines()[0]
+    assert cli("resume", "--state-dir", str(sd), timeout=60).returncode == 0
+    assert status(sd)["status"] == "succeeded"
