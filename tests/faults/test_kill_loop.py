@@ -192,7 +192,7 @@ def test_a_seeded_loop_of_kill_9s_loses_nothing_and_repeats_nothing(tmp_path: Pa
                 listening = sd / SOCKET_NAME
                 wait_for(lambda p=proc, at=listening: p.poll() is not None or at.exists(), timeout=60,  # type: ignore[misc]
                          every=0.02, what="a scheduler")
-                time.sleep(rng.uniform(0.05, 0.6))
+                time.sleep(rng.uniform(0.03, 0.4))
                 run_id = run_id or run_id_of(sd)
                 if proc.poll() is not None:
                     if succeeded(sd):
