@@ -224,7 +224,7 @@ def test_a_postgresql_restart_mid_run_loses_nothing_with_a_standby_watching(
                 wait_for(lambda: {"a02", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
                 # When PostgreSQL restarts in the middle of the run
                 server.stop("fast")
-                time.sleep(2.0)
+                time.sleep(1.0)  # longer than the lease: the active renews it in the journal every 0.1 s
                 server.start()
                 # Then the run finishes under one of the two schedulers
                 wait_for(lambda: pair.active.proc.poll() is not None and pair.standby.proc.poll() is not None,
@@ -252,7 +252,7 @@ def test_a_broker_restart_mid_run_loses_nothing_and_the_active_keeps_the_run(
         wait_for(lambda: {"a02", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
         # When the broker restarts in the middle of it
         nats_server.stop()
-        time.sleep(2.0)
+        time.sleep(1.0)  # longer than the lease (0.6 s): the standby could claim the run, were it not kept
         nats_server.start()
         # Then the run finishes under the active (it kept the lease in the journal all along)
         assert pair.active.wait(120) == 0, pair.active.output()
