@@ -82,7 +82,7 @@ def test_a_full_state_dir_pauses_dispatch_and_the_run_goes_on_when_space_returns
 def _sixty_jobs(tmp: Path) -> Path:
     plan = tmp / "plan.yaml"
     plan.write_text(yaml.safe_dump({"name": "small", "jobs": {
-        f"j{k:02d}": {"command": f"sleep {0.3 + (k * 7 % 8) / 10:.1f}"} for k in range(60)}}))
+        f"j{k:02d}": {"command": f"sleep {0.15 + (k * 7 % 8) / 20:.2f}"} for k in range(60)}}))
     return plan
 
 

@@ -66,9 +66,9 @@ def million_one_line(p: Path) -> bytes:
 
 
 def one_mistake_everywhere(p: Path) -> bytes:
-    # A generator's typo copied into every job: one line for it, not 100,000.
+    # A generator's typo copied into every job: one line for it, not 20,000.
     return ("name: m\njobs:\n" + "".join(f"  j{i}:\n    command: 'true'\n    after: [j{i - 1}]\n"
-                                         for i in range(1, 100_001))).encode()
+                                         for i in range(1, 20_001))).encode()
 
 
 CASES: list[tuple[Callable[[Path], bytes], int, str]] = [

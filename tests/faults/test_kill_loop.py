@@ -91,6 +91,12 @@ def succeeded(sd: Path) -> bool:
     return got is not None and got[1] == "succeeded"
 
 
+def ended_otherwise(sd: Path) -> str | None:
+    """The status of the state directory's run when it ended other than succeeded (no resume brings it back)."""
+    got = latest(sd)
+    return got[1] if got is not None and got[1] not in ("running", "succeeded") else None
+
+
 def launch(sd: Path, plan: Path, log: Path) -> subprocess.Popen[bytes]:
     """Start the run's scheduler: `resume` once the journal holds the run, else `run` (a kill came first)."""
     args = ["resume", "--state-dir", str(sd)] if run_id_of(sd) else \
@@ -192,11 +198,14 @@ def test_a_seeded_loop_of_kill_9s_loses_nothing_and_repeats_nothing(tmp_path: Pa
                 listening = sd / SOCKET_NAME
                 wait_for(lambda p=proc, at=listening: p.poll() is not None or at.exists(), timeout=60,  # type: ignore[misc]
                          every=0.02, what="a scheduler")
-                time.sleep(rng.uniform(0.05, 0.6))
+                time.sleep(rng.uniform(0.03, 0.4))
                 run_id = run_id or run_id_of(sd)
                 if proc.poll() is not None:
                     if succeeded(sd):
                         break
+                    # (a run that ended failed is not resumed: said now, rather than resumed in vain forever)
+                    assert not ended_otherwise(sd), f"round {rounds}: the run ended {ended_otherwise(sd)}; " \
+                        f"{states(sd)}; {log.read_text()[-3000:]}"
                     proc = launch(sd, plan, log)
                     continue
                 kills.append(kill_one(rng, proc, run_id))

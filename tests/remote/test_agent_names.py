@@ -49,8 +49,11 @@ def test_jobs_of_an_agent_started_again_without_its_state_are_lost_and_a_kill_of
             "pinned": {"agent": "re-a1", "gate": tmp_path / "go-pinned", "retries": retries},
             "doomed": {"agent": "re-a1", "gate": tmp_path / "never", "retries": retries}})
         sd = tmp_path / "sd"
-        proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "6")
-        wait_for(lambda: {"pinned", "doomed"} <= set(agents_of(out)), timeout=60, what="both jobs started")
+        # (the agent timeout outlasts the restart below, so the agent is never lost: its jobs are found not held,
+        # after as long)
+        proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "4")
+        wait_for(lambda: {"pinned", "doomed"} <= set(agents_of(out)), timeout=60, every=0.05,
+                 what="both jobs started")
         # When its whole host is killed -9, its state dir removed, and an agent of the name started again at once
         node.kill_node()
         shutil.rmtree(node.state_dir)
@@ -60,7 +63,8 @@ def test_jobs_of_an_agent_started_again_without_its_state_are_lost_and_a_kill_of
         told = cli("kill", "doomed", "--state-dir", str(sd))
         assert told.returncode == 0, told.stderr
         # Then the other is found lost and runs again on the new agent
-        wait_for(lambda: len(agents_of(out).get("pinned", [])) >= 2, timeout=60, what="pinned started again")
+        wait_for(lambda: len(agents_of(out).get("pinned", [])) >= 2, timeout=60, every=0.05,
+                 what="pinned started again")
         (tmp_path / "go-pinned").touch()
         stdout, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 1, stderr
@@ -87,8 +91,8 @@ def test_two_live_agents_of_one_name_are_said_and_the_jobs_of_the_one_that_dies_
         gate = tmp_path / "go"
         plan = plan_file(tmp_path / "p.yaml", out, {"pinned": {"agent": "twin", "gate": gate}})
         sd = tmp_path / "sd"
-        proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "4")
-        wait_for(lambda: "pinned" in agents_of(out), timeout=60, what="pinned started")
+        proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "2")
+        wait_for(lambda: "pinned" in agents_of(out), timeout=60, every=0.05, what="pinned started")
         # Then status says that two agents share the name
         wait_for(lambda: "2 agents run under the name twin" in cli("status", "--state-dir", str(sd)).stdout,
                  timeout=30, what="the shared name said in status")
@@ -97,7 +101,8 @@ def test_two_live_agents_of_one_name_are_said_and_the_jobs_of_the_one_that_dies_
         assert _runs(ran, str(gate))
         ran.kill_node()
         # Then the job is found lost and runs again on the other
-        wait_for(lambda: len(agents_of(out).get("pinned", [])) >= 2, timeout=60, what="pinned started again")
+        wait_for(lambda: len(agents_of(out).get("pinned", [])) >= 2, timeout=60, every=0.05,
+                 what="pinned started again")
         assert _runs(other, str(gate))
         gate.touch()
         stdout, stderr = proc.communicate(timeout=120)

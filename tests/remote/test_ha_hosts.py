@@ -94,12 +94,17 @@ def journal_run(url: str) -> tuple[str, int, dict[str, int]]:
         return run.status, run.epoch, {r[1]: r[2] for r in st.job_rows(run.id)}
 
 
-def wide_plan(tmp: Path, out: Path, gated: bool = False) -> Path:
-    """Chains of pool jobs beside a long one: work starts all along the run (`gated`: a09 waits for a09.go)."""
-    jobs: dict[str, dict] = {"long": {"pool": "etl", "sleep": 4}}
+def wide_plan(tmp: Path, out: Path, gated: bool = False, long: float = 4) -> Path:
+    """Chains of pool jobs beside a long one of `long` s: work starts all along the run (`gated`: a09 waits for
+    a09.go).
+
+    The chains take about 2.8 s: a test whose run must still be going some time after it is under way (before a
+    fault that does not stall it) keeps the long job at 4 s; one whose fault stalls the run may make it shorter.
+    """
+    jobs: dict[str, dict] = {"long": {"pool": "etl", "sleep": long}}
     for c in "ab":
         for k in range(12):
-            jobs[f"{c}{k:02d}"] = {"pool": "etl", "sleep": 0.25, **({"depends_on": [f"{c}{k - 1:02d}"]} if k else {})}
+            jobs[f"{c}{k:02d}"] = {"pool": "etl", "sleep": 0.2, **({"depends_on": [f"{c}{k - 1:02d}"]} if k else {})}
     if gated:
         jobs["a09"]["gate"] = str(tmp / "a09.go")  # `a10` stays ahead until the test opens it
     jobs["last"] = {"pool": "etl", "depends_on": ["a11", "b11", "long"]}
@@ -154,9 +159,9 @@ def test_kill_9_of_the_active_host_the_standby_takes_over_and_every_job_runs_onc
 
 def test_an_active_frozen_past_its_lease_is_fenced_when_it_wakes_and_writes_nothing(
         tmp_path: Path, nats_server: NatsServer, agents: list[Node], pg_url: str) -> None:
-    # Given a run on host A with a standby on host B
+    # Given a run on host A with a standby on host B (A frozen, nothing more is dispatched: a long job of 3 s)
     out = tmp_path / "evidence"
-    pair = Pair(tmp_path, wide_plan(tmp_path, out), nats_server.url, pg_url).start()
+    pair = Pair(tmp_path, wide_plan(tmp_path, out, long=3), nats_server.url, pg_url).start()
     try:
         wait_for(lambda: {"a02", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
         # When host A's scheduler freezes past its lease, and B takes over
@@ -219,12 +224,13 @@ def test_a_postgresql_restart_mid_run_loses_nothing_with_a_standby_watching(
     try:
         with scratch_database(server.url, "wl_test") as url:
             out = tmp_path / "evidence"
-            pair = Pair(tmp_path, wide_plan(tmp_path, out), nats_server.url, url).start()
+            # (no journal, no progress: a long job of 3 s)
+            pair = Pair(tmp_path, wide_plan(tmp_path, out, long=3), nats_server.url, url).start()
             try:
                 wait_for(lambda: {"a02", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
                 # When PostgreSQL restarts in the middle of the run
                 server.stop("fast")
-                time.sleep(2.0)
+                time.sleep(1.0)  # longer than the lease: the active renews it in the journal every 0.1 s
                 server.start()
                 # Then the run finishes under one of the two schedulers
                 wait_for(lambda: pair.active.proc.poll() is not None and pair.standby.proc.poll() is not None,
@@ -245,14 +251,14 @@ def test_a_postgresql_restart_mid_run_loses_nothing_with_a_standby_watching(
 
 def test_a_broker_restart_mid_run_loses_nothing_and_the_active_keeps_the_run(
         tmp_path: Path, nats_server: NatsServer, agents: list[Node], pg_url: str) -> None:
-    # Given a run with a standby
+    # Given a run with a standby (no broker, no dispatch: a long job of 3 s)
     out = tmp_path / "evidence"
-    pair = Pair(tmp_path, wide_plan(tmp_path, out), nats_server.url, pg_url).start()
+    pair = Pair(tmp_path, wide_plan(tmp_path, out, long=3), nats_server.url, pg_url).start()
     try:
         wait_for(lambda: {"a02", "long"} <= set(runs_of(out)), timeout=60, what="the run under way")
         # When the broker restarts in the middle of it
         nats_server.stop()
-        time.sleep(2.0)
+        time.sleep(1.0)  # longer than the lease (0.6 s): the standby could claim the run, were it not kept
         nats_server.start()
         # Then the run finishes under the active (it kept the lease in the journal all along)
         assert pair.active.wait(120) == 0, pair.active.output()
@@ -275,7 +281,7 @@ def test_a_standby_that_cannot_reach_the_agents_does_not_take_over_while_the_act
     other = NatsServer(binary, tmp_path / "other", free_port())
     other.start()
     out = tmp_path / "evidence"
-    pair = Pair(tmp_path, wide_plan(tmp_path, out), nats_server.url, pg_url, standby_broker=other.url)
+    pair = Pair(tmp_path, wide_plan(tmp_path, out, long=3), nats_server.url, pg_url, standby_broker=other.url)
     try:
         pair.start()
         # When the run goes on to its end under the active
