@@ -11,6 +11,8 @@ from wloadctl.core.states import TERMINAL, JobState
 S = JobState
 _SENT = frozenset({S.QUEUED, S.RUNNING})
 _BACK = frozenset({S.READY, S.WAITING})
+_REOPENED = TERMINAL | {S.RETRY_WAIT}
+"""States a rerun upstream sends a job back to WAITING from (RETRY_WAIT: a rerun with its downstream)."""
 
 
 def iterations_journaled(transitions: Iterable[tuple]) -> int:
@@ -22,7 +24,7 @@ def iterations_journaled(transitions: Iterable[tuple]) -> int:
     n = 0
     for t in transitions:
         frm, to, reason = t[0], t[1], t[6] or ""
-        if (to == S.WAITING and S(frm) in TERMINAL and reason.startswith(FRESH_STARTS[:2])) or \
+        if (to == S.WAITING and S(frm) in _REOPENED and reason.startswith(FRESH_STARTS[:2])) or \
                 reason.startswith(FRESH_STARTS[2]):
             n = 0
         elif reason.startswith(UNTIL_AGAIN):
@@ -45,7 +47,7 @@ def attempts_unspent(transitions: Iterable[tuple]) -> int:
     base = last = 0
     for t in transitions:
         frm, to, att = S(t[0]), S(t[1]), t[2]
-        if frm in TERMINAL and to in _BACK:
+        if (frm in TERMINAL and to in _BACK) or (frm == S.RETRY_WAIT and to == S.WAITING):
             base = att
         elif frm in _SENT and to in _BACK and att == last:
             base += 1

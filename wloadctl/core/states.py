@@ -74,6 +74,7 @@ TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (_S.RUNNING, _S.READY),  # preempted: requeued without counting an attempt
         (_S.RUNNING, _S.HELD),  # executor lost and the job is not idempotent
         (_S.RETRY_WAIT, _S.READY),
+        (_S.RETRY_WAIT, _S.WAITING),  # an upstream was rerun with its downstream: it waits for it again
         (_S.RETRY_WAIT, _S.HELD),
         (_S.RETRY_WAIT, _S.CANCELLED),
         (_S.RETRY_WAIT, _S.SUCCEEDED),  # set-ok

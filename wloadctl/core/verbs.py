@@ -201,6 +201,9 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         if (verb == "approve" and not core.specs[i].confirm) or (verb == "release" and core.specs[i].confirm):
             results.append((i, False, _confirm_refusal(core, i, verb)))
             continue
+        if verb == "rerun" and ev.downstream and (started := _started_downstream(core, i)):
+            results.append((i, False, _started_refusal(core, i, started)))
+            continue
         msg = _APPLY[verb](core, i, ev, touched)
         results.append((i, True, msg))
     return Reply(verb, results, touched)
@@ -226,6 +229,8 @@ def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) 
             return False, refusal(job, st, verb)
         return True, _APPLY[verb](core, i, ev, touched)
     again = [k for k in mine if core.state[k] in ((S.FAILED, S.TIMED_OUT) if verb == "retry" else TERMINAL)]
+    if again and verb == "rerun" and ev.downstream and (started := _started_downstream(core, i)):
+        return False, _started_refusal(core, i, started)
     if not again:
         what = "failed instance" if verb == "retry" else "ended instance"
         return False, f"loop '{job}' has no {what} to {verb}" + (f" ({len(left)} have not ended)" if left else "")
@@ -306,25 +311,52 @@ def _descendants(core: VerbTarget, i: int) -> list[int]:
     return order
 
 
+def _lists_again(core: VerbTarget, i: int, jobs: list[int]) -> list[int]:
+    """The loops over output among job i's descendants `jobs` that make their instances again from the list they
+    read once i has run again (not a loop i is an instance of: a rerun of its own instance leaves it its list)."""
+    return [d for d in jobs if d in core.fanout.expanded and isinstance(core.specs[d].for_each, DynamicItems)
+            and i not in instances_of(core.specs[d], core.specs, core.index)]
+
+
+def _started_downstream(core: VerbTarget, i: int) -> list[int]:
+    """Job i's descendants sent to an executor (QUEUED or RUNNING): a rerun of i with its downstream would leave
+    them running on beside it, on what i gave before, and their own dependents starting meanwhile. (The instances
+    of a loop that makes them again from a new list are let go: their ends are no longer the loop's.)"""
+    desc = _descendants(core, i)
+    free = {k for d in _lists_again(core, i, desc) for k in instances_of(core.specs[d], core.specs, core.index)}
+    return [d for d in desc if core.state[d] in (S.QUEUED, S.RUNNING) and d not in free]
+
+
+def _started_refusal(core: VerbTarget, i: int, started: list[int]) -> str:
+    """Why a rerun with its downstream is refused while some of that downstream has started (nothing changed)."""
+    job, names = core.ids[i], [core.ids[d] for d in started]
+    shown = ", ".join(f"'{n}' ({S(core.state[d]).name})" for n, d in zip(names[:5], started, strict=False))
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return (f"job '{job}' not rerun: downstream job(s) {shown}{more} have started and would not wait for it; let "
+            f"them end, or `wloadctl kill {' '.join(names[:5])}`, then `wloadctl rerun {job} --downstream` runs "
+            "them again after it")
+
+
 def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_blocked: bool) -> list[int]:
     """Send job i's finished descendants `jobs` back to WAITING, then settle them upstream-first.
 
-    Unless only the blocked ones go back, a loop over output among them makes its instances again from the
-    list it reads then: its instances are downstream of what it reads, though no edge says so, and the list
-    may change (a rerun of one of its own instances leaves it its list). Returns those loops."""
+    Unless only the blocked ones go back, those waiting for a retry go back too (their next attempt would run
+    before i has run again), and a loop over output among them makes its instances again from the list it
+    reads then: its instances are downstream of what it reads, though no edge says so, and the list may change
+    (a rerun of one of its own instances leaves it its list). Returns those loops."""
     reopened = []
     for d in jobs:
         st = core.state[d]
         # (a loop over output that made instances runs nothing itself: FAILED, it was failed by one of them)
         if only_blocked and st != S.UPSTREAM_FAILED and not (st == S.FAILED and d in core.fanout.expanded):
             continue
-        if st in TERMINAL:
+        if st in TERMINAL or (st == S.RETRY_WAIT and not only_blocked):
             core.set_state(d, S.WAITING, reason="upstream rerun")
+            core.timers.retry_due.pop(d, None)
             core.attempt_base[d] = core.attempt[d]
             core.afresh(d)
             reopened.append(d)
-    lists = [] if only_blocked else [d for d in jobs if d in core.fanout.expanded and isinstance(
-        core.specs[d].for_each, DynamicItems) and i not in instances_of(core.specs[d], core.specs, core.index)]
+    lists = [] if only_blocked else _lists_again(core, i, jobs)
     for d in lists:
         touched.extend(core.read_list_again(d))
     for d in reopened:
@@ -357,6 +389,9 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
     extra = len(set(desc).intersection(touched[before:]))
     _settle(core, i, touched)
     more = f" with {extra} downstream job(s)" if extra > 0 else ""
+    if ev.downstream and what == "rerun" and (held := [d for d in desc if core.state[d] == S.HELD]):
+        names = ", ".join(f"'{core.ids[d]}'" for d in held[:5]) + (" ..." if len(held) > 5 else "")
+        more += f" ({names} HELD: run again after it once released)"
     if lists:
         named = ", ".join(f"'{core.ids[d]}'" for d in lists[:5]) + (" ..." if len(lists) > 5 else "")
         loop = f"loop {named} makes" if len(lists) == 1 else f"loops {named} make"
