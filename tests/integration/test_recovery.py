@@ -304,7 +304,7 @@ def test_journal_records_every_transition_before_its_effect(tmp_path: Path, no_i
 
 def test_a_one_line_plan_keeps_no_encoded_copy_and_resumes_from_its_text(tmp_path: Path) -> None:
     plan = tmp_path / "gen.yaml"
-    cli("gen", "--jobs", "120", "--shape", "bank", "--command", "sleep 0.15", "-o", str(plan), check=True)
+    cli("gen", "--jobs", "60", "--shape", "bank", "--command", "sleep 0.15", "-o", str(plan), check=True)
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "2")
 
