@@ -154,12 +154,17 @@ def test_kill_9_of_the_whole_tree_then_resume(tmp_path: Path) -> None:
     # Given a run in the middle
     jobs = layered()
     jobs["l1_0"]["idempotent"] = False
-    # (jobs long enough that the run is still under way when the kill lands on a busy machine)
-    proc, plan, sd, out = run_until_some_running(tmp_path, jobs, sleep=0.8)
+    # (the third layer's jobs run until a gate opens after the kill: the run is still under way when the
+    # kill lands, however busy the machine)
+    gate = tmp_path / "gate"
+    for k in range(5):
+        jobs[f"l2_{k}"]["gate"] = str(gate)
+    proc, plan, sd, out = run_until_some_running(tmp_path, jobs, sleep=0.3)
     run_id = status(sd)["run"]
     # When the scheduler and every executor are killed at once
     kill_all([proc.pid, *executor_pids(run_id)])
     proc.wait()
+    gate.touch()
     # (a job the journal has as QUEUED may have been taken and started by its executor just before
     # the kill: it was interrupted with its executor as much as a RUNNING one)
     running_at_kill = {j for j, s in job_states(sd).items() if s in ("RUNNING", "QUEUED")}
