@@ -189,7 +189,10 @@ def test_a_standby_started_before_the_run_waits_for_a_postgresql_journal_to_exis
     c.url = pg_url
     try:
         standby = c.standby()
-        time.sleep(3.0)  # long enough to have looked at the empty database a few times
+        # (it says so at its first look; then a few more looks, one per heartbeat interval)
+        wait_for(lambda: standby.poll() is not None or "no running run in" in c.stderr("standby"), timeout=30,
+                 every=0.05, what="the standby's first look")
+        time.sleep(0.6)
         assert standby.poll() is None, c.stderr("standby")
         # When the run starts after it
         active = c.start_run(layers=3, sleep=0.2, gate_layer=1)

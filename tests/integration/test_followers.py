@@ -61,7 +61,7 @@ def test_a_chain_runs_in_order_through_followers_and_a_failure_stops_the_rest(
 
 def test_kill_9_of_the_executor_running_a_chain_every_job_still_ends_once_in_order(
         tmp_path: Path, no_ipc_leaks: None) -> None:
-    proc, out, sd, jobs = _started_chain(tmp_path, 150, 40)
+    proc, out, sd, jobs = _started_chain(tmp_path, 100, 40)
     try:
         run_id = str(status(sd)["run"])
         # The executor running the chain now (the one with a job process) dies.
@@ -85,7 +85,7 @@ def test_kill_9_of_the_executor_running_a_chain_every_job_still_ends_once_in_ord
 
 
 def test_kill_9_of_the_scheduler_mid_chain_then_resume_every_job_ends_once_in_order(tmp_path: Path) -> None:
-    proc, out, sd, jobs = _started_chain(tmp_path, 120, 30)
+    proc, out, sd, jobs = _started_chain(tmp_path, 90, 30)
     try:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

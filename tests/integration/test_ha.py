@@ -37,6 +37,9 @@ pytestmark = pytest.mark.ipc
 
 TAKEOVER_BUDGET = 3.0
 """Seconds from the active's death to the takeover, with default heartbeat settings."""
+QUICK_BEAT = ("--heartbeat-interval", "0.1", "--heartbeat-timeout", "0.75")
+"""Heartbeat settings of a Cluster's schedulers unless a test asks for the defaults (0.25 s, 1.5 s): a
+takeover comes about a second sooner (the HA tests across hosts beat as often)."""
 
 
 @dataclass
@@ -46,6 +49,8 @@ class Cluster:
     tmp: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     jobs: int = 0
+    beat: tuple[str, ...] = QUICK_BEAT
+    """Heartbeat arguments of the active (start_run) and the standbys."""
 
     @property
     def sd(self) -> Path:
@@ -112,7 +117,7 @@ class Cluster:
         sd = str(self.sd)
         return self.spawn(
             "active", "run", str(plan), "--state-dir", sd, "--executors", "2",
-            "--slots", "2", "--quiet",
+            "--slots", "2", "--quiet", *self.beat,
         )  # fmt: skip
 
     def open_gate(self) -> None:
@@ -120,7 +125,7 @@ class Cluster:
         self.gate.touch()
 
     def standby(self, name: str = "standby") -> subprocess.Popen[bytes]:
-        return self.spawn(name, "scheduler", "--standby", "--state-dir", str(self.sd))
+        return self.spawn(name, "scheduler", "--standby", "--state-dir", str(self.sd), *self.beat)
 
     def run_id(self) -> str:
         con = sqlite3.connect(self.sd / "journal.db")
@@ -217,7 +222,8 @@ def cluster(no_ipc_leaks: None, tmp_path: Path) -> Iterator[Cluster]:
 def test_kill_9_of_the_active_the_standby_takes_over_and_every_job_runs_once(
     cluster: Cluster,
 ) -> None:
-    # Given a run in the middle, with jobs running, and a standby watching it
+    # Given a run in the middle, with jobs running, and a standby watching it (default heartbeats: the budget's)
+    cluster.beat = ()
     active = cluster.start_run(layers=4, sleep=0.3, gate_layer=2)
     standby = cluster.standby()
     cluster.wait_mid_run()
@@ -284,8 +290,10 @@ def test_a_frozen_active_is_fenced_and_only_the_new_active_dispatches(
 def test_an_active_frozen_holding_the_journal_lock_is_killed_by_the_takeover(
     cluster: Cluster,
 ) -> None:
-    # Given a busy run (journal writes all the time) and a standby
-    jobs: dict[str, dict[str, Any]] = {f"j{k}": {} for k in range(480)}
+    # Given a busy run (journal writes all the time) and a standby (default heartbeats: a busy active's
+    # beats are not to be late for a short timeout here)
+    cluster.beat = ()
+    jobs: dict[str, dict[str, Any]] = {f"j{k}": {} for k in range(240)}
     plan = evidence_plan(cluster.tmp / "plan.yaml", cluster.out, jobs, sleep=0.05)
     cluster.jobs = len(jobs)
     sd = str(cluster.sd)

@@ -79,12 +79,12 @@ def test_runs_share_the_hosts_slots_by_weight_and_why_names_the_run_in_front(tmp
     env = _env(root)
     assert _wl(env, "host", "--slots", "3").returncode == 0
     # Given a run of weight 2 that fills the host alone
-    heavy = _start(env, _plan(tmp_path / "a.yaml", "ledger", out, gate, 6, share=2))
+    heavy = _start(env, _plan(tmp_path / "a.yaml", "ledger", out, gate, 6, share=2, tail=0.5))
     light = None
     try:
         wait_for(lambda: sum(1 for k in read_evidence(out) if k.startswith("ledger")) == 3, what="ledger on 3")
         # When a run of weight 1 starts beside it
-        light = _start(env, _plan(tmp_path / "b.yaml", "stmts", out, gate, 6))
+        light = _start(env, _plan(tmp_path / "b.yaml", "stmts", out, gate, 6, tail=0.5))
         sd = root / "stmts"
         wait_for(lambda: sd.joinpath("journal.db").exists() and job_states(sd).get("stmts0") == "READY",
                  what="stmts ready")
@@ -119,7 +119,7 @@ def test_a_crashed_runs_slots_go_back_to_the_host(tmp_path: Path, no_ipc_leaks: 
     root, out, gate = tmp_path / "home", tmp_path / "ev", tmp_path / "gate"
     env = _env(root)
     assert _wl(env, "host", "--slots", "2").returncode == 0
-    first = _start(env, _plan(tmp_path / "a.yaml", "first", out, gate, 2))
+    first = _start(env, _plan(tmp_path / "a.yaml", "first", out, gate, 2, tail=0.2))
     second = None
     try:
         wait_for(lambda: len(read_evidence(out)) == 2, what="first on both slots")
@@ -129,7 +129,7 @@ def test_a_crashed_runs_slots_go_back_to_the_host(tmp_path: Path, no_ipc_leaks: 
         assert [r["plan"] for r in json.loads(_wl(env, "host", "--json").stdout)["runs"]] == []
         # When a second run starts, then it gets the host's slots
         gate.touch()
-        second = _start(env, _plan(tmp_path / "b.yaml", "second", out, tmp_path / "open", 2))
+        second = _start(env, _plan(tmp_path / "b.yaml", "second", out, tmp_path / "open", 2, tail=0.2))
         (tmp_path / "open").touch()
         _o, err = second.communicate(timeout=120)
         assert second.returncode == 0, err

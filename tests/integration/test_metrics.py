@@ -123,7 +123,7 @@ def test_a_standby_serves_metrics_inactive_until_it_takes_the_run_over(cluster: 
     port = free_port()
     active = cluster.start_run(layers=3, sleep=0.3, gate_layer=1)
     standby = cluster.spawn("standby", "scheduler", "--standby", "--state-dir", str(cluster.sd),
-                            "--metrics", f"127.0.0.1:{port}")
+                            "--metrics", f"127.0.0.1:{port}", *cluster.beat)
     cluster.wait_mid_run()
     wait_for(lambda: cluster.board_header().standby_pid == standby.pid, what="standby")
     # Then it says it drives nothing

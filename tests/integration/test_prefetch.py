@@ -41,12 +41,14 @@ def _alive(pid: int) -> bool:
 
 def test_kill_9_of_an_executor_with_a_prefetched_backlog_every_job_runs_exactly_once(
         tmp_path: Path, no_ipc_leaks: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Given independent jobs of a second each, on two executors of one slot that each take
-    # three tasks ahead (jobs under a minute count as short here, so they do once one has ended)
+    # Given independent jobs, on two executors of one slot that each take three tasks ahead
+    # (jobs under a minute count as short here, so they do once one has ended: the first two end
+    # at once; the others run until a gate opens after the kill, so backlogs stay held until then)
     monkeypatch.setitem(ENV, "WLOADCTL_HAND_BACK", "60")
-    out = tmp_path / "ev"
+    out, gate = tmp_path / "ev", tmp_path / "gate"
     names = [f"j{i:02d}" for i in range(12)]
-    plan = evidence_plan(tmp_path / "plan.yaml", out, {n: {} for n in names}, sleep=1.0)
+    jobs = {n: ({"gate": str(gate)} if i >= 2 else {}) for i, n in enumerate(names)}
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, sleep=0.2)
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "1", "--prefetch", "3")
     try:
@@ -66,9 +68,14 @@ def test_kill_9_of_an_executor_with_a_prefetched_backlog_every_job_runs_exactly_
         # When it is killed -9 with its backlog
         os.kill(victim, signal.SIGKILL)
         killed_at = time.time()
+        # (the gate opens once the scheduler has found the executor lost: its job is stopped by then)
+        wait_for(lambda: "executor_lost" in (sd / "events.jsonl").read_text(), timeout=30, every=0.05,
+                 what="the executor found lost")
+        gate.touch()
         # Then the run still succeeds
         assert proc.wait(90) == 0
     finally:
+        gate.touch()
         if proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -154,12 +154,17 @@ def test_kill_9_of_the_whole_tree_then_resume(tmp_path: Path) -> None:
     # Given a run in the middle
     jobs = layered()
     jobs["l1_0"]["idempotent"] = False
-    # (jobs long enough that the run is still under way when the kill lands on a busy machine)
-    proc, plan, sd, out = run_until_some_running(tmp_path, jobs, sleep=0.8)
+    # (the third layer's jobs run until a gate opens after the kill: the run is still under way when the
+    # kill lands, however busy the machine)
+    gate = tmp_path / "gate"
+    for k in range(5):
+        jobs[f"l2_{k}"]["gate"] = str(gate)
+    proc, plan, sd, out = run_until_some_running(tmp_path, jobs, sleep=0.3)
     run_id = status(sd)["run"]
     # When the scheduler and every executor are killed at once
     kill_all([proc.pid, *executor_pids(run_id)])
     proc.wait()
+    gate.touch()
     # (a job the journal has as QUEUED may have been taken and started by its executor just before
     # the kill: it was interrupted with its executor as much as a RUNNING one)
     running_at_kill = {j for j, s in job_states(sd).items() if s in ("RUNNING", "QUEUED")}
@@ -304,7 +309,7 @@ def test_journal_records_every_transition_before_its_effect(tmp_path: Path, no_i
 
 def test_a_one_line_plan_keeps_no_encoded_copy_and_resumes_from_its_text(tmp_path: Path) -> None:
     plan = tmp_path / "gen.yaml"
-    cli("gen", "--jobs", "120", "--shape", "bank", "--command", "sleep 0.15", "-o", str(plan), check=True)
+    cli("gen", "--jobs", "60", "--shape", "bank", "--command", "sleep 0.15", "-o", str(plan), check=True)
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "2")
 

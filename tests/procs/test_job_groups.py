@@ -172,8 +172,9 @@ def test_an_idle_executor_keeps_moves_fast_for_a_while_after_its_start_then_stop
     with no job running, then stop, so an idle executor does not wake every few milliseconds for ever."""
     from wloadctl.procs.jobtree import WARM_IDLE
 
-    plan = tmp_path / "p.yaml"
-    plan.write_text("name: idle\njobs:\n  nap: {command: 'sleep 4'}\n")
+    plan, gate = tmp_path / "p.yaml", tmp_path / "gate"
+    # (the job runs until the measuring is done: the gate opens then)
+    plan.write_text(f"name: idle\njobs:\n  nap: {{command: 'while [ ! -e {gate} ]; do sleep 0.05; done'}}\n")
     run = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(tmp_path / "sd"),
                             "--executors", "2", "--slots", "1"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, env={**ENV, WARM_ENV: "0.005"}, start_new_session=True)
@@ -193,6 +194,8 @@ def test_an_idle_executor_keeps_moves_fast_for_a_while_after_its_start_then_stop
         late = _writes(idle) - before
         assert early >= 15, early  # about 60 in those 0.3 s
         assert late < 10, late  # none but what its beats may write
+        gate.touch()
         assert run.wait(timeout=30) == 0, run.stderr.read() if run.stderr else ""
     finally:
+        gate.touch()
         _end(run)

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from console_fakes import NOW, FakeClient
 from rich.console import Console
+from textual import events
 from textual.app import App
 from textual.pilot import Pilot
 
@@ -57,6 +58,15 @@ async def wait_for(
             return value
         await pilot.pause(0.05)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+async def paste(pilot: Pilot[Any], text: str) -> None:
+    """Paste `text` into the focused field, as a terminal's bracketed paste does: one event, where typing it
+    costs a key press and a wait for the app to go idle per character (about a tenth of a second each)."""
+    driver = pilot.app._driver
+    assert driver is not None
+    driver.send_message(events.Paste(text))
+    await pilot.pause()
 
 
 class StubSupervisor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from console_helpers import LiveRun, loaded, screen_text, wait_for
+from console_helpers import LiveRun, loaded, paste, screen_text, wait_for
 
 from tui.screens.main import MainScreen
 from tui.screens.pipeline import PipelineScreen
@@ -217,7 +217,9 @@ async def test_a_failed_job_skipped_or_set_ok_keeps_its_attempts_duration(tmp_pa
         # When the operator skips the blocked job and the failed one, and sets the other ok
         for command, job, state_after in (("skip after", "after", S.SKIPPED), ("skip bad", "bad", S.SKIPPED),
                                           ("set-ok worse", "worse", S.SUCCEEDED)):
-            await pilot.press("colon", *command, "enter")
+            await pilot.press("colon")
+            await paste(pilot, command)
+            await pilot.press("enter")
             await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
             await pilot.press("y")
             await wait_for(pilot, lambda: model.state[model.index[job]] == state_after,  # noqa: B023

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from console_fakes import NOW, FakeClient
-from console_helpers import fake_app, loaded, screen_text, wait_for
+from console_helpers import fake_app, loaded, paste, screen_text, wait_for
 from textual.widgets import Static
 
 from tui.screens.confirm import ConfirmScreen
@@ -173,7 +173,9 @@ async def test_command_line_runs_verbs_on_globs_and_sorts() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await loaded(pilot)
         screen = app.screen
-        await pilot.press("colon", *"sort start desc", "enter")
+        await pilot.press("colon")
+        await paste(pilot, "sort start desc")
+        await pilot.press("enter")
         await pilot.pause()
         table = screen.query_one(JobTable)
         assert (table.sort_key, table.reverse) == ("start", True)
@@ -184,11 +186,15 @@ async def test_command_line_runs_verbs_on_globs_and_sorts() -> None:
             app.screen, PromptScreen
         )  # still open: the command is invalid
         assert "unknown command 'launch'" in screen_text(app)
-        await pilot.press("escape", "colon", *"hold nope_*", "enter")
+        await pilot.press("escape", "colon")
+        await paste(pilot, "hold nope_*")
+        await pilot.press("enter")
         await wait_for(pilot, lambda: any(n.message == "no job matches nope_*" for n in app._notifications),
                        what="the glob matching nothing")
         assert not isinstance(app.screen, ConfirmScreen)
-        await pilot.press("colon", *"hold post_* gl_close", "enter")
+        await pilot.press("colon")
+        await paste(pilot, "hold post_* gl_close")
+        await pilot.press("enter")
         await wait_for(
             pilot,
             lambda: isinstance(app.screen, ConfirmScreen),
@@ -211,13 +217,17 @@ async def test_the_sort_arrow_and_title_say_the_order_the_rows_are_in() -> None:
             d for i in table.order if (d := app.model.duration(i, NOW)) is not None
         ]
         # Descending: the longest first
-        await pilot.press("colon", *"sort duration desc", "enter")
+        await pilot.press("colon")
+        await paste(pilot, "sort duration desc")
+        await pilot.press("enter")
         await pilot.pause()
         assert "DURv" in screen_text(app) and "sort: duration desc" in screen_text(app)
         assert app.model.ids[table.order[0]] == "load_gl"
         assert durations() == sorted(durations(), reverse=True)
         # Ascending: the shortest first
-        await pilot.press("colon", *"sort duration", "enter")
+        await pilot.press("colon")
+        await paste(pilot, "sort duration")
+        await pilot.press("enter")
         await pilot.pause()
         assert "DUR^" in screen_text(app) and durations() == sorted(durations())
         # S reaches attempt descending, the retried job on top; I turns it

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from console_fakes import NOW, T0, FakeClient, Run
-from console_helpers import loaded, screen_text, wait_for
+from console_helpers import loaded, paste, screen_text, wait_for
 
 from tui.app import ConsoleApp
 from tui.runs_view import find_run, host_risk
@@ -83,7 +83,9 @@ async def test_enter_opens_a_run_esc_goes_back_and_colon_switches() -> None:
         await pilot.press("escape")
         await listed(pilot)
         # When `:run ledger` is typed there, then that run opens with its own client
-        await pilot.press("colon", *"run ledger", "enter")
+        await pilot.press("colon")
+        await paste(pilot, "run ledger")
+        await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, MainScreen) and app.state_dir.name == "ledger",
                        what="ledger")
         await loaded(pilot)
@@ -93,12 +95,16 @@ async def test_enter_opens_a_run_esc_goes_back_and_colon_switches() -> None:
         await listed(pilot)
         await pilot.press("escape")  # nothing to leave on the list: it stays
         assert isinstance(app.screen, RunsScreen)
-        await pilot.press("colon", *"run r-statements", "enter")
+        await pilot.press("colon")
+        await paste(pilot, "run r-statements")
+        await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, MainScreen) and app.state_dir.name == "statements",
                        what="statements")
         await loaded(pilot)
         # An unknown run changes nothing
-        await pilot.press("colon", *"run payroll", "enter")
+        await pilot.press("colon")
+        await paste(pilot, "run payroll")
+        await pilot.press("enter")
         await pilot.pause(0.2)
         assert isinstance(app.screen, MainScreen) and app.state_dir.name == "statements"
     # (a run opened gets the feed's client and the one that learns the user's role in it)
@@ -139,13 +145,17 @@ async def test_an_earlier_run_of_a_directory_opens_as_itself_read_only(tmp_path:
         await pilot.press("escape")
         await listed(pilot)
         # When the later one is asked for by its id, it opens as itself, with its verbs
-        await pilot.press("colon", *f"run {newer}", "enter")
+        await pilot.press("colon")
+        await paste(pilot, f"run {newer}")
+        await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, MainScreen) and app.info is not None
                        and app.info.run_id == newer, what="the later run")
         await loaded(pilot)
         assert app.model is not None and app.model.state[0] == JobState.SUCCEEDED and not app.readonly
         # And `:run` of the earlier id from a run opens that one again
-        await pilot.press("colon", *f"run {older}", "enter")
+        await pilot.press("colon")
+        await paste(pilot, f"run {older}")
+        await pilot.press("enter")
         await wait_for(pilot, lambda: app.info is not None and app.info.run_id == older, what="the earlier run")
         assert app.readonly
 
