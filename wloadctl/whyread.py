@@ -18,6 +18,7 @@ from wloadctl.core.explain import why as explain
 from wloadctl.core.plan import JobSpec
 from wloadctl.core.sla import instant
 from wloadctl.core.states import JobState
+from wloadctl.core.timers import retry_due_journaled
 from wloadctl.core.whyview import JobSight, JobView
 from wloadctl.store import RunRow, Store
 
@@ -82,7 +83,8 @@ def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float,
         f = facts[i]
         row = rows.get(i)
         attempt, reason = (row[1], row[6] or "") if row is not None else (attempts[i], "")  # type: ignore[index]
-        job = JobSight(f.spec(ids[i], ids), states[i], attempt, reason)
+        due = retry_due_journaled(store.transitions_of(run.id, i)) if states[i] == JobState.RETRY_WAIT else None
+        job = JobSight(f.spec(ids[i], ids), states[i], attempt, reason, due)
         view = JobView(i, job, {u: (ids[u], states[u]) for u in f.ups}, counts, active,
                        (f.rank, f.expected, f.path, meta.longest, meta.jobs), meta.resources, meta.places, now)
         if job.spec.not_before:

@@ -50,7 +50,7 @@ from wloadctl.core.sla import (
     TierSlots,
 )
 from wloadctl.core.states import TERMINAL, DepKind, JobState, SlaTier
-from wloadctl.core.timers import Timers
+from wloadctl.core.timers import Timers, retry_reason
 from wloadctl.core.verbs import apply_verb
 
 S = JobState
@@ -503,8 +503,7 @@ class SchedulerCore(JobTable):
         if retryable and used <= policy.count and not self.cancelled:
             delay = self.timers.retry_delay(spec, self.tier[i], used)
             due = self.now + delay
-            self.set_state(i, _RW, reason=f"{why}; retry {used}/{policy.count} in {delay:.1f}s",
-                           executor=ex, exit_code=code)
+            self.set_state(i, _RW, reason=retry_reason(why, used, policy.count, delay), executor=ex, exit_code=code)
             self.timers.wait_retry(i, due, self.attempt[i])
             return
         final = _TO if ev.timed_out else _FAIL
@@ -1207,11 +1206,14 @@ class SchedulerCore(JobTable):
 
     # -- restore and invariants ----------------------------------------------------------
 
-    def restore(self, rows: Iterable[tuple[int, int, int]], now: float) -> None:
+    def restore(self, rows: Iterable[tuple[int, int, int]], now: float,
+                retry_due: Mapping[int, float] | None = None) -> None:
         """Load states from a journal before RunStartedEvent: (job, state, attempt) rows.
 
         QUEUED and RUNNING jobs keep their slot: the shell reconciles them with the
-        executors and feeds their exits (or losses) as events.
+        executors and feeds their exits (or losses) as events. A job in RETRY_WAIT becomes
+        READY when its journaled delay ends (`retry_due`, by job; now for a job not in it).
+        A run with a CANCELLED job was cancelled: nothing new starts in it.
         """
         state, counts = self.state, self.counts
         seen: set[int] = set()
@@ -1223,6 +1225,7 @@ class SchedulerCore(JobTable):
             self.attempt[i] = att
         self.busy = counts[_Q] + counts[_RUN]
         self.now = now
+        self.cancelled = self.cancelled or counts[_CANC] > 0
         # A confirmation job the journal has a state for was held (or approved) already.
         self.to_confirm = [i for i in self.to_confirm if i not in seen]
         self._cause = "restore"
@@ -1234,7 +1237,7 @@ class SchedulerCore(JobTable):
                 if st == _W and self.specs[i].item is not None and (loop := self.awaits_list(i)) is not None:
                     self._wait_for_list(i, loop)
             elif st == _RW:
-                self.timers.wait_retry(i, now, self.attempt[i])
+                self.timers.wait_retry(i, retry_due.get(i, now) if retry_due else now, self.attempt[i])
             elif st == _R:
                 heapq.heappush(self.ready, self.key_base[i] | i)
             if st == _Q or st == _RUN:

@@ -1,12 +1,14 @@
 """What a resume rebuilds of a job from its journaled transitions beyond its state: the iterations its `until`
-has completed, and its attempts not counted against its retry policy."""
+has completed, its attempts not counted against its retry policy, when its retry is due; and of the run from its
+journaled actions, whether it was cancelled."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from wloadctl.core.branches import FRESH_STARTS, UNTIL_AGAIN, UNTIL_UNJUDGED
 from wloadctl.core.states import TERMINAL, JobState
+from wloadctl.core.timers import retry_due_journaled
 
 S = JobState
 _SENT = frozenset({S.QUEUED, S.RUNNING})
@@ -53,3 +55,24 @@ def attempts_unspent(transitions: Iterable[tuple]) -> int:
             base += 1
         last = att
     return base
+
+
+def retry_dues(transitions: Mapping[int, Iterable[tuple]]) -> dict[int, float]:
+    """When each job in RETRY_WAIT becomes READY, by its journaled transitions (timers.retry_due_journaled);
+    jobs whose journal does not say are left out.
+
+    Args:
+        transitions: the transitions of jobs in RETRY_WAIT, by job.
+    """
+    out: dict[int, float] = {}
+    for i, ts in transitions.items():
+        due = retry_due_journaled(ts)
+        if due is not None:
+            out[i] = due
+    return out
+
+
+def run_cancelled(actions: Iterable[tuple]) -> bool:
+    """Whether an operator cancelled the run, by its journaled actions (ts, user, verb, job, reason, outcome,
+    applied): a resumed run that was cancelled starts nothing and ends cancelled."""
+    return any(a[2] == "cancel" and a[6] for a in actions)

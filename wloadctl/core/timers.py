@@ -5,7 +5,9 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import re
 from array import array
+from collections.abc import Iterable
 
 from wloadctl.core import codes as C
 from wloadctl.core.commands import Flag
@@ -22,6 +24,31 @@ TIER_RETRY_FACTOR: dict[SlaTier, float] = {
     SlaTier.LOW: 1.5,
 }
 """Retry delays are multiplied by the job's tier factor: urgent work is retried sooner."""
+
+
+_RETRY_IN = re.compile(r"; retry \d+/\d+ in (\d+(?:\.\d+)?)s$")
+"""The end of a RETRY_WAIT transition's reason (retry_reason): the delay it waits."""
+
+
+def retry_reason(why: str, used: int, count: int, delay: float) -> str:
+    """The reason journaled with a move to RETRY_WAIT: why the attempt ended, and the retry it waits for."""
+    return f"{why}; retry {used}/{count} in {delay:.1f}s"
+
+
+def retry_due_journaled(transitions: Iterable[tuple]) -> float | None:
+    """When a job in RETRY_WAIT becomes READY, by its journaled transitions: the time of its last move to
+    RETRY_WAIT plus the delay its reason names (a stopped or crashed run's retry keeps its time). None when
+    the journal does not say (the caller's now then).
+
+    Args:
+        transitions: the job's (from, to, attempt, ts, executor, exit_code, reason, ...), in order.
+    """
+    due = None
+    for t in transitions:
+        if t[1] == S.RETRY_WAIT:
+            m = _RETRY_IN.search(t[6] or "")
+            due = t[3] + float(m.group(1)) if m else None
+    return due
 
 
 class Timers:

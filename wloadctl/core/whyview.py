@@ -5,8 +5,8 @@ every job's state: seconds at a million jobs, to explain one. `why` (core/explai
 handful of things of that core for the job it explains: its spec, state, attempt and reason, its
 upstreams' states, the counts, what running jobs hold, its critical-path figures. JobView holds
 just those, with the core's names, and does to the job what the rebuilt core's restore does to
-it (a WAITING job whose upstream has failed ends UPSTREAM_FAILED; a retry is due now), so the
-same explain gives the same answer.
+it (a WAITING job whose upstream has failed ends UPSTREAM_FAILED; a retry is due when its journaled
+delay ends), so the same explain gives the same answer.
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ class JobSight:
     """Its attempts."""
     reason: str
     """The reason its last transition journaled ("" for none)."""
+    retry_due: float | None = None
+    """When it becomes READY, in RETRY_WAIT, by its journaled transitions (None: the journal does not say)."""
 
 
 class JobView:
@@ -126,7 +128,7 @@ class JobView:
                 self.state[i] = S.UPSTREAM_FAILED if block == 1 else S.SKIPPED
                 self.reasons[i] = "upstream failed" if block == 1 else "condition not met"
         elif st == S.RETRY_WAIT:
-            self.timers.retry_due[i] = now
+            self.timers.retry_due[i] = job.retry_due if job.retry_due is not None else now
         if job.reason:
             self.reasons[i] = job.reason
         if st == S.READY:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wloadctl.core.events import JobExitedEvent
 from wloadctl.core.states import JobState
@@ -14,6 +15,14 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.procs.localpool import LocalPool, read_results, result_journals
 from wloadctl.procs.pools import Feed
 
+if TYPE_CHECKING:
+    from wloadctl.core.engine import SchedulerCore
+    from wloadctl.store import Store
+
+STOP_VERB = "stop"
+"""The journaled action of a stop that stops the run's running jobs (SIGTERM), written before any is signalled."""
+STOPPED_WITH_RUN = "interrupted: run stopped"
+"""How the end of a job stopped with the run is told (requeued, or held when it may not run twice)."""
 SETTLE = 0.3
 """Seconds to let live executors journal what they took from the request queue before it is read."""
 SWEEP_INTERVAL = 1.0
@@ -83,18 +92,49 @@ class AttemptReports:
         self.by = {k: v for k, v in self.by.items() if k in keys}
 
 
-def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bool] = lambda _i: True) -> list[str]:
+def stopped_with_run(store: Store, run: int, core: SchedulerCore, actions: list[tuple]) -> set[int]:
+    """The jobs in flight that a stop of the run was stopping when its scheduler died.
+
+    A stop journals its intent (STOP_VERB) before it signals any job, and nothing is sent after
+    it: a job the journal shows QUEUED or RUNNING, sent before the latest stop, was being stopped
+    with the run. Its end, whatever the executors journaled of it (a signal 15 or 9, a trap's
+    exit status, lost), is then the stop's doing, as it is when the stop ends cleanly.
+
+    Args:
+        store: the run's journal.
+        run: the run's row id.
+        core: the core restored from the journal.
+        actions: the run's journaled actions (Store.actions).
+    """
+    stops = [a[0] for a in actions if a[2] == STOP_VERB and a[6]]
+    if not stops:
+        return set()
+    last = max(stops)
+    inflight = _in_flight(core.state)
+    out: set[int] = set()
+    for i, transitions in store.transitions_of_jobs(run, inflight).items():
+        sent = [t[3] for t in transitions if t[1] == JobState.QUEUED and t[2] == core.attempt[i]]
+        if sent and sent[-1] <= last:
+            out.add(i)
+    return out
+
+
+def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bool] = lambda _i: True,
+              stopped: Collection[int] = ()) -> list[str]:
     """Settle every job the journal shows QUEUED or RUNNING, before dispatching anything.
 
     Results the executors journaled are applied; attempts still held by live (adopted)
     executors stay theirs; attempts whose executor is gone are lost: requeued when they
     never started, otherwise retried under the job's policy (or held when not idempotent).
+    Jobs a stop of the run was stopping (`stopped`) end as they would have had the stop
+    finished: requeued, or held when they may not run twice, not failed.
 
     Args:
         pool: the local pool (its core has been restored from the journal).
         feed: where the events go (the core).
         adopt: the previous scheduler's executors may still be alive and were kept.
         mine: whether a job runs on this host (jobs of agents are the agent pool's to recover).
+        stopped: jobs in flight that a stop of the run was stopping (stopped_with_run).
 
     Returns:
         One line per notable finding, for the operator.
@@ -122,8 +162,13 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
             if (r.task, r.attempt) in want:
                 seen.add(pid, r)
     applied = lost = kept = 0
+    halted = 0
     for i in inflight:
         att = core.attempt[i]
+        if i in stopped:
+            # (kept while its executor, told to stop, still lives: its end, when it comes, is the stop's)
+            core.kill_reason[i] = (STOPPED_WITH_RUN, True)
+            halted += 1
         recs = seen.of((i, att))
         if P.RES_EXITED in recs:
             feed(pool.replay(recs[P.RES_EXITED][1], "recovery"))
@@ -144,7 +189,9 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
                             cause_id="recovery"))
         lost += 1
     notes.append(f"recovered {len(inflight)} in-flight job(s): {applied} finished while the scheduler was down, "
-                 f"{kept} still running on live executors, {lost} lost (requeued or retried under policy)")
+                 f"{kept} still running on live executors, {lost} lost (requeued or retried under policy)"
+                 + (f"; {halted} of them were being stopped with the run, and end as stopped with it"
+                    if halted else ""))
     return notes
 
 

@@ -22,7 +22,7 @@ from wloadctl.core.engine import FOLLOW, SchedulerCore
 from wloadctl.core.events import RunStartedEvent
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
-from wloadctl.core.replay import attempts_unspent, iterations_journaled
+from wloadctl.core.replay import attempts_unspent, iterations_journaled, retry_dues, run_cancelled
 from wloadctl.core.sla import business_date_at, standing_flags
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.errors import PlanError, StoreError, TransportError, UsageError, WloadError
@@ -58,7 +58,7 @@ from wloadctl.procs.prestart import (
     Prestarted,
     new_run_id,
 )
-from wloadctl.procs.recovery import ResultSweeper, reconcile
+from wloadctl.procs.recovery import ResultSweeper, reconcile, stopped_with_run
 from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
@@ -716,10 +716,14 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     try:
         core.set_times(*ctx.times(core))
         if resumed:
-            core.restore(store.job_states(run.id), t0)
+            rows = store.job_states(run.id)
+            core.restore(rows, t0, _retry_dues(store, run, rows))
             _restore_outcomes(store, run, ctx, core)
             _restore_counts(store, run, core)
-            notes = reconcile(local, core.feed, adopt, mine=local.serves)
+            actions = store.actions(run.id)
+            core.cancelled = core.cancelled or run_cancelled(actions)
+            notes = reconcile(local, core.feed, adopt, mine=local.serves,
+                              stopped=stopped_with_run(store, run.id, core, actions))
             if remote is not None:
                 notes += remote.recover(core.feed, expect=claim.agents if claim is not None else 0)
             for n in notes:
@@ -877,6 +881,13 @@ def _restore_outcomes(store: Store, run: RunRow, ctx: RunContext, core: Schedule
     for i, _job, state, attempt, _ex, code, *_rest in store.job_rows(run.id):
         if i in core.want and state in (JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT) and attempt:
             core.outcomes[i] = {"exit_code": code, "result": ctx.result_of(core.ids[i], attempt)}
+
+
+def _retry_dues(store: Store, run: RunRow, rows: Iterable[tuple[int, int, int]]) -> dict[int, float]:
+    """When each job in RETRY_WAIT of these (job, state, attempt) rows becomes READY, by its journaled
+    transitions: a retry delay runs on across a stop or a crash of the scheduler."""
+    waiting = [i for i, st, _a in rows if st == JobState.RETRY_WAIT]
+    return retry_dues(store.transitions_of_jobs(run.id, waiting)) if waiting else {}
 
 
 def _restore_counts(store: Store, run: RunRow, core: SchedulerCore) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import select
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from wloadctl.core.events import ClockJumpedEvent, TimerFiredEvent
 from wloadctl.core.fanout import expansion_rows
 from wloadctl.core.states import JobState
 from wloadctl.errors import Fenced, StoreError, StoreFull, WloadError
+from wloadctl.ipc.ctlsock import user_name
 from wloadctl.ipc.protocol import (
     PAUSE_CANCELLED,
     PAUSE_JOURNAL_LOST,
@@ -36,7 +38,7 @@ from wloadctl.procs.clockwatch import ClockWatch
 from wloadctl.procs.control import ControlDesk
 from wloadctl.procs.pipeline import PipelineMeter
 from wloadctl.procs.pools import Pools
-from wloadctl.procs.recovery import ResultSweeper
+from wloadctl.procs.recovery import STOP_VERB, STOPPED_WITH_RUN, ResultSweeper
 from wloadctl.procs.runctx import RunContext
 from wloadctl.procs.supervisor import RunObjects, live_standby
 from wloadctl.store import Store
@@ -479,6 +481,18 @@ class SchedulerLoop:
         core, ends = self.core, self.pools.stops_with_scheduler
         return sum(1 for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and ends(i))
 
+    def _journal_stop(self, jobs: int) -> None:
+        """Journal the stop before any job is signalled: a resume after a crash mid-stop reads the ends of the
+        jobs it was stopping as stopped with the run, not as their failures (recovery.stopped_with_run)."""
+        try:
+            self.store.record_action(self.ctx.run.id, user_name(os.getuid()), STOP_VERB, "*", "stopped by a signal",
+                                     f"run stopping: {jobs} job(s) in flight stopped, run again on resume "
+                                     "(held when they may not run twice)", True)
+        except Fenced:
+            raise
+        except StoreError as e:
+            self.say(f"cannot journal the stop ({e}): a crash before it ends would read the jobs it stops as failed")
+
     def drain_after_stop(self, grace: float) -> None:
         """After a stop: requeue running jobs, let executors stop them, and journal what they report.
 
@@ -491,8 +505,10 @@ class SchedulerLoop:
         stopping = self.pools.stopping()
         # Jobs on agents keep running there: their results wait in the broker for the next scheduler.
         here = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and ends(i)]
+        if here:
+            self._journal_stop(len(here))
         for i in here:
-            core.kill_reason[i] = ("interrupted: run stopped", True)
+            core.kill_reason[i] = (STOPPED_WITH_RUN, True)
         for p in stopping:
             p.stop_all()
         deadline = time.time() + grace
