@@ -55,7 +55,7 @@ def test_an_exit_on_the_executor_that_ran_it_wins_over_the_hand_back_of_the_one_
 
 
 def test_a_task_handed_back_and_taken_by_nobody_is_held_by_no_executor(tmp_path: Path) -> None:
-    # (recovery then counts it lost, never started, and sends it again)
+    # (recovery then requeues it as handed back, from AttemptReports.handed_back, and sends it again)
     journal(tmp_path, 0, 500, [rec(P.RES_ACCEPTED, 0, 1.0), rec(P.RES_EXITED, 0, 1.1, RETURNED)])
     journal(tmp_path, 1, 501, [])
     assert read(tmp_path).of((7, 1)) == {}

@@ -139,8 +139,10 @@ class LocalPool:
     payload_at: dict[int, int] = field(default_factory=dict)
     """Arena offset of each in-flight job's payload, released at its first report."""
     sent_here: bytearray = field(default_factory=bytearray)
-    """1 for each job this scheduler has sent in its own epoch: a predecessor's report of such a job is of an
-    earlier copy (requeued without spending its attempt, so under the same number) and is not applied."""
+    """1 for each job this scheduler has dispatched in its own epoch (from the moment the engine hands it over,
+    before its payload is placed), or whose predecessor's copy its recovery settled: a predecessor's report
+    of such a job is of an earlier copy (requeued without spending its attempt, so under the same number)
+    and is not applied."""
     pids: dict[int, int] = field(default_factory=dict)
     """Process (group) id of each running job, for kills."""
     kills: list[tuple[float, int, int, int]] = field(default_factory=list)
@@ -240,8 +242,21 @@ class LocalPool:
         """Take dispatched (job, attempt) pairs; they are placed and sent by pump(). Those in `follow` go
         in the same message as the task before them (see Dispatch.follow)."""
         self.unplaced.extend(tasks)
+        # Marked now, not when placed: a predecessor's report drained before then (the next turn's, or while
+        # the arena is full) must not settle this copy.
+        for i, _att in tasks:
+            self.own(i)
         if follow:
             self.follows |= follow
+
+    def own(self, i: int) -> None:
+        """Job i's copy in flight is this scheduler's (dispatched in its epoch, or settled by its recovery):
+        a predecessor's report of the job, still in the response queue, is not applied to it."""
+        sent = self.sent_here
+        if i >= len(sent):
+            # Doubled as it grows (an agent's book numbers its tasks up to 2**31: never sized by `n`).
+            sent.extend(bytes(max(i + 1 - len(sent), len(sent))))
+        sent[i] = 1
 
     def pump(self) -> None:
         """Place payloads and send task records while there is room; keep the rest for the next turn."""
@@ -364,12 +379,16 @@ class LocalPool:
                         raise Fenced(f"fenced: an executor rejected this scheduler's epoch {r.epoch}: "
                                      "another scheduler took over")
                     continue  # a predecessor's record, refused for us: nothing to apply
-                if r.epoch < self.epoch and r.task < len(self.sent_here) and self.sent_here[r.task]:
-                    # A predecessor's report (a hand-back, a start, an end) of a copy it sent: this scheduler
-                    # has sent the job again since, and the report must not settle the new copy.
+                if self.stale(r):
                     continue
                 self._settle_record(r)
                 recs.append(r)
+
+    def stale(self, r: P.ResultRecord) -> bool:
+        """Whether a report is a predecessor's (a hand-back, a start, an end) of a copy it sent of a job this
+        scheduler has sent again since, or whose copy its recovery settled: applied, it would settle (or
+        requeue, and so send twice) this scheduler's copy of the same job and attempt number."""
+        return r.epoch < self.epoch and r.task < len(self.sent_here) and bool(self.sent_here[r.task])
 
     def _settle_record(self, r: P.ResultRecord) -> None:
         """Bookkeeping of one report: its payload's room, its process group, a kill waiting for its start."""
@@ -549,11 +568,6 @@ class LocalPool:
                     kind = P.TASK_FOLLOW
                 # flags carry the SLA tier: an executor starts its most urgent backlog task first.
                 self.sendq.append(P.TaskRecord(i, att, kind, core.tier[i], epoch, off, len(data)))
-            sent = self.sent_here
-            if i >= len(sent):
-                # Doubled as it grows (an agent's book numbers its tasks up to 2**31: never sized by `n`).
-                sent.extend(bytes(max(i + 1 - len(sent), len(sent))))
-            sent[i] = 1
             un.popleft()
 
     def _send(self) -> None:

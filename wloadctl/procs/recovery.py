@@ -62,12 +62,17 @@ class AttemptReports:
     def __init__(self) -> None:
         self.by: dict[tuple[int, int], dict[int, dict[int, P.ResultRecord]]] = {}
         """(job, attempt) -> executor pid -> kind -> record."""
+        self.back: dict[tuple[int, int], P.ResultRecord] = {}
+        """(job, attempt) -> the latest hand-back of it (see handed_back)."""
 
     def add(self, pid: int, r: P.ResultRecord) -> None:
         """One record read from the journal of the executor whose pid is `pid` (in the journal's order)."""
         key = (r.task, r.attempt)
         if r.flags & P.FLAG_RETURNED:
             self.by.get(key, {}).pop(pid, None)
+            last = self.back.get(key)
+            if last is None or (r.epoch, r.ended) >= (last.epoch, last.ended):
+                self.back[key] = r
             return
         kinds = self.by.setdefault(key, {}).setdefault(pid, {})
         if r.kind in (P.RES_ACCEPTED, P.RES_STARTED) and P.RES_EXITED in kinds:
@@ -87,9 +92,15 @@ class AttemptReports:
         pid = max((p for p in pids if pids[p]), key=dispatched, default=None)
         return {} if pid is None else {kind: (pid, r) for kind, r in pids[pid].items()}
 
+    def handed_back(self, key: tuple[int, int]) -> P.ResultRecord | None:
+        """The hand-back of an attempt no executor holds now (`of` says nothing of it): the last word of the
+        executors on it, as when a follower went back unstarted behind a long job while no scheduler ran."""
+        return None if self.of(key) else self.back.get(key)
+
     def keep(self, keys: set[tuple[int, int]]) -> None:
         """Forget attempts not in `keys`."""
         self.by = {k: v for k, v in self.by.items() if k in keys}
+        self.back = {k: v for k, v in self.back.items() if k in keys}
 
 
 def stopped_with_run(store: Store, run: int, core: SchedulerCore, actions: list[tuple]) -> set[int]:
@@ -161,7 +172,7 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
         for r in read_results(path):
             if (r.task, r.attempt) in want:
                 seen.add(pid, r)
-    applied = lost = kept = 0
+    applied = lost = kept = returned = 0
     halted = 0
     for i in inflight:
         att = core.attempt[i]
@@ -172,7 +183,16 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
         recs = seen.of((i, att))
         if P.RES_EXITED in recs:
             feed(pool.replay(recs[P.RES_EXITED][1], "recovery"))
+            pool.own(i)  # the same report may wait in the response queue: not applied again
             applied += 1
+            continue
+        back = seen.handed_back((i, att))
+        if back is not None:
+            # Handed back unstarted while no scheduler ran (a follower behind a long job): requeued as such,
+            # and its report, still in the response queue, is not applied to the copy sent next.
+            feed(pool.replay(back, "recovery"))
+            pool.own(i)
+            returned += 1
             continue
         started = recs.get(P.RES_STARTED)
         accepted = recs.get(P.RES_ACCEPTED)
@@ -187,9 +207,12 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
             pool.kill_lost(started[1], started[0])
         feed(JobExitedEvent(i, att, holder[1].executor if holder else -1, -1, time.time(), lost=True,
                             cause_id="recovery"))
+        if started is None:
+            pool.own(i)  # requeued at the same attempt: a late report of the copy lost must not settle the next
         lost += 1
+    back_note = f", {returned} handed back unstarted (requeued)" if returned else ""
     notes.append(f"recovered {len(inflight)} in-flight job(s): {applied} finished while the scheduler was down, "
-                 f"{kept} still running on live executors, {lost} lost (requeued or retried under policy)"
+                 f"{kept} still running on live executors{back_note}, {lost} lost (requeued or retried under policy)"
                  + (f"; {halted} of them were being stopped with the run, and end as stopped with it"
                     if halted else ""))
     return notes
@@ -272,7 +295,7 @@ class ResultSweeper:
             records, used = _decode_prefix(data)
             self.offsets[path] = start + used
             for r in records:
-                if (r.task, r.attempt) in keep:
+                if (r.task, r.attempt) in keep and not self.pool.stale(r):
                     self.found.add(pid, r)
         self.found.keep(keep)
 
