@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -58,6 +60,8 @@ class Rig:
     pool: LocalPool
     book: Book
     run_id: str
+    dead: list[tuple[int, str]]
+    """Executors the supervisor finds dead at its next check: (index, why)."""
 
     def send(self, i: int, att: int) -> None:
         """Dispatch (i, att) and let the pool place and send it."""
@@ -99,13 +103,14 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     # Room for four payloads: a freed one is written over by the very next put.
     arena = PayloadArena.create(f"/{run_id}.arena", 64 + 4 * 256, backend=MemorySegment)
     objs = SimpleNamespace(run_id=run_id, req=req, rsp=rsp, arena=arena)
+    dead: list[tuple[int, str]] = []
     sup = SimpleNamespace(prefetch=0, slots=3, workers={}, alive_count=lambda: 2, log=lambda _m: None,
-                          check=lambda _now: [])
+                          check=lambda _now: dead)
     book = Book()
     reader = ReportReader((), lambda _r: "", lambda _i, _a: None)
     pool = LocalPool(book, objs, sup, reader, payload, lambda: None, EPOCH, tmp_path)  # type: ignore[arg-type]
     try:
-        yield Rig(pool, book, run_id)
+        yield Rig(pool, book, run_id, dead)
     finally:
         for q in (req, rsp):
             q.close()
@@ -206,7 +211,7 @@ def test_a_dead_executors_hand_back_of_an_earlier_copy_does_not_end_the_copy_run
     journal(rig, 0, 900, [res(P.RES_ACCEPTED, 0, L1_4, 2), res(P.RES_EXITED, 0, L1_4, 2, RETURNED)])
     rig.book.state[L1_4], rig.book.attempt[L1_4], rig.book.executor[L1_4] = RUN, 2, 1
     # When executor 0 is found dead
-    rig.pool.sup.check = lambda _now: [(0, "killed by signal 9")]
+    rig.dead.append((0, "killed by signal 9"))
     rig.pool.check(5.0, rig.book.feed, "health-9", replace=False)
     # Then nothing ends l1_4's running copy: only the executor's loss is told
     assert [type(e) for e in rig.book.fed] == [ExecutorLostEvent]
@@ -216,7 +221,7 @@ def test_a_dead_executors_hand_back_is_still_told_for_the_copy_it_held(rig: Rig)
     # Given executor 0 accepted l1_4 attempt 2 (the engine knows) and handed it back, unreported, before dying
     journal(rig, 0, 900, [res(P.RES_ACCEPTED, 0, L1_4, 2), res(P.RES_EXITED, 0, L1_4, 2, RETURNED)])
     rig.book.state[L1_4], rig.book.attempt[L1_4], rig.book.executor[L1_4] = Q, 2, 0
-    rig.pool.sup.check = lambda _now: [(0, "killed by signal 9")]
+    rig.dead.append((0, "killed by signal 9"))
     rig.pool.check(5.0, rig.book.feed, "health-9", replace=False)
     exits = [e for e in rig.book.fed if isinstance(e, JobExitedEvent)]
     assert [(e.job, e.attempt, e.returned) for e in exits] == [(L1_4, 2, True)]
@@ -230,3 +235,50 @@ def test_an_overwritten_payload_is_refused_not_run(rig: Rig) -> None:
     rig.send(L1_5, 1)
     with pytest.raises(ProtocolError, match="overwritten"):
         rig.read(rec)
+
+
+@pytest.mark.ipc
+def test_a_real_run_keeps_a_job_running_when_another_executor_dies_with_a_hand_back_of_it(tmp_path: Path) -> None:
+    from tests.integration.helpers import (
+        evidence_plan,
+        executor_pids,
+        read_evidence,
+        reap_orphans,
+        start,
+        status,
+        wait_for,
+    )
+    from wloadctl.procs.localpool import read_results, result_journals
+
+    out, gate, sd = tmp_path / "evidence", tmp_path / "go", tmp_path / "sd"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {"x": {"gate": gate}})
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "1")
+    try:
+        # Given x running on one executor
+        def runner() -> tuple[int, int] | None:
+            for ex, pid, path in result_journals(sd, status(sd)["run"]):
+                if any(r.kind == P.RES_STARTED for r in read_results(path)):
+                    return ex, pid
+            return None
+
+        ex, _pid = wait_for(runner, what="x running")
+        run_id, epoch = status(sd)["run"], status(sd)["epoch"]
+        ((other, other_pid, path),) = [j for j in result_journals(sd, run_id) if j[0] != ex]
+        # And the other executor's journal holding a hand-back of x under the same number (an earlier copy's)
+        log = ResultLog(path)
+        for kind, flags in ((P.RES_ACCEPTED, 0), (P.RES_EXITED, RETURNED)):
+            log.write(P.encode_results([P.ResultRecord(kind, flags, other, 0, 1, 0, 0, epoch, 0, 0.0, 1.0, 0, 0)]))
+        log.close()
+        # When that executor dies, and is replaced (its loss handled)
+        os.kill(other_pid, signal.SIGKILL)
+        wait_for(lambda: len(set(executor_pids(run_id)) - {other_pid}) >= 2, what="the executor replaced")
+        gate.touch()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        gate.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # Then x ran once: its copy was not counted lost and sent again beside itself
+    assert [k for k, _ in read_evidence(out)["x"]] == ["start", "end"]
+    reap_orphans(run_id)
