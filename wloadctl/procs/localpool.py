@@ -136,8 +136,12 @@ class LocalPool:
     """Task records waiting for room in the request queue."""
     unplaced: deque[tuple[int, int]] = field(default_factory=deque)
     """Dispatches waiting for room in the payload arena."""
-    payload_at: dict[int, int] = field(default_factory=dict)
-    """Arena offset of each in-flight job's payload, released at its first report."""
+    payload_at: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """(attempt, arena offset) of the payload of each job's copy sent in this epoch that no executor has
+    reported reading yet. Freed only once that copy is settled: at its own first report (this epoch, this
+    attempt: an executor reads the payload before it reports anything), or once the engine has settled it
+    without one (see `_forget_copy`). A report of another copy never frees it: an attempt's number is used
+    again after a loss before start or a hand-back, and a lost copy may still report."""
     sent_here: bytearray = field(default_factory=bytearray)
     """1 for each job this scheduler has dispatched in its own epoch (from the moment the engine hands it over,
     before its payload is placed), or whose predecessor's copy its recovery settled: a predecessor's report
@@ -241,6 +245,11 @@ class LocalPool:
     def submit(self, tasks: list[tuple[int, int]], follow: frozenset[int] = frozenset()) -> None:
         """Take dispatched (job, attempt) pairs; they are placed and sent by pump(). Those in `follow` go
         in the same message as the task before them (see Dispatch.follow)."""
+        if self.payload_at:
+            for i, _att in tasks:
+                # Sent again: the engine settled the copy sent before with no report of its own (lost before
+                # any executor read it), or the ring would stop for good once it came round to its room.
+                self._forget_copy(i)
         self.unplaced.extend(tasks)
         # Marked now, not when placed: a predecessor's report drained before then (the next turn's, or while
         # the arena is full) must not settle this copy.
@@ -393,12 +402,14 @@ class LocalPool:
     def _settle_record(self, r: P.ResultRecord) -> None:
         """Bookkeeping of one report: its payload's room, its process group, a kill waiting for its start."""
         i = r.task
-        # Only this scheduler's records point at payloads it placed; a predecessor's late report
-        # of the same job must not free the payload of its new attempt.
+        # Only the copy's own report frees its payload: this scheduler's epoch (a predecessor's records point
+        # at another ring) and its attempt (the report of an earlier attempt, lost to the engine but still
+        # running, must not free the payload of the attempt sent since, still waiting in the queue).
         if self.payload_at and r.epoch == self.epoch:
-            off = self.payload_at.pop(i, None)
-            if off is not None:
-                self.objs.arena.release(off)
+            copy = self.payload_at.get(i)
+            if copy is not None and copy[0] == r.attempt:
+                del self.payload_at[i]
+                self.objs.arena.release(copy[1])
         if r.kind == P.RES_EXITED:
             self.pids.pop(i, None)
         elif r.kind == P.RES_STARTED:
@@ -493,13 +504,35 @@ class LocalPool:
         # Starts and ends it recorded but had not reported yet (a job that ended is not lost with it; one that
         # started counts its attempt), in the order it recorded them.
         for r in facts:
-            i = r.task
-            if i < core.n and core.attempt[i] == r.attempt and (
-                    (core.state[i] == JobState.RUNNING and r.kind == P.RES_EXITED) or core.state[i] == JobState.QUEUED):
+            if self._of_current_copy(r, index):
                 feed(self.replay(r, cause))
         for (i, att), r in held.items():
             if i < core.n and core.state[i] == JobState.QUEUED and core.attempt[i] == att and core.executor[i] < 0:
                 feed(JobAcceptedEvent(i, att, index, r.started, cause_id=cause))
+
+    def _of_current_copy(self, r: P.ResultRecord, index: int) -> bool:
+        """Whether a start or an end the dead executor `index` journaled can be of the copy of its job the
+        engine has in flight, and not of an earlier copy under the same number.
+
+        An attempt's number is used again for a copy that never started (lost before start, handed back), so
+        the journal of an executor that handed a task back still holds that hand-back when the job, sent
+        again, runs on another executor: read as the new copy's end, it would count that one lost while it
+        runs, and have its attempt sent again beside it.
+        """
+        i, core = r.task, self.core
+        if i >= core.n or core.attempt[i] != r.attempt:
+            return False
+        if r.epoch < self.epoch and i < len(self.sent_here) and self.sent_here[i]:
+            return False  # a predecessor's copy: this scheduler has sent the job again since
+        st, ex = core.state[i], core.executor[i]
+        if st == JobState.RUNNING:
+            return r.kind == P.RES_EXITED and ex == index  # its end is in the journal of the one running it
+        if st != JobState.QUEUED:
+            return False
+        if r.kind == P.RES_EXITED and r.flags & P.FLAG_LOST:
+            # Given back unstarted: only a copy this executor is known to hold (else: found lost with the rest).
+            return ex == index
+        return ex < 0 or ex == index
 
     def _settle_unaccepted(self, now: float, feed: Feed, cause: str) -> None:
         """Requeue tasks a lost executor took off the queue and died with before it recorded them.
@@ -554,14 +587,12 @@ class LocalPool:
                 self.sendq.append(P.TaskRecord(i, att, P.TASK_NOOP, 0, epoch, 0, 0))
             else:
                 off = arena.put(data, task=i, attempt=att, epoch=epoch)
+                if off is None and self._reclaim():
+                    off = arena.put(data, task=i, attempt=att, epoch=epoch)
                 if off is None:
                     return  # the arena is full: the rest waits for results to free room
-                earlier = self.payload_at.get(i)
-                if earlier is not None:
-                    # The copy sent before settled with no report of this scheduler's (lost with its executor
-                    # before any took it): its room is free, or the ring would stop once it came round to it.
-                    arena.release(earlier)
-                self.payload_at[i] = off
+                self._forget_copy(i)  # (submit did, unless the job was sent again before it)
+                self.payload_at[i] = (att, off)
                 kind = P.TASK_SHELL
                 if self.follows and i in self.follows:
                     self.follows.discard(i)
@@ -569,6 +600,27 @@ class LocalPool:
                 # flags carry the SLA tier: an executor starts its most urgent backlog task first.
                 self.sendq.append(P.TaskRecord(i, att, kind, core.tier[i], epoch, off, len(data)))
             un.popleft()
+
+    def _forget_copy(self, i: int) -> None:
+        """Free the payload of job `i`'s copy sent before, which the engine has settled without a report of
+        its own (lost before any executor read it): no record the engine still waits on points at it."""
+        copy = self.payload_at.pop(i, None)
+        if copy is not None:
+            self.objs.arena.release(copy[1])
+
+    def _reclaim(self) -> bool:
+        """The ring is full: free the payloads of copies the engine no longer has in flight, lost before any
+        executor read them and never sent again (held, skipped or cancelled since). Returns whether any was.
+
+        Only a full ring pays for the scan; a leaked payload is otherwise harmless until the ring comes round
+        to it, and then it would stop every dispatch of the run for good.
+        """
+        core, q, run = self.core, JobState.QUEUED, JobState.RUNNING
+        gone = [i for i, (att, _off) in self.payload_at.items()
+                if core.attempt[i] != att or (core.state[i] != q and core.state[i] != run)]
+        for i in gone:
+            self._forget_copy(i)
+        return bool(gone)
 
     def _send(self) -> None:
         q, req = self.sendq, self.objs.req
