@@ -522,7 +522,7 @@ class LocalPool:
         i, core = r.task, self.core
         if i >= core.n or core.attempt[i] != r.attempt:
             return False
-        if r.epoch < self.epoch and i < len(self.sent_here) and self.sent_here[i]:
+        if self.stale(r):
             return False  # a predecessor's copy: this scheduler has sent the job again since
         st, ex = core.state[i], core.executor[i]
         if st == JobState.RUNNING:
