@@ -374,10 +374,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         _metrics_arg(p)
     p = sub.add_parser("agents", help="remote agents (nodes) from the broker, with their state")
     if not isinstance(p, _Unbuilt):
-        from wloadctl.remote.agents import add_agents_args
+        from wloadctl.remote.agents import AGENTS_CONNECT_TIMEOUT, add_agents_args
         from wloadctl.remote.broker import add_broker_args
 
-        add_broker_args(p, streams=False)
+        add_broker_args(p, streams=False, timeout=AGENTS_CONNECT_TIMEOUT)
         add_agents_args(p)
     p = sub.add_parser("drill", help="failover and agent-loss drills on a live run, measured and journaled")
     if not isinstance(p, _Unbuilt):
@@ -572,10 +572,12 @@ def cmd_cleanup(a: argparse.Namespace) -> int:
 
 def cmd_console(a: argparse.Namespace) -> int:
     from tui import run_console
-    from wloadctl.remote.broker import ENV_BROKER, ENV_PASSWORD, ENV_PREFIX
+    from wloadctl.remote.broker import ENV_BROKER, ENV_PASSWORD, ENV_PREFIX, ENV_TIMEOUT
 
     # The scheduler the console starts inherits the broker of the run's agents.
-    for var, value in ((ENV_BROKER, a.broker), (ENV_PASSWORD, a.broker_password), (ENV_PREFIX, a.prefix)):
+    timeout = str(a.broker_timeout) if a.broker_timeout else None
+    for var, value in ((ENV_BROKER, a.broker), (ENV_PASSWORD, a.broker_password), (ENV_PREFIX, a.prefix),
+                       (ENV_TIMEOUT, timeout)):
         if value:
             os.environ[var] = value
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from wloadctl.errors import UsageError
-from wloadctl.remote.agents import DEFAULT_AGENT_TIMEOUT
+from wloadctl.remote.agents import AGENTS_CONNECT_TIMEOUT, DEFAULT_AGENT_TIMEOUT
 from wloadctl.remote.broker import add_broker_args
 
 DEFAULT_TIMEOUT = 30.0
@@ -76,4 +76,4 @@ def add_agent_loss_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agent-timeout", type=float, default=DEFAULT_AGENT_TIMEOUT, metavar="S",
                    help="the run's --agent-timeout (default 10): how long LOST takes to come")
     p.add_argument("--json", action="store_true")
-    add_broker_args(p, streams=False)
+    add_broker_args(p, streams=False, timeout=AGENTS_CONNECT_TIMEOUT)

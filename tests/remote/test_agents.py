@@ -121,8 +121,8 @@ def test_agents_against_an_empty_broker_lists_none(nats_server: NatsServer) -> N
 
 
 def test_agents_against_a_dead_broker_is_one_line_and_exit_3() -> None:
-    # (its connect timeout, 3 s unless told, shortened: the refusal is the same)
-    done = _agents("--broker", f"nats://127.0.0.1:{free_port()}", "--connect-timeout", "1")
+    # (its broker timeout, 3 s unless told, shortened: the refusal is the same)
+    done = _agents("--broker", f"nats://127.0.0.1:{free_port()}", "--broker-timeout", "0.5")
     assert done.returncode == 3
     assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1
     assert done.stderr.startswith("wloadctl: cannot reach the broker at nats://127.0.0.1:")

@@ -52,13 +52,14 @@ def _agents_alive(url: str) -> int:
 class Pair:
     """The active (host A) and the standby (host B) of one run."""
 
-    def __init__(self, tmp: Path, plan: Path, broker: str, journal: str, standby_broker: str | None = None) -> None:
+    def __init__(self, tmp: Path, plan: Path, broker: str, journal: str, standby_broker: str | None = None,
+                 standby_args: tuple[str, ...] = ()) -> None:
         self.active = SchedulerHost("hosta", broker, tmp / "a" / "sd",
                                     ["run", str(plan), "--broker", broker, "--journal", journal, "--executors", "1",
                                      "--quiet", *BEAT])
         self.standby = SchedulerHost("hostb", broker, tmp / "b" / "sd",
                                      ["scheduler", "--standby", "--broker", standby_broker or broker, "--journal",
-                                      journal, *BEAT])
+                                      journal, *BEAT, *standby_args])
 
     def start(self) -> Pair:
         self.active.start()

@@ -45,10 +45,11 @@ def gated_plan(tmp: Path, out: Path, gate: Path, far: bool = False) -> Path:
 
 
 def started_pair(tmp_path: Path, nats_server: NatsServer, pg_url: str, hosts: list[SchedulerHost],
-                 far: bool = False) -> tuple[Pair, Path, Path]:
+                 far: bool = False, standby_args: tuple[str, ...] = ()) -> tuple[Pair, Path, Path]:
     """A gated run on host A with a standby on host B, under way: (the pair, its evidence file, its gate)."""
     out, gate = tmp_path / "evidence", tmp_path / "go"
-    pair = Pair(tmp_path, gated_plan(tmp_path, out, gate, far=far), nats_server.url, pg_url)
+    pair = Pair(tmp_path, gated_plan(tmp_path, out, gate, far=far), nats_server.url, pg_url,
+                standby_args=standby_args)
     hosts += [pair.active, pair.standby]
     pair.start()
     wait_for(lambda: "wait" in runs_of(out), timeout=60, what="the run under way")
@@ -136,8 +137,10 @@ def test_a_fenced_active_says_so_once_and_exits_with_the_status_its_service_does
 
 def test_a_standby_that_cannot_reach_the_broker_does_not_claim_the_run_and_takes_it_once_the_broker_answers(
         tmp_path: Path, nats_server: NatsServer, pg_url: str, hosts: list[SchedulerHost]) -> None:
-    # Given a run with a job on agents, on host A, and a standby on host B
-    pair, out, _gate = started_pair(tmp_path, nats_server, pg_url, hosts, far=True)
+    # Given a run with a job on agents, on host A, and a standby on host B (which gives up on a broker that does
+    # not answer after 1 s rather than 5: how long it waits is not this test's matter)
+    pair, out, _gate = started_pair(tmp_path, nats_server, pg_url, hosts, far=True,
+                                    standby_args=("--broker-timeout", "1"))
     # When the broker goes away and host A dies
     nats_server.stop()
     pair.active.kill_node()
@@ -164,8 +167,8 @@ def test_a_start_refused_for_its_broker_leaves_no_run(tmp_path: Path, journal: s
     if journal == "postgresql":
         where += ["--journal", request.getfixturevalue("pg_url")]
     plan = gated_plan(tmp_path, tmp_path / "evidence", tmp_path / "go", far=True)
-    # When it is started with a broker that does not answer, or with none
-    p = cli("run", str(plan), *where, *(["--broker", broker] if broker else []))
+    # When it is started with a broker that does not answer (given up on after half a second), or with none
+    p = cli("run", str(plan), *where, *(["--broker", broker, "--broker-timeout", "0.5"] if broker else []))
     # Then it is refused in one line, and no run of it is recorded
     assert p.returncode == (3 if broker else 2), p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr

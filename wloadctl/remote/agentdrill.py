@@ -107,7 +107,7 @@ def _agent_beat(opts: BrokerOptions, name: str, timeout: float) -> Heartbeat:
     from wloadctl.remote.link import BrokerLink
 
     subjects = Subjects(opts.prefix)
-    with BrokerLink.open(opts, name="wloadctl-drill", connect_timeout=3.0) as link:
+    with BrokerLink.open(opts, name="wloadctl-drill") as link:
         entries = link.kv.entries(subjects.agents_bucket, missing_ok=True)
     rows, _bad = agent_rows({k: e.value for k, e in entries.items()}, time.time(), timeout)
     row = next((r for r in rows if r.beat.agent == name), None)

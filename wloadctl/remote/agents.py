@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from wloadctl.errors import ControlError, ProtocolError, UsageError, WloadError
 from wloadctl.remote import AGENT_BASE  # noqa: F401 - kept importable from here
-from wloadctl.remote.broker import BrokerOptions, Subjects
+from wloadctl.remote.broker import BrokerOptions, Subjects, timeout_arg
 from wloadctl.remote.messages import Heartbeat
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ DEFAULT_AGENT_TIMEOUT = 10.0
 """Seconds of silence after which an agent is LOST (`--agent-timeout`)."""
 SUSPECT_FRACTION = 0.5
 """Share of the agent timeout after which a silent agent is SUSPECT."""
+AGENTS_CONNECT_TIMEOUT = 3.0
+"""Default `--broker-timeout` of the quick looks at the agents (`agents`, `drill agent-loss`)."""
 
 
 AGENTS_FILE = "agents.json"
@@ -82,7 +84,7 @@ def fetch_log(options: BrokerOptions, agent: str, run: str, job: int, job_id: st
     from wloadctl.remote.messages import LogsRequest, Reply, split
 
     try:
-        link = BrokerLink.open(options, name=f"logs-{agent}", connect_timeout=timeout)
+        link = BrokerLink.open(options, name=f"logs-{agent}")
     except WloadError as e:
         raise ControlError(f"the log of {job_id} attempt {attempt} is on agent {agent}; the broker "
                            f"{options.shown()} did not answer: {e.message}") from None
@@ -217,7 +219,7 @@ def agents_command(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         raise UsageError(f"--agent-timeout must be positive, not {ns.agent_timeout:g}")
     opts = BrokerOptions.from_args(ns)
     subjects = Subjects(opts.prefix)
-    with BrokerLink.open(opts, name="wloadctl-agents", connect_timeout=ns.connect_timeout) as link:
+    with BrokerLink.open(opts, name="wloadctl-agents") as link:
         entries = link.kv.entries(subjects.agents_bucket, missing_ok=True)
     rows, problems = agent_rows({k: e.value for k, e in entries.items()}, time.time(), ns.agent_timeout)
     for line in problems:
@@ -241,4 +243,6 @@ def add_agents_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds of silence before an agent is LOST (SUSPECT after half of it; default 10)",
     )
-    p.add_argument("--connect-timeout", type=float, default=3.0, metavar="S", help=argparse.SUPPRESS)
+    # The name this option had before --broker-timeout (AGENTS_CONNECT_TIMEOUT by default here), kept for old scripts.
+    p.add_argument("--connect-timeout", dest="broker_timeout", type=timeout_arg, default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)

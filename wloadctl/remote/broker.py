@@ -22,6 +22,7 @@ Layout on the broker, under a prefix PFX (one per installation, `wl` by default)
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -41,6 +42,8 @@ ENV_BROKER = "WLOADCTL_BROKER"
 """Environment variable read when --broker is not given."""
 ENV_PASSWORD = "WLOADCTL_BROKER_PASSWORD"
 """Environment variable read when --broker-password is not given (keeps it out of `ps`)."""
+ENV_TIMEOUT = "WLOADCTL_BROKER_TIMEOUT"
+"""Environment variable read when --broker-timeout is not given."""
 ENV_PREFIX = "WLOADCTL_PREFIX"
 """Environment variable read when --prefix is not given."""
 DEFAULT_PREFIX = "wl"
@@ -51,6 +54,8 @@ MAX_REPLICAS = 5
 """Most copies of a stream JetStream keeps."""
 DUPLICATE_WINDOW = 600.0
 """Seconds the streams remember message ids, so a publish retried after a reconnect is stored once."""
+CONNECT_TIMEOUT = 5.0
+"""Seconds a process waits for a broker that does not answer before it refuses (--broker-timeout)."""
 
 
 def check_name(value: str, what: str) -> str:
@@ -65,6 +70,33 @@ def check_name(value: str, what: str) -> str:
             hint="use 1 to 64 of the characters A-Z a-z 0-9 _ -",
         )
     return value
+
+
+def _timeout_problem(value: float) -> str | None:
+    """What is wrong with a connect timeout (None: nothing)."""
+    return None if value > 0 and math.isfinite(value) else "give a number of seconds above 0"
+
+
+def timeout_arg(text: str) -> float:
+    """`--broker-timeout`: a finite number of seconds above 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    problem = _timeout_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
+    return value
+
+
+def _env_timeout(env: dict[str, str]) -> float | None:
+    text = env.get(ENV_TIMEOUT)
+    if not text:
+        return None
+    try:
+        return timeout_arg(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{ENV_TIMEOUT}={exc}") from None
 
 
 def _check_url(url: str) -> list[str]:
@@ -122,9 +154,15 @@ class BrokerOptions:
     """Subject prefix of this installation."""
     stream_replicas: int = 1
     """Copies of each stream and bucket this process creates where missing (3 on a three-node cluster)."""
+    connect_timeout: float = CONNECT_TIMEOUT
+    """Seconds to wait for a broker that does not answer before giving up (a refusal of the credentials is
+    said at once)."""
 
     def __post_init__(self) -> None:
         _check_url(self.url)
+        problem = _timeout_problem(self.connect_timeout)
+        if problem:
+            raise UsageError(f"--broker-timeout {self.connect_timeout:g}: {problem}")
         check_name(self.prefix, "--prefix")
         if not 1 <= self.stream_replicas <= MAX_REPLICAS:
             raise UsageError(f"--stream-replicas must be 1 to {MAX_REPLICAS}, not {self.stream_replicas}",
@@ -173,6 +211,8 @@ class BrokerOptions:
             tls_key=ns.broker_tls_key,
             prefix=ns.prefix or env.get(ENV_PREFIX) or DEFAULT_PREFIX,
             stream_replicas=getattr(ns, "stream_replicas", 1),
+            connect_timeout=getattr(ns, "broker_timeout", None) or _env_timeout(env)
+            or getattr(ns, "broker_timeout_default", CONNECT_TIMEOUT),
         )
 
     def shown(self) -> str:
@@ -182,16 +222,22 @@ class BrokerOptions:
         )
 
 
-def add_broker_args(parser: argparse.ArgumentParser, *, streams: bool = True) -> None:
+def add_broker_args(parser: argparse.ArgumentParser, *, streams: bool = True,
+                    timeout: float = CONNECT_TIMEOUT) -> None:
     """Add the options of BrokerOptions to a parser (read back by BrokerOptions.from_args).
 
     Args:
         parser: The command's parser.
         streams: Also `--stream-replicas`, for the commands that create the streams where
             missing (agent, run, resume, scheduler, console).
+        timeout: The command's default `--broker-timeout` (a quick look such as `agents` waits less).
     """
     g = parser.add_argument_group("broker")
     g.add_argument("--broker", metavar="URL", help=f"NATS URL(s), comma-separated (default: ${ENV_BROKER})")
+    g.add_argument("--broker-timeout", type=timeout_arg, metavar="S",
+                   help=f"seconds to wait for a broker that does not answer before giving up (default: ${ENV_TIMEOUT}, "
+                   f"or {timeout:g}; a broker that refuses the credentials is said at once)")
+    parser.set_defaults(broker_timeout_default=timeout)
     g.add_argument("--broker-user", metavar="USER")
     g.add_argument("--broker-password", metavar="PASSWORD", help=f"(default: ${ENV_PASSWORD})")
     g.add_argument("--broker-token", metavar="TOKEN")

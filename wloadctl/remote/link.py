@@ -97,13 +97,15 @@ class BrokerLink:
     # Opening and closing.
 
     @classmethod
-    def open(cls, options: BrokerOptions, *, name: str = "wloadctl", connect_timeout: float = 5.0,
+    def open(cls, options: BrokerOptions, *, name: str = "wloadctl", connect_timeout: float | None = None,
              reconnect_wait: float = 1.0) -> BrokerLink:  # fmt: skip
-        """Connect, or fail within `connect_timeout` seconds.
+        """Connect, or fail within `connect_timeout` seconds (None: the options' `--broker-timeout`, 5 s by default).
 
         Raises:
             TransportError: If the broker cannot be reached or refuses the credentials.
         """
+        if connect_timeout is None:
+            connect_timeout = options.connect_timeout
         link = cls(options, name=name, reconnect_wait=reconnect_wait)
         link._thread.start()
         try:
@@ -193,7 +195,8 @@ class BrokerLink:
                 raise self._refused() from None
             raise TransportError(
                 f"cannot reach the broker at {o.shown()} within {timeout:g}s ({why})",
-                hint="check --broker / WLOADCTL_BROKER, the credentials, and that nats-server -js runs",
+                hint="check --broker / WLOADCTL_BROKER, the credentials, and that nats-server -js runs; "
+                "--broker-timeout S waits longer for one that is starting",
             ) from None
         self._nc, self._js = nc, nc.jetstream()
         self._spawn(self._outbox.run())
