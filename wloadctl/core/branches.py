@@ -15,6 +15,15 @@ UNTIL_UNJUDGED = "until: "
 FRESH_STARTS = ("rerun", "upstream rerun", "listed again by loop ")
 """How the reasons of transitions that start a job afresh begin (an operator's rerun, a rerun upstream, a loop's
 instance listed again): its `until` counts its iterations from none again, as in a fresh run."""
+CONDITION_FALSE = "condition false: "
+"""How the reason of a job whose `if` came out false begins (its branch not taken)."""
+BRANCH_NOT_TAKEN = "branch not taken: "
+"""How the reason of a job skipped because an upstream's branch was not taken begins."""
+NOT_FAILED = "condition not met: "
+"""How the reason of a job skipped because an upstream it runs on the failure of did not fail begins."""
+BRANCH_SKIPS = (CONDITION_FALSE, BRANCH_NOT_TAKEN, NOT_FAILED)
+"""How the reasons of the skips a branch makes begin (Branches.branch_skipped): unlike an operator's skip, which
+counts as done for dependents, these skip the dependents too; a resume tells them apart by these (core/replay.py)."""
 
 
 def until_reason(n: int, most: int) -> str:
@@ -100,7 +109,7 @@ class Branches:
         """
         c = self.conds[i]
         ok = c.evaluate(self.outcomes_of(c, state), self.variables)
-        return ok, "" if ok else f"condition false: {c.text}"
+        return ok, "" if ok else f"{CONDITION_FALSE}{c.text}"
 
     def outcomes_of(self, c: Condition, state: bytearray) -> dict[str, dict[str, object]]:
         """Exit code, result and state of the jobs an expression reads, by id."""

@@ -12,7 +12,7 @@ import heapq
 from collections.abc import Container, Iterable, Iterator, Mapping
 
 from wloadctl.core import codes as C
-from wloadctl.core.branches import Branches, UnusableResult, until_reason
+from wloadctl.core.branches import BRANCH_NOT_TAKEN, NOT_FAILED, Branches, UnusableResult, until_reason
 from wloadctl.core.commands import (
     Alert,
     Command,
@@ -44,6 +44,7 @@ from wloadctl.core.holding import HOST_CPU, HOST_MEMORY, LOCAL_PLACE, Needs, Res
 from wloadctl.core.jobtable import JobTable, PlanArrays
 from wloadctl.core.loops import ITEM_SEP, instances_of, with_instances, without_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
+from wloadctl.core.replay import HELD_LOST, LOST_AGAIN, Journaled, follows_reason
 from wloadctl.core.sla import (
     TIMER_LATE,
     TIMER_NOT_BEFORE,
@@ -473,7 +474,7 @@ class SchedulerCore(JobTable):
             # not run twice is held all the same: it may still run on the node, which may come back.)
             why, retryable = "executor lost", policy.on_lost
             if not spec.idempotent:
-                self.set_state(i, _HELD, reason="interrupted, needs operator", executor=ex)
+                self.set_state(i, _HELD, reason=HELD_LOST, executor=ex)
                 self.held_lost[i] = self.attempt[i]
                 return
             lost = self.lost_count.get(i, 0)
@@ -483,7 +484,7 @@ class SchedulerCore(JobTable):
                 # executor fails after MAX_LOST losses).
                 self.lost_count[i] = lost + 1
                 self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
-                self._make_ready_from(i, reason=f"executor lost during attempt {self.attempt[i]}; running it again")
+                self._make_ready_from(i, reason=f"{LOST_AGAIN}{self.attempt[i]}; running it again")
                 return
         elif killed is not None:
             why, retryable = killed, False
@@ -577,7 +578,7 @@ class SchedulerCore(JobTable):
                 a = attempt[d] + 1
                 attempt[d] = a
                 state[d] = _Q
-                why = f"follows {ids[u]}: starts when it succeeds"
+                why = follows_reason(ids[u])
                 self.reasons[d] = why
                 tx_append((d, _W, _Q, a, now, -1, None, why, cause))
                 in_use[tier[d]] += 1
@@ -764,8 +765,8 @@ class SchedulerCore(JobTable):
             self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
         else:
             branch = su == _SKIP and u in self.branches.branch_skipped
-            why = f"branch not taken: {self.ids[u]} skipped" if branch else \
-                f"condition not met: {self.ids[u]} did not fail"
+            why = f"{BRANCH_NOT_TAKEN}{self.ids[u]} skipped" if branch else \
+                f"{NOT_FAILED}{self.ids[u]} did not fail"
             self.branches.branch_skipped.add(d)
             self.set_state(d, _SKIP, reason=why)
         stack.append(d)
@@ -1207,16 +1208,24 @@ class SchedulerCore(JobTable):
     # -- restore and invariants ----------------------------------------------------------
 
     def restore(self, rows: Iterable[tuple[int, int, int]], now: float,
-                retry_due: Mapping[int, float] | None = None) -> None:
+                retry_due: Mapping[int, float] | None = None, journaled: Journaled | None = None) -> None:
         """Load states from a journal before RunStartedEvent: (job, state, attempt) rows.
 
         QUEUED and RUNNING jobs keep their slot: the shell reconciles them with the
         executors and feeds their exits (or losses) as events. A job in RETRY_WAIT becomes
         READY when its journaled delay ends (`retry_due`, by job; now for a job not in it).
         A run with a CANCELLED job was cancelled: nothing new starts in it.
+
+        What the journaled transitions say beyond the states (`journaled`, core/replay.py) is taken as the live
+        core had it: the jobs a branch skipped (their dependents are skipped too, not run), the followers (one
+        handed back or lost comes back as a follower: _unfollow), the losses of each job's executors (MAX_LOST)
+        and the jobs held for a node that was lost (its late success is theirs: _late_exit).
         """
+        j = journaled or Journaled()
         state, counts = self.state, self.counts
         seen: set[int] = set()
+        self.branches.branch_skipped.update(j.branch_skipped)
+        self.lost_count.update(j.lost)
         for i, st, att in rows:
             seen.add(i)
             counts[state[i]] -= 1
@@ -1246,7 +1255,8 @@ class SchedulerCore(JobTable):
                     self.group_use[self.group_of[i]] += 1
             if (st == _Q or st == _RUN) and (self.specs[i].resources or i in self.resources.claims):
                 self.resources.hold(i, self.needs(i))
-        self._restore_followers()
+        self.held_lost.update((i, a) for i, a in j.held_lost.items() if state[i] == _HELD and self.attempt[i] == a)
+        self._restore_followers(j.follows)
         # Jobs whose upstreams finished while the journal lagged: resolve them now. (A loop one of whose
         # instances failed ends once the others have: SchedulerCore._blocked.)
         for i in range(self.n):
@@ -1275,15 +1285,31 @@ class SchedulerCore(JobTable):
                 if state[k] == _R:
                     self.set_state(k, _W, reason=f"waiting for loop {self.ids[d]} again")
 
-    def _restore_followers(self) -> None:
+    def _restore_followers(self, follows: Mapping[int, int]) -> None:
         """QUEUED jobs with an upstream not yet ended are followers (see `follow`): each follows the one
-        QUEUED or RUNNING upstream it has; its executor starts it or hands it back."""
+        QUEUED or RUNNING upstream it has; its executor starts it or hands it back.
+
+        `follows` (job -> the job it follows, by the journal) names them all, among them those whose upstream
+        no longer runs: one that failed (or waits for a retry, or ended otherwise but in success) left its
+        follower following it, as the live core does, to come back unstarted and wait again (_unfollow); one
+        that succeeded let it go (its executor starts it)."""
         state, index = self.state, self.index
         for i in range(self.n):
             if state[i] != _Q or not self.specs[i].depends_on:
                 continue
             self.recompute(i)
+            u = follows.get(i)
+            if u is not None and state[u] != _Q and state[u] != _RUN:
+                if state[u] != _OK:
+                    self.following[i] = u
+                    if _TERMINAL[state[u]]:
+                        self.unmet[i] += 1  # (counted met only when it is let go: _inherit)
+                continue
             if not self.unmet[i]:
+                continue
+            if u is not None and self.leader.get(u, i) == i:
+                self.following[i] = u
+                self.leader[u] = i
                 continue
             for dep in self.specs[i].depends_on:
                 u = index[dep]

@@ -1,12 +1,14 @@
 """What a resume rebuilds of a job from its journaled transitions beyond its state: the iterations its `until`
-has completed, its attempts not counted against its retry policy, when its retry is due; and of the run from its
-journaled actions, whether it was cancelled."""
+has completed, its attempts not counted against its retry policy, when its retry is due, whether a branch skipped
+it, the job it follows, how often its executor was lost under it, and whether it is held for a node that was lost;
+and of the run from its journaled actions, whether it was cancelled."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 
-from wloadctl.core.branches import FRESH_STARTS, UNTIL_AGAIN, UNTIL_UNJUDGED
+from wloadctl.core.branches import BRANCH_SKIPS, FRESH_STARTS, UNTIL_AGAIN, UNTIL_UNJUDGED
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import retry_due_journaled
 
@@ -15,6 +17,71 @@ _SENT = frozenset({S.QUEUED, S.RUNNING})
 _BACK = frozenset({S.READY, S.WAITING})
 _REOPENED = TERMINAL | {S.RETRY_WAIT}
 """States a rerun upstream sends a job back to WAITING from (RETRY_WAIT: a rerun with its downstream)."""
+
+FOLLOWS, FOLLOWS_END = "follows ", ": starts when it succeeds"
+"""How the reason of a job sent as a follower (SchedulerCore.follow) begins and ends, the job it follows between."""
+LOST_AGAIN = "executor lost during attempt "
+"""How the reason of a job run again at once because its executor was lost under it begins (counted: MAX_LOST)."""
+HELD_LOST = "interrupted, needs operator"
+"""The reason of a job that may not run twice held because its executor or agent was lost while it ran."""
+
+
+def follows_reason(job: str) -> str:
+    """The reason journaled when a job is sent as a follower of `job`."""
+    return f"{FOLLOWS}{job}{FOLLOWS_END}"
+
+
+@dataclass
+class Journaled:
+    """What SchedulerCore.restore takes from the journaled transitions beyond the jobs' states (see `journaled`)."""
+
+    branch_skipped: set[int] = field(default_factory=set)
+    """SKIPPED jobs a branch skipped (an `if` false, or an upstream's branch not taken), not an operator."""
+    follows: dict[int, int] = field(default_factory=dict)
+    """QUEUED jobs sent as followers: job -> the job it follows."""
+    lost: dict[int, int] = field(default_factory=dict)
+    """How many times each job was run again at once because its executor was lost under it."""
+    held_lost: dict[int, int] = field(default_factory=dict)
+    """HELD jobs held because their executor or agent was lost while they ran, with that attempt."""
+
+
+def replayed_jobs(rows: Iterable[tuple[int, int, int]], also: Collection[int] = ()) -> list[int]:
+    """The jobs of journaled (job, state, attempt) rows whose transitions a resume reads (`journaled`,
+    `attempts_unspent`): those that have run and not ended, and those SKIPPED; and the jobs `also` names (`until`
+    jobs, whose iterations it counts, when they have run)."""
+    return [i for i, st, att in rows if (att and (st not in TERMINAL or i in also)) or st == S.SKIPPED]
+
+
+def journaled(transitions: Mapping[int, Iterable[tuple]], index: Mapping[str, int]) -> Journaled:
+    """What the jobs' journaled transitions say beyond their states (Journaled).
+
+    Args:
+        transitions: transitions (from, to, attempt, ts, executor, exit_code, reason, ...) in order, by job.
+        index: job index by id (to name the job a follower follows).
+    """
+    out = Journaled()
+    for i, ts in transitions.items():
+        last: tuple | None = None
+        n = 0
+        for t in ts:
+            reason = t[6] or ""
+            if t[1] == S.SKIPPED and reason.startswith(BRANCH_SKIPS):
+                out.branch_skipped.add(i)  # (as live: once a branch skipped it, Branches.branch_skipped keeps it)
+            elif reason.startswith(LOST_AGAIN):
+                n += 1
+            last = t
+        if n:
+            out.lost[i] = n
+        if last is None:
+            continue
+        to, reason = S(last[1]), last[6] or ""
+        if to == S.QUEUED and reason.startswith(FOLLOWS) and reason.endswith(FOLLOWS_END):
+            u = index.get(reason[len(FOLLOWS):-len(FOLLOWS_END)])
+            if u is not None:
+                out.follows[i] = u
+        elif to == S.HELD and reason == HELD_LOST:
+            out.held_lost[i] = last[2]
+    return out
 
 
 def iterations_journaled(transitions: Iterable[tuple]) -> int:

@@ -174,6 +174,9 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
                 seen.add(pid, r)
     applied = lost = kept = returned = 0
     halted = 0
+    # Hand-backs first: a follower goes back only while the job it follows runs on (or once it failed), so the
+    # core takes it back as a follower (_unfollow) before that job's end, as it would have live.
+    inflight.sort(key=lambda i: seen.handed_back((i, core.attempt[i])) is None)
     for i in inflight:
         att = core.attempt[i]
         if i in stopped:
