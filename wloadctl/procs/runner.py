@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 from wloadctl.core.engine import FOLLOW, SchedulerCore
 from wloadctl.core.events import RunStartedEvent
+from wloadctl.core.holds import holds_journaled
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.replay import attempts_unspent, iterations_journaled, retry_dues, run_cancelled
@@ -722,6 +723,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             _restore_counts(store, run, core)
             actions = store.actions(run.id)
             core.cancelled = core.cancelled or run_cancelled(actions)
+            core.holds = holds_journaled(actions, core)  # (held jobs an upstream's retry must not let run)
             notes = reconcile(local, core.feed, adopt, mine=local.serves,
                               stopped=stopped_with_run(store, run.id, core, actions))
             if remote is not None:
