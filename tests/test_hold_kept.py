@@ -138,6 +138,19 @@ def test_a_resumed_core_knows_the_holds_from_the_journaled_actions() -> None:
     assert released == {}
 
 
+def test_a_resumed_core_knows_a_confirmation_job_still_waits_for_its_approve() -> None:
+    core = held_chain(confirm=True)
+    rows = [(i, core.state[i], core.attempt[i]) for i in range(core.n)]
+    again = SchedulerCore(core.plan, slots=4)
+    again.restore(rows, 5.0)
+    assert holds_journaled([(1.0, "root", "approve", "approve", "", "confirmed", True)], again) == {}
+    again.holds = holds_journaled([], again)
+    again.handle(RunStartedEvent(5.0))
+    verb(again, "retry", "prep", now=6.0)
+    cmds = finish(again, "prep", now=7.0)
+    assert states(again)["approve"] == "HELD" and dispatched(cmds) == []
+
+
 def test_a_held_instance_a_loop_lists_again_stays_held() -> None:
     core = SchedulerCore(dynamic(), slots=2)
     core.handle(RunStartedEvent(0.0))  # (list and side run)
