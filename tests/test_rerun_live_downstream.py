@@ -104,8 +104,8 @@ def test_a_held_dependent_stays_held_and_the_reply_says_it_runs_again_once_relea
     finish(core, "a")
     finish(core, "b")
     rep, _ = rerun_downstream(core, "a")
-    assert rep.results[0][1:] == (True, "job 'a' will run again with 1 downstream job(s) ('c' HELD: run again "
-                                        "after it once released)")
+    assert rep.results[0][1:] == (True, "job 'a' will run again with 1 downstream job(s); 1 held job(s) stay held "
+                                        "('c': run again after it once released)")
     assert states(core) == {"a": "QUEUED", "b": "WAITING", "c": "HELD"}
     core.handle(OperatorEvent("release", (core.index["c"],), 10.0, user="ana"))
     assert states(core)["c"] == "WAITING"

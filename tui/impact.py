@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from tui.labels import fmt_clock
 from tui.view_model import JobsModel
 from wloadctl.core.dag import Dag
+from wloadctl.core.holds import says_held
 from wloadctl.core.states import TERMINAL, JobState, SlaTier
 from wloadctl.core.verbs import VERB_FROM, applicable_verbs
 
@@ -36,6 +37,9 @@ EFFECT: dict[str, str] = {
     "skip": "are SKIPPED; their downstream treats them as done",
 }
 """What a verb does to the jobs it applies to, in words."""
+
+_REOPENS = frozenset({"retry", "rerun", "set-ok", "skip"})
+"""Verbs that reopen jobs below the ones they apply to."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class Impact:
     """(job, why) for jobs it does not apply to."""
     affected: list[str] = field(default_factory=list)
     """Downstream jobs that change too (reopened, blocked, released)."""
+    held: list[str] = field(default_factory=list)
+    """Downstream jobs an operator's hold (or a confirmation) keeps HELD through the verb, until released."""
     critical_tier: int = 0
     """Jobs of the critical SLA tier among those touched or affected."""
     critical_path: int = 0
@@ -108,7 +114,8 @@ class Impact:
                 "set-ok": "may then run",
                 "skip": "may then run",
             }[self.verb]
-            out.append(f"downstream: {len(self.affected)} job(s) {what}")
+            kept = f"; {len(self.held)} held job(s) stay held until released" if self.held else ""
+            out.append(f"downstream: {len(self.affected)} job(s) {what}{kept}")
         elif self.verb == "rerun" and not self.downstream:
             out.append(
                 "downstream: finished jobs below keep their results (d reruns them too)"
@@ -182,9 +189,13 @@ def impact(
     else:
         keep = frozenset({S.WAITING, S.UPSTREAM_FAILED})
     kept = bytes(s in keep for s in range(256))
-    below = sorted(i for i in _below(dag, model, chosen) if kept[st_of[i]])
+    under = _below(dag, model, chosen)
+    below = sorted(i for i in under if kept[st_of[i]])
     imp.applies = [ids[i] for i in chosen]
     imp.affected = [ids[i] for i in below]
+    if verb in _REOPENS:  # (a held job they reopen comes back HELD: core/holds.py)
+        reason, held = model.reason, int(S.HELD)
+        imp.held = [ids[i] for i in sorted(under) if (kept[st_of[i]] or st_of[i] == held) and says_held(reason[i])]
     touched = chosen + below
     tier, crit_value = model.tier, int(SlaTier.CRITICAL)
     imp.critical_tier = sum(1 for i in touched if tier[i] == crit_value)

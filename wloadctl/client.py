@@ -835,6 +835,7 @@ class RunClient:
 def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     """A core rebuilt from the journal (for verbs and `why` on a run with no live scheduler)."""
     from wloadctl.core.engine import SchedulerCore
+    from wloadctl.core.holds import holds_journaled
     from wloadctl.core.replay import journaled, replayed_jobs, retry_dues, run_cancelled
     from wloadctl.core.sla import run_instants
 
@@ -847,7 +848,9 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     # (and what its transitions say beyond its states: a job a branch skipped, rerun upstream, is skipped again)
     told = journaled(store.transitions_of_jobs(run.id, replayed_jobs(rows)), core.index)
     core.restore(rows, time.time(), retry_dues(store.transitions_of_jobs(run.id, waiting)) if waiting else None, told)
-    core.cancelled = core.cancelled or run_cancelled(store.actions(run.id))
+    actions = store.actions(run.id)
+    core.cancelled = core.cancelled or run_cancelled(actions)
+    core.holds = holds_journaled(actions, core)  # (an operator's holds outlast a failed upstream)
     core.flush()  # the restore's own corrections are not the operator's doing
     # The instants the run's jobs may start at, as its scheduler read them (`why` says them; nothing dispatches here).
     core.set_times({}, run_instants(core.specs, run.business_date, run.started, plan.timezone, deadlines=False)[1])

@@ -41,6 +41,7 @@ from wloadctl.core.events import (
 )
 from wloadctl.core.fanout import FanOut
 from wloadctl.core.holding import HOST_CPU, HOST_MEMORY, LOCAL_PLACE, Needs, Resources
+from wloadctl.core.holds import confirm_wait, still_held
 from wloadctl.core.jobtable import JobTable, PlanArrays
 from wloadctl.core.loops import ITEM_SEP, instances_of, with_instances, without_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
@@ -193,6 +194,10 @@ class SchedulerCore(JobTable):
         run's journal for an operator's verb never starts: it has not the outcomes conditions read."""
         self.to_confirm: list[int] = [i for i, j in enumerate(specs) if j.confirm]
         """Confirmation jobs (`confirm: true`) not yet HELD for an operator's approve (held at the run's start)."""
+        self.holds: dict[int, str] = {}
+        """Jobs an operator's hold (not released) or a confirmation (not approved) holds, with what held them in
+        words: one that leaves HELD meanwhile (an upstream failed, the run was cancelled) comes back HELD when
+        reopened (core/holds.py)."""
         self._dispatch: list[tuple[int, int]] = []
         self._other: list[Command] = []
         self.follow = 0
@@ -308,7 +313,8 @@ class SchedulerCore(JobTable):
         state, unmet, block = self.state, self.unmet, self.block
         for i in self.to_confirm:
             if state[i] == _W:
-                self.set_state(i, _HELD, reason=f"waiting for confirmation: `wloadctl approve {self.ids[i]}`")
+                self.holds[i] = confirm_wait(self.ids[i])
+                self.set_state(i, _HELD, reason=self.holds[i])
         self.to_confirm = []
         specs = self.specs
         for i in range(self.n):
@@ -762,7 +768,8 @@ class SchedulerCore(JobTable):
             self.set_state(d, _FAIL, reason=f"instance {names} {S(self.state[failed[0]]).name}" if len(failed) == 1
                            else f"{len(failed)} instances did not succeed: {names}")
         elif self.block[d] == 1:
-            self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}")
+            held = f"; {still_held(self.holds[d])}" if self.holds and d in self.holds else ""
+            self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}{held}")
         else:
             branch = su == _SKIP and u in self.branches.branch_skipped
             why = f"{BRANCH_NOT_TAKEN}{self.ids[u]} skipped" if branch else \
@@ -821,6 +828,16 @@ class SchedulerCore(JobTable):
         self._gated_ready(i, stack)
         if stack:
             self._resolve_many(stack)
+
+    def hold_again(self, i: int, why: str = "") -> None:
+        """Job i, reopened (or ended) while an operator's hold or a confirmation holds it, is HELD again: it runs
+        only once released (approved). `why`: what reopened it (its WAITING step says so when it had ended)."""
+        if self.state[i] == _HELD:
+            return
+        if _TERMINAL[self.state[i]]:
+            self.set_state(i, _W, reason=why)
+        self.recompute(i)
+        self.set_state(i, _HELD, reason=still_held(self.holds[i]) + (f" ({why})" if why else ""))
 
     def _fail_unjudged(self, i: int, why: str, executor: int = -1, exit_code: int | None = None) -> None:
         """Job i fails because an expression that decides it (`if`, `until`, a loop's list) cannot be evaluated;
@@ -891,6 +908,9 @@ class SchedulerCore(JobTable):
             if _TERMINAL[self.state[k]]:
                 self.attempt_base[k] = self.attempt[k]
                 self.branches.afresh(k)
+                if k in self.holds:  # (held when the loop read its list again: held still)
+                    self.hold_again(k, f"listed again by loop {spec.id}")
+                    continue
                 self._make_ready_from(k, reason=f"listed again by loop {spec.id}")
             elif k in rerun and self.state[k] == _W:  # rerun by an operator, it waited for this list
                 self._make_ready_from(k, reason=f"listed again by loop {spec.id}")

@@ -12,6 +12,7 @@ from typing import Protocol
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.fanout import FanOut
+from wloadctl.core.holds import confirm_wait, held_by
 from wloadctl.core.loops import instances_of
 from wloadctl.core.plan import DynamicItems, JobSpec
 from wloadctl.core.states import TERMINAL, JobState
@@ -36,6 +37,7 @@ class VerbTarget(Protocol):
     index: Mapping[str, int]
     fanout: FanOut
     timers: Timers
+    holds: dict[int, str]
 
     def set_state(self, i: int, to: int, reason: str = "", executor: int = -1,
                   exit_code: int | None = None) -> None:
@@ -70,6 +72,9 @@ class VerbTarget(Protocol):
 
     def kill(self, i: int, reason: str, graceful: bool = False, requeue: bool = False) -> None:
         """Ask the shell to stop job i's running attempt."""
+
+    def hold_again(self, i: int, why: str = "") -> None:
+        """Job i, reopened while an operator's hold or a confirmation holds it, is HELD again."""
 
 
 class JobNames(Protocol):
@@ -260,7 +265,8 @@ def _why(text: str, ev: OperatorEvent) -> str:
 
 
 def _hold(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
-    core.set_state(i, S.HELD, reason=_why("held", ev))
+    core.holds[i] = held_by(ev.user, ev.reason)  # (the operator's until released, whatever reopens it meanwhile)
+    core.set_state(i, S.HELD, reason=core.holds[i])
     touched.append(i)
     return f"job '{core.ids[i]}' held"
 
@@ -274,6 +280,8 @@ def _settle(core: VerbTarget, i: int, touched: list[int]) -> None:
     elif core.block[i] == 2:
         core.set_state(i, S.SKIPPED, reason="condition not met")
         core.resolve(i)
+    elif i in core.holds:
+        core.hold_again(i)
     elif core.unmet[i] == 0 and i in core.fanout.loops:
         if core.state[i] != S.WAITING:
             core.set_state(i, S.WAITING)
@@ -286,12 +294,14 @@ def _settle(core: VerbTarget, i: int, touched: list[int]) -> None:
 
 
 def _release(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    core.holds.pop(i, None)
     core.set_state(i, S.WAITING, reason=_why("released", ev))
     _settle(core, i, touched)
     return f"job '{core.ids[i]}' released, now {S(core.state[i]).name}"
 
 
 def _approve(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    core.holds.pop(i, None)
     core.set_state(i, S.WAITING, reason=_why("confirmed", ev))
     _settle(core, i, touched)
     return f"job '{core.ids[i]}' confirmed, now {S(core.state[i]).name}"
@@ -362,8 +372,8 @@ def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_
     for d in reopened:
         core.recompute(d)
     for d in reopened:
-        if core.state[d] == S.WAITING and core.unmet[d] == 0:
-            _settle(core, d, touched)
+        if core.state[d] == S.WAITING and (core.unmet[d] == 0 or d in core.holds):
+            _settle(core, d, touched)  # (one an operator held is held again)
         else:
             touched.append(d)
     touched.extend(d for d in lists if d not in reopened)
@@ -389,9 +399,9 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
     extra = len(set(desc).intersection(touched[before:]))
     _settle(core, i, touched)
     more = f" with {extra} downstream job(s)" if extra > 0 else ""
-    if ev.downstream and what == "rerun" and (held := [d for d in desc if core.state[d] == S.HELD]):
+    if held := [d for d in desc if core.state[d] == S.HELD]:
         names = ", ".join(f"'{core.ids[d]}'" for d in held[:5]) + (" ..." if len(held) > 5 else "")
-        more += f" ({names} HELD: run again after it once released)"
+        more += f"; {len(held)} held job(s) stay held ({names}: run again after it once released)"
     if lists:
         named = ", ".join(f"'{core.ids[d]}'" for d in lists[:5]) + (" ..." if len(lists) > 5 else "")
         loop = f"loop {named} makes" if len(lists) == 1 else f"loops {named} make"
@@ -399,8 +409,13 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
                  "ended, and run again if listed)")
     if core.specs[i].confirm and not core.attempt[i] and core.state[i] in (S.WAITING, S.READY):
         # Never confirmed (cancelled or skipped before its approve): it waits for one again, as at the start.
-        core.set_state(i, S.HELD, reason=f"waiting for confirmation: `wloadctl approve {core.ids[i]}`")
+        core.holds[i] = confirm_wait(core.ids[i])
+        core.set_state(i, S.HELD, reason=core.holds[i])
+    if core.state[i] == S.HELD and i in core.holds and core.specs[i].confirm:
         return f"job '{core.ids[i]}' waits for confirmation again{more}: `wloadctl approve {core.ids[i]}` lets it run"
+    if core.state[i] == S.HELD and i in core.holds:
+        return (f"job '{core.ids[i]}' stays held, {core.holds[i]}{more}: `wloadctl release {core.ids[i]}` lets it "
+                "run")
     waited = core.awaits_list(i) if core.state[i] == S.WAITING else None
     if waited is not None:
         return (f"job '{core.ids[i]}' will run again once loop '{core.ids[waited]}' has read its list again, if it "
@@ -431,6 +446,7 @@ def _kill(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> st
 
 def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: JobState) -> str:
     was_terminal = core.state[i] in TERMINAL
+    core.holds.pop(i, None)  # (the operator decided about this very job)
     core.set_state(i, to, reason=_why("set ok" if to == S.SUCCEEDED else "skipped", ev))
     touched.append(i)
     if was_terminal:

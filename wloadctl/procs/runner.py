@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING
 
 from wloadctl.core.engine import FOLLOW, SchedulerCore
 from wloadctl.core.events import RunStartedEvent
+from wloadctl.core.holds import holds_journaled
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
 from wloadctl.core.replay import (
@@ -730,6 +731,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             _restore_counts(transitions, core)
             actions = store.actions(run.id)
             core.cancelled = core.cancelled or run_cancelled(actions)
+            core.holds = holds_journaled(actions, core)  # (held jobs an upstream's retry must not let run)
             notes = reconcile(local, core.feed, adopt, mine=local.serves,
                               stopped=stopped_with_run(store, run.id, core, actions))
             if remote is not None:

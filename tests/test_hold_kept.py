@@ -1,0 +1,226 @@
+"""An operator's hold is the operator's until released: a held job that an upstream's failure ended comes back HELD
+when it is reopened (the upstream retried or rerun, set ok, a rerun of the job itself), never WAITING and run with no
+sign-off; the verb says it stays held. The same holds for a confirmation job's wait for its approve, and across a
+kill -9 and a resume (the hold is read back from the journaled actions)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import make_plan
+from tests.core.test_engine import dispatched, finish, states
+from tests.core.test_loops import dynamic, finish_list
+from tests.integration.helpers import cli, job_states, start, status, wait_for
+from tui.impact import impact
+from tui.view_model import JobsModel
+from wloadctl.core.commands import Reply
+from wloadctl.core.dag import Dag
+from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.events import JobsFinishedEvent, OperatorEvent, RunStartedEvent
+from wloadctl.core.holds import holds_journaled, says_held
+from wloadctl.core.plan import Plan
+from wloadctl.core.states import JobState
+
+S = JobState
+
+
+def held_chain(confirm: bool = False) -> SchedulerCore:
+    """prep -> approve -> send; approve held by root for treasury (or a confirmation job), prep then failed."""
+    plan = make_plan({"prep": {}, "approve": {"deps": ["prep"]}, "send": {"deps": ["approve"]}})
+    if confirm:
+        plan = Plan(plan.name, {**plan.jobs, "approve": dataclasses.replace(plan.jobs["approve"], confirm=True)},
+                    plan.resources)
+    core = SchedulerCore(plan, slots=4)
+    core.handle(RunStartedEvent(0.0))
+    if not confirm:
+        verb(core, "hold", "approve", reason="treasury")
+    finish(core, "prep", code=3)
+    assert states(core) == {"prep": "FAILED", "approve": "UPSTREAM_FAILED", "send": "UPSTREAM_FAILED"}
+    return core
+
+
+def listened(p: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str] | None:
+    """A verb's answer, or None when the resumed scheduler did not listen yet (nothing was applied)."""
+    if "no scheduler listens" in p.stderr:
+        return None
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def verb(core: SchedulerCore, name: str, job: str, now: float = 2.0, **kw: object) -> tuple[Reply, list]:
+    cmds = core.handle(OperatorEvent(name, (core.index[job],), now, user="root", **kw))  # type: ignore[arg-type]
+    return next(c for c in cmds if isinstance(c, Reply)), cmds
+
+
+def test_a_held_job_reopened_by_its_upstreams_retry_stays_held_until_released() -> None:
+    core = held_chain()
+    a = core.index["approve"]
+    assert core.reasons[a] == "upstream prep FAILED; still held by root: treasury"
+    rep, _ = verb(core, "retry", "prep")
+    assert rep.results[0][1:] == (True, "job 'prep' will run again with 2 downstream job(s); 1 held job(s) stay "
+                                        "held ('approve': run again after it once released)")
+    assert states(core) == {"prep": "QUEUED", "approve": "HELD", "send": "WAITING"}
+    assert core.reasons[a] == "still held by root: treasury"
+    cmds = finish(core, "prep", now=3.0)
+    assert states(core)["approve"] == "HELD" and dispatched(cmds) == []
+    rep, cmds = verb(core, "release", "approve", now=4.0)
+    assert rep.results[0][1:] == (True, "job 'approve' released, now READY")
+    assert dispatched(cmds) == [(a, 1)]
+    core.validate()
+
+
+@pytest.mark.parametrize("how", ["set-ok", "skip", "rerun"])
+def test_a_held_job_reopened_when_its_failed_upstream_is_set_ok_skipped_or_rerun_stays_held(how: str) -> None:
+    core = held_chain()
+    rep, cmds = verb(core, how, "prep", downstream=how == "rerun")
+    assert rep.results[0][1] and states(core)["approve"] == "HELD"
+    assert core.index["approve"] not in {i for i, _a in dispatched(cmds)}
+    if how == "rerun":
+        assert "1 held job(s) stay held" in rep.results[0][2]
+
+
+def test_a_rerun_of_the_held_job_itself_keeps_it_held_and_says_so() -> None:
+    core = held_chain()
+    verb(core, "set-ok", "prep")  # (approve HELD again, its upstream done)
+    verb(core, "cancel", "prep")  # the run is cancelled: approve, held, is CANCELLED with it
+    assert states(core)["approve"] == "CANCELLED"
+    core.cancelled = False  # (as a stopped run's journal core for an offline rerun is not live)
+    rep, cmds = verb(core, "rerun", "approve")
+    assert rep.results[0][1:] == (True, "job 'approve' stays held, held by root: treasury: `wloadctl release "
+                                        "approve` lets it run")
+    assert states(core)["approve"] == "HELD" and dispatched(cmds) == []
+
+
+def test_a_skip_or_set_ok_of_the_held_job_itself_ends_its_hold() -> None:
+    core = held_chain()
+    verb(core, "skip", "approve")
+    assert core.index["approve"] not in core.holds
+    rep, _ = verb(core, "rerun", "approve")
+    assert rep.results[0][2] == "job 'approve' will run again"
+
+
+def test_a_confirmation_job_reopened_by_its_upstreams_retry_still_waits_for_its_approve() -> None:
+    core = held_chain(confirm=True)
+    a = core.index["approve"]
+    assert core.reasons[a] == "upstream prep FAILED; still waiting for confirmation: `wloadctl approve approve`"
+    rep, _ = verb(core, "retry", "prep")
+    assert "1 held job(s) stay held" in rep.results[0][2]
+    cmds = finish(core, "prep", now=3.0)
+    assert states(core)["approve"] == "HELD" and dispatched(cmds) == []
+    assert not verb(core, "release", "approve")[0].results[0][1]
+    rep, cmds = verb(core, "approve", "approve", now=4.0)
+    assert rep.results[0][1] and dispatched(cmds) == [(a, 1)]
+
+
+def test_a_resumed_core_knows_the_holds_from_the_journaled_actions() -> None:
+    core = held_chain()
+    rows = [(i, core.state[i], core.attempt[i]) for i in range(core.n)]
+    actions = [(1.0, "root", "hold", "approve", "treasury", "job 'approve' held", True),
+               (1.5, "ana", "release", "send", "", "refused", False),
+               (1.6, "ana", "hold", "gone", "", "", True)]  # (a job the plan no longer has)
+    again = SchedulerCore(make_plan({"prep": {}, "approve": {"deps": ["prep"]}, "send": {"deps": ["approve"]}}),
+                          slots=4)
+    again.restore(rows, 5.0)
+    again.holds = holds_journaled(actions, again)
+    again.handle(RunStartedEvent(5.0))
+    assert again.holds == {again.index["approve"]: "held by root: treasury"}
+    verb(again, "retry", "prep", now=6.0)
+    assert states(again)["approve"] == "HELD"
+    # a release journaled after the hold ends it
+    released = holds_journaled([*actions, (2.0, "root", "release", "approve", "", "released", True)], again)
+    assert released == {}
+
+
+def test_a_resumed_core_knows_a_confirmation_job_still_waits_for_its_approve() -> None:
+    core = held_chain(confirm=True)
+    rows = [(i, core.state[i], core.attempt[i]) for i in range(core.n)]
+    again = SchedulerCore(core.plan, slots=4)
+    again.restore(rows, 5.0)
+    assert holds_journaled([(1.0, "root", "approve", "approve", "", "confirmed", True)], again) == {}
+    again.holds = holds_journaled([], again)
+    again.handle(RunStartedEvent(5.0))
+    verb(again, "retry", "prep", now=6.0)
+    cmds = finish(again, "prep", now=7.0)
+    assert states(again)["approve"] == "HELD" and dispatched(cmds) == []
+
+
+def test_a_held_instance_a_loop_lists_again_stays_held() -> None:
+    core = SchedulerCore(dynamic(), slots=2)
+    core.handle(RunStartedEvent(0.0))  # (list and side run)
+    cmds = finish_list(core, {"files": ["a", "b"]})  # a runs in list's slot; b waits for one
+    b = core.index["load@b"]
+    assert [core.ids[i] for i, _a in dispatched(cmds)] == ["load@a"] and core.state[b] == S.READY
+    verb(core, "hold", "load@b", reason="treasury")
+    core.handle(JobsFinishedEvent([(core.index["load@a"], 1, 0, 0), (core.index["side"], 1, 0, 0)], 2.0))
+    verb(core, "rerun", "list", now=3.0, downstream=True)
+    assert core.state[b] == S.SKIPPED  # (its loop reads its list again)
+    cmds = finish_list(core, {"files": ["a", "b"]})
+    assert core.state[b] == S.HELD and core.reasons[b] == "still held by root: treasury (listed again by loop load)"
+    assert b not in {i for i, _a in dispatched(cmds)}
+    rep, cmds = verb(core, "release", "load@b", now=4.0)
+    assert rep.results[0][1] and b in {i for i, _a in dispatched(cmds)}
+
+
+def test_says_held_reads_the_reasons_a_kept_hold_leaves() -> None:
+    assert says_held("held by root: treasury") and says_held("held")
+    assert says_held("upstream prep FAILED; still held by root: treasury")
+    assert says_held("still waiting for confirmation: `wloadctl approve x`")
+    assert not says_held("upstream prep FAILED") and not says_held("interrupted, needs operator")
+
+
+def test_the_consoles_preview_of_a_retry_says_the_held_jobs_stay_held() -> None:
+    core = held_chain()
+    model = JobsModel(ids=list(core.ids), tier=bytearray(core.tier))
+    model.load_rows([(i, core.ids[i], core.state[i], core.attempt[i], -1, None, None, None, core.reasons.get(i, ""))
+                     for i in range(core.n)])
+    imp = impact("retry", [core.index["prep"]], model, Dag(core.plan))
+    assert imp.affected == ["approve", "send"] and imp.held == ["approve"]
+    assert "downstream: 2 job(s) are reopened (blocked by them); 1 held job(s) stay held until released" in imp.lines()
+
+
+@pytest.mark.ipc
+def test_a_hold_outlasts_a_failed_upstream_a_kill_9_and_a_resume(tmp_path: Path, no_ipc_leaks: None) -> None:
+    sd, prep_go, other_go, out = tmp_path / "sd", tmp_path / "prep.go", tmp_path / "other.go", tmp_path / "out"
+    plan = tmp_path / "hold.yaml"
+    plan.write_text(yaml.safe_dump({"name": "hold", "jobs": {
+        "prep": {"command": f'while [ ! -e {prep_go} ]; do sleep 0.05; done; [ "$WLOADCTL_ATTEMPT" != 1 ]'},
+        "approve": {"command": f"echo approve >> {out}", "depends_on": ["prep"]},
+        "send": {"command": f"echo send >> {out}", "depends_on": ["approve"]},
+        "other": {"command": f"while [ ! -e {other_go} ]; do sleep 0.05; done"}}}))
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: job_states(sd).get("prep") == "RUNNING", what="prep running")
+        cli("hold", "approve", "--reason", "treasury", "--state-dir", str(sd), check=True)
+        prep_go.touch()
+        wait_for(lambda: job_states(sd).get("approve") == "UPSTREAM_FAILED", what="prep failed")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc = start("resume", "--state-dir", str(sd))
+        wait_for(lambda: status(sd).get("live"), what="the run resumed")
+        p = wait_for(lambda: listened(cli("retry", "prep", "--state-dir", str(sd))), what="the retry taken")
+        assert "1 held job(s) stay held ('approve'" in p.stdout
+        wait_for(lambda: job_states(sd).get("prep") == "SUCCEEDED", what="prep succeeded")
+        assert job_states(sd)["approve"] == "HELD" and not out.exists()
+        cli("release", "approve", "--state-dir", str(sd), check=True)
+        other_go.touch()
+        assert proc.wait(30) == 0
+    finally:
+        prep_go.touch()
+        other_go.touch()
+        if proc.poll() is None:  # (a failed check: the run is let end, its queues and segments gone with it)
+            cli("release", "approve", "--state-dir", str(sd))
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert out.read_text() == "approve\nsend\n"
+    hist = cli("history", "approve", "--state-dir", str(sd), check=True).stdout
+    assert "still held by" in hist and "treasury" in hist
