@@ -382,13 +382,18 @@ def view_order(
     n = len(model)
     if sort_key in _NEED_ROWS:
         model.ensure_all()
-    if n >= FAST_FROM:
+    if n >= FAST_FROM and not flt.sla:
         picked = pick(model, flt.states, flt.tiers, flt.pattern)
         if sort_key == "plan" or sort_key not in SORT_KEYS:
             return backwards(picked) if reverse else picked
         return sort_order(model, picked, sort_key, reverse, now, _STATE_RANK)
     idx: Iterable[int] = range(n)
-    if flt.states:
+    if flt.sla:
+        from tui.sla import flagged  # tui.sla reads this module's model
+
+        st, states, flags = model.state, flt.states, flagged(model, now, flt.sla)
+        idx = [i for i in idx if st[i] in states or i in flags]
+    elif flt.states:
         st, states = model.state, flt.states
         idx = [i for i in idx if st[i] in states]
     if flt.tiers:

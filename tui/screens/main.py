@@ -13,7 +13,7 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from tui.commands import Command, CommandError, parse_command
-from tui.filters import JobFilter, parse_filter
+from tui.filters import TROUBLE, JobFilter, parse_filter
 from tui.impact import VERB_KEYS
 from tui.messages import Note
 from tui.run_figures import held_ids, summarize
@@ -127,7 +127,7 @@ class MainScreen(OperatorScreen):
     # -- data ------------------------------------------------------------------------
 
     def _order_depends_on_state(self) -> bool:
-        return bool(self.filter.states) or self.sort_key not in ("plan", "id", "tier")
+        return bool(self.filter.states or self.filter.sla) or self.sort_key not in ("plan", "id", "tier")
 
     def _jobs_changed(self, _version: int = 0) -> None:
         model = self.console.model
@@ -237,6 +237,8 @@ class MainScreen(OperatorScreen):
         if model is None:
             return
         live = app.status is not None and app.status.live
+        if self.filter.sla:
+            self._order_dirty = True  # a deadline coming close puts its job in the filter
         if model.counts[JobState.RUNNING] or model.counts[JobState.QUEUED]:
             self.query_one(JobTable).refresh()
             self._refresh_panels(dag=False)
@@ -366,8 +368,9 @@ class MainScreen(OperatorScreen):
         self._reorder()
 
     def action_trouble(self) -> None:
-        """Show only jobs that need an operator (failed, held, blocked, retrying)."""
-        stuck = parse_filter("state:stuck")
+        """Show only jobs that need an operator (failed, held, blocked, retrying) or whose
+        deadline is in danger (at risk or late, as the SLA pane names them)."""
+        stuck = parse_filter(TROUBLE)
         self.set_filter(JobFilter() if self.filter == stuck else stuck)
 
     def action_back(self) -> None:
