@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import console_fakes
+import pytest
 from console_fakes import NOW, FakeClient
 from console_helpers import fake_app, loaded, screen_text, wait_for
 from textual import events
 from textual.pilot import Pilot
 
 from tui.app import ConsoleApp
+from tui.screens.job_detail import JobDetailScreen
 from tui.screens.main import MainScreen
 from tui.widgets.job_table import JobTable
 
@@ -102,3 +106,55 @@ async def test_trouble_only_includes_jobs_at_risk_of_their_deadline() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), 5)
         shown = {table.model.ids[i] for i in table.order}
         assert shown == {"load_gl", "revalue_fx"}
+
+
+EMEA = "load_general_ledger_postings_for_the_emea_nightly"
+APAC = "load_general_ledger_postings_for_the_apac_nightly"
+
+
+@pytest.fixture
+def long_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The canned run with two long ids that differ only at their end (load_gl, post_interest)."""
+    rename = {"load_gl": EMEA, "post_interest": APAC}
+    text = console_fakes.PLAN_TEXT
+    for old, new in rename.items():
+        text = text.replace(old, new)
+    rows = {rename.get(k, k): v for k, v in console_fakes.ROWS.items()}
+    monkeypatch.setattr(console_fakes, "PLAN_TEXT", text)
+    monkeypatch.setattr(console_fakes, "ROWS", rows)
+    yield
+
+
+async def test_long_ids_are_cut_in_the_middle_and_stay_apart_at_80x24(long_ids: None) -> None:
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("j", "j", "j")  # the cursor on the emea job: the DAG centres on it
+        await pilot.pause()
+        assert app.screen.query_one(JobTable).current_job == EMEA
+        text = screen_text(app)
+        rows = [line for line in text.splitlines() if "load_gen" in line]
+        emea = [r for r in rows if "emea_nightly" in r or "emea_nigh" in r]
+        apac = [r for r in rows if "apac_nightly" in r or "apac_nigh" in r]
+        assert emea and apac, text
+        assert all(ord(c) < 128 for c in text), {c for c in text if ord(c) >= 128}
+        await pilot.resize_terminal(150, 40)  # the panes side by side: the DAG pane is narrow
+        await pilot.pause(0.1)
+        text = screen_text(app)
+        title = next(line for line in text.splitlines() if "1 dag:" in line)
+        assert "1 dag: load_~ghtly -" in title, title  # head and tail kept, in ASCII
+        assert all(ord(c) < 128 for c in text), {c for c in text if ord(c) >= 128}
+
+
+async def test_the_detail_title_keeps_state_attempt_and_exit_at_80_columns(
+    long_ids: None,
+) -> None:
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("j", "j", "j", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), 5)
+        await pilot.pause(0.1)
+        title = screen_text(app).splitlines()[0]
+        assert "RUNNING  tier critical  attempt 1" in title, title
+        assert "load_gene" in title and "nightly" in title, title

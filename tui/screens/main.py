@@ -217,7 +217,6 @@ class MainScreen(OperatorScreen):
         job = self.query_one(JobTable).current_job
         dag = self.query_one(DagView)
         dag.show(app.dag, app.model, job)
-        dag.border_title = f"1 dag: {job}" if job else "1 dag"
 
     def _status_changed(self, _version: int = 0) -> None:
         app = self.console
