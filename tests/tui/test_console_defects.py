@@ -13,6 +13,7 @@ from textual import events
 from textual.pilot import Pilot
 
 from tui.app import ConsoleApp
+from tui.screens.confirm import ConfirmScreen
 from tui.screens.job_detail import JobDetailScreen
 from tui.screens.main import MainScreen
 from tui.widgets.job_table import JobTable
@@ -158,3 +159,23 @@ async def test_the_detail_title_keeps_state_attempt_and_exit_at_80_columns(
         title = screen_text(app).splitlines()[0]
         assert "RUNNING  tier critical  attempt 1" in title, title
         assert "load_gene" in title and "nightly" in title, title
+
+
+async def test_the_rerun_preview_shows_the_refusal_of_a_downstream_that_has_started() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        # extract_core (OK) has load_gl (RUNNING) below it: the scheduler refuses `rerun --downstream`
+        assert app.screen.query_one(JobTable).current_job == "extract_core"
+        await pilot.press("R")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5)
+        await pilot.press("d")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "[x] with everything downstream" in text
+        assert "not applied: 'extract_core' not rerun: downstream 'load_gl' (RUNNING)" in text
+        assert "y: rerun" not in text
+        await pilot.press("d")  # without its downstream the rerun applies
+        await pilot.pause()
+        assert "y: rerun 1 job(s)" in screen_text(app)
