@@ -179,3 +179,41 @@ async def test_the_rerun_preview_shows_the_refusal_of_a_downstream_that_has_star
         await pilot.press("d")  # without its downstream the rerun applies
         await pilot.pause()
         assert "y: rerun 1 job(s)" in screen_text(app)
+
+
+async def test_an_approve_asks_y_first_and_the_approvals_list_marks_its_row() -> None:
+    from test_console_pending import ApprovalsClient
+
+    from tui.screens.pending import PendingScreen
+
+    client = ApprovalsClient()
+    app = fake_app(client)
+    async with app.run_test(size=(130, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("A")
+        screen = await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, PendingScreen) and app.screen.keys and app.screen,
+            5,
+        )
+        rows = [line for line in screen_text(app).splitlines() if "R1" in line or "post_eod" in line]
+        assert [r.lstrip("| ")[:1] for r in rows][:1] == [">"] and ">" not in rows[1][:4]
+        # the border stands out of the background (it was dark blue on the dark surface)
+        table = screen.query_one("#pending")
+        _, color = table.styles.border_top
+        assert abs(color.brightness - table.background_colors[1].brightness) > 0.3
+        await pilot.press("a")
+        await wait_for(pilot, lambda: "y: approve R1" in screen_text(app), 5)
+        text = screen_text(app)
+        assert "approve request R1: kill load_gl, asked by bob (stuck on a lock)" in text
+        assert "kill 1 job(s): load_gl" in text and "y: approve R1" in text
+        await pilot.press("n")
+        await wait_for(pilot, lambda: app.screen is screen, 5)
+        assert client.sent == []
+        await pilot.press("down")
+        await pilot.pause()
+        rows = [line for line in screen_text(app).splitlines() if "post_eod" in line and "confirm" in line]
+        assert rows[0].lstrip("| ").startswith(">")
+        await pilot.press("a", "y")
+        await wait_for(pilot, lambda: client.sent, 5)
+        assert client.sent[0][:2] == ("approve", ["post_eod"])
