@@ -106,6 +106,12 @@ def clip_id(job: str, width: int) -> str:
     return job[:head] + "~" + job[len(job) - tail :]
 
 
+def fit_title(text: str, width: int) -> str:
+    """Cut a border title to a widget `width` wide, with `~`: Textual would cut it with a
+    non-ASCII ellipsis (the corners and a blank either side take 6 columns)."""
+    return clip(text, width - 6) if width > 6 else text
+
+
 def clip(text: str, width: int) -> str:
     """Cut text to `width` columns, marking the cut with `~` (ASCII only)."""
     if width <= 0:

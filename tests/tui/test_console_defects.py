@@ -217,3 +217,25 @@ async def test_an_approve_asks_y_first_and_the_approvals_list_marks_its_row() ->
         await pilot.press("a", "y")
         await wait_for(pilot, lambda: client.sent, 5)
         assert client.sent[0][:2] == ("approve", ["post_eod"])
+
+
+async def test_titles_too_long_for_their_border_are_cut_in_ascii_at_80x24(long_ids: None) -> None:
+    from console_helpers import paste
+
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        seen = []
+        await pilot.press("slash")
+        await pilot.pause()
+        await paste(pilot, "load_general_ledger_postings_* state:ok,running,held,failed tier:critical,high")
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        seen.append(screen_text(app))
+        assert "~ -+" in seen[-1].splitlines()[2], seen[-1]  # the jobs title, cut with ~
+        for keys in (["1"], ["escape", "j", "j", "j"], ["enter"]):
+            await pilot.press(*keys)
+            await pilot.pause(0.1)
+            seen.append(screen_text(app))
+    bad = {c for text in seen for c in text if ord(c) >= 128}
+    assert not bad, f"characters a plain terminal may lack: {bad}"

@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Log, Static
 
-from tui.labels import SHORT, clip_id, fmt_clock, fmt_duration
+from tui.labels import SHORT, clip_id, fit_title, fmt_clock, fmt_duration
 from tui.screens.operator import OperatorScreen
 from tui.widgets.tones import state_style, tone_classes
 from wloadctl.client import node_label
@@ -214,13 +214,17 @@ class JobDetailScreen(OperatorScreen):
         )
         shown = self.attempt or model.attempt[i]
         log = self.query_one("#log", Log)
-        log.border_title = (
+        width = log.outer_size.width
+        log.border_title = fit_title(
             f"log attempt {shown} of {model.attempt[i]}"
             if shown
-            else _no_log(self.job, st, ups)
+            else _no_log(self.job, st, ups),
+            width,
         )
-        log.border_subtitle = ("following" if self.follow else "paused (f)") + (
-            f"  {self._log_note}" if self._log_note else ""
+        log.border_subtitle = fit_title(
+            ("following" if self.follow else "paused (f)")
+            + (f"  {self._log_note}" if self._log_note else ""),
+            width,
         )
 
     # -- log -------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from textual.widgets import Footer
 from tui.commands import Command, CommandError, parse_command
 from tui.filters import TROUBLE, JobFilter, parse_filter
 from tui.impact import VERB_KEYS
+from tui.labels import fit_title
 from tui.messages import Note
 from tui.run_figures import held_ids, summarize
 from tui.screens.confirm import ActionRequest
@@ -170,8 +171,9 @@ class MainScreen(OperatorScreen):
         )
         if self.sort_key != "plan" or self.reverse:
             what += f"  sort: {self.sort_key}{' desc' if self.reverse else ''}"
-        table.border_title = what + (
-            f"  {len(table.marks)} marked" if table.marks else ""
+        table.border_title = fit_title(
+            what + (f"  {len(table.marks)} marked" if table.marks else ""),
+            table.outer_size.width,
         )
 
     def _reorder_if_dirty(self) -> None:
@@ -294,6 +296,7 @@ class MainScreen(OperatorScreen):
         self.set_class(narrow, "-narrow")
         for p in PANES:
             self.query_one(f"#{p}").border_subtitle = "1 2 3: panes" if narrow else ""
+        self.call_after_refresh(self._reorder_title)  # cut to the new width
 
     def _show_pane(self, name: str) -> None:
         self.active_pane = name
