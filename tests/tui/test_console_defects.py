@@ -239,3 +239,32 @@ async def test_titles_too_long_for_their_border_are_cut_in_ascii_at_80x24(long_i
             seen.append(screen_text(app))
     bad = {c for text in seen for c in text if ord(c) >= 128}
     assert not bad, f"characters a plain terminal may lack: {bad}"
+
+
+def dag_facts(app: Any) -> str:
+    """The DAG pane's line about its centre job's critical path."""
+    return next(line for line in screen_text(app).splitlines() if "to the end" in line).strip("| ")
+
+
+async def test_the_dag_pane_gives_a_critical_path_place_and_says_when_expected_is_a_guess() -> None:
+    app = fake_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        await pilot.press("j", "j", "j")  # load_gl: below extract_core and extract_cards (5s paths)
+        await pilot.pause()
+        assert dag_facts(app) == (
+            "critical-path place 4 of 14 (1 starts first), expected 1.0s (no history), 4.0s to the end"
+        )
+
+
+async def test_a_job_with_a_history_has_no_guess_mark() -> None:
+    class Measured(FakeClient):
+        def expected_history(self) -> dict[str, float]:
+            return {"load_gl": 120.0}
+
+    app = fake_app(Measured())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        await pilot.press("j", "j", "j")
+        await pilot.pause()
+        assert dag_facts(app) == "critical-path place 3 of 14 (1 starts first), expected 2m00s, 2m03s to the end"

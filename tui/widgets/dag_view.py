@@ -55,6 +55,7 @@ class DagView(Widget, can_focus=True):
         """Levels on each side; None fits them to the width."""
         self._layout: DagLayout | None = None
         self._key: tuple[object, ...] = ()
+        self._place: tuple[object, int | None] = (None, None)  # (job and plan size, its critical-path place)
 
     def show(self, dag: Dag, model: JobsModel, job: str | None) -> None:
         """Centre on `job` (laid out again only when the centre or the size changes)."""
@@ -141,10 +142,16 @@ class DagView(Widget, can_focus=True):
             more.append("more downstream")
         out.append("\n")
         i = self.model.index.get(self.job, -1)
-        if 0 <= i < len(self.model.rank):
+        m = self.model
+        if 0 <= i < len(m.remaining) and i < len(m.expected):
+            if self._place[0] != (i, len(m.remaining)):
+                self._place = ((i, len(m.remaining)), m.critical_place(i))
+            place = self._place[1]
+            first = f"critical-path place {place} of {len(m.remaining)} (1 starts first), " if place else ""
+            guess = " (no history)" if m.expected_is_guess(i) else ""
             out.append(
-                f"critical-path rank {self.model.rank[i]} (0 first), expected "
-                f"{fmt_duration(self.model.expected[i])}, {fmt_duration(self.model.remaining[i])} to the end\n",
+                f"{first}expected {fmt_duration(m.expected[i])}{guess}, "
+                f"{fmt_duration(m.remaining[i])} to the end\n",
                 tone_style(self, "idle"),
             )
         out.append(
