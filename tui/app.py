@@ -328,6 +328,14 @@ class ConsoleApp(App[str]):
             event.prevent_default()
             event.stop()
 
+    async def on_paste(self, event: events.Paste) -> None:
+        """Give an opening prompt a paste that came before its line (the line stops those it takes)."""
+        from tui.screens.prompt import PromptScreen
+
+        screen = self.screen
+        if isinstance(screen, PromptScreen) and await screen.type_ahead(event):
+            event.stop()
+
     def action_help(self) -> None:
         """Show the keys and the state legend."""
         from tui.screens.help import HelpScreen

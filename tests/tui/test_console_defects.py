@@ -68,6 +68,22 @@ async def test_keys_typed_straight_after_colon_run_the_command() -> None:
         assert "Quit" not in screen_text(app).split("\n")[0]
 
 
+async def test_a_paste_straight_after_colon_goes_into_the_command_line() -> None:
+    app = fake_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        burst(pilot, ":")
+        pilot.app._driver.send_message(events.Paste("goto revalue_fx"))  # type: ignore[union-attr]
+        burst(pilot, "enter")
+        table = app.screen.query_one(JobTable)
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, MainScreen) and table.current_job == "revalue_fx",
+            timeout=5,
+            what="the pasted command",
+        )
+
+
 def late_app(minutes: float) -> ConsoleApp:
     """The canned run seen `minutes` later: load_gl (running, due 22:43) comes close to its deadline."""
     fake = FakeClient()

@@ -69,7 +69,7 @@ class PromptScreen(ModalScreen[str | None]):
         """Shown under the input while it is valid."""
         self.allow_empty = allow_empty
         """Whether empty text is accepted (it clears a filter)."""
-        self._early: list[events.Key] = []
+        self._early: list[events.Key | events.Paste] = []
         self._ready = False
         self._done = False
 
@@ -94,11 +94,11 @@ class PromptScreen(ModalScreen[str | None]):
             await self._type(self._early.pop(0))
         self._ready = True
 
-    async def type_ahead(self, event: events.Key) -> bool:
+    async def type_ahead(self, event: events.Key | events.Paste) -> bool:
         """Take a key that reached the console but not the line; False: leave it to the bindings.
 
-        Before the line is mounted every key is kept for it; afterwards a printable key
-        that went round it is typed in, and other keys are left to the bindings (the
+        Before the line is mounted every key and paste is kept for it; afterwards a printable
+        key or a paste that went round it is typed in, and other keys are left to the bindings (the
         focused line's own, such as enter, apply wherever the key came from).
         """
         if self._done:
@@ -107,14 +107,17 @@ class PromptScreen(ModalScreen[str | None]):
             self._early.append(event)
             return True
         line = self.query_one(Input)
-        if event.is_printable or not line.has_focus:
+        if isinstance(event, events.Paste) or event.is_printable or not line.has_focus:
             await self._type(event)
             return True
         return False
 
-    async def _type(self, event: events.Key) -> None:
+    async def _type(self, event: events.Key | events.Paste) -> None:
         line = self.query_one(Input)
-        if event.is_printable and event.character is not None:
+        if isinstance(event, events.Paste):
+            if event.text:
+                line.insert_text_at_cursor(event.text.splitlines()[0])  # one line, as the line itself takes a paste
+        elif event.is_printable and event.character is not None:
             line.insert_text_at_cursor(event.character)
         elif event.key == "escape":
             self.action_cancel()
