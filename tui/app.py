@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.command import CommandPalette
@@ -318,6 +318,23 @@ class ConsoleApp(App[str]):
             self.loaded.set()
 
     # -- app-wide actions ----------------------------------------------------------
+
+    async def on_key(self, event: events.Key) -> None:
+        """Give an opening prompt the keys typed straight after its `/` or `:` (see PromptScreen)."""
+        from tui.screens.prompt import PromptScreen
+
+        screen = self.screen
+        if isinstance(screen, PromptScreen) and await screen.type_ahead(event):
+            event.prevent_default()
+            event.stop()
+
+    async def on_paste(self, event: events.Paste) -> None:
+        """Give an opening prompt a paste that came before its line (the line stops those it takes)."""
+        from tui.screens.prompt import PromptScreen
+
+        screen = self.screen
+        if isinstance(screen, PromptScreen) and await screen.type_ahead(event):
+            event.stop()
 
     def action_help(self) -> None:
         """Show the keys and the state legend."""

@@ -39,11 +39,14 @@ class JobFilter:
     """SLA tier values to show."""
     text: str = ""
     """The filter as the operator typed it (group names and all)."""
+    sla: frozenset[str] = frozenset()
+    """SLA flags to show ("risk": at risk, "late": past the deadline); with `states`, a job
+    in either shows."""
 
     @property
     def active(self) -> bool:
         """Whether the filter hides anything."""
-        return bool(self.pattern or self.states or self.tiers)
+        return bool(self.pattern or self.states or self.tiers or self.sla)
 
     def describe(self) -> str:
         """The filter in the syntax it is typed in."""
@@ -58,6 +61,8 @@ class JobFilter:
             parts.append(
                 "tier:" + ",".join(SlaTier(t).label for t in sorted(self.tiers))
             )
+        if self.sla:
+            parts.append("sla:" + ",".join(sorted(self.sla)))
         return " ".join(parts)
 
     def matcher(self) -> Callable[[str], bool]:
@@ -94,12 +99,21 @@ def _tier_by_word(word: str) -> SlaTier:
     )
 
 
+SLA_FLAGS = ("risk", "late")
+"""Values of `sla:` in a filter: jobs the SLA pane names at risk, or late."""
+
+TROUBLE = "state:stuck sla:risk,late"
+"""What `!` shows: jobs that need an operator, and jobs whose deadline is in danger."""
+
+
 def parse_filter(text: str) -> JobFilter:
     """Read a filter as typed after `/`: `load_* state:failed,held tier:critical`.
 
     Args:
         text: words separated by spaces; `state:` (or `s:`) and `tier:` (or `t:`)
-            take comma-separated values; any other word is the id pattern.
+            take comma-separated values, as does `sla:` (risk, late: the jobs the SLA
+            pane names; with `state:`, a job matching either shows); any other word is
+            the id pattern.
 
     Returns:
         The filter (empty text gives the empty filter).
@@ -110,10 +124,18 @@ def parse_filter(text: str) -> JobFilter:
     pattern = ""
     states: set[int] = set()
     tiers: set[int] = set()
+    sla: set[str] = set()
     for word in text.split():
         key, sep, value = word.partition(":")
         key = key.lower()
-        if sep and key in ("state", "s", "tier", "t"):
+        if sep and key == "sla":
+            for v in value.lower().split(","):
+                if v and v not in SLA_FLAGS:
+                    raise FilterError(f"'{v}' is not an SLA flag; use risk or late")
+            sla.update(v for v in value.lower().split(",") if v)
+            if not sla:
+                raise FilterError(f"'{word}' has no value; e.g. sla:risk or sla:late")
+        elif sep and key in ("state", "s", "tier", "t"):
             if not value.strip(","):
                 raise FilterError(
                     f"'{word}' has no value; e.g. state:failed or tier:critical"
@@ -133,5 +155,9 @@ def parse_filter(text: str) -> JobFilter:
         else:
             pattern = word
     return JobFilter(
-        pattern, frozenset(states), frozenset(tiers), " ".join(text.split())
+        pattern,
+        frozenset(states),
+        frozenset(tiers),
+        " ".join(text.split()),
+        frozenset(sla),
     )

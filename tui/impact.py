@@ -182,6 +182,8 @@ def impact(
             would = f"; {', '.join(others)} would apply" if others else ""
             refusal[st] = f" is {JobState(st).name}: {verb} does not apply{would}"
         imp.refused.append((job, f"'{job}'{refusal[st]}"))
+    if imp.downstream:
+        chosen = _not_started_below(imp, chosen, model, dag, st_of)
     if verb in ("retry", "rerun"):
         keep = TERMINAL if imp.downstream else frozenset({S.UPSTREAM_FAILED})
     elif verb in ("hold", "kill"):
@@ -209,6 +211,33 @@ def impact(
                 moves.append(DeadlineMove(ids[i], model.deadline_text.get(i, ""), at, i in direct))
     imp.deadlines = sorted(moves, key=lambda d: d.at)
     return imp
+
+
+def _not_started_below(
+    imp: Impact, chosen: list[int], model: JobsModel, dag: Dag, st_of: bytes
+) -> list[int]:
+    """The chosen jobs a rerun with their downstream applies to; the others go to `imp.refused`.
+
+    The engine's rule (wloadctl.core.verbs, _started_downstream): such a rerun is refused while a
+    downstream job of it is QUEUED or RUNNING, as that job would not wait for it.
+    """
+    started_states = (int(S.QUEUED), int(S.RUNNING))
+    ids, kept = model.ids, []
+    for i in chosen:
+        started = [d for d in _below(dag, model, [i]) if st_of[d] in started_states]
+        if not started:
+            kept.append(i)
+            continue
+        shown = ", ".join(f"'{ids[d]}' ({JobState(st_of[d]).name})" for d in started[:3])
+        more = f" and {len(started) - 3} more" if len(started) > 3 else ""
+        imp.refused.append(
+            (
+                ids[i],
+                f"'{ids[i]}' not rerun: downstream {shown}{more} started and would not "
+                "wait for it; let them end or kill them first",
+            )
+        )
+    return kept
 
 
 def _below(dag: Dag, model: JobsModel, chosen: list[int]) -> list[int]:

@@ -89,6 +89,29 @@ def fmt_clock(
     return f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}"  # type: ignore[attr-defined]
 
 
+def clip_id(job: str, width: int) -> str:
+    """Cut a job id to `width` columns in its middle, keeping head and tail (ASCII only).
+
+    Ids of one family share a long head and differ at the end (`load_gl_postings_emea`,
+    `load_gl_postings_apac`): cutting the end would make them look the same.
+    """
+    if width <= 0:
+        return ""
+    if len(job) <= width:
+        return job
+    if width < 5:
+        return clip(job, width)
+    head = (width - 1 + 1) // 2
+    tail = width - 1 - head
+    return job[:head] + "~" + job[len(job) - tail :]
+
+
+def fit_title(text: str, width: int) -> str:
+    """Cut a border title to a widget `width` wide, with `~`: Textual would cut it with a
+    non-ASCII ellipsis (the corners and a blank either side take 6 columns)."""
+    return clip(text, width - 6) if width > 6 else text
+
+
 def clip(text: str, width: int) -> str:
     """Cut text to `width` columns, marking the cut with `~` (ASCII only)."""
     if width <= 0:

@@ -63,6 +63,8 @@ class Due:
     """The job's state."""
     why: str
     """Why it is at risk or late (empty when on track)."""
+    index: int = -1
+    """The job's index in the model."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ def sla_view(model: JobsModel, now: float) -> SlaView:
             continue
         if now > at:
             late_by_tier[tier] += 1
-            late.append(Due(model.ids[i], at, text, state, "past its deadline"))
+            late.append(Due(model.ids[i], at, text, state, "past its deadline", i))
             continue
         if next_by_tier[tier] is None and st not in _DONE:
             next_by_tier[tier] = Due(model.ids[i], at, text, state, "")
@@ -137,10 +139,10 @@ def sla_view(model: JobsModel, now: float) -> SlaView:
             risk_by_tier[tier] += 1
         if st in STUCK:
             at_risk.append(
-                Due(model.ids[i], at, text, state, "blocked: needs an operator")
+                Due(model.ids[i], at, text, state, "blocked: needs an operator", i)
             )
         elif close:
-            at_risk.append(Due(model.ids[i], at, text, state, "deadline close"))
+            at_risk.append(Due(model.ids[i], at, text, state, "deadline close", i))
     figures = []
     for t in SlaTier:
         row = model.tier_counts[t]
@@ -166,3 +168,20 @@ def sla_view(model: JobsModel, now: float) -> SlaView:
         key=lambda d: (d.state not in (S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED), d.at)
     )
     return SlaView(figures, at_risk, late)
+
+
+def flagged(model: JobsModel, now: float, kinds: frozenset[str]) -> frozenset[int]:
+    """Indices of the jobs the SLA pane names: "risk" (at risk) and/or "late".
+
+    Args:
+        model: the jobs.
+        now: the time.
+        kinds: which of "risk" and "late" to take.
+    """
+    view = sla_view(model, now)
+    out: set[int] = set()
+    if "risk" in kinds:
+        out.update(d.index for d in view.at_risk)
+    if "late" in kinds:
+        out.update(d.index for d in view.late)
+    return frozenset(out)

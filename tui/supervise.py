@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from wloadctl.client import RunClient, pid_alive
 from wloadctl.errors import UsageError, WloadError
-from wloadctl.paths import make_state_dir
+from wloadctl.ipc.ctlsock import user_name
+from wloadctl.paths import make_state_dir, write_stop_note
 
 if TYPE_CHECKING:
     from wloadctl.client import RunRow
@@ -354,8 +355,13 @@ class SchedulerSupervisor:
 
     # -- stopping ------------------------------------------------------------------
 
-    def stop(self, timeout: float = 30.0) -> bool:
+    def stop(self, timeout: float = 30.0, reason: str = "") -> bool:
         """SIGTERM the scheduler: it stops executors, journals, exits (resumable).
+
+        Args:
+            timeout: seconds to wait for it to exit.
+            reason: why, for the run's audit trail (a signal carries no words: it is left
+                in the state directory for the scheduler to journal with this user's name).
 
         Returns:
             True when it exited within `timeout` (or was not running).
@@ -368,6 +374,8 @@ class SchedulerSupervisor:
         # A scheduler whose run is over is already cleaning up (its signal handlers
         # are gone by then): a SIGTERM would cut that short and leave its queues.
         if run is None or run.status not in FINISHED:
+            if reason:
+                write_stop_note(self.state_dir, pid, user_name(os.getuid()), reason)
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:

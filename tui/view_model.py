@@ -83,6 +83,8 @@ class JobsModel:
     """Each job's remaining critical path: expected seconds of work from it to the end of the plan."""
     rank: Sequence[int] = field(default_factory=lambda: array("i"))
     """Each job's critical-path rank, as its ready key has it (0: the longest remaining path starts first)."""
+    guessed: bytearray = field(default_factory=bytearray)
+    """1 for each job whose expected seconds are a default: no `expected:` key, no history."""
     seq: int = 0
     """Last journal transition applied."""
     version: int = 0
@@ -137,7 +139,7 @@ class JobsModel:
     def rank_jobs(self, plan: Any, dag: Any, history: dict[str, float]) -> None:
         """Rank every job on the critical path as the scheduler does (wloadctl/core/critical.py)."""
         from wloadctl.core.codes import JOB_BITS
-        from wloadctl.core.critical import expected_durations, rank_bits, remaining_paths
+        from wloadctl.core.critical import expected_durations, guessed_durations, rank_bits, remaining_paths
 
         specs = [plan.jobs[j] for j in self.ids if j in plan.jobs]
         if len(specs) != len(self.ids):
@@ -153,6 +155,25 @@ class JobsModel:
         self.expected = weights
         self.remaining = array("d", path)
         self.rank = array("i", (b >> JOB_BITS for b in rank_bits(path)))
+        self.guessed = guessed_durations(specs, history)
+
+    def critical_place(self, i: int) -> int | None:
+        """Job i's place among the plan's jobs in critical-path order (1: the longest remaining path,
+        which starts first; equal paths share a place); None when unknown or too costly (a huge run)."""
+        path = self.remaining
+        if not 0 <= i < len(path) or len(path) > PLACE_LIMIT:
+            return None
+        mine = path[i]
+        return 1 + sum(1 for p in path if p > mine)
+
+    def expected_is_guess(self, i: int) -> bool:
+        """Whether job i's expected seconds are the default for want of an `expected:` key and a history
+        (known from the plan; a run read from its shape tells by the default value)."""
+        from wloadctl.core.critical import DEFAULT_EXPECTED
+
+        if self.guessed:
+            return i < len(self.guessed) and bool(self.guessed[i])
+        return 0 <= i < len(self.expected) and self.expected[i] == DEFAULT_EXPECTED
 
     def load_rows(self, rows: Iterable[Sequence[Any]]) -> None:
         """Take every job's journal row.
@@ -357,6 +378,10 @@ class JobsModel:
         return sorted(self.ids[i] for i in self.running if self.executor[i] == executor)
 
 
+PLACE_LIMIT = 200_000
+"""Jobs above which the DAG pane does not count a job's critical-path place (a walk of every job)."""
+
+
 # -- sorting and filtering ---------------------------------------------------------
 
 
@@ -382,13 +407,18 @@ def view_order(
     n = len(model)
     if sort_key in _NEED_ROWS:
         model.ensure_all()
-    if n >= FAST_FROM:
+    if n >= FAST_FROM and not flt.sla:
         picked = pick(model, flt.states, flt.tiers, flt.pattern)
         if sort_key == "plan" or sort_key not in SORT_KEYS:
             return backwards(picked) if reverse else picked
         return sort_order(model, picked, sort_key, reverse, now, _STATE_RANK)
     idx: Iterable[int] = range(n)
-    if flt.states:
+    if flt.sla:
+        from tui.sla import flagged  # tui.sla reads this module's model
+
+        st, states, flags = model.state, flt.states, flagged(model, now, flt.sla)
+        idx = [i for i in idx if st[i] in states or i in flags]
+    elif flt.states:
         st, states = model.state, flt.states
         idx = [i for i in idx if st[i] in states]
     if flt.tiers:

@@ -200,3 +200,32 @@ def read_journal_note(state_dir: Path) -> str | None:
         return (state_dir / JOURNAL_NOTE).read_text(encoding="utf-8").strip() or None
     except (OSError, UnicodeDecodeError):
         return None
+
+
+STOP_NOTE = "stop.json"
+"""Who stops a scheduler with SIGTERM and why, left for it to journal (a signal carries no words)."""
+
+
+def write_stop_note(state_dir: Path, pid: int, user: str, reason: str) -> None:
+    """Before SIGTERM to scheduler `pid`: say who stops it and why, for its audit trail. Best effort: a
+    directory that cannot take it leaves the stop journaled as "stopped by a signal"."""
+    try:
+        tmp = state_dir / f".{STOP_NOTE}.{os.getpid()}"
+        tmp.write_text(json.dumps({"pid": pid, "user": user, "reason": reason}), encoding="utf-8")
+        os.replace(tmp, state_dir / STOP_NOTE)
+    except OSError:
+        pass
+
+
+def take_stop_note(state_dir: Path, pid: int) -> tuple[str, str] | None:
+    """(user, reason) left for scheduler `pid` by whoever signals it to stop, removed once read; None when none
+    was left for this process (a stale note of another scheduler is dropped)."""
+    path = state_dir / STOP_NOTE
+    try:
+        note = json.loads(path.read_text(encoding="utf-8"))
+        path.unlink()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(note, dict) or note.get("pid") != pid:
+        return None
+    return str(note.get("user", "")), str(note.get("reason", ""))

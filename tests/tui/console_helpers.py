@@ -81,7 +81,7 @@ class StubSupervisor:
     def check(self) -> list[Any]:
         return []
 
-    def stop(self, timeout: float = 30.0) -> bool:
+    def stop(self, timeout: float = 30.0, reason: str = "") -> bool:
         self.stopped = True
         return True
 

@@ -128,12 +128,12 @@ async def test_the_approvals_screen_on_a_live_run_lists_requests_and_approving_a
                                 and app.screen, timeout=30, what="the approvals screen")
         # Then both are listed; the asker's own approve of R1 is refused
         assert screen.keys == ["R1", "transfer"]
-        await pilot.press("a")
+        await pilot.press("a", "y")
         await wait_for(pilot, lambda: any("another person must approve it" in n.text for n in app.notes),
                        timeout=30, what="the refusal")
         # And approving the confirmation job lets it and its dependent run
         screen.query_one(DataTable).move_cursor(row=1)
-        await pilot.press("a")
+        await pilot.press("a", "y")
         await wait_for(pilot, lambda: screen.keys == ["R1"], timeout=30, what="transfer confirmed")
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.model is not None and app.model.counts[S.SUCCEEDED] == 2, timeout=30,
@@ -189,7 +189,7 @@ async def test_the_sla_pane_counts_down_and_says_late_while_nothing_runs(live_ru
         # Then the pane says it is late
         await wait_for(pilot, lambda: sla.view is not None and [d.job for d in sla.view.late] == ["transfer"],
                        what="transfer LATE in the SLA pane")
-        await wait_for(pilot, lambda: "late: 1" in screen_text(app), what="the late job on screen")
+        await wait_for(pilot, lambda: "late: transfer was due" in screen_text(app), what="the late job on screen")
 
 
 async def test_a_failed_job_skipped_or_set_ok_keeps_its_attempts_duration(tmp_path: Path) -> None:

@@ -61,12 +61,12 @@ async def test_the_approvals_screen_lists_what_waits_and_approves_the_row_under_
         assert client.sent == []
         # When the operator approves the request under the cursor
         screen.query_one(DataTable).move_cursor(row=0)
-        await pilot.press("a")
+        await pilot.press("a", "y")
         await wait_for(pilot, lambda: client.sent and screen.keys == ["post_eod"], what="R1 approved")
         assert client.sent[0][:2] == ("approve", ["R1"])
         assert any("approve R1: job 'load_gl' is being killed" in n.text for n in app.notes)
         # And the confirmation job next
-        await pilot.press("a")
+        await pilot.press("a", "y")
         await wait_for(pilot, lambda: screen.keys == [], what="post_eod confirmed")
         assert client.sent[1][:2] == ("approve", ["post_eod"])
         assert "nothing waits for approve" in screen_text(app)

@@ -142,3 +142,33 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
     def action_cancel(self) -> None:
         """Do nothing."""
         self.dismiss(None)
+
+
+class SettleScreen(ModalScreen[bool]):
+    """The confirmation of an approve or a reject of what waits for one: what it does, y / n."""
+
+    CSS_PATH = "dialogs.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, verb: str, key: str, lines: list[str]) -> None:
+        super().__init__()
+        self.verb = verb
+        """approve or reject."""
+        self.key = key
+        """The request id or the job id."""
+        self.lines = lines
+        """What it does."""
+
+    def compose(self) -> ComposeResult:
+        """The dialog."""
+        with Vertical(id="dialog") as box:
+            box.border_title = f"{self.verb} {self.key} - confirm"
+            yield Static("\n".join(self.lines), id="impact", markup=False)
+            yield Static(f"y: {self.verb} {self.key}  n/esc: cancel", id="keys", markup=False)
+
+    def action_answer(self, yes: bool) -> None:
+        """Send it (y) or not."""
+        self.dismiss(yes)

@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tui.commands import VERB_HELP, VIEW_COMMANDS
-from tui.filters import STATE_GROUPS
+from tui.filters import STATE_GROUPS, TROUBLE
 from tui.impact import EFFECT, VERB_KEYS
 from tui.labels import legend
 
@@ -25,7 +25,9 @@ FILTER_HELP = (
     "  state: (s:) takes state names, short labels or groups: "
     + ", ".join(STATE_GROUPS)
     + "\n"
-    "  tier: (t:) takes critical, high, standard, low; an empty filter shows every job"
+    "  tier: (t:) takes critical, high, standard, low; an empty filter shows every job\n"
+    "  sla: takes risk, late (the jobs the SLA pane names; with state:, either shows)\n"
+    "  ! shows the trouble: " + TROUBLE
 )
 
 

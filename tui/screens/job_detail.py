@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import Footer, Log, Static
 
-from tui.labels import SHORT, fmt_clock, fmt_duration
+from tui.labels import SHORT, clip_id, fit_title, fmt_clock, fmt_duration
 from tui.screens.operator import OperatorScreen
 from tui.widgets.tones import state_style, tone_classes
 from wloadctl.client import node_label
@@ -75,6 +75,10 @@ class JobDetailScreen(OperatorScreen):
         self._jobs_changed()
         self.query_one("#facts-box").focus()
 
+    def on_resize(self) -> None:
+        """Cut the title's id anew for the new width."""
+        self._show()
+
     def selected_jobs(self) -> list[str]:
         """This job."""
         return [self.job]
@@ -133,17 +137,20 @@ class JobDetailScreen(OperatorScreen):
         model.ensure([i])
         st = JobState(model.state[i])
         now = app.clock()
-        title = Text(no_wrap=True, overflow="crop")
-        title.append(f" {self.job}  ", "bold")
-        title.append(st.name, state_style(self, st))
-        title.append(
-            f"  tier {SlaTier(model.tier[i]).label}  attempt {model.attempt[i]}"
-        )
+        facts = f"  tier {SlaTier(model.tier[i]).label}  attempt {model.attempt[i]}"
+        if model.exit_code[i] is not None:
+            facts += f"  exit {model.exit_code[i]}"
+        more = ""
         if model.executor[i] >= 0 and model.attempt[i]:
             where = node_label(model.executor[i])
-            title.append(f"  {'agent' if where.startswith('a') else 'executor'} {where}")
-        if model.exit_code[i] is not None:
-            title.append(f"  exit {model.exit_code[i]}")
+            more = f"  {'agent' if where.startswith('a') else 'executor'} {where}"
+        # The state, attempt and exit always show: a long id is cut in its middle to leave them room.
+        width = self.size.width or self.app.size.width
+        room = width - 3 - len(st.name) - len(facts)
+        title = Text(no_wrap=True, overflow="crop")
+        title.append(f" {clip_id(self.job, max(room, 12))}  ", "bold")
+        title.append(st.name, state_style(self, st))
+        title.append(facts + more)
         self.query_one("#title", Static).update(title)
         lines: list[str] = []
         took = fmt_duration(model.duration(i, now))
@@ -207,13 +214,17 @@ class JobDetailScreen(OperatorScreen):
         )
         shown = self.attempt or model.attempt[i]
         log = self.query_one("#log", Log)
-        log.border_title = (
+        width = log.outer_size.width
+        log.border_title = fit_title(
             f"log attempt {shown} of {model.attempt[i]}"
             if shown
-            else _no_log(self.job, st, ups)
+            else _no_log(self.job, st, ups),
+            width,
         )
-        log.border_subtitle = ("following" if self.follow else "paused (f)") + (
-            f"  {self._log_note}" if self._log_note else ""
+        log.border_subtitle = fit_title(
+            ("following" if self.follow else "paused (f)")
+            + (f"  {self._log_note}" if self._log_note else ""),
+            width,
         )
 
     # -- log -------------------------------------------------------------------------

@@ -13,8 +13,9 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from tui.commands import Command, CommandError, parse_command
-from tui.filters import JobFilter, parse_filter
+from tui.filters import TROUBLE, JobFilter, parse_filter
 from tui.impact import VERB_KEYS
+from tui.labels import fit_title
 from tui.messages import Note
 from tui.run_figures import held_ids, summarize
 from tui.screens.confirm import ActionRequest
@@ -127,7 +128,7 @@ class MainScreen(OperatorScreen):
     # -- data ------------------------------------------------------------------------
 
     def _order_depends_on_state(self) -> bool:
-        return bool(self.filter.states) or self.sort_key not in ("plan", "id", "tier")
+        return bool(self.filter.states or self.filter.sla) or self.sort_key not in ("plan", "id", "tier")
 
     def _jobs_changed(self, _version: int = 0) -> None:
         model = self.console.model
@@ -170,8 +171,9 @@ class MainScreen(OperatorScreen):
         )
         if self.sort_key != "plan" or self.reverse:
             what += f"  sort: {self.sort_key}{' desc' if self.reverse else ''}"
-        table.border_title = what + (
-            f"  {len(table.marks)} marked" if table.marks else ""
+        table.border_title = fit_title(
+            what + (f"  {len(table.marks)} marked" if table.marks else ""),
+            table.outer_size.width,
         )
 
     def _reorder_if_dirty(self) -> None:
@@ -217,7 +219,6 @@ class MainScreen(OperatorScreen):
         job = self.query_one(JobTable).current_job
         dag = self.query_one(DagView)
         dag.show(app.dag, app.model, job)
-        dag.border_title = f"1 dag: {job}" if job else "1 dag"
 
     def _status_changed(self, _version: int = 0) -> None:
         app = self.console
@@ -237,6 +238,8 @@ class MainScreen(OperatorScreen):
         if model is None:
             return
         live = app.status is not None and app.status.live
+        if self.filter.sla:
+            self._order_dirty = True  # a deadline coming close puts its job in the filter
         if model.counts[JobState.RUNNING] or model.counts[JobState.QUEUED]:
             self.query_one(JobTable).refresh()
             self._refresh_panels(dag=False)
@@ -293,6 +296,7 @@ class MainScreen(OperatorScreen):
         self.set_class(narrow, "-narrow")
         for p in PANES:
             self.query_one(f"#{p}").border_subtitle = "1 2 3: panes" if narrow else ""
+        self.call_after_refresh(self._reorder_title)  # cut to the new width
 
     def _show_pane(self, name: str) -> None:
         self.active_pane = name
@@ -366,8 +370,9 @@ class MainScreen(OperatorScreen):
         self._reorder()
 
     def action_trouble(self) -> None:
-        """Show only jobs that need an operator (failed, held, blocked, retrying)."""
-        stuck = parse_filter("state:stuck")
+        """Show only jobs that need an operator (failed, held, blocked, retrying) or whose
+        deadline is in danger (at risk or late, as the SLA pane names them)."""
+        stuck = parse_filter(TROUBLE)
         self.set_filter(JobFilter() if self.filter == stuck else stuck)
 
     def action_back(self) -> None:

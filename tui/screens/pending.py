@@ -8,27 +8,30 @@ from typing import Any, ClassVar
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from tui.impact import VERB_KEYS, impact
 from tui.messages import Note
+from tui.screens.confirm import SettleScreen
 from wloadctl.errors import WloadError
 
 REFRESH = 1.0
 """Seconds between readings of the journal."""
-COLUMNS = ("ID", "VERB", "JOBS", "ASKED BY", "AT", "REASON")
-"""The table's columns."""
+COLUMNS = (" ", "ID", "VERB", "JOBS", "ASKED BY", "AT", "REASON")
+"""The table's columns (the first holds the `>` of the row under the cursor, as in the job table)."""
 
 
 def pending_rows(data: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
     """(key, cells) per request and per job waiting for confirmation; the key is what approve takes."""
     rows: list[tuple[str, tuple[str, ...]]] = []
     for r in data.get("requests") or []:
-        rows.append((str(r["id"]), (str(r["id"]), str(r["verb"]), ", ".join(r["jobs"]) or "(whole run)",
+        rows.append((str(r["id"]), (" ", str(r["id"]), str(r["verb"]), ", ".join(r["jobs"]) or "(whole run)",
                                     str(r["user"]), time.strftime("%H:%M:%S", time.localtime(r["ts"])),
                                     str(r["reason"]))))
     for job in data.get("confirm") or []:
-        rows.append((str(job), ("-", "confirm", str(job), "-", "-", "waits for confirmation before it starts")))
+        rows.append((str(job), (" ", "-", "confirm", str(job), "-", "-", "waits for confirmation before it starts")))
     return rows
 
 
@@ -93,10 +96,22 @@ class PendingScreen(Screen[None]):
         self.keys = keys
         if keys:
             table.move_cursor(row=min(row, len(keys) - 1))
+        self._mark()
         table.border_title = f"waiting for approve ({len(keys)})" if keys else "nothing waits for approve"
 
+    def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        """The `>` follows the cursor."""
+        self._mark()
+
+    def _mark(self) -> None:
+        table = self.query_one(DataTable)
+        for n in range(table.row_count):
+            mark = ">" if n == table.cursor_row else " "
+            if table.get_cell_at(Coordinate(n, 0)) != mark:
+                table.update_cell_at(Coordinate(n, 0), mark)
+
     def action_settle(self, verb: str) -> None:
-        """Approve or reject the row under the cursor."""
+        """Approve or reject the row under the cursor, once the operator confirms it (y)."""
         if getattr(self.app, "readonly", False):
             self.notify("read-only console: no actions", severity="warning")
             return
@@ -108,7 +123,31 @@ class PendingScreen(Screen[None]):
         if verb == "reject" and key in (self.data or {}).get("confirm", []):
             self.notify("a job waiting for confirmation is approved or skipped, not rejected", severity="warning")
             return
-        self._send(verb, key)
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self._send(verb, key)
+
+        self.app.push_screen(SettleScreen(verb, key, self._settle_lines(verb, key)), chosen)
+
+    def _settle_lines(self, verb: str, key: str) -> list[str]:
+        """What approving or rejecting the row does, in the words of the other verbs' dialogs."""
+        data = self.data or {}
+        request = next((r for r in data.get("requests") or [] if str(r["id"]) == key), None)
+        if request is None:  # a job waiting for confirmation
+            return [f"{verb} {key}: the job waits for confirmation; approved, it may start now"]
+        jobs = list(request["jobs"])
+        what = f"{request['verb']} {', '.join(jobs) or '(whole run)'}"
+        lines = [f"{verb} request {key}: {what}, asked by {request['user']}"
+                 + (f" ({request['reason']})" if request.get("reason") else "")]
+        if verb == "reject":
+            return [*lines, "the request is dropped: nothing is done to the jobs"]
+        app: Any = self.app
+        model, dag = getattr(app, "model", None), getattr(app, "dag", None)
+        known = [model.index[j] for j in jobs if model is not None and j in model.index]
+        if model is not None and dag is not None and known and request["verb"] in VERB_KEYS:
+            lines += impact(request["verb"], known, model, dag, bool(request.get("downstream"))).lines()
+        return lines
 
     @work(thread=True, group="control", exit_on_error=False)
     def _send(self, verb: str, key: str) -> None:

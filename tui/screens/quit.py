@@ -54,6 +54,10 @@ class QuitScreen(ModalScreen[str | None]):
         self.dismiss(choice or None)
 
 
+STOP_REASON = "stopped from the console (q, s)"
+"""The reason a stop from the console is journaled with (under the console user's name)."""
+
+
 class StoppingScreen(ModalScreen[None]):
     """Stops the scheduler (SIGTERM) and exits the console once it is gone."""
 
@@ -81,5 +85,5 @@ class StoppingScreen(ModalScreen[None]):
     @work(thread=True, exit_on_error=False)
     def _stop(self) -> None:
         sup = getattr(self.app, "supervisor", None)
-        ok = sup.stop(timeout=30.0) if sup is not None else True
+        ok = sup.stop(timeout=30.0, reason=STOP_REASON) if sup is not None else True
         self.app.call_from_thread(self.app.exit, "stopped" if ok else "stop-timeout")

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from tui.dag_layout import DagLayout, important_job, layout, render
-from tui.labels import fmt_duration
+from tui.labels import clip_id, fmt_duration
 from tui.view_model import JobsModel
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
 from wloadctl.core.dag import Dag
@@ -16,6 +16,16 @@ from wloadctl.core.states import JobState
 
 MAX_DEPTH = 4
 """Most levels shown on either side."""
+
+
+def dag_title(job: str | None, width: int) -> str:
+    """The pane's title naming its centre job, cut in the id's middle (`~`) to fit a border
+    `width` wide: Textual would cut it at the end, with a non-ASCII ellipsis."""
+    if not job:
+        return "1 dag"
+    if not width:
+        return f"1 dag: {job}"
+    return f"1 dag: {clip_id(job, width - 6 - len('1 dag: '))}"  # corners, a blank either side
 
 
 class DagView(Widget, can_focus=True):
@@ -45,11 +55,20 @@ class DagView(Widget, can_focus=True):
         """Levels on each side; None fits them to the width."""
         self._layout: DagLayout | None = None
         self._key: tuple[object, ...] = ()
+        self._place: tuple[object, int | None] = (None, None)  # (job and plan size, its critical-path place)
 
     def show(self, dag: Dag, model: JobsModel, job: str | None) -> None:
         """Centre on `job` (laid out again only when the centre or the size changes)."""
         self.dag, self.model, self.job = dag, model, job
+        self._retitle()
         self.refresh()
+
+    def on_resize(self) -> None:
+        """Cut the title anew for the new width."""
+        self._retitle()
+
+    def _retitle(self) -> None:
+        self.border_title = dag_title(self.job, self.outer_size.width)
 
     def levels(self) -> int:
         """Levels shown on each side at this width."""
@@ -123,10 +142,16 @@ class DagView(Widget, can_focus=True):
             more.append("more downstream")
         out.append("\n")
         i = self.model.index.get(self.job, -1)
-        if 0 <= i < len(self.model.rank):
+        m = self.model
+        if 0 <= i < len(m.remaining) and i < len(m.expected):
+            if self._place[0] != (i, len(m.remaining)):
+                self._place = ((i, len(m.remaining)), m.critical_place(i))
+            place = self._place[1]
+            first = f"critical-path place {place} of {len(m.remaining)} (1 starts first), " if place else ""
+            guess = " (no history)" if m.expected_is_guess(i) else ""
             out.append(
-                f"critical-path rank {self.model.rank[i]} (0 first), expected "
-                f"{fmt_duration(self.model.expected[i])}, {fmt_duration(self.model.remaining[i])} to the end\n",
+                f"{first}expected {fmt_duration(m.expected[i])}{guess}, "
+                f"{fmt_duration(m.remaining[i])} to the end\n",
                 tone_style(self, "idle"),
             )
         out.append(

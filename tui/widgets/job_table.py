@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tui.labels import SHORT, TONE, clip
+from tui.labels import SHORT, TONE, clip, clip_id
 from tui.view_model import JobsModel, job_row
 
 TONES = ("ok", "bad", "run", "warn", "idle")
@@ -361,7 +361,8 @@ class JobTable(Widget, can_focus=True):
         }
         segs = [Segment((">" if is_cursor else " ") + ("+" if marked else " "), style)]
         for c in cols:
-            text = clip(cells[c.key], c.width)
+            cut = clip_id if c.key == "id" else clip
+            text = cut(cells[c.key], c.width)
             text = text.rjust(c.width) if c.right else text.ljust(c.width)
             seg_style = tone if c.key == "state" else style
             if c.key == "id" and crit:

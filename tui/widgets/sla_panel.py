@@ -9,9 +9,12 @@ from tui.labels import SHORT, fmt_clock, fmt_duration
 from tui.sla import SlaView
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
 
+RISK_WHY = {"blocked: needs an operator": "blocked", "deadline close": "close"}
+"""Short reasons: the pane is narrow, the job's name and deadline come first."""
+
 
 class SlaPanel(Widget, can_focus=True):
-    """One line per SLA tier, then the at-risk and late jobs."""
+    """The late and at-risk jobs first (named), then one line per SLA tier."""
 
     DEFAULT_CSS = (
         "SlaPanel { height: auto; text-wrap: nowrap; text-overflow: clip; }\n"
@@ -31,6 +34,27 @@ class SlaPanel(Widget, can_focus=True):
         self.view, self.now = view, now
         self.refresh()
 
+    def _danger(self, out: Text, v: SlaView) -> None:
+        """The late and at-risk jobs, first and one a line, name before reason: a short pane
+        (80x24) still names them."""
+        for d in v.late[:3]:
+            out.append("late: ", tone_style(self, "bad"))
+            out.append(f"{d.job} was due {fmt_clock(d.at)[:5]} ")
+            out.append(SHORT[d.state], state_style(self, d.state))
+            out.append("\n")
+        if len(v.late) > 3:
+            out.append(f"late: ... {len(v.late) - 3} more\n", tone_style(self, "bad"))
+        for d in v.at_risk[:5]:
+            out.append("at risk: ", tone_style(self, "warn"))
+            out.append(
+                f"{d.job} due {fmt_clock(d.at)[:5]} ({fmt_duration(d.at - self.now)}) "
+            )
+            out.append(SHORT[d.state], state_style(self, d.state))
+            out.append(f" {RISK_WHY.get(d.why, d.why)}\n")
+        if len(v.at_risk) > 5:
+            out.append(f"at risk: ... {len(v.at_risk) - 5} more\n", tone_style(self, "warn"))
+        out.rstrip()
+
     def render(self) -> Text:
         """The tier table and the jobs in danger."""
         out = Text(no_wrap=True, overflow="crop")
@@ -38,6 +62,9 @@ class SlaPanel(Widget, can_focus=True):
         if v is None:
             out.append("loading...")
             return out
+        self._danger(out, v)
+        if v.at_risk or v.late:
+            out.append("\n")
         out.append("TIER     DONE      RUN FAIL LATE RISK  NEXT DEADLINE")
         for t in v.tiers:
             out.append(
@@ -52,23 +79,6 @@ class SlaPanel(Widget, can_focus=True):
                 left = fmt_duration(t.next_due.at - self.now)
                 due = fmt_clock(t.next_due.at)[:5]
                 out.append(f"  {due} {t.next_due.job} (in {left})")
-        if v.at_risk:
-            out.append("\nat risk:", tone_style(self, "warn"))
-            for d in v.at_risk[:5]:
-                out.append("\n ")
-                out.append(f"{SHORT[d.state]:<7}", state_style(self, d.state))
-                out.append(
-                    f" {d.job} due {fmt_clock(d.at)[:5]} "
-                    f"(in {fmt_duration(d.at - self.now)}) {d.why}"
-                )
-            if len(v.at_risk) > 5:
-                out.append(f"\n ... {len(v.at_risk) - 5} more")
-        if v.late:
-            out.append(f"\nlate: {len(v.late)}", tone_style(self, "bad"))
-            for d in v.late[:3]:
-                out.append(
-                    f"\n {SHORT[d.state]:<7} {d.job} was due {fmt_clock(d.at)[:5]}"
-                )
         if not v.at_risk and not v.late and any(t.next_due for t in v.tiers):
             out.append("\nevery deadline on track", tone_style(self, "ok"))
         elif not any(t.next_due for t in v.tiers) and not v.late:

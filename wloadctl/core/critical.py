@@ -31,6 +31,12 @@ def expected_durations(specs: Sequence, history: Mapping[str, float] | None) -> 
                        else max(e, 0.0) for j, g in zip(specs, given, strict=True)))
 
 
+def guessed_durations(specs: Sequence, history: Mapping[str, float] | None) -> bytearray:
+    """1 for each job expected_durations gave DEFAULT_EXPECTED for want of an `expected:` key and a history."""
+    hist = history or {}
+    return bytearray(_EXPECTED(j) is None and hist.get(j.id) is None for j in specs)
+
+
 def remaining_paths(downs: Sequence[tuple[int, ...]], weight: Sequence[float]) -> list[float]:
     """The remaining path of every job (see the module), over the dependents of each job.
 

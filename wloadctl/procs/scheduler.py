@@ -8,6 +8,7 @@ import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wloadctl.core.commands import (
@@ -33,7 +34,7 @@ from wloadctl.ipc.protocol import (
     PAUSE_STATE_DIR_FULL,
     PAUSE_STOPPING,
 )
-from wloadctl.paths import append_ids
+from wloadctl.paths import append_ids, take_stop_note
 from wloadctl.procs.clockwatch import ClockWatch
 from wloadctl.procs.control import ControlDesk
 from wloadctl.procs.pipeline import PipelineMeter
@@ -481,11 +482,15 @@ class SchedulerLoop:
         core, ends = self.core, self.pools.stops_with_scheduler
         return sum(1 for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and ends(i))
 
-    def _journal_stop(self, jobs: int) -> None:
+    def _journal_stop(self, jobs: int, note: tuple[str, str] | None) -> None:
         """Journal the stop before any job is signalled: a resume after a crash mid-stop reads the ends of the
-        jobs it was stopping as stopped with the run, not as their failures (recovery.stopped_with_run)."""
+        jobs it was stopping as stopped with the run, not as their failures (recovery.stopped_with_run).
+        `note`: (user, reason) the signaller left (paths.take_stop_note), else the stop is "by a signal"."""
+        user, reason = user_name(os.getuid()), "stopped by a signal"
+        if note is not None:  # the console said who stops it and why before its signal
+            user, reason = note[0] or user, note[1] or reason
         try:
-            self.store.record_action(self.ctx.run.id, user_name(os.getuid()), STOP_VERB, "*", "stopped by a signal",
+            self.store.record_action(self.ctx.run.id, user, STOP_VERB, "*", reason,
                                      f"run stopping: {jobs} job(s) in flight stopped, run again on resume "
                                      "(held when they may not run twice)", True)
         except Fenced:
@@ -505,8 +510,9 @@ class SchedulerLoop:
         stopping = self.pools.stopping()
         # Jobs on agents keep running there: their results wait in the broker for the next scheduler.
         here = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and ends(i)]
+        note = take_stop_note(Path(self.ctx.state_dir), os.getpid())  # taken always: none is left behind
         if here:
-            self._journal_stop(len(here))
+            self._journal_stop(len(here), note)
         for i in here:
             core.kill_reason[i] = (STOPPED_WITH_RUN, True)
         for p in stopping:

@@ -1,0 +1,286 @@
+"""Console defects found at a terminal: typed-ahead keys, at-risk jobs, long ids, previews, approvals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import console_fakes
+import pytest
+from console_fakes import NOW, FakeClient
+from console_helpers import fake_app, loaded, screen_text, wait_for
+from textual import events
+from textual.pilot import Pilot
+
+from tui.app import ConsoleApp
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.job_detail import JobDetailScreen
+from tui.screens.main import MainScreen
+from tui.widgets.job_table import JobTable
+
+NAMED = {"colon": ":", "slash": "/", "enter": "\r", "space": " ", "backspace": "\x7f"}
+
+
+def burst(pilot: Pilot[Any], *keys: str) -> None:
+    """Send keys as a paste or a fast typist over SSH does: all at once, no wait between them."""
+    app = pilot.app
+    driver = app._driver
+    assert driver is not None
+    for key in keys:
+        name = {" ": "space", ":": "colon", "/": "slash"}.get(key, key)
+        event = events.Key(name, NAMED.get(name, key if len(key) == 1 else None))
+        event.set_sender(app)
+        driver.send_message(event)
+
+
+async def test_keys_typed_straight_after_slash_make_the_filter() -> None:
+    app = fake_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        burst(pilot, "/", *"state:bad", "enter")
+        screen = await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, MainScreen)
+            and app.screen.filter.active
+            and app.screen,
+            timeout=5,
+            what="the filter typed ahead",
+        )
+        assert screen.filter.describe() == "state:bad"
+        assert screen.query_one(JobTable).selection() == ["load_fx_rates"]
+
+
+async def test_keys_typed_straight_after_colon_run_the_command() -> None:
+    app = fake_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        # a typo fixed with backspace, and a `q` that must not quit: all go to the line, in order
+        burst(pilot, ":", *"goto revalue_fxq", "backspace", "enter")
+        table = app.screen.query_one(JobTable)
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, MainScreen)
+            and table.current_job == "revalue_fx",
+            timeout=5,
+            what="the command typed ahead",
+        )
+        assert app.is_running
+        assert "Quit" not in screen_text(app).split("\n")[0]
+
+
+async def test_a_paste_straight_after_colon_goes_into_the_command_line() -> None:
+    app = fake_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        burst(pilot, ":")
+        pilot.app._driver.send_message(events.Paste("goto revalue_fx"))  # type: ignore[union-attr]
+        burst(pilot, "enter")
+        table = app.screen.query_one(JobTable)
+        await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, MainScreen) and table.current_job == "revalue_fx",
+            timeout=5,
+            what="the pasted command",
+        )
+
+
+def late_app(minutes: float) -> ConsoleApp:
+    """The canned run seen `minutes` later: load_gl (running, due 22:43) comes close to its deadline."""
+    fake = FakeClient()
+    return ConsoleApp(
+        fake.state_dir,
+        open_client=lambda: fake,
+        clock=lambda: NOW + minutes * 60,
+        poll=0.02,
+    )  # type: ignore[arg-type]
+
+
+async def test_the_sla_pane_names_an_at_risk_job_first_at_80x24() -> None:
+    app = late_app(14)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        top = next(n for n, line in enumerate(lines) if "3 sla" in line)
+        # the pane's first lines name the jobs, their deadline and what is left
+        assert "late: revalue_fx was due 22:33 UPFAIL" in lines[top + 1]
+        assert "at risk: load_gl due 22:43 (3m26s) RUN close" in lines[top + 2]
+
+
+async def test_trouble_only_includes_jobs_at_risk_of_their_deadline() -> None:
+    app = late_app(14)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("exclamation_mark")
+        table = app.screen.query_one(JobTable)
+        assert table.model is not None
+        shown = {table.model.ids[i] for i in table.order}
+        assert "load_gl" in shown  # running, but due in 3m26s: at risk
+        assert {"load_fx_rates", "limits_check"} <= shown  # failed, held
+        assert "extract_core" not in shown
+        await pilot.press("slash", *["backspace"] * 40, *"sla:risk,late", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), 5)
+        shown = {table.model.ids[i] for i in table.order}
+        assert shown == {"load_gl", "revalue_fx"}
+
+
+EMEA = "load_general_ledger_postings_for_the_emea_nightly"
+APAC = "load_general_ledger_postings_for_the_apac_nightly"
+
+
+@pytest.fixture
+def long_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The canned run with two long ids that differ only at their end (load_gl, post_interest)."""
+    rename = {"load_gl": EMEA, "post_interest": APAC}
+    text = console_fakes.PLAN_TEXT
+    for old, new in rename.items():
+        text = text.replace(old, new)
+    rows = {rename.get(k, k): v for k, v in console_fakes.ROWS.items()}
+    monkeypatch.setattr(console_fakes, "PLAN_TEXT", text)
+    monkeypatch.setattr(console_fakes, "ROWS", rows)
+    yield
+
+
+async def test_long_ids_are_cut_in_the_middle_and_stay_apart_at_80x24(long_ids: None) -> None:
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("j", "j", "j")  # the cursor on the emea job: the DAG centres on it
+        await pilot.pause()
+        assert app.screen.query_one(JobTable).current_job == EMEA
+        text = screen_text(app)
+        rows = [line for line in text.splitlines() if "load_gen" in line]
+        emea = [r for r in rows if "emea_nightly" in r or "emea_nigh" in r]
+        apac = [r for r in rows if "apac_nightly" in r or "apac_nigh" in r]
+        assert emea and apac, text
+        assert all(ord(c) < 128 for c in text), {c for c in text if ord(c) >= 128}
+        await pilot.resize_terminal(150, 40)  # the panes side by side: the DAG pane is narrow
+        await pilot.pause(0.1)
+        text = screen_text(app)
+        title = next(line for line in text.splitlines() if "1 dag:" in line)
+        assert "1 dag: load_~ghtly -" in title, title  # head and tail kept, in ASCII
+        assert all(ord(c) < 128 for c in text), {c for c in text if ord(c) >= 128}
+
+
+async def test_the_detail_title_keeps_state_attempt_and_exit_at_80_columns(
+    long_ids: None,
+) -> None:
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("j", "j", "j", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), 5)
+        await pilot.pause(0.1)
+        title = screen_text(app).splitlines()[0]
+        assert "RUNNING  tier critical  attempt 1" in title, title
+        assert "load_gene" in title and "nightly" in title, title
+
+
+async def test_the_rerun_preview_shows_the_refusal_of_a_downstream_that_has_started() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        # extract_core (OK) has load_gl (RUNNING) below it: the scheduler refuses `rerun --downstream`
+        assert app.screen.query_one(JobTable).current_job == "extract_core"
+        await pilot.press("R")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5)
+        await pilot.press("d")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "[x] with everything downstream" in text
+        assert "not applied: 'extract_core' not rerun: downstream 'load_gl' (RUNNING)" in text
+        assert "y: rerun" not in text
+        await pilot.press("d")  # without its downstream the rerun applies
+        await pilot.pause()
+        assert "y: rerun 1 job(s)" in screen_text(app)
+
+
+async def test_an_approve_asks_y_first_and_the_approvals_list_marks_its_row() -> None:
+    from test_console_pending import ApprovalsClient
+
+    from tui.screens.pending import PendingScreen
+
+    client = ApprovalsClient()
+    app = fake_app(client)
+    async with app.run_test(size=(130, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("A")
+        screen = await wait_for(
+            pilot,
+            lambda: isinstance(app.screen, PendingScreen) and app.screen.keys and app.screen,
+            5,
+        )
+        rows = [line for line in screen_text(app).splitlines() if "R1" in line or "post_eod" in line]
+        assert [r.lstrip("| ")[:1] for r in rows][:1] == [">"] and ">" not in rows[1][:4]
+        # the border stands out of the background (it was dark blue on the dark surface)
+        table = screen.query_one("#pending")
+        _, color = table.styles.border_top
+        assert abs(color.brightness - table.background_colors[1].brightness) > 0.3
+        await pilot.press("a")
+        await wait_for(pilot, lambda: "y: approve R1" in screen_text(app), 5)
+        text = screen_text(app)
+        assert "approve request R1: kill load_gl, asked by bob (stuck on a lock)" in text
+        assert "kill 1 job(s): load_gl" in text and "y: approve R1" in text
+        await pilot.press("n")
+        await wait_for(pilot, lambda: app.screen is screen, 5)
+        assert client.sent == []
+        await pilot.press("down")
+        await pilot.pause()
+        rows = [line for line in screen_text(app).splitlines() if "post_eod" in line and "confirm" in line]
+        assert rows[0].lstrip("| ").startswith(">")
+        await pilot.press("a", "y")
+        await wait_for(pilot, lambda: client.sent, 5)
+        assert client.sent[0][:2] == ("approve", ["post_eod"])
+
+
+async def test_titles_too_long_for_their_border_are_cut_in_ascii_at_80x24(long_ids: None) -> None:
+    from console_helpers import paste
+
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        seen = []
+        await pilot.press("slash")
+        await pilot.pause()
+        await paste(pilot, "load_general_ledger_postings_* state:ok,running,held,failed tier:critical,high")
+        await pilot.press("enter")
+        await pilot.pause(0.1)
+        seen.append(screen_text(app))
+        assert "~ -+" in seen[-1].splitlines()[2], seen[-1]  # the jobs title, cut with ~
+        for keys in (["1"], ["escape", "j", "j", "j"], ["enter"]):
+            await pilot.press(*keys)
+            await pilot.pause(0.1)
+            seen.append(screen_text(app))
+    bad = {c for text in seen for c in text if ord(c) >= 128}
+    assert not bad, f"characters a plain terminal may lack: {bad}"
+
+
+def dag_facts(app: Any) -> str:
+    """The DAG pane's line about its centre job's critical path."""
+    return next(line for line in screen_text(app).splitlines() if "to the end" in line).strip("| ")
+
+
+async def test_the_dag_pane_gives_a_critical_path_place_and_says_when_expected_is_a_guess() -> None:
+    app = fake_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        await pilot.press("j", "j", "j")  # load_gl: below extract_core and extract_cards (5s paths)
+        await pilot.pause()
+        assert dag_facts(app) == (
+            "critical-path place 4 of 14 (1 starts first), expected 1.0s (no history), 4.0s to the end"
+        )
+
+
+async def test_a_job_with_a_history_has_no_guess_mark() -> None:
+    class Measured(FakeClient):
+        def expected_history(self) -> dict[str, float]:
+            return {"load_gl": 120.0}
+
+    app = fake_app(Measured())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        await pilot.press("j", "j", "j")
+        await pilot.pause()
+        assert dag_facts(app) == "critical-path place 3 of 14 (1 starts first), expected 2m00s, 2m03s to the end"
