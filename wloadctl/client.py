@@ -379,31 +379,64 @@ class RunClient:
                 rep["live"] = True
                 return rep
             except TransportError:
-                if self.is_live():
+                # A board seen here may be another host's (a pid of its own namespace): the journal's lease
+                # says who holds the run, and the refusal below names it.
+                if self.is_live() and not self.leased():
                     raise
         if verb not in READ_VERBS:
+            home = self._holder_dir()
+            if home is not None:
+                # The holder is a scheduler of this host whose state directory is not the run's (a standby
+                # that took the run over): its own control socket takes the verb.
+                rep = ctlsock.request(home, {**req, "id": secrets.token_hex(4)}, REPLY_TIMEOUT)
+                rep["live"] = True
+                return rep
             self._refuse_far_holder(verb)
         return self._offline(req)
 
-    def _refuse_far_holder(self, verb: str) -> None:
-        """Refuse a verb that would change a run a live scheduler of another host holds.
+    def _holder_dir(self) -> Path | None:
+        """The state directory of the scheduler holding the run's lease when it is a process of this host
+        reachable here and its control socket is there (None otherwise): read from the files it holds open
+        (its state directory's scheduler.lock)."""
+        if not self.latest or not self.leased():
+            return None
+        host, pid = self.store.holder_host(self.run.id), self.run.scheduler_pid
+        if not pid or (host is not None and host != socket.gethostname()):
+            return None
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            return None
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.endswith("/scheduler.lock"):
+                home = Path(target).parent
+                if home != self.state_dir and ctlsock.socket_path(home).exists():
+                    return home
+        return None
 
-        Written here, with no epoch, it would race that scheduler's own writes (and stop it): the
-        verb goes to it through the broker instead.
+    def _refuse_far_holder(self, verb: str) -> None:
+        """Refuse a verb that would change a run a live scheduler holds when none of its control sockets answered.
+
+        Written here, with no epoch, it would race that scheduler's own writes (which never learn of it: a
+        hold it would not keep, a release it would not dispatch): the verb goes to it instead.
 
         Raises:
-            ControlError: the run's lease is in force and its holder is on another host.
+            UsageError: the run's lease is in force (its holder of any host, this one included).
         """
         if not self.leased():
             return
-        host = self.store.holder_host(self.run.id)
-        if host is None or host == socket.gethostname():
-            return  # this host's scheduler: its state directory's lock keeps offline writes out
-        until = time.strftime("%H:%M:%S", time.localtime(self.run.lease_until))
-        raise ControlError(f"cannot {verb} in run {self.run.run_id} from here: scheduler pid "
-                           f"{self.run.scheduler_pid} on {host} holds it (lease until {until}), and only it changes "
-                           "the run",
-                           hint="pass --broker URL (the run's broker): the verb goes to that scheduler")
+        r = self.run
+        host = self.store.holder_host(r.id) or socket.gethostname()
+        until = time.strftime("%H:%M:%S", time.localtime(r.lease_until))
+        raise UsageError(f"run {r.run_id} is held by scheduler pid {r.scheduler_pid} on {host} (epoch {r.epoch}, "
+                         f"lease until {until}), and no control socket of it is reachable here: {verb} was not "
+                         "applied",
+                         hint="send verbs to it with --broker URL (the run's broker), or run them on that host "
+                              "with --state-dir ITS_DIR")
 
     def _listening(self) -> bool:
         """Whether the run's control socket is there: the run of another user, whose board is theirs alone,

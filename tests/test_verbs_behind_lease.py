@@ -1,0 +1,58 @@
+"""Operator verbs of a run whose lease a live scheduler holds: they go to it or are refused, never written to the
+journal behind its back; and a state directory named alone is read in the server journal its journal.url names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.remote.nodes import host_command, unshare_available
+from tests.test_pg_reads import GatedRun, gated  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.ipc
+
+
+def _hidden(run: GatedRun, hostname: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+    """`wloadctl ARGS` in namespaces of its own (its host name when given), the run's state directory hidden."""
+    if not unshare_available():
+        pytest.fail("this test needs util-linux unshare, and root or user namespaces", pytrace=False)
+    script = f"mount -t tmpfs tmpfs {run.state_dir} && exec \"$@\""
+    return subprocess.run(host_command(["sh", "-c", script, "op", sys.executable, "-m", "wloadctl", *args],
+                                       hostname=hostname), capture_output=True, text=True, timeout=60, env=run.env)
+
+
+def _state(run: GatedRun, job: str) -> str:
+    st = json.loads(run.wl("status", "--journal", run.url, "--json", "--all").stdout)
+    return next(j["state"] for j in st["jobs"] if j["job"] == job)
+
+
+@pytest.mark.parametrize("hostname", [None, "hostc"], ids=["same-hostname", "other-host"])
+def test_a_verb_whose_live_holder_cannot_be_reached_is_refused_naming_it_and_not_journaled(
+        gated: GatedRun, hostname: str | None) -> None:  # noqa: F811
+    # Given a live run of a PostgreSQL journal, and an operator whose namespaces cannot reach its scheduler's
+    # control socket (on a host of the same name, or of another)
+    pid = json.loads(gated.wl("status", "--journal", gated.url, "--json").stdout)["scheduler_pid"]
+    # When they hold a job with the journal alone
+    p = _hidden(gated, hostname, "hold", "end", "--journal", gated.url)
+    # Then the verb is refused in one line, naming the scheduler holding the run and how to reach it
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    first = p.stderr.splitlines()[0]
+    assert f"is held by scheduler pid {pid} on " in first and "lease until" in first, p.stderr
+    assert "--broker" in p.stderr
+    # And the journal was not changed behind the scheduler's back: the job still waits, and runs
+    assert _state(gated, "end") == "WAITING"
+    gated.finish()
+    assert _state(gated, "end") == "SUCCEEDED"
+
+
+def test_a_state_directory_named_alone_is_read_in_the_journal_of_its_journal_url(gated: GatedRun) -> None:  # noqa: F811
+    # Given a live run of a PostgreSQL journal, started with --state-dir S --journal URL
+    run_id = json.loads(gated.wl("status", "--journal", gated.url, "--json").stdout)["run"]
+    # When its operator reads it by its state directory alone
+    p = gated.wl("status", "--state-dir", str(gated.state_dir), "--json")
+    # Then it is read in that journal (its journal.url)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["run"] == run_id
