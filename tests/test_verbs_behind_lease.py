@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +57,27 @@ def test_a_state_directory_named_alone_is_read_in_the_journal_of_its_journal_url
     # Then it is read in that journal (its journal.url)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["run"] == run_id
+
+
+@pytest.mark.parametrize(("login", "said"), [
+    ("ops:wrong@", "refused the credentials (user 'ops' and its password)"),
+    ("sekrit@", "refused the credentials (the token)"),
+])
+def test_credentials_in_the_broker_url_are_named_as_given_when_refused(
+        tmp_path: Path, login: str, said: str) -> None:
+    from tests.integration.helpers import cli
+    from tests.remote.conftest import serve
+
+    # Given a broker that wants user ops's password
+    servers = serve(tmp_path, "authorization {\n  users = [\n    {user: ops, password: ops-pw}\n  ]\n}\n")
+    server = next(servers)
+    try:
+        # When a command gives wrong credentials in the broker's URL
+        url = server.url.replace("nats://", f"nats://{login}")
+        p = cli("agents", "--broker", url, timeout=60)
+    finally:
+        servers.close()
+    # Then it is told the broker refused them (the password and the token never shown)
+    assert p.returncode == 3, p.stderr
+    assert f"wloadctl: the broker at {server.url} {said}" in p.stderr, p.stderr
+    assert "wrong" not in p.stderr and "sekrit" not in p.stderr
