@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.helpers import wait_for
 from tests.remote.nodes import host_command, unshare_available
 from tests.test_pg_reads import GatedRun, gated  # noqa: F401  (the fixture)
 
@@ -81,3 +82,21 @@ def test_credentials_in_the_broker_url_are_named_as_given_when_refused(
     assert p.returncode == 3, p.stderr
     assert f"wloadctl: the broker at {server.url} {said}" in p.stderr, p.stderr
     assert "wrong" not in p.stderr and "sekrit" not in p.stderr
+
+
+def test_a_run_killed_9_resumes_by_its_state_directory_alone(gated: GatedRun) -> None:  # noqa: F811
+    # Given a run of a PostgreSQL journal started with --state-dir S --journal URL, its scheduler killed -9
+    run_id = json.loads(gated.wl("status", "--journal", gated.url, "--json").stdout)["run"]
+    gated.proc.kill()
+    gated.proc.wait(10)
+    gated.gate.touch()
+    # When its operator resumes it by its state directory alone (once the dead scheduler's lease ran out)
+    def resumed() -> subprocess.CompletedProcess[str] | None:
+        p = gated.wl("resume", "--state-dir", str(gated.state_dir), "--quiet")
+        return p if p.returncode == 0 or "no unfinished run" in p.stderr else None
+
+    p = wait_for(resumed, timeout=30, what="the resume")
+    # Then the run is resumed in that journal and ends
+    assert p.returncode == 0, p.stderr
+    st = json.loads(gated.wl("status", "--journal", gated.url, "--json").stdout)
+    assert (st["run"], st["status"]) == (run_id, "succeeded"), st
