@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import reap_orphans, wait_for
 from tests.remote.nodes import host_command, unshare_available
 from tests.test_pg_reads import GatedRun, gated  # noqa: F401  (the fixture)
+from wloadctl.ipc.shm import remove_run_objects
 
 pytestmark = pytest.mark.ipc
 
@@ -95,8 +96,13 @@ def test_a_run_killed_9_resumes_by_its_state_directory_alone(gated: GatedRun) ->
         p = gated.wl("resume", "--state-dir", str(gated.state_dir), "--quiet")
         return p if p.returncode == 0 or "no unfinished run" in p.stderr else None
 
-    p = wait_for(resumed, timeout=30, what="the resume")
-    # Then the run is resumed in that journal and ends
-    assert p.returncode == 0, p.stderr
+    try:
+        p = wait_for(resumed, timeout=30, what="the resume")
+        # Then the run is resumed in that journal and ends
+        assert p.returncode == 0, p.stderr
+    finally:
+        # (a run never resumed leaves its executors waiting for it: gone with its queues)
+        reap_orphans(run_id, timeout=2.0)
+        remove_run_objects(run_id)
     st = json.loads(gated.wl("status", "--journal", gated.url, "--json").stdout)
     assert (st["run"], st["status"]) == (run_id, "succeeded"), st
