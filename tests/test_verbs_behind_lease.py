@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import reap_orphans, wait_for
+from tests.integration.helpers import ENV, reap_orphans, wait_for
 from tests.remote.nodes import host_command, unshare_available
 from tests.test_pg_reads import GatedRun, gated  # noqa: F401  (the fixture)
 from wloadctl.ipc.shm import remove_run_objects
@@ -106,3 +106,65 @@ def test_a_run_killed_9_resumes_by_its_state_directory_alone(gated: GatedRun) ->
         remove_run_objects(run_id)
     st = json.loads(gated.wl("status", "--journal", gated.url, "--json").stdout)
     assert (st["run"], st["status"]) == (run_id, "succeeded"), st
+
+
+def test_verbs_reach_a_standby_of_this_host_that_took_the_run_over_in_a_state_directory_of_its_own(
+        tmp_path: Path, pg_url: str) -> None:
+    from tests.remote.conftest import serve
+
+    servers = serve(tmp_path)
+    broker = next(servers).url
+    sd, sb, gate = tmp_path / "a", tmp_path / "b", tmp_path / "go"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"name: took\njobs:\n  wait: {{command: 'while [ ! -e {gate} ]; do sleep 0.05; done'}}\n"
+                    "  end: {command: 'echo done', depends_on: [wait]}\n")
+    env = {k: v for k, v in ENV.items() if k not in ("WLOADCTL_STATE_DIR", "WLOADCTL_JOURNAL")}
+    beat = ["--heartbeat-interval", "0.1", "--heartbeat-timeout", "0.6"]
+    wl = [sys.executable, "-m", "wloadctl"]
+    active = subprocess.Popen([*wl, "run", str(plan), "--state-dir", str(sd), "--journal", pg_url, "--broker", broker,
+                               "--executors", "1", "--quiet", *beat], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=env)
+    standby = subprocess.Popen([*wl, "scheduler", "--standby", "--state-dir", str(sb), "--journal", pg_url,
+                                "--broker", broker, *beat], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env=env)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*wl, *args], capture_output=True, text=True, timeout=60, env=env)
+
+    def status() -> dict:
+        return json.loads(run("status", "--journal", pg_url, "--json", "--all").stdout)
+
+    run_id = ""
+    try:
+        wait_for(lambda: status()["counts"].get("RUNNING"), timeout=60, what="`wait` running")
+        run_id = status()["run"]
+        # Given a standby of this host, in a state directory of its own, that took the run over
+        wait_for(lambda: (sb / "standby.pid").exists() or list(sb.glob("standby*")), timeout=30, what="standby")
+        active.kill()
+        active.wait(10)
+        wait_for(lambda: status().get("scheduler_pid") == standby.pid, timeout=30, what="the takeover")
+        # When an operator holds a job with the journal alone
+        p = run("hold", "end", "--journal", pg_url)
+        # Then the live scheduler applied it (not the journal behind its back)
+        assert p.returncode == 0, p.stderr
+        assert "no live scheduler" not in p.stdout + p.stderr
+        # And the new active's operator releases it by its own state directory, and the live scheduler runs it
+        p = run("release", "end", "--state-dir", str(sb), "--journal", pg_url)
+        assert p.returncode == 0, p.stderr
+        assert "released" in p.stdout and "no live scheduler" not in p.stdout + p.stderr, p.stdout
+        gate.touch()
+        wait_for(lambda: status()["status"] == "succeeded", timeout=60, what="the run's end")
+    finally:
+        gate.touch()
+        for proc in (active, standby):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if run_id:
+            reap_orphans(run_id, timeout=2.0)
+            remove_run_objects(run_id)
+        servers.close()

@@ -96,6 +96,10 @@ class RunClient:
                              hint=f"start a run there with `wloadctl run PLAN --state-dir {given}`")
         self.store = Store.open(given, create=False, readonly=True)
         latest = self.store.latest_run()
+        if latest is None and given is not None:
+            # A standby that took over a run of a server journal keeps its own state directory: its run is
+            # the one its scheduler there says it drives.
+            latest = _driven_run(self.store, given)
         if latest is None:
             self.store.close()
             raise _no_run_error(given, self.store.where)
@@ -396,26 +400,17 @@ class RunClient:
 
     def _holder_dir(self) -> Path | None:
         """The state directory of the scheduler holding the run's lease when it is a process of this host
-        reachable here and its control socket is there (None otherwise): read from the files it holds open
-        (its state directory's scheduler.lock)."""
+        reachable here and its control socket answers there for this run (None otherwise): found from the
+        files and the listening socket the process holds (a standby that took the run over keeps its own
+        state directory)."""
         if not self.latest or not self.leased():
             return None
         host, pid = self.store.holder_host(self.run.id), self.run.scheduler_pid
         if not pid or (host is not None and host != socket.gethostname()):
             return None
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            return None
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.endswith("/scheduler.lock"):
-                home = Path(target).parent
-                if home != self.state_dir and ctlsock.socket_path(home).exists():
-                    return home
+        for home in _dirs_held(pid):
+            if home != self.state_dir and _driven_run(self.store, home, self.run) is not None:
+                return home
         return None
 
     def _refuse_far_holder(self, verb: str) -> None:
@@ -908,6 +903,51 @@ def lease_held(store: Store, run: RunRow) -> bool:
     if run.status != "running" or run.lease_until <= time.time():
         return False
     return not (store.holder_host(run.id) is None and run.scheduler_pid and not pid_alive(run.scheduler_pid))
+
+
+def _dirs_held(pid: int) -> list[Path]:
+    """The directories of the files and the listening control socket process `pid` holds open (empty: none
+    seen, or not a process this user may look into)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    found: list[Path] = []
+    inodes: set[str] = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+        elif target.startswith("/"):
+            found.append(Path(target).parent)
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                cols = line.split()
+                if len(cols) >= 8 and cols[6] in inodes and cols[7].endswith("/" + ctlsock.SOCKET_NAME):
+                    found.insert(0, Path(cols[7]).parent)
+    except OSError:
+        pass
+    return list(dict.fromkeys(found))
+
+
+def _driven_run(store: Store, state_dir: Path, run: RunRow | None = None) -> RunRow | None:
+    """The run of `store` that the scheduler listening in `state_dir` drives now, as its answer to a ping says
+    (its id and epoch checked against the journal); `run` when given, else the one it names. None: none
+    listens there, or it drives another run (or no longer holds it)."""
+    if not ctlsock.socket_path(state_dir).exists():
+        return None
+    try:
+        rep = ctlsock.request(state_dir, {"verb": "ping", "jobs": [], "id": secrets.token_hex(4)}, 2.0)
+    except WloadError:
+        return None
+    row = store.get_run(str(rep.get("run") or "")) if rep.get("ok") else None
+    if row is None or (run is not None and row.run_id != run.run_id) or row.epoch != rep.get("epoch"):
+        return None
+    return row
 
 
 def _no_run_error(given: Path | None, where: str) -> UsageError:
