@@ -447,6 +447,20 @@ def resolve_state_dir(given: str | None) -> Path:
     return resolve(given)
 
 
+def _journal_of_dir(given: str | None) -> None:
+    """With no journal given, a state directory named alone whose runs went to a server journal (its
+    journal.url, and no SQLite journal of its own) is read in that journal, as its runs were."""
+    from wloadctl.paths import named_state_dir, read_journal_note
+    from wloadctl.store import DB_NAME, JOURNAL_ENV, journal_url
+
+    named = named_state_dir(given)
+    if journal_url() is not None or not named or (Path(named) / DB_NAME).exists():
+        return
+    url = read_journal_note(Path(named))
+    if url is not None:
+        os.environ[JOURNAL_ENV] = url
+
+
 def _reader_dir(given: str | None) -> Path | None:
     """The state directory of a read or a verb; None with a server journal and no directory named."""
     from wloadctl.paths import named_state_dir
@@ -763,6 +777,8 @@ def main(argv: list[str] | None = None) -> int:
         from wloadctl.store import JOURNAL_ENV
 
         os.environ[JOURNAL_ENV] = args.journal
+    else:
+        _journal_of_dir(getattr(args, "state_dir", None))
     real_stdout = sys.stdout
     if real_stdout is not None:
         sys.stdout = GuardedStdout(real_stdout)  # a reader gone: the command goes on, exits with its own code

@@ -96,6 +96,10 @@ class RunClient:
                              hint=f"start a run there with `wloadctl run PLAN --state-dir {given}`")
         self.store = Store.open(given, create=False, readonly=True)
         latest = self.store.latest_run()
+        if latest is None and given is not None:
+            # A standby that took over a run of a server journal keeps its own state directory: its run is
+            # the one its scheduler there says it drives.
+            latest = _driven_run(self.store, given)
         if latest is None:
             self.store.close()
             raise _no_run_error(given, self.store.where)
@@ -379,31 +383,55 @@ class RunClient:
                 rep["live"] = True
                 return rep
             except TransportError:
-                if self.is_live():
+                # A board seen here may be another host's (a pid of its own namespace): the journal's lease
+                # says who holds the run, and the refusal below names it.
+                if self.is_live() and not self.leased():
                     raise
         if verb not in READ_VERBS:
+            home = self._holder_dir()
+            if home is not None:
+                # The holder is a scheduler of this host whose state directory is not the run's (a standby
+                # that took the run over): its own control socket takes the verb.
+                rep = ctlsock.request(home, {**req, "id": secrets.token_hex(4)}, REPLY_TIMEOUT)
+                rep["live"] = True
+                return rep
             self._refuse_far_holder(verb)
         return self._offline(req)
 
-    def _refuse_far_holder(self, verb: str) -> None:
-        """Refuse a verb that would change a run a live scheduler of another host holds.
+    def _holder_dir(self) -> Path | None:
+        """The state directory of the scheduler holding the run's lease when it is a process of this host
+        reachable here and its control socket answers there for this run (None otherwise): found from the
+        files and the listening socket the process holds (a standby that took the run over keeps its own
+        state directory)."""
+        if not self.latest or not self.leased():
+            return None
+        host, pid = self.store.holder_host(self.run.id), self.run.scheduler_pid
+        if not pid or (host is not None and host != socket.gethostname()):
+            return None
+        for home in _dirs_held(pid):
+            if home != self.state_dir and _driven_run(self.store, home, self.run) is not None:
+                return home
+        return None
 
-        Written here, with no epoch, it would race that scheduler's own writes (and stop it): the
-        verb goes to it through the broker instead.
+    def _refuse_far_holder(self, verb: str) -> None:
+        """Refuse a verb that would change a run a live scheduler holds when none of its control sockets answered.
+
+        Written here, with no epoch, it would race that scheduler's own writes (which never learn of it: a
+        hold it would not keep, a release it would not dispatch): the verb goes to it instead.
 
         Raises:
-            ControlError: the run's lease is in force and its holder is on another host.
+            UsageError: the run's lease is in force (its holder of any host, this one included).
         """
         if not self.leased():
             return
-        host = self.store.holder_host(self.run.id)
-        if host is None or host == socket.gethostname():
-            return  # this host's scheduler: its state directory's lock keeps offline writes out
-        until = time.strftime("%H:%M:%S", time.localtime(self.run.lease_until))
-        raise ControlError(f"cannot {verb} in run {self.run.run_id} from here: scheduler pid "
-                           f"{self.run.scheduler_pid} on {host} holds it (lease until {until}), and only it changes "
-                           "the run",
-                           hint="pass --broker URL (the run's broker): the verb goes to that scheduler")
+        r = self.run
+        host = self.store.holder_host(r.id) or socket.gethostname()
+        until = time.strftime("%H:%M:%S", time.localtime(r.lease_until))
+        raise UsageError(f"run {r.run_id} is held by scheduler pid {r.scheduler_pid} on {host} (epoch {r.epoch}, "
+                         f"lease until {until}), and no control socket of it is reachable here: {verb} was not "
+                         "applied",
+                         hint="send verbs to it with --broker URL (the run's broker), or run them on that host "
+                              "with --state-dir ITS_DIR")
 
     def _listening(self) -> bool:
         """Whether the run's control socket is there: the run of another user, whose board is theirs alone,
@@ -875,6 +903,51 @@ def lease_held(store: Store, run: RunRow) -> bool:
     if run.status != "running" or run.lease_until <= time.time():
         return False
     return not (store.holder_host(run.id) is None and run.scheduler_pid and not pid_alive(run.scheduler_pid))
+
+
+def _dirs_held(pid: int) -> list[Path]:
+    """The directories of the files and the listening control socket process `pid` holds open (empty: none
+    seen, or not a process this user may look into)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    found: list[Path] = []
+    inodes: set[str] = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+        elif target.startswith("/"):
+            found.append(Path(target).parent)
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                cols = line.split()
+                if len(cols) >= 8 and cols[6] in inodes and cols[7].endswith("/" + ctlsock.SOCKET_NAME):
+                    found.insert(0, Path(cols[7]).parent)
+    except OSError:
+        pass
+    return list(dict.fromkeys(found))
+
+
+def _driven_run(store: Store, state_dir: Path, run: RunRow | None = None) -> RunRow | None:
+    """The run of `store` that the scheduler listening in `state_dir` drives now, as its answer to a ping says
+    (its id and epoch checked against the journal); `run` when given, else the one it names. None: none
+    listens there, or it drives another run (or no longer holds it)."""
+    if not ctlsock.socket_path(state_dir).exists():
+        return None
+    try:
+        rep = ctlsock.request(state_dir, {"verb": "ping", "jobs": [], "id": secrets.token_hex(4)}, 2.0)
+    except WloadError:
+        return None
+    row = store.get_run(str(rep.get("run") or "")) if rep.get("ok") else None
+    if row is None or (run is not None and row.run_id != run.run_id) or row.epoch != rep.get("epoch"):
+        return None
+    return row
 
 
 def _no_run_error(given: Path | None, where: str) -> UsageError:

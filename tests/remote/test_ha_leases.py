@@ -84,9 +84,10 @@ def test_a_verb_without_a_broker_from_another_host_is_refused_naming_the_holder_
     for verb, job in (("hold", "end"), ("kill", "wait")):
         p = elsewhere(tmp_path / "a", verb, job, "--journal", pg_url)
         # Then each is refused in one line naming the holder and the broker option, and applied nowhere
-        assert p.returncode == 1 and p.stdout == "", (p.stdout, p.stderr)
+        assert p.returncode == 2 and p.stdout == "", (p.stdout, p.stderr)
         said = p.stderr.strip()
-        assert "\n" not in said and "on hosta holds it" in said and "--broker URL" in said, said
+        assert "\n" not in said and "is held by scheduler pid " in said and " on hosta (epoch 1, lease until " in said
+        assert "--broker URL" in said, said
     # And the run goes on under its scheduler to its end, every job once, nothing held
     gate.touch()
     assert active.wait(60) == 0, active.output()

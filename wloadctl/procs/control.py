@@ -149,7 +149,8 @@ class ControlDesk:
                              "unknown": unknown})
             return
         if verb == "ping":
-            self._send(req, {"ok": True, "pid": self.ctx.run.scheduler_pid, "epoch": self.ctx.epoch})
+            self._send(req, {"ok": True, "pid": self.ctx.run.scheduler_pid, "epoch": self.ctx.epoch,
+                             "run": self.ctx.run.run_id})
             return
         if verb == "pending":
             self._send(req, {"ok": True, "requests": self.book.listing()})

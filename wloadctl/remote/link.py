@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import os
 import secrets
 import ssl
@@ -38,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import unquote
 
 from wloadctl.errors import TransportError, WloadError
 from wloadctl.remote.broker import BrokerOptions
@@ -206,6 +208,13 @@ class BrokerLink:
         """The one line of a broker that did not let this client in: what it was given, and what to check."""
         o = self.options
         where = f"the broker at {o.shown()}"
+        if not o.user:
+            # Credentials in the URL (nats://USER:PASSWORD@HOST) are credentials given as the options are.
+            user, password = _url_credentials(o.servers)
+            if user and password:
+                o = dataclasses.replace(o, user=user, password=password)
+            elif user and not o.token:
+                o = dataclasses.replace(o, token=user)  # nats://TOKEN@HOST: a token, never shown
         if o.user and not o.password:
             return TransportError(f"{where} refused user {o.user!r}: no password was given",
                                   hint="pass --broker-password or set WLOADCTL_BROKER_PASSWORD")
@@ -688,3 +697,13 @@ class LinkWatch:
         if kind == "lost":
             return f"broker lost: {url} does not answer; reconnecting (nothing is lost meanwhile)"
         return f"broker back: {url} answers again after {seconds:.1f}s"
+
+
+def _url_credentials(servers: list[str]) -> tuple[str | None, str | None]:
+    """(user, password) given in the first of the broker URLs that names a user (nats://USER[:PASSWORD]@HOST)."""
+    for url in servers:
+        head, at, _ = url.partition("://")[2].rpartition("@")
+        if at and head:
+            user, _, password = head.partition(":")
+            return unquote(user) or None, unquote(password) or None
+    return None, None
