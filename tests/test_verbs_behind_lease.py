@@ -13,6 +13,7 @@ import pytest
 from tests.integration.helpers import ENV, reap_orphans, wait_for
 from tests.remote.nodes import host_command, unshare_available
 from tests.test_pg_reads import GatedRun, gated  # noqa: F401  (the fixture)
+from wloadctl.ipc.ctlsock import SOCKET_NAME
 from wloadctl.ipc.shm import remove_run_objects
 
 pytestmark = pytest.mark.ipc
@@ -143,6 +144,8 @@ def test_verbs_reach_a_standby_of_this_host_that_took_the_run_over_in_a_state_di
         active.kill()
         active.wait(10)
         wait_for(lambda: status().get("scheduler_pid") == standby.pid, timeout=30, what="the takeover")
+        # (claimed in the journal a moment before it listens: a verb in between is refused, not lost)
+        wait_for(lambda: (sb / SOCKET_NAME).exists(), timeout=30, what="the new active listening")
         # When an operator holds a job with the journal alone
         p = run("hold", "end", "--journal", pg_url)
         # Then the live scheduler applied it (not the journal behind its back)
