@@ -116,9 +116,9 @@ class Executor:
     returned: int = 0
     """Tasks taken ahead and handed back unstarted (see HAND_BACK)."""
     hand_back: float = HAND_BACK
-    """Seconds that make a job short enough to take tasks ahead of it (see HAND_BACK); 0: tasks are taken
-    ahead whatever the jobs' lengths and never handed back (an agent's executors: the agent holds its tasks
-    for its node and pulls only what its slots and prefetch allow)."""
+    """Seconds that make a job short enough to take tasks ahead of it (see HAND_BACK); 0: `prefetch` tasks per
+    slot are taken ahead whatever the jobs' lengths and never handed back (an agent's executors, with prefetch
+    0: what the agent takes ahead waits in its node's request queue for whichever executor has a slot free)."""
     last_run: float = float("inf")
     """How long the last job this executor reaped ran (none yet: too long to prefetch behind)."""
     outbox: list[P.ResultRecord] = field(default_factory=list)
@@ -264,7 +264,7 @@ class Executor:
         `hand_back` at the last job's pace, at most `prefetch` (ahead_per_slot)."""
         limit = self.hand_back
         if limit <= 0:
-            return (1 + self.prefetch) * self.slots  # takes ahead whatever the jobs' lengths (agents)
+            return (1 + self.prefetch) * self.slots  # takes ahead whatever the jobs' lengths
         if not self.prefetch or any(now - r.began >= limit for r in self.running.values()):
             return self.slots
         return (1 + ahead_per_slot(self.prefetch, limit, self.last_run)) * self.slots

@@ -627,8 +627,11 @@ class LocalPool:
         if not q:
             return
         self.guard()
-        # Spread small batches over the executors so one does not hoard the work.
-        per = max(1, min(self.per_msg, len(q) // max(1, self.sup.alive_count())))
+        # Spread small batches over the executors so one does not hoard the work. Executors that take nothing
+        # ahead (an agent's, `--prefetch 0`) get one task a message: each reads only into a free slot of its
+        # own, where a message of several would keep the rest behind its busy slots, never handed back, while
+        # another executor may be idle.
+        per = max(1, min(self.per_msg, len(q) // max(1, self.sup.alive_count()))) if self.sup.prefetch else 1
         follow = P.TASK_FOLLOW
         while q:
             n = min(per, len(q))

@@ -75,7 +75,9 @@ class AgentOptions:
     memory: int = 0
     """MiB it offers jobs that claim some (0: no limit)."""
     prefetch: int = 1
-    """Tasks per slot it takes ahead, so its executors never wait for the broker."""
+    """Tasks per slot it takes ahead from the broker, so its executors never wait for it. They wait in the node's
+    request queue, not in an executor: each executor takes a task only into a free slot of its own, so a task
+    starts on whichever executor is idle, never behind a busy one's job."""
 
 
 @dataclass
@@ -124,7 +126,7 @@ class Agent:
         self.pool = LocalPool.start(self.book, objs, ReportReader((), lambda _r: "", lambda _i, _a: None),
                                     self._payload, lambda: None, self.epoch, o.state_dir, executors=o.executors,
                                     slots=per, say=lambda e, f: self.note(f"{e}: {f}"), cpus=o.cpus,
-                                    memory=o.memory, prefetch=o.prefetch, hand_back=0.0)
+                                    memory=o.memory, prefetch=0, hand_back=0.0)
         self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
         """Result batches published and not yet acknowledged, with the ends they carry."""
         self._beat_board()

@@ -1,0 +1,103 @@
+"""An agent's slots are all used: a task it holds starts on an idle executor, never waits behind a busy one."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import ENV, wait_for
+from tests.procs.test_payload_lifecycle import Rig, rig  # noqa: F401 (the pool over in-memory queues)
+from tests.remote.conftest import NatsServer, _alive
+from tests.remote.nodes import Node, unshare_available
+from tests.remote.test_agent_runs import plan_file
+from wloadctl.ipc import protocol as P
+
+pytestmark = pytest.mark.ipc
+
+
+def started(out: Path) -> set[str]:
+    """Jobs whose start line is in the evidence file."""
+    lines = out.read_text().splitlines() if out.exists() else []
+    return {ln.split()[0] for ln in lines if ln.split()[1:2] == ["start"]}
+
+
+@pytest.fixture
+def node(tmp_path: Path, nats_server: NatsServer) -> Iterator[Node]:
+    """One agent of pool `etl` with 4 executors of 1 slot, on its own host."""
+    if not unshare_available():
+        pytest.fail("this test puts the agent in its own namespaces: it needs util-linux unshare, and root "
+                    "or unprivileged user namespaces", pytrace=False)
+    n = Node("n1", nats_server.url, tmp_path / "n1", ["etl"], slots=4, extra=("--executors", "4")).start()
+    try:
+        wait_for(lambda: _alive(nats_server.url, "n1"), timeout=30, what="the agent beating")
+        yield n
+    finally:
+        n.stop()
+
+
+ROUNDS = 2
+"""Rounds of jobs for every slot: in each, the first runs when the others reach the agent (which executor takes
+each of those was a race on the code before, lost when one took two, or the busy one took one)."""
+
+
+def test_an_agent_runs_as_many_jobs_at_once_as_it_has_slots(tmp_path: Path, nats_server: NatsServer,
+                                                             node: Node) -> None:
+    # Given an agent of 4 slots, and rounds of 4 jobs for it, each held once started until its round's gate
+    # exists; the rest of a round are sent once its first has started (a local job waits for that)
+    out = tmp_path / "evidence"
+    jobs: dict[str, dict] = {}
+    for k in range(ROUNDS):
+        after = [f"{j}{k - 1}" for j in "abcd"] if k else []
+        gate = str(tmp_path / f"gate{k}")
+        jobs[f"a{k}"] = {"pool": "etl", "gate": gate, "sleep": 0, "depends_on": after}
+        jobs[f"t{k}"] = {"command": f"while ! grep -q '^a{k} start' {out}; do sleep 0.02; done",
+                         "depends_on": after}
+        for j in "bcd":
+            jobs[f"{j}{k}"] = {"pool": "etl", "gate": gate, "sleep": 0, "depends_on": [f"t{k}"]}
+    plan = plan_file(tmp_path / "p.yaml", out, jobs)
+    run = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(tmp_path / "sd"),
+                            "--broker", nats_server.url, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        for k in range(ROUNDS):
+            # When a round's jobs are on the agent: all run at once, one on each of its executors
+            pair = {f"{j}{k}" for j in "abcd"}
+            try:
+                wait_for(lambda pair=pair: pair <= started(out), timeout=20, what=f"round {k} running at once")
+            except AssertionError:
+                pytest.fail(f"round {k}: only {sorted(pair & started(out))} started on an agent with 4 slots: the "
+                            f"rest wait behind them\n{node.output()}", pytrace=False)
+            finally:
+                (tmp_path / f"gate{k}").touch()
+        # Then the run ends with every job done
+        stdout, stderr = run.communicate(timeout=60)
+        assert run.returncode == 0, stderr
+        assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
+    finally:
+        if run.poll() is None:  # (a failed round: SIGTERM stops its executors and removes its queues)
+            run.send_signal(signal.SIGTERM)
+            try:
+                run.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.communicate()
+
+
+def test_executors_that_take_nothing_ahead_are_sent_one_task_a_message(rig: Rig) -> None:  # noqa: F811
+    # Given a pool of 2 executors that take nothing ahead (an agent's), and 4 tasks dispatched at once
+    for i in range(4):
+        rig.book.queue(i, 1)
+    rig.pool.submit([(i, 1) for i in range(4)])
+    # When the pool sends them
+    rig.pool.pump()
+    # Then each goes alone: an executor with one slot free takes one, never one more to keep behind its busy slot
+    sizes = []
+    while (data := rig.pool.objs.req.recv_nowait()) is not None:
+        sizes.append(len(P.decode_tasks(data)))
+    assert sizes == [1, 1, 1, 1]
