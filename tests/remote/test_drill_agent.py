@@ -45,12 +45,12 @@ def test_agent_loss_drill_measures_lost_and_the_settling_and_the_run_finishes(
         **{f"b{k}": {"pool": "etl", "sleep": 2.5, "depends_on": [f"a{k}"]} for k in range(4)},
     })
     sd = tmp_path / "sd"
-    proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "2")
+    proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
     wait_for(lambda: any(v[-1] == ("start", "d1") for j, v in agents_of(out).items() if j.startswith("b")),
              timeout=60, every=0.05, what="a long job running on d1")
     # When the drill kills d1
     p = cli("drill", "agent-loss", "--agent", "d1", "--broker", nats_server.url, "--state-dir", str(sd),
-            "--agent-timeout", "2", "--json", timeout=90)
+            "--agent-timeout", "3", "--json", timeout=90)
     # Then it reports d1 LOST and its tasks settled and sent again, with positive figures
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
