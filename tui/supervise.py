@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from wloadctl.client import RunClient, pid_alive
 from wloadctl.errors import UsageError, WloadError
-from wloadctl.ipc.ctlsock import user_name
 from wloadctl.paths import make_state_dir, write_stop_note
 
 if TYPE_CHECKING:
@@ -375,7 +374,7 @@ class SchedulerSupervisor:
         # are gone by then): a SIGTERM would cut that short and leave its queues.
         if run is None or run.status not in FINISHED:
             if reason:
-                write_stop_note(self.state_dir, pid, user_name(os.getuid()), reason)
+                write_stop_note(self.state_dir, pid, reason)
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -391,6 +391,7 @@ def view_order(
     sort_key: str = "plan",
     reverse: bool = False,
     now: float = 0.0,
+    flags: Collection[int] = frozenset(),
 ) -> Sequence[int]:
     """The job indices the table shows, filtered and sorted.
 
@@ -400,6 +401,8 @@ def view_order(
         sort_key: one of SORT_KEYS.
         reverse: descending order.
         now: the time (durations of running jobs grow with it).
+        flags: with an `sla:` filter, the jobs the SLA pane names (tui.sla.flagged: that module reads this
+            one's model, so the caller works them out).
 
     Returns:
         Indices into the model, in display order (a range when every job is shown in plan order).
@@ -414,9 +417,7 @@ def view_order(
         return sort_order(model, picked, sort_key, reverse, now, _STATE_RANK)
     idx: Iterable[int] = range(n)
     if flt.sla:
-        from tui.sla import flagged  # tui.sla reads this module's model
-
-        st, states, flags = model.state, flt.states, flagged(model, now, flt.sla)
+        st, states = model.state, flt.states
         idx = [i for i in idx if st[i] in states or i in flags]
     elif flt.states:
         st, states = model.state, flt.states

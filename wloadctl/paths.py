@@ -206,12 +206,12 @@ STOP_NOTE = "stop.json"
 """Who stops a scheduler with SIGTERM and why, left for it to journal (a signal carries no words)."""
 
 
-def write_stop_note(state_dir: Path, pid: int, user: str, reason: str) -> None:
-    """Before SIGTERM to scheduler `pid`: say who stops it and why, for its audit trail. Best effort: a
-    directory that cannot take it leaves the stop journaled as "stopped by a signal"."""
+def write_stop_note(state_dir: Path, pid: int, reason: str) -> None:
+    """Before SIGTERM to scheduler `pid`: say why it is stopped, for its audit trail (who: the note's owner).
+    Best effort: a directory that cannot take it leaves the stop journaled as "stopped by a signal"."""
     try:
         tmp = state_dir / f".{STOP_NOTE}.{os.getpid()}"
-        tmp.write_text(json.dumps({"pid": pid, "user": user, "reason": reason}), encoding="utf-8")
+        tmp.write_text(json.dumps({"pid": pid, "reason": reason}), encoding="utf-8")
         os.replace(tmp, state_dir / STOP_NOTE)
     except OSError:
         pass
@@ -219,13 +219,17 @@ def write_stop_note(state_dir: Path, pid: int, user: str, reason: str) -> None:
 
 def take_stop_note(state_dir: Path, pid: int) -> tuple[str, str] | None:
     """(user, reason) left for scheduler `pid` by whoever signals it to stop, removed once read; None when none
-    was left for this process (a stale note of another scheduler is dropped)."""
+    was left for this process (a stale note of another scheduler is dropped). The user is the note's owner, by
+    the password database: what the note says cannot name another."""
+    from wloadctl.ipc.ctlsock import user_name
+
     path = state_dir / STOP_NOTE
     try:
+        owner = path.stat().st_uid
         note = json.loads(path.read_text(encoding="utf-8"))
         path.unlink()
     except (OSError, ValueError):
         return None
     if not isinstance(note, dict) or note.get("pid") != pid:
         return None
-    return str(note.get("user", "")), str(note.get("reason", ""))
+    return user_name(owner), str(note.get("reason", ""))

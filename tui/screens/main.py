@@ -21,7 +21,7 @@ from tui.run_figures import held_ids, summarize
 from tui.screens.confirm import ActionRequest
 from tui.screens.operator import OperatorScreen
 from tui.screens.prompt import PromptScreen
-from tui.sla import sla_view
+from tui.sla import flagged, sla_view
 from tui.view_model import DESCENDING_FIRST, SORT_KEYS, view_order
 from tui.widgets.dag_view import DagView
 from tui.widgets.job_table import JobTable
@@ -158,9 +158,9 @@ class MainScreen(OperatorScreen):
         self._order_dirty = False
         table = self.query_one(JobTable)
         table.sort_key, table.reverse = self.sort_key, self.reverse
-        order = view_order(
-            model, self.filter, self.sort_key, self.reverse, self.app_clock()
-        )
+        now = self.app_clock()
+        flags = flagged(model, now, self.filter.sla) if self.filter.sla else frozenset()
+        order = view_order(model, self.filter, self.sort_key, self.reverse, now, flags)
         table.set_rows(model, order)
         self._reorder_title()
 
