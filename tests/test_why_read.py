@@ -132,6 +132,18 @@ def test_the_situations_of_a_stopped_run_read_as_a_rebuilt_core_says(state_dir: 
     assert not any("free slot" in line for w in read for line in w["reasons"]), read
 
 
+def test_an_until_ended_by_its_max_iterations_says_so_read_either_way(state_dir: Path) -> None:
+    plan = make_plan({"poll": {}})
+    poll = dataclasses.replace(plan.jobs["poll"], until="result.ready == 1", max_iterations=2)
+    r = Journaled(state_dir, dataclasses.replace(plan, jobs={"poll": poll}))
+    r.end("poll", 0)
+    r.end("poll", 0, now=4.0)
+    r.stop("succeeded")
+    read, full = answers(state_dir, ["poll"])
+    assert read == full
+    assert read[0]["reasons"][0] == "succeeded after 2 attempt(s): max_iterations reached (2) with its until never met"
+
+
 def test_a_waiting_job_whose_upstream_failed_in_a_lagging_journal_reads_as_upstream_failed(state_dir: Path) -> None:
     plan = make_plan({"a": {}, "b": {"deps": ["a"]}, "c": {"deps": {"a": "failure"}}})
     r = Journaled(state_dir, plan)

@@ -24,7 +24,7 @@ from wloadctl.store import RunRow, Store
 
 _NO_REASON = frozenset({JobState.SUCCEEDED, JobState.READY, JobState.QUEUED, JobState.RUNNING})
 """States whose answer does not read the job's reason (core/explain.py), but for a success without an attempt (a
-loop's end, an operator's set-ok): its row is read then."""
+loop's end, an operator's set-ok) or after several (an `until` ended by its max_iterations): its row is read then."""
 
 
 def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float,
@@ -60,7 +60,8 @@ def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float,
     plain = [i for i in idx if states[i] in _NO_REASON]
     attempts = store.attempts_at(run.id, plain) if plain else {}
     if attempts:
-        attempts = {i: a for i, a in attempts.items() if a or states[i] != JobState.SUCCEEDED}
+        # (a success with no attempt, or after several (an `until` that max_iterations ended says so), reads its row)
+        attempts = {i: a for i, a in attempts.items() if a == 1 or (a and states[i] != JobState.SUCCEEDED)}
     rows = store.rows_of(run.id, [i for i in idx if attempts is None or i not in attempts])
     counts = [0] * len(JobState)
     active: dict[int, JobSpec] = {}

@@ -9,6 +9,7 @@ from tests.core.test_engine import dispatched, states
 from wloadctl.core.commands import Alert, RunFinished
 from wloadctl.core.condition import ConditionError, parse_condition
 from wloadctl.core.engine import SchedulerCore
+from wloadctl.core.explain import why
 from wloadctl.core.events import JobExitedEvent, RunStartedEvent
 from wloadctl.core.plan import JobSpec, Plan
 
@@ -68,6 +69,19 @@ def test_until_stops_at_max_iterations() -> None:
     for _ in range(3):
         exit_with(core, "poll", 0, {})
     assert states(core)["poll"] == "SUCCEEDED" and core.branches.iterations[0] == 3
+    # and its success says the condition never came true (one that did says nothing of the kind)
+    assert core.reasons[0] == "max_iterations reached (3) with its until never met"
+    assert "succeeded after 3 attempt(s): max_iterations reached (3) with its until never met" in \
+        why(core, 0, 2.0)["reasons"]
+
+
+def test_an_until_met_at_its_last_iteration_ends_without_the_max_iterations_reason() -> None:
+    plan = with_fields(make_plan({"poll": {}}), poll={"until": "result.ready == 1", "max_iterations": 2})
+    core = SchedulerCore(plan, slots=1)
+    core.handle(RunStartedEvent(0.0))
+    exit_with(core, "poll", 0, {})
+    exit_with(core, "poll", 0, {"ready": 1})
+    assert states(core)["poll"] == "SUCCEEDED" and "max_iterations" not in core.reasons.get(0, "")
 
 
 def test_a_condition_that_cannot_be_evaluated_fails_its_job_and_the_run() -> None:

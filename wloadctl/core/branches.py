@@ -31,6 +31,16 @@ def until_reason(n: int, most: int) -> str:
     return f"{UNTIL_AGAIN}{n}/{most}"
 
 
+UNTIL_SPENT = "max_iterations reached"
+"""How the reason of an `until` job that max_iterations ended, its condition never met, starts."""
+
+
+def until_spent(n: int) -> str:
+    """The reason journaled when an `until` job ends SUCCEEDED after its last allowed iteration, its condition
+    never met (max_iterations says the job is done then; the operator is told it did not come true)."""
+    return f"{UNTIL_SPENT} ({n}) with its until never met"
+
+
 class UnusableResult(dict[str, object]):
     """What a job's result file holds when it cannot be read as a result (too big, not a JSON object nor
     `key=value` lines): no values, and why. A job whose result a condition or loop reads fails with it: what
@@ -122,7 +132,8 @@ class Branches:
                 jobs[jid] = o
         return jobs
 
-    def until_done(self, i: int, exit_code: int, result: dict[str, object] | None, most: int) -> tuple[bool, int]:
+    def until_done(self, i: int, exit_code: int, result: dict[str, object] | None,
+                   most: int) -> tuple[bool, int, bool]:
         """An `until` job succeeded: count the iteration and say whether it is done.
 
         Args:
@@ -132,7 +143,7 @@ class Branches:
             most: the job's max_iterations.
 
         Returns:
-            (done, iterations so far): done when its condition holds or it ran `most` times.
+            (done, iterations so far, met): done when its condition holds (met) or it ran `most` times.
 
         Raises:
             ConditionError: its condition cannot be evaluated on this iteration's outcome: the job fails
@@ -141,5 +152,5 @@ class Branches:
         n = self.iterations.get(i, 0) + 1
         self.iterations[i] = n
         own = {"result": result or {}, "exit_code": exit_code, "iteration": n}
-        done = self.untils[i].evaluate({}, self.variables, own)
-        return done or n >= most, n
+        met = bool(self.untils[i].evaluate({}, self.variables, own))
+        return met or n >= most, n, met

@@ -12,7 +12,14 @@ import heapq
 from collections.abc import Container, Iterable, Iterator, Mapping
 
 from wloadctl.core import codes as C
-from wloadctl.core.branches import BRANCH_NOT_TAKEN, NOT_FAILED, Branches, UnusableResult, until_reason
+from wloadctl.core.branches import (
+    BRANCH_NOT_TAKEN,
+    NOT_FAILED,
+    Branches,
+    UnusableResult,
+    until_reason,
+    until_spent,
+)
 from wloadctl.core.commands import (
     Alert,
     Command,
@@ -439,11 +446,14 @@ class SchedulerCore(JobTable):
                 unusable is None:
             if i in self.kill_reason:
                 del self.kill_reason[i]
-            if i in self.branches.untils and self._again_until(i, ev):
-                return
+            done = ""
+            if i in self.branches.untils:
+                again, done = self._again_until(i, ev)
+                if again:
+                    return
             if i in self.leader:
                 self._inherit(self.leader[i])
-            self.set_state(i, _OK, executor=ex, exit_code=0)
+            self.set_state(i, _OK, reason=done, executor=ex, exit_code=0)
             if self.timers.lateness:
                 self._deadlines_met([i])
             self.resolve(i)
@@ -530,26 +540,31 @@ class SchedulerCore(JobTable):
                            executor=ev.executor, exit_code=0)
             self.resolve(i)
 
-    def _again_until(self, i: int, ev: JobExitedEvent) -> bool:
-        """An `until` job succeeded: run it again unless its condition holds or it ran enough times."""
+    def _again_until(self, i: int, ev: JobExitedEvent) -> tuple[bool, str]:
+        """An `until` job succeeded: run it again unless its condition holds or it ran enough times.
+
+        Returns:
+            (settled here: run again, failed or cancelled; the reason of its success otherwise: "" when its
+            condition came true, else that max_iterations ended it).
+        """
         most = self.specs[i].max_iterations
         try:
-            done, n = self.branches.until_done(i, ev.exit_code, ev.result, most)
+            done, n, met = self.branches.until_done(i, ev.exit_code, ev.result, most)
         except ConditionError as e:
             self._fail_unjudged(i, f"until: {e}", executor=ev.executor, exit_code=ev.exit_code)
             self.resolve(i)
-            return True
+            return True, ""
         if done:
-            return False
+            return False, "" if met else until_spent(n)
         if self.cancelled:  # no iteration starts in a cancelled run
             self.set_state(i, _R, reason=until_reason(n, most), executor=ev.executor)
             self.set_state(i, _CANC, reason="run cancelled")
             self.resolve(i)
-            return True
+            return True, ""
         # Another iteration is not a retry: it does not spend the retry budget.
         self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
         self._make_ready_from(i, reason=until_reason(n, most))
-        return True
+        return True, ""
 
     @property
     def want(self) -> set[int]:

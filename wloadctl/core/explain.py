@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from wloadctl.core.branches import UNTIL_SPENT
 from wloadctl.core.critical import rank_of
 from wloadctl.core.durations import format_duration
 from wloadctl.core.holding import HOST_CPU, HOST_UNLIMITED, LOCAL_PLACE
@@ -114,6 +115,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
                        f"(a for_each over {core.fanout.loops[i].text})")
     elif st == S.SUCCEEDED and not core.attempt[i] and core.reasons.get(i):
         reasons.append(f"succeeded: {core.reasons[i]}")  # without running: a loop's end, an operator's set-ok
+    elif st == S.SUCCEEDED and core.reasons.get(i, "").startswith(UNTIL_SPENT):
+        reasons.append(f"succeeded after {core.attempt[i]} attempt(s): {core.reasons[i]}")
     elif st == S.SUCCEEDED:
         reasons.append(f"succeeded after {core.attempt[i]} attempt(s)")
     if i in core.fanout.loops and st == S.WAITING:
