@@ -51,7 +51,7 @@ def test_jobs_of_an_agent_started_again_without_its_state_are_lost_and_a_kill_of
         sd = tmp_path / "sd"
         # (the agent timeout outlasts the restart below, so the agent is never lost: its jobs are found not held,
         # after as long)
-        proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "4")
+        proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "6")
         wait_for(lambda: {"pinned", "doomed"} <= set(agents_of(out)), timeout=60, every=0.05,
                  what="both jobs started")
         # When its whole host is killed -9, its state dir removed, and an agent of the name started again at once
