@@ -28,15 +28,15 @@ def test_a_seeded_loop_of_agent_kill_9s_loses_nothing_and_ends_no_job_twice(
     jobs: dict[str, dict] = {}
     for c in "abc":
         for k in range(6):
-            jobs[f"{c}{k}"] = {"pool": "etl", "sleep": round(rng.uniform(0.5, 1.1), 2),
+            jobs[f"{c}{k}"] = {"pool": "etl", "sleep": round(rng.uniform(0.8, 1.8), 2),
                                **({"depends_on": [f"{c}{k - 1}"]} if k else {})}
     plan = plan_file(tmp_path / "p.yaml", out, jobs, name="agentkills")
-    proc = run_bg(plan, tmp_path / "sd", nats_server.url, "--agent-timeout", "2")
+    proc = run_bg(plan, tmp_path / "sd", nats_server.url, "--agent-timeout", "3")
     wait_for(lambda: len(agents_of(out)) >= 2, timeout=60, what="jobs started on the agents")
     # When agents are killed -9 (with their executors and jobs) at random moments, each restarted at once
     kills: list[str] = []
     while len(kills) < KILLS and proc.poll() is None:
-        time.sleep(rng.uniform(0.15, 1.25))
+        time.sleep(rng.uniform(0.3, 2.5))
         name = rng.choice(sorted(nodes))
         nodes[name].kill_node()
         kills.append(name)
