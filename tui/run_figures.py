@@ -33,7 +33,8 @@ class RunSummary:
     elapsed: float
     """Seconds since the run started (until it ended, when it has)."""
     forecast: float | None
-    """Seconds until the run should end at its pace so far; None when unknown."""
+    """Seconds until the run should end: at its pace so far, and never before its longest remaining path
+    of expected work; None when unknown."""
 
     @property
     def percent(self) -> float:
@@ -51,13 +52,50 @@ def held_ids(model: JobsModel, limit: int) -> list[str]:
     return out
 
 
+_FRONTIER = (S.READY, S.QUEUED, S.RUNNING, S.HELD, S.RETRY_WAIT)
+"""States of the jobs a run's remaining work starts from: whatever is WAITING is downstream of one of them
+(or of a time condition, which the expected durations know nothing of)."""
+
+_FRONTIER_LIMIT = 5_000
+"""Frontier jobs above which `path_ahead` gives up: a run that wide ends at its pace, not its path."""
+
+
+def path_ahead(model: JobsModel, now: float) -> float | None:
+    """Seconds of expected work on the longest path still ahead (None: not known, or not worth a walk).
+
+    The path from a job not yet started is its whole remaining critical path; a running job's own part
+    shrinks as it runs (never below 0: it overran, and its end is anyone's guess), its downstream stays.
+    """
+    remaining, expected = model.remaining, model.expected
+    if len(remaining) != len(model):
+        return None  # not ranked (jobs made during the run)
+    state = model.state
+    longest = 0.0
+    seen = 0
+    for st in _FRONTIER:
+        k = state.find(st)
+        while k >= 0:
+            seen += 1
+            if seen > _FRONTIER_LIMIT:
+                return None
+            path = remaining[k]
+            if st in (S.RUNNING, S.QUEUED):
+                ran = model.duration(k, now) or 0.0
+                path -= min(ran, expected[k])
+            longest = max(longest, path)
+            k = state.find(st, k + 1)
+    return longest
+
+
 def summarize(
     model: JobsModel, started: float, now: float, finished: bool, ended: float | None = None
 ) -> RunSummary:
     """Progress, elapsed time and a forecast of the end.
 
-    The forecast extrapolates the pace of finished jobs; a plan's long tail makes it
-    optimistic early on, which is why the header labels it a forecast.
+    The forecast extrapolates the pace of finished jobs, and is never shorter than the longest path of
+    expected work still ahead (`path_ahead`): ten quick jobs done in ten seconds say nothing of the hour
+    the eleventh took last night. A plan's long tail of jobs without history still makes it optimistic
+    early on, which is why the header labels it a forecast.
     """
     c = model.counts
     done = model.done_count()
@@ -75,7 +113,7 @@ def summarize(
     forecast: float | None = None
     total = len(model)
     if not finished and 0 < done < total and elapsed > 0:
-        forecast = elapsed * (total - done) / done
+        forecast = max(elapsed * (total - done) / done, path_ahead(model, now) or 0.0)
     elif finished or done == total:
         forecast = 0.0
     return RunSummary(total, done, ok, bad, active, elapsed, forecast)

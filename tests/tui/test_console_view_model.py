@@ -13,7 +13,7 @@ from tui.feed import last_seq, load_model
 from tui.filters import FilterError, JobFilter, parse_filter
 from tui.impact import impact
 from tui.labels import clip, fmt_duration, legend, progress_bar
-from tui.run_figures import summarize
+from tui.run_figures import path_ahead, summarize
 from tui.sla import deadline_at, sla_view
 from tui.view_model import JobsModel, job_row, value_of, view_order
 from wloadctl.core.dag import Dag
@@ -162,6 +162,25 @@ def test_summary_forecasts_from_the_pace(loaded: tuple[JobsModel, Dag]) -> None:
     assert (s.total, s.done, s.ok, s.bad, s.active) == (14, 5, 3, 2, 2)
     assert s.elapsed == 754.0
     assert s.forecast == pytest.approx(754.0 * 9 / 5)
+
+
+def test_the_forecast_is_never_shorter_than_the_expected_work_still_ahead() -> None:
+    class LongGl(FakeClient):
+        def expected_history(self) -> dict[str, float]:
+            return {"load_gl": 7200.0}  # last nights' load_gl took two hours
+
+    _info, model, _dag = load_model(LongGl())
+    gl = model.index["load_gl"]
+    ran = NOW - (T0 + 190.0)  # it has run 564 s of its two hours
+    after = model.remaining[gl] - 7200.0  # its downstream's expected work
+    s = summarize(model, T0, NOW, finished=False)
+    assert s.forecast == pytest.approx(7200.0 - ran + after)
+    assert s.forecast > 754.0 * 9 / 5  # the pace alone would say 22 minutes
+
+    # Once it overran its history, its own part is unknown: what follows it still is not.
+    late = T0 + 190.0 + 9000.0
+    assert summarize(model, T0, late, finished=False).forecast == pytest.approx((late - T0) * 9 / 5)
+    assert path_ahead(model, late) == pytest.approx(after)
 
 
 def test_the_legend_is_generated_from_the_transition_table() -> None:
