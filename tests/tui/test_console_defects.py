@@ -284,3 +284,29 @@ async def test_a_job_with_a_history_has_no_guess_mark() -> None:
         await pilot.press("j", "j", "j")
         await pilot.pause()
         assert dag_facts(app) == "critical-path place 3 of 14 (1 starts first), expected 2m00s, 2m03s to the end"
+
+
+@pytest.mark.parametrize("size", [(60, 15), (80, 24), (200, 50)])
+async def test_the_timeline_on_a_narrow_terminal_puts_the_sla_pane_below_the_dag(size: tuple[int, int]) -> None:
+    from tui.screens.timeline import TimelineScreen
+
+    class Journaled(FakeClient):
+        def timeline(self) -> list[float]:
+            return [NOW - 60.0, NOW]
+
+        def job_rows_at(self, when: float) -> list[tuple]:
+            return self.job_rows()
+
+    app = fake_app(Journaled())
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        await pilot.press("T")
+        tl = await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen) and app.screen.model
+                            is not None and app.screen, what="the timeline")
+        await pilot.pause()
+        dag, sla = tl.query_one("#dag").region, tl.query_one("#sla").region
+        # Both panes show something of their own: the DAG its jobs, the SLA pane its tiers
+        assert dag.width >= 40 and dag.height >= 4, dag
+        assert sla.width >= 40 and sla.height >= 3, sla
+        text = screen_text(app)
+        assert "critical" in text and "dag: extract_core" in text, text

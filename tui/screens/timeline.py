@@ -23,6 +23,10 @@ from wloadctl.core.states import JobState
 _NAMES = [s.name for s in JobState]
 
 
+SIDE_BY_SIDE = 120
+"""Columns from which the DAG and SLA panes stand side by side (the SLA pane takes 64 of them)."""
+
+
 class TimelineScreen(Screen[None]):
     """Step through the journal by event or by minute; Escape returns to the live run."""
 
@@ -62,6 +66,10 @@ class TimelineScreen(Screen[None]):
     def on_mount(self) -> None:
         """Read the run's moments, then show the latest."""
         self._load()
+
+    def on_resize(self) -> None:
+        """Side by side where both panes fit, else the SLA pane below the DAG."""
+        self.set_class(self.size.width < SIDE_BY_SIDE, "-narrow")
 
     def on_unmount(self) -> None:
         """Release the journal."""
