@@ -212,3 +212,45 @@ def test_a_run_cancelled_with_only_running_jobs_stays_cancelled_across_a_crash(t
         if run_id:
             reap_orphans(run_id)
     assert ipc_names(run_id) == []
+
+
+def test_a_cancelled_run_that_ended_runs_what_is_rerun_offline_when_resumed(tmp_path: Path) -> None:
+    """The cancel holds for the run's life, not for ever: `rerun X` once it has ended, then `resume`, runs X (the
+    refusal given while it runs says so)."""
+    go, sd, out = tmp_path / "go", tmp_path / "sd", tmp_path / "ran"
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "cancelrerun", "jobs": {
+        "a": {"command": f"while [ ! -e {go} ]; do sleep 0.05; done"},
+        "b": {"command": f"echo b >> {out}", "depends_on": ["a"]},
+        "c": {"command": f"echo c >> {out}", "depends_on": ["b"]}}}, sort_keys=False))
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "1")
+    run_id = ""
+    try:
+        # Given a run cancelled while `a` runs, that then ended cancelled: b and c never started
+        wait_for(lambda: job_states(sd).get("a") == "RUNNING", what="a running")
+        run_id = status(sd)["run"]
+        assert cli("cancel", "--state-dir", str(sd)).returncode == 0
+        go.touch()
+        assert proc.wait(timeout=60) == 1
+        assert status(sd)["status"] == "cancelled" and job_states(sd)["b"] == "CANCELLED"
+        # When the operator reruns b alone, then resumes the run
+        p = cli("rerun", "b", "--state-dir", str(sd))
+        assert p.returncode == 0, p.stdout + p.stderr
+        p = cli("resume", "--state-dir", str(sd), timeout=60)
+        # Then b runs, c (cancelled, not rerun) stays so, and the run still says it was cancelled, not failed
+        assert _lines(out) == ["b"], p.stdout + p.stderr
+        assert job_states(sd) == {"a": "SUCCEEDED", "b": "SUCCEEDED", "c": "CANCELLED"}
+        assert status(sd)["status"] == "cancelled"
+        # And a rerun of c with what follows it, then a resume, ends the run succeeded
+        assert cli("rerun", "c", "--downstream", "--state-dir", str(sd)).returncode == 0
+        p = cli("resume", "--state-dir", str(sd), timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert _lines(out) == ["b", "c"] and status(sd)["status"] == "succeeded"
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if run_id:
+            reap_orphans(run_id)
+    assert ipc_names(run_id) == []

@@ -1269,7 +1269,6 @@ class SchedulerCore(JobTable):
             self.attempt[i] = att
         self.busy = counts[_Q] + counts[_RUN]
         self.now = now
-        self.cancelled = self.cancelled or counts[_CANC] > 0
         # A confirmation job the journal has a state for was held (or approved) already.
         self.to_confirm = [i for i in self.to_confirm if i not in seen]
         self._cause = "restore"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from wloadctl.core.branches import BRANCH_SKIPS, FRESH_STARTS, UNTIL_AGAIN, UNTIL_UNJUDGED
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import retry_due_journaled
+from wloadctl.core.verbs import STARTS
 
 S = JobState
 _SENT = frozenset({S.QUEUED, S.RUNNING})
@@ -140,6 +141,15 @@ def retry_dues(transitions: Mapping[int, Iterable[tuple]]) -> dict[int, float]:
 
 
 def run_cancelled(actions: Iterable[tuple]) -> bool:
-    """Whether an operator cancelled the run, by its journaled actions (ts, user, verb, job, reason, outcome,
-    applied): a resumed run that was cancelled starts nothing and ends cancelled."""
-    return any(a[2] == "cancel" and a[6] for a in actions)
+    """Whether the run stands cancelled, by its journaled actions (ts, user, verb, job, reason, outcome, applied),
+    oldest first: a resumed run that was cancelled starts nothing and ends cancelled. A verb that lets jobs start
+    (`verbs.STARTS`), applied after the cancel (once the run had ended: a cancelled run refuses them), takes it
+    back: `rerun X` then `resume` runs X."""
+    cancelled = False
+    for a in actions:
+        if a[6]:
+            if a[2] == "cancel":
+                cancelled = True
+            elif a[2] in STARTS:
+                cancelled = False
+    return cancelled

@@ -151,8 +151,9 @@ def unknown_text(unknown: list[str]) -> str:
     return "; ".join(parts)
 
 
-_STARTS = frozenset({"release", "approve", "retry", "rerun"})
-"""Verbs that let jobs start: refused in a cancelled run, which starts nothing."""
+STARTS = frozenset({"release", "approve", "retry", "rerun"})
+"""Verbs that let jobs start: refused in a cancelled run, which starts nothing; applied to a cancelled run once
+it has ended, they take its cancel back (`replay.run_cancelled`)."""
 
 
 def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
@@ -181,7 +182,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
                                         f"{core.busy} running jobs finish")], touched)
     if verb not in VERB_FROM:
         return Reply(verb, [(-1, False, f"unknown verb '{verb}'; verbs: {', '.join(VERBS)}")])
-    if core.cancelled and verb in _STARTS:
+    if core.cancelled and verb in STARTS:
         # Nothing is dispatched in a cancelled run: the jobs would wait READY and keep the drained run up.
         return Reply(verb, [(i, False, f"the run is cancelled: nothing new starts in it, so '{core.ids[i]}' would "
                                        f"not run; once the run has ended, `wloadctl rerun {core.ids[i]}` and "

@@ -748,7 +748,10 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
         core.feed(RunStartedEvent(time.time(), cause_id="resume" if resumed else "start"))
         finished = loop.run()
         if finished is not None:
-            status = "succeeded" if finished.ok else ("cancelled" if core.cancelled else "failed")
+            # (jobs a cancel stopped, and no failure: a cancelled run, even once a rerun of some of them ran)
+            failed = core.counts[JobState.FAILED] + core.counts[JobState.TIMED_OUT] + \
+                core.counts[JobState.UPSTREAM_FAILED]
+            status = "succeeded" if finished.ok else ("cancelled" if core.cancelled or not failed else "failed")
         elif loop.stalled:
             status = "held"
             held = [i for i in range(core.n) if core.state[i] == JobState.HELD]
