@@ -15,6 +15,7 @@ import pytest
 from wloadctl.core.plan import JobSpec
 from wloadctl.errors import NoJournalYet, StoreError
 from wloadctl.store import Store
+from wloadctl.store import base as store_base
 from wloadctl.store.facts import run_facts
 from wloadctl.store.sqlschema import SCHEMA_VERSION
 from wloadctl.turns import JobColumns, pack_turn, unpack_jobs, unpack_turn
@@ -122,7 +123,9 @@ def test_a_fenced_writer_writes_nothing(tmp_path: Path) -> None:
         assert st.last_seq(run.id) == 0 and st.job_states(run.id) == []
 
 
-def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_path: Path) -> None:
+def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with Store.open(tmp_path) as st:
         run = new_run(st, ["a", "b"])
     # Make it look like a version 3 journal: transitions as rows, job rows kept up to date.
@@ -152,6 +155,10 @@ def test_a_journal_of_the_previous_version_is_upgraded_and_reads_the_same(tmp_pa
         assert st.job_row(run.id, "a") == (0, "a", OK, 1, 0, 0, 2.0, 3.0, "")
         assert [t[1] for t in st.transitions_of(run.id, 0)] == [R, Q, RUN, OK]
         assert [s[0] for s in st.transitions_since(run.id, 2)] == [3, 4]
+        # Many jobs' transitions read at once (a resume's) take the old rows in one read, in order
+        for lookups in (64, 0):
+            monkeypatch.setattr(store_base, "_LOOKUPS", lookups)
+            assert st.transitions_of_jobs(run.id, [1, 0]) == {0: st.transitions_of(run.id, 0), 1: []}
 
 
 def test_a_version_8_journal_keeps_its_current_states_and_turn_index(tmp_path: Path) -> None:

@@ -863,21 +863,15 @@ class RunClient:
 def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     """A core rebuilt from the journal (for verbs and `why` on a run with no live scheduler)."""
     from wloadctl.core.engine import SchedulerCore
-    from wloadctl.core.holds import holds_journaled
-    from wloadctl.core.replay import journaled, replayed_jobs, retry_dues
+    from wloadctl.core.replay import restore_journaled
     from wloadctl.core.sla import run_instants
 
     plan = run_plan(store, run)
     # Ranked as the run's scheduler ranked it: with what the runs before it taught.
     core = SchedulerCore(plan, 0, history=store.expected_history(plan.name, run.id, list(plan.jobs), run.plan_digest))
-    rows = store.job_states(run.id)
-    waiting = [i for i, st, _a in rows if st == JobState.RETRY_WAIT]
-    # (a retry waits out its journaled delay; a cancel is not replayed: nothing dispatches here, and a verb that
-    # lets jobs start, given once a cancelled run has ended, is what takes its cancel back for the resume)
-    # (and what its transitions say beyond its states: a job a branch skipped, rerun upstream, is skipped again)
-    told = journaled(store.transitions_of_jobs(run.id, replayed_jobs(rows)), core.index)
-    core.restore(rows, time.time(), retry_dues(store.transitions_of_jobs(run.id, waiting)) if waiting else None, told)
-    core.holds = holds_journaled(store.actions(run.id), core)  # (an operator's holds outlast a failed upstream)
+    # Restored as a resume restores it (a cancel is not replayed: nothing dispatches here, and a verb that lets
+    # jobs start, given once a cancelled run has ended, is what takes its cancel back for the resume).
+    restore_journaled(store, run.id, core, time.time())
     core.flush()  # the restore's own corrections are not the operator's doing
     # The instants the run's jobs may start at, as its scheduler read them (`why` says them; nothing dispatches here).
     core.set_times({}, run_instants(core.specs, run.business_date, run.started, plan.timezone, deadlines=False)[1])

@@ -5,13 +5,18 @@ and of the run from its journaled actions, whether it was cancelled."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from wloadctl.core.branches import BRANCH_SKIPS, FRESH_STARTS, UNTIL_AGAIN, UNTIL_UNJUDGED
+from wloadctl.core.holds import holds_journaled
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import retry_due_journaled
 from wloadctl.core.verbs import STARTS
+
+if TYPE_CHECKING:
+    from wloadctl.core.engine import SchedulerCore
 
 S = JobState
 _SENT = frozenset({S.QUEUED, S.RUNNING})
@@ -153,3 +158,35 @@ def run_cancelled(actions: Iterable[tuple]) -> bool:
             elif a[2] in STARTS:
                 cancelled = False
     return cancelled
+
+
+class JournalReads(Protocol):
+    """What `restore_journaled` reads of a journal (wloadctl.store.Store)."""
+
+    def job_states(self, run: int) -> Sequence[tuple[int, int, int]]: ...
+
+    def transitions_of_jobs(self, run: int, idxs: Iterable[int]) -> dict[int, list[tuple]]: ...
+
+    def actions(self, run: int) -> list[tuple]: ...
+
+
+def restore_journaled(store: JournalReads, run: int, core: SchedulerCore, now: float) -> list[tuple]:
+    """Bring a fresh core to where the run's journal left it, as a resume and the offline verbs both see it: the
+    jobs' states, and what their transitions say beyond them (branch skips, followers, losses, retry delays, `until`
+    iterations, attempts the retry policy does not count), and the operators' holds. Returns the run's journaled
+    actions (oldest first); whether they leave the run cancelled (`run_cancelled`) is the caller's to judge."""
+    rows = store.job_states(run)
+    transitions = store.transitions_of_jobs(run, replayed_jobs(rows, core.branches.untils))
+    dues = retry_dues({i: transitions[i] for i, st, _a in rows if st == S.RETRY_WAIT and i in transitions})
+    core.restore(rows, now, dues, journaled(transitions, core.index))
+    untils, state, attempt = core.branches.untils, core.state, core.attempt
+    for i, ts in transitions.items():
+        if not attempt[i] or (state[i] in TERMINAL and i not in untils):
+            continue
+        if i in untils:  # a resume goes on with its loop
+            core.branches.iterations[i] = iterations_journaled(ts)
+        if state[i] not in TERMINAL:  # a rerun, an iteration or a preemption leaves it its retries
+            core.attempt_base[i] = max(core.attempt_base.get(i, 0), attempts_unspent(ts))
+    actions = store.actions(run)
+    core.holds = holds_journaled(actions, core)  # (held jobs an upstream's retry must not let run)
+    return actions

@@ -13,26 +13,18 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from wloadctl.core.engine import FOLLOW, SchedulerCore
 from wloadctl.core.events import RunStartedEvent
-from wloadctl.core.holds import holds_journaled
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan
-from wloadctl.core.replay import (
-    attempts_unspent,
-    iterations_journaled,
-    journaled,
-    replayed_jobs,
-    retry_dues,
-    run_cancelled,
-)
+from wloadctl.core.replay import restore_journaled, run_cancelled
 from wloadctl.core.sla import business_date_at, standing_flags
-from wloadctl.core.states import TERMINAL, JobState
+from wloadctl.core.states import JobState
 from wloadctl.errors import PlanError, StoreError, TransportError, UsageError, WloadError
 from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
 from wloadctl.ipc import ctlsock
@@ -724,14 +716,9 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     try:
         core.set_times(*ctx.times(core))
         if resumed:
-            rows = store.job_states(run.id)
-            transitions = store.transitions_of_jobs(run.id, replayed_jobs(rows, core.branches.untils))
-            core.restore(rows, t0, _retry_dues(transitions, rows), journaled(transitions, core.index))
+            actions = restore_journaled(store, run.id, core, t0)
             _restore_outcomes(store, run, ctx, core)
-            _restore_counts(transitions, core)
-            actions = store.actions(run.id)
-            core.cancelled = core.cancelled or run_cancelled(actions)
-            core.holds = holds_journaled(actions, core)  # (held jobs an upstream's retry must not let run)
+            core.cancelled = run_cancelled(actions)
             notes = reconcile(local, core.feed, adopt, mine=local.serves,
                               stopped=stopped_with_run(store, run.id, core, actions))
             if remote is not None:
@@ -894,28 +881,6 @@ def _restore_outcomes(store: Store, run: RunRow, ctx: RunContext, core: Schedule
     for i, _job, state, attempt, _ex, code, *_rest in store.job_rows(run.id):
         if i in core.want and state in (JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT) and attempt:
             core.outcomes[i] = {"exit_code": code, "result": ctx.result_of(core.ids[i], attempt)}
-
-
-def _retry_dues(journal: Mapping[int, list[tuple]], rows: Iterable[tuple[int, int, int]]) -> dict[int, float]:
-    """When each job in RETRY_WAIT of these (job, state, attempt) rows becomes READY, by its journaled
-    transitions (`journal`, by job: those replayed_jobs names): a retry delay runs on across a stop or a crash of
-    the scheduler."""
-    return retry_dues({i: journal[i] for i, st, _a in rows if st == JobState.RETRY_WAIT and i in journal})
-
-
-def _restore_counts(journal: Mapping[int, list[tuple]], core: SchedulerCore) -> None:
-    """Give the jobs that have run what their states do not say, from their journaled transitions (`journal`, by
-    job: those replayed_jobs names): each `until` job the iterations it completed since it last started afresh (a
-    resume goes on with its loop), each job not ended the attempts its retry policy does not count (a resume after
-    a rerun, an iteration or a preemption leaves it its retries)."""
-    untils, state, attempt = core.branches.untils, core.state, core.attempt
-    for i, transitions in journal.items():
-        if not attempt[i] or (state[i] in TERMINAL and i not in untils):
-            continue
-        if i in untils:
-            core.branches.iterations[i] = iterations_journaled(transitions)
-        if state[i] not in TERMINAL:
-            core.attempt_base[i] = max(core.attempt_base.get(i, 0), attempts_unspent(transitions))
 
 
 def _lost_epoch(store: Store, run: RunRow, epoch: int) -> Fenced | None:

@@ -30,6 +30,9 @@ JOURNAL_ENV = "WLOADCTL_JOURNAL"
 DB_NAME = "journal.db"
 """The SQLite journal's file name in a state directory."""
 SYNC_MODES = ("FULL", "NORMAL", "AUTO")
+
+_LOOKUPS = 64
+"""Jobs up to which `transitions_of_jobs` looks an older journal's rows up job by job, rather than read the run's."""
 """Durability of commits (see Store.open)."""
 
 
@@ -418,10 +421,16 @@ class Store(CurrentState, JobFacts, ABC):
 
     def transitions_of_jobs(self, run: int, idxs: Iterable[int]) -> dict[int, list[tuple]]:
         """The transitions of each of some jobs (as transitions_of gives them), read in one pass."""
-        out: dict[int, list[tuple]] = {i: [r[2:] for r in self._legacy_transitions(run, i, 0, -1)]
-                                       for i in sorted(set(idxs))}
+        out: dict[int, list[tuple]] = {i: [] for i in sorted(set(idxs))}
         if not out:
             return out
+        # Rows an older journal kept one per transition: a look-up per job for a few jobs, one read of the run's for
+        # many (a resume reads every job that has run and not ended, and every SKIPPED one).
+        legacy = ((r for i in out for r in self._legacy_transitions(run, i, 0, -1)) if len(out) <= _LOOKUPS
+                  else self._legacy_transitions(run, None, 0, -1))
+        for r in legacy:
+            if r[1] in out:
+                out[r[1]].append(r[2:])
         turns = self._index_turns(run, list(out)) if self._kept_jobs(run) is not None else self._turns(run, 0)
         for turn in turns:
             for r in turn:
