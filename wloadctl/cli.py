@@ -451,10 +451,13 @@ def _journal_of_dir(given: str | None) -> None:
     """With no journal given, a state directory named alone whose runs went to a server journal (its
     journal.url, and no SQLite journal of its own) is read in that journal, as its runs were."""
     from wloadctl.paths import named_state_dir, read_journal_note
-    from wloadctl.store import DB_NAME, JOURNAL_ENV, journal_url
 
     named = named_state_dir(given)
-    if journal_url() is not None or not named or (Path(named) / DB_NAME).exists():
+    if not named:
+        return  # (a command with no state directory, `validate` say, loads no journal code)
+    from wloadctl.store import DB_NAME, JOURNAL_ENV, journal_url
+
+    if journal_url() is not None or (Path(named) / DB_NAME).exists():
         return
     url = read_journal_note(Path(named))
     if url is not None:
