@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from wloadctl.core.branches import BRANCH_SKIPS, FRESH_STARTS, UNTIL_AGAIN, UNTIL_UNJUDGED
 from wloadctl.core.holds import holds_journaled
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import retry_due_journaled
 from wloadctl.core.verbs import STARTS
-
-if TYPE_CHECKING:
-    from wloadctl.core.engine import SchedulerCore
 
 S = JobState
 _SENT = frozenset({S.QUEUED, S.RUNNING})
@@ -170,11 +167,13 @@ class JournalReads(Protocol):
     def actions(self, run: int) -> list[tuple]: ...
 
 
-def restore_journaled(store: JournalReads, run: int, core: SchedulerCore, now: float) -> list[tuple]:
+def restore_journaled(store: JournalReads, run: int, core: Any, now: float) -> list[tuple]:
     """Bring a fresh core to where the run's journal left it, as a resume and the offline verbs both see it: the
     jobs' states, and what their transitions say beyond them (branch skips, followers, losses, retry delays, `until`
     iterations, attempts the retry policy does not count), and the operators' holds. Returns the run's journaled
-    actions (oldest first); whether they leave the run cancelled (`run_cancelled`) is the caller's to judge."""
+    actions (oldest first); whether they leave the run cancelled (`run_cancelled`) is the caller's to judge.
+
+    `core` is a wloadctl.core.engine.SchedulerCore (not named here: the engine imports this module)."""
     rows = store.job_states(run)
     transitions = store.transitions_of_jobs(run, replayed_jobs(rows, core.branches.untils))
     dues = retry_dues({i: transitions[i] for i, st, _a in rows if st == S.RETRY_WAIT and i in transitions})
