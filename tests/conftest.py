@@ -1,16 +1,23 @@
-"""Shared test fixtures: small plans built in code, and a check that no IPC object of ours is left behind."""
+"""Shared test fixtures: small plans built in code, a journal opened on both stores, and a check that no IPC object
+of ours is left behind."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from wloadctl.core.plan import JobSpec, Plan, RetryPolicy
 from wloadctl.core.states import DepKind, SlaTier
+
+if TYPE_CHECKING:
+    from wloadctl.store import Store
+
+Opener = Callable[..., "Store"]
 
 
 def make_plan(spec: dict[str, dict], resources: dict[str, int] | None = None, name: str = "t") -> Plan:
@@ -104,3 +111,22 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
 
     with scratch_database(pg_server_url, "wl_test") as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens the journal of one state directory: SQLite in it, or a scratch PostgreSQL database (the test runs on
+    both). Every store it opened is closed after the test."""
+    from wloadctl.store import Store
+
+    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    opened: list[Store] = []
+
+    def open_(**kw: object) -> Store:
+        st = Store.open(tmp_path / "state", journal=url, **kw)  # type: ignore[arg-type]
+        opened.append(st)
+        return st
+
+    yield open_
+    for st in opened:
+        st.close()

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
-from tests.integration.helpers import ENV, cli, job_states, read_evidence, status, wait_for
+from tests.integration.helpers import ENV, cli, job_states, read_evidence, status, stop_proc, wait_for
 from wloadctl.core.calendar import business_date_of, next_triggers
 from wloadctl.core.plan import Schedule
 
@@ -102,9 +102,7 @@ def test_a_failed_run_whose_reader_goes_away_mid_run_runs_to_its_end_and_exits_1
         go.touch()
         code = proc.wait(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_proc(proc, group=True)
     # Then the run goes on to its end (its last job ran and failed) and exits as the failed run it is
     assert "last" in read_evidence(out)
     assert job_states(sd) == {"first": "SUCCEEDED", "gate": "SUCCEEDED", "last": "FAILED"}
@@ -186,9 +184,7 @@ def test_a_run_that_went_late_says_so_in_its_summary_and_json(tmp_path: Path) ->
             go.touch()
             text, err = proc.communicate(timeout=60)
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_proc(proc, group=True)
         # Then the run succeeds (exit 0) and its summary says the job went late
         assert proc.returncode == 0, err
         if form:
@@ -212,9 +208,7 @@ def test_an_interrupted_run_json_has_the_exit_code_the_process_exits_with(tmp_pa
         text, err = proc.communicate(timeout=60)
     finally:
         go.touch()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_proc(proc, group=True)
     assert proc.returncode == 130, err
     assert json.loads(text)["exit_code"] == 130 and json.loads(text)["status"] == "interrupted"
 

@@ -17,7 +17,7 @@ import yaml
 from tests.conftest import make_plan
 from tests.core.test_engine import dispatched, finish, states
 from tests.core.test_loops import dynamic, finish_list
-from tests.integration.helpers import cli, job_states, start, status, wait_for
+from tests.integration.helpers import cli, job_states, start, status, stop_proc, wait_for
 from tui.impact import impact
 from tui.view_model import JobsModel
 from wloadctl.core.commands import Reply
@@ -216,11 +216,7 @@ def test_a_hold_outlasts_a_failed_upstream_a_kill_9_and_a_resume(tmp_path: Path,
         other_go.touch()
         if proc.poll() is None:  # (a failed check: the run is let end, its queues and segments gone with it)
             cli("release", "approve", "--state-dir", str(sd))
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_proc(proc, grace=30, term=False)
     assert out.read_text() == "approve\nsend\n"
     hist = cli("history", "approve", "--state-dir", str(sd), check=True).stdout
     assert "still held by" in hist and "treasury" in hist

@@ -5,43 +5,23 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.conftest import Opener
 from tests.integration.helpers import wait_for
 from wloadctl.remote import AGENT_BASE
 from wloadctl.store import StaleEpoch, Store
 from wloadctl.store.sqlschema import SCHEMA_VERSION
-
-Opener = Callable[..., Store]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Opener, str | None]]:
-    """Opens the journal of one state directory (SQLite in it, or a scratch PostgreSQL database), and its URL."""
-    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
-    opened: list[Store] = []
-
-    def open_(**kw: object) -> Store:
-        st = Store.open(tmp_path / "state", journal=url, **kw)  # type: ignore[arg-type]
-        opened.append(st)
-        return st
-
-    yield open_, url
-    for st in opened:
-        st.close()
 
 
 def new_run(st: Store, run_id: str = "r1") -> int:
     return st.create_run(run_id, "p", "p.yaml", "digest", "name: p", ["a", "b"], "2026-12-06", 100.0).id
 
 
-def test_agents_are_numbered_from_the_first_index_on_and_keep_their_numbers(
-        journal: tuple[Opener, str | None]) -> None:
-    opener, _url = journal
+def test_agents_are_numbered_from_the_first_index_on_and_keep_their_numbers(opener: Opener) -> None:
     st = opener()
     run = new_run(st)
     st.begin_epoch(run, 1, 1e12)
@@ -60,8 +40,7 @@ def test_agents_are_numbered_from_the_first_index_on_and_keep_their_numbers(
 
 
 def test_a_successor_reads_the_numbers_of_the_scheduler_before_it_and_a_fenced_one_numbers_nothing(
-        journal: tuple[Opener, str | None]) -> None:
-    opener, _url = journal
+        opener: Opener) -> None:
     old, new = opener(), opener()
     run = new_run(old)
     old.begin_epoch(run, 111, 1e12)
@@ -78,8 +57,7 @@ def test_a_successor_reads_the_numbers_of_the_scheduler_before_it_and_a_fenced_o
     assert new.agent_names(run) == {1000: "n2", 1001: "n1"}
 
 
-def test_two_writers_numbering_at_once_never_give_one_index_two_names(journal: tuple[Opener, str | None]) -> None:
-    opener, _url = journal
+def test_two_writers_numbering_at_once_never_give_one_index_two_names(opener: Opener) -> None:
     first, second = opener(), opener()
     run = new_run(first)
     got: dict[str, list[int]] = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, wait_for
+from tests.integration.helpers import ENV, stop_proc, wait_for
 from tests.remote.nodes import host_command, unshare_available
 
 pytestmark = pytest.mark.ipc
@@ -68,12 +68,7 @@ def gated(tmp_path: Path, pg_url: str) -> Iterator[GatedRun]:
         yield run
     finally:
         gate.touch()
-        if proc.poll() is None:
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_proc(proc, grace=60, term=False)  # (the gate open, the run ends of itself)
 
 
 def test_runs_lists_the_runs_of_a_postgresql_journal_given_by_option_or_environment(gated: GatedRun) -> None:

@@ -15,7 +15,7 @@ import yaml
 
 from tests.conftest import make_plan
 from tests.core.test_engine import dispatched, finish, states
-from tests.integration.helpers import cli, evidence_plan, job_states, read_evidence, start, status, wait_for
+from tests.integration.helpers import cli, evidence_plan, job_states, read_evidence, start, status, stop_proc, wait_for
 from wloadctl.core.commands import Persist, Reply
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import JobStartedEvent, OperatorEvent, RunStartedEvent, TimerFiredEvent
@@ -131,9 +131,7 @@ def test_a_live_rerun_with_its_downstream_while_a_dependent_runs_is_refused_and_
         assert proc.wait(30) == 0
     finally:
         gate.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     ev = read_evidence(out)
     assert [len(ev[j]) for j in ("a", "b", "c")] == [2, 2, 2], "each ran once"
     assert ev["a"][1][1] <= ev["b"][0][1] and ev["b"][1][1] <= ev["c"][0][1]
@@ -167,9 +165,7 @@ def test_a_rerun_that_sent_a_retrying_dependent_back_keeps_it_waiting_after_a_ki
     finally:
         b_ok.touch()
         a_go.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     lines = out.read_text().split("\n")
     # b ran once before the rerun, and after it only once the new a had ended; c came last
     assert lines[:5] == ["a 1", "a end", "b", "a 2", "a end"], lines

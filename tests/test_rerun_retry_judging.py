@@ -11,7 +11,7 @@ import yaml
 from tests.conftest import make_plan
 from tests.core.test_conditions import exit_with, with_fields
 from tests.core.test_engine import dispatched, states
-from tests.integration.helpers import cli, start, wait_for
+from tests.integration.helpers import cli, start, stop_proc, wait_for
 from wloadctl.core.commands import Kill
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import JobExitedEvent, JobStartedEvent, OperatorEvent, RunStartedEvent
@@ -184,9 +184,7 @@ def test_the_log_of_a_preempted_copy_is_kept_beside_the_log_of_the_copy_sent_aft
         _wl("approve", "urgent", "--state-dir", str(sd))
         assert proc.wait(60) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     # `logs bulk` is the copy that ran to its end; the preempted copy's log is its attempt's, not written over
     assert _wl("logs", "bulk", "--state-dir", str(sd)).startswith("second copy")
     assert _wl("logs", "bulk", "--attempt", "1", "--state-dir", str(sd)).startswith("first copy")

@@ -14,11 +14,11 @@ import yaml
 
 from tests.integration.helpers import (
     cli,
-    ipc_names,
     job_states,
     reap_orphans,
     start,
     status,
+    stop_proc,
     wait_for,
 )
 from wloadctl.client import journal_core
@@ -46,7 +46,8 @@ def _stop_plan(path: Path, out: Path, go: Path) -> Path:
     return path
 
 
-def test_a_scheduler_killed_during_its_stop_leaves_the_jobs_stopped_with_the_run_not_failed(tmp_path: Path) -> None:
+def test_a_scheduler_killed_during_its_stop_leaves_the_jobs_stopped_with_the_run_not_failed(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
     out, go, sd = tmp_path / "ev", tmp_path / "go", tmp_path / "sd"
     plan = _stop_plan(tmp_path / "p.yaml", out, go)
     proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "3")
@@ -81,12 +82,7 @@ def test_a_scheduler_killed_during_its_stop_leaves_the_jobs_stopped_with_the_run
             assert [a[2] for a in st.actions(run.id)] == ["stop"]
     finally:
         go.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if run_id:
-            reap_orphans(run_id)
-    assert ipc_names(run_id) == []
+        stop_proc(proc, run_id=run_id)
 
 
 def _retry_plan(path: Path, out: Path) -> Path:
@@ -131,19 +127,14 @@ def test_a_retry_delay_runs_on_across_a_stop_and_a_resume(tmp_path: Path) -> Non
         assert _ready_in(cli("why", "r", "--state-dir", str(sd)).stdout) > 10
         assert _lines(out) == ["r"]
     finally:
-        for p in (proc, second):
-            if p is not None and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=30)
-                except Exception:
-                    p.kill()
-                    p.wait()
+        stop_proc(proc, grace=30)
+        if second is not None:
+            stop_proc(second, grace=30)
         if run_id:
             reap_orphans(run_id)
 
 
-def test_a_cancelled_run_whose_scheduler_crashed_ends_cancelled_on_resume(tmp_path: Path) -> None:
+def test_a_cancelled_run_whose_scheduler_crashed_ends_cancelled_on_resume(tmp_path: Path, no_ipc_leaks: None) -> None:
     out, go, sd = tmp_path / "ev", tmp_path / "go", tmp_path / "sd"
     first = f"echo a >> {out}; while [ ! -e {go} ]; do sleep 0.05; done"
     jobs = {"a": {"command": first}, "b": {"command": "true", "depends_on": ["a"]},
@@ -171,15 +162,11 @@ def test_a_cancelled_run_whose_scheduler_crashed_ends_cancelled_on_resume(tmp_pa
         assert job_states(sd) == {"a": "SUCCEEDED", "b": "CANCELLED", "c": "CANCELLED"}
     finally:
         go.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if run_id:
-            reap_orphans(run_id)
-    assert ipc_names(run_id) == []
+        stop_proc(proc, run_id=run_id)
 
 
-def test_a_run_cancelled_with_only_running_jobs_stays_cancelled_across_a_crash(tmp_path: Path) -> None:
+def test_a_run_cancelled_with_only_running_jobs_stays_cancelled_across_a_crash(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
     """The journaled cancel, not only the jobs it cancelled, says the run was cancelled: a failure that ends after
     the crash is not retried."""
     go, sd = tmp_path / "go", tmp_path / "sd"
@@ -206,15 +193,10 @@ def test_a_run_cancelled_with_only_running_jobs_stays_cancelled_across_a_crash(t
         assert status(sd)["status"] == "cancelled"
     finally:
         go.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if run_id:
-            reap_orphans(run_id)
-    assert ipc_names(run_id) == []
+        stop_proc(proc, run_id=run_id)
 
 
-def test_a_cancelled_run_that_ended_runs_what_is_rerun_offline_when_resumed(tmp_path: Path) -> None:
+def test_a_cancelled_run_that_ended_runs_what_is_rerun_offline_when_resumed(tmp_path: Path, no_ipc_leaks: None) -> None:
     """The cancel holds for the run's life, not for ever: `rerun X` once it has ended, then `resume`, runs X (the
     refusal given while it runs says so)."""
     go, sd, out = tmp_path / "go", tmp_path / "sd", tmp_path / "ran"
@@ -248,9 +230,4 @@ def test_a_cancelled_run_that_ended_runs_what_is_rerun_offline_when_resumed(tmp_
         assert _lines(out) == ["b", "c"] and status(sd)["status"] == "succeeded"
     finally:
         go.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if run_id:
-            reap_orphans(run_id)
-    assert ipc_names(run_id) == []
+        stop_proc(proc, run_id=run_id)

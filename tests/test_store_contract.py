@@ -6,33 +6,16 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import Opener
 from wloadctl.errors import StoreError
 from wloadctl.store import StaleEpoch, Store, current
 from wloadctl.turns import INDEX_BLOCK, STATE_BLOCK, JobColumns
 
 W, R, Q, RUN, OK, FAIL = 0, 1, 2, 3, 4, 5
-Opener = Callable[..., Store]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
-    """Opens the journal of one state directory: SQLite in it, or a scratch PostgreSQL database."""
-    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
-    opened: list[Store] = []
-
-    def open_(**kw: object) -> Store:
-        st = Store.open(tmp_path / "state", journal=url, **kw)  # type: ignore[arg-type]
-        opened.append(st)
-        return st
-
-    yield open_
-    for st in opened:
-        st.close()
 
 
 def new_run(st: Store, ids: list[str], run_id: str = "r1"):  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, reap_orphans, wait_for
+from tests.integration.helpers import ENV, reap_orphans, stop_proc, wait_for
 from tests.remote.nodes import host_command, unshare_available
 from tests.test_pg_reads import GatedRun, gated  # noqa: F401  (the fixture)
 from wloadctl.ipc.ctlsock import SOCKET_NAME
@@ -160,13 +160,7 @@ def test_verbs_reach_a_standby_of_this_host_that_took_the_run_over_in_a_state_di
     finally:
         gate.touch()
         for proc in (active, standby):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_proc(proc, grace=30)
         if run_id:
             reap_orphans(run_id, timeout=2.0)
             remove_run_objects(run_id)

@@ -30,6 +30,7 @@ from tests.integration.helpers import (
     kill_all,
     read_evidence,
     reap_orphans,
+    stop_proc,
     wait_for,
 )
 from wloadctl.core.states import JobState
@@ -217,9 +218,7 @@ def test_a_seeded_loop_of_kill_9s_loses_nothing_and_repeats_nothing(tmp_path: Pa
                 proc = launch(sd, plan, log)
                 assert proc.wait(120) == 0, f"round {rounds}: {log.read_text()[-3000:]}"
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_proc(proc)
         run_id = run_id or run_id_of(sd)
         assert run_id is not None
         # Then nothing is lost: every job succeeded

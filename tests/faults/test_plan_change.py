@@ -22,6 +22,7 @@ from tests.integration.helpers import (
     reap_orphans,
     start,
     status,
+    stop_proc,
     wait_for,
 )
 from wloadctl.store import Store
@@ -65,9 +66,7 @@ def test_editing_the_plan_file_does_not_change_the_live_run(tmp_path: Path, no_i
         # Then the run finishes as it started: two jobs, b as first written, nothing of the edit
         assert proc.wait(60) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     assert job_states(sd) == {"a": "SUCCEEDED", "b": "SUCCEEDED"}
     assert [k for k, _t in read_evidence(out)["b"]] == ["start", "end"]
     assert not changed_out.exists()
@@ -92,9 +91,7 @@ def test_a_resume_of_the_changed_plan_is_refused_unless_accepted(tmp_path: Path,
         proc.wait()
         (tmp_path / "gate").touch()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     # When it is resumed with the changed file
     p = cli("resume", str(plan), "--state-dir", str(sd))
     # Then the resume is refused in one line naming the file and the run, and nothing moved
@@ -136,9 +133,7 @@ def test_a_resume_without_the_file_runs_the_journals_copy(tmp_path: Path, no_ipc
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     # Given a run whose scheduler died after its plan file changed, its executor still running a:
     # accepting the change cannot give the live run room for c
     p = cli("resume", str(plan), "--state-dir", str(sd), "--accept-plan-change")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -120,6 +121,34 @@ def reap_orphans(run_id: str, timeout: float = 10.0) -> None:
     while executor_pids(run_id) and time.time() < deadline:
         time.sleep(0.1)
     kill_all(executor_pids(run_id))
+
+
+def stop_proc(proc: subprocess.Popen[Any], grace: float = 0.0, run_id: str | None = "", term: bool = True,
+              group: bool = False) -> None:
+    """End a process a test started, whatever became of the test: close its pipes, reap its run's executors.
+
+    A process still running is given `grace` seconds to end, after SIGTERM (a scheduler stopped so unlinks its
+    run's queues and segments) or, with `term` False, of itself; then, or at once without `grace`, killed (with
+    `group`, its whole process group: one started in a session of its own, with what it started).
+    `run_id`: the run whose executors to wait for and kill the stragglers of (reap_orphans), when known.
+    """
+    if proc.poll() is None and grace > 0:
+        if term:
+            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+    if proc.poll() is None:
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    proc.wait()
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        if f is not None:
+            with contextlib.suppress(BrokenPipeError):  # (what a stdin still held, for a process gone)
+                f.close()
+    if run_id:
+        reap_orphans(run_id)
 
 
 def ipc_names(run_id: str) -> list[str]:

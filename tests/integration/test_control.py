@@ -17,6 +17,7 @@ from tests.integration.helpers import (
     job_states,
     read_evidence,
     start,
+    stop_proc,
     wait_for,
 )
 
@@ -57,9 +58,7 @@ def test_hold_before_start_stays_held_while_others_run_then_release_runs_it(
     finally:
         first.touch()
         second.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     ev = read_evidence(out)
     assert ev["post"][0][1] > ev["extract"][1][1]
     audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
@@ -77,9 +76,7 @@ def test_kill_a_sleeping_job_ends_it_failed_as_killed(tmp_path: Path, no_ipc_lea
         assert p.returncode == 0, p.stderr
         assert proc.wait(20) == 1
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     why = json.loads(cli("why", "sleeper", "--state-dir", str(sd), "--json").stdout)
     assert why["state"] == "FAILED" and "killed by" in why["reasons"][0] and "runaway" in why["reasons"][0]
 
@@ -162,9 +159,7 @@ def test_two_operators_at_once_one_wins_the_other_is_refused(tmp_path: Path, no_
         assert proc.wait(30) == 0
     finally:
         gate.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
 
 
 def test_why_explains_unmet_dependencies_and_lineage(tmp_path: Path, no_ipc_leaks: None) -> None:
@@ -184,9 +179,7 @@ def test_why_explains_unmet_dependencies_and_lineage(tmp_path: Path, no_ipc_leak
         assert proc.wait(30) == 0
     finally:
         gate.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     lin = json.loads(cli("lineage", "c", "--state-dir", str(sd), "--json").stdout)
     assert lin == {"job": "c", "upstream": ["a", "b"], "downstream": ["d"]}
     events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
@@ -212,9 +205,7 @@ def test_logs_follow_streams_a_running_job_until_it_ends(tmp_path: Path, no_ipc_
         assert proc.wait(30) == 0
     finally:
         gate.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     p = cli("logs", "talker", "--attempt", "2", "--state-dir", str(sd))
     assert p.returncode == 1 and "there is no attempt 2" in p.stderr
     for bad in ("0", "-1"):

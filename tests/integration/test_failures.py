@@ -19,6 +19,7 @@ from tests.integration.helpers import (
     read_evidence,
     start,
     status,
+    stop_proc,
     wait_for,
 )
 from wloadctl.store import Store
@@ -83,9 +84,7 @@ def test_kill_9_of_one_executor_its_jobs_finish_on_others_and_the_run_succeeds(
         os.kill(victim, signal.SIGKILL)
         assert proc.wait(60) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     ev = read_evidence(out)
     assert sorted(ev) == sorted(jobs)
     for jid, lines in ev.items():
@@ -118,9 +117,7 @@ def test_a_stuck_executor_is_declared_dead_and_replaced(tmp_path: Path, no_ipc_l
                 os.kill(stopped, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
     lost = [e for e in events if e["event"] == "executor_lost"]
     assert lost and "no heartbeat" in lost[0]["reason"]
@@ -255,9 +252,7 @@ def test_a_nul_byte_in_a_jobs_environment_fails_that_job_and_no_executor(tmp_pat
         # Then the run ends: those jobs fail for good saying why, the others succeed, no executor is lost
         assert proc.wait(60) == 1
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+        stop_proc(proc, grace=30)
     jobs = {j["job"]: j for j in status(sd)["jobs"]}
     assert {j: v["state"] for j, v in jobs.items()} == {
         "a": "FAILED", "up": "SUCCEEDED", "each": "FAILED", "each@ok": "SUCCEEDED", "each@a_b": "FAILED",

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import cli, evidence_plan, executor_pids, read_evidence, start, status, wait_for
+from tests.integration.helpers import (
+    cli,
+    evidence_plan,
+    executor_pids,
+    read_evidence,
+    start,
+    status,
+    stop_proc,
+    wait_for,
+)
 
 pytestmark = pytest.mark.ipc
 
@@ -70,9 +79,7 @@ def test_kill_9_of_the_executor_running_a_chain_every_job_still_ends_once_in_ord
         os.kill(victim, signal.SIGKILL)
         assert proc.wait(120) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     ev = read_evidence(out)
     assert sorted(ev) == list(jobs)
     # Only the job running on the victim when it died may have run twice (its end was not on record yet).
@@ -90,9 +97,7 @@ def test_kill_9_of_the_scheduler_mid_chain_then_resume_every_job_ends_once_in_or
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     # The executors carry on with what they hold; the resumed scheduler takes them over.
     p = cli("resume", "--state-dir", str(sd), "--json", timeout=120)
     assert p.returncode == 0, p.stderr

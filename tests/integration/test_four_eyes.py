@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, cli, evidence_plan, job_states, start, wait_for
+from tests.integration.helpers import ENV, cli, evidence_plan, job_states, start, stop_proc, wait_for
 from wloadctl.ipc.ctlsock import SOCKET_NAME
 
 pytestmark = pytest.mark.ipc
@@ -26,12 +26,6 @@ SECOND = ("daemon", "nobody")
 
 def live(sd: Path) -> bool:
     return (sd / SOCKET_NAME).exists()
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
 
 
 def test_a_verb_that_needs_a_second_person_waits_and_its_asker_cannot_approve_it(
@@ -71,7 +65,7 @@ def test_a_verb_that_needs_a_second_person_waits_and_its_asker_cannot_approve_it
         go.touch()
         assert proc.wait(60) == 0
     finally:
-        stop(proc)
+        stop_proc(proc)
     audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
     rows = [(a["user"], a["verb"], a["job"], a["applied"]) for a in audit]
     assert rows[:4] == [(ME, "kill", "load", False), (ME, "approve", "R1", False),
@@ -109,7 +103,7 @@ def test_a_confirmation_job_waits_for_approve_and_the_headless_run_then_ends_wel
         # Then the run finishes with exit 0
         assert proc.wait(60) == 0
     finally:
-        stop(proc)
+        stop_proc(proc)
     assert "transfer" in out.read_text() and "report" in out.read_text()
     audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
     assert [(a["verb"], a["job"], a["applied"]) for a in audit] == [
@@ -198,7 +192,7 @@ def test_another_users_approve_applies_a_request_and_a_reject_drops_one(shared_d
         # Then the kill is carried out, and the skip never was
         assert proc.wait(60) == 1
     finally:
-        stop(proc)
+        stop_proc(proc)
     states = job_states(sd)
     assert states["load"] == "FAILED" and states["post"] == "UPSTREAM_FAILED"
     audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)

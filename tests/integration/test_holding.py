@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, cli, evidence_plan, status, wait_for
+from tests.integration.helpers import ENV, cli, evidence_plan, status, stop_proc, wait_for
 
 pytestmark = pytest.mark.ipc
 
@@ -19,16 +19,6 @@ pytestmark = pytest.mark.ipc
 def _run(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "wloadctl", "run", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
-
-
-def _end(proc: subprocess.Popen[str]) -> None:
-    """Stop the run if a test failed early, and close its pipes whatever happened."""
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    for f in (proc.stdout, proc.stderr):
-        if f is not None:
-            f.close()
 
 
 def _status(sd: Path) -> dict:
@@ -67,7 +57,7 @@ def test_held_run_waits_for_release_from_another_process_then_exits_0(
         assert proc.returncode == 0, err
     finally:
         (tmp_path / "go").touch()
-        _end(proc)
+        stop_proc(proc)
     assert "holding: 1 held job(s) wait for release: post" in err
     assert status(sd)["status"] == "succeeded"
 
@@ -84,7 +74,7 @@ def test_exit_on_hold_ends_the_run_held_with_exit_1(tmp_path: Path, no_ipc_leaks
         _out, err = proc.communicate(timeout=30)
     finally:
         (tmp_path / "go").touch()
-        _end(proc)
+        stop_proc(proc)
     assert proc.returncode == 1, err
     st = status(sd)
     assert st["status"] == "held" and st["held"] == ["post"]
@@ -104,7 +94,7 @@ def test_ctrl_c_stops_a_holding_run_and_says_how_to_resume(tmp_path: Path, no_ip
         _out, err = proc.communicate(timeout=30)
     finally:
         (tmp_path / "go").touch()
-        _end(proc)
+        stop_proc(proc)
     assert proc.returncode == 130
     assert f"`wloadctl resume --state-dir {sd}`" in err
     assert status(sd)["status"] == "interrupted"

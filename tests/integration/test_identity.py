@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, cli, evidence_plan, job_states, start, wait_for
+from tests.integration.helpers import ENV, cli, evidence_plan, job_states, start, stop_proc, wait_for
 from wloadctl.ipc.cleanup import scan_objects
 from wloadctl.ipc.ctlsock import SOCKET_NAME
 from wloadctl.ipc.naming import ROLE_CONTROL, object_name
@@ -44,9 +44,7 @@ def test_a_verb_claiming_another_user_is_audited_as_the_caller_and_the_run_has_n
         assert cli("skip", "second", "--state-dir", str(sd)).returncode == 0
         assert proc.wait(60) == 1
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     # Then the audit names the kernel's user, and the socket went with the scheduler
     audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
     assert [(a["user"], a["verb"]) for a in audit] == [(me, "hold"), (me, "kill"), (me, "skip")]

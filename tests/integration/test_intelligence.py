@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.helpers import ENV, cli, read_evidence
+from tests.integration.helpers import ENV, cli, read_evidence, stop_proc
 from wloadctl.procs.localpool import KILL_GRACE
 
 pytestmark = pytest.mark.ipc
@@ -220,9 +219,7 @@ def test_a_critical_job_preempts_a_preemptible_low_job_which_completes_later(
         assert cli("approve", "urgent", "--state-dir", str(sd)).returncode == 0
         assert proc.wait(60) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     ev = read_evidence(out)
     kinds = [k for k, _ in ev["bulk"]]
     assert kinds == ["start", "start", "end"]  # stopped once, then ran to the end
@@ -473,9 +470,8 @@ def test_a_rerun_of_a_loops_source_with_its_downstream_runs_the_loop_on_its_new_
             assert cli("resume", "--state-dir", str(sd)).returncode == 0
     finally:
         gate.touch()
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # (a stopped run takes its executors, queues and segments with it)
-            proc.wait(timeout=60)
+        if proc is not None:
+            stop_proc(proc, grace=60)  # (a stopped run takes its executors, queues and segments with it)
     # Then the loop made its instances from the new list and fin ran after them: n again, p and q new, m not again
     states = job_states(sd)
     assert {j: states[j] for j in ("lst", "per", "fin", "per@m", "per@n", "per@p", "per@q")} == dict.fromkeys(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.helpers import ENV, cli, executor_pids, job_states, read_evidence, status, wait_for
+from tests.integration.helpers import ENV, cli, executor_pids, job_states, read_evidence, status, stop_proc, wait_for
 
 pytestmark = pytest.mark.ipc
 
@@ -64,9 +64,7 @@ def test_ctrl_c_keeps_running_jobs_under_their_executors_and_resume_takes_them(t
         assert status(sd)["status"] == "succeeded"
         wait_for(lambda: not executor_pids(run_id), what="the executors gone")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
         go.touch()
         if run_id and executor_pids(run_id):
             cli("resume", "--state-dir", str(sd), timeout=120)
@@ -95,9 +93,7 @@ def test_sigterm_still_stops_and_requeues_running_jobs(tmp_path: Path, no_ipc_le
         assert not executor_pids(run_id)
         assert job_states(sd)["long"] == "READY"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
 
 
 def test_sigterm_holds_a_running_job_that_may_not_run_twice(tmp_path: Path, no_ipc_leaks: None) -> None:
@@ -123,9 +119,7 @@ def test_sigterm_holds_a_running_job_that_may_not_run_twice(tmp_path: Path, no_i
         assert [e for e, _t in read_evidence(out)["long"]] == ["start", "start", "end"]
     finally:
         go.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
 
 
 def test_sigterm_kills_jobs_that_ignore_it_and_leaves_none_behind(tmp_path: Path, no_ipc_leaks: None) -> None:
@@ -147,9 +141,7 @@ def test_sigterm_kills_jobs_that_ignore_it_and_leaves_none_behind(tmp_path: Path
         _o, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     for pid in map(int, pids.read_text().split()):
         assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", pid
     assert job_states(sd) == {"deaf": "HELD", "deafidem": "READY"}

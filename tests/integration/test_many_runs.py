@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.helpers import executor_pids, ipc_names, wait_for
+from tests.integration.helpers import executor_pids, ipc_names, stop_proc, wait_for
 from wloadctl.ipc.cleanup import scan_objects
 from wloadctl.ipc.mq import queue_charge
 from wloadctl.ipc.quota import MIN_MESSAGE, KernelLimits, run_shapes
@@ -82,9 +82,7 @@ def test_twenty_five_runs_side_by_side_under_the_default_quota(tmp_path: Path, n
         outs = [p.communicate(timeout=400) for p in procs]
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                p.wait(60)
+            stop_proc(p, grace=60)
     # Then every one succeeded, having waited for all the others at its gate
     failed = [(k, p.returncode, err.strip()) for k, (p, (_o, err)) in enumerate(zip(procs, outs, strict=True))
               if p.returncode != 0]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.helpers import cli, reap_orphans, start, status, wait_for
+from tests.integration.helpers import cli, start, status, stop_proc, wait_for
 from tests.integration.metrics_scrape import free_port, scrape
 from tests.integration.test_ha import Cluster
 
@@ -84,11 +84,7 @@ def test_a_live_run_serves_prometheus_metrics_with_its_jobs_outcomes_and_latenci
             s.bind(("127.0.0.1", port))
     finally:
         gate.touch()
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        if run_id:
-            reap_orphans(run_id)
+        stop_proc(p, run_id=run_id)
 
 
 def test_a_taken_or_malformed_metrics_address_is_bad_input(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.helpers import cli, reap_orphans, start, status, wait_for
+from tests.integration.helpers import cli, reap_orphans, start, status, stop_proc, wait_for
 
 pytestmark = pytest.mark.ipc
 
@@ -68,11 +68,7 @@ def test_top_shows_the_live_pipeline_per_executor_and_goes_stale_when_the_run_en
         assert "not live" in cli("top", "--state-dir", str(sd), timeout=30, check=True).stdout
     finally:
         gate.touch()
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        if run_id:
-            reap_orphans(run_id)
+        stop_proc(p, run_id=run_id)
 
 
 def test_status_at_rebuilds_every_job_as_it_was_from_the_journal(tmp_path: Path) -> None:

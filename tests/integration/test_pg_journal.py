@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, cli, evidence_plan, ipc_names, read_evidence, reap_orphans, wait_for
+from tests.integration.helpers import (
+    ENV,
+    cli,
+    evidence_plan,
+    ipc_names,
+    read_evidence,
+    reap_orphans,
+    stop_proc,
+    wait_for,
+)
 from tests.pgserver import PrivateServer
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.boards import StateBoard
@@ -107,9 +115,7 @@ def test_a_postgresql_restart_mid_run_loses_nothing(tmp_path: Path, private_pg: 
             private_pg.start()
             stdout, _ = proc.communicate(timeout=180)
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-                proc.wait()
+            stop_proc(proc, group=True)
             err.close()
         # Then the run finishes, every job succeeded exactly once, in order
         stderr = (tmp_path / "run.err").read_text()
@@ -173,6 +179,4 @@ def test_the_hints_of_a_postgresql_journal_run_name_its_journal_and_its_state_di
         assert proc.wait(60) == 0, out.read_text()
     finally:
         gate.touch()
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(30)
+        stop_proc(proc, grace=30)

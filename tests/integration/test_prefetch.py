@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, evidence_plan, read_evidence, start, status, wait_for
+from tests.integration.helpers import ENV, evidence_plan, read_evidence, start, status, stop_proc, wait_for
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.localpool import read_results, result_journals
 
@@ -76,9 +76,7 @@ def test_kill_9_of_an_executor_with_a_prefetched_backlog_every_job_runs_exactly_
         assert proc.wait(90) == 0
     finally:
         gate.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     ev = read_evidence(out)
     assert sorted(ev) == names
     for jid, lines in ev.items():

@@ -27,6 +27,7 @@ from tests.integration.helpers import (
     reap_orphans,
     start,
     status,
+    stop_proc,
     wait_for,
 )
 from wloadctl.core.durations import parse_duration
@@ -141,9 +142,7 @@ def test_executors_left_with_reports_no_one_read_exit_by_themselves_when_a_resum
     finally:
         libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
         gate.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
         kill_all(pids)
         for pid in pids:
             with contextlib.suppress(ChildProcessError):
@@ -229,9 +228,7 @@ def test_a_loop_that_a_changed_plan_gives_a_new_item_holds_its_dependents_until_
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+        stop_proc(proc, grace=60)
     # When the plan lists [x, y, z], t is released, and the run resumes with the changed plan
     loop_plan(["x", "y", "z"])
     assert cli("release", "t", "--state-dir", sd).returncode == 0
@@ -564,9 +561,7 @@ def test_a_predecessors_late_hand_back_of_a_job_sent_again_since_does_not_run_it
         assert resumed.wait(timeout=60) == 0
     finally:
         gate.touch()
-        if resumed.poll() is None:
-            resumed.kill()
-            resumed.wait()
+        stop_proc(resumed)
     # Then x ran once, and its history says nothing of a hand-back
     ev = read_evidence(out)
     assert [k for k, _ in ev["x"]] == ["start", "end"], ev["x"]
@@ -601,9 +596,7 @@ def test_a_job_stopped_with_the_run_resumed_then_the_scheduler_killed_takes_its_
         assert third.wait(timeout=60) == 0
     finally:
         gate.touch()  # a copy left running on a failure ends too
-        if third.poll() is None:
-            third.kill()
-            third.wait()
+        stop_proc(third)
     assert job_states(sd) == {"first": "SUCCEEDED", "long": "SUCCEEDED"}
     hist = cli("history", "long", "--state-dir", str(sd)).stdout
     assert "FAILED" not in hist and "signal 15" not in hist.split("interrupted: run stopped")[-1], hist

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.helpers import ENV, cli, evidence_plan, read_evidence, start, status, wait_for
+from tests.integration.helpers import ENV, cli, evidence_plan, read_evidence, start, status, stop_proc, wait_for
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.localpool import read_results, result_journals
 from wloadctl.procs.recovery import AttemptReports
@@ -54,9 +54,7 @@ def test_a_follower_handed_back_while_the_scheduler_was_dead_runs_once_after_res
         p = cli("resume", "--state-dir", str(sd), "--json", timeout=60)
     finally:
         gate.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["jobs"] == {"s0": "SUCCEEDED", "s1": "SUCCEEDED", "a": "SUCCEEDED", "b": "SUCCEEDED"}
     # b (idempotent: false) ran once, after a; the hand-back was applied once, by the resume's recovery.

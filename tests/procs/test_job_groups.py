@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, cli, wait_for
+from tests.integration.helpers import ENV, cli, stop_proc, wait_for
 from wloadctl.procs.jobtree import WARM_ENV, JobTrees, children_of, detect, grouped_runs, remove_run_groups, run_group
 from wloadctl.procs.spawning import Spawner, reap
 
@@ -86,15 +85,6 @@ def test_cleanup_removes_the_empty_groups_of_a_run_whose_processes_are_all_gone(
     trees.spare.clear()  # removed with the run's folder
 
 
-def _end(run: subprocess.Popen[bytes]) -> None:
-    """Kill the run's whole session if a test failed early; close its stderr whatever happened."""
-    if run.poll() is None:
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
-    if run.stderr:
-        run.stderr.close()
-
-
 def _writes(pid: int) -> int:
     """Write calls `pid` has made (/proc/PID/io `syscw`)."""
     for line in Path(f"/proc/{pid}/io").read_text().splitlines():
@@ -132,7 +122,7 @@ def test_an_executor_keeps_group_moves_fast_while_its_jobs_run(tmp_path: Path, e
             assert writes >= 25, writes
         assert run.wait(timeout=30) == 0, run.stderr.read() if run.stderr else ""
     finally:
-        _end(run)
+        stop_proc(run, group=True)
 
 
 @pytest.mark.parametrize("every", ["0.005", "0"])
@@ -161,9 +151,7 @@ def test_an_executor_started_ahead_keeps_moves_fast_while_it_waits_to_be_taken(t
         waiting.stdin.close()  # its scheduler is gone
         assert waiting.wait(timeout=10) == 0
     finally:
-        if waiting.poll() is None:
-            waiting.kill()
-            waiting.wait()
+        stop_proc(waiting)
     assert list(sd.iterdir()) == []
 
 
@@ -198,4 +186,4 @@ def test_an_idle_executor_keeps_moves_fast_for_a_while_after_its_start_then_stop
         assert run.wait(timeout=30) == 0, run.stderr.read() if run.stderr else ""
     finally:
         gate.touch()
-        _end(run)
+        stop_proc(run, group=True)

@@ -246,6 +246,7 @@ def test_a_real_run_keeps_a_job_running_when_another_executor_dies_with_a_hand_b
         reap_orphans,
         start,
         status,
+        stop_proc,
         wait_for,
     )
     from wloadctl.procs.localpool import read_results, result_journals
@@ -276,9 +277,7 @@ def test_a_real_run_keeps_a_job_running_when_another_executor_dies_with_a_hand_b
         assert proc.wait(timeout=60) == 0
     finally:
         gate.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_proc(proc)
     # Then x ran once: its copy was not counted lost and sent again beside itself
     assert [k for k, _ in read_evidence(out)["x"]] == ["start", "end"]
     reap_orphans(run_id)
