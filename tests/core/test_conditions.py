@@ -9,8 +9,8 @@ from tests.core.test_engine import dispatched, states
 from wloadctl.core.commands import Alert, RunFinished
 from wloadctl.core.condition import ConditionError, parse_condition
 from wloadctl.core.engine import SchedulerCore
-from wloadctl.core.explain import why
 from wloadctl.core.events import JobExitedEvent, RunStartedEvent
+from wloadctl.core.explain import why
 from wloadctl.core.plan import JobSpec, Plan
 
 
