@@ -55,6 +55,9 @@ def test_jobs_of_an_agent_started_again_without_its_state_are_lost_and_a_kill_of
         proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "6")
         wait_for(lambda: {"pinned", "doomed"} <= set(agents_of(out)), timeout=60, every=0.05,
                  what="both jobs started")
+        # (and the scheduler heard so: a node killed before its reports left holds jobs only the broker knows it took)
+        wait_for(lambda: {job_states(sd).get(j) for j in ("pinned", "doomed")} == {"RUNNING"}, timeout=60,
+                 what="both jobs heard running")
         # When its whole host is killed -9, its state dir removed, and an agent of the name started again at once
         node.kill_node()
         shutil.rmtree(node.state_dir)
