@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -187,3 +188,53 @@ def test_an_idle_executor_keeps_moves_fast_for_a_while_after_its_start_then_stop
     finally:
         gate.touch()
         stop_proc(run, group=True)
+
+
+def test_an_executor_never_kills_a_group_another_executor_of_its_run_and_index_made_since(trees: JobTrees) -> None:
+    """Job groups are one cgroup tree for every pid namespace of the host: two executors of one node name (two
+    agents of a name on one host, or one started again without its processes) have the same run id and index,
+    and often the same pid in their own namespaces (as here, in one process). What one made must not be the
+    other's: once one of them killed its job's group, the other's next group is not that group made again
+    (removed meanwhile by an agent's start), or the first one's tidy kills the second one's job in it."""
+    spawner = Spawner()
+    spawner.home_group = trees.home_group()
+    spawner.enter = trees.enter
+    log = os.open(os.devnull, os.O_WRONLY)
+    other = JobTrees(trees.run_id, trees.executor, trees.how)
+    job = None
+    try:
+        # Given an executor whose job ended leaving a process in its group: the group is killed, and dies
+        # (slowly: a group below it, which the job made, keeps it from being removed until it goes too)
+        join = trees.prepare(0, 1, {}, 0.0, 0, False)
+        assert join is not None
+        sp = spawner.spawn(["sh", "-c", "sleep 30 & exit 0"], dict(os.environ), None, log, join=join)
+        assert reap(sp) == 0
+        dead = Path(os.path.dirname(join))
+        (dead / "below").mkdir()
+        trees.end(0, 1, sp.pid)
+        assert dead in trees.dying
+        wait_for(lambda: b"populated 0" in (dead / "cgroup.events").read_bytes(), timeout=10, every=0.01,
+                 what="the killed group empty")
+        (dead / "below").rmdir()
+        # and an agent of its node's name starting on the host, which removes the node's empty groups
+        remove_run_groups(trees.run_id)
+        assert not dead.exists()
+        # When the other executor starts a job in a group of its own
+        join = other.prepare(0, 1, {}, 0.0, 0, False)
+        assert join is not None
+        job = spawner.spawn(["sleep", "30"], dict(os.environ), None, log, join=join)
+        # and the first one tidies, past the grace of the group it killed
+        for g in trees.dying:
+            trees.dying[g] -= 2.0
+        trees.tidy()
+        # Then the other executor's job runs on: it ends by the SIGTERM sent it now, not by a SIGKILL sent before
+        os.kill(job.pid, signal.SIGTERM)
+        ended, job = reap(job), None
+        assert ended == -signal.SIGTERM, "the job was killed by an executor whose group it is not in"
+    finally:
+        os.close(log)
+        if job is not None:
+            os.kill(job.pid, signal.SIGKILL)
+            reap(job)
+        other.end(0, 1, 0)
+        other.close()

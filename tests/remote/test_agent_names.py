@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,9 @@ def test_jobs_of_an_agent_started_again_without_its_state_are_lost_and_a_kill_of
         proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "6")
         wait_for(lambda: {"pinned", "doomed"} <= set(agents_of(out)), timeout=60, every=0.05,
                  what="both jobs started")
+        # (and the scheduler heard so: a node killed before its reports left holds jobs only the broker knows it took)
+        wait_for(lambda: {job_states(sd).get(j) for j in ("pinned", "doomed")} == {"RUNNING"}, timeout=60,
+                 what="both jobs heard running")
         # When its whole host is killed -9, its state dir removed, and an agent of the name started again at once
         node.kill_node()
         shutil.rmtree(node.state_dir)
@@ -113,3 +117,58 @@ def test_two_live_agents_of_one_name_are_said_and_the_jobs_of_the_one_that_dies_
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_dispatch_an_agent_took_before_it_was_started_again_without_its_state_is_sent_again(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    """An agent that takes a dispatch and is started again before it said anything of it (its state directory
+    lost) is never silent for the agent timeout: its new process beats on, holding nothing. The task it took is
+    settled as a lost agent's would be (the broker has no dispatch left to hand out, no live agent holds it)."""
+    from tests.remote.conftest import collect
+    from wloadctl.remote import messages as M
+    from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
+    from wloadctl.remote.link import BrokerLink
+
+    subj = Subjects()
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {"only": {"pool": "etl", "sleep": 0.1}})
+    ghost = BrokerLink.open(BrokerOptions(nats_server.url), name="ghost")
+    node: Node | None = None
+    try:
+        ensure_streams(ghost, subj)
+
+        def beat(boot: str) -> None:
+            hb = M.Heartbeat(agent="ghost", pools=["etl"], slots_used=0, slots_total=1, cpus=0.0, memory_mb=0,
+                             load1=0.0, rss_kb=0, mem_free_mb=0, jobs_held=0, held=[], epoch_seen=0,
+                             heard_active=0.0, pid=1, host="ghost", version="0", sent=time.time(), boot=boot)
+            ghost.publish(subj.hb("ghost"), hb.encode())
+
+        # Given a run whose pool has one agent, which takes the dispatch and acknowledges it
+        beat("first")
+        puller = ghost.pull(subj.dispatch_stream, subj.pool_consumer("etl"), subj.dispatch_pool("etl"), window=1)
+        sd = tmp_path / "sd"
+        proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "30")
+        deadline = time.time() + 30
+        taken: list = []
+        while not taken and time.time() < deadline:
+            beat("first")
+            taken = [m for m in collect(ghost, 1, timeout=0.5) if m.jetstream]
+        assert taken, "the dispatch reached the agent"
+        taken[0].ack()
+        puller.stop()
+        # When it is started again with no record of it, and beats on (well within the agent timeout)
+        def lost() -> bool:
+            beat("second")
+            return b"tasks_lost" in (sd / "events.jsonl").read_bytes()
+
+        wait_for(lost, timeout=25, every=0.5, what="the task the first process took found lost")
+        # Then the task is sent again: it runs once, on an agent that joins the pool, and the run succeeds
+        node = Node("real", nats_server.url, tmp_path / "real", ["etl"]).start()
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr
+        assert json.loads(stdout)["jobs"] == {"only": "SUCCEEDED"}
+        assert agents_of(out)["only"] == [("start", "real"), ("end", "real")]
+    finally:
+        ghost.close()
+        if node is not None:
+            node.stop()

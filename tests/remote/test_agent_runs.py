@@ -235,6 +235,8 @@ def test_a_paused_agent_is_declared_lost_its_job_runs_elsewhere_and_its_late_cop
     sd = tmp_path / "sd"
     proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
     wait_for(lambda: "slow" in agents_of(out), timeout=60, what="slow started")
+    # (and the scheduler heard so: an agent frozen before its start report left would have it lost before start)
+    wait_for(lambda: job_states(sd).get("slow") == "RUNNING", timeout=60, what="slow heard running")
     first = agents_of(out)["slow"][0][1]
     paused = nodes[first]
     # When that agent is frozen past the agent timeout
@@ -268,6 +270,8 @@ def test_a_job_held_when_its_agent_was_lost_takes_its_end_when_the_agent_comes_b
     sd = tmp_path / "sd"
     proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "2")
     wait_for(lambda: "pay" in agents_of(out), timeout=60, what="pay started")
+    # (and the scheduler heard so: an agent frozen before its start report left would have it lost before start)
+    wait_for(lambda: job_states(sd).get("pay") == "RUNNING", timeout=60, what="pay heard running")
     first = agents_of(out)["pay"][0][1]
     paused = nodes[first]
     paused.signal_agent(signal.SIGSTOP)

@@ -25,6 +25,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import secrets
 import signal
 import threading
 import time
@@ -341,6 +342,14 @@ class JobTrees:
     """Groups whose jobs ended and left nothing: the next jobs run in them."""
     made: int = 0
     """Groups made so far (numbers their names)."""
+    tag: str = field(default_factory=lambda: secrets.token_hex(4))
+    """Drawn as the executor starts, in each of its groups' names: the cgroup tree is the host's, shared by every
+    pid namespace on it, and an executor's index and pid are not its own there (two agents of one node name on
+    the host, in their own namespaces, have executors 0 and 1 of the same pids; so has an agent started again
+    after its node was killed whole). A group this executor killed and another removed (an agent's start removes
+    its node's empty groups) is never made again by another under the same name, which the first would take for
+    its own at its next tidy (and kill the other's job in it), nor does another's job run without a group when a
+    name it would make is taken."""
     files: dict[str, int] = field(default_factory=dict)
     """Open descriptors of the groups' `cgroup.procs` and `cgroup.events`, by path, kept while the group is:
     an open of a cgroup file costs more than the write or read it is for."""
@@ -390,7 +399,7 @@ class JobTrees:
         rg = self._run_group()
         # Plain strings and os calls: this runs for a job, where Path objects cost more than the mkdir.
         self.made += 1
-        g = f"{rg}/{group_prefix(self.executor, os.getpid())}g{self.made}"
+        g = f"{rg}/{group_prefix(self.executor, os.getpid())}{self.tag}.g{self.made}"
         try:
             try:
                 os.mkdir(g)

@@ -42,7 +42,7 @@ from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.agents import AGENT_BASE, NODES_FILE, AgentState, agent_state
 from wloadctl.remote.broker import Subjects, ensure_streams
-from wloadctl.remote.holdings import Holdings
+from wloadctl.remote.holdings import Holdings, sender_of
 from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.pulling import Msg, Puller
 from wloadctl.remote.witness import take_lead
@@ -484,6 +484,11 @@ class AgentPool:
     def _hear(self, hb: M.Heartbeat, heard: float) -> None:
         node = self.nodes.get(hb.agent) or self._add(hb.agent)
         was = node.state
+        if node.beat is not None and was != AgentState.LOST and (node.holdings is None
+                                                                 or sender_of(hb) not in node.holdings.heard):
+            # A new agent process beats under the name (started again, or a second one): the one before may have
+            # taken dispatches and gone with them unreported, as a lost agent may (see check).
+            self._may_have_taken(node, heard)
         node.heard, node.beat, node.pools, node.slots = heard, hb, list(hb.pools), hb.slots_total
         node.prefetch = max(0, hb.prefetch)
         if node.holdings is None:
@@ -529,13 +534,7 @@ class AgentPool:
                 why = f"agent {node.name} silent for {now - node.heard:.1f}s"
                 self.say("agent_lost", {"agent": node.name, "jobs": len(node.stale), "reason": why})
                 feed(ExecutorLostEvent(node.index, now, why, cause_id=cause))
-                # It may also have taken dispatches it never reported: settled once the broker has
-                # handed out every dispatch and the live agents have said what they hold.
-                taken = {(i, core.attempt[i]) for i in range(core.n) if core.state[i] == JobState.QUEUED
-                         and core.executor[i] < 0 and self.remote_of(i)}
-                if taken:
-                    since, before = self.orphans or (now, set())
-                    self.orphans = (since, before | taken)
+                self._may_have_taken(node, now)
             node.state = st
         if self.watch.up and now >= self.next_held_check:
             self.next_held_check = now + self.beat
@@ -555,6 +554,17 @@ class AgentPool:
         if now >= self.next_beat:
             self._write_rows(now)
             self._send_beat(now)
+
+    def _may_have_taken(self, node: Node, now: float) -> None:
+        """An agent process of the node's name is gone (lost, or another beats under the name): it may have taken
+        dispatches it never reported. Settled once the broker has handed out every dispatch and the live agents
+        have said what they hold (`_settle_orphans`)."""
+        core = self.core
+        taken = {(i, core.attempt[i]) for i in range(core.n) if core.state[i] == JobState.QUEUED
+                 and core.executor[i] < 0 and self.remote_of(i)}
+        if taken:
+            since, before = self.orphans or (now, set())
+            self.orphans = (since, before | taken)
 
     def _watch_broker(self, now: float) -> None:
         """Say when the broker goes and comes back; an agent's silence while it was away is not held against it."""
