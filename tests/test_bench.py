@@ -35,7 +35,7 @@ from wloadctl.bench.measure import file_create_micros
 from wloadctl.bench.remote import agent_names
 from wloadctl.bench.runs import chain_latencies, run_processes
 from wloadctl.bench.suite import build_parser, main, settings_from
-from wloadctl.bench.workflows import Workflow
+from wloadctl.bench.workflows import Workflow, ninja_ran
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.shm import remove_run_objects
 from wloadctl.remote.agent import node_run_id
@@ -432,3 +432,16 @@ def test_notes_and_details_print_as_written(capsys: pytest.CaptureFixture[str]) 
     # Then the brackets are printed, not eaten as markup
     out = capsys.readouterr().out
     assert "pip install 'wloadctl[bench]'" in out and "needs 'wloadctl[bench]'" in out
+
+
+def test_slot_use_counts_idle_slots_while_a_job_was_ready(tmp_path: Path) -> None:
+    # x waits for a (ends at 1.0) but starts at 1.5: half a second of a free slot while it was ready
+    wf = Workflow("w", ["a", "b", "x"], {"a": [], "b": [], "x": ["a"]}, {"a": 1.0, "b": 2.0, "x": 0.4})
+    use = wf.slot_use({0: (0.0, 1.0), 1: (0.0, 2.0), 2: (1.5, 2.0)}, 2)
+    assert use["idle_with_ready_slot_seconds"] == pytest.approx(0.5)
+    assert use["idle_slot_seconds"] == pytest.approx(0.5)
+    assert use["slot_use"] == pytest.approx(3.5 / 4.0)
+    assert use["held_over_recorded_ms"] == pytest.approx(1000 * 0.1 / 3)
+    # ninja's log gives the same from its milliseconds
+    (tmp_path / ".ninja_log").write_text("# ninja log v5\n0\t1000\t0\ta\t1\n0\t2000\t0\tb\t2\n1500\t2000\t0\tx\t3\n")
+    assert ninja_ran(tmp_path, wf) == {0: (0.0, 1.0), 1: (0.0, 2.0), 2: (1.5, 2.0)}

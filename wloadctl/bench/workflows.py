@@ -6,6 +6,9 @@ run as `sleep`. Each makespan is also set against its lower bound: the longer of
 critical path and the total work divided by the slots; and against a list schedule of the same
 jobs with no overhead at all, in the order the second run uses (longest remaining path by recorded
 runtime first): what any scheduler that starts a job the moment a slot frees reaches at best.
+Each run's details (ninja's from its log) say how it used its slots: the share of slot time jobs held,
+slot seconds idle while a job was ready and not started (what dispatch cost), and how much longer
+than its recorded seconds each job held its slot (what spawning and reaping it cost).
 """
 
 from __future__ import annotations
@@ -81,6 +84,63 @@ class Workflow:
                     heapq.heappush(ready, (-path[d], order[d], d))
         return now
 
+    def slot_use(self, ran: dict[int, tuple[float, float]], slots: int) -> dict[str, float]:
+        """How a run used its slots, from each job's (start, end) by plan index: the share of slot time jobs
+        held, slot seconds left idle while a job was ready (its upstreams had ended) and not started, and how
+        much longer than its recorded seconds each job held its slot on average (the spawn and reap around it)."""
+        if not ran:
+            return {}
+        t0, t1 = min(s for s, _ in ran.values()), max(e for _, e in ran.values())
+        at = {j: k for k, j in enumerate(self.ids)}
+        events: list[tuple[float, int, int]] = []  # (time, 0: ready / 1: start / 2: end, job)
+        for k, (s, e) in ran.items():
+            j = self.ids[k]
+            ready = max((ran[at[u]][1] for u in self.deps[j] if at[u] in ran), default=t0)
+            events += [(ready, 0, k), (s, 1, k), (e, 2, k)]
+        events.sort()
+        waiting = running = 0
+        idle = idle_ready = 0.0
+        last = t0
+        for t, kind, _ in events:
+            free = max(0, slots - running)
+            idle += (t - last) * free
+            idle_ready += (t - last) * min(free, max(0, waiting))
+            last = t
+            if kind == 0:
+                waiting += 1
+            elif kind == 1:
+                waiting, running = waiting - 1, running + 1
+            else:
+                running -= 1
+        held = sum(e - s for s, e in ran.values())
+        span = t1 - t0
+        return {"slot_use": held / (slots * span) if span > 0 else 1.0, "idle_slot_seconds": idle,
+                "idle_with_ready_slot_seconds": idle_ready,
+                "held_over_recorded_ms": 1000 * (held - sum(self.seconds[self.ids[k]] for k in ran)) / len(ran)}
+
+
+def ran_of(records: list) -> dict[int, tuple[float, float]]:
+    """(start, end) of each job that ran to its end, by plan index, from the executors' result records."""
+    from wloadctl.ipc import protocol as P
+
+    return {r.task: (r.started, r.ended) for r in records
+            if r.kind == P.RES_EXITED and r.started > 0 and not r.flags & P.FLAG_RETURNED}
+
+
+def ninja_ran(workdir: Path, wf: Workflow) -> dict[int, tuple[float, float]]:
+    """(start, end) of each job by plan index from ninja's log of its last build (milliseconds from its start)."""
+    at = {j: k for k, j in enumerate(wf.ids)}
+    ran: dict[int, tuple[float, float]] = {}
+    try:
+        lines = (workdir / ".ninja_log").read_text().splitlines()
+    except OSError:
+        return ran
+    for line in lines:
+        parts = line.split("\t")
+        if len(parts) == 5 and parts[3] in at:
+            ran[at[parts[3]]] = (int(parts[0]) / 1000, int(parts[1]) / 1000)
+    return ran
+
 
 def generate(recipe: str, tasks: int, scale: float, seed: int) -> Workflow:
     """A workflow from a wfcommons recipe, its runtimes times `scale` (rounded to milliseconds)."""
@@ -145,8 +205,8 @@ def workflows(ctx: Context) -> None:
                     f"{s.repeat})")
             state = d / f"state-{k}"
             for label in ("first run", "second run (history)"):
-                r = run_wloadctl(plan, state, n, executors=executors, slots=slots,
-                                 journal_sync=s.journal_sync, timeout=max(300.0, bound * 10), keep_state=True)
+                r = run_wloadctl(plan, state, n, executors=executors, slots=slots, journal_sync=s.journal_sync,
+                                 timeout=max(300.0, bound * 10), keep_state=True, keep_records=True)
                 if r.run_id:
                     ctx.run_ids.append(r.run_id)
                 ctx.leftovers += r.leftovers
@@ -157,12 +217,14 @@ def workflows(ctx: Context) -> None:
                                     # (interpreter, plan, journal, executors' start, summary, exit)
                                     "jobs_span_seconds": jobs_span,
                                     "outside_jobs_seconds": r.process_seconds - jobs_span if jobs_span else None,
+                                    **wf.slot_use(ran_of(r.records), total),
                                     "note": "" if r.ok else f"run {r.status}: {r.error}"})
             shutil.rmtree(state, ignore_errors=True)
             if available("ninja"):
                 t = run_tool("ninja", d, total, timeout=max(300.0, bound * 10))
                 reps["ninja"].append({"seconds": t.seconds if t.ok else None,
                                       "over_lower_bound": t.seconds / bound if bound else None,
+                                      **(wf.slot_use(ninja_ran(d, wf), total) if t.ok else {}),
                                       "note": "" if t.ok else f"ninja failed: {t.error}"})
         basis = f"the whole command, start to exit; lower bound {bound:.2f}s (critical path or work / {total} slots)"
         figs = {}
