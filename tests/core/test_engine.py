@@ -260,6 +260,37 @@ def test_tasks_a_lost_executor_took_before_accepting_them_are_sent_again() -> No
     core.validate()
 
 
+def test_a_job_that_may_not_run_twice_lost_with_an_agent_before_its_start_was_heard_is_held() -> None:
+    """An agent's executors report through it: a job it had taken, or accepted, and not said started may have
+    started all the same (the agent froze with the report unsent). Run elsewhere, a payment would be paid twice."""
+    plan = make_plan({"pay": {"idempotent": False}, "load": {}, "book": {"idempotent": False}, "post": {}})
+    core = SchedulerCore(plan, slots=4)
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobAcceptedEvent(0, 1, 1000, 0.1))  # pay and load: accepted by the agent, not said started
+    core.handle(JobAcceptedEvent(1, 1, 1000, 0.1))
+    cmds = core.handle(ExecutorLostEvent(1000, 1.0, unheard=True))
+    st = states(core)
+    assert st["pay"] == "HELD" and core.held_lost[0] == 1 and core.reasons[0] == "interrupted, needs operator"
+    assert st["load"] == "QUEUED" and (1, 1) in dispatched(cmds)  # (one that may run twice is sent again)
+    # and one the lost agent took off the work queue unreported: held too, the other sent again
+    cmds = core.handle(TasksLostEvent(((2, 1), (3, 1)), 2.0, unheard=True))
+    assert states(core)["book"] == "HELD" and dispatched(cmds) == [(3, 1)]
+    # The agent comes back: pay had run, once, to its end: that success is the job's
+    core.handle(JobExitedEvent(0, 1, 1000, 0, 3.0))
+    assert states(core)["pay"] == "SUCCEEDED"
+    core.validate()
+
+
+def test_a_local_executor_lost_with_a_job_it_had_not_started_requeues_even_one_that_may_not_run_twice() -> None:
+    """A local executor's start is heard through its own journal (the sweeper reads it): unstarted means unstarted."""
+    core = SchedulerCore(make_plan({"pay": {"idempotent": False}}), slots=1)
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobAcceptedEvent(0, 1, 0, 0.1))
+    cmds = core.handle(ExecutorLostEvent(0, 1.0))
+    assert states(core)["pay"] == "QUEUED" and dispatched(cmds) == [(0, 1)]
+    core.validate()
+
+
 def test_a_task_handed_back_unstarted_is_sent_again_at_the_same_attempt_and_says_why() -> None:
     core = SchedulerCore(make_plan({"a": {}, "b": {}}), slots=2)
     core.handle(RunStartedEvent(0.0))

@@ -469,9 +469,10 @@ class SchedulerCore(JobTable):
             self.set_state(i, _HELD, reason=f"{killed}: it may not run twice (idempotent: false), an operator decides",
                            executor=ex)
             return
-        if (kill is not None and kill[1]) or (ev.lost and st == _Q):
+        if (kill is not None and kill[1]) or (ev.lost and st == _Q and (spec.idempotent or not ev.unheard)):
             # Preempted, stopped with the run, or lost before it ever started: not the
-            # job's fault, so it is requeued without using up an attempt.
+            # job's fault, so it is requeued without using up an attempt. (One that may not run twice, lost
+            # with an agent before its start could be heard, may have started: it is held below.)
             if kill is not None and kill[1]:
                 # The stopped copy ran (or may have): its next copy takes a new attempt number, not counted,
                 # so that copy keeps its log and result, and nothing it reports late (a result, the kill
@@ -1231,14 +1232,16 @@ class SchedulerCore(JobTable):
         ex, state, executor = ev.executor, self.state, self.executor
         for i in range(self.n):
             if executor[i] == ex and (state[i] == _Q or state[i] == _RUN):
-                self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True, cause_id=ev.cause_id))
+                self._on_exit(JobExitedEvent(i, self.attempt[i], ex, -1, ev.now, lost=True, unheard=ev.unheard,
+                                             cause_id=ev.cause_id))
 
     def _on_tasks_lost(self, ev: TasksLostEvent) -> None:
         """Requeue jobs still QUEUED, unaccepted, at the same attempt: like any job lost before it started,
-        they run again without spending an attempt."""
+        they run again without spending an attempt (held, if they may not run twice and may have started)."""
         for i, att in ev.jobs:
             if self.state[i] == _Q and self.executor[i] < 0 and self.attempt[i] == att:
-                self._on_exit(JobExitedEvent(i, att, -1, -1, ev.now, lost=True, cause_id=ev.cause_id))
+                self._on_exit(JobExitedEvent(i, att, -1, -1, ev.now, lost=True, unheard=ev.unheard,
+                                             cause_id=ev.cause_id))
 
     # -- restore and invariants ----------------------------------------------------------
 
@@ -1249,7 +1252,7 @@ class SchedulerCore(JobTable):
         QUEUED and RUNNING jobs keep their slot: the shell reconciles them with the
         executors and feeds their exits (or losses) as events. A job in RETRY_WAIT becomes
         READY when its journaled delay ends (`retry_due`, by job; now for a job not in it).
-        A run with a CANCELLED job was cancelled: nothing new starts in it.
+        Whether the run was cancelled is its journaled actions' to say (replay.run_cancelled), not its states'.
 
         What the journaled transitions say beyond the states (`journaled`, core/replay.py) is taken as the live
         core had it: the jobs a branch skipped (their dependents are skipped too, not run), the followers (one

@@ -61,6 +61,9 @@ class ExecutorLostEvent:
     """What was seen (exited with status, heartbeat timeout, ...)."""
     cause_id: str = "health"
     """Identifier carried into the rows this event causes."""
+    unheard: bool = False
+    """Its reports came through a node lost with it (an agent): what it had not said started may have
+    (JobExitedEvent.unheard)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,9 @@ class TasksLostEvent:
     """When it was decided."""
     cause_id: str = "health"
     """Identifier carried into the rows this event causes."""
+    unheard: bool = False
+    """Taken by a node (an agent) lost before its reports came through: they may have started
+    (JobExitedEvent.unheard)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +110,9 @@ class JobExitedEvent:
     """The command could not be started at all (missing program, bad cwd)."""
     returned: bool = False
     """With `lost`: handed back unstarted by an executor that took it ahead and stayed busy."""
+    unheard: bool = False
+    """With `lost`: not said started, yet it may have started: its executor's reports came through a node (an
+    agent) lost with them. A job that may not run twice is held, not requeued."""
     started: float = 0.0
     """When the attempt started (0 when unknown)."""
     tail: str = ""

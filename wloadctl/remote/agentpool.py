@@ -533,7 +533,7 @@ class AgentPool:
                               and core.state[i] in (JobState.QUEUED, JobState.RUNNING)}
                 why = f"agent {node.name} silent for {now - node.heard:.1f}s"
                 self.say("agent_lost", {"agent": node.name, "jobs": len(node.stale), "reason": why})
-                feed(ExecutorLostEvent(node.index, now, why, cause_id=cause))
+                feed(ExecutorLostEvent(node.index, now, why, cause_id=cause, unheard=True))
                 self._may_have_taken(node, now)
             node.state = st
         if self.watch.up and now >= self.next_held_check:
@@ -608,7 +608,7 @@ class AgentPool:
                 f"agent {node.name} is heard but has not held {len(gone)} of its job(s) for {self.timeout:g}s "
                 "(started again without its state, or another agent of its name)")})
             for i, att in gone:
-                feed(JobExitedEvent(i, att, node.index, -1, now, lost=True, cause_id=cause))
+                feed(JobExitedEvent(i, att, node.index, -1, now, lost=True, unheard=True, cause_id=cause))
 
     def _settle_orphans(self, now: float, feed: Feed, cause: str) -> None:
         """Send again what a lost agent took and never reported (exactly, not by guess).
@@ -644,7 +644,7 @@ class AgentPool:
         self.orphans = None
         if lost:
             self.say("tasks_lost", {"jobs": len(lost), "reason": "taken by a lost agent and never reported"})
-            feed(TasksLostEvent(lost, now, cause_id=cause))
+            feed(TasksLostEvent(lost, now, cause_id=cause, unheard=True))
 
     def _send_beat(self, now: float) -> None:
         """Tell the agents this scheduler is alive (they note it; a standby asks them)."""
