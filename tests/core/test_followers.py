@@ -223,3 +223,18 @@ def test_why_says_what_a_follower_waits_for() -> None:
     core.handle(JobStartedEvent(0, 1, 0, 100, 0.1))
     reasons = why(core, 1, 0.2)["reasons"]
     assert any("behind j0 (RUNNING)" in r and "the moment that one succeeds" in r for r in reasons), reasons
+
+
+def test_a_job_whose_one_dependent_is_its_follower_releases_only_that_follower() -> None:
+    # Given a chain a -> b -> c, and a job x with two dependents y and z
+    plan = make_plan({"a": {}, "b": {"deps": ["a"]}, "c": {"deps": ["b"]},
+                      "x": {}, "y": {"deps": ["x"]}, "z": {"deps": ["x"]}})
+    core = SchedulerCore(plan, slots=2)
+    core.follow = FOLLOW
+    _tasks, follow = sent(core.handle(RunStartedEvent(0.0)))
+    i = core.index
+    assert {i["b"], i["c"]} <= follow and core.following[i["c"]] == i["b"]
+    assert len({i["y"], i["z"]} & follow) == 1, "one of x's dependents follows it, the other waits for its end"
+    # Then the ends of a and b release nothing but their followers; x's end releases the other one too
+    assert core.releases_only_follower(i["a"]) and core.releases_only_follower(i["b"])
+    assert not core.releases_only_follower(i["x"])

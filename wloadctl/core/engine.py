@@ -616,6 +616,11 @@ class SchedulerCore(JobTable):
             self.counts[_W] -= added
             self.counts[_Q] += added
 
+    def releases_only_follower(self, u: int) -> bool:
+        """Whether job u's end releases nothing but its follower: u has no other dependent, so the report of
+        its end (and of its follower's start) can wait at the executor without holding anything back."""
+        return self.down_start[u + 1] - self.down_start[u] == 1
+
     def _next_in_chain(self, u: int) -> int | None:
         """The dependent of u that may follow it: u is its only unmet upstream, by a plain success edge, and
         nothing else decides when it starts (no condition, loop, resource, not-before time, `until` on u), and

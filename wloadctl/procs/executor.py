@@ -45,6 +45,14 @@ REPORT_HOLD = 0.005
 a job that ends within them costs the scheduler one turn and one journal commit instead of two. An exit
 report waits as long while this executor still holds prefetched tasks (it has work until then): the
 exits of several jobs then cost the scheduler one turn, and its answer refills several slots at once."""
+FOLLOW_HOLD = 0.05
+"""Seconds the reports of a chain's progress here may wait: the end of a job whose only dependent is the
+follower this executor starts in its slot (the scheduler was told so: payload `sole`), and that follower's
+start. Nothing waits on them at the scheduler (the follower runs already, nothing else is released), so they
+go with the next report that is due, at the latest with the start of the chain's last job here (sent at once: the
+scheduler reads them while that job runs, not after its end, when the chain's next job waits for its turn): a
+chain of short jobs wakes the scheduler, and costs it a turn and a journal commit, once per FOLLOW_HOLD or per
+chain rather than once per REPORT_HOLD. Like every report, they are in the results journal before they wait."""
 HAND_BACK = 0.05
 """Prefetch is for short jobs: an executor takes tasks ahead only while the last job it ended ran less than
 this (seconds) and every job it runs started less than this ago. A task taken ahead that waits longer for
@@ -126,7 +134,7 @@ class Executor:
     report_due: float = 0.0
     """When the oldest held report in the outbox must go out (0: none held)."""
     urgent: bool = False
-    """The outbox holds a rejection: send it now."""
+    """The outbox holds a rejection, or the start of a chain's last job here (FOLLOW_HOLD): send it now."""
     exits: bool = False
     """The outbox holds an exit report: sent now when no prefetched task waits here, else held."""
     rsp_full: bool = False
@@ -471,8 +479,13 @@ class Executor:
                 self.follow[(rec.task, rec.attempt)] = (f[0], f[1], began)  # its follower waits from now
         self.running[pidfd] = r
         self.poller.register(pidfd, select.POLLIN)
+        quiet = rec.kind == P.TASK_FOLLOW and _sole(p)
+        if quiet and (rec.task, rec.attempt) not in self.follow:
+            # The chain's last job here: what it held goes now, so the scheduler takes it in while this job
+            # runs, and has only this job's end left to read when the chain's next job is due.
+            quiet, self.urgent = False, True
         self._emit(P.ResultRecord(P.RES_STARTED, 0, self.index, rec.task, rec.attempt, 0, 0, rec.epoch,
-                                  proc.pid, now, 0.0, 0, 0))
+                                  proc.pid, now, 0.0, 0, 0), quiet=quiet)
 
     def _spawn_failed(self, rec: P.TaskRecord, msg: str) -> None:
         self._drop_followers(rec)
@@ -505,19 +518,20 @@ class Executor:
         off, length = self.tails.write(self.index, r.rec.task, r.rec.attempt, tail) if tail else (0, 0)
         flags = (P.FLAG_TIMED_OUT if r.timed_out else 0) | (P.FLAG_TAIL if tail else 0)
         self.done += 1
+        f = self.follow.pop((r.rec.task, r.rec.attempt), None) if self.follow else None
+        succeeded = f is not None and code == 0 and not r.timed_out and not self.stop and not self._paused()
         self._emit(P.ResultRecord(P.RES_EXITED, flags, self.index, r.rec.task, r.rec.attempt, sig, code,
-                                  r.rec.epoch, r.proc.pid, r.started, now, off, length))
-        if self.follow:
-            f = self.follow.pop((r.rec.task, r.rec.attempt), None)
-            if f is not None:
-                if code == 0 and not r.timed_out and not self.stop and not self._paused():
-                    # Its successor starts now, in the slot this job leaves, ahead of every other task here;
-                    # this end is on record first, so a kill -9 from here on does not run this job again.
-                    self._journal()
-                    self._seq += 1
-                    heapq.heappush(self.backlog, (-1, self._seq, time.monotonic(), f[0], f[1]))
-                else:
-                    self._return(f[0])
+                                  r.rec.epoch, r.proc.pid, r.started, now, off, length),
+                   quiet=succeeded and _sole(f[1]))  # type: ignore[index]
+        if f is not None:
+            if succeeded:
+                # Its successor starts now, in the slot this job leaves, ahead of every other task here;
+                # this end is on record first, so a kill -9 from here on does not run this job again.
+                self._journal()
+                self._seq += 1
+                heapq.heappush(self.backlog, (-1, self._seq, time.monotonic(), f[0], f[1]))
+            else:
+                self._return(f[0])
 
     def _check_timeouts(self, now: float) -> None:
         """Stop jobs past their timeout (`now` and the deadlines are on the monotonic clock)."""
@@ -530,23 +544,29 @@ class Executor:
                 _killpg(r.proc.pid, signal.SIGTERM)
                 r.kill_at = now + KILL_GRACE
 
-    def _emit(self, rec: P.ResultRecord) -> None:
+    def _emit(self, rec: P.ResultRecord, quiet: bool = False) -> None:
+        """Journal (at the next flush) and send a report; `quiet`: a chain's progress here (FOLLOW_HOLD)."""
         self.outbox.append(rec)
         self.unjournaled.append(rec)
         if rec.kind == P.RES_REJECTED:
             self.urgent = True
-        elif rec.kind == P.RES_EXITED:
-            self.exits = True
-            if not self.report_due:
-                self.report_due = time.monotonic() + REPORT_HOLD
-        elif not self.report_due:
-            self.report_due = time.monotonic() + REPORT_HOLD
+        elif quiet:
+            self._due(FOLLOW_HOLD)
+        else:
+            if rec.kind == P.RES_EXITED:
+                self.exits = True
+            self._due(REPORT_HOLD)
 
     def _send_only(self, rec: P.ResultRecord) -> None:
         """Queue a report that is in the journal already."""
         self.outbox.append(rec)
-        if not self.report_due:
-            self.report_due = time.monotonic() + REPORT_HOLD
+        self._due(REPORT_HOLD)
+
+    def _due(self, hold: float) -> None:
+        """A report held here may wait `hold` seconds from now (the outbox goes when its earliest is due)."""
+        due = time.monotonic() + hold
+        if not self.report_due or due < self.report_due:
+            self.report_due = due
 
     def _flush(self, now: float) -> None:
         """Journal every pending result, then send them unless they may still wait for an exit report.
@@ -650,6 +670,11 @@ def _open_log(spawner: Spawner, path: str, lend: bool) -> LogFile:
             low, fd = fd, fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
             os.close(low)
         return LogFile(fd, os.devnull, path, True)
+
+
+def _sole(p: P.Payload) -> bool:
+    """The job a follower follows has no other dependent (the scheduler says so in the follower's payload)."""
+    return bool(p.extra) and p.extra.get("sole") == "1"
 
 
 def _claim(p: P.Payload) -> tuple[float, int]:

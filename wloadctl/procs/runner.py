@@ -869,6 +869,8 @@ def _payloads(ctx: RunContext, core: SchedulerCore) -> Callable[[int, int], byte
         u = following.get(i)
         if u is not None:
             p.extra["after"] = f"{u}:{attempts[u]}"  # the executor checks it against the record before
+            if core.releases_only_follower(u):
+                p.extra["sole"] = "1"  # the reports of u's end and this start may wait there (FOLLOW_HOLD)
         return P.encode_payload(p)
 
     return payload
