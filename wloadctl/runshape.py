@@ -240,8 +240,14 @@ class CoreCopy:
                    array("d", c.expected[:n]), array("d", c.path[:n]), c.specs[:n])
 
 
-def shape_of_copy(copy: CoreCopy, deadlines: Mapping[int, str] | None, timezone: str | None) -> RunShape:
-    """A run's shape from a copy of its core (deadlines: the copy's own when None)."""
+def shape_of_copy(copy: CoreCopy, deadlines: Mapping[int, str] | None, timezone: str | None,
+                  up_rows: tuple[array, array] | None = None) -> RunShape:
+    """A run's shape from a copy of its core (deadlines: the copy's own when None).
+
+    `up_rows`: the loader's upstream rows of the same jobs (offsets, indices, each row in `depends_on`
+    order, as Dag.from_rows takes them), when at hand; else they are the copy's dependents turned round
+    (a step a job and an edge: a second of CPU at a million jobs, beside dispatch).
+    """
     from itertools import accumulate
 
     from wloadctl.core.dag import transpose
@@ -251,7 +257,10 @@ def shape_of_copy(copy: CoreCopy, deadlines: Mapping[int, str] | None, timezone:
         deadlines = {i: s.deadline for i, s in enumerate(copy.specs) if s.deadline}
     id_starts = array("i", [0])
     id_starts.extend(accumulate(len(j.encode()) + 1 for j in copy.ids))
-    up_off, up = transpose(n, copy.down_off, copy.down)
+    if up_rows is not None and len(up_rows[0]) == n + 1 and up_rows[0][n] == len(up_rows[1]) == len(copy.down):
+        up_off, up = up_rows
+    else:
+        up_off, up = transpose(n, copy.down_off, copy.down)
     windows = {i: w for i in deadlines if i < n and (w := risk_window(copy.specs[i].timeout)) > RISK_WINDOW}
     return RunShape(copy.tier, id_starts, up_off, up, copy.down_off, copy.down, copy.expected, copy.path,
                     dict(deadlines), timezone, windows)

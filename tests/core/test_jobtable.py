@@ -98,3 +98,75 @@ def test_the_first_table_takes_the_loaders_edges_and_a_second_table_of_the_plan_
     # The run keeps one index of the ids, not two: the edges hold nothing once taken
     assert not plan.edges.for_jobs(plan.jobs) and plan.edges.index == {}
     assert _arrays_fields(plan) == first
+
+
+def _rows_plans(tmp_path: Path) -> list:  # type: ignore[type-arg]
+    samples = Path(__file__).resolve().parents[2] / "samples"
+    plans = [load_plan(p) for p in sorted(samples.glob("*.yaml"))]
+    for shape in ("bank", "wide", "chain"):
+        for style in ("flow", "block"):
+            path = tmp_path / f"rows-{shape}-{style}.yaml"
+            write_plan(path, 2500, shape, 7, style=style)  # type: ignore[arg-type]
+            plans.append(load_plan(path))
+    plans.append(load_plan_text(  # forward references, edge kinds, several upstreams not in index order
+        "name: p\njobs:\n  z: {command: x, depends_on: [b, a]}\n  a: {command: x}\n"
+        "  b: {command: x, depends_on: {a: failure}}\n  c: {type: noop, depends_on: {a: done, b: success}}\n"
+        "  d: {command: x, depends_on: [c, z, a]}\n"))
+    return plans
+
+
+def test_the_facts_made_of_the_loaders_rows_are_those_made_of_the_specs(tmp_path: Path) -> None:
+    from wloadctl.store.facts import run_facts
+
+    taken = 0
+    for plan in _rows_plans(tmp_path):
+        # Given a run's core made of a loaded plan, which hands over the rows its loader resolved
+        core = SchedulerCore(plan, 4, seed=1)
+        rows = core.take_up_rows()
+        taken += rows is not None
+        assert core.take_up_rows() is None, "the rows are handed over once"
+        args = (core.specs, core.ids, core.tier, core.expected, core.path, "d", plan.resources, False, core.index,
+                plan.timezone)
+        # Then the facts made of them are the facts made by looking every upstream id up
+        assert run_facts(*args, up_rows=rows) == run_facts(*args), plan.name
+    assert taken >= 8, "the loader's rows were not kept"
+
+
+def test_the_shape_made_of_the_loaders_rows_has_the_upstreams_of_the_dependents_turned_round(tmp_path: Path) -> None:
+    from wloadctl.runshape import CoreCopy, shape_of_copy
+
+    for plan in _rows_plans(tmp_path):
+        core = SchedulerCore(plan, 4, seed=1)
+        rows = core.take_up_rows()
+        copy = CoreCopy.of(core)
+        turned = shape_of_copy(copy, None, plan.timezone)
+        made = shape_of_copy(copy, None, plan.timezone, rows)
+        n = len(core.ids)
+        # Each job's upstreams are the same jobs, in the order of its depends_on
+        assert list(made.up_off) == list(turned.up_off), plan.name
+        for i in range(n):
+            row = list(made.up[made.up_off[i]:made.up_off[i + 1]])
+            assert sorted(row) == list(turned.up[turned.up_off[i]:turned.up_off[i + 1]]), (plan.name, i)
+            if rows is not None:
+                assert row == [core.index[d] for d in core.specs[i].depends_on], (plan.name, i)
+        assert (made.tier, made.down_off, made.down, made.path) == (turned.tier, turned.down_off, turned.down,
+                                                                   turned.path)
+
+
+def test_rows_that_are_not_the_copys_jobs_are_not_used() -> None:
+    from wloadctl.runshape import CoreCopy, shape_of_copy
+    from wloadctl.store.facts import run_facts
+
+    plan = load_plan_text("name: p\njobs:\n  a: {command: x}\n  b: {command: x, depends_on: [a]}\n")
+    core = SchedulerCore(plan, 2, seed=1)
+    rows = core.take_up_rows()
+    assert rows is not None
+    # Given rows of other jobs (a longer plan's)
+    other = load_plan_text("name: q\njobs:\n  a: {command: x}\n  b: {command: x}\n"
+                           "  c: {command: x, depends_on: [a, b]}\n")
+    wrong = SchedulerCore(other, 2, seed=1).take_up_rows()
+    args = (core.specs, core.ids, core.tier, core.expected, core.path, "d", {}, False, core.index, None)
+    # Then the facts and the shape are made of the core's own dependencies
+    assert run_facts(*args, up_rows=wrong) == run_facts(*args)
+    copy = CoreCopy.of(core)
+    assert list(shape_of_copy(copy, None, None, wrong).up) == [0]

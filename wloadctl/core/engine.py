@@ -10,6 +10,8 @@ from __future__ import annotations
 import gc
 import heapq
 from collections.abc import Container, Iterable, Iterator, Mapping
+from itertools import compress
+from operator import not_
 
 from wloadctl.core import codes as C
 from wloadctl.core.branches import (
@@ -324,8 +326,9 @@ class SchedulerCore(JobTable):
                 self.set_state(i, _HELD, reason=self.holds[i])
         self.to_confirm = []
         specs = self.specs
-        for i in range(self.n):
-            if state[i] == _W and unmet[i] == 0 and not block[i]:
+        # Only jobs with no unmet upstream can start: found without a Python step for each of a million jobs.
+        for i in compress(range(self.n), map(not_, unmet)):
+            if state[i] == _W and not block[i]:
                 if specs[i].item is not None and (loop := self.awaits_list(i)) is not None:
                     self._wait_for_list(i, loop)  # (a rerun instance whose loop reads its list again)
                     continue

@@ -51,6 +51,9 @@ class PlanArrays:
     """DepKind per CSR edge, or None when every edge is SUCCESS."""
     upstreams: list[int]
     """How many upstream jobs each job has."""
+    up_rows: tuple[array, array] | None = None
+    """The loader's upstream rows (offsets, then upstream indices in `depends_on` order) when the table is made
+    of its edges; None otherwise."""
 
 
 def plan_arrays(plan: Plan) -> PlanArrays:
@@ -70,7 +73,9 @@ def plan_arrays(plan: Plan) -> PlanArrays:
         # millions of times (most of the build at ten million jobs).
         ids, index, ups, up_off = edges.take()
         lens = list(map(sub, up_off[1:], up_off[:-1]))
+        up_rows: tuple[array, array] | None = (up_off, ups)
     else:
+        up_rows = None
         ids = [j.id for j in specs]
         index = {jid: i for i, jid in enumerate(ids)}
         lens = list(map(len, map(_DEPS_OF, specs)))
@@ -103,7 +108,7 @@ def plan_arrays(plan: Plan) -> PlanArrays:
     downs: list[tuple[int, ...]] = list(
         map(tuple, map(targets.__getitem__, map(slice, counts[:-1], counts[1:])))) if n else []
     return PlanArrays(plan, specs, ids, index, bytearray(int(j.sla) for j in specs), key_base, counts,
-                      array("i", targets), downs, kinds, lens)
+                      array("i", targets), downs, kinds, lens, up_rows)
 
 
 class JobTable:
@@ -151,6 +156,9 @@ class JobTable:
         """DepKind per CSR edge, or None when every edge is SUCCESS."""
         self.unmet = array("i", made.upstreams)
         """Upstreams not yet finished, per job."""
+        self.up_rows = made.up_rows
+        """The loader's upstream rows of the first jobs (see PlanArrays.up_rows) until `take_up_rows` hands them
+        over: the run's facts are made of them, without a lookup of every upstream id again."""
         self.counts = [0] * _N
         """Jobs per state value."""
         self.counts[_W] = n
@@ -160,6 +168,12 @@ class JobTable:
         """Time of the event being applied."""
         self._cause = ""
         self._tx: list[tuple] = []
+
+    def take_up_rows(self) -> tuple[array, array] | None:
+        """The loader's upstream rows (offsets, indices) of the table's first jobs, handed over once (None: the
+        table was not made of the loader's edges, or they were taken)."""
+        rows, self.up_rows = self.up_rows, None
+        return rows
 
     def upstream(self, i: int) -> list[int]:
         """Indices of job i's dependencies."""

@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 import time
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -562,7 +563,8 @@ class _ShapeWriter:
         """The run."""
         self.facts: RunFacts | None = None
         """The run's facts once made, until the loop's thread journals them."""
-        self.thread = threading.Thread(target=self._write, args=(copy, plan, core.resources.places, core.index),
+        self.thread = threading.Thread(target=self._write, args=(copy, plan, core.resources.places, core.index,
+                                                                 core.take_up_rows()),
                                        name="run-shape", daemon=True)
         """The thread that writes the file (started by `begin`)."""
 
@@ -572,14 +574,15 @@ class _ShapeWriter:
         if self.thread.ident is None:
             self.thread.start()
 
-    def _write(self, copy: CoreCopy, plan: Plan, places: bool, index: dict[str, int]) -> None:
+    def _write(self, copy: CoreCopy, plan: Plan, places: bool, index: dict[str, int],
+               up_rows: tuple[array, array] | None) -> None:
         try:
-            write_shape(self.opts.state_dir, self.run.run_id, shape_of_copy(copy, None, plan.timezone))
+            write_shape(self.opts.state_dir, self.run.run_id, shape_of_copy(copy, None, plan.timezone, up_rows))
         except OSError as e:
             self.opts.say(f"cannot write the run's shape file ({e}): consoles will read the plan")
         # The core's index only grows (loops over output add jobs after the copy's): the copy's ids are in it.
         self.facts = run_facts(copy.specs, copy.ids, copy.tier, copy.expected, copy.path, self.run.plan_digest,
-                               plan.resources, places, index, plan.timezone)
+                               plan.resources, places, index, plan.timezone, up_rows)
 
     def save_facts(self, store: Store) -> None:
         """Journal the run's facts once they are made (in the thread that drives the run's journal)."""
