@@ -20,7 +20,7 @@ def fmt_kb(kb: int) -> str:
     return f"{kb / 1024 / 1024:.1f}G"
 
 
-AGENT_TONE = {"ALIVE": "ok", "SUSPECT": "warn", "LOST": "bad"}
+AGENT_TONE = {"ALIVE": "ok", "SUSPECT": "warn", "LOST": "bad", "STOPPED": "warn"}
 """Tone of each agent state."""
 
 

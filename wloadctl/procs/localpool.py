@@ -160,6 +160,8 @@ class LocalPool:
     accepted then."""
     health_due: bool = False
     """An executor's pidfd fired: judge health at once."""
+    stopping: bool = False
+    """Every executor was asked to stop (stop_all): one that exits cleanly now is stopped, not lost."""
     per_msg: int = 0
     """Task records per request message."""
     sent_batches: int = 0
@@ -471,8 +473,9 @@ class LocalPool:
             # Tasks sent but accepted by nobody may still be in the queue, or be taken by a
             # live executor right now: watched until the queue has emptied (_settle_unaccepted).
             self.unaccepted = (0.0, self.core.unaccepted())
-            self.sup.log(f"executor {index}: {why}")
-            self.say("executor_lost", {"executor": index, "reason": why})
+            stopped = self.stopping and why == "exited with status 0"  # (as asked: its jobs were settled above)
+            self.sup.log(f"executor {index}: {'stopped as asked' if stopped else why}")
+            self.say("executor_stopped" if stopped else "executor_lost", {"executor": index, "reason": why})
             if replace and self.sup.respawn(index) is None:
                 # No replacement: the run goes on with fewer slots rather than over-committing the rest.
                 per_executor = self.core.slots // max(1, len(self.sup.workers))
@@ -684,6 +687,7 @@ class LocalPool:
 
     def stop_all(self) -> None:
         """Ask every executor to stop its jobs and exit."""
+        self.stopping = True
         self.sup.terminate_all()
 
     def wake_all(self) -> None:

@@ -566,8 +566,8 @@ class Agent:
         data = hb.encode()
         if not self.link.connected:
             return None
-        if not stopped:  # (a scheduler hearing the last one would count the agent alive a while longer)
-            self.link.publish(self.subjects.hb(self.opts.name), data)
+        # (the last one, `stopped`, tells the schedulers it is gone: they settle its jobs now, not at its timeout)
+        self.link.publish(self.subjects.hb(self.opts.name), data)
         # The agents bucket keeps the last beat for `wloadctl agents`; a put is a stream publish.
         return self.link.js_publish_async(  # type: ignore[return-value]
             f"$KV.{self.subjects.agents_bucket}.{self.opts.name}", data)

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from wloadctl.procs.control import ControlDesk
     from wloadctl.store.base import Store
 
+_GONE = (AgentState.LOST, AgentState.STOPPED)
+"""An agent no longer there to run what was placed on it: silent past its timeout, or stopped cleanly."""
+
 BEAT = 1.0
 """Seconds between the scheduler's beats to the agents."""
 ORPHAN_SETTLE = 1.0
@@ -484,7 +487,7 @@ class AgentPool:
     def _hear(self, hb: M.Heartbeat, heard: float) -> None:
         node = self.nodes.get(hb.agent) or self._add(hb.agent)
         was = node.state
-        if node.beat is not None and was != AgentState.LOST and (node.holdings is None
+        if node.beat is not None and was not in _GONE and (node.holdings is None
                                                                  or sender_of(hb) not in node.holdings.heard):
             # A new agent process beats under the name (started again, or a second one): the one before may have
             # taken dispatches and gone with them unreported, as a lost agent may (see check).
@@ -498,17 +501,20 @@ class AgentPool:
             self.say("agent_duplicate", {"agent": node.name, "agents": others, "reason": (
                 f"{len(others)} live agents beat under the name {node.name} ({'; '.join(others)}): their jobs "
                 "and kills are shared; give each its own --name")})
+        if hb.stopped:
+            self.health_due = True  # (check settles what it held)
+            return
         if was != AgentState.ALIVE:
             node.state = AgentState.ALIVE
             self.health_due = True
-            if was == AgentState.LOST and node.stale:
+            if was in _GONE and node.stale:
                 self.say("agent_back", {"agent": node.name, "stale": len(node.stale)})
-        if node.stale or was == AgentState.LOST:
+        if node.stale or was in _GONE:
             # Heard again after being declared lost: what it still holds of this run is not its to run
             # any more (its jobs went back to their policy; what it took unreported was sent again).
             core = self.core
             for run, job, att in hb.held:
-                if run == self.run_id and ((job, att) in node.stale or (was == AgentState.LOST and
+                if run == self.run_id and ((job, att) in node.stale or (was in _GONE and
                                                                         core.executor[int(job)] != node.index)):
                     node.stale.add((int(job), int(att)))
                     if core.held_lost.get(int(job)) != int(att):
@@ -525,14 +531,19 @@ class AgentPool:
         core = self.core
         self._watch_broker(now)
         for node in self.nodes.values() if self.watch.up else ():
-            st = agent_state(now - node.heard, self.timeout)
+            # (an agent's last beat says it stopped cleanly: it is gone now, not once its timeout is out)
+            st = AgentState.STOPPED if node.beat is not None and node.beat.stopped else \
+                agent_state(now - node.heard, self.timeout)
             if st == node.state:
                 continue
-            if st == AgentState.LOST:
+            if st in _GONE:
+                # It reported the jobs it stopped as lost; any other placed on it went with it unreported.
                 node.stale = {(i, core.attempt[i]) for i in range(core.n) if core.executor[i] == node.index
                               and core.state[i] in (JobState.QUEUED, JobState.RUNNING)}
-                why = f"agent {node.name} silent for {now - node.heard:.1f}s"
-                self.say("agent_lost", {"agent": node.name, "jobs": len(node.stale), "reason": why})
+                why = f"agent {node.name} stopped" if st == AgentState.STOPPED else \
+                    f"agent {node.name} silent for {now - node.heard:.1f}s"
+                self.say("agent_stopped" if st == AgentState.STOPPED else "agent_lost",
+                         {"agent": node.name, "jobs": len(node.stale), "reason": why})
                 feed(ExecutorLostEvent(node.index, now, why, cause_id=cause, unheard=True))
                 self._may_have_taken(node, now)
             node.state = st
@@ -580,7 +591,7 @@ class AgentPool:
         # Their beats could not reach this scheduler: each agent not already lost gets a fresh timeout,
         # and the tasks its beats did not list a fresh grace.
         for node in self.nodes.values():
-            if node.state != AgentState.LOST:
+            if node.state not in _GONE:
                 node.heard = max(node.heard, now)
             if node.holdings is not None:
                 node.holdings.forget()
@@ -598,7 +609,7 @@ class AgentPool:
             if ex >= AGENT_BASE and state[i] in (JobState.QUEUED, JobState.RUNNING):
                 placed.setdefault(ex, set()).add((i, attempt[i]))
         for node in self.nodes.values():
-            if node.holdings is None or node.state == AgentState.LOST:
+            if node.holdings is None or node.state in _GONE:
                 continue
             gone = node.holdings.missing(placed.get(node.index, set()), now, self.timeout)
             if not gone:
