@@ -262,3 +262,38 @@ def test_a_nul_byte_in_a_jobs_environment_fails_that_job_and_no_executor(tmp_pat
     events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if e["event"] == "executor_lost"]
     assert "Traceback" not in (sd / "executor-0.log").read_text()
+
+
+def test_the_last_jobs_lines_are_told_before_the_run_waits_for_its_on_failure_hooks(tmp_path: Path) -> None:
+    """A run waits up to 5 s for its hooks as it ends; the lines of the jobs that ended last come before that wait,
+    not after it (a SUCCEEDED line five seconds late reads as a job that took five seconds more)."""
+    import sys
+    import threading
+
+    from tests.integration.helpers import ENV
+
+    gate, ended = tmp_path / "gate", tmp_path / "hook-ended"
+    hook = (f"trap 'echo ended >> {ended}; exit 0' TERM; "
+            f"while [ ! -e {gate} ]; do sleep 0.05; done; echo ended >> {ended}")
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "hooklines", "on_failure": hook, "jobs": {
+        "a": {"command": "exit 3"}, "b": {"command": "sleep 0.5"}}}, sort_keys=False))
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(tmp_path / "sd")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+                            start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        # Given a failed job whose hook runs until told, and a job that ends after it
+        wait_for(lambda: any(line.split()[1:3] == ["SUCCEEDED", "b"] for line in lines if len(line.split()) > 2),
+                 timeout=60, what="b's line")
+        # Then b's line came while the hook still ran (the run's end waits for it, then stops it)
+        assert not ended.exists(), lines
+        gate.touch()
+        assert proc.wait(timeout=60) == 1
+        reader.join(timeout=10)
+        assert ended.exists() and any(line.startswith("run ") and "failed" in line for line in lines), lines
+    finally:
+        gate.touch()
+        stop_proc(proc)

@@ -210,6 +210,8 @@ class SchedulerLoop:
             if self.on_turn is not None and now - last_progress >= 0.2:
                 last_progress = now
                 self.on_turn(self)
+        if self.on_turn is not None:
+            self.on_turn(self)  # the last turns' changes, told now: not after the run's end work (hooks' wait)
         if self.finished is not None:
             self._publish(force=True, done=True)
         return self.finished
