@@ -10,9 +10,10 @@ import pytest
 from tests.integration.helpers import cli, job_states, status, wait_for
 from tests.remote.conftest import NatsServer
 from tests.remote.nodes import Node
-from tests.remote.test_agent_runs import agents_of, plan_file, run_bg
+from tests.remote.test_agent_runs import agents_of, no_run_left, plan_file, run_bg
 
 pytestmark = pytest.mark.ipc
+_ = no_run_left  # (autouse here too: a run a failed test left behind is stopped)
 
 
 def _agent_states(sd: Path) -> dict[str, str]:
