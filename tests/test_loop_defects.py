@@ -16,6 +16,7 @@ from wloadctl.core.commands import Dispatch, Reply
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import JobExitedEvent, JobsFinishedEvent, OperatorEvent, RunStartedEvent
 from wloadctl.core.explain import why
+from wloadctl.core.jobtable import JobTable
 from wloadctl.core.loops import apply_expansions, expand_for_each, instance_id
 from wloadctl.core.plan import DynamicItems, Plan
 from wloadctl.core.states import JobState
@@ -214,3 +215,17 @@ def test_rerun_of_everything_on_a_stopped_run_exits_0_and_each_instance_runs_onc
     lines = out.read_text().split()
     assert lines[0] == "produce" and sorted(lines[1:]) == ["a", "b"], lines
     assert set(job_states(Path(sd)).values()) == {"SUCCEEDED"}
+
+
+def test_transitions_are_watched_for_a_loop_ending_unread_only_once_an_instance_waits_for_one() -> None:
+    # Given a run whose instances wait for no loop: a transition pays for no check of one
+    core = looped_over(["a"])
+    assert core.set_state.__func__ is JobTable.set_state  # type: ignore[attr-defined]
+    # When an instance is rerun and waits for its loop to read its list again
+    rerun(core, "list", downstream=True)
+    rerun(core, "load@a")
+    assert core.set_state.__func__ is SchedulerCore._set_state_watching  # type: ignore[attr-defined]
+    # Then the loop that ends without reading it still ends the instance that waited
+    finish(core, "list", code=1)
+    assert state(core, "load@a") == JobState.UPSTREAM_FAILED
+    core.validate()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from wloadctl.core.states import JobState
 from wloadctl.ipc import protocol as P
 from wloadctl.procs import resultlog, runctx
 from wloadctl.procs.localpool import read_results
@@ -74,3 +75,35 @@ def test_the_event_log_keeps_what_a_full_disk_refuses_and_writes_it_in_order(
     ev.close()
     names = [json.loads(line)["event"] for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert names == ["first", "second", "third", "fourth"]
+
+
+def test_transition_events_carry_each_field_as_json_says_whatever_the_mix_of_a_turn(tmp_path: Path) -> None:
+    ids = ["plain_1", 'quo"ted', "back\\slash", "x.y:z@1-2"]
+    tx = [(i % 4, frm, to, att, ts, ex, code, reason, cause)
+          for i, (frm, to, att, ts, ex, code, reason, cause) in enumerate([
+              (0, 1, 0, 1.5, -1, None, "", "turn-1"),  # WAITING -> READY: not logged
+              (1, 2, 1, 1.5, -1, None, "", "turn-1"),
+              (2, 3, 1, 1.5, 0, None, "", "turn-1"),
+              (3, 4, 1, 2.25, 1, 0, "", "turn-1"),
+              (3, 5, 2, 2.25, 1, 3, "", "turn-2"),
+              (2, 5, 1, 2.25, -1, None, 'gone "away"\n', "turn-2"),
+              (3, 6, 1, 1796578839.011857, 0, -9, "timed out", "turn-2"),
+              (1, 7, 1, 1796578839.011857, -1, 0, "held", "op"),
+          ])]
+    ev = EventLog(tmp_path / "events.jsonl", "r1")
+    ev.transitions(tx, ids)
+    ev.flush()
+    lines = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    want = []
+    for i, frm, to, att, ts, ex, code, reason, cause in tx[1:]:
+        e = {"ts": ts, "run": "r1", "job": ids[i], "attempt": att, "trace": f"r1.{i}.{att}", "event": "transition",
+             "from": JobState(frm).name, "to": JobState(to).name, "cause": cause}
+        if reason:
+            e["reason"] = reason
+        if code is not None:
+            e["exit"] = code
+        if ex >= 0:
+            e["executor"] = ex
+        want.append(e)
+    assert lines == want
+    assert [list(e) for e in lines] == [list(e) for e in want]  # (and in that order)

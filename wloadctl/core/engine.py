@@ -980,13 +980,16 @@ class SchedulerCore(JobTable):
         """WAITING instance k waits for loop p to read its list again (reach_loop lets it go or skips it)."""
         self.fanout.waiting.setdefault(p, set()).add(k)
         self.reasons[k] = f"waiting for loop {self.ids[p]} to read its list again: it runs if listed"
+        # From now on a loop may end with instances waiting for it: every transition is watched for that
+        # (until then, as in almost every run, a transition pays for no check).
+        self.set_state = self._set_state_watching  # type: ignore[method-assign]
 
-    def set_state(self, i: int, to: int, reason: str = "", executor: int = -1,
-                  exit_code: int | None = None) -> None:
-        """Move job i to state `to` (JobTable.set_state); a loop that ends without reading its list again ends
-        the instances rerun that waited for it (reach_loop lets them go or skips them when it reads it)."""
-        super().set_state(i, to, reason, executor, exit_code)
-        if self.fanout.waiting and i in self.fanout.waiting and _TERMINAL[to]:
+    def _set_state_watching(self, i: int, to: int, reason: str = "", executor: int = -1,
+                            exit_code: int | None = None) -> None:
+        """set_state once an instance waits for a loop to read its list again: a loop that ends without reading
+        it ends the instances rerun that waited for it (reach_loop lets them go or skips them when it reads it)."""
+        JobTable.set_state(self, i, to, reason, executor, exit_code)
+        if i in self.fanout.waiting and _TERMINAL[to]:
             self._loop_ended_unread(i)
 
     def _loop_ended_unread(self, d: int) -> None:

@@ -247,16 +247,23 @@ class LocalPool:
     def submit(self, tasks: list[tuple[int, int]], follow: frozenset[int] = frozenset()) -> None:
         """Take dispatched (job, attempt) pairs; they are placed and sent by pump(). Those in `follow` go
         in the same message as the task before them (see Dispatch.follow)."""
-        if self.payload_at:
+        payload_at = self.payload_at
+        if payload_at:
+            release = self.objs.arena.release
             for i, _att in tasks:
                 # Sent again: the engine settled the copy sent before with no report of its own (lost before
                 # any executor read it), or the ring would stop for good once it came round to its room.
-                self._forget_copy(i)
+                copy = payload_at.pop(i, None)
+                if copy is not None:
+                    release(copy[1])
         self.unplaced.extend(tasks)
         # Marked now, not when placed: a predecessor's report drained before then (the next turn's, or while
         # the arena is full) must not settle this copy.
-        for i, _att in tasks:
-            self.own(i)
+        if tasks:
+            self.own(max(tasks)[0])  # (sized once for the batch)
+            sent = self.sent_here
+            for i, _att in tasks:
+                sent[i] = 1
         if follow:
             self.follows |= follow
 
@@ -579,15 +586,17 @@ class LocalPool:
     def _place(self) -> None:
         """Turn dispatches into task records, writing shell payloads into the arena."""
         core, arena, epoch = self.core, self.objs.arena, self.epoch
+        state, attempt, payload_of, payload_at = core.state, core.attempt, self.payload_of, self.payload_at
+        send, record, queued, noop = self.sendq.append, P.TaskRecord, int(JobState.QUEUED), P.TASK_NOOP
         un = self.unplaced
         while un:
             i, att = un[0]
-            if core.state[i] != JobState.QUEUED or core.attempt[i] != att:
+            if state[i] != queued or attempt[i] != att:
                 un.popleft()
                 continue
-            data = self.payload_of(i, att)
+            data = payload_of(i, att)
             if data is None:
-                self.sendq.append(P.TaskRecord(i, att, P.TASK_NOOP, 0, epoch, 0, 0))
+                send(record(i, att, noop, 0, epoch, 0, 0))
             else:
                 off = arena.put(data, task=i, attempt=att, epoch=epoch)
                 if off is None and self._reclaim():
@@ -595,13 +604,13 @@ class LocalPool:
                 if off is None:
                     return  # the arena is full: the rest waits for results to free room
                 self._forget_copy(i)  # (submit did, unless the job was sent again before it)
-                self.payload_at[i] = (att, off)
+                payload_at[i] = (att, off)
                 kind = P.TASK_SHELL
                 if self.follows and i in self.follows:
                     self.follows.discard(i)
                     kind = P.TASK_FOLLOW
                 # flags carry the SLA tier: an executor starts its most urgent backlog task first.
-                self.sendq.append(P.TaskRecord(i, att, kind, core.tier[i], epoch, off, len(data)))
+                send(record(i, att, kind, core.tier[i], epoch, off, len(data)))
             un.popleft()
 
     def _forget_copy(self, i: int) -> None:

@@ -170,20 +170,32 @@ class EventLog:
         """
         rid = self.run_id
         heads = self.heads
-        out = []
+        out: list[str] = []
+        append = out.append
+        # A turn's transitions mostly share one time: its text (and the line's start) is made once for them.
+        last_ts = None
+        start = ""
         for i, frm, to, att, ts, ex, code, reason, cause in tx:
             if frm == 0 and to == 1:
                 continue
+            if ts != last_ts:
+                last_ts = ts
+                start = f'{{"ts":{ts:.6f},"run":"{rid}","job":'
             jid = ids[i]
             # Plan ids are letters, digits and _.:-@ : quoting them needs no escapes.
             q = json.dumps(jid) if '"' in jid or "\\" in jid else f'"{jid}"'
-            extra = f',"reason":{json.dumps(reason)}' if reason else ""
-            if code is not None:
-                extra += f',"exit":{code}'
-            if ex >= 0:
-                extra += f',"executor":{ex}'
-            out.append(f'{{"ts":{ts:.6f},"run":"{rid}","job":{q},"attempt":{att},"trace":"{rid}.{i}.{att}",'
-                       f'{heads[frm * 16 + to]}"cause":"{cause}"{extra}}}\n')
+            if reason:
+                extra = f',"reason":{json.dumps(reason)}'
+                if code is not None:
+                    extra += f',"exit":{code}'
+                if ex >= 0:
+                    extra += f',"executor":{ex}'
+            elif code is None:
+                extra = f',"executor":{ex}' if ex >= 0 else ""
+            else:
+                extra = f',"exit":{code},"executor":{ex}' if ex >= 0 else f',"exit":{code}'
+            append(f'{start}{q},"attempt":{att},"trace":"{rid}.{i}.{att}",{heads[frm * 16 + to]}"cause":"{cause}"'
+                   f'{extra}}}\n')
         if out:
             self._add("".join(out))
 
