@@ -94,7 +94,9 @@ class ConsoleApp(App[str]):
         client_for: Callable[[Path, str | None], Client] | None = None,
     ) -> None:
         if state_dir is None:
-            self.DEFAULT_MODE = "runs"  # no run given: the run list comes first
+            # No run given: the run list comes first. (App.__init__ reads the mode from the instance; Textual
+            # declares it a ClassVar, but a class-wide change would reach every console made afterwards.)
+            self.DEFAULT_MODE = "runs"  # type: ignore[misc]
         super().__init__()
         self.state_dir = state_dir
         """The run's state directory (None until one is opened from the run list)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from math import isfinite
 from typing import Any, TypeVar
 
@@ -32,7 +32,7 @@ class Sparse(dict[int, _V]):
             self[i] = value
 
 
-class Ranks:
+class Ranks(Sequence[int]):
     """Critical-path ranks computed when asked, from each job's remaining path (see wloadctl.core.critical)."""
 
     def __init__(self, rank_of: Callable[[int], int], n: int) -> None:
@@ -42,7 +42,9 @@ class Ranks:
     def __len__(self) -> int:
         return self._n
 
-    def __getitem__(self, i: int) -> int:
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
         if not 0 <= i < self._n:
             raise IndexError(i)
         return self._rank_of(i)

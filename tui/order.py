@@ -83,7 +83,7 @@ class Picked(Sequence[int]):
 class Chained(Sequence[int]):
     """Parts one after the other (a sort by state or tier: one Picked per value)."""
 
-    def __init__(self, parts: list[Sequence[int]]) -> None:
+    def __init__(self, parts: Sequence[Sequence[int]]) -> None:
         self.parts = [p for p in parts if len(p)]
         self._starts = list(accumulate((len(p) for p in self.parts), initial=0))
 
@@ -243,7 +243,7 @@ def _sparse(idx: Sequence[int], has: Iterable[Any], key: Callable[[int], Any], r
     head.sort(key=key, reverse=reverse)
     others = flags.translate(_table((0,)))
     if isinstance(idx, range) and idx == range(len(flags)):
-        rest: Sequence[int] = Picked(others)  # most of a large run: not listed
+        rest: Sequence[int] = Picked(bytes(others))  # most of a large run: not listed (a mask is not changed)
         return Chained([head, rest])
     return head + list(compress(idx, others))
 

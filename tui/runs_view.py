@@ -12,19 +12,40 @@ LIVE = ("running", "holding")
 
 
 class RunLike(Protocol):
-    """What the list reads of a run (wloadctl.runlist.RunEntry)."""
+    """What the list reads of a run (wloadctl.runlist.RunEntry, frozen: read, never set)."""
 
-    run: str
-    plan: str
-    business_date: str
-    status: str
-    done: int
-    total: int
-    at_risk: int
-    late: int
-    started: float
-    state_dir: str
-    latest: bool
+    @property
+    def run(self) -> str: ...
+
+    @property
+    def plan(self) -> str: ...
+
+    @property
+    def business_date(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def done(self) -> int: ...
+
+    @property
+    def total(self) -> int: ...
+
+    @property
+    def at_risk(self) -> int: ...
+
+    @property
+    def late(self) -> int: ...
+
+    @property
+    def started(self) -> float: ...
+
+    @property
+    def state_dir(self) -> str: ...
+
+    @property
+    def latest(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

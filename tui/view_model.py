@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Collection, Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,8 +47,8 @@ class JobsModel:
     megabytes and one transition costs a few assignments.
     """
 
-    ids: list[str]
-    """Job ids in plan order."""
+    ids: MutableSequence[str]
+    """Job ids in plan order (a list, or an IdList over the run's id file)."""
     tier: bytearray
     """SLA tier value per job."""
     state: bytearray = field(default_factory=bytearray)
@@ -106,7 +106,7 @@ class JobsModel:
 
     def __post_init__(self) -> None:
         n = len(self.ids)
-        self.index: MutableMapping[str, int] = (
+        self.index: IdIndex | dict[str, int] = (
             IdIndex(self.ids) if isinstance(self.ids, IdList) else {j: i for i, j in enumerate(self.ids)}
         )
         """Index by job id."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from wloadctl.core.plan import Plan
@@ -149,8 +149,8 @@ class Dag:
     @classmethod
     def from_rows(
         cls,
-        ids: list[str],
-        index: dict[str, int],
+        ids: Sequence[str],
+        index: Mapping[str, int],
         up_off: array[int],
         up: array[int],
         down: tuple[array[int], array[int]] | None = None,
@@ -174,7 +174,7 @@ class Dag:
         return dag
 
     def _setup(
-        self, ids: list[str], index: dict[str, int], up_off: array[int], up: array[int]
+        self, ids: Sequence[str], index: Mapping[str, int], up_off: array[int], up: array[int]
     ) -> None:
         self.ids = ids
         """Job ids by index (plan order)."""

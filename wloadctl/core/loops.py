@@ -39,6 +39,8 @@ def items_of(spec: JobSpec, variables: dict[str, object]) -> tuple[str, ...]:
             raise WloadError(f"for_each: {fe} items must be text or numbers, not a {type(bad).__name__}",
                              job=spec.id, line=spec.line, hint="declare it under `variables:` as a list of names")
         return tuple(str(v) for v in value)
+    if isinstance(fe, DynamicItems):
+        raise TypeError(f"{spec.id}: the items of a for_each over upstream output come from output_items")
     if not fe:
         raise WloadError("for_each: the list of items is empty", job=spec.id, line=spec.line)
     return tuple(fe)
@@ -231,9 +233,9 @@ def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None =
         # An argument is the item as it is, but the script a shell is given with -c is shell text.
         script = cmd.index("-c") + 1 if os.path.basename(cmd[0]) in _SHELLS and "-c" in cmd[1:] else -1
         cmd = tuple(shell_item(c, item) if k == script else c.replace(PLACEHOLDER, item) for k, c in enumerate(cmd))
-    extra = {} if depends_on is None else {"depends_on": depends_on, "dep_kinds": None}
+    deps, kinds = (spec.depends_on, spec.dep_kinds) if depends_on is None else (depends_on, None)
     return dataclasses.replace(spec, id=iid or instance_id(spec.id, item), command=cmd, for_each=None, item=item,
-                               env=(*spec.env, ("WLOADCTL_ITEM", item)), **extra)
+                               env=(*spec.env, ("WLOADCTL_ITEM", item)), depends_on=deps, dep_kinds=kinds)
 
 
 def output_items(spec: JobSpec, outcomes: Mapping[str, Mapping[str, Any]],

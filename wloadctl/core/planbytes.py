@@ -26,16 +26,16 @@ def unreadable(err: yaml.reader.ReaderError, source: Callable[[], Any]) -> tuple
         return (line, f"the file is not UTF-8 text (byte 0x{byte:02x} at byte offset {offset:,})",
                 "save the file as UTF-8 (from Latin-1: iconv -f latin1 -t utf-8 PLAN > NEW)")
     char = getattr(err, "character", -1)
-    line: int | None = None
+    at: int | None = None
     if isinstance(char, int) and 0 <= char <= 0x10FFFF:
         data = source()
         try:
-            line = _line_of_char(data, chr(char).encode())
+            at = _line_of_char(data, chr(char).encode())
         finally:
             if hasattr(data, "close"):
                 data.close()
     what = f"U+{char:04X}" if isinstance(char, int) and char >= 0 else "a character"
-    return (line, f"the plan holds {what}, which YAML does not allow ({err.reason})",
+    return (at, f"the plan holds {what}, which YAML does not allow ({err.reason})",
             "remove it; write control characters as escapes in double quotes (\"\\t\")")
 
 

@@ -78,10 +78,16 @@ class VerbTarget(Protocol):
 
 
 class JobNames(Protocol):
-    """Job ids in plan order and their index (what resolve_jobs reads)."""
+    """Job ids in plan order and their index (what resolve_jobs reads, and never changes)."""
 
-    ids: Sequence[str]
-    index: Mapping[str, int]
+    @property
+    def ids(self) -> Sequence[str]:
+        """Job ids in plan order."""
+
+    @property
+    def index(self) -> Mapping[str, int]:
+        """Job id -> its position in `ids`."""
+
 
 VERB_FROM: dict[str, frozenset[JobState]] = {
     "hold": frozenset({S.WAITING, S.READY, S.RETRY_WAIT}),

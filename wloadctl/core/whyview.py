@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from wloadctl.core.codes import JOB_BITS
 from wloadctl.core.condition import Condition
@@ -22,22 +23,23 @@ from wloadctl.core.plan import JobSpec
 from wloadctl.core.states import JobState
 
 S = JobState
+N = TypeVar("N", int, float)
 
 
 @dataclass
-class JobFigures:
+class JobFigures(Generic[N]):
     """One job's value of a per-job array of the core (expected seconds, remaining path, ready key),
     indexed as the core's array is; its length is the plan's number of jobs."""
 
     n: int
     """Jobs the array covers."""
-    values: dict[int, float]
-    """The values known, by job index."""
+    values: dict[int, N]
+    """The values known, by job index (a ready key is an int, as in the core's array)."""
 
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i: int) -> float:
+    def __getitem__(self, i: int) -> N:
         return self.values[i]
 
 

@@ -273,8 +273,9 @@ class ControlDesk:
         user, verb, reason = str(req.get("user", "")), str(req.get("verb", "")), str(req.get("reason", ""))
         self.store.record_action(self.ctx.run.id, user, verb, job[:4000], reason, outcome, applied, time.time())
         # What a request through the broker said it was goes to the event log only, marked as a claim.
+        # (The attempt is given by place: a key of `claim` cannot then stand for it.)
         claim = {"claimed": str(req["claimed"])} if "claimed" in req else {}
-        self.ctx.events.emit("action", job, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied,
+        self.ctx.events.emit("action", job, 0, user=user, verb=verb, reason=reason, outcome=outcome, applied=applied,
                              **claim)
 
     def _send(self, req: dict[str, Any], body: dict[str, Any]) -> None:

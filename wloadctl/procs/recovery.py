@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from wloadctl.core.events import JobExitedEvent
 from wloadctl.core.states import JobState
@@ -150,7 +150,9 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
     Returns:
         One line per notable finding, for the operator.
     """
-    core = pool.core
+    # A pool reads its tasks through a Book; the scheduler's local pool reads the scheduler's core, whose kill
+    # reasons this sets for the jobs a stop of the run was stopping.
+    core = cast("SchedulerCore", pool.core)
     notes: list[str] = []
     alive: set[int] = set()
     if adopt:

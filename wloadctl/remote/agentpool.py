@@ -12,6 +12,7 @@ those attempts is ignored, and what it still runs of them is killed once it is h
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import select
@@ -421,7 +422,7 @@ class AgentPool:
                 self._heartbeat(m.data)
             elif m.source == "op":
                 if self.on_op is not None:
-                    self.on_op(m.data, lambda data, m=m: self.link.respond(m, data), time.time(), m.subject)
+                    self.on_op(m.data, functools.partial(self.link.respond, m), time.time(), m.subject)
             elif m.source == "results":
                 try:
                     self._results(m, feed, cause)

@@ -199,6 +199,8 @@ class BrokerOptions:
         url = ns.broker or env.get(ENV_BROKER)
         if not url:
             raise UsageError("no broker given", hint=f"pass --broker nats://HOST:4222 or set {ENV_BROKER}")
+        default: float = getattr(ns, "broker_timeout_default", CONNECT_TIMEOUT)
+        timeout: float = getattr(ns, "broker_timeout", None) or _env_timeout(env) or default
         return cls(
             url=url,
             user=ns.broker_user,
@@ -211,8 +213,7 @@ class BrokerOptions:
             tls_key=ns.broker_tls_key,
             prefix=ns.prefix or env.get(ENV_PREFIX) or DEFAULT_PREFIX,
             stream_replicas=getattr(ns, "stream_replicas", 1),
-            connect_timeout=getattr(ns, "broker_timeout", None) or _env_timeout(env)
-            or getattr(ns, "broker_timeout_default", CONNECT_TIMEOUT),
+            connect_timeout=timeout,
         )
 
     def shown(self) -> str:

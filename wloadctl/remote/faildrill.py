@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,7 +127,8 @@ class BrokerTarget:
     def listen(self) -> list[Heard]:
         """The run's messages heard so far (those arrived since the last look are decoded and added)."""
         now = time.time()
-        decoders = {"pair": M.PairBeat.decode, "beat": M.SchedulerBeat.decode, "dispatch": wire.decode_dispatch}
+        decoders: dict[str, Callable[[bytes], M.PairBeat | M.SchedulerBeat | wire.DispatchBatch]] = {
+            "pair": M.PairBeat.decode, "beat": M.SchedulerBeat.decode, "dispatch": wire.decode_dispatch}
         for m in self.link.drain():
             decode = decoders.get(m.source)
             try:

@@ -432,7 +432,8 @@ class BrokerLink:
             return False
         nc, _ = self._client()
         try:
-            self._call(nc.flush(timeout), timeout + 1.0, "flush")
+            # nats-py annotates the timeout as int; it is handed to asyncio.wait_for, which takes fractions.
+            self._call(nc.flush(timeout), timeout + 1.0, "flush")  # type: ignore[arg-type]
         except TransportError:
             return False
         return True

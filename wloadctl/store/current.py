@@ -21,7 +21,7 @@ or writer, applies about FLAT_EVERY transitions more.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from statistics import median
 from typing import Any
@@ -70,6 +70,7 @@ class CurrentState:
     # What Store provides.
     columns: Any
     drop_columns: Any
+    last_seq: Callable[[int], int]
     job_ids: Any
     runs: Any
     _turns: Any
@@ -216,9 +217,10 @@ class CurrentState:
         None when not kept."""
         # The sequence number first: blocks saved after it are newer, and the turns after it,
         # applied again over them, change nothing (FlatRows.apply).
-        saved = seq = self._flat_saved(run)
-        if seq is None:
+        saved = self._flat_saved(run)
+        if saved is None:
             return None
+        seq = saved
         flat = FlatRows.from_blocks(self._flat_blocks(run), self._kept_jobs(run) or 0)
         tail: list[bytes] = []
         for first, recs in self._turn_records(run, seq):
