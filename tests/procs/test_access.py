@@ -148,6 +148,7 @@ def test_a_verb_beyond_the_callers_role_is_refused_naming_the_role_and_audited(t
         for c in desk.core.flush():
             if hasattr(c, "results"):
                 desk.reply(c)
+        desk.send_replies()  # (as the loop does once it published the turn)
 
     try:
         t = serve(desk.ctl, handle, rounds=3)

@@ -42,6 +42,7 @@ def ask(d: ControlDesk, user: str, verb: str, *jobs: str, reason: str = "") -> N
     for c in d.core.flush():
         if isinstance(c, Reply):
             d.reply(c)
+    d.send_replies()
 
 
 def close(d: ControlDesk, store: Store) -> list[tuple[str, str, str, bool]]:

@@ -67,6 +67,8 @@ class ControlDesk:
         """Who is believed on the run's broker subjects (set when the run has a broker)."""
         self.waiting: deque[dict[str, Any]] = deque()
         """Requests fed to the core whose Reply has not come out yet (FIFO, same order)."""
+        self.unsent: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        """Answers of verbs applied this turn: sent once the board shows what they did (send_replies)."""
         self.four_eyes: frozenset[str] = frozenset(getattr(ctx.plan, "four_eyes", ())) | self.roles.four_eyes
         """Verbs the plan or the roles config make need a second person's approve on every job."""
         self.book = PendingBook.from_actions(store.actions(ctx.run.id))
@@ -267,6 +269,13 @@ class ControlDesk:
         if req.get("approved"):
             body["approved"] = req["approved"]
         if req:
+            self.unsent.append((req, body))
+
+    def send_replies(self) -> None:
+        """Answer the verbs the core replied to: after the turn's board publish, so that whoever is told a verb
+        applied reads its effect in `status` at once (the board is what a live run's status reads)."""
+        unsent, self.unsent = self.unsent, []
+        for req, body in unsent:
             self._send(req, body)
 
     def _journal(self, req: dict[str, Any], job: str, outcome: str, applied: bool) -> None:

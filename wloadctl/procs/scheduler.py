@@ -134,6 +134,7 @@ class SchedulerLoop:
         try:
             return self._run(desk)
         finally:
+            desk.send_replies()  # (a turn cut short: its answers still go)
             desk.close()
 
     def _run(self, desk: ControlDesk) -> RunFinished | None:
@@ -198,6 +199,7 @@ class SchedulerLoop:
             # The board's beat is the heartbeat standbys and executors watch: publish it
             # every interval even when no job changed state.
             self._publish(force=beat)
+            desk.send_replies()  # (once the board shows what the verbs did: `status` then reads it at once)
             if desk.drill is not None or self.strike is not None:
                 # A failover drill asked from another host: struck at the end of a turn, once it may be.
                 from wloadctl.procs.selfdrill import advance
