@@ -96,12 +96,12 @@ def test_a_job_starts_in_its_own_group_without_a_shell(tmp_path: Path, no_ipc_le
     for job in ("plain", "shelled"):
         text = cli("logs", job, "--state-dir", str(sd)).stdout
         line = next(x for x in text.splitlines() if x.startswith("0::"))
-        assert "/wloadctl." in line and re.search(r"/e\d+\.\d+-g\d+$", line), text
+        assert "/wloadctl." in line and re.search(r"/e\d+\.\d+-[0-9a-f]+\.g\d+$", line), text
     # And the executor, the shell's parent, went back to its own group once the job had started
     parent = next(x for x in cli("logs", "shelled", "--state-dir", str(sd)).stdout.splitlines()
                   if x.startswith("parent "))
     assert parent.startswith("parent python") and "0::" in parent, parent
-    assert not re.search(r"/e\d+\.\d+-g\d+$", parent), parent
+    assert not re.search(r"/e\d+\.\d+-[0-9a-f]+\.g\d+$", parent), parent
 
 
 @pytest.mark.skipif(detect().mode != "cgroup", reason=f"no delegated cgroup v2 here: {detect().why}")
