@@ -715,3 +715,21 @@ def test_for_each_takes_its_cap_over_a_list_or_a_variable_too(style: str) -> Non
         load_plan_text("name: cap\njobs:\n  k: {for_each: {items: [x, y, z], max_items: 2}, command: 'true'}\n")
     assert "for_each lists 3 items, more than max_items 2" in str(e.value.problems[0] if e.value.problems
                                                                    else e.value)
+
+
+@pytest.mark.parametrize(("job", "found"), [
+    ('{command: "echo {item}"}', "the command holds {item}, but the job has no for_each"),
+    ('{command: "echo \\0"}', "the command holds a NUL byte"),
+    ('{command: x, cwd: "/a\\0b"}', "cwd holds a NUL byte"),
+    ('{command: x, env: {A: "\\0"}}', "env 'A' holds a NUL byte"),
+    ('{command: x, type: noop}', "a noop job runs no command, but this one has one"),
+    ('{command: [x, "\\0"]}', "an argument of the command holds a NUL byte"),
+])
+def test_one_odd_command_among_many_plain_ones_is_still_found(job: str, found: str) -> None:
+    """Commands are checked by distinct setting when every job's is plain: an odd one turns that off."""
+    plain = "".join(f"  p{i}: {{command: \"true\", depends_on: [p{i - 1}]}}\n" for i in range(1, 50))
+    text = f"name: p\njobs:\n  p0: {{command: \"true\"}}\n{plain}  odd: {job}\n"
+    with pytest.raises(PlanError) as e:
+        load_plan_text(text)
+    assert any(found in str(p) for p in e.value.problems), e.value.problems
+    load_plan_text(f"name: p\njobs:\n  p0: {{command: \"true\"}}\n{plain}")
