@@ -134,6 +134,14 @@ def test_a_retry_delay_runs_on_across_a_stop_and_a_resume(tmp_path: Path) -> Non
             reap_orphans(run_id)
 
 
+def _cancel_once_a_runs(sd: Path) -> str:
+    """Cancel the run of `sd` once its job `a` runs; the run's id."""
+    wait_for(lambda: job_states(sd).get("a") == "RUNNING", what="a running")
+    run_id = str(status(sd)["run"])
+    assert cli("cancel", "--state-dir", str(sd)).returncode == 0
+    return run_id
+
+
 def test_a_cancelled_run_whose_scheduler_crashed_ends_cancelled_on_resume(tmp_path: Path, no_ipc_leaks: None) -> None:
     out, go, sd = tmp_path / "ev", tmp_path / "go", tmp_path / "sd"
     first = f"echo a >> {out}; while [ ! -e {go} ]; do sleep 0.05; done"
@@ -145,9 +153,7 @@ def test_a_cancelled_run_whose_scheduler_crashed_ends_cancelled_on_resume(tmp_pa
     run_id = ""
     try:
         # Given a run cancelled while its first job runs
-        wait_for(lambda: job_states(sd).get("a") == "RUNNING", what="a running")
-        run_id = status(sd)["run"]
-        assert cli("cancel", "--state-dir", str(sd)).returncode == 0
+        run_id = _cancel_once_a_runs(sd)
         wait_for(lambda: job_states(sd).get("c") == "CANCELLED", what="the cancel applied")
         # When its scheduler is killed -9, and the run resumed once the job has ended
         os.kill(proc.pid, signal.SIGKILL)
@@ -178,9 +184,7 @@ def test_a_run_cancelled_with_only_running_jobs_stays_cancelled_across_a_crash(
     run_id = ""
     try:
         # Given a run cancelled while its one job runs (nothing left to mark cancelled)
-        wait_for(lambda: job_states(sd).get("a") == "RUNNING", what="a running")
-        run_id = status(sd)["run"]
-        assert cli("cancel", "--state-dir", str(sd)).returncode == 0
+        run_id = _cancel_once_a_runs(sd)
         # When its scheduler is killed -9, the job fails, and the run is resumed
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -209,9 +213,7 @@ def test_a_cancelled_run_that_ended_runs_what_is_rerun_offline_when_resumed(tmp_
     run_id = ""
     try:
         # Given a run cancelled while `a` runs, that then ended cancelled: b and c never started
-        wait_for(lambda: job_states(sd).get("a") == "RUNNING", what="a running")
-        run_id = status(sd)["run"]
-        assert cli("cancel", "--state-dir", str(sd)).returncode == 0
+        run_id = _cancel_once_a_runs(sd)
         go.touch()
         assert proc.wait(timeout=60) == 1
         assert status(sd)["status"] == "cancelled" and job_states(sd)["b"] == "CANCELLED"

@@ -53,16 +53,7 @@ def _arrays_fields(plan):  # type: ignore[no-untyped-def]
 def test_edges_the_loader_resolved_give_the_arrays_a_lookup_per_edge_gives(tmp_path: Path) -> None:
     import dataclasses
 
-    samples = Path(__file__).resolve().parents[2] / "samples"
-    plans = [load_plan(p) for p in sorted(samples.glob("*.yaml"))]
-    for shape in ("bank", "wide", "chain"):
-        for style in ("flow", "block"):
-            path = tmp_path / f"{shape}-{style}.yaml"
-            write_plan(path, 2500, shape, 3, style=style)  # type: ignore[arg-type]
-            plans.append(load_plan(path))
-    plans.append(load_plan_text(  # forward references, edge kinds, a dependency listed under a job after it
-        "name: p\njobs:\n  z: {command: x, depends_on: [b, a]}\n  a: {command: x}\n"
-        "  b: {command: x, depends_on: {a: failure}}\n  c: {type: noop, depends_on: {a: done, b: success}}\n"))
+    plans = _rows_plans(tmp_path)
     used = 0
     for plan in plans:
         assert plan.edges is not None

@@ -53,6 +53,14 @@ def agents_of(out: Path) -> dict[str, list[tuple[str, str]]]:
     return got
 
 
+def ran_once_on(proc: subprocess.Popen[str], out: Path, agent: str) -> None:
+    """The run ends succeeded, its one job `only` run once, on `agent`."""
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert json.loads(stdout)["jobs"] == {"only": "SUCCEEDED"}
+    assert agents_of(out)["only"] == [("start", agent), ("end", agent)]
+
+
 RUNS: list[subprocess.Popen[str]] = []
 
 
@@ -460,12 +468,9 @@ def test_tasks_a_lost_agent_took_and_never_reported_are_sent_again_exactly_once(
         # When it falls silent past the agent timeout, and a real agent joins the pool later
         wait_for(lambda: b"tasks_lost" in (sd / "events.jsonl").read_bytes(), timeout=30,
                  what="the ghost's task found lost")
-        node = Node("real", nats_server.url, tmp_path / "real", ["etl"]).start()
-        stdout, stderr = proc.communicate(timeout=120)
         # Then the task runs once, on the real agent, and the run succeeds
-        assert proc.returncode == 0, stderr
-        assert json.loads(stdout)["jobs"] == {"only": "SUCCEEDED"}
-        assert agents_of(out)["only"] == [("start", "real"), ("end", "real")]
+        node = Node("real", nats_server.url, tmp_path / "real", ["etl"]).start()
+        ran_once_on(proc, out, "real")
     finally:
         ghost.close()
         if node is not None:
