@@ -138,6 +138,26 @@ def test_kv_compare_and_set_detects_a_conflict(link: BrokerLink, peer: BrokerLin
     assert {k: e.value for k, e in link.kv.entries(bucket).items()} == {"epoch": b"3 sched-a", "holder": b"sched-a"}
 
 
+def test_kv_entries_lists_every_live_key_of_a_busy_bucket(link: BrokerLink, peer: BrokerLink) -> None:
+    # Given more keys than the watcher queues at once, one of them deleted and one rewritten last
+    bucket = S.agents_bucket
+    for i in range(300):
+        link.kv.put(bucket, f"n{i:03d}", b"beat")
+
+    async def delete(key: str) -> None:
+        await (await link._client()[1].key_value(bucket)).delete(key)
+
+    link._call(delete("n007"), 5.0, "delete n007")
+    link.kv.put(bucket, "n100", b"beat again")
+    # When another process lists them, then after the last key is deleted too
+    listed = {k: e.value for k, e in peer.kv.entries(bucket).items()}
+    link._call(delete("n299"), 5.0, "delete n299")
+    after = peer.kv.entries(bucket)
+    # Then every live key is there with its newest value, and no deleted one
+    assert len(listed) == 299 and "n007" not in listed and listed["n100"] == b"beat again"
+    assert set(after) == set(listed) - {"n299"}
+
+
 def test_a_missing_bucket_is_an_error_or_empty_when_allowed(link: BrokerLink) -> None:
     with pytest.raises(TransportError, match="KV bucket other-agents does not exist"):
         link.kv.get("other-agents", "x")

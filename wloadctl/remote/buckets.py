@@ -136,13 +136,29 @@ class Buckets:
         """
 
         async def op(kv: KeyValue | None) -> dict[str, KvEntry]:
+            # The watcher's own "no more" marker cannot be trusted: it is sent when the consumer has
+            # nothing left to deliver, which is also true while the last values are still in flight
+            # to us, so a listing could come back empty. Read up to the stream's last sequence as it
+            # was before the watch began instead.
             out: dict[str, KvEntry] = {}
             if kv is None:
                 return out
-            w = await kv.watchall(ignore_deletes=True)
+            state = (await kv.status()).stream_info.state
+            if not state.messages:
+                return out
+            last = int(state.last_seq)
+            w = await kv.watchall()
             try:
-                while (e := await w.updates(timeout)) is not None:
-                    out[e.key] = KvEntry(e.key, e.value or b"", int(e.revision or 0))
+                while True:
+                    e = await w.updates(timeout)
+                    if e is None:
+                        continue
+                    if e.operation in (None, "PUT"):
+                        out[e.key] = KvEntry(e.key, e.value or b"", int(e.revision or 0))
+                    else:
+                        out.pop(e.key, None)
+                    if int(e.revision or 0) >= last:
+                        break
             finally:
                 await w.stop()
             return out
