@@ -477,6 +477,77 @@ def test_tasks_a_lost_agent_took_and_never_reported_are_sent_again_exactly_once(
             node.stop()
 
 
+def test_after_a_scheduler_crash_a_job_that_may_not_run_twice_taken_by_a_gone_agent_is_held_not_sent_again(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    from tests.remote.conftest import collect
+    from wloadctl.ipc import protocol as P
+    from wloadctl.remote import messages as M
+    from wloadctl.remote import wire
+    from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
+    from wloadctl.remote.link import BrokerLink
+
+    subj = Subjects()
+    out = tmp_path / "evidence"
+    once = {"sleep": 0, "idempotent": False}
+    plan = plan_file(tmp_path / "p.yaml", out, {"pay": {"pool": "etl", **once}, "post": {"pool": "batch", **once}})
+    ghost = BrokerLink.open(BrokerOptions(nats_server.url), name="ghost")
+    node: Node | None = None
+    try:
+        ensure_streams(ghost, subj)
+
+        def beat() -> None:
+            hb = M.Heartbeat(agent="ghost", pools=["etl", "batch"], slots_used=0, slots_total=2, cpus=0.0,
+                             memory_mb=0, load1=0.0, rss_kb=0, mem_free_mb=0, jobs_held=0, held=[], epoch_seen=0,
+                             heard_active=0.0, pid=1, host="ghost", version="0", sent=time.time())
+            ghost.publish(subj.hb("ghost"), hb.encode())
+
+        # Given a run whose agent takes `pay` (acknowledged: it is its own now) while `post` waits unread in the
+        # broker, and whose scheduler is killed -9 then, the agent gone with it and never heard of again
+        beat()
+        puller = ghost.pull(subj.dispatch_stream, subj.pool_consumer("etl"), subj.dispatch_pool("etl"), window=1)
+        sd = tmp_path / "sd"
+        first = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
+        deadline = time.time() + 30
+        taken: list = []
+        while not taken and time.time() < deadline:
+            beat()
+            taken = [m for m in collect(ghost, 1, timeout=0.5) if m.jetstream]
+        assert taken, "the dispatch of pay reached the agent"
+        taken[0].ack()
+        puller.stop()
+        wait_for(lambda: ghost.stream_messages(subj.dispatch_stream) == 1, timeout=30, what="post dispatched")
+        assert job_states(sd) == {"pay": "QUEUED", "post": "QUEUED"}
+        first.kill()
+        first.communicate(timeout=30)
+        # When the run is resumed, and an agent of both pools joins once it is under way
+        again = subprocess.Popen([sys.executable, "-m", "wloadctl", "resume", "--state-dir", str(sd), "--broker",
+                                  nats_server.url, "--json", "--executors", "1", "--agent-timeout", "3",
+                                  "--exit-on-hold"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        RUNS.append(again)
+        wait_for(lambda: (sd / "events.jsonl").read_bytes().count(b"scheduler_start") == 2, timeout=60,
+                 what="the resume under way")
+        # (post's old copy is read by an agent that heard the new epoch: refused, as the agents do, unrun)
+        puller = ghost.pull(subj.dispatch_stream, subj.pool_consumer("batch"), subj.dispatch_pool("batch"), window=1)
+        old = [m for m in collect(ghost, 1, timeout=10.0) if m.jetstream]
+        batch = wire.decode_dispatch(old[0].data)
+        refused = [wire.ResultEntry(P.ResultRecord(P.RES_REJECTED, 0, 0, t.task, t.attempt, 0, 0, t.epoch, 0,
+                                                   time.time(), time.time(), 0, 0)) for t in batch.tasks]
+        ghost.js_publish(subj.results(batch.run), wire.split_results("ghost", batch.run, refused)[0])
+        old[0].ack()
+        puller.stop()
+        node = Node("real", nats_server.url, tmp_path / "real", ["etl", "batch"]).start()
+        wait_for(lambda: job_states(sd).get("post") == "SUCCEEDED", timeout=60, what="post run")
+        stdout, stderr = again.communicate(timeout=120)
+        # Then post, whose dispatch was refused unread, runs once; pay, which may have started, waits for an operator
+        assert again.returncode == 1 and json.loads(stdout)["jobs"] == {"pay": "HELD", "post": "SUCCEEDED"}, stderr
+        assert agents_of(out) == {"post": [("start", "real"), ("end", "real")]}
+        assert "2 queued job(s) that may not run twice" in stderr, stderr
+    finally:
+        ghost.close()
+        if node is not None:
+            node.stop()
+
+
 def test_an_agent_stopped_while_its_job_runs_exits_clean_and_the_run_retries_the_job_elsewhere(
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
     """SIGTERM to an agent running a job: the job is stopped and reported lost, the agent exits 0 (it crashed

@@ -156,6 +156,8 @@ class AgentPool:
         self.next_beat = 0.0
         self.orphans: tuple[float, set[tuple[int, int]]] | None = None
         """After an agent was lost: since when, and the unaccepted tasks it may have taken."""
+        self.refused: set[tuple[int, int]] = set()
+        """Tasks an agent refused a copy of from an older epoch: that copy never ran (see `recover`)."""
         self.next_orphan_check = 0.0
         self.next_held_check = 0.0
         self.seq = 0
@@ -282,6 +284,7 @@ class AgentPool:
             if self._results_read():
                 break
         kept = lost = 0
+        unsure: set[tuple[int, int]] = set()
         for i in inflight:
             if core.state[i] not in (JobState.QUEUED, JobState.RUNNING):
                 continue  # its result came through the consumer
@@ -293,11 +296,23 @@ class AgentPool:
             elif core.state[i] == JobState.RUNNING:
                 feed(JobExitedEvent(i, core.attempt[i], -1, -1, time.time(), lost=True, cause_id="recovery"))
                 lost += 1
-            else:
+            elif self.specs[i].idempotent:
                 # QUEUED and held by nobody: sent again under this epoch (agents refuse the older copy,
                 # if one still waits in the stream, once they have heard this scheduler's epoch).
                 self.submit([(i, core.attempt[i])])
-        return [f"agents hold {kept} of {len(inflight)} in-flight remote job(s); {lost} lost (retried under policy)"]
+            else:
+                # One that may not run twice may have been taken by an agent that is gone since, and started:
+                # it is settled as a lost agent's tasks are, once the broker has handed out every dispatch
+                # (`_settle_orphans`). A copy refused for its older epoch never ran: that one is sent again.
+                unsure.add((i, core.attempt[i]))
+        if unsure:
+            since, before = self.orphans or (time.time(), set())
+            self.orphans = (since, before | unsure)
+        said = [f"agents hold {kept} of {len(inflight)} in-flight remote job(s); {lost} lost (retried under policy)"]
+        if unsure:
+            said.append(f"{len(unsure)} queued job(s) that may not run twice (idempotent: false) and no agent holds: "
+                        "sent again if their dispatch is still unread, held if an agent that is gone took it")
+        return said
 
     def _results_read(self) -> bool:
         """Every result stored for this run has reached this scheduler (none waits in the stream)."""
@@ -448,6 +463,7 @@ class AgentPool:
                 if r.epoch == self.epoch:
                     raise Fenced(f"fenced: agent {batch.agent} refused this scheduler's epoch {r.epoch}: "
                                  "another scheduler took over")
+                self.refused.add((i, r.attempt))
                 continue
             if (i, r.attempt) in node.stale:
                 if r.kind == P.RES_EXITED:
@@ -652,8 +668,12 @@ class AgentPool:
             if pending or unacked:
                 return  # some dispatch is still on its way to an agent
         held = {(t.job, t.attempt) for tasks in self._held().values() for t in tasks}
-        lost = tuple(sorted(k for k in keys if k not in held))
+        lost = tuple(sorted(k for k in keys if k not in held and k not in self.refused))
+        again = sorted(k for k in keys if k not in held and k in self.refused)
         self.orphans = None
+        self.refused.clear()
+        if again:
+            self.submit(again)  # their copies of an older epoch were refused unrun: this epoch's go now
         if lost:
             self.say("tasks_lost", {"jobs": len(lost), "reason": "taken by a lost agent and never reported"})
             feed(TasksLostEvent(lost, now, cause_id=cause, unheard=True))
