@@ -341,6 +341,36 @@ def test_an_agent_refuses_a_dispatch_or_kill_of_an_older_epoch(
         link.close()
 
 
+def test_an_agent_asked_its_inventory_by_a_recovering_scheduler_refuses_the_older_epochs_copies(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    from tests.remote.conftest import collect
+    from wloadctl.ipc import protocol as P
+    from wloadctl.remote import messages as M
+    from wloadctl.remote import wire
+    from wloadctl.remote.broker import BrokerOptions, Subjects
+    from wloadctl.remote.link import BrokerLink
+
+    subj = Subjects()
+    link = BrokerLink.open(BrokerOptions(nats_server.url), name="new-scheduler")
+    try:
+        link.subscribe(subj.results("r2"))
+        # Given a scheduler of epoch 4 recovering run r2, which asks the agents what they hold
+        replies = link.gather(subj.ask, M.InventoryRequest("r2", epoch=4).encode(), wait=2.0, max_replies=len(nodes))
+        assert len(replies) == len(nodes) and all(M.Reply.decode(r).held == [] for r in replies)
+        # When a copy its crashed predecessor of epoch 3 sent still waits in the stream
+        mark = tmp_path / "ran"
+        payload = P.encode_payload(P.Payload(job="j", command=f"echo x >> {mark}", log_path=""))
+        old = P.TaskRecord(0, 1, P.TASK_SHELL, 0, 3, 0, len(payload))
+        link.js_publish(subj.dispatch_agent("n1"), wire.encode_dispatch(3, "r2", "r2", [old], [payload]))
+        # Then the agent refuses it, and it never runs
+        rec = [e.record for m in collect(link, 1, timeout=20) for e in wire.decode_results(m.data).entries]
+        assert [(r.kind, r.epoch) for r in rec] == [(P.RES_REJECTED, 3)]
+        time.sleep(0.5)
+        assert not mark.exists()
+    finally:
+        link.close()
+
+
 def test_an_agent_restarted_on_its_node_reattaches_to_the_jobs_its_executors_still_run(
         tmp_path: Path, nats_server: NatsServer) -> None:
     # Given an agent (sharing this host's IPC) running a job

@@ -134,7 +134,7 @@ def test_kill_9_of_the_active_host_the_standby_takes_over_and_every_job_runs_onc
         rel = wait_for(lambda: (p := cli("release", "a10", "--broker", nats_server.url, "--journal", pg_url,
                                          "--json")).returncode == 0 and p, timeout=30, what="the release answered")
         assert json.loads(rel.stdout)["results"][0][1], rel.stdout
-        assert pair.standby.wait(120) == 0, pair.standby.output()
+        assert pair.standby.wait(120) == 0, (pair.standby.output(), journal_run(pg_url), runs_of(out))
         st = json.loads(cli("status", "--journal", pg_url, "--json", check=True).stdout)
         assert st["status"] == "succeeded" and not st["live"], st
     finally:

@@ -490,6 +490,8 @@ class Agent:
         if isinstance(req, M.KillRequest):
             self.link.respond(msg, self._kill(req).encode())
         elif isinstance(req, M.InventoryRequest):
+            if req.epoch:
+                self._hear_epoch(req.run, req.epoch)
             held = [{"job": h.job, "attempt": h.attempt, "epoch": h.epoch, "state": h.state}
                     for h in self.book.held.values() if h.run == req.run]
             self.link.respond(msg, M.Reply(self.opts.name, True, held=held, epoch_seen=seen).encode())
@@ -538,13 +540,16 @@ class Agent:
             beat = M.SchedulerBeat.decode(msg.data)
         except WloadError:
             return
-        seen = self.epochs.get(beat.run, 0)
-        if beat.epoch >= seen:
+        if beat.epoch >= self.epochs.get(beat.run, 0):
             self.heard_active = self.heard_runs[beat.run] = time.time()
-        if beat.epoch > seen:
-            # From now on, a dispatch of an older epoch still waiting in the stream is refused.
-            self.epochs[beat.run] = beat.epoch
-            self.journal.epoch(beat.run, beat.epoch)
+        self._hear_epoch(beat.run, beat.epoch)
+
+    def _hear_epoch(self, run: str, epoch: int) -> None:
+        """A scheduler of `run` at `epoch` is heard: from now on, a dispatch of an older epoch still waiting in the
+        stream is refused."""
+        if epoch > self.epochs.get(run, 0):
+            self.epochs[run] = epoch
+            self.journal.epoch(run, epoch)
 
     def _beat_board(self) -> None:
         """The node's board beat: its executors' sign of a live "scheduler" (this agent)."""

@@ -269,8 +269,9 @@ class AgentPool:
         if not inflight:
             return []
         held: dict[tuple[int, int], str] = {}
-        for raw in self.link.gather(self.subjects.ask, M.InventoryRequest(self.run_id).encode(), wait=wait,
-                                    max_replies=expect):
+        # (The epoch asked with: an agent that answers refuses from then on the older copies still in the stream.)
+        ask = M.InventoryRequest(self.run_id, epoch=self.epoch)
+        for raw in self.link.gather(self.subjects.ask, ask.encode(), wait=wait, max_replies=expect):
             try:
                 rep = M.Reply.decode(raw)
                 for t in rep.tasks():

@@ -225,6 +225,9 @@ class InventoryRequest(Body):
     op: ClassVar[str] = "inventory"
     run: str
     """Run id."""
+    epoch: int = 0
+    """The asking scheduler's epoch, when it is the run's active one recovering it (0: a look only). An agent
+    refuses from then on a dispatch of an older epoch still waiting in the stream, as after that scheduler's beat."""
 
 
 @dataclass(slots=True)
