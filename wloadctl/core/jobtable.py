@@ -84,9 +84,9 @@ def plan_arrays(plan: Plan) -> PlanArrays:
     pairs = list(map(_TIER_PRIORITY, specs))
     bases = {pair: ready_key(pair[0], pair[1], 0) for pair in set(pairs)}
     key_base = array("q", map(bases.__getitem__, pairs))
-    edges = len(ups)
+    n_edges = len(ups)
     # Edges by upstream job, each upstream's dependents in plan order (a stable sort).
-    order = sorted(range(edges), key=ups.__getitem__)
+    order = sorted(range(n_edges), key=ups.__getitem__)
     # Dependents of job i start after every edge whose upstream comes before i: a running sum of
     # dependents per job. One pass over the edges; a binary search per job into the sorted edges
     # was a cache miss per probe, and grew faster than the plan.
@@ -98,7 +98,7 @@ def plan_arrays(plan: Plan) -> PlanArrays:
     targets = list(map(downer.__getitem__, order))
     kinds: bytearray | None = None
     if any(j.dep_kinds is not None for j in specs):
-        of_edge = bytearray(edges)
+        of_edge = bytearray(n_edges)
         at = 0
         for j in specs:
             if j.dep_kinds is not None:

@@ -531,8 +531,8 @@ class _PlanBuilder:
                 }
             except FieldError as bad:
                 wrong.append(bad)
-            for bad in wrong:
-                self.report(bad.line, bad.message, bad.hint)
+            for w in wrong:
+                self.report(w.line, w.message, w.hint)
         declared = tuple(res[0]) if res is not None and type(res[0]) is dict else ()
         self.fields = FieldReader(self.capacity, declared)
         self.template = [getattr(_BLANK, name) for name in FIELDS]

@@ -350,13 +350,13 @@ class Store(CurrentState, JobFacts, ABC):
                 rows = self._rows_at(run, idxs)
                 ids = self._ids_at(run, idxs)
                 return [(i, ids[i], *rows[i]) for i in idxs]
-        ids = self.job_ids(run)
+        every = self.job_ids(run)
         cols = self.columns(run)
-        cols.grow(len(ids))
+        cols.grow(len(every))
         skip = set(exclude_states)
         out: list[tuple] = []
         state = cols.state
-        for i, jid in enumerate(ids):
+        for i, jid in enumerate(every):
             if state[i] in skip:
                 continue
             if 0 <= limit <= len(out):

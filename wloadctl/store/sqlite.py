@@ -374,7 +374,7 @@ class SqliteStore(Store):
                 " VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
                 (run_id, plan_name, plan_path, plan_digest, "", business_date, now, settings),
             )
-            rid = cur.lastrowid
+            rid = int(cur.lastrowid or 0)  # (never 0: the insert made a row)
             # The plan lives in its own row: the run's row is rewritten at every lease renewal.
             c.execute("INSERT INTO plans (run, text) VALUES (?, ?)", (rid, plan_text))
             ids = list(job_ids)
