@@ -3,9 +3,11 @@ of ours is left behind."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,12 +51,45 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     the package again (about a fifth of the suite's time)."""
     import compileall
 
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the controller compiled it before it started the workers
     root = Path(__file__).resolve().parent.parent
     for pkg in ("wloadctl", "tui", "tests"):
         try:
             compileall.compile_dir(root / pkg, quiet=2)
         except OSError:
             pass  # a read-only checkout: the processes compile as they go
+
+
+@contextmanager
+def _turn(shared_dir: Path, exclusive: bool) -> Iterator[None]:
+    """Hold the suite's quota lock: shared for a test, alone for an `exclusive` one.
+
+    The user's message-queue quota is one for every process of the user: a test that fills it (to see fifty
+    runs fit, or the refusal past it) fails if the other worker's runs hold queues meanwhile. A test waiting to
+    run alone holds the turnstile, so the other worker's next tests wait for it rather than keep it out.
+    """
+    with open(shared_dir / "turnstile.lock", "a") as gate, open(shared_dir / "quota.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def quota_turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """On the suite's workers (pytest-xdist), an `exclusive` test runs while no other test does (see _turn)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield  # one process runs every test: nothing runs beside this one
+        return
+    # The workers' temporary directories are the session's, side by side: the locks live beside them.
+    with _turn(tmp_path_factory.getbasetemp().parent, request.node.get_closest_marker("exclusive") is not None):
+        yield
 
 
 def _ours() -> set[str]:

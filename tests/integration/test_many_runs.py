@@ -20,7 +20,7 @@ from wloadctl.ipc.cleanup import scan_objects
 from wloadctl.ipc.mq import queue_charge
 from wloadctl.ipc.quota import MIN_MESSAGE, KernelLimits, run_shapes
 
-pytestmark = pytest.mark.ipc
+pytestmark = [pytest.mark.ipc, pytest.mark.exclusive]  # (they fill the user's queue quota)
 
 RUNS = 25
 """Runs started side by side (each would take 199,296 bytes of queues with the old fixed shapes)."""

@@ -51,6 +51,7 @@ def test_a_run_has_two_queues_and_they_get_its_whole_share() -> None:
     assert queue_budget(DEFAULT, BIG_RUN) == DEFAULT.quota // RUNS_GOAL
 
 
+@pytest.mark.exclusive
 @pytest.mark.parametrize(("n_jobs", "runs"), [(BIG_RUN, RUNS_GOAL), (1_000_000, RUNS_FLOOR)])
 def test_fifty_runs_or_twenty_of_the_largest_fit_the_default_quota(ipc: IpcTracker, n_jobs: int,
                                                                      runs: int) -> None:
