@@ -81,6 +81,7 @@ def test_kill_9_of_one_executor_its_jobs_finish_on_others_and_the_run_succeeds(
             return None
 
         victim = wait_for(busy_executor, timeout=30, what="an executor running jobs")
+        killed_at = time.time()
         os.kill(victim, signal.SIGKILL)
         assert proc.wait(60) == 0
     finally:
@@ -88,8 +89,10 @@ def test_kill_9_of_one_executor_its_jobs_finish_on_others_and_the_run_succeeds(
     ev = read_evidence(out)
     assert sorted(ev) == sorted(jobs)
     for jid, lines in ev.items():
-        # every job ended once; the victim's were stopped and run again elsewhere
-        assert [k for k, _ in lines].count("end") == 1, (jid, lines)
+        # every job ended once; the victim's were stopped and run again elsewhere. (One that ended in the very
+        # moment of the kill, its end not yet reported, runs again: its report died with its executor.)
+        ends = [t for k, t in lines if k == "end"]
+        assert len(ends) == 1 or (len(ends) == 2 and abs(ends[0] - killed_at) < 0.1), (jid, lines, killed_at)
     events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
     assert any(e["event"] == "executor_lost" for e in events)
 
