@@ -34,10 +34,13 @@ class VerbTarget(Protocol):
     busy: int
     cancelled: bool
     specs: list[JobSpec]
-    index: Mapping[str, int]
     fanout: FanOut
     timers: Timers
     holds: dict[int, str]
+
+    @property
+    def index(self) -> Mapping[str, int]:
+        """Job id -> index (read only here: a protocol's plain attribute would have to be the same mapping type)."""
 
     def set_state(self, i: int, to: int, reason: str = "", executor: int = -1,
                   exit_code: int | None = None) -> None:
