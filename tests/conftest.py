@@ -61,6 +61,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             pass  # a read-only checkout: the processes compile as they go
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """How the suite's workers share it (pytest-xdist's `loadgroup`): a module goes whole to one worker (its
+    module fixtures are made once), and the tests of `tests/remote` all to one worker, first.
+
+    Their agents take names (n1, n2) that tests use again, each agent on a "host" of its own namespaces; but the
+    host's cgroup tree is one for all of them, and an agent's executors group their jobs under its name. Two of
+    those tests side by side would end each other's jobs. Put first, they run beside the rest of the suite.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    remote = [item for item in items if item.nodeid.startswith("tests/remote/")]
+    rest = [item for item in items if not item.nodeid.startswith("tests/remote/")]
+    items[:] = remote + rest
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("remote" if module.startswith("tests/remote/") else module))
+
+
 @contextmanager
 def _turn(shared_dir: Path, exclusive: bool) -> Iterator[None]:
     """Hold the suite's quota lock: shared for a test, alone for an `exclusive` one.

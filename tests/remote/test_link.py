@@ -158,6 +158,31 @@ def test_kv_entries_lists_every_live_key_of_a_busy_bucket(link: BrokerLink, peer
     assert set(after) == set(listed) - {"n299"}
 
 
+def test_kv_entries_keeps_a_key_rewritten_while_it_lists(link: BrokerLink, peer: BrokerLink) -> None:
+    # Given agents beating: two keys rewritten in turn again and again while another process lists the bucket
+    bucket = S.agents_bucket
+    for i in range(50):
+        link.kv.put(bucket, f"n{i:02d}", b"beat")
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            for name in ("n00", "n01"):
+                link.kv.put(bucket, name, b"beat again")
+
+    t = threading.Thread(target=beat)
+    t.start()
+    try:
+        # When it lists them time after time
+        seen = [set(peer.kv.entries(bucket)) for _ in range(20)]
+    finally:
+        stop.set()
+        t.join()
+    # Then every listing has every key, the rewritten ones too
+    every = {f"n{i:02d}" for i in range(50)}
+    assert all(keys == every for keys in seen), [sorted(keys ^ every) for keys in seen]
+
+
 def test_a_missing_bucket_is_an_error_or_empty_when_allowed(link: BrokerLink) -> None:
     with pytest.raises(TransportError, match="KV bucket other-agents does not exist"):
         link.kv.get("other-agents", "x")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
@@ -13,6 +14,9 @@ if TYPE_CHECKING:
     from wloadctl.remote.link import BrokerLink
 
 T = TypeVar("T")
+
+KV_READS_AT_ONCE = 256
+"""Values of a bucket's listing asked of the broker side by side."""
 
 
 class KvEntry(NamedTuple):
@@ -127,40 +131,38 @@ class Buckets:
         return self._kv_call(bucket, op, f"update {key}", timeout)
 
     def entries(self, bucket: str, timeout: float = 5.0, *, missing_ok: bool = False) -> dict[str, KvEntry]:
-        """Every key's current value (one watch, not one request per key).
+        """Every key's current value: the bucket's keys from its stream, then their values side by side.
 
         Args:
             bucket: Bucket name.
             timeout: Seconds to wait for the broker.
             missing_ok: Return {} when the bucket does not exist instead of raising.
         """
+        import nats.js.errors as jse
+
+        async def one(kv: KeyValue, key: str) -> KvEntry | None:
+            try:
+                e = await kv.get(key)
+            except (jse.KeyNotFoundError, jse.KeyDeletedError):
+                return None
+            return KvEntry(key, e.value or b"", int(e.revision or 0))
 
         async def op(kv: KeyValue | None) -> dict[str, KvEntry]:
-            # The watcher's own "no more" marker cannot be trusted: it is sent when the consumer has
-            # nothing left to deliver, which is also true while the last values are still in flight
-            # to us, so a listing could come back empty. Read up to the stream's last sequence as it
-            # was before the watch began instead.
+            # Every key the bucket holds a message for (a deleted one too: its delete marker), then each
+            # one's value, asked side by side. Not a watch of the bucket: its "no more values" marker can
+            # come before the values (nats-py sends it while they are still on their way), and a watch
+            # ended by the servers' own counts still misses a key rewritten while it is read.
             out: dict[str, KvEntry] = {}
             if kv is None:
                 return out
-            state = (await kv.status()).stream_info.state
-            if not state.messages:
-                return out
-            last = int(state.last_seq)
-            w = await kv.watchall()
-            try:
-                while True:
-                    e = await w.updates(timeout)
-                    if e is None:
-                        continue
-                    if e.operation in (None, "PUT"):
-                        out[e.key] = KvEntry(e.key, e.value or b"", int(e.revision or 0))
-                    else:
-                        out.pop(e.key, None)
-                    if int(e.revision or 0) >= last:
-                        break
-            finally:
-                await w.stop()
+            _, js = self.link._client()
+            pre = f"$KV.{bucket}."
+            info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"{pre}>")
+            keys = [subject[len(pre):] for subject in info.state.subjects or {}]
+            for at in range(0, len(keys), KV_READS_AT_ONCE):
+                for got in await asyncio.gather(*(one(kv, k) for k in keys[at:at + KV_READS_AT_ONCE])):
+                    if got is not None:
+                        out[got.key] = got
             return out
 
         async def go() -> dict[str, KvEntry]:
