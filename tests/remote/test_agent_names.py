@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.integration.helpers import cli, job_states, wait_for
 from tests.remote.conftest import NatsServer, _alive
+from tests.remote.ghost import Ghost
 from tests.remote.nodes import Node, _children, unshare_available
 from tests.remote.test_agent_runs import agents_of, no_run_left, plan_file, ran_once_on, run_bg
 
@@ -124,41 +124,19 @@ def test_a_dispatch_an_agent_took_before_it_was_started_again_without_its_state_
     """An agent that takes a dispatch and is started again before it said anything of it (its state directory
     lost) is never silent for the agent timeout: its new process beats on, holding nothing. The task it took is
     settled as a lost agent's would be (the broker has no dispatch left to hand out, no live agent holds it)."""
-    from tests.remote.conftest import collect
-    from wloadctl.remote import messages as M
-    from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
-    from wloadctl.remote.link import BrokerLink
-
-    subj = Subjects()
     out = tmp_path / "evidence"
     plan = plan_file(tmp_path / "p.yaml", out, {"only": {"pool": "etl", "sleep": 0.1}})
-    ghost = BrokerLink.open(BrokerOptions(nats_server.url), name="ghost")
+    ghost = Ghost(nats_server.url, ["etl"])
     node: Node | None = None
     try:
-        ensure_streams(ghost, subj)
-
-        def beat(boot: str) -> None:
-            hb = M.Heartbeat(agent="ghost", pools=["etl"], slots_used=0, slots_total=1, cpus=0.0, memory_mb=0,
-                             load1=0.0, rss_kb=0, mem_free_mb=0, jobs_held=0, held=[], epoch_seen=0,
-                             heard_active=0.0, pid=1, host="ghost", version="0", sent=time.time(), boot=boot)
-            ghost.publish(subj.hb("ghost"), hb.encode())
-
         # Given a run whose pool has one agent, which takes the dispatch and acknowledges it
-        beat("first")
-        puller = ghost.pull(subj.dispatch_stream, subj.pool_consumer("etl"), subj.dispatch_pool("etl"), window=1)
+        ghost.beat("first")
         sd = tmp_path / "sd"
         proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "30")
-        deadline = time.time() + 30
-        taken: list = []
-        while not taken and time.time() < deadline:
-            beat("first")
-            taken = [m for m in collect(ghost, 1, timeout=0.5) if m.jetstream]
-        assert taken, "the dispatch reached the agent"
-        taken[0].ack()
-        puller.stop()
+        ghost.take("etl", boot="first")
         # When it is started again with no record of it, and beats on (well within the agent timeout)
         def lost() -> bool:
-            beat("second")
+            ghost.beat("second")
             return b"tasks_lost" in (sd / "events.jsonl").read_bytes()
 
         wait_for(lost, timeout=25, every=0.5, what="the task the first process took found lost")

@@ -15,8 +15,11 @@ import yaml
 
 from tests.integration.helpers import ENV, cli, job_states, read_evidence, wait_for
 from tests.remote.conftest import NatsServer, _alive
+from tests.remote.ghost import Ghost
 from tests.remote.nodes import Node
 from wloadctl.procs.jobtree import detect, run_group
+from wloadctl.remote.broker import BrokerOptions, Subjects
+from wloadctl.remote.link import BrokerLink
 
 pytestmark = pytest.mark.ipc
 
@@ -302,32 +305,37 @@ def test_a_job_held_when_its_agent_was_lost_takes_its_end_when_the_agent_comes_b
     assert steps[("HELD", "SUCCEEDED")] >= steps[("RUNNING", "HELD")], told
 
 
+def _send_marking_task(link: BrokerLink, run: str, task: int, epoch: int, mark: Path, agent: str = "n1") -> None:
+    """Dispatch to `agent` a task of `run` from a scheduler of `epoch` whose command appends a line to `mark`."""
+    from wloadctl.ipc import protocol as P
+    from wloadctl.remote import wire
+
+    payload = P.encode_payload(P.Payload(job="j", command=f"echo x >> {mark}", log_path=""))
+    record = P.TaskRecord(task, 1, P.TASK_SHELL, 0, epoch, 0, len(payload))
+    link.js_publish(Subjects().dispatch_agent(agent), wire.encode_dispatch(epoch, run, run, [record], [payload]))
+
+
 def test_an_agent_refuses_a_dispatch_or_kill_of_an_older_epoch(
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
     from tests.remote.conftest import collect
     from wloadctl.ipc import protocol as P
     from wloadctl.remote import messages as M
     from wloadctl.remote import wire
-    from wloadctl.remote.broker import BrokerOptions, Subjects
-    from wloadctl.remote.link import BrokerLink
 
     subj = Subjects()
     link = BrokerLink.open(BrokerOptions(nats_server.url), name="old-scheduler")
     try:
         link.subscribe(subj.results("r1"))
         mark = tmp_path / "ran"
-        payload = P.encode_payload(P.Payload(job="j", command=f"echo x >> {mark}", log_path=""))
         # Given an agent that has seen epoch 5 of run r1
-        task = P.TaskRecord(0, 1, P.TASK_SHELL, 0, 5, 0, len(payload))
-        link.js_publish(subj.dispatch_agent("n1"), wire.encode_dispatch(5, "r1", "r1", [task], [payload]))
+        _send_marking_task(link, "r1", 0, 5, mark)
         kinds: list[int] = []
         deadline = time.monotonic() + 20
         while P.RES_EXITED not in kinds and time.monotonic() < deadline:  # its reports, in one message or more
             kinds += [e.record.kind for m in collect(link, 1, timeout=1) for e in wire.decode_results(m.data).entries]
         wait_for(lambda: mark.exists(), timeout=20, what="the epoch-5 task ran")
         # When a scheduler of epoch 3 sends a task and a kill
-        old = P.TaskRecord(1, 1, P.TASK_SHELL, 0, 3, 0, len(payload))
-        link.js_publish(subj.dispatch_agent("n1"), wire.encode_dispatch(3, "r1", "r1", [old], [payload]))
+        _send_marking_task(link, "r1", 1, 3, mark)
         got = collect(link, 1, timeout=20)
         rec = [e.record for m in got for e in wire.decode_results(m.data).entries]
         # Then the task is refused and said so, and it never runs
@@ -347,8 +355,6 @@ def test_an_agent_asked_its_inventory_by_a_recovering_scheduler_refuses_the_olde
     from wloadctl.ipc import protocol as P
     from wloadctl.remote import messages as M
     from wloadctl.remote import wire
-    from wloadctl.remote.broker import BrokerOptions, Subjects
-    from wloadctl.remote.link import BrokerLink
 
     subj = Subjects()
     link = BrokerLink.open(BrokerOptions(nats_server.url), name="new-scheduler")
@@ -359,9 +365,7 @@ def test_an_agent_asked_its_inventory_by_a_recovering_scheduler_refuses_the_olde
         assert len(replies) == len(nodes) and all(M.Reply.decode(r).held == [] for r in replies)
         # When a copy its crashed predecessor of epoch 3 sent still waits in the stream
         mark = tmp_path / "ran"
-        payload = P.encode_payload(P.Payload(job="j", command=f"echo x >> {mark}", log_path=""))
-        old = P.TaskRecord(0, 1, P.TASK_SHELL, 0, 3, 0, len(payload))
-        link.js_publish(subj.dispatch_agent("n1"), wire.encode_dispatch(3, "r2", "r2", [old], [payload]))
+        _send_marking_task(link, "r2", 0, 3, mark)
         # Then the agent refuses it, and it never runs
         rec = [e.record for m in collect(link, 1, timeout=20) for e in wire.decode_results(m.data).entries]
         assert [(r.kind, r.epoch) for r in rec] == [(P.RES_REJECTED, 3)]
@@ -439,8 +443,6 @@ def test_a_task_whose_payload_cannot_be_read_ends_as_a_failed_start_and_never_ru
     from tests.remote.conftest import collect
     from wloadctl.ipc import protocol as P
     from wloadctl.remote import wire
-    from wloadctl.remote.broker import BrokerOptions, Subjects
-    from wloadctl.remote.link import BrokerLink
 
     subj = Subjects()
     link = BrokerLink.open(BrokerOptions(nats_server.url), name="garbled")
@@ -461,40 +463,16 @@ def test_a_task_whose_payload_cannot_be_read_ends_as_a_failed_start_and_never_ru
 
 def test_tasks_a_lost_agent_took_and_never_reported_are_sent_again_exactly_once(
         tmp_path: Path, nats_server: NatsServer) -> None:
-    from tests.remote.conftest import collect
-    from wloadctl.remote import messages as M
-    from wloadctl.remote.broker import BrokerOptions, Subjects
-    from wloadctl.remote.link import BrokerLink
-
-    subj = Subjects()
     out = tmp_path / "evidence"
     plan = plan_file(tmp_path / "p.yaml", out, {"only": {"pool": "etl", "sleep": 0.1}})
-    ghost = BrokerLink.open(BrokerOptions(nats_server.url), name="ghost")
+    ghost = Ghost(nats_server.url, ["etl"])
     node: Node | None = None
     try:
-        from wloadctl.remote.broker import ensure_streams
-
-        ensure_streams(ghost, subj)
-
-        def beat() -> None:
-            hb = M.Heartbeat(agent="ghost", pools=["etl"], slots_used=0, slots_total=1, cpus=0.0, memory_mb=0,
-                             load1=0.0, rss_kb=0, mem_free_mb=0, jobs_held=0, held=[], epoch_seen=0,
-                             heard_active=0.0, pid=1, host="ghost", version="0", sent=time.time())
-            ghost.publish(subj.hb("ghost"), hb.encode())
-
-        beat()
         # Given a run whose pool has one agent, which takes the dispatch, acknowledges it and dies unreported
-        puller = ghost.pull(subj.dispatch_stream, subj.pool_consumer("etl"), subj.dispatch_pool("etl"), window=1)
+        ghost.beat()
         sd = tmp_path / "sd"
         proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
-        deadline = time.time() + 30
-        taken: list = []
-        while not taken and time.time() < deadline:
-            beat()
-            taken = [m for m in collect(ghost, 1, timeout=0.5) if m.jetstream]
-        assert taken, "the dispatch reached the ghost agent"
-        taken[0].ack()
-        puller.stop()
+        ghost.take("etl")
         # When it falls silent past the agent timeout, and a real agent joins the pool later
         wait_for(lambda: b"tasks_lost" in (sd / "events.jsonl").read_bytes(), timeout=30,
                  what="the ghost's task found lost")
@@ -511,41 +489,22 @@ def test_after_a_scheduler_crash_a_job_that_may_not_run_twice_taken_by_a_gone_ag
         tmp_path: Path, nats_server: NatsServer) -> None:
     from tests.remote.conftest import collect
     from wloadctl.ipc import protocol as P
-    from wloadctl.remote import messages as M
     from wloadctl.remote import wire
-    from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
-    from wloadctl.remote.link import BrokerLink
 
-    subj = Subjects()
     out = tmp_path / "evidence"
     once = {"sleep": 0, "idempotent": False}
     plan = plan_file(tmp_path / "p.yaml", out, {"pay": {"pool": "etl", **once}, "post": {"pool": "batch", **once}})
-    ghost = BrokerLink.open(BrokerOptions(nats_server.url), name="ghost")
+    ghost = Ghost(nats_server.url, ["etl", "batch"])
+    subj, link = ghost.subj, ghost.link
     node: Node | None = None
     try:
-        ensure_streams(ghost, subj)
-
-        def beat() -> None:
-            hb = M.Heartbeat(agent="ghost", pools=["etl", "batch"], slots_used=0, slots_total=2, cpus=0.0,
-                             memory_mb=0, load1=0.0, rss_kb=0, mem_free_mb=0, jobs_held=0, held=[], epoch_seen=0,
-                             heard_active=0.0, pid=1, host="ghost", version="0", sent=time.time())
-            ghost.publish(subj.hb("ghost"), hb.encode())
-
         # Given a run whose agent takes `pay` (acknowledged: it is its own now) while `post` waits unread in the
         # broker, and whose scheduler is killed -9 then, the agent gone with it and never heard of again
-        beat()
-        puller = ghost.pull(subj.dispatch_stream, subj.pool_consumer("etl"), subj.dispatch_pool("etl"), window=1)
+        ghost.beat()
         sd = tmp_path / "sd"
         first = run_bg(plan, sd, nats_server.url, "--agent-timeout", "3")
-        deadline = time.time() + 30
-        taken: list = []
-        while not taken and time.time() < deadline:
-            beat()
-            taken = [m for m in collect(ghost, 1, timeout=0.5) if m.jetstream]
-        assert taken, "the dispatch of pay reached the agent"
-        taken[0].ack()
-        puller.stop()
-        wait_for(lambda: ghost.stream_messages(subj.dispatch_stream) == 1, timeout=30, what="post dispatched")
+        ghost.take("etl")
+        wait_for(lambda: link.stream_messages(subj.dispatch_stream) == 1, timeout=30, what="post dispatched")
         assert job_states(sd) == {"pay": "QUEUED", "post": "QUEUED"}
         first.kill()
         first.communicate(timeout=30)
@@ -557,12 +516,12 @@ def test_after_a_scheduler_crash_a_job_that_may_not_run_twice_taken_by_a_gone_ag
         wait_for(lambda: (sd / "events.jsonl").read_bytes().count(b"scheduler_start") == 2, timeout=60,
                  what="the resume under way")
         # (post's old copy is read by an agent that heard the new epoch: refused, as the agents do, unrun)
-        puller = ghost.pull(subj.dispatch_stream, subj.pool_consumer("batch"), subj.dispatch_pool("batch"), window=1)
-        old = [m for m in collect(ghost, 1, timeout=10.0) if m.jetstream]
+        puller = link.pull(subj.dispatch_stream, subj.pool_consumer("batch"), subj.dispatch_pool("batch"), window=1)
+        old = [m for m in collect(link, 1, timeout=10.0) if m.jetstream]
         batch = wire.decode_dispatch(old[0].data)
         refused = [wire.ResultEntry(P.ResultRecord(P.RES_REJECTED, 0, 0, t.task, t.attempt, 0, 0, t.epoch, 0,
                                                    time.time(), time.time(), 0, 0)) for t in batch.tasks]
-        ghost.js_publish(subj.results(batch.run), wire.split_results("ghost", batch.run, refused)[0])
+        link.js_publish(subj.results(batch.run), wire.split_results("ghost", batch.run, refused)[0])
         old[0].ack()
         puller.stop()
         node = Node("real", nats_server.url, tmp_path / "real", ["etl", "batch"]).start()
