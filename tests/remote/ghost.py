@@ -57,3 +57,9 @@ class Ghost:
     def close(self) -> None:
         """Close its link (it is silent from then on)."""
         self.link.close()
+
+    def __enter__(self) -> Ghost:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

@@ -12,7 +12,7 @@ from tests.integration.helpers import cli, job_states, wait_for
 from tests.remote.conftest import NatsServer, _alive
 from tests.remote.ghost import Ghost
 from tests.remote.nodes import Node, _children, unshare_available
-from tests.remote.test_agent_runs import agents_of, no_run_left, plan_file, ran_once_on, run_bg
+from tests.remote.test_agent_runs import agents_of, no_run_left, plan_file, ran_once_on_a_new_agent, run_bg
 
 pytestmark = pytest.mark.ipc
 
@@ -126,9 +126,7 @@ def test_a_dispatch_an_agent_took_before_it_was_started_again_without_its_state_
     settled as a lost agent's would be (the broker has no dispatch left to hand out, no live agent holds it)."""
     out = tmp_path / "evidence"
     plan = plan_file(tmp_path / "p.yaml", out, {"only": {"pool": "etl", "sleep": 0.1}})
-    ghost = Ghost(nats_server.url, ["etl"])
-    node: Node | None = None
-    try:
+    with Ghost(nats_server.url, ["etl"]) as ghost:
         # Given a run whose pool has one agent, which takes the dispatch and acknowledges it
         ghost.beat("first")
         sd = tmp_path / "sd"
@@ -141,9 +139,4 @@ def test_a_dispatch_an_agent_took_before_it_was_started_again_without_its_state_
 
         wait_for(lost, timeout=25, every=0.5, what="the task the first process took found lost")
         # Then the task is sent again: it runs once, on an agent that joins the pool, and the run succeeds
-        node = Node("real", nats_server.url, tmp_path / "real", ["etl"]).start()
-        ran_once_on(proc, out, "real")
-    finally:
-        ghost.close()
-        if node is not None:
-            node.stop()
+        ran_once_on_a_new_agent(proc, out, tmp_path, nats_server.url)

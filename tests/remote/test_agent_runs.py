@@ -64,6 +64,15 @@ def ran_once_on(proc: subprocess.Popen[str], out: Path, agent: str) -> None:
     assert agents_of(out)["only"] == [("start", agent), ("end", agent)]
 
 
+def ran_once_on_a_new_agent(proc: subprocess.Popen[str], out: Path, tmp_path: Path, url: str) -> None:
+    """An agent `real` joins pool etl: the run ends succeeded, its one job `only` run once, on it."""
+    node = Node("real", url, tmp_path / "real", ["etl"]).start()
+    try:
+        ran_once_on(proc, out, "real")
+    finally:
+        node.stop()
+
+
 RUNS: list[subprocess.Popen[str]] = []
 
 
@@ -465,9 +474,7 @@ def test_tasks_a_lost_agent_took_and_never_reported_are_sent_again_exactly_once(
         tmp_path: Path, nats_server: NatsServer) -> None:
     out = tmp_path / "evidence"
     plan = plan_file(tmp_path / "p.yaml", out, {"only": {"pool": "etl", "sleep": 0.1}})
-    ghost = Ghost(nats_server.url, ["etl"])
-    node: Node | None = None
-    try:
+    with Ghost(nats_server.url, ["etl"]) as ghost:
         # Given a run whose pool has one agent, which takes the dispatch, acknowledges it and dies unreported
         ghost.beat()
         sd = tmp_path / "sd"
@@ -477,12 +484,7 @@ def test_tasks_a_lost_agent_took_and_never_reported_are_sent_again_exactly_once(
         wait_for(lambda: b"tasks_lost" in (sd / "events.jsonl").read_bytes(), timeout=30,
                  what="the ghost's task found lost")
         # Then the task runs once, on the real agent, and the run succeeds
-        node = Node("real", nats_server.url, tmp_path / "real", ["etl"]).start()
-        ran_once_on(proc, out, "real")
-    finally:
-        ghost.close()
-        if node is not None:
-            node.stop()
+        ran_once_on_a_new_agent(proc, out, tmp_path, nats_server.url)
 
 
 def test_after_a_scheduler_crash_a_job_that_may_not_run_twice_taken_by_a_gone_agent_is_held_not_sent_again(
