@@ -398,11 +398,13 @@ def test_a_resume_from_another_directory_runs_relative_cwd_jobs_in_the_plans_fol
     proj, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
     (proj / "sub").mkdir(parents=True)
     elsewhere.mkdir()
+    # `a` runs until the test lets it end (after the kill): a loaded machine cannot end it before it is seen running.
+    gate = f"until [ -e {proj / 'go'} ]; do sleep 0.05; done"
     if style == "block":
-        text = ("name: rel\njobs:\n  a:\n    command: 'sleep 1'\n  b:\n    command: 'pwd > where.txt'\n"
+        text = (f"name: rel\njobs:\n  a:\n    command: '{gate}'\n  b:\n    command: 'pwd > where.txt'\n"
                 "    depends_on: [a]\n    cwd: sub\n")
     else:
-        text = ("name: rel\njobs:\n  a: {command: 'sleep 1'}\n"
+        text = (f"name: rel\njobs:\n  a: {{command: '{gate}'}}\n"
                 "  b: {command: 'pwd > where.txt', depends_on: [a], cwd: sub}\n")
     (proj / "plan.yaml").write_text(text)
     sd = proj / "sd"
@@ -415,6 +417,7 @@ def test_a_resume_from_another_directory_runs_relative_cwd_jobs_in_the_plans_fol
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+        (proj / "go").touch()
     p = subprocess.run([sys.executable, "-m", "wloadctl", "resume", "--state-dir", str(sd), "--json"], cwd=elsewhere,
                        env=ENV, capture_output=True, text=True, timeout=120)
     reap_orphans(run_id)

@@ -13,6 +13,7 @@ from ipc_fixtures import IpcTracker
 
 from wloadctl.errors import ProtocolError, TransportError
 from wloadctl.ipc import SegmentBackend, boards
+from wloadctl.ipc import protocol as P
 from wloadctl.ipc.memory import MemorySegment
 from wloadctl.ipc.protocol import BOARD_SEQ_OFFSET, SEGMENT_DATA, SEQ
 from wloadctl.ipc.shm import (
@@ -67,6 +68,15 @@ def test_published_states_and_header_reach_a_reader(
     assert snap.header == header(counts=(3, 1, 0, 1) + (0,) * 12, beat=12.5)
     assert reader.read_header().beat == 12.5
     assert get_seq(writer, BOARD_SEQ_OFFSET) == 4  # two writes, each odd then even
+
+
+def test_the_paused_byte_read_alone_is_the_headers_paused_code(ipc: IpcTracker, backend: SegmentBackend) -> None:
+    writer = ipc.track(StateBoard.create(ipc.name("board"), 8, backend=backend))
+    reader = ipc.track(StateBoard.open(writer.name, backend=backend))
+    # Every code, beside fields whose bytes would be read instead if the offset were off by one either way.
+    for code in range(P.PAUSE_STOPPING + 1):
+        writer.publish(header(paused=code, done=True, n_executors=0x0909, epoch=0x07070707))
+        assert reader.read_paused() == reader.read_header().paused == code
 
 
 def test_states_follow_n_jobs(ipc: IpcTracker, backend: SegmentBackend) -> None:

@@ -32,6 +32,7 @@ from wloadctl.ipc.protocol import (
     BOARD_BODY,
     BOARD_BODY_OFFSET,
     BOARD_EPOCH,
+    BOARD_PAUSED_AT,
     BOARD_SEQ_OFFSET,
     BOARD_STATES_OFFSET,
     EXECUTOR_BOARD_MAGIC,
@@ -299,6 +300,10 @@ class StateBoard(_Board):
         )
         return unpack_board_header(data)
 
+
+    def read_paused(self) -> int:
+        """The header's `paused` code alone (a PAUSE_* code): one byte, read as it is now."""
+        return int(self._segment.buf[BOARD_PAUSED_AT])
 
     def read_epoch(self) -> int:
         """A consistent copy of the header's epoch alone (the cheapest fencing check).

@@ -521,6 +521,9 @@ BOARD_BODY_OFFSET = 24
 BOARD_BODY = struct.Struct("<IiiIHBB4xddd32s16I")
 """Header body: epoch, scheduler_pid, standby_pid, n_jobs, n_executors, done, paused, beat,
 started, lease_until, run_id, counts (`paused` was a pad byte: older readers see 0)."""
+BOARD_PAUSED_AT = BOARD_BODY_OFFSET + struct.calcsize("<IiiIHB")
+"""Offset of the header's `paused` byte: one byte is never seen half written, so it is read without the
+sequence number (an executor reads it at every chain job it ends)."""
 PAUSE_NONE = 0
 """The scheduler dispatches."""
 PAUSE_STATE_DIR_FULL = 1

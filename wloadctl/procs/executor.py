@@ -601,8 +601,7 @@ class Executor:
 
     def _paused(self) -> bool:
         """The scheduler starts nothing new now (the run was cancelled, or it is stopping): followers go back."""
-        hdr = self._header()
-        return hdr is not None and hdr.paused in (P.PAUSE_CANCELLED, P.PAUSE_STOPPING)
+        return self.board.read_paused() in (P.PAUSE_CANCELLED, P.PAUSE_STOPPING)
 
     def _journal(self) -> None:
         """Write every result not yet in the results journal."""

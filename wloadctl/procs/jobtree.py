@@ -355,6 +355,8 @@ class JobTrees:
     an open of a cgroup file costs more than the write or read it is for."""
     _rg: str | None = None
     """The run's cgroup directory once known (see `_run_group`)."""
+    _home: tuple[Path, str] | None = None
+    """The group this executor is in and its `cgroup.procs`, once asked for (see `home_group`)."""
     warm_every: float = 0.0
     """Seconds between writes that keep the kernel's cgroup moves fast (0: not needed, or turned off); see
     WARM_EVERY."""
@@ -476,7 +478,9 @@ class JobTrees:
         after starting a job in the job's own group."""
         if self.how.mode != "cgroup" or self.how.base is None:
             return None
-        return str(self.how.base / "cgroup.procs")
+        if self._home is None or self._home[0] is not self.how.base:
+            self._home = (self.how.base, str(self.how.base / "cgroup.procs"))  # a Path join costs more than the write
+        return self._home[1]
 
     def enter(self, procs: str) -> bool:
         """Move this process into the group of `procs` (its `cgroup.procs`); False when that is refused."""
