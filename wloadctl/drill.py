@@ -229,4 +229,5 @@ def _old_epoch_dispatches(sd: Path, run_id: str, epoch: int, since: float) -> in
     from wloadctl.procs.localpool import read_results, result_journals
 
     return sum(1 for _ex, _pid, path in result_journals(sd, run_id) for r in read_results(path)
-               if r.kind == P.RES_ACCEPTED and r.epoch == epoch and r.started > since)
+               if r.kind == P.RES_ACCEPTED and not r.flags & P.FLAG_STARTING and r.epoch == epoch
+               and r.started > since)

@@ -112,7 +112,8 @@ class JobExitedEvent:
     """With `lost`: handed back unstarted by an executor that took it ahead and stayed busy."""
     unheard: bool = False
     """With `lost`: not said started, yet it may have started: its executor's reports came through a node (an
-    agent) lost with them. A job that may not run twice is held, not requeued."""
+    agent) lost with them, or its executor died while starting it (FLAG_STARTING in its journal). A job that may
+    not run twice is held, not requeued."""
     started: float = 0.0
     """When the attempt started (0 when unknown)."""
     tail: str = ""

@@ -84,6 +84,10 @@ FLAG_TAIL = 8
 FLAG_RETURNED = 16
 """With FLAG_LOST on an exit: the executor hands back a task it took ahead and never started, because its
 slots stayed busy (another executor may run it; no attempt is spent)."""
+FLAG_STARTING = 32
+"""On an acceptance written to the executor's results journal only (never sent): the task's process is being
+started now. An executor that dies before it journals the start leaves this behind, so whoever settles its
+tasks knows the job may have started (held if it may not run twice), where a plain acceptance says it never did."""
 
 HEADER = struct.Struct("<2sBBHH")
 """The 8-byte header of every queue message."""
@@ -378,7 +382,7 @@ def encode_control(obj: dict[str, Any], max_size: int | None = None) -> bytes:
     if max_size is not None and len(data) > max_size:
         raise ProtocolError(
             f"control message of {len(data)} bytes exceeds the {max_size}-byte limit",
-            hint="send fewer job ids per request",
+            hint="send fewer or shorter job ids, and a shorter reason, per request",
         )
     return data
 

@@ -60,6 +60,40 @@ a slot is handed back unstarted, for an executor with a free slot. A job sent ah
 long one for at most this long, and plans of long jobs are not prefetched at all.
 $WLOADCTL_HAND_BACK sets another value."""
 
+FAILPOINT_ENV = "WLOADCTL_FAILPOINT"
+"""A crash at the worst moment, on purpose, for fault tests: `after-spawn:JOB:WHO` makes the executor that has
+just started job JOB's process SIGKILL itself (WHO `executor`), its parent, the scheduler (`scheduler`), or both
+(`both`), before it journals or reports the start. It strikes once per state directory (a file there says it
+struck). Unset, it costs one comparison a job."""
+_FAILPOINT: tuple[str, str] | None = None
+"""(job, who) of FAILPOINT_ENV, read once at the start (see _read_failpoint)."""
+
+
+def _read_failpoint(text: str | None) -> tuple[str, str] | None:
+    if not text:
+        return None
+    where, _, rest = text.partition(":")
+    job, _, who = rest.rpartition(":")
+    if where != "after-spawn" or not job or who not in ("executor", "scheduler", "both"):
+        print(f"wloadctl executor: {FAILPOINT_ENV}={text!r} is not after-spawn:JOB:executor|scheduler|both; "
+              "ignored", file=sys.stderr)
+        return None
+    return job, who
+
+
+def _failpoint(point: tuple[str, str], job: str, state_dir: Path) -> None:
+    """Strike FAILPOINT_ENV if this is its job and it has not struck in this state directory yet."""
+    if job != point[0]:
+        return
+    try:
+        os.close(os.open(state_dir / "failpoint-struck", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return
+    if point[1] in ("scheduler", "both"):
+        os.kill(os.getppid(), signal.SIGKILL)
+    if point[1] in ("executor", "both"):
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 @dataclass(slots=True)
 class Running:
@@ -454,7 +488,14 @@ class Executor:
                 # The run's folders are not the user's: the job writes in a directory of its own.
                 files = JobFiles.make(run_as, env, self.run_id)
             log = _open_log(spawner, p.log_path, lend=run_as is None)
+            # On record before the process exists: an executor killed between the start and its journaling of
+            # the start leaves this, and the job, which may have started, is not taken for one that never did.
+            self.unjournaled.append(P.ResultRecord(P.RES_ACCEPTED, P.FLAG_STARTING, self.index, rec.task,
+                                                   rec.attempt, 0, 0, rec.epoch, 0, now, 0.0, 0, 0))
+            self._journal()
             proc = spawner.spawn(argv, env, p.cwd, log.fd, run_as=run_as, join=join)
+            if _FAILPOINT is not None:
+                _failpoint(_FAILPOINT, p.job, self.state_dir)
         except (OSError, ValueError) as e:
             # (ValueError: what Python refuses to hand to exec, as a NUL byte nul_byte_in missed.)
             if log is not None:
@@ -722,6 +763,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hand-back", type=float, default=None)
     ap.add_argument(AWAIT_FLAG, action="store_true", help="started ahead of the run: wait to be taken (prestart.py)")
     a = ap.parse_args(argv)
+    global _FAILPOINT
+    _FAILPOINT = _read_failpoint(os.environ.get(FAILPOINT_ENV))
     if a.await_go and not await_go(Path(a.state_dir), a.index, waiting_warmer()):
         return 0
     ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from wloadctl.core.commands import Kill
-from wloadctl.core.events import ExecutorLostEvent, JobAcceptedEvent, SlotsChangedEvent, TasksLostEvent
+from wloadctl.core.events import ExecutorLostEvent, JobAcceptedEvent, JobExitedEvent, SlotsChangedEvent, TasksLostEvent
 from wloadctl.core.states import ExecutorState, JobState
 from wloadctl.errors import Fenced
 from wloadctl.ipc import protocol as P
@@ -463,7 +463,8 @@ class LocalPool:
 
     def kill_lost(self, started: P.ResultRecord, executor_pid: int) -> None:
         """A started job whose executor (`executor_pid`) is gone may live on: stop its process group, and
-        whatever left the group with it, before it is retried."""
+        whatever left the group with it, before it is retried. (`started`: its start record, or the acceptance
+        its executor journaled as it started it, FLAG_STARTING, whose pid is unknown: its group and marker.)"""
         killpg(started.pid, signal.SIGKILL)
         kill_job_tree(self.objs.run_id, started.executor, executor_pid, started.task, started.attempt)
         self.pids.pop(started.task, None)
@@ -519,6 +520,11 @@ class LocalPool:
         for (i, att), r in held.items():
             if i < core.n and core.state[i] == JobState.QUEUED and core.attempt[i] == att and core.executor[i] < 0:
                 feed(JobAcceptedEvent(i, att, index, r.started, cause_id=cause))
+            if r.flags & P.FLAG_STARTING and i < core.n and core.state[i] == JobState.QUEUED \
+                    and core.attempt[i] == att and core.executor[i] == index:
+                # It died starting the job, before it recorded the start: the job may have started (and is
+                # stopped with the executor's other jobs). Not one that never did: held if it may not run twice.
+                feed(JobExitedEvent(i, att, index, -1, time.time(), lost=True, unheard=True, cause_id=cause))
 
     def _of_current_copy(self, r: P.ResultRecord, index: int) -> bool:
         """Whether a start or an end the dead executor `index` journaled can be of the copy of its job the

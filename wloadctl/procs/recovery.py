@@ -187,6 +187,10 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
             halted += 1
         recs = seen.of((i, att))
         if P.RES_EXITED in recs:
+            if P.RES_STARTED in recs and core.state[i] == JobState.QUEUED:
+                # Its start first, as the scheduler would have heard it: the job ran (its history has the run,
+                # and one stopped with the run that may not run twice is held, not requeued as never started).
+                feed(pool.replay(recs[P.RES_STARTED][1], "recovery"))
             feed(pool.replay(recs[P.RES_EXITED][1], "recovery"))
             pool.own(i)  # the same report may wait in the response queue: not applied again
             applied += 1
@@ -207,11 +211,14 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
         if holder is not None and holder[0] in alive and pid_alive(holder[0]):
             kept += 1
             continue
-        if started is not None:
+        # Its executor died while starting it (FLAG_STARTING), before it journaled the start: it may have started.
+        starting = started is None and accepted is not None and bool(accepted[1].flags & P.FLAG_STARTING)
+        copy = started if started is not None else accepted if starting else None
+        if copy is not None:
             # Its executor is gone but the job's process group may live on: stopped first.
-            pool.kill_lost(started[1], started[0])
+            pool.kill_lost(copy[1], copy[0])
         feed(JobExitedEvent(i, att, holder[1].executor if holder else -1, -1, time.time(), lost=True,
-                            cause_id="recovery"))
+                            unheard=starting, cause_id="recovery"))
         if started is None:
             pool.own(i)  # requeued at the same attempt: a late report of the copy lost must not settle the next
         lost += 1
