@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from wloadctl.errors import PlanError, UsageError, WloadError
+from wloadctl.errors import PlanError, UsageError, WloadError, printable
 from wloadctl.stdoutguard import GuardedStdout, to_devnull
 
 if TYPE_CHECKING:
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 141
+GEN_MAX_JOBS = 100_000_000
+"""The most jobs `gen` writes."""
 """A command whose output was cut short by its reader going away (`logs JOB | head`): 128 + SIGPIPE, the code
 of a `cat` the shell's pipe stops."""
 PROBLEM_LINES = 20
@@ -501,9 +504,19 @@ def cmd_gen(a: argparse.Namespace) -> int:
 
     if a.jobs <= 0:
         raise UsageError(f"--jobs must be positive, not {a.jobs}")
+    if a.jobs > GEN_MAX_JOBS:
+        raise UsageError(f"--jobs {a.jobs} is more than gen writes ({GEN_MAX_JOBS:,}: a plan of about 10 GB)")
     t = time.time()
+    # Written beside the file and renamed when whole: an interrupted or failed gen leaves no half plan behind.
+    part = f"{a.output}.part-{os.getpid()}"
     try:
-        write_plan(a.output, a.jobs, a.shape, a.seed, job_type=a.job_type, command=a.command, style=a.style)
+        try:
+            write_plan(part, a.jobs, a.shape, a.seed, job_type=a.job_type, command=a.command, style=a.style)
+            os.replace(part, a.output)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
+            raise
     except ValueError as e:
         raise UsageError(f"--command {a.command!r}: {e}" if a.command is not None and "command" in str(e)
                          else str(e)) from None
@@ -759,7 +772,15 @@ def _command_parser(parser: argparse.ArgumentParser, cmd: str) -> argparse.Argum
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `wloadctl` console script."""
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        # Ctrl-C while the command's modules load, before its own handling: said as every interrupt is.
+        print("wloadctl: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["bench"]:
         # The benchmark has its own options (and --help); hand them over untouched.
         from wloadctl.bench import main as bench_main
@@ -781,7 +802,10 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ[JOURNAL_ENV] = args.journal
     else:
-        _journal_of_dir(getattr(args, "state_dir", None))
+        try:
+            _journal_of_dir(getattr(args, "state_dir", None))
+        except OSError:
+            pass  # (a directory this user cannot read: the command says so in its one line)
     real_stdout = sys.stdout
     if real_stdout is not None:
         sys.stdout = GuardedStdout(real_stdout)  # a reader gone: the command goes on, exits with its own code
@@ -810,6 +834,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         # by SIGPIPE; what is left buffered goes nowhere.
         to_devnull(sys.stdout)
         return EXIT_BROKEN_PIPE
+    except PermissionError as e:
+        # A state directory, journal or log of another user's, or one made read-only.
+        print(f"wloadctl: {printable(str(e.filename or ''))}: permission denied "
+              "(run as the user that owns it, or give this one access)", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as e:  # an internal failure: one line, the details only on request
         if type(e).__module__ == "sqlite3":
             # A journal damaged in a way the first look at it did not catch.

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from wloadctl import access
 from wloadctl.core.states import TERMINAL, JobState, is_holding
-from wloadctl.errors import ControlError, TransportError, UsageError, WloadError
+from wloadctl.errors import ControlError, ProtocolError, TransportError, UsageError, WloadError
 from wloadctl.ipc import ctlsock
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, object_name
@@ -382,6 +382,8 @@ class RunClient:
                 rep = self._ask(req)
                 rep["live"] = True
                 return rep
+            except ProtocolError:
+                raise  # the request itself cannot go (too large): said as it is, not as a scheduler out of reach
             except TransportError:
                 # A board seen here may be another host's (a pid of its own namespace): the journal's lease
                 # says who holds the run, and the refusal below names it.

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))}
+"""Control characters (C0, DEL, C1) and their escapes as Python writes them (`\\n`, `\\x1b`, ...)."""
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters escaped: one line, and no terminal escape sequence of a plan's or
+    a request's making reaches an operator's screen."""
+    return text.translate(_CONTROLS)
+
 
 class WloadError(Exception):
     """Root of every error wloadctl reports to a user (never shown as a traceback)."""
@@ -36,7 +45,7 @@ class WloadError(Exception):
             where = self.file + (f":{self.line}" if self.line else "") + ": "
         who = f"job '{self.job}': " if self.job else ""
         hint = f" ({self.hint})" if self.hint else ""
-        return f"{where}{who}{self.message}{hint}"
+        return printable(f"{where}{who}{self.message}{hint}")
 
     def __str__(self) -> str:
         return self.one_line()

@@ -9,7 +9,7 @@ from typing import Any
 from wloadctl.client import RunClient, lease_held, live_header
 from wloadctl.core.sla import standing_flags
 from wloadctl.core.states import TERMINAL, JobState, is_holding
-from wloadctl.errors import WloadError
+from wloadctl.errors import WloadError, printable
 from wloadctl.paths import read_summary
 from wloadctl.store import DB_NAME, RunRow, Store
 
@@ -159,5 +159,12 @@ def list_runs(root: Path) -> tuple[list[RunEntry], list[str]]:
             entries += runs_of(journal.parent)
         except WloadError as e:
             problems.append(f"{journal.parent}: {e.one_line()}")
+        except Exception as e:
+            if not (isinstance(e, ValueError | LookupError | OSError) or type(e).__module__ == "sqlite3"):
+                raise
+            # Damage the first look at a journal does not catch (a mangled schema, a row that does not decode):
+            # that directory is skipped and said, the others listed.
+            problems.append(f"{journal.parent}: run journal {journal} is unreadable or corrupt: "
+                            f"{printable(f'{type(e).__name__}: {e}')}")
     entries.sort(key=lambda e: e.started, reverse=True)
     return entries, problems

@@ -9,7 +9,7 @@ from pathlib import Path
 from wloadctl.core.loops import apply_expansions
 from wloadctl.core.plan import Plan
 from wloadctl.core.plancodec import decode_plan, encode_plan
-from wloadctl.errors import WloadError
+from wloadctl.errors import PlanError, StoreError, WloadError
 from wloadctl.store import RunRow, Store
 
 __all__ = ["keep_plan", "run_plan"]
@@ -23,7 +23,15 @@ def run_plan(store: Store, run: RunRow) -> Plan:
         from wloadctl.core.planfile import load_plan_text
 
         text = store.plan_text(run.id)
-        plan = load_plan_text(text, run.plan_path) if text else _plan_file(run)
+        try:
+            plan = load_plan_text(text, run.plan_path) if text else _plan_file(run)
+        except PlanError as e:
+            if not text:
+                raise  # the plan file itself, read as such
+            # The journal's copy was valid when it was written: it is the journal that is damaged, not the file.
+            raise StoreError(f"the copy of the plan of run {run.run_id} in the journal {store.where} does not load: "
+                             f"{e.lines(1)[0]}",
+                             hint="restore the journal from a backup; the plan file is not read for it") from None
     if run.plan_path and plan.path != run.plan_path:
         # The journal's path (absolute since then) leads to the plan's folder from anywhere: relative `cwd:` too.
         plan = dataclasses.replace(plan, path=run.plan_path)

@@ -28,6 +28,19 @@ RUNNING = 3
 SUCCEEDED = 4
 """JobState.SUCCEEDED's value."""
 _RUNNING = RUNNING
+ADDED_AT_MOST = 10_000_000
+"""Jobs a turn may name past those a reader knows of (jobs the run added since) before its journal is taken
+for corrupt: a damaged job index must not make a reader allocate for billions of jobs."""
+
+
+def _room_for(known: int, top: int) -> int:
+    """The size a reader grows to for job index `top`; raises StoreError when no run adds that many jobs."""
+    if top >= 2 * known + ADDED_AT_MOST:
+        from wloadctl.errors import StoreError
+
+        raise StoreError(f"the run journal is corrupt: a turn names job {top}, the run has {known} jobs",
+                         hint="restore it from a backup or move it away; wloadctl never starts afresh over it")
+    return top + 1
 
 
 def pack_turn(transitions: Sequence[tuple]) -> tuple[bytes, str, str]:
@@ -180,7 +193,7 @@ class JobColumns:
                 row[6] = ts
             self.seq = seq
         if last and max(last) >= len(self.state):
-            self.grow(max(last) + 1)
+            self.grow(_room_for(len(self.state), max(last)))
         state, attempt, executor = self.state, self.attempt, self.executor
         for i, (to, att, ex, code, reason, started, ended) in last.items():
             state[i] = to
@@ -319,7 +332,7 @@ class FlatRows:
         try:
             self._apply(recs)
         except IndexError:  # a job the run added since: applied again from the start
-            self.grow(max(job for (job,) in JOB_FIELD.iter_unpack(recs)) + 1)
+            self.grow(_room_for(len(self), max(job for (job,) in JOB_FIELD.iter_unpack(recs))))
             self._apply(recs)
 
     def _apply(self, recs: bytes) -> None:

@@ -30,6 +30,7 @@ from wloadctl.core.foureyes import (
     settled_outcome,
 )
 from wloadctl.core.verbs import VERBS, resolve_jobs, unknown_text
+from wloadctl.errors import printable
 from wloadctl.ipc.ctlsock import ControlSocket, Peer
 
 if TYPE_CHECKING:
@@ -131,6 +132,10 @@ class ControlDesk:
 
     def _apply(self, req: dict[str, Any], uid: int, role: Role, now: float) -> None:
         core = self.core
+        for key in ("reason", "claimed"):
+            if isinstance(req.get(key), str):
+                # Journaled, logged and shown to every operator: one line, no terminal escapes of the sender's.
+                req[key] = printable(req[key])
         user = str(req.get("user", ""))
         verb = str(req.get("verb", ""))
         names = [str(n) for n in req.get("jobs", [])]

@@ -612,6 +612,8 @@ def broker_link(plan: Plan, opts: RunOptions, run_id: str) -> BrokerLink | None:
     """
     away = [j.id for j in plan.jobs.values() if j.pool or j.agent]
     if not away:
+        if opts.broker is not None:
+            opts.say(f"broker {opts.broker.shown()} not used: no job of the plan runs on agents (pool:/agent:)")
         return None
     if opts.broker is None:
         raise UsageError(f"{plan.path or plan.name}: job(s) {', '.join(away[:5])}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,6 +19,8 @@ from wloadctl.store.base import DB_NAME, RunRow, Store
 from wloadctl.store.sqlschema import AUDIT_TRIGGERS, SCHEMA, SCHEMA_VERSION
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
 
+EMPTY_JOURNAL_STALE = 60.0
+"""Seconds after which a journal file still without tables is no run's first moment but a file left empty."""
 SQLITE_FULL = 13
 """SQLite's primary result code for a write refused for want of disk space."""
 
@@ -290,6 +293,11 @@ class SqliteStore(Store):
                     version = SCHEMA_VERSION
             if version == 0:
                 # A writer has made the file and not yet its tables (its first moment), or the file is empty.
+                with contextlib.suppress(OSError):
+                    if time.time() - path.stat().st_mtime > EMPTY_JOURNAL_STALE:
+                        raise StoreError(f"run journal {path} is empty and has been for over "
+                                         f"{EMPTY_JOURNAL_STALE:.0f}s: no run is starting there",
+                                         hint="move it away to start afresh there")
                 raise NoJournalYet(f"no run recorded in {d} yet: its journal is being made",
                                    hint="a run is starting there; try again in a moment")
             if version > SCHEMA_VERSION:
@@ -303,7 +311,7 @@ class SqliteStore(Store):
                 ok = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
                 if ok != "ok":
                     raise StoreError(
-                        f"run journal {path} is corrupt: {ok}",
+                        f"run journal {path} is corrupt: {' '.join(str(ok).split())}",
                         hint="restore it from a backup or move it away to start afresh",
                     )
             conn.execute("SELECT count(*) FROM runs").fetchone()
@@ -314,6 +322,14 @@ class SqliteStore(Store):
                 raise
             if isinstance(write_error(e, path), StoreFull):
                 raise full_at_start(path) from None
+            write = 0 if readonly else os.W_OK
+            if "readonly" in str(e) or not os.access(d, os.R_OK | os.X_OK | write) \
+                    or (path.exists() and not os.access(path, os.R_OK | write)):
+                # The file is whole: this user may not read it, or write where a writer must.
+                raise StoreError(
+                    f"run journal {path} cannot be {'read' if readonly else 'written'} by this user: {e}",
+                    hint="run as the user that owns the state directory, or give this one access to it",
+                ) from None
             raise StoreError(
                 f"run journal {path} is unreadable or corrupt: {e}",
                 hint="restore it from a backup or move it away; wloadctl never starts afresh over it",

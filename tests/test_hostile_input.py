@@ -1,0 +1,163 @@
+"""Hostile input gets one line: control characters in a plan or a reason, a request too large for the control
+socket, a journal damaged where its job indices are, a state directory this user may not read, and `gen` asked
+for more than it writes or stopped halfway."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import ENV, cli, ipc_names, reap_orphans, status, stop_proc, wait_for
+
+
+def _one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_control_characters_of_a_plan_are_escaped_in_its_one_line_error(tmp_path: Path) -> None:
+    plan = tmp_path / "p.yaml"
+    plan.write_text('name: x\njobs:\n  a: {command: echo hi, depends_on: ["x\\ny\\e[2J"]}\n')
+    p = cli("validate", str(plan))
+    assert p.returncode == 2
+    line = _one_line(p.stderr)
+    assert "\x1b" not in line and "\r" not in line
+    assert "depends on unknown job 'x\\ny\\x1b[2J'" in line
+
+
+def _damaged_journal(tmp_path: Path) -> Path:
+    plan = tmp_path / "ok.yaml"
+    plan.write_text("name: ok\njobs:\n  a: {command: 'true'}\n  b: {command: 'true', depends_on: [a]}\n")
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
+    with sqlite3.connect(sd / "journal.db") as db:
+        # A first record naming job 2,147,483,647 in a run of two jobs.
+        db.execute("UPDATE turns SET recs = CAST(X'FFFFFF7F' || substr(recs, 5) AS BLOB) "
+                   "WHERE seq = (SELECT min(seq) FROM turns)")
+    return sd
+
+
+def test_a_journal_damaged_in_a_job_index_is_reported_corrupt_without_filling_memory(tmp_path: Path) -> None:
+    sd = _damaged_journal(tmp_path)
+
+    def under_a_gigabyte() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "status", "--state-dir", str(sd), "--at", "-0s"],
+                       capture_output=True, text=True, timeout=60, env=ENV, preexec_fn=under_a_gigabyte)
+    assert p.returncode == 3, p.stderr
+    assert "the run journal is corrupt: a turn names job 2147483647, the run has 2 jobs" in _one_line(p.stderr)
+
+
+def test_a_state_directory_this_user_may_not_read_is_said_in_one_line(tmp_path: Path) -> None:
+    capsh = shutil.which("capsh")
+    if capsh is None:
+        pytest.skip("capsh (libcap2-bin) is not installed: root cannot be made to lack read access without it")
+    plan = tmp_path / "ok.yaml"
+    plan.write_text("name: ok\njobs:\n  a: {command: 'true'}\n")
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
+    sd.chmod(0)
+    try:
+        for verb in (["status"], ["history", "a"], ["hold", "a"], ["resume"]):
+            words = " ".join([sys.executable, "-m", "wloadctl", *verb, "--state-dir", str(sd)])
+            # Root without the capabilities that pass over file permissions: as another user would be.
+            p = subprocess.run([capsh, "--drop=cap_dac_override,cap_dac_read_search", "--", "-c", words],
+                               capture_output=True, text=True, timeout=60, env=ENV)
+            assert p.returncode == 2, (verb, p.stderr)
+            assert "permission denied" in _one_line(p.stderr), verb
+    finally:
+        sd.chmod(0o755)
+
+
+def test_a_verb_too_large_for_the_control_socket_says_so_and_a_reason_is_kept_on_one_line(tmp_path: Path) -> None:
+    plan = tmp_path / "sl.yaml"
+    go = tmp_path / "go"
+    plan.write_text(f"name: sl\njobs:\n  a: {{command: 'until [ -e {go} ]; do sleep 0.05; done'}}\n")
+    sd = tmp_path / "sd"
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    run_id = None
+    try:
+        wait_for(lambda: status(sd)["jobs"][0]["state"] == "RUNNING", what="the job running")
+        run_id = status(sd)["run"]
+        p = cli("hold", "a", "--reason", "r" * 70_000, "--state-dir", str(sd))
+        assert p.returncode == 3
+        assert "control message of" in _one_line(p.stderr) and "no control socket" not in p.stderr
+        p = cli("release", "a", "--reason", "multi\nline\x1b[31m", "--state-dir", str(sd))
+        audit = cli("audit", "--state-dir", str(sd)).stdout
+        assert "multi\\nline\\x1b[31m" in audit and "\x1b" not in audit
+    finally:
+        go.touch()
+        stop_proc(proc, grace=30, run_id=run_id, term=False)
+    assert proc.returncode == 0
+    if run_id is not None:
+        reap_orphans(run_id)
+        assert ipc_names(run_id) == []
+
+
+def test_gen_refuses_more_jobs_than_it_writes_and_leaves_no_half_plan_when_stopped(tmp_path: Path) -> None:
+    out = tmp_path / "big.yaml"
+    p = cli("gen", "--jobs", "999999999999", "--shape", "bank", "-o", str(out))
+    assert p.returncode == 2 and "more than gen writes" in _one_line(p.stderr)
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "gen", "--jobs", "50000000", "--shape", "bank",
+                             "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+    wait_for(lambda: any(tmp_path.glob("big.yaml.part-*")), timeout=30, every=0.02, what="the plan being written")
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_runs_lists_the_good_state_directories_beside_one_whose_journal_schema_is_mangled(tmp_path: Path) -> None:
+    plan = tmp_path / "ok.yaml"
+    plan.write_text("name: ok\njobs:\n  a: {command: 'true'}\n")
+    root = tmp_path / "root"
+    assert cli("run", str(plan), "--state-dir", str(root / "good")).returncode == 0
+    shutil.copytree(root / "good", root / "bad")
+    with sqlite3.connect(root / "bad" / "journal.db") as db:
+        db.execute("PRAGMA writable_schema=ON")
+        db.execute("UPDATE sqlite_master SET name=CAST(X'C8C8' AS TEXT), sql='CREATE INDEX %' WHERE name='turns_run'")
+    p = cli("runs", "--root", str(root))
+    assert p.returncode == 0, p.stderr
+    assert "good" in p.stdout and "bad" not in p.stdout
+    assert f"run journal {root / 'bad' / 'journal.db'} is unreadable or corrupt" in _one_line(p.stderr)
+
+
+def test_a_damaged_copy_of_the_plan_in_the_journal_is_blamed_on_the_journal_not_on_the_plan_file(
+        tmp_path: Path) -> None:
+    plan = tmp_path / "ok.yaml"
+    plan.write_text("name: ok\njobs:\n  alpha:\n    command: 'true'\n  beta:\n    command: 'true'\n")
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
+    with sqlite3.connect(sd / "journal.db") as db:
+        db.execute("UPDATE plans SET text = replace(text, 'alpha:', 'al' || char(5) || 'pha:'), blob = NULL")
+    p = cli("hold", "beta", "--state-dir", str(sd))
+    assert p.returncode == 3
+    line = _one_line(p.stderr)
+    assert f"in the journal {sd / 'journal.db'} does not load" in line and "restore the journal" in line
+    assert plan.read_text().count("\x05") == 0
+
+
+def test_an_empty_journal_left_long_ago_is_not_taken_for_a_run_starting(tmp_path: Path) -> None:
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    journal = sd / "journal.db"
+    journal.touch()
+    assert "try again in a moment" in _one_line(cli("status", "--state-dir", str(sd)).stderr)
+    old = time.time() - 120
+    os.utime(journal, (old, old))
+    p = cli("status", "--state-dir", str(sd))
+    assert p.returncode == 3
+    assert "is empty and has been for over 60s" in _one_line(p.stderr)
