@@ -110,12 +110,19 @@ def test_gen_refuses_more_jobs_than_it_writes_and_leaves_no_half_plan_when_stopp
     out = tmp_path / "big.yaml"
     p = cli("gen", "--jobs", "999999999999", "--shape", "bank", "-o", str(out))
     assert p.returncode == 2 and "more than gen writes" in _one_line(p.stderr)
+    # Ctrl-C as an operator's terminal sends it (a test runner's worker may ignore SIGINT, and its children with it).
     proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "gen", "--jobs", "50000000", "--shape", "bank",
-                             "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
-    wait_for(lambda: any(tmp_path.glob("big.yaml.part-*")), timeout=30, every=0.02, what="the plan being written")
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=30)
+                             "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        wait_for(lambda: any(tmp_path.glob("big.yaml.part-*")), timeout=30, every=0.02, what="the plan being written")
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert list(tmp_path.iterdir()) == []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -107,3 +108,22 @@ def test_transition_events_carry_each_field_as_json_says_whatever_the_mix_of_a_t
         want.append(e)
     assert lines == want
     assert [list(e) for e in lines] == [list(e) for e in want]  # (and in that order)
+
+
+def test_a_results_journal_refused_for_space_does_not_fail_when_its_warning_is_refused_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The executor's stderr is a log on the same full disk: /dev/full refuses every write with ENOSPC.
+    full = open("/dev/full", "w")
+    monkeypatch.setattr("sys.stderr", full)
+    log = resultlog.ResultLog(Path("/dev/full"))
+    try:
+        record = P.encode_results([P.ResultRecord(P.RES_ACCEPTED, P.FLAG_STARTING, 0, 1, 1, 0, 0, 1, 0, 1.0, 0.0,
+                                                  0, 0)])
+        assert log.write(record) is False  # the record waits; nothing raised
+        assert log.write(record) is False and len(log.waiting) == 2
+    finally:
+        os.close(log.fd)
+        log.fd = -1  # (nothing to write to /dev/full at close)
+        monkeypatch.undo()
+        with contextlib.suppress(OSError):
+            full.close()

@@ -27,7 +27,7 @@ from wloadctl.ipc.shm import (
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import WARM_IDLE, JobTrees, detect, waiting_warmer
 from wloadctl.procs.prestart import AWAIT_FLAG, ORPHAN_TIMEOUT, await_go
-from wloadctl.procs.resultlog import NO_SPACE, ResultLog
+from wloadctl.procs.resultlog import NO_SPACE, ResultLog, say
 from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, nul_byte_in, reap, tail_of
 from wloadctl.procs.userfiles import JobFiles
 
@@ -703,8 +703,7 @@ def _open_log(spawner: Spawner, path: str, lend: bool) -> LogFile:
     except OSError as e:
         if e.errno not in NO_SPACE:
             raise
-        print(f"cannot open log {path}: no space left on device; the job runs without a log",
-              file=sys.stderr, flush=True)
+        say(f"cannot open log {path}: no space left on device; the job runs without a log")
         fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         if fd < 3:
             low, fd = fd, fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
@@ -55,7 +56,7 @@ class ResultLog:
             self.waiting.pop(0)
         if self.warned:
             self.warned = False
-            print(f"{self.who}: results journal {self.path} written again", file=sys.stderr, flush=True)
+            say(f"{self.who}: results journal {self.path} written again")
         return True
 
     def _undo(self, end: int) -> None:
@@ -66,8 +67,8 @@ class ResultLog:
             pass  # a torn last record is ignored by readers; the next write retries from `end`
         if not self.warned:
             self.warned = True
-            print(f"{self.who}: cannot write results journal {self.path}: no space left on device; "
-                  "results are still reported and written once there is space", file=sys.stderr, flush=True)
+            say(f"{self.who}: cannot write results journal {self.path}: no space left on device; "
+                 "results are still reported and written once there is space")
 
     def close(self) -> None:
         """Write what waits (as far as the disk allows) and close."""
@@ -78,3 +79,13 @@ class ResultLog:
             self.write(data)
         os.close(self.fd)
         self.fd = -1
+
+
+def say(line: str) -> None:
+    """One line on stderr, which may be a log on the very disk that is full: a line it refuses is dropped, and
+    never fails the write it tells of (nor the start of the job whose record waits)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()  # what the full disk refused is dropped, not tried again with the next line
