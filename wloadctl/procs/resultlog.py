@@ -29,6 +29,9 @@ class ResultLog:
         """Names the writer in the one warning line a full disk causes."""
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         """The file, opened for appending."""
+        self.end = os.fstat(self.fd).st_size
+        """Where the file ends: this process alone appends to it, so it is counted here rather than asked (a
+        write cut short is cut back to it)."""
         self.waiting: list[bytes] = []
         """Encoded records not yet written, oldest first."""
         self.warned = False
@@ -43,7 +46,7 @@ class ResultLog:
         self.waiting.append(data)
         while self.waiting:
             chunk = self.waiting[0]
-            end = os.lseek(self.fd, 0, os.SEEK_END)
+            end = self.end
             try:
                 n = os.write(self.fd, chunk)
             except OSError as e:
@@ -53,6 +56,7 @@ class ResultLog:
             if n != len(chunk):
                 self._undo(end)
                 return False
+            self.end = end + n
             self.waiting.pop(0)
         if self.warned:
             self.warned = False
