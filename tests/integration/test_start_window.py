@@ -48,6 +48,20 @@ def run(plan: Path, sd: Path, failpoint: str, *extra: str) -> subprocess.Popen[s
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+def struck(tmp: Path, idempotent: bool, who: str, *extra: str) -> tuple[Path, Path, Path, subprocess.Popen[str]]:
+    """A run of the gated plan whose executor's failpoint strikes `who` as `a` starts: state dir, marks, gate, run."""
+    plan, marks, gate = gated_plan(tmp, idempotent)
+    sd = tmp / "sd"
+    return sd, marks, gate, run(plan, sd, f"after-spawn:a:{who}", *extra)
+
+
+def assert_held_after_one_start(sd: Path, marks: Path) -> None:
+    """`a` is held for an operator, `b` waits for it, and `a` started once, its copy stopped before its end."""
+    assert job_states(sd) == {"a": "HELD", "b": "WAITING"}
+    assert len(lines(marks, "S")) == 1, marks.read_text()
+    assert lines(marks, "E") == []
+
+
 def history(sd: Path, job: str) -> str:
     return cli("history", job, "--state-dir", str(sd), timeout=30).stdout
 
@@ -67,28 +81,21 @@ def tidy(sd: Path, gate: Path, proc: subprocess.Popen[str] | None = None) -> Ite
 
 
 def test_a_job_that_may_not_run_twice_whose_executor_died_starting_it_is_held_not_run_again(tmp_path: Path) -> None:
-    plan, marks, gate = gated_plan(tmp_path, idempotent=False)
-    sd = tmp_path / "sd"
-    proc = run(plan, sd, "after-spawn:a:executor", "--exit-on-hold")
+    sd, marks, gate, proc = struck(tmp_path, False, "executor", "--exit-on-hold")
     with tidy(sd, gate, proc):
         _out, err = proc.communicate(timeout=90)
         run_id = status(sd)["run"]
         reap_orphans(run_id)
     assert proc.returncode == 1, err
-    assert job_states(sd) == {"a": "HELD", "b": "WAITING"}
     assert (sd / "failpoint-struck").exists()
-    # Started once (and stopped with its executor), never again.
-    assert len(lines(marks, "S")) == 1, marks.read_text()
-    assert lines(marks, "E") == []
+    assert_held_after_one_start(sd, marks)  # started once (and stopped with its executor), never again
     assert "interrupted, needs operator" in history(sd, "a")
     assert ipc_names(run_id) == []
 
 
 def test_a_job_that_may_run_twice_whose_executor_died_starting_it_runs_again_its_first_copy_stopped(
         tmp_path: Path) -> None:
-    plan, marks, gate = gated_plan(tmp_path, idempotent=True)
-    sd = tmp_path / "sd"
-    proc = run(plan, sd, "after-spawn:a:executor")
+    sd, marks, gate, proc = struck(tmp_path, True, "executor")
     with tidy(sd, gate, proc):
         # The second copy has started: the first, stopped with its executor, never writes its end.
         wait_for(lambda: len(lines(marks, "S")) == 2, timeout=60, what="the job started again")
@@ -106,9 +113,7 @@ def test_a_job_that_may_run_twice_whose_executor_died_starting_it_runs_again_its
 
 def test_after_the_scheduler_and_executor_died_as_it_started_a_job_that_may_not_run_twice_the_resume_holds_it(
         tmp_path: Path) -> None:
-    plan, marks, gate = gated_plan(tmp_path, idempotent=False)
-    sd = tmp_path / "sd"
-    proc = run(plan, sd, "after-spawn:a:both")
+    sd, marks, gate, proc = struck(tmp_path, False, "both")
     with tidy(sd, gate, proc):
         proc.communicate(timeout=90)
         assert proc.returncode == -signal.SIGKILL
@@ -117,9 +122,7 @@ def test_after_the_scheduler_and_executor_died_as_it_started_a_job_that_may_not_
         p = cli("resume", "--state-dir", str(sd), "--exit-on-hold", timeout=90)
         reap_orphans(run_id)
     assert p.returncode == 1, p.stderr
-    assert job_states(sd) == {"a": "HELD", "b": "WAITING"}
-    assert len(lines(marks, "S")) == 1, marks.read_text()
-    assert lines(marks, "E") == []
+    assert_held_after_one_start(sd, marks)
     assert ipc_names(run_id) == []
 
 
@@ -129,9 +132,7 @@ def _ended_in_journal(sd: Path, run_id: str) -> bool:
 
 
 def test_a_job_that_ran_while_the_scheduler_was_down_has_its_run_in_its_history(tmp_path: Path) -> None:
-    plan, marks, gate = gated_plan(tmp_path, idempotent=False)
-    sd = tmp_path / "sd"
-    proc = run(plan, sd, "after-spawn:a:scheduler")
+    sd, marks, gate, proc = struck(tmp_path, False, "scheduler")
     with tidy(sd, gate, proc):
         proc.communicate(timeout=90)
         run_id = status(sd)["run"]
@@ -153,9 +154,7 @@ def test_a_job_that_may_not_run_twice_stopped_with_the_run_while_no_scheduler_ha
         tmp_path: Path) -> None:
     """The stop of a run is journaled before any job is signalled: a crash after it, before the scheduler heard the
     job start, leaves the job QUEUED in the journal while its executor journaled its start and its end."""
-    plan, marks, gate = gated_plan(tmp_path, idempotent=False)
-    sd = tmp_path / "sd"
-    proc = run(plan, sd, "after-spawn:a:scheduler")
+    sd, marks, gate, proc = struck(tmp_path, False, "scheduler")
     with tidy(sd, gate, proc):
         proc.communicate(timeout=90)
         run_id = status(sd)["run"]
@@ -170,6 +169,5 @@ def test_a_job_that_may_not_run_twice_stopped_with_the_run_while_no_scheduler_ha
         p = cli("resume", "--state-dir", str(sd), "--exit-on-hold", timeout=90)
         reap_orphans(run_id)
     assert p.returncode == 1, p.stderr
-    assert job_states(sd) == {"a": "HELD", "b": "WAITING"}
-    assert len(lines(marks, "S")) == 1, marks.read_text()
+    assert_held_after_one_start(sd, marks)
     assert ipc_names(run_id) == []
