@@ -168,3 +168,13 @@ def test_an_empty_journal_left_long_ago_is_not_taken_for_a_run_starting(tmp_path
     p = cli("status", "--state-dir", str(sd))
     assert p.returncode == 3
     assert "is empty and has been for over 60s" in _one_line(p.stderr)
+
+
+@pytest.mark.parametrize("verb", [["status"], ["history", "a"], ["hold", "a"], ["resume"], ["logs", "a"]])
+def test_a_file_given_as_the_state_directory_is_said_to_be_no_directory(tmp_path: Path, verb: list[str]) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a state directory\n")
+    p = cli(*verb, "--state-dir", str(afile))
+    assert p.returncode == 2
+    assert f"{afile} is not a directory" in _one_line(p.stderr)
+    assert afile.read_text() == "not a state directory\n"

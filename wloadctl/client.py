@@ -88,6 +88,8 @@ class RunClient:
         self._link: OperatorLink | None = None
         given = None if state_dir is None else Path(state_dir)
         if given is not None and not journal_exists(given):
+            if given.exists() and not given.is_dir():
+                raise UsageError(f"{given} is not a directory: --state-dir names a run's state directory")
             url = read_journal_note(given)
             if url is not None:
                 raise UsageError(f"no run journal in {given}: its runs are journaled in {url}",
