@@ -178,3 +178,28 @@ def test_a_file_given_as_the_state_directory_is_said_to_be_no_directory(tmp_path
     assert p.returncode == 2
     assert f"{afile} is not a directory" in _one_line(p.stderr)
     assert afile.read_text() == "not a state directory\n"
+
+
+def test_resuming_with_a_plan_of_another_name_names_both_plans(tmp_path: Path) -> None:
+    plan = tmp_path / "p.yaml"
+    go = tmp_path / "go"
+    plan.write_text(f"name: first\njobs:\n  a: {{command: 'until [ -e {go} ]; do sleep 0.05; done'}}\n")
+    sd = tmp_path / "sd"
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    try:
+        wait_for(lambda: status(sd)["jobs"][0]["state"] == "RUNNING", what="the job running")
+        run_id = status(sd)["run"]
+        stop_proc(proc, grace=30, run_id=run_id)  # SIGTERM: the run stops, resumable
+    finally:
+        go.touch()
+        stop_proc(proc)
+    plan.write_text(plan.read_text().replace("name: first", "name: second"))
+    p = cli("resume", str(plan), "--state-dir", str(sd), "--accept-plan-change")
+    assert p.returncode == 2
+    assert f"plan 'second' is not the plan of unfinished run {run_id}" in _one_line(p.stderr)
+    assert "('first')" in p.stderr
+    p = cli("resume", "--state-dir", str(sd))
+    reap_orphans(run_id)
+    assert p.returncode == 0, p.stderr
+    assert ipc_names(run_id) == []

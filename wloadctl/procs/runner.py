@@ -330,6 +330,12 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         same = plan is None or (prev is not None and prev.plan_name == plan.name)
         resumed = unfinished and same
         if resume_only and not resumed:
+            if unfinished and prev is not None and plan is not None:
+                # A plan of another name is another plan: a change of the run's plan keeps its name.
+                raise UsageError(f"{plan_path}: plan '{plan.name}' is not the plan of unfinished run {prev.run_id} "
+                                 f"in {opts.state_dir} ('{prev.plan_name}')",
+                                 hint="a changed plan keeps the run's plan name; or resume with "
+                                      "`wloadctl resume --state-dir DIR` alone")
             raise UsageError(f"no unfinished run to resume in {opts.state_dir}",
                              hint="start one with `wloadctl run PLAN --state-dir DIR`")
         if prev and prev.status in UNFINISHED:
