@@ -108,6 +108,7 @@ def test_a_job_that_may_run_twice_whose_executor_died_starting_it_runs_again_its
     assert proc.returncode == 0, err
     assert job_states(sd) == {"a": "SUCCEEDED", "b": "SUCCEEDED"}
     assert [ln.split()[1] for ln in lines(marks, "E")] == [lines(marks, "S")[1].split()[1]]
+    assert "it may have started" in history(sd, "a")
     assert ipc_names(run_id) == []
 
 

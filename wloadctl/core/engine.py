@@ -485,7 +485,8 @@ class SchedulerCore(JobTable):
                 self.attempt[i] -= 1
             self._make_ready_from(i, reason=killed or (
                 f"handed back unstarted by executor {ex}: its slots stayed busy" if ev.returned
-                else "requeued: executor lost before start"))
+                else "requeued: executor lost before its start was heard (it may have started; it may run twice)"
+                if ev.unheard else "requeued: executor lost before start"))
             if self.cancelled:
                 self.set_state(i, _CANC, reason="run cancelled")  # it never started: it does not now
             return
