@@ -80,17 +80,24 @@ def test_a_state_directory_this_user_may_not_read_is_said_in_one_line(tmp_path: 
         sd.chmod(0o755)
 
 
-def test_a_verb_too_large_for_the_control_socket_says_so_and_a_reason_is_kept_on_one_line(tmp_path: Path) -> None:
-    plan = tmp_path / "sl.yaml"
-    go = tmp_path / "go"
-    plan.write_text(f"name: sl\njobs:\n  a: {{command: 'until [ -e {go} ]; do sleep 0.05; done'}}\n")
-    sd = tmp_path / "sd"
+def _gated_run(tmp_path: Path, name: str) -> tuple[Path, Path, Path, subprocess.Popen[bytes], str]:
+    """A run of plan `name` whose job `a` runs until the file `go` is made: plan, state dir, go, process, run id."""
+    plan, go, sd = tmp_path / "p.yaml", tmp_path / "go", tmp_path / "sd"
+    plan.write_text(f"name: {name}\njobs:\n  a: {{command: 'until [ -e {go} ]; do sleep 0.05; done'}}\n")
     proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
-    run_id = None
     try:
         wait_for(lambda: status(sd)["jobs"][0]["state"] == "RUNNING", what="the job running")
-        run_id = status(sd)["run"]
+        return plan, sd, go, proc, status(sd)["run"]
+    except BaseException:
+        go.touch()
+        stop_proc(proc, grace=30, term=False)
+        raise
+
+
+def test_a_verb_too_large_for_the_control_socket_says_so_and_a_reason_is_kept_on_one_line(tmp_path: Path) -> None:
+    _plan, sd, go, proc, run_id = _gated_run(tmp_path, "sl")
+    try:
         p = cli("hold", "a", "--reason", "r" * 70_000, "--state-dir", str(sd))
         assert p.returncode == 3
         assert "control message of" in _one_line(p.stderr) and "no control socket" not in p.stderr
@@ -101,9 +108,8 @@ def test_a_verb_too_large_for_the_control_socket_says_so_and_a_reason_is_kept_on
         go.touch()
         stop_proc(proc, grace=30, run_id=run_id, term=False)
     assert proc.returncode == 0
-    if run_id is not None:
-        reap_orphans(run_id)
-        assert ipc_names(run_id) == []
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []
 
 
 def test_gen_refuses_more_jobs_than_it_writes_and_leaves_no_half_plan_when_stopped(tmp_path: Path) -> None:
@@ -176,20 +182,13 @@ def test_a_file_given_as_the_state_directory_is_said_to_be_no_directory(tmp_path
     afile.write_text("not a state directory\n")
     p = cli(*verb, "--state-dir", str(afile))
     assert p.returncode == 2
-    assert f"{afile} is not a directory" in _one_line(p.stderr)
+    assert f"cannot use {afile} as a state directory: it is not a directory" in _one_line(p.stderr)
     assert afile.read_text() == "not a state directory\n"
 
 
 def test_resuming_with_a_plan_of_another_name_names_both_plans(tmp_path: Path) -> None:
-    plan = tmp_path / "p.yaml"
-    go = tmp_path / "go"
-    plan.write_text(f"name: first\njobs:\n  a: {{command: 'until [ -e {go} ]; do sleep 0.05; done'}}\n")
-    sd = tmp_path / "sd"
-    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    plan, sd, go, proc, run_id = _gated_run(tmp_path, "first")
     try:
-        wait_for(lambda: status(sd)["jobs"][0]["state"] == "RUNNING", what="the job running")
-        run_id = status(sd)["run"]
         stop_proc(proc, grace=30, run_id=run_id)  # SIGTERM: the run stops, resumable
     finally:
         go.touch()

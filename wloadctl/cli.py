@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_BROKEN_PIPE = 141
-GEN_MAX_JOBS = 100_000_000
-"""The most jobs `gen` writes."""
 """A command whose output was cut short by its reader going away (`logs JOB | head`): 128 + SIGPIPE, the code
 of a `cat` the shell's pipe stops."""
+GEN_MAX_JOBS = 100_000_000
+"""The most jobs `gen` writes."""
 PROBLEM_LINES = 20
 """A plan's problems printed at most (validate --json lists every one)."""
 VERB_COMMANDS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip")

@@ -190,11 +190,11 @@ def _refuse_nothing_to_resume(state_dir: Path) -> None:
     Raises:
         UsageError: no journal for this state directory (a mistyped one, say).
     """
+    from wloadctl.paths import refuse_non_directory
     from wloadctl.store import journal_exists
 
     if not journal_exists(state_dir):
-        if state_dir.exists() and not state_dir.is_dir():
-            raise UsageError(f"{state_dir} is not a directory: --state-dir names a run's state directory")
+        refuse_non_directory(state_dir)
         raise UsageError(f"no unfinished run to resume in {state_dir}",
                          hint="start one with `wloadctl run PLAN --state-dir DIR`")
 

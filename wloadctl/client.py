@@ -24,7 +24,7 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
-from wloadctl.paths import ids_path, log_path, named_state_dir, read_ids, read_journal_note
+from wloadctl.paths import ids_path, log_path, named_state_dir, read_ids, read_journal_note, refuse_non_directory
 from wloadctl.remote import AGENT_BASE
 from wloadctl.runshape import RunShape, index_of_id, read_shape
 from wloadctl.store import DB_NAME, RunRow, Store, default_state_dir, journal_exists, run_place
@@ -88,8 +88,7 @@ class RunClient:
         self._link: OperatorLink | None = None
         given = None if state_dir is None else Path(state_dir)
         if given is not None and not journal_exists(given):
-            if given.exists() and not given.is_dir():
-                raise UsageError(f"{given} is not a directory: --state-dir names a run's state directory")
+            refuse_non_directory(given)
             url = read_journal_note(given)
             if url is not None:
                 raise UsageError(f"no run journal in {given}: its runs are journaled in {url}",

@@ -44,6 +44,17 @@ def make_state_dir(state_dir: Path) -> None:
         raise unusable_state_dir(state_dir, e) from None
 
 
+def refuse_non_directory(state_dir: Path) -> None:
+    """Refuse, as `run` does, a state directory named where something else than a directory is (a reader or a
+    resume would otherwise say it holds no journal).
+
+    Raises:
+        UsageError: it is a file (or another non-directory).
+    """
+    if state_dir.exists() and not state_dir.is_dir():
+        raise unusable_state_dir(state_dir, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)))
+
+
 def unusable_state_dir(state_dir: Path, e: OSError) -> UsageError:
     """The one-line error of a state directory that cannot be made, entered or written."""
     why = "it is not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e

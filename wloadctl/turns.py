@@ -13,6 +13,8 @@ import struct
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 
+from wloadctl.errors import StoreError
+
 RECORD = struct.Struct("<IBBIhidH")
 """job index, from, to, attempt, executor, exit status (NO_EXIT for none), timestamp, cause number."""
 JOB_FIELD = struct.Struct(f"<I{RECORD.size - 4}x")
@@ -36,8 +38,6 @@ for corrupt: a damaged job index must not make a reader allocate for billions of
 def _room_for(known: int, top: int) -> int:
     """The size a reader grows to for job index `top`; raises StoreError when no run adds that many jobs."""
     if top >= 2 * known + ADDED_AT_MOST:
-        from wloadctl.errors import StoreError
-
         raise StoreError(f"the run journal is corrupt: a turn names job {top}, the run has {known} jobs",
                          hint="restore it from a backup or move it away; wloadctl never starts afresh over it")
     return top + 1

@@ -566,9 +566,9 @@ class Executor:
                    quiet=succeeded and _sole(f[1]))  # type: ignore[index]
         if f is not None:
             if succeeded:
-                # Its successor starts now, in the slot this job leaves, ahead of every other task here;
-                # this end is on record first, so a kill -9 from here on does not run this job again.
-                self._journal()
+                # Its successor starts now, in the slot this job leaves, ahead of every other task here. This
+                # end goes on record in the same write as the successor's "starting" (_spawn journals what waits
+                # before any start), so a kill -9 after the successor starts does not run this job again.
                 self._seq += 1
                 heapq.heappush(self.backlog, (-1, self._seq, time.monotonic(), f[0], f[1]))
             else:

@@ -248,8 +248,6 @@ class SqliteStore(Store):
         d = Path(state_dir)
         path = d / DB_NAME
         if not path.exists():
-            if d.exists() and not d.is_dir():
-                raise StoreError(f"{d} is not a directory: --state-dir names a run's state directory")
             if not create:
                 url = read_journal_note(d)
                 if url is not None:
