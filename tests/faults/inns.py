@@ -87,9 +87,11 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def fill(path: Path) -> str:
-    """Fill the disk under `path` with one file; return what dd said."""
-    p = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=64k"], capture_output=True, text=True)
+def fill(path: Path, append: bool = False) -> str:
+    """Fill the disk under `path` with one file (`append`: fill what was freed since, at its end); return what dd
+    said."""
+    more = ["oflag=append", "conv=notrunc"] if append else []
+    p = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=64k", *more], capture_output=True, text=True)
     return p.stderr.strip().splitlines()[0] if p.stderr.strip() else ""
 
 
@@ -273,7 +275,14 @@ def small_state_dir(cfg: dict[str, Any]) -> dict[str, Any]:
     try:
         wait_for(lambda: status(sd).get("counts", {}).get("SUCCEEDED", 0) >= cfg["fill_after"], "first successes")
         got["dd"] = fill(sd / "filler")
-        wait_for(lambda: status(sd).get("paused"), "a paused scheduler")
+
+        def paused() -> bool:
+            # The scheduler gives its journal's log back to the disk when a write is refused: what that frees is
+            # filled again, so the pause lasts until the test frees the space (a poll could miss a short one).
+            fill(sd / "filler", append=True)
+            return bool(status(sd).get("paused"))
+
+        wait_for(paused, "a paused scheduler")
         if cfg.get("stop"):
             proc.terminate()
             got["rc"] = proc.wait(timeout=60)
