@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Transition(NamedTuple):
-    """One journaled job state change."""
+    """One journaled job state change: the layout of the plain tuples `Persist` carries (the engine builds
+    millions of them and makes no named tuple of each)."""
 
     job: int
     """Job index."""
@@ -46,8 +47,8 @@ class Expansion(NamedTuple):
 class Persist:
     """Write these transitions to the journal (and commit) before carrying out anything else."""
 
-    transitions: list[Transition]
-    """In the order they happened."""
+    transitions: list[tuple[Any, ...]]
+    """In the order they happened, each a plain tuple laid out as `Transition`."""
     added: list[Expansion] = field(default_factory=list)
     """`for_each` loops expanded meanwhile, journaled with the transitions. Their new instances are the
     jobs the transitions' new indices name."""

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,6 +202,10 @@ class EventLog:
 
     def emit(self, event: str, job: str = "", attempt: int = 0, **fields: object) -> None:
         """One event of another kind (alert, action, executor, scheduler)."""
+        self.emit_fields(event, fields, job, attempt)
+
+    def emit_fields(self, event: str, fields: Mapping[str, object], job: str = "", attempt: int = 0) -> None:
+        """`emit` with the event's other fields in a mapping (as the pools report them)."""
         rec = {"ts": round(time.time(), 6), "run": self.run_id, "job": job, "attempt": attempt, "event": event,
                "trace": self.run_id, **fields}
         self._add(json.dumps(rec) + "\n")

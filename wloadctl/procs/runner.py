@@ -687,7 +687,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     remote = _agent_pool(link, core, ctx, epoch, opts, events, store, resumed) if link is not None else None
     local = LocalPool.start(core, objs, reader, _payloads(ctx, core), lambda: loop._check_fenced(), epoch,
                             opts.state_dir, executors=opts.executors, slots=opts.slots,
-                            say=lambda e, f: events.emit(e, **f),
+                            say=events.emit_fields,
                             serves=(lambda i: not remote.remote_of(i)) if remote is not None else None,
                             dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
                             cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch,
@@ -788,7 +788,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                 try:
                     store.set_status(run.id, status, ended if status not in UNFINISHED else None)
                     write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts)})
-                    events.emit("scheduler_stop", status=status, **({"kept_running": kept} if kept else {}))
+                    events.emit_fields("scheduler_stop", {"status": status, **({"kept_running": kept} if kept else {})})
                 finally:
                     if kept:  # executors, queues and segments stay for the resume that reattaches
                         ctx.reap_hooks(wait=5.0, last=True)
@@ -848,7 +848,7 @@ def _agent_pool(link: BrokerLink, core: SchedulerCore, ctx: RunContext, epoch: i
     assert opts.broker is not None
     reader = ReportReader(core.want, lambda _r: "", lambda i, a: ctx.result_of(core.ids[i], a))
     pool = AgentPool(core, link, Subjects(opts.broker.prefix), ctx.run_id, epoch, reader, _payloads(ctx, core),
-                     opts.state_dir, core.specs, timeout=opts.agent_timeout, say=lambda e, f: events.emit(e, **f),
+                     opts.state_dir, core.specs, timeout=opts.agent_timeout, say=events.emit_fields,
                      beat=min(1.0, opts.heartbeat_interval), note=opts.say, store=store, run_row=ctx.run.id,
                      legacy=node_names(opts.state_dir) if resumed else None)
     pool.start()
