@@ -290,19 +290,7 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
     if a.json:
         print(summary_text(outcome))
     elif not a.quiet:
-        c = state_counts(outcome)
-        parts = ", ".join(f"{v} {k.lower()}" for k, v in c.items())
-        sla = "".join(f", {n} {flag}" for flag in ("LATE", "AT_RISK")
-                      if (n := sum(1 for f in outcome.flags.values() if f == flag)))
-        print(f"run {outcome.run.run_id} {outcome.status}{sla}: {parts} in {outcome.wall:.1f}s "
-              f"(state dir {state_dir})")
-        for line in flag_lines(outcome.flags):
-            print(line)
-        failed = [outcome.core.ids[i] for i in range(outcome.core.n)
-                  if outcome.core.state[i] in (JobState.FAILED, JobState.TIMED_OUT)]
-        if failed:
-            print(f"failed: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''} "
-                  f"(see `wloadctl why JOB {run_place(state_dir)}`)")
+        _print_ending(outcome, state_dir)
     if outcome.status == "interrupted" and outcome.kept:
         _say(False)(f"run {outcome.run.run_id} stopped; {outcome.kept} job(s) keep running under their "
                     f"executors and `wloadctl resume {run_place(state_dir)}` picks them up")
@@ -319,6 +307,23 @@ def _run_headless(a: argparse.Namespace, opts: RunOptions, state_dir: Path, quie
         _say(False)(f"run {outcome.run.run_id} stopped{again}: `wloadctl resume {run_place(state_dir)}` goes on")
         return 130
     return outcome.exit_code
+
+
+def _print_ending(outcome: RunOutcome, state_dir: Path) -> None:
+    """How a run ended, in a few lines: its counts and time, its LATE and AT_RISK jobs, the jobs that failed."""
+    c = state_counts(outcome)
+    parts = ", ".join(f"{v} {k.lower()}" for k, v in c.items())
+    sla = "".join(f", {n} {flag}" for flag in ("LATE", "AT_RISK")
+                  if (n := sum(1 for f in outcome.flags.values() if f == flag)))
+    print(f"run {outcome.run.run_id} {outcome.status}{sla}: {parts} in {outcome.wall:.1f}s "
+          f"(state dir {state_dir})")
+    for line in flag_lines(outcome.flags):
+        print(line)
+    failed = [outcome.core.ids[i] for i in range(outcome.core.n)
+              if outcome.core.state[i] in (JobState.FAILED, JobState.TIMED_OUT)]
+    if failed:
+        print(f"failed: {', '.join(failed[:20])}{' ...' if len(failed) > 20 else ''} "
+              f"(see `wloadctl why JOB {run_place(state_dir)}`)")
 
 
 def scheduler_command(a: argparse.Namespace) -> int:
@@ -345,7 +350,13 @@ def scheduler_command(a: argparse.Namespace) -> int:
         if a.standby:
             from wloadctl.procs.standby import run_standby
 
-            return run_standby(a.plan, opts, a.run)
+            # Once it has taken the run over, its terminal shows the run going on and how it ended, as `resume`'s.
+            log = LineLog(sys.stdout)
+            code, outcome = run_standby(a.plan, opts, a.run, on_turn=log)
+            if outcome is not None:
+                log.flush(final=True)
+                _print_ending(outcome, state_dir)
+            return code
         if a.plan is None:
             _refuse_nothing_to_resume(state_dir)
         outcome = start_or_resume(a.plan, opts, resume_only=a.plan is None)

@@ -61,11 +61,11 @@ class Cluster:
         return self.tmp / "evidence"
 
     def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        """Start `wloadctl ARGS` in its own session, its stderr kept in `<name>.err`."""
-        with open(self.tmp / f"{name}.err", "wb") as err:
+        """Start `wloadctl ARGS` in its own session, its stdout and stderr kept in `<name>.out` and `<name>.err`."""
+        with open(self.tmp / f"{name}.err", "wb") as err, open(self.tmp / f"{name}.out", "wb") as out:
             p = subprocess.Popen(
                 [sys.executable, "-m", "wloadctl", *args],
-                stdout=subprocess.DEVNULL,
+                stdout=out,
                 stderr=err,
                 env=ENV,
                 start_new_session=True,
@@ -88,6 +88,9 @@ class Cluster:
 
     def stderr(self, name: str) -> str:
         return (self.tmp / f"{name}.err").read_text()
+
+    def stdout(self, name: str) -> str:
+        return (self.tmp / f"{name}.out").read_text()
 
     @property
     def gate(self) -> Path:
@@ -254,6 +257,12 @@ def test_kill_9_of_the_active_the_standby_takes_over_and_every_job_runs_once(
     assert second.wait(10) == 0, cluster.stderr("second")
     cluster.assert_exactly_once()
     assert "reattached to 2 executor(s)" in cluster.stderr("standby")
+    # and the standby's terminal shows the run going on and how it ended, as a resume's would; the second
+    # standby, which took nothing over, says nothing there
+    said = cluster.stdout("standby").splitlines()
+    assert said[-1].startswith(f"run {cluster.run_id()} succeeded: {cluster.jobs} succeeded in "), said
+    assert any(line.split()[1:] == ["SUCCEEDED", "l3_0"] for line in said), said
+    assert cluster.stdout("second") == ""
     new = [r.started for r in cluster.results() if r.epoch == take["epoch"]]
     print(f"takeover {delay:.3f}s after kill -9, first dispatch "
           f"{min(new) - killed_at:.3f}s")  # fmt: skip

@@ -436,8 +436,10 @@ def _refuse_live_lease(store: Store, run: RunRow, state_dir: Path) -> None:
                          f"(epoch {run.epoch})", hint="watch it with `wloadctl status`, or stop it first")
 
 
-def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim) -> RunOutcome:
-    """Drive a run this process has just claimed from a failed scheduler, reattaching to its executors.
+def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim,
+                 on_turn: Callable[[SchedulerLoop], None] | None = None) -> RunOutcome:
+    """Drive a run this process has just claimed from a failed scheduler, reattaching to its executors
+    (`on_turn`: called at each turn of its loop, for progress).
 
     Raises:
         Fenced: yet another scheduler took the run over meanwhile.
@@ -448,7 +450,7 @@ def continue_run(store: Store, run: RunRow, opts: RunOptions, claim: Claim) -> R
     opts.slots = opts.slots if opts.slots > 0 else int(settings.get("slots", DEFAULT_SLOTS))
     plan = claim.plan if claim.plan is not None else run_plan(store, run)
     try:
-        return _drive(store, run, plan, opts, True, None, claim, link=claim.link)
+        return _drive(store, run, plan, opts, True, on_turn, claim, link=claim.link)
     finally:
         if claim.link is not None:
             claim.link.close(timeout=5.0)

@@ -26,13 +26,14 @@ from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.executor import BEAT_INTERVAL as EXECUTOR_BEAT
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.runctx import EventLog
-from wloadctl.procs.runner import START_GRACE, Claim, RunOptions, broker_link, continue_run
+from wloadctl.procs.runner import START_GRACE, Claim, RunOptions, RunOutcome, broker_link, continue_run
 from wloadctl.procs.supervisor import register_standby
 from wloadctl.runplan import run_plan
 from wloadctl.store import RunRow, Store, journal_exists, journal_url
 
 if TYPE_CHECKING:
     from wloadctl.core.plan import Plan
+    from wloadctl.procs.scheduler import SchedulerLoop
     from wloadctl.remote.link import BrokerLink
     from wloadctl.remote.witness import AgentWitness
 
@@ -99,7 +100,8 @@ def verify(
 class Standby:
     """Watches one run's active scheduler and becomes the active one when it dies."""
 
-    def __init__(self, opts: RunOptions, plan_name: str | None = None, run_id: str | None = None) -> None:
+    def __init__(self, opts: RunOptions, plan_name: str | None = None, run_id: str | None = None,
+                 on_turn: Callable[[SchedulerLoop], None] | None = None) -> None:
         self.opts = opts
         """heartbeat_interval and lease_seconds (the timeout) drive the watch."""
         self.plan_name = plan_name
@@ -128,6 +130,10 @@ class Standby:
         """When the broker may next be tried for a takeover (it did not answer the last try)."""
         self.link_backoff = 0.0
         """Seconds between those tries, doubled at each failure up to LINK_BACKOFF."""
+        self.on_turn = on_turn
+        """Called at each turn of the run once this standby drives it (progress)."""
+        self.outcome: RunOutcome | None = None
+        """How the run ended, when this standby took it over and drove it to its end."""
 
     def serve(self) -> int:
         """Stand by until the run ends (0), or take it over and drive it (exit code).
@@ -165,7 +171,8 @@ class Standby:
             # From here on this is the active scheduler, with the runner's signals.
             _restore(old)
             row = store.get_run(run.run_id) or run
-            return continue_run(store, row, self.opts, claim).exit_code
+            self.outcome = continue_run(store, row, self.opts, claim, on_turn=self.on_turn)
+            return self.outcome.exit_code
         finally:
             _restore(old)
             for made in (pidfile, beside):
@@ -585,7 +592,8 @@ def _restore(old: dict[int, object]) -> None:
     old.clear()
 
 
-def run_standby(plan_path: str | None, opts: RunOptions, run_id: str | None = None) -> int:
+def run_standby(plan_path: str | None, opts: RunOptions, run_id: str | None = None,
+                on_turn: Callable[[SchedulerLoop], None] | None = None) -> tuple[int, RunOutcome | None]:
     """`wloadctl scheduler --standby`: take the run over if its scheduler dies.
 
     Args:
@@ -594,14 +602,17 @@ def run_standby(plan_path: str | None, opts: RunOptions, run_id: str | None = No
             is the timeout). With a broker and a server journal the standby may be on
             another host: its state directory holds its local files only.
         run_id: The run to follow (default: the latest running one).
+        on_turn: After a takeover, called at each turn of the loop this process drives (progress).
 
     Returns:
-        0 when the run ended under another scheduler; after a takeover, the run's
-        exit code.
+        0 and None when the run ended under another scheduler; after a takeover, the run's
+        exit code and how it ended.
 
     Raises:
         UsageError: no running run to stand by for.
         WloadError: journal or IPC failures.
     """
     plan_name = load_plan(plan_path).name if plan_path else None
-    return Standby(opts, plan_name, run_id).serve()
+    standby = Standby(opts, plan_name, run_id, on_turn)
+    code = standby.serve()
+    return code, standby.outcome
