@@ -366,10 +366,14 @@ class RunClient:
         """
         if verb not in VERBS and verb not in ("why", "ping", "whoami", "reject", "pending"):
             raise UsageError(f"unknown verb '{verb}'", hint=f"verbs: {', '.join(VERBS)}, why")
+        if verb in VERBS:
+            self._still_latest()
         if verb in VERBS and not self.latest:
             raise ControlError(f"run {self.run.run_id} is not the latest run of {self.state_dir}: it is read only",
                                hint="verbs apply to the latest run (`wloadctl runs` lists them)")
-        req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": _user()}
+        # The run it is meant for goes with it: a scheduler of another run of the directory refuses it.
+        req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": _user(),
+               "run": self.run.run_id}
         if self.broker is not None:
             rep = self._ask_broker(req)
             if rep is not None:
@@ -400,6 +404,25 @@ class RunClient:
                 return rep
             self._refuse_far_holder(verb)
         return self._offline(req)
+
+    def _still_latest(self) -> None:
+        """Refuse a verb meant for this client's run once another run has started in its journal since the
+        client opened (a console left open on a finished run): verbs are the latest run's, and this one's
+        would reach the other run's scheduler, or change this run's rows under it.
+
+        Raises:
+            ControlError: a newer run is there now.
+        """
+        if not self.latest:
+            return
+        now = self.store.latest_run()
+        if now is None or now.id == self.run.id:
+            return
+        self.latest = False
+        raise ControlError(f"run {self.run.run_id} is no longer the latest run of {self.state_dir}: run "
+                           f"{now.run_id} of plan '{now.plan_name}' started there since, and verbs apply to it alone",
+                           hint="open the console on the directory again, or give the verb with "
+                                "`wloadctl VERB JOB --state-dir DIR`, to act on that run")
 
     def _holder_dir(self) -> Path | None:
         """The state directory of the scheduler holding the run's lease when it is a process of this host

@@ -222,3 +222,50 @@ def test_audit_of_a_run_without_operator_actions_says_so(tmp_path: Path, no_ipc_
     run_id = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["run"]
     assert (p.returncode, p.stdout) == (0, f"no operator actions in run {run_id}\n"), p
     assert json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout) == []
+
+
+def test_a_verb_meant_for_a_finished_run_reaches_neither_it_nor_the_run_started_in_its_directory_since(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    from wloadctl.client import RunClient
+    from wloadctl.errors import ControlError
+    from wloadctl.ipc import ctlsock
+
+    # Given a finished run of plan alpha, and a client opened on it (a console left open on it)
+    sd, gate = tmp_path / "sd", tmp_path / "beta.go"
+    alpha = evidence_plan(tmp_path / "alpha.yaml", tmp_path / "ev-alpha", {"common": {}}, name="alpha")
+    assert cli("run", str(alpha), "--state-dir", str(sd)).returncode == 0
+    client = RunClient(sd)
+    first = client.run.run_id
+    # and a run of plan beta, with a job of the same id, started live in the same directory since
+    beta = evidence_plan(tmp_path / "beta.yaml", tmp_path / "ev-beta",
+                         {"common": {"gate": str(gate)}, "other": {"depends_on": ["common"]}}, name="beta")
+    proc = start("run", str(beta), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: states_of(sd).get("common") == "RUNNING", what="beta's common running")
+        # When a verb is given for the finished run's job
+        with pytest.raises(ControlError) as refused:
+            client.control("kill", ["common"])
+        # Then it is refused, naming both runs, and beta's job runs on
+        assert f"run {first} is no longer the latest run" in refused.value.message
+        latest = RunClient(sd)
+        second = latest.run.run_id
+        latest.close()
+        assert second != first and f"run {second} of plan 'beta' started there since" in refused.value.message
+        # and beta's scheduler, asked directly for the earlier run, does nothing either
+        rep = ctlsock.request(sd, {"verb": "kill", "jobs": ["common"], "user": "op", "run": first, "id": "t1"}, 10.0)
+        assert not rep["ok"] and rep["error"] == f"this scheduler drives run {second}, not run {first}: nothing done"
+        assert states_of(sd)["common"] == "RUNNING"
+        gate.touch()
+        assert proc.wait(30) == 0
+    finally:
+        gate.touch()
+        stop_proc(proc)
+        client.close()
+    # and neither run's journal holds an action
+    assert json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout) == []
+    earlier = RunClient(sd, run_id=first)
+    try:
+        assert earlier.actions() == []
+    finally:
+        earlier.close()
+    assert len(read_evidence(tmp_path / "ev-alpha")["common"]) == 2  # (its start and end, once)

@@ -143,6 +143,13 @@ class ControlDesk:
             self._send(req, {"ok": True, "user": user, "uid": uid, "role": role.label,
                              "verbs": allowed_verbs(role)})
             return
+        meant = req.get("run")
+        if isinstance(meant, str) and meant and meant != self.ctx.run.run_id:
+            # Meant for an earlier run of this directory (a console left open on it): answered, not journaled
+            # (it is no action on this run).
+            self._send(req, {"ok": False, "error": f"this scheduler drives run {self.ctx.run.run_id}, not run "
+                                                   f"{printable(meant)}: nothing done"})
+            return
         if role < needed(verb):
             msg = refusal(verb, user, role)
             # (A drill's `*` row is its report: a refused request is the scheduler's, as an accepted one is.)
