@@ -32,6 +32,7 @@ from tui.runs_view import RunLike
 from tui.screens.main import MainScreen
 from tui.screens.runs import RunSource, RunsScreen
 from tui.supervise import SchedulerSupervisor
+from tui.toasts import guard_toasts
 from tui.view_model import JobsModel
 from wloadctl.client import RunClient
 from wloadctl.core.dag import Dag
@@ -52,6 +53,8 @@ class AsciiCommandPalette(CommandPalette):
         for icon in self.query("SearchIcon"):
             icon.icon = ">"  # type: ignore[attr-defined]
 
+
+guard_toasts()  # (before any toast: a toast shown as it expires would hang the console, see tui/toasts.py)
 
 APPROVALS_EVERY = 2.0
 """Seconds between counts of what waits for an approve (a journal read)."""

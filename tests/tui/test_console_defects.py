@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -310,3 +312,34 @@ async def test_the_timeline_on_a_narrow_terminal_puts_the_sla_pane_below_the_dag
         assert sla.width >= 40 and sla.height >= 3, sla
         text = screen_text(app)
         assert "critical" in text and "dag: extract_core" in text, text
+
+
+TOAST_AS_IT_EXPIRES = """
+import asyncio, time
+import tui.app  # the console's module: its import guards the toasts
+from textual.app import App
+from textual.notifications import Notification
+from textual.widgets._toast import Toast
+
+async def main() -> None:
+    app = App()
+    async with app.run_test() as pilot:
+        # A toast made just after its notification's time ran out (a screen shown as it expires)
+        await app.screen.mount(Toast(Notification("gone", timeout=0.001, raised_at=time.time() - 1)))
+        await pilot.press("x")
+        await pilot.pause(0.3)
+        print("answers keys;", len(app.screen.query(Toast)), "toast(s) left")
+
+asyncio.run(main())
+"""
+
+
+def test_a_toast_made_as_its_notification_expires_leaves_and_the_console_answers_keys() -> None:
+    # (In a process of its own: on an unguarded Textual such a toast's timer spins without yielding, and the
+    # event loop, keys and Ctrl-C with it, never comes back.)
+    try:
+        p = subprocess.run([sys.executable, "-c", TOAST_AS_IT_EXPIRES], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the app stopped answering with a toast made as its notification expired")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "answers keys; 0 toast(s) left"
