@@ -33,5 +33,5 @@ def guard_toasts() -> bool:
         mount(self, event)
 
     _on_mount.guarded = True  # type: ignore[attr-defined]
-    Toast._on_mount = _on_mount  # type: ignore[method-assign]
+    Toast._on_mount = _on_mount  # type: ignore[method-assign,assignment]
     return True
