@@ -343,3 +343,27 @@ def test_a_toast_made_as_its_notification_expires_leaves_and_the_console_answers
         pytest.fail("the app stopped answering with a toast made as its notification expired")
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "answers keys; 0 toast(s) left"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 14)])
+async def test_the_keys_of_a_confirmation_stay_in_view_however_long_its_impact(size: tuple[int, int]) -> None:
+    from tui.impact import Impact
+
+    app = fake_app()
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        # A hold of many jobs that mostly does not apply: a refusal a line or two, in words as long as the
+        # scheduler's
+        impact = Impact("hold", False, applies=[f"job_{k}" for k in range(22)], affected=["later"] * 30,
+                        refused=[(f"reconcile_{k}", f"'reconcile_ledger_and_positions_{k}' not held: it is "
+                                                    "SUCCEEDED (hold applies to WAITING, READY and RETRY_WAIT jobs)")
+                                 for k in range(40)])
+        app.push_screen(ConfirmScreen(impact))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5)
+        await pilot.pause(0.1)
+        text = screen_text(app)
+        assert "y: hold 22 job(s)" in text and "n/esc: cancel" in text, text
+        assert "reason, for the audit trail" in text, text
+        assert "hold 22 job(s): job_0" in text, text  # (the impact starts at its first line)
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen), 5)

@@ -8,7 +8,8 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual import events
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
@@ -31,6 +32,10 @@ class ActionRequest:
     """The ids and globs the operator typed, sent instead of `jobs` when given (as the CLI sends them)."""
 
 
+class ImpactBox(VerticalScroll, can_focus=False):
+    """The impact, scrolled by the mouse wheel: tab goes straight to the reason field."""
+
+
 class ConfirmScreen(ModalScreen[ActionRequest | None]):
     """Impact, a reason field, y / n; destructive verbs never confirm on bare Enter."""
 
@@ -51,12 +56,16 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
         """The impact shown (recomputed when the downstream choice changes)."""
         self.recompute = recompute
         """Computes the impact again for a new downstream choice."""
+        self.keys_text = ""
+        """The keys line as shown."""
 
     def compose(self) -> ComposeResult:
         """The dialog."""
         with Vertical(id="dialog") as box:
             box.border_title = f"{self.impact.verb} - confirm"
-            yield Static(id="impact", markup=False)
+            # The impact scrolls within what the screen leaves: the reason field and the keys stay in view.
+            with ImpactBox(id="impact-box"):
+                yield Static(id="impact", markup=False)
             yield Input(
                 placeholder="reason, for the audit trail (optional)", id="reason"
             )
@@ -65,6 +74,19 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
     def on_mount(self) -> None:
         """Fill the dialog."""
         self._show()
+
+    def on_resize(self, _event: events.Resize) -> None:
+        """Fit the impact to the terminal's height again."""
+        self._fit()
+
+    def _fit(self) -> None:
+        # Rows the dialog takes besides the impact: its border, the reason field and its margin, and the
+        # keys (with their margin, and as many lines as they wrap to in the dialog's width).
+        keys = self.keys_text
+        inner = max(1, min(self.app.size.width, 84) - 4)
+        key_rows = max(1, -(-len(keys) // inner))
+        room = self.app.size.height - (2 + 4 + 1 + key_rows)
+        self.query_one("#impact-box").styles.max_height = max(1, room)
 
     def _show(self) -> None:
         imp = self.impact
@@ -86,7 +108,9 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
         keys.append("tab: reason")
         if imp.destructive:
             keys.append("(enter does not confirm)")
-        self.query_one("#keys", Static).update("  ".join(keys))
+        self.keys_text = "  ".join(keys)
+        self.query_one("#keys", Static).update(self.keys_text)
+        self._fit()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The downstream switch exists for rerun only."""
