@@ -367,3 +367,29 @@ async def test_the_keys_of_a_confirmation_stay_in_view_however_long_its_impact(s
         assert "hold 22 job(s): job_0" in text, text  # (the impact starts at its first line)
         await pilot.press("n")
         await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen), 5)
+
+
+async def test_a_finished_runs_header_names_each_bad_ending_and_the_deadlines_missed() -> None:
+    from textual.app import App
+
+    from tui.messages import LiveStatus, RunInfo
+    from tui.run_figures import RunSummary
+    from tui.widgets.run_header import RunHeader
+    from wloadctl.core.states import JobState
+
+    class One(App[None]):
+        def compose(self) -> Any:
+            yield RunHeader(id="header")
+
+    app = One()
+    async with app.run_test(size=(100, 4)) as pilot:
+        header = app.query_one(RunHeader)
+        counts = [0] * len(JobState)
+        counts[JobState.SUCCEEDED], counts[JobState.FAILED], counts[JobState.UPSTREAM_FAILED] = 3, 3, 2
+        header.late, header.at_risk = 2, 0
+        header.show(RunInfo("r1", "eod", "2026-12-07", NOW - 60, "/sd", NOW), RunSummary(8, 8, 3, 5, 0, 60.0, None),
+                    counts, LiveStatus(False, None, 1, None), NOW)
+        await pilot.pause()
+        first = screen_text(app).splitlines()[0]
+        # As `status` counts them: 3 FAILED and 2 UPSTREAM_FAILED, not 5 FAILED; and its LATE jobs
+        assert "FINISHED, 3 FAILED, 2 UPSTREAM_FAILED  2 LATE" in first, first

@@ -205,6 +205,8 @@ class MainScreen(OperatorScreen):
         header = self.query_one(RunHeader)
         header.held = held_ids(model, 3) if is_holding(model.counts) else []
         header.approvals = getattr(app, "approvals", 0)
+        sla = sla_view(model, now)
+        header.late, header.at_risk = sum(t.late for t in sla.tiers), len(sla.at_risk)
         header.show(app.info, summary, model.counts, status, now)
 
     def _refresh_nodes(self) -> None:

@@ -43,6 +43,8 @@ _KEEP_ORDER = (
 )
 """The counts most worth the room first: a narrow line drops WAIT, READY, QUEUE... before OK
 or a failure."""
+_ENDED_BADLY = (JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED, JobState.CANCELLED)
+"""States a finished run's header names, each with its count."""
 _BAR_MIN = 10
 """The progress bar gives way down to this many columns before a count is dropped."""
 
@@ -76,6 +78,10 @@ class RunHeader(Widget):
         """"read-only" or "" (shown so an operator knows why keys do nothing)."""
         self.approvals = 0
         """Requests and confirmation jobs waiting for an operator's approve (`A` lists them)."""
+        self.late = 0
+        """Jobs past their deadline: not done, or done after it."""
+        self.at_risk = 0
+        """Unfinished jobs whose deadline is in danger."""
 
     def show(
         self,
@@ -128,13 +134,21 @@ class RunHeader(Widget):
             out.append("LIVE", tone_style(self, "ok"))
             out.append(f" pid {st.scheduler_pid}")
         elif s.done == s.total:
+            # Each state by its own name, as `status` counts them: a job blocked by a failure did not fail.
+            ended = [f"{n} {state.name}" for state in _ENDED_BADLY
+                     if (n := self.counts[state] if state < len(self.counts) else 0)]
             out.append(
-                f"FINISHED, {s.bad} FAILED" if s.bad else "FINISHED",
+                "FINISHED, " + ", ".join(ended) if ended else "FINISHED",
                 tone_style(self, "bad" if s.bad else "ok"),
             )
         else:
             # Stopped on purpose, or crashed and about to be restarted by the console.
             out.append("STOPPED, NO SCHEDULER", tone_style(self, "bad"))
+        # Deadlines in danger, as `status` names them, whatever the scheduler's state.
+        if self.late:
+            out.append(f"  {self.late} LATE", tone_style(self, "bad"))
+        if self.at_risk:
+            out.append(f"  {self.at_risk} AT_RISK", tone_style(self, "warn"))
         if self.mode:
             out.append(f"  [{self.mode}]", tone_style(self, "warn"))
         if self.approvals:
