@@ -346,7 +346,7 @@ class ConsoleApp(App[str]):
         from tui.screens.help import HelpScreen
 
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(self.BINDINGS))
+            self.push_screen(HelpScreen(self.BINDINGS, runs_first=isinstance(self.screen, RunsScreen)))
 
     def action_quit_console(self) -> None:
         """Quit; when the run is live, ask whether to leave it going or stop it."""

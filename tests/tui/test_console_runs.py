@@ -195,3 +195,23 @@ def test_the_console_help_says_what_opens_without_a_state_directory(capsys: pyte
     text = " ".join(capsys.readouterr().out.split())
     assert "latest run" not in text
     assert "with neither, the console opens the list of runs" in text
+
+
+async def test_the_list_moves_with_the_job_tables_keys_and_its_help_names_them() -> None:
+    from textual.widgets import DataTable
+
+    app = runs_app([])
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = await listed(pilot)
+        table = screen.query_one(DataTable)
+        await pilot.press("j", "j")
+        assert table.cursor_row == 2
+        await pilot.press("k")
+        assert table.cursor_row == 1
+        await pilot.press("g")
+        assert table.cursor_row == 0
+        await pilot.press("G")
+        assert table.cursor_row == len(RUNS) - 1
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert "Runs list" in screen_text(app)

@@ -48,17 +48,25 @@ def _keys(bindings: list[BindingType]) -> list[tuple[str, str]]:
     return out
 
 
-def help_text(app_bindings: Iterable[BindingType] = ()) -> str:
+def help_text(app_bindings: Iterable[BindingType] = (), runs_first: bool = False) -> str:
     """The whole help, generated from the screens' bindings and the state tables.
 
     Args:
         app_bindings: the app's own bindings (keys that work anywhere); the app passes them,
             so this screen never imports the app that shows it.
+        runs_first: asked on the list of runs: its keys come first.
     """
     from tui.screens.job_detail import JobDetailScreen
     from tui.screens.main import MainScreen
+    from tui.screens.runs import RunsScreen, RunsTable
     from tui.widgets.job_table import JobTable
 
+    runs: tuple[str, list[BindingType]] = (
+        "Runs list (`wloadctl console` without a plan: every run; enter opens one)",
+        [B("j", "", "Down / up", key_display="j, down / k, up"),
+         *(b for b in RunsTable.BINDINGS if isinstance(b, Binding) and b.key in ("g", "G", "ctrl+d", "ctrl+u")),
+         *RunsScreen.BINDINGS],
+    )
     sections: list[tuple[str, list[BindingType]]] = [
         ("Moving in the job table (vim keys and arrows)", list(JobTable.BINDINGS)),
         ("Main screen", list(MainScreen.BINDINGS)),
@@ -73,7 +81,12 @@ def help_text(app_bindings: Iterable[BindingType] = ()) -> str:
             ],
         ),
     ]
-    lines: list[str] = [
+    lines: list[str] = []
+    if runs_first:
+        lines.append(runs[0])
+        lines.extend(f"  {k:<16} {d}" for k, d in _keys(runs[1]))
+        lines.append("")
+    lines += [
         "Operator verbs: on the marked jobs, or the one under the cursor. Each shows "
         "its impact",
         "(jobs, downstream, critical, deadlines) and asks; kill, set-ok, skip and "
@@ -106,6 +119,10 @@ def help_text(app_bindings: Iterable[BindingType] = ()) -> str:
         "Marks: * after a job id = on the critical path; "
         "+ before a row = marked (space)"
     )
+    if not runs_first:
+        lines.append("")
+        lines.append(runs[0])
+        lines.extend(f"  {k:<16} {d}" for k, d in _keys(runs[1]))
     return "\n".join(lines)
 
 
@@ -121,16 +138,18 @@ class HelpScreen(ModalScreen[None]):
         Binding("ctrl+u,pageup", "scroll(-10)", "Page up", show=False),
     ]
 
-    def __init__(self, app_bindings: Iterable[BindingType] = ()) -> None:
+    def __init__(self, app_bindings: Iterable[BindingType] = (), runs_first: bool = False) -> None:
         super().__init__()
         self.app_bindings = list(app_bindings)
         """The app's own bindings, listed under "Anywhere"."""
+        self.runs_first = runs_first
+        """Asked on the list of runs: its keys come first."""
 
     def compose(self) -> ComposeResult:
         """The help text."""
         with VerticalScroll(id="help") as box:
             box.border_title = "help - esc closes"
-            yield Static(help_text(self.app_bindings), markup=False)
+            yield Static(help_text(self.app_bindings, self.runs_first), markup=False)
 
     def action_scroll(self, lines: int) -> None:
         """Scroll the text."""

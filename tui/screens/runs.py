@@ -21,6 +21,19 @@ RunSource = Callable[[], Sequence[RunLike]]
 """Reads every run under the root (wloadctl.runlist.list_runs in the product, canned in tests)."""
 
 
+class RunsTable(DataTable[Any]):
+    """The runs, moved through with the job table's keys (vim keys and arrows)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+        Binding("g", "scroll_top", "Top", show=False),
+        Binding("G", "scroll_bottom", "Bottom", show=False),
+        Binding("ctrl+d", "page_down", "Page down", show=False),
+        Binding("ctrl+u", "page_up", "Page up", show=False),
+    ]
+
+
 class RunsScreen(Screen[None]):
     """Every run of the host, k9s-style: enter opens a run, esc in a run comes back here."""
 
@@ -42,7 +55,7 @@ class RunsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         """Header, table, footer."""
         yield Static("reading the runs...", id="runs-header")
-        table: DataTable[Any] = DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+        table: DataTable[Any] = RunsTable(id="runs", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
         yield Footer(compact=True, show_command_palette=False)
