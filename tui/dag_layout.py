@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tui.labels import SHORT, clip, clip_id
+from tui.labels import SHORT, abbrev_id, clip
 from wloadctl.core.dag import Dag
 from wloadctl.core.states import FAIL_STATES, JobState
 
@@ -366,12 +366,12 @@ def render(
             label = SHORT[st]
             star = "*" if critical(c.job) else ""
             if c.job == lay.centre:
-                name = clip_id(c.job, colw - len(label) - 3 - len(star))
+                name = abbrev_id(c.job, colw - len(label) - 3 - len(star))
                 put(c.row, x0, Span("[", role="centre"))
                 put(c.row, x0 + 1, Span(label, st))
                 put(c.row, x0 + 1 + len(label), Span(f" {name}{star}]", role="centre"))
             else:
-                name = clip_id(c.job, colw - len(label) - 1 - len(star))
+                name = abbrev_id(c.job, colw - len(label) - 1 - len(star))
                 put(c.row, x0, Span(label, st))
                 put(
                     c.row,

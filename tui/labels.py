@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import itertools
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -104,6 +105,35 @@ def clip_id(job: str, width: int) -> str:
     head = (width - 1 + 1) // 2
     tail = width - 1 - head
     return job[:head] + "~" + job[len(job) - tail :]
+
+
+_WORD_SEPARATORS = re.compile(r"([_.-])")
+
+
+def abbrev_id(job: str, width: int) -> str:
+    """Fit a job id to `width` columns word by word: its longest words lose letters first, its last word
+    last, so that `load_accounts_amer`, `load_payments_amer` and `load_accounts_apac` stay apart
+    (`lo_acc_amer`, `lo_pay_amer`, `lo_acc_apac`) where a cut in the middle shows them all as
+    `loa~mer`. An id of one word, or of too many for the width, is cut in its middle (clip_id)."""
+    if len(job) <= width:
+        return job
+    parts = _WORD_SEPARATORS.split(job)
+    words, seps = parts[0::2], parts[1::2]
+    if len(words) < 2 or len(seps) + len(words) > width or not all(words):
+        return clip_id(job, width)
+    lens = [len(w) for w in words]
+    over = len(job) - width
+    last = len(words) - 1
+    while over > 0:
+        # The longest word gives a letter (the last word counts two letters shorter: it often tells
+        # siblings apart); the earliest of equals goes first.
+        k = max((i for i in range(len(words)) if lens[i] > 1),
+                key=lambda i: (lens[i] - (2 if i == last else 0), -i), default=None)
+        if k is None:
+            return clip_id(job, width)
+        lens[k] -= 1
+        over -= 1
+    return "".join(w[:n] + (seps[i] if i < len(seps) else "") for i, (w, n) in enumerate(zip(words, lens, strict=True)))
 
 
 def fit_title(text: str, width: int) -> str:

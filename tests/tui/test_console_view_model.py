@@ -12,7 +12,7 @@ from tui.dag_layout import layout, render
 from tui.feed import last_seq, load_model
 from tui.filters import FilterError, JobFilter, parse_filter
 from tui.impact import impact
-from tui.labels import clip, fmt_duration, legend, progress_bar
+from tui.labels import abbrev_id, clip, fmt_duration, legend, progress_bar
 from tui.run_figures import path_ahead, summarize
 from tui.sla import deadline_at, sla_view
 from tui.view_model import JobsModel, job_row, value_of, view_order
@@ -371,3 +371,16 @@ def test_a_job_ended_by_an_operator_keeps_its_last_attempts_duration() -> None:
     assert [model.ended[i] for i in range(4)] == [50.0, 60.0, 61.0, 90.0]
     # And a sort by duration agrees
     assert list(view_order(model, JobFilter(), "duration", False, 100.0)) == [0, 3, 1, 2]
+
+
+def test_dag_ids_lose_letters_word_by_word_so_siblings_stay_apart() -> None:
+    family = ["load_accounts_amer", "load_payments_amer", "load_accounts_apac", "load_cards_amer"]
+    for width in (12, 9, 7):
+        shown = [abbrev_id(j, width) for j in family]
+        assert all(len(s) == width for s in shown[:3]) and len(shown[3]) <= width, shown
+        assert len(set(shown)) == len(family), shown  # (a cut in the middle showed `loa~mer` for all but one)
+    assert abbrev_id("load_accounts_amer", 12) == "loa_acc_amer"
+    assert abbrev_id("eod", 5) == "eod"
+    # One word, or more words than letters allow: cut in the middle, the cut marked
+    assert abbrev_id("reconciliation", 9) == "reco~tion"
+    assert abbrev_id("a_b_c_d_e_f_g_h", 7) == "a_b~g_h"
