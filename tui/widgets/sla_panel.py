@@ -78,7 +78,8 @@ class SlaPanel(Widget, can_focus=True):
             if t.next_due is not None:
                 left = fmt_duration(t.next_due.at - self.now)
                 due = fmt_clock(t.next_due.at)[:5]
-                out.append(f"  {due} {t.next_due.job} (in {left})")
+                # The time first: a narrow pane cuts the job's id, not when it is due.
+                out.append(f"  {due} in {left} {t.next_due.job}")
         if not v.at_risk and not v.late and any(t.next_due for t in v.tiers):
             out.append("\nevery deadline on track", tone_style(self, "ok"))
         elif not any(t.next_due for t in v.tiers) and not v.late:
