@@ -533,6 +533,10 @@ def job_row(model: JobsModel, i: int, now: float) -> JobRow:
     info = model.reason[i]
     if not info and model.exit_code[i] not in (None, 0):
         info = f"exit status {model.exit_code[i]}"
+    elif st == JobState.RETRY_WAIT and "; retry " in info:
+        # When it runs again first: a narrow column cuts the end ("exit status 3; retry 1/3 in 2.2s").
+        why, _, retry = info.partition("; retry ")
+        info = f"retry {retry}; {why}"
     dl = model.deadline_text.get(i)
     if dl and st not in OK_STATES:
         info = f"due {dl}" + (f"; {info}" if info else "")

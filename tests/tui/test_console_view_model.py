@@ -384,3 +384,12 @@ def test_dag_ids_lose_letters_word_by_word_so_siblings_stay_apart() -> None:
     # One word, or more words than letters allow: cut in the middle, the cut marked
     assert abbrev_id("reconciliation", 9) == "reco~tion"
     assert abbrev_id("a_b_c_d_e_f_g_h", 7) == "a_b~g_h"
+
+
+def test_a_job_waiting_for_its_retry_says_when_first(loaded: tuple[JobsModel, Dag]) -> None:
+    model, _dag = loaded
+    i = model.index["revalue_fx"]
+    model.apply([(model.seq + 1, i, int(model.state[i]), int(S.RETRY_WAIT), 1, NOW, 0, 3,
+                  "exit status 3; retry 1/3 in 2.2s")])
+    # (a narrow INFO column cuts the end: the time to the retry matters most)
+    assert job_row(model, i, NOW).info == "due +20m; retry 1/3 in 2.2s; exit status 3"
