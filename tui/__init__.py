@@ -79,11 +79,13 @@ def run_console(args: argparse.Namespace) -> int:
                         f"not '{wanted}'",
                         hint="give another --state-dir, or attach without a plan",
                     )
-    result = ConsoleApp(state_dir, supervisor=supervisor, readonly=args.readonly).run()
+    app = ConsoleApp(state_dir, supervisor=supervisor, readonly=args.readonly)
+    result = app.run()
     where = f"--state-dir {state_dir}"
     if result == "detach" and supervisor is not None:
         print(
-            f"wloadctl: the run goes on (scheduler pid {supervisor.pid}); "
+            f"wloadctl: {f'console ended by {app.ended_by}; ' if app.ended_by else ''}"
+            f"the run goes on (scheduler pid {supervisor.pid}); "
             "attach again with "
             f"`wloadctl console {where}`",
             file=sys.stderr,

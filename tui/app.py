@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -56,6 +58,8 @@ class AsciiCommandPalette(CommandPalette):
 
 guard_toasts()  # (before any toast: a toast shown as it expires would hang the console, see tui/toasts.py)
 
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end the console as a detach (see ConsoleApp._catch_ending_signals)."""
 APPROVALS_EVERY = 2.0
 """Seconds between counts of what waits for an approve (a journal read)."""
 
@@ -153,6 +157,9 @@ class ConsoleApp(App[str]):
         """This user's role in the run, once known."""
         self.approvals = 0
         """Requests and confirmation jobs waiting for an operator's approve (the header's hint; `A` lists them)."""
+        self.ended_by = ""
+        """The signal that ended the console (SIGTERM, SIGHUP), if one did."""
+        self._signals_caught = False
 
     def _post(self, message: Any) -> None:
         try:
@@ -178,6 +185,23 @@ class ConsoleApp(App[str]):
             self._follow()
             self._learn_role()
         self.set_interval(APPROVALS_EVERY, self._count_approvals)
+        self._catch_ending_signals()
+
+    def _catch_ending_signals(self) -> None:
+        """SIGTERM and SIGHUP (an administrator's kill, an SSH session gone) end the console as a detach: the
+        run goes on, and the terminal gets its screen and modes back (a process killed outright leaves it in
+        the console's alternate screen, keys unechoed)."""
+        try:
+            loop = asyncio.get_running_loop()
+            for sig in ENDING_SIGNALS:
+                loop.add_signal_handler(sig, self._ended_by_signal, sig)
+        except (RuntimeError, NotImplementedError, ValueError):
+            return  # not the main thread's loop (a test's), or no signals here
+        self._signals_caught = True
+
+    def _ended_by_signal(self, sig: int) -> None:
+        self.ended_by = signal.Signals(sig).name
+        self.exit("detach")
 
     # -- the run list --------------------------------------------------------------
 
@@ -250,6 +274,11 @@ class ConsoleApp(App[str]):
     def on_unmount(self) -> None:
         """Stop the feed thread: the event loop waits for it before it closes."""
         self.feed.stop()
+        if self._signals_caught:
+            loop = asyncio.get_running_loop()
+            for sig in ENDING_SIGNALS:
+                loop.remove_signal_handler(sig)
+            self._signals_caught = False
 
     def exit(
         self, result: str | None = None, return_code: int = 0, message: Any = None

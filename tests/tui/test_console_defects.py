@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -393,3 +395,19 @@ async def test_a_finished_runs_header_names_each_bad_ending_and_the_deadlines_mi
         first = screen_text(app).splitlines()[0]
         # As `status` counts them: 3 FAILED and 2 UPSTREAM_FAILED, not 5 FAILED; and its LATE jobs
         assert "FINISHED, 3 FAILED, 2 UPSTREAM_FAILED  2 LATE" in first, first
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+async def test_a_console_ended_by_a_signal_detaches_and_gives_the_terminal_back(sig: signal.Signals) -> None:
+    caught: list[int] = []
+    before = signal.signal(sig, lambda s, _f: caught.append(s))  # (were it not caught, not the test process's end)
+    try:
+        app = fake_app()
+        async with app.run_test(size=(100, 30)) as pilot:
+            await loaded(pilot)
+            os.kill(os.getpid(), sig)
+            await wait_for(pilot, lambda: app.return_value is not None, 5, "the console to end")
+        # It ended as a detach (the run goes on), through its own exit (the terminal's modes restored), and says why
+        assert (app.return_value, app.ended_by, caught) == ("detach", sig.name, [])
+    finally:
+        signal.signal(sig, before)
