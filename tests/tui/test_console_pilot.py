@@ -274,6 +274,8 @@ async def test_a_readonly_console_has_no_verbs() -> None:
         assert isinstance(app.screen, MainScreen)
         footer = screen_text(app).splitlines()[-1]
         assert "Hold" not in footer and "Filter" in footer
+        # (a verb's key says why it does nothing)
+        assert any(n.message == "read-only console: no actions" for n in app._notifications)
         assert "[read-only]" in screen_text(app)
         await pilot.press("colon", *"kill load_gl", "enter")
         await pilot.pause()

@@ -6,7 +6,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, ClassVar, cast
 
-from textual import work
+from textual import events, work
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.worker import get_current_worker
@@ -31,6 +31,10 @@ VERB_LABELS = {
 
 RESUMING_VERBS = frozenset({"retry", "rerun"})
 """Verbs after which a stopped run is resumed, so the jobs they reopen run."""
+
+
+_VERB_CHARACTERS = frozenset(VERB_KEYS.values())
+"""The keys of the verbs."""
 
 
 class OperatorScreen(Screen[None]):
@@ -62,6 +66,12 @@ class OperatorScreen(Screen[None]):
         if action == "verb" and allowed is not None and parameters and parameters[0] not in allowed:
             return None
         return True
+
+    def on_key(self, event: events.Key) -> None:
+        """A verb's key in a read-only console says why nothing happens (its binding is off there)."""
+        if getattr(self.app, "readonly", False) and event.character in _VERB_CHARACTERS:
+            event.stop()
+            self.notify("read-only console: no actions", severity="warning")
 
     def action_verb(self, verb: str) -> None:
         """Ask to apply `verb` to the selected jobs."""
