@@ -605,3 +605,41 @@ def test_a_job_stopped_with_the_run_resumed_then_the_scheduler_killed_takes_its_
     assert "FAILED" not in hist and "signal 15" not in hist.split("interrupted: run stopped")[-1], hist
     reap_orphans(run_id)
     assert ipc_names(run_id) == []
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_a_job_a_resume_left_running_on_its_executor_is_lost_with_that_executor(
+        tmp_path: Path, idempotent: bool) -> None:
+    # Given a run whose scheduler was killed while a job ran, resumed with that job left to its live executor
+    gate, out, sd = tmp_path / "go", tmp_path / "evidence", tmp_path / "sd"
+    jobs = {"long": {"gate": str(gate), **({} if idempotent else {"idempotent": False})},
+            "next": {"depends_on": ["long"]}}
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs)
+    first = start("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "1")
+    resumed = None
+    try:
+        wait_for(lambda: (sd / "journal.db").exists() and job_states(sd).get("long") == "RUNNING", what="long")
+        run_id = status(sd)["run"]
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        resumed = start("resume", "--state-dir", str(sd))
+        # (the resumed scheduler knows the executor running it: a restored job's executor was unknown, -1)
+        wait_for(lambda: "on executor 0" in cli("why", "long", "--state-dir", str(sd)).stdout, timeout=30,
+                 what="the resumed scheduler to take long as its executor's")
+        # When that executor dies
+        kill_all(executor_pids(run_id))
+        if idempotent:
+            # Then the job is lost with it and runs again, and the run ends (it waited on a job that ran nowhere)
+            gate.touch()
+            assert resumed.wait(60) == 0
+            assert [k for k, _ in read_evidence(out)["long"]] == ["start", "start", "end"]
+        else:
+            # Then the job, which may not run twice, is held for an operator, not left RUNNING for good
+            wait_for(lambda: job_states(sd).get("long") == "HELD", timeout=30, what="long held")
+            assert [k for k, _ in read_evidence(out)["long"]] == ["start"]
+    finally:
+        gate.touch()
+        stop_proc(first)
+        if resumed is not None:
+            stop_proc(resumed)
+    reap_orphans(run_id)

@@ -379,6 +379,12 @@ class SchedulerCore(JobTable):
             self.set_state(i, _RUN, executor=ev.executor)
             if self.specs[i].preemptible:
                 self.preemptible_running.add(i)
+        elif self.state[i] == _RUN and self.attempt[i] == ev.attempt and self.executor[i] < 0:
+            # Restored RUNNING from the journal (which keeps no executor), its start read again from the journal
+            # of the executor running it (recovery): that executor's loss is now this job's too.
+            self.executor[i] = ev.executor
+            if self.specs[i].preemptible:
+                self.preemptible_running.add(i)
 
     def _on_finished(self, ev: JobsFinishedEvent) -> None:
         """Plain exits in bulk (the common case at scale): successes take a fast path."""
