@@ -154,6 +154,11 @@ def test_two_runs_share_the_hosts_cpus_and_a_crashed_runs_claims_come_back_when_
         (["--memory", "lots"], "--memory must be MiB or a size like 4G, not 'lots'"),
         (["--cpus", "-1"], "--cpus -1: the host's capacity cannot be negative"),
         (["--cpus", "0"], "needs slots, cpus or memory above 0"),
+        # (taken once, NaN or infinity broke every later run of the user on the host)
+        (["--cpus", "nan"], "--cpus nan: the host's capacity must be a number"),
+        (["--cpus", "inf"], "--cpus inf: the host's capacity must be a number"),
+        (["--cpus", "1e999"], "--cpus inf: the host's capacity must be a number"),
+        (["--slots", "99999999999999999999"], "--slots 99999999999999999999: more than a host has (at most 1,000,000)"),
     ],
 )
 def test_a_bad_host_capacity_is_one_line_naming_the_option(
@@ -162,6 +167,12 @@ def test_a_bad_host_capacity_is_one_line_naming_the_option(
     assert main(["host", "--root", str(tmp_path), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+    assert HostCapacity.read(tmp_path) is None
+
+
+def test_a_capacity_file_holding_no_number_is_no_capacity(tmp_path: Path) -> None:
+    HostCapacity.path(tmp_path).parent.mkdir(parents=True, exist_ok=True)
+    HostCapacity.path(tmp_path).write_text('{"slots": 0, "cpus": NaN, "memory": 0}\n')
     assert HostCapacity.read(tmp_path) is None
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import heapq
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +52,14 @@ WAITING_LISTED = 32
 """A run's waiting claims written in its row, most urgent first: what the next beats can grant."""
 
 
+HOST_MOST_SLOTS = 1_000_000
+"""The most slots a host capacity takes."""
+HOST_MOST_CPUS = 1_000_000.0
+"""The most CPUs a host capacity takes."""
+HOST_MOST_MIB = 1 << 40
+"""The most memory (MiB) a host capacity takes."""
+
+
 @dataclass(frozen=True, slots=True)
 class HostCapacity:
     """What the host offers all the runs of its user together."""
@@ -77,9 +86,11 @@ class HostCapacity:
         """The host's capacity, or None when none was set (each run keeps its own slots)."""
         try:
             data = json.loads(cls.path(root).read_text(encoding="utf-8"))
-            return cls(int(data["slots"]), float(data.get("cpus", 0.0)), int(data.get("memory", 0)))
-        except (OSError, ValueError, KeyError, TypeError):
+            cap = cls(int(data["slots"]), float(data.get("cpus", 0.0)), int(data.get("memory", 0)))
+        except (OSError, ValueError, KeyError, TypeError, OverflowError):
             return None
+        # (a file written by hand, or by a version that took NaN: no capacity rather than every run failing)
+        return cap if math.isfinite(cap.cpus) and cap.cpus <= HOST_MOST_CPUS else None
 
     def write(self, root: Path) -> None:
         """Set it (atomically: running schedulers read it at their next beat).
@@ -87,9 +98,15 @@ class HostCapacity:
         Raises:
             UsageError: a negative capacity, or nothing to share.
         """
-        for flag, value in (("--slots", self.slots), ("--cpus", self.cpus), ("--memory", self.memory)):
+        for flag, value, most in (("--slots", self.slots, HOST_MOST_SLOTS), ("--cpus", self.cpus, HOST_MOST_CPUS),
+                                  ("--memory", self.memory, HOST_MOST_MIB)):
+            if not math.isfinite(value):
+                raise UsageError(f"{flag} {value}: the host's capacity must be a number")
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
             if value < 0:
-                raise UsageError(f"{flag} {value:g}: the host's capacity cannot be negative")
+                raise UsageError(f"{flag} {shown}: the host's capacity cannot be negative")
+            if value > most:
+                raise UsageError(f"{flag} {shown}: more than a host has (at most {most:,.0f})")
         if not (self.slots or self.cpus or self.memory):
             raise UsageError("the host's capacity needs slots, cpus or memory above 0 (or `wloadctl host --off`)")
         path = self.path(root)
