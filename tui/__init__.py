@@ -43,6 +43,7 @@ def run_console(args: argparse.Namespace) -> int:
     from tui.supervise import SchedulerSupervisor
     from wloadctl.client import RunClient
     from wloadctl.errors import UsageError
+    from wloadctl.paths import refuse_non_directory
 
     if getattr(args, "broker", None) and not args.plan and _journal_in_force():
         # A run of another host, through its journal; with a plan, --broker is that of the run's agents.
@@ -65,6 +66,8 @@ def run_console(args: argparse.Namespace) -> int:
         supervisor = SchedulerSupervisor(
             state_dir, args.plan, args.executors, args.slots
         )
+        refuse_non_directory(state_dir)  # (said first, as `run` says it)
+        _need_terminal()  # (before a scheduler is started for it)
         print(
             f"wloadctl: {state_dir}: looking for the run's scheduler...",
             file=sys.stderr,
@@ -79,6 +82,7 @@ def run_console(args: argparse.Namespace) -> int:
                         f"not '{wanted}'",
                         hint="give another --state-dir, or attach without a plan",
                     )
+    _need_terminal()
     app = ConsoleApp(state_dir, supervisor=supervisor, readonly=args.readonly)
     result = app.run()
     where = f"--state-dir {state_dir}"
@@ -102,6 +106,21 @@ def run_console(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _need_terminal() -> None:
+    """Refuse to draw the console where there is no terminal to draw it on (a script, a pipe, cron): without
+    one it would read an input at its end over and over, at full CPU, for ever.
+
+    Raises:
+        UsageError: its input or its output is not a terminal.
+    """
+    from wloadctl.errors import UsageError
+
+    for name, stream in (("input", sys.stdin), ("output", sys.stdout)):
+        if stream is None or not stream.isatty():
+            raise UsageError(f"the console needs a terminal, and its {name} is not one",
+                             hint="in scripts use `wloadctl status`, `wloadctl top --once` and the operator verbs")
 
 
 def _journal_in_force() -> bool:
@@ -131,6 +150,7 @@ def _run_far_console(args: argparse.Namespace) -> int:
 
     with open_client() as client:  # fails with a clear message when there is no run to show
         where = client.state_dir
+    _need_terminal()
     ConsoleApp(where, supervisor=None, readonly=args.readonly, open_client=open_client).run()
     return 0
 
@@ -142,5 +162,6 @@ def _run_list(args: argparse.Namespace) -> int:
     from wloadctl.runlist import list_runs
 
     root = state_root()
+    _need_terminal()
     ConsoleApp(None, readonly=args.readonly, runs_source=lambda: list_runs(root)[0], runs_root=str(root)).run()
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -215,3 +217,25 @@ async def test_the_list_moves_with_the_job_tables_keys_and_its_help_names_them()
         await pilot.press("question_mark")
         await pilot.pause(0.1)
         assert "Runs list" in screen_text(app)
+
+
+@pytest.mark.parametrize("where", [[], ["--readonly", "--state-dir", "SD"], ["PLAN", "--state-dir", "SD"]])
+def test_the_console_without_a_terminal_is_refused_in_one_line_and_starts_nothing(
+        tmp_path: Path, where: list[str]) -> None:
+    import sys
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: p\njobs:\n  a: {command: 'true'}\n")
+    sd = tmp_path / "sd"
+    if "--readonly" in where:
+        assert subprocess.run([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                              capture_output=True, timeout=60).returncode == 0
+    args = [str(plan) if w == "PLAN" else str(sd) if w == "SD" else w for w in where]
+    # (without a terminal it read its input's end over and over, at full CPU, for ever)
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "console", *args], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "WLOADCTL_HOME": str(tmp_path)})
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("wloadctl: the console needs a terminal, and its input is not one") \
+        and p.stderr.count("\n") == 1, p.stderr
+    if "PLAN" in where:
+        assert not sd.exists()  # no scheduler was started for it
