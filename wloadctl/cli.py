@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from wloadctl.errors import PlanError, UsageError, WloadError, printable
+from wloadctl.paths import state_dir_text
 from wloadctl.stdoutguard import GuardedStdout, to_devnull
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ PLAN_STATE_DIR = "$WLOADCTL_STATE_DIR, else one named after the plan under $WLOA
 
 
 def _state_dir_arg(p: argparse.ArgumentParser, default: str = "$WLOADCTL_STATE_DIR, or the latest run") -> None:
-    p.add_argument("--state-dir", help=f"the run's state directory (default: {default})")
+    p.add_argument("--state-dir", type=state_dir_text, help=f"the run's state directory (default: {default})")
     p.add_argument("--journal", metavar="URL",
                    help="journal in PostgreSQL, postgresql://USER@HOST[:PORT]/DB[?namespace=NAME] (default: "
                         "$WLOADCTL_JOURNAL, else SQLite in the state directory)")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from wloadctl.errors import UsageError
+from wloadctl.paths import state_dir_text
 from wloadctl.remote.agents import AGENTS_CONNECT_TIMEOUT, DEFAULT_AGENT_TIMEOUT
 from wloadctl.remote.broker import add_broker_args
 
@@ -21,7 +22,8 @@ def add_drill_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="drill", metavar="DRILL", parser_class=type(p))
     sub.required = True
     f = sub.add_parser("failover", help="kill the active scheduler of a live run; measure the standby's takeover")
-    f.add_argument("--state-dir", help="the run's state directory (default: $WLOADCTL_STATE_DIR, or the latest run)")
+    f.add_argument("--state-dir", type=state_dir_text,
+                   help="the run's state directory (default: $WLOADCTL_STATE_DIR, or the latest run)")
     f.add_argument("--journal", metavar="URL", help="journal in PostgreSQL (with --broker, the pair may be on other "
                    "hosts)")
     f.add_argument("--mode", choices=("kill", "stop"), default="kill",
@@ -67,8 +69,8 @@ def drill_command(a: argparse.Namespace, reader_dir: Path | None) -> int:
 def add_agent_loss_args(p: argparse.ArgumentParser) -> None:
     """Options of `wloadctl drill agent-loss`."""
     p.add_argument("--agent", required=True, metavar="NAME", help="the agent to kill (it must run on this host)")
-    p.add_argument("--state-dir", help="the run whose scheduler judges the agent (default: $WLOADCTL_STATE_DIR, "
-                   "or the latest run)")
+    p.add_argument("--state-dir", type=state_dir_text,
+                   help="the run whose scheduler judges the agent (default: $WLOADCTL_STATE_DIR, or the latest run)")
     p.add_argument("--journal", metavar="URL", help="journal in PostgreSQL")
     p.add_argument("--timeout", type=float, metavar="S",
                    help="seconds to wait for LOST, and again for its tasks to be settled (default: the agent "

@@ -55,6 +55,33 @@ def refuse_non_directory(state_dir: Path) -> None:
         raise unusable_state_dir(state_dir, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)))
 
 
+NAME_BYTES = 255
+"""The longest name a file system takes for one part of a path (NAME_MAX)."""
+PATH_BYTES = 4095
+"""The longest path the kernel takes (PATH_MAX less its end)."""
+
+
+def state_dir_text(text: str) -> str:
+    """`--state-dir` as given, when it can name a directory at all (the argparse type of the option).
+
+    Raises:
+        argparse.ArgumentTypeError: it is empty (taken as left out, a run went to the default directory),
+            or a part of it, or the whole, is longer than any file system takes (said as an internal error).
+    """
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: give a directory, or leave --state-dir out")
+    long = next((part for part in text.split("/") if len(part.encode()) > NAME_BYTES), None)
+    if long is not None:
+        raise argparse.ArgumentTypeError(f"a name in the path ('{long[:24]}...', {len(long.encode())} bytes) is "
+                                         f"longer than a file system takes ({NAME_BYTES} bytes)")
+    if len(text.encode()) > PATH_BYTES:
+        raise argparse.ArgumentTypeError(f"a path of {len(text.encode())} bytes, longer than the system takes "
+                                         f"({PATH_BYTES})")
+    return text
+
+
 def unusable_state_dir(state_dir: Path, e: OSError) -> UsageError:
     """The one-line error of a state directory that cannot be made, entered or written."""
     why = "it is not a directory" if isinstance(e, (FileExistsError, NotADirectoryError)) else e.strerror or e

@@ -53,10 +53,11 @@ def read_evidence(out: Path) -> dict[str, list[tuple[str, float]]]:
     return got
 
 
-def cli(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run `python -m wloadctl ARGS` and wait for it."""
+def cli(*args: str, timeout: float = 120, check: bool = False,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m wloadctl ARGS` and wait for it (`env`: variables added to the tests' environment)."""
     p = subprocess.run([sys.executable, "-m", "wloadctl", *args], capture_output=True, text=True,
-                       timeout=timeout, env=ENV)
+                       timeout=timeout, env={**ENV, **env} if env else ENV)
     if check and p.returncode != 0:
         raise AssertionError(f"wloadctl {' '.join(args)} exited {p.returncode}: {p.stderr}")
     return p

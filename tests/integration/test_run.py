@@ -170,6 +170,24 @@ def test_durations_and_amounts_out_of_range_are_refused_in_one_line(tmp_path: Pa
     assert not (tmp_path / "sd").exists()
 
 
+@pytest.mark.parametrize("verb", [["run", "PLAN"], ["status"], ["hold", "a"], ["console", "--readonly"]])
+@pytest.mark.parametrize(("sd", "said"), [
+    # (an empty one was taken as left out: the run went to the default directory)
+    ("", "argument --state-dir: an empty path: give a directory, or leave --state-dir out"),
+    # (one a file system cannot hold was an internal error for the readers)
+    ("/tmp/" + "d" * 300, "argument --state-dir: a name in the path ('dddddddddddddddddddddddd...', 300 bytes) is "
+                          "longer than a file system takes (255 bytes)"),
+])
+def test_a_state_directory_no_file_system_can_hold_is_refused_in_one_line(
+        tmp_path: Path, verb: list[str], sd: str, said: str) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: one\njobs:\n  a: {command: 'true'}\n")
+    p = cli(*[str(plan) if v == "PLAN" else v for v in verb], "--state-dir", sd,
+            env={"WLOADCTL_HOME": str(tmp_path / "home")})
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and said in p.stderr, p.stderr
+    assert not (tmp_path / "home").exists()
+
+
 def test_a_state_directory_that_cannot_be_used_is_refused_in_one_line(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text("name: one\njobs:\n  a: {command: 'true'}\n")

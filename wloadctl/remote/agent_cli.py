@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wloadctl.errors import UsageError, WloadError
+from wloadctl.paths import state_dir_text
 from wloadctl.procs.prestart import MOST_EXECUTORS, MOST_SLOTS
 from wloadctl.remote.broker import BrokerOptions, add_broker_args, check_name
 
@@ -28,7 +29,8 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executors", type=int, default=2, help="executor processes on this node (default 2)")
     p.add_argument("--cpus", type=float, default=0.0, help="CPUs it offers jobs that claim `cpu` (0: no limit)")
     p.add_argument("--memory", default="0", help="memory it offers jobs that claim `memory`: MiB or 4G (0: no limit)")
-    p.add_argument("--state-dir", help="its journal, logs and results (default: ~/.local/state/wloadctl/agent-NAME)")
+    p.add_argument("--state-dir", type=state_dir_text,
+                   help="its journal, logs and results (default: ~/.local/state/wloadctl/agent-NAME)")
 
 
 def agent_command(a: argparse.Namespace) -> int:
