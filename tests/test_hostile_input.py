@@ -202,3 +202,21 @@ def test_resuming_with_a_plan_of_another_name_names_both_plans(tmp_path: Path) -
     reap_orphans(run_id)
     assert p.returncode == 0, p.stderr
     assert ipc_names(run_id) == []
+
+
+def test_an_operators_reason_on_a_stopped_run_is_kept_and_shown_on_one_line_without_terminal_escapes(
+        tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: p\njobs:\n  a: {command: 'true'}\n  b: {command: 'true', depends_on: [a]}\n")
+    sd = str(tmp_path / "sd")
+    assert cli("run", str(plan), "--state-dir", sd).returncode == 0
+    # A reason that would fake an audit line of its own and colour the operator's terminal
+    forged = "late feed\n02:00:00 root     approve  everything\x1b[31m"
+    p = cli("rerun", "b", "--state-dir", sd, "--reason", forged)
+    assert p.returncode == 0, p.stderr
+    kept = "late feed\\n02:00:00 root     approve  everything\\x1b[31m"
+    audit = cli("audit", "--state-dir", sd).stdout
+    assert audit.count("\n") == 1 and "\x1b" not in audit and audit.rstrip().endswith(f"reason: {kept}"), audit
+    history = cli("history", "b", "--state-dir", sd).stdout
+    assert "\x1b" not in history and f"rerun ({kept}): job 'b' will run again" in history, history
+    assert history.count("\n") == len([ln for ln in history.splitlines() if ln.strip()])

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from wloadctl.client import RunClient
 from wloadctl.core.sla import flag_lines
+from wloadctl.errors import printable
 from wloadctl.stdoutguard import to_devnull
 
 if TYPE_CHECKING:
@@ -157,9 +158,9 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             lines.append((t["ts"], f"  {_ts(t['ts'])} #{t['attempt']} {t['from']} -> {t['to']}{ex}{code}{reason}"))
         lines.sort(key=lambda pair: pair[0])  # stable: the journal's own order where times are equal
         for _, text in lines:
-            print(text)
+            print(printable(text))  # (an operator's reason of an earlier version's journal holds what it was given)
     elif a.cmd == "pending":
-        print("\n".join(pending_lines(data)) or "nothing waits for an approve")
+        print("\n".join(map(printable, pending_lines(data))) or "nothing waits for an approve")
     elif a.cmd == "lineage":
         print(f"{data['job']}: {len(data['upstream'])} upstream, {len(data['downstream'])} downstream")
         print("  upstream:   " + (", ".join(data["upstream"]) or "-"))
@@ -172,8 +173,8 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
                 ok = "passed" if x["applied"] else "failed"
             else:
                 ok = "applied" if x["applied"] else "pending" if x["outcome"].startswith("pending R") else "refused"
-            print(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
-                  + (f"  reason: {x['reason']}" if x["reason"] else ""))
+            print(printable(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
+                            + (f"  reason: {x['reason']}" if x["reason"] else "")))
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from wloadctl import access
 from wloadctl.core.states import TERMINAL, JobState, is_holding
-from wloadctl.errors import ControlError, ProtocolError, TransportError, UsageError, WloadError
+from wloadctl.errors import ControlError, ProtocolError, TransportError, UsageError, WloadError, printable
 from wloadctl.ipc import ctlsock
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, object_name
@@ -372,7 +372,8 @@ class RunClient:
             raise ControlError(f"run {self.run.run_id} is not the latest run of {self.state_dir}: it is read only",
                                hint="verbs apply to the latest run (`wloadctl runs` lists them)")
         # The run it is meant for goes with it: a scheduler of another run of the directory refuses it.
-        req = {"verb": verb, "jobs": jobs, "reason": reason, "downstream": downstream, "user": _user(),
+        # (the reason one line with no terminal escape, as the scheduler keeps it: the journal has it as it is said)
+        req = {"verb": verb, "jobs": jobs, "reason": printable(reason), "downstream": downstream, "user": _user(),
                "run": self.run.run_id}
         if self.broker is not None:
             rep = self._ask_broker(req)
