@@ -7,6 +7,7 @@ import contextlib
 import json
 import math
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -507,13 +508,20 @@ def cmd_gen(a: argparse.Namespace) -> int:
         raise UsageError(f"--jobs must be positive, not {a.jobs}")
     if a.jobs > GEN_MAX_JOBS:
         raise UsageError(f"--jobs {a.jobs} is more than gen writes ({GEN_MAX_JOBS:,}: a plan of about 10 GB)")
+    # A link is written through (the file it names is the plan); what is there must be a plan file, or nothing:
+    # the rename below would put a file in the place of a device, a pipe or a directory.
+    target = os.path.realpath(a.output)
+    with contextlib.suppress(OSError):
+        if not stat.S_ISREG(os.stat(target).st_mode):
+            raise UsageError(f"cannot write {a.output}: it is not a regular file",
+                             hint="-o names the plan file to write (a new file, or a plan to replace)")
     t = time.time()
     # Written beside the file and renamed when whole: an interrupted or failed gen leaves no half plan behind.
-    part = f"{a.output}.part-{os.getpid()}"
+    part = f"{target}.part-{os.getpid()}"
     try:
         try:
             write_plan(part, a.jobs, a.shape, a.seed, job_type=a.job_type, command=a.command, style=a.style)
-            os.replace(part, a.output)
+            os.replace(part, target)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(part)

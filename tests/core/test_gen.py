@@ -229,3 +229,24 @@ def test_twins_share_the_plans_dag(tmp_path: Path) -> None:
         assert [
             d.removeprefix(".stamps/") for d in line.partition(" | ")[2].split()
         ] == list(job.depends_on)
+
+
+def test_gen_writes_plan_files_only_and_through_a_link(tmp_path: Path) -> None:
+    import os
+
+    fifo, folder, real = tmp_path / "fifo", tmp_path / "folder", tmp_path / "real.yaml"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for target in (fifo, folder):
+        # (a device, a pipe or a folder there was replaced by the plan file)
+        p = subprocess.run([sys.executable, "-m", "wloadctl", "gen", "--jobs", "5", "-o", str(target)],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr.startswith(f"wloadctl: cannot write {target}: it is not a regular file")
+    assert fifo.is_fifo() and folder.is_dir() and list(folder.iterdir()) == []
+    real.write_text("old\n")
+    (tmp_path / "link.yaml").symlink_to(real)
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "gen", "--jobs", "5", "-o", str(tmp_path / "link.yaml")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "link.yaml").is_symlink() and len(load_plan(real).jobs) == 5
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["fifo", "folder", "link.yaml", "real.yaml"]
