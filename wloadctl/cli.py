@@ -512,7 +512,8 @@ def cmd_gen(a: argparse.Namespace) -> int:
     # the rename below would put a file in the place of a device, a pipe or a directory.
     target = os.path.realpath(a.output)
     with contextlib.suppress(OSError):
-        if not stat.S_ISREG(os.stat(target).st_mode):
+        mode = os.stat(target).st_mode
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # (a folder is refused by the rename below)
             raise UsageError(f"cannot write {a.output}: it is not a regular file",
                              hint="-o names the plan file to write (a new file, or a plan to replace)")
     t = time.time()

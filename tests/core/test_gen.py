@@ -237,11 +237,11 @@ def test_gen_writes_plan_files_only_and_through_a_link(tmp_path: Path) -> None:
     fifo, folder, real = tmp_path / "fifo", tmp_path / "folder", tmp_path / "real.yaml"
     os.mkfifo(fifo)
     folder.mkdir()
-    for target in (fifo, folder):
-        # (a device, a pipe or a folder there was replaced by the plan file)
+    for target, said in ((fifo, "it is not a regular file"), (folder, "Is a directory")):
+        # (a device or a pipe there was replaced by the plan file)
         p = subprocess.run([sys.executable, "-m", "wloadctl", "gen", "--jobs", "5", "-o", str(target)],
                            capture_output=True, text=True, timeout=60)
-        assert p.returncode == 2 and p.stderr.startswith(f"wloadctl: cannot write {target}: it is not a regular file")
+        assert p.returncode == 2 and p.stderr.startswith(f"wloadctl: cannot write {target}: {said}"), p.stderr
     assert fifo.is_fifo() and folder.is_dir() and list(folder.iterdir()) == []
     real.write_text("old\n")
     (tmp_path / "link.yaml").symlink_to(real)
