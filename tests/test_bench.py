@@ -465,3 +465,17 @@ def test_a_checkout_that_keeps_no_bytecode_is_compiled_before_it_is_measured(
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     assert "compiled first" in compile_package()
     assert {p.name.split(".")[0] for p in (pkg / "__pycache__").iterdir()} == {"__init__", "engine"}
+
+
+def test_a_report_path_that_cannot_be_written_is_refused_before_anything_is_measured(tmp_path: Path) -> None:
+    missing = tmp_path / "none" / "r.json"
+    for out, said in ((tmp_path, f"wloadctl: --out {tmp_path}: it is a directory"),
+                      (missing, f"wloadctl: --out {missing}: cannot write in")):
+        # (a folder was found only at the end of the whole benchmark, as a traceback)
+        p = subprocess.run([sys.executable, "-m", "wloadctl", "bench", "--quick", "--out", str(out)],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr.startswith(said) and p.stderr.count("\n") == 1, p.stderr
+        assert "bench:" not in p.stderr  # nothing was measured
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "bench", "--engine-jobs", "999999999999"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "at most 100,000,000" in p.stderr

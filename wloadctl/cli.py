@@ -10,6 +10,7 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -795,7 +796,7 @@ def _main(argv: list[str]) -> int:
         # The benchmark has its own options (and --help); hand them over untouched.
         from wloadctl.bench import main as bench_main
 
-        return int(bench_main(argv[1:]))
+        return _told(lambda: bench_main(argv[1:]))
     # `--at -15m`: argparse would take the offset for an option; glue it to its flag.
     argv = [f"--at={v}" if k and argv[k - 1] == "--at" and v.startswith("-") else v
             for k, v in enumerate(argv) if not (v == "--at" and k + 1 < len(argv) and argv[k + 1].startswith("-"))]
@@ -827,8 +828,13 @@ def _main(argv: list[str]) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command: its exit code, its errors told in a line."""
+    return _told(lambda: COMMANDS[args.cmd](args))
+
+
+def _told(command: Callable[[], int]) -> int:
+    """Run a command: its exit code, its errors told in a line."""
     try:
-        return int(COMMANDS[args.cmd](args))
+        return int(command())
     except PlanError as e:
         for line in e.lines(PROBLEM_LINES):
             print(line, file=sys.stderr)

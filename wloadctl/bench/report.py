@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import operator
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from wloadctl.bench.figures import Extra, Figure, Ratio, Target, field_of
+from wloadctl.errors import UsageError
 
 Op = Literal["<", "<=", ">="]
 _COMPARE = {"<": operator.lt, "<=": operator.le, ">=": operator.ge}
@@ -268,10 +270,20 @@ def judge(figures: list[Figure], ratios: list[Ratio]) -> list[Target]:
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write the report (atomically: a reader never sees half a file)."""
+    """Write the report (atomically: a reader never sees half a file).
+
+    Raises:
+        UsageError: it cannot be written there (the figures were printed already).
+    """
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write the report to {path}: {e.strerror or e}",
+                         hint="the figures are in the table above; give --out a file you can write") from None
 
 
 _DETAILS = (

@@ -25,6 +25,7 @@ from wloadctl.bench.measure import machine_info
 from wloadctl.bench.remote import NO_BROKER
 from wloadctl.bench.report import judge, print_report, write_json
 from wloadctl.bench.sections import NO_SERVER
+from wloadctl.errors import UsageError
 
 DEFAULT_OUT = "wloadctl-bench.json"
 """Where the JSON report goes unless --out says otherwise."""
@@ -103,22 +104,41 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--engine-jobs", type=_job_count, nargs="+", default=None, metavar="N",
                     help="jobs of the bank plans of the engine section, e.g. 1000000 10000000 "
                     "(default: 100,000 and 1,000,000, or 2,000 and 10,000 with --quick)")
-    ap.add_argument("--first-job-jobs", type=int, default=0, metavar="N",
+    ap.add_argument("--first-job-jobs", type=_job_count, default=0, metavar="N",
                     help="jobs of the plans of the firstjob section (default: 1,000,000, or 2,000 with --quick)")
     ap.add_argument("--seed", type=int, default=1, help="seed of every generated plan")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 
 
+MOST_JOBS = 100_000_000
+"""The largest plan the benchmark generates (what `wloadctl gen` writes at most)."""
+
+
 def _job_count(text: str) -> int:
-    """A plan size given on the command line: a whole number of jobs, at least 1."""
+    """A plan size given on the command line: a whole number of jobs, at least 1, at most MOST_JOBS."""
     try:
         n = int(text)
     except ValueError:
         n = 0
     if n < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a job count (a whole number, at least 1)")
+    if n > MOST_JOBS:
+        raise argparse.ArgumentTypeError(f"{text!r} jobs: at most {MOST_JOBS:,} (a plan of about 10 GB)")
     return n
+
+
+def _refuse_unwritable_out(out: Path) -> None:
+    """Refuse, before anything is measured, a report path the report could not be written to at the end.
+
+    Raises:
+        UsageError: it is a directory, or its directory is missing or not writable.
+    """
+    if out.is_dir():
+        raise UsageError(f"--out {out}: it is a directory", hint="give the JSON file to write")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: cannot write in {parent}", hint="give a JSON file in a directory you can write")
 
 
 def settings_from(a: argparse.Namespace) -> Settings:
@@ -249,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     a = build_parser().parse_args(args)
+    _refuse_unwritable_out(Path(a.out))
 
     def stop(signum: int, _frame: object) -> None:
         # Unwind like Ctrl-C, so the run in progress is stopped and the scratch
