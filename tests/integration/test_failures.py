@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from tests.integration.helpers import (
+    ENV,
     cli,
     evidence_plan,
     read_evidence,
@@ -70,7 +72,11 @@ def test_kill_9_of_one_executor_its_jobs_finish_on_others_and_the_run_succeeds(
     jobs = {f"j{i}": {} for i in range(12)}
     plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, sleep=0.6)
     sd = tmp_path / "sd"
-    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "3", "--slots", "2")
+    err = tmp_path / "run.err"
+    with open(err, "wb") as said:
+        proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
+                                 "--executors", "3", "--slots", "2"], stdout=subprocess.DEVNULL, stderr=said,
+                                env=ENV, start_new_session=True)
     try:
         def busy_executor() -> int | None:
             if not (sd / "journal.db").exists():
@@ -94,7 +100,11 @@ def test_kill_9_of_one_executor_its_jobs_finish_on_others_and_the_run_succeeds(
         ends = [t for k, t in lines if k == "end"]
         assert len(ends) == 1 or (len(ends) == 2 and abs(ends[0] - killed_at) < 0.1), (jid, lines, killed_at)
     events = [json.loads(x) for x in (sd / "events.jsonl").read_text().splitlines()]
-    assert any(e["event"] == "executor_lost" for e in events)
+    lost = [e for e in events if e["event"] == "executor_lost"]
+    assert len(lost) == 1
+    # and the operator's terminal says so (only the event log did)
+    assert f"wloadctl: executor {lost[0]['executor']} lost (killed by signal 9): what ran on it runs again, or is " \
+           "held when it may not run twice\n" in err.read_text()
 
 
 def test_a_stuck_executor_is_declared_dead_and_replaced(tmp_path: Path, no_ipc_leaks: None) -> None:

@@ -398,6 +398,19 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         lock.release()
 
 
+def _said_to(events: EventLog, opts: RunOptions) -> Callable[[str, dict[str, object]], None]:
+    """Where the local pool's reports go: the run's events; an executor lost is told on the operator's
+    terminal too (its jobs are retried or held: `status` and `history` say which)."""
+
+    def say(event: str, fields: dict[str, object]) -> None:
+        events.emit_fields(event, fields)
+        if event == "executor_lost":
+            opts.say(f"executor {fields.get('executor')} lost ({fields.get('reason')}): what ran on it runs again, "
+                     "or is held when it may not run twice")
+
+    return say
+
+
 def _finished(store: Store, run_id: str) -> bool:
     """Whether the journal holds this run as finished (a run it does not know is not judged finished)."""
     row = store.get_run(run_id)
@@ -689,7 +702,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     remote = _agent_pool(link, core, ctx, epoch, opts, events, store, resumed) if link is not None else None
     local = LocalPool.start(core, objs, reader, _payloads(ctx, core), lambda: loop._check_fenced(), epoch,
                             opts.state_dir, executors=opts.executors, slots=opts.slots,
-                            say=events.emit_fields,
+                            say=_said_to(events, opts),
                             serves=(lambda i: not remote.remote_of(i)) if remote is not None else None,
                             dead_after=opts.dead_after, orphan_timeout=opts.orphan_timeout,
                             cpus=opts.executor_cpus, memory=opts.executor_memory, prefetch=opts.prefetch,
