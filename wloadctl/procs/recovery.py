@@ -224,7 +224,8 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
         lost += 1
     back_note = f", {returned} handed back unstarted (requeued)" if returned else ""
     notes.append(f"recovered {len(inflight)} in-flight job(s): {applied} finished while the scheduler was down, "
-                 f"{kept} still running on live executors{back_note}, {lost} lost (requeued, retried under policy, or held when they may not run twice)"
+                 f"{kept} still running on live executors{back_note}, {lost} lost (requeued, retried under policy, "
+                 "or held when they may not run twice)"
                  + (f"; {halted} of them were being stopped with the run, and end as stopped with it"
                     if halted else ""))
     return notes
