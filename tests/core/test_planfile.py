@@ -733,3 +733,24 @@ def test_one_odd_command_among_many_plain_ones_is_still_found(job: str, found: s
         load_plan_text(text)
     assert any(found in str(p) for p in e.value.problems), e.value.problems
     load_plan_text(f"name: p\njobs:\n  p0: {{command: \"true\"}}\n{plain}")
+
+
+def test_a_cycle_through_thousands_of_jobs_is_told_in_a_short_line() -> None:
+    n = 2000
+    text = "name: c\njobs:\n" + "".join(f"  j{i}: {{command: 'true', depends_on: [j{(i + 1) % n}]}}\n" for i in range(n))
+    with pytest.raises(PlanError) as e:
+        load_plan_text(text)
+    (problem,) = e.value.problems
+    # (it named all 2,000 jobs: a line of 16 KB)
+    assert problem.message == ("dependency cycle: j0 -> j1 -> j2 -> j3 -> j4 -> j5 -> ... 1,989 more ... -> j1995 -> "
+                               "j1996 -> j1997 -> j1998 -> j1999 -> j0 (2,000 jobs)")
+
+
+@pytest.mark.parametrize(("loop", "said"), [
+    ("[a, b, a]", "for_each lists the item 'a' twice"),
+    ("5", "for_each must be a list, vars.NAME or jobs.NAME.result.KEY, not the number 5"),
+])
+def test_a_wrong_for_each_is_told_once_not_also_as_a_command_without_a_loop(loop: str, said: str) -> None:
+    with pytest.raises(PlanError) as e:
+        load_plan_text(f"name: l\njobs:\n  lp: {{command: 'echo {{item}}', for_each: {loop}}}\n")
+    assert [p.message for p in e.value.problems] == [said]

@@ -236,9 +236,7 @@ class Dag:
         n = len(self)
         order, left = reverse_kahn(n, self.up_off, self.up)
         if len(order) < n:
-            path = " -> ".join(
-                self.ids[i] for i in cycle_in(n, self.up_off, self.up, left)
-            )
+            path = cycle_text([self.ids[i] for i in cycle_in(n, self.up_off, self.up, left)])
             raise CycleError(
                 f"dependency cycle: {path}", hint="each job depends on the next"
             )
@@ -432,3 +430,17 @@ def to_networkx(plan: Plan) -> nx.DiGraph:
             if dep in plan.jobs:
                 graph.add_edge(dep, spec.id, kind=spec.kind_of(i).name.lower())
     return graph
+
+
+CYCLE_SHOWN = 6
+"""Jobs of a long cycle named at each of its ends (the rest are counted)."""
+
+
+def cycle_text(loop: list[str]) -> str:
+    """A cycle [a, b, ..., a] as `a -> b -> ... -> a`; a long one names its first and last jobs and counts the
+    rest (a cycle through every job of a big plan would be a line of megabytes)."""
+    if len(loop) <= 2 * CYCLE_SHOWN + 1:
+        return " -> ".join(loop)
+    hidden = len(loop) - 2 * CYCLE_SHOWN
+    return (" -> ".join(loop[:CYCLE_SHOWN]) + f" -> ... {hidden:,} more ... -> " + " -> ".join(loop[-CYCLE_SHOWN:])
+            + f" ({len(loop) - 1:,} jobs)")

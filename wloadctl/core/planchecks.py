@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from operator import attrgetter
 
 from wloadctl.core.condition import job_field, parse_condition
-from wloadctl.core.dag import cycle_in, reverse_kahn
+from wloadctl.core.dag import cycle_in, cycle_text, reverse_kahn
 from wloadctl.core.loops import PLACEHOLDER, items_of
 from wloadctl.core.plan import EXEC_ARG_MAX, EXEC_TOTAL_MAX, JOB_ID_MAX, DynamicItems, JobSpec
 from wloadctl.core.planfields import JOB_ID
@@ -53,7 +53,7 @@ def check_jobs(jobs: JobsReader, variables: Collection[str] | None = None) -> No
         first = jobs.jobs[loop[0]]
         jobs.report(
             first.line,
-            f"dependency cycle: {' -> '.join(loop)}",
+            f"dependency cycle: {cycle_text(loop)}",
             "each job depends on the next; remove one of these dependencies",
             job=first.id,
             kind=CycleError,
@@ -132,7 +132,7 @@ def _check_placeholders(jobs: JobsReader, jid: str, spec: JobSpec) -> None:
     words = [spec.command] if type(spec.command) is str else list(spec.command or ())
     found = {m[1] for w in words for m in _BRACED.finditer(w)}
     if spec.for_each is None:
-        if PLACEHOLDER[1:-1] in found:
+        if PLACEHOLDER[1:-1] in found and jid not in jobs.bad_loops:
             jobs.report(spec.line, f"the command holds {PLACEHOLDER}, but the job has no for_each: it would run "
                         f"with the text '{PLACEHOLDER}'",
                         f"add for_each (a list, vars.NAME or an upstream's output), or remove {PLACEHOLDER}", job=jid)

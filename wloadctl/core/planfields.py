@@ -499,7 +499,9 @@ class FieldReader:
                 raise FieldError(f"for_each items must be text or numbers, not {describe(item[0])}", item[1])
             items.append(str(item[0]))
         if len(set(items)) != len(items):
-            raise FieldError("for_each lists an item twice", line)
+            twice = next(x for k, x in enumerate(items) if x in items[:k])
+            raise FieldError(f"for_each lists the item {twice!r} twice", line,
+                             "each item makes one instance: list it once")
         return tuple(items)
 
     def _items_expr(self, entry: Entry) -> str:

@@ -171,6 +171,8 @@ class JobsReader:
         """Jobs given an `until`, right or wrong (a wrong one is reported once)."""
         self.over_vars: list[str] = []
         """Jobs given a `for_each: vars.NAME` of their own: the variable is checked once all are read."""
+        self.bad_loops: set[str] = set()
+        """Jobs given a `for_each` that is wrong (reported): no more is said of their `{item}`."""
         self.repeated: list[tuple[int, str]] = []
         """(line, id) of each job whose id a job above it has already (reported, and not kept)."""
         self._index_get = self.index.get
@@ -436,6 +438,8 @@ class JobsReader:
             if key == "command":
                 # A wrong command is still a command: "no command" would be false.
                 vals[_COMMAND] = ""
+            elif key == "for_each":
+                self.bad_loops.add(jid)  # (its {item} is no command without a loop: the loop is what is wrong)
         extra = self.fields.extra
         if extra:
             for more in extra:
