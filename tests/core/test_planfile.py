@@ -737,7 +737,8 @@ def test_one_odd_command_among_many_plain_ones_is_still_found(job: str, found: s
 
 def test_a_cycle_through_thousands_of_jobs_is_told_in_a_short_line() -> None:
     n = 2000
-    text = "name: c\njobs:\n" + "".join(f"  j{i}: {{command: 'true', depends_on: [j{(i + 1) % n}]}}\n" for i in range(n))
+    text = "name: c\njobs:\n" + "".join(f"  j{i}: {{command: 'true', depends_on: [j{(i + 1) % n}]}}\n"
+                                         for i in range(n))
     with pytest.raises(PlanError) as e:
         load_plan_text(text)
     (problem,) = e.value.problems
