@@ -46,6 +46,8 @@ SILENT_AFTER = 3.0
 scheduler is reported not responding: it beats every quarter second, turns included."""
 REPLY_TIMEOUT = 10.0
 """Seconds to wait for a live scheduler's answer."""
+WHY_TIMEOUT = 3.0
+"""Seconds `why` waits for a live scheduler before it reads the journal instead."""
 READ_VERBS = ("why", "whoami", "pending")
 """Requests that change nothing: read from the journal when no scheduler answers, wherever its holder is."""
 
@@ -385,12 +387,17 @@ class RunClient:
                                    f"within {REPLY_TIMEOUT:.0f}s", hint="check it with `wloadctl status`")
         if self.is_live() or self._listening():
             try:
-                rep = self._ask(req)
+                rep = self._ask(req, WHY_TIMEOUT if verb == "why" else REPLY_TIMEOUT)
                 rep["live"] = True
                 return rep
             except ProtocolError:
                 raise  # the request itself cannot go (too large): said as it is, not as a scheduler out of reach
-            except TransportError:
+            except TransportError as e:
+                if verb == "why":
+                    # A scheduler that does not answer (stopped, frozen, swamped): the journal's view, said so.
+                    rep = self._offline(req)
+                    rep["unanswered"] = e.message
+                    return rep
                 # A board seen here may be another host's (a pid of its own namespace): the journal's lease
                 # says who holds the run, and the refusal below names it.
                 if self.is_live() and not self.leased():
@@ -466,9 +473,9 @@ class RunClient:
         The socket is the latest run's: an earlier run of the directory is never live."""
         return self.latest and ctlsock.socket_path(self.state_dir).exists()
 
-    def _ask(self, req: dict[str, Any]) -> dict[str, Any]:
+    def _ask(self, req: dict[str, Any], timeout: float = REPLY_TIMEOUT) -> dict[str, Any]:
         # The scheduler takes the caller's identity from the socket (SO_PEERCRED), not from `user`.
-        return ctlsock.request(self.state_dir, {**req, "id": secrets.token_hex(4)}, REPLY_TIMEOUT)
+        return ctlsock.request(self.state_dir, {**req, "id": secrets.token_hex(4)}, timeout)
 
     def whoami(self) -> dict[str, Any]:
         """This user's name, role and allowed verbs in the run (the console greys the rest)."""
@@ -666,6 +673,9 @@ class RunClient:
         out = dict(rep["why"][0])
         if out.get("state") == "READY" and not (rep.get("live") is False and self._undispatched()):
             _behind_runs(out, self.run.run_id)
+        if rep.get("unanswered"):
+            out["reasons"] = [f"read from the journal, which may be behind: {rep['unanswered']}",
+                              *out.get("reasons", [])]
         return out
 
     def _undispatched(self) -> str | None:

@@ -269,3 +269,34 @@ def test_a_verb_meant_for_a_finished_run_reaches_neither_it_nor_the_run_started_
     finally:
         earlier.close()
     assert len(read_evidence(tmp_path / "ev-alpha")["common"]) == 2  # (its start and end, once)
+
+
+def test_why_of_a_run_whose_scheduler_does_not_answer_is_read_from_the_journal_and_says_so(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    import os
+    import signal
+
+    gate = tmp_path / "go"
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev",
+                         {"a": {"gate": str(gate)}, "b": {"depends_on": ["a"]}})
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: states_of(sd).get("a") == "RUNNING", what="a running")
+        os.kill(proc.pid, signal.SIGSTOP)  # a frozen scheduler: its board is there, nothing answers
+        try:
+            p = cli("why", "b", "--state-dir", str(sd))
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        # (it waited 10 s, then failed with exit 3 where the journal knew the answer)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        assert lines[0] == "b is WAITING (tier standard, attempt 0)"
+        assert lines[1].startswith("  - read from the journal, which may be behind: no answer from the scheduler "
+                                   "within 3s"), lines
+        assert "  - waiting for 1 of 1 dependencies: a (RUNNING)" in lines
+        gate.touch()
+        assert proc.wait(30) == 0
+    finally:
+        gate.touch()
+        stop_proc(proc)
