@@ -393,8 +393,8 @@ class RunClient:
             except ProtocolError:
                 raise  # the request itself cannot go (too large): said as it is, not as a scheduler out of reach
             except TransportError as e:
-                if verb == "why":
-                    # A scheduler that does not answer (stopped, frozen, swamped): the journal's view, said so.
+                if verb == "why" and self.is_live():
+                    # A live scheduler that does not answer (stopped, frozen, swamped): the journal's view, said so.
                     rep = self._offline(req)
                     rep["unanswered"] = e.message
                     return rep
