@@ -87,6 +87,10 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     return status_exit(st)
 
 
+REFUSALS_TOLD = 5
+"""Refusals of one verb told one by one (the rest are counted)."""
+
+
 def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl hold|release|retry|rerun|kill|set-ok|skip|cancel|approve|reject`."""
     from wloadctl.cli_run import broker_of
@@ -102,8 +106,19 @@ def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(f"wloadctl: {rep['error']}", file=sys.stderr)
         if rep.get("message"):
             print(rep["message"])
-        for _job, applied, msg in rep.get("results", []):
-            print(msg if applied else f"refused: {msg}", file=sys.stdout if applied else sys.stderr)
+        results = rep.get("results", [])
+        refused = [r for r in results if not r[1]]
+        # A glob's refusals, one for each job it names that the verb does not apply to, are counted past a few.
+        told = refused if len(refused) <= REFUSALS_TOLD else refused[:REFUSALS_TOLD - 1]
+        for r in results:
+            _job, applied, msg = r
+            if applied:
+                print(msg)
+            elif r in told:
+                print(f"refused: {msg}", file=sys.stderr)
+        if len(told) < len(refused):
+            print(f"refused: {len(refused) - len(told)} more job(s) it does not apply to (see `wloadctl audit`)",
+                  file=sys.stderr)
         if rep.get("more"):
             print(f"... and {rep['more']} more (see `wloadctl audit`)")
     return 0 if rep.get("ok") else 1

@@ -637,9 +637,13 @@ def test_a_job_a_resume_left_running_on_its_executor_is_lost_with_that_executor(
             # Then the job, which may not run twice, is held for an operator, not left RUNNING for good
             wait_for(lambda: job_states(sd).get("long") == "HELD", timeout=30, what="long held")
             assert [k for k, _ in read_evidence(out)["long"]] == ["start"]
+            # and the operator who skips it has the run end
+            assert cli("skip", "long", "--state-dir", str(sd)).returncode == 0
+            assert resumed.wait(60) == 0
     finally:
         gate.touch()
         stop_proc(first)
         if resumed is not None:
             stop_proc(resumed)
     reap_orphans(run_id)
+    assert ipc_names(run_id) == []
