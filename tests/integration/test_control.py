@@ -300,3 +300,16 @@ def test_why_of_a_run_whose_scheduler_does_not_answer_is_read_from_the_journal_a
     finally:
         gate.touch()
         stop_proc(proc)
+
+
+def test_a_verb_on_a_glob_counts_its_refusals_past_a_few(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: many\njobs:\n" + "".join(f"  j{i}: {{command: 'true'}}\n" for i in range(12)))
+    sd = str(tmp_path / "sd")
+    assert cli("run", str(plan), "--state-dir", sd).returncode == 0
+    p = cli("release", "j*", "--state-dir", sd)
+    # (one line for each job the glob names: hundreds for a loop's instances)
+    assert p.returncode == 1
+    assert p.stderr.splitlines() == [
+        *(f"refused: job 'j{i}' is SUCCEEDED: release does not apply; rerun would apply" for i in range(4)),
+        "refused: 8 more job(s) it does not apply to (see `wloadctl audit`)"]
