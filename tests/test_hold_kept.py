@@ -220,3 +220,19 @@ def test_a_hold_outlasts_a_failed_upstream_a_kill_9_and_a_resume(tmp_path: Path,
     assert out.read_text() == "approve\nsend\n"
     hist = cli("history", "approve", "--state-dir", str(sd), check=True).stdout
     assert "still held by" in hist and "treasury" in hist
+
+
+@pytest.mark.parametrize(("go", "ends"), [("true", "SUCCEEDED"), ("false", "SKIPPED")])
+def test_a_confirmation_approved_on_a_stopped_run_is_kept_when_its_if_keeps_it_waiting(
+        tmp_path: Path, go: str, ends: str) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"name: conf\nvariables: {{go: {go}}}\njobs:\n  a: {{command: 'true'}}\n"
+                    "  c: {command: 'true', confirm: true, if: 'vars.go', depends_on: [a]}\n")
+    sd = str(tmp_path / "sd")
+    assert cli("run", str(plan), "--state-dir", sd, "--exit-on-hold").returncode == 1  # held for c's approve
+    p = cli("approve", "c", "--state-dir", sd)
+    assert p.returncode == 0 and p.stdout.strip() == "job 'c' confirmed, now WAITING", p.stdout
+    # (a resume held it for its approve again: the approval was lost, and a plain resume waited for ever)
+    p = cli("resume", "--state-dir", sd, "--exit-on-hold")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert job_states(Path(sd)) == {"a": "SUCCEEDED", "c": ends}

@@ -23,6 +23,8 @@ STILL = "still "
 """Before what held a job, in the reason of a job reopened or ended while it is held."""
 _LETS_GO = frozenset({"release", "approve", "set-ok", "skip"})
 """Verbs that, applied to a job, end what held it (the operator decided about that very job)."""
+_CONFIRMING = frozenset({"approve", "set-ok", "skip"})
+"""Verbs that end a confirmation job's wait for its approve."""
 
 
 def held_by(user: str, reason: str) -> str:
@@ -81,3 +83,14 @@ def holds_journaled(actions: Iterable[tuple], core: HeldJobs) -> dict[int, str]:
         elif verb in _LETS_GO:
             out.pop(i, None)
     return out
+
+
+def confirmed_journaled(actions: Iterable[tuple], index: Mapping[str, int]) -> set[int]:
+    """Confirmation jobs an operator has decided about, by the run's journaled actions: an applied approve,
+    set-ok or skip of the job (its wait for an approve is over, whatever state the journal shows it in).
+
+    Args:
+        actions: the run's (ts, user, verb, job, reason, outcome, applied), in order.
+        index: job index by id.
+    """
+    return {i for a in actions if a[6] and a[2] in _CONFIRMING and (i := index.get(a[3])) is not None}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from wloadctl.core.branches import BRANCH_SKIPS, FRESH_STARTS, UNTIL_AGAIN, UNTIL_UNJUDGED
-from wloadctl.core.holds import holds_journaled
+from wloadctl.core.holds import confirmed_journaled, holds_journaled
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import retry_due_journaled
 from wloadctl.core.verbs import STARTS
@@ -187,5 +187,9 @@ def restore_journaled(store: JournalReads, run: int, core: Any, now: float) -> l
         if state[i] not in TERMINAL:  # a rerun, an iteration or a preemption leaves it its retries
             core.attempt_base[i] = max(core.attempt_base.get(i, 0), attempts_unspent(ts))
     actions = store.actions(run)
+    # A confirmation job approved while it waited (WAITING, a state the journal's rows leave out) is not held for
+    # its approve again at the start (it was, its approval lost, when its `if` kept it WAITING).
+    given = confirmed_journaled(actions, core.index)
+    core.to_confirm = [i for i in core.to_confirm if i not in given]
     core.holds = holds_journaled(actions, core)  # (held jobs an upstream's retry must not let run)
     return actions
