@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from wloadctl import access
 from wloadctl.core.states import TERMINAL, JobState, is_holding
-from wloadctl.errors import ControlError, ProtocolError, TransportError, UsageError, WloadError, printable
+from wloadctl.errors import (
+    ControlError,
+    NoReply,
+    ProtocolError,
+    TransportError,
+    UsageError,
+    WloadError,
+    printable,
+)
 from wloadctl.ipc import ctlsock
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, object_name
@@ -393,7 +401,7 @@ class RunClient:
             except ProtocolError:
                 raise  # the request itself cannot go (too large): said as it is, not as a scheduler out of reach
             except TransportError as e:
-                if verb == "why" and self.is_live():
+                if verb == "why" and isinstance(e, NoReply):
                     # A live scheduler that does not answer (stopped, frozen, swamped): the journal's view, said so.
                     rep = self._offline(req)
                     rep["unanswered"] = e.message

@@ -106,6 +106,10 @@ class TransportError(WloadError):
     exit_code = 3
 
 
+class NoReply(TransportError):
+    """A scheduler took an operator's request and did not answer it in time (stopped, frozen, swamped)."""
+
+
 class ProtocolError(TransportError):
     """Bytes on a queue or in shared memory do not match the expected layout or version."""
 

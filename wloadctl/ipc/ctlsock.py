@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wloadctl.errors import TransportError, WloadError
+from wloadctl.errors import NoReply, TransportError, WloadError
 from wloadctl.ipc import protocol as P
 
 SOCKET_NAME = "control.sock"
@@ -347,7 +347,7 @@ def request(state_dir: Path, body: dict[str, Any], timeout: float) -> dict[str, 
             return P.decode_control(_recv_exact(sock, n))
         except TimeoutError:
             verb = f"'{body['verb']}' " if body.get("verb") else ""
-            raise TransportError(f"no answer from the scheduler within {timeout:.0f}s: the {verb}request is"
+            raise NoReply(f"no answer from the scheduler within {timeout:.0f}s: the {verb}request is"
                                  " withdrawn (the scheduler drops it if it reads it later)",
                                  hint="check the scheduler with `wloadctl status` and what was applied with"
                                       " `wloadctl audit`, then ask again") from None
