@@ -189,3 +189,29 @@ def test_glob_resolution_and_unknown_names() -> None:
 def test_applicable_verbs() -> None:
     assert applicable_verbs(S.FAILED) == ["retry", "rerun", "set-ok", "skip"]
     assert applicable_verbs(S.RUNNING) == ["kill"]
+
+
+def test_a_job_held_while_waiting_for_its_retry_waits_out_the_rest_of_its_delay_once_released() -> None:
+    from wloadctl.core.events import TimerFiredEvent
+    from wloadctl.core.plan import RetryPolicy
+
+    core = SchedulerCore(make_plan({"r": {"retry": RetryPolicy(count=3, delay=600.0, backoff=1.0, jitter=0.0)}}),
+                         slots=1)
+    core.handle(RunStartedEvent(0.0))
+    finish(core, "r", code=1, now=1.0)
+    assert states(core)["r"] == "RETRY_WAIT"
+    op(core, "hold", "r")  # (at 9.0)
+    rep, cmds = op(core, "release", "r")
+    # (it ran at once, about ten minutes early)
+    assert states(core)["r"] == "RETRY_WAIT" and dispatched(cmds) == []
+    assert rep.results[0][2] == "job 'r' released, now RETRY_WAIT (its retry in 592.0s)"
+    assert core.reasons[0].endswith("; retry 1/3 in 592.0s")
+    assert dispatched(core.handle(TimerFiredEvent(300.0))) == []
+    assert dispatched(core.handle(TimerFiredEvent(601.0))) == [(0, 2)]
+    # held past its due time, it goes at once when released
+    finish(core, "r", code=1, now=602.0)
+    op(core, "hold", "r")
+    core.handle(TimerFiredEvent(1300.0))
+    cmds = core.handle(OperatorEvent("release", (0,), 1300.0, user="ana"))
+    assert dispatched(cmds) == [(0, 3)]
+    core.validate()

@@ -80,6 +80,7 @@ TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (_S.RETRY_WAIT, _S.SUCCEEDED),  # set-ok
         (_S.RETRY_WAIT, _S.SKIPPED),
         (_S.HELD, _S.WAITING),
+        (_S.HELD, _S.RETRY_WAIT),  # released while its retry's delay still ran: the rest of it applies
         (_S.HELD, _S.READY),
         (_S.HELD, _S.SKIPPED),
         (_S.HELD, _S.SUCCEEDED),  # set-ok

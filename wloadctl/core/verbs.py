@@ -305,6 +305,16 @@ def _settle(core: VerbTarget, i: int, touched: list[int]) -> None:
 
 def _release(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
     core.holds.pop(i, None)
+    due = core.timers.retry_due.pop(i, None)
+    if due is not None and due > ev.now and core.state[i] == S.HELD:
+        # Held while it waited for its retry: the rest of the delay still applies (a retry delay keeps its
+        # length, whoever holds the job meanwhile).
+        used = core.attempt[i] - core.attempt_base.get(i, 0)
+        core.set_state(i, S.RETRY_WAIT, reason=_why("released", ev)
+                       + f"; retry {used}/{core.specs[i].retry.count} in {due - ev.now:.1f}s")
+        core.timers.wait_retry(i, due, core.attempt[i])
+        touched.append(i)
+        return f"job '{core.ids[i]}' released, now RETRY_WAIT (its retry in {due - ev.now:.1f}s)"
     core.set_state(i, S.WAITING, reason=_why("released", ev))
     _settle(core, i, touched)
     return f"job '{core.ids[i]}' released, now {S(core.state[i]).name}"
