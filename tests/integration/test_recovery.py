@@ -647,3 +647,30 @@ def test_a_job_a_resume_left_running_on_its_executor_is_lost_with_that_executor(
             stop_proc(resumed)
     reap_orphans(run_id)
     assert ipc_names(run_id) == []
+
+
+def test_why_of_a_job_waiting_for_its_retry_names_the_failure_after_a_resume(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: rw\njobs:\n  rw: {command: 'exit 1', retries: {count: 2, delay: 1m, backoff: 1, "
+                    "jitter: 0}}\n")
+    sd = tmp_path / "sd"
+    first = start("run", str(plan), "--state-dir", str(sd))
+    resumed = None
+    try:
+        wait_for(lambda: (sd / "journal.db").exists() and job_states(sd).get("rw") == "RETRY_WAIT", what="the retry")
+        run_id = status(sd)["run"]
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(30) == 130
+        resumed = start("resume", "--state-dir", str(sd))
+        wait_for(lambda: status(sd).get("live"), what="the resumed scheduler")
+        said = json.loads(cli("why", "rw", "--state-dir", str(sd), "--json").stdout)["reasons"][0]
+        # (the resumed scheduler said "in retry delay after attempt 1: ; becomes READY in ...")
+        assert said.startswith("in retry delay after attempt 1: exit status 1; retry 1/2 in 60.0s; becomes READY"), said
+    finally:
+        stop_proc(first)
+        if resumed is not None:
+            resumed.send_signal(signal.SIGTERM)
+            resumed.wait(30)
+            stop_proc(resumed)
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []

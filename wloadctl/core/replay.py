@@ -178,6 +178,12 @@ def restore_journaled(store: JournalReads, run: int, core: Any, now: float) -> l
     transitions = store.transitions_of_jobs(run, replayed_jobs(rows, core.branches.untils))
     dues = retry_dues({i: transitions[i] for i, st, _a in rows if st == S.RETRY_WAIT and i in transitions})
     core.restore(rows, now, dues, journaled(transitions, core.index))
+    for i, st, _a in rows:
+        if st == S.RETRY_WAIT and i in transitions:
+            # What made it wait (`why` names it: "exit status 1; retry 1/2 in 30.0s"), as the live core had it.
+            waits = [t[6] for t in transitions[i] if t[1] == S.RETRY_WAIT]
+            if waits and waits[-1]:
+                core.reasons[i] = waits[-1]
     untils, state, attempt = core.branches.untils, core.state, core.attempt
     for i, ts in transitions.items():
         if not attempt[i] or (state[i] in TERMINAL and i not in untils):
