@@ -215,3 +215,13 @@ def test_a_job_held_while_waiting_for_its_retry_waits_out_the_rest_of_its_delay_
     cmds = core.handle(OperatorEvent("release", (0,), 1300.0, user="ana"))
     assert dispatched(cmds) == [(0, 3)]
     core.validate()
+
+
+def test_a_verb_refused_on_a_confirmation_job_names_approve_not_release() -> None:
+    from wloadctl.core.planfile import load_plan_text
+
+    core = SchedulerCore(load_plan_text("name: c\njobs:\n  conf: {command: 'true', confirm: true}\n"), slots=1)
+    core.handle(RunStartedEvent(0.0))
+    rep, _ = op(core, "hold", "conf")
+    # (release is refused on it: approve is what lets it go)
+    assert rep.results[0][2] == "job 'conf' is HELD: hold does not apply; set-ok, skip, approve would apply"

@@ -125,9 +125,10 @@ def applicable_verbs(state: JobState) -> list[str]:
     return [v for v, states in VERB_FROM.items() if state in states and v != "cancel"]
 
 
-def refusal(job: str, state: JobState, verb: str) -> str:
-    """The message for a verb that does not apply: names the job, its state and what would apply."""
-    others = [v for v in applicable_verbs(state) if v != "approve"]
+def refusal(job: str, state: JobState, verb: str, confirm: bool = False) -> str:
+    """The message for a verb that does not apply: names the job, its state and what would apply (`confirm`: a
+    confirmation job, let go by approve, not release)."""
+    others = [v for v in applicable_verbs(state) if v != ("release" if confirm else "approve")]
     would = f"; {', '.join(others)} would apply" if others else "; no verb applies to it now"
     return f"job '{job}' is {state.name}: {verb} does not apply{would}"
 
@@ -210,7 +211,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             results.append((i, *_loop_verb(core, i, ev, touched)))
             continue
         if st not in VERB_FROM[verb]:
-            results.append((i, False, refusal(core.ids[i], st, verb)))
+            results.append((i, False, refusal(core.ids[i], st, verb, core.specs[i].confirm)))
             continue
         # A confirmation job is let go by approve alone; approve lets go nothing else.
         if (verb == "approve" and not core.specs[i].confirm) or (verb == "release" and core.specs[i].confirm):
