@@ -153,6 +153,24 @@ def test_a_pool_without_agents_waits_and_says_so(tmp_path: Path, nats_server: Na
         proc.communicate(timeout=30)
 
 
+def test_a_resume_without_the_broker_of_its_run_says_which_it_was_started_with(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    plan = plan_file(tmp_path / "p.yaml", tmp_path / "ev", {"far": {"pool": "nobody"}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url, "--prefix", "other")
+    try:
+        wait_for(lambda: (sd / "journal.db").exists() and job_states(sd).get("far") == "READY", timeout=30,
+                 what="the pool job waiting")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    # The hint printed at the stop names the state directory alone
+    p = cli("resume", "--state-dir", str(sd))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.rstrip().endswith(f"(the run was started with --broker {nats_server.url} --prefix other: give it "
+                                      "to the resume too (with its credentials, if any))"), p.stderr
+
+
 def test_a_plan_with_agent_jobs_and_no_broker_is_refused_in_one_line(tmp_path: Path) -> None:
     plan = plan_file(tmp_path / "p.yaml", tmp_path / "ev", {"far": {"pool": "etl"}})
     p = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"))

@@ -348,7 +348,19 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             settings = json.loads(prev.settings or "{}")
             plan = _plan_for_run(store, prev, plan_path, opts, plan)
             run = prev
-            link = broker_link(plan, opts, run.run_id)
+            try:
+                link = broker_link(plan, opts, run.run_id)
+            except UsageError as e:
+                if opts.broker is not None or not settings.get("broker"):
+                    raise
+                # The hints printed at a stop name the state directory alone: the run knows its broker.
+                from wloadctl.remote.broker import DEFAULT_PREFIX
+
+                prefix = settings.get("prefix")
+                given = f"--broker {settings['broker']}" + (f" --prefix {prefix}" if prefix and prefix != DEFAULT_PREFIX
+                                                            else "")
+                raise UsageError(e.message, hint=f"the run was started with {given}: give it to the resume too "
+                                                 "(with its credentials, if any)") from None
             opts.say(f"resuming run {run.run_id} of plan '{plan.name}' (business date {run.business_date})")
             if opts.executors <= 0:
                 opts.executors = int(settings.get("executors", DEFAULT_EXECUTORS))
