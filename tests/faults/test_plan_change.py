@@ -152,3 +152,19 @@ def test_a_resume_without_the_file_runs_the_journals_copy(tmp_path: Path, no_ipc
     assert [k for k, _t in read_evidence(out)["a"]] == ["start", "end"]
     reap_orphans(run_id)
     assert ipc_names(run_id) == []
+
+
+def test_a_resume_given_no_plan_says_the_file_changed_and_goes_on_with_the_plan_it_started_with(
+        tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: ed\njobs:\n  a: {command: 'exit 3'}\n  post: {command: 'true', depends_on: [a]}\n")
+    sd = str(tmp_path / "sd")
+    assert cli("run", str(plan), "--state-dir", sd).returncode == 1  # a failed: post is upstream-failed
+    plan.write_text(plan.read_text().replace("exit 3", "true"))
+    assert cli("retry", "a", "--state-dir", sd).returncode == 0
+    p = cli("resume", "--state-dir", sd)
+    # (it ran the plan it started with and said nothing of the edit)
+    assert p.stderr.splitlines()[0] == (
+        f"wloadctl: {plan} has changed since run {status(Path(sd))['run']} started: the run goes on with the plan "
+        f"it started with (`wloadctl resume {plan} --state-dir {sd} --accept-plan-change` takes the change)")
+    assert p.returncode == 1  # (a failed again: the edit was not taken)

@@ -212,9 +212,21 @@ def _file_digest(path: str) -> str:
         return ""
 
 
+def _say_file_changed(run: RunRow, opts: RunOptions) -> None:
+    """A resume given no plan goes on with the plan its run started with: say so when the file it was read from
+    has changed since (an operator who edited it may think the edit is taken)."""
+    now = _file_digest(run.plan_path) if run.plan_path else ""
+    if now and now != run.plan_digest:  # (a file gone or unreadable: the journal's copy is the plan all the same)
+        opts.say(f"{run.plan_path} has changed since run {run.run_id} started: the run goes on with the plan it "
+                 f"started with (`wloadctl resume {run.plan_path} {run_place(opts.state_dir)} --accept-plan-change` "
+                 "takes the change)")
+
+
 def _plan_for_run(store: Store, run: RunRow, plan_path: str | None, opts: RunOptions,
                   loaded: Plan | None) -> Plan:
     """The plan a resumed run continues with: the journal's copy, or the changed file if accepted."""
+    if plan_path is None:
+        _say_file_changed(run, opts)
     if plan_path is None or _file_digest(plan_path) == run.plan_digest:
         # Unchanged: the journal's encoded copy is the same plan and needs no YAML parse.
         return loaded if loaded is not None else run_plan(store, run)
