@@ -22,3 +22,14 @@ def test_a_task_dropped_or_never_taken_reads_as_held_by_nobody() -> None:
     assert 7 not in book.state and book.unaccepted() == () and book.running_count() == 0
     book.feed(ExecutorLostEvent(0, 2.0, "gone"))
     assert book.lost == []
+
+
+def test_the_agents_reports_of_its_executors_read_as_words() -> None:
+    from wloadctl.remote.agent import _pool_words
+
+    # (they were Python dicts: "executor_lost: {'executor': 1, 'reason': ...}")
+    assert _pool_words("executor_note", {"text": "executor 0: stopped as asked"}) == "executor 0: stopped as asked"
+    assert _pool_words("executor_lost", {"executor": 1, "reason": "no heartbeat for 12.0s (stuck); killed"}) == \
+        "executor 1 lost: no heartbeat for 12.0s (stuck); killed"
+    assert _pool_words("executor_stopped", {"executor": 0, "reason": "exited with status 0"}) == \
+        "executor 0 stopped: exited with status 0"

@@ -125,7 +125,7 @@ class Agent:
         self.payloads: dict[int, bytes | None] = {}
         self.pool = LocalPool.start(self.book, objs, ReportReader((), lambda _r: "", lambda _i, _a: None),
                                     self._payload, lambda: None, self.epoch, o.state_dir, executors=o.executors,
-                                    slots=per, say=lambda e, f: self.note(f"{e}: {f}"), cpus=o.cpus,
+                                    slots=per, say=lambda e, f: self.note(_pool_words(e, f)), cpus=o.cpus,
                                     memory=o.memory, prefetch=0, hand_back=0.0)
         self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
         """Result batches published and not yet acknowledged, with the ends they carry."""
@@ -603,3 +603,14 @@ def _version() -> str:
         return version("wloadctl")
     except PackageNotFoundError:
         return "0"
+
+
+def _pool_words(event: str, fields: dict[str, object]) -> str:
+    """A report of the agent's executor pool as a line of words (`executor 1 lost: no heartbeat for 12.0s`)."""
+    if "text" in fields:
+        return str(fields["text"])
+    what = {"executor_lost": "lost", "executor_stopped": "stopped"}.get(event, event.replace("_", " "))
+    who = f"executor {fields['executor']} " if "executor" in fields else ""
+    why = f": {fields['reason']}" if "reason" in fields else ""
+    rest = ", ".join(f"{k} {v}" for k, v in fields.items() if k not in ("executor", "reason"))
+    return f"{who}{what}{why}" + (f" ({rest})" if rest else "")
