@@ -47,4 +47,4 @@ def test_an_agent_stopped_cleanly_is_stopped_for_the_scheduler_at_once_and_its_j
     assert proc.returncode == 0, stderr
     # and the stopped agent told its executors' clean exits as such, not as losses
     said = nodes[first].output()
-    assert "executor_stopped" in said and "executor_lost" not in said, said
+    assert "executor 0 stopped: exited with status 0" in said and " lost:" not in said, said
