@@ -217,6 +217,16 @@ def test_a_job_held_while_waiting_for_its_retry_waits_out_the_rest_of_its_delay_
     core.validate()
 
 
+def test_a_retry_delay_a_job_left_another_way_is_none_its_hold_and_release_wait_out() -> None:
+    core = chain()
+    b = core.index["b"]
+    core.timers.retry_due[b] = 5000.0  # (left by a delay it ended otherwise: set-ok, skip, then a rerun)
+    op(core, "hold", "b")
+    op(core, "release", "b")
+    assert states(core)["b"] == "WAITING" and b not in core.timers.retry_due
+    core.validate()
+
+
 def test_a_verb_refused_on_a_confirmation_job_names_approve_not_release() -> None:
     from wloadctl.core.planfile import load_plan_text
 

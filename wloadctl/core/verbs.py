@@ -276,6 +276,8 @@ def _why(text: str, ev: OperatorEvent) -> str:
 
 
 def _hold(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    if core.state[i] != S.RETRY_WAIT:
+        core.timers.retry_due.pop(i, None)  # (a retry delay it left another way is none its release waits out)
     core.holds[i] = held_by(ev.user, ev.reason)  # (the operator's until released, whatever reopens it meanwhile)
     core.set_state(i, S.HELD, reason=core.holds[i])
     touched.append(i)
