@@ -21,7 +21,7 @@ from tui.run_figures import held_ids, summarize
 from tui.screens.confirm import ActionRequest
 from tui.screens.operator import OperatorScreen
 from tui.screens.prompt import PromptScreen
-from tui.sla import flagged, sla_view
+from tui.sla import SlaView, flagged, sla_view
 from tui.view_model import DESCENDING_FIRST, SORT_KEYS, view_order
 from tui.widgets.dag_view import DagView
 from tui.widgets.job_table import JobTable
@@ -187,13 +187,14 @@ class MainScreen(OperatorScreen):
         if model is None:
             return
         now = self.app_clock()
-        self._refresh_header(now)
-        self.query_one(SlaPanel).show(sla_view(model, now), now)
+        sla = sla_view(model, now)
+        self._refresh_header(now, sla)
+        self.query_one(SlaPanel).show(sla, now)
         self._refresh_nodes()
         if dag:
             self._refresh_dag()
 
-    def _refresh_header(self, now: float) -> None:
+    def _refresh_header(self, now: float, sla: SlaView | None = None) -> None:
         app = self.console
         model, status = app.model, app.status
         finished = model.done_count() == len(model) and not (
@@ -205,7 +206,7 @@ class MainScreen(OperatorScreen):
         header = self.query_one(RunHeader)
         header.held = held_ids(model, 3) if is_holding(model.counts) else []
         header.approvals = getattr(app, "approvals", 0)
-        sla = sla_view(model, now)
+        sla = sla if sla is not None else sla_view(model, now)
         header.late, header.at_risk = sum(t.late for t in sla.tiers), len(sla.at_risk)
         header.show(app.info, summary, model.counts, status, now)
 
