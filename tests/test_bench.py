@@ -197,8 +197,9 @@ def test_targets_are_listed_but_not_judged_at_quick_sizes(
     quick: dict[str, Any],
 ) -> None:
     labels = [t["label"] for t in quick["targets"]]
-    assert labels == ["a1", "a2", "b1", "b3", "b2", "c1", "c2", "c3", "c4", "c5", "c6", "d", "e", "f1", "f2",
-                      "r1", "r2", "r3", "s1", "k1", "k2", "k3", "k4", "s2"]
+    assert labels == ["a1", "a2", "a3", "a4", "b1", "b3", "b2", "c1", "c2", "c3", "c4", "c5", "c6", "d", "e",
+                      "f1", "f2", "r1", "r2", "r3", "s1", "k1", "k2", "k3", "k4", "s2",
+                      "w1", "w2", "w3", "w4", "w5", "w6"]
     assert all(t["met"] is None for t in quick["targets"])
 
 
@@ -279,6 +280,32 @@ def test_combine_takes_medians_and_ratio_divides_the_named_fields() -> None:
     assert r is not None and r.value == pytest.approx(2.0)
     assert field_of(a, "cpu") == 2.0
     assert ratio("missing", a, None) is None
+
+
+def test_every_goal_of_the_issue_is_judged_from_its_figure_at_full_sizes() -> None:
+    from wloadctl.bench.report import judge
+
+    def wf(label: str, tool: str, seconds: float) -> Any:
+        return combine("workflows", "Montage makespan", tool, "workflow", 1696, [{"seconds": seconds}], label)
+
+    ninja, first, second = wf("n", "ninja -j16", 50.0), wf("f", "wloadctl first run", 49.0), \
+        wf("s", "wloadctl second run (history)", 47.0)
+    ratios = [r for r in (ratio("workflow Montage: wloadctl first run / ninja -j16 makespan", first, ninja, "seconds"),
+                          ratio("workflow Montage: wloadctl second run (history) / ninja -j16 makespan", second,
+                                ninja, "seconds")) if r is not None]
+    engine = combine("engine", "simulated run", "wloadctl", "bank", 10_000_000,
+                     [{"seconds": 31.0, "bytes_per_job": 1000.0}], "phase")
+    e2e = combine("e2e", "no-op throughput", "wloadctl", "bank", 1_000_000, [{"seconds": 20.0}], "wall")
+    full = {t.label: t for t in judge([engine, e2e], ratios)}
+    # 0.98 x ninja meets the first run's 1.0; 0.94 x misses the second run's 0.9.
+    assert (full["w1"].value, full["w1"].met) == (pytest.approx(0.98), True)
+    assert (full["w4"].value, full["w4"].met) == (pytest.approx(0.94), False)
+    assert full["w2"].met is None  # Epigenomics was not measured
+    assert (full["a3"].met, full["a4"].met) == (False, True)  # 31 s of 30; 1,000 B of 1,024
+    assert (full["b2"].value, full["b2"].met) == (50_000.0, False)  # 1M jobs in 20 s, of 60,000/s
+    quick = {t.label: t for t in judge([engine, e2e], ratios, quick=True)}
+    assert quick["w1"].met is None and quick["w1"].value is None
+    assert quick["a3"].met is False  # a figure named by its size is judged at any size
 
 
 def test_a_failed_repeat_leaves_the_figure_without_seconds() -> None:

@@ -223,7 +223,7 @@ def run_suite(settings: Settings, out: Path, quiet: bool = False) -> dict[str, A
     finally:
         ctx.cleanup()
     machine["load_average_end"] = list(os.getloadavg())
-    targets = judge(ctx.figures, ctx.ratios)
+    targets = judge(ctx.figures, ctx.ratios, quick=settings.quick)
     data: dict[str, Any] = {
         "benchmark": "wloadctl bench",
         "mode": "quick" if settings.quick else "full",

@@ -36,6 +36,10 @@ EXECUTORS, SLOTS = 1, 16
 pools fed by one queue, and a batch one executor takes beyond its free slots waits in its backlog while
 the other has slots free (4 of Epigenomics' twelve 17.6 s roots once waited a whole root's time so),
 a handicap ninja's single pool does not have."""
+WORKFLOW_NAMES = tuple(w[0] for w in WORKFLOWS)
+"""The workflows replayed (at full sizes; --quick replays the first, smaller)."""
+WORKFLOW_SLOTS = EXECUTORS * SLOTS
+"""Slots of wloadctl's runs, and ninja's -j."""
 QUICK_SCALE = 0.02
 """With --quick, runtimes are scaled this much further, and only the first workflow runs, made 5 times smaller (its
 makespan's lower bound is then a fraction of a second: a quick run checks the section, it measures nothing)."""
