@@ -26,6 +26,7 @@ from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import JobsFinishedEvent, OperatorEvent, RunStartedEvent
 from wloadctl.core.holds import holds_journaled, says_held
 from wloadctl.core.plan import Plan
+from wloadctl.core.planfile import load_plan_text
 from wloadctl.core.states import JobState
 
 S = JobState
@@ -222,11 +223,9 @@ def test_a_hold_outlasts_a_failed_upstream_a_kill_9_and_a_resume(tmp_path: Path,
     assert "still held by" in hist and "treasury" in hist
 
 
-@pytest.mark.parametrize(("go", "ends"), [("true", "SUCCEEDED"), ("false", "SKIPPED")])
-def test_a_confirmation_approved_on_a_stopped_run_is_kept_when_its_if_keeps_it_waiting(
-        tmp_path: Path, go: str, ends: str) -> None:
+def test_a_confirmation_approved_on_a_stopped_run_is_kept_when_its_if_keeps_it_waiting(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
-    plan.write_text(f"name: conf\nvariables: {{go: {go}}}\njobs:\n  a: {{command: 'true'}}\n"
+    plan.write_text("name: conf\nvariables: {go: true}\njobs:\n  a: {command: 'true'}\n"
                     "  c: {command: 'true', confirm: true, if: 'vars.go', depends_on: [a]}\n")
     sd = str(tmp_path / "sd")
     assert cli("run", str(plan), "--state-dir", sd, "--exit-on-hold").returncode == 1  # held for c's approve
@@ -235,4 +234,73 @@ def test_a_confirmation_approved_on_a_stopped_run_is_kept_when_its_if_keeps_it_w
     # (a resume held it for its approve again: the approval was lost, and a plain resume waited for ever)
     p = cli("resume", "--state-dir", sd, "--exit-on-hold")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert job_states(Path(sd)) == {"a": "SUCCEEDED", "c": ends}
+    assert job_states(Path(sd)) == {"a": "SUCCEEDED", "c": "SUCCEEDED"}
+
+
+CONFIRM_IF = """name: conf
+variables: {go: %s}
+jobs:
+  extract: {command: 'true'}
+  publish: {command: 'true', confirm: true, if: 'vars.go', depends_on: [extract]}
+  notify: {command: 'true', depends_on: [publish]}
+  audit: {command: 'true', confirm: true, if: 'vars.go'}
+"""
+
+
+def confirm_if(go: str) -> SchedulerCore:
+    core = SchedulerCore(load_plan_text(CONFIRM_IF % go), slots=4)
+    core.handle(RunStartedEvent(0.0))
+    return core
+
+
+def test_a_confirmation_job_whose_if_is_false_is_skipped_without_an_approve() -> None:
+    core = confirm_if("false")
+    # A root: judged at the run's start. Nobody is asked to approve what would not run.
+    assert states(core)["audit"] == "SKIPPED"
+    assert core.reasons[core.index["audit"]] == "condition false: vars.go; no confirmation asked"
+    assert states(core)["publish"] == "HELD"  # its `if` reads its upstream's outcome: not judged yet
+    finish(core, "extract")
+    assert states(core) == {"extract": "SUCCEEDED", "publish": "SKIPPED", "notify": "SKIPPED", "audit": "SKIPPED"}
+    # Its wait is kept: reopened by a rerun of its upstream, it waits for its approve again, never runs without.
+    verb(core, "rerun", "extract", downstream=True)
+    assert states(core)["publish"] == "HELD"
+    assert "waiting for confirmation" in core.reasons[core.index["publish"]]
+
+
+def test_a_confirmation_job_whose_if_is_true_still_waits_for_its_approve() -> None:
+    core = confirm_if("true")
+    finish(core, "extract")
+    assert states(core) == {"extract": "SUCCEEDED", "publish": "HELD", "notify": "WAITING", "audit": "HELD"}
+    reply, _cmds = verb(core, "approve", "publish")
+    assert states(core)["publish"] == "QUEUED", reply
+
+
+def test_an_operator_hold_outlasts_a_false_if() -> None:
+    core = confirm_if("false")
+    i = core.index["notify"]
+    verb(core, "hold", "notify", reason="treasury")
+    assert states(core)["notify"] == "HELD"
+    # publish's skip (its `if` false) blocks notify, held: a skip of its upstream ends it as before ...
+    finish(core, "extract")
+    assert states(core)["notify"] == "SKIPPED"
+    # ... but an operator's hold is never ended by an `if`: a held job with a false `if` of its own stays HELD.
+    plan = load_plan_text("name: h\nvariables: {go: false}\njobs:\n  a: {command: 'true'}\n"
+                          "  b: {command: 'true', if: 'vars.go', depends_on: [a]}\n")
+    core = SchedulerCore(plan, slots=4)
+    core.handle(RunStartedEvent(0.0))
+    verb(core, "hold", "b", reason="treasury")
+    finish(core, "a")
+    assert states(core) == {"a": "SUCCEEDED", "b": "HELD"}
+    assert core.reasons[core.index["b"]].startswith("held by root"), i
+
+
+def test_a_headless_run_needs_no_approve_for_a_confirmation_job_its_if_skips(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(CONFIRM_IF % "false")
+    sd = str(tmp_path / "sd")
+    # (it waited, HELD, for an approve of a job that would not run: a plain run never ended)
+    p = cli("run", str(plan), "--state-dir", sd, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert job_states(Path(sd)) == {"extract": "SUCCEEDED", "publish": "SKIPPED", "notify": "SKIPPED",
+                                    "audit": "SKIPPED"}
+    assert "no confirmation asked" in cli("why", "publish", "--state-dir", sd, check=True).stdout

@@ -320,11 +320,16 @@ class SchedulerCore(JobTable):
     def _on_run_started(self) -> None:
         self.started = True
         state, unmet, block = self.state, self.unmet, self.block
+        moot: list[int] = []
         for i in self.to_confirm:
             if state[i] == _W:
                 self.holds[i] = confirm_wait(self.ids[i])
                 self.set_state(i, _HELD, reason=self.holds[i])
+                if not unmet[i] and not block[i] and self.gate[i] & _GATE_READY:
+                    self._judge_confirming(i, moot)
         self.to_confirm = []
+        if moot:
+            self._resolve_many(moot)
         specs = self.specs
         # Only jobs with no unmet upstream can start: found without a Python step for each of a million jobs.
         for i in compress(range(self.n), map(not_, unmet)):
@@ -719,6 +724,8 @@ class SchedulerCore(JobTable):
                             unmet[d] -= 1  # a success changes nothing else for a held job...
                             if block[d]:
                                 self._blocked(u, d, stack)  # ...unless another upstream had failed
+                            elif not unmet[d] and gate[d] & gated:
+                                self._judge_confirming(d, stack)  # ...or its `if` makes its approve moot
                         continue
                     left = unmet[d] - 1
                     unmet[d] = left
@@ -760,6 +767,9 @@ class SchedulerCore(JobTable):
                         block[d] = 2
                 if block[d]:
                     self._blocked(u, d, stack)
+                elif unmet[d] == 0 and sd == _HELD:
+                    if gate[d] & _GATE_READY:
+                        self._judge_confirming(d, stack)
                 elif unmet[d] == 0 and sd == _W:
                     if self.cancelled and d not in self.fanout.expanded:  # (a loop ends with its instances)
                         self.set_state(d, _CANC, reason="run cancelled")
@@ -828,6 +838,24 @@ class SchedulerCore(JobTable):
             self.reach_loop(d)
             return
         self._make_ready(d)
+
+    def _judge_confirming(self, d: int, stack: list[int]) -> None:
+        """HELD job d has nothing left to wait for: when it waits only for its confirmation and its `if` is false,
+        it is SKIPPED at once (nothing would run to approve), its wait kept for whatever reopens it.
+
+        An operator's hold is the operator's to end: such a job stays HELD, as one whose `if` cannot be evaluated
+        does (its approve judges it again, and fails it then).
+        """
+        if not self.started or self.holds.get(d) != confirm_wait(self.ids[d]) or d not in self.branches.conds:
+            return
+        try:
+            holds, why = self.branches.holds(d, self.state)
+        except ConditionError:
+            return
+        if not holds:
+            self.branches.branch_skipped.add(d)
+            self.set_state(d, _SKIP, reason=f"{why}; no confirmation asked")
+            stack.append(d)
 
     def afresh(self, i: int) -> None:
         """Job i starts over, as in a fresh run (an operator's rerun, or one upstream of it): an `until` counts
