@@ -277,6 +277,50 @@ def test_a_nul_byte_in_a_jobs_environment_fails_that_job_and_no_executor(tmp_pat
     assert "Traceback" not in (sd / "executor-0.log").read_text()
 
 
+def test_a_loop_over_file_names_that_are_not_utf8_runs_each_on_its_own_file(tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given an inbox with a Latin-1 file name, listed by a Python job (json.dump writes its byte as "\udce9"),
+    # an item no program can be given (a lone surrogate that stands for no byte), and a job whose result file
+    # holds bytes that are not UTF-8
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "ok.csv").write_text("ok\n")
+    latin = os.fsdecode(b"r\xe9sum\xe9.csv")
+    (inbox / latin).write_text("latin\n")
+    odd = tmp_path / "odd.json"
+    odd.write_text('{"i": ["fine", "a\\ud800b"]}')
+    plan = tmp_path / "plan.yaml"
+    lister = (f"import json, os; json.dump({{'files': sorted(os.listdir({str(inbox)!r}))}}, "
+              "open(os.environ['WLOADCTL_RESULT_FILE'], 'w'))")
+    plan.write_text(yaml.safe_dump({"name": "names", "jobs": {
+        "list": {"command": [sys.executable, "-c", lister]},
+        "load": {"depends_on": ["list"], "for_each": "jobs.list.result.files", "command": f'cat "{inbox}/{{item}}"'},
+        "odd": {"command": f'cp {odd} "$WLOADCTL_RESULT_FILE"'},
+        "each": {"depends_on": ["odd"], "for_each": "jobs.odd.result.i", "command": 'echo "$WLOADCTL_ITEM"'},
+        "latin1": {"command": "printf '{\"n\": \"r\\351sum\\351\"}' > \"$WLOADCTL_RESULT_FILE\""},
+        "reads": {"depends_on": ["latin1"], "if": "jobs.latin1.result.n == 'x'", "command": "true"},
+        "unread": {"command": "printf 'n=r\\351sum\\351' > \"$WLOADCTL_RESULT_FILE\""}}}))
+    sd = tmp_path / "sd"
+    # When it runs (the scheduler stopped at the first such item, and every resume again: the run was wedged)
+    p = cli("run", str(plan), "--state-dir", str(sd), timeout=90)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and "cannot be encoded" not in p.stderr, p.stderr
+    jobs = {j["job"]: j for j in status(sd)["jobs"]}
+    # Then each file name reaches its job as the bytes it is: both files were read
+    assert {j: v["state"] for j, v in jobs.items() if j.startswith("load")} == {
+        "load": "SUCCEEDED", "load@ok.csv": "SUCCEEDED", "load@r_sum_.csv": "SUCCEEDED"}
+    log = cli("logs", "load@r_sum_.csv", "--state-dir", str(sd), check=True).stdout
+    assert log.strip() == "latin"
+    # An item that is no text fails its own instance alone, saying why
+    assert (jobs["each@fine"]["state"], jobs["each@a_b"]["state"]) == ("SUCCEEDED", "FAILED")
+    assert jobs["each@a_b"]["reason"] == ("could not start: its command, environment or working directory holds a "
+                                          "lone surrogate (U+D800), which is not text: no program can be given it")
+    # A result file that is not UTF-8 is not guessed at (a replaced byte names no file): what reads it fails
+    assert jobs["latin1"]["state"] == "FAILED"
+    assert "its result file is not UTF-8 text (byte 0xE9 at offset 8)" in jobs["latin1"]["reason"]
+    assert jobs["reads"]["state"] == "UPSTREAM_FAILED"
+    assert jobs["unread"]["state"] == "SUCCEEDED"  # nothing reads it: nothing to judge
+
+
 def test_the_last_jobs_lines_are_told_before_the_run_waits_for_its_on_failure_hooks(tmp_path: Path) -> None:
     """A run waits up to 5 s for its hooks as it ends; the lines of the jobs that ended last come before that wait,
     not after it (a SUCCEEDED line five seconds late reads as a job that took five seconds more)."""

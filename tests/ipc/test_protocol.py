@@ -236,6 +236,9 @@ def test_control_decode_rejects(body: bytes, fragment: str) -> None:
             extra={"user": "batch"},
         ),
         Payload("marker", None, timeout=0.0),
+        # Lone surrogates: a byte of a file name that is not UTF-8 (as Python reads it), and one that stands for none
+        Payload("load@r_sum_.csv", 'cat "/in/r\udce9sum\udce9.csv"', env={"WLOADCTL_ITEM": "r\udce9sum\udce9.csv"}),
+        Payload("each@a_b", ["echo", "a\ud800b"]),
     ],
 )
 def test_payload_round_trip(payload: Payload) -> None:

@@ -446,7 +446,9 @@ def encode_payload(p: Payload) -> bytes:
     if p.extra:
         obj["x"] = p.extra
     try:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+        # A lone surrogate passes as is: Python gives one for each byte of a file name that is not UTF-8
+        # (os.listdir, then json.dump, in a job whose result a loop reads), and exec turns it back into that byte.
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
     except (TypeError, ValueError) as exc:
         raise ProtocolError(
             f"payload of job {p.job!r} cannot be encoded: {exc}"
@@ -467,7 +469,7 @@ def decode_payload(b: bytes | bytearray | memoryview) -> Payload:
         ProtocolError: If the bytes are not a payload of this version.
     """
     try:
-        obj = json.loads(bytes(b).decode())
+        obj = json.loads(bytes(b).decode("utf-8", "surrogatepass"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"payload is not UTF-8 JSON: {exc}") from None
     if not isinstance(obj, dict):

@@ -503,7 +503,14 @@ class Executor:
             if files is not None:
                 files.discard()
             self.trees.end(rec.task, rec.attempt, 0)  # its group, made or taken for it, is free again
-            if p.cwd and not os.path.isdir(p.cwd):
+            if isinstance(e, UnicodeEncodeError):
+                # A lone surrogate that stands for no byte of a file name (U+D800 to U+DC7F, U+DD00 up), e.g. a
+                # loop's item from an upstream's result: no argument, variable or path can carry it.
+                bad = e.object[e.start:e.end] if isinstance(e.object, str) else ""
+                code = f" (U+{ord(bad[0]):04X})" if bad else ""
+                self._spawn_failed(rec, f"its command, environment or working directory holds a lone surrogate{code},"
+                                        " which is not text: no program can be given it")
+            elif p.cwd and not os.path.isdir(p.cwd):
                 self._spawn_failed(rec, f"cannot start in its working directory {p.cwd}: no such directory here")
             else:
                 self._spawn_failed(rec, f"cannot start {argv[0] if argv[0] != '/bin/sh' else 'shell'}: "

@@ -51,7 +51,14 @@ def result_of_bytes(data: bytes | None) -> dict[str, object]:
     if data is not None and len(data) > RESULT_LIMIT:
         return UnusableResult(f"its result file is larger than {RESULT_LIMIT // 1024} KiB, the most a result "
                               "may hold")
-    return parse_result("" if data is None else data.decode("utf-8", "replace"))
+    data = data or b""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as e:
+        # Never guessed at: a name read with a character replaced would name nothing (JSON's own escapes,
+        # "\udce9" as Python's json.dump writes a byte of a file name that is not UTF-8, do pass).
+        return UnusableResult(f"its result file is not UTF-8 text (byte 0x{data[e.start]:02X} at offset {e.start})")
+    return parse_result(text)
 
 
 RESULT_DEPTH = 100
