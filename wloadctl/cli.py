@@ -342,9 +342,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("logs", help="a job's output")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--attempt", type=_attempt, help="which attempt (default: the latest)")
+    p.add_argument("--tail", "-n", type=_how_many, metavar="N", help="its last N lines only")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--follow", "-f", action="store_true")
     form.add_argument("--json", action="store_true", help="the attempt, its log file and its output as one object")
+    p.add_argument("--raw", action="store_true",
+                   help="its bytes as the job wrote them, on a terminal too (where control characters are "
+                        "otherwise shown as ^[, ^G ...: an escape sequence a job printed is not obeyed)")
     _log_broker_args(p)
     _state_dir_arg(p)
     p = sub.add_parser("audit", help="the run's operator actions")

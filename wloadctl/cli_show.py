@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from wloadctl.client import RunClient
 from wloadctl.core.sla import flag_lines
 from wloadctl.errors import printable
+from wloadctl.logview import BLOCK, Shown, tail_start
 from wloadctl.stdoutguard import to_devnull
 
 if TYPE_CHECKING:
@@ -247,18 +248,22 @@ def _logs(c: RunClient, a: argparse.Namespace) -> int:
     path = c.log_file(a.job, a.attempt)
     if a.json:
         return _logs_json(c, a, path)
-    pos = 0
+    shown = Shown(raw=a.raw or not sys.stdout.isatty())
+    pos: int | None = None if a.tail else 0
     while True:
         if pos and a.follow:
             c.log_file(a.job, a.attempt)  # a job on an agent: its log is copied again
+        got = False
         try:
             with open(path, "rb") as f:
-                f.seek(pos)
-                chunk = f.read()
+                f.seek(tail_start(f, a.tail) if pos is None else pos)
+                while block := f.read(BLOCK):
+                    got = True
+                    if not _out(shown.feed(block)):
+                        return 0  # the reader went away (`logs JOB | head`): nobody reads what would follow
                 pos = f.tell()
         except FileNotFoundError:
             # A log is made at a job's first output: an attempt that ended without one printed nothing.
-            chunk = b""
             if not a.follow:
                 row = c.store.job_row(c.run.id, a.job)
                 if row is not None and (row[2] not in (2, 3) or (a.attempt or row[3]) < row[3]):
@@ -267,12 +272,12 @@ def _logs(c: RunClient, a: argparse.Namespace) -> int:
                     return 0
                 print(f"wloadctl: no output yet for {a.job} ({path})", file=sys.stderr)
                 return 1
-        if chunk and not _out(chunk):
-            return 0  # the reader went away (`logs JOB | head`): nobody reads what would follow
         if not a.follow:
+            _out(shown.end())
             return 0
         row = c.store.job_row(c.run.id, a.job)
-        if row is not None and row[2] not in (2, 3) and not chunk:
+        if row is not None and row[2] not in (2, 3) and not got:
+            _out(shown.end())
             return 0
         time.sleep(0.25)
 
@@ -297,7 +302,9 @@ def _logs_json(c: RunClient, a: argparse.Namespace, path: Path) -> int:
     assert row is not None  # (log_file found it)
     attempt = a.attempt or row[3]
     try:
-        data: bytes | None = path.read_bytes()
+        with open(path, "rb") as f:
+            f.seek(tail_start(f, a.tail) if a.tail else 0)
+            data: bytes | None = f.read()
     except FileNotFoundError:
         data = None  # a log is made at a job's first output
     waiting = data is None and row[2] in (2, 3) and attempt == row[3]
