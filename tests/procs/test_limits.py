@@ -148,3 +148,32 @@ def test_doctor_says_whether_job_starts_wait_for_the_kernel() -> None:
     assert found[1] or f"remount,favordynmods {found[0]}" in row["hint"]
     # and whether the executors keep moves fast meanwhile (this suite runs with the default setting)
     assert found[1] or "write into their own group every 5 ms" in row["note"], row["note"]
+
+
+def test_a_run_is_told_at_its_start_which_claims_the_host_cannot_make_limits(tmp_path: Path, no_ipc_leaks: None) -> None:
+    """`limits: enforce` on a host without the controllers: jobs ran over their claims, and only a variable in
+    their own environment said so, nothing on the run's terminal, in status or in the events."""
+    from pathlib import Path as P
+
+    from wloadctl.procs.jobtree import Containment, unenforced
+
+    group = Containment("cgroup", P("/sys/fs/cgroup/x"), frozenset({"cpu"}), "")
+    assert unenforced({"cpu"}, group) is None
+    assert unenforced({"memory", "cpu"}, group) == (
+        "limits: enforce: this host cannot limit the memory its jobs claim (the memory controller is not enabled "
+        "in its cgroup): they run without those limits (`wloadctl doctor` says what the host lacks)")
+    assert "(no cgroup of its own here)" in (unenforced({"memory"}, Containment("subreaper", None, frozenset(), ""))
+                                             or "")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: lim\nlimits: enforce\njobs:\n  hog: {command: 'true', memory: 64M, cpu: 0.5}\n"
+                    "  free: {command: 'true'}\n")
+    # Forced to the subreaper mode, no host can make limits: said once, before the jobs' lines
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "a"), env={"WLOADCTL_JOB_TREE": "subreaper"})
+    assert p.returncode == 0, p.stderr
+    told = [line for line in p.stderr.splitlines() if "limits: enforce" in line]
+    assert told == ["wloadctl: limits: enforce: this host cannot limit the cpu and memory its jobs claim (no cgroup "
+                    "of its own here): they run without those limits (`wloadctl doctor` says what the host lacks)"]
+    # A plan that only claims (the default) is not told: its claims decide where and when jobs start
+    plan.write_text(plan.read_text().replace("limits: enforce\n", ""))
+    p = cli("run", str(plan), "--state-dir", str(tmp_path / "b"), env={"WLOADCTL_JOB_TREE": "subreaper"})
+    assert p.returncode == 0 and "limits" not in p.stderr, p.stderr

@@ -574,6 +574,18 @@ class JobTrees:
         self.files.clear()
 
 
+def unenforced(claims: Iterable[str], how: Containment) -> str | None:
+    """What a run under `limits: enforce` is told at its start when this host cannot make some of its jobs'
+    claims (`memory`, `cpu`) limits; None when it can make them all."""
+    missed = sorted({c for c in claims if c not in how.controllers})
+    if not missed:
+        return None
+    why = "no cgroup of its own here" if how.mode != "cgroup" else \
+        f"the {' and '.join(missed)} controller{'s are' if len(missed) > 1 else ' is'} not enabled in its cgroup"
+    return (f"limits: enforce: this host cannot limit the {' and '.join(missed)} its jobs claim ({why}): "
+            "they run without those limits (`wloadctl doctor` says what the host lacks)")
+
+
 def limits_text(wanted: dict[str, float], applied: set[str], how: Containment) -> str:
     """`memory=64M cpu=0.5`, then `; not enforced: ...` naming the claims this host could not make limits."""
     text = " ".join(f"memory={int(v)}M" if k == "memory" else f"cpu={v:g}" for k, v in wanted.items())

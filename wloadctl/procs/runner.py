@@ -47,7 +47,8 @@ from wloadctl.paths import (
     write_summary,
 )
 from wloadctl.procs.health import pid_alive
-from wloadctl.procs.jobtree import remove_run_groups
+from wloadctl.procs.jobtree import detect as detect_tree
+from wloadctl.procs.jobtree import remove_run_groups, unenforced
 from wloadctl.procs.limits import queue_room, quota_full
 from wloadctl.procs.localpool import LocalPool, drop_result_journals
 from wloadctl.procs.pools import Pools
@@ -407,6 +408,12 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
                                    started, json.dumps(_settings(opts)))
             # What the executors of this directory's finished runs journaled for a recovery is no longer needed.
             drop_result_journals(opts.state_dir, lambda r: _finished(store, r))
+        if plan.limits == "enforce":
+            # Jobs run here without the limits their plan asks for: said once, at the start, not found by each.
+            claims = {c for j in plan.jobs.values() if not (j.pool or j.agent)
+                      for c, v in (("memory", j.memory), ("cpu", j.cpu)) if v}
+            if claims and (told := unenforced(claims, detect_tree(run.run_id))) is not None:
+                opts.say(told)
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
             write_ids(opts.state_dir, run.run_id, list(plan.jobs))
         # (a run resumed after a crash in its first second may have no copy yet: it gets one now)
