@@ -150,7 +150,7 @@ def test_doctor_says_whether_job_starts_wait_for_the_kernel() -> None:
     assert found[1] or "write into their own group every 5 ms" in row["note"], row["note"]
 
 
-def test_a_run_is_told_at_its_start_which_claims_the_host_cannot_make_limits(tmp_path: Path, no_ipc_leaks: None) -> None:
+def test_a_run_is_told_at_its_start_which_claims_its_host_cannot_limit(tmp_path: Path, no_ipc_leaks: None) -> None:
     """`limits: enforce` on a host without the controllers: jobs ran over their claims, and only a variable in
     their own environment said so, nothing on the run's terminal, in status or in the events."""
     from pathlib import Path as P
