@@ -321,6 +321,29 @@ def test_a_loop_over_file_names_that_are_not_utf8_runs_each_on_its_own_file(tmp_
     assert jobs["unread"]["state"] == "SUCCEEDED"  # nothing reads it: nothing to judge
 
 
+@pytest.mark.parametrize("mode", ["auto", "subreaper"])
+def test_a_program_not_on_path_could_not_start_in_every_mode_alike(tmp_path: Path, mode: str,
+                                                                   no_ipc_leaks: None) -> None:
+    # (in a cgroup the shell that moves a job into its group said it: exit 127, retried, its message named after
+    # the group's cgroup.procs file; without one, it could not start)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "np", "jobs": {
+        "missing": {"command": ["frobnicate-nothing", "--x"], "retries": {"count": 1, "delay": "100ms"}},
+        "in_dir": {"command": ["frobnicate-nothing"], "cwd": str(tmp_path)},
+        "words": {"command": ["echo hi there"]},
+        "found": {"command": ["echo", "fine"], "cwd": str(tmp_path)}}}))
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), env={"WLOADCTL_JOB_TREE": mode})
+    assert p.returncode == 1, p.stderr
+    jobs = {j["job"]: j for j in status(sd)["jobs"]}
+    assert {j: (v["state"], v["reason"], v["attempt"]) for j, v in jobs.items()} == {
+        "missing": ("FAILED", "could not start: cannot start frobnicate-nothing: No such file or directory", 1),
+        "in_dir": ("FAILED", "could not start: cannot start frobnicate-nothing: No such file or directory", 1),
+        "words": ("FAILED", "could not start: cannot start echo hi there: No such file or directory", 1),
+        "found": ("SUCCEEDED", "", 1)}
+    assert cli("logs", "found", "--state-dir", str(sd), check=True).stdout == "fine\n"
+
+
 def test_the_last_jobs_lines_are_told_before_the_run_waits_for_its_on_failure_hooks(tmp_path: Path) -> None:
     """A run waits up to 5 s for its hooks as it ends; the lines of the jobs that ended last come before that wait,
     not after it (a SUCCEEDED line five seconds late reads as a job that took five seconds more)."""

@@ -44,8 +44,9 @@ LIMITS_ENV = "WLOADCTL_LIMITS"
 """What a job under `limits: enforce` is told: its claims, and those this host could not enforce."""
 PR_SET_CHILD_SUBREAPER = 36
 """prctl option (linux/prctl.h)."""
-JOIN_SCRIPT = 'echo 0 > "$0" || exit 126; exec "$@"'
-"""Run by /bin/sh before a job's command: move this process into its cgroup, then become the job."""
+JOIN_SCRIPT = 'echo 0 > "$1" || exit 126; shift; exec "$@"'
+"""Run by /bin/sh (named `wloadctl` in what it says) before a job's command: move this process into its cgroup
+(`$1`), then become the job."""
 WARM_ENV = "WLOADCTL_CGROUP_WARM"
 """Seconds between the writes that keep cgroup moves fast where the mount lacks `favordynmods` (0: none)."""
 WARM_LEAST = 0.001
@@ -598,7 +599,7 @@ def limits_text(wanted: dict[str, float], applied: set[str], how: Containment) -
 
 def joining(procs: str, argv: list[str]) -> list[str]:
     """`argv` started through /bin/sh that first moves itself into the group of `procs`."""
-    return ["/bin/sh", "-c", JOIN_SCRIPT, procs, *argv]
+    return ["/bin/sh", "-c", JOIN_SCRIPT, "wloadctl", procs, *argv]
 
 
 def _kill_group(g: Path) -> int:

@@ -154,7 +154,14 @@ class Spawner:
     def argv_for(self, command: str | Sequence[str] | None, env: Mapping[str, str]) -> list[str]:
         """The argv that runs a job's command: its words when it needs no shell, else `/bin/sh -c TEXT`."""
         if not isinstance(command, str):
-            return list(command or ["true"])
+            words = list(command or ["true"])
+            if "/" not in words[0]:
+                # Found on PATH as the shell would (and started without one); a name not found is left for
+                # `spawn` to refuse, in every mode alike.
+                found = self._program(words[0], env)
+                if found is not None and os.path.isabs(found):
+                    words[0] = found
+            return words
         key = (command, env.get("PATH", os.defpath))
         argv = self.argvs.get(key)
         if argv is None:
@@ -169,16 +176,21 @@ class Spawner:
             return [SHELL, "-c", command]
         name = words[0]
         if "/" not in name:
-            key = (name, env.get("PATH", os.defpath))
-            found = self.programs.get(key, "")
-            if found == "":
-                found = self.programs[key] = shutil.which(name, path=key[1])
+            found = self._program(name, env)
             if found is None or not os.path.isabs(found):
                 # Not found (the shell says so, with its status 127), or found through a relative PATH
                 # entry that the job's own working directory may change.
                 return [SHELL, "-c", command]
             words[0] = found
         return words
+
+    def _program(self, name: str, env: Mapping[str, str]) -> str | None:
+        """Where PATH (the job's) finds program `name` (None: nowhere), looked up once per name and PATH."""
+        key = (name, env.get("PATH", os.defpath))
+        found = self.programs.get(key, "")
+        if found == "":
+            found = self.programs[key] = shutil.which(name, path=key[1])
+        return found
 
     def env_for(self, extra: Mapping[str, str]) -> dict[str, str]:
         """The environment of a job adding `extra` (the shared base itself when it adds nothing)."""
@@ -314,6 +326,9 @@ class Spawner:
             if sp is not None:
                 return sp
         if join is not None:
+            if "/" not in argv[0] and self._program(argv[0], env) is None:
+                # Not for the joining shell to say (its 127, worded after the group's file): as where none joins.
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
             # A shell moves the process into its group before it becomes the job.
             argv = joining(join, list(argv))
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
