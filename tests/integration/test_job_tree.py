@@ -22,9 +22,11 @@ MODES = ["subreaper", pytest.param("cgroup", marks=pytest.mark.skipif(
 
 
 def escaping_plan(path: Path, tag: str, timeout: int | None) -> Path:
-    """A job that starts a setsid'd sleeper and a double-forked one, then waits."""
+    """A job that starts a setsid'd sleeper, a double-forked one, one in a session of its own with an empty
+    environment (no marker names its job: a subreaper left it running), then waits."""
     cmd = (f"setsid sleep 600.{tag}1 & (sleep 600.{tag}2 &) ; "
-           f"sh -c 'sh -c \"sleep 600.{tag}3\" &' ; sleep 600.{tag}4")
+           f"sh -c 'sh -c \"sleep 600.{tag}3\" &' ; env -i setsid sleep 600.{tag}5 >/dev/null 2>&1 & "
+           f"sleep 600.{tag}4")
     job: dict[str, object] = {"command": cmd}
     if timeout:
         job["timeout"] = timeout
@@ -60,8 +62,8 @@ def test_a_killed_job_leaves_nothing_running(tmp_path: Path, mode: str, no_ipc_l
     sd = tmp_path / "sd"
     proc = start("run", str(plan), "--state-dir", str(sd))
     try:
-        # Given the job running with its four sleepers, two of them out of its process group
-        wait_for(lambda: len(sleepers(tag)) == 4, timeout=30, what="four sleepers")
+        # Given the job running with its five sleepers, three of them out of its process group
+        wait_for(lambda: len(sleepers(tag)) == 5, timeout=30, what="five sleepers")
         pgids = {os.getpgid(int(line.split()[0])) for line in sleepers(tag)}
         assert len(pgids) >= 2
         # When an operator kills it

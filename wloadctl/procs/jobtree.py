@@ -14,7 +14,8 @@ to end the whole tree, chosen once per executor (`detect`):
   leaves behind is re-parented to it instead of init. Every job carries a marker in its
   environment (`WLOADCTL_TREE=run/executor/task/attempt`); when a job ends, whatever was
   re-parented from it (found by that marker, or by the job's session and group) is killed
-  with its descendants, and reaped.
+  with its descendants, and reaped. A stray that cleared its environment and left the job's
+  session too is ended once no job of the executor runs (every child it has then is a stray).
 
 `WLOADCTL_JOB_TREE=subreaper` forces the second mode (a host with cgroups can test it).
 """
@@ -458,6 +459,9 @@ class JobTrees:
             self.dying[g] = time.time()
         # No group could be made, or what was in it is being killed: strays out of it have the marker.
         mark = marker(self.run_id, self.executor, task, attempt)
+        # A subreaper running no other job knows every child it has is a stray of a job that ended, one that
+        # cleared its environment and left the job's session too (`env -i setsid daemon &`).
+        idle = not self.leaders and self.how.mode == "subreaper"
         left = []
         for c in own_children():
             if c in self.leaders:
@@ -465,7 +469,7 @@ class JobTrees:
             st = _stat(c)
             if st is None:
                 continue
-            if _marker_of(c) == mark or pid in (st[1], st[2]):
+            if idle or _marker_of(c) == mark or pid in (st[1], st[2]):
                 left.append(c)
         if left:
             n += kill_all(descendants(left))
@@ -542,11 +546,18 @@ class JobTrees:
     def tidy(self) -> None:
         """Reap ended strays re-parented here (not the jobs' leaders) and remove emptied job groups."""
         if self.how.mode == "subreaper":
+            strays = []
             for c in own_children():
                 st = _stat(c)
-                if c not in self.leaders and st is not None and st[3] in ("Z", "X"):
+                if c in self.leaders or st is None:
+                    continue
+                if st[3] in ("Z", "X"):
                     with contextlib.suppress(ChildProcessError):
                         os.waitpid(c, os.WNOHANG)
+                elif not self.leaders:
+                    strays.append(c)  # no job runs here: whatever reached this subreaper is left of one (see end)
+            if strays:
+                kill_all(descendants(strays))
         for g, when in list(self.dying.items()):
             try:
                 self._remove(str(g))
