@@ -19,6 +19,7 @@ from wloadctl.core.events import (
     TimerFiredEvent,
 )
 from wloadctl.core.plan import RetryPolicy
+from wloadctl.core.replay import HELD_LOST
 from wloadctl.core.states import LEGAL, TRANSITIONS, JobState
 from wloadctl.errors import InvalidTransition
 
@@ -222,7 +223,7 @@ def test_lost_executor_requeues_unstarted_retries_started_and_holds_non_idempote
     assert st["a"] == "QUEUED" and core.attempt[0] == 1  # requeued, attempt not counted, sent again
     assert st["b"] == "QUEUED" and core.attempt[1] == 2  # run again at once, budget untouched
     assert core.attempt[1] - core.attempt_base[1] == 1
-    assert st["c"] == "HELD" and core.reasons[2] == "interrupted, needs operator"
+    assert st["c"] == "HELD" and core.reasons[2] == HELD_LOST
     assert (0, 1) in dispatched(cmds)
     core.validate()
 
@@ -240,7 +241,7 @@ def test_a_held_lost_job_takes_its_late_success_and_stays_held_on_a_late_failure
     assert states(core)["c"] == "SUCCEEDED" and core.reasons[0] == "its node came back: attempt 1 had succeeded"
     assert [core.ids[i] for i, _ in dispatched(cmds)] == ["after"]
     core.handle(JobExitedEvent(1, 1, 7, 3, 2.0))
-    assert states(core)["d"] == "HELD" and core.reasons[1] == "interrupted, needs operator"
+    assert states(core)["d"] == "HELD" and core.reasons[1] == HELD_LOST
     # and a report of it again changes nothing
     core.handle(JobExitedEvent(0, 1, 7, 0, 2.5))
     core.validate()
@@ -270,7 +271,7 @@ def test_a_job_that_may_not_run_twice_lost_with_an_agent_before_its_start_was_he
     core.handle(JobAcceptedEvent(1, 1, 1000, 0.1))
     cmds = core.handle(ExecutorLostEvent(1000, 1.0, unheard=True))
     st = states(core)
-    assert st["pay"] == "HELD" and core.held_lost[0] == 1 and core.reasons[0] == "interrupted, needs operator"
+    assert st["pay"] == "HELD" and core.held_lost[0] == 1 and core.reasons[0] == HELD_LOST
     assert st["load"] == "QUEUED" and (1, 1) in dispatched(cmds)  # (one that may run twice is sent again)
     # and one the lost agent took off the work queue unreported: held too, the other sent again
     cmds = core.handle(TasksLostEvent(((2, 1), (3, 1)), 2.0, unheard=True))
@@ -511,3 +512,14 @@ def test_why_of_an_ended_job_does_not_say_its_state_twice() -> None:
     assert why(core, 1, 2.0)["reasons"] == ["upstream failed: upstream a FAILED"]
     core.reasons[1] = "upstream failed"  # (as a restore from the journal words it)
     assert why(core, 1, 2.0)["reasons"] == ["upstream failed"]
+
+
+def test_a_job_held_for_its_lost_executor_says_why_and_what_to_do_and_old_journals_still_read() -> None:
+    from wloadctl.core.replay import journaled
+
+    # (it said "interrupted, needs operator": not that its executor was lost, nor what the operator may do)
+    assert HELD_LOST.startswith("its executor was lost while it ran and it may not run twice (idempotent: false)")
+    assert "release it to run it again, or set-ok or skip it" in HELD_LOST
+    for reason in (HELD_LOST, "interrupted, needs operator"):  # as this release journals it, and as earlier ones did
+        out = journaled({3: [(4, 5, 2, 1.0, 0, None, ""), (5, 8, 2, 2.0, 0, None, reason)]}, {})
+        assert out.held_lost == {3: 2}

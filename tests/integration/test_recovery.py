@@ -182,7 +182,7 @@ def test_kill_9_of_the_whole_tree_then_resume(tmp_path: Path) -> None:
     if "l1_0" in running_at_kill:
         assert jobs_after["l1_0"] == "HELD"
         why = json.loads(cli("why", "l1_0", "--state-dir", str(sd), "--json").stdout)
-        assert "interrupted, needs operator" in " ".join(why["reasons"])
+        assert "its executor was lost while it ran and it may not run twice" in " ".join(why["reasons"])
     else:
         assert p.returncode == 0, p.stderr
     assert ipc_names(run_id) == []

@@ -89,7 +89,7 @@ def test_a_job_that_may_not_run_twice_whose_executor_died_starting_it_is_held_no
     assert proc.returncode == 1, err
     assert (sd / "failpoint-struck").exists()
     assert_held_after_one_start(sd, marks)  # started once (and stopped with its executor), never again
-    assert "interrupted, needs operator" in history(sd, "a")
+    assert "its executor was lost while it ran" in history(sd, "a")
     assert ipc_names(run_id) == []
 
 

@@ -25,8 +25,11 @@ FOLLOWS, FOLLOWS_END = "follows ", ": starts when it succeeds"
 """How the reason of a job sent as a follower (SchedulerCore.follow) begins and ends, the job it follows between."""
 LOST_AGAIN = "executor lost during attempt "
 """How the reason of a job run again at once because its executor was lost under it begins (counted: MAX_LOST)."""
-HELD_LOST = "interrupted, needs operator"
+HELD_LOST = ("its executor was lost while it ran and it may not run twice (idempotent: false): check what it did, "
+             "then release it to run it again, or set-ok or skip it")
 """The reason of a job that may not run twice held because its executor or agent was lost while it ran."""
+_HELD_LOST_BEFORE = "interrupted, needs operator"
+"""HELD_LOST as journals of earlier releases word it."""
 
 
 def follows_reason(job: str) -> str:
@@ -82,7 +85,7 @@ def journaled(transitions: Mapping[int, Iterable[tuple]], index: Mapping[str, in
             u = index.get(reason[len(FOLLOWS):-len(FOLLOWS_END)])
             if u is not None:
                 out.follows[i] = u
-        elif to == S.HELD and reason == HELD_LOST:
+        elif to == S.HELD and reason in (HELD_LOST, _HELD_LOST_BEFORE):
             out.held_lost[i] = last[2]
     return out
 
