@@ -121,6 +121,8 @@ def test_the_situations_of_a_stopped_run_read_as_a_rebuilt_core_says(state_dir: 
     waiting_db = by["lock_b"] if by["lock_b"]["state"] == "READY" else by["lock_a"]
     assert any("resource db" in line for line in waiting_db["reasons"]), waiting_db
     assert by["late"]["critical_path"] is not None
+    # (both said "on executor -1": neither way read the executor a running job's row names)
+    assert "running (attempt 1) on executor 0" in by["lock_a"]["reasons"], by["lock_a"]
     # No scheduler holds the run: what waits to be dispatched says so first, and waits for no slot
     # (the resume it names is the run's own: with `--journal URL` when the journal is a server's)
     stopped = f"the run is interrupted: no scheduler dispatches its jobs now (`wloadctl resume --state-dir {state_dir}"

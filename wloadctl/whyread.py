@@ -22,9 +22,10 @@ from wloadctl.core.timers import retry_due_journaled
 from wloadctl.core.whyview import JobSight, JobView
 from wloadctl.store import RunRow, Store
 
-_NO_REASON = frozenset({JobState.SUCCEEDED, JobState.READY, JobState.QUEUED, JobState.RUNNING})
-"""States whose answer does not read the job's reason (core/explain.py), but for a success without an attempt (a
-loop's end, an operator's set-ok) or after several (an `until` ended by its max_iterations): its row is read then."""
+_NO_REASON = frozenset({JobState.SUCCEEDED, JobState.READY})
+"""States whose answer does not read the job's row (core/explain.py), but for a success without an attempt (a loop's
+end, an operator's set-ok) or after several (an `until` ended by its max_iterations): its row is read then. (That of
+a QUEUED or RUNNING job names its executor.)"""
 
 
 def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float,
@@ -85,7 +86,7 @@ def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float,
         row = rows.get(i)
         attempt, reason = (row[1], row[6] or "") if row is not None else (attempts[i], "")  # type: ignore[index]
         due = retry_due_journaled(store.transitions_of(run.id, i)) if states[i] == JobState.RETRY_WAIT else None
-        job = JobSight(f.spec(ids[i], ids), states[i], attempt, reason, due)
+        job = JobSight(f.spec(ids[i], ids), states[i], attempt, reason, due, row[2] if row is not None else -1)
         view = JobView(i, job, {u: (ids[u], states[u]) for u in f.ups}, counts, active,
                        (f.rank, f.expected, f.path, meta.longest, meta.jobs), meta.resources, meta.places, now)
         if job.spec.not_before:

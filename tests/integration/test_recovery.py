@@ -624,8 +624,9 @@ def test_a_job_a_resume_left_running_on_its_executor_is_lost_with_that_executor(
         first.wait()
         resumed = start("resume", "--state-dir", str(sd))
         # (the resumed scheduler knows the executor running it: a restored job's executor was unknown, -1)
-        wait_for(lambda: "on executor 0" in cli("why", "long", "--state-dir", str(sd)).stdout, timeout=30,
-                 what="the resumed scheduler to take long as its executor's")
+        # (`why` of the stopped run reads the executor from the journal too: the scheduler must be live)
+        wait_for(lambda: status(sd)["live"] and "on executor 0" in cli("why", "long", "--state-dir", str(sd)).stdout,
+                 timeout=30, what="the resumed scheduler to take long as its executor's")
         # When that executor dies
         kill_all(executor_pids(run_id))
         if idempotent:

@@ -79,6 +79,8 @@ class JobSight:
     """The reason its last transition journaled ("" for none)."""
     retry_due: float | None = None
     """When it becomes READY, in RETRY_WAIT, by its journaled transitions (None: the journal does not say)."""
+    executor: int = -1
+    """The executor its latest attempt was given (-1: none)."""
 
 
 class JobView:
@@ -107,7 +109,7 @@ class JobView:
         self.index = {jid: u for u, (jid, _s) in ups.items()}
         self.state = {i: job.state} | {u: s for u, (_j, s) in ups.items()}
         self.attempt = {i: job.attempt}
-        self.executor = {i: -1}  # a core rebuilt from the journal knows no executor
+        self.executor = {i: job.executor}
         self.reasons: dict[int, str] = {}
         self.counts = list(counts)
         self.busy = counts[S.QUEUED] + counts[S.RUNNING]
