@@ -56,10 +56,14 @@ class PlanError(WloadError):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, problems: list[WloadError] | None = None, **kw: object) -> None:
+    def __init__(self, message: str, *, problems: list[WloadError] | None = None, unshown: int = 0,
+                 **kw: object) -> None:
         super().__init__(message, **kw)  # type: ignore[arg-type]
         self.problems: list[WloadError] = problems or []
-        """Every problem of the plan, each with its own location."""
+        """Every problem of the plan, each with its own location (with `unshown`, the first ones, then a last
+        entry that counts the others)."""
+        self.unshown = unshown
+        """Problems past those kept in `problems` (a plan with thousands of them)."""
 
     def lines(self, limit: int | None = None) -> list[str]:
         """One line per problem (or this error's own line when it holds none).
@@ -73,7 +77,7 @@ class PlanError(WloadError):
         if limit is None or len(self.problems) <= limit:
             return [p.one_line() for p in self.problems]
         alike: dict[tuple[str | None, str, str | None], list[WloadError]] = {}
-        for p in self.problems:
+        for p in self.problems[:-1] if self.unshown else self.problems:
             alike.setdefault((p.file, p.message, p.hint), []).append(p)
         out = []
         for same in alike.values():
@@ -83,10 +87,11 @@ class PlanError(WloadError):
                 more = ", ..." if len(same) > 4 else ""
                 line += f"; the same in {len(same) - 1} more place(s): {', '.join(where)}{more}"
             out.append(line)
-        if len(out) > limit:
-            rest = sum(len(same) for same in list(alike.values())[limit - 1 :])
+        if len(out) > limit or self.unshown:
+            rest = self.unshown + sum(len(same) for same in list(alike.values())[limit - 1 :])
             name = self.problems[0].file or "the plan"
-            out[limit - 1 :] = [f"{name}: and {rest} more problem(s) (`wloadctl validate --json` lists every one)"]
+            lists = f"the first {len(self.problems) - 1:,}" if self.unshown else "every one"
+            out[limit - 1 :] = [f"{name}: and {rest:,} more problem(s) (`wloadctl validate --json` lists {lists})"]
         return out
 
 

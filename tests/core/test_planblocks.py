@@ -55,6 +55,10 @@ CASES: list[tuple[str, bool]] = [
     ("name: p\r\njobs:\r\n  a:\r\n    command: x\r\n  b:\r\n    depends_on:\r\n      - a\r\n"
      "    command: y\r\n", True),
     ("name: p\njobs:\n  a:\n    command: x\n  b:\n    command: y", True),
+    ("name: p\njobs:\n  a:\n    command: x\n    " + "k" * 1024 + ": 1\n", True),
+    ("name: p\njobs:\n  a:\n    command: x\n    " + "k" * 1025 + ": 1\n", False),
+    ("name: p\njobs:\n# at column 0\n  a:\n    command: x\n#\n    depends_on:\n# here too\n      - b\n  b:\n"
+     "    command: y\n", True),
     ("name: p\njobs:\n  a:\n    command: echo\n      more\n", False),
     ("name: p\njobs:\n  a:\n    command: echo\n\n      more\n", False),
     ("name: p\njobs:\n  a:\n    env:\n      A: b\n    command: x\n", False),

@@ -284,6 +284,26 @@ def test_problems_beyond_the_cap_are_counted(tmp_path: Path) -> None:
     problems = caught.value.problems
     assert len(problems) == MAX_PROBLEMS + 1
     assert problems[-1].message == "50 more problems not shown"
+    # The summary counts every problem past those it shows (it counted the 50 as one, and promised --json had all)
+    lines = caught.value.lines(limit=20)
+    assert lines[0].endswith(f"the same in {MAX_PROBLEMS - 1} more place(s): j1 line 4, j2 line 5, j3 line 6, ...")
+    assert lines[-1] == "<string>: and 50 more problem(s) (`wloadctl validate --json` lists the first 1,000)"
+    two = "".join(f"  j{i}: {{command: 5, depends_on: [zz{i}]}}\n" for i in range(3000))
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: many\njobs:\n" + two)
+    lines = caught.value.lines(limit=20)
+    shown = 500 + 18  # the command's problem in the first 500 jobs kept (one line), then 18 of the others
+    assert lines[-1].startswith(f"<string>: and {6000 - shown:,} more problem(s)")
+
+
+def test_a_huge_unknown_key_is_named_short_and_an_unclosed_mapping_at_the_end_on_its_line() -> None:
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: p\njobs:\n  a: {command: x, " + "x" * 1000 + ": 1}\n")
+    (line,) = caught.value.lines()
+    assert "unknown key '" + "x" * 60 + "...(1000 characters)'" in line and len(line) < 400
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: p\njobs:\n  a: {command: x, description: 'abc'\n\n")
+    assert caught.value.problems[0].line == 3  # (the file has 4 lines; the parser's mark said 5)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (DATA / "good").glob("*.yaml")))

@@ -55,6 +55,13 @@ CASES: list[tuple[str, bool]] = [
     ('name: p\njobs:\n  a: {command: "true", <<: {sla: high}}\n', False),
     ("name: p\njobs:\n  a:\n    command: x\n", True),
     ("name: p\njobs:\n", False),
+    # A key past YAML's 1024 characters is the parser's to refuse (the line read said "unknown key" of it)
+    ("name: p\njobs:\n  a: {command: x, " + "k" * 1024 + ": 1}\n", True),
+    ("name: p\njobs:\n  a: {command: x, " + "k" * 1025 + ": 1}\n", False),
+    # An unclosed flow mapping on the last line: said of that line, not of the one past the end of the file
+    ("name: p\njobs:\n  a: {command: x, description: 'abc'\n", False),
+    ("name: p\njobs:\n  a: {command: x, description: 'abc'", False),
+    ("name: p\njobs:\n  a: {command: x, description: 'abc'\n\n\n", False),
 ]
 
 

@@ -25,6 +25,7 @@ from wloadctl.core.planjobs import SLOT, JobsReader
 from wloadctl.core.planlines import (
     _DQ,
     _ID,
+    _KEY_TEXT,
     _SEQ,
     _SEQ_ITEM,
     _SQ,
@@ -49,12 +50,12 @@ character of a long description)."""
 _HEAD = re.compile(rf"( +)({_ID}):{_END}")
 """A block job's first line: its id alone (its settings follow, one deeper)."""
 _KEY = re.compile(
-    rf"( +)([A-Za-z_][A-Za-z0-9_]*):(?: +(?:({_DQ})|({_SQ})|({_SEQ})|({_BPLAIN})))?{_END}"
+    rf"( +)({_KEY_TEXT}):(?: +(?:({_DQ})|({_SQ})|({_SEQ})|({_BPLAIN})))?{_END}"
 )
 """One setting of a block job: indentation, key, and a scalar or flow list or nothing."""
 _ITEM = re.compile(rf"( +)- +(?:({_DQ})|({_SQ})|({_BPLAIN})){_END}")
 """One `- item` of a block list under a key that has no value on its own line."""
-_BLANK = re.compile(rf"{_END}")
+_BLANK = re.compile(rf"(?:{_END}|#[ -~]*)")
 """An empty or comment-only line."""
 
 _ID_SLOT, _LINE_SLOT, _COMMAND, _SLA = SLOT["id"], SLOT["line"], SLOT["command"], SLOT["sla"]

@@ -76,3 +76,19 @@ def _line_of_char(data: Any, char: bytes) -> int | None:
             return lines + block.count(b"\n", 0, at) + 1
         lines += block.count(b"\n")
     return None
+
+
+def line_count(source: Callable[[], Any]) -> int:
+    """How many lines the plan has (a last line without its newline counts), read again from `source`."""
+    data = source()
+    try:
+        if isinstance(data, bytes):
+            return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+        n, last = 0, b""
+        while chunk := data.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+        return n + (1 if last and last != b"\n" else 0)
+    finally:
+        if hasattr(data, "close"):
+            data.close()

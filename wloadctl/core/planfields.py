@@ -18,6 +18,7 @@ from wloadctl.core.planvalues import (
     duration,
     integer,
     key_hint,
+    key_text,
     mapping,
     number,
     text_of,
@@ -281,7 +282,7 @@ class FieldReader:
         for key in extra:
             self.extra.append(
                 FieldError(
-                    f"unknown key '{key}' in retries",
+                    f"unknown key '{key_text(key)}' in retries",
                     fields[key][1],
                     key_hint(key, RETRY_KEYS),
                 )
@@ -474,7 +475,7 @@ class FieldReader:
         if type(value) is dict:
             unknown = [k for k in value if k not in ("items", "max_items")]
             if unknown:
-                raise FieldError(f"unknown key '{unknown[0]}' in for_each", value[unknown[0]][1],
+                raise FieldError(f"unknown key '{key_text(unknown[0])}' in for_each", value[unknown[0]][1],
                                  "for_each takes items and max_items")
             if "items" not in value:
                 raise FieldError("for_each needs items", line, "write for_each: {items: jobs.list.result.files}")

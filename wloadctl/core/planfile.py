@@ -19,7 +19,7 @@ from yaml.events import MappingEndEvent, MappingStartEvent, ScalarEvent
 from wloadctl.core.loops import expand_for_each
 from wloadctl.core.plan import JobSpec, Plan, PlanEdges
 from wloadctl.core.planblocks import read_jobs
-from wloadctl.core.planbytes import unreadable
+from wloadctl.core.planbytes import line_count, unreadable
 from wloadctl.core.planchecks import check_jobs
 from wloadctl.core.planfields import DEFAULT_KEYS, TOP_KEYS, FieldReader
 from wloadctl.core.planjobs import FIELDS, SLOT, JobsReader
@@ -39,6 +39,7 @@ from wloadctl.core.planvalues import (
     FieldError,
     amounts,
     key_hint,
+    key_text,
     mapping,
 )
 from wloadctl.core.yamltree import (
@@ -210,13 +211,14 @@ def _load(source: Callable[[], Any], digest: Any, path: str) -> Plan:
         if not problems:
             problems = [WloadError("the plan could not be read", file=path)]
         shown = sorted(problems, key=lambda p: p.line or 0)[:MAX_PROBLEMS]
-        if len(problems) > MAX_PROBLEMS:
-            more = len(problems) - MAX_PROBLEMS
+        more = max(0, len(problems) - MAX_PROBLEMS)
+        if more:
             shown.append(WloadError(f"{more} more problems not shown", file=path))
         count = len(problems)
         raise PlanError(
             f"{count} problem{'s' if count > 1 else ''} in the plan",
             problems=shown,
+            unshown=more,
             file=path,
         )
     plan = dataclasses.replace(plan, digest=digest.hexdigest(), read_by_lines=by_lines)
@@ -437,7 +439,7 @@ class _PlanBuilder:
                     continue
                 if key not in TOP_KEYS:
                     self.report(
-                        line, f"unknown top-level key '{key}'", key_hint(key, TOP_KEYS)
+                        line, f"unknown top-level key '{key_text(key)}'", key_hint(key, TOP_KEYS)
                     )
                 self.top[key] = (entry[0], line, entry[2])
                 if key in _SETTINGS:
@@ -455,6 +457,14 @@ class _PlanBuilder:
                 self.report(*unreadable(err, self.source))
                 return late
             where, text = syntax_line(err)
+            if where is not None and where > 1 and self.source is not None:
+                # At the end of the text the parser's mark is past the last line: the problem is on that one, or,
+                # for a flow list or mapping never closed, on the line that opened it.
+                last = max(1, line_count(self.source))
+                opened = getattr(err, "context_mark", None)
+                if where > last and opened is not None and "flow" in str(getattr(err, "context", "")):
+                    where = opened.line + 1
+                where = min(where, last)
             if text.startswith(LONG_KEY) and str(getattr(err, "problem", "")).startswith("mapping values"):
                 # The key was read as the value of the mapping above it before the parser gave up:
                 # what was said of that value ("jobs must be a mapping ..., not the text ...") is false.
@@ -553,7 +563,7 @@ class _PlanBuilder:
                 hint = key_hint(key, DEFAULT_KEYS)
                 if key in ("command", "depends_on"):
                     hint = f"'{key}' belongs to each job, not to defaults"
-                self.report(entry[1], f"unknown key '{key}' in defaults", hint)
+                self.report(entry[1], f"unknown key '{key_text(key)}' in defaults", hint)
                 continue
             slot, read = readers[key]
             try:

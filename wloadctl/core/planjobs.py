@@ -18,7 +18,7 @@ from yaml.events import (
 
 from wloadctl.core.plan import DynamicItems, JobSpec
 from wloadctl.core.planfields import JOB_KEYS, SLA_NAMES, FieldReader
-from wloadctl.core.planvalues import FieldError, key_hint
+from wloadctl.core.planvalues import FieldError, key_hint, key_text
 from wloadctl.core.yamltree import (
     Entry,
     TreeReader,
@@ -419,7 +419,7 @@ class JobsReader:
         found = self.readers.get(key)
         if found is None:
             self.report(
-                entry[1], f"unknown key '{key}'", key_hint(key, JOB_KEYS), job=jid
+                entry[1], f"unknown key '{key_text(key)}'", key_hint(key, JOB_KEYS), job=jid
             )
             return
         if key == "until":

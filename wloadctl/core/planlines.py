@@ -37,7 +37,9 @@ _DQ = r'"[ !#-\[\]-~]*"'
 _SQ = r"'[ -&(-~]*'"
 _SCALAR = rf"(?:{_DQ}|{_SQ}|{_PLAIN})"
 _SEQ = rf"\[ *(?:{_SCALAR}(?: *, *{_SCALAR})*+)? *\]"
-_ITEM_TEXT = rf"[A-Za-z_][A-Za-z0-9_]*: +(?:{_SCALAR}|{_SEQ})"
+_KEY_TEXT = r"[A-Za-z_][A-Za-z0-9_]{0,1023}"
+# A key YAML must find within 1024 characters, as an id (a longer one is the parser's to refuse).
+_ITEM_TEXT = rf"{_KEY_TEXT}: +(?:{_SCALAR}|{_SEQ})"
 _BODY = rf" *(?:{_ITEM_TEXT}(?: *, *{_ITEM_TEXT})*+)? *"
 # (Possessive repetitions: giving back never helps these, and keeping the chance costs a frame an item.)
 

@@ -6,7 +6,7 @@ import datetime as dt
 import unicodedata
 
 from wloadctl.core.plan import Schedule
-from wloadctl.core.planvalues import FieldError, mapping, positive_number, text_of
+from wloadctl.core.planvalues import FieldError, key_text, mapping, positive_number, text_of
 from wloadctl.core.yamltree import Entry, describe
 
 ROLE_NAMES = ("viewer", "operator", "admin")
@@ -116,7 +116,8 @@ def read_schedule(entry: Entry) -> Schedule:
     fields = mapping(entry, "schedule")
     for key in fields:
         if key not in ("cron", "business_days", "holidays"):
-            raise FieldError(f"unknown key '{key}' in schedule", fields[key][1], "keys: cron, business_days, holidays")
+            raise FieldError(f"unknown key '{key_text(key)}' in schedule", fields[key][1],
+                             "keys: cron, business_days, holidays")
     if "cron" not in fields:
         raise FieldError("schedule needs a cron expression", entry[1], "write cron: '30 18 * * 1-5'")
     cron = text_of(fields["cron"], "cron")

@@ -22,6 +22,15 @@ class FieldError(Exception):
         """What would be accepted."""
 
 
+KEY_SHOWN = 80
+"""Longest key a message shows whole."""
+
+
+def key_text(key: str) -> str:
+    """A key as a message names it: whole, or its start and its length when it is long."""
+    return key if len(key) <= KEY_SHOWN else f"{key[:60]}...({len(key)} characters)"
+
+
 def key_hint(key: str, accepted: tuple[str, ...]) -> str:
     """The hint for an unknown key: the accepted keys and the closest one.
 
@@ -32,7 +41,8 @@ def key_hint(key: str, accepted: tuple[str, ...]) -> str:
     Returns:
         "did you mean 'x'? accepted: a, b, c" (without the guess when none is close).
     """
-    close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6)
+    # (a key of megabytes is no misspelling, and comparing it with each would take seconds)
+    close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6) if len(key) <= KEY_SHOWN else []
     guess = f"did you mean '{close[0]}'? " if close else ""
     return f"{guess}accepted: {', '.join(accepted)}"
 
