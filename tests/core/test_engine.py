@@ -523,3 +523,17 @@ def test_a_job_held_for_its_lost_executor_says_why_and_what_to_do_and_old_journa
     for reason in (HELD_LOST, "interrupted, needs operator"):  # as this release journals it, and as earlier ones did
         out = journaled({3: [(4, 5, 2, 1.0, 0, None, ""), (5, 8, 2, 2.0, 0, None, reason)]}, {})
         assert out.held_lost == {3: 2}
+
+
+def test_a_timed_out_job_that_went_on_after_sigterm_says_it_was_killed_after_its_grace() -> None:
+    core = SchedulerCore(make_plan({"polite": {"timeout": 1.0}, "stubborn": {"timeout": 1.0}}), slots=2)
+    core.handle(RunStartedEvent(0.0))
+    for job, sig in (("polite", 15), ("stubborn", 9)):
+        i = core.index[job]
+        core.handle(JobStartedEvent(i, core.attempt[i], 0, 100 + i, 0.1))
+        core.handle(JobExitedEvent(i, core.attempt[i], 0, 128 + sig, 1.1 if sig == 15 else 4.1, signal=sig,
+                                   timed_out=True))
+    assert core.reasons[core.index["polite"]] == "timed out after 1s"
+    # (it said "timed out after 1s" of a job that ran 4 s: the grace before SIGKILL was nowhere)
+    assert core.reasons[core.index["stubborn"]] == ("timed out after 1s: it went on after SIGTERM and was killed "
+                                                    "(SIGKILL) once its grace period was over")

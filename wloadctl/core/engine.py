@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import signal
 from collections.abc import Container, Iterable, Iterator, Mapping
 from itertools import compress
 from operator import not_
@@ -522,6 +523,9 @@ class SchedulerCore(JobTable):
             why, retryable = killed, False
         elif ev.timed_out:
             why, retryable = f"timed out after {spec.timeout:g}s", policy.on_timeout
+            if ev.signal == signal.SIGKILL:
+                # (its end came the grace period later: told, so that the time it ran does not read as a mistake)
+                why += ": it went on after SIGTERM and was killed (SIGKILL) once its grace period was over"
         elif ev.spawn_failed:
             why, retryable = "could not start: " + (ev.tail.strip().splitlines() or ["?"])[-1], False
         elif ev.signal:
