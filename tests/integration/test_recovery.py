@@ -675,3 +675,83 @@ def test_why_of_a_job_waiting_for_its_retry_names_the_failure_after_a_resume(tmp
             stop_proc(resumed)
     reap_orphans(run_id)
     assert ipc_names(run_id) == []
+
+
+def _crash_with_an_old_journal(tmp_path: Path, idempotent: bool) -> tuple[Path, Path, str]:
+    """A run whose journal lost its last committed turns (a write-ahead log damaged or removed): its journal as
+    it stood before `pay` was dispatched, put back after `pay` ran and the run (scheduler and executors) was
+    killed while `wait` ran. Returns (state dir, evidence file, run id)."""
+    gate0, gate1, out, sd = tmp_path / "go0", tmp_path / "go1", tmp_path / "evidence", tmp_path / "sd"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {
+        "open": {"gate": str(gate0)},
+        "also": {},
+        # (two upstreams: not sent ahead to follow `open` on its executor, so not dispatched before open ends)
+        "pay": {"depends_on": ["open", "also"], **({} if idempotent else {"idempotent": False})},
+        "wait": {"depends_on": ["pay"], "gate": str(gate1)}})
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "1")
+    run_id = ""
+    try:
+        wait_for(lambda: (sd / "journal.db").exists() and job_states(sd).get("open") == "RUNNING", what="open")
+        run_id = status(sd)["run"]
+        old = tmp_path / "old.db"
+        with contextlib.closing(sqlite3.connect(sd / "journal.db")) as src, \
+                contextlib.closing(sqlite3.connect(old)) as dst:
+            src.backup(dst)  # the journal as it stands: pay not dispatched yet
+        gate0.touch()
+        wait_for(lambda: job_states(sd).get("wait") == "RUNNING", what="wait running, pay done")
+        kill_all([proc.pid, *executor_pids(run_id)])
+        proc.wait()
+    finally:
+        gate1.touch()  # the copy of `wait` left running by the kill ends
+        stop_proc(proc, run_id=run_id)
+    wait_for(lambda: read_evidence(out).get("wait", [("", 0.0)])[-1][0] == "end", what="the old wait ended")
+    for name in ("journal.db-wal", "journal.db-shm"):
+        (sd / name).unlink(missing_ok=True)
+    os.replace(tmp_path / "old.db", sd / "journal.db")
+    gate1.unlink()
+    return sd, out, run_id
+
+
+def test_a_resume_over_a_journal_that_lost_a_not_idempotent_jobs_run_refuses_and_runs_nothing(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    # (the resume ran `pay`, which may not run twice, a second time, and said nothing: its journal had lost it)
+    sd, out, run_id = _crash_with_an_old_journal(tmp_path, idempotent=False)
+    before = out.read_text()
+    p = cli("resume", "--state-dir", str(sd), timeout=60)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert ("the run's journal is behind what its executors recorded: 1 job(s) that may not run twice ran "
+            "attempts it does not hold (pay)") in p.stderr
+    assert "nothing was dispatched" in p.stderr and "Traceback" not in p.stderr
+    assert out.read_text() == before  # nothing ran
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []
+
+
+def test_a_resume_over_a_journal_that_lost_idempotent_runs_says_so_and_runs_them_again(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    sd, out, run_id = _crash_with_an_old_journal(tmp_path, idempotent=True)
+    (tmp_path / "go1").touch()
+    p = cli("resume", "--state-dir", str(sd), timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert ("2 job(s) ran attempts the journal does not hold (its last turns were lost: a power failure, or a "
+            "damaged journal.db-wal?): they run again") in p.stderr
+    assert [k for k, _ in read_evidence(out)["pay"]] == ["start", "end", "start", "end"]
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []
+
+
+def test_a_new_run_over_a_journal_that_lost_its_runs_refuses(tmp_path: Path, no_ipc_leaks: None) -> None:
+    # (with journal.db-wal removed before any checkpoint the journal held no run, and `run` did every job again)
+    sd, out, run_id = _crash_with_an_old_journal(tmp_path, idempotent=False)
+    for name in ("journal.db", "journal.db-wal", "journal.db-shm"):
+        (sd / name).unlink(missing_ok=True)
+    before = out.read_text()
+    p = cli("run", str(tmp_path / "plan.yaml"), "--state-dir", str(sd), timeout=60)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert (f"{sd} holds what the executors of run {run_id} recorded, but its journal has no such run") in p.stderr
+    assert out.read_text() == before
+    # Moved away on purpose, a new run starts there
+    os.rename(sd / "executors", tmp_path / "old-executors")
+    (tmp_path / "go0").touch()
+    (tmp_path / "go1").touch()
+    assert cli("run", str(tmp_path / "plan.yaml"), "--state-dir", str(sd), timeout=60).returncode == 0

@@ -62,6 +62,15 @@ def result_journals(state_dir: Path, run_id: str) -> list[tuple[int, int, Path]]
     return out
 
 
+def runs_with_result_journals(state_dir: Path) -> set[str]:
+    """The runs whose executors left results journals in a state directory."""
+    try:
+        names = os.listdir(state_dir / "executors")
+    except OSError:
+        return set()
+    return {named[0] for named in map(_journal_name, names) if named is not None}
+
+
 def drop_result_journals(state_dir: Path, finished: Callable[[str], bool]) -> int:
     """Remove the executors' results journals of the runs `finished` says are over (their journals served
     only their own recovery). Returns how many went.

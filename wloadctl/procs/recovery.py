@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 from wloadctl.core.events import JobExitedEvent
 from wloadctl.core.states import JobState
-from wloadctl.errors import WloadError
+from wloadctl.errors import StoreError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.localpool import LocalPool, read_results, result_journals
@@ -130,6 +130,52 @@ def stopped_with_run(store: Store, run: int, core: SchedulerCore, actions: list[
     return out
 
 
+def journal_behind(core: SchedulerCore, journals: list[tuple[int, list[P.ResultRecord]]]) -> str | None:
+    """What the executors' results journals hold of attempts the run's journal never dispatched.
+
+    The journal commits every dispatch before the executor hears of it, so it is never behind them, but where it
+    lost committed turns: its write-ahead log (journal.db-wal) damaged or removed, or, for jobs that may run twice
+    (their turns are committed without waiting for the disk), a power failure.
+
+    Returns:
+        A note when only such jobs ran attempts the journal does not hold (they run again, as after a lost
+        executor); None when the journal holds every attempt.
+
+    Raises:
+        StoreError: a job that may not run twice did (its turns wait for the disk: the journal lost them), and a
+            resume would run it again: nothing is dispatched.
+    """
+    n, attempt, specs, ids = core.n, core.attempt, core.specs, core.ids
+    ahead: set[int] = set()
+    unknown = 0
+    started = P.RES_STARTED
+    for _pid, recs in journals:
+        for r in recs:
+            # Only starts: an attempt that started is never given back its number (one handed back or lost
+            # before its start is, and the journal then holds the number before it).
+            if r.kind != started:
+                continue
+            if r.task >= n:
+                unknown += 1
+            elif r.attempt > attempt[r.task]:
+                ahead.add(r.task)
+    if not ahead and not unknown:
+        return None
+    risky = sorted(i for i in ahead if not specs[i].idempotent)
+    if risky or unknown:
+        names = ", ".join(ids[i] for i in risky[:5]) + (" ..." if len(risky) > 5 else "")
+        what = (f"{len(risky)} job(s) that may not run twice ran attempts it does not hold ({names})" if risky
+                else f"{unknown} attempt(s) of jobs it does not have ran")
+        raise StoreError(f"the run's journal is behind what its executors recorded: {what}; it lost committed "
+                         "turns (its write-ahead log journal.db-wal damaged or removed?), and resuming would run "
+                         "them again",
+                         hint="nothing was dispatched: restore journal.db and journal.db-wal from a backup; or, to "
+                              "go on from what the journal holds (those jobs run again), move the executors' "
+                              "results journals (executors/*.results in the state directory) away, then resume")
+    return (f"{len(ahead)} job(s) ran attempts the journal does not hold (its last turns were lost: a power "
+            "failure, or a damaged journal.db-wal?): they run again")
+
+
 def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bool] = lambda _i: True,
               stopped: Collection[int] = ()) -> list[str]:
     """Settle every job the journal shows QUEUED or RUNNING, before dispatching anything.
@@ -154,6 +200,10 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
     # reasons this sets for the jobs a stop of the run was stopping.
     core = cast("SchedulerCore", pool.core)
     notes: list[str] = []
+    journals = [(pid, read_results(path)) for _ex, pid, path in result_journals(pool.state_dir, pool.objs.run_id)]
+    ahead = journal_behind(core, journals)
+    if ahead:
+        notes.append(ahead)
     alive: set[int] = set()
     if adopt:
         # Task records the dead scheduler sent but no executor took are dropped here and
@@ -170,8 +220,8 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
         return notes
     want = {(i, core.attempt[i]) for i in inflight}
     seen = AttemptReports()
-    for _ex, pid, path in result_journals(pool.state_dir, pool.objs.run_id):
-        for r in read_results(path):
+    for pid, records in journals:
+        for r in records:
             if (r.task, r.attempt) in want:
                 seen.add(pid, r)
     applied = lost = kept = returned = 0

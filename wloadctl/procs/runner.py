@@ -50,7 +50,13 @@ from wloadctl.procs.health import pid_alive
 from wloadctl.procs.jobtree import detect as detect_tree
 from wloadctl.procs.jobtree import remove_run_groups, unenforced
 from wloadctl.procs.limits import queue_room, quota_full
-from wloadctl.procs.localpool import LocalPool, drop_result_journals
+from wloadctl.procs.localpool import (
+    LocalPool,
+    drop_result_journals,
+    read_results,
+    result_journals,
+    runs_with_result_journals,
+)
 from wloadctl.procs.pools import Pools
 from wloadctl.procs.prestart import (
     DEFAULT_EXECUTORS,
@@ -390,6 +396,7 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             queue_room(run_shapes(len(plan.jobs)).charge)
             if 0 < shm_free() < shm_at_start(len(plan.jobs)):
                 raise shm_full(f"a run of plan '{plan.name}'", shm_at_start(len(plan.jobs)))
+            _refuse_lost_runs(store, opts.state_dir)
             # So is a plan with jobs on agents whose broker is not given or does not answer.
             rid = opts.run_id or new_run_id()
             link = broker_link(plan, opts, rid)
@@ -446,6 +453,29 @@ def _finished(store: Store, run_id: str) -> bool:
     """Whether the journal holds this run as finished (a run it does not know is not judged finished)."""
     row = store.get_run(run_id)
     return row is not None and row.status not in UNFINISHED
+
+
+def _refuse_lost_runs(store: Store, state_dir: Path) -> None:
+    """Refuse a new run in a directory whose executors recorded a run its journal does not have.
+
+    A journal is never without the runs whose jobs it dispatched (each is created before its executors start):
+    one that lost them (its write-ahead log journal.db-wal removed or damaged before a checkpoint) would have
+    the new run do every job again, those that may not run twice too.
+
+    Raises:
+        StoreError: such a run's executors' results journals are there.
+    """
+    unknown = sorted(r for r in runs_with_result_journals(state_dir) if store.get_run(r) is None)
+    # (one whose executors started nothing does no harm: nothing of it would run twice)
+    lost = [r for r in unknown if any(rec.kind == P.RES_STARTED for _ex, _pid, path in result_journals(state_dir, r)
+                                      for rec in read_results(path))]
+    if lost:
+        raise StoreError(f"{state_dir} holds what the executors of run {lost[0]} recorded"
+                         + (f" (and of {len(lost) - 1} other run(s))" if len(lost) > 1 else "")
+                         + ", but its journal has no such run: the journal lost its records (journal.db-wal "
+                           "removed or damaged?), and a new run would do every job again",
+                         hint="restore journal.db and journal.db-wal from a backup; to start afresh here on "
+                              f"purpose, move {state_dir / 'executors'} away")
 
 
 def _settings(opts: RunOptions) -> dict[str, object]:
