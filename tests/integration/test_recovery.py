@@ -755,3 +755,4 @@ def test_a_new_run_over_a_journal_that_lost_its_runs_refuses(tmp_path: Path, no_
     (tmp_path / "go0").touch()
     (tmp_path / "go1").touch()
     assert cli("run", str(tmp_path / "plan.yaml"), "--state-dir", str(sd), timeout=60).returncode == 0
+

@@ -210,3 +210,22 @@ def test_tasks_taken_ahead_go_back_unstarted_when_the_slots_stay_busy(tmp_path: 
     # A task waiting with a slot free waits for cpu or memory room: it is not handed back
     ex.running.clear()
     assert ex._hand_back_due() == float("inf")
+
+
+def test_no_task_held_ahead_starts_while_the_scheduler_is_silent(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """(an agent's executors, their agent killed, started what they held ahead while the run's scheduler, which
+    counted the agent lost, gave those tasks to others: they ran twice)"""
+    from wloadctl.procs.executor import SILENT_START
+
+    ex, _q, _j = executor(tmp_path)
+    started: list[int] = []
+    monkeypatch.setattr(ex, "_spawn", lambda rec, payload: started.append(rec.task))
+    task = P.TaskRecord(7, 1, 1, 0, 1, 0, 0)
+    ex.backlog = [(0, 0, time.monotonic(), task, P.Payload("j", "true"))]
+    ex.heard = time.monotonic() - SILENT_START - 1
+    ex._start_backlog()
+    assert started == [] and len(ex.backlog) == 1  # kept, unstarted, for the scheduler that comes back
+    ex.heard = time.monotonic()  # heard again: a beat, or the scheduler that took the run over
+    ex._start_backlog()
+    assert started == [7] and not ex.backlog

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.helpers import ENV, cli, job_states, read_evidence, wait_for
+from tests.integration.helpers import ENV, cli, executor_pids, job_states, read_evidence, wait_for
 from tests.remote.conftest import NatsServer, _alive
 from tests.remote.ghost import Ghost
 from tests.remote.nodes import Node
@@ -430,6 +430,33 @@ def test_an_agent_restarted_on_its_node_reattaches_to_the_jobs_its_executors_sti
         how = detect()
         if how.base is not None:
             assert not run_group(how.base, "agent-solo").exists(), "a stopped agent removes its job groups"
+    finally:
+        node.stop()
+
+
+def test_an_agent_restarted_while_idle_takes_back_its_executors_and_runs_jobs_once(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    # (holding no task, the restarted agent left its old executors running beside new ones on the same queues:
+    # each was seen stuck and killed, over and over, and a job longer than that never finished)
+    node = Node("idle", nats_server.url, tmp_path / "idle", ["etl"], isolated=False).start()
+    try:
+        wait_for(lambda: _alive(nats_server.url, "idle"), timeout=30, what="the agent beating")
+        wait_for(lambda: len(executor_pids("agent-idle")) == 2, timeout=30, what="its two executors")
+        old = set(executor_pids("agent-idle"))
+        node.signal_agent(signal.SIGKILL)
+        assert node.proc is not None
+        node.proc.wait(10)
+        node.start()
+        wait_for(lambda: "reattached to 2 executor(s) still running, holding no task" in node.output(), timeout=30,
+                 what="the restarted agent to take back its executors")
+        assert set(executor_pids("agent-idle")) == old
+        out = tmp_path / "evidence"
+        plan = plan_file(tmp_path / "p.yaml", out, {f"j{k}": {"pool": "etl", "sleep": 1} for k in range(4)})
+        proc = run_bg(plan, tmp_path / "sd", nats_server.url)
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr
+        assert all([k for k, _a in runs] == ["start", "end"] for runs in agents_of(out).values()), agents_of(out)
+        assert "stuck" not in node.output() and set(executor_pids("agent-idle")) == old
     finally:
         node.stop()
 

@@ -37,6 +37,10 @@ KILL_GRACE = 3.0
 """Seconds between SIGTERM and SIGKILL when a job's group is stopped for its timeout."""
 TAIL_BYTES = 4096
 """Output kept in shared memory per finished attempt (the whole output is in the log file)."""
+SILENT_START = 5.0
+"""Seconds without a beat of its scheduler (or agent) after which an executor starts no task it holds ahead: a
+scheduler gone does not see it start, and one that comes back (a resume, a restarted agent) finds it unstarted and
+still held; an agent's scheduler, which counts the agent lost after 10 s, gives its tasks to others then."""
 START_SLICE = 0.5
 """Longest a loop turn spends starting jobs: a big backlog on a starved host must not hold back the
 heartbeat (the scheduler declares an executor silent for 5 s stuck, and kills it)."""
@@ -148,6 +152,8 @@ class Executor:
     """MiB this executor offers to jobs that claim some (0 = no limit)."""
     running: dict[int, Running] = field(default_factory=dict)
     """Jobs running now, by pidfd."""
+    heard: float = field(default_factory=time.monotonic)
+    """When its scheduler was last heard (a new beat on the board, or tasks from it), on the monotonic clock."""
     backlog: list[tuple[int, int, float, P.TaskRecord, P.Payload]] = field(default_factory=list)
     """Accepted tasks waiting for a free slot: (tier flags, arrival, when taken on the monotonic clock, task,
     payload)."""
@@ -228,7 +234,7 @@ class Executor:
         # The loop waits on the monotonic clock: a wall clock set back must not stop the beats
         # (the scheduler would declare this executor dead), nor one set forward time jobs out.
         next_beat = 0.0
-        last_sched = time.monotonic()
+        last_sched = self.heard = time.monotonic()
         sched_beat = 0.0
         while True:
             now = time.monotonic()
@@ -281,6 +287,7 @@ class Executor:
                     # standby reads `seen_scheduler_beat` before it decides to take over.
                     if hdr.epoch == self.epoch and hdr.beat != sched_beat:
                         sched_beat, last_sched = hdr.beat, now
+                        self.heard = now
                     # Reports the response queue has no room for do not hold it back once the run is done:
                     # they are in its results journal (_flush journals first), and no scheduler reads the
                     # queue any more. (A resume that found every job finished ends without a turn, leaving
@@ -289,7 +296,8 @@ class Executor:
                             and (not self.outbox or self.rsp_full):
                         break
                 self._beat(time.time(), sched_beat)
-                if now - last_sched > self.orphan_timeout and not self.running and not self.backlog:
+                # (what it holds ahead is not started without a scheduler: SILENT_START)
+                if now - last_sched > self.orphan_timeout and not self.running:
                     break
             if self.stop and not self.running and not self.outbox:
                 break
@@ -442,6 +450,8 @@ class Executor:
     def _start_backlog(self) -> None:
         until = time.monotonic() + START_SLICE
         self.more_to_start = False
+        if self.backlog and until - START_SLICE - self.heard > SILENT_START:
+            return  # (its scheduler's next beat, or the one that takes the run over, lets them start)
         while self.backlog and len(self.running) < self.slots:
             if time.monotonic() >= until:
                 self.more_to_start = True  # the loop beats, then comes back at once for the rest

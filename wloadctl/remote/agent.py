@@ -174,6 +174,12 @@ class Agent:
             self.note(f"publishing {len(j.unsent)} result(s) journaled before a restart")
             self._publish_entries([(int(loc), e) for loc, e in j.unsent.items()])
         if not j.held:
+            if adopt:
+                # Live executors of the node are its own even with no task: left, they would run beside the new
+                # ones on the same queues, each seen stuck by the supervisor and killed over and over.
+                found = self.pool.sup.adopt()
+                if found:
+                    self.note(f"reattached to {len(found)} executor(s) still running, holding no task")
             return
         for h in j.held.values():
             self.book.take(h, 0)
@@ -193,7 +199,7 @@ class Agent:
                 self.book.lost.extend(self.book.held)
             return
         found = self.pool.sup.adopt()
-        self.note(f"reattached to {len(found)} executor(s) still running {len(j.held)} task(s)")
+        self.note(f"reattached to {len(found)} executor(s) still running; {len(j.held)} task(s) were held")
         self._reports(recs)
         # What no live executor holds went with a dead one.
         alive = {w.index for w in self.pool.sup.workers.values()}
