@@ -453,7 +453,7 @@ def test_an_agent_restarted_while_idle_takes_back_its_executors_and_runs_jobs_on
         out = tmp_path / "evidence"
         plan = plan_file(tmp_path / "p.yaml", out, {f"j{k}": {"pool": "etl", "sleep": 1} for k in range(4)})
         proc = run_bg(plan, tmp_path / "sd", nats_server.url)
-        stdout, stderr = proc.communicate(timeout=120)
+        _stdout, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 0, stderr
         assert all([k for k, _a in runs] == ["start", "end"] for runs in agents_of(out).values()), agents_of(out)
         assert "stuck" not in node.output() and set(executor_pids("agent-idle")) == old
