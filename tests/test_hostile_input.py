@@ -220,3 +220,27 @@ def test_an_operators_reason_on_a_stopped_run_is_kept_and_shown_on_one_line_with
     history = cli("history", "b", "--state-dir", sd).stdout
     assert "\x1b" not in history and f"rerun ({kept}): job 'b' will run again" in history, history
     assert history.count("\n") == len([ln for ln in history.splitlines() if ln.strip()])
+
+
+def test_a_full_disk_when_the_run_writes_its_job_list_is_said_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """(a resume on a disk still full stopped with `internal error: OSError: [Errno 28] No space left on
+    device`, naming no file)"""
+    import errno
+
+    from wloadctl import cli as cli_module
+    from wloadctl.procs import runner
+
+    def full(*_a: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(runner, "write_ids", full)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: full\njobs:\n  a: {command: 'true'}\n")
+    code = cli_module.main(["run", str(plan), "--state-dir", str(tmp_path / "sd")])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    lines = [line for line in err.splitlines() if line.startswith("wloadctl:")]
+    assert lines[-1].startswith(f"wloadctl: cannot write the run's job list {tmp_path / 'sd'}/")
+    assert "No space left on device (free space on the state directory's disk" in lines[-1]
+    assert "internal error" not in err and "Traceback" not in err

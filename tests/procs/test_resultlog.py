@@ -78,6 +78,22 @@ def test_the_event_log_keeps_what_a_full_disk_refuses_and_writes_it_in_order(
     assert names == ["first", "second", "third", "fourth"]
 
 
+
+def test_a_line_a_dead_scheduler_left_cut_is_ended_before_the_next_schedulers_events(tmp_path: Path) -> None:
+    # (a resume's first event was written onto the cut line: the two read as one broken line)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"event": "whole"}\n{"event": "cut sh')
+    ev = EventLog(path, "r1")
+    ev.emit("next")
+    ev.close()
+    lines = path.read_text().splitlines()
+    assert lines[:2] == ['{"event": "whole"}', '{"event": "cut sh'] and json.loads(lines[2])["event"] == "next"
+    ev = EventLog(path, "r1")  # a file that ends its last line gets nothing more
+    ev.emit("again")
+    ev.close()
+    assert [json.loads(x)["event"] for x in path.read_text().splitlines()[2:]] == ["next", "again"]
+
+
 def test_transition_events_carry_each_field_as_json_says_whatever_the_mix_of_a_turn(tmp_path: Path) -> None:
     ids = ["plain_1", 'quo"ted', "back\\slash", "x.y:z@1-2"]
     tx = [(i % 4, frm, to, att, ts, ex, code, reason, cause)

@@ -155,6 +155,14 @@ class EventLog:
         """Characters in `pending`."""
         self.unwritten = b""
         """The part of a write the disk refused, written first next time."""
+        try:
+            # A line an earlier scheduler left cut (its disk full when it died) is ended before this one's first:
+            # the two would read as one broken line.
+            with open(path, "rb") as f:
+                if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                    self.unwritten = b"\n"
+        except OSError:
+            pass
         self.dropped = 0
         """Events dropped because the disk stayed full too long (reported once space returns)."""
         self.error: OSError | None = None

@@ -422,7 +422,13 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             if claims and (told := unenforced(claims, detect_tree(run.run_id))) is not None:
                 opts.say(told)
         if resumed or not ids_path(opts.state_dir, run.run_id).exists():
-            write_ids(opts.state_dir, run.run_id, list(plan.jobs))
+            try:
+                write_ids(opts.state_dir, run.run_id, list(plan.jobs))
+            except OSError as e:
+                raise StoreError(f"cannot write the run's job list {ids_path(opts.state_dir, run.run_id)}: "
+                                 f"{e.strerror or e}",
+                                 hint="free space on the state directory's disk (or make it writable), then "
+                                      f"`wloadctl resume {run_place(opts.state_dir)}`") from None
         # (a run resumed after a crash in its first second may have no copy yet: it gets one now)
         copy = _PlanCopy(run, plan, opts) if not resumed or not store.has_plan_copy(run.id) else None
         return _drive(store, run, plan, opts, resumed, on_turn, maker=maker, copy=copy, link=link)
