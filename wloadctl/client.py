@@ -469,6 +469,12 @@ class RunClient:
         r = self.run
         host = self.store.holder_host(r.id) or socket.gethostname()
         until = time.strftime("%H:%M:%S", time.localtime(r.lease_until))
+        if host == socket.gethostname() and r.scheduler_pid and pid_alive(r.scheduler_pid):
+            # (told to reach it through a broker or from its host: it is here, starting, or stopped by a signal)
+            raise UsageError(f"run {r.run_id} is held by scheduler pid {r.scheduler_pid} of this host, whose control "
+                             f"socket does not answer yet: {verb} was not applied",
+                             hint="a resume or takeover is starting it: try again in a moment (`wloadctl status` "
+                                  "says LIVE once it answers)")
         raise UsageError(f"run {r.run_id} is held by scheduler pid {r.scheduler_pid} on {host} (epoch {r.epoch}, "
                          f"lease until {until}), and no control socket of it is reachable here: {verb} was not "
                          "applied",

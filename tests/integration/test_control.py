@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -313,3 +314,26 @@ def test_a_verb_on_a_glob_counts_its_refusals_past_a_few(tmp_path: Path, no_ipc_
     assert p.stderr.splitlines() == [
         *(f"refused: job 'j{i}' is SUCCEEDED: release does not apply; rerun would apply" for i in range(4)),
         "refused: 8 more job(s) it does not apply to (see `wloadctl audit`)"]
+
+
+def test_a_verb_while_a_scheduler_of_this_host_starts_says_to_try_again_not_to_use_a_broker(tmp_path: Path) -> None:
+    """(a hold sent while a resume started said the run was held by a scheduler no socket of which is reachable
+    here, to be reached with --broker URL or from its host: this host)"""
+    import sqlite3
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: starting\njobs:\n  a: {command: 'true'}\n  b: {command: 'true', depends_on: [a]}\n")
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
+    starting = subprocess.Popen(["sleep", "60"])  # a live process of this host holding the lease, no socket yet
+    try:
+        with contextlib.closing(sqlite3.connect(sd / "journal.db")) as db, db:
+            db.execute("UPDATE runs SET status = 'running', scheduler_pid = ?, lease_until = ?",
+                       (starting.pid, time.time() + 60))
+        p = cli("hold", "b", "--state-dir", str(sd))
+        assert p.returncode == 2, p.stderr
+        said = f"held by scheduler pid {starting.pid} of this host, whose control socket does not answer yet"
+        assert said in p.stderr and "try again in a moment" in p.stderr and "--broker" not in p.stderr, p.stderr
+    finally:
+        starting.kill()
+        starting.wait()
