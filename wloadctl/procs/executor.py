@@ -153,7 +153,7 @@ class Executor:
     running: dict[int, Running] = field(default_factory=dict)
     """Jobs running now, by pidfd."""
     heard: float = field(default_factory=time.monotonic)
-    """When its scheduler was last heard (a new beat on the board, or tasks from it), on the monotonic clock."""
+    """When its scheduler was last heard (a new beat on the board of its epoch), on the monotonic clock."""
     backlog: list[tuple[int, int, float, P.TaskRecord, P.Payload]] = field(default_factory=list)
     """Accepted tasks waiting for a free slot: (tier flags, arrival, when taken on the monotonic clock, task,
     payload)."""
