@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import ENV, wait_for
+from tests.integration.helpers import ENV, cli, wait_for
 from tests.procs.test_payload_lifecycle import Rig, rig  # noqa: F401 (the pool over in-memory queues)
 from tests.remote.conftest import NatsServer, _alive
 from tests.remote.nodes import Node, unshare_available
@@ -101,3 +101,18 @@ def test_executors_that_take_nothing_ahead_are_sent_one_task_a_message(rig: Rig)
     while (data := rig.pool.objs.req.recv_nowait()) is not None:
         sizes.append(len(P.decode_tasks(data)))
     assert sizes == [1, 1, 1, 1]
+
+
+def test_slots_an_agents_executors_cannot_share_evenly_are_refused_and_odd_slots_take_one_executor() -> None:
+    """(`--slots 3` on the default 2 executors ran 4 jobs at once: each executor took 2)"""
+    from wloadctl.errors import UsageError
+    from wloadctl.remote.agent_cli import executors_for
+
+    assert [executors_for(s, None) for s in (1, 2, 3, 4, 7)] == [1, 2, 1, 2, 1]
+    assert executors_for(6, 3) == 3
+    with pytest.raises(UsageError) as caught:
+        executors_for(3, 2)
+    assert caught.value.message == "--slots 3 cannot be shared evenly by --executors 2 (each runs as many jobs)"
+    assert caught.value.hint == "give --slots 2 or 4, or --executors 1, 3"
+    p = cli("agent", "--broker", "nats://127.0.0.1:1", "--name", "odd", "--slots", "3", "--executors", "2")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "cannot be shared evenly" in p.stderr, p.stderr

@@ -26,11 +26,31 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", action="append", default=[], metavar="POOL",
                    help="a pool this agent serves (repeat for several; default: default)")
     p.add_argument("--slots", type=int, default=4, help="jobs it runs at once (default 4)")
-    p.add_argument("--executors", type=int, default=2, help="executor processes on this node (default 2)")
+    p.add_argument("--executors", type=int, default=None,
+                   help="executor processes on this node, sharing its slots evenly (default 2, or 1 for an odd "
+                        "number of slots)")
     p.add_argument("--cpus", type=float, default=0.0, help="CPUs it offers jobs that claim `cpu` (0: no limit)")
     p.add_argument("--memory", default="0", help="memory it offers jobs that claim `memory`: MiB or 4G (0: no limit)")
     p.add_argument("--state-dir", type=state_dir_text,
                    help="its journal, logs and results (default: ~/.local/state/wloadctl/agent-NAME)")
+
+
+def executors_for(slots: int, given: int | None) -> int:
+    """The executors of an agent of `slots` slots: each runs as many jobs (`given`, or 2, or 1 for odd slots).
+
+    Raises:
+        UsageError: the slots given cannot be shared evenly by the executors given (`--slots 3` ran 4 jobs at
+            once on 2 executors).
+    """
+    if given is None:
+        return 2 if slots % 2 == 0 else 1
+    if slots % given:
+        fits = [k for k in range(1, min(slots, MOST_EXECUTORS) + 1) if slots % k == 0]
+        near = [given * (slots // given), given * (slots // given + 1)]
+        raise UsageError(f"--slots {slots} cannot be shared evenly by --executors {given} (each runs as many jobs)",
+                         hint=f"give --slots {' or '.join(str(n) for n in near if n >= 1)}, or --executors "
+                              f"{', '.join(map(str, fits[-4:]))}")
+    return given
 
 
 def agent_command(a: argparse.Namespace) -> int:
@@ -41,8 +61,9 @@ def agent_command(a: argparse.Namespace) -> int:
 
     name = check_name(a.name or socket.gethostname().split(".")[0], "agent name")
     pools = [check_name(p, "pool") for p in (a.pool or ["default"])]
-    if not 1 <= a.slots <= MOST_SLOTS or a.executors < 1 or a.executors > MOST_EXECUTORS:
+    if not 1 <= a.slots <= MOST_SLOTS or (a.executors is not None and not 1 <= a.executors <= MOST_EXECUTORS):
         raise UsageError(f"--slots must be 1 to {MOST_SLOTS} and --executors 1 to {MOST_EXECUTORS}")
+    a.executors = executors_for(a.slots, a.executors)
     state_dir = Path(a.state_dir) if a.state_dir else \
         Path(os.environ.get("WLOADCTL_HOME", Path.home() / ".local" / "state" / "wloadctl")) / f"agent-{name}"
     opts = AgentOptions(BrokerOptions.from_args(a), name, pools, state_dir, slots=a.slots, executors=a.executors,
