@@ -72,6 +72,11 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     for e in st["executors"]:
         print(f"  executor {e['executor']}: pid {e['pid']} {e['health']}, beat {e['beat_age']:.1f}s ago, "
               f"running {e['running']}/{e['slots']}, load {e['load1']}, rss {e['rss_kb'] // 1024} MiB")
+    if st.get("broker_lost"):
+        lost = st["broker_lost"]
+        print(f"BROKER LOST: {lost['broker']} does not answer since {_ts(lost['since'])} "
+              f"({max(0.0, time.time() - lost['since']):.0f}s): the agents are as last heard, their jobs' ends "
+              "reach the run once it is back (the scheduler reconnects)")
     for g in st.get("agents", []):
         age = f"{g['age']:.1f}s ago" if g.get("age") is not None else "never"
         print(f"  agent {g['agent']}: {g['state']}, pools {','.join(g['pools']) or '-'}, "

@@ -238,6 +238,13 @@ class RunClient:
 
         return read_nodes(self.state_dir, time.time())
 
+    def broker_lost(self) -> dict[str, Any] | None:
+        """The broker the live run's scheduler has lost, and since when (None while it has it)."""
+        from wloadctl.remote.agents import broker_lost
+
+        lost = broker_lost(self.state_dir, time.time())
+        return None if lost is None else {"broker": lost[0], "since": lost[1]}
+
     def agent_names(self) -> dict[int, str]:
         """Executor index -> name of each agent the run's schedulers numbered (the journal's numbers, the
         same on every host; a run numbered before the journal did has them in its agents file)."""
@@ -304,6 +311,7 @@ class RunClient:
             "responding": None if not (live or far) else (beat_age is None or not silent(h, beat_age)),
             "executors": self.executors() if live else [],
             "agents": self.agents() if live else [],
+            "broker_lost": self.broker_lost() if live else None,
             "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
             "last_drill": self.last_drill(),
         }

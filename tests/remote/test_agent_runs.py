@@ -226,7 +226,12 @@ def test_broker_stopped_and_started_mid_run_loses_nothing(
     wait_for(lambda: len(agents_of(out)) >= 2, timeout=60, what="jobs started")
     # When the broker goes away while jobs run, and comes back
     nats_server.stop()
-    time.sleep(3)
+    # (status showed the run live and its agents ALIVE, their beats minutes old: only the run's terminal said it)
+    wait_for(lambda: "BROKER LOST: " in cli("status", "--state-dir", str(sd)).stdout, timeout=15,
+             what="status to say the broker is lost")
+    lost = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["broker_lost"]
+    assert lost["broker"] == nats_server.url and time.time() - 15 < lost["since"] <= time.time()
+    time.sleep(1)
     nats_server.start()
     stdout, stderr = proc.communicate(timeout=120)
     # Then the run finishes and every job ran exactly once

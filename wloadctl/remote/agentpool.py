@@ -702,6 +702,7 @@ class AgentPool:
         tmp = self.state_dir / f".{NODES_FILE}.tmp"
         try:
             tmp.write_text(json.dumps({"written": now, "broker_connected": self.link.connected,
+                                       "broker": self.link.options.shown(), "broker_lost_since": self.link.down_since,
                                        "agents": self.rows(now)}))
             os.replace(tmp, self.state_dir / NODES_FILE)
         except OSError:

@@ -73,6 +73,19 @@ def read_nodes(state_dir: Path, now: float) -> list[dict[str, Any]]:
     return [dict(r) for r in data.get("agents", []) if isinstance(r, dict)]
 
 
+def broker_lost(state_dir: Path, now: float) -> tuple[str, float] | None:
+    """(broker, since when) while the live run's scheduler has lost its broker; None while it has it (or has
+    none, or stopped writing its agents down)."""
+    try:
+        data = json.loads((state_dir / NODES_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or now - float(data.get("written", 0)) > 10.0 or data.get("broker_connected", True):
+        return None
+    since = data.get("broker_lost_since")
+    return str(data.get("broker") or "the broker"), float(since) if isinstance(since, (int, float)) else now
+
+
 def fetch_log(options: BrokerOptions, agent: str, run: str, job: int, job_id: str, attempt: int, dest: Path,
               timeout: float = 5.0) -> None:
     """Copy a job attempt's log from the agent that ran it into `dest` (its place in the run's state dir).
