@@ -261,6 +261,8 @@ class Supervisor:
     """Health events for the operator (restarts, deaths)."""
     tell: Callable[[str], None] | None = None
     """Where its health messages go besides `messages` (the run's event log)."""
+    last_check: float | None = None
+    """When `check` last ran, on the monotonic clock."""
 
     def spawn(self, index: int) -> Worker:
         """Start executor `index` in its own session (a closed terminal or Ctrl-C does not reach it), in the
@@ -323,12 +325,19 @@ class Supervisor:
         """Judge every executor; return (index, why) for each that just became DEAD."""
         dead: list[tuple[int, str]] = []
         slots = {s.executor: s for s in self.eboard.read_all() if s.pid}
+        mono = time.monotonic()
+        # This process did not watch (it was stopped, frozen or suspended): the silence it finds is its own,
+        # not the executors'. Each is judged from now on, not killed as stuck for a pause that was not its.
+        away = self.last_check is not None and mono - self.last_check > self.dead_after
+        self.last_check = mono
         for w in list(self.workers.values()):
             if w.state == ExecutorState.DEAD:
                 continue
             slot = slots.get(w.index)
             if slot is not None and slot.pid == w.pid and slot.beat > w.last_beat:
                 w.last_beat = slot.beat
+            if away and w.last_beat:
+                w.last_beat = max(w.last_beat, now)
             exited = self._exited(w)
             if exited is not None:
                 dead.append((w.index, exited))
