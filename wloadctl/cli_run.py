@@ -315,8 +315,11 @@ def _print_ending(outcome: RunOutcome, state_dir: Path) -> None:
     parts = ", ".join(f"{v} {k.lower()}" for k, v in c.items())
     sla = "".join(f", {n} {flag}" for flag in ("LATE", "AT_RISK")
                   if (n := sum(1 for f in outcome.flags.values() if f == flag)))
+    # A resumed run (or one a standby took over) took this scheduler's time, and the run's since it started.
+    since = f"{max(0.0, time.time() - outcome.run.started):.1f}s since the run started; " \
+        if outcome.resumed and outcome.run.started else ""
     print(f"run {outcome.run.run_id} {outcome.status}{sla}: {parts} in {outcome.wall:.1f}s "
-          f"(state dir {state_dir})")
+          f"({since}state dir {state_dir})")
     for line in flag_lines(outcome.flags):
         print(line)
     failed = [outcome.core.ids[i] for i in range(outcome.core.n)

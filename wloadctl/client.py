@@ -938,9 +938,12 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     core.flush()  # the restore's own corrections are not the operator's doing
     # The instants the run's jobs may start at, as its scheduler read them (`why` says them; nothing dispatches here).
     core.set_times({}, run_instants(core.specs, run.business_date, run.started, plan.timezone, deadlines=False)[1])
-    for i, _jid, _s, _a, _e, _c, _st, _en, reason in store.job_rows(run.id):
+    busy = (JobState.QUEUED, JobState.RUNNING)
+    for i, _jid, st, _a, ex, _c, _st, _en, reason in store.job_rows(run.id):
         if reason:
             core.reasons[i] = reason
+        if st in busy and ex is not None and ex >= 0:
+            core.executor[i] = ex  # (`why` names it; a resume's core learns it from its executors instead)
     return core
 
 

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -736,6 +737,8 @@ def test_a_resume_over_a_journal_that_lost_idempotent_runs_says_so_and_runs_them
     assert ("2 job(s) ran attempts the journal does not hold (its last turns were lost: a power failure, or a "
             "damaged journal.db-wal?): they run again") in p.stderr
     assert [k for k, _ in read_evidence(out)["pay"]] == ["start", "end", "start", "end"]
+    # (its last line gave the resume's time alone, read as the run's)
+    assert re.search(r"in [0-9.]+s \([0-9.]+s since the run started; state dir ", p.stdout), p.stdout
     reap_orphans(run_id)
     assert ipc_names(run_id) == []
 

@@ -1343,9 +1343,6 @@ class SchedulerCore(JobTable):
             if (st == _Q or st == _RUN) and (self.specs[i].resources or i in self.resources.claims):
                 self.resources.hold(i, self.needs(i))
         self.held_lost.update((i, a) for i, a in j.held_lost.items() if state[i] == _HELD and self.attempt[i] == a)
-        for i, ex in j.executor.items():
-            if state[i] == _Q or state[i] == _RUN:
-                self.executor[i] = ex  # (`why` of a stopped run names it; a resume's executors confirm it)
         self._restore_followers(j.follows)
         # Jobs whose upstreams finished while the journal lagged: resolve them now. (A loop one of whose
         # instances failed ends once the others have: SchedulerCore._blocked.)

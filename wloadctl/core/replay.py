@@ -49,8 +49,6 @@ class Journaled:
     """How many times each job was run again at once because its executor was lost under it."""
     held_lost: dict[int, int] = field(default_factory=dict)
     """HELD jobs held because their executor or agent was lost while they ran, with that attempt."""
-    executor: dict[int, int] = field(default_factory=dict)
-    """The executor of each job journaled last as QUEUED or RUNNING on one."""
 
 
 def replayed_jobs(rows: Iterable[tuple[int, int, int]], also: Collection[int] = ()) -> list[int]:
@@ -83,8 +81,6 @@ def journaled(transitions: Mapping[int, Iterable[tuple]], index: Mapping[str, in
         if last is None:
             continue
         to, reason = S(last[1]), last[6] or ""
-        if (to == S.RUNNING or to == S.QUEUED) and last[4] is not None and last[4] >= 0:
-            out.executor[i] = last[4]
         if to == S.QUEUED and reason.startswith(FOLLOWS) and reason.endswith(FOLLOWS_END):
             u = index.get(reason[len(FOLLOWS):-len(FOLLOWS_END)])
             if u is not None:
