@@ -234,7 +234,7 @@ class Executor:
         # The loop waits on the monotonic clock: a wall clock set back must not stop the beats
         # (the scheduler would declare this executor dead), nor one set forward time jobs out.
         next_beat = 0.0
-        last_sched = self.heard = time.monotonic()
+        self.heard = time.monotonic()
         sched_beat = 0.0
         while True:
             now = time.monotonic()
@@ -286,8 +286,7 @@ class Executor:
                     # Only the newest epoch's beats count as hearing the active scheduler: a
                     # standby reads `seen_scheduler_beat` before it decides to take over.
                     if hdr.epoch == self.epoch and hdr.beat != sched_beat:
-                        sched_beat, last_sched = hdr.beat, now
-                        self.heard = now
+                        sched_beat, self.heard = hdr.beat, now
                     # Reports the response queue has no room for do not hold it back once the run is done:
                     # they are in its results journal (_flush journals first), and no scheduler reads the
                     # queue any more. (A resume that found every job finished ends without a turn, leaving
@@ -297,7 +296,7 @@ class Executor:
                         break
                 self._beat(time.time(), sched_beat)
                 # (what it holds ahead is not started without a scheduler: SILENT_START)
-                if now - last_sched > self.orphan_timeout and not self.running:
+                if now - self.heard > self.orphan_timeout and not self.running:
                     break
             if self.stop and not self.running and not self.outbox:
                 break
@@ -448,9 +447,10 @@ class Executor:
             self._start_backlog()
 
     def _start_backlog(self) -> None:
-        until = time.monotonic() + START_SLICE
+        now = time.monotonic()
+        until = now + START_SLICE
         self.more_to_start = False
-        if self.backlog and until - START_SLICE - self.heard > SILENT_START:
+        if self.backlog and now - self.heard > SILENT_START:
             return  # (its scheduler's next beat, or the one that takes the run over, lets them start)
         while self.backlog and len(self.running) < self.slots:
             if time.monotonic() >= until:
