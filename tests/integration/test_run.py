@@ -205,6 +205,23 @@ def test_a_state_directory_that_cannot_be_used_is_refused_in_one_line(tmp_path: 
         "directory this user may create and write)"), p.stderr
 
 
+def test_a_state_directory_too_deep_for_the_journal_is_said_so(tmp_path: Path) -> None:
+    """A path the kernel takes but SQLite does not (over about 500 bytes) was called a corrupt journal."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("name: one\njobs:\n  a: {command: 'true'}\n")
+    sd = tmp_path / ("x" * 250) / ("y" * 250)
+    size = len(str(sd / "journal.db").encode())
+    p = cli("run", str(plan), "--state-dir", str(sd))
+    assert p.returncode == 3 and p.stderr == (
+        f"wloadctl: state directory {sd} is too deep for its run journal: the journal's path would be {size} bytes, "
+        "SQLite takes 504 (give --state-dir a shorter path)\n"), p.stderr
+    assert not (sd / "journal.db").exists()
+    # Within the limit, the same depth runs.
+    sd = tmp_path / ("x" * 250) / ("y" * (250 - (size - 504)))
+    p = cli("run", str(plan), "--state-dir", str(sd))
+    assert p.returncode == 0 and (sd / "journal.db").exists(), p.stderr
+
+
 def test_the_console_on_a_bad_plan_says_what_run_says_and_starts_nothing(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text("name: bad\njobs:\n  a: {command: 'true', depends_on: [zz]}\n")

@@ -19,6 +19,8 @@ from wloadctl.store.base import DB_NAME, RunRow, Store
 from wloadctl.store.sqlschema import AUDIT_TRIGGERS, SCHEMA, SCHEMA_VERSION
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
 
+JOURNAL_PATH_BYTES = 504
+"""The longest path of journal.db SQLite opens (its file names, with -journal after, stay within 512 bytes)."""
 EMPTY_JOURNAL_STALE = 60.0
 """Seconds after which a journal file still without tables is no run's first moment but a file left empty."""
 SQLITE_FULL = 13
@@ -247,6 +249,11 @@ class SqliteStore(Store):
             raise StoreError("no state directory given for the journal", hint="give --state-dir DIR")
         d = Path(state_dir)
         path = d / DB_NAME
+        size = len(os.fsencode(path.absolute()))
+        if size > JOURNAL_PATH_BYTES:
+            raise StoreError(f"state directory {d} is too deep for its run journal: the journal's path would be "
+                             f"{size} bytes, SQLite takes {JOURNAL_PATH_BYTES}",
+                             hint="give --state-dir a shorter path")
         if not path.exists():
             if not create:
                 url = read_journal_note(d)
