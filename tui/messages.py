@@ -102,6 +102,8 @@ class LiveStatus:
     """Agents on other hosts (runs with a broker)."""
     paused: str = ""
     """Why the scheduler does not dispatch now (e.g. a full disk), "" when it does."""
+    broker_lost: str = ""
+    """The broker the scheduler has lost and since when ("" while it has it, or has none)."""
 
 
 class ModelLoaded(Message):

@@ -6,6 +6,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import secrets
 import socket
 import time
@@ -702,6 +703,13 @@ class RunClient:
         if rep.get("unanswered"):
             out["reasons"] = [f"read from the journal, which may be behind: {rep['unanswered']}",
                               *out.get("reasons", [])]
+        if out.get("state") == "RUNNING" and (lost := self.broker_lost()) is not None:
+            on = re.search(r"\bon executor (\d+)\b", " ".join(out.get("reasons", [])))
+            if on is not None and int(on[1]) in self.agent_names():
+                since = time.strftime("%H:%M:%S", time.localtime(lost["since"]))
+                out["reasons"] = [*out.get("reasons", []),
+                                  f"the broker {lost['broker']} does not answer since {since}: its agent is as last "
+                                  "heard; the job's end (or a kill asked for meanwhile) goes through once it is back"]
         return out
 
     def _undispatched(self) -> str | None:

@@ -270,6 +270,32 @@ def test_a_broker_outage_longer_than_the_agent_timeout_loses_no_agent_and_runs_n
         assert "broker lost" in node.output()
 
 
+def test_a_kill_asked_for_while_the_broker_is_away_reaches_the_agent_once_it_is_back(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    # Given a job running on an agent, long enough to outlast the outage
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "p.yaml", out, {"long": {"pool": "etl", "sleep": 60},
+                                                 "after": {"pool": "etl", "depends_on": ["long"]}})
+    sd = tmp_path / "sd"
+    proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "30")
+    wait_for(lambda: job_states(sd).get("long") == "RUNNING", timeout=60, what="long heard running")
+    # When the broker goes away, and an operator kills the job meanwhile
+    nats_server.stop()
+    wait_for(lambda: "BROKER LOST: " in cli("status", "--state-dir", str(sd)).stdout, timeout=15,
+             what="status to say the broker is lost")
+    why = cli("why", "long", "--state-dir", str(sd)).stdout
+    assert "does not answer since" in why and "goes through once it is back" in why, why
+    p = cli("kill", "long", "--state-dir", str(sd))
+    assert p.returncode == 0, p.stderr
+    time.sleep(1)
+    nats_server.start()
+    # Then the kill is sent once the broker is back (it was dropped: the job ran its 60 s and succeeded)
+    stdout, stderr = proc.communicate(timeout=50)
+    assert proc.returncode != 0 and "1 kill(s) asked for while it was away sent now" in stderr, stderr
+    assert json.loads(stdout)["jobs"] == {"long": "FAILED", "after": "UPSTREAM_FAILED"}, stdout
+    assert [k for k, _a in agents_of(out)["long"]] == ["start"]
+
+
 def test_a_paused_agent_is_declared_lost_its_job_runs_elsewhere_and_its_late_copy_is_stopped(
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
     out = tmp_path / "evidence"

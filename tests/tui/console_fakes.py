@@ -105,6 +105,7 @@ class FakeClient:
     sent: list[tuple[str, list[str], str, bool]] = field(default_factory=list)
     transitions: list[tuple] = field(default_factory=list)
     agent_rows: list[dict[str, Any]] = field(default_factory=list)
+    lost_broker: dict[str, Any] | None = None
     paused: str = ""
     executor_rows: list[dict[str, Any]] = field(
         default_factory=lambda: [
@@ -192,6 +193,9 @@ class FakeClient:
 
     def agents(self) -> list[dict[str, Any]]:
         return list(self.agent_rows) if self.live else []
+
+    def broker_lost(self) -> dict[str, Any] | None:
+        return self.lost_broker if self.live else None
 
     def pause_reason(self, header: Any) -> str | None:
         return self.paused or None

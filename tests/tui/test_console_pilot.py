@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -393,6 +394,27 @@ async def test_the_node_panel_lists_agents_beside_local_executors() -> None:
         assert "ALIVE" in line1 and "3/8" in line1
         assert "LOST" in line2 and line2.rstrip().endswith("14s")
         assert "EX PID" in text, "local executors are still listed"
+        assert "BROKER LOST" not in text
+
+
+async def test_the_node_panel_says_when_the_scheduler_has_lost_its_broker() -> None:
+    # Given a run whose scheduler has lost its broker (its agents' rows are as last heard)
+    fake = FakeClient()
+    fake.agent_rows = [{"agent": "etl-node-1", "index": 1000, "state": "ALIVE", "pools": ["etl"], "slots_used": 3,
+                        "slots": 8, "load1": 1.5, "jobs_held": 4, "age": 31.0}]
+    fake.lost_broker = {"broker": "nats://nats1:4222", "since": time.time() - 30}
+    app = fake_app(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        from tui.widgets.node_panel import NodePanel
+
+        panel = app.screen.query_one(NodePanel)
+        await wait_for(pilot, lambda: panel.status is not None and bool(panel.status.agents), 10, "agent rows")
+        # Then the node pane says so above the agents (it showed them ALIVE, their beats ever older)
+        text = " ".join(panel.render().plain.split())
+        since = time.strftime("%H:%M:%S", time.localtime(fake.lost_broker["since"]))
+        assert f"BROKER LOST: nats://nats1:4222 does not answer since {since}: agents as last heard" in text, text
+        assert text.index("BROKER LOST") < text.index("etl-node-1")
 
 
 async def test_a_viewer_sees_the_verbs_greyed_and_cannot_send_one() -> None:

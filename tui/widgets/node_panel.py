@@ -96,6 +96,8 @@ class NodePanel(Widget, can_focus=True):
                         out.append("  " + clip(", ".join(names), 40))
         elif st.live:
             out.append("\nno executor has reported yet")
+        if st.broker_lost:
+            out.append(f"\n{st.broker_lost}", tone_style(self, "bad"))
         if st.agents:
             out.append("\nEX AGENT        STATE    POOLS        RUN   LOAD HELD BEAT")
             for a in st.agents:

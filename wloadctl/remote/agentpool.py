@@ -143,6 +143,8 @@ class AgentPool:
         """Result messages applied this turn: acknowledged once the turn is journaled."""
         self.pending_kill: dict[int, Kill] = {}
         """Kills of jobs no agent had accepted yet."""
+        self.unsent_kills: dict[tuple[str, int, int], int] = {}
+        """Kills asked for while the broker was away, sent once it is back: (agent, job, attempt) -> signal."""
         self.capacity: dict[str, int] = {}
         """Slots each remote place was last said to offer."""
         self.places = {place_of(s) for s in specs} - {LOCAL_PLACE}
@@ -606,6 +608,9 @@ class AgentPool:
             self.note(f"{self.watch.line(change)}; agents' silence is not counted until it is back")
             return
         self.note(f"{self.watch.line(change)}; agents have {self.timeout:g}s to be heard again")
+        if self.unsent_kills:
+            self.note(f"{len(self.unsent_kills)} kill(s) asked for while it was away sent now")
+            self._resend_kills()
         # Their beats could not reach this scheduler: each agent not already lost gets a fresh timeout,
         # and the tasks its beats did not list a fresh grace.
         for node in self.nodes.values():
@@ -719,9 +724,27 @@ class AgentPool:
         self._send_kill(node, c.job, c.attempt, signal.SIGTERM if c.graceful else signal.SIGKILL)
 
     def _send_kill(self, node: Node, job: int, attempt: int, sig: int) -> None:
+        """Publish a kill to the agent; while the broker is away, keep it for when it is back (see _resend_kills)."""
         if self.link.connected:
-            self.link.publish(self.subjects.ctl(node.name),
-                              M.KillRequest(self.run_id, job, attempt, int(sig), self.epoch).encode())
+            try:
+                self.link.publish(self.subjects.ctl(node.name),
+                                  M.KillRequest(self.run_id, job, attempt, int(sig), self.epoch).encode())
+                return
+            except WloadError:
+                pass  # it went meanwhile
+        key = (node.name, job, attempt)
+        # A SIGKILL asked for later outranks a SIGTERM kept.
+        self.unsent_kills[key] = int(sig) if sig == signal.SIGKILL else self.unsent_kills.get(key, int(sig))
+
+    def _resend_kills(self) -> None:
+        """The broker is back: the kills asked for meanwhile go to their agents, for attempts still under way."""
+        kept, self.unsent_kills = self.unsent_kills, {}
+        state, attempt = self.core.state, self.core.attempt
+        for (name, job, att), sig in kept.items():
+            node = self.nodes.get(name)
+            if node is not None and attempt[job] == att and state[job] in (JobState.QUEUED, JobState.RUNNING,
+                                                                             JobState.HELD):
+                self._send_kill(node, job, att, sig)
 
     # -- views ---------------------------------------------------------------------------------
 
