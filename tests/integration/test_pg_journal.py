@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,6 +146,50 @@ def test_a_postgresql_restart_mid_run_loses_nothing(tmp_path: Path, private_pg: 
                 to_states = [t[1] for t in st.transitions_of(run.id, r[0])]
                 assert to_states.count(4) == 1 and to_states.count(3) == 1, (r[1], to_states)
         assert not ipc_names(run_id)
+
+
+def test_a_signal_while_the_postgresql_journal_is_away_stops_the_run_at_once_and_it_resumes_later(
+        tmp_path: Path, private_pg: PrivateServer) -> None:
+    # Given a run journaling to a private server, a job running
+    out = tmp_path / "evidence"
+    jobs = {"a": {}, "b": {"depends_on": ["a"]}, "c": {"depends_on": ["b"]}}
+    plan = evidence_plan(tmp_path / "plan.yaml", out, jobs, name="pgstop", sleep=3)
+    sd = tmp_path / "sd"
+    with scratch_database(private_pg.url, "wl_test") as url:
+        proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
+                                 "--journal", url, "--executors", "1", "--slots", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                                start_new_session=True)
+        try:
+            wait_for(lambda: "a" in read_evidence(out), timeout=60, what="a started")
+            # When PostgreSQL goes away and the operator stops the run meanwhile
+            private_pg.stop("fast")
+            wait_for(lambda: [e["event"] for e in journal_events(sd)] == ["journal_lost"], timeout=30,
+                     what="the journal lost")
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            _stdout, stderr = proc.communicate(timeout=30)
+            took = time.monotonic() - t0
+        finally:
+            stop_proc(proc, group=True)
+        # Then it stops within seconds (it waited the whole 300 s for the server, deaf to the signal), says so once
+        # and how to go on
+        assert took < 15 and proc.returncode == 3, (took, stderr)
+        lines = stderr.splitlines()
+        assert len([x for x in lines if "reconnecting for up to" in x]) == 1, stderr
+        assert "(stopped while waiting for it)" in lines[-1] and "the run is resumable once PostgreSQL is back" \
+            in lines[-1], stderr
+        # And once the server is back, a resume finishes the run, every job once
+        private_pg.start()
+        p = cli("resume", "--state-dir", str(sd), "--journal", url, "--json", timeout=120)
+        assert p.returncode == 0, p.stderr
+        summary = json.loads(p.stdout)
+        reap_orphans(summary["run"])
+        assert set(summary["jobs"].values()) == {"SUCCEEDED"}, summary
+        ev = read_evidence(out)
+        assert sorted(ev) == ["a", "b", "c"]
+        assert all([k for k, _t in marks].count("end") <= 1 for marks in ev.values()), ev
+        assert not ipc_names(summary["run"])
 
 
 def _conninfo(url: str) -> dict[str, str]:

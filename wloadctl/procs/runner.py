@@ -76,6 +76,7 @@ from wloadctl.procs.userfiles import remove_job_dirs
 from wloadctl.runplan import keep_plan, run_plan
 from wloadctl.runshape import CoreCopy, shape_of_copy, write_shape
 from wloadctl.store import RunRow, Store, journal_exists, journal_url, run_place, without_password
+from wloadctl.store.base import JournalUnavailable
 from wloadctl.store.facts import RunFacts, run_facts
 
 if TYPE_CHECKING:
@@ -796,6 +797,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                          say=opts.say)
     # A server journal lost mid-run: the loop waits in the store; the event log and the board say so.
     store.on_outage = loop.journal_outage
+    # A signal while it waits stops the wait (nothing can be journaled: the run is resumable from what was).
+    store.stop_waiting = lambda: "stopped while waiting for it" if loop.stop_requested else None
     if opts.metrics is not None:
         opts.metrics.loop = loop
     if claim is not None and adopt:
@@ -851,6 +854,13 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     except Fenced as e:
         fenced = e
         raise
+    except JournalUnavailable:
+        # As for a full disk: the journal cannot record running jobs stopped and requeued (stopped, their exits
+        # would read as failures to the resume), so they run on under their executors for it to pick up.
+        kept = loop.jobs_here()
+        if kept:
+            opts.say(f"{kept} job(s) here run on under their executors: the resume picks them up")
+        raise
     finally:
         # Signals stay caught (they only ask the finished loop to stop) until the cleanup
         # is done: a SIGTERM here must not leave the run's queues and segments behind.
@@ -889,7 +899,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                         remove_dead_spares(run_dirs(opts.state_dir, run.run_id)[0])
                     events.close()
         finally:
-            store.on_outage = None
+            store.on_outage = store.stop_waiting = None
             _restore_signals(stop_signals)
             if loop.governor is not None:
                 loop.governor.leave()

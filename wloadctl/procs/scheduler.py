@@ -478,7 +478,8 @@ class SchedulerLoop:
         self.stop_requested = True
         # Paused for a full disk, the journal cannot record running jobs stopped and requeued: stopped, their
         # exits would read as failures to the resume. They run on under their executors for it to pick up.
-        self.keep_jobs = keep_jobs or bool(self.no_space)
+        # So with the journal unreachable.
+        self.keep_jobs = keep_jobs or bool(self.no_space) or self.journal_lost
         self.core.paused = True
 
     def jobs_here(self) -> int:

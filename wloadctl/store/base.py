@@ -139,6 +139,9 @@ class Store(CurrentState, JobFacts, ABC):
     on_outage: Callable[[bool, str], None] | None = None
     """Told when a server journal becomes unreachable (True) and when it is back (False), with the
     one-line notice: a scheduler shows its pause in the event log and on the board."""
+    stop_waiting: Callable[[], str | None] | None = None
+    """Asked between reconnection attempts to a server journal: a reason to give up now (a scheduler told to
+    stop by a signal), or None to go on waiting."""
 
     def __init__(self) -> None:
         self._columns: dict[int, JobColumns] = {}

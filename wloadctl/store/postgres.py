@@ -144,6 +144,8 @@ class PostgresStore(Store):
         self._conn: psycopg.Connection[Any] | None = None
         self._gave_up = False
         """The last call waited for the server in vain."""
+        self._down_since: float | None = None
+        """Since when the server has been unreachable (None: it answered the last call)."""
         self._next: dict[int, int] = {}
         """Next transition sequence number of each run this store writes turns of."""
 
@@ -243,10 +245,12 @@ class PostgresStore(Store):
                     conn = self._conn = self._open_conn()
                 out = fn(conn)
                 self._gave_up = False
-                if lost_at is not None:
+                if self._down_since is not None:
                     self._outage(False, f"journal: PostgreSQL {self.where} is back after "
-                                        f"{time.time() - lost_at:.1f}s; the unfinished transaction was written "
-                                        "again as a whole")
+                                        f"{time.time() - self._down_since:.1f}s"
+                                        + ("; the unfinished transaction was written again as a whole"
+                                           if lost_at is not None else ""))
+                    self._down_since = None
                 return out
             except psycopg.OperationalError as e:
                 conn = self._conn
@@ -258,13 +262,19 @@ class PostgresStore(Store):
                 now = time.time()
                 if lost_at is None:
                     lost_at = now
+                down = self._down_since
+                if down is None:
+                    # Said once an outage (the calls after one that gave up try once, each).
+                    down = self._down_since = now
                     self._outage(True, f"journal: PostgreSQL {self.where} unreachable ({_line(e)}); reconnecting "
                                        f"for up to {self.outage_limit:.0f}s, nothing is dispatched until the journal "
                                        "is written")
-                if now - lost_at > (0.0 if self._gave_up else self.outage_limit):
+                stop = self.stop_waiting() if self.stop_waiting is not None else None
+                if stop is not None or now - lost_at > (0.0 if self._gave_up else self.outage_limit):
                     # Once it gave up, later calls (status, fencing checks on the way out) try once.
                     self._gave_up = True
-                    raise JournalUnavailable(f"journal {self.where} unreachable for {now - lost_at:.0f}s: {_line(e)}",
+                    raise JournalUnavailable(f"journal {self.where} unreachable for {now - down:.0f}s"
+                                             f"{f' ({stop})' if stop else ''}: {_line(e)}",
                                              hint="the run is resumable once PostgreSQL is back") from None
                 time.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
