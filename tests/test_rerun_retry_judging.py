@@ -79,6 +79,57 @@ def test_a_rerun_of_an_until_job_runs_its_loop_afresh(how: str) -> None:
     core.validate()
 
 
+def _fast_loop() -> SchedulerCore:
+    plan = with_fields(make_plan({"poll": {}, "after": {"deps": ["poll"]}}),
+                       poll={"until": "result.done == 1", "max_iterations": 1000})
+    core = SchedulerCore(plan, slots=2)
+    core.handle(RunStartedEvent(0.0))
+    exit_with(core, "poll", 0, {"done": 0})
+    assert states(core)["poll"] == "QUEUED"  # an iteration follows another: never WAITING or READY for long
+    return core
+
+
+def test_a_hold_of_an_until_loop_between_iterations_holds_it_once_the_iteration_ends_and_release_goes_on() -> None:
+    core = _fast_loop()
+    p = core.index["poll"]
+    # When the operator holds it while an iteration is under way (it was refused: only kill applied)
+    reply = next(c for c in verb(core, "hold", "poll") if type(c).__name__ == "Reply")
+    assert reply.results == [(p, True, f"job 'poll' will be held after its current iteration (attempt "
+                                       f"{core.attempt[p]}): it starts no other until released")]
+    assert states(core)["poll"] == "QUEUED"
+    # Then the iteration ends and the loop starts no other
+    cmds = exit_with(core, "poll", 0, {"done": 0})
+    assert states(core)["poll"] == "HELD" and dispatched(cmds) == []
+    # And a release goes on with the loop where it was
+    cmds = verb(core, "release", "poll")
+    assert states(core)["poll"] == "QUEUED" and [core.ids[i] for i, _a in dispatched(cmds)] == ["poll"]
+    exit_with(core, "poll", 0, {"done": 1})
+    assert states(core)["poll"] == "SUCCEEDED" and states(core)["after"] == "QUEUED"
+    core.validate()
+
+
+def test_a_hold_asked_for_in_the_last_iteration_of_an_until_loop_is_moot() -> None:
+    core = _fast_loop()
+    verb(core, "hold", "poll")
+    exit_with(core, "poll", 0, {"done": 1})
+    assert states(core)["poll"] == "SUCCEEDED" and core.index["poll"] not in core.holds
+    verb(core, "rerun", "poll")
+    assert states(core)["poll"] == "QUEUED"  # (not held by the hold of a loop that had ended)
+    core.validate()
+
+
+def test_a_kill_of_an_until_loop_heard_after_its_iteration_exited_0_stops_the_loop() -> None:
+    core = _fast_loop()
+    verb(core, "kill", "poll")
+    # When the iteration the kill was sent to had already exited 0 (the kill arrived too late to stop it)
+    cmds = exit_with(core, "poll", 0, {"done": 0})
+    # Then the loop ends there, failed by the kill (it went on iterating, the kill lost)
+    assert states(core)["poll"] == "FAILED" and dispatched(cmds) == []
+    assert core.reasons[core.index["poll"]].endswith("(its iteration had exited 0: the loop starts no other)")
+    assert states(core)["after"] == "UPSTREAM_FAILED"
+    core.validate()
+
+
 def test_a_preempted_job_is_sent_again_under_a_new_attempt_that_its_retries_do_not_count() -> None:
     plan = with_fields(make_plan({"bulk": {"sla": "low"}, "gate": {}, "urgent": {"sla": "critical", "deps": ["gate"]}}),
                        bulk={"preemptible": True})

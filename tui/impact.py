@@ -10,7 +10,7 @@ from tui.view_model import JobsModel
 from wloadctl.core.dag import Dag
 from wloadctl.core.holds import says_held
 from wloadctl.core.states import TERMINAL, JobState, SlaTier
-from wloadctl.core.verbs import VERB_FROM, applicable_verbs
+from wloadctl.core.verbs import ITERATING, VERB_FROM, applicable_verbs
 
 S = JobState
 VERB_KEYS: dict[str, str] = {
@@ -171,9 +171,10 @@ def impact(
     st_of = bytes(model.state)
     refusal: dict[int, str] = {}  # the words after the job's name, per state
     chosen: list[int] = []
+    iterating = model.loops if verb == "hold" else frozenset()
     for i in jobs:
         st = st_of[i]
-        if st in allowed:
+        if st in allowed or (i in iterating and st in ITERATING):
             chosen.append(i)
             continue
         job = ids[i]

@@ -77,6 +77,8 @@ class JobsModel:
     (wloadctl.core.sla.risk_window)."""
     critical: frozenset[int] = frozenset()
     """Jobs on the run's critical path."""
+    loops: frozenset[int] = frozenset()
+    """Jobs with an `until`, which a hold takes between iterations too (QUEUED or RUNNING)."""
     expected: array[float] = field(default_factory=lambda: array("d"))
     """Expected seconds of each job (its `expected:` key, else its history's median, else 1)."""
     remaining: array[float] = field(default_factory=lambda: array("d"))

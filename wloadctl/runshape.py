@@ -64,6 +64,8 @@ class RunShape:
     windows: dict[int, float] = field(default_factory=dict)
     """At-risk windows (core/sla.risk_window) of jobs with a deadline, where a timeout widens them past
     RISK_WINDOW."""
+    loops: frozenset[int] = frozenset()
+    """Jobs with an `until`: an operator's hold takes them between two iterations too (core/verbs.py)."""
 
     def __post_init__(self) -> None:
         self.longest = max(self.path, default=0.0)
@@ -112,7 +114,8 @@ def write_shape(state_dir: Path, run_id: str, shape: RunShape) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps({"timezone": shape.timezone,
                        "deadlines": {str(k): v for k, v in shape.deadlines.items()},
-                       "windows": {str(k): v for k, v in shape.windows.items()}}).encode()
+                       "windows": {str(k): v for k, v in shape.windows.items()},
+                       "loops": sorted(shape.loops)}).encode()
     tmp = path.with_suffix(f".shape.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
         f.write(HEADER.pack(MAGIC, VERSION, 0, len(shape.tier), len(shape.up), len(text)))
@@ -154,7 +157,7 @@ def read_shape(state_dir: Path, run_id: str) -> RunShape | None:
     windows = {int(k): float(v) for k, v in (meta.get("windows") or {}).items()}
     id_starts, up_off, up, down_off, down, expected, path = parts
     return RunShape(tier, id_starts, up_off, up, down_off, down, expected, path, deadlines, meta.get("timezone"),
-                    windows)
+                    windows, frozenset(int(i) for i in meta.get("loops") or ()))
 
 
 _OFFSET = struct.Struct("<i")
@@ -228,7 +231,7 @@ class CoreCopy:
     path: array
     """Expected seconds from each job's start to the end of the plan."""
     specs: list[Any]
-    """The jobs' specs (for their deadlines and at-risk windows)."""
+    """The jobs' specs (for their deadlines, at-risk windows and `until` loops)."""
 
     @classmethod
     def of(cls, core: object) -> CoreCopy:
@@ -262,5 +265,6 @@ def shape_of_copy(copy: CoreCopy, deadlines: Mapping[int, str] | None, timezone:
     else:
         up_off, up = transpose(n, copy.down_off, copy.down)
     windows = {i: w for i in deadlines if i < n and (w := risk_window(copy.specs[i].timeout)) > RISK_WINDOW}
+    loops = frozenset(i for i, s in enumerate(copy.specs) if s.until)
     return RunShape(copy.tier, id_starts, up_off, up, copy.down_off, copy.down, copy.expected, copy.path,
-                    dict(deadlines), timezone, windows)
+                    dict(deadlines), timezone, windows, loops)

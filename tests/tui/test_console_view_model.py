@@ -256,6 +256,11 @@ def test_rerun_impact_counts_downstream_critical_and_deadlines(
         "'load_gl' is RUNNING: hold does not apply; kill would apply"
         in held.refused[0][1]
     )
+    # An `until` loop is held between iterations, QUEUED or RUNNING as it is (the scheduler takes it)
+    model.loops = frozenset(at(model, "load_gl"))
+    held = impact("hold", at(model, "load_gl", "extract_core"), model, dag)
+    assert held.applies == ["load_gl"] and [j for j, _w in held.refused] == ["extract_core"]
+    model.loops = frozenset()
     kill = impact("kill", at(model, "load_gl"), model, dag)
     assert "gl_close" in kill.affected and kill.critical_tier >= 3
     assert [d.job for d in kill.deadlines][:2] == ["load_gl", "gl_close"]

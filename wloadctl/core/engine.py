@@ -459,8 +459,16 @@ class SchedulerCore(JobTable):
         unusable = ev.result.problem if isinstance(ev.result, UnusableResult) else None
         if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.lost and not ev.spawn_failed and \
                 unusable is None:
-            if i in self.kill_reason:
-                del self.kill_reason[i]
+            kill = self.kill_reason.pop(i, None)
+            if kill is not None and not kill[1] and i in self.branches.untils:
+                # An operator's kill of an `until` loop, heard after its iteration had exited 0: the loop stops
+                # (the next iteration would start, and the kill be lost).
+                used = self.attempt[i] - self.attempt_base.get(i, 0)
+                why = f"{kill[0]} (its iteration had exited 0: the loop starts no other)"
+                self.set_state(i, _FAIL, reason=why, executor=ex, exit_code=0)
+                self._other.append(Alert(i, _FAIL, used, why, 0))
+                self.resolve(i)
+                return
             done = ""
             if i in self.branches.untils:
                 again, done = self._again_until(i, ev)
@@ -575,6 +583,7 @@ class SchedulerCore(JobTable):
             self.resolve(i)
             return True, ""
         if done:
+            self.holds.pop(i, None)  # (a hold asked for after this iteration: there is no other to hold)
             return False, "" if met else until_spent(n)
         if self.cancelled:  # no iteration starts in a cancelled run
             self.set_state(i, _R, reason=until_reason(n, most), executor=ev.executor)
@@ -583,6 +592,10 @@ class SchedulerCore(JobTable):
             return True, ""
         # Another iteration is not a retry: it does not spend the retry budget.
         self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
+        if i in self.holds:  # an operator's hold asked for during the iteration: the next waits for a release
+            self.set_state(i, _R, reason=until_reason(n, most), executor=ev.executor)
+            self.set_state(i, _HELD, reason=f"{self.holds[i]} after iteration {n}/{most}")
+            return True, ""
         self._make_ready_from(i, reason=until_reason(n, most))
         return True, ""
 

@@ -107,6 +107,9 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         reasons.append("sent to the executors; not started yet")
     elif st == S.RUNNING:
         reasons.append(f"running (attempt {core.attempt[i]}) on executor {core.executor[i]}")
+    holds: dict[int, str] = getattr(core, "holds", {})  # (a stopped run's view: none pending)
+    if st in (S.QUEUED, S.RUNNING) and spec.until and i in holds:
+        reasons.append(f"{holds[i]}: held once this iteration ends (its `until` starts no other until released)")
     elif st in (S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED, S.SKIPPED):
         said, why_ = st.name.lower().replace("_", " "), core.reasons.get(i, "")
         reasons.append(said if why_ in ("", said) else f"{said}: {why_}")
@@ -139,7 +142,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         "attempt": core.attempt[i],
         "reasons": reasons,
         "blocking": blocking,
-        "verbs": [v for v in applicable_verbs(st) if v != ("release" if spec.confirm else "approve")],
+        "verbs": [v for v in applicable_verbs(st, iterating=bool(spec.until) and i not in holds)
+                  if v != ("release" if spec.confirm else "approve")],
         "critical_path": path,
         **({"host_wait": list(host_wait), "host_need": host_wait} if host_wait else {}),
     }

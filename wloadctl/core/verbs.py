@@ -110,6 +110,10 @@ VERB_FROM: dict[str, frozenset[JobState]] = {
 }
 """The states each verb applies to; a verb on a job in another state is refused."""
 
+ITERATING = frozenset({S.QUEUED, S.RUNNING})
+"""States of an `until` job's iteration, which a hold lets end and then holds it (see _hold_iterating)."""
+
+
 VERBS: tuple[str, ...] = tuple(VERB_FROM)
 """Every operator verb."""
 
@@ -120,9 +124,11 @@ MUTATING_OFFLINE: frozenset[str] = frozenset({"hold", "release", "set-ok", "skip
 """Verbs that also work on the journal of a run whose scheduler is not live."""
 
 
-def applicable_verbs(state: JobState) -> list[str]:
-    """The verbs that would apply to a job in `state` (for refusal messages and the console)."""
-    return [v for v, states in VERB_FROM.items() if state in states and v != "cancel"]
+def applicable_verbs(state: JobState, iterating: bool = False) -> list[str]:
+    """The verbs that would apply to a job in `state` (for refusal messages and the console); `iterating`: an
+    `until` job, which hold takes between its iterations too."""
+    out = [v for v, states in VERB_FROM.items() if state in states and v != "cancel"]
+    return ["hold", *out] if iterating and state in ITERATING else out
 
 
 def refusal(job: str, state: JobState, verb: str, confirm: bool = False) -> str:
@@ -210,6 +216,9 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         if i in core.fanout.expanded and verb in _LOOP_VERBS:
             results.append((i, *_loop_verb(core, i, ev, touched)))
             continue
+        if verb == "hold" and st in ITERATING and core.specs[i].until:
+            results.append((i, True, _hold_iterating(core, i, ev)))
+            continue
         if st not in VERB_FROM[verb]:
             results.append((i, False, refusal(core.ids[i], st, verb, core.specs[i].confirm)))
             continue
@@ -282,6 +291,14 @@ def _hold(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> st
     core.set_state(i, S.HELD, reason=core.holds[i])
     touched.append(i)
     return f"job '{core.ids[i]}' held"
+
+
+def _hold_iterating(core: VerbTarget, i: int, ev: OperatorEvent) -> str:
+    """Hold an `until` job between its iterations: the one under way ends, the next starts only once released
+    (one that runs without a break is never WAITING or READY, where a hold takes a job)."""
+    core.holds[i] = held_by(ev.user, ev.reason)  # (SchedulerCore._again_until holds it instead of running it again)
+    return (f"job '{core.ids[i]}' will be held after its current iteration (attempt {core.attempt[i]}): it "
+            "starts no other until released")
 
 
 def _settle(core: VerbTarget, i: int, touched: list[int]) -> None:
