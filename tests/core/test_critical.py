@@ -62,7 +62,8 @@ def test_why_tells_the_rank_and_the_expected_duration() -> None:
     core = SchedulerCore(make_plan({"a": {"expected": 120.0}, "b": {"deps": ["a"]}, "c": {}}), slots=1)
     w = why(core, core.index["a"], 0.0)
     assert w["critical_path"] == {"rank": 0, "expected": 120.0, "remaining": 121.0, "longest": 121.0}
-    assert any("critical path: rank 0" in r and "expected 2m" in r for r in w["reasons"])
+    assert any(f"critical path: rank 0 of 0-{RANK_MAX} (0: on the longest path, starts first), expected 2m" in r
+               for r in w["reasons"])
     assert why(core, core.index["c"], 0.0)["critical_path"]["rank"] == RANK_MAX - int(1.0 * RANK_MAX / 121.0)
     assert core.key_base[core.index["c"]] & MASK == 0
 

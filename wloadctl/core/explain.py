@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from wloadctl.core.branches import UNTIL_SPENT
+from wloadctl.core.codes import RANK_MAX
 from wloadctl.core.critical import rank_of
 from wloadctl.core.durations import format_duration
 from wloadctl.core.holding import HOST_CPU, HOST_UNLIMITED, LOCAL_PLACE
@@ -132,7 +133,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         reasons.append(late)
     path = critical_path(core, i)
     if path is not None and st in (S.WAITING, S.HELD, S.READY, S.RETRY_WAIT):
-        reasons.append(f"critical path: rank {path['rank']} (0 runs first), expected "
+        reasons.append(f"critical path: rank {path['rank']} of 0-{RANK_MAX} (0: on the longest path, starts first), "
+                       "expected "
                        f"{format_duration(path['expected'])}, {format_duration(path['remaining'])} of work from "
                        f"here to the end (the longest is {format_duration(path['longest'])})")
     return {
