@@ -24,6 +24,7 @@ from wloadctl.store.audit import verify as verify_chain
 from wloadctl.store.current import CurrentState
 from wloadctl.store.facts import JobFacts
 from wloadctl.turns import JobColumns, rows_from
+from wloadctl.urls import without_password
 
 JOURNAL_ENV = "WLOADCTL_JOURNAL"
 """Environment variable naming the journal (a `postgresql://` URL) when `--journal` is not given."""
@@ -100,15 +101,6 @@ def pg_server(given: str = "") -> str:
 def journal_url(given: str | None = None) -> str | None:
     """The journal URL in force: the one given, else $WLOADCTL_JOURNAL, else None (SQLite in the state dir)."""
     return given or os.environ.get(JOURNAL_ENV) or None
-
-
-def without_password(url: str) -> str:
-    """`url` as given, its password (if any) left out (what messages and hints show of a journal URL)."""
-    head, at, tail = url.rpartition("@")
-    if not at or "://" not in head:
-        return url
-    scheme, _, userinfo = head.partition("://")
-    return f"{scheme}://{userinfo.split(':', 1)[0]}@{tail}"
 
 
 def run_place(state_dir: Path, journal: str | None = None) -> str:

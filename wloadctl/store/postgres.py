@@ -30,6 +30,7 @@ from wloadctl.store.audit import GENESIS, action_hash
 from wloadctl.store.base import JournalUnavailable, RunRow, Store, without_password
 from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
+from wloadctl.urls import split_url
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = 5
@@ -77,10 +78,14 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     """(connection URL for psycopg, namespace, the URL without password for messages).
 
     Raises:
-        UsageError: not a postgresql:// URL naming a host and a database.
+        UsageError: not a postgresql:// URL naming a host and a database, or one that cannot be read as
+            a URL (an unclosed IPv6 bracket, a port out of range).
     """
-    parts = urlsplit(url)
     hint = "give --journal postgresql://USER@HOST[:PORT]/DB (optionally ?namespace=NAME)"
+    try:
+        parts = split_url(url)
+    except ValueError as e:
+        raise UsageError(f"journal URL {without_password(url)!r}: {e}", hint=hint) from None
     if parts.scheme not in ("postgresql", "postgres"):
         raise UsageError(f"journal {without_password(url)!r} is not a postgresql:// URL", hint=hint)
     db = parts.path.lstrip("/")
@@ -99,7 +104,8 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     rest = urlencode([(k, v) for k, v in query if k != "namespace"])
     user = f"{parts.username}@" if parts.username else ""
     port = f":{parts.port}" if parts.port else ""
-    where = f"postgresql://{user}{host}{port}/{db}"
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 host, bracketed as it was given
+    where = f"postgresql://{user}{shown}{port}/{db}"
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), ns, where
 
 
