@@ -46,6 +46,19 @@ class JournalUnavailable(StoreError):
 
 
 @dataclass(frozen=True, slots=True)
+class JournalLoss:
+    """How a journal found behind what its run's executors recorded could have lost what it had committed, and
+    what gets it back: said in the terms of the journal in use (a file's write-ahead log, a server's database)."""
+
+    cause: str
+    """The likely causes, as a question closing a message: "journal.db-wal removed or damaged?"."""
+    last_turns: str
+    """The likely causes of losing only its last turns (those committed without waiting for the disk)."""
+    restore: str
+    """What to restore from a backup (or name) to get its records back."""
+
+
+@dataclass(frozen=True, slots=True)
 class RunRow:
     """One run as recorded in the journal."""
 
@@ -175,6 +188,12 @@ class Store(CurrentState, JobFacts, ABC):
     @abstractmethod
     def where(self) -> str:
         """The journal's location for messages (a file, or a URL without its password)."""
+
+    @property
+    @abstractmethod
+    def loss(self) -> JournalLoss:
+        """How this journal could have lost records it committed, and what to restore (for the refusals of a run
+        or resume whose executors recorded more than it holds)."""
 
     @abstractmethod
     def close(self) -> None:

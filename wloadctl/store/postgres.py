@@ -27,7 +27,7 @@ from psycopg import sql
 
 from wloadctl.errors import NoJournalYet, StoreError, UsageError
 from wloadctl.store.audit import GENESIS, action_hash
-from wloadctl.store.base import JournalUnavailable, RunRow, Store, without_password
+from wloadctl.store.base import JournalLoss, JournalUnavailable, RunRow, Store, without_password
 from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
 from wloadctl.urls import split_url
@@ -178,6 +178,18 @@ class PostgresStore(Store):
     def where(self) -> str:
         """The URL without its password."""
         return self._where
+
+    @property
+    def loss(self) -> JournalLoss:
+        """A server journal loses committed turns with its database (dropped, made anew or restored from an older
+        backup), or is not the database the run was journaled in."""
+        return JournalLoss(
+            cause="its database dropped and made anew, restored from an older backup, or not the one the run was "
+                  "journaled in?",
+            last_turns="the database server crashed before they reached its disk, or the database was restored "
+                       "from an older backup?",
+            restore=f"restore the database {self._where} from its backup, or give --journal the URL of the database "
+                    "the run was journaled in")
 
     def _open_conn(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
