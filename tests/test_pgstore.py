@@ -81,6 +81,39 @@ def test_a_bad_journal_url_is_one_line(url: str, fragment: str) -> None:
         parse_journal_url(url)
 
 
+@pytest.mark.parametrize(("url", "fragment"), [
+    ("postgresql://postgres@127.0.0.1:99999/x", "port '99999' is not a number from 0 to 65535"),
+    ("postgresql://postgres@127.0.0.1:abc/x", "port 'abc' is not a number from 0 to 65535"),
+    ("postgresql://postgres:pw@[::1/x", "its host has an unclosed '[' or ']'"),
+])
+@pytest.mark.parametrize("verb", [("status",), ("runs",), ("run", "PLAN"), ("resume",), ("hold", "a"), ("console",)])
+def test_a_malformed_journal_url_is_bad_input_naming_it(tmp_path: Path, url: str, fragment: str,
+                                                        verb: tuple[str, ...]) -> None:
+    # Given a journal URL that cannot be read as a URL (no server need be asked)
+    plan = tmp_path / "p.yaml"
+    plan.write_text("name: p\njobs:\n  a: {command: 'true'}\n")
+    state = tmp_path / "state"
+    argv = [str(plan) if v == "PLAN" else v for v in verb]
+    if verb[0] not in ("status", "runs"):
+        argv += ["--state-dir", str(state)]
+    # When a command is given it
+    p = cli(*argv, "--journal", url, timeout=60)
+    # Then it says so in one line naming the URL (without its password), as bad input, having made nothing
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1 and "internal error" not in p.stderr, p.stderr
+    assert f"journal URL '{url.replace(':pw@', '@')}': {fragment}" in p.stderr
+    assert "pw" not in p.stderr and not state.exists()
+
+
+def test_a_malformed_journal_url_in_the_environment_is_bad_input_too() -> None:
+    p = cli("status", env={"WLOADCTL_JOURNAL": "postgresql://postgres@127.0.0.1:99999/x"}, timeout=60)
+    assert p.returncode == 2 and "port '99999' is not a number" in p.stderr, p.stderr
+
+
+def test_an_ipv6_journal_host_is_shown_bracketed() -> None:
+    assert parse_journal_url("postgresql://u:pw@[::1]:5433/db")[2] == "postgresql://u@[::1]:5433/db"
+
+
 def test_a_journal_url_of_another_scheme_is_quoted_as_given_without_its_password() -> None:
     with pytest.raises(UsageError) as e:
         parse_journal_url("mysql://x:pw@y/z")

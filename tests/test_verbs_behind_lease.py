@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.integration.helpers import ENV, reap_orphans, stop_proc, wait_for
@@ -107,6 +109,32 @@ def test_a_run_killed_9_resumes_by_its_state_directory_alone(gated: GatedRun) ->
         remove_run_objects(run_id)
     st = json.loads(gated.wl("status", "--journal", gated.url, "--json").stdout)
     assert (st["run"], st["status"]) == (run_id, "succeeded"), st
+
+
+def test_a_verb_right_after_its_scheduler_of_this_host_was_killed_9_is_applied_on_the_journal(
+        gated: GatedRun) -> None:  # noqa: F811
+    # (it was refused until the dead scheduler's lease ran out, telling the operator to go to "that host": this one)
+    # Given a run of a PostgreSQL journal whose scheduler of this host was killed -9 a moment ago, its lease
+    # still in force (kept so here, for as long as the verb takes)
+    run_id = json.loads(gated.wl("status", "--journal", gated.url, "--json").stdout)["run"]
+    gated.proc.kill()
+    gated.proc.wait(10)
+    with psycopg.connect(gated.url, autocommit=True) as c:
+        c.execute("UPDATE runs SET lease_until = %s WHERE run_id = %s", (time.time() + 60, run_id))
+    try:
+        # When its operator holds a job by the run's state directory
+        p = gated.wl("hold", "end", "--state-dir", str(gated.state_dir))
+        # Then the hold is applied to the journal, as it is once the lease ran out
+        assert p.returncode == 0, p.stderr
+        assert "held" in p.stdout and "no control socket" not in p.stderr, (p.stdout, p.stderr)
+        assert _state(gated, "end") == "HELD"
+        # And `status` calls the run interrupted, not live elsewhere
+        st = json.loads(gated.wl("status", "--state-dir", str(gated.state_dir), "--json").stdout)
+        assert st["status"] == "interrupted" and not st["live"], st
+    finally:
+        # (a run never resumed leaves its executors waiting for it: gone with its queues)
+        reap_orphans(run_id, timeout=2.0)
+        remove_run_objects(run_id)
 
 
 def test_verbs_reach_a_standby_of_this_host_that_took_the_run_over_in_a_state_directory_of_its_own(

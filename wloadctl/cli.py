@@ -832,7 +832,35 @@ def _main(argv: list[str]) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the parsed command: its exit code, its errors told in a line."""
-    return _told(lambda: COMMANDS[args.cmd](args))
+    return _told(lambda: _command(args))
+
+
+def _command(args: argparse.Namespace) -> int:
+    """The parsed command's exit code, its journal and broker URLs checked first."""
+    _urls_checked(args)
+    return COMMANDS[args.cmd](args)
+
+
+def _urls_checked(args: argparse.Namespace) -> None:
+    """Refuse a malformed journal URL (--journal, $WLOADCTL_JOURNAL or a state directory's journal.url) or
+    --broker URL of a command that takes one, as bad input, before the command looks for its run, makes a
+    directory or starts a process.
+
+    Raises:
+        UsageError: the URL is not a postgresql:// (journal) or NATS (broker) URL wloadctl can use.
+    """
+    if hasattr(args, "journal"):
+        from wloadctl.store import journal_url
+
+        url = journal_url()
+        if url is not None:
+            from wloadctl.store.postgres import parse_journal_url
+
+            parse_journal_url(url)
+    if getattr(args, "broker", None):
+        from wloadctl.remote.broker import check_broker_url
+
+        check_broker_url(args.broker)
 
 
 def _told(command: Callable[[], int]) -> int:

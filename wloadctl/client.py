@@ -168,7 +168,7 @@ class RunClient:
 
     def leased(self) -> bool:
         """Whether a scheduler (of any host) holds the run's lease now, by the journal (see lease_held)."""
-        return lease_held(self.store, self.reread_run())
+        return lease_held(self.store, self.reread_run(), self.state_dir)
 
     def far_holder(self) -> str | None:
         """The host of the scheduler holding the run's lease by the journal when its board is not here (a
@@ -961,15 +961,43 @@ def live_header(run_id: str) -> P.BoardHeader | None:
     return h if h is not None and pid_alive(h.scheduler_pid) and not h.done else None
 
 
-def lease_held(store: Store, run: RunRow) -> bool:
+def lease_held(store: Store, run: RunRow, state_dir: Path | None = None) -> bool:
     """Whether a scheduler (of any host) holds the run's lease now, by the journal's record `run`.
 
     A lease whose holder is on this host and gone (a scheduler killed -9 moments ago: its lease runs
-    out a few seconds later) holds nothing.
+    out a few seconds later) holds nothing. With a SQLite journal its pid tells. A server journal's
+    holder named by this host's name may be a process of another pid namespace (a container of the
+    same host name), whose pid is not seen here: it is gone only when the run's state directory
+    `state_dir` is here and its scheduler lock, which the holder kept while it lived, names it and is
+    free.
     """
+    pid = run.scheduler_pid
     if run.status != "running" or run.lease_until <= time.time():
         return False
-    return not (store.holder_host(run.id) is None and run.scheduler_pid and not pid_alive(run.scheduler_pid))
+    if not pid or pid_alive(pid):
+        return True
+    host = store.holder_host(run.id)
+    if host is None:
+        return False
+    return not (host == socket.gethostname() and state_dir is not None and _lock_left_by(state_dir, pid))
+
+
+def _lock_left_by(state_dir: Path, pid: int) -> bool:
+    """Whether `state_dir`'s scheduler lock names scheduler `pid` and no process holds it (that scheduler is
+    dead: the kernel drops a process's flock when it dies, whatever pid namespace it ran in)."""
+    try:
+        with open(state_dir / "scheduler.lock") as f:
+            if f.read().strip() != str(pid):
+                return False
+            try:
+                # Shared and at once: a scheduler starting meanwhile is kept out only for this instant.
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _dirs_held(pid: int) -> list[Path]:

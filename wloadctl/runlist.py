@@ -123,7 +123,7 @@ def journal_runs() -> list[RunEntry]:
                 status = "holding" if is_holding(header.counts) else "running"
                 out.append(_entry(store, run, state_dir, header.counts[: len(_NAMES)], status, last, host))
                 continue
-            if lease_held(store, run):
+            if lease_held(store, run, state_dir):
                 counts = [0] * len(_NAMES)  # its scheduler is elsewhere: the journal's own count
                 for s, n in store.state_counts(run.id):
                     counts[s] = n

@@ -10,7 +10,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from tests.integration.helpers import (
     ENV,
@@ -236,3 +238,35 @@ def test_the_hints_of_a_postgresql_journal_run_name_its_journal_and_its_state_di
     finally:
         gate.touch()
         stop_proc(proc, grace=30)
+
+
+def test_a_new_run_over_a_lost_postgresql_journal_refuses_with_advice_for_that_journal(
+        tmp_path: Path, pg_server_url: str, pg_url: str) -> None:
+    # (it told the operator to restore journal.db and journal.db-wal, which a run journaled in PostgreSQL has not)
+    # Given a run that ran its jobs with its journal in PostgreSQL
+    sd = tmp_path / "sd"
+    plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "out", {"a": {}, "b": {"depends_on": ["a"]}})
+    assert cli("run", str(plan), "--state-dir", str(sd), "--journal", pg_url, timeout=120).returncode == 0
+    # And its database then dropped and made anew, empty
+    name = pg_url.rsplit("/", 1)[1].split("?")[0]
+    with psycopg.connect(pg_server_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    before = (tmp_path / "out").read_text()
+    # When a new run is started there on that journal
+    p = cli("run", str(plan), "--state-dir", str(sd), "--journal", pg_url, timeout=120)
+    # Then it refuses, running nothing, in one line whose advice is that journal's, not a SQLite file's
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr, p.stderr
+    assert f"{sd} holds what the executors of run " in p.stderr and "but its journal postgresql://" in p.stderr
+    assert "its database dropped and made anew, restored from an older backup" in p.stderr
+    assert "restore the database postgresql://" in p.stderr and "from its backup" in p.stderr
+    assert "journal.db" not in p.stderr, p.stderr
+    assert (tmp_path / "out").read_text() == before
+    # And given another database than the one its runs went to, it names that one
+    with scratch_database(pg_server_url, "wl_test") as other:
+        p = cli("run", str(plan), "--state-dir", str(sd), "--journal", other, timeout=120)
+    assert p.returncode == 3, p.stdout + p.stderr
+    note = (sd / "journal.url").read_text().strip()
+    assert f"its runs were journaled in {note}: give --journal {note}" in p.stderr, p.stderr
+    assert "journal.db" not in p.stderr and (tmp_path / "out").read_text() == before

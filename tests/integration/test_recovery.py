@@ -751,7 +751,9 @@ def test_a_new_run_over_a_journal_that_lost_its_runs_refuses(tmp_path: Path, no_
     before = out.read_text()
     p = cli("run", str(tmp_path / "plan.yaml"), "--state-dir", str(sd), timeout=60)
     assert p.returncode == 3, p.stdout + p.stderr
-    assert (f"{sd} holds what the executors of run {run_id} recorded, but its journal has no such run") in p.stderr
+    assert (f"{sd} holds what the executors of run {run_id} recorded, but its journal {sd / 'journal.db'} has no "
+            "such run") in p.stderr
+    assert "journal.db-wal removed or damaged?" in p.stderr and "restore journal.db and journal.db-wal" in p.stderr
     assert out.read_text() == before
     # Moved away on purpose, a new run starts there
     os.rename(sd / "executors", tmp_path / "old-executors")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -65,14 +66,16 @@ def test_broker_options_from_arguments_and_environment(tmp_path: Path) -> None:
     [
         ((), "no broker given"),
         (("--broker", "http://h:4222"), "is not a NATS URL"),
-        (("--broker", "nats://h:99999"), "broker URL 'nats://h:99999'"),
+        (("--broker", "nats://h:99999"), "broker URL 'nats://h:99999': port '99999' is not a number"),
+        (("--broker", "nats://u:pw@h:x"), "broker URL 'nats://u@h:x': port 'x' is not a number"),
+        (("--broker", "nats://[::1"), "broker URL 'nats://[::1': its host has an unclosed '[' or ']'"),
         (("--broker", "nats://h", "--broker-creds", "/nonexistent/u.creds"), "--broker-creds /nonexistent/u.creds"),
         (("--broker", "nats://h", "--prefix", "a.b"), "--prefix 'a.b' is not a valid name"),
         (("--broker", "nats://h", "--broker-tls-cert", "/etc/hostname"), "go together"),
     ],
 )
 def test_bad_broker_options_are_usage_errors(argv: tuple[str, ...], message: str) -> None:
-    with pytest.raises(UsageError, match=message.replace(".", r"\.")):
+    with pytest.raises(UsageError, match=re.escape(message)):
         BrokerOptions.from_args(_ns(*argv), {})
 
 
@@ -131,6 +134,18 @@ def test_agents_against_a_dead_broker_is_one_line_and_exit_3() -> None:
 def test_agents_with_a_bad_url_is_a_usage_error() -> None:
     done = _agents("--broker", "localhost:4222")
     assert done.returncode == 2 and "is not a NATS URL" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("url", ["nats://u:pw@h:99999", "nats://[::1"])
+@pytest.mark.parametrize("verb", [("agents",), ("hold", "a"), ("console",), ("scheduler", "--standby")])
+def test_a_malformed_broker_url_is_a_usage_error_naming_it_without_its_password(
+    url: str, verb: tuple[str, ...]
+) -> None:
+    done = subprocess.run([sys.executable, "-m", "wloadctl", *verb, "--broker", url], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "internal error" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"wloadctl: broker URL '{url.replace(':pw@', '@')}': ") and "pw" not in done.stderr
 
 
 def test_without_the_debian_binary_the_wheel_binary_serves(

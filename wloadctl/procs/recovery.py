@@ -18,6 +18,7 @@ from wloadctl.procs.pools import Feed
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
     from wloadctl.store import Store
+    from wloadctl.store.base import JournalLoss
 
 STOP_VERB = "stop"
 """The journaled action of a stop that stops the run's running jobs (SIGTERM), written before any is signalled."""
@@ -130,12 +131,14 @@ def stopped_with_run(store: Store, run: int, core: SchedulerCore, actions: list[
     return out
 
 
-def journal_behind(core: SchedulerCore, journals: list[tuple[int, list[P.ResultRecord]]]) -> str | None:
+def journal_behind(core: SchedulerCore, journals: list[tuple[int, list[P.ResultRecord]]],
+                   loss: JournalLoss) -> str | None:
     """What the executors' results journals hold of attempts the run's journal never dispatched.
 
     The journal commits every dispatch before the executor hears of it, so it is never behind them, but where it
-    lost committed turns: its write-ahead log (journal.db-wal) damaged or removed, or, for jobs that may run twice
-    (their turns are committed without waiting for the disk), a power failure.
+    lost committed turns: a SQLite journal's write-ahead log (journal.db-wal) damaged or removed, a server
+    journal's database restored from an older backup, or, for jobs that may run twice (their turns are committed
+    without waiting for the disk), a power failure. `loss` says how, in the terms of the journal in use.
 
     Returns:
         A note when only such jobs ran attempts the journal does not hold (they run again, as after a lost
@@ -167,17 +170,16 @@ def journal_behind(core: SchedulerCore, journals: list[tuple[int, list[P.ResultR
         what = (f"{len(risky)} job(s) that may not run twice ran attempts it does not hold ({names})" if risky
                 else f"{unknown} attempt(s) of jobs it does not have ran")
         raise StoreError(f"the run's journal is behind what its executors recorded: {what}; it lost committed "
-                         "turns (its write-ahead log journal.db-wal damaged or removed?), and resuming would run "
-                         "them again",
-                         hint="nothing was dispatched: restore journal.db and journal.db-wal from a backup; or, to "
-                              "go on from what the journal holds (those jobs run again), move the executors' "
-                              "results journals (executors/*.results in the state directory) away, then resume")
-    return (f"{len(ahead)} job(s) ran attempts the journal does not hold (its last turns were lost: a power "
-            "failure, or a damaged journal.db-wal?): they run again")
+                         f"turns ({loss.cause}), and resuming would run them again",
+                         hint=f"nothing was dispatched: {loss.restore}; or, to go on from what the journal holds "
+                              "(those jobs run again), move the executors' results journals (executors/*.results "
+                              "in the state directory) away, then resume")
+    return (f"{len(ahead)} job(s) ran attempts the journal does not hold (its last turns were lost: "
+            f"{loss.last_turns}): they run again")
 
 
-def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bool] = lambda _i: True,
-              stopped: Collection[int] = ()) -> list[str]:
+def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
+              mine: Callable[[int], bool] = lambda _i: True, stopped: Collection[int] = ()) -> list[str]:
     """Settle every job the journal shows QUEUED or RUNNING, before dispatching anything.
 
     Results the executors journaled are applied; attempts still held by live (adopted)
@@ -190,6 +192,7 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
         pool: the local pool (its core has been restored from the journal).
         feed: where the events go (the core).
         adopt: the previous scheduler's executors may still be alive and were kept.
+        loss: how the run's journal could have lost turns, and what to restore (`Store.loss`).
         mine: whether a job runs on this host (jobs of agents are the agent pool's to recover).
         stopped: jobs in flight that a stop of the run was stopping (stopped_with_run).
 
@@ -201,7 +204,7 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, mine: Callable[[int], bo
     core = cast("SchedulerCore", pool.core)
     notes: list[str] = []
     journals = [(pid, read_results(path)) for _ex, pid, path in result_journals(pool.state_dir, pool.objs.run_id)]
-    ahead = journal_behind(core, journals)
+    ahead = journal_behind(core, journals, loss)
     if ahead:
         notes.append(ahead)
     alive: set[int] = set()

@@ -38,6 +38,7 @@ from wloadctl.ipc.shm import run_is_alive
 from wloadctl.paths import (
     ids_path,
     make_state_dir,
+    read_journal_note,
     run_dirs,
     state_root,
     summary_path,
@@ -466,8 +467,9 @@ def _refuse_lost_runs(store: Store, state_dir: Path) -> None:
     """Refuse a new run in a directory whose executors recorded a run its journal does not have.
 
     A journal is never without the runs whose jobs it dispatched (each is created before its executors start):
-    one that lost them (its write-ahead log journal.db-wal removed or damaged before a checkpoint) would have
-    the new run do every job again, those that may not run twice too.
+    one that lost them (a SQLite journal's write-ahead log removed or damaged before a checkpoint, a server
+    journal's database dropped and made anew, or another journal named than the runs went to) would have the
+    new run do every job again, those that may not run twice too.
 
     Raises:
         StoreError: such a run's executors' results journals are there.
@@ -476,13 +478,19 @@ def _refuse_lost_runs(store: Store, state_dir: Path) -> None:
     # (one whose executors started nothing does no harm: nothing of it would run twice)
     lost = [r for r in unknown if any(rec.kind == P.RES_STARTED for _ex, _pid, path in result_journals(state_dir, r)
                                       for rec in read_results(path))]
-    if lost:
-        raise StoreError(f"{state_dir} holds what the executors of run {lost[0]} recorded"
-                         + (f" (and of {len(lost) - 1} other run(s))" if len(lost) > 1 else "")
-                         + ", but its journal has no such run: the journal lost its records (journal.db-wal "
-                           "removed or damaged?), and a new run would do every job again",
-                         hint="restore journal.db and journal.db-wal from a backup; to start afresh here on "
-                              f"purpose, move {state_dir / 'executors'} away")
+    if not lost:
+        return
+    loss = store.loss
+    restore = loss.restore
+    # The directory names the server journal its last run went to: another journal given is the story then.
+    note, url = read_journal_note(state_dir), journal_url()
+    if note is not None and note != (without_password(url) if url is not None else None):
+        restore = f"its runs were journaled in {note}: give --journal {note}"
+    raise StoreError(f"{state_dir} holds what the executors of run {lost[0]} recorded"
+                     + (f" (and of {len(lost) - 1} other run(s))" if len(lost) > 1 else "")
+                     + f", but its journal {store.where} has no such run: the journal lost its records ({loss.cause}),"
+                       " and a new run would do every job again",
+                     hint=f"{restore}; to start afresh here on purpose, move {state_dir / 'executors'} away")
 
 
 def _settings(opts: RunOptions) -> dict[str, object]:
@@ -815,7 +823,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             actions = restore_journaled(store, run.id, core, t0)
             _restore_outcomes(store, run, ctx, core)
             core.cancelled = run_cancelled(actions)
-            notes = reconcile(local, core.feed, adopt, mine=local.serves,
+            notes = reconcile(local, core.feed, adopt, store.loss, mine=local.serves,
                               stopped=stopped_with_run(store, run.id, core, actions))
             if remote is not None:
                 notes += remote.recover(core.feed, expect=claim.agents if claim is not None else 0)

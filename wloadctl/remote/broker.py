@@ -27,9 +27,9 @@ import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from wloadctl.errors import UsageError
+from wloadctl.urls import split_url, without_password
 
 if TYPE_CHECKING:
     from wloadctl.remote.link import BrokerLink
@@ -99,19 +99,24 @@ def _env_timeout(env: dict[str, str]) -> float | None:
         raise UsageError(f"{ENV_TIMEOUT}={exc}") from None
 
 
-def _check_url(url: str) -> list[str]:
+def check_broker_url(url: str) -> list[str]:
+    """The server URLs of a `--broker` value (comma-separated).
+
+    Raises:
+        UsageError: none is given, or one cannot be read as a URL or is not a NATS URL (named without
+            its password).
+    """
     servers = [u.strip() for u in url.split(",") if u.strip()]
     if not servers:
         raise UsageError("empty broker URL", hint="e.g. nats://HOST:4222")
     for s in servers:
         try:
-            parts = urlsplit(s)
-            parts.port  # noqa: B018 - raises ValueError on a bad port
+            parts = split_url(s)
         except ValueError as exc:
-            raise UsageError(f"broker URL {s!r}: {exc}", hint="e.g. nats://HOST:4222") from None
+            raise UsageError(f"broker URL {without_password(s)!r}: {exc}", hint="e.g. nats://HOST:4222") from None
         if parts.scheme not in SCHEMES or not parts.hostname:
             raise UsageError(
-                f"broker URL {s!r} is not a NATS URL",
+                f"broker URL {without_password(s)!r} is not a NATS URL",
                 hint=f"use SCHEME://HOST[:PORT] with SCHEME one of {', '.join(SCHEMES)}",
             )
     return servers
@@ -159,7 +164,7 @@ class BrokerOptions:
     said at once)."""
 
     def __post_init__(self) -> None:
-        _check_url(self.url)
+        check_broker_url(self.url)
         problem = _timeout_problem(self.connect_timeout)
         if problem:
             raise UsageError(f"--broker-timeout {self.connect_timeout:g}: {problem}")
@@ -181,7 +186,7 @@ class BrokerOptions:
     @property
     def servers(self) -> list[str]:
         """The server URLs."""
-        return _check_url(self.url)
+        return check_broker_url(self.url)
 
     @property
     def uses_tls(self) -> bool:

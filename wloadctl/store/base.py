@@ -24,6 +24,7 @@ from wloadctl.store.audit import verify as verify_chain
 from wloadctl.store.current import CurrentState
 from wloadctl.store.facts import JobFacts
 from wloadctl.turns import JobColumns, rows_from
+from wloadctl.urls import without_password
 
 JOURNAL_ENV = "WLOADCTL_JOURNAL"
 """Environment variable naming the journal (a `postgresql://` URL) when `--journal` is not given."""
@@ -42,6 +43,19 @@ class StaleEpoch(StoreError):
 
 class JournalUnavailable(StoreError):
     """The journal's server stayed unreachable longer than the store waits for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalLoss:
+    """How a journal found behind what its run's executors recorded could have lost what it had committed, and
+    what gets it back: said in the terms of the journal in use (a file's write-ahead log, a server's database)."""
+
+    cause: str
+    """The likely causes, as a question closing a message: "journal.db-wal removed or damaged?"."""
+    last_turns: str
+    """The likely causes of losing only its last turns (those committed without waiting for the disk)."""
+    restore: str
+    """What to restore from a backup (or name) to get its records back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,15 +114,6 @@ def pg_server(given: str = "") -> str:
 def journal_url(given: str | None = None) -> str | None:
     """The journal URL in force: the one given, else $WLOADCTL_JOURNAL, else None (SQLite in the state dir)."""
     return given or os.environ.get(JOURNAL_ENV) or None
-
-
-def without_password(url: str) -> str:
-    """`url` as given, its password (if any) left out (what messages and hints show of a journal URL)."""
-    head, at, tail = url.rpartition("@")
-    if not at or "://" not in head:
-        return url
-    scheme, _, userinfo = head.partition("://")
-    return f"{scheme}://{userinfo.split(':', 1)[0]}@{tail}"
 
 
 def run_place(state_dir: Path, journal: str | None = None) -> str:
@@ -183,6 +188,12 @@ class Store(CurrentState, JobFacts, ABC):
     @abstractmethod
     def where(self) -> str:
         """The journal's location for messages (a file, or a URL without its password)."""
+
+    @property
+    @abstractmethod
+    def loss(self) -> JournalLoss:
+        """How this journal could have lost records it committed, and what to restore (for the refusals of a run
+        or resume whose executors recorded more than it holds)."""
 
     @abstractmethod
     def close(self) -> None:

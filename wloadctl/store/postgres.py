@@ -27,9 +27,10 @@ from psycopg import sql
 
 from wloadctl.errors import NoJournalYet, StoreError, UsageError
 from wloadctl.store.audit import GENESIS, action_hash
-from wloadctl.store.base import JournalUnavailable, RunRow, Store, without_password
+from wloadctl.store.base import JournalLoss, JournalUnavailable, RunRow, Store, without_password
 from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
+from wloadctl.urls import split_url
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = 5
@@ -77,10 +78,14 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     """(connection URL for psycopg, namespace, the URL without password for messages).
 
     Raises:
-        UsageError: not a postgresql:// URL naming a host and a database.
+        UsageError: not a postgresql:// URL naming a host and a database, or one that cannot be read as
+            a URL (an unclosed IPv6 bracket, a port out of range).
     """
-    parts = urlsplit(url)
     hint = "give --journal postgresql://USER@HOST[:PORT]/DB (optionally ?namespace=NAME)"
+    try:
+        parts = split_url(url)
+    except ValueError as e:
+        raise UsageError(f"journal URL {without_password(url)!r}: {e}", hint=hint) from None
     if parts.scheme not in ("postgresql", "postgres"):
         raise UsageError(f"journal {without_password(url)!r} is not a postgresql:// URL", hint=hint)
     db = parts.path.lstrip("/")
@@ -99,7 +104,8 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     rest = urlencode([(k, v) for k, v in query if k != "namespace"])
     user = f"{parts.username}@" if parts.username else ""
     port = f":{parts.port}" if parts.port else ""
-    where = f"postgresql://{user}{host}{port}/{db}"
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 host, bracketed as it was given
+    where = f"postgresql://{user}{shown}{port}/{db}"
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), ns, where
 
 
@@ -172,6 +178,18 @@ class PostgresStore(Store):
     def where(self) -> str:
         """The URL without its password."""
         return self._where
+
+    @property
+    def loss(self) -> JournalLoss:
+        """A server journal loses committed turns with its database (dropped, made anew or restored from an older
+        backup), or is not the database the run was journaled in."""
+        return JournalLoss(
+            cause="its database dropped and made anew, restored from an older backup, or not the one the run was "
+                  "journaled in?",
+            last_turns="the database server crashed before they reached its disk, or the database was restored "
+                       "from an older backup?",
+            restore=f"restore the database {self._where} from its backup, or give --journal the URL of the database "
+                    "the run was journaled in")
 
     def _open_conn(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT,

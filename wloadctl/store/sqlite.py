@@ -15,7 +15,7 @@ from pathlib import Path
 from wloadctl.errors import NoJournalYet, StoreError, StoreFull
 from wloadctl.paths import read_journal_note
 from wloadctl.store.audit import GENESIS, action_hash
-from wloadctl.store.base import DB_NAME, RunRow, Store
+from wloadctl.store.base import DB_NAME, JournalLoss, RunRow, Store
 from wloadctl.store.sqlschema import AUDIT_TRIGGERS, SCHEMA, SCHEMA_VERSION
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
 
@@ -349,6 +349,13 @@ class SqliteStore(Store):
     def where(self) -> str:
         """The database file."""
         return str(self.path)
+
+    @property
+    def loss(self) -> JournalLoss:
+        """A file journal loses committed turns with its write-ahead log."""
+        return JournalLoss(cause="its write-ahead log journal.db-wal removed or damaged?",
+                           last_turns="a power failure, or a damaged journal.db-wal?",
+                           restore="restore journal.db and journal.db-wal from a backup")
 
     def make_room(self) -> None:
         """Copy the write-ahead log into the database and truncate it to nothing (a TRUNCATE checkpoint).
