@@ -603,13 +603,16 @@ def cmd_cleanup(a: argparse.Namespace) -> int:
     from wloadctl.procs.supervisor import clean_stale, clean_stale_groups
 
     lines: list[str] = []
-    gone = clean_stale(lines.append)
+    kept: dict[str, str] = {}
+    gone = clean_stale(lines.append, kept)
     groups = clean_stale_groups(lines.append)
     if a.json:
-        print(json.dumps({"removed": gone, "job_groups_removed": groups}))
+        print(json.dumps({"removed": gone, "job_groups_removed": groups, "kept": kept}))
     else:
         for line in lines:
             print(line)
+        for rid, why in kept.items():
+            print(f"kept the IPC objects of run {rid}: {why}")
         and_groups = f" and {groups} empty job group folder(s)" if groups else ""
         print(f"removed {len(gone)} stale IPC object(s){and_groups}")
     return EXIT_OK

@@ -37,6 +37,7 @@ from wloadctl.ipc.shm import (
     run_ids_present,
     run_is_alive,
     stale_runs,
+    survey_runs,
 )
 
 
@@ -144,6 +145,19 @@ def test_run_without_a_board_is_stale_after_the_grace_period(ipc: IpcTracker) ->
     # A run that is starting has objects before its board: fresh ones are spared.
     assert run_id not in stale_runs(grace=60)
     assert run_id in stale_runs(grace=0)
+
+
+@pytest.mark.usefixtures("scrub")
+def test_the_survey_says_why_a_runs_objects_are_kept(ipc: IpcTracker, dead_pid: int) -> None:
+    """`cleanup` right after a crash removed nothing and said only "removed 0": the operator saw the queues stay."""
+    live = make_run(ipc, scheduler_pid=os.getpid())
+    fresh = make_run(ipc, scheduler_pid=dead_pid)
+    stale, kept = survey_runs(grace=60)
+    assert live not in stale and kept[live] == "a process of the run is alive"
+    assert fresh not in stale and kept[fresh].startswith("changed 0s ago, no process of it alive: a run starting "
+                                                         "looks so for its first 60s (cleanup takes them from ")
+    stale, kept = survey_runs(grace=0)
+    assert fresh in stale and fresh not in kept and live in kept
 
 
 @pytest.mark.usefixtures("scrub")

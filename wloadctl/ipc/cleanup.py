@@ -184,12 +184,31 @@ def stale_runs(
     Returns:
         Sorted run ids; pass each to `remove_run_objects`.
     """
+    return survey_runs(is_alive, grace=grace)[0]
+
+
+def survey_runs(
+    is_alive: Callable[[str], bool] = run_is_alive, *, grace: float = DEFAULT_GRACE
+) -> tuple[list[str], dict[str, str]]:
+    """The runs with objects on this host: those left by processes that are gone (as stale_runs), and
+    the others, each with why its objects stay (in use, or too fresh to tell: a run starting).
+
+    Returns:
+        (sorted stale run ids, {run id: why its objects are kept}).
+    """
     newest: dict[str, float] = {}
     for obj in scan_objects():
         newest[obj.run_id] = max(newest.get(obj.run_id, 0.0), obj.mtime)
-    cutoff = time.time() - grace
-    return sorted(
-        run_id
-        for run_id, mtime in newest.items()
-        if mtime <= cutoff and not is_alive(run_id)
-    )
+    now = time.time()
+    stale: list[str] = []
+    kept: dict[str, str] = {}
+    for run_id, mtime in sorted(newest.items()):
+        if is_alive(run_id):
+            kept[run_id] = "a process of the run is alive"
+        elif mtime > now - grace:
+            kept[run_id] = (f"changed {max(0.0, now - mtime):.0f}s ago, no process of it alive: a run starting "
+                            f"looks so for its first {grace:.0f}s (a cleanup {max(1.0, mtime + grace - now):.0f}s "
+                            "from now takes them if it is gone)")
+        else:
+            stale.append(run_id)
+    return stale, kept

@@ -25,6 +25,7 @@ from wloadctl.ipc.cleanup import (
     run_is_alive,
     scan_objects,
     stale_runs,
+    survey_runs,
 )
 from wloadctl.ipc.protocol import MAX_RUNNING_TASKS, TAIL_MAX, BoardHeader, ExecutorSlot
 from wloadctl.ipc.segment import Segment, segment_name, unlink_segment
@@ -54,5 +55,6 @@ __all__ = [
     "scan_objects",
     "segment_name",
     "stale_runs",
+    "survey_runs",
     "unlink_segment",
 ]

@@ -35,7 +35,7 @@ from wloadctl.ipc.shm import (
     TailRing,
     remove_run_objects,
     run_is_alive,
-    stale_runs,
+    survey_runs,
 )
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.prestart import ORPHAN_TIMEOUT, Prestarted, executor_argv, executor_log
@@ -147,10 +147,18 @@ class RunObjects:
         return remove_run_objects(self.run_id)
 
 
-def clean_stale(say: object = None) -> list[str]:
-    """Remove objects left by crashed runs of this user (no process of theirs alive); return what went."""
+def clean_stale(say: object = None, kept: dict[str, str] | None = None) -> list[str]:
+    """Remove objects left by crashed runs of this user (no process of theirs alive); return what went.
+
+    Args:
+        say: told a line per run cleaned up.
+        kept: filled with the runs whose objects stay, and why.
+    """
     removed: list[str] = []
-    for rid in stale_runs(run_is_alive):
+    stale, others = survey_runs(run_is_alive)
+    if kept is not None:
+        kept.update(others)
+    for rid in stale:
         gone = remove_run_objects(rid)
         removed.extend(gone)
         if callable(say) and gone:
