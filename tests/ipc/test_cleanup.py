@@ -155,7 +155,7 @@ def test_the_survey_says_why_a_runs_objects_are_kept(ipc: IpcTracker, dead_pid: 
     stale, kept = survey_runs(grace=60)
     assert live not in stale and kept[live] == "a process of the run is alive"
     assert fresh not in stale and kept[fresh].startswith("changed 0s ago, no process of it alive: a run starting "
-                                                         "looks so for its first 60s (cleanup takes them from ")
+                                                         "looks so for its first 60s (a cleanup ")
     stale, kept = survey_runs(grace=0)
     assert fresh in stale and fresh not in kept and live in kept
 
