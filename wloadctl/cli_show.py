@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wloadctl.client import RunClient
+from wloadctl.client import RunClient, board_status
 from wloadctl.core.sla import flag_lines
 from wloadctl.errors import printable
 from wloadctl.logview import BLOCK, Shown, tail_start
 from wloadctl.stdoutguard import to_devnull
+from wloadctl.store.base import JournalUnavailable
 
 if TYPE_CHECKING:
     from wloadctl.remote.broker import BrokerOptions
@@ -36,9 +37,17 @@ def _ts(t: float | None) -> str:
 
 def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl status`."""
-    with RunClient(state_dir) as c:
-        brief = not (a.json or a.all)
-        st = c.status(with_jobs=True, only_unfinished=brief, limit=201 if brief else -1)
+    try:
+        with RunClient(state_dir) as c:
+            brief = not (a.json or a.all)
+            st = c.status(with_jobs=True, only_unfinished=brief, limit=201 if brief else -1)
+    except JournalUnavailable as e:
+        # The run's scheduler is live here all the same: what its boards show, then the error.
+        board = board_status(state_dir) if state_dir is not None else None
+        if board is None:
+            raise
+        _board_only(board, e, a.json)
+        raise
     if a.json:
         # Compact: the C encoder is an order of magnitude faster than the indenting one at 100k jobs.
         print(json.dumps(st, separators=(",", ":")))
@@ -233,6 +242,21 @@ def _verify(c: RunClient, as_json: bool) -> int:
         print(f"wloadctl: audit chain broken at action {b['seq']} of run {b['run']} ({b['action']}): "
               f"{b['problem']}; {rep['checked']} action(s) before it hold", file=sys.stderr)
     return 0 if rep["ok"] else 1
+
+
+def _board_only(st: dict[str, Any], e: JournalUnavailable, as_json: bool) -> None:
+    """Status of a live run whose journal is unreachable, from its scheduler's boards (stdout; the journal's
+    error follows on stderr)."""
+    if as_json:
+        print(json.dumps({**st, "journal_unreachable": e.one_line()}, separators=(",", ":")))
+        return
+    print(f"run {st['run']}  (live, scheduler pid {st['scheduler_pid']}, epoch {st['epoch']}, beat "
+          f"{st['scheduler_beat_age']:.1f}s ago; JOURNAL UNREACHABLE: nothing is dispatched until it is back, "
+          "counts are the scheduler's own)")
+    print(f"{st['total']} jobs: {'  '.join(f'{k} {v}' for k, v in st['counts'].items())}")
+    for x in st["executors"]:
+        print(f"  executor {x['executor']}: pid {x['pid']} {x['health']}, beat {x['beat_age']:.1f}s ago, "
+              f"running {x['running']}/{x['slots']}, load {x['load1']}, rss {x['rss_kb'] // 1024} MiB")
 
 
 def _log_broker(c: RunClient, a: argparse.Namespace) -> BrokerOptions | None:

@@ -212,26 +212,7 @@ class RunClient:
 
     def executors(self) -> list[dict[str, Any]]:
         """Health of each executor from the heartbeat board (empty when the run is not live)."""
-        try:
-            eb = ExecutorBoard.open(object_name(self.run.run_id, ROLE_EXECUTORS))
-        except WloadError:
-            return []
-        try:
-            slots = eb.read_all()
-        finally:
-            eb.close()
-        now = time.time()
-        out = []
-        for s in slots:
-            if not s.pid:
-                continue
-            age = now - s.beat if s.beat else float("inf")
-            alive = pid_alive(s.pid)
-            health = "dead" if not alive else ("alive" if age < 1.0 else ("suspect" if age < 5.0 else "dead"))
-            out.append({"executor": s.executor, "pid": s.pid, "health": health, "beat_age": round(age, 3),
-                        "running": s.running, "slots": s.slots, "load1": round(s.load1, 2), "rss_kb": s.rss_kb,
-                        "jobs_done": s.jobs_done, "epoch": s.seen_epoch})
-        return out
+        return executor_health(self.run.run_id)
 
     def agents(self) -> list[dict[str, Any]]:
         """The run's agents (nodes on other hosts) as its scheduler judges them: state, pools, slots, load."""
@@ -953,6 +934,48 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
         if st in busy and ex is not None and ex >= 0:
             core.executor[i] = ex  # (`why` names it; a resume's core learns it from its executors instead)
     return core
+
+
+def executor_health(run_id: str) -> list[dict[str, Any]]:
+    """Health of each executor of run `run_id` from its heartbeat board on this host (empty: none here)."""
+    try:
+        eb = ExecutorBoard.open(object_name(run_id, ROLE_EXECUTORS))
+    except WloadError:
+        return []
+    try:
+        slots = eb.read_all()
+    finally:
+        eb.close()
+    now = time.time()
+    out = []
+    for s in slots:
+        if not s.pid:
+            continue
+        age = now - s.beat if s.beat else float("inf")
+        alive = pid_alive(s.pid)
+        health = "dead" if not alive else ("alive" if age < 1.0 else ("suspect" if age < 5.0 else "dead"))
+        out.append({"executor": s.executor, "pid": s.pid, "health": health, "beat_age": round(age, 3),
+                    "running": s.running, "slots": s.slots, "load1": round(s.load1, 2), "rss_kb": s.rss_kb,
+                    "jobs_done": s.jobs_done, "epoch": s.seen_epoch})
+    return out
+
+
+def board_status(state_dir: Path) -> dict[str, Any] | None:
+    """What the live scheduler of a state directory's run shows on its boards on this host (counts, executors),
+    read without the journal: for `status` while a server journal is unreachable (None: no live scheduler of
+    the directory's run here)."""
+    from wloadctl.procs.pipeline import read_pipeline
+
+    published = read_pipeline(state_dir)
+    run_id = published.get("run") if published else None
+    h = live_header(run_id) if isinstance(run_id, str) and run_id else None
+    if h is None:
+        return None
+    names = [st.name for st in JobState]
+    return {"run": h.run_id, "live": True, "scheduler_pid": h.scheduler_pid, "epoch": h.epoch,
+            "scheduler_beat_age": round(max(0.0, time.time() - h.beat), 3), "total": h.n_jobs,
+            "counts": {names[k]: c for k, c in enumerate(h.counts[: len(names)]) if c},
+            "executors": executor_health(h.run_id)}
 
 
 def live_header(run_id: str) -> P.BoardHeader | None:

@@ -194,6 +194,41 @@ def test_a_signal_while_the_postgresql_journal_is_away_stops_the_run_at_once_and
         assert not ipc_names(summary["run"])
 
 
+def test_status_while_the_postgresql_journal_is_away_shows_the_live_schedulers_counts(
+        tmp_path: Path, private_pg: PrivateServer) -> None:
+    # Given a run journaling to a private server, a job running
+    out = tmp_path / "evidence"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {"a": {}, "b": {"depends_on": ["a"]}}, name="pgstatus",
+                         sleep=3)
+    sd = tmp_path / "sd"
+    with scratch_database(private_pg.url, "wl_test") as url:
+        proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
+                                 "--journal", url, "--json", "--executors", "1", "--slots", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                                start_new_session=True)
+        try:
+            wait_for(lambda: "a" in read_evidence(out) and (sd / "pipeline.json").exists(), timeout=60,
+                     what="a started")
+            # When PostgreSQL goes away and the operator asks for the run's status
+            private_pg.stop("fast")
+            p = cli("status", "--state-dir", str(sd))
+            # Then it shows what the live scheduler's boards say (it said only that the journal cannot be reached),
+            # and still fails: the journal could not be read
+            assert p.returncode == 3 and p.stderr.startswith("wloadctl: cannot reach the journal"), p.stderr
+            lines = p.stdout.splitlines()
+            assert "JOURNAL UNREACHABLE: nothing is dispatched until it is back" in lines[0], p.stdout
+            assert lines[1].startswith("2 jobs: ") and "WAITING 1" in lines[1], p.stdout
+            assert lines[2].startswith("  executor 0: pid "), p.stdout
+            j = cli("status", "--state-dir", str(sd), "--json")
+            assert j.returncode == 3 and json.loads(j.stdout)["counts"]["WAITING"] == 1, j.stdout
+            private_pg.start()
+            stdout, stderr = proc.communicate(timeout=120)
+        finally:
+            stop_proc(proc, group=True)
+        assert proc.returncode == 0, stderr
+        assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
+
+
 def _conninfo(url: str) -> dict[str, str]:
     """What a PostgreSQL URL connects to: its parts, an empty password left out."""
     from psycopg.conninfo import conninfo_to_dict

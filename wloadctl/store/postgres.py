@@ -169,8 +169,8 @@ class PostgresStore(Store):
         try:
             store._conn = store._open_conn()
         except psycopg.OperationalError as e:
-            raise StoreError(f"cannot reach the journal {where}: {_line(e)}",
-                             hint="check the URL and that PostgreSQL is running there") from None
+            raise JournalUnavailable(f"cannot reach the journal {where}: {_line(e)}",
+                                     hint="check the URL and that PostgreSQL is running there") from None
         store._prepare(create and not readonly, readonly)
         return store
 
