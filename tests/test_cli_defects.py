@@ -1,5 +1,6 @@
 """The command line's edges: triggers when the clocks go back, a reader that goes away, the business date of a plan's
-time zone, SLA flags and exit codes in a run's summary, counts of 0, and the label of a run released after holding."""
+time zone, SLA flags and exit codes in a run's summary, counts of 0, the label of a run released after holding, and a
+trigger stopped by SIGTERM."""
 
 from __future__ import annotations
 
@@ -244,3 +245,60 @@ def test_a_held_run_whose_held_jobs_are_all_approved_is_no_longer_labelled_held(
     assert "(interrupted)" in cli("status", "--state-dir", str(sd), timeout=60).stdout.splitlines()[0]
     assert cli("resume", "--state-dir", str(sd), timeout=60).returncode == 0
     assert status(sd)["status"] == "succeeded"
+
+
+# -- 7. a trigger stopped by SIGTERM, and how far ahead it looks ------------------------------------------------
+
+
+def _trigger(plan: Path, sd: Path, *more: str) -> subprocess.Popen[str]:
+    """`wloadctl trigger PLAN` in a session of its own, its stderr piped."""
+    return subprocess.Popen([sys.executable, "-m", "wloadctl", "trigger", str(plan), "--state-dir", str(sd), *more],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+
+
+@pytest.mark.parametrize("form", [[], ["--json"]], ids=["text", "json"])
+def test_a_trigger_stopped_by_sigterm_while_it_waits_says_so_and_exits_130(tmp_path: Path, form: list[str]) -> None:
+    sd = tmp_path / "sd"
+    plan = _write(tmp_path / "p.yaml", {"name": "newyear", "schedule": {
+        "cron": "0 0 1 1 *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+        "jobs": {"a": {"command": "true"}}})
+    # Given a trigger waiting for its next run (months away)
+    proc = _trigger(plan, sd, "--once", *form)
+    try:
+        assert proc.stderr is not None
+        waiting = proc.stderr.readline()
+        assert waiting.startswith("wloadctl: next run of 'newyear' at "), waiting
+        # When it is stopped as systemd stops a service
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        stop_proc(proc, group=True)
+    # Then it says so in one line and exits 130, as a run stopped so does: a stop is not a success
+    assert proc.returncode == 130, err
+    assert err.startswith("wloadctl: stopped by SIGTERM while waiting for the run of 'newyear' at "), err
+    assert err.endswith(", which was not started\n") and err.count("\n") == 1, err
+    assert out == "" and not (sd / "journal.db").exists()
+
+
+@pytest.mark.ipc
+def test_a_trigger_whose_run_is_stopped_by_sigterm_stops_with_it(tmp_path: Path) -> None:
+    sd, go, out = tmp_path / "sd", tmp_path / "go", tmp_path / "ev"
+    plan = _write(tmp_path / "p.yaml", {"name": "minute", "schedule": {
+        "cron": "* * * * *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+        "jobs": {"a": {"command": _gated("a", go, out)}}})
+    # Given a trigger (not --once) whose run, started at the next minute, is running its job
+    proc = _trigger(plan, sd)
+    try:
+        wait_for(lambda: "a" in read_evidence(out), timeout=90, what="a started")
+        # When the trigger is stopped by SIGTERM
+        proc.send_signal(signal.SIGTERM)
+        text, err = proc.communicate(timeout=60)
+    finally:
+        go.touch()
+        stop_proc(proc, group=True)
+    # Then the run stops (resumable) and the trigger with it, exiting 130, rather than waiting for the next minute
+    assert proc.returncode == 130, err
+    assert text.startswith("run ") and text.endswith(": interrupted\n"), text
+    assert err.splitlines()[-1].endswith("goes on; no more runs of 'minute' are triggered"), err
+    assert status(sd)["status"] == "interrupted"
