@@ -1,9 +1,10 @@
 """The command line's edges: triggers when the clocks go back, a reader that goes away, the business date of a plan's
 time zone, SLA flags and exit codes in a run's summary, counts of 0, the label of a run released after holding, and a
-trigger stopped by SIGTERM."""
+trigger stopped by SIGTERM or looking years ahead."""
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import json
 import os
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from tests.integration.helpers import ENV, cli, job_states, read_evidence, status, stop_proc, wait_for
-from wloadctl.core.calendar import business_date_of, next_triggers
+from wloadctl.core.calendar import HORIZON, business_date_of, next_triggers
 from wloadctl.core.plan import Schedule
 
 NY = "America/New_York"
@@ -302,3 +303,35 @@ def test_a_trigger_whose_run_is_stopped_by_sigterm_stops_with_it(tmp_path: Path)
     assert text.startswith("run ") and text.endswith(": interrupted\n"), text
     assert err.splitlines()[-1].endswith("goes on; no more runs of 'minute' are triggered"), err
     assert status(sd)["status"] == "interrupted"
+
+
+def test_trigger_finds_a_fire_as_far_ahead_as_validate_looks(tmp_path: Path) -> None:
+    # Given the 29th of February on Saturdays: validate accepts it (2048 is the next from now until 2047)
+    sat = _write(tmp_path / "sat.yaml", {"name": "leap", "schedule": {"cron": "0 0 29 2 *",
+                                                                      "business_days": ["sat"]},
+                                         "jobs": {"a": {"command": "true"}}})
+    assert cli("validate", str(sat), timeout=60).returncode == 0
+    # Then trigger --next lists it, where it said the schedule never fires
+    p = cli("trigger", str(sat), "--next", "2", "--json", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert [r["at"][5:10] for r in json.loads(p.stdout)] == ["02-29"]
+    # And on weekdays it lists every such 29th of February of the next 28 years, in order, not the first 10 only
+    week = _write(tmp_path / "week.yaml", {"name": "leapw", "schedule": {"cron": "0 0 29 2 *"},
+                                           "jobs": {"a": {"command": "true"}}})
+    p = cli("trigger", str(week), "--next", "50", "--json", timeout=60)
+    today = dt.date.today()
+    leap_weekdays = [y for y in range(today.year, today.year + 29) if calendar.isleap(y)
+                     and today < dt.date(y, 2, 29) <= today + HORIZON and dt.date(y, 2, 29).weekday() < 5]
+    assert [int(r["at"][:4]) for r in json.loads(p.stdout)] == leap_weekdays
+
+
+def test_trigger_next_of_more_than_it_lists_is_refused_in_one_line_at_once(tmp_path: Path) -> None:
+    plan = _write(tmp_path / "p.yaml", {"name": "every", "schedule": {"cron": "* * * * *"},
+                                        "jobs": {"a": {"command": "true"}}})
+    p = cli("trigger", str(plan), "--next", "99999999", timeout=15)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr == ("wloadctl trigger: error: argument --next: '99999999': give at most 10000 "
+                        "(see `wloadctl trigger --help`)\n"), p.stderr
+    # The most it lists, of a cron of every minute, come in seconds
+    p = cli("trigger", str(plan), "--next", "10000", timeout=60)
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 10_000, p.stderr
