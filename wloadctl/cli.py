@@ -304,8 +304,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true", help="list every job, not only the unfinished and failed")
-    p.add_argument("--at", metavar="TIME", help="the run as it stood then, from the journal: a clock time (23:40), "
-                   "an ISO timestamp, or an offset back from now (-15m)")
+    p.add_argument("--at", metavar="TIME", help="the run as it stood then, from the journal: a clock time (23:40, the "
+                   "latest not to come, in the plan's timezone), an ISO timestamp, or an offset back from now (-15m)")
     p = sub.add_parser("top", help="the live pipeline: queues, arena, latencies, journal, loop, executors, agents")
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true", help="one reading as a JSON object")
