@@ -1,8 +1,10 @@
 """The command line's edges: triggers when the clocks go back, a reader that goes away, the business date of a plan's
-time zone, SLA flags and exit codes in a run's summary, counts of 0, and the label of a run released after holding."""
+time zone, SLA flags and exit codes in a run's summary, counts of 0, the label of a run released after holding, and a
+trigger stopped by SIGTERM or looking years ahead."""
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import json
 import os
@@ -16,7 +18,7 @@ import pytest
 import yaml
 
 from tests.integration.helpers import ENV, cli, job_states, read_evidence, status, stop_proc, wait_for
-from wloadctl.core.calendar import business_date_of, next_triggers
+from wloadctl.core.calendar import HORIZON, business_date_of, next_triggers
 from wloadctl.core.plan import Schedule
 
 NY = "America/New_York"
@@ -244,3 +246,92 @@ def test_a_held_run_whose_held_jobs_are_all_approved_is_no_longer_labelled_held(
     assert "(interrupted)" in cli("status", "--state-dir", str(sd), timeout=60).stdout.splitlines()[0]
     assert cli("resume", "--state-dir", str(sd), timeout=60).returncode == 0
     assert status(sd)["status"] == "succeeded"
+
+
+# -- 7. a trigger stopped by SIGTERM, and how far ahead it looks ------------------------------------------------
+
+
+def _trigger(plan: Path, sd: Path, *more: str) -> subprocess.Popen[str]:
+    """`wloadctl trigger PLAN` in a session of its own, its stderr piped."""
+    return subprocess.Popen([sys.executable, "-m", "wloadctl", "trigger", str(plan), "--state-dir", str(sd), *more],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                            start_new_session=True)
+
+
+@pytest.mark.parametrize("form", [[], ["--json"]], ids=["text", "json"])
+def test_a_trigger_stopped_by_sigterm_while_it_waits_says_so_and_exits_130(tmp_path: Path, form: list[str]) -> None:
+    sd = tmp_path / "sd"
+    plan = _write(tmp_path / "p.yaml", {"name": "newyear", "schedule": {
+        "cron": "0 0 1 1 *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+        "jobs": {"a": {"command": "true"}}})
+    # Given a trigger waiting for its next run (months away)
+    proc = _trigger(plan, sd, "--once", *form)
+    try:
+        assert proc.stderr is not None
+        waiting = proc.stderr.readline()
+        assert waiting.startswith("wloadctl: next run of 'newyear' at "), waiting
+        # When it is stopped as systemd stops a service
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        stop_proc(proc, group=True)
+    # Then it says so in one line and exits 130, as a run stopped so does: a stop is not a success
+    assert proc.returncode == 130, err
+    assert err.startswith("wloadctl: stopped by SIGTERM while waiting for the run of 'newyear' at "), err
+    assert err.endswith(", which was not started\n") and err.count("\n") == 1, err
+    assert out == "" and not (sd / "journal.db").exists()
+
+
+@pytest.mark.ipc
+def test_a_trigger_whose_run_is_stopped_by_sigterm_stops_with_it(tmp_path: Path) -> None:
+    sd, go, out = tmp_path / "sd", tmp_path / "go", tmp_path / "ev"
+    plan = _write(tmp_path / "p.yaml", {"name": "minute", "schedule": {
+        "cron": "* * * * *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+        "jobs": {"a": {"command": _gated("a", go, out)}}})
+    # Given a trigger (not --once) whose run, started at the next minute, is running its job
+    proc = _trigger(plan, sd)
+    try:
+        wait_for(lambda: "a" in read_evidence(out), timeout=90, what="a started")
+        # When the trigger is stopped by SIGTERM
+        proc.send_signal(signal.SIGTERM)
+        text, err = proc.communicate(timeout=60)
+    finally:
+        go.touch()
+        stop_proc(proc, group=True)
+    # Then the run stops (resumable) and the trigger with it, exiting 130, rather than waiting for the next minute
+    assert proc.returncode == 130, err
+    assert text.startswith("run ") and text.endswith(": interrupted\n"), text
+    assert err.splitlines()[-1].endswith("goes on; no more runs of 'minute' are triggered"), err
+    assert status(sd)["status"] == "interrupted"
+
+
+def test_trigger_finds_a_fire_as_far_ahead_as_validate_looks(tmp_path: Path) -> None:
+    # Given the 29th of February on Saturdays: validate accepts it (2048 is the next from now until 2047)
+    sat = _write(tmp_path / "sat.yaml", {"name": "leap", "schedule": {"cron": "0 0 29 2 *",
+                                                                      "business_days": ["sat"]},
+                                         "jobs": {"a": {"command": "true"}}})
+    assert cli("validate", str(sat), timeout=60).returncode == 0
+    # Then trigger --next lists it, where it said the schedule never fires
+    p = cli("trigger", str(sat), "--next", "2", "--json", timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert [r["at"][5:10] for r in json.loads(p.stdout)] == ["02-29"]
+    # And on weekdays it lists every such 29th of February of the next 28 years, in order, not the first 10 only
+    week = _write(tmp_path / "week.yaml", {"name": "leapw", "schedule": {"cron": "0 0 29 2 *"},
+                                           "jobs": {"a": {"command": "true"}}})
+    p = cli("trigger", str(week), "--next", "50", "--json", timeout=60)
+    today = dt.date.today()
+    leap_weekdays = [y for y in range(today.year, today.year + 29) if calendar.isleap(y)
+                     and today < dt.date(y, 2, 29) <= today + HORIZON and dt.date(y, 2, 29).weekday() < 5]
+    assert [int(r["at"][:4]) for r in json.loads(p.stdout)] == leap_weekdays
+
+
+def test_trigger_next_of_more_than_it_lists_is_refused_in_one_line_at_once(tmp_path: Path) -> None:
+    plan = _write(tmp_path / "p.yaml", {"name": "every", "schedule": {"cron": "* * * * *"},
+                                        "jobs": {"a": {"command": "true"}}})
+    p = cli("trigger", str(plan), "--next", "99999999", timeout=15)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr == ("wloadctl trigger: error: argument --next: '99999999': give at most 10000 "
+                        "(see `wloadctl trigger --help`)\n"), p.stderr
+    # The most it lists, of a cron of every minute, come in seconds
+    p = cli("trigger", str(plan), "--next", "10000", timeout=60)
+    assert p.returncode == 0 and len(p.stdout.splitlines()) == 10_000, p.stderr

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from zoneinfo import ZoneInfo
+
 import pytest
 
 from wloadctl.errors import UsageError
-from wloadctl.timetravel import parse_when
+from wloadctl.timetravel import iso, parse_when
 
 NOW = 1_796_540_000.0
 
@@ -19,11 +22,46 @@ NOW = 1_796_540_000.0
 ], ids=["11-digit-days", "400-digits", "past-100-years", "past-year-9999", "not-a-moment"])
 def test_a_moment_no_clock_can_show_is_refused_in_one_line(text: str, said: str) -> None:
     with pytest.raises(UsageError) as caught:
-        parse_when(text, NOW, now=NOW)
+        parse_when(text, now=NOW)
     message = str(caught.value)
     assert said in message and "\n" not in message and len(message) < 200
 
 
 def test_offsets_back_from_now_are_read() -> None:
-    assert parse_when("-1h30m", NOW, now=NOW) == NOW - 5400
-    assert parse_when("-36500d", NOW, now=NOW) == NOW - 36500 * 86400
+    assert parse_when("-1h30m", now=NOW) == NOW - 5400
+    assert parse_when("-36500d", now=NOW) == NOW - 36500 * 86400
+
+
+PAGO = ZoneInfo("Pacific/Pago_Pago")
+"""UTC-11 all year (no daylight saving)."""
+MORNING = dt.datetime(2026, 12, 7, 7, 7, tzinfo=PAGO).timestamp()
+"""07:07 on 2026-12-07, Pago Pago time."""
+
+
+def test_a_clock_time_is_the_latest_such_moment_not_in_the_future() -> None:
+    # Earlier today: today (it was read as tomorrow once the run had started before it)
+    assert parse_when("07:04:00", now=MORNING, tz="Pacific/Pago_Pago") == \
+        dt.datetime(2026, 12, 7, 7, 4, tzinfo=PAGO).timestamp()
+    # Later than now: yesterday's, never a moment to come
+    assert parse_when("23:00", now=MORNING, tz="Pacific/Pago_Pago") == \
+        dt.datetime(2026, 12, 6, 23, 0, tzinfo=PAGO).timestamp()
+    # Now itself is now
+    assert parse_when("07:07", now=MORNING, tz="Pacific/Pago_Pago") == MORNING
+
+
+def test_clock_times_and_timestamps_without_a_zone_are_read_in_the_plans_zone() -> None:
+    assert parse_when("20:04", now=MORNING, tz="Pacific/Pago_Pago") == \
+        dt.datetime(2026, 12, 6, 20, 4, tzinfo=PAGO).timestamp()
+    assert parse_when("2026-12-06T20:04:00", now=MORNING, tz="Pacific/Pago_Pago") == \
+        dt.datetime(2026, 12, 6, 20, 4, tzinfo=PAGO).timestamp()
+    # A timestamp that names its zone is that moment, whatever the plan's
+    assert parse_when("2026-12-07T00:00:00+00:00", now=MORNING, tz="Pacific/Pago_Pago") == \
+        dt.datetime(2026, 12, 7, tzinfo=dt.UTC).timestamp()
+    assert iso(MORNING, "Pacific/Pago_Pago") == "2026-12-07T07:07:00-11:00"
+
+
+def test_a_moment_in_the_future_is_refused_in_one_line() -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_when("2026-12-07T07:08:00", now=MORNING, tz="Pacific/Pago_Pago")
+    assert str(caught.value) == ("--at '2026-12-07T07:08:00': that is in the future (it is "
+                                 "2026-12-07T07:07:00-11:00 now); give a moment of the past")

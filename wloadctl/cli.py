@@ -112,6 +112,19 @@ def _how_many(text: str) -> int:
     return _one_or_more(text, "a whole number", "give 1 or more")
 
 
+MAX_NEXT = 10_000
+"""Most trigger times `trigger --next` lists: a look ahead at a schedule, not every minute of its 28 years
+(14 million lines, and minutes before the first)."""
+
+
+def _next_count(text: str) -> int:
+    """`trigger --next N`: 1 to MAX_NEXT."""
+    v = _how_many(text)
+    if v > MAX_NEXT:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at most {MAX_NEXT}")
+    return v
+
+
 def _workers(text: str) -> int:
     """`--executors N`, `--slots N`: 1 or more (left out, the default; 0 is refused, never read as it)."""
     return _one_or_more(text, "a whole number", "give 1 or more, or leave the option out for the default")
@@ -280,7 +293,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("trigger", help="start runs of a plan at its cron schedule, on business days")
     p.add_argument("plan", metavar="PLAN")
     _state_dir_arg(p, PLAN_STATE_DIR)
-    p.add_argument("--next", type=_how_many, metavar="N", help="only print the next N trigger times (1 or more)")
+    p.add_argument("--next", type=_next_count, metavar="N",
+                   help=f"only print the next N trigger times (1 to {MAX_NEXT}, within 28 years)")
     p.add_argument("--once", action="store_true", help="wait for the next trigger, run once, exit")
     p.add_argument("--executors", type=_workers, default=0)
     p.add_argument("--slots", type=_workers, default=0)
@@ -290,8 +304,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true", help="list every job, not only the unfinished and failed")
-    p.add_argument("--at", metavar="TIME", help="the run as it stood then, from the journal: a clock time (23:40), "
-                   "an ISO timestamp, or an offset back from now (-15m)")
+    p.add_argument("--at", metavar="TIME", help="the run as it stood then, from the journal: a clock time (23:40, the "
+                   "latest not to come, in the plan's timezone), an ISO timestamp, or an offset back from now (-15m)")
     p = sub.add_parser("top", help="the live pipeline: queues, arena, latencies, journal, loop, executors, agents")
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true", help="one reading as a JSON object")

@@ -56,7 +56,9 @@ def show_status_at(a: argparse.Namespace, state_dir: Path | None) -> int:
         print(json.dumps(st, separators=(",", ":")))
         return code
     note = f"  ({st['note']})" if st["note"] else ""
-    print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  as of {st['at_iso']}{note}")
+    zone = f" ({st['timezone']})" if st["timezone"] else ""  # the plan's zone, --at's clock times are read in
+    print(f"run {st['run']}  plan {st['plan']}  business date {st['business_date']}  "
+          f"as of {st['at_iso']}{zone}{note}")
     print(f"{st['total']} jobs: " + "  ".join(f"{k} {v}" for k, v in st["counts"].items()))
     shown = [j for j in st["jobs"] if a.all or j["state"] not in _QUIET]
     for j in shown[: None if a.all else 200]:

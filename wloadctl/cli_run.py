@@ -423,15 +423,29 @@ def trigger_command(a: argparse.Namespace) -> int:
             while not stop["now"] and time.time() < when.timestamp():
                 time.sleep(min(1.0, max(0.0, when.timestamp() - time.time())))
             if stop["now"]:
-                break
+                # A stop is not a success: systemd and scripts must not take it for one (130, as `run` stopped so).
+                _say(False)(f"stopped by SIGTERM while waiting for the run of '{plan.name}' at {when.isoformat()}, "
+                            "which was not started")
+                return 130
             opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots,
                               business_date=business_date_of(when), say=_say(False))
             last = when
             outcome = start_or_resume(a.plan, opts)
             code = outcome.exit_code
             print(f"run {outcome.run.run_id} for {outcome.run.business_date}: {outcome.status}", flush=True)
+            if outcome.status == "interrupted":
+                # The run was stopped (SIGTERM, Ctrl-C, the console's stop): the trigger stops with it, as `run`
+                # does, rather than wait for the next fire time with a run left to resume.
+                _say(False)(f"run {outcome.run.run_id} stopped: `wloadctl resume {run_place(state_dir)}` goes on; "
+                            f"no more runs of '{plan.name}' are triggered")
+                return code
             if a.once:
                 break
     finally:
         signal.signal(signal.SIGTERM, old)
+    if stop["now"] and not a.once:
+        # SIGTERM came as a run was starting, before the run's own handler: the run went to its end, and the
+        # trigger stops after it.
+        _say(False)(f"stopped by SIGTERM after a run; no more runs of '{plan.name}' are triggered")
+        return 130
     return code

@@ -870,8 +870,15 @@ class RunClient:
         """Every job as it stood at a moment (a float, or text for wloadctl.timetravel.parse_when)."""
         from wloadctl.timetravel import parse_when, status_at
 
-        t = when if isinstance(when, float | int) else parse_when(when, self.run.started)
-        return status_at(self.store, self.run, float(t), self.refresh_ids())
+        zone = self.plan_zone()
+        t = when if isinstance(when, float | int) else parse_when(when, tz=zone)
+        return status_at(self.store, self.run, float(t), self.refresh_ids(), zone)
+
+    def plan_zone(self) -> str | None:
+        """The time zone of the run's plan, its times of day are read in (None: the host's), from what its
+        scheduler kept of the plan (`why` reads the same), else from the plan itself."""
+        kept = self.store.facts_meta(self.run.id)
+        return kept.timezone if kept is not None else self.plan().timezone
 
     def job_rows_at(self, when: float) -> list[tuple]:
         """Every job's row (as job_rows gives it) as it stood at `when`, rebuilt from the journal."""

@@ -11,6 +11,7 @@ import datetime as dt
 import re
 import time
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
 
 from wloadctl.core.durations import MAX_DURATION
 from wloadctl.core.states import JobState
@@ -25,16 +26,25 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_when(text: str, run_started: float, now: float | None = None) -> float:
-    """A moment given as a clock time (HH:MM[:SS]), an ISO timestamp, or an offset back from now (-15m, -1h30m).
+def parse_when(text: str, now: float | None = None, tz: str | None = None) -> float:
+    """A past moment given as a clock time (HH:MM[:SS]), an ISO timestamp, or an offset back from now (-15m, -1h30m).
 
-    A clock time is taken on the day the run started, or the day after when that is before the
-    run's start (a night's run crosses midnight). A timestamp without a zone is local time.
+    A clock time is the latest such moment that is not after now: today's, or yesterday's when today's is still
+    to come. It, and a timestamp without a zone, are read in `tz`, the zone the run's times are shown in.
+
+    Args:
+        text: the moment as the operator wrote it.
+        now: the present (epoch seconds; None: the system clock).
+        tz: the run's plan's time zone (None: the host's local zone).
+
+    Returns:
+        The moment in epoch seconds.
 
     Raises:
-        UsageError: none of those forms.
+        UsageError: none of those forms, or a moment after now (the journal knows nothing of it yet).
     """
     now = time.time() if now is None else now
+    zone = ZoneInfo(tz) if tz else None
     t = text.strip()
     if _AGO.match(t):
         back = sum(float(n) * _UNIT[u] for n, u in _PART.findall(t[1:]))
@@ -46,19 +56,26 @@ def parse_when(text: str, run_started: float, now: float | None = None) -> float
         h, mi, se = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
         if h > 23 or mi > 59 or se > 59:
             raise UsageError(f"--at {_shown(text)}: no such clock time")
-        day = dt.datetime.fromtimestamp(run_started).replace(hour=h, minute=mi, second=se, microsecond=0)
-        if day.timestamp() < run_started - 1:
-            day += dt.timedelta(days=1)
-        return day.timestamp()
+        today = dt.datetime.fromtimestamp(now, zone).date()
+        for ago in (0, 1):
+            # (a zone of None makes a naive time, which timestamp() reads as the host's local time)
+            when = dt.datetime.combine(today - dt.timedelta(days=ago), dt.time(h, mi, se), zone).timestamp()
+            if when <= now:
+                break
+        return when
     try:
         moment = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
         raise UsageError(f"--at {_shown(text)}: expected a clock time (23:40), an ISO timestamp "
                          "(2026-12-01T23:40:00) or an offset back from now (-15m)") from None
     try:
-        return _on_clock(moment.timestamp(), text)
+        when = _on_clock((moment if moment.tzinfo else moment.replace(tzinfo=zone)).timestamp(), text)
     except (ValueError, OverflowError, OSError):
         raise UsageError(f"--at {_shown(text)}: no such moment on this system's clock") from None
+    if when > now:
+        raise UsageError(f"--at {_shown(text)}: that is in the future (it is {iso(now, tz)} now); "
+                         "give a moment of the past")
+    return when
 
 
 def _on_clock(when: float, text: str) -> float:
@@ -75,12 +92,13 @@ def _shown(text: str) -> str:
     return repr(text) if len(text) <= 40 else f"{text[:20]!r}...({len(text)} characters)"
 
 
-def iso(ts: float) -> str:
-    """Local time of an epoch second, ISO format to the second."""
-    return dt.datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+def iso(ts: float, tz: str | None = None) -> str:
+    """An epoch second in ISO format to the second, in zone `tz` (None: the host's local time)."""
+    when = dt.datetime.fromtimestamp(ts, ZoneInfo(tz) if tz else None)
+    return (when if tz else when.astimezone()).isoformat(timespec="seconds")
 
 
-def status_at(store: Store, run: RunRow, when: float, ids: list[str]) -> dict[str, Any]:
+def status_at(store: Store, run: RunRow, when: float, ids: list[str], tz: str | None = None) -> dict[str, Any]:
     """The run's jobs as they stood at `when`: counts per state and every job's row, as `status --json` gives.
 
     Args:
@@ -88,6 +106,7 @@ def status_at(store: Store, run: RunRow, when: float, ids: list[str]) -> dict[st
         run: the run.
         when: the moment (epoch seconds).
         ids: job ids by index.
+        tz: the plan's time zone, `at_iso` is written in (None: the host's local zone).
     """
     cols = store.columns_at(run.id, when)
     cols.grow(len(ids))
@@ -103,7 +122,7 @@ def status_at(store: Store, run: RunRow, when: float, ids: list[str]) -> dict[st
     before = when < run.started
     after_end = run.ended is not None and when > run.ended
     return {"run": run.run_id, "plan": run.plan_name, "business_date": run.business_date, "at": round(when, 3),
-            "at_iso": iso(when), "started": run.started, "ended": run.ended,
+            "at_iso": iso(when, tz), "timezone": tz, "started": run.started, "ended": run.ended,
             "note": "before the run started" if before else ("after the run ended" if after_end else ""),
             "counts": counts, "total": len(ids), "jobs": jobs}
 

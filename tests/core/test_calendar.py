@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 
-from wloadctl.core.calendar import fires_on_business_days, is_business_day, next_triggers, valid_cron
+from wloadctl.core.calendar import HORIZON, fires_on_business_days, is_business_day, next_triggers, valid_cron
 from wloadctl.core.plan import Schedule
 
 
@@ -47,3 +48,26 @@ def test_whether_a_cron_ever_falls_on_a_business_day_is_known_without_a_clock() 
     assert not fires_on_business_days(Schedule("0 6 * * *", business_days=()))
     assert fires_on_business_days(Schedule("0 0 29 2 *", business_days=(0,)))  # a Monday in 2016
     assert fires_on_business_days(Schedule("0 0 13 * 6", business_days=(4,)))  # the 13th or Saturdays
+
+
+def test_triggers_are_looked_for_as_far_ahead_as_validate_checks() -> None:
+    # Given the 29th of February on Saturdays, which validate accepts: after 2027 it falls on one in 2048 only
+    sat = Schedule("0 0 29 2 *", business_days=(5,))
+    assert fires_on_business_days(sat)
+    # Then the trigger finds it, 21 years ahead, and none after it within the horizon (2076 is past it)
+    got = next_triggers(sat, dt.datetime(2027, 1, 1), 2, "UTC")
+    assert [t.isoformat() for t in got] == ["2048-02-29T00:00:00+00:00"]
+    # And on weekdays every 29th of February in those years is listed, in order (2040's was missed at 10 years)
+    week = next_triggers(Schedule("0 0 29 2 *"), dt.datetime(2027, 1, 1), 99, "UTC")
+    assert [t.year for t in week] == [2028, 2036, 2040, 2044, 2052]
+    assert HORIZON == dt.timedelta(days=10_227)  # 28 years of 365 days and 7 leap days
+
+
+def test_a_cron_of_every_minute_crosses_days_off_a_day_at_a_time() -> None:
+    # Saturdays only, and every Saturday of a year a holiday: the first trigger is a year and more away
+    saturdays = tuple((dt.date(2027, 1, 2) + dt.timedelta(weeks=k)).isoformat() for k in range(53))
+    s = Schedule("* * * * *", business_days=(5,), holidays=saturdays)
+    started = time.monotonic()
+    got = next_triggers(s, dt.datetime(2027, 1, 1), 2, "UTC")
+    assert [t.isoformat() for t in got] == ["2028-01-08T00:00:00+00:00", "2028-01-08T00:01:00+00:00"]
+    assert time.monotonic() - started < 5  # (minute by minute: 530,000 steps, about 40 s)

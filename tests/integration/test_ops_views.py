@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
@@ -103,12 +104,41 @@ def test_status_at_rebuilds_every_job_as_it_was_from_the_journal(tmp_path: Path)
         now = json.loads(cli("status", "--state-dir", str(sd), "--at", "-0s", "--json").stdout)
         assert now["counts"] == final["counts"] and now["note"] == "after the run ended"
         # A clock time (to the second) works too, and the text form lists the unfinished
+        # (once that second is past: a clock time still to come is yesterday's)
+        time.sleep(max(0.0, rows["c"]["ended"] + 1.0 - time.time()))
         clock = dt.datetime.fromtimestamp(rows["c"]["ended"] + 1.0).strftime("%H:%M:%S")
         text = cli("status", "--state-dir", str(sd), "--at", clock).stdout
         assert "as of" in text and "FAILED          d" in text
         # A bad moment is bad input, in one line
         bad = cli("status", "--state-dir", str(sd), "--at", "yesterday-ish")
         assert bad.returncode == 2 and "expected a clock time" in bad.stderr and "Traceback" not in bad.stderr
+    finally:
+        reap_orphans(final["run"])
+
+
+def test_status_at_a_clock_time_is_the_latest_such_moment_in_the_plans_zone(tmp_path: Path) -> None:
+    # Given a run of a plan whose zone is not the host's, finished a moment ago
+    zone = "Pacific/Pago_Pago"
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "pago", "timezone": zone, "jobs": {"a": {"command": "true"}}}))
+    sd = tmp_path / "sd"
+    assert cli("run", str(plan), "--state-dir", str(sd), "--quiet").returncode == 0
+    final = status(sd)
+    try:
+        # When the operator asks how it stood a few seconds before it started, as the plan's clock read then
+        before = dt.datetime.fromtimestamp(final["started"] - 5, ZoneInfo(zone))
+        at = cli("status", "--state-dir", str(sd), "--at", before.strftime("%H:%M:%S"))
+        # Then that is the moment shown, today's (not tomorrow's) in the plan's zone, and nothing had run yet
+        assert at.returncode == 0, at.stderr
+        head = at.stdout.splitlines()[0]
+        assert head.endswith(f"as of {before.replace(microsecond=0).isoformat()} ({zone})  "
+                             "(before the run started)"), head
+        # And a moment to come is refused in one line
+        later = dt.datetime.now(ZoneInfo(zone)) + dt.timedelta(hours=1)
+        bad = cli("status", "--state-dir", str(sd), "--at", later.strftime("%Y-%m-%dT%H:%M:%S"))
+        assert bad.returncode == 2 and bad.stdout == "", bad.stderr
+        assert bad.stderr.startswith("wloadctl: --at '") and "that is in the future" in bad.stderr
+        assert bad.stderr.count("\n") == 1, bad.stderr
     finally:
         reap_orphans(final["run"])
 

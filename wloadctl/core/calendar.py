@@ -20,9 +20,15 @@ def is_business_day(day: dt.date, schedule: Schedule) -> bool:
 
 CRON_FIELDS = "minute hour day-of-month month day-of-week"
 """The five fields of a plan's cron, in order."""
+HORIZON_YEARS = 28
+"""How far ahead a schedule's fires are looked for, by `validate` and `trigger` alike: in 28 years (between 1901
+and 2099, where every fourth year is a leap year) each date of the year falls on each weekday, so a cron that ever
+fires on a business day does so within them (the 29th of February on a Saturday: 21 years after 2027's)."""
+HORIZON = dt.timedelta(days=HORIZON_YEARS * 365 + HORIZON_YEARS // 4)
+"""HORIZON_YEARS as a span of days (10,227)."""
 _CYCLE_START = dt.datetime(2001, 1, 1)
-_CYCLE_END = dt.datetime(2029, 1, 1)
-"""28 years in which every leap year is one: each date of the year falls on each weekday in it."""
+_CYCLE_END = _CYCLE_START + HORIZON
+"""One horizon of dates (2001 to 2028) in which each date of the year falls on each weekday."""
 
 
 def valid_cron(expr: str) -> bool:
@@ -54,7 +60,7 @@ def fires_on_business_days(schedule: Schedule) -> bool:
 
 
 def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: str | None = None,
-                  horizon_days: int = 3660) -> list[dt.datetime]:
+                  horizon_days: int = HORIZON.days) -> list[dt.datetime]:
     """The next `count` trigger times strictly after `after` that fall on business days.
 
     Args:
@@ -62,10 +68,11 @@ def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: st
         after: start of the search (aware, or naive in `tz`).
         count: how many times to return.
         tz: the plan's time zone (None: the host's local zone).
-        horizon_days: stop searching this far ahead (a calendar with no business day at all).
+        horizon_days: stop searching this far ahead (HORIZON, the span `validate` checks, by default).
 
     Returns:
-        Aware datetimes in the plan's zone, in order.
+        Aware datetimes in the plan's zone, in order: every trigger within the horizon, up to `count` of them
+        (none when the schedule fires on no business day in it).
     """
     zone = ZoneInfo(tz) if tz else dt.datetime.now().astimezone().tzinfo
     start = after if after.tzinfo else after.replace(tzinfo=zone)
@@ -80,7 +87,12 @@ def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: st
             break  # an expression no date matches (the 30th of February): it never fires
         if when > limit:
             break
-        if is_business_day(when.date(), schedule) and not repeated_wall_time(when):
+        if not is_business_day(when.date(), schedule):
+            # The rest of the day fires on no business day either: go on from its last minute, so a cron of
+            # every minute crosses weekends and holidays a day at a time, not 1,440 steps a day.
+            it = croniter(schedule.cron, when.replace(hour=23, minute=59, second=0, microsecond=0, fold=0))
+            continue
+        if not repeated_wall_time(when):
             out.append(when)
     return out
 

@@ -230,14 +230,22 @@ class JobFacts:
         """Keep what the run's scheduler worked out of its plan (replacing what an earlier start kept)."""
         self._write_facts(run, facts.meta, facts.blocks)
 
-    def job_facts(self, run: int, idxs: Sequence[int]) -> tuple[FactsMeta, dict[int, JobFact]] | None:
-        """The run's facts row and the facts of these jobs; None when the run has none kept (or of another
-        layout), or they do not cover every one of the jobs."""
+    def facts_meta(self, run: int) -> FactsMeta | None:
+        """The run's facts row; None when the run has none kept (or of another layout)."""
         text = self._facts_meta(run)
         if text is None:
             return None
         meta = json.loads(text)
-        if meta.get("version") != FACTS_VERSION or any(not 0 <= i < meta["jobs"] for i in idxs):
+        if meta.get("version") != FACTS_VERSION:
+            return None
+        return FactsMeta(meta["jobs"], meta["digest"], meta["longest"], meta["places"],
+                         {str(k): int(v) for k, v in meta["resources"].items()}, meta.get("timezone"))
+
+    def job_facts(self, run: int, idxs: Sequence[int]) -> tuple[FactsMeta, dict[int, JobFact]] | None:
+        """The run's facts row and the facts of these jobs; None when the run has none kept (or of another
+        layout), or they do not cover every one of the jobs."""
+        meta = self.facts_meta(run)
+        if meta is None or any(not 0 <= i < meta.jobs for i in idxs):
             return None
         by_block: dict[int, list[int]] = {}
         for i in idxs:
@@ -247,5 +255,4 @@ class JobFacts:
             out.update(read_block(bytes(data), b, by_block[b]))
         if len(out) != len(set(idxs)):
             return None
-        return FactsMeta(meta["jobs"], meta["digest"], meta["longest"], meta["places"],
-                         {str(k): int(v) for k, v in meta["resources"].items()}, meta.get("timezone")), out
+        return meta, out
