@@ -41,12 +41,12 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         with RunClient(state_dir) as c:
             brief = not (a.json or a.all)
             st = c.status(with_jobs=True, only_unfinished=brief, limit=201 if brief else -1)
-    except JournalUnavailable as e:
+    except JournalUnavailable as unreachable:
         # The run's scheduler is live here all the same: what its boards show, then the error.
         board = board_status(state_dir) if state_dir is not None else None
         if board is None:
             raise
-        _board_only(board, e, a.json)
+        _board_only(board, unreachable, a.json)
         raise
     if a.json:
         # Compact: the C encoder is an order of magnitude faster than the indenting one at 100k jobs.
