@@ -108,6 +108,17 @@ def test_a_hold_of_an_until_loop_between_iterations_holds_it_once_the_iteration_
     core.validate()
 
 
+def test_a_release_calls_off_a_hold_that_waits_for_an_until_loops_iteration() -> None:
+    core = _fast_loop()
+    verb(core, "hold", "poll")
+    reply = next(c for c in verb(core, "release", "poll") if type(c).__name__ == "Reply")
+    assert reply.results == [(core.index["poll"], True,
+                               "job 'poll' released: its hold after this iteration is called off")]
+    exit_with(core, "poll", 0, {"done": 0})
+    assert states(core)["poll"] == "QUEUED"  # it goes round again
+    core.validate()
+
+
 def test_a_hold_asked_for_in_the_last_iteration_of_an_until_loop_is_moot() -> None:
     core = _fast_loop()
     verb(core, "hold", "poll")

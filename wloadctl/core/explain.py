@@ -10,7 +10,7 @@ from wloadctl.core.critical import rank_of
 from wloadctl.core.durations import format_duration
 from wloadctl.core.holding import HOST_CPU, HOST_UNLIMITED, LOCAL_PLACE
 from wloadctl.core.states import JobState, SlaTier
-from wloadctl.core.verbs import applicable_verbs
+from wloadctl.core.verbs import ITERATING, applicable_verbs, pending_hold_verbs
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
@@ -144,7 +144,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         "attempt": core.attempt[i],
         "reasons": reasons,
         "blocking": blocking,
-        "verbs": [v for v in applicable_verbs(st, iterating=bool(spec.until) and i not in holds)
+        "verbs": [v for v in (pending_hold_verbs(st) if spec.until and i in holds and st in ITERATING else
+                              applicable_verbs(st, iterating=bool(spec.until)))
                   if v != ("release" if spec.confirm else "approve")],
         "critical_path": path,
         **({"host_wait": list(host_wait), "host_need": host_wait} if host_wait else {}),

@@ -131,6 +131,11 @@ def applicable_verbs(state: JobState, iterating: bool = False) -> list[str]:
     return ["hold", *out] if iterating and state in ITERATING else out
 
 
+def pending_hold_verbs(state: JobState) -> list[str]:
+    """The verbs that apply to an `until` job whose hold waits for its iteration to end: release calls it off."""
+    return ["release", *applicable_verbs(state)]
+
+
 def refusal(job: str, state: JobState, verb: str, confirm: bool = False) -> str:
     """The message for a verb that does not apply: names the job, its state and what would apply (`confirm`: a
     confirmation job, let go by approve, not release)."""
@@ -218,6 +223,10 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             continue
         if verb == "hold" and st in ITERATING and core.specs[i].until:
             results.append((i, True, _hold_iterating(core, i, ev)))
+            continue
+        if verb == "release" and st in ITERATING and core.specs[i].until and i in core.holds:
+            del core.holds[i]  # (a hold asked for during its iteration, not applied yet)
+            results.append((i, True, f"job '{core.ids[i]}' released: its hold after this iteration is called off"))
             continue
         if st not in VERB_FROM[verb]:
             results.append((i, False, refusal(core.ids[i], st, verb, core.specs[i].confirm)))
