@@ -735,6 +735,12 @@ def test_for_each_takes_its_cap_over_a_list_or_a_variable_too(style: str) -> Non
         load_plan_text("name: cap\njobs:\n  k: {for_each: {items: [x, y, z], max_items: 2}, command: 'true'}\n")
     assert "for_each lists 3 items, more than max_items 2" in str(e.value.problems[0] if e.value.problems
                                                                    else e.value)
+    # A list variable is held to the cap too (its instances were all made, the cap ignored)
+    body = jobs.replace("max_items: 10", "max_items: 1")
+    with pytest.raises(PlanError) as e:
+        load_plan_text("name: cap\nvariables: {desks: [a, b]}\njobs:\n" + body)
+    said = " ".join(str(p) for p in e.value.problems) or str(e.value)
+    assert "job 'j': for_each: vars.desks lists 2 items, more than max_items 1" in said, said
 
 
 @pytest.mark.parametrize(("job", "found"), [

@@ -291,9 +291,14 @@ def _check_loop_variables(jobs: JobsReader, variables: Mapping[str, object]) -> 
             jobs.report(spec.line, f"for_each reads undeclared variable '{name}'", hint, job=jid)
             continue
         try:
-            items_of(spec, values)
+            items = items_of(spec, values)
         except WloadError as bad:
             jobs.report(spec.line, bad.message, bad.hint, job=jid)
+            continue
+        cap = jobs.var_caps.get(jid)
+        if cap is not None and len(items) > cap:
+            jobs.report(spec.line, f"for_each: {spec.for_each} lists {len(items)} items, more than max_items {cap}",
+                        "raise max_items, or shorten the list", job=jid)
 
 
 def _check_variables(jobs: JobsReader, declared: Collection[str]) -> None:

@@ -171,6 +171,8 @@ class JobsReader:
         """Jobs given an `until`, right or wrong (a wrong one is reported once)."""
         self.over_vars: list[str] = []
         """Jobs given a `for_each: vars.NAME` of their own: the variable is checked once all are read."""
+        self.var_caps: dict[str, int] = {}
+        """Of those, the ones given a `max_items` (`for_each: {items: vars.NAME, max_items: N}`): the cap."""
         self.bad_loops: set[str] = set()
         """Jobs given a `for_each` that is wrong (reported): no more is said of their `{item}`."""
         self.repeated: list[tuple[int, str]] = []
@@ -433,6 +435,8 @@ class JobsReader:
                 self.iterated.append((jid, entry[1]))
             elif key == "for_each" and type(vals[found[0]]) is str:
                 self.over_vars.append(jid)
+                if type(entry[0]) is dict and "max_items" in entry[0]:
+                    self.var_caps[jid] = int(entry[0]["max_items"][0])  # (a whole number: for_each checked it)
         except FieldError as bad:
             self.report(bad.line, bad.message, bad.hint, job=jid)
             if key == "command":
