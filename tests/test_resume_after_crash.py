@@ -166,6 +166,8 @@ def test_a_cancelled_run_whose_scheduler_crashed_ends_cancelled_on_resume(tmp_pa
         assert "cancelled" in said and "failed" not in said, said
         assert status(sd)["status"] == "cancelled"
         assert job_states(sd) == {"a": "SUCCEEDED", "b": "CANCELLED", "c": "CANCELLED"}
+        # And status exits as the run did (it said 0 for a cancelled run without failures)
+        assert [cli("status", "--state-dir", str(sd), *form).returncode for form in ([], ["--json"])] == [1, 1]
     finally:
         go.touch()
         stop_proc(proc, run_id=run_id)

@@ -22,13 +22,16 @@ if TYPE_CHECKING:
     from wloadctl.remote.broker import BrokerOptions
 
 _BAD = ("FAILED", "TIMED_OUT", "UPSTREAM_FAILED")
+_ENDED_SHORT = ("cancelled", "held")
+"""Run statuses of a run that ended without its jobs done (`run` exits 1 for them too)."""
 
 
 def status_exit(st: dict[str, Any]) -> int:
     """The exit code of `status` in every form (text, --json, --at), from the run's status as `status --json`
     gives it: 1 when the run is not going on (finished, interrupted) and a job FAILED, TIMED_OUT or was
-    UPSTREAM_FAILED, else 0."""
-    return 1 if any(st["counts"].get(b) for b in _BAD) and not st["live"] else 0
+    UPSTREAM_FAILED, or it was cancelled or ended holding (as `run` exits), else 0."""
+    return 1 if not st["live"] and (any(st["counts"].get(b) for b in _BAD) or st.get("status") in _ENDED_SHORT) \
+        else 0
 
 
 def _ts(t: float | None) -> str:
