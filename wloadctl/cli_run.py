@@ -196,7 +196,7 @@ def _refuse_nothing_to_resume(state_dir: Path) -> None:
     if not journal_exists(state_dir):
         refuse_non_directory(state_dir)
         raise UsageError(f"no unfinished run to resume in {state_dir}",
-                         hint="start one with `wloadctl run PLAN --state-dir DIR`")
+                         hint=f"start one with `wloadctl run PLAN --state-dir {state_dir}`")
 
 
 def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:

@@ -428,7 +428,7 @@ class RunClient:
         raise ControlError(f"run {self.run.run_id} is no longer the latest run of {self.state_dir}: run "
                            f"{now.run_id} of plan '{now.plan_name}' started there since, and verbs apply to it alone",
                            hint="open the console on the directory again, or give the verb with "
-                                "`wloadctl VERB JOB --state-dir DIR`, to act on that run")
+                                f"`wloadctl VERB JOB --state-dir {self.state_dir}`, to act on that run")
 
     def _holder_dir(self) -> Path | None:
         """The state directory of the scheduler holding the run's lease when it is a process of this host

@@ -262,7 +262,7 @@ def test_a_resume_of_a_directory_with_no_run_is_refused_and_creates_nothing(tmp_
         p = cli(cmd, "--state-dir", str(sd))
         # Then it is refused in one line, and nothing is made there
         assert p.returncode == 2 and p.stderr.strip() == (f"wloadctl: no unfinished run to resume in {sd}"
-                                                          " (start one with `wloadctl run PLAN --state-dir DIR`)")
+                                                          f" (start one with `wloadctl run PLAN --state-dir {sd}`)")
         assert (not sd.exists()) if sd.name == "typo_dir" else list(sd.iterdir()) == []
 
 

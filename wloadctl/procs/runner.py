@@ -356,14 +356,15 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
                 raise UsageError(f"{plan_path}: plan '{plan.name}' is not the plan of unfinished run {prev.run_id} "
                                  f"in {opts.state_dir} ('{prev.plan_name}')",
                                  hint="a changed plan keeps the run's plan name; or resume with "
-                                      "`wloadctl resume --state-dir DIR` alone")
+                                      f"`wloadctl resume {run_place(opts.state_dir)}` alone")
             raise UsageError(f"no unfinished run to resume in {opts.state_dir}",
-                             hint="start one with `wloadctl run PLAN --state-dir DIR`")
+                             hint=f"start one with `wloadctl run PLAN {run_place(opts.state_dir)}`")
         if prev and prev.status in UNFINISHED:
             _refuse_live_lease(store, prev, opts.state_dir)
         if prev and prev.status in UNFINISHED and plan is not None and prev.plan_name != plan.name:
             raise UsageError(f"{opts.state_dir} holds unfinished run {prev.run_id} of plan '{prev.plan_name}'",
-                             hint="resume it with `wloadctl resume --state-dir DIR`, or use another --state-dir")
+                             hint=f"resume it with `wloadctl resume {run_place(opts.state_dir)}`, or use another "
+                                  "--state-dir")
         if resumed:
             assert prev is not None
             settings = json.loads(prev.settings or "{}")

@@ -261,7 +261,7 @@ class SqliteStore(Store):
                     raise NoJournalYet(f"no run journal in {d}: its runs are journaled in {url}",
                                        hint=f"add --journal {url} (or set WLOADCTL_JOURNAL)")
                 raise NoJournalYet(
-                    f"no run journal in {d}", hint="start a run there with `wloadctl run PLAN --state-dir DIR`"
+                    f"no run journal in {d}", hint=f"start a run there with `wloadctl run PLAN --state-dir {d}`"
                 )
             d.mkdir(parents=True, exist_ok=True)
         elif path.stat().st_size and path.stat().st_size < 100:
