@@ -159,6 +159,8 @@ class ConsoleApp(App[str]):
         """Requests and confirmation jobs waiting for an operator's approve (the header's hint; `A` lists them)."""
         self.ended_by = ""
         """The signal that ended the console (SIGTERM, SIGHUP), if one did."""
+        self.stopped_running: list[str] = []
+        """Jobs that were running when the operator stopped the run (the stop killed them)."""
         self._signals_caught = False
 
     def _post(self, message: Any) -> None:
@@ -388,18 +390,29 @@ class ConsoleApp(App[str]):
         if isinstance(self.screen, QuitScreen | StoppingScreen):
             return
 
+        running = self.running_jobs()
+
         def chosen(choice: str | None) -> None:
             if choice == "detach":
                 self.exit("detach")
             elif choice == "stop":
-                self.push_screen(StoppingScreen())
+                # Named again after the stop: the jobs running when it was chosen are the ones it kills.
+                self.stopped_running = self.running_jobs()
+                self.push_screen(StoppingScreen(self.stopped_running))
 
         self.push_screen(
             QuitScreen(
-                self.status.scheduler_pid if self.status else None, self.state_dir
+                self.status.scheduler_pid if self.status else None,
+                self.state_dir,
+                running,
             ),
             chosen,
         )
+
+    def running_jobs(self) -> list[str]:
+        """Ids of the jobs running now, in plan order (what a stop of the run kills)."""
+        model = self.model
+        return [model.ids[i] for i in sorted(model.running)] if model is not None else []
 
     def action_command_palette(self) -> None:
         """Open the command palette (ctrl+p)."""
