@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections.abc import Callable, Collection, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
@@ -527,6 +528,25 @@ class JobRow:
     """Reason, exit status or deadline."""
 
 
+_RETRY_IN = re.compile(r"^(\d+/\d+) in (\d+(?:\.\d+)?)s$")
+"""The end of a RETRY_WAIT reason, "1/3 in 55.6s" (the delay as the scheduler journaled it: see
+wloadctl.core.timers.retry_due_journaled)."""
+
+
+def retry_countdown(model: JobsModel, i: int, retry: str, now: float) -> str:
+    """`1/3 in 38s` for job i, waiting for its retry: the time left now, not the delay it was given.
+
+    The retry is due at the move to RETRY_WAIT (when the attempt stopped) plus the journaled delay, as
+    the scheduler and `why` have it.
+    """
+    m = _RETRY_IN.match(retry)
+    since = model.stopped.get(i) or model.ended[i]
+    if m is None or since is None:
+        return retry
+    left = since + float(m.group(2)) - now
+    return f"{m.group(1)} in {fmt_duration(left)}" if left > 0 else f"{m.group(1)} due now"
+
+
 def job_row(model: JobsModel, i: int, now: float) -> JobRow:
     """The text of job i's row."""
     st = JobState(model.state[i])
@@ -538,7 +558,7 @@ def job_row(model: JobsModel, i: int, now: float) -> JobRow:
     elif st == JobState.RETRY_WAIT and "; retry " in info:
         # When it runs again first: a narrow column cuts the end ("exit status 3; retry 1/3 in 2.2s").
         why, _, retry = info.partition("; retry ")
-        info = f"retry {retry}; {why}"
+        info = f"retry {retry_countdown(model, i, retry, now)}; {why}"
     dl = model.deadline_text.get(i)
     if dl and st not in OK_STATES:
         info = f"due {dl}" + (f"; {info}" if info else "")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import console_fakes
 import pytest
 from console_fakes import FakeClient
-from console_helpers import fake_app, loaded, screen_text
+from console_helpers import fake_app, loaded, screen_text, wait_for
 
+from tui.app import ConsoleApp
 from wloadctl.core.states import JobState
 
 LONG_ID = "nightly_reconciliation_" + "x" * 177
@@ -32,3 +33,34 @@ async def test_a_200_character_id_leaves_info_on_screen_at_80_columns() -> None:
         app.screen.query_one("JobTable").focus()
         await pilot.press("G")
         assert "nightly_reconcil" in screen_text(app) and "~" in screen_text(app)
+
+
+@pytest.fixture
+def retrying(monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_fx_rates failed at NOW - 14 s and waits 60 s for its retry 1/3."""
+    monkeypatch.setitem(console_fakes.ROWS, "load_fx_rates",
+                        (JobState.RETRY_WAIT, 1, 0, 3, 700.0, 740.0, "exit status 3; retry 1/3 in 60.0s"))
+
+
+@pytest.mark.usefixtures("retrying")
+@pytest.mark.parametrize("replayed", [False, True])
+async def test_the_retry_countdown_moves_with_the_clock(replayed: bool) -> None:
+    fake = FakeClient()
+    if replayed:
+        # The feed also replays the move to RETRY_WAIT (from RUNNING, when the attempt stopped).
+        k = fake.ids_list.index("load_fx_rates")
+        fake.transitions = [(*t[:2], int(JobState.RUNNING), *t[3:]) if t[1] == k else t for t in fake.transitions]
+    clock = [console_fakes.NOW]
+    app = ConsoleApp(fake.state_dir, open_client=lambda: fake, clock=lambda: clock[0], poll=0.02)
+    async with app.run_test(size=(130, 30)) as pilot:
+        await loaded(pilot)
+
+        def row() -> str:
+            return next(ln for ln in screen_text(app).splitlines() if "load_fx_rates" in ln)
+
+        assert "retry 1/3 in 46s; exit status 3" in row()
+        # When 20 s pass without any transition
+        clock[0] += 20
+        await wait_for(pilot, lambda: "retry 1/3 in 26s" in row(), 5, "the countdown")
+        clock[0] += 30
+        await wait_for(pilot, lambda: "retry 1/3 due now" in row(), 5, "the retry due")

@@ -243,7 +243,8 @@ class MainScreen(OperatorScreen):
         live = app.status is not None and app.status.live
         if self.filter.sla:
             self._order_dirty = True  # a deadline coming close puts its job in the filter
-        if model.counts[JobState.RUNNING] or model.counts[JobState.QUEUED]:
+        if model.counts[JobState.RUNNING] or model.counts[JobState.QUEUED] or model.counts[JobState.RETRY_WAIT]:
+            # (a retry's countdown moves too)
             self.query_one(JobTable).refresh()
             self._refresh_panels(dag=False)
         elif model.done_count() < len(model):
