@@ -81,3 +81,27 @@ def test_counts_abbreviate_to_four_characters() -> None:
 
     assert [abbreviated(n) for n in (9_999, 16_723, 167_230, 1_234_567, 12_345_678)] == [
         "9999", "16k", "167k", "1.2M", "12M"]
+
+
+async def test_a_stopped_run_opened_readonly_shows_the_time_it_ran_not_the_time_since() -> None:
+    # Given a run that stopped with jobs left, its last job having started 10 minutes in
+    from console_fakes import FakeClient
+    from console_helpers import fake_app, loaded, screen_text, wait_for
+
+    app = fake_app(FakeClient(live=False), readonly=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        # Then its elapsed time ends there, not at the clock's 12m34s
+        await wait_for(pilot, lambda: "STOPPED" in screen_text(app), what="the stopped run")
+        head = screen_text(app).splitlines()[0]
+        assert "10m00s elapsed" in head, head
+
+
+async def test_a_live_run_counts_its_elapsed_time_to_now() -> None:
+    from console_fakes import FakeClient
+    from console_helpers import fake_app, loaded, screen_text
+
+    app = fake_app(FakeClient())
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        assert "12m34s elapsed" in screen_text(app).splitlines()[0]
