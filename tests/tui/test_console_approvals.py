@@ -66,3 +66,22 @@ async def test_a_request_for_a_job_that_ended_is_moot_not_counted() -> None:
         table = screen.query_one(DataTable)
         assert str(table.get_row("R2")[2]) == "kill (moot: jobs ended)"
         assert str(table.get_row("R1")[2]) == "kill"
+
+
+async def test_j_and_k_move_in_the_approvals_screen_and_r_rejects() -> None:
+    client = RequestsClient()
+    app = fake_app(client)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("A")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, PendingScreen) and app.screen.keys
+                                and app.screen, what="the approvals screen")
+        table = screen.query_one(DataTable)
+        await pilot.press("j")
+        assert table.cursor_row == 1 and isinstance(app.screen, PendingScreen)
+        await pilot.press("k")
+        assert table.cursor_row == 0 and isinstance(app.screen, PendingScreen)
+        assert "r Reject" in screen_text(app)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: not isinstance(app.screen, PendingScreen), what="the reject's confirmation")
+        assert "reject R1" in screen_text(app)

@@ -43,12 +43,15 @@ def pending_rows(data: dict[str, Any], model: JobsModel | None = None) -> list[t
 
 
 class PendingScreen(Screen[None]):
-    """What waits for an operator's approve; `a` approves the row under the cursor, `j` rejects a request."""
+    """What waits for an operator's approve; `a` approves the row under the cursor, `r` rejects a request;
+    j/k move as everywhere else."""
 
     CSS_PATH = "pending.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "settle('approve')", "Approve"),
-        Binding("j", "settle('reject')", "Reject"),
+        Binding("r", "settle('reject')", "Reject"),
+        Binding("j", "move(1)", "Down", show=False),
+        Binding("k", "move(-1)", "Up", show=False),
         Binding("escape,A", "close", "Back", key_display="esc"),
     ]
 
@@ -186,6 +189,14 @@ class PendingScreen(Screen[None]):
         if feed is not None:
             feed.wake.set()
         self._read()
+
+    def action_move(self, step: int) -> None:
+        """The cursor a row down or up (j/k, as in the job table)."""
+        table = self.query_one(DataTable)
+        if step > 0:
+            table.action_cursor_down()
+        else:
+            table.action_cursor_up()
 
     def action_close(self) -> None:
         """Back to the jobs."""
