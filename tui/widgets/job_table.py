@@ -35,7 +35,7 @@ class Column:
     """Right-aligned (numbers)."""
 
 
-INFO_ROOM = 20
+INFO_ROOM = 16
 """Columns INFO keeps however long the ids are (when the table is wide enough to have it)."""
 
 
