@@ -340,6 +340,9 @@ class Feed:
         seq = model.seq
         self.known = len(model)
         read_retry_times(client, model)
+        last = client.changes_since(max(0, seq - 1), 1)
+        if last and (model.last_change is None or last[-1][5] > model.last_change):
+            model.last_change = float(last[-1][5])
         self.post(ModelLoaded(info, model, dag))
         try:
             self._follow(client, seq, info)

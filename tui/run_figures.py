@@ -88,10 +88,10 @@ def path_ahead(model: JobsModel, now: float) -> float | None:
 
 
 def last_activity(model: JobsModel) -> float | None:
-    """When a job of the run last started or stopped (None: none ever did): the end of a run that stopped
-    without journaling one."""
+    """When a job of the run last started, stopped or changed state (None: none ever did): the end of a run
+    that stopped without journaling one."""
     times = [max(col.values(), default=None) for col in (model.started, model.ended)]
-    times.append(max(model.stopped.values(), default=None))
+    times += [max(model.stopped.values(), default=None), model.last_change]
     known = [t for t in times if t is not None]
     return max(known) if known else None
 

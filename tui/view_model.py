@@ -123,6 +123,8 @@ class JobsModel:
         """Jobs RUNNING now (the node panel names them per executor)."""
         self.tier_counts: list[list[int]] = [[0] * len(JobState) for _ in SlaTier]
         """Jobs per tier value and state value."""
+        self.last_change: float | None = None
+        """When the latest transition known was journaled (a stopped run stopped then)."""
         self._recount()
 
     def __len__(self) -> int:
@@ -329,6 +331,8 @@ class JobsModel:
             if code is not None:
                 self.exit_code[i] = int(code)
             self.reason.put(i, str(reason or ""))
+            if self.last_change is None or ts > self.last_change:
+                self.last_change = float(ts)
             # `stopped` is kept only where `ended` will not say when the attempt ended, so a big run
             # holds a few of them. The transition's own from-state tells whether an attempt ended
             # here: the feed may replay transitions a row read already has.
