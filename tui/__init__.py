@@ -95,8 +95,16 @@ def run_console(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     elif result == "stopped":
+        from tui.screens.quit import running_text
+
+        killed = app.stopped_running
+        said = (
+            f"; it killed {running_text(killed)}; they run again from the start on resume"
+            if killed
+            else ""
+        )
         print(
-            f"wloadctl: run stopped; resume it with `wloadctl console {where}`",
+            f"wloadctl: run stopped{said}; resume it with `wloadctl console {where}`",
             file=sys.stderr,
         )
     elif result == "stop-timeout":

@@ -155,10 +155,14 @@ class ConsoleApp(App[str]):
         """Verbs this user's role allows in the run (None until known: the scheduler still judges)."""
         self.role = ""
         """This user's role in the run, once known."""
+        self.four_eyes: frozenset[str] = frozenset()
+        """Verbs the run makes need a second person's approve (a request is filed, not applied), once known."""
         self.approvals = 0
         """Requests and confirmation jobs waiting for an operator's approve (the header's hint; `A` lists them)."""
         self.ended_by = ""
         """The signal that ended the console (SIGTERM, SIGHUP), if one did."""
+        self.stopped_running: list[str] = []
+        """Jobs that were running when the operator stopped the run (the stop killed them)."""
         self._signals_caught = False
 
     def _post(self, message: Any) -> None:
@@ -224,6 +228,7 @@ class ConsoleApp(App[str]):
         self.load_step, self.notes = "", []
         self.loaded.clear()
         self.role, self.allowed = "", None  # learned anew: a role is per run
+        self.four_eyes = frozenset()
         self.feed = Feed(self.open_client, self._feed_post(), None, self.clock, self.poll)
         self._follow()
         self._learn_role()
@@ -249,6 +254,7 @@ class ConsoleApp(App[str]):
             return  # a console that cannot learn its role still works: the scheduler judges each verb
         self.role = str(me.get("role", ""))
         self.allowed = frozenset(me.get("verbs", ()))
+        self.four_eyes = frozenset(me.get("four_eyes", ()))
         self.call_from_thread(self.screen.refresh_bindings)
 
     @work(thread=True, exclusive=True, group="approvals", exit_on_error=False)
@@ -259,13 +265,23 @@ class ConsoleApp(App[str]):
         with self.client_lock:
             reader = getattr(self.action_client(), "pending", None)
             data = reader() if reader is not None else None
-        count = len(data["requests"]) + len(data["confirm"]) if data is not None else 0
-        if count != self.approvals:
-            self.call_from_thread(self._set_approvals, count)
+        if data is not None:
+            self.call_from_thread(self._set_approvals, data)
+        elif self.approvals:
+            self.call_from_thread(self._set_approvals, {"requests": [], "confirm": []})
 
-    def _set_approvals(self, count: int) -> None:
-        self.approvals = count
-        self.status_version += 1
+    def _set_approvals(self, data: dict[str, Any]) -> None:
+        """Count what waits (on this thread: the model's states are read). A request whose jobs have all
+        left the states its verb applies to is moot: the scheduler keeps it, but its approve would do
+        nothing, so it is left out of the header's count (`A` lists it as moot)."""
+        from tui.impact import is_moot
+
+        model = self.model
+        live = [r for r in data["requests"] if model is None or not is_moot(r["verb"], r["jobs"], model)]
+        count = len(live) + len(data["confirm"])
+        if count != self.approvals:
+            self.approvals = count
+            self.status_version += 1
 
     @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
     def _follow(self) -> None:
@@ -388,18 +404,29 @@ class ConsoleApp(App[str]):
         if isinstance(self.screen, QuitScreen | StoppingScreen):
             return
 
+        running = self.running_jobs()
+
         def chosen(choice: str | None) -> None:
             if choice == "detach":
                 self.exit("detach")
             elif choice == "stop":
-                self.push_screen(StoppingScreen())
+                # Named again after the stop: the jobs running when it was chosen are the ones it kills.
+                self.stopped_running = self.running_jobs()
+                self.push_screen(StoppingScreen(self.stopped_running))
 
         self.push_screen(
             QuitScreen(
-                self.status.scheduler_pid if self.status else None, self.state_dir
+                self.status.scheduler_pid if self.status else None,
+                self.state_dir,
+                running,
             ),
             chosen,
         )
+
+    def running_jobs(self) -> list[str]:
+        """Ids of the jobs running now, in plan order (what a stop of the run kills)."""
+        model = self.model
+        return [model.ids[i] for i in sorted(model.running)] if model is not None else []
 
     def action_command_palette(self) -> None:
         """Open the command palette (ctrl+p)."""

@@ -30,6 +30,7 @@ from tui.view_model import JobsModel
 from wloadctl.client import node_label
 from wloadctl.core.dag import Dag
 from wloadctl.core.sla import RISK_WINDOW, risk_window
+from wloadctl.core.states import JobState
 from wloadctl.runshape import RunShape
 
 POLL = 0.25
@@ -232,6 +233,30 @@ def _load_from_plan(
     return _info(client), model, dag
 
 
+RETRY_TIMES_LIMIT = 1_000
+"""Jobs waiting for a retry whose wait's start is read from the journal when a run is loaded (more are
+shown with the delay they were given, not the time left)."""
+
+
+def read_retry_times(client: Client, model: JobsModel) -> None:
+    """When each job loaded in RETRY_WAIT began to wait (its row does not say, and the countdown in its
+    INFO counts from there, as the scheduler's timer and `why` do): one read of its history each."""
+    history = getattr(client, "history", None)
+    if history is None:
+        return
+    k, n = model.state.find(int(JobState.RETRY_WAIT)), 0
+    while k >= 0 and n < RETRY_TIMES_LIMIT:
+        n += 1
+        try:
+            moves = history(model.ids[k])["transitions"]
+        except Exception:
+            return  # best effort: the delay given is shown instead
+        waits = [t["ts"] for t in moves if t["to"] == "RETRY_WAIT"]
+        if waits and k not in model.stopped:
+            model.stopped[k] = float(waits[-1])
+        k = model.state.find(int(JobState.RETRY_WAIT), k + 1)
+
+
 class Feed:
     """Follows a run from a thread: ModelLoaded once, then JobsChanged, StatusChanged.
 
@@ -314,6 +339,10 @@ class Feed:
             return
         seq = model.seq
         self.known = len(model)
+        read_retry_times(client, model)
+        last = client.changes_since(max(0, seq - 1), 1)
+        if last and (model.last_change is None or last[-1][5] > model.last_change):
+            model.last_change = float(last[-1][5])
         self.post(ModelLoaded(info, model, dag))
         try:
             self._follow(client, seq, info)

@@ -78,6 +78,8 @@ class Impact:
     """Jobs on the run's critical path among those touched or affected."""
     deadlines: list[DeadlineMove] = field(default_factory=list)
     """Deadlines at stake, soonest first."""
+    second: bool = False
+    """The run's four eyes name the verb: confirming files a request another admin must approve."""
 
     @property
     def destructive(self) -> bool:
@@ -99,7 +101,14 @@ class Impact:
                 else ""
             )
             out.append(f"{self.verb} {len(self.applies)} job(s): {names}")
-            out.append(f"they {EFFECT[self.verb]}")
+            if self.second:
+                # Four eyes: nothing happens to the jobs until a second person approves.
+                out.append(
+                    "FOUR EYES: y only files a request; nothing is done to them until another admin "
+                    "approves it (A, or `wloadctl approve R<n>`)"
+                )
+            else:
+                out.append(f"they {EFFECT[self.verb]}")
         else:
             out.append(f"{self.verb} applies to none of the selected jobs")
         if self.affected:
@@ -142,6 +151,26 @@ class Impact:
         if len(self.refused) > limit:
             out.append(f"not applied: {len(self.refused) - limit} more job(s)")
         return out
+
+
+def is_moot(verb: str, names: Sequence[str], model: JobsModel) -> bool:
+    """Whether a request waiting for a second person's approve would now do nothing: every job it names is
+    in a state its verb does not apply to (a kill of a job that has since ended). The scheduler keeps such
+    a request; its approve is refused job by job.
+
+    Args:
+        verb: the verb asked for.
+        names: the job ids it names (none: the whole run; a glob: not judged).
+        model: the jobs' states now.
+
+    Returns:
+        True when it is moot.
+    """
+    allowed = VERB_FROM.get(verb)
+    if allowed is None or not names or any(set(n) & set("*?[") or n not in model.index for n in names):
+        return False
+    state, index = model.state, model.index
+    return all(state[index[n]] not in allowed for n in names)
 
 
 def impact(

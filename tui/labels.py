@@ -49,6 +49,22 @@ TONE: dict[JobState, str] = {
 }
 """What each state means to an operator; widgets turn the tone into a colour."""
 
+TINY: dict[JobState, str] = {
+    JobState.FAILED: "F",
+    JobState.TIMED_OUT: "TO",
+    JobState.UPSTREAM_FAILED: "UF",
+    JobState.HELD: "H",
+    JobState.RETRY_WAIT: "RT",
+    JobState.RUNNING: "R",
+    JobState.QUEUED: "Q",
+    JobState.READY: "RD",
+    JobState.WAITING: "W",
+    JobState.SUCCEEDED: "OK",
+    JobState.SKIPPED: "SK",
+    JobState.CANCELLED: "CX",
+}
+"""The labels of the counts on a line too narrow for the short ones (the help's legend names them too)."""
+
 TIER_SHORT: dict[SlaTier, str] = {
     SlaTier.CRITICAL: "crit",
     SlaTier.HIGH: "high",

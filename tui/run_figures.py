@@ -87,8 +87,22 @@ def path_ahead(model: JobsModel, now: float) -> float | None:
     return longest
 
 
+def last_activity(model: JobsModel) -> float | None:
+    """When a job of the run last started, stopped or changed state (None: none ever did): the end of a run
+    that stopped without journaling one."""
+    times = [max(col.values(), default=None) for col in (model.started, model.ended)]
+    times += [max(model.stopped.values(), default=None), model.last_change]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
 def summarize(
-    model: JobsModel, started: float, now: float, finished: bool, ended: float | None = None
+    model: JobsModel,
+    started: float,
+    now: float,
+    finished: bool,
+    ended: float | None = None,
+    stopped_at: float | None = None,
 ) -> RunSummary:
     """Progress, elapsed time and a forecast of the end.
 
@@ -96,6 +110,8 @@ def summarize(
     expected work still ahead (`path_ahead`): ten quick jobs done in ten seconds say nothing of the hour
     the eleventh took last night. A plan's long tail of jobs without history still makes it optimistic
     early on, which is why the header labels it a forecast.
+
+    `stopped_at` is when a run that is not live and not finished stopped: its elapsed time ends there.
     """
     c = model.counts
     done = model.done_count()
@@ -103,7 +119,9 @@ def summarize(
     bad = sum(c[s] for s in _FAIL_VALUES)
     active = c[S.QUEUED] + c[S.RUNNING]
     end = now
-    if finished:
+    if stopped_at is not None and not finished:
+        end = min(now, stopped_at)  # a stopped run's clock stopped with it
+    elif finished:
         if model.known is not None and ended:
             end = ended  # rows not all read: the run's own end
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections.abc import Callable, Collection, Iterable, MutableSequence, Sequence
 from dataclasses import dataclass, field
@@ -122,6 +123,8 @@ class JobsModel:
         """Jobs RUNNING now (the node panel names them per executor)."""
         self.tier_counts: list[list[int]] = [[0] * len(JobState) for _ in SlaTier]
         """Jobs per tier value and state value."""
+        self.last_change: float | None = None
+        """When the latest transition known was journaled (a stopped run stopped then)."""
         self._recount()
 
     def __len__(self) -> int:
@@ -328,6 +331,8 @@ class JobsModel:
             if code is not None:
                 self.exit_code[i] = int(code)
             self.reason.put(i, str(reason or ""))
+            if self.last_change is None or ts > self.last_change:
+                self.last_change = float(ts)
             # `stopped` is kept only where `ended` will not say when the attempt ended, so a big run
             # holds a few of them. The transition's own from-state tells whether an attempt ended
             # here: the feed may replay transitions a row read already has.
@@ -527,6 +532,25 @@ class JobRow:
     """Reason, exit status or deadline."""
 
 
+_RETRY_IN = re.compile(r"^(\d+/\d+) in (\d+(?:\.\d+)?)s$")
+"""The end of a RETRY_WAIT reason, "1/3 in 55.6s" (the delay as the scheduler journaled it: see
+wloadctl.core.timers.retry_due_journaled)."""
+
+
+def retry_countdown(model: JobsModel, i: int, retry: str, now: float) -> str:
+    """`1/3 in 38s` for job i, waiting for its retry: the time left now, not the delay it was given.
+
+    The retry is due at the move to RETRY_WAIT (when the attempt stopped) plus the journaled delay, as
+    the scheduler and `why` have it.
+    """
+    m = _RETRY_IN.match(retry)
+    since = model.stopped.get(i) or model.ended[i]
+    if m is None or since is None:
+        return retry
+    left = since + float(m.group(2)) - now
+    return f"{m.group(1)} in {fmt_duration(left)}" if left > 0 else f"{m.group(1)} due now"
+
+
 def job_row(model: JobsModel, i: int, now: float) -> JobRow:
     """The text of job i's row."""
     st = JobState(model.state[i])
@@ -538,7 +562,7 @@ def job_row(model: JobsModel, i: int, now: float) -> JobRow:
     elif st == JobState.RETRY_WAIT and "; retry " in info:
         # When it runs again first: a narrow column cuts the end ("exit status 3; retry 1/3 in 2.2s").
         why, _, retry = info.partition("; retry ")
-        info = f"retry {retry}; {why}"
+        info = f"retry {retry_countdown(model, i, retry, now)}; {why}"
     dl = model.deadline_text.get(i)
     if dl and st not in OK_STATES:
         info = f"due {dl}" + (f"; {info}" if info else "")

@@ -496,8 +496,9 @@ class RunClient:
                     raise
         me = ctlsock.this_process()
         role = self._local_role()
+        # (Without a scheduler only the roles config's four eyes are known here: the plan's are not read.)
         return {"ok": True, "user": me.user, "uid": me.uid, "role": role.label,
-                "verbs": access.allowed_verbs(role)}
+                "verbs": access.allowed_verbs(role), "four_eyes": sorted(access.load_roles().four_eyes)}
 
     def _local_role(self) -> access.Role:
         me = ctlsock.this_process()

@@ -135,6 +135,7 @@ class FakeClient:
     )
     closed: bool = False
     role: str = "admin"
+    four_eyes: list[str] = field(default_factory=list)
     drill: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -230,7 +231,8 @@ class FakeClient:
     def whoami(self) -> dict[str, Any]:
         from wloadctl.access import Role, allowed_verbs
 
-        return {"ok": True, "user": "ana", "role": self.role, "verbs": allowed_verbs(Role[self.role.upper()])}
+        return {"ok": True, "user": "ana", "role": self.role, "verbs": allowed_verbs(Role[self.role.upper()]),
+                "four_eyes": list(self.four_eyes)}
 
     def why(self, job: str) -> dict[str, Any]:
         st = ROWS[job][0]

@@ -155,8 +155,8 @@ async def test_long_ids_are_cut_in_the_middle_and_stay_apart_at_80x24(long_ids: 
         assert app.screen.query_one(JobTable).current_job == EMEA
         text = screen_text(app)
         rows = [line for line in text.splitlines() if "load_gen" in line]
-        emea = [r for r in rows if "emea_nightly" in r or "emea_nigh" in r]
-        apac = [r for r in rows if "apac_nightly" in r or "apac_nigh" in r]
+        emea = [r for r in rows if "mea_nightly" in r or "emea_nigh" in r]
+        apac = [r for r in rows if "pac_nightly" in r or "apac_nigh" in r]
         assert emea and apac, text
         assert all(ord(c) < 128 for c in text), {c for c in text if ord(c) >= 128}
         await pilot.resize_terminal(150, 40)  # the panes side by side: the DAG pane is narrow

@@ -56,7 +56,7 @@ async def test_the_approvals_screen_lists_what_waits_and_approves_the_row_under_
         assert "confirm" in text and "post_eod" in text
         # Reject does not apply to a confirmation job
         screen.query_one(DataTable).move_cursor(row=1)
-        await pilot.press("j")
+        await pilot.press("r")
         await pilot.pause(0.1)
         assert client.sent == []
         # When the operator approves the request under the cursor

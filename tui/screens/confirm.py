@@ -101,7 +101,8 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
         box.set_class(imp.destructive, "-destructive")
         keys = []
         if imp.applies:
-            keys.append(f"y: {imp.verb} {len(imp.applies)} job(s)")
+            asked = "request " if imp.second else ""
+            keys.append(f"y: {asked}{imp.verb} {len(imp.applies)} job(s)")
         keys.append("n/esc: cancel")
         if imp.verb == "rerun":
             keys.append("d: downstream")

@@ -15,7 +15,7 @@ from textual.widgets import Static
 from tui.commands import VERB_HELP, VIEW_COMMANDS
 from tui.filters import STATE_GROUPS, TROUBLE
 from tui.impact import EFFECT, VERB_KEYS
-from tui.labels import legend
+from tui.labels import TINY, legend
 
 FILTER_HELP = (
     "/ filter: words separated by spaces, e.g.  load_* state:failed,held "
@@ -109,7 +109,7 @@ def help_text(app_bindings: Iterable[BindingType] = (), runs_first: bool = False
     lines.append("")
     lines.append("States (label, name, meaning; -> where it can go; verbs that apply)")
     for e in legend():
-        lines.append(f"  {e.short:<8}{e.state.name:<16}{e.meaning}")
+        lines.append(f"  {e.short:<8}{e.state.name:<16}{e.meaning} (narrow header: {TINY[e.state]})")
         lines.append(
             f"  {'':<24}-> {', '.join(e.leads_to) or '(final)'}; "
             f"verbs: {', '.join(e.verbs) or 'none'}"

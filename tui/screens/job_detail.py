@@ -292,15 +292,59 @@ class JobDetailScreen(OperatorScreen):
             self.query_one("#log", Log).clear()
         if size == self._log_pos:
             return
+        first = not self._log_pos
         with open(self._log_path, "rb") as f:
             start = self._log_pos or max(0, size - TAIL_BYTES)
             f.seek(start)
             data = f.read(size - start)
         self._log_pos = size
+        note = ""
+        if first:
+            data, cut = log_tail(data, start)
+            if cut:
+                attempt = f" --attempt {self.attempt}" if self.attempt is not None else ""
+                note = (f"[... {fmt_bytes(cut)} of earlier output left out: "
+                        f"`wloadctl logs {self.job}{attempt}` has it all]\n")
         text = data.decode("utf-8", "replace").expandtabs()
         # Only ASCII reaches the screen: a plain SSH terminal may not draw the rest.
         text = "".join(c if 32 <= ord(c) < 127 or c == "\n" else "?" for c in text)
-        self.query_one("#log", Log).write(text)
+        self.query_one("#log", Log).write(note + text)
+
+
+def log_tail(data: bytes, start: int, lines: int = LOG_LINES - 1) -> tuple[bytes, int]:
+    """The part of a log's tail the view shows: whole lines only, no more than it keeps.
+
+    Args:
+        data: the log's bytes from offset `start` to its end.
+        start: where `data` starts in the log.
+        lines: lines the view has room for.
+
+    Returns:
+        (the bytes to show, bytes of the log before them that are left out).
+    """
+    cut = start
+    if start:
+        # The read began mid-line: the view starts at the next line.
+        nl = data.find(b"\n")
+        skip = nl + 1 if nl >= 0 else len(data)
+        data, cut = data[skip:], cut + skip
+    # More lines than the view keeps: it would drop the first silently.
+    ends = data.count(b"\n") - (1 if data.endswith(b"\n") else 0)
+    if ends >= lines:
+        at = -1
+        for _ in range(ends - lines + 1):
+            at = data.index(b"\n", at + 1)
+        data, cut = data[at + 1:], cut + at + 1
+    return data, cut
+
+
+def fmt_bytes(n: int) -> str:
+    """A size in bytes, short: 812 bytes, 64 KB, 6.1 MB."""
+    if n < 1024:
+        return f"{n} bytes"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.0f} KB"
+    return f"{n / 1024 / 1024:.1f} MB"
 
 
 def _states(jobs: list[str], model: Any, limit: int = 8) -> str:

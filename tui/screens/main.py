@@ -17,7 +17,7 @@ from tui.filters import TROUBLE, JobFilter, parse_filter
 from tui.impact import VERB_KEYS
 from tui.labels import fit_title
 from tui.messages import Note
-from tui.run_figures import held_ids, summarize
+from tui.run_figures import held_ids, last_activity, summarize
 from tui.screens.confirm import ActionRequest
 from tui.screens.operator import OperatorScreen
 from tui.screens.prompt import PromptScreen
@@ -86,6 +86,7 @@ class MainScreen(OperatorScreen):
         """The pane shown when they take turns."""
         self._order_dirty = False
         self._model_size = 0
+        self._activity: tuple[int, float | None] = (-1, None)
 
     def compose(self) -> ComposeResult:
         """Header, table, panes, footer."""
@@ -200,8 +201,14 @@ class MainScreen(OperatorScreen):
         finished = model.done_count() == len(model) and not (
             status is not None and status.live
         )
+        stopped_at = None
+        if status is not None and not status.live and not finished and app.info is not None:
+            # A run stopped (or crashed) is not running: its elapsed time ends when it stopped.
+            stopped_at = app.info.ended or self._last_activity()
         summary = (
-            summarize(model, app.info.started, now, finished, app.info.ended) if app.info else None
+            summarize(model, app.info.started, now, finished, app.info.ended, stopped_at)
+            if app.info
+            else None
         )
         header = self.query_one(RunHeader)
         header.held = held_ids(model, 3) if is_holding(model.counts) else []
@@ -209,6 +216,15 @@ class MainScreen(OperatorScreen):
         sla = sla if sla is not None else sla_view(model, now)
         header.late, header.at_risk = sum(t.late for t in sla.tiers), len(sla.at_risk)
         header.show(app.info, summary, model.counts, status, now)
+
+    def _last_activity(self) -> float | None:
+        """When a job last started or stopped, worked out again only when the jobs changed."""
+        model = self.console.model
+        if model is None:
+            return None
+        if self._activity[0] != model.version:
+            self._activity = (model.version, last_activity(model))
+        return self._activity[1]
 
     def _refresh_nodes(self) -> None:
         app = self.console
@@ -243,7 +259,8 @@ class MainScreen(OperatorScreen):
         live = app.status is not None and app.status.live
         if self.filter.sla:
             self._order_dirty = True  # a deadline coming close puts its job in the filter
-        if model.counts[JobState.RUNNING] or model.counts[JobState.QUEUED]:
+        if model.counts[JobState.RUNNING] or model.counts[JobState.QUEUED] or model.counts[JobState.RETRY_WAIT]:
+            # (a retry's countdown moves too)
             self.query_one(JobTable).refresh()
             self._refresh_panels(dag=False)
         elif model.done_count() < len(model):

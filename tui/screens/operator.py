@@ -123,6 +123,8 @@ class OperatorScreen(Screen[None]):
         first = impact(verb, idxs, model, dag, downstream)
         # Rerun's dialog switches the downstream on and off: both answers are ready before it opens.
         other = impact(verb, idxs, model, dag, not downstream) if verb == "rerun" else first
+        # The run's four eyes turn the verb into a request: the dialog says so before y.
+        first.second = other.second = verb in getattr(app, "four_eyes", frozenset())
         answers = {downstream: first, not downstream: other}
         if get_current_worker().is_cancelled:
             return  # the operator asked again meanwhile: that dialog comes instead

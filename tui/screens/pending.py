@@ -12,9 +12,10 @@ from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from tui.impact import VERB_KEYS, impact
+from tui.impact import VERB_KEYS, impact, is_moot
 from tui.messages import Note
 from tui.screens.confirm import SettleScreen
+from tui.view_model import JobsModel
 from wloadctl.errors import WloadError
 
 REFRESH = 1.0
@@ -23,11 +24,17 @@ COLUMNS = (" ", "ID", "VERB", "JOBS", "ASKED BY", "AT", "REASON")
 """The table's columns (the first holds the `>` of the row under the cursor, as in the job table)."""
 
 
-def pending_rows(data: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
-    """(key, cells) per request and per job waiting for confirmation; the key is what approve takes."""
+def pending_rows(data: dict[str, Any], model: JobsModel | None = None) -> list[tuple[str, tuple[str, ...]]]:
+    """(key, cells) per request and per job waiting for confirmation; the key is what approve takes.
+
+    A request whose jobs all left the states its verb applies to (see is_moot) says so in its VERB.
+    """
     rows: list[tuple[str, tuple[str, ...]]] = []
     for r in data.get("requests") or []:
-        rows.append((str(r["id"]), (" ", str(r["id"]), str(r["verb"]), ", ".join(r["jobs"]) or "(whole run)",
+        verb = str(r["verb"])
+        if model is not None and is_moot(verb, r["jobs"], model):
+            verb += " (moot: jobs ended)"
+        rows.append((str(r["id"]), (" ", str(r["id"]), verb, ", ".join(r["jobs"]) or "(whole run)",
                                     str(r["user"]), time.strftime("%H:%M:%S", time.localtime(r["ts"])),
                                     str(r["reason"]))))
     for job in data.get("confirm") or []:
@@ -36,12 +43,15 @@ def pending_rows(data: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
 
 
 class PendingScreen(Screen[None]):
-    """What waits for an operator's approve; `a` approves the row under the cursor, `j` rejects a request."""
+    """What waits for an operator's approve; `a` approves the row under the cursor, `r` rejects a request;
+    j/k move as everywhere else."""
 
     CSS_PATH = "pending.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "settle('approve')", "Approve"),
-        Binding("j", "settle('reject')", "Reject"),
+        Binding("r", "settle('reject')", "Reject"),
+        Binding("j", "move(1)", "Down", show=False),
+        Binding("k", "move(-1)", "Up", show=False),
         Binding("escape,A", "close", "Back", key_display="esc"),
     ]
 
@@ -51,6 +61,8 @@ class PendingScreen(Screen[None]):
         """The latest reading (requests and confirmation jobs)."""
         self.keys: list[str] = []
         """Row keys in table order (request ids and job ids)."""
+        self.rows: list[tuple[str, tuple[str, ...]]] = []
+        """The rows shown (a request that became moot is shown again)."""
         self._client: Any = None
 
     def compose(self) -> ComposeResult:
@@ -85,10 +97,11 @@ class PendingScreen(Screen[None]):
     def _show(self, data: dict[str, Any]) -> None:
         self.data = data
         table = self.query_one(DataTable)
-        rows = pending_rows(data)
+        rows = pending_rows(data, getattr(self.app, "model", None))
         keys = [k for k, _ in rows]
-        if keys == self.keys:
+        if keys == self.keys and rows == self.rows:
             return
+        self.rows = rows
         row = table.cursor_row
         table.clear()
         for key, cells in rows:
@@ -176,6 +189,14 @@ class PendingScreen(Screen[None]):
         if feed is not None:
             feed.wake.set()
         self._read()
+
+    def action_move(self, step: int) -> None:
+        """The cursor a row down or up (j/k, as in the job table)."""
+        table = self.query_one(DataTable)
+        if step > 0:
+            table.action_cursor_down()
+        else:
+            table.action_cursor_up()
 
     def action_close(self) -> None:
         """Back to the jobs."""

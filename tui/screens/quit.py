@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -24,12 +25,19 @@ class QuitScreen(ModalScreen[str | None]):
         Binding("n,escape", "choose('')", "Stay"),
     ]
 
-    def __init__(self, scheduler_pid: int | None, state_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        scheduler_pid: int | None,
+        state_dir: Path | None = None,
+        running: Sequence[str] = (),
+    ) -> None:
         super().__init__()
         self.scheduler_pid = scheduler_pid
         """The live scheduler."""
         self.state_dir = state_dir
         """The run's state directory (named in the command that attaches again)."""
+        self.running = list(running)
+        """Ids of the jobs running now (a stop kills them)."""
 
     def compose(self) -> ComposeResult:
         """The question."""
@@ -41,17 +49,41 @@ class QuitScreen(ModalScreen[str | None]):
         with Vertical(id="dialog") as box:
             box.border_title = "quit"
             yield Static(
-                f"The run is live (scheduler pid {self.scheduler_pid}).\n\n"
-                f"d  detach: leave the run going; {again}\n"
-                "s  stop the run: the scheduler stops its executors; "
-                "the run can be resumed\n"
+                f"The run is live (scheduler pid {self.scheduler_pid}); "
+                f"{running_text(self.running)}.\n\n"
+                f"d  detach: leave the run going, running jobs too; {again}\n"
+                f"s  stop the run: {stop_text(len(self.running))}\n"
                 "n  stay in the console",
                 id="question",
+                markup=False,
             )
 
     def action_choose(self, choice: str) -> None:
         """Answer."""
         self.dismiss(choice or None)
+
+
+NAMED = 3
+"""Running jobs named in the quit question (the rest are counted)."""
+
+
+def running_text(running: Sequence[str]) -> str:
+    """How many jobs run now, the first few by name: "2 jobs running: a, b"."""
+    if not running:
+        return "no job is running"
+    names = ", ".join(running[:NAMED])
+    more = f" and {len(running) - NAMED} more" if len(running) > NAMED else ""
+    return f"{len(running)} job(s) running: {names}{more}"
+
+
+def stop_text(running: int) -> str:
+    """What a stop does to the run and to the jobs running now."""
+    if not running:
+        return "the scheduler stops its executors; the run can be resumed"
+    return (
+        f"KILLS the {running} running job(s); a resume runs them again "
+        "from the start"
+    )
 
 
 STOP_REASON = "stopped from the console (q, s)"
@@ -67,15 +99,27 @@ class StoppingScreen(ModalScreen[None]):
         Binding("ctrl+c", "app.exit('stop-timeout')", "Leave now", priority=True)
     ]
 
+    def __init__(self, running: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.running = list(running)
+        """Ids of the jobs that ran when the stop was chosen (the stop kills them)."""
+
     def compose(self) -> ComposeResult:
         """The wait."""
         with Vertical(id="dialog") as box:
             box.border_title = "stopping"
+            killed = (
+                f"\nIt kills {running_text(self.running)}; "
+                "a resume runs them again from the start."
+                if self.running
+                else ""
+            )
             yield Static(
                 "Stopping the run: the scheduler stops its executors and "
-                "journals what they report...\n"
+                f"journals what they report...{killed}\n"
                 "(ctrl+c leaves without waiting)",
                 id="question",
+                markup=False,
             )
 
     def on_mount(self) -> None:

@@ -35,6 +35,10 @@ class Column:
     """Right-aligned (numbers)."""
 
 
+INFO_ROOM = 16
+"""Columns INFO keeps however long the ids are (when the table is wide enough to have it)."""
+
+
 def columns_for(width: int, id_width: int) -> list[Column]:
     """The columns fitting `width`: the id takes what it needs, the info the rest."""
     wide = width >= 130
@@ -49,7 +53,9 @@ def columns_for(width: int, id_width: int) -> list[Column]:
     ]
     fixed = 2 + sum(c.width + 1 for c in cols if c.key != "id")
     room = max(8, width - fixed)
-    idw = max(8, min(room, max(id_width, 12), 48 if width >= 100 else room))
+    # A long id is shortened (with ~) before INFO loses its room: the exit status, the holder and the
+    # retry timer of every job are worth more than the middle of one id.
+    idw = max(8, min(room, max(id_width, 12), 48 if width >= 100 else room, max(12, room - INFO_ROOM - 1)))
     cols[1] = Column("id", "JOB", idw)
     info = width - fixed - idw - 1
     if info >= 8:

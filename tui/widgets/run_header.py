@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from tui.labels import SHORT, fmt_clock, fmt_duration, progress_bar
+from tui.labels import SHORT, TINY, fmt_clock, fmt_duration, progress_bar
 from tui.messages import LiveStatus, RunInfo
 from tui.run_figures import RunSummary
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
@@ -27,26 +27,73 @@ _COUNT_ORDER = (
     JobState.CANCELLED,
 )
 """The order of the counts on the progress line."""
-_KEEP_ORDER = (
-    JobState.FAILED,
-    JobState.TIMED_OUT,
-    JobState.UPSTREAM_FAILED,
-    JobState.SUCCEEDED,
-    JobState.HELD,
-    JobState.RETRY_WAIT,
-    JobState.RUNNING,
-    JobState.CANCELLED,
-    JobState.SKIPPED,
-    JobState.QUEUED,
-    JobState.READY,
-    JobState.WAITING,
-)
-"""The counts most worth the room first: a narrow line drops WAIT, READY, QUEUE... before OK
-or a failure."""
 _ENDED_BADLY = (JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED, JobState.CANCELLED)
 """States a finished run's header names, each with its count."""
 _BAR_MIN = 10
-"""The progress bar gives way down to this many columns before a count is dropped."""
+"""The progress bar gives way down to this many columns before the counts take their tiniest labels."""
+
+
+def abbreviated(n: int) -> str:
+    """A count in at most four characters: 9999, 16k, 167k, 1.2M, 12M."""
+    if n < 10_000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n // 1000}k"
+    if n < 10_000_000:
+        return f"{n // 100_000 / 10:.1f}M"
+    return f"{n // 1_000_000}M"
+
+
+def progress_parts(
+    counts: list[int], done: int, total: int, percent: float, width: int
+) -> tuple[int, str, str, list[tuple[JobState, str]], str]:
+    """The progress line fitted to `width`: every count is shown, in shorter words as the line narrows.
+
+    The forms are tried in turn until one fits: labels and counts in full, then one space between
+    them, then counts abbreviated (16k), then a shorter bar, then no bar (the share done is a figure
+    too), then the tiniest labels.
+    A bar's width depends on the terminal's width and the form only, so it does not move as counts
+    change. On a line too narrow even for the last form, the counts cut off are counted in a `+N`
+    at its end.
+
+    Args:
+        counts: jobs per state value.
+        done: jobs in a terminal state.
+        total: jobs in the run.
+        percent: share done, 0-100.
+        width: columns of the line.
+
+    Returns:
+        (bar width, 0 for none; the done figure; what goes before each count; (state, text) of
+        each count; what follows them).
+    """
+    shown = [(st, n) for st in _COUNT_ORDER if (n := counts[st] if st < len(counts) else 0)]
+    bar = max(_BAR_MIN, min(32, width // 4))
+    forms = (
+        (SHORT, str, "  ", bar),
+        (SHORT, str, " ", bar),
+        (SHORT, abbreviated, " ", bar),
+        (SHORT, abbreviated, " ", _BAR_MIN),
+        (SHORT, abbreviated, " ", 0),
+        (TINY, abbreviated, " ", _BAR_MIN),
+        (TINY, abbreviated, " ", 0),
+    )
+    for labels, num, sep, bar_width in forms:
+        done_text = f" {num(done)}/{num(total)} {percent:.0f}%"
+        parts = [(st, f"{labels[st]} {num(n)}") for st, n in shown]
+        if bar_width + len(done_text) + sum(len(sep) + len(t) for _, t in parts) <= width:
+            return bar_width, done_text, sep, parts, ""
+    # Too narrow for every count: those that go are counted at the end, never dropped unsaid.
+    room = width - len(done_text)
+    kept: list[tuple[JobState, str]] = []
+    for i, part in enumerate(parts):
+        rest = len(parts) - i - 1
+        tail = f" +{rest}" if rest else ""
+        if 1 + len(part[1]) + len(tail) > room:
+            return 0, done_text, " ", kept, f" +{len(parts) - i}"
+        kept.append(part)
+        room -= 1 + len(part[1])
+    return 0, done_text, " ", kept, ""
 
 
 class RunHeader(Widget):
@@ -168,26 +215,15 @@ class RunHeader(Widget):
                 out.append(part)
                 room -= len(part)
         out.append("\n")
-        done = f" {s.done}/{s.total} {s.percent:.0f}%"
-        parts = {
-            state: f"{SHORT[state]} {n}"
-            for state in _COUNT_ORDER
-            if (n := self.counts[state] if state < len(self.counts) else 0)
-        }
-        # Least useful first out: the bar shrinks, then counts go from the end of _KEEP_ORDER.
-        room = self.size.width - len(done)
-        kept = [st for st in _KEEP_ORDER if st in parts]
-        need = sum(len(parts[st]) + 2 for st in kept)
-        while kept and need > room - _BAR_MIN:
-            need -= len(parts[kept.pop()]) + 2
-        width = max(_BAR_MIN, min(32, self.size.width // 4, room - need))
-        frac = s.done / s.total if s.total else 1.0
-        out.append(
-            progress_bar(frac, width), tone_style(self, "bad" if s.bad else "ok")
+        bar, done, sep, parts, more = progress_parts(
+            self.counts, s.done, s.total, s.percent, self.size.width
         )
+        if bar:
+            frac = s.done / s.total if s.total else 1.0
+            out.append(progress_bar(frac, bar), tone_style(self, "bad" if s.bad else "ok"))
         out.append(done)
-        for state in _COUNT_ORDER:
-            if state in kept:
-                out.append("  ")
-                out.append(parts[state], state_style(self, state))
+        for state, text in parts:
+            out.append(sep)
+            out.append(text, state_style(self, state))
+        out.append(more)
         return out

@@ -141,7 +141,7 @@ class ControlDesk:
         names = [str(n) for n in req.get("jobs", [])]
         if verb == "whoami":
             self._send(req, {"ok": True, "user": user, "uid": uid, "role": role.label,
-                             "verbs": allowed_verbs(role)})
+                             "verbs": allowed_verbs(role), "four_eyes": sorted(self.four_eyes)})
             return
         meant = req.get("run")
         if isinstance(meant, str) and meant and meant != self.ctx.run.run_id:
