@@ -166,15 +166,20 @@ def test_final_failure_raises_an_alert_and_runs_the_on_failure_hook(tmp_path: Pa
     plan.write_text(yaml.safe_dump({
         "name": "alerts",
         "on_failure": f'echo "$WLOADCTL_JOB $WLOADCTL_TIER $WLOADCTL_ATTEMPTS $WLOADCTL_EXIT_CODE" >> {hook_out}',
-        "jobs": {"recon": {"command": "exit 4", "sla": "critical", "retries": {"count": 1, "delay": "0s"}}}}))
+        "jobs": {"recon": {"command": "echo no balance >&2; exit 4", "sla": "critical",
+                           "retries": {"count": 1, "delay": "0s"}},
+                 "quiet": {"command": "exit 5", "depends_on": {"recon": "done"}}}}))
     sd = tmp_path / "sd"
     p = cli("run", str(plan), "--state-dir", str(sd))
     assert p.returncode == 1
-    wait_for(lambda: hook_out.exists(), timeout=10, what="the hook")
-    assert hook_out.read_text().split() == ["recon", "critical", "2", "4"]
-    alert = json.loads((sd / "alerts.log").read_text().splitlines()[0])
-    assert alert["job"] == "recon" and alert["tier"] == "critical" and alert["attempts"] == 2
-    assert alert["log"].endswith("recon.2.log")
+    wait_for(lambda: len(hook_out.read_text().splitlines()) == 2 if hook_out.exists() else False, timeout=10,
+             what="the hooks")
+    assert hook_out.read_text().splitlines() == ["recon critical 2 4", "quiet standard 1 5"]
+    alerts = [json.loads(line) for line in (sd / "alerts.log").read_text().splitlines()]
+    assert alerts[0]["job"] == "recon" and alerts[0]["tier"] == "critical" and alerts[0]["attempts"] == 2
+    assert alerts[0]["log"].endswith("recon.2.log") and Path(alerts[0]["log"]).read_text() == "no balance\n"
+    # A job that printed nothing has no log: the alert names none (it named a file that does not exist)
+    assert alerts[1]["job"] == "quiet" and alerts[1]["log"] is None
     wait_for(lambda: "exited" in (sd / "hooks.log").read_text(), timeout=10, what="the hook's end told")
     assert (sd / "hooks.log").read_text().endswith(" exited with status 0\n")
 

@@ -367,7 +367,10 @@ class RunContext:
         spec = core.specs[a.job]
         tier = SlaTier(spec.sla).label
         state = JobState(a.state).name
-        lp = str(log_path(self.state_dir, self.run.run_id, spec.id, core.attempt[a.job]))
+        # The attempt's log, where it has one here (one that printed nothing has none; a job of an agent's is there:
+        # `wloadctl logs` fetches it): "" otherwise, so that no reader is sent to a file that does not exist.
+        where = log_path(self.state_dir, self.run.run_id, spec.id, core.attempt[a.job])
+        lp = str(where) if where.exists() else ""
         now = time.time()
         store.record_alert(self.run.id, now, spec.id, tier, state, a.attempts, a.reason, lp)
         self.events.emit("alert", spec.id, core.attempt[a.job], tier=tier, state=state, reason=a.reason,
@@ -375,7 +378,7 @@ class RunContext:
         try:
             with open(self.state_dir / "alerts.log", "a") as f:
                 f.write(json.dumps({"ts": round(now, 3), "run": self.run.run_id, "job": spec.id, "tier": tier,
-                                    "state": state, "attempts": a.attempts, "reason": a.reason, "log": lp}) + "\n")
+                                    "state": state, "attempts": a.attempts, "reason": a.reason, "log": lp or None}) + "\n")
         except OSError:
             pass  # the journal and the event log hold the alert; this file is a convenience copy
         self.reap_hooks()
