@@ -848,8 +848,13 @@ def _main(argv: list[str]) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    """Run the parsed command: its exit code, its errors told in a line."""
-    return _told(lambda: _command(args))
+    """Run the parsed command: its exit code, its errors told in a line (and, for `run --json` and
+    `resume --json`, whose output promises an exit code, in a JSON object on stdout too)."""
+    said: list[str] = []
+    code = _told(lambda: _command(args), said)
+    if code and said and args.cmd in ("run", "resume") and getattr(args, "json", False):
+        print(json.dumps({"status": "refused", "exit_code": code, "error": said[0], "problems": said[1:]}))
+    return code
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -880,16 +885,20 @@ def _urls_checked(args: argparse.Namespace) -> None:
         check_broker_url(args.broker)
 
 
-def _told(command: Callable[[], int]) -> int:
-    """Run a command: its exit code, its errors told in a line."""
+def _told(command: Callable[[], int], said: list[str] | None = None) -> int:
+    """Run a command: its exit code, its errors told in a line (each also added to `said`, when given)."""
     try:
         return int(command())
     except PlanError as e:
         for line in e.lines(PROBLEM_LINES):
             print(line, file=sys.stderr)
+            if said is not None:
+                said.append(line)
         return EXIT_USAGE
     except WloadError as e:
         print(f"wloadctl: {e.one_line()}", file=sys.stderr)
+        if said is not None:
+            said.append(e.one_line())
         return e.exit_code
     except KeyboardInterrupt:
         print("wloadctl: interrupted", file=sys.stderr)

@@ -79,6 +79,18 @@ def test_plain_line_log_when_not_a_terminal(tmp_path: Path, no_ipc_leaks: None) 
     assert "succeeded: 2 succeeded" in lines[-1]
 
 
+def test_a_refused_run_with_json_says_so_in_json_too(tmp_path: Path) -> None:
+    """A script reading `run --json` got nothing to parse when the run was refused."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\njobs:\n  a: {command: 'true', depends_on: [ghost]}\n")
+    p = cli("run", str(bad), "--state-dir", str(tmp_path / "sd"), "--json")
+    line = f"{bad}:3: job 'a': depends on unknown job 'ghost' (no job 'ghost' in this plan)"
+    assert p.returncode == 2 and p.stderr == line + "\n", p.stderr
+    assert json.loads(p.stdout) == {"status": "refused", "exit_code": 2, "error": line, "problems": []}
+    p = cli("resume", "--state-dir", str(tmp_path / "none"), "--json")
+    assert p.returncode == 2 and json.loads(p.stdout)["error"].startswith("no unfinished run to resume in "), p.stdout
+
+
 def test_bad_plan_exits_2_with_one_line_per_problem_and_creates_nothing(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\njobs:\n  a:\n    command: true\n    depends_on: [ghost]\n")

@@ -378,7 +378,8 @@ class RunContext:
         try:
             with open(self.state_dir / "alerts.log", "a") as f:
                 f.write(json.dumps({"ts": round(now, 3), "run": self.run.run_id, "job": spec.id, "tier": tier,
-                                    "state": state, "attempts": a.attempts, "reason": a.reason, "log": lp or None}) + "\n")
+                                    "state": state, "attempts": a.attempts, "reason": a.reason,
+                                    "log": lp or None}) + "\n")
         except OSError:
             pass  # the journal and the event log hold the alert; this file is a convenience copy
         self.reap_hooks()
