@@ -410,7 +410,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         add_drill_args(p)
     p = sub.add_parser("runs", help="every run under a root directory, live or finished")
     p.add_argument("--root", help="where state directories are made (default: $WLOADCTL_HOME, or "
-                   "~/.local/state/wloadctl)")
+                   "$XDG_STATE_HOME/wloadctl, by default ~/.local/state/wloadctl)")
     p.add_argument("--journal", metavar="URL",
                    help="also list the runs of this PostgreSQL journal, postgresql://USER@HOST[:PORT]/DB"
                         "[?namespace=NAME], whatever their state directory or host (default: $WLOADCTL_JOURNAL)")
@@ -424,7 +424,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    "size like 8G (0: no host limit)")
     p.add_argument("--off", action="store_true", help="remove it: every run uses its own executors' slots, cpus "
                    "and memory")
-    p.add_argument("--root", help="the state root (default: $WLOADCTL_HOME, or ~/.local/state/wloadctl)")
+    p.add_argument("--root", help="the state root (default: $WLOADCTL_HOME, or $XDG_STATE_HOME/wloadctl, by default "
+                        "~/.local/state/wloadctl)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("doctor", help="host limits that matter (queues, /dev/shm, files, processes, cgroups) and use")
     p.add_argument("--json", action="store_true")

@@ -32,7 +32,8 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpus", type=float, default=0.0, help="CPUs it offers jobs that claim `cpu` (0: no limit)")
     p.add_argument("--memory", default="0", help="memory it offers jobs that claim `memory`: MiB or 4G (0: no limit)")
     p.add_argument("--state-dir", type=state_dir_text,
-                   help="its journal, logs and results (default: ~/.local/state/wloadctl/agent-NAME)")
+                   help="its journal, logs and results (default: $WLOADCTL_HOME/agent-NAME, or "
+                        "$XDG_STATE_HOME/wloadctl/agent-NAME, by default ~/.local/state/wloadctl/agent-NAME)")
 
 
 def executors_for(slots: int, given: int | None) -> int:
