@@ -38,6 +38,11 @@ def test_a_run_gives_up_on_a_broker_that_does_not_answer_after_its_broker_timeou
     said = _said(ran.stderr)
     assert len(said) == 1 and said[0].startswith(f"wloadctl: cannot reach the broker at {url} within 0.5s"), said
     assert took < 4.0, f"refused after {took:.1f}s"
+    # And nothing of the run is made (a journal and lock were left: `runs` then listed the directory as broken)
+    assert not (tmp_path / "sd").exists()
+    # Nor for a plan with jobs on agents and no broker at all
+    ran = cli("run", str(plan), "--state-dir", str(tmp_path / "sd"), timeout=60)
+    assert ran.returncode == 2 and "no broker was given" in ran.stderr and not (tmp_path / "sd").exists()
 
 
 COMMANDS = [("run", "PLAN"), ("resume",), ("scheduler", "--standby"), ("console",), ("agents",),

@@ -334,10 +334,23 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         WloadError: IPC or journal failures.
     """
     plan = loaded
-    if plan is None and plan_path is not None and not journal_exists(opts.state_dir):
+    fresh = plan_path is not None and not resume_only and not journal_exists(opts.state_dir)
+    if plan is None and fresh and plan_path is not None:
         plan = load_plan(plan_path)  # a new run: a bad plan fails before anything is created
+    early: tuple[str, BrokerLink | None] | None = None
+    if fresh and plan is not None:
+        # A new run in a directory without a journal: what refuses it (a bad plan, above, a full queue quota or
+        # /dev/shm, its broker) refuses it before its journal and lock are made there.
+        _room_for(plan, opts)
+        rid = opts.run_id or new_run_id()
+        early = (rid, broker_link(plan, opts, rid))
     lock = StateDirLock(opts.state_dir)
-    lock.acquire()
+    try:
+        lock.acquire()
+    except BaseException:
+        if early is not None and early[1] is not None:
+            early[1].close(timeout=5.0)
+        raise
     store = None
     maker: _CoreMaker | None = None
     link: BrokerLink | None = None
@@ -392,17 +405,16 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             assert plan is not None
             opts.executors = opts.executors if opts.executors > 0 else DEFAULT_EXECUTORS
             opts.slots = opts.slots if opts.slots > 0 else DEFAULT_SLOTS
-            # A full queue quota refuses the run in one line before anything of it exists
-            # (crashed runs' queues go first: they hold quota nobody uses).
-            for line in clean_stale_lines():
-                opts.say(line)
-            queue_room(run_shapes(len(plan.jobs)).charge)
-            if 0 < shm_free() < shm_at_start(len(plan.jobs)):
-                raise shm_full(f"a run of plan '{plan.name}'", shm_at_start(len(plan.jobs)))
+            if early is None:
+                _room_for(plan, opts)
             _refuse_lost_runs(store, opts.state_dir)
-            # So is a plan with jobs on agents whose broker is not given or does not answer.
-            rid = opts.run_id or new_run_id()
-            link = broker_link(plan, opts, rid)
+            if early is not None:
+                rid, link = early
+                early = None
+            else:
+                # So is a plan with jobs on agents whose broker is not given or does not answer.
+                rid = opts.run_id or new_run_id()
+                link = broker_link(plan, opts, rid)
             # The plan is whole and valid here. Its core is built in a thread while the journal is
             # written (SQLite writes the jobs without the interpreter lock); the loop, and so the
             # first dispatch, waits for both, and the journal's commit comes first. The history of
@@ -438,6 +450,8 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
     finally:
         if link is not None:
             link.close(timeout=5.0)
+        if early is not None and early[1] is not None:
+            early[1].close(timeout=5.0)  # (refused after it was opened: not taken as the run's)
         if maker is not None:
             maker.close()  # joined, and the collector back on, whatever happened
         if store is not None:
@@ -1056,6 +1070,20 @@ def _successor_elsewhere(loop: SchedulerLoop) -> bool:
     except WloadError:
         return False  # the journal cannot say: leave everything as it is
     return host is not None and host != socket.gethostname()
+
+
+def _room_for(plan: Plan, opts: RunOptions) -> None:
+    """Refuse a new run in one line before anything of it exists when this host's queue quota or /dev/shm
+    cannot hold it (crashed runs' queues go first: they hold quota nobody uses).
+
+    Raises:
+        UsageError: no room.
+    """
+    for line in clean_stale_lines():
+        opts.say(line)
+    queue_room(run_shapes(len(plan.jobs)).charge)
+    if 0 < shm_free() < shm_at_start(len(plan.jobs)):
+        raise shm_full(f"a run of plan '{plan.name}'", shm_at_start(len(plan.jobs)))
 
 
 def clean_stale_lines() -> list[str]:
