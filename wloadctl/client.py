@@ -265,10 +265,19 @@ class RunClient:
             if with_jobs:
                 ids = self.ids()
                 skip = {0, 4, 9} if only_unfinished else set()
-                jobs = [{"job": j, "state": names[states[k]]} for k, j in enumerate(ids)
-                        if k < len(states) and states[k] not in skip]
+                found = [k for k in range(min(len(ids), len(states))) if states[k] not in skip]
                 if limit >= 0:
-                    jobs = jobs[:limit]
+                    found = found[:limit]
+                jobs = [{"job": ids[k], "state": names[states[k]]} for k in found]
+                if len(found) <= LIVE_ROWS:
+                    # What a stopped run's status says of each job (attempt, exit, reason), read through the
+                    # journal's index for these jobs alone: the board holds states only.
+                    found_rows = self.store.rows_of(self.run.id, found)
+                    for k, job in zip(found, jobs, strict=True):
+                        row = found_rows.get(k)
+                        if row is not None:
+                            job.update(attempt=row[1], exit_code=row[3], started=row[4], ended=row[5],
+                                       reason=row[6])
         else:
             counts = {names[s]: n for s, n in self.store.state_counts(self.run.id)}
             if with_jobs:
@@ -942,6 +951,10 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
         if st in busy and ex is not None and ex >= 0:
             core.executor[i] = ex  # (`why` names it; a resume's core learns it from its executors instead)
     return core
+
+
+LIVE_ROWS = 1000
+"""Jobs of a live run whose journal rows `status` reads beside their states (more: states alone, as listed)."""
 
 
 def executor_health(run_id: str) -> list[dict[str, Any]]:

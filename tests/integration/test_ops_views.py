@@ -195,3 +195,36 @@ def test_status_says_when_a_live_scheduler_stops_responding_and_when_it_is_back(
             p.wait(timeout=60)
         if run_id:
             reap_orphans(run_id)
+
+
+def test_status_of_a_live_run_says_why_each_job_listed_stands_where_it_does(tmp_path: Path,
+                                                                             no_ipc_leaks: None) -> None:
+    """A live run's status listed bare states (its board holds no more); a stopped one's gave the reasons."""
+    gate = tmp_path / "go"
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "why", "jobs": {
+        "bad": {"command": "echo oops; exit 3"},
+        "slow": {"command": f"while [ ! -f {gate} ]; do sleep 0.05; done"},
+        "after": {"command": "true", "depends_on": ["slow"]}}}))
+    sd = tmp_path / "sd"
+    p = start("run", str(plan), "--state-dir", str(sd), "--quiet")
+    run_id = ""
+    try:
+        first = wait_for(lambda: (lambda s: s if s.get("live") and s["counts"].get("FAILED") else None)(
+            _status_once_there(sd)), timeout=60, what="bad to fail in a live run")
+        run_id = first["run"]
+        assert cli("hold", "after", "--state-dir", str(sd), "--reason", "wait for ops").returncode == 0
+        live = wait_for(lambda: (lambda s: s if s["counts"].get("HELD") else None)(status(sd)), timeout=30,
+                        what="after held")
+        by_job = {j["job"]: j for j in live["jobs"]}
+        assert by_job["bad"]["reason"] == "exit status 3" and by_job["bad"]["exit_code"] == 3
+        assert by_job["after"]["reason"] == "held by root: wait for ops" if os.geteuid() == 0 else \
+            by_job["after"]["reason"].endswith(": wait for ops")
+        text = cli("status", "--state-dir", str(sd), timeout=30).stdout
+        assert "  FAILED          bad  exit status 3" in text.splitlines(), text
+    finally:
+        gate.touch()
+        cli("release", "after", "--state-dir", str(sd))
+        p.wait(timeout=60)
+        if run_id:
+            reap_orphans(run_id)
