@@ -154,15 +154,17 @@ class PipelineMeter:
             fig.started += count
             fig.start.observe_many(starts.get(ex, []), wall)
 
-    def beat(self, now: float, objs: RunObjects, pools: Pools) -> None:
+    def beat(self, now: float, objs: RunObjects, pools: Pools, last: bool = False) -> None:
         """Take the depths and rates, and publish the figures if a second has passed since the last write.
 
         Args:
             now: the time.
             objs: the run's queues and arena.
             pools: the run's pools (their batch counters, backlog and agents' rows).
+            last: the run's end: published whenever the last write was (what a reader finds of a finished
+                run is its end, not a backlog of its first second).
         """
-        if now - self._last_write < PUBLISH_EVERY:
+        if now - self._last_write < PUBLISH_EVERY and not last:
             return
         self._last_write = now
         try:

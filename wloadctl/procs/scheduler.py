@@ -466,11 +466,13 @@ class SchedulerLoop:
         return PAUSE_CANCELLED if self.core.cancelled else PAUSE_STOPPING if self.core.paused else PAUSE_NONE
 
     def publish_final(self) -> None:
-        """Publish the last states with the done flag (executors exit when they see it)."""
+        """Publish the last states with the done flag (executors exit when they see it), and the last figures."""
         try:
             self._publish(force=True, done=True)
         except WloadError:
             pass
+        if self.meter is not None:
+            self.meter.beat(time.time(), self.objs, self.pools, last=True)
 
     def request_stop(self, keep_jobs: bool = False) -> None:
         """Stop dispatching; running jobs are stopped and requeued so a resume runs them again,
