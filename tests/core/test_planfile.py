@@ -138,6 +138,7 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
      "cron '0 0 * * sun' never fires on a business day (mon, tue, wed, thu, fri)"),
     ("cron_no_date.yaml", 3, "cron '0 0 31 2 *' never fires on a business day"),
     ("bad_holiday.yaml", 4, "holiday 'christmas' is not a date"),
+    ("bad_holidays.yaml", 4, "holidays 'christmas', '2026-02-30' are not dates"),  # (each named at once)
     ("bad_run_as.yaml", 5, "job 'load': run_as: unknown user 'no_such_user_here'"),
     ("bad_roles.yaml", 3, "unknown role 'boss' under roles"),
     ("bad_limits.yaml", 2, "limits must be claim or enforce, not 'strict'"),

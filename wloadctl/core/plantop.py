@@ -143,12 +143,18 @@ def read_schedule(entry: Entry) -> Schedule:
         raw = fields["holidays"]
         if type(raw[0]) is not list:
             raise FieldError("holidays must be a list of dates", raw[1], "write [2026-12-25, 2027-01-01]")
+        bad: list[tuple[str, int]] = []
         for item in raw[0]:
             text = str(item[0])
             try:
                 holidays.append(dt.date.fromisoformat(text).isoformat())
             except ValueError:
-                raise FieldError(f"holiday '{text}' is not a date", item[1], "write YYYY-MM-DD") from None
+                bad.append((text, item[1]))
+        if bad:
+            # Every one named at once: a list of holidays is typed in one go, and fixed in one go.
+            what = f"holiday '{bad[0][0]}' is not a date" if len(bad) == 1 else \
+                f"holidays {', '.join(repr(t) for t, _l in bad)} are not dates"
+            raise FieldError(what, bad[0][1], "write YYYY-MM-DD")
     schedule = Schedule(cron, days, tuple(holidays))
     if not fires_on_business_days(schedule):
         names = ", ".join(WEEKDAYS[d] for d in days) or "none"
