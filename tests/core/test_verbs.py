@@ -134,6 +134,9 @@ def test_a_cancelled_run_refuses_verbs_that_would_start_jobs_and_ends() -> None:
         assert [(ok, msg.startswith("the run is cancelled: nothing new starts in it")) for _i, ok, msg in rep.results] \
             == [(False, True)], rep.results
     assert states(core)["b"] == "CANCELLED"
+    # And what a refusal names as applying leaves them out (it named rerun, refused in its turn)
+    rep, _ = op(core, "hold", "b")
+    assert rep.results[0][2] == "job 'b' is CANCELLED: hold does not apply; set-ok, skip would apply", rep.results
     finish(core, "a")
     finish(core, "x")
     assert core.is_finished()

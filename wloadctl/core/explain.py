@@ -10,7 +10,7 @@ from wloadctl.core.critical import rank_of
 from wloadctl.core.durations import format_duration
 from wloadctl.core.holding import HOST_CPU, HOST_UNLIMITED, LOCAL_PLACE
 from wloadctl.core.states import JobState, SlaTier
-from wloadctl.core.verbs import ITERATING, applicable_verbs, pending_hold_verbs
+from wloadctl.core.verbs import ITERATING, STARTS, applicable_verbs, pending_hold_verbs
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
@@ -146,7 +146,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         "blocking": blocking,
         "verbs": [v for v in (pending_hold_verbs(st) if spec.until and i in holds and st in ITERATING else
                               applicable_verbs(st, iterating=bool(spec.until)))
-                  if v != ("release" if spec.confirm else "approve")],
+                  if v != ("release" if spec.confirm else "approve")
+                  and not (getattr(core, "cancelled", False) and v in STARTS)],  # (nothing starts in a cancelled run)
         "critical_path": path,
         **({"host_wait": list(host_wait), "host_need": host_wait} if host_wait else {}),
     }

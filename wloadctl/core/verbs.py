@@ -136,10 +136,11 @@ def pending_hold_verbs(state: JobState) -> list[str]:
     return ["release", *applicable_verbs(state)]
 
 
-def refusal(job: str, state: JobState, verb: str, confirm: bool = False) -> str:
+def refusal(job: str, state: JobState, verb: str, confirm: bool = False, cancelled: bool = False) -> str:
     """The message for a verb that does not apply: names the job, its state and what would apply (`confirm`: a
-    confirmation job, let go by approve, not release)."""
-    others = [v for v in applicable_verbs(state) if v != ("release" if confirm else "approve")]
+    confirmation job, let go by approve, not release; `cancelled`: a live cancelled run, where nothing starts)."""
+    others = [v for v in applicable_verbs(state) if v != ("release" if confirm else "approve")
+              and not (cancelled and v in STARTS)]
     would = f"; {', '.join(others)} would apply" if others else "; no verb applies to it now"
     return f"job '{job}' is {state.name}: {verb} does not apply{would}"
 
@@ -229,7 +230,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             results.append((i, True, f"job '{core.ids[i]}' released: its hold after this iteration is called off"))
             continue
         if st not in VERB_FROM[verb]:
-            results.append((i, False, refusal(core.ids[i], st, verb, core.specs[i].confirm)))
+            results.append((i, False, refusal(core.ids[i], st, verb, core.specs[i].confirm, core.cancelled)))
             continue
         # A confirmation job is let go by approve alone; approve lets go nothing else.
         if (verb == "approve" and not core.specs[i].confirm) or (verb == "release" and core.specs[i].confirm):
@@ -260,7 +261,7 @@ def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) 
                            f"{verb} them ('{job}@*') instead")
         st = S(core.state[i])
         if st not in VERB_FROM[verb]:
-            return False, refusal(job, st, verb)
+            return False, refusal(job, st, verb, cancelled=core.cancelled)
         return True, _APPLY[verb](core, i, ev, touched)
     again = [k for k in mine if core.state[k] in ((S.FAILED, S.TIMED_OUT) if verb == "retry" else TERMINAL)]
     if again and verb == "rerun" and ev.downstream and (started := _started_downstream(core, i)):
