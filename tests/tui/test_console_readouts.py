@@ -1,0 +1,78 @@
+"""The console's readouts: DAG labels and connectors, the timeline title, durations."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import console_fakes
+import pytest
+from console_helpers import fake_app, loaded, screen_text
+
+from tui.widgets.job_table import JobTable
+
+CENTRE = "s01_calendar_check_000002"
+SIBLINGS = ("s02_fx_rates_000715", "s02_fx_rates_000724", "s02_fx_rates_000763")
+
+
+@pytest.fixture
+def bank_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The canned run with generated-plan ids: load_gl's dependents differ only in their last digits."""
+    rename = {
+        "extract_core": "s00_open_day_000000",
+        "extract_cards": "s00_open_day_000001",
+        "load_gl": CENTRE,
+        "post_interest": SIBLINGS[0],
+        "revalue_fx": SIBLINGS[1],
+        "limits_check": SIBLINGS[2],
+    }
+    text = console_fakes.PLAN_TEXT
+    for old, new in rename.items():
+        text = re.sub(rf"\b{old}\b", new, text)
+    rows = {rename.get(k, k): v for k, v in console_fakes.ROWS.items()}
+    monkeypatch.setattr(console_fakes, "PLAN_TEXT", text)
+    monkeypatch.setattr(console_fakes, "ROWS", rows)
+    yield
+
+
+def dag_lines(text: str) -> list[str]:
+    """The DAG pane's lines (the whole width: at 200 columns it shares the line with other panes)."""
+    lines = text.splitlines()
+    top = next(n for n, line in enumerate(lines) if "1 dag:" in line)
+    return lines[top + 1 : top + 1 + next(
+        n for n, line in enumerate(lines[top + 1 :]) if "critical-path place" in line or "levels" in line
+    )]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+@pytest.mark.parametrize("levels", [1, 2])
+async def test_dag_labels_of_siblings_stay_distinct_and_connectors_are_clean(
+    bank_ids: None, size: tuple[int, int], levels: int
+) -> None:
+    app = fake_app()
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        table = app.screen.query_one(JobTable)
+        for _ in range(10):
+            if table.current_job == CENTRE:
+                break
+            await pilot.press("j")
+        assert table.current_job == CENTRE
+        await pilot.press("1")
+        if levels == 2:
+            await pilot.press("plus")
+        await pilot.pause(0.1)
+        text = screen_text(app)
+        assert f"levels {levels} " in text, text
+        lines = dag_lines(text)
+        labels = [
+            m.group(1)
+            for line in lines
+            for m in re.finditer(r">(?:OK|WAIT|UPFAIL|HELD|RUN|FAIL) (\S+?)[ |*-]", line)
+        ]
+        assert len(labels) == len(set(labels)), "\n".join(lines)
+        for job in SIBLINGS:  # the digits that tell them apart are kept
+            assert any(lab.endswith(job[-3:]) for lab in labels), (job, labels)
+        for line in lines:  # every line reaches its arrow; a passing vertical never cuts it
+            assert "|>" not in line and "|-" not in line, "\n".join(lines)
+
