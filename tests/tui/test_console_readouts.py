@@ -1,4 +1,4 @@
-"""The console's readouts: DAG labels and connectors, the timeline title, durations."""
+"""The console's readouts: DAG labels and connectors, the header's estimate, the timeline title, durations."""
 
 from __future__ import annotations
 
@@ -76,3 +76,21 @@ async def test_dag_labels_of_siblings_stay_distinct_and_connectors_are_clean(
         for line in lines:  # every line reaches its arrow; a passing vertical never cuts it
             assert "|>" not in line and "|-" not in line, "\n".join(lines)
 
+
+async def test_the_header_says_it_cannot_tell_the_time_to_go_without_expected_durations() -> None:
+    app = fake_app()
+    async with app.run_test(size=(120, 24)) as pilot:
+        await loaded(pilot)
+        text = screen_text(app)
+        assert "? to go" in text and "~" not in text.splitlines()[0], text.splitlines()[0]
+
+
+async def test_the_header_counts_a_running_job_against_its_history() -> None:
+    class LongGl(console_fakes.FakeClient):
+        def expected_history(self) -> dict[str, float]:
+            return {"load_gl": 7200.0}  # it ran 564 s of a two-hour history; 3 s of work follow
+
+    app = fake_app(LongGl())
+    async with app.run_test(size=(120, 24)) as pilot:
+        await loaded(pilot)
+        assert "~1h50m to go" in screen_text(app).splitlines()[0]
