@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import console_fakes
 import pytest
-from console_helpers import fake_app, loaded, screen_text
+from console_helpers import fake_app, loaded, screen_text, wait_for
 
 from tui.widgets.job_table import JobTable
 
@@ -94,3 +94,26 @@ async def test_the_header_counts_a_running_job_against_its_history() -> None:
     async with app.run_test(size=(120, 24)) as pilot:
         await loaded(pilot)
         assert "~1h50m to go" in screen_text(app).splitlines()[0]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)])
+async def test_the_timeline_shows_the_counts_of_the_moment_at_80_columns(size: tuple[int, int]) -> None:
+    from tui.screens.timeline import TimelineScreen
+
+    class Journaled(console_fakes.FakeClient):
+        def timeline(self) -> list[float]:
+            return [console_fakes.NOW - 60.0 * k for k in range(13899, -1, -1)]
+
+        def job_rows_at(self, when: float) -> list[tuple]:
+            return self.job_rows()
+
+    app = fake_app(Journaled())
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        await pilot.press("T")
+        await wait_for(pilot, lambda: isinstance(app.screen, TimelineScreen) and app.screen.model is not None)
+        await pilot.pause()
+        top = "\n".join(screen_text(app).splitlines()[:2])
+        assert "event 13900 of 13900" in top, top
+        for count in ("SUCCEEDED 3", "RUNNING 2", "FAILED 1", "UPSTREAM_FAILED 1", "HELD 1", "WAITING 6"):
+            assert count in top, top
