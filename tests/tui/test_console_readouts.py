@@ -117,3 +117,40 @@ async def test_the_timeline_shows_the_counts_of_the_moment_at_80_columns(size: t
         assert "event 13900 of 13900" in top, top
         for count in ("SUCCEEDED 3", "RUNNING 2", "FAILED 1", "UPSTREAM_FAILED 1", "HELD 1", "WAITING 6"):
             assert count in top, top
+
+
+async def test_a_killed_job_skipped_later_shows_its_attempts_duration_when_loaded_from_the_journal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given extract_fx started at +3 s, was killed at +39 s and skipped at +125 s (its row ends at the skip)
+    t0 = console_fakes.T0
+    rows = dict(console_fakes.ROWS)
+    rows["extract_fx"] = (console_fakes.S.SKIPPED, 1, 0, -9, 3.0, 125.0, "skipped by ops")
+    monkeypatch.setattr(console_fakes, "ROWS", rows)
+
+    def step(frm: str, to: str, at: float) -> dict[str, object]:
+        return {"from": frm, "to": to, "attempt": 1, "ts": t0 + at, "executor": 0, "exit_code": None,
+                "reason": "", "cause": "c"}
+
+    class Journaled(console_fakes.FakeClient):
+        def actions(self) -> list[dict[str, object]]:
+            return [{"ts": t0 + 39.0, "user": "ops", "verb": "kill", "job": "extract_fx", "reason": "",
+                     "outcome": "", "applied": True},
+                    {"ts": t0 + 125.0, "user": "ops", "verb": "skip", "job": "extract_fx", "reason": "",
+                     "outcome": "", "applied": True}]
+
+        def history(self, job: str) -> dict[str, object]:
+            if job != "extract_fx":
+                return super().history(job)
+            moves = [step("READY", "QUEUED", 2.0), step("QUEUED", "RUNNING", 3.0),
+                     step("RUNNING", "FAILED", 39.0), step("FAILED", "SKIPPED", 125.0)]
+            return {"job": job, "state": "SKIPPED", "attempts": 1, "transitions": moves, "actions": []}
+
+    # When the console opens on the run
+    app = fake_app(Journaled())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.pause()
+        # Then its DUR is the 36 s its attempt ran, not the 2m02s to the skip
+        row = next(line for line in screen_text(app).splitlines() if "extract_fx" in line)
+        assert " 36s " in row and "2m02s" not in row, row
