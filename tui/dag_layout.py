@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tui.labels import SHORT, abbrev_id, clip
+from tui.labels import SHORT, clip, distinct_ids
 from wloadctl.core.dag import Dag
 from wloadctl.core.states import FAIL_STATES, JobState
 
@@ -248,8 +248,9 @@ class Span:
 def _gutter(lay: DagLayout, left: int, right: int, height: int) -> list[list[str]]:
     """The characters between two columns: each target's vertical run gets a lane.
 
-    A turn or a fork is `+`; where a vertical run crosses another edge's horizontal
-    run without joining it, the vertical wins (`|`), so a `+` always means "joined".
+    A turn or a fork is `+`; where a horizontal run crosses another edge's vertical
+    run without joining it, the horizontal wins (`-`), so a `+` always means "joined" and
+    every node's line reaches its own turn unbroken (a `|` drawn over it read as `+|+>`).
     """
     where = {c.job: c for c in lay.cells if c.job}
     horiz = [[False] * GUTTER for _ in range(height)]
@@ -293,10 +294,10 @@ def _gutter(lay: DagLayout, left: int, right: int, height: int) -> list[list[str
         for x in range(GUTTER - 1):
             if joint[r][x]:
                 row.append("+")
-            elif vert[r][x]:
-                row.append("|")
             elif horiz[r][x]:
                 row.append("-")
+            elif vert[r][x]:
+                row.append("|")
             else:
                 row.append(" ")
         row.append(">" if arrow[r] else " ")
@@ -311,7 +312,9 @@ def column_widths(lay: DagLayout, width: int) -> dict[int, int]:
     even = max(8, room // max(1, ncols))
     if ncols == 1:
         return {lay.columns[0]: max(8, room)}
-    centre = min(max(even, len(lay.centre) + 11), max(even, room // 2))
+    # The pane's title names the centre in full: with two levels a side it takes a third at most,
+    # or its neighbours' ids were cut to a few letters at 80 columns.
+    centre = min(max(even, len(lay.centre) + 11), max(even, room // (2 if ncols <= 3 else 3)))
     others = max(8, (room - centre) // (ncols - 1))
     return {d: centre if d == 0 else others for d in lay.columns}
 
@@ -348,6 +351,18 @@ def render(
         x += widths[d] + GUTTER
     col_of = {c.job: c.column for c in lay.cells if c.job}
     leaves = {u for u, v in lay.edges if col_of[v] == col_of[u] + 1}
+    # Ids are fitted together, so that no two shown read the same: cut one by one (word by
+    # word), siblings that differ only in their last digits came out as one label.
+    names = distinct_ids(
+        {
+            c.job: widths[c.column]
+            - len(SHORT[state_of(c.job)])
+            - (3 if c.job == lay.centre else 1)
+            - (1 if critical(c.job) else 0)
+            for c in lay.cells
+            if c.job
+        }
+    )
 
     def put(row: int, at: int, span: Span) -> None:
         if at > cursor[row]:
@@ -366,12 +381,12 @@ def render(
             label = SHORT[st]
             star = "*" if critical(c.job) else ""
             if c.job == lay.centre:
-                name = abbrev_id(c.job, colw - len(label) - 3 - len(star))
+                name = names[c.job]
                 put(c.row, x0, Span("[", role="centre"))
                 put(c.row, x0 + 1, Span(label, st))
                 put(c.row, x0 + 1 + len(label), Span(f" {name}{star}]", role="centre"))
             else:
-                name = abbrev_id(c.job, colw - len(label) - 1 - len(star))
+                name = names[c.job]
                 put(c.row, x0, Span(label, st))
                 put(
                     c.row,

@@ -257,6 +257,45 @@ def read_retry_times(client: Client, model: JobsModel) -> None:
         k = model.state.find(int(JobState.RETRY_WAIT), k + 1)
 
 
+ATTEMPT_ENDS_LIMIT = 1_000
+"""Jobs an operator ended after their attempt had (skipped, set ok or cancelled once it failed) whose
+attempt's end is read from the journal when a run is loaded (more show the time to the operator's act)."""
+
+_ENDING_VERBS = frozenset({"skip", "set-ok", "cancel"})
+_ENDED_BY_ACT = (int(JobState.SKIPPED), int(JobState.CANCELLED), int(JobState.SUCCEEDED))
+
+
+def read_attempt_ends(client: Client, model: JobsModel) -> None:
+    """When the last attempt of each job an operator ended stopped running. The job's row ends at the
+    act, so a job killed after 36 s and skipped a minute later showed a DUR of the whole time; watched
+    live, the transitions tell it. The audit trail names the jobs, one read of history each."""
+    actions, history = getattr(client, "actions", None), getattr(client, "history", None)
+    if actions is None or history is None:
+        return
+    try:
+        acts = actions()
+    except Exception:
+        return  # best effort: the time to the act is shown instead
+    jobs = dict.fromkeys(
+        a["job"] for a in acts if a.get("applied") and a.get("verb") in _ENDING_VERBS and a.get("job")
+    )
+    n = 0
+    for job in jobs:
+        k = model.index[job] if job in model.index else -1
+        if k < 0 or model.state[k] not in _ENDED_BY_ACT or k in model.stopped:
+            continue
+        n += 1
+        if n > ATTEMPT_ENDS_LIMIT:
+            return
+        try:
+            moves = history(job)["transitions"]
+        except Exception:
+            return
+        ran = [t["ts"] for t in moves if t["from"] in ("RUNNING", "QUEUED") and t["to"] != "RUNNING"]
+        if ran and moves and float(ran[-1]) < float(moves[-1]["ts"]):
+            model.stopped[k] = float(ran[-1])
+
+
 class Feed:
     """Follows a run from a thread: ModelLoaded once, then JobsChanged, StatusChanged.
 
@@ -340,6 +379,7 @@ class Feed:
         seq = model.seq
         self.known = len(model)
         read_retry_times(client, model)
+        read_attempt_ends(client, model)
         last = client.changes_since(max(0, seq - 1), 1)
         if last and (model.last_change is None or last[-1][5] > model.last_change):
             model.last_change = float(last[-1][5])

@@ -152,6 +152,50 @@ def abbrev_id(job: str, width: int) -> str:
     return "".join(w[:n] + (seps[i] if i < len(seps) else "") for i, (w, n) in enumerate(zip(words, lens, strict=True)))
 
 
+def tail_id(job: str, width: int) -> str:
+    """Cut a job id to `width` columns from its start (`~` first), keeping its end whole: the
+    digits of `s02_fx_rates_000715` and `s02_fx_rates_000724` that tell them apart."""
+    if len(job) <= width:
+        return job
+    if width < 2:
+        return job[len(job) - width :] if width > 0 else ""
+    return "~" + job[len(job) - width + 1 :]
+
+
+_ID_CUTS: tuple[Callable[[str, int], str], ...] = (clip_id, abbrev_id, tail_id)
+"""Ways to fit an id, in order of preference: an id moves to the next one while its label is
+the same as another's. The first keeps the end, where generated siblings differ
+(`s02_fx_rates_000715`, `..._000724`): cut word by word first, they read `s_f_r_0007` and
+`s_f_ra_0007`, distinct strings that no one can tell apart."""
+
+
+def distinct_ids(widths: dict[str, int]) -> dict[str, str]:
+    """Fit each job id to its width (job -> columns) so that no two labels read the same.
+
+    Each id is cut in its middle first, keeping head and tail (clip_id); ids whose labels clash
+    are cut word by word instead (abbrev_id), then from the start keeping the end (tail_id).
+    Ids given fewer than 12 columns are cut from the start at once. Only ids too long for any
+    cut to tell apart in their width still share a label.
+
+    Returns:
+        job -> label.
+    """
+    # Under a dozen columns the head left by a middle cut says nothing (`s02~15`): keep the end.
+    step = {j: 0 if w >= 12 else 2 for j, w in widths.items()}
+    labels = {j: _ID_CUTS[step[j]](j, w) for j, w in widths.items()}
+    for _ in range(len(_ID_CUTS) - 1):
+        seen: dict[str, int] = {}
+        for label in labels.values():
+            seen[label] = seen.get(label, 0) + 1
+        clash = [j for j, label in labels.items() if seen[label] > 1 and step[j] + 1 < len(_ID_CUTS)]
+        if not clash:
+            break
+        for j in clash:
+            step[j] += 1
+            labels[j] = _ID_CUTS[step[j]](j, widths[j])
+    return labels
+
+
 def fit_title(text: str, width: int) -> str:
     """Cut a border title to a widget `width` wide, with `~`: Textual would cut it with a
     non-ASCII ellipsis (the corners and a blank either side take 6 columns)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -57,7 +58,34 @@ _FRONTIER = (S.READY, S.QUEUED, S.RUNNING, S.HELD, S.RETRY_WAIT)
 (or of a time condition, which the expected durations know nothing of)."""
 
 _FRONTIER_LIMIT = 5_000
-"""Frontier jobs above which `path_ahead` gives up: a run that wide ends at its pace, not its path."""
+"""Frontier jobs above which `path_ahead` gives up: a run that wide ends with its work, not its path."""
+
+
+_UNFINISHED = bytes(0 if v in _TERMINAL_VALUES else 1 for v in range(256))
+"""State value -> 1 for a job not finished: a translate table, so a million states are
+masked at C speed."""
+
+
+def work_ahead(model: JobsModel, now: float) -> float:
+    """Seconds of expected work in the jobs not finished, less what the running ones have run
+    (each up to its expected duration)."""
+    mask = model.state.translate(_UNFINISHED)
+    work = sum(itertools.compress(model.expected, mask))
+    for st in (S.RUNNING, S.QUEUED):
+        k = model.state.find(st)
+        while k >= 0:
+            work -= min(model.duration(k, now) or 0.0, model.expected[k])
+            k = model.state.find(st, k + 1)
+    return max(0.0, work)
+
+
+def _has_basis(model: JobsModel) -> bool:
+    """Whether some job's expected duration is known (an `expected:` key or a history)."""
+    from wloadctl.core.critical import DEFAULT_EXPECTED
+
+    if model.guessed:
+        return model.guessed.count(1) < len(model.guessed)
+    return model.expected.count(DEFAULT_EXPECTED) < len(model.expected)
 
 
 def path_ahead(model: JobsModel, now: float) -> float | None:
@@ -106,10 +134,11 @@ def summarize(
 ) -> RunSummary:
     """Progress, elapsed time and a forecast of the end.
 
-    The forecast extrapolates the pace of finished jobs, and is never shorter than the longest path of
-    expected work still ahead (`path_ahead`): ten quick jobs done in ten seconds say nothing of the hour
-    the eleventh took last night. A plan's long tail of jobs without history still makes it optimistic
-    early on, which is why the header labels it a forecast.
+    The forecast is the longest path of expected work still ahead (`path_ahead`: a running job's time
+    so far counts against its expected duration), and never shorter than the expected work left spread
+    over the jobs in flight. It is None (the header says `?`) where there is no basis: no job has a
+    history or an `expected:`. The pace of finished jobs is not used:
+    ten quick jobs done in ten seconds say nothing of the hour the eleventh takes.
 
     `stopped_at` is when a run that is not live and not finished stopped: its elapsed time ends there.
     """
@@ -130,8 +159,12 @@ def summarize(
     elapsed = max(0.0, end - started)
     forecast: float | None = None
     total = len(model)
-    if not finished and 0 < done < total and elapsed > 0:
-        forecast = max(elapsed * (total - done) / done, path_ahead(model, now) or 0.0)
+    if not finished and done < total and elapsed > 0 and _has_basis(model):
+        # The work left spread over the jobs in flight bounds a wide plan the longest path misses
+        # (and stands alone where the path is not walked); both stand on expected durations, not on
+        # the pace so far, which swung from 2m to 10m and back as quick and slow jobs ended first.
+        spread = work_ahead(model, now) / max(1, active)
+        forecast = max(path_ahead(model, now) or 0.0, spread)
     elif finished or done == total:
         forecast = 0.0
     return RunSummary(total, done, ok, bad, active, elapsed, forecast)

@@ -13,7 +13,7 @@ from tui.feed import last_seq, load_model
 from tui.filters import FilterError, JobFilter, parse_filter
 from tui.impact import impact
 from tui.labels import abbrev_id, clip, fmt_duration, legend, progress_bar
-from tui.run_figures import path_ahead, summarize
+from tui.run_figures import path_ahead, summarize, work_ahead
 from tui.sla import deadline_at, sla_view
 from tui.view_model import JobsModel, job_row, value_of, view_order
 from wloadctl.core.dag import Dag
@@ -156,12 +156,12 @@ def test_row_cells_and_formatting(loaded: tuple[JobsModel, Dag]) -> None:
     assert progress_bar(0.5, 12) == "[#####.....]"
 
 
-def test_summary_forecasts_from_the_pace(loaded: tuple[JobsModel, Dag]) -> None:
+def test_summary_gives_no_forecast_without_history_or_expected(loaded: tuple[JobsModel, Dag]) -> None:
     model, _dag = loaded
     s = summarize(model, T0, NOW, finished=False)
     assert (s.total, s.done, s.ok, s.bad, s.active) == (14, 5, 3, 2, 2)
     assert s.elapsed == 754.0
-    assert s.forecast == pytest.approx(754.0 * 9 / 5)
+    assert s.forecast is None  # the pace of the first jobs is no basis
 
 
 def test_the_forecast_is_never_shorter_than_the_expected_work_still_ahead() -> None:
@@ -175,11 +175,14 @@ def test_the_forecast_is_never_shorter_than_the_expected_work_still_ahead() -> N
     after = model.remaining[gl] - 7200.0  # its downstream's expected work
     s = summarize(model, T0, NOW, finished=False)
     assert s.forecast == pytest.approx(7200.0 - ran + after)
-    assert s.forecast > 754.0 * 9 / 5  # the pace alone would say 22 minutes
+    assert summarize(model, T0, NOW + 60, finished=False).forecast == pytest.approx(7200.0 - ran - 60 + after)
 
-    # Once it overran its history, its own part is unknown: what follows it still is not.
+    # Once it overran its history, its own part is unknown: what follows it still is not, nor the
+    # expected work left over the two jobs in flight.
     late = T0 + 190.0 + 9000.0
-    assert summarize(model, T0, late, finished=False).forecast == pytest.approx((late - T0) * 9 / 5)
+    spread = work_ahead(model, late) / 2
+    assert spread == pytest.approx((7200.0 + 8 * 1.0 - 7200.0 - 1.0) / 2)  # 9 not finished, 2 running
+    assert summarize(model, T0, late, finished=False).forecast == pytest.approx(spread)
     assert path_ahead(model, late) == pytest.approx(after)
 
 

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tui.idlist import IdList
+from tui.labels import SHORT, clip
 from tui.scrub import Scrub
 from tui.sla import sla_view
 from tui.view_model import JobsModel
@@ -50,6 +51,7 @@ class TimelineScreen(Screen[None]):
         self.model: JobsModel | None = None
         """The jobs as they stood at the moment shown."""
         self._client: Any = None
+        self._when: tuple[str, list[int]] | None = None  # (the moment, its counts)
 
     def compose(self) -> ComposeResult:
         """A line saying when, the DAG and SLA panes, the footer."""
@@ -70,6 +72,7 @@ class TimelineScreen(Screen[None]):
     def on_resize(self) -> None:
         """Side by side where both panes fit, else the SLA pane below the DAG."""
         self.set_class(self.size.width < SIDE_BY_SIDE, "-narrow")
+        self._retitle()
 
     def on_unmount(self) -> None:
         """Release the journal."""
@@ -107,11 +110,27 @@ class TimelineScreen(Screen[None]):
         if dag is not None:
             self.query_one(DagView).show(dag, past, self.job)
         self.query_one(SlaPanel).show(sla_view(past, at), at)
-        counts = "  ".join(f"{_NAMES[s]} {c}" for s, c in enumerate(past.counts) if c)
         n = len(self.scrub.moments)
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
-        self.query_one("#when", Static).update(
-            f"TIMELINE (read-only)  as of {stamp}  event {self.scrub.index()} of {n}  |  {counts}")
+        self._when = (f"TIMELINE (read-only)  as of {stamp}  event {self.scrub.index()} of {n}", list(past.counts))
+        self._retitle()
+
+    def _retitle(self) -> None:
+        """The moment shown and its counts per state, on one line where they fit, else on two.
+
+        At 80 columns one line was cut before the counts, the figures that say what the moment was.
+        """
+        if self._when is None:
+            return
+        head, counts = self._when
+        room = self.size.width - 2  # the line's padding
+        full = "  ".join(f"{_NAMES[s]} {c}" for s, c in enumerate(counts) if c)
+        if len(head) + 5 + len(full) <= room:
+            text = f"{head}  |  {full}"
+        else:
+            short = "  ".join(f"{SHORT[JobState(s)]} {c}" for s, c in enumerate(counts) if c)
+            text = f"{head}\n{full if len(full) <= room else clip(short, room)}"
+        self.query_one("#when", Static).update(text)
 
     def action_event(self, step: int) -> None:
         """One event back or on."""

@@ -204,7 +204,9 @@ class RunHeader(Widget):
         # of an earlier run).
         room = self.size.width - out.cell_len
         extras = [f"  {fmt_duration(s.elapsed)} elapsed"]
-        if s.forecast is not None and s.done < s.total:
+        if s.forecast is None and s.done < s.total and st is not None and st.live:
+            extras.append(", ? to go")  # no expected durations to go on
+        elif s.forecast is not None and s.done < s.total:
             extras.append(
                 f", ~{fmt_duration(s.forecast)} to go "
                 f"({fmt_clock(self.now + s.forecast)[:5]})"
