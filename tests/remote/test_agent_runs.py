@@ -270,6 +270,33 @@ def test_a_broker_outage_longer_than_the_agent_timeout_loses_no_agent_and_runs_n
         assert "broker lost" in node.output()
 
 
+def test_agents_and_a_run_of_another_prefix_say_where_the_agents_are(tmp_path: Path, nats_server: NatsServer) -> None:
+    """An agent started with another --prefix than the run's never meets it: the jobs waited, nothing said why."""
+    node = Node("nb", nats_server.url, tmp_path / "nb", ["etl"], extra=("--prefix", "bank")).start()
+    try:
+        wait_for(lambda: "nb" in cli("agents", "--broker", nats_server.url, "--prefix", "bank").stdout, timeout=30,
+                 what="the agent beating under prefix bank")
+        # When the agents of the default prefix are listed
+        p = cli("agents", "--broker", nats_server.url)
+        # Then none is, and the one under another prefix is named
+        assert p.returncode == 0 and p.stdout.splitlines()[1] == (
+            "live agents beat under prefix 'bank': nb (give --prefix to list them; a run and its agents share one "
+            "prefix)"), p.stdout
+        # And a run of the default prefix whose job needs pool etl says so on its own
+        out = tmp_path / "evidence"
+        plan = plan_file(tmp_path / "p.yaml", out, {"a": {"pool": "etl"}})
+        proc = run_bg(plan, tmp_path / "sd", nats_server.url)
+        wait_for(lambda: "agents_elsewhere" in (tmp_path / "sd" / "events.jsonl").read_text()
+                 if (tmp_path / "sd" / "events.jsonl").exists() else False, timeout=30, what="the run to look")
+        proc.send_signal(signal.SIGTERM)
+        _stdout, stderr = proc.communicate(timeout=60)
+        assert ("wloadctl: no live agent serves pool:etl under prefix 'wl', but agents beat under prefix 'bank': nb: "
+                "a run and its agents share one --prefix (its jobs wait)") in stderr.splitlines(), stderr
+        assert "a" not in agents_of(out)
+    finally:
+        node.stop()
+
+
 def test_a_kill_asked_for_while_the_broker_is_away_reaches_the_agent_once_it_is_back(
         tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
     # Given a job running on an agent, long enough to outlast the outage

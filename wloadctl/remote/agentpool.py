@@ -41,7 +41,14 @@ from wloadctl.procs.reports import ReportReader
 from wloadctl.procs.runctx import result_of_bytes
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
-from wloadctl.remote.agents import AGENT_BASE, NODES_FILE, AgentState, agent_state
+from wloadctl.remote.agents import (
+    AGENT_BASE,
+    NODES_FILE,
+    AgentState,
+    agent_state,
+    agents_elsewhere,
+    elsewhere_text,
+)
 from wloadctl.remote.broker import Subjects, ensure_streams
 from wloadctl.remote.holdings import Holdings, sender_of
 from wloadctl.remote.link import BrokerLink, LinkWatch
@@ -58,6 +65,10 @@ _GONE = (AgentState.LOST, AgentState.STOPPED)
 
 BEAT = 1.0
 """Seconds between the scheduler's beats to the agents."""
+
+LOOK_ELSEWHERE = 3.0
+"""Seconds after its start a scheduler looks under other prefixes for the agents of a place it has none for."""
+
 ORPHAN_SETTLE = 1.0
 """Seconds after an agent was lost before the tasks it may have taken unreported are settled."""
 ORPHAN_CHECK = 1.0
@@ -147,6 +158,10 @@ class AgentPool:
         """Kills asked for while the broker was away, sent once it is back: (agent, job, attempt) -> signal."""
         self.capacity: dict[str, int] = {}
         """Slots each remote place was last said to offer."""
+        self.started_at = time.time()
+        """When this pool began (a place without agents is looked for under other prefixes a while later)."""
+        self.looked_elsewhere: set[str] = set()
+        """Places without agents already looked for under other prefixes (once each)."""
         self.places = {place_of(s) for s in specs} - {LOCAL_PLACE}
         """The remote places this plan uses."""
         self.beat = beat
@@ -582,9 +597,27 @@ class AgentPool:
             if self.capacity.get(place) != slots:
                 self.capacity[place] = slots
                 feed(PlaceCapacityEvent(place, slots, now, cause_id=cause))
+            if not slots and place not in self.looked_elsewhere and now - self.started_at >= LOOK_ELSEWHERE \
+                    and self.link.connected:
+                self._look_elsewhere(place, now)
         if now >= self.next_beat:
             self._write_rows(now)
             self._send_beat(now)
+
+    def _look_elsewhere(self, place: str, now: float) -> None:
+        """A place no live agent serves a while after the start: say so if agents serving it beat under another
+        prefix of the broker (an agent and a run given different `--prefix` never meet; the jobs wait)."""
+        self.looked_elsewhere.add(place)
+        kind, _, name = place.partition(":")
+        found = agents_elsewhere(self.link, self.subjects.prefix, now, self.timeout,
+                                 pool=name if kind == "pool" else None)
+        if kind != "pool":
+            found = {p: [a for a in agents if a == name] for p, agents in found.items()}
+            found = {p: agents for p, agents in found.items() if agents}
+        if found:
+            self.say("agents_elsewhere", {"place": place, "prefixes": sorted(found)})
+            self.note(f"no live agent serves {place} under prefix '{self.subjects.prefix}', but agents beat "
+                      f"{elsewhere_text(found)}: a run and its agents share one --prefix (its jobs wait)")
 
     def _may_have_taken(self, node: Node, now: float) -> None:
         """An agent process of the node's name is gone (lost, or another beats under the name): it may have taken

@@ -25,6 +25,7 @@ from wloadctl.remote.broker import BrokerOptions, Subjects, timeout_arg
 from wloadctl.remote.messages import Heartbeat
 
 if TYPE_CHECKING:
+    from wloadctl.remote.link import BrokerLink
     from wloadctl.store.base import Store
 
 DEFAULT_AGENT_TIMEOUT = 10.0
@@ -215,6 +216,41 @@ def format_table(rows: list[AgentRow]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines)
 
 
+def agents_elsewhere(link: BrokerLink, prefix: str, now: float, timeout: float,
+                     pool: str | None = None) -> dict[str, list[str]]:
+    """Live agents that beat under other prefixes of the same broker (an agent and a run given different
+    `--prefix` never meet): {prefix: [agent names]}, of those serving `pool` when it is given. Empty when the
+    broker cannot say."""
+    suffix = "-agents"
+    try:
+        names = link.stream_names(timeout=3.0)
+    except WloadError:
+        return {}
+    out: dict[str, list[str]] = {}
+    for stream in sorted(names):
+        if not (stream.startswith("KV_") and stream.endswith(suffix)) or stream == f"KV_{prefix}{suffix}":
+            continue
+        try:
+            entries = link.kv.entries(stream[3:], timeout=3.0, missing_ok=True)
+        except WloadError:
+            continue
+        for entry in entries.values():
+            try:
+                hb = Heartbeat.decode(entry.value)
+            except WloadError:
+                continue
+            if not hb.stopped and agent_state(now - hb.sent, timeout) == AgentState.ALIVE and (
+                    pool is None or pool in hb.pools):
+                out.setdefault(stream[3:-len(suffix)], []).append(hb.agent)
+    return out
+
+
+def elsewhere_text(found: dict[str, list[str]]) -> str:
+    """`agents_elsewhere` in words: under which prefix which agents beat."""
+    return "; ".join(f"under prefix '{p}': {', '.join(sorted(names)[:5])}" + (" ..." if len(names) > 5 else "")
+                     for p, names in found.items())
+
+
 def agents_command(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """`wloadctl agents`: list the agents of the agents bucket with their state.
 
@@ -234,7 +270,8 @@ def agents_command(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     subjects = Subjects(opts.prefix)
     with BrokerLink.open(opts, name="wloadctl-agents") as link:
         entries = link.kv.entries(subjects.agents_bucket, missing_ok=True)
-    rows, problems = agent_rows({k: e.value for k, e in entries.items()}, time.time(), ns.agent_timeout)
+        rows, problems = agent_rows({k: e.value for k, e in entries.items()}, time.time(), ns.agent_timeout)
+        elsewhere = agents_elsewhere(link, opts.prefix, time.time(), ns.agent_timeout) if not rows else {}
     for line in problems:
         print(f"wloadctl: {line}", file=sys.stderr)
     if ns.json:
@@ -243,6 +280,9 @@ def agents_command(ns: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(format_table(rows), file=out)
     else:
         print(f"no agents in {subjects.agents_bucket} on {opts.shown()}", file=out)
+        if elsewhere:
+            print(f"live agents beat {elsewhere_text(elsewhere)} (give --prefix to list them; a run and its agents "
+                  "share one prefix)", file=out)
     return 0
 
 

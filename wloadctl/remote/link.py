@@ -634,6 +634,15 @@ class BrokerLink:
 
         return self._call(go(), timeout, f"info of stream {stream}")
 
+    def stream_names(self, timeout: float = 5.0) -> list[str]:
+        """The names of the broker's streams (a KV bucket B is stream KV_B)."""
+        _, js = self._client()
+
+        async def go() -> list[str]:
+            return [str(info.config.name) for info in await js.streams_info()]
+
+        return self._call(go(), timeout, "stream names")
+
     def consumer_backlog(self, stream: str, durable: str, timeout: float = 5.0) -> tuple[int, int]:
         """(messages not yet delivered, messages delivered and not yet acked) of a durable consumer."""
         _, js = self._client()
