@@ -233,9 +233,9 @@ def _load_from_plan(
     return _info(client), model, dag
 
 
-RETRY_TIMES_LIMIT = 1_000
-"""Jobs waiting for a retry whose wait's start is read from the journal when a run is loaded (more are
-shown with the delay they were given, not the time left)."""
+RETRY_TIMES_LIMIT = 100
+"""Jobs waiting for a retry whose wait's start is read from the journal when a run is loaded, a read of history
+each before the console shows the run (more are shown with the delay they were given, not the time left)."""
 
 
 def read_retry_times(client: Client, model: JobsModel) -> None:
@@ -257,7 +257,7 @@ def read_retry_times(client: Client, model: JobsModel) -> None:
         k = model.state.find(int(JobState.RETRY_WAIT), k + 1)
 
 
-ATTEMPT_ENDS_LIMIT = 1_000
+ATTEMPT_ENDS_LIMIT = 100
 """Jobs an operator ended after their attempt had (skipped, set ok or cancelled once it failed) whose
 attempt's end is read from the journal when a run is loaded (more show the time to the operator's act)."""
 

@@ -6,7 +6,6 @@ import dataclasses
 import fcntl
 import json
 import os
-import re
 import secrets
 import socket
 import time
@@ -695,8 +694,8 @@ class RunClient:
             out["reasons"] = [f"read from the journal, which may be behind: {rep['unanswered']}",
                               *out.get("reasons", [])]
         if out.get("state") == "RUNNING" and (lost := self.broker_lost()) is not None:
-            on = re.search(r"\bon executor (\d+)\b", " ".join(out.get("reasons", [])))
-            if on is not None and int(on[1]) in self.agent_names():
+            row = self.job_row(job)  # (its executor: a node index when it runs on an agent)
+            if row is not None and row[4] is not None and row[4] in self.agent_names():
                 since = time.strftime("%H:%M:%S", time.localtime(lost["since"]))
                 out["reasons"] = [*out.get("reasons", []),
                                   f"the broker {lost['broker']} does not answer since {since}: its agent is as last "

@@ -220,10 +220,10 @@ def agents_elsewhere(link: BrokerLink, prefix: str, now: float, timeout: float,
                      pool: str | None = None) -> dict[str, list[str]]:
     """Live agents that beat under other prefixes of the same broker (an agent and a run given different
     `--prefix` never meet): {prefix: [agent names]}, of those serving `pool` when it is given. Empty when the
-    broker cannot say."""
+    broker cannot say. Each ask waits 1 s at most: a scheduler asks from its loop (once a place)."""
     suffix = "-agents"
     try:
-        names = link.stream_names(timeout=3.0)
+        names = link.stream_names(timeout=1.0)
     except WloadError:
         return {}
     out: dict[str, list[str]] = {}
@@ -231,7 +231,7 @@ def agents_elsewhere(link: BrokerLink, prefix: str, now: float, timeout: float,
         if not (stream.startswith("KV_") and stream.endswith(suffix)) or stream == f"KV_{prefix}{suffix}":
             continue
         try:
-            entries = link.kv.entries(stream[3:], timeout=3.0, missing_ok=True)
+            entries = link.kv.entries(stream[3:], timeout=1.0, missing_ok=True)
         except WloadError:
             continue
         for entry in entries.values():
