@@ -39,8 +39,9 @@ TAIL_BYTES = 4096
 """Output kept in shared memory per finished attempt (the whole output is in the log file)."""
 SILENT_START = 5.0
 """Seconds without a beat of its scheduler (or agent) after which an executor starts no task it holds ahead: a
-scheduler gone does not see it start, and one that comes back (a resume, a restarted agent) finds it unstarted and
-still held; an agent's scheduler, which counts the agent lost after 10 s, gives its tasks to others then."""
+scheduler gone does not see it start, and one that comes back (a resume) finds it unstarted and still held; an
+agent's scheduler, which counts the agent lost after 10 s, gives its tasks to others then, so an agent that comes
+back has its executors hand back what its predecessor took ahead instead (fence_ahead)."""
 START_SLICE = 0.5
 """Longest a loop turn spends starting jobs: a big backlog on a starved host must not hold back the
 heartbeat (the scheduler declares an executor silent for 5 s stuck, and kills it)."""
@@ -191,6 +192,10 @@ class Executor:
     """Starts the jobs' processes."""
     poller: select.poll = field(default_factory=select.poll)
     """Waits on the request queue, the response queue and every job's pidfd."""
+    fence_ahead: bool = False
+    """Start a task held ahead only while no newer epoch is on the board: one of an older epoch is handed back
+    unstarted instead (an agent's executors: an agent started again cannot vouch for what the one before took
+    ahead, which its run may have given to another agent meanwhile)."""
     epoch: int = 0
     done: int = 0
     stop: bool = False
@@ -457,6 +462,11 @@ class Executor:
                 self.more_to_start = True  # the loop beats, then comes back at once for the rest
                 return
             _tier, _seq, _taken, rec, payload = self.backlog[0]
+            if self.fence_ahead and rec.epoch < self._board_epoch():
+                # (read again before each start: a newer epoch may be published while a turn starts jobs)
+                heapq.heappop(self.backlog)
+                self._return(rec)
+                continue
             cpu, mem = _claim(payload)
             if (self.cpus and cpu > self.cpus) or (self.memory and mem > self.memory):
                 heapq.heappop(self.backlog)
@@ -470,6 +480,14 @@ class Executor:
                 return  # first in line waits for room, so a big job is not overtaken forever
             heapq.heappop(self.backlog)
             self._spawn(rec, payload)
+
+    def _board_epoch(self) -> int:
+        """The newest epoch on the board (this executor's own when the board cannot be read now)."""
+        try:
+            self.epoch = max(self.epoch, self.board.read_epoch())
+        except WloadError:
+            pass
+        return self.epoch
 
     def _refuse(self, rec: P.TaskRecord, why: str) -> None:
         now = time.time()
@@ -777,6 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefetch", type=int, default=0)
     ap.add_argument("--memory", type=int, default=0)
     ap.add_argument("--hand-back", type=float, default=None)
+    ap.add_argument("--fence-ahead", action="store_true")
     ap.add_argument(AWAIT_FLAG, action="store_true", help="started ahead of the run: wait to be taken (prestart.py)")
     a = ap.parse_args(argv)
     global _FAILPOINT
@@ -784,7 +803,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.await_go and not await_go(Path(a.state_dir), a.index, waiting_warmer()):
         return 0
     ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory,
-                  prefetch=a.prefetch, hand_back=hand_back_seconds() if a.hand_back is None else a.hand_back)
+                  prefetch=a.prefetch, hand_back=hand_back_seconds() if a.hand_back is None else a.hand_back,
+                  fence_ahead=a.fence_ahead)
     # Ctrl-C belongs to the scheduler; SIGTERM means: stop taking work, stop jobs, exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

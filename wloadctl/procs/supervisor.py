@@ -257,6 +257,9 @@ class Supervisor:
     """MiB each executor offers jobs that claim some (0 = no limit)."""
     hand_back: float | None = None
     """Each executor's `--hand-back` (None: the executors' default; 0: take ahead always, never hand back)."""
+    fence_ahead: bool = False
+    """Each executor's `--fence-ahead`: tasks it holds ahead of an older epoch than the board's are handed back, not
+    started (an agent's node)."""
     workdir: str | None = None
     """The directory the run was started from: its executors run there, and so do the jobs without a `cwd:` of
     their own, when a resume starts them from another directory (None: this process's)."""
@@ -279,7 +282,7 @@ class Supervisor:
         if cwd is not None:
             state_dir = state_dir.absolute()
         argv = executor_argv(self.run_id, index, self.slots, state_dir, self.orphan_timeout, self.cpus,
-                             self.prefetch, self.memory, self.hand_back)
+                             self.prefetch, self.memory, self.hand_back, self.fence_ahead)
         proc = self.prestarted.take(argv) if self.prestarted is not None else None
         if proc is None:
             logf = open(executor_log(self.state_dir, index), "ab")

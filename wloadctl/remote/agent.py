@@ -123,10 +123,12 @@ class Agent:
         per = max(1, -(-o.slots // o.executors))
         self.book = NodeBook(per * o.executors)
         self.payloads: dict[int, bytes | None] = {}
+        # (fence_ahead: a task an earlier agent of the node took ahead, held unstarted by an executor, is handed
+        # back, never started: its run may have given it to another agent while none here was heard)
         self.pool = LocalPool.start(self.book, objs, ReportReader((), lambda _r: "", lambda _i, _a: None),
                                     self._payload, lambda: None, self.epoch, o.state_dir, executors=o.executors,
                                     slots=per, say=lambda e, f: self.note(_pool_words(e, f)), cpus=o.cpus,
-                                    memory=o.memory, prefetch=0, hand_back=0.0)
+                                    memory=o.memory, prefetch=0, hand_back=0.0, fence_ahead=True)
         self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
         """Result batches published and not yet acknowledged, with the ends they carry."""
         self._beat_board()
@@ -146,7 +148,8 @@ class Agent:
 
     def _bump_local_epoch(self) -> int:
         """This start's epoch on the node's own board: higher than any before, so a predecessor's
-        task records left in the node's queue are refused by the executors."""
+        task records left in the node's queue are refused by the executors, and those an executor
+        took ahead and has not started are handed back unstarted."""
         path = self.opts.state_dir / f"agent-{self.opts.name}.epoch"
         try:
             epoch = int(path.read_text().strip() or 0) + 1
