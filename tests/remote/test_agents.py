@@ -270,3 +270,34 @@ def test_the_node_lock_refuses_a_second_holder_and_is_removed_when_released(tmp_
     again = NodeLock.take("x1", "/sd/two", directory=str(tmp_path))
     assert Path(lock_path("x1", str(tmp_path))).read_text() == f"{os.getpid()}\n/sd/two\n"
     again.release()
+
+
+def test_an_agent_of_a_name_that_beats_from_another_host_is_refused_until_that_one_stops(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    from tests.integration.helpers import cli, wait_for
+    from tests.remote.nodes import Node
+
+    name = f"clone{os.getpid()}"
+    # Given an agent serving on a host of its own (a machine cloned with its unit file, say)
+    first = Node(name, nats_server.url, tmp_path / "a", ["etl"]).start()
+    try:
+        wait_for(lambda: "serving" in first.output(), timeout=60, what="the first agent serving")
+        # When an agent of the same name starts on this host, where the first one's lock is not seen
+        p = cli("agent", "--broker", nats_server.url, "--name", name, "--pool", "etl",
+                "--state-dir", str(tmp_path / "b"), timeout=60)
+        # Then it is refused in one line naming the host of the one that beats, before it makes anything
+        assert p.returncode == 2, p.stderr
+        lines = [line for line in p.stderr.splitlines() if not line.startswith("wloadctl: removed ")]
+        assert len(lines) == 1, p.stderr
+        assert f"agent {name} already runs on host " in lines[0] and "another --name" in lines[0], p.stderr
+        assert not (tmp_path / "b").exists() or not any((tmp_path / "b").glob("agent-*.journal"))
+        assert first.proc is not None and first.proc.poll() is None
+    finally:
+        first.stop()
+    # And once that one stopped (its last beat says so), the name starts here at once
+    again = Node(name, nats_server.url, tmp_path / "c", ["etl"], isolated=False).start()
+    try:
+        wait_for(lambda: "serving" in again.output(), timeout=60, what="an agent of that name serving here")
+        assert "already runs" not in again.output()
+    finally:
+        again.stop()

@@ -39,6 +39,7 @@ from wloadctl.remote import wire
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
 from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.node import Held, NodeBook, NodeJournal
+from wloadctl.remote.nodelock import refuse_live_twin
 from wloadctl.remote.pulling import Msg, Puller
 
 BEAT = 1.0
@@ -106,6 +107,7 @@ class Agent:
         o = self.opts
         self.subjects = Subjects(o.broker.prefix)
         ensure_streams(self.link, self.subjects)
+        refuse_live_twin(self.link, self.subjects.agents_bucket, o.name)
         o.state_dir.mkdir(parents=True, exist_ok=True)
         self.node = node_run_id(o.name)
         self.journal = NodeJournal(o.state_dir / f"agent-{o.name}.journal")

@@ -115,7 +115,7 @@ def _serve(a: argparse.Namespace, opts: AgentOptions) -> int:
         agent.shutdown()
     except WloadError as e:
         print(f"wloadctl agent {name}: {e.one_line()}", file=sys.stderr)
-        return 3
+        return e.exit_code
     finally:
         if server is not None:
             server.close()

@@ -1,4 +1,5 @@
-"""One agent of a name per host: a lock beside the node's queues and segments, keyed by the agent's name.
+"""One agent of a name per host: a lock beside the node's queues and segments, keyed by the agent's name; and one
+live agent of a name on the broker (`refuse_live_twin`).
 
 An agent's queues and segments (`wloadctl.UID.agent-NAME.*`) are per host, so two agents of
 one name on one host would share them. The lock lives where they do (/dev/shm, which a host,
@@ -13,9 +14,23 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from wloadctl.errors import UsageError
+from wloadctl.errors import UsageError, WloadError
 from wloadctl.ipc.cleanup import SHM_DIR
+from wloadctl.procs.health import pid_alive
+
+if TYPE_CHECKING:
+    from wloadctl.remote.link import BrokerLink
+
+TWIN_WATCH = 2.5
+"""Seconds a starting agent watches a recent beat of its name from another process for the next one (agents beat
+every second)."""
+TWIN_STALE = 30.0
+"""A beat of the name older than this (by this host's clock) is not watched: its agent is long gone."""
 
 
 def lock_path(name: str, directory: str = SHM_DIR) -> str:
@@ -82,3 +97,50 @@ class NodeLock:
                 pass  # already gone: nothing is left behind either way
             os.close(self.fd)
             self.fd = -1
+
+
+def refuse_live_twin(link: BrokerLink, bucket: str, name: str, *, now: Callable[[], float] = time.time,
+                     sleep: Callable[[float], None] = time.sleep, watch: float = TWIN_WATCH) -> None:
+    """Refuse to start agent `name` while another agent of that name beats on the broker, from any host.
+
+    The host lock (`NodeLock`) sees only agents of this host's IPC namespace; two hosts given one name (a cloned
+    machine, a copied unit file) would both take the name's pinned tasks, answer for each other's jobs and kill
+    requests, and beat as one flapping agent. The name's last beat in the agents bucket tells: none, a clean
+    stop, or one from a process of this host that is gone (an agent killed and started again) let it start at once;
+    a beat that is not stale is watched for up to `watch` seconds, and a next beat of the same process refuses.
+
+    Args:
+        link: The open broker link.
+        bucket: The installation's agents bucket (`Subjects.agents_bucket`).
+        name: The agent's name.
+        now, sleep, watch: The clock, the wait, and how long to watch (tests give their own).
+
+    Raises:
+        UsageError: Another agent of the name beats (named with its host and pid).
+    """
+    from wloadctl.remote.messages import Heartbeat
+
+    def last() -> tuple[int, Heartbeat] | None:
+        try:
+            entry = link.kv.get(bucket, name, timeout=2.0)
+            return (entry.revision, Heartbeat.decode(entry.value)) if entry is not None else None
+        except WloadError:
+            return None  # (a bucket or beat it cannot read says nothing of a twin)
+
+    first = last()
+    if first is None or first[1].stopped or now() - first[1].sent > TWIN_STALE:
+        return
+    rev, hb = first
+    if hb.host == socket.gethostname() and (hb.pid == os.getpid() or not pid_alive(hb.pid)):
+        return  # this host's agent of the name, gone (killed, and this one is its successor)
+    until = now() + watch
+    while now() < until:
+        sleep(0.25)
+        seen = last()
+        if seen is None or seen[0] == rev:
+            continue
+        if seen[1].stopped or (seen[1].boot and seen[1].boot != hb.boot):
+            return  # it stopped, or a third one beats: the scheduler tells twins apart and says so
+        raise UsageError(f"agent {name} already runs on host {hb.host} (pid {hb.pid}; it beats on the broker): a "
+                         "second one of that name would take its tasks and answer for its jobs",
+                         hint="stop that one first, or give this one another --name")
