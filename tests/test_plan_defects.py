@@ -189,3 +189,27 @@ def test_a_loop_over_a_variable_that_is_no_list_is_reported_with_the_other_probl
                      "  a: {command: 'true', priorty: 3}\n"
                      "  l: {for_each: vars.regions, command: 'echo {item}'}\n")
     assert len(lines) == 2 and "not a non-empty list variable" in lines[1]
+
+
+# -- 5. times that parse but cannot be meant ------------------------------------------------------------------
+
+
+def test_validate_and_run_refuse_times_no_operator_means_one_line_each_before_a_run_is_made(tmp_path: Path) -> None:
+    plan = tmp_path / "times.yaml"
+    plan.write_text("name: times\njobs:\n"
+                    "  a: {command: 'true', deadline: '+0s'}\n"
+                    "  b: {command: 'true', timeout: 0.0001ms}\n"
+                    "  c: {command: 'true', depends_on: [a], not_before: '22:00', deadline: '21:00'}\n")
+    said = [f"{plan}:3: job 'a': deadline '+0s' is the very start of the run",
+            f"{plan}:4: job 'b': timeout: '0.0001ms' is shorter than 1ms",
+            f"{plan}:5: job 'c': not_before '22:00' is after the deadline '21:00'"]
+    checked = cli("validate", str(plan), timeout=60)
+    sd = tmp_path / "sd"
+    ran = cli("run", str(plan), "--state-dir", str(sd), timeout=60)
+    for p in (checked, ran):
+        assert p.returncode == 2, p.stderr
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 3 and "Traceback" not in p.stderr, p.stderr
+        for line, start in zip(lines, said, strict=True):
+            assert line.startswith(start), line
+    assert not sd.exists()

@@ -14,6 +14,10 @@ import yaml
 
 from wloadctl.core.dag import Dag
 from wloadctl.core.durations import (
+    FINEST,
+    DurationRangeError,
+    closed_window,
+    duration_guess,
     format_duration,
     parse_day_time,
     parse_deadline,
@@ -164,6 +168,20 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
      "or give the job type: shell)"),
     ("noop_defaults_with_command.yaml", 5, "job 'load': a noop job runs no command, but this one has one (remove the "
      "command, or give the job type: shell, as the defaults' type: noop holds for every job without one)"),
+    # Times that parse but make no sense to an operator, and misspelt durations with their likely meaning
+    ("deadline_at_start.yaml", 5, "job 'load': deadline '+0s' is the very start of the run: no job can finish by then"),
+    ("timeout_under_a_millisecond.yaml", 5,
+     "job 'load': timeout: '0.0001ms' is shorter than 1ms, the shortest a duration may be other than 0"),
+    ("not_before_after_deadline.yaml", 4, "job 'post': not_before '22:00' is after the deadline '21:00': the job can "
+     "never meet it (for a deadline on the next day write deadline: '21:00+1d')"),
+    ("not_before_after_deadline_defaults.yaml", 4,
+     "defaults: not_before '+2h' is after the deadline '+1h': the job can never meet it"),
+    ("max_delay_below_delay.yaml", 5, "job 'load': retries max_delay 10s is shorter than the delay 1m"),
+    ("duration_unit_word.yaml", 5, "job 'load': timeout: '10 mins' is not a duration (did you mean '10m'?"),
+    ("duration_last_unit_missing.yaml", 5, "job 'load': expected: '1h30' is not a duration (did you mean '1h30m'?"),
+    ("duration_capital_unit.yaml", 5, "job 'load': retries delay: '5S' is not a duration (did you mean '5s'?"),
+    ("deadline_without_plus.yaml", 5, "job 'load': deadline: '2h' is not a time; use HH:MM"),
+    ("deadline_without_plus.yaml", 5, "(did you mean '+2h'?)"),
 ]
 
 # Problems whose message names a job: the job the report must carry.
@@ -469,9 +487,11 @@ def test_parse_duration_refuses(text: str | int | bool) -> None:
     ids=["digits-400", "int-400-digits", "inf", "1e400", "11-digit-days", "36501d", "deadline-400-digits"],
 )
 def test_a_duration_past_a_hundred_years_is_refused(text: str | int | float) -> None:
-    read = parse_deadline if isinstance(text, str) and text.startswith("+") else parse_duration
     with pytest.raises(ValueError, match=r"longer than the 100 years|is not a duration"):
-        read(text)
+        if isinstance(text, str) and text.startswith("+"):
+            parse_deadline(text)
+        else:
+            parse_duration(text)
     assert parse_duration("36500d") == 36500 * 86400.0
 
 
@@ -505,6 +525,108 @@ def test_times_of_day_and_deadlines() -> None:
     for bad in ("01:30+2h", "01:30+", "tomorrow", "+soon"):
         with pytest.raises(ValueError, match="not a time"):
             parse_deadline(bad)
+
+
+def test_a_duration_under_the_finest_is_refused_only_when_asked() -> None:
+    # A plan being read is held to FINEST; a plan read before (a resumed run's deadlines) is taken as it was.
+    assert parse_duration("0.5ms") == 0.0005
+    with pytest.raises(DurationRangeError, match=r"'0\.5ms' is shorter than 1ms"):
+        parse_duration("0.5ms", finest=FINEST)
+    with pytest.raises(DurationRangeError, match="shorter than 1ms"):
+        parse_deadline("+0.0001ms", finest=FINEST)
+    assert parse_duration("1ms", finest=FINEST) == 0.001
+    assert parse_duration("0", finest=FINEST) == 0.0
+
+
+@pytest.mark.parametrize(("text", "meant"), [
+    ("10 mins", "10m"), ("2 hours", "2h"), ("30sec", "30s"), ("1 day", "1d"), ("500 msec", "500ms"),
+    ("5S", "5s"), ("2H", "2h"), ("1h30", "1h30m"), ("1h 30", "1h30m"), ("5m30", "5m30s"), ("2d12", "2d12h"),
+    ("1,5h", "1.5h"), ("10 mins 30 secs", "10m30s"),
+    # No guess: a capital M may be a month; a sign, an exponent or a word are not slips of a unit
+    ("5M", None), ("-5s", None), ("1e30", None), ("soon", None), ("30 1h", None), ("30m1h", None),
+])
+def test_a_misspelt_duration_is_given_its_likely_meaning(text: str, meant: str | None) -> None:
+    assert duration_guess(text) == meant
+    if meant is not None:
+        parse_duration(meant, finest=FINEST)
+
+
+@pytest.mark.parametrize(("not_before", "deadline", "said"), [
+    ("22:00", "21:00", "'22:00' is after the deadline '21:00'"),
+    ("22:00", "22:00", "'22:00' is the same time as the deadline '22:00'"),
+    ("23:00", "01:00", "write deadline: '01:00+1d'"),
+    ("05:00+1d", "04:00+1d", "'05:00+1d' is after the deadline '04:00+1d'"),
+    ("+2h", "+90m", "'+2h' is after the deadline '+90m'"),
+    ("21:00", "22:00", None),
+    ("23:00", "01:00+1d", None),
+    ("+1h", "+2h", None),
+    # A time of day against a time after the start depends on when the run starts: not judged
+    ("+2h", "01:00", None),
+    ("23:00", "+1h", None),
+])
+def test_a_not_before_at_or_after_the_deadline_is_found(not_before: str, deadline: str, said: str | None) -> None:
+    shut = closed_window(not_before, deadline)
+    if said is None:
+        assert shut is None
+    else:
+        assert shut is not None and said in " ".join(shut)
+
+
+DURATION_KEYS = {
+    "timeout": "    timeout: {}\n",
+    "expected": "    expected: {}\n",
+    "retries delay": "    retries: {{count: 2, delay: {}}}\n",
+    "retries max_delay": "    retries: {{count: 2, max_delay: {}}}\n",
+}
+WHEN_KEYS = {"deadline": "    deadline: {}\n", "not_before": "    not_before: {}\n"}
+
+
+@pytest.mark.parametrize("value", ["0.0001ms", "0.0009", ".nan", ".inf", "-.inf", "-5s", "true", "[1, 2]",
+                                   "{a: 1}", "999999999d", "1000000000000000000000000000000", "1e30",
+                                   "10 mins", "5S", "1h30"])
+@pytest.mark.parametrize("key", DURATION_KEYS)
+def test_a_hostile_duration_is_refused_in_one_line_naming_job_and_key(key: str, value: str) -> None:
+    text = "name: hostile\njobs:\n  load:\n    command: 'true'\n" + DURATION_KEYS[key].format(value)
+    with pytest.raises(PlanError) as caught:
+        load_plan_text(text, "hostile.yaml")
+    (line,) = caught.value.lines()
+    assert line.startswith(f"hostile.yaml:5: job 'load': {key}"), line
+    assert "Traceback" not in line and "\n" not in line
+
+
+@pytest.mark.parametrize("value", ["'+0.0001ms'", "'+999999999d'", "'06:30+1.5d'", "'25:00'", ".nan", ".inf",
+                                   "true", "[06:30]", "'+10 mins'", "2h"])
+@pytest.mark.parametrize("key", WHEN_KEYS)
+def test_a_hostile_time_is_refused_in_one_line_naming_job_and_key(key: str, value: str) -> None:
+    text = "name: hostile\njobs:\n  load:\n    command: 'true'\n" + WHEN_KEYS[key].format(value)
+    with pytest.raises(PlanError) as caught:
+        load_plan_text(text, "hostile.yaml")
+    (line,) = caught.value.lines()
+    assert line.startswith(f"hostile.yaml:5: job 'load': {key}"), line
+
+
+@pytest.mark.parametrize(("key", "value", "seconds"), [
+    ("timeout", "1ms", 0.001), ("expected", "0", 0.0), ("retries delay", "0", 0.0),
+    ("retries max_delay", "0", 0.0), ("timeout", "'2 h'", 7200.0),
+])
+def test_durations_at_the_bounds_are_kept(key: str, value: str, seconds: float) -> None:
+    text = "name: edge\njobs:\n  load:\n    command: 'true'\n" + DURATION_KEYS[key].format(value)
+    spec = load_plan_text(text).jobs["load"]
+    got = {"timeout": spec.timeout, "expected": spec.expected, "retries delay": spec.retry.delay,
+           "retries max_delay": spec.retry.max_delay}[key]
+    assert got == seconds
+
+
+def test_a_not_before_at_the_start_means_no_wait() -> None:
+    assert load_plan_text("name: n\njobs:\n  a: {command: 'true', not_before: '+0s'}\n").jobs["a"].not_before == "+0s"
+
+
+def test_a_retry_delay_past_the_default_cap_is_kept_and_a_cap_alone_caps_the_default_delay() -> None:
+    plan = load_plan_text("name: r\njobs:\n  slow: {command: 'true', retries: {count: 2, delay: 2h}}\n"
+                          "  quick: {command: 'true', retries: {count: 2, max_delay: 5s}}\n")
+    slow, quick = plan.jobs["slow"].retry, plan.jobs["quick"].retry
+    assert (slow.delay, slow.max_delay) == (7200.0, 7200.0)  # not cut to the default cap of an hour
+    assert (quick.delay, quick.max_delay) == (10.0, 5.0)  # every retry waits 5 s, as its cap says
 
 
 # -- samples -------------------------------------------------------------------

@@ -17,10 +17,13 @@ MAX_DURATION = 100 * 365 * 86400.0
 """The longest duration a plan may give (100 years): longer is a typo, and past a few hundred digits the
 number is not even finite."""
 
+FINEST = 0.001
+"""The shortest duration a plan may give other than zero (a millisecond, its smallest unit): the executors
+wait on their clocks in whole milliseconds, so a shorter span would end at once."""
 
 
 class DurationRangeError(ValueError):
-    """A duration written correctly but longer than MAX_DURATION."""
+    """A duration written correctly but longer than MAX_DURATION, or shorter than the finest asked for."""
 
 
 _UNIT_SECONDS: dict[str, float] = {
@@ -39,19 +42,23 @@ _NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*")
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
 
 
-def parse_duration(value: str | int | float) -> float:
+def parse_duration(value: str | int | float, *, finest: float = 0.0) -> float:
     """Turn a plan duration into seconds.
 
     Args:
         value: a number of seconds, or text such as `90`, `90s`, `20m`,
             `1h30m`, `1h 30m`, `2d` or `500ms`.
+        finest: the shortest duration accepted other than zero (FINEST for a
+            plan being read; a plan already read is taken as it was accepted).
 
     Returns:
         The duration in seconds (never negative, at most MAX_DURATION).
 
     Raises:
-        ValueError: the value is not a duration, or is longer than MAX_DURATION;
-            the message names the bad text and the accepted forms.
+        ValueError: the value is not a duration; the message names the bad
+            text and the accepted forms.
+        DurationRangeError: it is longer than MAX_DURATION, or shorter than
+            `finest` but not zero.
     """
     if isinstance(value, bool):
         raise ValueError(f"'{value}' is not a duration; use {DURATION_FORMS}")
@@ -59,11 +66,11 @@ def parse_duration(value: str | int | float) -> float:
         # An int of a few hundred digits has no float: compare before converting.
         if value < 0 or (isinstance(value, float) and math.isnan(value)):
             raise ValueError(f"'{value}' is not a duration; use {DURATION_FORMS}")
-        return _bounded(value, str(value))
+        return _bounded(value, str(value), finest)
     text = str(value)
     whole = _NUMBER.fullmatch(text)
     if whole:
-        return _bounded(float(whole.group(1)), text)
+        return _bounded(float(whole.group(1)), text, finest)
     total = 0.0
     pos = 0
     seen = -1
@@ -78,15 +85,71 @@ def parse_duration(value: str | int | float) -> float:
         pos = part.end()
     if seen < 0:
         raise ValueError(f"'{text}' is not a duration; use {DURATION_FORMS}")
-    return _bounded(total, text)
+    return _bounded(total, text, finest)
 
 
-def _bounded(seconds: float, text: str) -> float:
-    """The seconds as a float, refused past MAX_DURATION (an infinite one included)."""
+def _bounded(seconds: float, text: str, finest: float) -> float:
+    """The seconds as a float, refused past MAX_DURATION (an infinite one included) or under `finest` but
+    not zero."""
+    shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
     if not seconds <= MAX_DURATION:
-        shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
         raise DurationRangeError(f"'{shown.strip()}' is longer than the 100 years a duration may be")
+    if 0 < seconds < finest:
+        raise DurationRangeError(
+            f"'{shown.strip()}' is shorter than {format_duration(finest)}, the shortest a duration may be "
+            "other than 0"
+        )
     return float(seconds)
+
+
+# Unit words and capitals an operator may write, by the unit they mean. "M" is left out: in a
+# duration it may be a month as well as a minute, and a guess must not pick one.
+_UNIT_WORDS: dict[str, str] = {
+    **{w: "ms" for w in ("msec", "msecs", "millis", "millisecond", "milliseconds", "MS")},
+    **{w: "s" for w in ("sec", "secs", "second", "seconds", "S")},
+    **{w: "m" for w in ("min", "mins", "minute", "minutes")},
+    **{w: "h" for w in ("hr", "hrs", "hour", "hours", "H")},
+    **{w: "d" for w in ("day", "days", "D")},
+}
+_WORD_PART = re.compile(r"(\d+(?:[.,]\d+)?)\s*([A-Za-z]*)\s*")
+_NEXT_UNIT = {"d": "h", "h": "m", "m": "s"}
+
+
+def duration_guess(text: str) -> str | None:
+    """The duration an operator most likely meant by text that is not one, or None without a good guess.
+
+    Catches unit words (`10 mins`, `2 hours`), capitals (`5S`), a decimal comma (`1,5h`) and a
+    last number left without its unit (`1h30` for `1h30m`).
+
+    Args:
+        text: a value `parse_duration` refused.
+
+    Returns:
+        A duration `parse_duration` accepts, written as the operator would (`10m`, `1h30m`), or None.
+    """
+    parts = []
+    pos, last = 0, ""
+    stripped = text.strip()
+    while pos < len(stripped):
+        m = _WORD_PART.match(stripped, pos)
+        if m is None or m.end() == pos:
+            return None
+        number, unit = m.group(1).replace(",", "."), m.group(2)
+        unit = unit if unit in _UNIT_SECONDS else _UNIT_WORDS.get(unit, _UNIT_WORDS.get(unit.lower(), ""))
+        if not unit:
+            if m.group(2) or m.end() < len(stripped) or last not in _NEXT_UNIT:
+                return None
+            unit = _NEXT_UNIT[last]  # the number that ends `1h30` counts the next smaller unit
+        parts.append(number + unit)
+        pos, last = m.end(), unit
+    guess = "".join(parts)
+    if not guess or guess == stripped:
+        return None
+    try:
+        parse_duration(guess, finest=FINEST)
+    except ValueError:
+        return None
+    return guess
 
 
 def format_duration(seconds: float) -> str:
@@ -175,12 +238,13 @@ def parse_day_time(text: str) -> tuple[int, int]:
     return days, parse_time_of_day(clock)
 
 
-def parse_deadline(text: str) -> tuple[bool, float]:
+def parse_deadline(text: str, *, finest: float = 0.0) -> tuple[bool, float]:
     """Read a deadline or not-before: a time of day, or `+duration` after the start.
 
     Args:
         text: `HH:MM[:SS]`, `HH:MM[:SS]+Nd` (N days after the business date),
             or `+` followed by a duration (`+2h`).
+        finest: the shortest `+duration` accepted other than zero (see parse_duration).
 
     Returns:
         (relative, seconds): relative is True for `+duration`, and seconds is
@@ -192,7 +256,7 @@ def parse_deadline(text: str) -> tuple[bool, float]:
     stripped = text.strip()
     try:
         if stripped.startswith("+"):
-            return True, parse_duration(stripped[1:])
+            return True, parse_duration(stripped[1:], finest=finest)
         days, seconds = parse_day_time(stripped)
         return False, float(days * 86400 + seconds)
     except DurationRangeError:
@@ -202,3 +266,32 @@ def parse_deadline(text: str) -> tuple[bool, float]:
             f"'{text}' is not a time; use {TIME_FORMS} (+1d for the next day), "
             "or +duration from the run's start (+2h, +90m)"
         ) from None
+
+
+def closed_window(not_before: str, deadline: str) -> tuple[str, str] | None:
+    """Why a job with this not-before and this deadline can never meet its deadline, or None.
+
+    Two times of day (each maybe with `+Nd`) are compared as written on the business date, and
+    so are two `+duration`s from the start: a not-before at or after the deadline leaves the
+    job no time to run. A time of day against a `+duration` depends on when the run starts,
+    and is not judged. A deadline of the next day is written with `+1d` (`01:00+1d`): the
+    plan then says what it means whenever the run starts.
+
+    Args:
+        not_before: the job's not-before, as `parse_deadline` accepts it.
+        deadline: the job's deadline, likewise.
+
+    Returns:
+        (what is wrong, what would be accepted), or None when the two may be met.
+    """
+    nb_relative, nb = parse_deadline(not_before)
+    dl_relative, dl = parse_deadline(deadline)
+    if nb_relative != dl_relative or nb < dl:
+        return None
+    at = "the same time as" if nb == dl else "after"
+    problem = f"not_before '{not_before}' is {at} the deadline '{deadline}': the job can never meet it"
+    if dl_relative:
+        return problem, "give a deadline later than the not_before"
+    if nb < 86400 and "+" not in deadline:  # (the deadline a day later is then after the not-before)
+        return problem, f"for a deadline on the next day write deadline: '{deadline.strip()}+1d'"
+    return problem, "give a deadline later than the not_before"

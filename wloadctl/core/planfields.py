@@ -8,7 +8,14 @@ import re
 from typing import Any
 
 from wloadctl.core.condition import OWN_NAMES, ConditionError, check_comparisons, parse_condition
-from wloadctl.core.durations import parse_deadline
+from wloadctl.core.durations import (
+    FINEST,
+    DurationRangeError,
+    duration_guess,
+    format_duration,
+    parse_deadline,
+    parse_duration,
+)
 from wloadctl.core.plan import DEFAULT_MAX_ITEMS, JOB_TYPES, NO_RETRY, DynamicItems, RetryPolicy
 from wloadctl.core.planvalues import (
     FieldError,
@@ -123,6 +130,22 @@ _EXAMPLES = {
 # A bounded intern table: shared command templates cost one string, while a
 # plan where every command differs does not grow a second copy of them all.
 _INTERN_LIMIT = 65536
+
+
+def _when_hint(text: str) -> str | None:
+    """The likely meaning of a deadline or not-before that is neither form: a `+duration` given
+    without its `+` (`2h`), or a misspelt duration after it (`+10 mins`)."""
+    stripped = text.strip()
+    span = stripped[1:] if stripped.startswith("+") else stripped
+    guess = duration_guess(span)
+    if guess is None and span is stripped:
+        try:
+            if not parse_duration(span, finest=FINEST):
+                return None
+        except ValueError:
+            return None
+        guess = span.strip()
+    return None if guess is None else f"did you mean '+{guess}'?"
 
 
 class FieldReader:
@@ -302,6 +325,16 @@ class FieldReader:
             kw["backoff"] = number(fields["backoff"], "retries backoff", 1.0, _MAX_BACKOFF)
         if "max_delay" in fields:
             kw["max_delay"] = duration(fields["max_delay"], "retries max_delay")
+            if kw.get("delay", 0.0) > kw["max_delay"]:
+                raise FieldError(
+                    f"retries max_delay {format_duration(kw['max_delay'])} is shorter than the delay "
+                    f"{format_duration(kw['delay'])}: no retry could wait as long as its delay",
+                    fields["max_delay"][1],
+                    "give a max_delay of at least the delay, or leave it out",
+                )
+        elif kw.get("delay", 0.0) > NO_RETRY.max_delay:
+            # A delay longer than the default cap is meant: the cap grows to it, not the delay shrinks.
+            kw["max_delay"] = kw["delay"]
         if "jitter" in fields:
             kw["jitter"] = number(fields["jitter"], "retries jitter", 0.0, 1.0)
         if "exit_codes" in fields:
@@ -424,9 +457,14 @@ class FieldReader:
         if text is None or type(value) is bool:
             raise FieldError(f"{what} must be a time, not {describe(value)}", line)
         try:
-            parse_deadline(text)
-        except ValueError as err:
+            relative, seconds = parse_deadline(text, finest=FINEST)
+        except DurationRangeError as err:
             raise FieldError(f"{what}: {err}", line) from None
+        except ValueError as err:
+            raise FieldError(f"{what}: {err}", line, _when_hint(text)) from None
+        if relative and not seconds and what == "deadline":
+            raise FieldError(f"deadline '{text.strip()}' is the very start of the run: no job can finish by then",
+                             line, "give a time after the start, e.g. +2h, or a time of day")
         return text.strip()
 
     def condition(self, entry: Entry) -> str | None:

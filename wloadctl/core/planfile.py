@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import yaml
 from yaml.events import MappingEndEvent, MappingStartEvent, ScalarEvent
 
+from wloadctl.core.durations import closed_window
 from wloadctl.core.loops import expand_for_each
 from wloadctl.core.plan import JobSpec, Plan, PlanEdges
 from wloadctl.core.planblocks import read_jobs
@@ -573,3 +574,8 @@ class _PlanBuilder:
             for more in self.fields.extra:
                 self.report(more.line, f"defaults: {more.message}", more.hint)
             self.fields.extra.clear()
+        nb, dl = self.template[SLOT["not_before"]], self.template[SLOT["deadline"]]
+        shut = closed_window(nb, dl) if nb and dl else None
+        if shut is not None:
+            where = given.get("deadline") or given.get("not_before")
+            self.report(where[1] if where else None, f"defaults: {shut[0]}", shut[1])

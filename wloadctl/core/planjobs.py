@@ -16,6 +16,7 @@ from yaml.events import (
     SequenceStartEvent,
 )
 
+from wloadctl.core.durations import closed_window
 from wloadctl.core.plan import DynamicItems, JobSpec
 from wloadctl.core.planfields import JOB_KEYS, SLA_NAMES, FieldReader
 from wloadctl.core.planvalues import FieldError, key_hint, key_text
@@ -41,6 +42,7 @@ _ID, _COMMAND, _DEPS, _KINDS = (
     SLOT["dep_kinds"],
 )
 _TYPE, _SLA, _LINE = SLOT["type"], SLOT["sla"], SLOT["line"]
+_NOT_BEFORE, _DEADLINE = SLOT["not_before"], SLOT["deadline"]
 # Job keys whose JobSpec field or FieldReader method has another name.
 _KEY_FIELD = {"retries": "retry", "if": "condition"}
 _KEY_METHOD = {"type": "job_type", "if": "condition"}
@@ -334,6 +336,8 @@ class JobsReader:
                 vals[_DEPS] = tuple(map(id_at, found))
                 if len(found) > 1 and len(set(found)) < len(found):
                     self.report_twice(jid, jline, list(map(_VALUE, deps)))
+            if others is not None:
+                self.check_window(jid, jline, vals)
             up_off_append(len(up))
             index[jid] = len(ids)
             ids_append(jid)
@@ -514,6 +518,7 @@ class JobsReader:
                 "add 'command: ...', or 'type: noop' for a job that only joins others",
                 job=jid,
             )
+        self.check_window(jid, line, vals)
         if names:
             # Upstream jobs usually come first in the file: resolve them all
             # with C-level map calls, and take the slow path only when one is
@@ -531,6 +536,15 @@ class JobsReader:
         index[jid] = len(self.ids)
         self.ids.append(jid)
         self.jobs[jid] = MAKE_SPEC(*vals)
+
+    def check_window(self, jid: str, line: int, vals: list[Any]) -> None:
+        """Report a job whose not-before is at or after its deadline (see closed_window)."""
+        nb, dl = vals[_NOT_BEFORE], vals[_DEADLINE]
+        if nb and dl and (nb is not self.template[_NOT_BEFORE] or dl is not self.template[_DEADLINE]):
+            # (a pair both taken from the defaults is told once, where the defaults give it)
+            shut = closed_window(nb, dl)
+            if shut is not None:
+                self.report(line, shut[0], shut[1], job=jid)
 
     def _link_slowly(
         self, jid: str, names: list[str], wheres: list[int | YamlEvent]

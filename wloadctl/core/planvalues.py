@@ -5,7 +5,13 @@ from __future__ import annotations
 import difflib
 import math
 
-from wloadctl.core.durations import DURATION_FORMS, DurationRangeError, parse_duration
+from wloadctl.core.durations import (
+    DURATION_FORMS,
+    FINEST,
+    DurationRangeError,
+    duration_guess,
+    parse_duration,
+)
 from wloadctl.core.yamltree import Entry, describe
 
 
@@ -118,23 +124,46 @@ def boolean(entry: Entry, what: str) -> bool:
 
 
 def duration(entry: Entry, what: str, *, positive: bool = False) -> float:
-    """A duration field (`90`, `20m`, `1h30m`) in seconds."""
+    """A duration field (`90`, `20m`, `1h30m`) in seconds: zero, or from FINEST to MAX_DURATION.
+
+    Every duration of a plan is read here, so each is held to the same bounds and its
+    misspellings (`10 mins`, `5S`, `1h30`) get the same guess.
+
+    Args:
+        entry: the YAML entry.
+        what: the field's name for messages.
+        positive: refuse zero as well (a timeout of nothing).
+
+    Raises:
+        FieldError: not a duration, or out of bounds.
+    """
     value, line, text = entry
     if text is None or value is None or type(value) is bool:
         raise FieldError(
             f"{what} must be a duration, not {describe(value)}", line, DURATION_FORMS
         )
     try:
-        seconds = parse_duration(text)
+        seconds = parse_duration(text, finest=FINEST)
     except DurationRangeError as err:
         raise FieldError(f"{what}: {err}", line) from None
     except ValueError:
         raise FieldError(
-            f"{what}: '{text}' is not a duration", line, f"use {DURATION_FORMS}"
+            f"{what}: '{text}' is not a duration", line, duration_hint(text)
         ) from None
     if positive and seconds <= 0:
         raise FieldError(f"{what} must be more than zero, not '{text}'", line)
     return seconds
+
+
+def duration_hint(text: str, prefix: str = "") -> str:
+    """The hint for text that is not a duration: the likely meaning, then the accepted forms.
+
+    Args:
+        text: the refused text (after `prefix`, when there is one).
+        prefix: what the accepted form starts with (`+` in a deadline).
+    """
+    guess = duration_guess(text)
+    return f"did you mean '{prefix}{guess}'? " * (guess is not None) + f"use {DURATION_FORMS}"
 
 
 def mapping(entry: Entry, what: str) -> dict[str, Entry]:
