@@ -38,6 +38,24 @@ def test_a_held_return_at_the_very_end_is_shown_by_end() -> None:
     assert s.feed(b"50%\r") == b"50%" and s.end() == b"^M"
 
 
+MIXED = "Société 日本語 🚀\n".encode() + b"bad \xff\xfe \x9b[2J \xe6\x97 end\n"
+"""UTF-8 in three scripts, then bytes that are not UTF-8: two invalid bytes, a lone 0x9B (CSI to a terminal in an
+8-bit mode) and a three-byte character cut after two."""
+MIXED_SHOWN = "Société 日本語 🚀\nbad \ufffd\ufffd \ufffd[2J \ufffd end\n".encode()
+
+
+@pytest.mark.parametrize("cut", range(1, len(MIXED)))
+def test_text_in_any_script_shows_as_written_and_bytes_not_utf8_as_u_fffd(cut: int) -> None:
+    s = Shown(raw=False)
+    assert s.feed(MIXED[:cut]) + s.feed(MIXED[cut:]) + s.end() == MIXED_SHOWN
+    assert Shown(raw=True).feed(MIXED) == MIXED
+
+
+def test_a_character_cut_at_the_very_end_is_shown_as_u_fffd_by_end() -> None:
+    s = Shown(raw=False)
+    assert s.feed("fin 日".encode()[:-1]) == b"fin " and s.end() == "\ufffd".encode()
+
+
 @pytest.mark.parametrize(("text", "n", "last"), [
     (b"1\n2\n3\n", 2, b"2\n3\n"),
     (b"1\n2\n3", 2, b"2\n3"),  # a last line without its newline counts
@@ -99,3 +117,16 @@ def test_logs_on_a_terminal_shows_escape_sequences_a_pipe_gets_the_bytes(tmp_pat
     assert cli(*logs[3:], "-n", "1", "--json", check=True).stdout.count("line 5") == 1
     p = cli(*logs[3:], "--tail", "0")
     assert p.returncode == 2 and "--tail" in p.stderr
+
+
+def test_logs_on_a_terminal_shows_utf8_as_written_and_bad_bytes_as_u_fffd(tmp_path: Path, no_ipc_leaks: None) -> None:
+    out = tmp_path / "out.bin"
+    out.write_bytes(MIXED)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"name: Société\njobs:\n  mixed: {{command: 'cat {out}'}}\n")
+    sd = str(tmp_path / "sd")
+    cli("run", str(plan), "--state-dir", sd, check=True)
+    logs = [sys.executable, "-m", "wloadctl", "logs", "mixed", "--state-dir", sd]
+    assert _on_a_terminal(logs) == MIXED_SHOWN
+    assert subprocess.run(logs, capture_output=True, env=ENV, check=True).stdout == MIXED  # a pipe
+    assert cli(*logs[3:], "--json", check=True).stdout.count("Soci\\u00e9t\\u00e9 \\u65e5") == 1

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rich.cells import cell_len, get_character_cell_size
+
 from wloadctl.core.states import TRANSITIONS, JobState, SlaTier
 from wloadctl.core.verbs import VERB_FROM
 
@@ -203,12 +205,32 @@ def fit_title(text: str, width: int) -> str:
 
 
 def clip(text: str, width: int) -> str:
-    """Cut text to `width` columns, marking the cut with `~` (ASCII only)."""
+    """Cut text to `width` columns, marking the cut with `~` (ASCII only).
+
+    Columns are the terminal's: a CJK character or an emoji takes two, so text in any script is cut
+    where the screen needs it, never through a character (the result may be a column short of `width`).
+    """
     if width <= 0:
         return ""
-    if len(text) <= width:
+    if cell_len(text) <= width:
         return text
-    return text[: width - 1] + "~" if width > 1 else text[:1]
+    return _head(text, width - 1) + "~" if width > 1 else _head(text, 1)
+
+
+def pad(text: str, width: int, right: bool = False) -> str:
+    """`text` with blanks to fill `width` columns (before it when `right`), counting columns as `clip` does."""
+    fill = " " * max(0, width - cell_len(text))
+    return fill + text if right else text + fill
+
+
+def _head(text: str, width: int) -> str:
+    """The longest start of `text` that fits in `width` columns."""
+    used = 0
+    for k, char in enumerate(text):
+        used += get_character_cell_size(char)
+        if used > width:
+            return text[:k]
+    return text
 
 
 def progress_bar(fraction: float, width: int) -> str:

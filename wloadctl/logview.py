@@ -5,11 +5,15 @@ A log holds whatever the job printed. Written to an operator's terminal as is, a
 window's title, clears the screen, or makes the terminal type a reply into the shell's input. So on a terminal
 each control character but tab and newline (and the return of a CRLF line end) is shown in caret notation, as
 `cat -v` shows it (ESC as `^[`, BEL as `^G`, a C1 control such as CSI U+009B as `^[[`), and the text around it is
-left as written. A pipe or a file gets the bytes unchanged, as does `--raw`.
+left as written. The log is read as UTF-8: accented letters, CJK and emoji show as themselves, and a byte that is
+not part of valid UTF-8 shows as the replacement character U+FFFD (a terminal given the byte itself may draw
+anything, or in an 8-bit mode obey a lone 0x9B as CSI). A pipe or a file gets the bytes unchanged, as does `--raw`.
+The console's log view shows the same text (`Shown.text`).
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from typing import BinaryIO
@@ -17,42 +21,51 @@ from typing import BinaryIO
 BLOCK = 1 << 20
 """Bytes read at a time: a log of gigabytes is shown without being held whole."""
 
-_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|\xc2[\x80-\x9f]")
-"""A control character to show: C0 but tab and newline, DEL, a return but a CRLF's, a C1 control in UTF-8."""
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+"""A control character to show: C0 but tab and newline, DEL, a C1 control, a return but a CRLF's."""
 
 
-def _caret(m: re.Match[bytes]) -> bytes:
-    raw = m.group()
-    if len(raw) == 2:  # a C1 control: the 7-bit form of it is ESC and the character 64 below it
-        return b"^[" + bytes([raw[1] - 0x40])
-    return b"^?" if raw == b"\x7f" else b"^" + bytes([raw[0] + 0x40])
+def _caret(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    if c >= 0x80:  # a C1 control: the 7-bit form of it is ESC and the character 64 below it
+        return "^[" + chr(c - 0x40)
+    return "^?" if c == 0x7F else "^" + chr(c + 0x40)
 
 
 class Shown:
-    """Turns a log's blocks into what is written: unchanged (raw), or with control characters made visible.
+    """Turns a log's blocks into what is written: unchanged (raw), or read as UTF-8 with control characters made
+    visible and bytes that are not UTF-8 replaced by U+FFFD.
 
-    A return or a C1 control's first byte at the end of a block waits for the next block (a CRLF, or a control
-    cut in two, is told by the byte after it); `end` gives it.
+    A character whose bytes a block cuts in two, or a return at the end of a block (a CRLF's is told by the byte
+    after it), waits for the next block; `end` gives what still waits.
     """
 
     def __init__(self, raw: bool) -> None:
         self.raw = raw
-        self.held = b""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._held = ""
 
     def feed(self, block: bytes) -> bytes:
         """What to write of the log's next block."""
-        if self.raw:
-            return block
-        data = self.held + block
-        self.held = b""
-        if data[-1:] in (b"\r", b"\xc2"):
-            data, self.held = data[:-1], data[-1:]
-        return _CONTROL.sub(_caret, data)
+        return block if self.raw else self.text(block).encode()
 
     def end(self) -> bytes:
         """What is left to write at the end of the log (or of what was written of it so far)."""
-        held, self.held = self.held, b""
-        return held if self.raw else _CONTROL.sub(_caret, held)
+        return b"" if self.raw else self.end_text().encode()
+
+    def text(self, block: bytes) -> str:
+        """The text to show of the log's next block (what `feed` writes, before it is encoded)."""
+        data = self._held + self._decoder.decode(block)
+        self._held = ""
+        if data.endswith("\r"):
+            data, self._held = data[:-1], "\r"
+        return _CONTROL.sub(_caret, data)
+
+    def end_text(self) -> str:
+        """The text left to show at the end of the log: a held return, and an unfinished character as U+FFFD."""
+        data = self._held + self._decoder.decode(b"", final=True)
+        self._held = ""
+        return _CONTROL.sub(_caret, data)
 
 
 def tail_start(f: BinaryIO, lines: int) -> int:

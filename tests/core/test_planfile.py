@@ -89,7 +89,13 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("duration_too_long.yaml", 5, "job 'load': expected: '9999999999999999999"),
     ("duration_too_long.yaml", 6, "job 'load': timeout: '99999999999d' is longer than the 100 years"),
     ("bad_deadline.yaml", 5, "'tomorrow' is not a time"),
-    ("bad_job_id.yaml", 3, "'load accounts' is not a valid job id"),
+    ("bad_job_id.yaml", 3, "'load accounts' is not a valid job id: it holds ' ' (U+0020) (a job id is ASCII "
+     "letters, digits and _ . : - only"),
+    # Each id outside ASCII is named with the character it may not hold, whatever its script
+    ("non_ascii_job_id.yaml", 3, "job 'société_load': 'société_load' is not a valid job id: it holds 'é' (U+00E9)"),
+    ("non_ascii_job_id.yaml", 5, "job '日本': '日本' is not a valid job id: it holds '日' (U+65E5) (a job id is ASCII "
+     "letters, digits and _ . : - only, as it names the job's files; other text can go in its description)"),
+    ("non_ascii_job_id.yaml", 7, "job 'rocket_🚀': 'rocket_🚀' is not a valid job id: it holds '🚀' (U+1F680)"),
     ("dots_job_id.yaml", 3, "'..' is not a valid job id"),
     ("long_job_id.yaml", 3, "the job id is 201 characters long (at most 200: an id names the job's files)"),
     ("duplicate_dependency.yaml", 4, "depends on 'open' more than once"),

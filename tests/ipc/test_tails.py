@@ -143,3 +143,20 @@ def test_partition_too_small_for_one_tail_is_refused(
 ) -> None:
     with pytest.raises(TransportError, match="partitions of 4096 bytes"):
         ring(ipc, backend, part_size=4096)
+
+
+
+@pytest.mark.parametrize("char", ["é", "日", "🚀"])
+def test_the_cut_to_4_kib_never_splits_a_utf8_character(
+    ipc: IpcTracker, backend: SegmentBackend, char: str
+) -> None:
+    r = ring(ipc, backend)
+    for newlines in range(1, len(char.encode()) + 1):
+        # Given output whose last 4 KiB start inside a character (for some of these counts of newlines)
+        output = (char * TAIL_MAX).encode() + b"\n" * newlines
+        offset, length = r.write(0, 7, newlines, output)
+        tail = r.read(offset, length, 7, newlines)
+        # Then the tail is whole characters: it reads as UTF-8, and ends as the output does
+        assert tail is not None and output.endswith(tail)
+        text = tail.decode()
+        assert text == char * (len(text) - newlines) + "\n" * newlines

@@ -17,8 +17,9 @@ from tui.labels import SHORT, clip_id, fit_title, fmt_clock, fmt_duration
 from tui.screens.operator import OperatorScreen
 from tui.widgets.tones import state_style, tone_classes
 from wloadctl.client import node_label
-from wloadctl.core.states import TERMINAL, JobState, SlaTier
+from wloadctl.core.states import ACTIVE, TERMINAL, JobState, SlaTier
 from wloadctl.errors import WloadError
+from wloadctl.logview import Shown
 
 TAIL_BYTES = 64 * 1024
 """How much of a log is read when it is first shown."""
@@ -56,6 +57,7 @@ class JobDetailScreen(OperatorScreen):
         self._log_path: Path | None = None
         self._log_pos = 0
         self._log_note = ""
+        self._log_text = Shown(raw=False)
 
     def compose(self) -> ComposeResult:
         """Facts above, log below."""
@@ -264,6 +266,7 @@ class JobDetailScreen(OperatorScreen):
         log = self.query_one("#log", Log)
         log.clear()
         self._log_path, self._log_pos, self._log_note = path, 0, note
+        self._log_text = Shown(raw=False)
         if path is None:
             log.write_line(note or "no log")
         self._poll_log()
@@ -289,8 +292,14 @@ class JobDetailScreen(OperatorScreen):
             return
         if size < self._log_pos:
             self._log_pos = 0
+            self._log_text = Shown(raw=False)
             self.query_one("#log", Log).clear()
         if size == self._log_pos:
+            if self._attempt_over():
+                # The last bytes of an attempt that ends in a return or in half a character are shown now:
+                # nothing will come to finish them.
+                if rest := self._log_text.end_text():
+                    self.query_one("#log", Log).write(rest)
             return
         first = not self._log_pos
         with open(self._log_path, "rb") as f:
@@ -305,10 +314,17 @@ class JobDetailScreen(OperatorScreen):
                 attempt = f" --attempt {self.attempt}" if self.attempt is not None else ""
                 note = (f"[... {fmt_bytes(cut)} of earlier output left out: "
                         f"`wloadctl logs {self.job}{attempt}` has it all]\n")
-        text = data.decode("utf-8", "replace").expandtabs()
-        # Only ASCII reaches the screen: a plain SSH terminal may not draw the rest.
-        text = "".join(c if 32 <= ord(c) < 127 or c == "\n" else "?" for c in text)
+        # Read as UTF-8 (a byte that is not shows as U+FFFD), escape sequences shown, not obeyed, as
+        # `wloadctl logs` shows them; a character cut in two by the end of a read waits for the next one.
+        text = self._log_text.text(data).expandtabs()
         self.query_one("#log", Log).write(note + text)
+
+    def _attempt_over(self) -> bool:
+        """Whether the attempt whose log is shown has ended (its log will not grow)."""
+        model = self.console.model
+        if self.attempt is not None or model is None:
+            return True
+        return JobState(model.state[model.index[self.job]]) not in ACTIVE
 
 
 def log_tail(data: bytes, start: int, lines: int = LOG_LINES - 1) -> tuple[bytes, int]:

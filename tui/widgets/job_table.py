@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from tui.labels import SHORT, TONE, clip, clip_id
+from tui.labels import SHORT, TONE, clip, clip_id, pad
 from tui.view_model import JobsModel, job_row
 
 TONES = ("ok", "bad", "run", "warn", "idle")
@@ -369,7 +369,7 @@ class JobTable(Widget, can_focus=True):
         for c in cols:
             cut = clip_id if c.key == "id" else clip
             text = cut(cells[c.key], c.width)
-            text = text.rjust(c.width) if c.right else text.ljust(c.width)
+            text = pad(text, c.width, c.right)
             seg_style = tone if c.key == "state" else style
             if c.key == "id" and crit:
                 seg_style = seg_style + self._style("job-table--critical")

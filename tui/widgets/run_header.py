@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from tui.labels import SHORT, TINY, fmt_clock, fmt_duration, progress_bar
+from tui.labels import SHORT, TINY, clip, fmt_clock, fmt_duration, progress_bar
 from tui.messages import LiveStatus, RunInfo
 from tui.run_figures import RunSummary
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
@@ -157,7 +157,8 @@ class RunHeader(Widget):
             if st is not None and st.error:
                 out.append(f"\n{st.error}", tone_style(self, "bad"))
             return out
-        out.append(f"{info.plan_name}", "bold")
+        # A long name (up to 200 bytes; CJK takes two columns a character) leaves half the line to the state.
+        out.append(clip(info.plan_name, max(12, self.size.width // 2)), "bold")
         if info.latest:
             out.append(f"  bd {info.business_date}  ")
         else:

@@ -347,10 +347,13 @@ def _check_ids(jobs: JobsReader) -> None:
         return
     for jid in ids:
         if not JOB_ID.fullmatch(jid):
+            bad = next((c for c in jid if not JOB_ID.fullmatch(c)), "")
+            held = f": it holds '{bad}' (U+{ord(bad):04X})" if bad else ""
             jobs.report(
                 jobs.jobs[jid].line,
-                f"'{jid}' is not a valid job id",
-                "use letters, digits and _ . : - only",
+                f"'{jid}' is not a valid job id{held}",
+                "a job id is ASCII letters, digits and _ . : - only, as it names the job's files; "
+                "other text can go in its description",
                 job=jid,
             )
         elif jid in (".", ".."):

@@ -116,7 +116,8 @@ class TailRing:
             executor: The writer's executor index.
             task: Job index.
             attempt: Attempt number.
-            data: Output; only its last TAIL_MAX bytes are kept.
+            data: Output; only its last TAIL_MAX bytes are kept, less the bytes of a UTF-8
+                character the cut leaves without its start.
 
         Returns:
             (offset, length) to put in the result record; (0, 0) for empty output.
@@ -129,7 +130,9 @@ class TailRing:
                 f"executor index {executor} is outside tail ring {self._segment.name} "
                 f"(0..{self._n_parts - 1})"
             )
-        data = bytes(data[-TAIL_MAX:])
+        if len(data) > TAIL_MAX:
+            data = _whole_characters(bytes(data[-TAIL_MAX:]))
+        data = bytes(data)
         if not data:
             return 0, 0
         n = len(data)
@@ -206,3 +209,13 @@ class TailRing:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _whole_characters(tail: bytes) -> bytes:
+    """`tail` without the continuation bytes it starts with: the cut that made it split a UTF-8 character,
+    whose rest would read as U+FFFD (at most three bytes are dropped, so output that is not UTF-8 keeps its
+    tail)."""
+    k = 0
+    while k < 3 and k < len(tail) and 0x80 <= tail[k] <= 0xBF:
+        k += 1
+    return tail[k:]
