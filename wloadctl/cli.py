@@ -348,6 +348,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         ("why", "why a job is not running now"),
         ("history", "attempts and actions of a job"),
         ("lineage", "upstream and downstream of a job"),
+        ("show", "what a job is: its description, command and settings, as its run's plan says"),
     ):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("job", metavar="JOB")
@@ -776,6 +777,7 @@ COMMANDS: dict[str, Any] = {
     "why": cmd_read,
     "history": cmd_read,
     "lineage": cmd_read,
+    "show": cmd_read,
     "logs": cmd_read,
     "audit": cmd_read,
     "cleanup": cmd_cleanup,

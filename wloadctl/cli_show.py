@@ -1,4 +1,4 @@
-"""Read and control verbs of the CLI: status, hold/release/..., why, history, lineage, logs, audit."""
+"""Read and control verbs of the CLI: status, hold/release/..., why, history, lineage, show, logs, audit."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from wloadctl.client import RunClient, board_status
 from wloadctl.core.sla import flag_lines
 from wloadctl.errors import printable
+from wloadctl.jobdef import definition_lines
 from wloadctl.logview import BLOCK, Shown, tail_start
 from wloadctl.stdoutguard import to_devnull
 from wloadctl.store.base import JournalUnavailable
@@ -143,7 +144,7 @@ def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
 
 
 def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
-    """`wloadctl why|history|lineage|logs|audit`."""
+    """`wloadctl why|history|lineage|show|logs|audit`."""
     with RunClient(state_dir) as c:
         if a.cmd == "logs":
             c.log_broker = _log_broker(c, a)
@@ -156,6 +157,8 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             data = c.history(a.job)
         elif a.cmd == "lineage":
             data = c.lineage(a.job)
+        elif a.cmd == "show":
+            data = c.definition(a.job)
         elif a.cmd == "pending":
             data = c.pending()
         elif getattr(a, "verify", False):
@@ -194,6 +197,8 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(printable(text))  # (an operator's reason of an earlier version's journal holds what it was given)
     elif a.cmd == "pending":
         print("\n".join(map(printable, pending_lines(data))) or "nothing waits for an approve")
+    elif a.cmd == "show":
+        print("\n".join(map(printable, definition_lines(data))))
     elif a.cmd == "lineage":
         print(f"{data['job']}: {len(data['upstream'])} upstream, {len(data['downstream'])} downstream")
         print("  upstream:   " + (", ".join(data["upstream"]) or "-"))

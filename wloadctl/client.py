@@ -862,6 +862,19 @@ class RunClient:
 
         return Dag(self.plan())
 
+    def definition(self, job: str) -> dict[str, Any]:
+        """What the run's plan says job `job` is (wloadctl.jobdef.definition): read from the plan as the run has it.
+
+        Raises:
+            ControlError: no such job in the run.
+        """
+        from wloadctl.jobdef import definition
+
+        d = definition(self.plan(), job)
+        if d is None:
+            raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+        return d
+
     def lineage(self, job: str) -> dict[str, Any]:
         """Upstream and downstream of a job."""
         dag = self.plan_dag()

@@ -161,6 +161,13 @@ class FakeClient:
     def plan_dag(self) -> Dag:
         return Dag(self._plan)
 
+    def definition(self, job: str) -> dict[str, Any]:
+        from wloadctl.jobdef import definition
+
+        d = definition(self._plan, job)
+        assert d is not None, job
+        return d
+
     def expected_history(self) -> dict[str, float]:
         return {}
 

@@ -426,3 +426,27 @@ def test_a_failed_start_shows_its_own_log_lines_not_an_earlier_starts(live_run: 
     text = str(failed.value)
     assert "exited with status" in text and "second.yaml: plan file not found" in text
     assert "first.yaml" not in text and "console starts" not in text
+
+
+async def test_the_job_detail_says_what_the_job_is_from_the_runs_plan(live_run: LiveRun) -> None:
+    from tui.screens.job_detail import JobDetailScreen
+
+    # Given a live run whose `load` waits for its upstream
+    plan = live_run.plan("flow.yaml")
+    sup = live_run.supervisor(plan)
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        # When the operator opens it
+        assert app.screen.query_one(JobTable).select_job("load")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), what="the job")
+        # Then its description, its whole command and where the plan writes it show, after why it waits
+        await wait_for(pilot, lambda: "description: Load the day's ledger entries" in screen_text(app),
+                       what="the description")
+        text = screen_text(app)
+        assert "command:     echo loading the ledger; sleep 0.2; echo loaded  (/bin/sh -c)" in text, text
+        assert f"defined at:  {plan}:7" in text, text
+        assert text.index("waiting for 1 of 1 dependencies") < text.index("what it is:") < text.index("command:")
+    live_run.open_gate()

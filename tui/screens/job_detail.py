@@ -19,6 +19,7 @@ from tui.widgets.tones import state_style, tone_classes
 from wloadctl.client import node_label
 from wloadctl.core.states import ACTIVE, TERMINAL, JobState, SlaTier
 from wloadctl.errors import WloadError
+from wloadctl.jobdef import CONSOLE_JOBS, brief_lines
 from wloadctl.logview import Shown
 
 TAIL_BYTES = 64 * 1024
@@ -53,6 +54,8 @@ class JobDetailScreen(OperatorScreen):
         """The last `why` answer."""
         self.history: dict[str, Any] | None = None
         """The last history answer."""
+        self.definition: list[str] | None = None
+        """What the job is (its description, command, where the plan writes it), read once."""
         self._seen = -1
         self._log_path: Path | None = None
         self._log_pos = 0
@@ -115,6 +118,8 @@ class JobDetailScreen(OperatorScreen):
                 client = app.action_client()
                 hist = client.history(self.job)
                 why = client.why(self.job)
+                if self.definition is None:
+                    self.definition = _definition(client, self.job)  # (once: a run's plan does not change)
         except WloadError as e:
             why, hist = (
                 {"reasons": [f"cannot ask: {e.one_line()}"], "verbs": []},
@@ -211,6 +216,10 @@ class JobDetailScreen(OperatorScreen):
                         f"  {fmt_clock(a['ts'])} {a['user']} {a['verb']}{why_txt}: "
                         f"{ok}, {a['outcome']}"
                     )
+        # What the job is, last: what became of it (why, its attempts) is what a detail opens for.
+        lines.append("")
+        lines.append("what it is:")
+        lines.extend(self.definition or ["  reading the plan..."])
         self.query_one("#facts", Static).update(
             Text("\n".join(lines), no_wrap=True, overflow="crop")
         )
@@ -325,6 +334,17 @@ class JobDetailScreen(OperatorScreen):
         if self.attempt is not None or model is None:
             return True
         return JobState(model.state[model.index[self.job]]) not in ACTIVE
+
+
+def _definition(client: Any, job: str) -> list[str]:
+    """The lines of what the job is; a big run's plan is not loaded for them (see CONSOLE_JOBS)."""
+    n = len(client.ids())
+    if n > CONSOLE_JOBS:
+        return [f"  command:     (the plan has {n:,} jobs: `wloadctl show {job}` reads it)"]
+    try:
+        return brief_lines(client.definition(job))
+    except WloadError as e:
+        return [f"  command:     cannot read the plan: {e.one_line()}"]
 
 
 def log_tail(data: bytes, start: int, lines: int = LOG_LINES - 1) -> tuple[bytes, int]:
