@@ -474,3 +474,23 @@ def test_verify_counts_only_live_executors_that_beat_since_the_silence() -> None
     assert not verify([], epoch=3, since=now, now=now, timeout=1.5).partitioned
     v = verify(slots[1:2], epoch=4, since=now - 1.0, now=now, timeout=1.5, alive=alive)
     assert not v.partitioned  # it hears an older scheduler than the one in question
+
+
+def test_a_standby_with_no_run_to_follow_names_what_to_do(tmp_path: Path) -> None:
+    from wloadctl.procs.standby import _start_hint
+    from wloadctl.store import Store
+
+    # Given a journal whose run was stopped (interrupted: no scheduler holds it)
+    with Store.open(tmp_path) as st:
+        st.create_run("r1", "p", "/p.yaml", "d", "", ["a"], "2026-12-07", time.time(), "{}")
+        st.set_status(st.latest_run().id, "interrupted", None)
+        run = st.latest_run()
+        # Then the standby that gave up waiting says to resume that run, naming it
+        assert _start_hint(run, None, tmp_path) == (
+            f"run r1 is interrupted, with no scheduler: resume it (`wloadctl resume --state-dir {tmp_path}`), "
+            "then stand by for it")
+        # and one given an unknown run id says the journal has none, not that a directory of that name is empty
+        assert _start_hint(None, "nosuch", tmp_path) == \
+            "the journal holds no run nosuch: `wloadctl runs` lists the runs"
+        st.set_status(run.id, "succeeded", None)
+        assert _start_hint(st.latest_run(), None, tmp_path).startswith("start the run first")

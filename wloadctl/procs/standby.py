@@ -26,7 +26,7 @@ from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.executor import BEAT_INTERVAL as EXECUTOR_BEAT
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.runctx import EventLog
-from wloadctl.procs.runner import START_GRACE, Claim, RunOptions, RunOutcome, broker_link, continue_run
+from wloadctl.procs.runner import START_GRACE, UNFINISHED, Claim, RunOptions, RunOutcome, broker_link, continue_run
 from wloadctl.procs.supervisor import register_standby
 from wloadctl.runplan import run_plan
 from wloadctl.store import RunRow, Store, journal_exists, journal_url
@@ -235,7 +235,8 @@ class Standby:
         """The journal and its running run, awaited up to RUN_WAIT (None if stopped)."""
         sd, deadline = self.opts.state_dir, time.time() + RUN_WAIT
         store: Store | None = None
-        where = self.run_id or ("the journal" if self.far else sd)
+        place = "the journal" if self.far else sd
+        where = f"{place} (run {self.run_id})" if self.run_id else place
         said = False
         try:
             while not self.stop:
@@ -261,10 +262,8 @@ class Standby:
                     found, store = (store, run), None
                     return found
                 if time.time() > deadline:
-                    raise UsageError(
-                        f"no running run in {where} to stand by for",
-                        hint="start the run first: `wloadctl run PLAN --state-dir DIR`",
-                    )
+                    raise UsageError(f"no running run in {where} to stand by for",
+                                     hint=_start_hint(run, self.run_id, sd))
                 if not said:
                     said = True
                     self.opts.say(f"no running run in {where} yet: waiting up to {RUN_WAIT:g}s for one to stand by "
@@ -616,3 +615,13 @@ def run_standby(plan_path: str | None, opts: RunOptions, run_id: str | None = No
     standby = Standby(opts, plan_name, run_id, on_turn)
     code = standby.serve()
     return code, standby.outcome
+
+
+def _start_hint(run: RunRow | None, named: str | None, state_dir: Path) -> str:
+    """What to do when no run to stand by for came: resume the stopped one, or start one."""
+    if run is None and named is not None:
+        return f"the journal holds no run {named}: `wloadctl runs` lists the runs"
+    if run is not None and run.status in UNFINISHED:
+        return (f"run {run.run_id} is {run.status}, with no scheduler: resume it "
+                f"(`wloadctl resume --state-dir {state_dir}`), then stand by for it")
+    return "start the run first: `wloadctl run PLAN --state-dir DIR`"
