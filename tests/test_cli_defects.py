@@ -335,3 +335,11 @@ def test_trigger_next_of_more_than_it_lists_is_refused_in_one_line_at_once(tmp_p
     # The most it lists, of a cron of every minute, come in seconds
     p = cli("trigger", str(plan), "--next", "10000", timeout=60)
     assert p.returncode == 0 and len(p.stdout.splitlines()) == 10_000, p.stderr
+
+
+@pytest.mark.parametrize("argv", [["hold", ""], ["rerun", "a", " "], ["approve", ""], ["why", ""], ["show", " "]])
+def test_an_empty_job_id_is_refused_in_one_line_before_any_run_is_read(tmp_path: Path, argv: list[str]) -> None:
+    got = cli(*argv, "--state-dir", str(tmp_path / "none"))
+    assert got.returncode == 2, got.stderr
+    assert got.stderr.count("\n") == 1 and "an empty job id names no job" in got.stderr, got.stderr
+    assert not (tmp_path / "none").exists()

@@ -102,6 +102,13 @@ def _one_or_more(text: str, what: str, below: str) -> int:
     return v
 
 
+def _job_arg(text: str) -> str:
+    """A job id or glob of a verb: not empty (`hold ''` names no job, and a glob of nothing matches none)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty job id names no job: give a job id or a glob such as 'load_*'")
+    return text
+
+
 def _attempt(text: str) -> int:
     """`--attempt N`: an attempt number, 1 or more."""
     return _one_or_more(text, "an attempt number", "attempts are numbered from 1")
@@ -314,7 +321,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     for verb in VERB_COMMANDS:
         p = sub.add_parser(verb, help=f"{verb} jobs (ids or globs)")
-        p.add_argument("jobs", nargs="+", metavar="JOB")
+        p.add_argument("jobs", nargs="+", metavar="JOB", type=_job_arg)
         p.add_argument("--reason", default="")
         _state_dir_arg(p)
         _verb_broker_arg(p)
@@ -323,7 +330,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--downstream", action="store_true", help="also rerun everything that depends on it")
     p = sub.add_parser("approve", help="apply another person's pending request (ID), or let jobs waiting for "
                        "confirmation start (JOB)")
-    p.add_argument("jobs", nargs="+", metavar="ID|JOB")
+    p.add_argument("jobs", nargs="+", metavar="ID|JOB", type=_job_arg)
     p.add_argument("--reason", default="")
     _state_dir_arg(p)
     _verb_broker_arg(p)
@@ -351,7 +358,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         ("show", "what a job is: its description, command and settings, as its run's plan says"),
     ):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("job", metavar="JOB")
+        p.add_argument("job", metavar="JOB", type=_job_arg)
         _state_dir_arg(p)
         p.add_argument("--json", action="store_true")
     p = sub.add_parser("logs", help="a job's output")
