@@ -37,6 +37,7 @@ from wloadctl.procs.userfiles import read_regular, remove_job_dirs
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
+from wloadctl.remote.failpoints import AgentFailpoint
 from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.node import Held, NodeBook, NodeJournal
 from wloadctl.remote.pulling import Msg, Puller
@@ -108,6 +109,7 @@ class Agent:
         ensure_streams(self.link, self.subjects)
         o.state_dir.mkdir(parents=True, exist_ok=True)
         self.node = node_run_id(o.name)
+        self.failpoint = AgentFailpoint.read(o.state_dir)
         self.journal = NodeJournal(o.state_dir / f"agent-{o.name}.journal")
         self.journal.load()
         self.epoch = self._bump_local_epoch()
@@ -134,6 +136,8 @@ class Agent:
         self._beat_board()
         self._restore(adopt)
         self._drop_dead_journals()
+        if self.failpoint is not None:
+            self.failpoint.strike("after-open")
         self.pool.spawn_missing(o.executors)
         self.pullers: list[Puller] = []
         for pool in o.pools:
@@ -337,6 +341,9 @@ class Agent:
         # Taken before acknowledged: a crash between the two delivers the batch again, and
         # the journal tells this node it holds those tasks already.
         self.journal.take([h for h, _t, _d in took] + [h for h, _w in unreadable])
+        if self.failpoint is not None:
+            for h, _t, _d in took:
+                self.failpoint.strike("after-take", h.job_id)
         msg.ack()
         for h, tier, data in took:
             self.book.take(h, tier)
@@ -396,6 +403,12 @@ class Agent:
         for r in recs:
             h = self.book.held.get(r.task)
             if h is None:
+                continue
+            if r.kind == P.RES_REJECTED:
+                # The node's own fencing: a record of an earlier start of this agent (an older epoch on the node's
+                # board), refused unread. It says nothing about the run's scheduler, whose epoch the run's entry
+                # would carry (that scheduler would take itself for fenced). The task, never accepted, is
+                # reported lost with the others no executor holds (_restore).
                 continue
             if r.kind == P.RES_ACCEPTED:
                 self.book.executor[r.task] = r.executor
