@@ -45,7 +45,12 @@ from wloadctl.remote.pulling import Msg, Puller
 BEAT = 1.0
 """Seconds between heartbeats."""
 HEALTH = 0.25
-"""Seconds between looks at the node's executors."""
+"""Seconds between looks at the node's executors, and between the agent's beats on the node's board."""
+AGENT_SILENT_START = 1.0
+"""Seconds without the agent's beat on the node's board after which its executors start no task they hold (their
+`--silent-start`). A dead agent's run gives the tasks placed on it to other agents once it has been silent for the
+run's agent timeout (agents.MIN_AGENT_TIMEOUT at least): an executor must stop starting them well before, counting
+the beats it reads late (every executor.BEAT_INTERVAL, and its turns of starting jobs, executor.START_SLICE)."""
 MAX_LOG_SLICE = 512 * 1024
 """Most bytes of a log one reply carries (it must fit a broker message)."""
 
@@ -130,7 +135,8 @@ class Agent:
         self.pool = LocalPool.start(self.book, objs, ReportReader((), lambda _r: "", lambda _i, _a: None),
                                     self._payload, lambda: None, self.epoch, o.state_dir, executors=o.executors,
                                     slots=per, say=lambda e, f: self.note(_pool_words(e, f)), cpus=o.cpus,
-                                    memory=o.memory, prefetch=0, hand_back=0.0, fence_ahead=True)
+                                    memory=o.memory, prefetch=0, hand_back=0.0, fence_ahead=True,
+                                    silent_start=AGENT_SILENT_START)
         self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
         """Result batches published and not yet acknowledged, with the ends they carry."""
         self._beat_board()
@@ -248,6 +254,8 @@ class Agent:
             now = time.time()
             if now >= next_health or self.pool.health_due:
                 next_health = now + HEALTH
+                # (often, not only at the broker's beat: the executors' silent start is short, AGENT_SILENT_START)
+                self._beat_board()
                 self.pool.check(now, self.book.feed, "node", replace=not self.stop)
             self.pool.fire_kills(now)
             self.pool.pump()
