@@ -91,6 +91,18 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _agent_timeout(text: str) -> float:
+    """A run's `--agent-timeout`: seconds, agents.MIN_AGENT_TIMEOUT at least."""
+    from wloadctl.remote.agents import MIN_AGENT_TIMEOUT
+
+    v = _seconds(text)
+    if v < MIN_AGENT_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give {MIN_AGENT_TIMEOUT:g} seconds or more (agents beat every second, and the executors of "
+            "one that died may start what they hold for a moment after)")
+    return v
+
+
 def _one_or_more(text: str, what: str, below: str) -> int:
     """A whole number of 1 or more; else `what` it is not, or what is `below` 1."""
     try:
@@ -173,7 +185,7 @@ def _remote_args(p: argparse.ArgumentParser) -> None:
     from wloadctl.remote.broker import add_broker_args
 
     add_broker_args(p)
-    p.add_argument("--agent-timeout", type=_seconds, default=10.0,
+    p.add_argument("--agent-timeout", type=_agent_timeout, default=10.0,
                    help="seconds an agent may be silent before it is LOST and its jobs are retried (default 10)")
 
 

@@ -49,8 +49,10 @@ class Node:
     """A word of the command line of the process this host is about (see agent_pid)."""
 
     def __init__(self, name: str, url: str, state_dir: Path, pools: list[str], slots: int = 4,
-                 isolated: bool = True, extra: tuple[str, ...] = ()) -> None:
+                 isolated: bool = True, extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.extra = extra
+        self.env = {**ENV, **(env or {})}
+        """The agent's environment (ENV, and `env` over it)."""
         self.name = name
         self.url = url
         self.state_dir = state_dir
@@ -76,8 +78,8 @@ class Node:
             args = host_command(args)
         self.state_dir.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")
-        self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=ENV, cwd=self.state_dir.parent,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                     cwd=self.state_dir.parent, start_new_session=True)
         out.close()
         return self
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import job_states, wait_for
+from tests.integration.helpers import cli, job_states, wait_for
 from tests.remote.conftest import NatsServer, _alive
 from tests.remote.nodes import Node
 from tests.remote.test_agent_runs import agents_of, no_run_left, plan_file, run_bg
@@ -92,3 +92,53 @@ def test_a_task_an_agent_took_ahead_and_the_run_gave_another_agent_never_starts_
         if b1 is not None:
             b1.stop()
         a1.stop()
+
+
+def test_a_dead_agent_s_executor_never_starts_a_task_its_run_gave_another_agent_under_a_short_agent_timeout(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    out = tmp_path / "evidence"
+    gate = tmp_path / "go"
+    # Given a run whose agents are LOST after 2 s of silence, and an agent of one slot running `first` and holding
+    # `second` ahead in its node's queue
+    a1 = Node("a1", nats_server.url, tmp_path / "a1", ["etl"], slots=1, isolated=False).start()
+    b1: Node | None = None
+    try:
+        wait_for(lambda: _alive(nats_server.url, "a1"), timeout=30, what="a1 beating")
+        plan = plan_file(tmp_path / "p.yaml", out, {
+            "first": {"pool": "etl", "sleep": 0, "gate": gate, "idempotent": False},
+            "second": {"pool": "etl", "sleep": 0}})
+        sd = tmp_path / "sd"
+        proc = run_bg(plan, sd, nats_server.url, "--agent-timeout", "2")
+        wait_for(lambda: "first" in agents_of(out), timeout=60, what="first started")
+        wait_for(lambda: "second" in taken(a1.state_dir, "a1"), timeout=30, what="a1 to take second ahead")
+        local = taken(a1.state_dir, "a1")["second"]
+        b1 = Node("b1", nats_server.url, tmp_path / "b1", ["etl"], slots=2).start()
+        wait_for(lambda: _alive(nats_server.url, "b1"), timeout=30, what="b1 beating")
+        # When the agent process alone is killed -9 (its executor and `first` live on), the run gives `second` to
+        # the other agent as soon as it counts a1 lost, and `first` ends on the silent node at once after that, so
+        # its executor takes `second`'s old copy from the node's queue
+        a1.signal_agent(signal.SIGKILL)
+        assert a1.proc is not None
+        a1.proc.wait(10)
+        wait_for(lambda: ("start", "b1") in agents_of(out).get("second", []), timeout=60, what="second started on b1")
+        gate.touch()
+        wait_for(lambda: accepted_on_node(a1.state_dir, "a1", local), timeout=30,
+                 what="a1's executor to take second's old copy")
+        # and the agent is started again on its node, and settles that copy
+        a1.start()
+        stdout, stderr = proc.communicate(timeout=120)
+        wait_for(lambda: local in ended(a1.state_dir, "a1"), timeout=30, what="a1 to settle second's old copy")
+        # Then that old copy never started: `second` ran once, on the agent the run gave it to
+        assert [w for k, w in agents_of(out)["second"] if k == "start"] == ["b1"], agents_of(out)
+        assert proc.returncode == 0, stderr
+        assert json.loads(stdout)["jobs"] == {"first": "SUCCEEDED", "second": "SUCCEEDED"}, stdout
+    finally:
+        if b1 is not None:
+            b1.stop()
+        a1.stop()
+
+
+def test_a_run_refuses_an_agent_timeout_its_agents_executors_could_outlast(tmp_path: Path) -> None:
+    p = cli("run", "samples/tutorial.yaml", "--state-dir", str(tmp_path / "sd"), "--agent-timeout", "1.5")
+    assert p.returncode == 2, p.stderr
+    assert "--agent-timeout" in p.stderr and "'1.5': give 2 seconds or more" in p.stderr, p.stderr

@@ -40,8 +40,10 @@ TAIL_BYTES = 4096
 SILENT_START = 5.0
 """Seconds without a beat of its scheduler (or agent) after which an executor starts no task it holds ahead: a
 scheduler gone does not see it start, and one that comes back (a resume) finds it unstarted and still held; an
-agent's scheduler, which counts the agent lost after 10 s, gives its tasks to others then, so an agent that comes
-back has its executors hand back what its predecessor took ahead instead (fence_ahead)."""
+agent's scheduler, which counts the agent lost after its agent timeout (10 s by default), gives its tasks to
+others then, so an agent that comes back has its executors hand back what its predecessor took ahead instead
+(fence_ahead). An agent's executors wait less (`--silent-start`, agent.AGENT_SILENT_START): that timeout may be
+shorter than this, and a task one of them started after it would run beside the copy given to another agent."""
 START_SLICE = 0.5
 """Longest a loop turn spends starting jobs: a big backlog on a starved host must not hold back the
 heartbeat (the scheduler declares an executor silent for 5 s stuck, and kills it)."""
@@ -192,6 +194,8 @@ class Executor:
     """Starts the jobs' processes."""
     poller: select.poll = field(default_factory=select.poll)
     """Waits on the request queue, the response queue and every job's pidfd."""
+    silent_start: float = SILENT_START
+    """Seconds without a beat of its scheduler (or agent) after which it starts no task it holds (SILENT_START)."""
     fence_ahead: bool = False
     """Start a task held ahead only while no newer epoch is on the board: one of an older epoch is handed back
     unstarted instead (an agent's executors: an agent started again cannot vouch for what the one before took
@@ -455,7 +459,7 @@ class Executor:
         now = time.monotonic()
         until = now + START_SLICE
         self.more_to_start = False
-        if self.backlog and now - self.heard > SILENT_START:
+        if self.backlog and now - self.heard > self.silent_start:
             return  # (its scheduler's next beat, or the one that takes the run over, lets them start)
         while self.backlog and len(self.running) < self.slots:
             if time.monotonic() >= until:
@@ -796,6 +800,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory", type=int, default=0)
     ap.add_argument("--hand-back", type=float, default=None)
     ap.add_argument("--fence-ahead", action="store_true")
+    ap.add_argument("--silent-start", type=float, default=SILENT_START)
     ap.add_argument(AWAIT_FLAG, action="store_true", help="started ahead of the run: wait to be taken (prestart.py)")
     a = ap.parse_args(argv)
     global _FAILPOINT
@@ -804,7 +809,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ex = Executor(a.run, a.index, a.slots, Path(a.state_dir), a.orphan_timeout, cpus=a.cpus, memory=a.memory,
                   prefetch=a.prefetch, hand_back=hand_back_seconds() if a.hand_back is None else a.hand_back,
-                  fence_ahead=a.fence_ahead)
+                  fence_ahead=a.fence_ahead, silent_start=a.silent_start)
     # Ctrl-C belongs to the scheduler; SIGTERM means: stop taking work, stop jobs, exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -65,13 +65,16 @@ def executor_log(state_dir: Path, index: int) -> Path:
 
 
 def executor_argv(run_id: str, index: int, slots: int, state_dir: Path, orphan_timeout: float, cpus: float,
-                  prefetch: int, memory: int, hand_back: float | None, fence_ahead: bool = False) -> list[str]:
-    """The command line of executor `index` of a run (`fence_ahead`: see Executor.fence_ahead)."""
+                  prefetch: int, memory: int, hand_back: float | None, fence_ahead: bool = False,
+                  silent_start: float | None = None) -> list[str]:
+    """The command line of executor `index` of a run (`fence_ahead`, `silent_start`: see Executor's; None: its
+    default)."""
     return [sys.executable, "-m", "wloadctl.procs.executor", "--run", run_id, "--index", str(index),
             "--slots", str(slots), "--state-dir", str(state_dir), "--orphan-timeout", str(orphan_timeout),
             "--cpus", str(cpus), "--prefetch", str(prefetch), "--memory", str(memory),
             *(["--hand-back", str(hand_back)] if hand_back is not None else []),
-            *(["--fence-ahead"] if fence_ahead else [])]
+            *(["--fence-ahead"] if fence_ahead else []),
+            *(["--silent-start", str(silent_start)] if silent_start is not None else [])]
 
 
 class Prestarted:

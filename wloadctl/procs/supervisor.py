@@ -260,6 +260,8 @@ class Supervisor:
     fence_ahead: bool = False
     """Each executor's `--fence-ahead`: tasks it holds ahead of an older epoch than the board's are handed back, not
     started (an agent's node)."""
+    silent_start: float | None = None
+    """Each executor's `--silent-start` (None: the executors' default, SILENT_START)."""
     workdir: str | None = None
     """The directory the run was started from: its executors run there, and so do the jobs without a `cwd:` of
     their own, when a resume starts them from another directory (None: this process's)."""
@@ -282,7 +284,7 @@ class Supervisor:
         if cwd is not None:
             state_dir = state_dir.absolute()
         argv = executor_argv(self.run_id, index, self.slots, state_dir, self.orphan_timeout, self.cpus,
-                             self.prefetch, self.memory, self.hand_back, self.fence_ahead)
+                             self.prefetch, self.memory, self.hand_back, self.fence_ahead, self.silent_start)
         proc = self.prestarted.take(argv) if self.prestarted is not None else None
         if proc is None:
             logf = open(executor_log(self.state_dir, index), "ab")

@@ -37,6 +37,7 @@ from wloadctl.procs.userfiles import read_regular, remove_job_dirs
 from wloadctl.remote import messages as M
 from wloadctl.remote import wire
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
+from wloadctl.remote.failpoints import AgentFailpoint
 from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.node import Held, NodeBook, NodeJournal
 from wloadctl.remote.nodelock import refuse_live_twin
@@ -45,7 +46,12 @@ from wloadctl.remote.pulling import Msg, Puller
 BEAT = 1.0
 """Seconds between heartbeats."""
 HEALTH = 0.25
-"""Seconds between looks at the node's executors."""
+"""Seconds between looks at the node's executors, and between the agent's beats on the node's board."""
+AGENT_SILENT_START = 1.0
+"""Seconds without the agent's beat on the node's board after which its executors start no task they hold (their
+`--silent-start`). A dead agent's run gives the tasks placed on it to other agents once it has been silent for the
+run's agent timeout (agents.MIN_AGENT_TIMEOUT at least): an executor must stop starting them well before, counting
+the beats it reads late (every executor.BEAT_INTERVAL, and its turns of starting jobs, executor.START_SLICE)."""
 MAX_LOG_SLICE = 512 * 1024
 """Most bytes of a log one reply carries (it must fit a broker message)."""
 
@@ -110,6 +116,7 @@ class Agent:
         refuse_live_twin(self.link, self.subjects.agents_bucket, o.name)
         o.state_dir.mkdir(parents=True, exist_ok=True)
         self.node = node_run_id(o.name)
+        self.failpoint = AgentFailpoint.read(o.state_dir)
         self.journal = NodeJournal(o.state_dir / f"agent-{o.name}.journal")
         self.journal.load()
         self.epoch = self._bump_local_epoch()
@@ -130,12 +137,15 @@ class Agent:
         self.pool = LocalPool.start(self.book, objs, ReportReader((), lambda _r: "", lambda _i, _a: None),
                                     self._payload, lambda: None, self.epoch, o.state_dir, executors=o.executors,
                                     slots=per, say=lambda e, f: self.note(_pool_words(e, f)), cpus=o.cpus,
-                                    memory=o.memory, prefetch=0, hand_back=0.0, fence_ahead=True)
+                                    memory=o.memory, prefetch=0, hand_back=0.0, fence_ahead=True,
+                                    silent_start=AGENT_SILENT_START)
         self.pending: list[tuple[concurrent.futures.Future[object], list[int]]] = []
         """Result batches published and not yet acknowledged, with the ends they carry."""
         self._beat_board()
         self._restore(adopt)
         self._drop_dead_journals()
+        if self.failpoint is not None:
+            self.failpoint.strike("after-open")
         self.pool.spawn_missing(o.executors)
         self.pullers: list[Puller] = []
         for pool in o.pools:
@@ -246,6 +256,8 @@ class Agent:
             now = time.time()
             if now >= next_health or self.pool.health_due:
                 next_health = now + HEALTH
+                # (often, not only at the broker's beat: the executors' silent start is short, AGENT_SILENT_START)
+                self._beat_board()
                 self.pool.check(now, self.book.feed, "node", replace=not self.stop)
             self.pool.fire_kills(now)
             self.pool.pump()
@@ -339,6 +351,9 @@ class Agent:
         # Taken before acknowledged: a crash between the two delivers the batch again, and
         # the journal tells this node it holds those tasks already.
         self.journal.take([h for h, _t, _d in took] + [h for h, _w in unreadable])
+        if self.failpoint is not None:
+            for h, _t, _d in took:
+                self.failpoint.strike("after-take", h.job_id)
         msg.ack()
         for h, tier, data in took:
             self.book.take(h, tier)
@@ -398,6 +413,12 @@ class Agent:
         for r in recs:
             h = self.book.held.get(r.task)
             if h is None:
+                continue
+            if r.kind == P.RES_REJECTED:
+                # The node's own fencing: a record of an earlier start of this agent (an older epoch on the node's
+                # board), refused unread. It says nothing about the run's scheduler, whose epoch the run's entry
+                # would carry (that scheduler would take itself for fenced). The task, never accepted, is
+                # reported lost with the others no executor holds (_restore).
                 continue
             if r.kind == P.RES_ACCEPTED:
                 self.book.executor[r.task] = r.executor

@@ -175,6 +175,9 @@ class AgentPool:
         """After an agent was lost: since when, and the unaccepted tasks it may have taken."""
         self.refused: set[tuple[int, int]] = set()
         """Tasks an agent refused a copy of from an older epoch: that copy never ran (see `recover`)."""
+        self.unstarted: set[tuple[int, int]] = set()
+        """Orphans an agent reported lost before any executor of its node accepted them (see `_give_up`): settled
+        lost, they are requeued as a task lost before its start is, even one that may not run twice."""
         self.next_orphan_check = 0.0
         self.next_held_check = 0.0
         self.seq = 0
@@ -495,6 +498,8 @@ class AgentPool:
                 continue  # the node was declared lost with it: the engine has moved on
             if 0 <= self.core.executor[i] != node.index:
                 continue  # another node holds this attempt now: this node's copy is a late, stale one
+            if r.kind == P.RES_EXITED and r.flags & P.FLAG_LOST and self._give_up(i, r.attempt):
+                continue
             if r.kind == P.RES_EXITED and (e.tail or e.result is not None or r.flags):
                 result = result_of_bytes(e.result) if e.result is not None else None
                 feed(reader.exited(r, cause, node=node.index, tail=e.tail.decode("utf-8", "replace"),
@@ -629,6 +634,25 @@ class AgentPool:
         if taken:
             since, before = self.orphans or (now, set())
             self.orphans = (since, before | taken)
+            self.unstarted -= taken  # (an agent that took one again may have started it, and went with it)
+
+    def _give_up(self, i: int, attempt: int) -> bool:
+        """An agent reports job i's attempt lost: whether it waits with the orphans (True) rather than being
+        requeued now.
+
+        One no executor was heard to accept may have come to the agent in a dispatch it never
+        acknowledged (it died between journaling the task and acknowledging it, or the ack went
+        with the connection): the broker delivers that dispatch again, to it or to another agent
+        of the place, and a copy requeued now would run beside that one. It is settled as a lost
+        agent's tasks are, once the broker has handed out every dispatch (`_settle_orphans`).
+        """
+        core = self.core
+        if core.state[i] != JobState.QUEUED or core.attempt[i] != attempt or core.executor[i] >= 0:
+            return False
+        since, before = self.orphans or (time.time(), set())
+        self.orphans = (since, before | {(i, attempt)})
+        self.unstarted.add((i, attempt))
+        return True
 
     def _watch_broker(self, now: float) -> None:
         """Say when the broker goes and comes back; an agent's silence while it was away is not held against it."""
@@ -691,6 +715,7 @@ class AgentPool:
         core = self.core
         keys = {(i, a) for i, a in keys
                 if core.state[i] == JobState.QUEUED and core.attempt[i] == a and core.executor[i] < 0}
+        self.unstarted &= keys
         if not keys:
             self.orphans = None
             return
@@ -707,15 +732,20 @@ class AgentPool:
             if pending or unacked:
                 return  # some dispatch is still on its way to an agent
         held = {(t.job, t.attempt) for tasks in self._held().values() for t in tasks}
-        lost = tuple(sorted(k for k in keys if k not in held and k not in self.refused))
+        lost = tuple(sorted(k for k in keys if k not in held and k not in self.refused and k not in self.unstarted))
+        unstarted = tuple(sorted(k for k in keys if k not in held and k not in self.refused and k in self.unstarted))
         again = sorted(k for k in keys if k not in held and k in self.refused)
         self.orphans = None
         self.refused.clear()
+        self.unstarted.clear()
         if again:
             self.submit(again)  # their copies of an older epoch were refused unrun: this epoch's go now
         if lost:
             self.say("tasks_lost", {"jobs": len(lost), "reason": "taken by a lost agent and never reported"})
             feed(TasksLostEvent(lost, now, cause_id=cause, unheard=True))
+        if unstarted:
+            # Their agent said no executor of its node accepted them, and no copy of their dispatch is left.
+            feed(TasksLostEvent(unstarted, now, cause_id=cause))
 
     def _send_beat(self, now: float) -> None:
         """Tell the agents this scheduler is alive (they note it; a standby asks them)."""

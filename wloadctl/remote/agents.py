@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 
 DEFAULT_AGENT_TIMEOUT = 10.0
 """Seconds of silence after which an agent is LOST (`--agent-timeout`)."""
+MIN_AGENT_TIMEOUT = 2.0
+"""The shortest agent timeout a run takes: two of the agents' beats (a live agent is not LOST between two), and
+ample beyond the time a dead agent's executors may still start what they hold (agent.AGENT_SILENT_START and the
+beat they read late): a task the run gives to another agent then does not also start there."""
 SUSPECT_FRACTION = 0.5
 """Share of the agent timeout after which a silent agent is SUSPECT."""
 AGENTS_CONNECT_TIMEOUT = 3.0
