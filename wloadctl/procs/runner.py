@@ -903,7 +903,9 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                 shape.save_facts(store)
                 try:
                     store.set_status(run.id, status, ended if status not in UNFINISHED else None)
-                    write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts)})
+                    # (`seq`: the journal's transition these figures are at; a verb journaled since makes them stale)
+                    write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts),
+                                                               "seq": store.last_seq(run.id)})
                     events.emit_fields("scheduler_stop", {"status": status, **({"kept_running": kept} if kept else {})})
                 finally:
                     if kept:  # executors, queues and segments stay for the resume that reattaches
