@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from wloadctl.client import RunClient, board_status
 from wloadctl.core.sla import flag_lines
+from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.errors import printable
 from wloadctl.jobdef import definition_lines
 from wloadctl.logview import BLOCK, Shown, tail_start
@@ -33,6 +34,21 @@ def status_exit(st: dict[str, Any]) -> int:
     UPSTREAM_FAILED, or it was cancelled or ended holding (as `run` exits), else 0."""
     return 1 if not st["live"] and (any(st["counts"].get(b) for b in _BAD) or st.get("status") in _ENDED_SHORT) \
         else 0
+
+
+def history_headline(data: dict[str, Any]) -> str:
+    """The first line of `history`: the job's state and how many times it ran (not its dispatches)."""
+    ran, unstarted = data["attempts"], data.get("unstarted", 0)
+    if ran:
+        head = f"{data['job']}: {data['state']} after {ran} attempt(s)"
+        if data.get("attempt", ran) != ran:
+            head += f" (attempt {data['attempt']})"
+    else:
+        head = f"{data['job']}: {data['state']}, " + ("never ran" if JobState[data["state"]] in TERMINAL
+                                                      else "not run yet")
+    if unstarted:
+        head += f"; {unstarted} dispatch(es) handed back unstarted"
+    return head
 
 
 def _ts(t: float | None) -> str:
@@ -175,7 +191,7 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
         if data["verbs"]:
             print(f"  verbs that apply: {', '.join(data['verbs'])}")
     elif a.cmd == "history":
-        print(f"{data['job']}: {data['state']} after {data['attempts']} attempt(s)")
+        print(history_headline(data))
         # Operators' actions among the transitions, in time order (an action before the transitions it made).
         lines = [(x["ts"], f"  {_ts(x['ts'])} {x['user']} {x['verb']} ({x['reason'] or 'no reason'}): "
                            f"{x['outcome']}") for x in data["actions"]]
@@ -304,8 +320,13 @@ def _logs(c: RunClient, a: argparse.Namespace) -> int:
             if not a.follow:
                 row = c.store.job_row(c.run.id, a.job)
                 if row is not None and (row[2] not in (2, 3) or (a.attempt or row[3]) < row[3]):
-                    # Said on stderr: what a script reads of stdout stays the (empty) output.
-                    print(f"wloadctl: {a.job} attempt {a.attempt or row[3]} printed nothing", file=sys.stderr)
+                    # Said on stderr: what a script reads of stdout stays the (empty) output. An attempt number
+                    # whose dispatch came back before it started (a follower handed back) ran nothing to print.
+                    att = a.attempt or row[3]
+                    story = c.store.job_story(c.run.id, a.job)
+                    ran = story is None or any(t[1] == JobState.RUNNING and t[2] == att for t in story[1])
+                    said = "printed nothing" if ran else "never started (no process ran): it has no output"
+                    print(f"wloadctl: {a.job} attempt {att} {said}", file=sys.stderr)
                     return 0
                 print(f"wloadctl: no output yet for {a.job} ({path})", file=sys.stderr)
                 return 1

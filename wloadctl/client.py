@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wloadctl import access
+from wloadctl.core.replay import attempts_ran
 from wloadctl.core.states import TERMINAL, JobState, is_holding
 from wloadctl.errors import (
     ControlError,
@@ -723,7 +724,10 @@ class RunClient:
               for f, t, a, ts, ex, code, reason, cause in transitions]
         acts = [{"ts": ts, "user": u, "verb": v, "reason": r, "outcome": o, "applied": bool(ap)}
                 for ts, u, v, _j, r, o, ap in self.store.actions(self.run.id, job)]
-        return {"job": job, "state": names[row[2]], "attempts": row[3], "transitions": tx, "actions": acts}
+        # `attempts` counts those that started: a dispatch handed back unstarted took an attempt number too.
+        ran, unstarted = attempts_ran(transitions)
+        return {"job": job, "state": names[row[2]], "attempts": ran, "attempt": row[3], "unstarted": unstarted,
+                "transitions": tx, "actions": acts}
 
     def log_file(self, job: str, attempt: int | None = None) -> Path:
         """Path of a job attempt's log (the last attempt by default).

@@ -68,10 +68,11 @@ def _entry(store: Store, run: RunRow, state_dir: Path, counts: list[int] | tuple
            status: str, latest: bool, host: str = "") -> RunEntry:
     if counts is None:
         summary = read_summary(state_dir, run.run_id)
-        if summary is not None:
+        if summary is not None and summary.get("seq") == store.last_seq(run.id):
             counts = summary.get("counts") or []
         else:
-            # Stopped without closing figures (its scheduler was killed): the journal's own count.
+            # Stopped without closing figures (its scheduler was killed), or an operator's verb (rerun, set-ok...)
+            # journaled since its scheduler wrote them: the journal's own count, as `status` reads it.
             counts = [0] * len(_NAMES)
             for s, n in store.state_counts(run.id):
                 counts[s] = n

@@ -184,20 +184,59 @@ def test_final_failure_raises_an_alert_and_runs_the_on_failure_hook(tmp_path: Pa
     assert (sd / "hooks.log").read_text().endswith(" exited with status 0\n")
 
 
-def test_an_on_failure_hook_still_running_when_the_run_ends_is_stopped_not_left_behind(
+def test_an_on_failure_hook_outliving_the_run_is_waited_for_and_its_failure_said(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    # Given a plan whose alert hook takes longer than its failed job's run and then fails
+    hook_out = tmp_path / "hook.txt"
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "slowhook",
+                                    "on_failure": f"sleep 6; echo hook done >> {hook_out}; exit 5",
+                                    "jobs": {"bad": {"command": "exit 3"}}}))
+    sd = tmp_path / "sd"
+    # When the run ends
+    p = cli("run", str(plan), "--state-dir", str(sd))
+    # Then it waited for the hook, said so, and said the hook's failure naming hooks.log
+    assert p.returncode == 1, p.stderr
+    assert hook_out.read_text() == "hook done\n"
+    assert ("wloadctl: waiting up to 60s for 1 on_failure alert hook(s) still running (for job(s) bad); "
+            "Ctrl-C or SIGTERM stops them") in p.stderr, p.stderr
+    assert (f"wloadctl: on_failure hook for job bad exited with status 5: its output is in {sd}/hooks.log"
+            in p.stderr), p.stderr
+    assert (sd / "hooks.log").read_text().endswith(" exited with status 5\n")
+
+
+def test_an_on_failure_hook_still_running_when_the_run_is_stopped_is_stopped_and_said(
         tmp_path: Path, no_ipc_leaks: None) -> None:
     pid_file = tmp_path / "hook.pid"
     plan = tmp_path / "plan.yaml"
-    plan.write_text(yaml.safe_dump({"name": "hang", "on_failure": f"echo $$ > {pid_file}; sleep 60",
+    plan.write_text(yaml.safe_dump({"name": "hang", "on_failure": f"echo $$ > {pid_file}; sleep 300",
                                     "jobs": {"bad": {"command": "exit 2"}}}))
     sd = tmp_path / "sd"
-    p = cli("run", str(plan), "--state-dir", str(sd))
-    assert p.returncode == 1
+    # Given a failed run waiting for its alert hook
+    proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert proc.stderr is not None
+        said = []
+        for line in proc.stderr:
+            said.append(line)
+            if "on_failure alert hook(s) still running" in line:
+                break
+        assert said and "Ctrl-C or SIGTERM stops them" in said[-1], said
+        # When the operator sends SIGTERM
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stderr.read()
+        assert proc.wait(60) == 1
+    finally:
+        stop_proc(proc, run_id=None)
+    # Then the hook was stopped, not left behind, and that is said on stderr and in hooks.log
     pid = int(pid_file.read_text())
     assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    assert (f"wloadctl: on_failure hook for job bad on Ctrl-C or SIGTERM: stopped (killed by signal 15): its "
+            f"output is in {sd}/hooks.log") in rest, rest
     told = (sd / "hooks.log").read_text()
     assert told.startswith("--- wloadctl: on_failure hook for job bad (pid ") and told.endswith(
-        " still running 5s after the run ended: stopped (killed by signal 15)\n"), told
+        " on Ctrl-C or SIGTERM: stopped (killed by signal 15)\n"), told
 
 
 def test_a_job_past_its_deadline_is_flagged_late_in_status_and_events(tmp_path: Path, no_ipc_leaks: None) -> None:

@@ -66,6 +66,36 @@ def test_a_chain_runs_in_order_through_followers_and_a_failure_stops_the_rest(
     # The jobs the executor held behind the failed one came back unstarted and were never run.
     h = cli("history", "c041", "--state-dir", str(sd)).stdout
     assert "handed back unstarted behind c040" in h and "-> UPSTREAM_FAILED" in h and "-> RUNNING" not in h, h
+    # And it reads as never run, not as a failed attempt: its attempt number counted the dispatch only
+    assert h.splitlines()[0] == "c041: UPSTREAM_FAILED, never ran; 1 dispatch(es) handed back unstarted", h
+    told = json.loads(cli("history", "c041", "--state-dir", str(sd), "--json").stdout)
+    assert (told["attempts"], told["attempt"], told["unstarted"]) == (0, 1, 1)
+    logs = cli("logs", "c041", "--attempt", "1", "--state-dir", str(sd))
+    assert logs.returncode == 0 and "c041 attempt 1 never started (no process ran)" in logs.stderr, logs.stderr
+
+
+def test_a_follower_handed_back_then_run_once_reads_as_one_attempt(tmp_path: Path, no_ipc_leaks: None) -> None:
+    import yaml
+
+    # Given a chain whose c040 fails once, then succeeds on its retry
+    out, once = tmp_path / "ev", tmp_path / "failed-once"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, _chain(60, c040={"retries": {"count": 1, "delay": "0s"}}))
+    spec = yaml.safe_load(plan.read_text())
+    spec["jobs"]["c040"]["command"] = f"[ -e {once} ] || {{ touch {once}; exit 3; }}"
+    plan.write_text(yaml.safe_dump(spec, sort_keys=False))
+    sd = tmp_path / "sd"
+    p = cli("run", str(plan), "--state-dir", str(sd), "--executors", "2", "--slots", "1")
+    assert p.returncode == 0, p.stderr
+    # When the job held behind its first attempt came back unstarted and ran once after the retry
+    h = cli("history", "c041", "--state-dir", str(sd)).stdout
+    assert "handed back unstarted behind c040" in h and h.count("-> RUNNING") == 1, h
+    # Then it reads as run once, on attempt 2, with the dispatch that came back said as such
+    assert h.splitlines()[0] == ("c041: SUCCEEDED after 1 attempt(s) (attempt 2); "
+                                 "1 dispatch(es) handed back unstarted"), h
+    why = cli("why", "c041", "--state-dir", str(sd)).stdout
+    assert "  - succeeded on attempt 2\n" in why, why
+    logs = cli("logs", "c041", "--attempt", "1", "--state-dir", str(sd))
+    assert "c041 attempt 1 never started (no process ran)" in logs.stderr, logs.stderr
 
 
 def test_kill_9_of_the_executor_running_a_chain_every_job_still_ends_once_in_order(

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.integration.helpers import wait_for
+from wloadctl.core.states import TERMINAL, JobState
 
 pytestmark = pytest.mark.ipc
 
@@ -70,3 +71,31 @@ def test_runs_under_an_empty_or_missing_root(tmp_path: Path) -> None:
     assert json.loads(wl(env, "runs", "--json").stdout) == []
     bad = wl(env, "runs", "--root", str(tmp_path / "missing"))
     assert bad.returncode == 2 and "no such directory" in bad.stderr
+
+
+@pytest.mark.parametrize("verb", [["set-ok", "load_accounts"], ["rerun", "load_accounts", "--downstream"]],
+                         ids=["set-ok", "rerun-downstream"])
+def test_runs_counts_a_stopped_run_as_status_does_after_an_operator_verb(
+        tmp_path: Path, verb: list[str], no_ipc_leaks: None) -> None:
+    root = tmp_path / "home"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WLOADCTL_HOME": str(root)}
+    env.pop("WLOADCTL_STATE_DIR", None)
+    sd = root / "eod"
+    # Given a failed run: load_accounts failed, post_ledger upstream-failed, fees succeeded
+    spec = {"name": "eod", "jobs": {"load_accounts": {"command": "exit 3"},
+                                    "post_ledger": {"command": "true", "depends_on": ["load_accounts"]},
+                                    "fees": {"command": "true"}}}
+    (tmp_path / "eod.yaml").write_text(yaml.safe_dump(spec))
+    assert wl(env, "run", str(tmp_path / "eod.yaml"), "--state-dir", str(sd)).returncode == 1
+    assert listed(env)["eod"]["counts"] == {"SUCCEEDED": 1, "FAILED": 1, "UPSTREAM_FAILED": 1}
+    # When an operator's verb changes its jobs with no scheduler running it
+    p = wl(env, *verb, "--state-dir", str(sd), "--reason", "checked by hand")
+    assert p.returncode == 0, p.stderr
+    # Then `runs` counts its jobs as `status` does
+    st = wl(env, "status", "--state-dir", str(sd), "--json")
+    assert st.returncode == 0, st.stderr
+    counts = json.loads(st.stdout)["counts"]
+    assert counts != {"SUCCEEDED": 1, "FAILED": 1, "UPSTREAM_FAILED": 1}
+    entry = listed(env)["eod"]
+    assert entry["counts"] == counts
+    assert entry["done"] == sum(n for s, n in counts.items() if JobState[s] in TERMINAL)

@@ -121,6 +121,10 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         reasons.append(f"succeeded: {core.reasons[i]}")  # without running: a loop's end, an operator's set-ok
     elif st == S.SUCCEEDED and core.reasons.get(i, "").startswith(UNTIL_SPENT):
         reasons.append(f"succeeded after {core.attempt[i]} attempt(s): {core.reasons[i]}")
+    elif st == S.SUCCEEDED and core.attempt[i] > 1:
+        # An attempt number counts dispatches, some of which may have come back unstarted (`history` counts
+        # the attempts that ran).
+        reasons.append(f"succeeded on attempt {core.attempt[i]}")
     elif st == S.SUCCEEDED:
         reasons.append(f"succeeded after {core.attempt[i]} attempt(s)")
     if i in core.fanout.loops and st == S.WAITING:

@@ -109,6 +109,28 @@ def iterations_journaled(transitions: Iterable[tuple]) -> int:
     return n
 
 
+def attempts_ran(transitions: Iterable[tuple]) -> tuple[int, int]:
+    """How many of a job's attempts started (a process ran), and how many dispatches came back before they
+    started (a follower handed back, one requeued unstarted under a number that never ran after).
+
+    A job's attempt number counts its dispatches, so it is no count of the times it ran.
+
+    Args:
+        transitions: the job's (from, to, attempt, ...), in order.
+
+    Returns:
+        (ran, unstarted)
+    """
+    ran: set[int] = set()
+    back: set[int] = set()
+    for t in transitions:
+        if t[1] == S.RUNNING:
+            ran.add(t[2])
+        elif t[0] == S.QUEUED and t[1] in _BACK:
+            back.add(t[2])
+    return len(ran), len(back - ran)
+
+
 def attempts_unspent(transitions: Iterable[tuple]) -> int:
     """How many of a job's attempt numbers its retry policy does not count (the engine's attempt_base): those
     before an operator's retry or rerun (or one upstream, or a loop listing it again), and each attempt sent

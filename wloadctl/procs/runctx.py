@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -300,6 +300,8 @@ class RunContext:
     """When this scheduler started."""
     hooks: dict[subprocess.Popen[bytes], str] = field(default_factory=dict)
     """on_failure hook processes not yet reaped, with the job each is for."""
+    say: Callable[[str], None] = field(default=lambda _m: None)
+    """Tells the run's operator a line (the run's stderr)."""
     dirs: tuple[str, str, str] = field(init=False)
     """The run's logs, checkpoints and results folders, as text (made once: a payload per dispatch)."""
     home: str = field(init=False)
@@ -413,34 +415,53 @@ class RunContext:
 
         return run_instants(core.specs, self.run.business_date, self.run.started, self.plan.timezone)
 
-    def reap_hooks(self, wait: float = 0.0, last: bool = False) -> None:
+    def reap_hooks(self, wait: float = 0.0, last: bool = False,
+                   stopped: Callable[[], bool] | None = None) -> None:
         """Reap finished hook processes (waiting up to `wait` seconds for the rest); each one's end is told in
-        hooks.log, after its output.
+        hooks.log, after its output, and one that failed or was stopped is said on the run's stderr too.
 
         Args:
             wait: seconds to wait for the hooks still running.
             last: the run ends (this scheduler leaves): hooks still running after the wait are stopped (their
                 process group: SIGTERM, SIGKILL a second later), not left behind.
+            stopped: whether an operator asked to stop waiting (Ctrl-C or SIGTERM): the hooks still running
+                are stopped then.
         """
-        deadline = time.time() + wait
+        deadline = time.monotonic() + wait
+        while self.hooks:
+            for h in list(self.hooks):
+                code = h.poll()
+                if code is not None:
+                    self._hook_said(h, _ended(code), failed=code != 0)
+                    del self.hooks[h]
+            asked = stopped is not None and stopped()
+            if not self.hooks or asked or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        else:
+            return
+        if not last:
+            return
+        why = "on Ctrl-C or SIGTERM" if asked else f"still running {wait:.0f}s after the run ended"
         for h in list(self.hooks):
-            try:
-                code = h.wait(max(0.0, deadline - time.time()) if wait else 0)
-            except subprocess.TimeoutExpired:
-                if not last:
-                    continue
-                code = _stop_group(h)
-                self._hook_said(h, f"still running {wait:.0f}s after the run ended: stopped ({_ended(code)})")
-            else:
-                self._hook_said(h, _ended(code))
+            self._hook_said(h, f"{why}: stopped ({_ended(_stop_group(h))})", failed=True)
             del self.hooks[h]
 
-    def _hook_said(self, hook: subprocess.Popen[bytes], what: str) -> None:
+    def _hook_said(self, hook: subprocess.Popen[bytes], what: str, failed: bool = False) -> None:
+        log = self.state_dir / "hooks.log"
         try:
-            with open(self.state_dir / "hooks.log", "a") as f:
+            with open(log, "a") as f:
                 f.write(f"--- wloadctl: on_failure hook for job {self.hooks[hook]} (pid {hook.pid}) {what}\n")
         except OSError:
             pass  # the hook's own output is what the file is for
+        if failed:
+            # An alert that did not go out must not pass unseen: the run's own output says so too.
+            self.say(f"on_failure hook for job {self.hooks[hook]} {what}: its output is in {log}")
+
+
+HOOK_WAIT = 60.0
+"""Seconds a scheduler whose run has ended waits for the on_failure hooks still running (a pager or mail alert)
+before it stops them."""
 
 
 def _ended(code: int) -> str:

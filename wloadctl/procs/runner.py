@@ -69,7 +69,7 @@ from wloadctl.procs.prestart import (
 )
 from wloadctl.procs.recovery import ResultSweeper, reconcile, stopped_with_run
 from wloadctl.procs.reports import ReportReader
-from wloadctl.procs.runctx import EventLog, RunContext
+from wloadctl.procs.runctx import HOOK_WAIT, EventLog, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.spawning import remove_dead_spares
 from wloadctl.procs.supervisor import RunObjects, clean_stale, live_standby, shm_at_start, shm_full
@@ -788,7 +788,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     events = EventLog(opts.state_dir / "events.jsonl", run.run_id)
     if claim is not None:
         claim.announce(events)
-    ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds)
+    ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds,
+                     say=opts.say)
     reader = ReportReader(core.want, _tail_reader(objs), lambda i, a: ctx.result_of(core.ids[i], a))
     remote = _agent_pool(link, core, ctx, epoch, opts, events, store, resumed) if link is not None else None
     local = LocalPool.start(core, objs, reader, _payloads(ctx, core), lambda: loop._check_fenced(), epoch,
@@ -902,11 +903,13 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                 shape.save_facts(store)
                 try:
                     store.set_status(run.id, status, ended if status not in UNFINISHED else None)
-                    write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts)})
+                    # (`seq`: the journal's transition these figures are at; a verb journaled since makes them stale)
+                    write_summary(opts.state_dir, run.run_id, {"status": status, "counts": list(core.counts),
+                                                               "seq": store.last_seq(run.id)})
                     events.emit_fields("scheduler_stop", {"status": status, **({"kept_running": kept} if kept else {})})
                 finally:
                     if kept:  # executors, queues and segments stay for the resume that reattaches
-                        ctx.reap_hooks(wait=5.0, last=True)
+                        _wait_for_hooks(ctx)
                         objs.close()
                     else:
                         loop.publish_final()
@@ -915,7 +918,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
                         else:
                             local.wake_all()
                         local.wait_all(timeout=10.0)
-                        ctx.reap_hooks(wait=5.0, last=True)
+                        _wait_for_hooks(ctx)
                         objs.remove()
                         remove_run_groups(run.run_id)
                         remove_job_dirs(run.run_id)
@@ -1107,6 +1110,21 @@ def _fresh_objects(run_id: str, n_jobs: int, opts: RunOptions) -> RunObjects:
         if "ulimit -q" in e.message:  # another run took the room since the check: say it the same way
             raise quota_full(need=run_shapes(n_jobs).charge) from None
         raise
+
+
+def _wait_for_hooks(ctx: RunContext) -> None:
+    """The run has ended: give its on_failure hooks still running up to HOOK_WAIT seconds to end, then stop them
+    (at once on Ctrl-C or SIGTERM). The caller restores the signal handlers afterwards."""
+    if not ctx.hooks:
+        return
+    asked: list[int] = []
+    # (Caught before the wait is said: a signal sent on reading that line stops the hooks.)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda s, _f: asked.append(s))
+    jobs = sorted(set(ctx.hooks.values()))
+    ctx.say(f"waiting up to {HOOK_WAIT:.0f}s for {len(ctx.hooks)} on_failure alert hook(s) still running "
+            f"(for job(s) {_some(jobs)}); Ctrl-C or SIGTERM stops them")
+    ctx.reap_hooks(wait=HOOK_WAIT, last=True, stopped=lambda: bool(asked))
 
 
 def _install_signals(loop: SchedulerLoop) -> dict[int, object]:
