@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import make_plan
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import RunStartedEvent
-from wloadctl.core.loops import expand_for_each, shell_item
+from wloadctl.core.loops import UnfitItem, expand_for_each, make_instance, shell_item
+from wloadctl.core.plan import JobSpec
 from wloadctl.errors import PlanError
 
 
@@ -447,3 +448,101 @@ def test_a_plain_item_leaves_the_command_as_written() -> None:
         **looped(("a b; c",)).jobs,
         "load": dataclasses.replace(looped(("a b; c",)).jobs["load"], command=("load", "--region={item}"))}))
     assert plan.jobs["load@a_b__c"].command == ("load", "--region=a b; c")
+
+
+def instance(command: str | tuple[str, ...], item: str, **keys: object) -> JobSpec:
+    spec = JobSpec("load", command, for_each=DynamicItems("jobs.list.result.files"), **keys)  # type: ignore[arg-type]
+    return make_instance(spec, item)
+
+
+def run_argv(argv: tuple[str, ...], item: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "WLOADCTL_ITEM": item})
+
+
+@pytest.mark.parametrize("argv", [
+    ("bash", "-ec", "echo ec: {item}"),
+    ("sh", "-xc", "echo ec: {item}"),
+    ("bash", "-l", "-c", "echo ec: {item}"),
+    ("bash", "-e", "-c", "echo ec: {item}"),
+    ("bash", "-o", "pipefail", "-c", "echo ec: {item}"),
+    ("bash", "-euxc", "echo ec: {item}"),
+    ("/usr/bin/env", "sh", "-c", "echo ec: {item}"),
+    ("nice", "bash", "-c", "echo ec: {item}"),
+    ("timeout", "5", "sh", "-c", "echo ec: {item}"),
+    ("env", "/bin/dash", "-c", "echo ec: {item}"),
+])
+def test_the_script_of_a_shell_anywhere_in_an_argv_gets_the_item_as_text(tmp_path: Path,
+                                                                         argv: tuple[str, ...]) -> None:
+    for item in ("x; touch PWNED", "$(touch PWNED)", "`touch PWNED`", "'; touch PWNED; '", "a\ntouch PWNED"):
+        cmd = instance(argv, item).command
+        assert isinstance(cmd, tuple)
+        p = run_argv(cmd, item, tmp_path)
+        assert not (tmp_path / "PWNED").exists(), (argv, item, cmd)
+        assert p.stdout == f"ec: {item}\n", (argv, item, cmd, p.stderr)
+
+
+def test_an_argument_that_is_no_script_gets_the_item_as_it_is() -> None:
+    item = "x; touch PWNED"
+    assert instance(("sh", "-c", 'echo "$1"', "sh", "{item}"), item).command == (
+        "sh", "-c", 'echo "$1"', "sh", item)
+    assert instance(("bash", "script.sh", "--name={item}"), item).command == ("bash", "script.sh", f"--name={item}")
+    assert instance(("awk", "-v", "r={item}", "$1 == r", "/data/{item}.csv"), item).command == (
+        "awk", "-v", f"r={item}", "$1 == r", f"/data/{item}.csv")
+
+
+@pytest.mark.parametrize("argv", [
+    ("python3", "-c", "print('{item}')"),
+    ("perl", "-ne", "print '{item}'"),
+    ("awk", "BEGIN { print \"{item}\" }"),
+    ("sed", "-e", "s/^/{item}/"),
+    ("bash", "script.sh", "-c", "echo {item}"),
+])
+def test_an_item_in_another_languages_program_makes_the_instance_unfit(tmp_path: Path,
+                                                                        argv: tuple[str, ...]) -> None:
+    inst = instance(argv, "x'); __import__('os').system('touch PWNED'); print('")
+    assert inst.unfit is not None and "where the item would be code" in inst.unfit
+    assert inst.command == argv, "the item is not written into it"
+
+
+@pytest.mark.parametrize("opening", ["<<'EOF'", '<<"EOF"', "<<\\EOF", '<<E"OF"', "<<-'EOF'"])
+def test_a_quoted_here_document_gets_the_items_text(tmp_path: Path, opening: str) -> None:
+    command = f"cat {opening}\nitem: {{item}} $HOME\nEOF"
+    for item in ("x; touch PWNED", "$(touch PWNED)", "it's", "emea", "EOF"):
+        cmd = shell_item(command, item)
+        p = subprocess.run(["sh", "-c", cmd], cwd=tmp_path, capture_output=True, text=True,
+                           env={**os.environ, "WLOADCTL_ITEM": item})
+        assert not (tmp_path / "PWNED").exists(), (item, cmd)
+        assert p.stdout == f"item: {item} $HOME\n", (item, cmd, p.stderr)
+
+
+@pytest.mark.parametrize("command", ["cat <<'EOF'\n{item}\nEOF\n", "cat <<-\"EOT\"\n\t{item}\n\tEOT\n"])
+def test_an_item_that_would_end_a_quoted_here_document_makes_the_instance_unfit(command: str) -> None:
+    for item in ("a\nEOF\ntouch PWNED", "a\n\tEOT\ntouch PWNED", "EOF" if "EOF" in command else "EOT"):
+        inst = instance(command, item)
+        assert inst.unfit is not None and "quoted here-document" in inst.unfit, item
+        assert inst.command == command
+    with pytest.raises(UnfitItem, match="holds a line break"):
+        shell_item(command, "a\nEOF\ntouch PWNED")
+
+
+def test_an_item_in_an_unquoted_here_document_that_would_end_it_is_expanded_there(tmp_path: Path) -> None:
+    cmd = shell_item("cat <<EOF\n{item}\ntouch PWNED\nEOF", "EOF")
+    p = subprocess.run(["sh", "-c", cmd], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "WLOADCTL_ITEM": "EOF"})
+    assert not (tmp_path / "PWNED").exists() and p.stdout == "EOF\ntouch PWNED\n", cmd
+
+
+def test_cwd_and_env_values_get_the_item_as_it_is() -> None:
+    inst = instance("ls", "2024/03 q1; x", cwd="/srv/{item}", env=(("WHERE", "at {item}"), ("PLAIN", "p")))
+    assert inst.unfit is None
+    assert inst.cwd == "/srv/2024/03 q1; x"
+    assert inst.env == (("WHERE", "at 2024/03 q1; x"), ("PLAIN", "p"), ("WLOADCTL_ITEM", "2024/03 q1; x"))
+
+
+@pytest.mark.parametrize("item", ["..", "../etc", "a/../../b", "a/.."])
+def test_an_item_leading_out_of_its_cwd_makes_the_instance_unfit(item: str) -> None:
+    inst = instance("ls", item, cwd="/srv/{item}")
+    assert inst.unfit is not None and "'..'" in inst.unfit
+    assert inst.cwd == "/srv/{item}"
+    assert instance("ls", item).unfit is None, "without {item} in its cwd the item goes nowhere near it"

@@ -141,6 +141,19 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("many_problems.yaml", 10, "depends on unknown job 'opn'"),
     ("for_each_empty.yaml", 5, "for_each lists no items"),
     ("for_each_unknown_variable.yaml", 5, "for_each: vars.regions is not a non-empty list variable"),
+    # An item is text: never code of another language, never a here-document's end, never a way out of a cwd
+    ("for_each_python_code.yaml", 3, "job 'load': argument 3 of the command is python3's program (-c): {item} "
+     "there would be run as code, not read as text (pass the item as an argument of its own"),
+    ("for_each_awk_program.yaml", 3, "job 'load': argument 4 of the command is awk's program: {item} there would "
+     "be run as code"),
+    ("for_each_quoted_heredoc_newline.yaml", 5, "job 'load': for_each item 'two\\nEOF\\ntouch /tmp/PWNED' cannot "
+     "start: its item holds a line break, which could end the quoted here-document <<'EOF' early"),
+    ("for_each_cwd_traversal.yaml", 3, "job 'load': for_each item '../../etc' cannot start: its item holds '..': "
+     "in cwd /srv/regions/{item} it would name a folder outside the one the plan names"),
+    ("item_in_env_without_loop.yaml", 3, "job 'load': env 'REGION' holds {item}, but the job has no for_each"),
+    ("vars_placeholder_in_command.yaml", 5, "job 'load': the command holds '{vars.region}', which is never "
+     "replaced: plan variables do not reach commands, cwd or env (give the job env: {REGION: ...}"),
+    ("vars_placeholder_in_command.yaml", 7, "job 'post': the command holds '{region}', which is never replaced"),
     ("undeclared_group.yaml", 5, "group 'cards' is not declared under groups"),
     ("bad_cron.yaml", 3, "'99 * * * *' is not a cron expression"),
     ("cron_six_fields.yaml", 3, "'0 0 * * * *' has 6 fields, not the five of a cron expression"),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+from wloadctl.core.argvcode import code_arguments
 from wloadctl.core.condition import ConditionError, parse_condition
 from wloadctl.core.plan import JOB_ID_MAX, DynamicItems, JobSpec, Plan
 from wloadctl.core.states import DepKind
@@ -100,12 +100,15 @@ _ITEM_VAR = "WLOADCTL_ITEM"
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/@%+,=-]+\Z")
 """Items that read as themselves anywhere in shell text (quoted or not, in a comment, a here-document or
 arithmetic): written as they are."""
-_SHELLS = frozenset({"sh", "bash", "dash", "ksh", "zsh", "ash", "mksh", "busybox"})
-"""Programs whose -c argument is shell text (an argv command `[sh, -c, SCRIPT]`)."""
 _WORD_END = " \t\n;&|()<>"
 """Characters after which a `#` starts a comment."""
-_HEREDOC = re.compile(r"<<(-?)[ \t]*(?:'([^'\n]*)'|\"([^\"\n]*)\"|\\?([A-Za-z0-9_.-]+))")
-"""A here-document's operator and delimiter word (quoted or not)."""
+_HEREDOC = re.compile(r"<<(-?)[ \t]*((?:[A-Za-z0-9_.-]|\\[^\n]|'[^'\n]*'|\"[^\"\n]*\")+)")
+"""A here-document's operator and delimiter word (quoted, in part or whole, or not)."""
+_UNQUOTE = re.compile(r"\\(.)|'([^']*)'|\"([^\"]*)\"")
+
+
+class UnfitItem(ValueError):
+    """An item that cannot be given to a command safely; the message says why (the instance never runs)."""
 
 
 def shell_item(command: str, item: str) -> str:
@@ -118,18 +121,26 @@ def shell_item(command: str, item: str) -> str:
     $WLOADCTL_ITEM, which every instance has in its environment, written for where `{item}` stands (quoted
     outside quotes, bare in double quotes and in a here-document, closing and reopening single quotes). Were
     this reading of the shell text wrong somewhere, the item would come out as other text, never as a command.
+
+    A quoted here-document (`<<'EOF'`, `<<"EOF"`, `<<\\EOF`) expands nothing: its body gets the item's text as
+    it is, unless that would end the document early (an item with a line break, or one that makes a line the
+    delimiter), and the rest of it would run as commands.
+
+    Raises:
+        UnfitItem: the item would end a quoted here-document early.
     """
     if PLACEHOLDER not in command:
         return command
-    if _PLAIN.match(item):
+    plain = _PLAIN.match(item) is not None
+    if plain and "<<" not in command:
         return command.replace(PLACEHOLDER, item)
     out: list[str] = []
     stack = ["U"]  # U unquoted, S single, D double quotes; P $( ), B backquotes, V ${ }, A arithmetic
-    heredocs: list[tuple[str, bool]] = []  # (delimiter, strip tabs) of the here-documents opened on this line
+    heredocs: list[tuple[str, bool, bool]] = []  # (delimiter, strip tabs, quoted) of those opened on this line
     i, n = 0, len(command)
     while i < n:
         if command.startswith(PLACEHOLDER, i):
-            out.append(_expansion(stack[-1]))
+            out.append(item if plain else _expansion(stack[-1]))
             i += len(PLACEHOLDER)
             continue
         c = command[i]
@@ -137,20 +148,23 @@ def shell_item(command: str, item: str) -> str:
         if top in "UPB" and c == "#" and (i == 0 or command[i - 1] in _WORD_END):
             end = command.find("\n", i)
             end = n if end < 0 else end
-            out.append(command[i:end].replace(PLACEHOLDER, f"${{{_ITEM_VAR}}}"))  # a comment: text of no effect
+            # a comment: text of no effect
+            out.append(command[i:end].replace(PLACEHOLDER, item if plain else f"${{{_ITEM_VAR}}}"))
             i = end
             continue
         if top in "UPB" and command.startswith("<<", i) and not command.startswith("<<<", i):
             m = _HEREDOC.match(command, i)
             if m is not None:
-                heredocs.append((next(g for g in m.groups()[1:] if g is not None), m.group(1) == "-"))
+                word = m.group(2)
+                delimiter = _UNQUOTE.sub(lambda q: next(g for g in q.groups() if g is not None), word)
+                heredocs.append((delimiter, m.group(1) == "-", delimiter != word))
                 out.append(m.group(0))
                 i = m.end()
                 continue
         out.append(c)
         i += 1
         if c == "\n" and heredocs and top in "UPB":
-            i = _heredoc_bodies(command, i, heredocs, out)
+            i = _heredoc_bodies(command, i, heredocs, out, item)
             heredocs = []
             continue
         if top == "S":
@@ -204,38 +218,94 @@ def _expansion(context: str) -> str:
     return f'"${_ITEM_VAR}"'
 
 
-def _heredoc_bodies(command: str, i: int, heredocs: list[tuple[str, bool]], out: list[str]) -> int:
+def _heredoc_bodies(command: str, i: int, heredocs: list[tuple[str, bool, bool]], out: list[str],
+                    item: str) -> int:
     """Copy the bodies of the here-documents opened on the line that ended before `i`, each up to its delimiter
-    line; `{item}` there is the bare expansion (the shell expands it in a body, and reads nothing of the item).
-    Returns where the command goes on."""
+    line, with `{item}` replaced: in a quoted document (which expands nothing) by the item's text; in another,
+    by a plain item's text, else by the bare expansion (the shell expands it in a body, and reads nothing of the
+    item). Returns where the command goes on.
+
+    Raises:
+        UnfitItem: the item's text would end a quoted document before its delimiter line.
+    """
     n = len(command)
-    for delimiter, strip in heredocs:
+    plain = _PLAIN.match(item) is not None
+    for delimiter, strip, quoted in heredocs:
         while i < n:
             end = command.find("\n", i)
             end = n if end < 0 else end + 1
             line = command[i:end]
-            out.append(line.replace(PLACEHOLDER, f"${{{_ITEM_VAR}}}"))
             i = end
             if (line.lstrip("\t") if strip else line).rstrip("\n") == delimiter:
+                out.append(line)
                 break
+            if PLACEHOLDER not in line:
+                out.append(line)
+                continue
+            opening = f"<<{'-' if strip else ''}'{delimiter}'"
+            if quoted and "\n" in item:
+                raise UnfitItem(f"its item holds a line break, which could end the quoted here-document {opening} "
+                                "early and run the rest as commands")
+            text = line.replace(PLACEHOLDER, item) if plain or quoted else None
+            if text is not None and (text.lstrip("\t") if strip else text).rstrip("\n") == delimiter:
+                if quoted:
+                    raise UnfitItem(f"its item would make a line of the quoted here-document {opening} its end, "
+                                    "and the rest would run as commands")
+                text = None
+            out.append(line.replace(PLACEHOLDER, f"${{{_ITEM_VAR}}}") if text is None else text)
     return i
 
 
 def make_instance(spec: JobSpec, item: str, depends_on: tuple[str, ...] | None = None,
                   iid: str | None = None) -> JobSpec:
-    """One instance of a `for_each` job: `{item}` in its command replaced (as text the shell does not read as
-    syntax, in a command the shell runs: shell_item), WLOADCTL_ITEM in its environment; its id `iid` (from
-    instance_ids), else instance_id's."""
+    """One instance of a `for_each` job: `{item}` replaced in its command (as text the shell does not read as
+    syntax, in a command the shell runs: shell_item; as it is in any other argument), its cwd and its env
+    values; WLOADCTL_ITEM in its environment; its id `iid` (from instance_ids), else instance_id's.
+
+    An item that cannot be given safely (unfit_reason) leaves `{item}` where it stands and makes the instance
+    `unfit`: it fails to start, saying why, and never runs.
+    """
+    unfit: str | None = None
     cmd = spec.command
-    if isinstance(cmd, str):
-        cmd = shell_item(cmd, item)
-    elif cmd is not None:
-        # An argument is the item as it is, but the script a shell is given with -c is shell text.
-        script = cmd.index("-c") + 1 if os.path.basename(cmd[0]) in _SHELLS and "-c" in cmd[1:] else -1
-        cmd = tuple(shell_item(c, item) if k == script else c.replace(PLACEHOLDER, item) for k, c in enumerate(cmd))
+    try:
+        cmd = _command_with(cmd, item)
+    except UnfitItem as e:
+        unfit = str(e)
+    cwd, env = spec.cwd, spec.env
+    if cwd is not None and PLACEHOLDER in cwd:
+        if any(part == ".." for part in item.split("/")):
+            unfit = unfit or (f"its item holds '..': in cwd {cwd} it would name a folder outside the one "
+                              "the plan names")
+        else:
+            cwd = cwd.replace(PLACEHOLDER, item)
+    if any(PLACEHOLDER in v for _n, v in env):
+        # (not shell text: a value is the item's text as it is)
+        env = tuple((n, v.replace(PLACEHOLDER, item)) for n, v in env)
     deps, kinds = (spec.depends_on, spec.dep_kinds) if depends_on is None else (depends_on, None)
     return dataclasses.replace(spec, id=iid or instance_id(spec.id, item), command=cmd, for_each=None, item=item,
-                               env=(*spec.env, ("WLOADCTL_ITEM", item)), depends_on=deps, dep_kinds=kinds)
+                               env=(*env, ("WLOADCTL_ITEM", item)), cwd=cwd, depends_on=deps, dep_kinds=kinds,
+                               unfit=unfit)
+
+
+def _command_with(cmd: str | tuple[str, ...] | None, item: str) -> str | tuple[str, ...] | None:
+    """Command `cmd` with `{item}` replaced (make_instance).
+
+    Raises:
+        UnfitItem: the item cannot be given to it safely.
+    """
+    if cmd is None:
+        return None
+    if isinstance(cmd, str):
+        return shell_item(cmd, item)
+    if not any(PLACEHOLDER in c for c in cmd):
+        return cmd
+    # An argument is the item as it is, but a shell's script (its -c) is shell text; another language's program
+    # (python -c, perl -e, awk's) would read it as code: plans holding one are refused (planchecks).
+    scripts, code = code_arguments(cmd)
+    held = next((k for k in sorted(code) if PLACEHOLDER in cmd[k]), None)
+    if held is not None:
+        raise UnfitItem(f"argument {held + 1} of its command is {code[held]}, where the item would be code")
+    return tuple(shell_item(c, item) if k in scripts else c.replace(PLACEHOLDER, item) for k, c in enumerate(cmd))
 
 
 def output_items(spec: JobSpec, outcomes: Mapping[str, Mapping[str, Any]],
@@ -313,8 +383,8 @@ def expand_for_each(plan: Plan) -> Plan:
     ends SUCCEEDED when they have all succeeded, FAILED when one failed, so its dependents' `success`, `failure`
     and `done` hold for the whole loop.
 
-    `{item}` in a command (string or argv elements) becomes the item; each instance also gets
-    WLOADCTL_ITEM in its environment.
+    `{item}` in a command (string or argv elements), a cwd or an env value becomes the item (make_instance);
+    each instance also gets WLOADCTL_ITEM in its environment.
 
     Raises:
         PlanError: every problem found (bad variable, empty list, instance id clashing with a job).
@@ -343,6 +413,12 @@ def expand_for_each(plan: Plan) -> Plan:
             continue
         for item, iid in zip(items, ids, strict=True):
             inst = make_instance(j, item, iid=iid)
+            if inst.unfit is not None:
+                shown = item if len(item) <= 40 else item[:37] + "..."
+                problems.append(WloadError(f"for_each item '{shown}' cannot start: {inst.unfit}",
+                                           file=plan.path, line=j.line, job=jid,
+                                           hint="change the item, or let the command read $WLOADCTL_ITEM"))
+                continue
             if inst.id in plan.jobs or inst.id in jobs:
                 problems.append(WloadError(f"instance '{inst.id}' of for_each clashes with another job",
                                            file=plan.path, line=j.line, job=jid))

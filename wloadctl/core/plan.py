@@ -116,6 +116,9 @@ class JobSpec:
     or a list an upstream job produces (expanded when that upstream has finished)."""
     item: str | None = None
     """The `for_each` item this job instance runs for (also in WLOADCTL_ITEM)."""
+    unfit: str | None = None
+    """Why this instance's item cannot be given to its command, cwd or env safely: it fails to start, saying
+    so, and never runs (None: it runs)."""
     group: str | None = None
     """Fair-share group (the plan's `groups` give each a weight of the slots)."""
     pool: str | None = None

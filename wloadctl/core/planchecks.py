@@ -9,6 +9,7 @@ from array import array
 from collections.abc import Collection, Mapping
 from operator import attrgetter
 
+from wloadctl.core.argvcode import code_arguments
 from wloadctl.core.condition import job_field, parse_condition
 from wloadctl.core.dag import cycle_in, cycle_text, reverse_kahn
 from wloadctl.core.loops import PLACEHOLDER, items_of
@@ -63,16 +64,17 @@ def check_jobs(jobs: JobsReader, variables: Collection[str] | None = None) -> No
         _check_variables(jobs, variables)
         if jobs.over_vars and isinstance(variables, Mapping):
             _check_loop_variables(jobs, variables)
-    _check_commands(jobs)
+    _check_commands(jobs, variables or ())
     for jid, line in jobs.iterated:
         if not jobs.jobs[jid].until and jid not in jobs.looping:
             jobs.report(line, "max_iterations without until: the job runs once",
                         "add an until (e.g. until: result.ready == 1) or remove max_iterations", job=jid)
 
 
-def _check_commands(jobs: JobsReader) -> None:
+def _check_commands(jobs: JobsReader, variables: Collection[str]) -> None:
     """A noop job has no command. Each job's command and env must fit what a process can be started with
-    (EXEC_ARG_MAX, EXEC_TOTAL_MAX), and hold no NUL byte, nor its cwd.
+    (EXEC_ARG_MAX, EXEC_TOTAL_MAX), and hold no NUL byte, nor its cwd; its placeholders must be ones that are
+    replaced (_check_placeholders).
 
     Past them the executor's exec fails ("Argument list too long") or, far past, the payload does not fit
     the run's arena and the scheduler stops: both only once the run is under way. A NUL byte (YAML's "\\0"
@@ -82,6 +84,7 @@ def _check_commands(jobs: JobsReader) -> None:
         return
     # Envs are shared between jobs (defaults, interning): each distinct one is measured once.
     env_bytes: dict[int, tuple[int, str | None]] = {}
+    env_braced: dict[int, bool] = {}
     for jid, spec in jobs.jobs.items():
         command, env = spec.command, spec.env
         if command is not None and spec.type == "noop":
@@ -91,8 +94,15 @@ def _check_commands(jobs: JobsReader) -> None:
                             ", as the defaults' type: noop holds for every job without one"
                             if jobs.template[SLOT["type"]] == "noop" else ""), job=jid)
             continue
-        if command is not None and ("{" in command if type(command) is str else any("{" in w for w in command)):
-            _check_placeholders(jobs, jid, spec)
+        if env:
+            braced = env_braced.get(id(env))
+            if braced is None:
+                braced = env_braced[id(env)] = any("{" in v for _n, v in env)
+        else:
+            braced = False
+        if braced or (spec.cwd and "{" in spec.cwd) or (command is not None and (
+                "{" in command if type(command) is str else any("{" in w for w in command))):
+            _check_placeholders(jobs, jid, spec, variables)
         if _has_nul(command, env, spec.cwd):
             _report_nul(jobs, jid, spec)
             continue
@@ -121,26 +131,51 @@ def _all_plain(specs: Collection[JobSpec]) -> bool:
                for c in set(map(_COMMAND, specs)))
 
 
-_BRACED = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
-"""A `{word}` that is not a shell's `${word}`: where wloadctl's placeholder `{item}` or a misspelling of it stands."""
+_BRACED = re.compile(r"(?<!\$)\{((?:vars\.)?[A-Za-z_][A-Za-z0-9_]*)\}")
+"""A `{word}` that is not a shell's `${word}`: where wloadctl's placeholder `{item}`, a misspelling of it, or a
+plan variable taken for a placeholder (`{vars.region}`, `{region}`) stands."""
 
 
-def _check_placeholders(jobs: JobsReader, jid: str, spec: JobSpec) -> None:
-    """`{item}` is replaced only in a `for_each` job's command: elsewhere, or misspelt (`{itm}`), the braces and
-    the word would reach the command as they are. Shell text (`${HOME}`, `{a,b}`, `{ cmd; }`) and JSON are no
-    such word and pass."""
-    words = [spec.command] if type(spec.command) is str else list(spec.command or ())
-    found = {m[1] for w in words for m in _BRACED.finditer(w)}
-    if spec.for_each is None:
-        if PLACEHOLDER[1:-1] in found and jid not in jobs.bad_loops:
-            jobs.report(spec.line, f"the command holds {PLACEHOLDER}, but the job has no for_each: it would run "
-                        f"with the text '{PLACEHOLDER}'",
-                        f"add for_each (a list, vars.NAME or an upstream's output), or remove {PLACEHOLDER}", job=jid)
-        return
-    for word in sorted(found):
-        if word != "item" and difflib.SequenceMatcher(None, word.lower(), "item").ratio() >= 0.75:
-            jobs.report(spec.line, f"the command holds '{{{word}}}', which is not replaced: it would run as it is",
-                        f"did you mean '{PLACEHOLDER}'? a for_each job's command names its item so", job=jid)
+def _check_placeholders(jobs: JobsReader, jid: str, spec: JobSpec, variables: Collection[str]) -> None:
+    """`{item}` is replaced only in a `for_each` job's command, cwd and env values: elsewhere, or misspelt
+    (`{itm}`), the braces and the word would reach the program as they are, and so would a plan variable's
+    `{vars.NAME}` or `{NAME}` (plan variables are read by `if`, `until` and `for_each` alone). Shell text
+    (`${HOME}`, `{a,b}`, `{ cmd; }`) and JSON are no such word and pass. In an argv command, `{item}` may not
+    stand in another language's program (`python -c`, `perl -e`, awk's): it would be code there."""
+    places: list[tuple[str, list[str]]] = []
+    if spec.command is not None:
+        places.append(("the command", [spec.command] if type(spec.command) is str else list(spec.command)))
+    if spec.cwd and "{" in spec.cwd:
+        places.append(("cwd", [spec.cwd]))
+    places.extend((f"env '{name}'", [value]) for name, value in spec.env if "{" in value)
+    looped = spec.for_each is not None
+    for where, words in places:
+        found = {m[1] for w in words for m in _BRACED.finditer(w)}
+        for word in sorted(found):
+            name = word.removeprefix("vars.")
+            if word.startswith("vars.") or (name in variables and name != "item"):
+                env_name = name.upper() if name.isidentifier() else "NAME"
+                jobs.report(spec.line, f"{where} holds '{{{word}}}', which is never replaced: plan variables do "
+                            "not reach commands, cwd or env", f"give the job env: {{{env_name}: ...}} (a YAML "
+                            f"anchor shares one value between jobs) and read ${env_name}", job=jid)
+            elif word == "item" and not looped and jid not in jobs.bad_loops:
+                jobs.report(spec.line, f"{where} holds {PLACEHOLDER}, but the job has no for_each: it would run "
+                            f"with the text '{PLACEHOLDER}'",
+                            f"add for_each (a list, vars.NAME or an upstream's output), or remove {PLACEHOLDER}",
+                            job=jid)
+            elif looped and word != "item" and difflib.SequenceMatcher(None, word.lower(), "item").ratio() >= 0.75:
+                jobs.report(spec.line, f"{where} holds '{{{word}}}', which is not replaced: it would run as it is",
+                            f"did you mean '{PLACEHOLDER}'? a for_each job's command, cwd and env name its item so",
+                            job=jid)
+    if looped and type(spec.command) is tuple and any(PLACEHOLDER in w for w in spec.command):
+        _, code = code_arguments(spec.command)
+        for k in sorted(code):
+            if PLACEHOLDER in spec.command[k]:
+                jobs.report(spec.line, f"argument {k + 1} of the command is {code[k]}: {PLACEHOLDER} there would "
+                            "be run as code, not read as text",
+                            "pass the item as an argument of its own that the program reads (python's sys.argv, "
+                            f"perl's @ARGV, awk -v NAME={PLACEHOLDER}), or read $WLOADCTL_ITEM in the program",
+                            job=jid)
 
 
 def _has_nul(command: str | tuple[str, ...] | None, env: tuple[tuple[str, str], ...], cwd: str | None) -> bool:

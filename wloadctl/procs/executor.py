@@ -500,7 +500,9 @@ class Executor:
                                   rec.attempt, 0, 126, rec.epoch, 0, now, now, off, length))
 
     def _spawn(self, rec: P.TaskRecord, p: P.Payload) -> None:
-        unfit = nul_byte_in(p.command, p.env, p.cwd)
+        # (an instance whose loop item cannot be given safely carries why in `unfit`: it never runs)
+        unfit = p.extra.get("unfit") if p.extra else None
+        unfit = unfit or nul_byte_in(p.command, p.env, p.cwd)
         if unfit is not None:
             self._spawn_failed(rec, unfit)  # before argv_for, whose PATH look-up would raise on it too
             return

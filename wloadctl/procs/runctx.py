@@ -349,6 +349,8 @@ class RunContext:
             extra["enforce"] = "1"
         if spec.run_as:
             extra["run_as"] = spec.run_as
+        if spec.unfit is not None:
+            extra["unfit"] = spec.unfit  # the executor refuses to start it (core/loops.make_instance)
         return P.Payload(job=spec.id, command=command, env=env, cwd=cwd, timeout=spec.timeout,
                          log_path=log_name(logs, spec.id, attempt), extra=extra)
 
