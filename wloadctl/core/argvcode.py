@@ -24,10 +24,10 @@ _AWK_ARG_OPTIONS = frozenset("FvfeEilW")
 """awk options taking a value (`-F ,`, `-v n=1`, program files and texts, gawk's includes and libraries)."""
 _SEDS = frozenset({"sed", "gsed"})
 _SED_ARG_OPTIONS = frozenset("efl")
+"""sed options taking a value (a script, a script file, a line length)."""
 _LONG_ARG_OPTIONS = frozenset({"--file", "--exec", "--assign", "--field-separator", "--include", "--load",
                                "--line-length"})
 """awk's and sed's long options that take the next argument as their value."""
-"""sed options taking a value (a script, a script file, a line length)."""
 _VERSION = re.compile(r"-?[0-9][0-9.]*\Z")
 _CLUSTER = re.compile(r"-[A-Za-z]+\Z")
 
