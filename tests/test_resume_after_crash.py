@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 import yaml
 
 from tests.integration.helpers import (
+    ENV,
     cli,
     job_states,
     reap_orphans,
@@ -235,3 +238,39 @@ def test_a_cancelled_run_that_ended_runs_what_is_rerun_offline_when_resumed(tmp_
     finally:
         go.touch()
         stop_proc(proc, run_id=run_id)
+
+
+def test_a_resume_tells_only_the_jobs_that_end_after_it(tmp_path: Path) -> None:
+    sd, go = tmp_path / "sd", tmp_path / "go"
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "told", "jobs": {
+        "a": {"command": "echo a"},
+        "never": {"command": "echo never", "if": "False"},
+        "b": {"command": f"while [ ! -e {go} ]; do sleep 0.05; done", "depends_on": ["a"]},
+        "late": {"command": "echo late", "depends_on": ["b"], "if": "False"},
+    }}, sort_keys=False))
+    log = tmp_path / "first.out"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd)],
+                                stdout=out, stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    run_id = ""
+    try:
+        # Given a run stopped once `never` was skipped and `a` succeeded, `b` running
+        wait_for(lambda: job_states(sd).get("b") == "RUNNING", what="b running")
+        run_id = status(sd)["run"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130
+        first = log.read_text()
+        assert "SKIPPED         never" in first and "SUCCEEDED       a" in first
+        # When it is resumed and ends
+        go.touch()
+        again = cli("resume", "--state-dir", str(sd), timeout=60)
+        assert again.returncode == 0, again.stderr
+        # Then its lines tell what ended in the resume, not again what ended before it
+        told = [line.split(None, 1)[1] for line in again.stdout.splitlines() if line[:2].isdigit()]
+        assert [t.split()[1] for t in told] == ["b", "late"], again.stdout
+        assert "never" not in again.stdout and "SUCCEEDED       a" not in again.stdout
+    finally:
+        stop_proc(proc, grace=30)
+        if run_id:
+            reap_orphans(run_id)

@@ -50,8 +50,9 @@ class LineLog:
                 # The first turn ended jobs before anything watched: those that never ran (an `if` false at
                 # the start, an upstream that failed before) are told with the turn's others.
                 core = loop.core
+                before = loop.restored or bytes(core.n)  # (a resume: those ended before it are not told again)
                 loop.watch = [(i, core.state[i], core.reasons.get(i, "")) for i in range(core.n)
-                              if core.state[i] in TERMINAL and core.attempt[i] == 0]
+                              if core.state[i] in TERMINAL and core.attempt[i] == 0 and before[i] not in TERMINAL]
         self.flush()
 
     def flush(self, final: bool = False) -> None:

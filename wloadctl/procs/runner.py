@@ -846,6 +846,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             for n in notes:
                 opts.say(n)
             store.drop_columns()  # every job's row, read for the resume: not kept for the whole run
+            loop.restored = bytes(core.state)
         events.emit("scheduler_start", pid=os.getpid(), epoch=epoch, resumed=resumed)
         local.spawn_missing(opts.executors)
         if opts.prestarted is not None:

@@ -95,6 +95,9 @@ class SchedulerLoop:
     """Set when the loop stopped because the run stalled on held jobs."""
     watch: list[tuple[int, int, str]] | None = None
     """When a list: every terminal transition (job, state, reason) is appended for a line log."""
+    restored: bytes = b""
+    """A resume: every job's state as the journal gave it back, before the first turn (a line log tells only the
+    jobs that end from then on: the others were told by the run that ended them)."""
     beat_interval: float = HEALTH_INTERVAL
     """Seconds between heartbeats (board beat and lease renewal) and executor health checks."""
     not_idempotent: set[int] = field(default_factory=set)
