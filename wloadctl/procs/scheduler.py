@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import select
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,7 +57,23 @@ FENCE_RECHECK = 0.002
 """Seconds a passed fencing check stands: the checks before each queue operation of one turn read the
 board once. A successor takes over only after this scheduler's lease lapsed (seconds), and a scheduler
 frozen between two checks finds its monotonic clock moved on, so it looks again."""
+VERB_FAILPOINT = "after-verb-commit"
+"""`WLOADCTL_FAILPOINT=after-verb-commit`, for fault tests: the scheduler SIGKILLs itself right after the journal
+commit of the first turn with an operator verb's transitions, before anything else of the turn (its answer, the
+verb's other effects) is done. It strikes once per state directory (a file there says it struck)."""
 __all__ = ["HEALTH_INTERVAL", "Fenced", "SchedulerLoop"]
+
+
+def _verb_failpoint(state_dir: Path, transitions: Sequence[tuple]) -> None:
+    """Strike VERB_FAILPOINT if it is set, these transitions are an operator verb's, and it has not struck yet."""
+    if os.environ.get("WLOADCTL_FAILPOINT") != VERB_FAILPOINT or not any(
+            str(t[8]).startswith("op-") for t in transitions):
+        return
+    try:
+        os.close(os.open(Path(state_dir) / "failpoint-struck", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -409,6 +426,7 @@ class SchedulerLoop:
             except StoreError:
                 self._raise_if_fenced()
                 raise
+            _verb_failpoint(self.ctx.state_dir, c.transitions)
             if added:
                 self._announce_instances(added)
             self.changes.extend((t[0], t[2]) for t in c.transitions)
