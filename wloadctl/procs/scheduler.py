@@ -43,7 +43,7 @@ from wloadctl.procs.pools import Pools
 from wloadctl.procs.recovery import STOP_VERB, STOPPED_WITH_RUN, ResultSweeper
 from wloadctl.procs.runctx import RunContext
 from wloadctl.procs.supervisor import RunObjects, live_standby
-from wloadctl.store import Store
+from wloadctl.store import StaleEpoch, Store
 
 if TYPE_CHECKING:
     from wloadctl.hostshare import SlotGovernor
@@ -367,13 +367,19 @@ class SchedulerLoop:
         if self.held_back:
             self.held_back.extend(cmds)
             return
+        # A verb's audit rows go in the transaction of the transitions it caused (the flush's Persist
+        # comes before its Replies): after a crash at any moment, no applied transition lacks its row.
+        replies = [c for c in cmds if isinstance(c, Reply)]
         for k, c in enumerate(cmds):
             try:
-                self._carry_out(c)
+                self._carry_out(c, replies)
             except StoreFull:
                 self.held_back = list(cmds[k:])
                 self._pause_for_space()
                 return
+            except StaleEpoch:
+                self._raise_if_fenced()  # (said as the successor that took the run over)
+                raise
 
     def _pause_for_space(self) -> None:
         """A write was refused for want of space: stop dispatching and say why (once)."""
@@ -405,8 +411,8 @@ class SchedulerLoop:
         self.no_space = ""
         self.core.paused = self.stop_requested
 
-    def _carry_out(self, c: object) -> None:
-        """Carry out one command of the core.
+    def _carry_out(self, c: object, replies: Sequence[Reply] = ()) -> None:
+        """Carry out one command of the core (`replies`: the Reply commands of the same flush).
 
         Raises:
             StoreFull: the command's journal write was refused for want of space (nothing of it happened).
@@ -418,15 +424,18 @@ class SchedulerLoop:
             if added:  # loop instances are as idempotent as their loop
                 risky.update(k for k in range(added[0][1], self.core.n) if not self.core.specs[k].idempotent)
             durable = bool(risky) and any(t[0] in risky for t in c.transitions)
+            actions = self.desk.turn_actions(replies) if replies else []
             try:
                 t0 = time.perf_counter()
                 self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
-                                      durable=durable)
+                                      durable=durable, actions=actions)
                 self.unlogged.append((c.transitions, time.perf_counter() - t0))
             except StoreError:
                 self._raise_if_fenced()
                 raise
             _verb_failpoint(self.ctx.state_dir, c.transitions)
+            if replies:
+                self.desk.turn_journaled(replies)
             if added:
                 self._announce_instances(added)
             self.changes.extend((t[0], t[2]) for t in c.transitions)
