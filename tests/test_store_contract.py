@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Opener
-from wloadctl.errors import StoreError
+from wloadctl.errors import Fenced, StoreError
 from wloadctl.store import StaleEpoch, Store, current
 from wloadctl.turns import INDEX_BLOCK, STATE_BLOCK, JobColumns
 
@@ -119,6 +119,28 @@ def test_actions_and_alerts_are_kept_in_order(opener: Opener) -> None:
     assert st.alerts(run.id) == [(7.0, "a", "critical", "FAILED", 3, "exit 1", "/logs/a.3.log")]
 
 
+def test_a_verbs_audit_rows_are_written_with_its_transitions_in_one_chain(opener: Opener) -> None:
+    st = opener()
+    ids = [f"x{i:04d}" for i in range(3000)]
+    run = new_run(st, ids)
+    st.record_action(run.id, "ann", "hold", "x0000", "", "held", True, ts=1.0)
+    # A glob's verb: one turn of transitions and one audit row per job, in one transaction
+    st.write_turn(run.id, [(i, W, 8, 0, 2.0, -1, None, "", "op-1") for i in range(1, 3000)],
+                  actions=[(2.0, "bob", "hold", j, "night", f"held {j}", True) for j in ids[1:]])
+    # Rows of refusals alone (no transition) go in one transaction too
+    st.record_actions(run.id, [(3.0, "bob", "release", j, "", f"refused: {j}", False) for j in ids[:2]])
+    st.write_turn(run.id, [], actions=[(4.0, "bob", "kill", "*", "", "nothing to kill", False)])
+    reader = opener(readonly=True)
+    for s in (st, reader):
+        rows = s.actions(run.id)
+        assert len(rows) == 3003 and [r[3] for r in rows[:3000]] == ids
+        assert rows[1] == (2.0, "bob", "hold", "x0001", "night", "held x0001", 1)
+        assert s.actions(run.id, "x0001") == [rows[1], rows[3001]]
+        assert s.job_row(run.id, "x2999")[2] == 8  # type: ignore[index]
+        report = s.verify_audit(run.id)
+        assert report.ok and report.checked == 3003
+
+
 def test_the_lease_is_taken_by_compare_and_set(opener: Opener) -> None:
     st = opener()
     run = new_run(st, ["a"])
@@ -148,10 +170,15 @@ def test_every_write_of_an_older_epoch_is_refused(opener: Opener) -> None:
         lambda: old.write_turn(run.id, [], added=[("b", 2, ["x"], ["b@x"])]),
         lambda: old.set_status(run.id, "failed", 3.0),
         lambda: old.record_action(run.id, "ann", "hold", "a", "", "held", True),
+        lambda: old.record_actions(run.id, [(2.0, "ann", "hold", "a", "", "held", True)] * 3),
+        lambda: old.write_turn(run.id, [(1, W, R, 0, 2.0, -1, None, "", "op-1")], epoch=1,
+                               actions=[(2.0, "ann", "release", "b", "", "released", True)]),
         lambda: old.record_alert(run.id, 3.0, "a", "critical", "FAILED", 1, "", ""),
     ):
-        with pytest.raises(StaleEpoch, match=r"fenced: .* is at epoch 2, this writer holds 1"):
+        with pytest.raises(StaleEpoch, match=r"fenced: .* is at epoch 2, this writer holds 1") as e:
             write()
+        # (a scheduler that meets it exits as fenced, not as crashed)
+        assert isinstance(e.value, Fenced) and e.value.exit_code == Fenced.exit_code == 4
     row = new.get_run("r1")
     assert row is not None and row.status == "running" and row.epoch == 2
     assert new.last_seq(run.id) == 1 and new.job_ids(run.id) == ["a", "b"]

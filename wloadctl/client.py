@@ -21,6 +21,7 @@ from wloadctl.errors import (
     NoReply,
     ProtocolError,
     TransportError,
+    Unanswered,
     UsageError,
     WloadError,
     printable,
@@ -400,6 +401,8 @@ class RunClient:
             except ProtocolError:
                 raise  # the request itself cannot go (too large): said as it is, not as a scheduler out of reach
             except TransportError as e:
+                if isinstance(e, Unanswered) and verb not in READ_VERBS:
+                    raise  # delivered, perhaps applied: never applied again on the journal (below)
                 if verb == "why" and isinstance(e, NoReply):
                     # A live scheduler that does not answer (stopped, frozen, swamped): the journal's view, said so.
                     rep = self._offline(req)

@@ -115,6 +115,11 @@ class NoReply(TransportError):
     """A scheduler took an operator's request and did not answer it in time (stopped, frozen, swamped)."""
 
 
+class Unanswered(TransportError):
+    """A scheduler was sent an operator's request and went away (exited, killed) before it answered:
+    the request may have been applied, so it must not be applied again elsewhere."""
+
+
 class ProtocolError(TransportError):
     """Bytes on a queue or in shared memory do not match the expected layout or version."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wloadctl.errors import NoReply, TransportError, WloadError
+from wloadctl.errors import NoReply, TransportError, Unanswered, WloadError
 from wloadctl.ipc import protocol as P
 
 SOCKET_NAME = "control.sock"
@@ -338,8 +338,10 @@ def request(state_dir: Path, body: dict[str, Any], timeout: float) -> dict[str, 
             raise TransportError(f"{path}: no scheduler listens ({exc.strerror})",
                                  hint="check it with `wloadctl status`") from None
         data = P.encode_control({**body, "deadline": started + timeout}, max_size=MAX_REQUEST)
+        sent = False
         try:
             sock.sendall(_LEN.pack(len(data)) + data)
+            sent = True
             head = _recv_exact(sock, _LEN.size)
             (n,) = _LEN.unpack(head)
             if n > MAX_REPLY:
@@ -352,7 +354,13 @@ def request(state_dir: Path, body: dict[str, Any], timeout: float) -> dict[str, 
                                  hint="check the scheduler with `wloadctl status` and what was applied with"
                                       " `wloadctl audit`, then ask again") from None
         except OSError as exc:
-            raise TransportError(f"{path}: the scheduler closed the connection ({exc.strerror or exc})") from None
+            if not sent:
+                raise TransportError(f"{path}: the scheduler closed the connection ({exc.strerror or exc})") from None
+            # The request went out whole: a scheduler that ends now (killed, fenced, its run over) may have
+            # applied it, so it is not the caller's to apply again on the journal.
+            verb = str(body.get("verb") or "request")
+            raise Unanswered(f"no answer from the scheduler; the {verb} may have been applied: check "
+                             "`wloadctl status` / `wloadctl audit`") from None
     finally:
         sock.close()
 

@@ -13,7 +13,8 @@ import json
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wloadctl.access import Role, RoleMap, allowed_verbs, load_roles, needed, refusal, unauthenticated_name
@@ -32,6 +33,7 @@ from wloadctl.core.foureyes import (
 from wloadctl.core.verbs import VERBS, resolve_jobs, unknown_text
 from wloadctl.errors import printable
 from wloadctl.ipc.ctlsock import ControlSocket, Peer
+from wloadctl.store.audit import ActionRow
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
@@ -45,6 +47,20 @@ DRILL_JOB = "scheduler"
 """The audit's `job` of a drill asked of the scheduler (the drill's own report is journaled under `*`)."""
 MAX_REPLY_LINES = 40
 """Per-job messages in one reply; the rest are counted (a reply must fit one queue message)."""
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """A Reply of the core with its request and its audit rows, from the turn's journal write to its answer."""
+
+    rep: Reply
+    """The core's Reply."""
+    req: dict[str, Any]
+    """The request it answers ({} when none waits)."""
+    rows: list[ActionRow]
+    """One audit row per job the verb named (job "*" for the run as a whole)."""
+    journaled: bool = False
+    """The rows were committed with the turn's transitions."""
 
 
 class ControlDesk:
@@ -76,6 +92,8 @@ class ControlDesk:
         """Requests waiting for a second person (rebuilt from the journal's actions)."""
         self.drill: dict[str, Any] | None = None
         """A failover drill asked of this scheduler, carried out at the end of the turn (wloadctl.procs.selfdrill)."""
+        self._outcomes: dict[int, _Outcome] = {}
+        """Replies of the core being journaled and answered this turn, by identity."""
 
     @classmethod
     def open(cls, core: SchedulerCore, ctx: RunContext, store: Store) -> ControlDesk:
@@ -259,17 +277,47 @@ class ControlDesk:
         """The requests waiting for a second person, oldest first."""
         return list(self.book.requests.values())
 
+    def turn_actions(self, replies: Sequence[Reply]) -> list[ActionRow]:
+        """The audit rows of these replies (one per job each names), for the journal to commit with the
+        transitions the verbs caused (Store.write_turn): a crash then keeps both or neither.
+
+        Asked again for the same replies (a turn retried after a full disk), it gives the same rows.
+        """
+        return [row for rep in replies for row in self._outcome(rep).rows]
+
+    def turn_journaled(self, replies: Sequence[Reply]) -> None:
+        """The rows of these replies were committed with their turn: `reply` does not write them again."""
+        for rep in replies:
+            self._outcome(rep).journaled = True
+
+    def _outcome(self, rep: Reply) -> _Outcome:
+        """What a Reply says, worked out once: its request (taken from `waiting`) and its audit rows."""
+        out = self._outcomes.get(id(rep))
+        if out is None:
+            req = self.waiting.popleft() if self.waiting else {}
+            user, verb, reason = str(req.get("user", "")), str(req.get("verb", "")), str(req.get("reason", ""))
+            ids, ts = self.core.ids, time.time()
+            rows = [(ts, user, verb, (ids[i] if i >= 0 else "*")[:4000], reason, msg, applied)
+                    for i, applied, msg in rep.results]
+            # (keyed by identity: the Reply is kept in the value, so its id is not reused meanwhile)
+            out = self._outcomes[id(rep)] = _Outcome(rep, req, rows)
+        return out
+
     def reply(self, rep: Reply) -> None:
-        """A Reply came out of the core: journal each job's outcome and answer the request."""
-        req = self.waiting.popleft() if self.waiting else {}
-        core = self.core
-        lines = []
-        ok = True
-        for i, applied, msg in rep.results:
-            job = core.ids[i] if i >= 0 else "*"
-            self._journal(req, job, msg, applied)
-            ok = ok and applied
-            lines.append([job, applied, msg])
+        """A Reply came out of the core: journal each job's outcome (unless its turn did) and answer the request.
+
+        Raises:
+            StoreFull: the journal refused the rows for want of space (the reply is kept for a retry).
+        """
+        out = self._outcome(rep)
+        req = out.req
+        if not out.journaled:
+            self.store.record_actions(self.ctx.run.id, out.rows)
+        del self._outcomes[id(rep)]
+        claim = {"claimed": str(req["claimed"])} if "claimed" in req else {}
+        self.ctx.events.actions(out.rows, **claim)
+        lines = [[job, applied, msg] for _ts, _user, _verb, job, _reason, msg, applied in out.rows]
+        ok = all(applied for _job, applied, _msg in lines)
         extra = len(lines) - MAX_REPLY_LINES
         body: dict[str, Any] = {"ok": ok, "verb": rep.verb, "results": lines[:MAX_REPLY_LINES],
                                 "touched": len(rep.touched)}

@@ -77,7 +77,7 @@ _FAILPOINT: tuple[str, str] | None = None
 
 
 def _read_failpoint(text: str | None) -> tuple[str, str] | None:
-    if not text:
+    if not text or text == "after-verb-commit":  # (the scheduler's own: wloadctl.procs.scheduler)
         return None
     where, _, rest = text.partition(":")
     job, _, who = rest.rpartition(":")

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,6 +212,27 @@ class EventLog:
                 extra = f',"exit":{code},"executor":{ex}' if ex >= 0 else f',"exit":{code}'
             append(f'{start}{q},"attempt":{att},"trace":"{rid}.{i}.{att}",{heads[frm * 16 + to]}"cause":"{cause}"'
                    f'{extra}}}\n')
+        if out:
+            self._add("".join(out))
+
+    def actions(self, rows: Sequence[tuple[float, str, str, str, str, str, bool]], **more: object) -> None:
+        """One `action` event per audit row (ts, user, verb, job, reason, outcome, applied), as `emit` writes it.
+
+        A glob's verb has one row per job, mostly alike: what they share is encoded once.
+        """
+        out: list[str] = []
+        append = out.append
+        head = f'{{"ts":{round(time.time(), 6)!r},"run":{json.dumps(self.run_id)},"job":'
+        last: tuple[str, str, str] | None = None
+        mid = ""
+        tail = "".join(f",{json.dumps(k)}:{json.dumps(v)}" for k, v in more.items()) + "}\n"
+        for _ts, user, verb, job, reason, outcome, applied in rows:
+            if (user, verb, reason) != last:
+                last = (user, verb, reason)
+                mid = (f',"attempt":0,"event":"action","trace":{json.dumps(self.run_id)},"user":{json.dumps(user)},'
+                       f'"verb":{json.dumps(verb)},"reason":{json.dumps(reason)},"outcome":')
+            append(f'{head}{json.dumps(job)}{mid}{json.dumps(outcome)},"applied":{"true" if applied else "false"}'
+                   f'{tail}')
         if out:
             self._add("".join(out))
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import select
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,7 +43,7 @@ from wloadctl.procs.pools import Pools
 from wloadctl.procs.recovery import STOP_VERB, STOPPED_WITH_RUN, ResultSweeper
 from wloadctl.procs.runctx import RunContext
 from wloadctl.procs.supervisor import RunObjects, live_standby
-from wloadctl.store import Store
+from wloadctl.store import StaleEpoch, Store
 
 if TYPE_CHECKING:
     from wloadctl.hostshare import SlotGovernor
@@ -56,7 +57,23 @@ FENCE_RECHECK = 0.002
 """Seconds a passed fencing check stands: the checks before each queue operation of one turn read the
 board once. A successor takes over only after this scheduler's lease lapsed (seconds), and a scheduler
 frozen between two checks finds its monotonic clock moved on, so it looks again."""
+VERB_FAILPOINT = "after-verb-commit"
+"""`WLOADCTL_FAILPOINT=after-verb-commit`, for fault tests: the scheduler SIGKILLs itself right after the journal
+commit of the first turn with an operator verb's transitions, before anything else of the turn (its answer, the
+verb's other effects) is done. It strikes once per state directory (a file there says it struck)."""
 __all__ = ["HEALTH_INTERVAL", "Fenced", "SchedulerLoop"]
+
+
+def _verb_failpoint(state_dir: Path, transitions: Sequence[tuple]) -> None:
+    """Strike VERB_FAILPOINT if it is set, these transitions are an operator verb's, and it has not struck yet."""
+    if os.environ.get("WLOADCTL_FAILPOINT") != VERB_FAILPOINT or not any(
+            str(t[8]).startswith("op-") for t in transitions):
+        return
+    try:
+        os.close(os.open(Path(state_dir) / "failpoint-struck", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -353,13 +370,19 @@ class SchedulerLoop:
         if self.held_back:
             self.held_back.extend(cmds)
             return
+        # A verb's audit rows go in the transaction of the transitions it caused (the flush's Persist
+        # comes before its Replies): after a crash at any moment, no applied transition lacks its row.
+        replies = [c for c in cmds if isinstance(c, Reply)]
         for k, c in enumerate(cmds):
             try:
-                self._carry_out(c)
+                self._carry_out(c, replies)
             except StoreFull:
                 self.held_back = list(cmds[k:])
                 self._pause_for_space()
                 return
+            except StaleEpoch:
+                self._raise_if_fenced()  # (said as the successor that took the run over)
+                raise
 
     def _pause_for_space(self) -> None:
         """A write was refused for want of space: stop dispatching and say why (once)."""
@@ -391,8 +414,8 @@ class SchedulerLoop:
         self.no_space = ""
         self.core.paused = self.stop_requested
 
-    def _carry_out(self, c: object) -> None:
-        """Carry out one command of the core.
+    def _carry_out(self, c: object, replies: Sequence[Reply] = ()) -> None:
+        """Carry out one command of the core (`replies`: the Reply commands of the same flush).
 
         Raises:
             StoreFull: the command's journal write was refused for want of space (nothing of it happened).
@@ -404,14 +427,18 @@ class SchedulerLoop:
             if added:  # loop instances are as idempotent as their loop
                 risky.update(k for k in range(added[0][1], self.core.n) if not self.core.specs[k].idempotent)
             durable = bool(risky) and any(t[0] in risky for t in c.transitions)
+            actions = self.desk.turn_actions(replies) if replies else []
             try:
                 t0 = time.perf_counter()
                 self.store.write_turn(self.ctx.run.id, c.transitions, epoch=self.ctx.epoch, added=added,
-                                      durable=durable)
+                                      durable=durable, actions=actions)
                 self.unlogged.append((c.transitions, time.perf_counter() - t0))
             except StoreError:
                 self._raise_if_fenced()
                 raise
+            _verb_failpoint(self.ctx.state_dir, c.transitions)
+            if replies:
+                self.desk.turn_journaled(replies)
             if added:
                 self._announce_instances(added)
             self.changes.extend((t[0], t[2]) for t in c.transitions)

@@ -11,21 +11,46 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 GENESIS = "0" * 64
 """The `prev_hash` of a run's first chained action."""
 APPEND_ONLY = "audit rows are append-only"
 """The message of the triggers that refuse UPDATE and DELETE of audit rows."""
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""How a hashed body is encoded (one encoder: json.dumps with options makes one per call)."""
 
 
 def action_hash(prev: str, ts: float, user: str, verb: str, job: str, reason: str, outcome: str,
                 applied: bool | int) -> str:
     """SHA-256 of one action's contents after the previous action's hash."""
-    body = json.dumps([prev, float(ts), user, verb, job, reason, outcome, bool(applied)],
-                      ensure_ascii=False, separators=(",", ":"))
+    body = _ENCODE([prev, float(ts), user, verb, job, reason, outcome, bool(applied)])
     return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+ActionRow = tuple[float, str, str, str, str, str, bool]
+"""One operator action as a store appends it: (ts, user, verb, job, reason, outcome, applied)."""
+
+
+def chained(prev: str, rows: Sequence[ActionRow]) -> list[tuple[float, str, str, str, str, str, bool, str, str]]:
+    """The rows with their (prev_hash, hash), each chained to the one before it, the first to `prev`.
+
+    Computed here, in one pass, so that a verb's rows (one per job, thousands for a glob) are
+    appended with one read of the run's last hash and one insert of them all.
+    """
+    out = []
+    sha, last, mid = hashlib.sha256, None, ""
+    for ts, user, verb, job, reason, outcome, applied in rows:
+        if (ts, user, verb) != last:
+            # The body action_hash encodes, its shared part made once for the rows that share it.
+            last = (ts, user, verb)
+            mid = _ENCODE([float(ts), user, verb])[1:-1]
+        body = f'["{prev}",{mid},{_ENCODE([job, reason, outcome, bool(applied)])[1:]}'
+        h = sha(body.encode("utf-8", "surrogatepass")).hexdigest()
+        out.append((float(ts), user, verb, job, reason, outcome, bool(applied), prev, h))
+        prev = h
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,14 @@ nor load its plan to say why one job waits: see store/facts.py.
 from __future__ import annotations
 
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from wloadctl.errors import StoreError
-from wloadctl.store.audit import ChainReport
+from wloadctl.errors import Fenced, StoreError
+from wloadctl.store.audit import ActionRow, ChainReport
 from wloadctl.store.audit import verify as verify_chain
 from wloadctl.store.current import CurrentState
 from wloadctl.store.facts import JobFacts
@@ -37,8 +38,12 @@ _LOOKUPS = 64
 """Durability of commits (see Store.open)."""
 
 
-class StaleEpoch(StoreError):
-    """A write carried an epoch older than the run's: a newer scheduler holds the lease (fenced)."""
+class StaleEpoch(Fenced):
+    """A write carried an epoch older than the run's: a newer scheduler holds the lease (fenced).
+
+    A Fenced error, whichever write finds it (a turn, an operator action, an alert): the scheduler
+    that made it exits with Fenced's code, never as if it had crashed.
+    """
 
 
 class JournalUnavailable(StoreError):
@@ -319,13 +324,16 @@ class Store(CurrentState, JobFacts, ABC):
     @abstractmethod
     def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None,
                    added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]] = (),
-                   durable: bool = True) -> None:
-        """Journal one loop turn's transitions and the jobs it added, in one transaction.
+                   durable: bool = True, actions: Sequence[ActionRow] = ()) -> None:
+        """Journal one loop turn's transitions, the jobs it added and its operator actions, in one transaction.
 
         Each transition is (job, from, to, attempt, ts, executor, exit_code, reason, cause).
         `added` holds the `for_each` loops expanded in the turn: (looped job id, index of its first
-        instance, items, instance ids). With auto_sync, `durable=False` lets the commit skip its
-        flush to disk (it still survives a crash of the process).
+        instance, items, instance ids). `actions` are the audit rows of the verbs whose transitions
+        these are (see record_actions): committed with them, so no crash keeps a verb's effect
+        without its record; a turn with actions is always durable. With auto_sync,
+        `durable=False` lets the commit skip its flush to disk (it still survives a crash of the
+        process).
 
         Raises:
             StaleEpoch: the run moved to a newer epoch than `epoch` (or the store's): nothing written.
@@ -495,10 +503,20 @@ class Store(CurrentState, JobFacts, ABC):
 
     # -- operator actions and alerts ----------------------------------------------------------
 
-    @abstractmethod
     def record_action(self, run: int, user: str, verb: str, job: str, reason: str, outcome: str, applied: bool,
                       ts: float | None = None) -> None:
-        """Append one operator action to the audit trail."""
+        """Append one operator action to the audit trail, chained to the run's previous one."""
+        self.record_actions(run, [(ts or time.time(), user, verb, job, reason, outcome, applied)])
+
+    @abstractmethod
+    def record_actions(self, run: int, rows: Sequence[ActionRow]) -> None:
+        """Append operator actions to the audit trail in one durable transaction, chained in order after
+        the run's last one (the chain computed here, with one read of the run's last hash).
+
+        Raises:
+            StaleEpoch: this store's epoch is no longer the run's (nothing written).
+            StoreError: the write failed (nothing written).
+        """
 
     @abstractmethod
     def actions(self, run: int, job: str | None = None) -> list[tuple]:
@@ -540,4 +558,4 @@ class Store(CurrentState, JobFacts, ABC):
     def _stale(self, run: int, now_epoch: int | None, held: int) -> StaleEpoch:
         """The refusal of a write carrying epoch `held` when the run is at `now_epoch`."""
         return StaleEpoch(f"fenced: run {run} of {self.where} is at epoch {now_epoch}, this writer holds {held}",
-                          hint="a newer scheduler holds the lease; see `wloadctl status`")
+                          by_epoch=now_epoch or 0)

@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 
 from wloadctl.errors import NoJournalYet, StoreError, UsageError
-from wloadctl.store.audit import GENESIS, action_hash
+from wloadctl.store.audit import GENESIS, ActionRow, chained
 from wloadctl.store.base import JournalLoss, JournalUnavailable, RunRow, Store, without_password
 from wloadctl.store.pgschema import MIGRATION_LOCK, MIGRATIONS, RUN_COLUMNS, SCHEMA_VERSION, VERSION_TABLE
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
@@ -500,9 +500,11 @@ class PostgresStore(Store):
 
     def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None,
                    added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]] = (),
-                   durable: bool = True) -> None:
+                   durable: bool = True, actions: Sequence[ActionRow] = ()) -> None:
         """Journal one loop turn in one transaction (see Store.write_turn)."""
         if not transitions and not added:
+            if actions:
+                self.record_actions(run, actions)
             return
         held = self.epoch if epoch is None else epoch
         n = len(transitions)
@@ -527,7 +529,7 @@ class PostgresStore(Store):
                     "recs": recs, "causes": causes, "reasons": reasons, "blocks": list(blocks),
                     "states": list(blocks.values()), "keys": keys, "took": took, "rows": list(rows),
                     "data": list(rows.values()), "saved_at": saved_at}
-            if not added:
+            if not added and not actions:
                 # The common turn: one round trip (BEGIN, the guarded insert, COMMIT in one pipeline).
                 with conn.pipeline(), conn.transaction():
                     if relaxed:
@@ -558,6 +560,9 @@ class PostgresStore(Store):
                                          " VALUES (%s, %s, %s, %s)", (run, parent, first, json.dumps(list(items))))
                             self._copy_jobs(conn, run, ((first + k, j) for k, j in enumerate(ids)))
                             self._grow(conn, run, first + len(ids))
+                    if done and actions:
+                        # (the turn's guarded UPDATE of the run's row holds its lock: the chain's order)
+                        self._append_actions(conn, run, actions)
             if done:
                 self._next[run] = seq + n
                 if n:
@@ -708,23 +713,35 @@ class PostgresStore(Store):
 
     # -- operator actions and alerts ----------------------------------------------------------
 
-    def record_action(self, run: int, user: str, verb: str, job: str, reason: str, outcome: str, applied: bool,
-                      ts: float | None = None) -> None:
-        """Append one operator action to the audit trail, chained to the run's previous one."""
-        body = (ts or time.time(), user, verb, job, reason, outcome, applied)
+    def record_actions(self, run: int, rows: Sequence[ActionRow]) -> None:
+        """Append operator actions in one transaction, chained after the run's last (see Store)."""
+        if not rows:
+            return
 
         def put(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
                 # The run's row lock orders its writers: each chains to the last row committed.
-                conn.execute("SELECT 1 FROM runs WHERE id = %s FOR UPDATE", (run,))
-                row = conn.execute("SELECT hash FROM actions WHERE run = %s AND hash <> '' ORDER BY seq DESC"
-                                   " LIMIT 1", (run,)).fetchone()
-                prev = row[0] if row else GENESIS
-                self._guarded(conn, run, "INSERT INTO actions (run, ts, username, verb, job, reason, outcome, applied,"
-                              " prev_hash, hash) SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s, %s WHERE true",
-                              (run, *body, prev, action_hash(prev, *body)))
+                row = conn.execute("SELECT epoch FROM runs WHERE id = %s FOR UPDATE", (run,)).fetchone()
+                if self.epoch is not None and (row is None or int(row[0]) != self.epoch):
+                    raise self._stale(run, row[0] if row else None, self.epoch)
+                self._append_actions(conn, run, rows)
 
         self._do(put)
+
+    @staticmethod
+    def _append_actions(conn: psycopg.Connection[Any], run: int, rows: Sequence[ActionRow]) -> None:
+        """Insert audit rows chained after the run's last, in one statement (inside the caller's
+        transaction, which holds the run's row lock)."""
+        last = conn.execute("SELECT hash FROM actions WHERE run = %s AND hash <> '' ORDER BY seq DESC LIMIT 1",
+                            (run,)).fetchone()
+        cols = list(zip(*chained(last[0] if last else GENESIS, rows), strict=True))
+        # unnest keeps the arrays' order, and seq (bigserial) numbers the rows in it: the chain's order.
+        conn.execute("INSERT INTO actions (run, ts, username, verb, job, reason, outcome, applied, prev_hash, hash)"
+                     " SELECT %s, ts, u, v, j, r, o, a, p, h FROM unnest(%s::double precision[], %s::text[],"
+                     " %s::text[], %s::text[], %s::text[], %s::text[], %s::boolean[], %s::text[], %s::text[])"
+                     " WITH ORDINALITY"
+                     " AS x(ts, u, v, j, r, o, a, p, h, k) ORDER BY k",
+                     (run, *(list(c) for c in cols)))
 
     def audit_rows(self, run: int | None = None) -> list[tuple]:
         """(seq, run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash) by run and seq."""

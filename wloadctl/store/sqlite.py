@@ -14,7 +14,7 @@ from pathlib import Path
 
 from wloadctl.errors import NoJournalYet, StoreError, StoreFull
 from wloadctl.paths import read_journal_note
-from wloadctl.store.audit import GENESIS, action_hash
+from wloadctl.store.audit import GENESIS, ActionRow, action_hash, chained
 from wloadctl.store.base import DB_NAME, JournalLoss, RunRow, Store
 from wloadctl.store.sqlschema import AUDIT_TRIGGERS, SCHEMA, SCHEMA_VERSION
 from wloadctl.turns import index_blocks, pack_turn, unpack_jobs, unpack_turn
@@ -659,20 +659,26 @@ class SqliteStore(Store):
         return int(row[0] or 0)
 
     def write_turn(self, run: int, transitions: Sequence[tuple], epoch: int | None = None,
-                   added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]] = (), durable: bool = True) -> None:
+                   added: Sequence[tuple[str, int, Sequence[str], Sequence[str]]] = (), durable: bool = True,
+                   actions: Sequence[ActionRow] = ()) -> None:
         """Journal one loop turn's transitions and the jobs' resulting rows, in one transaction.
 
         Each transition is (job, from, to, attempt, ts, executor, exit_code, reason, cause).
         `added` holds the `for_each` loops expanded in the turn: (looped job id, index of its first
         instance, items, instance ids); their job rows are written before the transitions that name them.
         With auto_sync, `durable=False` lets the commit skip its fsync (it still survives a process crash;
-        the next durable commit makes it durable too, the log being written in order).
+        the next durable commit makes it durable too, the log being written in order). `actions`, the
+        audit rows of the verbs that made these transitions, go in the same transaction (always durable).
 
         Raises:
             StoreError: the write failed, or `epoch` is given and the run moved to a newer epoch (fenced).
         """
         if not transitions and not added:
+            if actions:
+                self.record_actions(run, actions)
             return
+        if actions:
+            durable = True
         if epoch is None:
             epoch = self.epoch
         recs, causes, reasons = pack_turn(transitions)
@@ -715,6 +721,8 @@ class SqliteStore(Store):
                     self._save_flat(run, rows, last if saved_at is None else saved_at)
                 if took:
                     c.execute("INSERT INTO took (run, seq, blob) VALUES (?, ?, ?)", (run, top[0], took))
+            if actions:
+                self._append_actions(run, actions)
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             self._forget_current(run)
@@ -874,34 +882,37 @@ class SqliteStore(Store):
 
     # -- operator actions and alerts ------------------------------------------------------
 
-    def record_action(
-        self,
-        run: int,
-        user: str,
-        verb: str,
-        job: str,
-        reason: str,
-        outcome: str,
-        applied: bool,
-        ts: float | None = None,
-    ) -> None:
-        """Append one operator action to the audit trail, chained to the run's previous one."""
+    def record_actions(self, run: int, rows: Sequence[ActionRow]) -> None:
+        """Append operator actions in one durable transaction, chained after the run's last (see Store)."""
+        if not rows:
+            return
         self._durable()
-        args = (ts or time.time(), user, verb, job, reason, outcome, int(applied))
-        # One statement reads the run's last hash and appends after it: SQLite runs it as one
-        # write transaction, so two writers cannot both chain to the same row.
-        guard = " AND EXISTS (SELECT 1 FROM runs WHERE id = ? AND epoch = ?)" if self.epoch is not None else ""
+        c = self.conn
         try:
-            cur = self.conn.execute(
-                "INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash)"
-                " SELECT ?, ?, ?, ?, ?, ?, ?, ?, p, wl_action_hash(p, ?, ?, ?, ?, ?, ?, ?) FROM (SELECT coalesce("
-                "(SELECT hash FROM actions WHERE run = ? AND hash != '' ORDER BY seq DESC LIMIT 1), ?) AS p)"
-                " WHERE 1" + guard,
-                (run, *args, *args, run, GENESIS, *((run, self.epoch) if guard else ())))
-        except sqlite3.DatabaseError as e:
-            raise write_error(e, self.path) from None
-        if cur.rowcount != 1:
-            raise self._stale(run, self._epoch_of(run), self.epoch or 0)
+            # IMMEDIATE: the write lock is taken before the run's last hash is read, so two writers
+            # cannot both chain to the same row.
+            c.execute("BEGIN IMMEDIATE")
+            if self.epoch is not None:
+                cur = self._epoch_of(run)
+                if cur != self.epoch:
+                    c.execute("ROLLBACK")
+                    raise self._stale(run, cur, self.epoch)
+            self._append_actions(run, rows)
+            c.execute("COMMIT")
+        except BaseException as e:
+            _rollback(c)
+            if isinstance(e, sqlite3.DatabaseError):
+                raise write_error(e, self.path) from None
+            raise
+
+    def _append_actions(self, run: int, rows: Sequence[ActionRow]) -> None:
+        """Insert audit rows chained after the run's last (inside the caller's write transaction)."""
+        c = self.conn
+        last = c.execute("SELECT hash FROM actions WHERE run = ? AND hash != '' ORDER BY seq DESC LIMIT 1",
+                         (run,)).fetchone()
+        c.executemany("INSERT INTO actions (run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash)"
+                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      [(run, *r) for r in chained(last[0] if last else GENESIS, rows)])
 
     def audit_rows(self, run: int | None = None) -> list[tuple]:
         """(seq, run, ts, user, verb, job, reason, outcome, applied, prev_hash, hash) by run and seq."""
