@@ -386,7 +386,11 @@ class RunClient:
         req = {"verb": verb, "jobs": jobs, "reason": printable(reason), "downstream": downstream, "user": _user(),
                "run": self.run.run_id}
         if self.broker is not None:
-            rep = self._ask_broker(req)
+            try:
+                rep = self._ask_broker(req)
+            except Unanswered:
+                raise Unanswered(f"no answer through the broker from the scheduler of run {self.run.run_id}; the "
+                                 f"{verb} may have been applied: check `wloadctl status` / `wloadctl audit`") from None
             if rep is not None:
                 rep["live"] = True
                 return rep

@@ -200,3 +200,27 @@ def test_a_credentials_file_names_its_user(tmp_path: Path) -> None:
     creds.write_bytes(b"-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QifQ." + claims + b".c2ln\n"
                       b"------END NATS USER JWT------\n")
     assert broker_identity(BrokerOptions("nats://127.0.0.1:4222", creds_file=str(creds))) == "carol"
+
+
+def test_a_verb_a_scheduler_took_and_did_not_answer_is_never_taken_for_one_nobody_heard(
+        nats_server: NatsServer) -> None:
+    from wloadctl.errors import Unanswered
+    from wloadctl.remote.operators import OperatorLink
+
+    options = BrokerOptions(nats_server.url)
+    with BrokerLink.open(options) as listener:
+        ops = OperatorLink(options)
+        try:
+            # Nobody listens for the run's verbs: no answer, and nothing was applied anywhere
+            assert ops.ask("r1", {"verb": "hold", "jobs": ["a"], "reason": ""}, timeout=1.0) is None
+            # A scheduler takes the run's verbs and goes silent (killed, frozen) before it answers
+            listener.subscribe(Subjects(options.prefix).op("r1") + ".>")
+            listener.subscribe(Subjects(options.prefix).op("r1"))
+            wait_for(lambda: listener.connected, what="the listener connected")
+            # Then a verb that changes the run may have been applied: said so, never None (applied again offline)
+            with pytest.raises(Unanswered):
+                ops.ask("r1", {"verb": "hold", "jobs": ["a"], "reason": ""}, timeout=1.0)
+            # while a read is only unanswered
+            assert ops.ask("r1", {"verb": "why", "jobs": ["a"], "reason": ""}, timeout=1.0) is None
+        finally:
+            ops.close()

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
-from wloadctl.errors import TransportError, WloadError
+from wloadctl.errors import TransportError, Unanswered, WloadError
 from wloadctl.remote.broker import BrokerOptions
 from wloadctl.remote.buckets import Buckets
 from wloadctl.remote.outbox import Outbox, Outgoing, PubAck
@@ -443,8 +443,12 @@ class BrokerLink:
         if msg.reply:
             self.publish(msg.reply, data)
 
-    def request(self, subject: str, data: bytes, timeout: float = 2.0) -> bytes | None:
-        """Send a request and wait for the first reply; None if none came within `timeout`."""
+    def request(self, subject: str, data: bytes, timeout: float = 2.0, heard: bool = False) -> bytes | None:
+        """Send a request and wait for the first reply; None if none came within `timeout`.
+
+        With `heard`, a request some listener took and did not answer in time is told apart from one nobody
+        listens for (None): it raises Unanswered, as what it asked may have been done.
+        """
         import nats.errors
 
         nc, _ = self._client()
@@ -452,7 +456,12 @@ class BrokerLink:
         async def ask() -> bytes | None:
             try:
                 return (await nc.request(subject, data, timeout=timeout)).data
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            except nats.errors.NoRespondersError:
+                return None
+            except nats.errors.TimeoutError:
+                if heard:
+                    raise Unanswered(f"no answer on {subject} within {timeout:g}s from the listener that took the "
+                                     "request") from None
                 return None
 
         return self._call(ask(), timeout + 2.0, f"request on {subject}")

@@ -150,6 +150,7 @@ class OperatorLink:
             refused this user the subject: it says so to the connection, not to the request).
 
         Raises:
+            Unanswered: a scheduler took a verb that changes the run and did not answer in time.
             TransportError: the broker cannot be reached, or the answer is garbled.
         """
         if self.link is None:
@@ -160,7 +161,9 @@ class OperatorLink:
             subject = self.subjects.op(run_id)
         # The name is only a claim (the scheduler believes the broker, not this); its host is shown.
         body = {**req, "user": f"{req.get('user', '')}@{socket.gethostname()}", "id": secrets.token_hex(4)}
-        raw = self.link.request(subject, json.dumps(body).encode(), timeout=timeout)
+        # A verb a scheduler took and did not answer may have been applied: the caller must not apply it again.
+        changes = req.get("verb") not in ("why", "whoami", "pending", "ping")
+        raw = self.link.request(subject, json.dumps(body).encode(), timeout=timeout, heard=changes)
         if raw is None:
             return None
         try:
