@@ -47,3 +47,13 @@ async def test_a_stop_says_again_which_jobs_it_kills() -> None:
         await wait_for(pilot, lambda: app.return_value is not None, what="the end of the stop")
     assert app.return_value == "stopped"
     assert app.stopped_running == ["load_gl", "archive_logs"]
+
+
+async def test_on_a_small_terminal_the_quit_question_still_shows_its_three_keys() -> None:
+    app = fake_app(supervised=True)
+    async with app.run_test(size=(36, 10)) as pilot:
+        await loaded(pilot)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen), what="the question")
+        text = screen_text(app)
+        assert "d  detach" in text and "s  stop the run" in text, text

@@ -48,12 +48,13 @@ class QuitScreen(ModalScreen[str | None]):
         )
         with Vertical(id="dialog") as box:
             box.border_title = "quit"
+            # The three answers first: on a small terminal the dialog's last lines are cut, not its keys.
             yield Static(
-                f"The run is live (scheduler pid {self.scheduler_pid}); "
-                f"{running_text(self.running)}.\n\n"
+                f"The run is live (scheduler pid {self.scheduler_pid}).\n"
                 f"d  detach: leave the run going, running jobs too; {again}\n"
                 f"s  stop the run: {stop_text(len(self.running))}\n"
-                "n  stay in the console",
+                "n  stay in the console\n\n"
+                f"{running_text(self.running)[0].upper()}{running_text(self.running)[1:]}.",
                 id="question",
                 markup=False,
             )
