@@ -157,6 +157,8 @@ class ConsoleApp(App[str]):
         """This user's role in the run, once known."""
         self.four_eyes: frozenset[str] = frozenset()
         """Verbs the run makes need a second person's approve (a request is filed, not applied), once known."""
+        self.four_eyes_jobs: dict[str, frozenset[str]] = {}
+        """Verb -> the jobs whose own `four_eyes:` name it (a verb reaching one files a request), once known."""
         self.approvals = 0
         """Requests and confirmation jobs waiting for an operator's approve (the header's hint; `A` lists them)."""
         self.ended_by = ""
@@ -229,6 +231,7 @@ class ConsoleApp(App[str]):
         self.loaded.clear()
         self.role, self.allowed = "", None  # learned anew: a role is per run
         self.four_eyes = frozenset()
+        self.four_eyes_jobs = {}
         self.feed = Feed(self.open_client, self._feed_post(), None, self.clock, self.poll)
         self._follow()
         self._learn_role()
@@ -255,6 +258,9 @@ class ConsoleApp(App[str]):
         self.role = str(me.get("role", ""))
         self.allowed = frozenset(me.get("verbs", ()))
         self.four_eyes = frozenset(me.get("four_eyes", ()))
+        jobs = me.get("four_eyes_jobs")
+        self.four_eyes_jobs = {str(v): frozenset(map(str, ids)) for v, ids in jobs.items()} \
+            if isinstance(jobs, dict) else {}
         self.call_from_thread(self.screen.refresh_bindings)
 
     @work(thread=True, exclusive=True, group="approvals", exit_on_error=False)

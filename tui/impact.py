@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from tui.labels import fmt_clock
@@ -79,7 +79,14 @@ class Impact:
     deadlines: list[DeadlineMove] = field(default_factory=list)
     """Deadlines at stake, soonest first."""
     second: bool = False
-    """The run's four eyes name the verb: confirming files a request another admin must approve."""
+    """The run's four eyes name the verb (or a job it reaches does): confirming files a request another admin must
+    approve."""
+    waits: list[str] = field(default_factory=list)
+    """Jobs a skip or set-ok applies to whose upstreams have not all ended: it takes effect once they have (the
+    jobs never run; their downstream waits with them: wloadctl.core.forcing)."""
+    gated: list[str] = field(default_factory=list)
+    """Jobs it would act on (those chosen, and with rerun's downstream every job below them) whose own `four_eyes:`
+    name the verb."""
 
     @property
     def destructive(self) -> bool:
@@ -101,6 +108,11 @@ class Impact:
                 else ""
             )
             out.append(f"{self.verb} {len(self.applies)} job(s): {names}")
+            if self.gated:
+                names = ", ".join(self.gated[:limit]) + (
+                    f" and {len(self.gated) - limit} more" if len(self.gated) > limit else ""
+                )
+                out.append(f"four eyes of {names}: {self.verb} of them needs a second person")
             if self.second:
                 # Four eyes: nothing happens to the jobs until a second person approves.
                 out.append(
@@ -109,6 +121,15 @@ class Impact:
                 )
             else:
                 out.append(f"they {EFFECT[self.verb]}")
+            if self.waits:
+                names = ", ".join(self.waits[:limit]) + (
+                    f" and {len(self.waits) - limit} more" if len(self.waits) > limit else ""
+                )
+                said = "set ok" if self.verb == "set-ok" else "skipped"
+                out.append(
+                    f"{len(self.waits)} of them ({names}) wait for their upstreams to end first: "
+                    f"{said} then, never run; their downstream waits with them"
+                )
         else:
             out.append(f"{self.verb} applies to none of the selected jobs")
         if self.affected:
@@ -174,7 +195,12 @@ def is_moot(verb: str, names: Sequence[str], model: JobsModel) -> bool:
 
 
 def impact(
-    verb: str, jobs: Sequence[int], model: JobsModel, dag: Dag, downstream: bool = False
+    verb: str,
+    jobs: Sequence[int],
+    model: JobsModel,
+    dag: Dag,
+    downstream: bool = False,
+    gated: Collection[str] = frozenset(),
 ) -> Impact:
     """Work out what `verb` would do, from the console's copy of the states.
 
@@ -189,6 +215,9 @@ def impact(
         model: the jobs' states.
         dag: the plan's graph.
         downstream: for rerun, whether finished downstream jobs run again too.
+        gated: the jobs whose own `four_eyes:` name the verb (the scheduler's whoami says): those among the jobs
+            it reaches (the chosen ones, and with rerun's downstream every job below them, whatever its state:
+            the scheduler counts them all, wloadctl.core.reach) make it a request for a second person.
 
     Returns:
         The impact.
@@ -223,8 +252,15 @@ def impact(
     kept = bytes(s in keep for s in range(256))
     under = _below(dag, model, chosen)
     below = sorted(i for i in under if kept[st_of[i]])
+    if verb in ("skip", "set-ok"):
+        imp.waits = [ids[i] for i in chosen if _upstream_running(dag, model, i, st_of)]
     imp.applies = [ids[i] for i in chosen]
     imp.affected = [ids[i] for i in below]
+    if gated:
+        reach = dict.fromkeys(jobs)
+        if imp.downstream:
+            reach.update(dict.fromkeys(_below(dag, model, list(jobs))))
+        imp.gated = [ids[i] for i in reach if ids[i] in gated]
     if verb in _REOPENS:  # (a held job they reopen comes back HELD: core/holds.py)
         reason, held = model.reason, int(S.HELD)
         imp.held = [ids[i] for i in sorted(under) if (kept[st_of[i]] or st_of[i] == held) and says_held(reason[i])]
@@ -268,6 +304,17 @@ def _not_started_below(
             )
         )
     return kept
+
+
+_ENDED = bytes(1 if s in TERMINAL else 0 for s in range(256))
+
+
+def _upstream_running(dag: Dag, model: JobsModel, i: int, st_of: bytes) -> bool:
+    """Whether job i waits (WAITING, or HELD) for an upstream that has not ended."""
+    if st_of[i] not in (int(S.WAITING), int(S.HELD)) or model.ids[i] not in dag:
+        return False
+    index = model.index
+    return any(u in index and not _ENDED[st_of[index[u]]] for u in dag.upstream_of(model.ids[i]))
 
 
 def _below(dag: Dag, model: JobsModel, chosen: list[int]) -> list[int]:

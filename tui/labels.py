@@ -289,7 +289,8 @@ def legend() -> list[LegendEntry]:
     docs = _member_docs(JobState)
     out = []
     for s in JobState:
-        to = tuple(b.name for b in JobState if (s, b) in TRANSITIONS)
+        # (WAITING -> WAITING, a skip or set-ok waiting for the job's upstreams, leads to no other state)
+        to = tuple(b.name for b in JobState if (s, b) in TRANSITIONS and b != s)
         verbs = tuple(
             v for v, states in VERB_FROM.items() if s in states and v != "cancel"
         )

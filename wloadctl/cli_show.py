@@ -242,12 +242,14 @@ def _agent_words(text: str, agents: dict[int, str]) -> str:
 
 def pending_lines(data: dict[str, Any]) -> list[str]:
     """What waits for an operator's approve, for `status` and `pending`: confirmation jobs and requests."""
+    from wloadctl.core.foureyes import request_words
+
     out = []
     if data.get("confirm"):
         out.append(f"waiting for confirmation ({len(data['confirm'])}), started with `wloadctl approve JOB`: "
                    f"{', '.join(data['confirm'])}")
     for r in data.get("requests") or []:
-        what = f"{r['verb']} {', '.join(r['jobs'])}" if r["jobs"] else r["verb"]
+        what = request_words(r)  # (all it asks for: with downstream, the jobs it reaches whose four eyes count)
         why = f" ({r['reason']})" if r["reason"] else ""
         out.append(f"pending {r['id']}: {what} asked by {r['user']} at {_ts(r['ts'])}{why}; "
                    f"`wloadctl approve {r['id']}` by another admin applies it, `wloadctl reject {r['id']}` drops it")

@@ -535,7 +535,15 @@ class RunClient:
         from wloadctl.core.events import OperatorEvent
         from wloadctl.core.explain import why as explain
         from wloadctl.core.fanout import expansion_rows
-        from wloadctl.core.foureyes import PendingBook, needs_second, pending_outcome
+        from wloadctl.core.foureyes import (
+            PendingBook,
+            gated_jobs,
+            pending_outcome,
+            second_message,
+            uncovered,
+            uncovered_refusal,
+        )
+        from wloadctl.core.reach import reached
         from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs, unknown_text
 
         verb = req["verb"]
@@ -580,19 +588,33 @@ class RunClient:
                 run = st.get_run(self.run.run_id) or self.run
                 core = journal_core(st, run)
                 idx, unknown = resolve_jobs(core, req["jobs"])
+                # Every job the verb would act on counts for four eyes, not only those named (core/reach.py).
+                gated = gated_jobs(verb, (core.specs[i] for i in reached(core, verb, idx, bool(req["downstream"]))))
+                settle = req.get("settle")
+                if settle is not None:
+                    # An approve applies what was asked, no more: refused (the request kept) when the verb would now
+                    # act on a job whose four eyes the request did not name.
+                    asked = settle["request"]
+                    extra = uncovered(asked, gated)
+                    if extra:
+                        msg = uncovered_refusal(asked, extra)
+                        st.record_action(run.id, settle["user"], "approve", asked.id, settle["reason"], msg, False)
+                        return {"ok": False, "error": msg, "live": False, "unapproved": True}
+                    st.record_action(run.id, settle["user"], "approve", asked.id, settle["reason"], settle["outcome"],
+                                     True)
                 if unknown:
                     msg = unknown_text(unknown)
                     st.record_action(run.id, req["user"], verb, "; ".join(unknown), req["reason"], msg, False)
                     return {"ok": False, "error": msg, "unknown": unknown, "live": False}
                 second = frozenset(core.plan.four_eyes) | access.load_roles().four_eyes
-                if not req.get("approved") and needs_second(verb, (core.specs[i] for i in idx), second):
+                if not req.get("approved") and (verb in second or gated):
                     book = PendingBook.from_actions(st.actions(run.id))
-                    p = book.open(verb, req["jobs"], req["user"], req["reason"], time.time(), bool(req["downstream"]))
+                    p = book.open(verb, req["jobs"], req["user"], req["reason"], time.time(), bool(req["downstream"]),
+                                  gated)
                     st.record_action(run.id, req["user"], verb, "; ".join(req["jobs"]) or "*", req["reason"],
                                      pending_outcome(p), False)
                     return {"ok": True, "verb": verb, "pending": p.as_dict(), "results": [], "live": False,
-                            "message": f"{p.id}: {verb} needs a second person: another admin's "
-                                       f"`wloadctl approve {p.id}` applies it, `wloadctl reject {p.id}` drops it"}
+                            "message": second_message(p)}
                 core.paused = True  # nothing is dispatched from here; a resume runs what becomes READY
                 cmds = core.handle(OperatorEvent(verb, tuple(idx), time.time(), user=req["user"],
                                                  reason=req["reason"], downstream=bool(req["downstream"]),
@@ -678,14 +700,18 @@ class RunClient:
                                  False)
                 return {"ok": False, "error": err, "live": False}
             word = settle_word(verb, p, user)
-            st.record_action(self.run.id, user, verb, p.id, req["reason"], settled_outcome(word, p, user), True)
-        if verb == "reject":
-            return {"ok": True, "verb": verb, "results": [], "live": False,
-                    "message": f"{p.id} {word}: {p.describe()} will not be applied"}
+            if verb == "reject":
+                st.record_action(self.run.id, user, verb, p.id, req["reason"], settled_outcome(word, p, user), True)
+                return {"ok": True, "verb": verb, "results": [], "live": False,
+                        "message": f"{p.id} {word}: {p.describe()} will not be applied"}
         why_ = f"{p.reason}; " if p.reason else ""
+        # (the approve is journaled there, once the run's core says the request covers what the verb would do)
+        settle = {"request": p, "user": user, "reason": req["reason"], "outcome": settled_outcome(word, p, user)}
         rep = self._offline({**req, "verb": p.verb, "jobs": list(p.jobs), "downstream": p.downstream,
-                             "approved": p.id, "reason": f"{why_}{p.id} asked by {p.user}, approved by {user}"})
-        rep["approved"] = p.id
+                             "approved": p.id, "reason": f"{why_}{p.id} asked by {p.user}, approved by {user}",
+                             "settle": settle})
+        if not rep.pop("unapproved", False):
+            rep["approved"] = p.id
         return rep
 
     # -- reading ----------------------------------------------------------------------------
@@ -969,7 +995,7 @@ def journal_core(store: Store, run: RunRow) -> SchedulerCore:
     core.set_times({}, run_instants(core.specs, run.business_date, run.started, plan.timezone, deadlines=False)[1])
     busy = (JobState.QUEUED, JobState.RUNNING)
     for i, _jid, st, _a, ex, _c, _st, _en, reason in store.job_rows(run.id):
-        if reason:
+        if reason and core.state[i] == st:  # (the restore ended it otherwise, and said why: core/replay.py)
             core.reasons[i] = reason
         if st in busy and ex is not None and ex >= 0:
             core.executor[i] = ex  # (`why` names it; a resume's core learns it from its executors instead)

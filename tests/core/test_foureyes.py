@@ -9,7 +9,7 @@ from wloadctl.core.commands import Dispatch, Reply
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import JobExitedEvent, OperatorEvent, RunStartedEvent
 from wloadctl.core.explain import why
-from wloadctl.core.foureyes import PendingBook, needs_second, pending_outcome, settled_outcome
+from wloadctl.core.foureyes import PendingBook, gated_jobs, pending_outcome, settled_outcome
 from wloadctl.core.plan import Plan
 from wloadctl.core.states import JobState as S
 
@@ -67,10 +67,9 @@ def test_a_restored_run_does_not_hold_an_approved_confirmation_job_again() -> No
 def test_which_verbs_need_a_second_person() -> None:
     plan = make_plan({"a": {}, "b": {}})
     b = dataclasses.replace(plan.jobs["b"], four_eyes=("rerun",))
-    assert needs_second("kill", [plan.jobs["a"]], {"kill"})
-    assert needs_second("rerun", [plan.jobs["a"], b], set())
-    assert not needs_second("rerun", [plan.jobs["a"]], {"kill"})
-    assert needs_second("cancel", [], {"cancel"})
+    assert gated_jobs("rerun", [plan.jobs["a"], b]) == ("b",)
+    assert gated_jobs("kill", [plan.jobs["a"], b]) == ()
+    assert gated_jobs("cancel", []) == ()
 
 
 def test_the_book_of_requests_is_rebuilt_from_the_journals_actions() -> None:
@@ -90,3 +89,42 @@ def test_the_book_of_requests_is_rebuilt_from_the_journals_actions() -> None:
     assert list(again.requests) == ["R2"]
     assert again.requests["R2"] == r2
     assert again.open("skip", ["x"], "carol", "", 6.0).id == "R4"
+
+
+def test_a_verb_reaches_the_jobs_it_names_a_loops_instances_and_with_rerun_downstream_everything_below() -> None:
+    from tests.core.test_loops import dynamic, finish_list
+    from wloadctl.core.reach import reached
+
+    core = SchedulerCore(dynamic(), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    finish_list(core, {"files": ["a", "b"]})
+
+    def ids(verb: str, *jobs: str, downstream: bool = False) -> list[str]:
+        return [core.ids[i] for i in reached(core, verb, [core.index[j] for j in jobs], downstream)]
+
+    assert ids("rerun", "list") == ["list"]
+    assert ids("rerun", "list", downstream=True) == ["list", "load", "post"]
+    assert ids("retry", "load") == ["load", "load@a", "load@b"]
+    assert ids("rerun", "load", downstream=True) == ["load", "load@a", "load@b", "post"]
+    assert ids("skip", "load") == ["load"]  # (skip, set-ok and hold of a loop are about the loop itself)
+    assert ids("kill", "list", downstream=True) == ["list"]  # (--downstream is rerun's alone)
+
+
+def test_a_request_keeps_the_four_eyes_jobs_it_reaches_and_its_approve_covers_no_others() -> None:
+    from wloadctl.core.foureyes import request_words, second_message, uncovered
+
+    book = PendingBook()
+    r1 = book.open("rerun", ["load"], "alice", "bad feed", 1.0, downstream=True, gated=["post_ledger", "post_gl"])
+    row = (1.0, "alice", "rerun", "load", "bad feed", pending_outcome(r1), False)
+    assert pending_outcome(r1) == ("pending R1: needs another person's `wloadctl approve R1` (with downstream); four "
+                                   "eyes of post_ledger, post_gl")
+    assert PendingBook.from_actions([row]).requests["R1"] == r1
+    assert r1.describe() == "rerun load with downstream (reaching post_ledger, post_gl) by alice"
+    assert request_words(r1.as_dict()) == "rerun load with downstream (reaching post_ledger, post_gl)"
+    assert second_message(r1).startswith("R1: rerun needs a second person (it reaches post_ledger, post_gl, whose "
+                                         "four_eyes name rerun): ")
+    assert uncovered(r1, ["post_ledger", "load"]) == []
+    assert uncovered(r1, ["post_ledger", "post_fx"]) == ["post_fx"]
+    # A request asked before requests kept these still reads back (its approve covers the jobs it named)
+    old = (2.0, "bob", "kill", "load", "", "pending R2: needs another person's `wloadctl approve R2`", False)
+    assert PendingBook.from_actions([old]).requests["R2"].gated == ()

@@ -127,11 +127,16 @@ def test_a_stopped_run_keeps_its_requests_in_the_journal(tmp_path: Path, no_ipc_
 
 
 def as_user(user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`wloadctl ARGS` as another user (setpriv; needs root)."""
+    """`wloadctl ARGS` as another user (setpriv; needs root), of the checkout under test (from `/` the interpreter
+    would import the one installed, perhaps another checkout's)."""
+    import wloadctl
+
     gid = pwd.getpwnam(user).pw_gid
+    here = str(Path(wloadctl.__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (here, ENV.get("PYTHONPATH", "")) if p)
     return subprocess.run(["setpriv", f"--reuid={user}", f"--regid={gid}", "--clear-groups",
                            sys.executable, "-m", "wloadctl", *args], capture_output=True, text=True,
-                          timeout=120, env={**ENV, "HOME": "/"}, cwd="/")
+                          timeout=120, env={**ENV, "HOME": "/", "PYTHONPATH": path}, cwd="/")
 
 
 def _closed_to_others() -> list[Path]:
@@ -226,3 +231,114 @@ def test_on_a_stopped_run_another_admin_approves_from_the_journal(shared_dir: Pa
     audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
     assert [(a["user"], a["verb"], a["applied"]) for a in audit] == [
         (owner, "set-ok", False), ("root", "approve", True), ("root", "set-ok", True)]
+
+
+def ledger_plan(d: Path, gate: Path) -> Path:
+    """load -> post_ledger (idempotent: false, its reruns and retries need four eyes); `other` waits for `gate`."""
+    return evidence_plan(d / "plan.yaml", d / "ev", {
+        "load": {}, "post_ledger": {"depends_on": ["load"], "idempotent": False, "four_eyes": ["rerun", "retry"]},
+        "other": {"gate": gate}})
+
+
+def runs_of(out: Path, job: str) -> int:
+    return sum(1 for line in out.read_text().splitlines() if line.startswith(f"{job} start"))
+
+
+def test_a_rerun_that_reaches_a_four_eyes_job_downstream_or_by_a_glob_is_a_request(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    gate = tmp_path / "go"
+    plan = ledger_plan(tmp_path, gate)
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: live(sd) and job_states(sd).get("post_ledger") == "SUCCEEDED", what="post_ledger done")
+        # The job itself needs a second person, as before
+        p = cli("rerun", "post_ledger", "--state-dir", str(sd))
+        assert p.returncode == 0 and p.stdout.startswith("R1: rerun needs a second person:"), p.stdout + p.stderr
+        # So does a rerun of its upstream with the downstream, and a glob that matches it; nothing is rerun
+        p = cli("rerun", "load", "--downstream", "--state-dir", str(sd), "--reason", "bad feed")
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.startswith("R2: rerun needs a second person (it reaches post_ledger, whose four_eyes names "
+                                   "rerun): another admin's `wloadctl approve R2` applies it"), p.stdout
+        p = cli("rerun", "post_*", "--state-dir", str(sd))
+        assert p.returncode == 0 and p.stdout.startswith("R3: rerun needs a second person"), p.stdout
+        pend = cli("pending", "--state-dir", str(sd)).stdout
+        assert "pending R2: rerun load with downstream (reaching post_ledger) asked by" in pend, pend
+        assert "pending R3: rerun post_* (reaching post_ledger) asked by" in pend, pend
+        assert job_states(sd) == {"load": "SUCCEEDED", "post_ledger": "SUCCEEDED", "other": "RUNNING"}
+        # The asker may not approve the whole of it either
+        p = cli("approve", "R2", "--state-dir", str(sd))
+        assert p.returncode == 1 and "another person must approve it" in p.stderr
+        # A rerun of the upstream alone keeps post_ledger's result: applied at once
+        p = cli("rerun", "load", "--state-dir", str(sd))
+        assert p.returncode == 0 and "job 'load' will run again" in p.stdout, p.stdout
+        wait_for(lambda: runs_of(tmp_path / "ev", "load") == 2, what="load run again")
+        gate.touch()
+        assert proc.wait(60) == 0
+    finally:
+        gate.touch()
+        stop_proc(proc)
+    assert runs_of(tmp_path / "ev", "post_ledger") == 1
+    # The request's row keeps all it asks for (a new scheduler's book reads it back)
+    audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
+    assert audit[1]["outcome"] == ("pending R2: needs another person's `wloadctl approve R2` (with downstream); four "
+                                   "eyes of post_ledger")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as two other users needs root (setpriv)")
+def test_another_admins_approve_of_a_rerun_with_its_downstream_reruns_the_four_eyes_job_too(shared_dir: Path) -> None:
+    asker, approver = SECOND
+    gate = shared_dir / "go"
+    plan = evidence_plan(shared_dir / "plan.yaml", shared_dir / "ev", {
+        "load": {}, "post_ledger": {"depends_on": ["load"], "idempotent": False, "four_eyes": ["rerun", "retry"]},
+        "other": {"gate": gate}}, extra={"roles": {"admin": {"users": [asker, approver]}}})
+    plan.chmod(0o644)
+    sd = shared_dir / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: live(sd) and job_states(sd).get("post_ledger") == "SUCCEEDED", what="post_ledger done")
+        # Given a rerun with its downstream asked by one admin (through the live scheduler)
+        p = as_user(asker, "rerun", "load", "--downstream", "--state-dir", str(sd))
+        assert p.returncode == 0 and p.stdout.startswith("R1: rerun needs a second person (it reaches post_ledger"), \
+            p.stdout + p.stderr
+        # When another admin approves it
+        p = as_user(approver, "approve", "R1", "--state-dir", str(sd))
+        assert p.returncode == 0, p.stderr
+        # Then both run again, post_ledger after load
+        wait_for(lambda: runs_of(shared_dir / "ev", "post_ledger") == 2 and job_states(sd)["post_ledger"] ==
+                 "SUCCEEDED", what="post_ledger run again")
+        gate.touch()
+        assert proc.wait(60) == 0
+    finally:
+        gate.touch()
+        stop_proc(proc)
+    assert runs_of(shared_dir / "ev", "load") == 2
+    audit = json.loads(cli("audit", "--state-dir", str(sd), "--json").stdout)
+    assert [(a["user"], a["verb"], a["job"], a["applied"]) for a in audit] == [
+        (asker, "rerun", "load", False), (approver, "approve", "R1", True), (approver, "rerun", "load", True)]
+    assert audit[1]["outcome"] == (f"approved R1 (rerun load with downstream (reaching post_ledger) by {asker}) by "
+                                   f"{approver}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root (setpriv)")
+def test_on_a_stopped_run_a_rerun_reaching_a_four_eyes_job_waits_and_its_approve_covers_it(shared_dir: Path) -> None:
+    owner = SECOND[0]
+    pw = pwd.getpwnam(owner)
+    sd = shared_dir / "sd"
+    sd.mkdir()
+    os.chown(sd, pw.pw_uid, pw.pw_gid)
+    plan = evidence_plan(shared_dir / "plan.yaml", sd / "ev", {
+        "load": {}, "post_ledger": {"depends_on": ["load"], "idempotent": False, "four_eyes": ["rerun", "retry"]}})
+    plan.chmod(0o644)
+    # Given a finished run of another user, who asks for a rerun of load with its downstream on its journal
+    assert as_user(owner, "run", str(plan), "--state-dir", str(sd)).returncode == 0
+    p = as_user(owner, "rerun", "load", "--downstream", "--state-dir", str(sd))
+    assert p.returncode == 0 and p.stdout.startswith("R1: rerun needs a second person (it reaches post_ledger"), \
+        p.stdout + p.stderr
+    assert job_states(sd) == {"load": "SUCCEEDED", "post_ledger": "SUCCEEDED"}
+    # When root (another person) approves it: both wait to run again, and the resume runs them
+    p = cli("approve", "R1", "--state-dir", str(sd))
+    assert p.returncode == 0 and "job 'load' will run again with 1 downstream job(s)" in p.stdout, p.stdout + p.stderr
+    assert job_states(sd) == {"load": "READY", "post_ledger": "WAITING"}
+    assert as_user(owner, "resume", "--state-dir", str(sd)).returncode == 0
+    assert runs_of(sd / "ev", "post_ledger") == 2

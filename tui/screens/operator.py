@@ -120,11 +120,15 @@ class OperatorScreen(Screen[None]):
         else:
             index = model.index
             idxs = [index[j] for j in jobs if j in index]
-        first = impact(verb, idxs, model, dag, downstream)
+        gated = getattr(app, "four_eyes_jobs", {}).get(verb, frozenset())
+        first = impact(verb, idxs, model, dag, downstream, gated)
         # Rerun's dialog switches the downstream on and off: both answers are ready before it opens.
-        other = impact(verb, idxs, model, dag, not downstream) if verb == "rerun" else first
-        # The run's four eyes turn the verb into a request: the dialog says so before y.
-        first.second = other.second = verb in getattr(app, "four_eyes", frozenset())
+        other = impact(verb, idxs, model, dag, not downstream, gated) if verb == "rerun" else first
+        # The run's four eyes, or those of a job the verb reaches, turn it into a request: the dialog says so
+        # before y (the scheduler decides).
+        run_wide = verb in getattr(app, "four_eyes", frozenset())
+        for imp in (first, other):
+            imp.second = run_wide or bool(imp.gated)
         answers = {downstream: first, not downstream: other}
         if get_current_worker().is_cancelled:
             return  # the operator asked again meanwhile: that dialog comes instead

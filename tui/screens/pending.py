@@ -16,6 +16,7 @@ from tui.impact import VERB_KEYS, impact, is_moot
 from tui.messages import Note
 from tui.screens.confirm import SettleScreen
 from tui.view_model import JobsModel
+from wloadctl.core.foureyes import request_words
 from wloadctl.errors import WloadError
 
 REFRESH = 1.0
@@ -34,7 +35,8 @@ def pending_rows(data: dict[str, Any], model: JobsModel | None = None) -> list[t
         verb = str(r["verb"])
         if model is not None and is_moot(verb, r["jobs"], model):
             verb += " (moot: jobs ended)"
-        rows.append((str(r["id"]), (" ", str(r["id"]), verb, ", ".join(r["jobs"]) or "(whole run)",
+        asked = request_words(r, "(whole run)").removeprefix(str(r["verb"])).strip()
+        rows.append((str(r["id"]), (" ", str(r["id"]), verb, asked,
                                     str(r["user"]), time.strftime("%H:%M:%S", time.localtime(r["ts"])),
                                     str(r["reason"]))))
     for job in data.get("confirm") or []:
@@ -150,7 +152,7 @@ class PendingScreen(Screen[None]):
         if request is None:  # a job waiting for confirmation
             return [f"{verb} {key}: the job waits for confirmation; approved, it may start now"]
         jobs = list(request["jobs"])
-        what = f"{request['verb']} {', '.join(jobs) or '(whole run)'}"
+        what = request_words(request, "(whole run)")
         lines = [f"{verb} request {key}: {what}, asked by {request['user']}"
                  + (f" ({request['reason']})" if request.get("reason") else "")]
         if verb == "reject":

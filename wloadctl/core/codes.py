@@ -18,6 +18,11 @@ GATE_EXIT = 2
 """Gate bit: the job's exit needs more than the bulk path (resources to free, a result someone reads, until)."""
 GATE_RES = 4
 """Gate bit: the job holds resources while it runs (dispatch must acquire them)."""
+GATE_FORCE = 8
+"""Gate bit: an operator's skip or set-ok waits for the job's upstreams to end (core/forcing.py): it ends so, never
+READY, when they have."""
+GATE_DECIDES = GATE_READY | GATE_FORCE
+"""Gate bits of a WAITING job whose end of waiting is decided off the hot path (`if`, loop, pending skip/set-ok)."""
 TIER_SHIFT = 60
 """Where the SLA tier sits in a ready key (key >> TIER_SHIFT is the tier)."""
 JOB_BITS = 26

@@ -50,6 +50,7 @@ from wloadctl.core.events import (
     TimerFiredEvent,
 )
 from wloadctl.core.fanout import FanOut
+from wloadctl.core.forcing import Forced
 from wloadctl.core.holding import HOST_CPU, HOST_MEMORY, LOCAL_PLACE, Needs, Resources
 from wloadctl.core.holds import confirm_wait, still_held
 from wloadctl.core.jobtable import JobTable, PlanArrays
@@ -72,6 +73,7 @@ _OK, _FAIL, _TO, _RW = int(S.SUCCEEDED), int(S.FAILED), int(S.TIMED_OUT), int(S.
 _HELD, _SKIP, _CANC, _UPF = int(S.HELD), int(S.SKIPPED), int(S.CANCELLED), int(S.UPSTREAM_FAILED)
 _TERMINAL = bytes(1 if JobState(s) in TERMINAL else 0 for s in range(_N))
 _MASK, _GATE_READY, _GATE_EXIT, _GATE_RES = C.MASK, C.GATE_READY, C.GATE_EXIT, C.GATE_RES
+_GATE_FORCE, _GATE_DECIDES = C.GATE_FORCE, C.GATE_DECIDES
 FAIR_SCAN = 256
 """Ready jobs looked at per pick to find each group's most urgent one (fair share only)."""
 MAX_LOST = 3
@@ -208,6 +210,9 @@ class SchedulerCore(JobTable):
         """Jobs an operator's hold (not released) or a confirmation (not approved) holds, with what held them in
         words: one that leaves HELD meanwhile (an upstream failed, the run was cancelled) comes back HELD when
         reopened (core/holds.py)."""
+        self.forcing: dict[int, Forced] = {}
+        """WAITING jobs an operator's skip or set-ok ends, without running them, once their upstreams have ended
+        (core/forcing.py); each has the _GATE_FORCE bit, so the paths that would make it READY look at it."""
         self._dispatch: list[tuple[int, int]] = []
         self._other: list[Command] = []
         self.follow = 0
@@ -338,7 +343,7 @@ class SchedulerCore(JobTable):
                 if specs[i].item is not None and (loop := self.awaits_list(i)) is not None:
                     self._wait_for_list(i, loop)  # (a rerun instance whose loop reads its list again)
                     continue
-                if self.gate[i] & _GATE_READY:
+                if self.gate[i] & _GATE_DECIDES:
                     skipped: list[int] = []
                     self._gated_ready(i, skipped)
                     if skipped:
@@ -703,7 +708,7 @@ class SchedulerCore(JobTable):
             self._blocked(u, d, [])
             self.resolve(d)
         elif self.unmet[d] == 0:
-            if self.gate[d] & _GATE_READY:
+            if self.gate[d] & _GATE_DECIDES:
                 stack: list[int] = []
                 self._gated_ready(d, stack)
                 if stack:
@@ -727,7 +732,7 @@ class SchedulerCore(JobTable):
         tx_append, ready, key_base, heappush = self._tx.append, self.ready, self.key_base, heapq.heappush
         fresh: list[int] = []
         add_fresh = fresh.append
-        w_, r_, ok_, held_, gated = _W, _R, _OK, _HELD, _GATE_READY
+        w_, r_, ok_, held_, gated = _W, _R, _OK, _HELD, _GATE_DECIDES
         if kinds is None and not self.cancelled:
             stack = []
             for u in roots:
@@ -791,7 +796,7 @@ class SchedulerCore(JobTable):
                     if self.cancelled and d not in self.fanout.expanded:  # (a loop ends with its instances)
                         self.set_state(d, _CANC, reason="run cancelled")
                         continue
-                    if gate[d] & _GATE_READY:
+                    if gate[d] & _GATE_DECIDES:
                         self._gated_ready(d, stack)
                         continue
                     state[d] = _R
@@ -808,7 +813,15 @@ class SchedulerCore(JobTable):
                 heappush(ready, key)
 
     def _blocked(self, u: int, d: int, stack: list[int]) -> None:
-        """Job d, just counted upstream u as ended, is blocked: it ends UPSTREAM_FAILED or SKIPPED (then resolved)."""
+        """Job d, just counted upstream u as ended, is blocked: it ends UPSTREAM_FAILED or SKIPPED (then resolved).
+
+        One an operator skipped or set ok while its upstreams ran waits for the last of them instead, then ends as
+        the operator said (core/forcing.py): an upstream's failure does not undo the operator's word."""
+        if self.forcing and d in self.forcing:
+            if not self.unmet[d]:
+                self.end_forced(d)
+                stack.append(d)
+            return
         su = self.state[u]
         if self.block[d] == 1 and d in self.fanout.expanded and self.specs[u].item is not None and \
                 self.ids[u].startswith(self.ids[d] + "@"):
@@ -837,7 +850,12 @@ class SchedulerCore(JobTable):
         stack.append(d)
 
     def _gated_ready(self, d: int, stack: list[int]) -> None:
-        """Job d has nothing left to wait for, but an `if` or a loop over output decides what happens to it."""
+        """Job d has nothing left to wait for, but an `if`, a loop over output or an operator's pending skip or
+        set-ok decides what happens to it (the operator's word first: the job does not run, whatever its `if`)."""
+        if self.forcing and d in self.forcing:
+            self.end_forced(d)
+            stack.append(d)
+            return
         branches = self.branches
         if d in branches.conds:
             try:
@@ -895,10 +913,10 @@ class SchedulerCore(JobTable):
         if loop is not None:
             self._wait_for_list(i, loop)
             return
-        if not self.gate[i] & _GATE_READY:
+        if not self.gate[i] & _GATE_DECIDES:
             self._make_ready(i)
             return
-        if not self.started:
+        if not self.started and i not in self.forcing:
             return
         stack: list[int] = []
         self._gated_ready(i, stack)
@@ -914,6 +932,29 @@ class SchedulerCore(JobTable):
             self.set_state(i, _W, reason=why)
         self.recompute(i)
         self.set_state(i, _HELD, reason=still_held(self.holds[i]) + (f" ({why})" if why else ""))
+
+    def force_later(self, i: int, forced: Forced) -> None:
+        """An operator's skip or set-ok of job i (WAITING or HELD), one of whose upstreams has not ended: it stays
+        (or goes back to) WAITING, its transition saying what waits, and ends as `forced` says once its last
+        upstream has ended (end_forced). One asked again replaces the one before."""
+        self.set_state(i, _W, reason=forced.pending())  # (WAITING -> WAITING: the journal and the console read it)
+        self.forcing[i] = forced
+        self.gate[i] |= _GATE_FORCE
+
+    def drop_force(self, i: int) -> Forced | None:
+        """Job i's pending skip or set-ok is called off (or its job ended otherwise); it, if there was one."""
+        forced = self.forcing.pop(i, None)
+        if forced is not None:
+            self.gate[i] &= 0xFF ^ _GATE_FORCE
+        return forced
+
+    def end_forced(self, i: int) -> None:
+        """Job i's upstreams have all ended: its pending skip or set-ok ends it, unrun (the caller resolves it)."""
+        forced = self.drop_force(i)
+        assert forced is not None
+        state, index = self.state, self.index
+        bad = [dep for dep in self.specs[i].depends_on if state[index[dep]] != _OK and state[index[dep]] != _SKIP]
+        self.set_state(i, forced.to, reason=forced.ended(bad))
 
     def _fail_unjudged(self, i: int, why: str, executor: int = -1, exit_code: int | None = None) -> None:
         """Job i fails because an expression that decides it (`if`, `until`, a loop's list) cannot be evaluated;
@@ -1012,6 +1053,7 @@ class SchedulerCore(JobTable):
         self.fanout.read_again(d, self.n)
         skipped = [k for k in mine if self.state[k] not in (_OK, _SKIP, _Q, _RUN)]
         for k in skipped:
+            self.drop_force(k)  # (an operator's skip or set-ok that waited: the list decides now)
             self.set_state(k, _SKIP, reason=f"loop {spec.id} reads its list again: it runs if listed again")
         self.recompute(d)
         self.reasons[d] = "reads its list again once its upstreams have ended"
@@ -1051,6 +1093,7 @@ class SchedulerCore(JobTable):
         to = _UPF if st in (_FAIL, _TO, _UPF) else _CANC if st == _CANC else _SKIP
         for k in sorted(self.fanout.waiting.pop(d)):
             if self.state[k] == _W:
+                self.drop_force(k)
                 self.set_state(k, to, reason=f"loop {self.ids[d]} ended {S(st).name} without reading its list again")
 
     def _append_job(self, spec: JobSpec, parent: int) -> None:
@@ -1335,6 +1378,10 @@ class SchedulerCore(JobTable):
             self.attempt[i] = att
         self.busy = counts[_Q] + counts[_RUN]
         self.now = now
+        for i, forced in j.forced.items():
+            if state[i] == _W:  # (an operator's skip or set-ok still waiting for the job's upstreams)
+                self.forcing[i] = forced
+                self.gate[i] |= _GATE_FORCE
         # A confirmation job the journal has a state for was held (or approved) already.
         self.to_confirm = [i for i in self.to_confirm if i not in seen]
         self._cause = "restore"
@@ -1361,6 +1408,11 @@ class SchedulerCore(JobTable):
         # instances failed ends once the others have: SchedulerCore._blocked.)
         for i in range(self.n):
             if state[i] == _W and self.block[i] and not (i in self.fanout.expanded and self.unmet[i]):
+                if i in self.forcing:
+                    if not self.unmet[i]:  # (the operator's word, not the failure, ends it: _blocked)
+                        self.end_forced(i)
+                        self.resolve(i)
+                    continue
                 failed = self.block[i] == 1
                 self.set_state(
                     i, _UPF if failed else _SKIP, reason="upstream failed" if failed else "condition not met"
@@ -1427,4 +1479,7 @@ class SchedulerCore(JobTable):
         for d, u in self.following.items():
             assert self.state[d] == _Q, f"follower {self.ids[d]} is {S(self.state[d]).name}, not QUEUED"
             assert self.leader.get(u, d) == d, f"{self.ids[u]} leads two followers"
+        for i in self.forcing:
+            assert self.state[i] == _W and self.gate[i] & _GATE_FORCE, (
+                f"{self.ids[i]} has a pending skip/set-ok but is {S(self.state[i]).name}")
         self.resources.check(self.needs)

@@ -10,7 +10,7 @@ from wloadctl.core.critical import rank_of
 from wloadctl.core.durations import format_duration
 from wloadctl.core.holding import HOST_CPU, HOST_UNLIMITED, LOCAL_PLACE
 from wloadctl.core.states import JobState, SlaTier
-from wloadctl.core.verbs import ITERATING, STARTS, applicable_verbs, pending_hold_verbs
+from wloadctl.core.verbs import ITERATING, STARTS, applicable_verbs, pending_force_verbs, pending_hold_verbs
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
@@ -58,6 +58,13 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
             # (a live run judges it the moment nothing is left to wait for: this is a stopped run's job, retried)
             reasons.append(f"its upstreams have ended: its `if` ({spec.condition}) is judged again when the run "
                            "resumes")
+    forced = getattr(core, "forcing", {}).get(i) if st == S.WAITING else None
+    if forced is not None and not blocking:
+        # (a stopped run's job whose upstreams ended while no scheduler ran: the resume ends it)
+        reasons.insert(0, f"{forced.pending()}: they have; the run's resume ends it so, unrun")
+    elif forced is not None:
+        reasons.insert(0, f"{forced.pending()}; it will not run, and its downstream waits for it meanwhile (an "
+                          f"upstream's failure does not undo it); `wloadctl release {spec.id}` or `rerun` calls it off")
     if st == S.HELD and spec.confirm:
         reasons.insert(0, f"waiting for confirmation (confirm: true): an admin's `wloadctl approve {core.ids[i]}` "
                           "lets it run")
@@ -149,6 +156,7 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         "reasons": reasons,
         "blocking": blocking,
         "verbs": [v for v in (pending_hold_verbs(st) if spec.until and i in holds and st in ITERATING else
+                              pending_force_verbs(st) if forced is not None else
                               applicable_verbs(st, iterating=bool(spec.until)))
                   if v != ("release" if spec.confirm else "approve")
                   and not (getattr(core, "cancelled", False) and v in STARTS)],  # (nothing starts in a cancelled run)

@@ -2,16 +2,23 @@
 
 A verb named by the plan's `four_eyes:`, a job's own `four_eyes:` or the roles config is not
 applied when an operator issues it: it becomes a pending request (`R1`, `R2`, ...) that another
-user's `approve` carries out or `reject` drops. The journal's audited operator actions are the
-record of truth: a request is an action row whose outcome starts with `pending R<n>`, and the
-approve or reject that settles it names the request in its outcome. So the book is rebuilt from
-the journal after a crash, a takeover, or for a run with no live scheduler.
+user's `approve` carries out or `reject` drops. A job's own `four_eyes:` counts for every job the
+verb would act on (core/reach.py), not only those it names: `rerun load --downstream` needs a
+second person when a job downstream of load says `four_eyes: [rerun]`, and so does a glob that
+matches one. The request names those jobs, and its approve covers them alone: one that would now
+act on another such job (a glob matching a job made since, a plan changed on resume) is refused,
+to be asked again.
+
+The journal's audited operator actions are the record of truth: a request is an action row whose
+outcome starts with `pending R<n>` (and names the jobs of its four eyes), and the approve or reject
+that settles it names the request in its outcome. So the book is rebuilt from the journal after a
+crash, a takeover, or for a run with no live scheduler.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,20 +27,28 @@ from wloadctl.core.plan import JobSpec
 REQUEST_ID = re.compile(r"R[1-9][0-9]{0,8}")
 """What a request id looks like."""
 _PENDING = re.compile(r"pending (R[0-9]+):")
+_GATED = "; four eyes of "
+"""In a request's outcome, before the jobs whose own `four_eyes:` name its verb (PendingRequest.gated)."""
 _SETTLED = re.compile(r"(?:approved|rejected|withdrawn) (R[0-9]+)\b")
 
 
-def needs_second(verb: str, jobs: Iterable[JobSpec], run_verbs: Iterable[str]) -> bool:
-    """Whether `verb` on these jobs needs a second person: the run names it, or one of the jobs does.
+def gated_jobs(verb: str, jobs: Iterable[JobSpec]) -> tuple[str, ...]:
+    """The ids of the jobs whose own `four_eyes:` name `verb`, of those it would act on (in their order): `verb`
+    needs a second person when there is one, or when the plan's or the roles config's `four_eyes:` name it.
 
     Args:
         verb: the operator verb.
-        jobs: the specs of the jobs it names (none for `cancel`).
-        run_verbs: verbs the plan's and the roles config's `four_eyes:` name.
+        jobs: the specs of every job it would act on (core/reach.py: those it names, their downstream for
+            `rerun --downstream`, a loop's instances); none for `cancel`.
     """
-    if verb in run_verbs:
-        return True
-    return any(verb in j.four_eyes for j in jobs)
+    return tuple(j.id for j in jobs if verb in j.four_eyes)
+
+
+def uncovered(req: PendingRequest, gated: Iterable[str]) -> list[str]:
+    """The jobs (of `gated`, those the request's verb would act on now whose own `four_eyes:` name it) that the
+    request did not name when it was asked: its approve does not cover them."""
+    known = {*req.gated, *req.jobs}
+    return [j for j in gated if j not in known]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,23 +69,59 @@ class PendingRequest:
     """When it was asked (epoch seconds)."""
     downstream: bool = False
     """`rerun --downstream`."""
+    gated: tuple[str, ...] = ()
+    """The jobs it would act on whose own `four_eyes:` name its verb, when it was asked (beside the ones it names,
+    those downstream or matched by a glob): what its approve covers."""
+
+    def reaching(self) -> list[str]:
+        """Jobs of `gated` it does not name by id (reached downstream, or matched by a glob)."""
+        return [j for j in self.gated if j not in self.jobs]
 
     def describe(self) -> str:
-        """`kill load_01 by alice` (for messages)."""
-        what = f"{self.verb} {', '.join(self.jobs)}" if self.jobs else self.verb
-        more = " with downstream" if self.downstream else ""
-        return f"{what}{more} by {self.user}"
+        """`kill load_01 by alice`, `rerun load with downstream (reaching post_ledger) by alice` (for messages)."""
+        return f"{request_words(self.as_dict())} by {self.user}"
 
     def as_dict(self) -> dict[str, object]:
         """The request as JSON-ready fields."""
         return {"id": self.id, "verb": self.verb, "jobs": list(self.jobs), "user": self.user,
-                "reason": self.reason, "ts": self.ts, "downstream": self.downstream}
+                "reason": self.reason, "ts": self.ts, "downstream": self.downstream, "four_eyes_of": list(self.gated)}
+
+
+def request_words(row: Mapping[str, Any], whole: str = "") -> str:
+    """What a request (PendingRequest.as_dict) asks for, all of it: `rerun load with downstream (reaching
+    post_ledger)`; `whole`: said for a verb that names no job (`cancel`)."""
+    jobs = [str(j) for j in row.get("jobs") or ()]
+    what = f"{row['verb']} {', '.join(jobs)}" if jobs else f"{row['verb']}{whole and ' ' + whole}"
+    more = " with downstream" if row.get("downstream") else ""
+    reach = [str(j) for j in row.get("four_eyes_of") or () if j not in jobs]
+    if reach:
+        more += f" (reaching {', '.join(reach[:5])}{' ...' if len(reach) > 5 else ''})"
+    return what + more
 
 
 def pending_outcome(req: PendingRequest) -> str:
     """The outcome written in the request's action row (the book reads it back)."""
     down = " (with downstream)" if req.downstream else ""
-    return f"pending {req.id}: needs another person's `wloadctl approve {req.id}`{down}"
+    gated = f"{_GATED}{', '.join(req.gated)}" if req.gated else ""
+    return f"pending {req.id}: needs another person's `wloadctl approve {req.id}`{down}{gated}"
+
+
+def second_message(req: PendingRequest) -> str:
+    """What the asker is told of a request that waits for a second person."""
+    reach = req.reaching()
+    why = ""
+    if reach:
+        names = ", ".join(reach[:5]) + (f" and {len(reach) - 5} more" if len(reach) > 5 else "")
+        why = f" (it reaches {names}, whose four_eyes name{'s' if len(reach) == 1 else ''} {req.verb})"
+    return (f"{req.id}: {req.verb} needs a second person{why}: another admin's `wloadctl approve {req.id}` applies "
+            f"it, `wloadctl reject {req.id}` drops it")
+
+
+def uncovered_refusal(req: PendingRequest, extra: Sequence[str]) -> str:
+    """Why the approve of a request is refused: its verb would now act on jobs the request did not name."""
+    names = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+    return (f"approve of {req.id} refused: {req.describe()} would now also act on {names}, whose four_eyes name "
+            f"{req.verb}, which {req.id} did not name when asked; `wloadctl reject {req.id}` and ask again")
 
 
 def settled_outcome(word: str, req: PendingRequest, by: str, detail: str = "") -> str:
@@ -98,8 +149,10 @@ class PendingBook:
             if m and not applied:
                 rid = m.group(1)
                 jobs = tuple(j for j in str(job).split("; ") if j and j != "*")
+                _, cut, names = text.partition(_GATED)
+                gated = tuple(names.split(", ")) if cut and names else ()
                 book.requests[rid] = PendingRequest(rid, str(verb), jobs, str(user), str(reason), float(ts),
-                                                    "(with downstream)" in text)
+                                                    "(with downstream)" in text.partition(_GATED)[0], gated)
                 book.last = max(book.last, int(rid[1:]))
                 continue
             s = _SETTLED.match(text)
@@ -108,10 +161,10 @@ class PendingBook:
         return book
 
     def open(self, verb: str, jobs: Sequence[str], user: str, reason: str, ts: float,
-             downstream: bool = False) -> PendingRequest:
+             downstream: bool = False, gated: Sequence[str] = ()) -> PendingRequest:
         """A new request with the next id, added to the book."""
         self.last += 1
-        req = PendingRequest(f"R{self.last}", verb, tuple(jobs), user, reason, ts, downstream)
+        req = PendingRequest(f"R{self.last}", verb, tuple(jobs), user, reason, ts, downstream, tuple(gated))
         self.requests[req.id] = req
         return req
 

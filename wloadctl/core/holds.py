@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from wloadctl.core.forcing import CALLED_OFF, CALLS_OFF
 from wloadctl.core.plan import JobSpec
 
 HELD_BY = "held"
@@ -80,6 +81,8 @@ def holds_journaled(actions: Iterable[tuple], core: HeldJobs) -> dict[int, str]:
             continue
         if verb == "hold":
             out[i] = held_by(a[1], a[4])
+        elif verb in CALLS_OFF and core.specs[i].confirm and CALLED_OFF in str(a[5]):
+            out[i] = confirm_wait(ids[i])  # (its set-ok or skip, waiting for its upstreams, was called off)
         elif verb in _LETS_GO:
             out.pop(i, None)
     return out

@@ -1,7 +1,8 @@
 """What a resume rebuilds of a job from its journaled transitions beyond its state: the iterations its `until`
 has completed, its attempts not counted against its retry policy, when its retry is due, whether a branch skipped
-it, the job it follows, how often its executor was lost under it, and whether it is held for a node that was lost;
-and of the run from its journaled actions, whether it was cancelled."""
+it, the job it follows, how often its executor was lost under it, whether it is held for a node that was lost, and
+whether an operator's skip or set-ok waits for its upstreams; and of the run from its journaled actions, whether it
+was cancelled."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from wloadctl.core.branches import BRANCH_SKIPS, FRESH_STARTS, UNTIL_AGAIN, UNTIL_UNJUDGED
+from wloadctl.core.forcing import Forced, forced_candidates, forced_of
 from wloadctl.core.holds import confirmed_journaled, holds_journaled
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import retry_due_journaled
@@ -49,6 +51,8 @@ class Journaled:
     """How many times each job was run again at once because its executor was lost under it."""
     held_lost: dict[int, int] = field(default_factory=dict)
     """HELD jobs held because their executor or agent was lost while they ran, with that attempt."""
+    forced: dict[int, Forced] = field(default_factory=dict)
+    """WAITING jobs whose last transition left them waiting on an operator's skip or set-ok (core/forcing.py)."""
 
 
 def replayed_jobs(rows: Iterable[tuple[int, int, int]], also: Collection[int] = ()) -> list[int]:
@@ -87,6 +91,8 @@ def journaled(transitions: Mapping[int, Iterable[tuple]], index: Mapping[str, in
                 out.follows[i] = u
         elif to == S.HELD and reason in (HELD_LOST, _HELD_LOST_BEFORE):
             out.held_lost[i] = last[2]
+        elif to == S.WAITING and (forced := forced_of(reason)) is not None:
+            out.forced[i] = forced
     return out
 
 
@@ -200,7 +206,13 @@ def restore_journaled(store: JournalReads, run: int, core: Any, now: float) -> l
 
     `core` is a wloadctl.core.engine.SchedulerCore (not named here: the engine imports this module)."""
     rows = store.job_states(run)
-    transitions = store.transitions_of_jobs(run, replayed_jobs(rows, core.branches.untils))
+    actions = store.actions(run)
+    # WAITING jobs an applied skip or set-ok named: their last transition says whether it still waits for their
+    # upstreams (core/forcing.py). They are few, and read beside the jobs a resume reads anyway.
+    replayed = replayed_jobs(rows, core.branches.untils)
+    moved = {i for i, st, _a in rows if st != S.WAITING} | set(replayed)  # (a job with no row is WAITING)
+    forced = sorted(forced_candidates(actions, core.index) - moved)
+    transitions = store.transitions_of_jobs(run, [*replayed, *forced])
     dues = retry_dues({i: transitions[i] for i, st, _a in rows if st == S.RETRY_WAIT and i in transitions})
     core.restore(rows, now, dues, journaled(transitions, core.index))
     for i, st, _a in rows:
@@ -217,7 +229,6 @@ def restore_journaled(store: JournalReads, run: int, core: Any, now: float) -> l
             core.branches.iterations[i] = iterations_journaled(ts)
         if state[i] not in TERMINAL:  # a rerun, an iteration or a preemption leaves it its retries
             core.attempt_base[i] = max(core.attempt_base.get(i, 0), attempts_unspent(ts))
-    actions = store.actions(run)
     # A confirmation job approved while it waited (WAITING, a state the journal's rows leave out) is not held for
     # its approve again at the start (it was, its approval lost, when its `if` kept it WAITING).
     given = confirmed_journaled(actions, core.index)

@@ -52,6 +52,7 @@ TRANSITIONS: frozenset[tuple[JobState, JobState]] = frozenset(
         (_S.WAITING, _S.SUCCEEDED),  # set-ok by an operator; a loop whose instances all ended
         (_S.WAITING, _S.FAILED),  # a for_each over output gives no usable list, or an `if` cannot be evaluated
         (_S.WAITING, _S.QUEUED),  # follows its last upstream onto that one's executor (engine.FOLLOW)
+        (_S.WAITING, _S.WAITING),  # an operator's skip or set-ok waits for its upstreams, or is called off
         (_S.READY, _S.QUEUED),
         (_S.READY, _S.HELD),
         (_S.READY, _S.SKIPPED),

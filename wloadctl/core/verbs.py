@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import fnmatch
 from array import array
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.fanout import FanOut
+from wloadctl.core.forcing import CALLED_OFF, CALLS_OFF, Forced
 from wloadctl.core.holds import confirm_wait, held_by
 from wloadctl.core.loops import instances_of
 from wloadctl.core.plan import DynamicItems, JobSpec
+from wloadctl.core.reach import descendants as _descendants
 from wloadctl.core.states import TERMINAL, JobState
 from wloadctl.core.timers import Timers
 
@@ -37,6 +38,7 @@ class VerbTarget(Protocol):
     fanout: FanOut
     timers: Timers
     holds: dict[int, str]
+    forcing: dict[int, Forced]
 
     @property
     def index(self) -> Mapping[str, int]:
@@ -51,6 +53,9 @@ class VerbTarget(Protocol):
 
     def downstream(self, i: int) -> list[int]:
         """The jobs that depend directly on job i."""
+
+    def upstream(self, i: int) -> list[int]:
+        """The jobs job i depends on directly."""
 
     def resolve(self, i: int) -> None:
         """Job i reached a terminal state: its dependents count it."""
@@ -78,6 +83,12 @@ class VerbTarget(Protocol):
 
     def hold_again(self, i: int, why: str = "") -> None:
         """Job i, reopened while an operator's hold or a confirmation holds it, is HELD again."""
+
+    def force_later(self, i: int, forced: Forced) -> None:
+        """Job i's skip or set-ok waits for its upstreams to end (core/forcing.py)."""
+
+    def drop_force(self, i: int) -> Forced | None:
+        """Job i's pending skip or set-ok is called off; it, if there was one."""
 
 
 class JobNames(Protocol):
@@ -134,6 +145,11 @@ def applicable_verbs(state: JobState, iterating: bool = False) -> list[str]:
 def pending_hold_verbs(state: JobState) -> list[str]:
     """The verbs that apply to an `until` job whose hold waits for its iteration to end: release calls it off."""
     return ["release", *applicable_verbs(state)]
+
+
+def pending_force_verbs(state: JobState) -> list[str]:
+    """The verbs that apply to a job whose skip or set-ok waits for its upstreams: release and rerun call it off."""
+    return [*sorted(CALLS_OFF), *applicable_verbs(state)]
 
 
 def refusal(job: str, state: JobState, verb: str, confirm: bool = False, cancelled: bool = False) -> str:
@@ -198,6 +214,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             if i in core.fanout.expanded and running.intersection(instances_of(core.specs[i], core.specs, core.index)):
                 continue  # a loop whose instances run ends with them (cancelled with those that do not start)
             if core.state[i] in (S.WAITING, S.READY, S.HELD, S.RETRY_WAIT):
+                core.drop_force(i)  # (a skip or set-ok that waited for its upstreams: the job ends cancelled)
                 core.set_state(i, S.CANCELLED, reason=_why("run cancelled", ev))
                 touched.append(i)
         return Reply(verb, [(-1, True, f"run cancelled: {len(touched)} jobs will not start; "
@@ -215,6 +232,9 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         st = S(core.state[i])
         reset.update(touched[counted:])
         counted = len(touched)
+        if i in core.forcing and (verb in CALLS_OFF or verb == "hold"):
+            results.append((i, True, _call_off(core, i, ev, touched)))
+            continue
         if st not in TERMINAL and verb in ("retry", "rerun") and i in reset:
             # Reset already by this verb (downstream of a job it named, or an instance of a loop it named).
             results.append((i, True, f"job '{core.ids[i]}' goes again with this {verb}: now {st.name}"))
@@ -230,7 +250,10 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             results.append((i, True, f"job '{core.ids[i]}' released: its hold after this iteration is called off"))
             continue
         if st not in VERB_FROM[verb]:
-            results.append((i, False, refusal(core.ids[i], st, verb, core.specs[i].confirm, core.cancelled)))
+            msg = refusal(core.ids[i], st, verb, core.specs[i].confirm, core.cancelled)
+            if i in core.forcing:
+                msg += f" (its {core.forcing[i].verb} waits for its upstreams: release or rerun calls it off)"
+            results.append((i, False, msg))
             continue
         # A confirmation job is let go by approve alone; approve lets go nothing else.
         if (verb == "approve" and not core.specs[i].confirm) or (verb == "release" and core.specs[i].confirm):
@@ -355,20 +378,6 @@ def _approve(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) ->
     core.set_state(i, S.WAITING, reason=_why("confirmed", ev))
     _settle(core, i, touched)
     return f"job '{core.ids[i]}' confirmed, now {S(core.state[i]).name}"
-
-
-def _descendants(core: VerbTarget, i: int) -> list[int]:
-    seen = {i}
-    order: list[int] = []
-    todo = deque([i])
-    while todo:
-        u = todo.popleft()
-        for d in core.downstream(u):
-            if d not in seen:
-                seen.add(d)
-                order.append(d)
-                todo.append(d)
-    return order
 
 
 def _lists_again(core: VerbTarget, i: int, jobs: list[int]) -> list[int]:
@@ -497,6 +506,10 @@ def _kill(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> st
 def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: JobState) -> str:
     was_terminal = core.state[i] in TERMINAL
     core.holds.pop(i, None)  # (the operator decided about this very job)
+    if not was_terminal and core.unmet[i] > 0 and core.awaits_list(i) is None:
+        # Some upstream has not ended: the job must not run, but its downstream must still wait for those upstreams
+        # (an instance waiting for its loop's list has no downstream meanwhile: it ends at once).
+        return _force_later(core, i, ev, touched, to)
     core.set_state(i, to, reason=_why("set ok" if to == S.SUCCEEDED else "skipped", ev))
     touched.append(i)
     if was_terminal:
@@ -506,6 +519,39 @@ def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: 
         core.timers.retry_due.pop(i, None)
         core.resolve(i)
     return f"job '{core.ids[i]}' is now {to.name}"
+
+
+def _force_later(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: JobState) -> str:
+    """skip or set-ok of a job one of whose upstreams has not ended: it ends so once they all have (core/forcing.py)."""
+    forced = Forced(int(to), ev.user, ev.reason)
+    core.force_later(i, forced)
+    touched.append(i)
+    job = core.ids[i]
+    left = [u for u in core.upstream(i) if core.state[u] not in TERMINAL]
+    names = ", ".join(f"'{core.ids[u]}' ({S(core.state[u]).name})" for u in left[:5]) + (" ..." if len(left) > 5
+                                                                                           else "")
+    return (f"job '{job}' will be {forced.words} once its upstreams have ended ({names} not yet), without running; "
+            f"its downstream waits until then; `wloadctl release {job}` calls it off")
+
+
+def _call_off(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    """release, rerun or hold of a job whose skip or set-ok waits for its upstreams: that is called off; the job
+    waits and runs as any job (a confirmation job waits for its approve again), or is held."""
+    forced = core.drop_force(i)
+    assert forced is not None
+    job = core.ids[i]
+    what = f"its {forced.verb}" + (f" by {forced.user}" if forced.user else "") + f" is {CALLED_OFF}"
+    if ev.verb == "hold":
+        return f"{_hold(core, i, ev, touched)}: {what}"
+    core.set_state(i, S.WAITING, reason=f"{_why('released' if ev.verb == 'release' else ev.verb, ev)}; {what}")
+    if core.specs[i].confirm:
+        core.holds[i] = confirm_wait(job)  # (the set-ok or skip had ended its wait for an approve)
+    _settle(core, i, touched)
+    if core.state[i] == S.HELD and core.specs[i].confirm:
+        return f"job '{job}': {what}; it waits for confirmation again: `wloadctl approve {job}` lets it run"
+    if core.state[i] == S.WAITING:
+        return f"job '{job}': {what}; it runs once its upstreams have ended"
+    return f"job '{job}': {what}; now {S(core.state[i]).name}"
 
 
 def _set_ok(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:

@@ -18,6 +18,7 @@ from typing import Generic, TypeVar
 from wloadctl.core.codes import JOB_BITS
 from wloadctl.core.condition import Condition
 from wloadctl.core.engine import unmet_and_block
+from wloadctl.core.forcing import Forced, forced_of
 from wloadctl.core.holding import LOCAL_PLACE, Needs, Resources
 from wloadctl.core.plan import JobSpec
 from wloadctl.core.states import JobState
@@ -118,6 +119,8 @@ class JobView:
         self.cancelled = False
         self.timers = ViewTimers()
         self.fanout = ViewLoops()
+        self.forcing: dict[int, Forced] = {}
+        """The job's skip or set-ok waiting for its upstreams, as its WAITING transition says (core/forcing.py)."""
         rank, expected, path, longest, n = figures
         self.key_base = JobFigures(n, {i: rank << JOB_BITS})
         self.expected = JobFigures(n, {i: expected})
@@ -125,15 +128,23 @@ class JobView:
         self.longest_path = longest
         self.resources = Resources(dict(resources))
         st = job.state
+        forced = forced_of(job.reason) if st == S.WAITING else None
         if st == S.WAITING:
-            # As the rebuilt core's restore: a job whose upstream ended in a way that blocks it ends too.
-            _unmet, block = unmet_and_block(spec, self.state, self.index, ())
-            if block:
+            # As the rebuilt core's restore: a job whose upstream ended in a way that blocks it ends too (one an
+            # operator's skip or set-ok waits on ends as the operator said, once its upstreams all have).
+            unmet, block = unmet_and_block(spec, self.state, self.index, ())
+            if forced is not None and block and not unmet:
+                self.state[i] = forced.to
+                self.reasons[i] = forced.ended(d for d in spec.depends_on
+                                               if self.state[self.index[d]] not in (S.SUCCEEDED, S.SKIPPED))
+            elif forced is not None:
+                self.forcing[i] = forced
+            elif block:
                 self.state[i] = S.UPSTREAM_FAILED if block == 1 else S.SKIPPED
                 self.reasons[i] = "upstream failed" if block == 1 else "condition not met"
         elif st == S.RETRY_WAIT:
             self.timers.retry_due[i] = job.retry_due if job.retry_due is not None else now
-        if job.reason:
+        if job.reason and self.state[i] == st:  # (as journal_core: a row's reason is of the state it names)
             self.reasons[i] = job.reason
         if st == S.READY:
             self._holders(i, spec, active, places)

@@ -24,12 +24,16 @@ from wloadctl.core.explain import why
 from wloadctl.core.foureyes import (
     PendingBook,
     PendingRequest,
+    gated_jobs,
     judge,
-    needs_second,
     pending_outcome,
+    second_message,
     settle_word,
     settled_outcome,
+    uncovered,
+    uncovered_refusal,
 )
+from wloadctl.core.reach import reached
 from wloadctl.core.verbs import VERBS, resolve_jobs, unknown_text
 from wloadctl.errors import printable
 from wloadctl.ipc.ctlsock import ControlSocket, Peer
@@ -90,6 +94,8 @@ class ControlDesk:
         """Verbs the plan or the roles config make need a second person's approve on every job."""
         self.book = PendingBook.from_actions(store.actions(ctx.run.id))
         """Requests waiting for a second person (rebuilt from the journal's actions)."""
+        self._four_eyes_jobs: tuple[int, dict[str, list[str]]] = (-1, {})
+        """The jobs whose own `four_eyes:` name each verb, and how many jobs the run had when they were read."""
         self.drill: dict[str, Any] | None = None
         """A failover drill asked of this scheduler, carried out at the end of the turn (wloadctl.procs.selfdrill)."""
         self._outcomes: dict[int, _Outcome] = {}
@@ -159,7 +165,8 @@ class ControlDesk:
         names = [str(n) for n in req.get("jobs", [])]
         if verb == "whoami":
             self._send(req, {"ok": True, "user": user, "uid": uid, "role": role.label,
-                             "verbs": allowed_verbs(role), "four_eyes": sorted(self.four_eyes)})
+                             "verbs": allowed_verbs(role), "four_eyes": sorted(self.four_eyes),
+                             "four_eyes_jobs": self._jobs_four_eyes()})
             return
         meant = req.get("run")
         if isinstance(meant, str) and meant and meant != self.ctx.run.run_id:
@@ -205,9 +212,12 @@ class ControlDesk:
         if unknown and verb != "cancel":
             self._refuse(req, "; ".join(unknown), unknown_text(unknown), unknown=unknown)
             return
-        if not req.get("approved") and needs_second(verb, (core.specs[i] for i in idx), self.four_eyes):
-            self._ask_second(req, names)
-            return
+        if not req.get("approved"):
+            # Every job the verb would act on counts, not only those named (`rerun X --downstream`, a glob).
+            gated = self._gated(verb, idx, bool(req.get("downstream")))
+            if verb in self.four_eyes or gated:
+                self._ask_second(req, names, gated)
+                return
         self.waiting.append(req)
         core.feed(OperatorEvent(verb, tuple(idx), now, user=str(req.get("user", "")),
                                 reason=str(req.get("reason", "")), downstream=bool(req.get("downstream")),
@@ -247,14 +257,32 @@ class ControlDesk:
         self._journal(req, job, msg, False)
         self._send(req, {"ok": False, "error": msg, **more})
 
-    def _ask_second(self, req: dict[str, Any], names: list[str]) -> None:
+    def _jobs_four_eyes(self) -> dict[str, list[str]]:
+        """Verb -> the jobs whose own `four_eyes:` name it (the console warns before a verb reaching one), read
+        again only once the run has more jobs (a loop's instances)."""
+        n, by_verb = self._four_eyes_jobs
+        if n != self.core.n:
+            by_verb = {}
+            for spec in self.core.specs:
+                for v in spec.four_eyes:
+                    by_verb.setdefault(v, []).append(spec.id)
+            self._four_eyes_jobs = (self.core.n, by_verb)
+        return by_verb
+
+    def _gated(self, verb: str, idx: list[int], downstream: bool) -> tuple[str, ...]:
+        """The jobs `verb` on `idx` would act on whose own `four_eyes:` name it (core/reach.py)."""
+        if verb not in self._jobs_four_eyes():
+            return ()  # (no job says so: nothing to walk)
+        core = self.core
+        return gated_jobs(verb, (core.specs[i] for i in reached(core, verb, idx, downstream)))
+
+    def _ask_second(self, req: dict[str, Any], names: list[str], gated: tuple[str, ...]) -> None:
         """The verb needs a second person: open a pending request, journal it, and say how to approve it."""
         p = self.book.open(str(req.get("verb", "")), names, str(req.get("user", "")), str(req.get("reason", "")),
-                           time.time(), bool(req.get("downstream")))
+                           time.time(), bool(req.get("downstream")), gated)
         self._journal(req, "; ".join(names) or "*", pending_outcome(p), False)
         self._send(req, {"ok": True, "verb": p.verb, "pending": p.as_dict(), "results": [],
-                         "message": f"{p.id}: {p.verb} needs a second person: another admin's "
-                                    f"`wloadctl approve {p.id}` applies it, `wloadctl reject {p.id}` drops it"})
+                         "message": second_message(p)})
 
     def _settle(self, req: dict[str, Any], role: Role, p: PendingRequest, now: float) -> None:
         """`approve ID` applies a pending request asked by somebody else; `reject ID` drops it."""
@@ -262,6 +290,14 @@ class ControlDesk:
         if verb == "approve" and role < needed(p.verb):
             self._refuse(req, p.id, f"approve of {p.id}: {refusal(p.verb, user, role)}")
             return
+        if verb == "approve":
+            # What the approve applies is what was asked: a verb that would now act on a job whose four eyes
+            # the request did not name is refused (the request stays, to be rejected).
+            idx, _unknown = resolve_jobs(self.core, list(p.jobs))
+            extra = uncovered(p, self._gated(p.verb, idx, p.downstream))
+            if extra:
+                self._refuse(req, p.id, uncovered_refusal(p, extra))
+                return
         self.book.take(p.id)
         word = settle_word(verb, p, user)
         self._journal(req, p.id, settled_outcome(word, p, user), True)
