@@ -631,7 +631,10 @@ def test_a_job_a_resume_left_running_on_its_executor_is_lost_with_that_executor(
         # When that executor dies
         kill_all(executor_pids(run_id))
         if idempotent:
-            # Then the job is lost with it and runs again, and the run ends (it waited on a job that ran nowhere)
+            # Then the job is lost with it and runs again (its first copy stopped first: the gate opens only once
+            # the second runs, so a first copy left alive would write its end), and the run ends
+            wait_for(lambda: any(j["job"] == "long" and j["attempt"] == 2 and j["state"] == "RUNNING"
+                                 for j in status(sd)["jobs"]), timeout=30, what="long running again")
             gate.touch()
             assert resumed.wait(60) == 0
             assert [k for k, _ in read_evidence(out)["long"]] == ["start", "start", "end"]
