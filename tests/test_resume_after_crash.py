@@ -274,3 +274,32 @@ def test_a_resume_tells_only_the_jobs_that_end_after_it(tmp_path: Path) -> None:
         stop_proc(proc, grace=30)
         if run_id:
             reap_orphans(run_id)
+
+
+def test_retry_of_a_job_waiting_for_its_retry_cuts_the_delay_short(tmp_path: Path) -> None:
+    out, sd = tmp_path / "ev", tmp_path / "sd"
+    plan = tmp_path / "p.yaml"
+    plan.write_text(yaml.safe_dump({"name": "retrynow", "jobs": {
+        "r": {"command": f"echo r >> {out}; [ $(wc -l < {out}) -ge 2 ]", "retries": {"count": 3, "delay": "10m"}},
+        "after": {"command": "true", "depends_on": ["r"]}}}, sort_keys=False))
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    run_id = ""
+    try:
+        # Given a job that failed and waits ten minutes for its retry
+        wait_for(lambda: job_states(sd).get("r") == "RETRY_WAIT", what="r in its retry delay")
+        run_id = status(sd)["run"]
+        assert "retry" in cli("why", "r", "--state-dir", str(sd)).stdout.split("verbs that apply:")[-1]
+        # When the operator, the cause fixed, retries it
+        got = cli("retry", "r", "--state-dir", str(sd), "--reason", "feed fixed")
+        assert got.returncode == 0, got.stderr
+        assert "job 'r' retries now" in got.stdout and "of its delay cut" in got.stdout, got.stdout
+        # Then its policy's next attempt runs at once, and the run ends
+        assert proc.wait(timeout=60) == 0
+        assert job_states(sd) == {"r": "SUCCEEDED", "after": "SUCCEEDED"}
+        hist = cli("history", "r", "--state-dir", str(sd)).stdout
+        assert "RETRY_WAIT -> READY  retry now by" in hist and "feed fixed" in hist, hist
+        assert _lines(out) == ["r", "r"]
+    finally:
+        stop_proc(proc, grace=30)
+        if run_id:
+            reap_orphans(run_id)

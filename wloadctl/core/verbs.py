@@ -106,7 +106,7 @@ class JobNames(Protocol):
 VERB_FROM: dict[str, frozenset[JobState]] = {
     "hold": frozenset({S.WAITING, S.READY, S.RETRY_WAIT}),
     "release": frozenset({S.HELD}),
-    "retry": frozenset({S.FAILED, S.TIMED_OUT}),
+    "retry": frozenset({S.FAILED, S.TIMED_OUT, S.RETRY_WAIT}),
     "rerun": frozenset(TERMINAL),
     "kill": frozenset({S.QUEUED, S.RUNNING}),
     "set-ok": frozenset(
@@ -490,6 +490,14 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
 
 
 def _retry(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+    if core.state[i] == S.RETRY_WAIT:
+        # Its policy's next attempt, now: the operator cuts the delay short (the cause was fixed, say).
+        due = core.timers.retry_due.pop(i, None)
+        core.set_state(i, S.READY, reason=_why("retry now", ev))
+        core.enqueue(i)
+        touched.append(i)
+        left = f" ({due - ev.now:.0f}s of its delay cut)" if due is not None and due > ev.now else ""
+        return f"job '{core.ids[i]}' retries now{left}"
     return _again(core, i, ev, touched, "retry")
 
 
