@@ -124,6 +124,14 @@ def test_cancel_drains_the_run() -> None:
     assert dispatched(finish(core, "a")) == []
 
 
+def test_a_second_cancel_is_not_applied_again() -> None:
+    core = chain()
+    rep, _ = op(core, "cancel")
+    assert rep.results[0][1] and "2 jobs will not start" in rep.results[0][2]
+    rep, _ = op(core, "cancel")
+    assert rep.results == [(-1, False, "the run is cancelled already: 2 running jobs finish")]
+
+
 def test_a_cancelled_run_refuses_verbs_that_would_start_jobs_and_ends() -> None:
     """Nothing is dispatched in a cancelled run: a job rerun or released there would wait READY for good, and keep
     the drained run from ending."""

@@ -208,6 +208,10 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
     touched: list[int] = []
     results: list[tuple[int, bool, str]] = []
     if verb == "cancel":
+        if core.cancelled and not any(core.state[i] in (S.WAITING, S.READY, S.HELD, S.RETRY_WAIT)
+                                      for i in range(core.n)):
+            # (told and audited as what it is: nothing to do, not a second cancel applied)
+            return Reply(verb, [(-1, False, f"the run is cancelled already: {core.busy} running jobs finish")])
         core.cancelled = True
         running = {i for i in range(core.n) if core.state[i] in (S.QUEUED, S.RUNNING)}
         for i in range(core.n):
