@@ -128,3 +128,14 @@ def test_a_request_keeps_the_four_eyes_jobs_it_reaches_and_its_approve_covers_no
     # A request asked before requests kept these still reads back (its approve covers the jobs it named)
     old = (2.0, "bob", "kill", "load", "", "pending R2: needs another person's `wloadctl approve R2`", False)
     assert PendingBook.from_actions([old]).requests["R2"].gated == ()
+
+
+def test_reject_of_a_word_that_is_no_request_id_says_so() -> None:
+    from wloadctl.core.foureyes import judge
+
+    book = PendingBook()
+    req, why = judge("reject", ["xyz"], "ana", book, lambda _n: False)
+    assert req is None and why == ("'xyz' is not a pending request id (ids read R1, R2, ...; `wloadctl pending` "
+                                   "lists those open)")
+    _, why = judge("reject", ["R9"], "ana", book, lambda _n: False)
+    assert why is not None and why.startswith("no pending request R9")

@@ -203,6 +203,9 @@ def judge(verb: str, names: Sequence[str], user: str, book: PendingBook,
         return None, f"no pending request {', '.join(stale)}: settled already or never asked (see `wloadctl pending`)"
     if not ids and verb == "approve":
         return None, None
+    if not ids and verb == "reject" and len(rest) == 1:
+        return None, (f"'{rest[0]}' is not a pending request id (ids read R1, R2, ...; `wloadctl pending` lists "
+                      "those open)")
     if len(ids) != 1 or rest:
         also = "; approve JOB confirms jobs waiting for confirmation" if verb == "approve" else ""
         return None, f"{verb} takes one pending request id at a time (see `wloadctl pending`){also}"
