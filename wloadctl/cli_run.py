@@ -226,7 +226,7 @@ def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
                       executor_memory=a.executor_memory,
                       prefetch=DEFAULT_PREFETCH if a.prefetch is None else a.prefetch,
                       heartbeat_interval=a.heartbeat_interval, exit_when_stalled=a.exit_on_hold,
-                      lease_seconds=a.heartbeat_timeout, say=_say(a.quiet), broker=broker_of(a),
+                      lease_seconds=a.heartbeat_timeout, say=_say(a.quiet), warn=_say(False), broker=broker_of(a),
                       agent_timeout=a.agent_timeout, run_id=early.run_id if early is not None else None,
                       prestarted=early)
     opts.metrics, server = _metrics(a, opts)

@@ -421,3 +421,16 @@ def test_the_last_jobs_lines_are_told_before_the_run_waits_for_its_on_failure_ho
     finally:
         gate.touch()
         stop_proc(proc)
+
+
+def test_a_failed_alert_hook_is_said_under_quiet_too(tmp_path: Path, no_ipc_leaks: None) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "quiethook", "on_failure": "exit 7",
+                                    "jobs": {"bad": {"command": "exit 3"}}}))
+    sd = tmp_path / "sd"
+    # A quiet run tells no progress and no notice
+    p = cli("run", str(plan), "--state-dir", str(sd), "--quiet")
+    assert p.returncode == 1, p.stderr
+    assert "waiting up to" not in p.stderr
+    # but an alert that did not go out is never passed over in silence
+    assert f"wloadctl: on_failure hook for job bad exited with status 7: its output is in {sd}/hooks.log" in p.stderr

@@ -323,6 +323,8 @@ class RunContext:
     """on_failure hook processes not yet reaped, with the job each is for."""
     say: Callable[[str], None] = field(default=lambda _m: None)
     """Tells the run's operator a line (the run's stderr)."""
+    warn: Callable[[str], None] = field(default=lambda _m: None)
+    """Where what must not pass unseen goes, even under `--quiet` (an alert that did not go out)."""
     dirs: tuple[str, str, str] = field(init=False)
     """The run's logs, checkpoints and results folders, as text (made once: a payload per dispatch)."""
     home: str = field(init=False)
@@ -479,7 +481,7 @@ class RunContext:
             pass  # the hook's own output is what the file is for
         if failed:
             # An alert that did not go out must not pass unseen: the run's own output says so too.
-            self.say(f"on_failure hook for job {self.hooks[hook]} {what}: its output is in {log}")
+            self.warn(f"on_failure hook for job {self.hooks[hook]} {what}: its output is in {log}")
 
 
 HOOK_WAIT = 60.0

@@ -123,6 +123,8 @@ class RunOptions:
     otherwise the scheduler stays up and the run goes on when they are released."""
     say: Callable[[str], None] = field(default=lambda _m: None)
     """Where one-line notices go (stale objects removed, resuming, executor restarts)."""
+    warn: Callable[[str], None] | None = None
+    """Where what must not pass unseen goes, `--quiet` or not (an alert hook that failed); None: as `say`."""
     broker: BrokerOptions | None = None
     """The broker of the agents that run the plan's `pool:`/`agent:` jobs (None: this host only)."""
     agent_timeout: float = 10.0
@@ -789,7 +791,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     if claim is not None:
         claim.announce(events)
     ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds,
-                     say=opts.say)
+                     say=opts.say, warn=opts.warn or opts.say)
     reader = ReportReader(core.want, _tail_reader(objs), lambda i, a: ctx.result_of(core.ids[i], a))
     remote = _agent_pool(link, core, ctx, epoch, opts, events, store, resumed) if link is not None else None
     local = LocalPool.start(core, objs, reader, _payloads(ctx, core), lambda: loop._check_fenced(), epoch,
