@@ -196,6 +196,8 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("not_before_after_deadline_defaults.yaml", 4,
      "defaults: not_before '+2h' is after the deadline '+1h': the job can never meet it"),
     ("max_delay_below_delay.yaml", 5, "job 'load': retries max_delay 10s is shorter than the delay 1m"),
+    ("expected_past_timeout.yaml", 6, "job 'post': expected 1h30m is longer than its timeout 1h: the job would be "
+     "killed before it is expected to end"),
     ("duration_unit_word.yaml", 5, "job 'load': timeout: '10 mins' is not a duration (did you mean '10m'?"),
     ("duration_last_unit_missing.yaml", 5, "job 'load': expected: '1h30' is not a duration (did you mean '1h30m'?"),
     ("duration_capital_unit.yaml", 5, "job 'load': retries delay: '5S' is not a duration (did you mean '5s'?"),

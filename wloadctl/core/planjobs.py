@@ -16,7 +16,7 @@ from yaml.events import (
     SequenceStartEvent,
 )
 
-from wloadctl.core.durations import closed_window
+from wloadctl.core.durations import closed_window, format_duration
 from wloadctl.core.plan import DynamicItems, JobSpec
 from wloadctl.core.planfields import JOB_KEYS, SLA_NAMES, FieldReader
 from wloadctl.core.planvalues import FieldError, key_hint, key_text
@@ -43,6 +43,7 @@ _ID, _COMMAND, _DEPS, _KINDS = (
 )
 _TYPE, _SLA, _LINE = SLOT["type"], SLOT["sla"], SLOT["line"]
 _NOT_BEFORE, _DEADLINE = SLOT["not_before"], SLOT["deadline"]
+_EXPECTED, _TIMEOUT = SLOT["expected"], SLOT["timeout"]
 # Job keys whose JobSpec field or FieldReader method has another name.
 _KEY_FIELD = {"retries": "retry", "if": "condition"}
 _KEY_METHOD = {"type": "job_type", "if": "condition"}
@@ -538,13 +539,19 @@ class JobsReader:
         self.jobs[jid] = MAKE_SPEC(*vals)
 
     def check_window(self, jid: str, line: int, vals: list[Any]) -> None:
-        """Report a job whose not-before is at or after its deadline (see closed_window)."""
+        """Report a job whose not-before is at or after its deadline (see closed_window), or whose expected duration
+        is longer than its timeout."""
         nb, dl = vals[_NOT_BEFORE], vals[_DEADLINE]
         if nb and dl and (nb is not self.template[_NOT_BEFORE] or dl is not self.template[_DEADLINE]):
             # (a pair both taken from the defaults is told once, where the defaults give it)
             shut = closed_window(nb, dl)
             if shut is not None:
                 self.report(line, shut[0], shut[1], job=jid)
+        ex, to = vals[_EXPECTED], vals[_TIMEOUT]
+        if ex and to and ex > to and (ex is not self.template[_EXPECTED] or to is not self.template[_TIMEOUT]):
+            self.report(line, f"expected {format_duration(ex)} is longer than its timeout {format_duration(to)}: the "
+                        "job would be killed before it is expected to end",
+                        "give a timeout longer than the expected duration, or a shorter expected", job=jid)
 
     def _link_slowly(
         self, jid: str, names: list[str], wheres: list[int | YamlEvent]
