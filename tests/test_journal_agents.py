@@ -121,7 +121,26 @@ def test_a_version_9_journal_is_read_without_numbers_and_numbers_agents_once_mig
     with Store.open(tmp_path, readonly=True) as ro:
         assert ro.agent_names(run) == {}
     with Store.open(tmp_path) as st:
-        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10  # type: ignore[attr-defined]
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION  # type: ignore[attr-defined]
         assert st.agent_index(run, "n1", AGENT_BASE) == 1000
     with Store.open(tmp_path, readonly=True) as ro:
         assert ro.agent_names(run) == {1000: "n1"}
+
+
+def test_a_version_10_journal_gets_the_index_of_a_jobs_actions_and_history_uses_it(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as st:
+        run = new_run(st)
+        st.record_action(run, "ana", "hold", "a", "", "job 'a' held", True)
+    # Given a journal of schema 10, whose actions are found by run alone
+    con = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+    con.execute("DROP INDEX actions_job")
+    con.execute("PRAGMA user_version = 10")
+    con.close()
+    # When a writer opens it, then a job's actions are read through their own index
+    with Store.open(tmp_path) as st:
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11  # type: ignore[attr-defined]
+        plan = st.conn.execute(  # type: ignore[attr-defined]
+            "EXPLAIN QUERY PLAN SELECT ts, user, verb, job, reason, outcome, applied FROM actions"
+            " WHERE run = ? AND job = ? ORDER BY seq", (run, "a")).fetchall()
+        assert any("actions_job" in str(row[-1]) for row in plan), plan
+        assert [a[2] for a in st.actions(run, "a")] == ["hold"]

@@ -190,7 +190,7 @@ def test_a_database_from_before_the_audit_chain_migrates_forward_and_chains_new_
         rep = st.verify_audit()
         assert rep.ok and (rep.checked, rep.unchained) == (1, 1)
     # Then it is at the latest version, and the trail refuses changes
-    assert _version(pg_url) == SCHEMA_VERSION == 6
+    assert _version(pg_url) == SCHEMA_VERSION == 7
     with psycopg.connect(pg_url, autocommit=True) as c, pytest.raises(psycopg.Error, match="append-only"):
         c.execute("DELETE FROM actions")
 

@@ -104,6 +104,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE IF NOT EXISTS agents (run bigint NOT NULL REFERENCES runs (id) ON DELETE CASCADE,"
         " idx integer NOT NULL, name text NOT NULL, PRIMARY KEY (run, idx), UNIQUE (run, name))",
     ),
+    # 6 -> 7: a job's actions (history JOB) found by their job: a glob verb journals a row per job it names.
+    (
+        "CREATE INDEX IF NOT EXISTS actions_job ON actions (run, job, seq)",
+    ),
 )
 """MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""
 SCHEMA_VERSION = len(MIGRATIONS)

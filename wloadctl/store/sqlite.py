@@ -198,6 +198,10 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         # directory, agents.json, which readers still fall back to for the runs numbered there before).
         conn.execute("CREATE TABLE IF NOT EXISTS agents (run INTEGER NOT NULL, idx INTEGER NOT NULL,"
                      " name TEXT NOT NULL, PRIMARY KEY (run, idx), UNIQUE (run, name)) WITHOUT ROWID")
+    if version < 11:
+        # A job's actions (history JOB, the console's detail) without a walk of every action of the run: a glob
+        # verb journals a row per job it names, thousands at once.
+        conn.execute("CREATE INDEX IF NOT EXISTS actions_job ON actions (run, job, seq)")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 

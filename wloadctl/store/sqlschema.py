@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 """The schema version a new or migrated SQLite journal is at."""
 
 AUDIT_TRIGGERS: tuple[str, ...] = tuple(
@@ -84,6 +84,7 @@ CREATE TABLE IF NOT EXISTS actions (
     prev_hash TEXT NOT NULL DEFAULT '',
     hash TEXT NOT NULL DEFAULT ''
 );
+CREATE INDEX IF NOT EXISTS actions_job ON actions (run, job, seq);
 CREATE TABLE IF NOT EXISTS expansions (
     seq INTEGER PRIMARY KEY,
     run INTEGER NOT NULL,
