@@ -33,11 +33,11 @@ class Graph(Protocol):
         """The jobs that depend directly on job i."""
 
 
-def descendants(core: Graph, i: int) -> list[int]:
-    """Every job downstream of job i, nearest first (i itself not among them)."""
-    seen = {i}
+def descendants(core: Graph, *roots: int) -> list[int]:
+    """Every job downstream of the `roots`, nearest first, in one walk (the roots themselves not among them)."""
+    seen = set(roots)
     order: list[int] = []
-    todo = deque([i])
+    todo = deque(roots)
     while todo:
         u = todo.popleft()
         for d in core.downstream(u):
@@ -73,10 +73,5 @@ def reached(core: Graph, verb: str, jobs: Sequence[int], downstream: bool = Fals
                 out.update(dict.fromkeys(instances_of(core.specs[i], core.specs, core.index)))
     if downstream and verb == "rerun":
         # One walk from all of them (`rerun '*' --downstream` names every job: a walk each would be quadratic).
-        todo = deque(out)
-        while todo:
-            for d in core.downstream(todo.popleft()):
-                if d not in out:
-                    out[d] = None
-                    todo.append(d)
+        out.update(dict.fromkeys(descendants(core, *out)))
     return list(out)

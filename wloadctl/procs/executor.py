@@ -24,6 +24,7 @@ from wloadctl.ipc.shm import (
     TailRing,
     segment_name,
 )
+from wloadctl.procs.failpoint import first_strike
 from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import WARM_IDLE, JobTrees, detect, waiting_warmer
 from wloadctl.procs.prestart import AWAIT_FLAG, ORPHAN_TIMEOUT, await_go
@@ -90,11 +91,7 @@ def _read_failpoint(text: str | None) -> tuple[str, str] | None:
 
 def _failpoint(point: tuple[str, str], job: str, state_dir: Path) -> None:
     """Strike FAILPOINT_ENV if this is its job and it has not struck in this state directory yet."""
-    if job != point[0]:
-        return
-    try:
-        os.close(os.open(state_dir / "failpoint-struck", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-    except FileExistsError:
+    if job != point[0] or not first_strike(state_dir):
         return
     if point[1] in ("scheduler", "both"):
         os.kill(os.getppid(), signal.SIGKILL)

@@ -38,6 +38,7 @@ from wloadctl.ipc.protocol import (
 from wloadctl.paths import append_ids, take_stop_note
 from wloadctl.procs.clockwatch import ClockWatch
 from wloadctl.procs.control import ControlDesk
+from wloadctl.procs.failpoint import first_strike
 from wloadctl.procs.pipeline import PipelineMeter
 from wloadctl.procs.pools import Pools
 from wloadctl.procs.recovery import STOP_VERB, STOPPED_WITH_RUN, ResultSweeper
@@ -67,11 +68,7 @@ __all__ = ["HEALTH_INTERVAL", "Fenced", "SchedulerLoop"]
 def _verb_failpoint(state_dir: Path, transitions: Sequence[tuple]) -> None:
     """Strike VERB_FAILPOINT if it is set, these transitions are an operator verb's, and it has not struck yet."""
     if os.environ.get("WLOADCTL_FAILPOINT") != VERB_FAILPOINT or not any(
-            str(t[8]).startswith("op-") for t in transitions):
-        return
-    try:
-        os.close(os.open(Path(state_dir) / "failpoint-struck", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-    except FileExistsError:
+            str(t[8]).startswith("op-") for t in transitions) or not first_strike(state_dir):
         return
     os.kill(os.getpid(), signal.SIGKILL)
 

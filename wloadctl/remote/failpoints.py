@@ -8,6 +8,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from wloadctl.procs.failpoint import first_strike
+
 AGENT_FAILPOINT_ENV = "WLOADCTL_AGENT_FAILPOINT"
 """`after-take:JOB`: the agent SIGKILLs itself once it has journaled job JOB's task as taken, before it acknowledges
 the dispatch that brought it. `after-open`: once its epoch is on the node's board and it has rebuilt its book,
@@ -44,10 +46,6 @@ class AgentFailpoint:
 
     def strike(self, where: str, job: str = "") -> None:
         """SIGKILL this process if this is the failpoint's moment and it has not struck in its state directory."""
-        if where != self.where or job != self.job:
-            return
-        try:
-            os.close(os.open(self.state_dir / STRUCK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-        except FileExistsError:
+        if where != self.where or job != self.job or not first_strike(self.state_dir, STRUCK):
             return
         os.kill(os.getpid(), signal.SIGKILL)
