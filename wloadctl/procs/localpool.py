@@ -176,6 +176,8 @@ class LocalPool:
     sent_batches: int = 0
     """Request messages sent (pipeline figures)."""
     received_batches: int = 0
+    early: list[bytes] = field(default_factory=list)
+    """Report messages taken from the response queue ahead of the next drain (take_ahead)."""
     """Response messages received (pipeline figures)."""
     paced: bool = True
     """The core's slots follow the jobs' lengths (see `_pace`); False when a host share sets them."""
@@ -389,15 +391,19 @@ class LocalPool:
         """
         rsp, n = self.objs.rsp, self.core.n
         recs: list[P.ResultRecord] = []
+        early, self.early = self.early, []
+        taken = iter(early)
         while True:
             # Checked before every message, so a scheduler frozen mid-drain takes at most
             # one message of its successor's when it wakes (the successor's sweeper finds
             # those reports in the executors' journals).
             self.guard()
-            data = rsp.recv_nowait()
+            data = next(taken, None)
             if data is None:
-                return recs
-            self.received_batches += 1
+                data = rsp.recv_nowait()
+                if data is None:
+                    return recs
+                self.received_batches += 1
             for r in P.decode_results(data):
                 if r.task >= n:
                     continue
@@ -410,6 +416,21 @@ class LocalPool:
                     continue
                 self._settle_record(r)
                 recs.append(r)
+
+    def take_ahead(self) -> bool:
+        """Take the report messages waiting now, for the next drain to apply; return whether any wait so.
+
+        The response queue holds a few messages: taken out in the middle of a turn, it has room
+        for the executors' next reports while the turn goes on, and the next turn settles them all.
+        """
+        rsp, early = self.objs.rsp, self.early
+        while True:
+            self.guard()
+            data = rsp.recv_nowait()
+            if data is None:
+                return bool(early)
+            self.received_batches += 1
+            early.append(data)
 
     def stale(self, r: P.ResultRecord) -> bool:
         """Whether a report is a predecessor's (a hand-back, a start, an end) of a copy it sent of a job this

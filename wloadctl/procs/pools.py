@@ -95,6 +95,11 @@ class Pool(Protocol):
         """The turn's transitions are journaled: reports applied in it may be let go."""
         ...
 
+    def take_ahead(self) -> bool:
+        """Take what waits on the pool's channel now, for the next drain (its room freed meanwhile); return
+        whether anything taken so waits."""
+        ...
+
     def flush(self, timeout: float) -> None:
         """Wait, at most `timeout` seconds, until what the pool's channel carries has left this host."""
         ...
@@ -222,6 +227,16 @@ class Pools:
         """The turn is journaled: every pool may let go of the reports it applied."""
         for p in self.members:
             p.after_commit()
+
+    def take_ahead(self) -> bool:
+        """Let every pool take what waits on its channel for the next turn; return whether any took some."""
+        return any([p.take_ahead() for p in self.members])
+
+    def drain_taken(self, feed: Feed, cause: str) -> None:
+        """Feed the engine what the pools took ahead (those whose descriptor was not ready too)."""
+        for p in self.members:
+            if p.take_ahead():
+                p.drain(feed, cause)
 
     def flush(self, timeout: float) -> None:
         """Wait until what every pool's channel carries (an answer to an operator) has left this host."""

@@ -169,12 +169,13 @@ class SchedulerLoop:
         self.objs.board.publish(self.ctx.board_header(core), full=bytes(core.state))
         self._execute(core.flush())
         self._publish(force=True)
+        taken = False  # reports taken ahead wait to be applied: the next turn starts at once
         while self.finished is None and not self.stop_requested:
             now = time.time()
             due = min(next_health, core.next_timer() or float("inf"), pools.next_due())
             # Never longer than a beat: a wall clock set back would otherwise stretch the wait
             # by the jump (the beat after it finds the jump and moves the waits).
-            timeout_ms = max(0, min(int((due - now) * 1000) + 1, int(self.beat_interval * 1000) + 1))
+            timeout_ms = 0 if taken else max(0, min(int((due - now) * 1000) + 1, int(self.beat_interval * 1000) + 1))
             ready = poller.poll(timeout_ms)
             # A scheduler frozen (SIGSTOP) past its lease wakes here: it must learn that it
             # was fenced before it touches a queue, a job or the board.
@@ -194,6 +195,8 @@ class SchedulerLoop:
                     desk.on_ready(fd, now)
                 else:
                     pools.on_ready(fd, cause)
+            if taken:
+                pools.drain_taken(core.feed, cause)
             if pools.health_due:
                 next_health = now
             nt = core.next_timer()
@@ -205,6 +208,9 @@ class SchedulerLoop:
                 beat = True
             pools.fire_kills(now)
             self._execute(core.flush())
+            # The response queue holds a few messages: emptied while the turn goes on, it takes the
+            # executors' next reports meanwhile, and the next turn settles them all at once.
+            taken = pools.take_ahead()
             # Reports applied this turn are journaled now: they may leave the broker's stream
             # (not while a full disk holds their journal write back).
             if not self.held_back:
@@ -217,6 +223,7 @@ class SchedulerLoop:
             # every interval even when no job changed state.
             self._publish(force=beat)
             desk.send_replies()  # (once the board shows what the verbs did: `status` then reads it at once)
+            taken = pools.take_ahead() or taken
             if desk.drill is not None or self.strike is not None:
                 # A failover drill asked from another host: struck at the end of a turn, once it may be.
                 from wloadctl.procs.selfdrill import advance

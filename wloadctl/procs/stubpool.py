@@ -134,6 +134,10 @@ class StubPool:
     def after_commit(self) -> None:
         """Nothing to let go."""
 
+    def take_ahead(self) -> bool:
+        """Nothing is taken ahead."""
+        return False
+
     def flush(self, timeout: float) -> None:
         """Nothing waits."""
 

@@ -439,6 +439,10 @@ class AgentPool:
     def stop_all(self) -> None:
         """Nothing to stop: agents keep their jobs (see keeps_jobs)."""
 
+    def take_ahead(self) -> bool:
+        """Nothing is taken ahead: the link's client buffers what the broker sends."""
+        return False
+
     def after_commit(self) -> None:
         """The turn is journaled: the results it applied may leave the stream."""
         if self.to_ack:
