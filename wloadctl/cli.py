@@ -737,9 +737,12 @@ def cmd_runs(a: argparse.Namespace) -> int:
                                      f"{e.at_risk} AT_RISK" if e.at_risk else "") if p) or "-"
         place = f"{e.host}:{e.state_dir}" if e.host and e.host != here else e.state_dir
         rows.append((e.run, e.plan, e.business_date, e.status, f"{e.done}/{e.total}", risk, place))
-    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
+    from rich.cells import cell_len
+
+    # Padded by terminal columns: a plan named in Chinese or Japanese takes two columns a character.
+    widths = [max(cell_len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+        print("  ".join(c + " " * (w - cell_len(c)) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
     return EXIT_OK
 
 

@@ -99,3 +99,22 @@ def test_runs_counts_a_stopped_run_as_status_does_after_an_operator_verb(
     entry = listed(env)["eod"]
     assert entry["counts"] == counts
     assert entry["done"] == sum(n for s, n in counts.items() if JobState[s] in TERMINAL)
+
+
+def test_runs_table_lines_up_plans_named_in_wide_characters(tmp_path: Path, no_ipc_leaks: None) -> None:
+    from rich.cells import cell_len
+
+    root = tmp_path / "home"
+    env = {**os.environ, "WLOADCTL_HOME": str(root)}
+    env.pop("WLOADCTL_STATE_DIR", None)
+    # Given a finished run of a plan named in Japanese beside one named in ASCII
+    for name in ("日次締め処理", "ledger"):
+        assert wl(env, "run", str(plan(tmp_path / f"{len(name)}.yaml", name, {"a": "true"})), "--quiet").returncode == 0
+    p = wl(env, "runs")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 3, p.stdout
+    # Then every row's status starts at the terminal column of the STATUS heading
+    at = [cell_len(line[: line.index(word)])
+          for line, word in zip(lines, ("STATUS", "succeeded", "succeeded"), strict=True)]
+    assert at[0] == at[1] == at[2], p.stdout
