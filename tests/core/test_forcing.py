@@ -228,3 +228,24 @@ def test_the_pending_words_read_back() -> None:
               Forced(int(S.SKIPPED)), Forced(int(S.SUCCEEDED), "", "why")):
         assert forced_of(f.pending()) == f
     assert forced_of("upstream rerun") is None and forced_of("will be run") is None
+
+
+@pytest.mark.parametrize(("verb", "ends"), [("set-ok", "SUCCEEDED"), ("skip", "SKIPPED")])
+def test_a_job_held_after_a_resume_for_its_lost_executor_is_set_ok_or_skipped_at_once(verb: str, ends: str) -> None:
+    from wloadctl.core.events import JobExitedEvent
+
+    plan = make_plan({"load": {}, "post": {"deps": ["load"], "idempotent": False}, "report": {"deps": ["post"]}})
+    core = SchedulerCore(plan, slots=4)
+    # Given a run resumed while post (which may not run twice) ran, its upstream long succeeded
+    rows = [(core.index["load"], int(S.SUCCEEDED), 1), (core.index["post"], int(S.RUNNING), 1)]
+    core.restore(rows, 20.0)
+    core.handle(RunStartedEvent(20.0, cause_id="resume"))
+    # and held once its executor is found lost
+    core.handle(JobExitedEvent(core.index["post"], 1, 0, -1, 21.0, lost=True, cause_id="recovery"))
+    assert states(core)["post"] == "HELD"
+    # When the operator, who checked it ran to its end, sets it ok (or skips it)
+    rep, cmds = op(core, verb, "post")
+    # Then it ends so at once, and its downstream goes on
+    assert rep.results[0][1:] == (True, f"job 'post' is now {ends}")
+    assert sent(cmds, core) == ["report"]
+    core.validate()

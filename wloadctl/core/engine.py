@@ -1392,7 +1392,12 @@ class SchedulerCore(JobTable):
                 self.recompute(i)
                 if st == _W and self.specs[i].item is not None and (loop := self.awaits_list(i)) is not None:
                     self._wait_for_list(i, loop)
-            elif st == _RW:
+                continue
+            if not _TERMINAL[st] and self.unmet[i]:
+                # In flight or ready: counted from its upstreams' states as a waiting job is (one held once its
+                # executor is found lost would otherwise wait, for a skip or set-ok, for upstreams that ended).
+                self.recompute(i)
+            if st == _RW:
                 self.timers.wait_retry(i, retry_due.get(i, now) if retry_due else now, self.attempt[i])
             elif st == _R:
                 heapq.heappush(self.ready, self.key_base[i] | i)
