@@ -143,19 +143,25 @@ def show_verb(a: argparse.Namespace, state_dir: Path | None) -> int:
             print(rep["message"])
         results = rep.get("results", [])
         refused = [r for r in results if not r[1]]
+        # Past the lines a reply carries, it counts the jobs applied and refused in all.
+        more = bool(rep.get("more"))
+        refused_all = int(rep.get("refused", len(refused))) if more else len(refused)
         # A glob's refusals, one for each job it names that the verb does not apply to, are counted past a few.
-        told = refused if len(refused) <= REFUSALS_TOLD else refused[:REFUSALS_TOLD - 1]
+        told = refused if refused_all <= REFUSALS_TOLD else refused[:REFUSALS_TOLD - 1]
         for r in results:
             _job, applied, msg = r
             if applied:
                 print(msg)
             elif r in told:
                 print(f"refused: {msg}", file=sys.stderr)
-        if len(told) < len(refused):
-            print(f"refused: {len(refused) - len(told)} more job(s) it does not apply to (see `wloadctl audit`)",
+        if len(told) < refused_all:
+            print(f"refused: {refused_all - len(told)} more job(s) it does not apply to (see `wloadctl audit`)",
                   file=sys.stderr)
-        if rep.get("more"):
-            print(f"... and {rep['more']} more (see `wloadctl audit`)")
+        if more:
+            shown = sum(1 for job, applied, _msg in results if applied and job != "*")
+            rest = int(rep.get("applied", shown + int(rep["more"]))) - shown
+            if rest > 0:
+                print(f"... and {rest} more job(s) it applied to (see `wloadctl audit`)")
     return 0 if rep.get("ok") else 1
 
 

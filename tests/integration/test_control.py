@@ -316,6 +316,33 @@ def test_a_verb_on_a_glob_counts_its_refusals_past_a_few(tmp_path: Path, no_ipc_
         "refused: 8 more job(s) it does not apply to (see `wloadctl audit`)"]
 
 
+def test_a_glob_verb_past_the_lines_of_its_answer_says_how_many_it_applied_to_and_refused(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    gate = tmp_path / "gate.go"
+    plan = tmp_path / "plan.yaml"
+    # Given a live run whose first 60 jobs have run, and 40 more wait behind a gate
+    plan.write_text("name: glob\njobs:\n" + f"  gate: {{command: 'while [ ! -e {gate} ]; do sleep 0.05; done'}}\n"
+                    + "".join(f"  j{i:03d}: {{command: 'true'}}\n" for i in range(60))
+                    + "".join(f"  j{i:03d}: {{command: 'true', depends_on: [gate]}}\n" for i in range(60, 100)))
+    sd = tmp_path / "sd"
+    proc = start("run", str(plan), "--state-dir", str(sd))
+    try:
+        wait_for(lambda: sum(st == "SUCCEEDED" for st in states_of(sd).values()) == 60, what="60 jobs run")
+        # When an operator holds them all by a glob
+        p = cli("hold", "j*", "--state-dir", str(sd))
+        # Then the answer counts the 60 refused and the 40 held, though its lines name only some of them
+        assert p.returncode == 1
+        named = [line for line in p.stderr.splitlines() if line.startswith("refused: job ")]
+        assert f"refused: {60 - len(named)} more job(s) it does not apply to (see `wloadctl audit`)" in p.stderr, \
+            p.stderr
+        held = [line for line in p.stdout.splitlines() if line.endswith("is now HELD")]
+        assert f"... and {40 - len(held)} more job(s) it applied to (see `wloadctl audit`)" in p.stdout, p.stdout
+        assert sum(st == "HELD" for st in states_of(sd).values()) == 40
+    finally:
+        gate.touch()
+        stop_proc(proc, grace=30)
+
+
 def test_a_verb_while_a_scheduler_of_this_host_starts_says_to_try_again_not_to_use_a_broker(tmp_path: Path) -> None:
     """(a hold sent while a resume started said the run was held by a scheduler no socket of which is reachable
     here, to be reached with --broker URL or from its host: this host)"""
