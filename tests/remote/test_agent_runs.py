@@ -688,3 +688,31 @@ def test_agents_are_named_in_why_a_pinned_job_sees_no_pool_and_a_stopped_agent_i
     listed = {a["agent"]: a["state"] for a in json.loads(cli("agents", "--broker", nats_server.url, "--json",
                                                             "--agent-timeout", "0.5", check=True).stdout)}
     assert listed["n2"] == "STOPPED", listed
+
+
+def test_a_resume_reads_every_result_its_agents_stored_before_it_judges_any_job_lost(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    out = tmp_path / "evidence"
+    # Given a run of hundreds of short jobs on two agents, chains twenty wide
+    jobs = {f"j{k:03d}": {"pool": "etl", "sleep": 0.02, **({"depends_on": [f"j{k - 20:03d}"]} if k >= 20 else {})}
+            for k in range(700)}
+    plan = plan_file(tmp_path / "p.yaml", out, jobs)
+    sd = tmp_path / "sd"
+    first = run_bg(plan, sd, nats_server.url, "--agent-timeout", "30")
+    # whose scheduler is killed -9 once most have run, the agents going on with what they hold
+    wait_for(lambda: sum(k == "end" for v in agents_of(out).values() for k, _a in v) >= 450, timeout=120,
+             what="most jobs run")
+    first.kill()
+    first.communicate(timeout=30)
+    time.sleep(1.0)
+    # When it is resumed: the stream holds every result the agents stored, hundreds of them
+    again = subprocess.Popen([sys.executable, "-m", "wloadctl", "resume", "--state-dir", str(sd), "--broker",
+                              nats_server.url, "--json", "--executors", "1", "--agent-timeout", "30"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    RUNS.append(again)
+    stdout, stderr = again.communicate(timeout=180)
+    # Then every job succeeded, and none ran twice: no job that had ended was judged lost
+    assert again.returncode == 0, stderr
+    assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
+    twice = {j: v for j, v in agents_of(out).items() if [k for k, _a in v] != ["start", "end"]}
+    assert not twice, (twice, stderr)

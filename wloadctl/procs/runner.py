@@ -844,7 +844,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             notes = reconcile(local, core.feed, adopt, store.loss, mine=local.serves,
                               stopped=stopped_with_run(store, run.id, core, actions))
             if remote is not None:
-                notes += remote.recover(core.feed, expect=claim.agents if claim is not None else 0)
+                notes += remote.recover(core.feed, expect=claim.agents if claim is not None else 0,
+                                        renew=loop.keep_lease)
             for n in notes:
                 opts.say(n)
             store.drop_columns()  # every job's row, read for the resume: not kept for the whole run

@@ -328,6 +328,13 @@ class SchedulerLoop:
             self._raise_if_fenced()
         self.lease_renewed = now
 
+    def keep_lease(self) -> None:
+        """Renew the journal's lease once a beat has passed since the last renewal (work before the loop's
+        first turn that may take longer than a lease, as a recovery reading its run's stored results)."""
+        now = time.time()
+        if not now - self.beat_interval < self.lease_renewed <= now:
+            self._renew(now)
+
     def _check_fenced(self) -> None:
         """Raise Fenced if the board shows a newer epoch, or the lease lapsed and a successor holds the run.
 

@@ -75,6 +75,9 @@ ORPHAN_CHECK = 1.0
 """Seconds between looks at those tasks (each asks the broker and the agents)."""
 MAX_BATCH = 512
 """Most tasks in one dispatch message."""
+RESULTS_READ_CAP = 300.0
+"""Longest a recovering scheduler reads the results its run's stream holds before judging its in-flight jobs
+(it stops sooner once the consumer has not moved for its wait)."""
 
 
 @dataclass
@@ -267,7 +270,8 @@ class AgentPool:
         self.by_index[index] = node
         return node
 
-    def recover(self, feed: Feed, wait: float = 1.0, expect: int = 0) -> list[str]:
+    def recover(self, feed: Feed, wait: float = 1.0, expect: int = 0,
+                renew: Callable[[], None] | None = None) -> list[str]:
         """After a restart: ask the agents what they hold of this run; in-flight jobs nobody holds are lost.
 
         Results already stored for this run come through the results consumer first (read here),
@@ -278,6 +282,7 @@ class AgentPool:
             wait: Longest wait for the agents' inventories, and again for the stored results.
             expect: Agents known to be about (a takeover asked them just before): the inventory
                 stops waiting once that many answered.
+            renew: keeps this scheduler's lease while the stored results are read (raises Fenced).
         """
         core = self.core
         if expect:
@@ -298,12 +303,29 @@ class AgentPool:
                     held[(t.job, t.attempt)] = rep.agent
             except WloadError:
                 continue
-        deadline = time.time() + wait
-        while time.time() < deadline:
+        # Every result the stream holds is read before any job is judged lost or sent again: a run of
+        # thousands of jobs has thousands of them, read from the stream's start. The wait goes on while
+        # the consumer gets through them, and ends `wait` seconds after it last moved (broker away).
+        now = time.time()
+        deadline, cap, moved = now + wait, now + RESULTS_READ_CAP, None
+        while now < min(deadline, cap):
             select.select([self.link.fileno()], [], [], 0.02)
             self.drain(feed, "recovery")
-            if self._results_read():
+            if self.to_ack:
+                # Acknowledged as read, not journaled yet: the consumer hands out no more than its window
+                # unacknowledged. The stream keeps them (limits, not work queue): a scheduler that dies
+                # before its first commit leaves them to its successor's consumer, which reads the
+                # stream from its start.
+                self.link.ack_all(self.to_ack)
+                self.to_ack.clear()
+            if renew is not None:
+                renew()
+            left = self._results_left()
+            if left == 0:
                 break
+            now = time.time()
+            if left is not None and left != moved:
+                moved, deadline = left, now + wait
         kept = lost = 0
         unsure: set[tuple[int, int]] = set()
         for i in inflight:
@@ -337,15 +359,19 @@ class AgentPool:
 
     def _results_read(self) -> bool:
         """Every result stored for this run has reached this scheduler (none waits in the stream)."""
+        return self._results_left() == 0
+
+    def _results_left(self) -> int | None:
+        """Result messages stored for this run not yet drained here (None: not known now)."""
         if self.results is None:
-            return False
+            return None
         try:
             pending, unacked = self.link.consumer_backlog(self.subjects.results_stream, self._consumer(self.epoch))
         except WloadError:
-            return False
+            return None
         # The consumer is this scheduler's alone: every message it delivered is drained once
         # none is unsettled beyond those waiting for the turn's commit.
-        return pending == 0 and unacked <= len(self.to_ack)
+        return pending + max(0, unacked - len(self.to_ack))
 
     # -- the loop's side -----------------------------------------------------------------------
 
