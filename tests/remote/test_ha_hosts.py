@@ -324,3 +324,40 @@ def test_jobs_of_pool_local_in_flight_at_a_takeover_are_named_and_retried_under_
     finally:
         pair.stop()
     assert runs_of(out)["once"] == 1 and runs_of(out)["far"] == 1
+
+
+class LingeringHost(SchedulerHost):
+    """A scheduler's host that lives on after the scheduler exits (says `exit N`), its other processes too."""
+
+    def command(self) -> list[str]:
+        return ["sh", "-c", '"$@"; echo "exit $?"; sleep 120', "sh", *super().command()]
+
+
+def test_a_fenced_active_stops_its_local_jobs_when_its_successor_is_a_host_of_the_same_name(
+        tmp_path: Path, nats_server: NatsServer, agents: list[Node], pg_url: str) -> None:
+    out = tmp_path / "evidence"
+    plan = plan_file(tmp_path / "plan.yaml", out, {"here": {"sleep": 20}, "far": {"pool": "etl", "sleep": 0.2}},
+                     name="twins", extra=TRUSTING)
+    # Given an active and a standby on two hosts that share a host name (and nothing else)
+    active = LingeringHost("twin", nats_server.url, tmp_path / "a" / "sd",
+                           ["run", str(plan), "--broker", nats_server.url, "--journal", pg_url, "--executors", "1",
+                            "--quiet", *BEAT])
+    standby = SchedulerHost("twin", nats_server.url, tmp_path / "b" / "sd",
+                            ["scheduler", "--standby", "--broker", nats_server.url, "--journal", pg_url, *BEAT])
+    try:
+        active.start()
+        standby.start()
+        wait_for(lambda: "standing by for run" in standby.output(), timeout=60, what="the standby watching")
+        wait_for(lambda: "here" in runs_of(out), timeout=60, what="the local job running on the active's host")
+        # When the active freezes past its lease, the standby takes over, and the active wakes fenced
+        active.pause()
+        wait_for(lambda: "took run" in standby.output(), timeout=30, what="the takeover")
+        active.resume()
+        wait_for(lambda: "exit 4" in active.output(), timeout=60, what="the fenced active's exit")
+        assert standby.wait(120) == 0, standby.output()
+    finally:
+        active.stop()
+        standby.stop()
+    # Then the fenced active stopped its copy of the local job, its host still up: only the successor's ran to its end
+    assert runs_of(out)["here"] == 2
+    assert [line.split()[0] for line in out.read_text().splitlines() if line.split()[1] == "end"].count("here") == 1

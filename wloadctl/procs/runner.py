@@ -1030,6 +1030,10 @@ def _lost_epoch(store: Store, run: RunRow, epoch: int) -> Fenced | None:
                   f"{row.epoch} (this scheduler held epoch {epoch})", row.scheduler_pid or 0, row.epoch)
 
 
+SUCCESSOR_SEEN = 10.0
+"""Longest a fenced scheduler waits for a successor whose host has its own host's name to show on its board."""
+
+
 def _fence_board(objs: RunObjects, epoch: int, lease_until: float, state_dir: Path) -> None:
     """Publish this scheduler's epoch on the board at once, before recovery and dispatch.
 
@@ -1070,13 +1074,33 @@ def _stand_down(loop: SchedulerLoop, local: LocalPool, remote: AgentPool | None,
     loop.ctx.events.close()
 
 
-def _successor_elsewhere(loop: SchedulerLoop) -> bool:
-    """Whether the scheduler that took the run over runs on another host (its holder, in a server journal)."""
+def _successor_elsewhere(loop: SchedulerLoop, wait: float = SUCCESSOR_SEEN) -> bool:
+    """Whether the scheduler that took the run over runs on another host (its holder, in a server journal).
+
+    A host of this one's name is this host only if the successor publishes on this host's board (it does
+    so as it takes the run over, before its recovery): two machines, or two containers, may share a
+    name and nothing else.
+    """
     try:
         host = loop.store.holder_host(loop.ctx.run.id)
     except WloadError:
         return False  # the journal cannot say: leave everything as it is
-    return host is not None and host != socket.gethostname()
+    if host is None:
+        return False
+    if host != socket.gethostname():
+        return True
+    # (Not by its pid: the journal has it as its own pid namespace numbers it, and a host's namespace
+    # numbers its first processes alike.)
+    deadline = time.time() + wait
+    while True:
+        try:
+            if loop.objs.board.read_epoch() > loop.ctx.epoch:
+                return False
+        except WloadError:
+            pass
+        if time.time() >= deadline:
+            return True
+        time.sleep(0.05)
 
 
 def _room_for(plan: Plan, opts: RunOptions) -> None:
