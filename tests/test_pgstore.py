@@ -231,3 +231,46 @@ def test_a_run_created_without_its_plan_copy_says_so_until_it_is_kept(
         other = st.create_run("r2", "p", "p.yaml", "d", "", ["a"], "2026-11-30", 2.0)
         st.set_plan_blob(other.id, "{}")
         assert st.has_plan_copy(other.id)
+
+
+FROZEN = """
+import os, signal, sys, psycopg
+conn = psycopg.connect(sys.argv[1], autocommit=True, application_name="wloadctl")
+conn.execute("SET idle_in_transaction_session_timeout = 5000")
+with conn.pipeline(), conn.transaction():
+    conn.execute("UPDATE runs SET lease_until = lease_until WHERE id = %s", (int(sys.argv[2]),))
+    conn.execute("SELECT 1")
+    print("frozen", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+"""
+"""A scheduler frozen (SIGSTOP) in the middle of a turn's pipeline: the run's row locked, the rest unsent."""
+
+
+def test_a_takeover_ends_a_writer_frozen_in_the_middle_of_a_turn_and_takes_the_run(pg_url: str,
+                                                                                   tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from wloadctl.store.postgres import IDLE_IN_TRANSACTION_MS
+
+    with Store.open(tmp_path / "a", journal=pg_url) as st:
+        run = st.create_run("r1", "p", "p.yaml", "d", "t", ["a"], "2026-11-30", 1.0)
+        st.begin_epoch(run.id, 111, time.time() + 1.5)
+    # Given the run's active scheduler frozen inside a turn's pipeline (the server's idle timeout never ends it)
+    frozen = subprocess.Popen([sys.executable, "-c", FROZEN, pg_url, str(run.id)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert frozen.stdout is not None and frozen.stdout.readline().strip() == "frozen"
+        # When a standby takes the run over
+        t0 = time.time()
+        with Store.open(tmp_path / "b", journal=pg_url) as other:
+            assert other.begin_epoch(run.id, 222, time.time() + 1.5, expect_epoch=1) == 2
+        # Then it took it within a few seconds of the frozen writer's last word, whose session is ended
+        assert time.time() - t0 < IDLE_IN_TRANSACTION_MS / 1000 + 5
+        with psycopg.connect(pg_url, autocommit=True) as c:
+            left = c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                             " AND application_name = 'wloadctl'").fetchone()
+            assert left is not None and left[0] == 0
+    finally:
+        frozen.kill()
+        frozen.communicate()

@@ -41,6 +41,8 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.05, 2.0
 """Seconds between reconnection attempts: doubling from the first to the cap."""
 IDLE_IN_TRANSACTION_MS = 5000
 """Milliseconds a writer's transaction may sit idle before the server ends it (a frozen writer)."""
+TAKEOVER_LOCK_MS = 1000
+"""Milliseconds a takeover waits for the run's row at a time, before it looks for a frozen writer holding it."""
 DEFAULT_NAMESPACE = "default"
 """Installation namespace of a URL without `?namespace=`."""
 
@@ -72,6 +74,15 @@ _TURN_JOBS = (
     "INSERT INTO turn_jobs (run, block, seq) SELECT %(run)s, k, %(seq)s FROM unnest(%(keys)s::integer[]) AS k"
     " WHERE " + _WROTE + " ON CONFLICT DO NOTHING"
 )
+
+
+def _end_frozen_writers(conn: psycopg.Connection[Any]) -> None:
+    """End the sessions of wloadctl writers of this database frozen inside a transaction: waiting for their
+    client's next statement for longer than IDLE_IN_TRANSACTION_MS (no live writer waits so long in one)."""
+    conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+                 " AND application_name = 'wloadctl' AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+                 " AND wait_event = 'ClientRead' AND state_change < now() - make_interval(secs => %s)",
+                 (IDLE_IN_TRANSACTION_MS / 1000,))
 
 
 def parse_journal_url(url: str) -> tuple[str, str, str]:
@@ -413,19 +424,30 @@ class PostgresStore(Store):
         self._do(replace)
 
     def begin_epoch(self, run: int, pid: int, lease: float, expect_epoch: int | None = None) -> int:
-        """Take the run for a scheduler: compare-and-set its epoch one up; later writes carry it."""
+        """Take the run for a scheduler: compare-and-set its epoch one up; later writes carry it.
 
-        def begin(conn: psycopg.Connection[Any]) -> int:
-            with conn.transaction():
-                cur = conn.execute("SELECT epoch FROM runs WHERE id = %s FOR UPDATE", (run,)).fetchone()[0]  # type: ignore[index]
-                if expect_epoch is not None and cur != expect_epoch:
-                    raise StoreError(f"another scheduler took the run first (epoch {cur}, expected {expect_epoch})")
-                conn.execute("UPDATE runs SET epoch = %s, scheduler_pid = %s, holder = %s, lease_until = %s,"
-                             " status = 'running', ended = NULL WHERE id = %s AND epoch = %s",
-                             (cur + 1, pid, f"{socket.gethostname()}:{pid}", lease, run, cur))
-                return int(cur) + 1
+        A writer frozen in the middle of a turn's pipeline holds the run's row, and the server's idle
+        timeout never ends its transaction (it waits for the rest of the pipeline, not idle between
+        statements): found so, it is ended here (_end_frozen_writers), and the run taken.
+        """
 
-        self.epoch = self._do(begin)
+        def begin(conn: psycopg.Connection[Any]) -> int | None:
+            try:
+                with conn.transaction():
+                    conn.execute(f"SET LOCAL lock_timeout = {TAKEOVER_LOCK_MS}")
+                    cur = conn.execute("SELECT epoch FROM runs WHERE id = %s FOR UPDATE", (run,)).fetchone()[0]  # type: ignore[index]
+                    if expect_epoch is not None and cur != expect_epoch:
+                        raise StoreError(f"another scheduler took the run first (epoch {cur}, expected {expect_epoch})")
+                    conn.execute("UPDATE runs SET epoch = %s, scheduler_pid = %s, holder = %s, lease_until = %s,"
+                                 " status = 'running', ended = NULL WHERE id = %s AND epoch = %s",
+                                 (cur + 1, pid, f"{socket.gethostname()}:{pid}", lease, run, cur))
+                    return int(cur) + 1
+            except psycopg.errors.LockNotAvailable:
+                return None
+
+        while (epoch := self._do(begin)) is None:
+            self._do(_end_frozen_writers)
+        self.epoch = epoch
         self._next.pop(run, None)
         return self.epoch
 
