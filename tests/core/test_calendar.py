@@ -71,3 +71,19 @@ def test_a_cron_of_every_minute_crosses_days_off_a_day_at_a_time() -> None:
     got = next_triggers(s, dt.datetime(2027, 1, 1), 2, "UTC")
     assert [t.isoformat() for t in got] == ["2028-01-08T00:00:00+00:00", "2028-01-08T00:01:00+00:00"]
     assert time.monotonic() - started < 5  # (minute by minute: 530,000 steps, about 40 s)
+
+
+def test_a_plan_without_a_zone_fires_on_the_hosts_wall_clock_across_a_clock_change(monkeypatch) -> None:
+    # Given a host in New York, in winter (EST), and a plan with no `timezone`
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        s = Schedule("30 18 * * 1-5")
+        # When its next fires are asked from a summer Friday night and from a winter one
+        summer = next_triggers(s, dt.datetime(2027, 7, 10, 3, 0, tzinfo=dt.UTC), 1)
+        winter = next_triggers(s, dt.datetime(2027, 11, 6, 3, 0, tzinfo=dt.UTC), 1)
+        # Then each is Monday 18:30 on the host's wall clock: EDT in July, EST in November
+        assert [t.isoformat() for t in summer + winter] == ["2027-07-12T18:30:00-04:00", "2027-11-08T18:30:00-05:00"]
+    finally:
+        monkeypatch.undo()
+        time.tzset()

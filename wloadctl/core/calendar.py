@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from zoneinfo import ZoneInfo
+import os
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
@@ -74,7 +75,7 @@ def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: st
         Aware datetimes in the plan's zone, in order: every trigger within the horizon, up to `count` of them
         (none when the schedule fires on no business day in it).
     """
-    zone = ZoneInfo(tz) if tz else dt.datetime.now().astimezone().tzinfo
+    zone = ZoneInfo(tz) if tz else host_zone()
     start = after if after.tzinfo else after.replace(tzinfo=zone)
     start = start.astimezone(zone)
     it = croniter(schedule.cron, start)
@@ -95,6 +96,19 @@ def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: st
         if not repeated_wall_time(when):
             out.append(when)
     return out
+
+
+def host_zone() -> dt.tzinfo:
+    """The host's time zone with its rules ($TZ, else /etc/localtime): a plan without `timezone` fires at its
+    times of day on the host's wall clock, summer and winter. (Only when neither can be read: the offset now.)"""
+    key = os.environ.get("TZ", "").lstrip(":")
+    try:
+        if key:
+            return ZoneInfo(key)
+        with open("/etc/localtime", "rb") as f:
+            return ZoneInfo.from_file(f, key="localtime")
+    except (OSError, ValueError, ZoneInfoNotFoundError):
+        return dt.datetime.now().astimezone().tzinfo or dt.UTC
 
 
 def repeated_wall_time(when: dt.datetime) -> bool:
