@@ -305,6 +305,61 @@ def test_a_trigger_whose_run_is_stopped_by_sigterm_stops_with_it(tmp_path: Path)
     assert status(sd)["status"] == "interrupted"
 
 
+@pytest.mark.ipc
+def test_a_trigger_stopped_by_sigterm_as_its_run_starts_stops_the_run(tmp_path: Path) -> None:
+    import time
+
+    sd = tmp_path / "sd"
+    plan = _write(tmp_path / "p.yaml", {"name": "startwin", "schedule": {
+        "cron": "* * * * *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+        "jobs": {"a": {"command": "sleep 20"},
+                 # (thousands of jobs: the run takes a moment to start, as a night's plan does)
+                 **{f"j{k}": {"command": "true", "depends_on": ["a"]} for k in range(5000)}}})
+    proc = _trigger(plan, sd, "--once")
+    try:
+        assert proc.stderr is not None
+        waiting = proc.stderr.readline()
+        at = dt.datetime.fromisoformat(waiting.split(" at ")[1].split(" (")[0])
+        # When SIGTERM comes just as the fire starts the run (before the run's own handler is in place)
+        time.sleep(max(0.0, at.timestamp() - time.time()) + 0.03)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        stop_proc(proc, group=True)
+    # Then the run stops (resumable) and the trigger with it, exiting 130: it is not run to its end
+    assert proc.returncode == 130, (out, err)
+    assert out.startswith("run ") and out.endswith(": interrupted\n"), out
+    assert status(sd)["status"] == "interrupted"
+
+
+@pytest.mark.ipc
+def test_a_run_of_another_business_date_is_refused_while_an_earlier_one_is_unfinished(tmp_path: Path) -> None:
+    sd, go, out = tmp_path / "sd", tmp_path / "go", tmp_path / "ev"
+    plan = _write(tmp_path / "p.yaml", {"name": "eod", "jobs": {"a": {"command": _gated("a", go, out)}}})
+    # Given the run of 2026-12-01 stopped while it ran
+    first = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(sd),
+                              "--business-date", "2026-12-01"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, env=ENV, start_new_session=True)
+    try:
+        wait_for(lambda: "a" in read_evidence(out), timeout=60, what="a started")
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    finally:
+        stop_proc(first, group=True)
+    # When the run of 2026-12-04 is asked for in the same directory
+    p = cli("run", str(plan), "--state-dir", str(sd), "--business-date", "2026-12-04", timeout=60)
+    # Then it is refused in one line naming the unfinished run's date: 12-01's batch is not run as 12-04's
+    assert p.returncode == 2, p.stderr
+    assert "holds unfinished run" in p.stderr and "of business date 2026-12-01: no run of 2026-12-04 starts" \
+        in p.stderr, p.stderr
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    # and the resume finishes 12-01's
+    go.touch()
+    again = cli("resume", "--state-dir", str(sd), timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert status(sd)["business_date"] == "2026-12-01"
+
+
 def test_trigger_finds_a_fire_as_far_ahead_as_validate_looks(tmp_path: Path) -> None:
     # Given the 29th of February on Saturdays: validate accepts it (2048 is the next from now until 2047)
     sat = _write(tmp_path / "sat.yaml", {"name": "leap", "schedule": {"cron": "0 0 29 2 *",

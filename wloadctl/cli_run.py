@@ -372,12 +372,13 @@ def scheduler_command(a: argparse.Namespace) -> int:
 
 def trigger_command(a: argparse.Namespace) -> int:
     """`wloadctl trigger PLAN`: run the plan at each cron trigger that falls on a business day."""
+    import dataclasses
     import datetime as dt
     import signal
 
-    from wloadctl.core.calendar import business_date_of, next_triggers
+    from wloadctl.core.calendar import business_date_of, due_fire, next_triggers
     from wloadctl.core.planfile import load_plan
-    from wloadctl.errors import UsageError
+    from wloadctl.errors import OtherDateUnfinished, PlanError, UsageError
     from wloadctl.paths import named_state_dir
     from wloadctl.store import default_state_dir
 
@@ -406,47 +407,70 @@ def trigger_command(a: argparse.Namespace) -> int:
     def on_signal(_s: int, _f: object) -> None:
         stop["now"] = True
 
+    def watch(loop: SchedulerLoop) -> None:
+        # A SIGTERM that came as the run started, before its own handler: the run stops at its first turn.
+        if stop["now"] and not loop.stop_requested:
+            loop.request_stop()
+
     named = named_state_dir(a.state_dir)
     state_dir = Path(named) if named else default_state_dir(plan.name)
+    say = _say(False)
     old = signal.signal(signal.SIGTERM, on_signal)
     code = 0
     last: dt.datetime | None = None
     try:
         while not stop["now"]:
             now = dt.datetime.now().astimezone()
-            # After the trigger just run, never at it again (a clock set back while it ran).
-            nxt = next_triggers(plan.schedule, now if last is None else max(now, last), 1, plan.timezone)
-            if not nxt:
+            due, missed = due_fire(plan.schedule, now, last, plan.timezone)
+            if due is None:
                 raise never
-            when = nxt[0]
-            _say(False)(f"next run of '{plan.name}' at {when.isoformat()} (business date {business_date_of(when)}) "
-                        f"in {state_dir}")
+            when = due
+            if missed:
+                dates = sorted({business_date_of(t) for t in missed} - {business_date_of(when)})
+                say(f"{len(missed)} fire(s) of '{plan.name}' came while its last run ran, the latest at "
+                    f"{when.isoformat()}: the run of business date {business_date_of(when)} starts now"
+                    + (f" (none is started for {', '.join(dates)})" if dates else ""))
+            else:
+                say(f"next run of '{plan.name}' at {when.isoformat()} (business date {business_date_of(when)}) "
+                    f"in {state_dir}")
             while not stop["now"] and time.time() < when.timestamp():
                 time.sleep(min(1.0, max(0.0, when.timestamp() - time.time())))
             if stop["now"]:
                 # A stop is not a success: systemd and scripts must not take it for one (130, as `run` stopped so).
-                _say(False)(f"stopped by SIGTERM while waiting for the run of '{plan.name}' at {when.isoformat()}, "
-                            "which was not started")
+                say(f"stopped by SIGTERM while waiting for the run of '{plan.name}' at {when.isoformat()}, "
+                    "which was not started")
                 return 130
-            opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots,
-                              business_date=business_date_of(when), say=_say(False))
+            bdate = business_date_of(when)
+            opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=bdate,
+                              say=say)
             last = when
-            outcome = start_or_resume(a.plan, opts)
+            try:
+                outcome = start_or_resume(a.plan, opts, on_turn=watch)
+            except OtherDateUnfinished as e:
+                # An earlier date's batch left unfinished is finished first: then this date's starts.
+                say(f"run {e.run_id} of business date {e.business_date} is unfinished: it is resumed first, "
+                    f"then the run of {bdate} starts")
+                first = start_or_resume(a.plan, dataclasses.replace(opts, business_date=None), on_turn=watch)
+                print(f"run {first.run.run_id} for {first.run.business_date}: {first.status}", flush=True)
+                outcome = first if first.status == "interrupted" else start_or_resume(a.plan, opts, on_turn=watch)
+            except (PlanError, UsageError):
+                say(f"the run of '{plan.name}' due at {when.isoformat()} (business date {bdate}) was not started; "
+                    "no more runs are triggered")
+                raise
             code = outcome.exit_code
             print(f"run {outcome.run.run_id} for {outcome.run.business_date}: {outcome.status}", flush=True)
             if outcome.status == "interrupted":
                 # The run was stopped (SIGTERM, Ctrl-C, the console's stop): the trigger stops with it, as `run`
                 # does, rather than wait for the next fire time with a run left to resume.
-                _say(False)(f"run {outcome.run.run_id} stopped: `wloadctl resume {run_place(state_dir)}` goes on; "
-                            f"no more runs of '{plan.name}' are triggered")
+                say(f"run {outcome.run.run_id} stopped: `wloadctl resume {run_place(state_dir)}` goes on; "
+                    f"no more runs of '{plan.name}' are triggered")
                 return code
             if a.once:
                 break
     finally:
         signal.signal(signal.SIGTERM, old)
     if stop["now"] and not a.once:
-        # SIGTERM came as a run was starting, before the run's own handler: the run went to its end, and the
-        # trigger stops after it.
-        _say(False)(f"stopped by SIGTERM after a run; no more runs of '{plan.name}' are triggered")
+        # SIGTERM came after a run had ended, before the next wait began: the trigger stops after it.
+        say(f"stopped by SIGTERM after a run; no more runs of '{plan.name}' are triggered")
         return 130
     return code

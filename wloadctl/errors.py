@@ -105,6 +105,17 @@ class UsageError(WloadError):
     exit_code = 2
 
 
+class OtherDateUnfinished(UsageError):
+    """A run of one business date was asked for where an unfinished run of another date waits to be resumed."""
+
+    def __init__(self, message: str, run_id: str, business_date: str, hint: str = "") -> None:
+        super().__init__(message, hint=hint)
+        self.run_id = run_id
+        """The unfinished run."""
+        self.business_date = business_date
+        """Its business date."""
+
+
 class TransportError(WloadError):
     """A message queue or shared-memory segment could not be created, opened or used."""
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-from wloadctl.core.calendar import HORIZON, fires_on_business_days, is_business_day, next_triggers, valid_cron
+from wloadctl.core.calendar import (
+    HORIZON,
+    due_fire,
+    fires_on_business_days,
+    is_business_day,
+    next_triggers,
+    valid_cron,
+)
 from wloadctl.core.plan import Schedule
 
 
@@ -87,3 +94,22 @@ def test_a_plan_without_a_zone_fires_on_the_hosts_wall_clock_across_a_clock_chan
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_fires_that_came_while_the_last_run_ran_are_made_up_for_by_one_run_of_the_latest() -> None:
+    daily = Schedule("0 18 * * *", business_days=(0, 1, 2, 3, 4, 5, 6))
+    utc = dt.UTC
+    last = dt.datetime(2027, 3, 1, 18, 0, tzinfo=utc)
+    # A run that ended before the next fire: that fire is waited for
+    assert due_fire(daily, dt.datetime(2027, 3, 1, 23, 0, tzinfo=utc), last, "UTC") == (
+        dt.datetime(2027, 3, 2, 18, 0, tzinfo=utc), [])
+    # One that ran past two fires: the latest runs at once, and both are named
+    when, missed = due_fire(daily, dt.datetime(2027, 3, 3, 19, 0, tzinfo=utc), last, "UTC")
+    assert when == dt.datetime(2027, 3, 3, 18, 0, tzinfo=utc)
+    assert [t.day for t in missed] == [2, 3]
+    # A clock set back while it ran: its own fire is not run again
+    assert due_fire(daily, dt.datetime(2027, 3, 1, 17, 0, tzinfo=utc), last, "UTC")[0] == (
+        dt.datetime(2027, 3, 2, 18, 0, tzinfo=utc))
+    # And a trigger just started makes up for nothing
+    assert due_fire(daily, dt.datetime(2027, 3, 3, 19, 0, tzinfo=utc), None, "UTC") == (
+        dt.datetime(2027, 3, 4, 18, 0, tzinfo=utc), [])

@@ -98,6 +98,24 @@ def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: st
     return out
 
 
+def due_fire(schedule: Schedule, now: dt.datetime, last: dt.datetime | None,
+             tz: str | None = None) -> tuple[dt.datetime | None, list[dt.datetime]]:
+    """The fire a trigger waits for next, and the fires that passed while its last run (at `last`) ran.
+
+    After a run, the trigger never fires at its time again (a clock set back while it ran): what follows
+    `last` is due. Fires already past are made up for by one run, of the latest, at once: (the latest of
+    them, all of them). Otherwise (the next fire, []), or (None, []) when the schedule fires no more.
+    """
+    nxt = next_triggers(schedule, now if last is None else last, 1, tz)
+    missed: list[dt.datetime] = []
+    while last is not None and nxt and nxt[0] <= now:
+        missed.append(nxt[0])
+        nxt = next_triggers(schedule, nxt[0], 1, tz)
+    if missed:
+        return missed[-1], missed
+    return (nxt[0] if nxt else None), []
+
+
 def host_zone() -> dt.tzinfo:
     """The host's time zone with its rules ($TZ, else /etc/localtime): a plan without `timezone` fires at its
     times of day on the host's wall clock, summer and winter. (Only when neither can be read: the offset now.)"""

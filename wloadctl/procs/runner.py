@@ -26,7 +26,7 @@ from wloadctl.core.planfile import load_plan
 from wloadctl.core.replay import restore_journaled, run_cancelled
 from wloadctl.core.sla import business_date_at, standing_flags
 from wloadctl.core.states import JobState
-from wloadctl.errors import PlanError, StoreError, TransportError, UsageError, WloadError
+from wloadctl.errors import OtherDateUnfinished, PlanError, StoreError, TransportError, UsageError, WloadError
 from wloadctl.hostshare import HostCapacity, HostShare, SlotGovernor
 from wloadctl.ipc import ctlsock
 from wloadctl.ipc import protocol as P
@@ -380,6 +380,13 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             raise UsageError(f"{opts.state_dir} holds unfinished run {prev.run_id} of plan '{prev.plan_name}'",
                              hint=f"resume it with `wloadctl resume {run_place(opts.state_dir)}`, or use another "
                                   "--state-dir")
+        if resumed and opts.business_date and prev is not None and opts.business_date != prev.business_date:
+            # Another date's batch is not this one's: resumed under the new date's name, the new date never runs.
+            raise OtherDateUnfinished(
+                f"{opts.state_dir} holds unfinished run {prev.run_id} of business date {prev.business_date}: "
+                f"no run of {opts.business_date} starts before it has ended", prev.run_id, prev.business_date,
+                hint=f"finish it with `wloadctl resume {run_place(opts.state_dir)}` (or cancel it), then start "
+                     f"{opts.business_date}'s")
         if resumed:
             assert prev is not None
             settings = json.loads(prev.settings or "{}")
