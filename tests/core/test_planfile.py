@@ -203,6 +203,8 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("duration_capital_unit.yaml", 5, "job 'load': retries delay: '5S' is not a duration (did you mean '5s'?"),
     ("deadline_without_plus.yaml", 5, "job 'load': deadline: '2h' is not a time; use HH:MM"),
     ("deadline_without_plus.yaml", 5, "(did you mean '+2h'?)"),
+    ("deadline_without_colon.yaml", 5, "job 'load': deadline: '2330' is not a time; use HH:MM"),
+    ("deadline_without_colon.yaml", 5, "(did you mean '23:30'?)"),
 ]
 
 # Problems whose message names a job: the job the report must carry.

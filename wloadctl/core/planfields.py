@@ -136,6 +136,10 @@ def _when_hint(text: str) -> str | None:
     """The likely meaning of a deadline or not-before that is neither form: a `+duration` given
     without its `+` (`2h`), or a misspelt duration after it (`+10 mins`)."""
     stripped = text.strip()
+    clock = re.fullmatch(r"([01]?\d|2[0-3])\.?([0-5]\d)", stripped)
+    if clock is not None:
+        # `2330`, `23.30`, `0100`: a time of day written without its colon (a duration needs its `+` and a unit).
+        return f"did you mean '{int(clock[1]):02d}:{clock[2]}'?"
     span = stripped[1:] if stripped.startswith("+") else stripped
     guess = duration_guess(span)
     if guess is None and span is stripped:
