@@ -98,3 +98,23 @@ def test_a_job_at_risk_that_finishes_before_its_deadline_is_flagged_met_and_one_
     late = [c for c in core.handle(TimerFiredEvent(1000.0)) if isinstance(c, Flag)]
     assert [(f.job, f.level) for f in late] == [(1, "LATE")]
     assert end(1, 1100.0) == [] and core.timers.lateness[1].startswith("LATE")
+
+
+@pytest.mark.parametrize(("verb", "said"), [("set-ok", "set ok by ana"), ("skip", "skipped by ana")])
+def test_a_job_at_risk_an_operator_sets_ok_or_skips_before_its_deadline_is_at_risk_no_more(verb: str,
+                                                                                          said: str) -> None:
+    from tests.core.test_verbs import op
+
+    # Given a job due at t=1000, held by an operator, at risk from 700
+    core = SchedulerCore(make_plan({"a": {"deps": ["gate"]}, "gate": {}}), slots=2)
+    core.set_times({0: 1000.0}, {})
+    core.handle(RunStartedEvent(0.0))
+    op(core, "hold", "a")
+    core.handle(JobExitedEvent(1, 1, 0, 0, 10.0))
+    risk = [c for c in core.handle(TimerFiredEvent(1000.0 - RISK_WINDOW)) if isinstance(c, Flag)]
+    assert [(f.job, f.level) for f in risk] == [(0, "AT_RISK")]
+    # When an operator sets it ok (or skips it) before the deadline
+    flags = [c for c in op(core, verb, "a")[1] if isinstance(c, Flag)]
+    # Then its risk is cleared, saying who ended it
+    assert [(f.job, f.level, f.text) for f in flags] == [(0, "MET", f"MET: {said} before its deadline")]
+    assert 0 not in core.timers.lateness

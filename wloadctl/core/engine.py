@@ -718,6 +718,12 @@ class SchedulerCore(JobTable):
 
     def resolve(self, i: int) -> None:
         """Job i reached a terminal state: update its dependents' counters, cascading without recursion."""
+        if i in self.timers.lateness and self.state[i] in (_OK, _SKIP):
+            # Flagged AT_RISK, and done with before its deadline (an operator's skip or set-ok among the ways).
+            said = self.reasons.get(i, "")
+            how = said.split(":")[0].split(" (")[0] if said.startswith(("set ok", "skipped")) else "finished"
+            if (flag := self.timers.met(i, self.now, how)) is not None:
+                self._other.append(flag)
         self._resolve_many([i])
 
     def _resolve_many(self, roots: list[int]) -> None:

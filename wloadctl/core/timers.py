@@ -119,14 +119,14 @@ class Timers:
             out.append((i, mark))
         return out
 
-    def met(self, i: int, now: float) -> Flag | None:
-        """Job i succeeded: if it was flagged AT_RISK and its deadline has not passed, the MET flag that clears it
-        (a job flagged LATE stays so)."""
+    def met(self, i: int, now: float, how: str = "finished") -> Flag | None:
+        """Job i succeeded (or an operator ended it, `how`): if it was flagged AT_RISK and its deadline has not
+        passed, the MET flag that clears it (a job flagged LATE stays so)."""
         text = self.lateness.get(i, "")
         if not text.startswith("AT_RISK") or now > self.deadline.get(i, now):
             return None
         del self.lateness[i]
-        return Flag(i, "MET", self.deadline[i], "MET: finished before its deadline")
+        return Flag(i, "MET", self.deadline[i], f"MET: {how} before its deadline")
 
     def flag(self, i: int, late: bool, state: int) -> Flag | None:
         """Job i's deadline is near or passed: the Flag to raise, or None if it was already flagged LATE."""
