@@ -305,3 +305,32 @@ def test_a_new_run_over_a_lost_postgresql_journal_refuses_with_advice_for_that_j
     note = (sd / "journal.url").read_text().strip()
     assert f"its runs were journaled in {note}: give --journal {note}" in p.stderr, p.stderr
     assert "journal.db" not in p.stderr and (tmp_path / "out").read_text() == before
+
+
+def test_a_second_run_of_a_business_date_another_directory_left_unfinished_is_refused_naming_it(
+        tmp_path: Path, pg_url: str) -> None:
+    out, go = tmp_path / "ev", tmp_path / "go"
+    plan = evidence_plan(tmp_path / "plan.yaml", out, {"post": {"gate": str(go)}})
+    a, b = tmp_path / "a", tmp_path / "b"
+    # Given the run of 2026-12-07 started from directory a, stopped while it ran
+    first = subprocess.Popen([sys.executable, "-m", "wloadctl", "run", str(plan), "--state-dir", str(a), "--journal",
+                              pg_url, "--business-date", "2026-12-07"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env=ENV, start_new_session=True)
+    try:
+        wait_for(lambda: "post" in read_evidence(out), timeout=60, what="post started")
+        first.send_signal(signal.SIGTERM)
+        first.wait(60)
+    finally:
+        stop_proc(first, group=True)
+    # When the same plan and date are run, or resumed, from directory b on the same journal
+    again = cli("run", str(plan), "--state-dir", str(b), "--journal", pg_url, "--business-date", "2026-12-07")
+    resumed = cli("resume", "--state-dir", str(b), "--journal", pg_url)
+    # Then both are refused in one line naming the unfinished run and the directory it was started in: its jobs
+    # do not run a second time
+    for p in (again, resumed):
+        assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+        assert "unfinished run" in p.stderr and f":{a.resolve()}" in p.stderr and "interrupted" in p.stderr, p.stderr
+    assert [k for k, _t in read_evidence(out)["post"]] == ["start"]
+    # and the resume from directory a goes on with it
+    go.touch()
+    assert cli("resume", "--state-dir", str(a), "--journal", pg_url, timeout=120).returncode == 0

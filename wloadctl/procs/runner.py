@@ -372,6 +372,14 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
                                  f"in {opts.state_dir} ('{prev.plan_name}')",
                                  hint="a changed plan keeps the run's plan name; or resume with "
                                       f"`wloadctl resume {run_place(opts.state_dir)}` alone")
+            elsewhere = store.unfinished_elsewhere(plan.name if plan is not None else None)
+            if elsewhere:
+                other, home = elsewhere[-1]
+                raise UsageError(f"no unfinished run to resume in {opts.state_dir}; the journal's unfinished run "
+                                 f"{other.run_id} of plan '{other.plan_name}' ({other.business_date}, {other.status}) "
+                                 f"was started in {home or 'another state directory'}",
+                                 hint="resume it from that state directory (`wloadctl resume --state-dir DIR` on its "
+                                      "host)")
             raise UsageError(f"no unfinished run to resume in {opts.state_dir}",
                              hint=f"start one with `wloadctl run PLAN {run_place(opts.state_dir)}`")
         if prev and prev.status in UNFINISHED:
@@ -433,6 +441,13 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
             started = time.time()
             # Today where the plan's times of day are (its not-before times and deadlines), as `trigger` names it.
             bdate = opts.business_date or business_date_at(started, plan.timezone)
+            for other, home in store.unfinished_elsewhere(plan.name, bdate):
+                # One batch a business date: a second run of it, from another directory, would run its jobs again.
+                raise UsageError(f"the journal holds unfinished run {other.run_id} of plan '{plan.name}' for business "
+                                 f"date {bdate} ({other.status}), started in {home or 'another state directory'}: "
+                                 "no second run of that date starts",
+                                 hint="resume it from that state directory (`wloadctl resume --state-dir DIR` on "
+                                      "its host), or give another --business-date")
             # Every job's row is journaled before anything runs; the plan's own copy (its text, 150 MB for
             # a million jobs one key a line, and its encoded form) follows the first dispatch (_PlanCopy).
             run = store.create_run(rid, plan.name, _absolute(plan.path), plan.digest, "", plan.jobs.keys(), bdate,

@@ -229,6 +229,11 @@ class Store(CurrentState, JobFacts, ABC):
     def latest_run(self) -> RunRow | None:
         """The most recent run of the state directory (of the namespace, for a server journal opened without one)."""
 
+    def unfinished_elsewhere(self, plan_name: str | None, business_date: str | None = None) -> list[tuple[RunRow, str]]:
+        """Unfinished runs (of this plan, of this business date, when given) that other state directories started
+        in this journal, with their homes (host:directory): none in a SQLite journal, which has one."""
+        return []
+
     @abstractmethod
     def plan_text(self, run: int) -> str:
         """The plan text as loaded at the run's start."""

@@ -372,6 +372,19 @@ class PostgresStore(Store):
         rows = self._do(lambda c: c.execute(f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY id", args).fetchall())  # type: ignore[arg-type]
         return [RunRow(*r) for r in rows]
 
+    def unfinished_elsewhere(self, plan_name: str | None, business_date: str | None = None) -> list[tuple[RunRow, str]]:
+        """Unfinished runs (of this plan and business date, when given) of other state directories of the namespace,
+        with their homes (host:directory)."""
+        sql = (f"SELECT {RUN_COLUMNS}, home FROM runs WHERE ns = %s AND status IN ('running', 'interrupted', 'held')"
+               " AND home IS DISTINCT FROM %s")
+        args: list[object] = [self.ns, self.home]
+        for col, val in (("plan_name", plan_name), ("business_date", business_date)):
+            if val is not None:
+                sql += f" AND {col} = %s"
+                args.append(val)
+        rows = self._do(lambda c: c.execute(sql + " ORDER BY id", args).fetchall())  # type: ignore[arg-type]
+        return [(RunRow(*r[:-1]), str(r[-1] or "")) for r in rows]
+
     def latest_run(self) -> RunRow | None:
         """The latest run of the state directory, or of the namespace when opened without one."""
         if self.home is not None:
