@@ -124,3 +124,20 @@ def test_why_a_ready_job_waits_for_its_not_before_time_says_so_then_not() -> Non
     # Once the time has come, a job still READY waits for a slot, and says that
     said = " ".join(why(core, 0, 1000.0 + 3 * HOUR)["reasons"])
     assert "not before" not in said and "waiting for a free slot" in said, said
+
+
+def test_why_a_job_waiting_for_an_upstream_says_its_not_before_time_too() -> None:
+    import dataclasses
+
+    from wloadctl.core.explain import why
+
+    plan = make_plan({"up": {}, "late": {"deps": ["up"]}})
+    plan = dataclasses.replace(plan, jobs={**plan.jobs, "late": dataclasses.replace(plan.jobs["late"],
+                                                                                   not_before="02:30")})
+    core = SchedulerCore(plan, slots=4)
+    core.set_times({}, {1: 1000.0 + 2 * HOUR})
+    core.handle(RunStartedEvent(1000.0))
+    # A job waiting for its upstream and for its time says both: the time is what holds it once the upstream ends
+    said = why(core, 1, 1000.0 + HOUR)["reasons"]
+    assert any(r.startswith("waiting for 1 of 1 dependencies: up") for r in said), said
+    assert any(r.startswith("not before 02:30: it may start in 1h") for r in said), said

@@ -139,6 +139,11 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         reasons.append(f"a for_each over {core.fanout.loops[i].text}: " + (
             f"waiting for its {made} instance(s) {spec.id}@..." if made is not None
             else "its instances are made when the jobs it reads have finished"))
+    nb = core.timers.not_before.get(i)
+    if nb is not None and now < nb and st in (S.WAITING, S.HELD, S.READY) and \
+            not any(r.startswith("not before") for r in reasons):
+        # It waits for its time too, whatever else it waits for: told, so no one takes an idle slot for a fault.
+        reasons.append(f"not before {spec.not_before}: it may start in {format_duration(nb - now)} at the earliest")
     late = core.timers.lateness.get(i)
     if late:
         reasons.append(late)
