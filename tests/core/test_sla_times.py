@@ -118,3 +118,21 @@ def test_a_job_at_risk_an_operator_sets_ok_or_skips_before_its_deadline_is_at_ri
     # Then its risk is cleared, saying who ended it
     assert [(f.job, f.level, f.text) for f in flags] == [(0, "MET", f"MET: {said} before its deadline")]
     assert 0 not in core.timers.lateness
+
+
+def test_times_of_day_the_clocks_skip_or_repeat_are_read_as_an_operator_reads_them() -> None:
+    utc = dt.UTC
+    london = "Europe/London"
+    # The night London goes from 01:00 GMT to 02:00 BST (2027-03-28): a run started at 00:59:30
+    spring = dt.datetime(2027, 3, 28, 0, 59, 30, tzinfo=utc).timestamp()
+    jump = dt.datetime(2027, 3, 28, 1, 0, tzinfo=utc).timestamp()
+    # 01:30 never shows: it is reached when the clocks jump (as `trigger` fires it), with 02:00, before 02:10
+    assert instant("01:30", "2027-03-28", spring, london, roll=False) == jump
+    assert instant("02:00", "2027-03-28", spring, london, roll=False) == jump
+    assert instant("02:10", "2027-03-28", spring, london) == jump + 600
+    # The night it goes back (2027-10-31), for a run started at 01:45 GMT, the second pass of 01:45
+    autumn = dt.datetime(2027, 10, 31, 1, 45, tzinfo=utc).timestamp()
+    # a deadline of 01:50 is the 01:50 the wall clock shows in five minutes, not tomorrow's
+    assert instant("01:50", "2027-10-31", autumn, london) == autumn + 300
+    # and one of 01:40, passed on this pass too, is tomorrow's
+    assert instant("01:40", "2027-10-31", autumn, london) == dt.datetime(2027, 11, 1, 1, 40, tzinfo=utc).timestamp()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
 
 from wloadctl.core.plan import Schedule
+from wloadctl.core.sla import host_zone
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 """Weekday names as written in plans (index = Python's weekday())."""
@@ -114,19 +114,6 @@ def due_fire(schedule: Schedule, now: dt.datetime, last: dt.datetime | None,
     if missed:
         return missed[-1], missed
     return (nxt[0] if nxt else None), []
-
-
-def host_zone() -> dt.tzinfo:
-    """The host's time zone with its rules ($TZ, else /etc/localtime): a plan without `timezone` fires at its
-    times of day on the host's wall clock, summer and winter. (Only when neither can be read: the offset now.)"""
-    key = os.environ.get("TZ", "").lstrip(":")
-    try:
-        if key:
-            return ZoneInfo(key)
-        with open("/etc/localtime", "rb") as f:
-            return ZoneInfo.from_file(f, key="localtime")
-    except (OSError, ValueError, ZoneInfoNotFoundError):
-        return dt.datetime.now().astimezone().tzinfo or dt.UTC
 
 
 def repeated_wall_time(when: dt.datetime) -> bool:

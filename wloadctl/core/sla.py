@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from wloadctl.core.durations import parse_duration
 from wloadctl.core.states import SlaTier
@@ -146,19 +147,54 @@ def instant(text: str, business_date: str, run_started: float, tz: str | None, r
         days = int(parse_duration(extra) // 86400)
     h, m, s = clock_time(text)
     dt.date.fromisoformat(business_date)  # a bad date fails here as before
-    zone = ZoneInfo(tz) if tz else None
+    zone = ZoneInfo(tz) if tz else host_zone()
     # The run's start day in the plan's zone carries the business date's clock.
     d = dt.datetime.fromtimestamp(run_started, zone).date() + dt.timedelta(days=days)
-    when = dt.datetime(d.year, d.month, d.day, h, m, s, tzinfo=zone)
-    if zone is None:
-        when = when.astimezone()  # local time of this host
-    if roll and when.timestamp() < run_started:
+    when = wall_instant(d, h, m, s, zone, after=run_started if roll else None)
+    if roll and when < run_started:
         # Past at the start: the next occurrence (wall clock, so a DST change keeps HH:MM).
-        d += dt.timedelta(days=1)
-        when = dt.datetime(d.year, d.month, d.day, h, m, s, tzinfo=zone)
-        if zone is None:
-            when = when.astimezone()
-    return when.timestamp()
+        when = wall_instant(d + dt.timedelta(days=1), h, m, s, zone)
+    return when
+
+
+def host_zone() -> dt.tzinfo:
+    """The host's time zone with its rules ($TZ, else /etc/localtime): a plan without `timezone` fires at its
+    times of day on the host's wall clock, summer and winter. (Only when neither can be read: the offset now.)"""
+    key = os.environ.get("TZ", "").lstrip(":")
+    try:
+        if key:
+            return ZoneInfo(key)
+        with open("/etc/localtime", "rb") as f:
+            return ZoneInfo.from_file(f, key="localtime")
+    except (OSError, ValueError, ZoneInfoNotFoundError):
+        return dt.datetime.now().astimezone().tzinfo or dt.UTC
+
+
+def wall_instant(d: dt.date, h: int, m: int, s: int, zone: dt.tzinfo, after: float | None = None) -> float:
+    """Epoch seconds at which the wall clock of `zone` shows h:m:s on day `d`.
+
+    A time the clocks skip going forward is the moment they jump past it (01:30 on the night London goes
+    from 01:00 to 02:00 is 02:00 BST), as a trigger fires it. A time they repeat going back is its first
+    pass, or its second when `after` (a deadline's run start) falls between the two: a run started in the
+    repeated hour is not given a deadline a day later than the wall clock shows it.
+    """
+    first = dt.datetime(d.year, d.month, d.day, h, m, s, tzinfo=zone)
+    t0, t1 = first.timestamp(), first.replace(fold=1).timestamp()
+    if t0 < t1:
+        return t1 if after is not None and t0 < after <= t1 else t0
+    if t0 == t1:
+        return t0
+    # Skipped (fold 0 reads it with the offset before the jump: the later instant): the jump is the first
+    # instant whose wall clock is past it.
+    lo, hi = t1, t0
+    while hi - lo > 0.5:
+        mid = (lo + hi) / 2
+        w = dt.datetime.fromtimestamp(mid, zone)
+        if (w.date(), w.hour, w.minute, w.second) >= (d, h, m, s):
+            hi = mid
+        else:
+            lo = mid
+    return float(round(hi))
 
 
 def business_date_at(when: float, tz: str | None) -> str:
