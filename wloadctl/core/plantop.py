@@ -132,8 +132,11 @@ def read_schedule(entry: Entry) -> Schedule:
         if type(raw[0]) is not list:
             raise FieldError("business_days must be a list of weekdays", raw[1], "write [mon, tue, wed, thu, fri]")
         picked = []
+        full = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
         for item in raw[0]:
-            name = str(item[0]).lower()[:3]
+            word = str(item[0]).strip().lower()
+            # A weekday's three letters or its whole name; `mondayish` or `t` is no weekday.
+            name = word[:3] if word in full else word
             if name not in WEEKDAYS:
                 raise FieldError(f"'{item[0]}' is not a weekday", item[1], ", ".join(WEEKDAYS))
             picked.append(WEEKDAYS.index(name))
