@@ -53,11 +53,12 @@ class Pair:
     """The active (host A) and the standby (host B) of one run."""
 
     def __init__(self, tmp: Path, plan: Path, broker: str, journal: str, standby_broker: str | None = None,
-                 standby_args: tuple[str, ...] = ()) -> None:
-        self.active = SchedulerHost("hosta", broker, tmp / "a" / "sd",
-                                    ["run", str(plan), "--broker", broker, "--journal", journal, "--executors", "1",
-                                     "--quiet", *BEAT])
-        self.standby = SchedulerHost("hostb", broker, tmp / "b" / "sd",
+                 standby_args: tuple[str, ...] = (), names: tuple[str, str] = ("hosta", "hostb"),
+                 active_host: type[SchedulerHost] = SchedulerHost) -> None:
+        self.active = active_host(names[0], broker, tmp / "a" / "sd",
+                                  ["run", str(plan), "--broker", broker, "--journal", journal, "--executors", "1",
+                                   "--quiet", *BEAT])
+        self.standby = SchedulerHost(names[1], broker, tmp / "b" / "sd",
                                      ["scheduler", "--standby", "--broker", standby_broker or broker, "--journal",
                                       journal, *BEAT, *standby_args])
 
@@ -339,15 +340,9 @@ def test_a_fenced_active_stops_its_local_jobs_when_its_successor_is_a_host_of_th
     plan = plan_file(tmp_path / "plan.yaml", out, {"here": {"sleep": 20}, "far": {"pool": "etl", "sleep": 0.2}},
                      name="twins", extra=TRUSTING)
     # Given an active and a standby on two hosts that share a host name (and nothing else)
-    active = LingeringHost("twin", nats_server.url, tmp_path / "a" / "sd",
-                           ["run", str(plan), "--broker", nats_server.url, "--journal", pg_url, "--executors", "1",
-                            "--quiet", *BEAT])
-    standby = SchedulerHost("twin", nats_server.url, tmp_path / "b" / "sd",
-                            ["scheduler", "--standby", "--broker", nats_server.url, "--journal", pg_url, *BEAT])
+    pair = Pair(tmp_path, plan, nats_server.url, pg_url, names=("twin", "twin"), active_host=LingeringHost).start()
+    active, standby = pair.active, pair.standby
     try:
-        active.start()
-        standby.start()
-        wait_for(lambda: "standing by for run" in standby.output(), timeout=60, what="the standby watching")
         wait_for(lambda: "here" in runs_of(out), timeout=60, what="the local job running on the active's host")
         # When the active freezes past its lease, the standby takes over, and the active wakes fenced
         active.pause()
@@ -356,8 +351,7 @@ def test_a_fenced_active_stops_its_local_jobs_when_its_successor_is_a_host_of_th
         wait_for(lambda: "exit 4" in active.output(), timeout=60, what="the fenced active's exit")
         assert standby.wait(120) == 0, standby.output()
     finally:
-        active.stop()
-        standby.stop()
+        pair.stop()
     # Then the fenced active stopped its copy of the local job, its host still up: only the successor's ran to its end
     assert runs_of(out)["here"] == 2
     assert [line.split()[0] for line in out.read_text().splitlines() if line.split()[1] == "end"].count("here") == 1
