@@ -304,7 +304,8 @@ class RunClient:
             "executors": self.executors() if live else [],
             "agents": self.agents() if live else [],
             "broker_lost": self.broker_lost() if live else None,
-            "counts": counts, "total": sum(counts.values()), "jobs": jobs, "flags": self.flags(),
+            "counts": counts, "total": sum(counts.values()), "jobs": jobs,
+            "flags": self.flags(None if live or far else time.time()),
             "last_drill": self.last_drill(),
         }
 
@@ -355,12 +356,13 @@ class RunClient:
         return {"run": self.run.run_id, "requests": self.pending_requests(),
                 "confirm": self.awaiting_confirmation(self.held(limit=1000))}
 
-    def flags(self) -> dict[str, str]:
+    def flags(self, now: float | None = None) -> dict[str, str]:
         """Jobs flagged AT_RISK or LATE during the run (job -> its latest flag; one flagged AT_RISK that then
-        finished before its deadline, flagged MET, is none)."""
+        finished before its deadline, flagged MET, is none); `now`, for a run no scheduler runs: one AT_RISK
+        whose deadline has passed since is LATE."""
         from wloadctl.core.sla import standing_flags
 
-        return standing_flags(self.store.alerts(self.run.id))
+        return standing_flags(self.store.alerts(self.run.id), now)
 
     # -- operator verbs ---------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,9 @@ def _progress(counts: list[int] | tuple[int, ...]) -> tuple[int, int, dict[str, 
     return done, sum(counts[: len(_NAMES)]), named
 
 
-def _risk(store: Store, run: RunRow) -> tuple[int, int]:
-    flags = standing_flags(store.alerts(run.id))
+def _risk(store: Store, run: RunRow, live: bool) -> tuple[int, int]:
+    # (A run no scheduler runs: a job still AT_RISK whose deadline has passed since is LATE.)
+    flags = standing_flags(store.alerts(run.id), None if live else time.time())
     late = sum(1 for f in flags.values() if f == "LATE")
     return len(flags) - late, late
 
@@ -77,7 +79,7 @@ def _entry(store: Store, run: RunRow, state_dir: Path, counts: list[int] | tuple
             for s, n in store.state_counts(run.id):
                 counts[s] = n
     done, total, named = _progress(counts)
-    at_risk, late = _risk(store, run)
+    at_risk, late = _risk(store, run, live=status in ("running", "holding"))
     return RunEntry(run.run_id, run.plan_name, run.business_date, status, done, total, at_risk, late,
                     run.started, str(state_dir), named, latest, host)
 

@@ -255,6 +255,27 @@ def test_a_job_past_its_deadline_is_flagged_late_in_status_and_events(tmp_path: 
     assert ("slow_report", "LATE") in flagged and all(j != "on_time" for j, _ in flagged)
 
 
+def test_a_failed_job_at_risk_reads_late_once_its_deadline_passes_after_the_run_ended(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    import time
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"name": "gone", "jobs": {
+        "failing": {"command": "exit 1", "deadline": "+4s", "retries": 0},
+        "on_time": {"command": "true", "deadline": "+1h"}}}))
+    sd = tmp_path / "sd"
+    # Given a run that ended with a job failed while at risk of its deadline
+    started = time.time()
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 1
+    assert status(sd)["flags"] == {"failing": "AT_RISK"}
+    # When its deadline passes, no scheduler running the run any more
+    time.sleep(max(0.0, started + 5.0 - time.time()))
+    # Then status and runs read it LATE, as its scheduler would have flagged it
+    assert status(sd)["flags"] == {"failing": "LATE"}
+    [entry] = json.loads(cli("runs", "--root", str(tmp_path), "--json").stdout)
+    assert (entry["late"], entry["at_risk"]) == (1, 0)
+
+
 def test_a_critical_shell_job_starts_before_low_jobs_already_sent_to_the_executor(
         tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "ev"

@@ -204,17 +204,38 @@ def business_date_at(when: float, tz: str | None) -> str:
     return dt.datetime.fromtimestamp(when, ZoneInfo(tz) if tz else None).date().isoformat()
 
 
-def standing_flags(alerts: Iterable[tuple]) -> dict[str, str]:
-    """Jobs flagged AT_RISK or LATE, from a run's alerts in order ((ts, job, tier, state, ...) as the journal
-    keeps them): job -> its latest flag; one flagged AT_RISK that then finished before its deadline (MET) has
-    none."""
+_DUE = re.compile(r"; due at (\d+(?:\.\d+)?)$")
+"""The deadline a journaled AT_RISK or LATE alert names, epoch seconds (with_due)."""
+
+
+def with_due(text: str, deadline: float) -> str:
+    """An alert's text as journaled: the deadline it is about at its end."""
+    return f"{text}; due at {deadline:.3f}"
+
+
+def standing_flags(alerts: Iterable[tuple], now: float | None = None) -> dict[str, str]:
+    """Jobs flagged AT_RISK or LATE, from a run's alerts in order ((ts, job, tier, state, attempts, reason, ...)
+    as the journal keeps them): job -> its latest flag; one flagged AT_RISK that then finished before its
+    deadline (MET) has none.
+
+    `now` (a run no scheduler runs, read at that time): a job still AT_RISK whose deadline has passed since is
+    LATE, as its scheduler would have flagged it.
+    """
     out: dict[str, str] = {}
+    due: dict[str, float] = {}
     for alert in alerts:
         job, state = alert[1], alert[3]
         if state in ("AT_RISK", "LATE"):
             out[job] = state
+            m = _DUE.search(str(alert[5] or "")) if len(alert) > 5 else None
+            if m is not None:
+                due[job] = float(m[1])
         elif state == "MET":
             out.pop(job, None)
+    if now is not None:
+        for job, flag in out.items():
+            if flag == "AT_RISK" and due.get(job, now) < now:
+                out[job] = "LATE"
     return out
 
 

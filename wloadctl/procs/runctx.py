@@ -428,9 +428,13 @@ class RunContext:
 
     def flag(self, store: Store, core: SchedulerCore, f: Flag) -> None:
         """A job is AT_RISK or LATE: journal it (status shows it) and log an event."""
+        from wloadctl.core.sla import with_due
+
         spec = core.specs[f.job]
         tier = SlaTier(spec.sla).label
-        store.record_alert(self.run.id, time.time(), spec.id, tier, f.level, core.attempt[f.job], f.text, "")
+        # (The deadline goes with the flag: a reader of the run once no scheduler is left judges it by the clock.)
+        store.record_alert(self.run.id, time.time(), spec.id, tier, f.level, core.attempt[f.job],
+                           with_due(f.text, f.deadline), "")
         self.events.emit("deadline", spec.id, core.attempt[f.job], level=f.level, tier=tier,
                          deadline=round(f.deadline, 3), text=f.text)
 
