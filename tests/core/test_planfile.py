@@ -206,6 +206,7 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("deadline_without_colon.yaml", 5, "job 'load': deadline: '2330' is not a time; use HH:MM"),
     ("deadline_without_colon.yaml", 5, "(did you mean '23:30'?)"),
     ("weekday_misspelt.yaml", 4, "'mondayish' is not a weekday"),
+    ("not_before_too_far.yaml", 5, "job 'load': not_before: '+100000d' is longer than the 100 years"),
 ]
 
 # Problems whose message names a job: the job the report must carry.

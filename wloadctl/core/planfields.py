@@ -463,7 +463,12 @@ class FieldReader:
         try:
             relative, seconds = parse_deadline(text, finest=FINEST)
         except DurationRangeError as err:
-            raise FieldError(f"{what}: {err}", line) from None
+            # (Said of the whole text, its `+` too: the duration alone, after it, is what was too long or short.)
+            said = str(err)
+            body = text.strip()
+            if body.startswith("+") and said.startswith(f"'{body[1:].strip()}'"):
+                said = f"'{body}'" + said[len(body[1:].strip()) + 2:]
+            raise FieldError(f"{what}: {said}", line) from None
         except ValueError as err:
             raise FieldError(f"{what}: {err}", line, _when_hint(text)) from None
         if relative and not seconds and what == "deadline":
