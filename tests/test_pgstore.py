@@ -137,6 +137,8 @@ def test_the_password_never_shows(pg_url: str) -> None:
     secret = pg_url.replace("postgres@", "postgres:s3cret@").replace("postgres:@", "postgres:s3cret@")
     _conninfo, ns, where = parse_journal_url(f"{secret}{'&' if '?' in secret else '?'}namespace=n1")
     assert ns == "n1" and "s3cret" not in where
+    # and messages name the namespace (another installation's runs are not this one's)
+    assert where.endswith("?namespace=n1")
 
 
 def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:

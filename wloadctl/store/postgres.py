@@ -116,7 +116,8 @@ def parse_journal_url(url: str) -> tuple[str, str, str]:
     user = f"{parts.username}@" if parts.username else ""
     port = f":{parts.port}" if parts.port else ""
     shown = f"[{host}]" if ":" in host else host  # an IPv6 host, bracketed as it was given
-    where = f"postgresql://{user}{shown}{port}/{db}"
+    # (Named as given, its namespace too: two installations share a database, and a message must say which.)
+    where = f"postgresql://{user}{shown}{port}/{db}" + (f"?namespace={ns}" if ns != DEFAULT_NAMESPACE else "")
     return urlunsplit((parts.scheme, parts.netloc, parts.path, rest, "")), ns, where
 
 
