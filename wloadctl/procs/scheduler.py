@@ -207,10 +207,12 @@ class SchedulerLoop:
                 self._check_health(now)
                 beat = True
             pools.fire_kills(now)
-            self._execute(core.flush())
+            cmds = core.flush()
             # The response queue holds a few messages: emptied while the turn goes on, it takes the
             # executors' next reports meanwhile, and the next turn settles them all at once.
             taken = pools.take_ahead()
+            self._execute(cmds)
+            taken = pools.take_ahead() or taken
             # Reports applied this turn are journaled now: they may leave the broker's stream
             # (not while a full disk holds their journal write back).
             if not self.held_back:
