@@ -716,3 +716,37 @@ def test_a_resume_reads_every_result_its_agents_stored_before_it_judges_any_job_
     assert set(json.loads(stdout)["jobs"].values()) == {"SUCCEEDED"}
     twice = {j: v for j, v in agents_of(out).items() if [k for k, _a in v] != ["start", "end"]}
     assert not twice, (twice, stderr)
+
+
+def test_a_dispatch_delivered_again_after_its_task_ran_is_not_run_again(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    from tests.remote.conftest import collect
+    from wloadctl.ipc import protocol as P
+    from wloadctl.remote import wire
+
+    said = "1 task(s) of run r9 delivered again after they ran here: not run again"
+    link = BrokerLink.open(BrokerOptions(nats_server.url), name="scheduler")
+    try:
+        link.subscribe(Subjects().results("r9"))
+        mark = tmp_path / "ran"
+        # Given a task an agent ran to its end, and whose end it published
+        _send_marking_task(link, "r9", 0, 1, mark)
+        kinds: list[int] = []
+        deadline = time.monotonic() + 20
+        while P.RES_EXITED not in kinds and time.monotonic() < deadline:
+            kinds += [e.record.kind for m in collect(link, 1, timeout=1) for e in wire.decode_results(m.data).entries]
+        assert P.RES_EXITED in kinds and mark.read_text() == "x\n"
+        # When its dispatch is delivered again (its acknowledgement lost with the agent's connection)
+        _send_marking_task(link, "r9", 0, 1, mark)
+        # Then the agent does not run it again, and says so
+        wait_for(lambda: said in nodes["n1"].output(), timeout=20, what="the agent's line")
+        assert mark.read_text() == "x\n"
+        # and no more after a restart on its node: its journal remembers what ran there
+        nodes["n1"].stop()
+        nodes["n1"].start()
+        wait_for(lambda: _alive(nats_server.url, "n1"), timeout=30, what="n1 beating again")
+        _send_marking_task(link, "r9", 0, 1, mark)
+        wait_for(lambda: nodes["n1"].output().count(said) == 2, timeout=20, what="the agent's line again")
+        assert mark.read_text() == "x\n"
+    finally:
+        link.close()

@@ -39,7 +39,7 @@ from wloadctl.remote import wire
 from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
 from wloadctl.remote.failpoints import AgentFailpoint
 from wloadctl.remote.link import BrokerLink, LinkWatch
-from wloadctl.remote.node import Held, NodeBook, NodeJournal
+from wloadctl.remote.node import Held, NodeBook, NodeJournal, ran_to_an_exit, remember_ran
 from wloadctl.remote.nodelock import refuse_live_twin
 from wloadctl.remote.pulling import Msg, Puller
 
@@ -336,9 +336,15 @@ class Agent:
         pool = msg.source[5:] if msg.source.startswith("pool:") else ""
         took: list[tuple[Held, int, bytes | None]] = []
         unreadable: list[tuple[Held, str]] = []
+        again = 0
         for t, payload in zip(batch.tasks, batch.payloads, strict=True):
             if (run, t.task, t.attempt) in self.book.by_key:
                 continue  # delivered again: this node holds it already
+            if (run, t.task, t.attempt) in self.journal.ran:
+                # Delivered again after it ran here (its acknowledgement lost with the connection): its end is
+                # published already, and it must not run twice.
+                again += 1
+                continue
             local = self.book.next_id
             self.book.next_id += 1
             h = Held(local, run, t.task, t.attempt, t.epoch, str(t.task), pool)
@@ -348,6 +354,8 @@ class Agent:
                 unreadable.append((h, f"cannot read the task's payload: {e.message}"))
                 continue
             took.append((h, t.flags, data))
+        if again:
+            self.note(f"{again} task(s) of run {run} delivered again after they ran here: not run again")
         # Taken before acknowledged: a crash between the two delivers the batch again, and
         # the journal tells this node it holds those tasks already.
         self.journal.take([h for h, _t, _d in took] + [h for h, _w in unreadable])
@@ -432,6 +440,8 @@ class Agent:
             entry = self._entry(h, r)
             if r.kind == P.RES_EXITED:
                 self.journal.end(h.local, entry)
+                if ran_to_an_exit(r.kind, r.flags):
+                    remember_ran(self.journal.ran, (h.run, h.job, h.attempt))
                 self.book.drop(h.local)
                 self.payloads.pop(h.local, None)
             out.append((h.local, entry))

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 from wloadctl.core.events import Event, ExecutorLostEvent, JobAcceptedEvent, TasksLostEvent
 from wloadctl.core.states import JobState
+from wloadctl.ipc import protocol as P
 
 QUEUED, RUNNING = int(JobState.QUEUED), int(JobState.RUNNING)
 
@@ -129,6 +130,22 @@ class NodeBook:
 _HELD_FIELDS = tuple(f.name for f in fields(Held))
 
 
+RAN_KEPT = 100_000
+"""Tasks that ran here an agent remembers (a dispatch delivered again after one ran is not run again)."""
+
+
+def ran_to_an_exit(kind: int, flags: int) -> bool:
+    """Whether a task's end says it ran (not lost, nor handed back unstarted): its dispatch must not run again."""
+    return kind == P.RES_EXITED and not flags & (P.FLAG_LOST | P.FLAG_RETURNED)
+
+
+def remember_ran(ran: dict[tuple[str, int, int], None], key: tuple[str, int, int]) -> None:
+    """Add a task that ran to the agent's memory of them, forgetting the oldest past RAN_KEPT."""
+    ran[key] = None
+    if len(ran) > RAN_KEPT:
+        del ran[next(iter(ran))]
+
+
 @dataclass
 class NodeJournal:
     """An append-only journal of what an agent took, and of which results the broker stored.
@@ -149,6 +166,8 @@ class NodeJournal:
     """One past the highest local id seen."""
     epochs: dict[str, int] = field(default_factory=dict)
     """Highest epoch seen per run."""
+    ran: dict[tuple[str, int, int], None] = field(default_factory=dict)
+    """(run, job, attempt) of the latest tasks that ran here to an exit, oldest first (RAN_KEPT of them)."""
 
     def load(self) -> None:
         """Read the journal back (a torn last line, from a crash mid-write, is ignored)."""
@@ -170,6 +189,8 @@ class NodeJournal:
             elif kind == "end":
                 self.held.pop(int(rec["local"]), None)
                 self.unsent[int(rec["local"])] = rec
+                if ran_to_an_exit(int(rec.get("kind", 0)), int(rec.get("flags", 0))):
+                    remember_ran(self.ran, (str(rec["run"]), int(rec["job"]), int(rec["attempt"])))
             elif kind == "stored":
                 for loc in rec["locals"]:
                     self.unsent.pop(int(loc), None)
