@@ -332,6 +332,29 @@ def test_a_trigger_stopped_by_sigterm_as_its_run_starts_stops_the_run(tmp_path: 
     assert status(sd)["status"] == "interrupted"
 
 
+def test_a_trigger_whose_plan_became_invalid_says_its_run_was_not_started(tmp_path: Path) -> None:
+    sd = tmp_path / "sd"
+    spec = {"name": "edited", "schedule": {
+        "cron": "* * * * *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+        "jobs": {"a": {"command": "true"}}}
+    plan = _write(tmp_path / "p.yaml", spec)
+    proc = _trigger(plan, sd, "--once")
+    try:
+        assert proc.stderr is not None
+        waiting = proc.stderr.readline()
+        assert waiting.startswith("wloadctl: next run of 'edited' at "), waiting
+        # When the plan is edited into an invalid one before the fire
+        _write(plan, {**spec, "jobs": {"a": {"command": "true", "depends_on": ["nosuch"]}}})
+        out, err = proc.communicate(timeout=90)
+    finally:
+        stop_proc(proc, group=True)
+    # Then at the fire it says what is wrong, and that the run was not started and no more will be
+    assert proc.returncode == 2, err
+    assert "depends on unknown job 'nosuch'" in err, err
+    assert "(business date " in err and "was not started; no more runs are triggered" in err, err
+    assert out == "" and not (sd / "journal.db").exists()
+
+
 @pytest.mark.ipc
 def test_a_run_of_another_business_date_is_refused_while_an_earlier_one_is_unfinished(tmp_path: Path) -> None:
     sd, go, out = tmp_path / "sd", tmp_path / "go", tmp_path / "ev"
