@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import re
 from collections.abc import Iterable
@@ -160,7 +161,12 @@ def instant(text: str, business_date: str, run_started: float, tz: str | None, r
 def host_zone() -> dt.tzinfo:
     """The host's time zone with its rules ($TZ, else /etc/localtime): a plan without `timezone` fires at its
     times of day on the host's wall clock, summer and winter. (Only when neither can be read: the offset now.)"""
-    key = os.environ.get("TZ", "").lstrip(":")
+    return _host_zone(os.environ.get("TZ", "").lstrip(":"))
+
+
+@functools.lru_cache(maxsize=4)
+def _host_zone(key: str) -> dt.tzinfo:
+    # Read once per $TZ: a plan's times are laid job by job, a million of them at the start of a big run.
     try:
         if key:
             return ZoneInfo(key)

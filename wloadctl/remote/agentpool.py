@@ -357,10 +357,6 @@ class AgentPool:
                         "sent again if their dispatch is still unread, held if an agent that is gone took it")
         return said
 
-    def _results_read(self) -> bool:
-        """Every result stored for this run has reached this scheduler (none waits in the stream)."""
-        return self._results_left() == 0
-
     def _results_left(self) -> int | None:
         """Result messages stored for this run not yet drained here (None: not known now)."""
         if self.results is None:
