@@ -197,6 +197,31 @@ def test_a_version_8_journal_keeps_its_current_states_and_turn_index(tmp_path: P
         assert ro.job_row(run.id, "j2996")[2] == OK  # type: ignore[index]
 
 
+def test_a_version_11_journal_whose_turns_saved_their_states_reads_them_and_saves_them_late_once_written(
+        tmp_path: Path) -> None:
+    ids = [f"j{k}" for k in range(3000)]
+    with Store.open(tmp_path) as st:
+        run = new_run(st, ids)
+        st.write_turn(run.id, [(i, W, R, 0, 1.0, -1, None, "", "s") for i in range(0, 3000, 7)])
+        st.set_status(run.id, "running", None)  # saves them all, as each turn of version 11 did
+        states = st.current_states(run.id)
+    # Version 11 had no states_seq: a turn saved each block of states it changed.
+    con = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
+    con.execute("ALTER TABLE now_runs DROP COLUMN states_seq")
+    con.execute("PRAGMA user_version = 11")
+    con.close()
+    with Store.open(tmp_path, readonly=True) as ro:  # a reader leaves it as it is
+        assert ro.current_states(run.id) == states and ro.states_at(run.id, [2996, 2997]) == {2996: R, 2997: W}
+    with Store.open(tmp_path) as st:
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert st._states_saved(run.id) is None
+        st.write_turn(run.id, [(2996, R, Q, 1, 3.0, 0, None, "", "u")])
+        assert st._states_saved(run.id) is not None
+    with Store.open(tmp_path, readonly=True) as ro:
+        assert ro.states_at(run.id, [2996, 2989]) == {2996: Q, 2989: R}
+        assert ro.current_states(run.id) == states[:2996] + bytes([Q]) + states[2997:]  # type: ignore[index]
+
+
 def test_columns_grow_for_jobs_added_later() -> None:
     cols = JobColumns(1)
     cols.apply([(1, 4, W, R, 0, 1.0, -1, None, "", "s")])

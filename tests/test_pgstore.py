@@ -177,7 +177,7 @@ def test_a_database_from_before_the_audit_chain_migrates_forward_and_chains_new_
         c.execute("DROP FUNCTION wloadctl_audit_append_only()")
         c.execute("ALTER TABLE actions DROP COLUMN prev_hash, DROP COLUMN hash")
         c.execute("DROP TABLE now_rows")
-        c.execute("ALTER TABLE now_runs DROP COLUMN flat_seq")
+        c.execute("ALTER TABLE now_runs DROP COLUMN flat_seq, DROP COLUMN states_seq")
         if version == 1:
             for table in ("now_runs", "now_states", "turn_jobs", "took"):
                 c.execute(f"DROP TABLE {table}")
@@ -192,7 +192,7 @@ def test_a_database_from_before_the_audit_chain_migrates_forward_and_chains_new_
         rep = st.verify_audit()
         assert rep.ok and (rep.checked, rep.unchained) == (1, 1)
     # Then it is at the latest version, and the trail refuses changes
-    assert _version(pg_url) == SCHEMA_VERSION == 7
+    assert _version(pg_url) == SCHEMA_VERSION == 8
     with psycopg.connect(pg_url, autocommit=True) as c, pytest.raises(psycopg.Error, match="append-only"):
         c.execute("DELETE FROM actions")
 
@@ -203,6 +203,7 @@ def test_a_database_from_before_the_plans_facts_migrates_forward_and_keeps_them(
     # Given a database at version 4 (no facts of the plans)
     with psycopg.connect(pg_url, autocommit=True) as c:
         c.execute("DROP TABLE job_facts, fact_runs")
+        c.execute("ALTER TABLE now_runs DROP COLUMN states_seq")
         c.execute(f"UPDATE {VERSION_TABLE} SET version = 4")
     # Then a reader asks for a run or resume first, and a writer migrates it and keeps a run's facts
     with pytest.raises(StoreError, match="has schema 4, older than this wloadctl"):

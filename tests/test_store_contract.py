@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import Opener
 from wloadctl.errors import Fenced, StoreError
 from wloadctl.store import StaleEpoch, Store, current
-from wloadctl.turns import INDEX_BLOCK, STATE_BLOCK, JobColumns
+from wloadctl.turns import INDEX_BLOCK, STATE_BLOCK, JobColumns, states_of
 
 W, R, Q, RUN, OK, FAIL = 0, 1, 2, 3, 4, 5
 
@@ -214,14 +214,23 @@ def test_reads_of_one_job_and_of_the_counts_answer_as_a_replay_does(opener: Open
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     n = 2 * STATE_BLOCK + 37
     monkeypatch.setattr(current, "FLAT_EVERY", 500)  # flat rows saved every few turns
+    monkeypatch.setattr(current, "STATES_EVERY", 300)  # and current states a little more often
     st = opener()
     run = _random_run(st, n, 60)
     reader = opener(readonly=True)
     replay = reader.columns(run)  # the old way: every turn applied in order
     ids = reader.job_ids(run)
+    # The current states as saved are behind the turns (each turn saved a share of them): a reader applies the rest
+    assert 0 < reader._states_saved(run) < reader.last_seq(run)  # type: ignore[operator]
+    saved = states_of(reader._state_rows(run), n)
+    assert saved != replay.state[:n]
     states = reader.current_states(run)
     assert states is not None and states == replay.state[:n]
     assert dict(reader.state_counts(run)) == {s: replay.state.count(s) for s in set(replay.state)}
+    behind = [i for i in range(n) if saved[i] != states[i]]
+    some = [0, 5, STATE_BLOCK - 1, STATE_BLOCK, 2 * STATE_BLOCK + 36, *behind][:40]
+    assert reader.states_at(run, some) == {i: replay.state[i] for i in some}
+    assert reader.states_at(run, some[:2]) == {i: replay.state[i] for i in some[:2]}
     for i in (0, 1, INDEX_BLOCK - 1, INDEX_BLOCK, STATE_BLOCK + 5, n - 1):
         assert reader.job_row(run, ids[i]) == replay.row(i, ids[i])
         mine = [r[2:] for turn in reader._turns(run, 0) for r in turn if r[1] == i]
@@ -239,6 +248,8 @@ def test_reads_of_one_job_and_of_the_counts_answer_as_a_replay_does(opener: Open
     # And the run's end saves them all
     st.set_status(run, "succeeded", 99.0)
     assert reader._flat_saved(run) == reader.last_seq(run) and _flat(reader, run) == _replayed(replay, n)
+    assert reader._states_saved(run) == reader.last_seq(run)
+    assert states_of(reader._state_rows(run), n) == replay.state[:n]
 
 
 def _flat(st: Store, run: int) -> list[tuple]:
@@ -352,6 +363,7 @@ import random, sys
 from pathlib import Path
 from wloadctl.store import Store, current
 current.FLAT_EVERY = 100  # flat rows saved every third turn
+current.STATES_EVERY = 70  # current states about every other turn
 st = Store.open(Path(sys.argv[1]), journal=sys.argv[2] or None)
 run = st.create_run("r1", "p", "p.yaml", "digest", "name: p", [f"j{i}" for i in range(300)], "2026-11-30", 1.0)
 rng, t = random.Random(3), 0
@@ -364,7 +376,7 @@ while True:
 """
 
 
-def test_flat_rows_match_a_replay_after_a_writer_is_killed_and_another_resumes(
+def test_flat_rows_and_states_match_a_replay_after_a_writer_is_killed_and_another_resumes(
         opener: Opener, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     # Given a writer killed -9 while it writes turns
     url = request.getfixturevalue("pg_url") if "postgres" in request.node.name else ""
@@ -380,9 +392,13 @@ def test_flat_rows_match_a_replay_after_a_writer_is_killed_and_another_resumes(
     run = reader.latest_run()
     assert run is not None and reader._flat_saved(run.id)
     assert _flat(reader, run.id) == _replayed(reader.columns(run.id), 300)
+    assert reader.current_states(run.id) == reader.columns(run.id).state[:300]
+    assert reader.states_at(run.id, [7, 299]) == {i: reader.columns(run.id).state[i] for i in (7, 299)}
     # And a writer resuming the run keeps them so
     writer = opener()
     writer.write_turn(run.id, [(7, 0, RUN, 9, 999.0, 2, None, "", "resumed"), (8, 0, OK, 9, 999.5, 1, 0, "", "r")])
     again = opener(readonly=True)
     assert _flat(again, run.id) == _replayed(again.columns(run.id), 300)
     assert again.flat_rows(run.id).row(7)[:3] == (9, 2, 999.0)  # type: ignore[union-attr]
+    assert again.current_states(run.id) == again.columns(run.id).state[:300]
+    assert again.states_at(run.id, [7, 8]) == {7: RUN, 8: OK}

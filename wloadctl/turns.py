@@ -19,6 +19,10 @@ RECORD = struct.Struct("<IBBIhidH")
 """job index, from, to, attempt, executor, exit status (NO_EXIT for none), timestamp, cause number."""
 JOB_FIELD = struct.Struct(f"<I{RECORD.size - 4}x")
 """A record's job index alone (the rest skipped), to scan a turn's records for some jobs."""
+JOB_TO = struct.Struct(f"<I1xB{RECORD.size - 6}x")
+"""A record's job index and the state it moved to (the rest skipped): what current states are made of."""
+TO_OFFSET = 5
+"""Where a record's `to` state is in it."""
 FEW_JOBS = 8
 """Up to this many jobs, a turn's records are searched per job rather than scanned once."""
 NO_EXIT = -(2**31)
@@ -78,20 +82,7 @@ def unpack_jobs(first: int, recs: bytes, causes: str, reasons: str, jobs: Iterab
     For more than a few jobs one pass over the turn's records is cheaper than a search per job.
     """
     size = RECORD.size
-    at: list[int] = []
-    wanted = jobs if isinstance(jobs, (set, frozenset)) else set(jobs)
-    if len(wanted) > FEW_JOBS and len(recs) > size * FEW_JOBS:
-        at = [k for k, (i,) in enumerate(JOB_FIELD.iter_unpack(recs)) if i in wanted]
-    else:
-        for job in wanted:
-            key = job.to_bytes(4, "little")
-            k = recs.find(key)
-            while k >= 0:
-                if k % size == 0:
-                    at.append(k // size)
-                    k = recs.find(key, k + size)
-                else:
-                    k = recs.find(key, k + 1)
+    at = records_of(recs, jobs)
     if not at:
         return []
     names = json.loads(causes)
@@ -104,6 +95,40 @@ def unpack_jobs(first: int, recs: bytes, causes: str, reasons: str, jobs: Iterab
         i, frm, to, att, ex, code, ts, c = RECORD.unpack_from(recs, k * size)
         out.append((first + k, i, frm, to, att, ts, ex, None if code == NO_EXIT else code, why.get(k, ""), names[c]))
     return out
+
+
+def records_of(recs: bytes, jobs: Iterable[int]) -> list[int]:
+    """The numbers of the records of some jobs in packed records, found without unpacking the others: a job's
+    records start with its index, at a multiple of the record size (for more than a few jobs, one pass over
+    the records is cheaper than a search per job)."""
+    size = RECORD.size
+    wanted = jobs if isinstance(jobs, (set, frozenset)) else set(jobs)
+    if len(wanted) > FEW_JOBS and len(recs) > size * FEW_JOBS:
+        return [k for k, (i,) in enumerate(JOB_FIELD.iter_unpack(recs)) if i in wanted]
+    at: list[int] = []
+    for job in wanted:
+        key = job.to_bytes(4, "little")
+        k = recs.find(key)
+        while k >= 0:
+            if k % size == 0:
+                at.append(k // size)
+                k = recs.find(key, k + size)
+            else:
+                k = recs.find(key, k + 1)
+    return at
+
+
+def apply_states(states: bytearray, recs: bytes) -> None:
+    """Set each job's state in `states` (one byte per job) to where its last record in `recs` moved it (packed
+    records, in order), growing it for jobs the run added since it was read."""
+    try:
+        for i, to in JOB_TO.iter_unpack(recs):
+            states[i] = to
+    except IndexError:
+        top = max(job for (job,) in JOB_FIELD.iter_unpack(recs))
+        states.extend(bytes(_room_for(len(states), top) - len(states)))
+        for i, to in JOB_TO.iter_unpack(recs):
+            states[i] = to
 
 
 def _reason_of(reasons: str, k: int) -> str:
@@ -225,11 +250,6 @@ STATE_BLOCK = 1024
 INDEX_BLOCK = 64
 """Jobs per key of the turn index: the turns that moved any job of a block are found without reading the others."""
 _INDEX_SHIFT = INDEX_BLOCK.bit_length() - 1
-
-
-def last_states(transitions: Sequence[tuple]) -> dict[int, int]:
-    """Each job's state after a turn's transitions (job, from, to, ...), in the order they were made."""
-    return {t[0]: t[2] for t in transitions}
 
 
 def index_blocks(jobs: Iterable[int]) -> list[int]:

@@ -2,20 +2,20 @@
 
 Readers do not replay a whole run to answer for one job or for the counts: beside the turns,
 in the same transactions, each store keeps the run's current states (one byte per job, in
-blocks of turns.STATE_BLOCK jobs, a turn rewriting only the blocks it changed) and a turn index
-(for each block of turns.INDEX_BLOCK jobs, the turns that moved one of them). A run journaled
-before they existed is brought into them at its next write (`_current_changes`). Each turn also
-journals the durations of the successful attempts it ends (`took`), from which the next runs of
-the plan learn how long each job takes (`expected_history`).
+blocks of turns.STATE_BLOCK jobs) and a turn index (for each block of turns.INDEX_BLOCK jobs, the
+turns that moved one of them). A run journaled before they existed is brought into them at its
+next write (`_current_changes`). Each turn also journals the durations of the successful attempts
+it ends (`took`), from which the next runs of the plan learn how long each job takes
+(`expected_history`).
 
-A run's flat rows (turns.FlatRows: each job's start, end, attempt and executor as fixed-width
-arrays, what a sort by those reads) are saved later than the turns that change them: a busy run
-moves jobs all over the plan, and rewriting their blocks at every turn would write gigabytes
-over a million jobs. The writer keeps them in memory; each turn's transaction saves a share of
-the blocks changed longest ago, with the transition every saved block is at (`_flat_changes`),
-and the one that ends the run saves the rest (`set_status`). A reader takes the saved blocks and
-applies the turns after that transition, so a kill -9 loses nothing: at worst the next reader,
-or writer, applies about FLAT_EVERY transitions more.
+The current states and a run's flat rows (turns.FlatRows: each job's start, end, attempt and
+executor as fixed-width arrays, what a sort by those reads) are saved later than the turns that
+change them: a busy run moves jobs all over the plan, and rewriting their blocks at every turn
+would write gigabytes over a million jobs. The writer keeps both in memory; each turn's
+transaction saves a share of the blocks changed longest ago (`LateSaves`), with the transition
+every saved block is at, and the one that ends the run saves the rest (`set_status`). A reader
+takes the saved blocks and applies the turns after that transition, so a kill -9 loses nothing:
+at worst the next reader, or writer, applies about STATES_EVERY (FLAT_EVERY) transitions more.
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ from wloadctl.turns import (
     STATE_BLOCK,
     SUCCEEDED,
     TERMINAL_STATES,
+    TO_OFFSET,
     FlatRows,
+    apply_states,
     index_blocks,
-    last_states,
     pack_took,
+    records_of,
     rows_from,
     states_of,
     unpack_took,
@@ -46,7 +48,49 @@ from wloadctl.turns import (
 _TIMED = TERMINAL_STATES | {RUNNING}
 """States whose transitions start or end an attempt's duration."""
 FLAT_EVERY = 1_000_000
-"""About how many transitions a changed block of flat rows waits to be saved (see _flat_changes)."""
+"""About how many transitions a changed block of flat rows waits to be saved (see LateSaves)."""
+STATES_EVERY = 100_000
+"""The same for a block of current states: what a reader of a run's states (`status` of a run its scheduler
+left) applies at most, about 20 ms of records, where each turn of a million-job run rewrote some 260 blocks."""
+
+
+class LateSaves:
+    """The blocks of a writer's copy changed since it last saved them, and which of them a turn saves.
+
+    A turn saves the blocks changed longest ago, its share of them: as many as it has transitions in
+    `every`. So a changed block waits about `every` transitions, and the saves are spread over the turns.
+    """
+
+    def __init__(self, every: int, changed: Iterable[int] = (), at: int = 0) -> None:
+        self.every = every
+        self.dirty: dict[int, int] = dict.fromkeys(sorted(changed), at)
+        """Block -> the transition its saved row is at, oldest change first (a dict keeps the order keys came in)."""
+        self.owed = 0.0
+        """The fraction of a block the turns so far owe to the saves."""
+
+    def turn(self, blocks: Iterable[int], before: int, n: int) -> list[int]:
+        """A turn of n transitions changed these blocks (its first after transition `before`): the blocks it saves."""
+        dirty = self.dirty
+        # Blocks not changed before are at the transition before the turn (added after the others: a pass of C).
+        dirty.update(dict.fromkeys(set(blocks).difference(dirty), before))
+        # The turn's share, carried over in fractions: a turn of a few transitions saves no block.
+        owed = self.owed + len(dirty) * n / self.every
+        share = int(owed)
+        self.owed = owed - share
+        due = list(islice(dirty, share))
+        for b in due:
+            del dirty[b]
+        return due
+
+    def at(self) -> int | None:
+        """The transition every saved block is at (None: the last turn's last, no changed block being left unsaved)."""
+        return next(iter(self.dirty.values()), None)
+
+    def rest(self) -> list[int]:
+        """Every block left unsaved (the run's end saves them)."""
+        out = list(self.dirty)
+        self.dirty.clear()
+        return out
 
 
 class CurrentState:
@@ -55,15 +99,14 @@ class CurrentState:
     def __init__(self) -> None:
         self._now: dict[int, bytearray] = {}
         """A writer's copy of the current states of the runs it writes turns of (one byte per job)."""
+        self._now_late: dict[int, LateSaves] = {}
+        """Per run, the blocks of current states changed since the writer last saved them."""
         self._flat: dict[int, FlatRows] = {}
         """A writer's copy of the flat rows of the runs it writes turns of."""
-        self._flat_dirty: dict[int, dict[int, int]] = {}
-        """Per run, the blocks of flat rows changed since the writer last saved them, oldest change first:
-        block -> the transition its saved row is at."""
-        self._flat_seq: dict[int, int] = {}
-        """Per run, the last transition in the writer's copy."""
-        self._flat_owed: dict[int, float] = {}
-        """Per run, the fraction of a block the turns so far owe to the saves (see _flat_changes)."""
+        self._flat_late: dict[int, LateSaves] = {}
+        """Per run, the blocks of flat rows changed since the writer last saved them."""
+        self._seq: dict[int, int] = {}
+        """Per run, the last transition in the writer's copies."""
         self._running_since: dict[int, dict[int, float]] = {}
         """Per run, when each job the writer saw start running started (for the durations it journals)."""
 
@@ -98,6 +141,11 @@ class CurrentState:
         """(block, data) rows of some blocks of a run's saved flat rows."""
 
     @abstractmethod
+    def _states_saved(self, run: int) -> int | None:
+        """The transition a run's saved current states are at (None: each turn saved the blocks it changed, as
+        a journal written before they were saved late)."""
+
+    @abstractmethod
     def _flat_saved(self, run: int) -> int | None:
         """Last transition a run's saved flat rows include (None: not kept: journaled before them)."""
 
@@ -125,12 +173,17 @@ class CurrentState:
     def _write_current(self, run: int, jobs: int, blocks: dict[int, bytes], index: Sequence[tuple[int, int]]) -> None:
         """Bring a run not yet kept into the current states and turn index (one transaction)."""
 
-    def _current_changes(self, run: int, transitions: Sequence[tuple]) -> tuple[dict[int, bytes], list[int]]:
-        """What a turn changes in the current states (block -> its new row) and its turn-index keys.
+    def _current_changes(self, run: int, transitions: Sequence[tuple],
+                         recs: bytes) -> tuple[dict[int, bytes], list[int], int | None]:
+        """What a turn saves of the current states (block -> its row), its turn-index keys, and the transition
+        every saved block of states is at after it (None: the turn's last).
 
         The writer keeps the run's states in memory from its first turn on (a store that fails
         to write forgets them: see `_forget_current`); a run journaled before they were kept is
         brought into them first.
+
+        Args:
+            recs: the turn's records as journaled (turns.pack_turn).
         """
         flat = self._now.get(run)
         if flat is None:
@@ -138,26 +191,22 @@ class CurrentState:
             if n is None:
                 self._backfill(run)
                 n = self._kept_jobs(run) or 0
-            flat = self._now[run] = states_of(self._state_rows(run), n)
-        last = last_states(transitions)
-        if not last:
-            return {}, []
-        top = max(last)
-        if top >= len(flat):
-            flat.extend(bytes(top + 1 - len(flat)))
-        for i, to in last.items():
-            flat[i] = to
+            flat, saved, seq, changed = self._read_states(run, n)
+            self._now[run] = flat
+            self._now_late[run] = LateSaves(STATES_EVERY, changed, saved)
+            self._seq[run] = seq
+        late = self._now_late[run]
+        if not transitions:
+            return {}, [], late.at()
+        apply_states(flat, recs)
+        jobs = {t[0] for t in transitions}
         size = STATE_BLOCK
-        rows = {b: bytes(flat[b * size:(b + 1) * size]) for b in {i // size for i in last}}
-        return rows, index_blocks(last)
+        due = late.turn({i // size for i in jobs}, self._seq[run], len(transitions))
+        return {b: bytes(flat[b * size:(b + 1) * size]) for b in due}, index_blocks(jobs), late.at()
 
     def _flat_changes(self, run: int, recs: bytes, n: int, keys: Sequence[int]) -> tuple[dict[int, bytes], int | None]:
         """Apply a turn to the writer's flat rows: the blocks to save with it, and the transition all saved
         blocks are at (None: the turn's last, when no changed block is left unsaved).
-
-        A turn saves the blocks changed longest ago, its share of them: as many as it has transitions
-        in FLAT_EVERY. So a changed block waits about FLAT_EVERY transitions, and the saves are spread
-        over the turns (a save of every block of a million jobs writes 24 MB at once).
 
         Args:
             recs: the turn's records as journaled (turns.pack_turn).
@@ -168,18 +217,8 @@ class CurrentState:
         if flat is None:
             flat = self._flat_copy(run)
         flat.apply(recs)
-        dirty = self._flat_dirty[run]
-        # Blocks not changed before are at the transition before the turn (added after the others: a pass of C).
-        dirty.update(dict.fromkeys(set(keys).difference(dirty), self._flat_seq[run]))
-        # The turn's share, carried over in fractions: a turn of a few transitions writes no block.
-        owed = self._flat_owed.get(run, 0.0) + len(dirty) * n / FLAT_EVERY
-        share = int(owed)
-        self._flat_owed[run] = owed - share
-        # Oldest first: a dict keeps the order its keys came in.
-        blocks = {b: flat.block(b) for b in islice(dirty, share)}
-        for b in blocks:
-            del dirty[b]
-        return blocks, next(iter(dirty.values()), None)
+        late = self._flat_late[run]
+        return {b: flat.block(b) for b in late.turn(keys, self._seq[run], n)}, late.at()
 
     def _flat_copy(self, run: int) -> FlatRows:
         """The writer's copy of a run's flat rows, read at its first turn (a run journaled before they
@@ -192,24 +231,49 @@ class CurrentState:
             self.drop_columns()
             read = flat, seq, seq, set()
         flat, saved, seq, changed = read
-        self._flat[run], self._flat_seq[run] = flat, seq
-        self._flat_dirty[run] = dict.fromkeys(sorted(changed), saved)
+        self._flat[run] = flat
+        self._seq[run] = max(self._seq.get(run, seq), seq)
+        self._flat_late[run] = LateSaves(FLAT_EVERY, changed, saved)
         return flat
 
-    def _flat_unsaved(self, run: int) -> tuple[dict[int, bytes], int]:
-        """Every block of the writer's flat rows not saved since it changed, and the transition the writer
-        has written last (the run's end saves them all)."""
-        flat, dirty = self._flat.get(run), self._flat_dirty.get(run)
-        if flat is None or not dirty:
-            return {}, 0
-        blocks = {b: flat.block(b) for b in dirty}
-        dirty.clear()
-        return blocks, self._flat_seq[run]
+    def _unsaved(self, run: int) -> tuple[dict[int, bytes], dict[int, bytes], int]:
+        """Every block of the writer's current states and flat rows not saved since it changed, and the
+        transition the writer has written last (the run's end saves them all)."""
+        states, flat, seq = self._now.get(run), self._flat.get(run), self._seq.get(run, 0)
+        size = STATE_BLOCK
+        now = {b: bytes(states[b * size:(b + 1) * size]) for b in self._now_late[run].rest()} if states else {}
+        rows = {b: flat.block(b) for b in self._flat_late[run].rest()} if flat else {}
+        return now, rows, seq
 
     def _flat_written(self, run: int, seq: int) -> None:
         """A turn ending at transition `seq` committed."""
-        if run in self._flat_seq:
-            self._flat_seq[run] = max(self._flat_seq[run], seq)
+        if run in self._seq:
+            self._seq[run] = max(self._seq[run], seq)
+
+    def _tail(self, run: int, after: int) -> tuple[bytes, int]:
+        """The packed records of a run's transitions after `after`, in order, and the last one's number (`after`
+        when there is none)."""
+        seq = after
+        tail: list[bytes] = []
+        for first, recs in self._turn_records(run, after):
+            skip = max(0, after + 1 - first)  # a turn the save ended inside of (saves end turns)
+            tail.append(recs[skip * RECORD.size:])
+            seq = max(seq, first + len(recs) // RECORD.size - 1)
+        return b"".join(tail), seq
+
+    def _read_states(self, run: int, n: int) -> tuple[bytearray, int, int, set[int]]:
+        """A run's current states as saved, with the turns after them applied: (states, the transition the
+        saved blocks are at, the last transition in them, the blocks the turns after the save changed)."""
+        # The sequence number first: blocks saved after it are newer, and the turns after it,
+        # applied again over them, leave each job where its last transition did.
+        saved = self._states_saved(run)
+        states = states_of(self._state_rows(run), n)
+        if saved is None:
+            seq = self.last_seq(run)
+            return states, seq, seq, set()
+        recs, seq = self._tail(run, saved)
+        apply_states(states, recs)
+        return states, saved, seq, {job // STATE_BLOCK for (job,) in JOB_FIELD.iter_unpack(recs)}
 
     def _read_flat(self, run: int) -> tuple[FlatRows, int, int, set[int]] | None:
         """A run's flat rows as saved, with the turns after them applied: (rows, the transition the saved
@@ -220,14 +284,8 @@ class CurrentState:
         saved = self._flat_saved(run)
         if saved is None:
             return None
-        seq = saved
         flat = FlatRows.from_blocks(self._flat_blocks(run), self._kept_jobs(run) or 0)
-        tail: list[bytes] = []
-        for first, recs in self._turn_records(run, seq):
-            skip = max(0, seq + 1 - first)  # a turn the save ended inside of (saves end turns)
-            tail.append(recs[skip * RECORD.size:])
-            seq = max(seq, first + len(recs) // RECORD.size - 1)
-        recs = b"".join(tail)
+        recs, seq = self._tail(run, saved)
         flat.apply(recs)
         return flat, saved, seq, set(index_blocks(job for (job,) in JOB_FIELD.iter_unpack(recs)))
 
@@ -272,10 +330,10 @@ class CurrentState:
     def _forget_current(self, run: int) -> None:
         """Drop the writer's copy of a run's states (a write failed: read them again next time)."""
         self._now.pop(run, None)
+        self._now_late.pop(run, None)
         self._flat.pop(run, None)
-        self._flat_dirty.pop(run, None)
-        self._flat_seq.pop(run, None)
-        self._flat_owed.pop(run, None)
+        self._flat_late.pop(run, None)
+        self._seq.pop(run, None)
         self._running_since.pop(run, None)
 
     def _backfill(self, run: int) -> None:
@@ -292,7 +350,7 @@ class CurrentState:
     def current_states(self, run: int) -> bytearray | None:
         """Every job's state (JobState values by index) without replaying the run; None when not kept."""
         n = self._kept_jobs(run)
-        return None if n is None else states_of(self._state_rows(run), n)
+        return None if n is None else self._read_states(run, n)[0]
 
     def states_at(self, run: int, idxs: Sequence[int]) -> dict[int, int] | None:
         """The states of some jobs, read from the blocks of current states that hold them; None when not kept."""
@@ -300,6 +358,7 @@ class CurrentState:
         if n is None:
             return None
         size = STATE_BLOCK
+        saved = self._states_saved(run)  # first (see _read_states)
         rows = dict(self._state_blocks(run, sorted({i // size for i in idxs})))
         out: dict[int, int] = {}
         for i in idxs:
@@ -307,6 +366,10 @@ class CurrentState:
                 return None
             row = rows.get(i // size, b"")
             out[i] = row[i % size] if i % size < len(row) else 0
+        if saved is not None:
+            recs, _ = self._tail(run, saved)
+            for k in sorted(records_of(recs, out)):
+                out[JOB_FIELD.unpack_from(recs, k * RECORD.size)[0]] = recs[k * RECORD.size + TO_OFFSET]
         return out
 
     def attempts_at(self, run: int, idxs: Sequence[int]) -> dict[int, int] | None:

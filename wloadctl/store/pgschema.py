@@ -108,6 +108,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "CREATE INDEX IF NOT EXISTS actions_job ON actions (run, job, seq)",
     ),
+    # 7 -> 8: current states are saved late, as the flat rows are (store/current.py): the transition the saved
+    # blocks are at (NULL: each turn saved them, as before).
+    (
+        "ALTER TABLE now_runs ADD COLUMN states_seq bigint",
+    ),
 )
 """MIGRATIONS[k] brings a database at version k to k + 1 (a new database runs them all, in one transaction)."""
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -66,6 +66,9 @@ _NOW_ROWS = (
     " FROM unnest(%(rows)s::integer[], %(data)s::bytea[]) AS x(b, d) WHERE " + _WROTE
     + " ON CONFLICT (run, block) DO UPDATE SET data = excluded.data"
 )
+_STATES_SEQ = ("UPDATE now_runs SET states_seq = coalesce(%(states_at)s, %(upto)s) WHERE run = %(run)s AND "
+               + _WROTE)
+"""Where a turn leaves the saved current states (see store/current.py), made only with the turn."""
 _FLAT_SEQ = "UPDATE now_runs SET flat_seq = coalesce(%(saved_at)s, %(upto)s) WHERE run = %(run)s AND " + _WROTE
 """A turn's save of flat rows (see store/current.py), made only with the turn."""
 _TOOK = ("INSERT INTO took (run, seq, blob) SELECT %(run)s, %(seq)s, %(took)s WHERE " + _WROTE
@@ -345,7 +348,8 @@ class PostgresStore(Store):
                      json.dumps(extra))).fetchone()[0]  # type: ignore[index]
                 conn.execute("INSERT INTO plans (run, text) VALUES (%s, %s)", (rid, plan_text))
                 self._copy_jobs(conn, rid, enumerate(ids))
-                conn.execute("INSERT INTO now_runs (run, jobs, flat_seq) VALUES (%s, %s, 0)", (rid, len(ids)))
+                conn.execute("INSERT INTO now_runs (run, jobs, flat_seq, states_seq) VALUES (%s, %s, 0, 0)",
+                             (rid, len(ids)))
 
         self._do(create)
         row = self.get_run(run_id)
@@ -485,12 +489,18 @@ class PostgresStore(Store):
     def set_status(self, run: int, status: str, ended: float | None) -> None:
         """Record the run's status (and end time), and save the flat rows this writer changed since it
         last did (see SqliteStore.set_status)."""
-        rows, seq = self._flat_unsaved(run)
+        now, rows, seq = self._unsaved(run)
 
         def put(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
                 self._guarded(conn, run, "UPDATE runs SET status = %s, ended = %s WHERE id = %s",
                               (status, ended, run))
+                if now:
+                    conn.execute("INSERT INTO now_states (run, block, states) SELECT %s, b, s"
+                                 " FROM unnest(%s::integer[], %s::bytea[]) AS x(b, s)"
+                                 " ON CONFLICT (run, block) DO UPDATE SET states = excluded.states",
+                                 (run, list(now), list(now.values())))
+                    conn.execute("UPDATE now_runs SET states_seq = %s WHERE run = %s", (seq, run))
                 if rows:
                     self._save_flat(conn, run, rows, seq)
 
@@ -547,7 +557,7 @@ class PostgresStore(Store):
         recs, causes, reasons = pack_turn(transitions) if n else (b"", "[]", "")
         relaxed = self.auto_sync and not durable
         try:
-            blocks, keys = self._current_changes(run, transitions)
+            blocks, keys, states_at = self._current_changes(run, transitions, recs)
             rows, saved_at = self._flat_changes(run, recs, n, keys) if n else ({}, None)
             took = self._durations(run, transitions)
         except BaseException:
@@ -564,14 +574,17 @@ class PostgresStore(Store):
             args = {"run": run, "seq": seq, "next": seq + n, "upto": seq + n - 1, "n": n, "epoch": held,
                     "recs": recs, "causes": causes, "reasons": reasons, "blocks": list(blocks),
                     "states": list(blocks.values()), "keys": keys, "took": took, "rows": list(rows),
-                    "data": list(rows.values()), "saved_at": saved_at}
+                    "data": list(rows.values()), "saved_at": saved_at,
+                    "states_at": states_at}
             if not added and not actions:
                 # The common turn: one round trip (BEGIN, the guarded insert, COMMIT in one pipeline).
                 with conn.pipeline(), conn.transaction():
                     if relaxed:
                         conn.execute("SET LOCAL synchronous_commit = off")
                     cur = conn.execute(_TURN, args)
-                    conn.execute(_NOW_STATES, args)
+                    if blocks:
+                        conn.execute(_NOW_STATES, args)
+                    conn.execute(_STATES_SEQ, args)
                     conn.execute(_TURN_JOBS, args)
                     if rows:
                         conn.execute(_NOW_ROWS, args)
@@ -583,7 +596,9 @@ class PostgresStore(Store):
                 with conn.transaction():
                     done = conn.execute(_TURN, args).rowcount == 1 if n else self._guard_added(conn, run, held, added)
                     if done and n:
-                        conn.execute(_NOW_STATES, args)
+                        if blocks:
+                            conn.execute(_NOW_STATES, args)
+                        conn.execute(_STATES_SEQ, args)
                         conn.execute(_TURN_JOBS, args)
                         if rows:
                             conn.execute(_NOW_ROWS, args)
@@ -636,6 +651,10 @@ class PostgresStore(Store):
         rows = self._do(lambda c: c.execute("SELECT block, data FROM now_rows WHERE run = %s AND block = ANY(%s)",
                                             (run, list(blocks)), binary=True).fetchall())
         return [(b, bytes(d)) for b, d in rows]
+
+    def _states_saved(self, run: int) -> int | None:
+        row = self._do(lambda c: c.execute("SELECT states_seq FROM now_runs WHERE run = %s", (run,)).fetchone())
+        return None if row is None or row[0] is None else int(row[0])
 
     def _flat_saved(self, run: int) -> int | None:
         row = self._do(lambda c: c.execute("SELECT flat_seq FROM now_runs WHERE run = %s", (run,)).fetchone())

@@ -202,6 +202,10 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         # A job's actions (history JOB, the console's detail) without a walk of every action of the run: a glob
         # verb journals a row per job it names, thousands at once.
         conn.execute("CREATE INDEX IF NOT EXISTS actions_job ON actions (run, job, seq)")
+    if version < 12:
+        # Current states are saved late, as the flat rows are (store/current.py); NULL: each turn saved them.
+        if "states_seq" not in {row[1] for row in conn.execute("PRAGMA table_info(now_runs)")}:
+            conn.execute("ALTER TABLE now_runs ADD COLUMN states_seq INTEGER")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
 
@@ -227,6 +231,9 @@ class SqliteStore(Store):
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_runs'").fetchone() is not None
         self._has_flat = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'now_rows'").fetchone() is not None
+        self._has_states_seq = self._has_now and any(
+            row[1] == "states_seq" for row in conn.execute("PRAGMA table_info(now_runs)"))
+        """The current states are saved late (schema 12; a reader of an older journal finds them saved each turn)."""
         self._has_facts = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fact_runs'").fetchone() is not None
         self._by_span = any(row[1] == "span" for row in conn.execute("PRAGMA table_info(turn_jobs)"))
@@ -413,7 +420,7 @@ class SqliteStore(Store):
             c.execute("INSERT INTO plans (run, text) VALUES (?, ?)", (rid, plan_text))
             ids = list(job_ids)
             _insert_jobs(c, rid, ids)
-            c.execute("INSERT INTO now_runs (run, jobs, flat_seq) VALUES (?, ?, 0)", (rid, len(ids)))
+            c.execute("INSERT INTO now_runs (run, jobs, flat_seq, states_seq) VALUES (?, ?, 0, 0)", (rid, len(ids)))
             c.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             _rollback(c)
@@ -570,7 +577,7 @@ class SqliteStore(Store):
             StoreError: another failed write, or a newer epoch holds the run.
         """
         self._durable()
-        rows, seq = self._flat_unsaved(run)
+        now, rows, seq = self._unsaved(run)
         c = self.conn
         try:
             c.execute("BEGIN IMMEDIATE")
@@ -579,6 +586,8 @@ class SqliteStore(Store):
             else:
                 changed = c.execute("UPDATE runs SET status = ?, ended = ? WHERE id = ? AND epoch = ?",
                                     (status, ended, run, self.epoch)).rowcount
+            if now and changed == 1:
+                self._save_states(run, now, seq)
             if rows and changed == 1:
                 self._save_flat(run, rows, seq)
             c.execute("COMMIT")
@@ -686,7 +695,7 @@ class SqliteStore(Store):
         if epoch is None:
             epoch = self.epoch
         recs, causes, reasons = pack_turn(transitions)
-        blocks, keys = self._current_changes(run, transitions)
+        blocks, keys, states_at = self._current_changes(run, transitions, recs)
         rows, saved_at = self._flat_changes(run, recs, len(transitions), keys)
         last = 0
         took = self._durations(run, transitions)
@@ -713,14 +722,11 @@ class SqliteStore(Store):
                     top = c.execute("SELECT coalesce(max(seq), 0) + 1 FROM transitions").fetchone()
                 c.execute("INSERT INTO turns (seq, run, n, recs, causes, reasons) VALUES (?, ?, ?, ?, ?, ?)",
                           (top[0], run, len(transitions), recs, causes, reasons))
-                # An upsert rewrites each changed block in its page (a REPLACE deletes and inserts it anew).
-                c.executemany("INSERT INTO now_states (run, block, states) VALUES (?, ?, ?)"
-                              " ON CONFLICT (run, block) DO UPDATE SET states = excluded.states",
-                              [(run, b, s) for b, s in blocks.items()])
                 span = top[0] >> SPAN_SHIFT
                 c.executemany("INSERT OR IGNORE INTO turn_jobs (run, span, block, seq) VALUES (?, ?, ?, ?)",
                               [(run, span, k, top[0]) for k in keys])
                 last = top[0] + len(transitions) - 1
+                self._save_states(run, blocks, last if states_at is None else states_at)
                 if rows:
                     self._save_flat(run, rows, last if saved_at is None else saved_at)
                 if took:
@@ -756,6 +762,22 @@ class SqliteStore(Store):
     def _flat_blocks_at(self, run: int, blocks: Sequence[int]) -> Iterable[tuple[int, bytes]]:
         return self.conn.execute(f"SELECT block, data FROM now_rows WHERE run = ? AND block IN"
                                  f" ({', '.join('?' * len(blocks))})", (run, *blocks)).fetchall()
+
+    def _states_saved(self, run: int) -> int | None:
+        if not self._has_states_seq:
+            return None  # saved at each turn (a journal no scheduler of this version has written to)
+        row = self.conn.execute("SELECT states_seq FROM now_runs WHERE run = ?", (run,)).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def _save_states(self, run: int, blocks: dict[int, bytes], seq: int) -> None:
+        """Save these blocks of current states, and that every saved block is at transition `seq` (inside the
+        caller's transaction)."""
+        if blocks:
+            # An upsert rewrites a saved block in its page (a REPLACE deletes and inserts it anew).
+            self.conn.executemany("INSERT INTO now_states (run, block, states) VALUES (?, ?, ?)"
+                                  " ON CONFLICT (run, block) DO UPDATE SET states = excluded.states",
+                                  [(run, b, s) for b, s in blocks.items()])
+        self.conn.execute("UPDATE now_runs SET states_seq = ? WHERE run = ?", (seq, run))
 
     def _flat_saved(self, run: int) -> int | None:
         if not self._has_flat:

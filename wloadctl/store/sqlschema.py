@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """The schema version a new or migrated SQLite journal is at."""
 
 AUDIT_TRIGGERS: tuple[str, ...] = tuple(
@@ -95,7 +95,8 @@ CREATE TABLE IF NOT EXISTS expansions (
 CREATE TABLE IF NOT EXISTS now_runs (
     run INTEGER PRIMARY KEY,
     jobs INTEGER NOT NULL,
-    flat_seq INTEGER
+    flat_seq INTEGER,
+    states_seq INTEGER
 );
 CREATE TABLE IF NOT EXISTS now_states (
     run INTEGER NOT NULL,
@@ -154,7 +155,8 @@ CREATE TABLE IF NOT EXISTS agents (
 """The tables of a new journal (older ones are brought here by the migrations in sqlite.py).
 
 now_runs and now_states: a run's job count, the last transition its saved flat rows include (NULL: not kept),
-and current states; now_rows: its flat rows (turns.FlatRows). now_states and now_rows have one row per block and
+the transition its saved current states are at (NULL: each turn saved them, schema 11 and older), and current
+states; now_rows: its flat rows (turns.FlatRows). now_states and now_rows have one row per block and
 are rowid tables, whose pages hold a block's 1,024 or 1,536 bytes where a WITHOUT ROWID one would give each an
 overflow page (about 1,000 bytes fit there); turn_jobs: the turn index, keyed by span (see sqlite.SPAN_SHIFT),
 block and turn, so a turn writes its keys into the latest span's few pages; took: the durations of successful
