@@ -691,6 +691,8 @@ class Executor:
 
     def _beat(self, now: float, sched_beat: float) -> None:
         self.trees.tidy()
+        if self.journal.waiting:
+            self.journal.flush()
         # A running job's output becomes readable at its log path within a beat of its first byte.
         for r in self.running.values():
             if not r.log.named:

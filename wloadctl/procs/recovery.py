@@ -25,7 +25,8 @@ STOP_VERB = "stop"
 STOPPED_WITH_RUN = "interrupted: run stopped"
 """How the end of a job stopped with the run is told (requeued, or held when it may not run twice)."""
 SETTLE = 0.3
-"""Seconds to let live executors journal what they took from the request queue before it is read."""
+"""Seconds to let live executors journal what they took from the request queue before it is read (and, at their
+next beat, executor.BEAT_INTERVAL, the results a full disk kept waiting)."""
 SWEEP_INTERVAL = 1.0
 """Seconds between sweeps for reports a fenced predecessor took from the response queue."""
 SWEEP_AFTER_DEATH = 3.0
@@ -203,10 +204,6 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
     # reasons this sets for the jobs a stop of the run was stopping.
     core = cast("SchedulerCore", pool.core)
     notes: list[str] = []
-    journals = [(pid, read_results(path)) for _ex, pid, path in result_journals(pool.state_dir, pool.objs.run_id)]
-    ahead = journal_behind(core, journals, loss)
-    if ahead:
-        notes.append(ahead)
     alive: set[int] = set()
     if adopt:
         # Task records the dead scheduler sent but no executor took are dropped here and
@@ -218,6 +215,12 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
         if dropped:
             notes.append(f"dropped {dropped} unsent task record(s) of the previous scheduler")
         time.sleep(SETTLE)
+    # Read after the settle: an executor alive writes at its next beat the records a full disk kept waiting (the
+    # ends of jobs whose reports the previous scheduler took but could not journal, which it sends no more).
+    journals = [(pid, read_results(path)) for _ex, pid, path in result_journals(pool.state_dir, pool.objs.run_id)]
+    ahead = journal_behind(core, journals, loss)
+    if ahead:
+        notes.insert(0, ahead)
     inflight = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and mine(i)]
     if not inflight:
         return notes

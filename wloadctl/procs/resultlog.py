@@ -44,6 +44,16 @@ class ResultLog:
             OSError: a failure other than a full disk.
         """
         self.waiting.append(data)
+        return self.flush()
+
+    def flush(self) -> bool:
+        """Write what waits; return False if the disk still refuses it (an executor tries at each beat, so the
+        records of jobs that ended while the disk was full are in the file soon after space returns, for a
+        scheduler that resumes the run to find, though no new result comes to write them first).
+
+        Raises:
+            OSError: a failure other than a full disk.
+        """
         while self.waiting:
             chunk = self.waiting[0]
             end = self.end
