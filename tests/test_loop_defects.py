@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import make_plan
-from tests.integration.helpers import cli, job_states
+from tests.integration.helpers import cli, job_states, start, wait_for
 from wloadctl.core.commands import Dispatch, Reply
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import JobExitedEvent, JobsFinishedEvent, OperatorEvent, RunStartedEvent
@@ -229,3 +229,42 @@ def test_transitions_are_watched_for_a_loop_ending_unread_only_once_an_instance_
     finish(core, "list", code=1)
     assert state(core, "load@a") == JobState.UPSTREAM_FAILED
     core.validate()
+
+
+@pytest.mark.parametrize("verbs", [["release"], ["skip", "rerun"]])
+def test_a_loop_over_output_let_go_on_a_stopped_run_reads_its_list_when_the_run_is_resumed(
+        tmp_path: Path, no_ipc_leaks: None, verbs: list[str]) -> None:
+    # Given a stopped run whose loop over its upstream's output was held, its list given
+    out, go = tmp_path / "out", tmp_path / "go"
+    plan = tmp_path / "held.yaml"
+    src = ("import json, os, time, pathlib\n"
+           f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.02)\n"
+           "open(os.environ['WLOADCTL_RESULT_FILE'], 'w').write(json.dumps({'files': ['a', 'b']}))")
+    plan.write_text(json.dumps({"name": "held", "jobs": {
+        "produce": {"command": [sys.executable, "-c", src]},
+        "per_file": {"for_each": "jobs.produce.result.files", "depends_on": ["produce"],
+                     "command": f"echo {{item}} >> {out}"},
+        "after": {"depends_on": ["per_file"], "command": f"echo after >> {out}"}}}))
+    sd = tmp_path / "sd"
+    run = start("run", str(plan), "--state-dir", str(sd), "--exit-on-hold")
+    try:
+        wait_for(lambda: job_states(sd)["produce"] == "RUNNING", what="produce running")
+        assert cli("hold", "per_file", "--state-dir", str(sd)).returncode == 0
+        go.touch()
+        run.wait(timeout=60)
+    finally:
+        run.kill()
+        run.wait()
+    assert job_states(sd) == {"produce": "SUCCEEDED", "per_file": "HELD", "after": "WAITING"}
+    # When an operator lets the loop go on the stopped run (releases it; or skips it, then reruns it)
+    for verb in verbs:
+        p = cli(verb, "per_file", *(["--downstream"] if verb == "rerun" else []), "--state-dir", str(sd))
+        assert p.returncode == 0, p.stdout + p.stderr
+    # Then it waits for the resume, which reads the list (the journal rebuilt for a verb has not the results)
+    assert job_states(sd)["per_file"] == "WAITING", p.stdout + p.stderr
+    assert "reads its list" in cli("why", "per_file", "--state-dir", str(sd)).stdout
+    p = cli("resume", "--state-dir", str(sd))
+    assert p.returncode == 0, p.stderr
+    lines = out.read_text().split()
+    assert sorted(lines[:2]) == ["a", "b"] and lines[2:] == ["after"], lines
+    assert set(job_states(sd).values()) == {"SUCCEEDED"}

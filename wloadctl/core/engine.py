@@ -994,6 +994,11 @@ class SchedulerCore(JobTable):
         spec = self.specs[d]
         loop = spec.for_each
         assert isinstance(loop, DynamicItems)
+        if not self.started:
+            # A core rebuilt from a stopped run's journal (an operator's verb) has not the results the list is read
+            # from: it stays WAITING, and the run's start reads the list when the run is resumed.
+            self.reasons[d] = f"reads its list ({loop.expr}) when the run is resumed"
+            return
         try:
             outcomes = self.branches.outcomes_of(fanout.loops[d], self.state)
             items, instances = fanout.instances(spec, outcomes, self.plan.variables, self.index, self.specs)

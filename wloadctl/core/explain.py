@@ -136,9 +136,11 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         reasons.append(f"succeeded after {core.attempt[i]} attempt(s)")
     if i in core.fanout.loops and st == S.WAITING:
         made = core.fanout.expanded.get(i)
+        unread = "its instances are made when the jobs it reads have finished"
+        if not core.started and not core.unmet[i]:
+            unread = "it reads its list, and makes its instances, when the run is resumed"
         reasons.append(f"a for_each over {core.fanout.loops[i].text}: " + (
-            f"waiting for its {made} instance(s) {spec.id}@..." if made is not None
-            else "its instances are made when the jobs it reads have finished"))
+            f"waiting for its {made} instance(s) {spec.id}@..." if made is not None else unread))
     nb = core.timers.not_before.get(i)
     if nb is not None and now < nb and st in (S.WAITING, S.HELD, S.READY) and \
             not any(r.startswith("not before") for r in reasons):
