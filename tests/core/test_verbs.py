@@ -246,3 +246,21 @@ def test_a_verb_refused_on_a_confirmation_job_names_approve_not_release() -> Non
     rep, _ = op(core, "hold", "conf")
     # (release is refused on it: approve is what lets it go)
     assert rep.results[0][2] == "job 'conf' is HELD: hold does not apply; set-ok, skip, approve would apply"
+
+
+def test_a_job_blocked_by_one_upstream_names_it_though_another_upstream_ended_last_and_succeeded() -> None:
+    # Given finale after slow, other and after_fail, whose upstream hard failed
+    core = SchedulerCore(make_plan({"start": {}, "slow": {"deps": ["start"]}, "hard": {"deps": ["start"]},
+                                    "other": {"deps": ["start"]}, "after_fail": {"deps": ["hard"]},
+                                    "finale": {"deps": ["slow", "other", "after_fail"]}}), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    finish(core, "start")
+    finish(core, "hard", code=1)
+    # When slow fails, hard is set ok (after_fail runs again), and the other upstreams end last, successfully
+    finish(core, "slow", code=1)
+    op(core, "set-ok", "hard")
+    finish(core, "after_fail")
+    finish(core, "other")
+    # Then finale is UPSTREAM_FAILED for slow, not for an upstream that succeeded
+    assert states(core)["finale"] == "UPSTREAM_FAILED"
+    assert core.reasons[core.index["finale"]] == "upstream slow FAILED"

@@ -845,6 +845,11 @@ class SchedulerCore(JobTable):
             self.set_state(d, _FAIL, reason=f"instance {names} {S(self.state[failed[0]]).name}" if len(failed) == 1
                            else f"{len(failed)} instances did not succeed: {names}")
         elif self.block[d] == 1:
+            if su == _OK or su == _SKIP:
+                # Blocked before u ended (an upstream reopened after it failed, or set ok, ends last): the
+                # upstream named is the one that blocks it.
+                u = self._blocker(d, u)
+                su = self.state[u]
             held = f"; {still_held(self.holds[d])}" if self.holds and d in self.holds else ""
             self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}{held}")
         else:
@@ -854,6 +859,15 @@ class SchedulerCore(JobTable):
             self.branches.branch_skipped.add(d)
             self.set_state(d, _SKIP, reason=why)
         stack.append(d)
+
+    def _blocker(self, d: int, u: int) -> int:
+        """The first upstream whose end blocks job d (a success dependency that ended otherwise); u if none."""
+        spec, state, index = self.specs[d], self.state, self.index
+        for k, dep in enumerate(spec.depends_on):
+            v = index[dep]
+            if _TERMINAL[state[v]] and state[v] != _OK and state[v] != _SKIP and spec.kind_of(k) == DepKind.SUCCESS:
+                return v
+        return u
 
     def _gated_ready(self, d: int, stack: list[int]) -> None:
         """Job d has nothing left to wait for, but an `if`, a loop over output or an operator's pending skip or
