@@ -255,3 +255,24 @@ def test_followers_handed_back_while_no_scheduler_ran_come_back_as_followers_on_
         run = st.latest_run()
         assert run is not None
         assert [t[2] for t in st.transitions_of(run.id, 2) if t[1] == JobState.RUNNING] == [2], h
+
+
+def test_a_held_job_keeps_what_held_it_in_why_after_the_resume(tmp_path: Path) -> None:
+    from wloadctl.core.explain import why
+    from wloadctl.core.replay import restore_journaled
+
+    # Given a run whose journal holds one job by an operator's word and one whose executor was lost
+    plan = make_plan({"a": {}, "b": {"deps": ["a"]}, "c": {}})
+    w, held, run_, q = int(JobState.WAITING), int(JobState.HELD), int(JobState.RUNNING), int(JobState.QUEUED)
+    lost = "its executor was lost while it ran; it may not run twice (idempotent: false): an operator decides"
+    with Store.open(tmp_path) as st:
+        run = st.create_run("r1", plan.name, "p.yaml", "d", "text", ["a", "b", "c"], "2026-12-07", 1.0)
+        st.write_turn(run.id, [(1, w, held, 0, 2.0, -1, None, "held by ana: treasury sign-off", "op"),
+                               (2, w, q, 1, 2.0, -1, None, "", "start"), (2, q, run_, 1, 2.1, 0, None, "", "s")])
+        st.write_turn(run.id, [(2, run_, held, 1, 3.0, 0, None, lost, "lost")])
+        # When a resume rebuilds its core from the journal
+        core = SchedulerCore(plan, slots=2)
+        restore_journaled(st, run.id, core, 4.0)
+    # Then `why` says what held each, as the scheduler that held them did
+    assert "held: held by ana: treasury sign-off;" in str(why(core, 1, 4.0))
+    assert f"held: {lost};" in str(why(core, 2, 4.0))

@@ -212,7 +212,11 @@ def restore_journaled(store: JournalReads, run: int, core: Any, now: float) -> l
     replayed = replayed_jobs(rows, core.branches.untils)
     moved = {i for i, st, _a in rows if st != S.WAITING} | set(replayed)  # (a job with no row is WAITING)
     forced = sorted(forced_candidates(actions, core.index) - moved)
-    transitions = store.transitions_of_jobs(run, [*replayed, *forced])
+    # HELD jobs too (few): what held them, which `why` says ("held by ana: treasury sign-off", "its executor was
+    # lost while it ran..."), is their last transition's reason.
+    held = [i for i, st, _a in rows if st == S.HELD]
+    read = store.transitions_of_jobs(run, sorted({*replayed, *forced, *held}))
+    transitions = {i: read[i] for i in (*replayed, *forced) if i in read}
     dues = retry_dues({i: transitions[i] for i, st, _a in rows if st == S.RETRY_WAIT and i in transitions})
     core.restore(rows, now, dues, journaled(transitions, core.index))
     for i, st, _a in rows:
@@ -234,4 +238,8 @@ def restore_journaled(store: JournalReads, run: int, core: Any, now: float) -> l
     given = confirmed_journaled(actions, core.index)
     core.to_confirm = [i for i in core.to_confirm if i not in given]
     core.holds = holds_journaled(actions, core)  # (held jobs an upstream's retry must not let run)
+    for i in held:
+        why = [t[6] for t in read.get(i, ()) if t[1] == S.HELD]
+        if why and why[-1] and core.state[i] == S.HELD:
+            core.reasons[i] = why[-1]
     return actions
