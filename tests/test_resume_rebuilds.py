@@ -197,6 +197,7 @@ def test_a_job_that_kept_losing_its_executor_before_the_resume_fails_after_as_ma
     core.handle(JobStartedEvent(0, core.attempt[0], 1, 100, 6.2))
     core.handle(ExecutorLostEvent(1, 6.3))
     assert states(core)["poison"] == "FAILED", "its fourth: it fails, as it would have without the resume"
+    assert core.reasons[0].startswith("executor lost (4 losses under this job: the first 3 ran it again at once")
 
 
 def test_a_job_held_for_its_lost_node_takes_the_success_the_node_reports_after_the_resume() -> None:

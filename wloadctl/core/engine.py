@@ -532,6 +532,9 @@ class SchedulerCore(JobTable):
                 self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
                 self._make_ready_from(i, reason=f"{LOST_AGAIN}{self.attempt[i]}; running it again")
                 return
+            if policy.on_lost:
+                why = (f"executor lost ({lost + 1} losses under this job: the first {MAX_LOST} ran it again at once, "
+                       "a later one counts as its failure; it may be what kills its executor)")
         elif killed is not None:
             why, retryable = killed, False
         elif ev.timed_out:
