@@ -264,3 +264,16 @@ def test_a_job_blocked_by_one_upstream_names_it_though_another_upstream_ended_la
     # Then finale is UPSTREAM_FAILED for slow, not for an upstream that succeeded
     assert states(core)["finale"] == "UPSTREAM_FAILED"
     assert core.reasons[core.index["finale"]] == "upstream slow FAILED"
+
+
+def test_why_of_a_job_running_when_the_run_stopped_offers_no_kill_and_says_it_may_have_ended() -> None:
+    from wloadctl.core.events import JobStartedEvent as Started
+    from wloadctl.core.explain import why
+
+    core = chain()
+    core.handle(Started(0, core.attempt[0], 0, 100, 1.0))
+    assert "kill" in why(core, 0, 2.0)["verbs"]
+    stopped = "the run is interrupted: no scheduler dispatches its jobs now (`wloadctl resume` goes on)"
+    said = why(core, 0, 2.0, stopped)
+    assert said["verbs"] == []  # (kill needs a live scheduler; hold, skip and the like do not apply to it)
+    assert said["reasons"][1] == f"{stopped}; it learns then whether this attempt ended meanwhile"

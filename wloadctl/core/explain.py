@@ -10,7 +10,14 @@ from wloadctl.core.critical import rank_of
 from wloadctl.core.durations import format_duration
 from wloadctl.core.holding import HOST_CPU, HOST_UNLIMITED, LOCAL_PLACE
 from wloadctl.core.states import JobState, SlaTier
-from wloadctl.core.verbs import ITERATING, STARTS, applicable_verbs, pending_force_verbs, pending_hold_verbs
+from wloadctl.core.verbs import (
+    ITERATING,
+    MUTATING_OFFLINE,
+    STARTS,
+    applicable_verbs,
+    pending_force_verbs,
+    pending_hold_verbs,
+)
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
@@ -115,6 +122,9 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         reasons.append("sent to the executors; not started yet")
     elif st == S.RUNNING:
         reasons.append(f"running (attempt {core.attempt[i]}) on executor {core.executor[i]}")
+        if stopped is not None:
+            # (as the journal last heard it: its executor goes on without a scheduler, and may have ended it since)
+            reasons.append(f"{stopped}; it learns then whether this attempt ended meanwhile")
     holds: dict[int, str] = getattr(core, "holds", {})  # (a stopped run's view: none pending)
     if st in (S.QUEUED, S.RUNNING) and spec.until and i in holds:
         reasons.append(f"{holds[i]}: held once this iteration ends (its `until` starts no other until released)")
@@ -166,7 +176,8 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
                               pending_force_verbs(st) if forced is not None else
                               applicable_verbs(st, iterating=bool(spec.until)))
                   if v != ("release" if spec.confirm else "approve")
-                  and not (getattr(core, "cancelled", False) and v in STARTS)],  # (nothing starts in a cancelled run)
+                  and not (getattr(core, "cancelled", False) and v in STARTS)  # (nothing starts in a cancelled run)
+                  and (stopped is None or v in MUTATING_OFFLINE)],  # (a stopped run takes no kill)
         "critical_path": path,
         **({"host_wait": list(host_wait), "host_need": host_wait} if host_wait else {}),
     }
