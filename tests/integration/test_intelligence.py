@@ -377,6 +377,55 @@ def test_a_result_nested_too_deep_or_with_too_long_a_number_fails_its_job_not_th
                 "number in a result may have"}
 
 
+def test_nan_infinity_or_a_number_too_large_in_a_result_fails_the_job_whose_result_is_read(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    """NaN compares false with everything: read as a number it skipped both branches of an amount check and
+    ran an `until` to its last iteration, in a run that succeeded."""
+    # Given results with NaN and Infinity (which JSON has not), and numbers past a float's range, read by `if`s
+    # and an `until`, and one such result nobody reads
+    put = "printf '%s' {} > $WLOADCTL_RESULT_FILE".format
+    plan = write(tmp_path / "p.yaml", {"name": "nan", "jobs": {
+        "producer": {"command": put("'{\"amount\": NaN, \"limit\": Infinity}'")},
+        "over_limit": {"depends_on": ["producer"], "if": "jobs.producer.result.amount > 1000", "command": "true"},
+        "within_limit": {"depends_on": ["producer"], "if": "jobs.producer.result.amount <= 1000",
+                         "command": "true"},
+        "limits": {"command": put("'{\"caps\": {\"eu\": [5, -Infinity]}}'")},
+        "capped": {"depends_on": ["limits"], "if": "jobs.limits.result.caps.eu[0] > 1", "command": "true"},
+        "huge": {"command": put("'{\"total\": 1e999}'")},
+        "big_line": {"command": put("'rows=5\nbig=1e999\n'")},
+        "after_huge": {"depends_on": ["huge", "big_line"], "if": "jobs.huge.result.total > jobs.big_line.result.rows",
+                       "command": "true"},
+        "loop_nan": {"until": "result.v > 0 or result.v <= 0", "max_iterations": 3,
+                     "command": put("'{\"v\": NaN}'")},
+        "unread": {"command": put("'{\"v\": NaN}'")},
+        "text": {"command": put("'n=NaN\n'")},
+        "reads_text": {"depends_on": ["text"], "if": "jobs.text.result.n == 'NaN'", "command": "true"}}})
+    sd = tmp_path / "sd"
+    # When it runs
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    # Then each job whose such result is read fails saying which value and why, and the run fails
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {
+        "producer": "FAILED", "over_limit": "UPSTREAM_FAILED", "within_limit": "UPSTREAM_FAILED",
+        "limits": "FAILED", "capped": "UPSTREAM_FAILED", "huge": "FAILED", "big_line": "FAILED",
+        "after_huge": "UPSTREAM_FAILED", "loop_nan": "FAILED", "unread": "SUCCEEDED", "text": "SUCCEEDED",
+        "reads_text": "SUCCEEDED"}
+    said = {j: json.loads(cli("why", j, "--state-dir", str(sd), "--json").stdout)["reasons"][0]
+            for j in ("producer", "limits", "huge", "big_line", "loop_nan")}
+    nan = 'not a number JSON can hold (write a number, or "{}" in quotes for text)'.format
+    too_large = "past ±1.8e308, the largest a number in a result may be"
+    assert said == {
+        "producer": f"failed: exited 0, but its result file's 'amount' is NaN, {nan('NaN')}",
+        "limits": f"failed: exited 0, but its result file's 'caps.eu[1]' is -Infinity, {nan('-Infinity')}",
+        "huge": f"failed: exited 0, but its result file's 'total' is 1e999, {too_large}",
+        "big_line": f"failed: exited 0, but its result file's 'big' is 1e999, {too_large}",
+        "loop_nan": f"failed: exited 0, but its result file's 'v' is NaN, {nan('NaN')}"}
+    # (the loop did not go round: its first iteration's result was refused)
+    hist = cli("history", "loop_nan", "--state-dir", str(sd), "--json").stdout
+    assert max(t["attempt"] for t in json.loads(hist)["transitions"]) == 1, hist
+
+
 def test_for_each_over_a_bad_output_fails_the_loop_and_says_why(tmp_path: Path, no_ipc_leaks: None) -> None:
     out = tmp_path / "ev"
     plan = loop_over_output_plan(tmp_path, out, '"not-a-list"')

@@ -26,7 +26,11 @@ def test_no_result_an_empty_one_and_ones_that_cannot_be_read() -> None:
                       (b'{"x": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests values more than 100 deep"),
                       (b'{"x": ' + b"[" * 100 + b"]" * 100 + b"}", "nests values more than 100 deep"),
                       (b'{"n": ' + b"9" * 5000 + b"}", "holds a number of more than 4300 digits"),
-                      (b"n=" + b"9" * 5000, "'n' is a number of 5000 digits, more than the 4300")):
+                      (b"n=" + b"9" * 5000, "'n' is a number of 5000 digits, more than the 4300"),
+                      (b'{"amount": NaN}', "'amount' is NaN, not a number JSON can hold"),
+                      (b'{"a": [1, {"b": Infinity}]}', "'a[1].b' is Infinity, not a number JSON can hold"),
+                      (b'{"x": -1e999}', "'x' is -1e999, past ±1.8e308"),
+                      (b"rows=1\nbig=1e999\n", "'big' is 1e999, past ±1.8e308")):
         got = result_of_bytes(data)
         assert isinstance(got, UnusableResult) and why in got.problem and got == {}, (data[:20], got)
 
@@ -34,3 +38,8 @@ def test_no_result_an_empty_one_and_ones_that_cannot_be_read() -> None:
 def test_a_result_nested_as_deep_as_a_result_may_be_is_read() -> None:
     got = parse_result('{"x": ' + "[" * 99 + "]" * 99 + "}")
     assert not isinstance(got, UnusableResult) and list(got) == ["x"]
+
+
+def test_the_largest_numbers_a_float_holds_are_read() -> None:
+    assert parse_result('{"x": 1.7e308, "y": -1.7e308}') == {"x": 1.7e308, "y": -1.7e308}
+    assert parse_result("x=1.7e308\nn=NaN\n") == {"x": 1.7e308, "n": "NaN"}

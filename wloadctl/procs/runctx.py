@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -80,6 +81,58 @@ def _deeper_than(obj: object, limit: int) -> bool:
     return False
 
 
+class _NotFinite:
+    """A number of a JSON result that no condition could compare, as written: NaN or Infinity (not JSON, though
+    Python's reader takes them), or one past a float's range (`1e999`, read as infinite)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        """The number as the file writes it."""
+
+
+def _json_object(text: str) -> tuple[object, bool]:
+    """JSON text as json.loads reads it, but NaN, Infinity and numbers past a float's range kept as _NotFinite,
+    and whether there was one."""
+    odd: list[_NotFinite] = []
+
+    def aside(number: str) -> _NotFinite:
+        odd.append(_NotFinite(number))
+        return odd[-1]
+
+    def real(number: str) -> float | _NotFinite:
+        value = float(number)
+        return value if math.isfinite(value) else aside(number)
+
+    obj = json.loads(text, parse_constant=aside, parse_float=real)
+    return obj, bool(odd)
+
+
+def _first_not_finite(obj: object) -> tuple[str, str] | None:
+    """The path (`a.b[0]`) and text of the first _NotFinite in `obj`, in the file's order (None: there is none)."""
+    stack: list[tuple[object, str]] = [(obj, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, _NotFinite):
+            return path, value.text
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((value[n], f"{path}[{n}]") for n in range(len(value) - 1, -1, -1))
+    return None
+
+
+def _not_finite_problem(key: str, text: str) -> UnusableResult:
+    """Why a result holding `text` (NaN, Infinity or a number past a float's range) under `key` is unusable."""
+    shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+    if text.lstrip("-") in ("NaN", "Infinity"):
+        why = f'not a number JSON can hold (write a number, or "{text}" in quotes for text)'
+    else:
+        why = "past ±1.8e308, the largest a number in a result may be"
+    return UnusableResult(f"its result file's '{key[:40]}' is {shown}, {why}")
+
+
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 _FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 """Values of `key=value` lines read as numbers: as written in JSON (`012345`, `1_000`, `NaN` stay text)."""
@@ -94,7 +147,7 @@ def parse_result(text: str) -> dict[str, object]:
         return {}
     if text.startswith(("{", "[")):
         try:
-            obj = json.loads(text)
+            obj, odd = _json_object(text)
         except json.JSONDecodeError as e:
             return UnusableResult(f"its result file is not valid JSON ({e})")
         except RecursionError:
@@ -106,6 +159,11 @@ def parse_result(text: str) -> dict[str, object]:
             return UnusableResult(f"its result file holds a JSON {type(obj).__name__}, not an object of named values")
         if _deeper_than(obj, RESULT_DEPTH):
             return UnusableResult(f"its result file nests values more than {RESULT_DEPTH} deep")
+        # NaN compares false with everything and Infinity is no amount: a condition on either would be neither
+        # true nor refused, silently skipping a branch or running a loop to its end.
+        found = _first_not_finite(obj) if odd else None
+        if found is not None:
+            return _not_finite_problem(*found)
         return obj
     if not any("=" in line for line in text.splitlines()):
         return UnusableResult("its result file is neither a JSON object nor key=value lines")
@@ -122,7 +180,10 @@ def parse_result(text: str) -> dict[str, object]:
                                           f"{len(v.lstrip('-'))} digits, more than the "
                                           f"{sys.get_int_max_str_digits()} a number in a result may have")
             elif _FLOAT.match(v):
-                out[k.strip()] = float(v)
+                number = float(v)
+                if not math.isfinite(number):
+                    return _not_finite_problem(k.strip(), v)
+                out[k.strip()] = number
             else:
                 out[k.strip()] = v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v
     return out
