@@ -347,7 +347,8 @@ def test_a_result_that_cannot_be_read_fails_the_job_whose_result_is_read_and_say
             for j in ("big", "garbled", "listed")}
     assert said == {
         "big": "failed: exited 0, but its result file is larger than 64 KiB, the most a result may hold",
-        "garbled": "failed: exited 0, but its result file is neither a JSON object nor key=value lines",
+        "garbled": "failed: exited 0, but its result file is neither a JSON object nor key=value lines: line 1 "
+                   "has no '='",
         "listed": "failed: exited 0, but its result file holds a JSON list, not an object of named values"}
 
 
@@ -375,6 +376,38 @@ def test_a_result_nested_too_deep_or_with_too_long_a_number_fails_its_job_not_th
         "deep": "failed: exited 0, but its result file nests values more than 100 deep",
         "poll": "failed: exited 0, but its result file's 'n' is a number of 5000 digits, more than the 4300 a "
                 "number in a result may have"}
+
+
+def test_a_result_file_with_a_line_that_is_not_key_value_fails_the_job_whose_result_is_read(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    """One line with an `=` once made a whole file key=value lines: the others were dropped, an empty key was
+    taken, and the job SUCCEEDED with no values, its dependents SKIPPED on a condition never judged."""
+    # Given results of key=value lines with a line that is not one (or has no key), read by `if`s and an
+    # `until`, one with comments and blank lines, and a bad one nobody reads
+    put = "printf '{}' > $WLOADCTL_RESULT_FILE".format
+    plan = write(tmp_path / "p.yaml", {"name": "kv", "jobs": {
+        "garbled": {"command": put("garbage\\n=oops\\n")},
+        "branch": {"depends_on": ["garbled"], "if": "jobs.garbled.result.oops == 1", "command": "true"},
+        "trailing": {"command": put("k=1\\ngarbage\\n")},
+        "after": {"depends_on": ["trailing"], "if": "jobs.trailing.result.k == 1", "command": "true"},
+        "poll": {"command": put("ready=1\\n =2\\n"), "until": "result.ready == 1", "max_iterations": 3},
+        "commented": {"command": put("# counted at the close\\n\\nrows=5\\n")},
+        "counted": {"depends_on": ["commented"], "if": "jobs.commented.result.rows == 5", "command": "true"},
+        "unread": {"command": put("just output\\n")}}})
+    sd = tmp_path / "sd"
+    # When it runs
+    p = cli("run", str(plan), "--state-dir", str(sd), "--json")
+    # Then each job whose such result is read fails naming the first line that is not key=value
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    assert json.loads(p.stdout)["jobs"] == {
+        "garbled": "FAILED", "branch": "UPSTREAM_FAILED", "trailing": "FAILED", "after": "UPSTREAM_FAILED",
+        "poll": "FAILED", "commented": "SUCCEEDED", "counted": "SUCCEEDED", "unread": "SUCCEEDED"}
+    said = {j: json.loads(cli("why", j, "--state-dir", str(sd), "--json").stdout)["reasons"][0]
+            for j in ("garbled", "trailing", "poll")}
+    neither = "failed: exited 0, but its result file is neither a JSON object nor key=value lines: line"
+    assert said == {"garbled": f"{neither} 1 has no '='", "trailing": f"{neither} 2 has no '='",
+                    "poll": f"{neither} 2 has no key before its '='"}
 
 
 def test_nan_infinity_or_a_number_too_large_in_a_result_fails_the_job_whose_result_is_read(

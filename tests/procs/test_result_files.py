@@ -43,3 +43,13 @@ def test_a_result_nested_as_deep_as_a_result_may_be_is_read() -> None:
 def test_the_largest_numbers_a_float_holds_are_read() -> None:
     assert parse_result('{"x": 1.7e308, "y": -1.7e308}') == {"x": 1.7e308, "y": -1.7e308}
     assert parse_result("x=1.7e308\nn=NaN\n") == {"x": 1.7e308, "n": "NaN"}
+
+
+def test_every_line_of_key_value_lines_but_blanks_and_comments_is_key_value() -> None:
+    assert parse_result("# totals of the load\n\nrows=5\n  # (eu only)\nregion=eu\n") == {"rows": 5, "region": "eu"}
+    for text, why in (("garbage\n=oops\n", "line 1 has no '='"), ("k=1\ngarbage", "line 2 has no '='"),
+                      ("rows=5\n=oops\n", "line 2 has no key before its '='"),
+                      ("\n\nrows=5\n \t= 3", "line 4 has no key before its '='")):
+        got = parse_result(text)
+        assert isinstance(got, UnusableResult) and got == {}, (text, got)
+        assert got.problem == f"its result file is neither a JSON object nor key=value lines: {why}", (text, got)

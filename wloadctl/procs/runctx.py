@@ -139,9 +139,10 @@ _FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 
 
 def parse_result(text: str) -> dict[str, object]:
-    """What a job wrote to its result file (see read_result), from its text: a JSON object, or `key=value` lines,
-    whose values are numbers where they are written as JSON writes numbers, else text (one pair of surrounding
-    quotes removed)."""
+    """What a job wrote to its result file (see read_result), from its text: a JSON object, or `key=value` lines
+    (blank lines and `#` comments aside), whose values are numbers where they are written as JSON writes numbers,
+    else text (one pair of surrounding quotes removed)."""
+    written = text
     text = text.strip().lstrip("\ufeff").strip()  # (a byte-order mark some tools write first)
     if not text:
         return {}
@@ -165,27 +166,31 @@ def parse_result(text: str) -> dict[str, object]:
         if found is not None:
             return _not_finite_problem(*found)
         return obj
-    if not any("=" in line for line in text.splitlines()):
-        return UnusableResult("its result file is neither a JSON object nor key=value lines")
     out: dict[str, object] = {}
-    for line in text.splitlines():
-        if "=" in line:
-            k, v = line.split("=", 1)
-            v = v.strip()
-            if _INT.match(v):
-                try:
-                    out[k.strip()] = int(v)
-                except ValueError:  # past Python's limit of digits (sys.get_int_max_str_digits)
-                    return UnusableResult(f"its result file's '{k.strip()[:40]}' is a number of "
-                                          f"{len(v.lstrip('-'))} digits, more than the "
-                                          f"{sys.get_int_max_str_digits()} a number in a result may have")
-            elif _FLOAT.match(v):
-                number = float(v)
-                if not math.isfinite(number):
-                    return _not_finite_problem(k.strip(), v)
-                out[k.strip()] = number
-            else:
-                out[k.strip()] = v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v
+    for n, line in enumerate(written.splitlines(), 1):
+        line = line.strip().lstrip("\ufeff").strip() if n == 1 else line.strip()
+        if not line or line.startswith("#"):
+            continue
+        # Every other line is key=value: a file that is not (output meant for the log, a line cut short) is
+        # no result, and a line dropped could be the very value a condition reads.
+        k, eq, v = line.partition("=")
+        k, v = k.strip(), v.strip()
+        if not eq or not k:
+            why = "has no '='" if not eq else "has no key before its '='"
+            return UnusableResult(f"its result file is neither a JSON object nor key=value lines: line {n} {why}")
+        if _INT.match(v):
+            try:
+                out[k] = int(v)
+            except ValueError:  # past Python's limit of digits (sys.get_int_max_str_digits)
+                return UnusableResult(f"its result file's '{k[:40]}' is a number of {len(v.lstrip('-'))} digits, "
+                                      f"more than the {sys.get_int_max_str_digits()} a number in a result may have")
+        elif _FLOAT.match(v):
+            number = float(v)
+            if not math.isfinite(number):
+                return _not_finite_problem(k, v)
+            out[k] = number
+        else:
+            out[k] = v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v
     return out
 
 
