@@ -59,3 +59,41 @@ def test_a_job_id_outside_ascii_is_refused_naming_the_character(tmp_path: Path) 
         assert f"{plan}:3: job 'société_load': 'société_load' is not a valid job id: it holds 'é' (U+00E9)" in \
             p.stderr and any(ln.startswith(f"{plan}:4: job '日本'") and "'日' (U+65E5)" in ln for ln in lines), \
             p.stderr
+
+
+def other_digits(text: str, zero: int = 0x660) -> str:
+    """`text` with its digits written in another script: Arabic-Indic (U+0660...), or fullwidth for 0xFF10."""
+    return text.translate({ord("0") + d: zero + d for d in range(10)})
+
+
+def test_digits_of_other_scripts_in_durations_times_sizes_and_exit_codes_are_refused(tmp_path: Path) -> None:
+    # (Python's int() and float() read them as numbers: a timeout of Arabic-Indic `1s` was a second)
+    o = other_digits
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "name: digits\njobs:\n"
+        f"  a: {{command: 'true', timeout: '{o('1s')}'}}\n"
+        f"  b: {{command: 'true', not_before: '+{o('2s')}'}}\n"
+        f"  c: {{command: 'true', deadline: '{o('12:00')}+1d'}}\n"
+        f"  d: {{command: 'true', retries: {{count: 1, delay: '{o('500ms')}'}}}}\n"
+        f"  e: {{command: 'true', memory: '{o('512M')}'}}\n"
+        f"  f: {{command: 'true', retries: {{count: 1, exit_codes: ['{o('100-110')}']}}}}\n"
+        f"  g:\n    command: 'true'\n    deadline: '12:00+{o('1d')}'\n    expected: '{o('10s', 0xFF10)}'\n",
+        encoding="utf-8")
+    not_a_time = "is not a time; use HH:MM"
+    said = [f"{plan}:3: job 'a': timeout: '{o('1s')}' is not a duration",
+            f"{plan}:4: job 'b': not_before: '+{o('2s')}' {not_a_time}",
+            f"{plan}:5: job 'c': deadline: '{o('12:00')}+1d' {not_a_time}",
+            f"{plan}:6: job 'd': retries delay: '{o('500ms')}' is not a duration",
+            f"{plan}:7: job 'e': memory must be MiB or a size like 512M or 4G, not the text '{o('512M')}'",
+            f"{plan}:8: job 'f': '{o('100-110')}' is not an exit code or range",
+            f"{plan}:11: job 'g': deadline: '12:00+{o('1d')}' {not_a_time}",
+            f"{plan}:12: job 'g': expected: '{o('10s', 0xFF10)}' is not a duration"]
+    for args in (("validate", str(plan)), ("run", str(plan), "--state-dir", str(tmp_path / "sd"))):
+        p = cli(*args)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        lines = p.stderr.splitlines()
+        assert len(lines) == len(said), p.stderr
+        for line, head in zip(lines, said, strict=True):
+            assert line.startswith(head), (line, head)
+    assert not (tmp_path / "sd").exists()

@@ -33,6 +33,13 @@ from wloadctl.errors import CycleError, PlanError, WloadError
 DATA = Path(__file__).resolve().parent.parent / "data" / "plans"
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
+
+
+def other_digits(text: str, zero: int = 0x660) -> str:
+    """`text` with its digits written in another script: Arabic-Indic (U+0660...), or fullwidth for 0xFF10."""
+    return text.translate({ord("0") + d: zero + d for d in range(10)})
+
+
 # (file in tests/data/plans/bad, line of the problem or None, fragment of its report)
 BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("syntax_error.yaml", 5, "YAML syntax error"),
@@ -207,6 +214,10 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("deadline_without_colon.yaml", 5, "(did you mean '23:30'?)"),
     ("weekday_misspelt.yaml", 4, "'mondayish' is not a weekday"),
     ("not_before_too_far.yaml", 5, "job 'load': not_before: '+100000d' is longer than the 100 years"),
+    # Digits of other scripts, which Python reads as numbers, are no part of a plan's numbers
+    ("memory_other_digits.yaml", 5, "job 'load': memory must be MiB or a size like 512M or 4G, not the text "
+     f"'{other_digits('512')}M'"),
+    ("exit_codes_other_digits.yaml", 7, f"job 'load': '{other_digits('100-110')}' is not an exit code or range"),
 ]
 
 # Problems whose message names a job: the job the report must carry.
@@ -608,7 +619,8 @@ WHEN_KEYS = {"deadline": "    deadline: {}\n", "not_before": "    not_before: {}
 
 @pytest.mark.parametrize("value", ["0.0001ms", "0.0009", ".nan", ".inf", "-.inf", "-5s", "true", "[1, 2]",
                                    "{a: 1}", "999999999d", "1000000000000000000000000000000", "1e30",
-                                   "10 mins", "5S", "1h30"])
+                                   "10 mins", "5S", "1h30", other_digits("'1s'"), other_digits("'500ms'"),
+                                   f"'1h{other_digits('30')}m'", other_digits("'120'"), other_digits("'10s'", 0xFF10)])
 @pytest.mark.parametrize("key", DURATION_KEYS)
 def test_a_hostile_duration_is_refused_in_one_line_naming_job_and_key(key: str, value: str) -> None:
     text = "name: hostile\njobs:\n  load:\n    command: 'true'\n" + DURATION_KEYS[key].format(value)
@@ -620,7 +632,9 @@ def test_a_hostile_duration_is_refused_in_one_line_naming_job_and_key(key: str, 
 
 
 @pytest.mark.parametrize("value", ["'+0.0001ms'", "'+999999999d'", "'06:30+1.5d'", "'25:00'", ".nan", ".inf",
-                                   "true", "[06:30]", "'+10 mins'", "2h"])
+                                   "true", "[06:30]", "'+10 mins'", "2h", other_digits("'+2s'"),
+                                   f"'{other_digits('12:00')}+1d'", f"'12:00+{other_digits('1')}d'",
+                                   other_digits("'06:30'"), other_digits("'2330'")])
 @pytest.mark.parametrize("key", WHEN_KEYS)
 def test_a_hostile_time_is_refused_in_one_line_naming_job_and_key(key: str, value: str) -> None:
     text = "name: hostile\njobs:\n  load:\n    command: 'true'\n" + WHEN_KEYS[key].format(value)

@@ -136,3 +136,10 @@ def test_times_of_day_the_clocks_skip_or_repeat_are_read_as_an_operator_reads_th
     assert instant("01:50", "2027-10-31", autumn, london) == autumn + 300
     # and one of 01:40, passed on this pass too, is tomorrow's
     assert instant("01:40", "2027-10-31", autumn, london) == dt.datetime(2027, 11, 1, 1, 40, tzinfo=utc).timestamp()
+
+
+def test_a_time_of_day_in_digits_of_another_script_is_no_time() -> None:
+    # (a plan's deadline so written is refused when the plan is read; the run's reading of it refuses it too)
+    arabic = "12:00".translate({ord("0") + d: 0x660 + d for d in range(10)})
+    with pytest.raises(ValueError, match="is not a time of day"):
+        instant(arabic, "2026-12-01", at(2026, 12, 1, 10), "UTC")

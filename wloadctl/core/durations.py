@@ -37,9 +37,11 @@ _UNIT_SECONDS: dict[str, float] = {
 # Units must appear largest first and at most once, so "30m1h" and "1h1h" are
 # rejected: they are almost always typos, and accepting them hides the mistake.
 _UNIT_ORDER = ("d", "h", "m", "s", "ms")
-_PART = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|d|h|m|s)")
-_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*")
-_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+# re.ASCII throughout: `\d` matches other scripts' digits too (Arabic-Indic, fullwidth), which float()
+# reads as numbers.
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|d|h|m|s)", re.ASCII)
+_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*", re.ASCII)
+_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", re.ASCII)
 
 
 def parse_duration(value: str | int | float, *, finest: float = 0.0) -> float:
@@ -111,7 +113,7 @@ _UNIT_WORDS: dict[str, str] = {
     **{w: "h" for w in ("hr", "hrs", "hour", "hours", "H")},
     **{w: "d" for w in ("day", "days", "D")},
 }
-_WORD_PART = re.compile(r"(\d+(?:[.,]\d+)?)\s*([A-Za-z]*)\s*")
+_WORD_PART = re.compile(r"(\d+(?:[.,]\d+)?)\s*([A-Za-z]*)\s*", re.ASCII)
 _NEXT_UNIT = {"d": "h", "h": "m", "m": "s"}
 
 

@@ -114,14 +114,16 @@ PLACE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 LOCAL_POOL = "local"
 """The pool of this host's own executors."""
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
+# (re.ASCII: `\d` matches other scripts' digits too, Arabic-Indic or fullwidth, which int() and float()
+# read as numbers)
+_RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", re.ASCII)
 _MAX_PRIORITY = 1_000_000
 _MAX_RETRIES = 1000
 _MAX_BACKOFF = 100.0
 """The largest retry backoff factor: each retry's delay grows by it (10 turns 1 s into 3 h by the fifth)."""
 _MAX_ITERATIONS = 100_000
 _MAX_ITEMS = 1_000_000
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KkMmGgTt](?:i?[Bb])?)?")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KkMmGgTt](?:i?[Bb])?)?", re.ASCII)
 _EXAMPLES = {
     "if": 'write e.g. jobs["load"].exit_code == 0, jobs.load.result.rows > 10, '
     'vars.region == "emea"',
@@ -136,7 +138,7 @@ def _when_hint(text: str) -> str | None:
     """The likely meaning of a deadline or not-before that is neither form: a `+duration` given
     without its `+` (`2h`), or a misspelt duration after it (`+10 mins`)."""
     stripped = text.strip()
-    clock = re.fullmatch(r"([01]?\d|2[0-3])\.?([0-5]\d)", stripped)
+    clock = re.fullmatch(r"([01]?\d|2[0-3])\.?([0-5]\d)", stripped, re.ASCII)
     if clock is not None:
         # `2330`, `23.30`, `0100`: a time of day written without its colon (a duration needs its `+` and a unit).
         return f"did you mean '{int(clock[1]):02d}:{clock[2]}'?"

@@ -32,7 +32,7 @@ def risk_window(timeout: float | None) -> float:
 TIMER_RISK, TIMER_LATE, TIMER_NOT_BEFORE = -1, -2, -3
 """Markers in the core's timer heap (a non-negative marker is a retry of that attempt)."""
 
-_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$", re.ASCII)
 
 
 class TierSlots:
