@@ -213,3 +213,25 @@ def test_validate_and_run_refuse_times_no_operator_means_one_line_each_before_a_
         for line, start in zip(lines, said, strict=True):
             assert line.startswith(start), line
     assert not sd.exists()
+
+
+# -- 6. dependency kinds of the wrong type --------------------------------------------------------------------
+
+
+def test_validate_and_run_name_the_type_of_a_dependency_kind_that_is_no_word(tmp_path: Path) -> None:
+    # (a mapping or a list was said to be the unknown kind 'None', with 'done' offered for it)
+    plan = tmp_path / "kinds.yaml"
+    plan.write_text("name: kinds\njobs:\n  b: {command: 'true'}\n"
+                    "  a: {command: 'true', depends_on: {b: {x: 1}}}\n"
+                    "  c:\n    command: 'true'\n    depends_on:\n      b: [success]\n"
+                    "  d: {command: 'true', depends_on: {b: }}\n")
+    said = [f"{plan}:4: job 'a': depends_on 'b' must be success, failure or done, not a mapping",
+            f"{plan}:8: job 'c': depends_on 'b' must be success, failure or done, not a list",
+            f"{plan}:9: job 'd': depends_on 'b' must be success, failure or done, not nothing (null)"]
+    checked = cli("validate", str(plan), timeout=60)
+    sd = tmp_path / "sd"
+    ran = cli("run", str(plan), "--state-dir", str(sd), timeout=60)
+    for p in (checked, ran):
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.strip().splitlines() == said and "Traceback" not in p.stderr, p.stderr
+    assert not sd.exists()

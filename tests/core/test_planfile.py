@@ -66,6 +66,9 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("zero_timeout.yaml", 3, "timeout must be more than zero"),
     ("unknown_sla.yaml", 5, "unknown SLA tier 'urgent'"),
     ("unknown_dep_kind.yaml", 7, "unknown dependency kind 'finished'"),
+    ("dep_kind_mapping.yaml", 7, "job 'alert': depends_on 'load' must be success, failure or done, not a mapping"),
+    ("dep_kind_list.yaml", 4, "job 'alert': depends_on 'load' must be success, failure or done, not a list"),
+    ("dep_kind_null.yaml", 7, "job 'alert': depends_on 'load' must be success, failure or done, not nothing (null)"),
     ("undeclared_resource.yaml", 7, "resource 'mainframe_link' is not declared"),
     (
         "resource_over_capacity.yaml",
@@ -227,6 +230,8 @@ JOB_OF = {
     "cycle.yaml": "a",
     "unknown_sla.yaml": "load",
     "resource_over_capacity.yaml": "load",
+    "dep_kind_mapping.yaml": "alert",
+    "dep_kind_list.yaml": "alert",
 }
 
 

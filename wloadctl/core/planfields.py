@@ -252,6 +252,12 @@ class FieldReader:
             lines = []
             for name, item in value.items():
                 word = item[2]
+                if word is None or item[0] is None:
+                    # A mapping, a list or nothing: it has no text to name as a kind, nor to guess one from.
+                    raise FieldError(
+                        f"depends_on '{name}' must be success, failure or done, not {describe(item[0])}",
+                        item[1],
+                    )
                 kind = DEP_KIND_NAMES.get(word) if type(word) is str else None
                 if kind is None:
                     raise FieldError(
