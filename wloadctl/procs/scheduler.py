@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from wloadctl.hostshare import SlotGovernor
     from wloadctl.procs.selfdrill import Strike
 
+_JOB_AND_STATE = itemgetter(0, 2)
+"""A transition's job and the state it moved to (what the state board is given)."""
 _SHOWN = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.TIMED_OUT, JobState.UPSTREAM_FAILED,
                     JobState.SKIPPED, JobState.CANCELLED, JobState.HELD, JobState.RETRY_WAIT})
 HEALTH_INTERVAL = 0.25
@@ -454,7 +457,7 @@ class SchedulerLoop:
                 self.desk.turn_journaled(replies)
             if added:
                 self._announce_instances(added)
-            self.changes.extend((t[0], t[2]) for t in c.transitions)
+            self.changes.extend(map(_JOB_AND_STATE, c.transitions))
             if self.watch is not None:
                 self.watch.extend((t[0], t[2], t[7]) for t in c.transitions if t[2] in _SHOWN)
         elif isinstance(c, Dispatch):
