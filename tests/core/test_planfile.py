@@ -948,3 +948,24 @@ def test_a_wrong_for_each_is_told_once_not_also_as_a_command_without_a_loop(loop
     with pytest.raises(PlanError) as e:
         load_plan_text(f"name: l\njobs:\n  lp: {{command: 'echo {{item}}', for_each: {loop}}}\n")
     assert [p.message for p in e.value.problems] == [said]
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    # an alias of the very mapping it is in
+    ("name: x\njobs: &j\n  a: {command: 'true'}\n  b: *j\n",
+     ":4: job 'b': alias '*j' is inside the node its anchor '&j' names: a node cannot hold itself"),
+    ("name: x\nvariables: &v\n  a: [1, *v]\njobs:\n  a: {command: 'true'}\n",
+     ":3: alias '*v' is inside the node its anchor '&v' names"),
+    # a tag plans do not take, on a job or on a setting
+    ("name: x\njobs:\n  a: !!python/object/apply:os.system ['true']\n", ":3: job 'a': unsupported YAML tag"),
+    ("name: x\njobs:\n  a:\n    command: 'true'\n    env: !!set {A: 1}\n", ":5: job 'a': unsupported YAML tag"),
+    # an alias of no anchor, for a setting
+    ("name: x\njobs:\n  a:\n    command: 'true'\n    env: *nope\n", ":5: job 'a': alias '*nope' names no anchor"),
+    # a job whose id is a list: no word that the plan has no jobs
+    ("name: x\njobs:\n  ? [a, b]\n  : {command: 'true'}\n", ":3: a job id must be plain text"),
+])
+def test_yaml_the_reader_cannot_read_is_told_once_not_again_by_what_was_to_come_of_it(text: str, said: str) -> None:
+    with pytest.raises(PlanError) as e:
+        load_plan_text(text)
+    lines = e.value.lines()
+    assert len(lines) == 1 and said in lines[0], lines

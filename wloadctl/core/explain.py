@@ -147,7 +147,7 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
     if i in core.fanout.loops and st == S.WAITING:
         made = core.fanout.expanded.get(i)
         unread = "its instances are made when the jobs it reads have finished"
-        if not core.started and not core.unmet[i]:
+        if not getattr(core, "started", True) and not getattr(core, "unmet", b"\x01")[i]:  # (a stopped run's core)
             unread = "it reads its list, and makes its instances, when the run is resumed"
         reasons.append(f"a for_each over {core.fanout.loops[i].text}: " + (
             f"waiting for its {made} instance(s) {spec.id}@..." if made is not None else unread))

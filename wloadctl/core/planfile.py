@@ -252,6 +252,8 @@ class _PlanBuilder:
         """Declared resources."""
         self.jobs_reader: JobsReader | None = None
         """The reader of the `jobs` section, once it was met."""
+        self.reader: TreeReader | None = None
+        """The YAML reader of the pass under way (its broken lines are told once, by it)."""
         self.source: Callable[[], Any] | None = None
         """Gives the plan's bytes again (a stream or bytes), for a closer look at what the parser could not read."""
 
@@ -267,7 +269,9 @@ class _PlanBuilder:
         job: str | None = None,
         kind: type[WloadError] = WloadError,
     ) -> None:
-        """Record one problem of this plan file."""
+        """Record one problem of this plan file (not one of a line whose YAML could not be read: that is said)."""
+        if line is not None and self.reader is not None and line in self.reader.broken_lines:
+            return
         self.sink.append(kind(message, file=self.path, line=line, job=job, hint=hint))
 
     def build(self, source: Callable[[], Any], *, by_lines: bool = False) -> Plan | None:
@@ -381,8 +385,10 @@ class _PlanBuilder:
         outside: list[WloadError] = self.problems if first else []
         self.sink = outside
         reader = TreeReader(
-            data, lambda line, message, hint: self.report(line, message, hint)
+            data, lambda line, message, hint: self.sink.append(WloadError(message, file=self.path, line=line,
+                                                                          hint=hint))
         )
+        self.reader = reader
         late = False
         try:
             root = reader.root()

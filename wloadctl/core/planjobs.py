@@ -155,6 +155,8 @@ class JobsReader:
         }
         """Job key -> (JobSpec slot, reader method)."""
         self.jobs: dict[str, JobSpec] = {}
+        self.bad_ids = 0
+        """Jobs left out for an id that is not text (told each; the plan is not also told it has no jobs)."""
         """The jobs read so far, by id."""
         self.ids: list[str] = []
         """Job ids by index."""
@@ -200,8 +202,13 @@ class JobsReader:
     def read(self, reader: TreeReader, start: YamlEvent, line: int) -> None:
         """Read the `jobs` mapping whose first event is `start` (key on `line`)."""
         if type(start) is MappingStartEvent:
+            anchor = start.anchor
+            if anchor is not None:
+                reader.open.add(anchor)  # (an alias of it inside is told so)
             self._stream(reader)
-            if not self.jobs:
+            if anchor is not None:
+                reader.open.discard(anchor)
+            if not self.jobs and not self.bad_ids:
                 self.report(
                     line,
                     "the plan has no jobs",
@@ -350,6 +357,7 @@ class JobsReader:
         reader.node(ev)
         reader.node(reader.next())
         if jid is None:
+            self.bad_ids += 1
             self.report(
                 where, "a job id must be plain text", "write ids like load_accounts_01"
             )

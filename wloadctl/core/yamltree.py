@@ -182,6 +182,11 @@ class TreeReader:
         self.anchors: dict[str, Entry] = {}
         """Entries by anchor name, for aliases."""
         self.report = report
+        self.broken_lines: set[int] = set()
+        """Lines of nodes this reader could not read (an alias of no anchor, or of the node it is in; a tag plans
+        do not take): what they were to give is not there, so a check of it would only say so again."""
+        self.open: set[str] = set()
+        """Anchors of the collections being read (an alias of one is inside the node it names)."""
         """Where problems go."""
         self.sizes: dict[int, int] = {}
         """Nodes each anchored entry stands for, by id (the entries stay alive in `kept`)."""
@@ -228,19 +233,25 @@ class TreeReader:
                 entry = (text, line_of(ev), text)
             else:
                 entry = self._tagged(ev)
-        elif kind is MappingStartEvent:
-            entry = self.mapping(ev)
-        elif kind is SequenceStartEvent:
-            entry = self.sequence(ev)
+        elif kind is MappingStartEvent or kind is SequenceStartEvent:
+            opened = ev.anchor is not None and ev.anchor not in self.open
+            if opened:
+                self.open.add(ev.anchor)
+            try:
+                entry = self.mapping(ev) if kind is MappingStartEvent else self.sequence(ev)
+            finally:
+                if opened:
+                    self.open.discard(ev.anchor)
         elif kind is AliasEvent:
             found = self.anchors.get(ev.anchor)
             if found is None:
                 line = line_of(ev)
-                self.report(
-                    line,
-                    f"alias '*{ev.anchor}' names no anchor",
-                    "define '&name' first",
-                )
+                self.broken_lines.add(line)
+                if ev.anchor in self.open:
+                    self.report(line, f"alias '*{ev.anchor}' is inside the node its anchor '&{ev.anchor}' names: "
+                                "a node cannot hold itself", "copy what it should hold instead")
+                else:
+                    self.report(line, f"alias '*{ev.anchor}' names no anchor", "define '&name' first")
                 return (None, line, "")
             self._count_alias(ev, found)
             return found
@@ -296,6 +307,7 @@ class TreeReader:
                 short = tag.removeprefix(_TAG)
                 self.report(line, f"'{text}' is not a valid !!{short}", None)
                 return (text, line, text)
+        self.broken_lines.add(line)
         self.report(
             line,
             f"unsupported YAML tag '{tag}'",
@@ -393,6 +405,7 @@ class TreeReader:
         """Report a collection tag other than the plain map and seq tags."""
         tag = getattr(start, "tag", None)
         if tag not in _COLLECTION_TAGS:
+            self.broken_lines.add(line_of(start))
             self.report(
                 line_of(start),
                 f"unsupported YAML tag '{tag}'",
