@@ -95,18 +95,9 @@ def run_console(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     elif result == "stopped":
-        from tui.screens.quit import running_text
+        from tui.screens.quit import stopped_line
 
-        killed = app.stopped_running
-        said = (
-            f"; it killed {running_text(killed)}; they run again from the start on resume"
-            if killed
-            else ""
-        )
-        print(
-            f"wloadctl: run stopped{said}; resume it with `wloadctl console {where}`",
-            file=sys.stderr,
-        )
+        print(f"wloadctl: {stopped_line(app.stopped_running, app.stopped_held, where)}", file=sys.stderr)
     elif result == "stop-timeout":
         print(
             "wloadctl: the scheduler is still stopping; "

@@ -165,6 +165,8 @@ class ConsoleApp(App[str]):
         """The signal that ended the console (SIGTERM, SIGHUP), if one did."""
         self.stopped_running: list[str] = []
         """Jobs that were running when the operator stopped the run (the stop killed them)."""
+        self.stopped_held: list[str] | None = []
+        """Those of them the stop held until released (idempotent: false); None: not known."""
         self._signals_caught = False
 
     def _post(self, message: Any) -> None:
@@ -418,16 +420,25 @@ class ConsoleApp(App[str]):
             elif choice == "stop":
                 # Named again after the stop: the jobs running when it was chosen are the ones it kills.
                 self.stopped_running = self.running_jobs()
-                self.push_screen(StoppingScreen(self.stopped_running))
+                self.stopped_held = self.held_by_stop(self.stopped_running)
+                self.push_screen(StoppingScreen(self.stopped_running, self.stopped_held))
 
         self.push_screen(
             QuitScreen(
                 self.status.scheduler_pid if self.status else None,
                 self.state_dir,
                 running,
+                self.held_by_stop(running),
             ),
             chosen,
         )
+
+    def held_by_stop(self, running: list[str]) -> list[str] | None:
+        """Of these running jobs, those a stop of the run holds until released (None: not known)."""
+        from tui.screens.quit import held_by_stop
+
+        model = self.model
+        return held_by_stop(model.once, model.index, running) if model is not None else []
 
     def running_jobs(self) -> list[str]:
         """Ids of the jobs running now, in plan order (what a stop of the run kills)."""

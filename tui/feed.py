@@ -140,6 +140,7 @@ def load_model(
             model.deadline_text[i] = text
     model.risk_window.update((i, w) for i, w in shape.windows.items() if i in model.deadline)
     model.loops = frozenset(i for i in shape.loops if i < len(ids))
+    model.once = None if shape.once is None else frozenset(i for i in shape.once if i < len(ids))
     seq = last_seq(client)
     states = client.states() if open_client is not None else None  # type: ignore[attr-defined]
     if states is None or len(states) > len(ids):
@@ -202,6 +203,7 @@ def _load_from_plan(
     tier = bytearray(int(specs[j].sla) if j in specs else 2 for j in ids)
     model = JobsModel(ids, tier)
     model.loops = frozenset(i for i, j in enumerate(ids) if (spec := specs.get(j)) is not None and spec.until)
+    model.once = frozenset(i for i, j in enumerate(ids) if (spec := specs.get(j)) is not None and not spec.idempotent)
     for i, j in enumerate(ids):
         spec = specs.get(j)
         if spec is not None and spec.deadline:

@@ -80,6 +80,10 @@ class JobsModel:
     """Jobs on the run's critical path."""
     loops: frozenset[int] = frozenset()
     """Jobs with an `until`, which a hold takes between iterations too (QUEUED or RUNNING)."""
+    once: frozenset[int] | None = frozenset()
+    """Jobs that may not run twice (idempotent: false): a stop of the run holds those it stops running
+    until an operator releases them, where it runs the others again. None: not known (a run whose shape
+    file does not keep them)."""
     expected: array[float] = field(default_factory=lambda: array("d"))
     """Expected seconds of each job (its `expected:` key, else its history's median, else 1)."""
     remaining: array[float] = field(default_factory=lambda: array("d"))
@@ -288,6 +292,8 @@ class JobsModel:
             self.executor.append(-1)
             if self.known is not None:
                 self.known.append(1)  # a new job's row is all in its transitions
+            if self.once is not None and parent in self.once:
+                self.once = self.once | {self.index[jid]}  # (an instance is its loop's job, item apart)
             self.counts[S.WAITING] += 1
             self.tier_counts[t][S.WAITING] += 1
         if ids:

@@ -9,7 +9,7 @@ Layout (little-endian): a header (HEADER), then n tier bytes, n + 1 int32 offset
 line in the id list file (paths.ids_path; the last is where the list's first n lines end), the
 upstream rows (n + 1 int32 offsets, then the int32 contents), the downstream rows likewise, n
 float64 expected seconds, n float64 remaining paths, and a JSON text {"timezone": ...,
-"deadlines": {index: text}, "windows": {index: seconds}}.
+"deadlines": {index: text}, "windows": {index: seconds}, "loops": [index], "once": [index]}.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ class RunShape:
     RISK_WINDOW."""
     loops: frozenset[int] = frozenset()
     """Jobs with an `until`: an operator's hold takes them between two iterations too (core/verbs.py)."""
+    once: frozenset[int] | None = None
+    """Jobs that may not run twice (idempotent: false): a stop of the run holds those it stops running
+    for an operator (core/engine.py). None: not known (a shape file written before it was kept)."""
 
     def __post_init__(self) -> None:
         self.longest = max(self.path, default=0.0)
@@ -115,7 +118,8 @@ def write_shape(state_dir: Path, run_id: str, shape: RunShape) -> None:
     text = json.dumps({"timezone": shape.timezone,
                        "deadlines": {str(k): v for k, v in shape.deadlines.items()},
                        "windows": {str(k): v for k, v in shape.windows.items()},
-                       "loops": sorted(shape.loops)}).encode()
+                       "loops": sorted(shape.loops),
+                       "once": None if shape.once is None else sorted(shape.once)}).encode()
     tmp = path.with_suffix(f".shape.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
         f.write(HEADER.pack(MAGIC, VERSION, 0, len(shape.tier), len(shape.up), len(text)))
@@ -157,7 +161,8 @@ def read_shape(state_dir: Path, run_id: str) -> RunShape | None:
     windows = {int(k): float(v) for k, v in (meta.get("windows") or {}).items()}
     id_starts, up_off, up, down_off, down, expected, path = parts
     return RunShape(tier, id_starts, up_off, up, down_off, down, expected, path, deadlines, meta.get("timezone"),
-                    windows, frozenset(int(i) for i in meta.get("loops") or ()))
+                    windows, frozenset(int(i) for i in meta.get("loops") or ()),
+                    None if meta.get("once") is None else frozenset(int(i) for i in meta["once"]))
 
 
 _OFFSET = struct.Struct("<i")
@@ -231,7 +236,7 @@ class CoreCopy:
     path: array
     """Expected seconds from each job's start to the end of the plan."""
     specs: list[Any]
-    """The jobs' specs (for their deadlines, at-risk windows and `until` loops)."""
+    """The jobs' specs (for their deadlines, at-risk windows, `until` loops and `idempotent: false`)."""
 
     @classmethod
     def of(cls, core: object) -> CoreCopy:
@@ -266,5 +271,6 @@ def shape_of_copy(copy: CoreCopy, deadlines: Mapping[int, str] | None, timezone:
         up_off, up = transpose(n, copy.down_off, copy.down)
     windows = {i: w for i in deadlines if i < n and (w := risk_window(copy.specs[i].timeout)) > RISK_WINDOW}
     loops = frozenset(i for i, s in enumerate(copy.specs) if s.until)
+    once = frozenset(i for i, s in enumerate(copy.specs) if not s.idempotent)
     return RunShape(copy.tier, id_starts, up_off, up, copy.down_off, copy.down, copy.expected, copy.path,
-                    dict(deadlines), timezone, windows, loops)
+                    dict(deadlines), timezone, windows, loops, once)

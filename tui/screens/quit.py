@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -30,6 +30,7 @@ class QuitScreen(ModalScreen[str | None]):
         scheduler_pid: int | None,
         state_dir: Path | None = None,
         running: Sequence[str] = (),
+        held: Sequence[str] | None = (),
     ) -> None:
         super().__init__()
         self.scheduler_pid = scheduler_pid
@@ -38,6 +39,8 @@ class QuitScreen(ModalScreen[str | None]):
         """The run's state directory (named in the command that attaches again)."""
         self.running = list(running)
         """Ids of the jobs running now (a stop kills them)."""
+        self.held = None if held is None else list(held)
+        """Those of them a stop holds until released (idempotent: false); None: not known."""
 
     def compose(self) -> ComposeResult:
         """The question."""
@@ -52,7 +55,7 @@ class QuitScreen(ModalScreen[str | None]):
             yield Static(
                 f"The run is live (scheduler pid {self.scheduler_pid}).\n"
                 f"d  detach: leave the run going, running jobs too; {again}\n"
-                f"s  stop the run: {stop_text(len(self.running))}\n"
+                f"s  stop the run: {stop_text(self.running, self.held)}\n"
                 "n  stay in the console\n\n"
                 f"{running_text(self.running)[0].upper()}{running_text(self.running)[1:]}.",
                 id="question",
@@ -77,14 +80,52 @@ def running_text(running: Sequence[str]) -> str:
     return f"{len(running)} job(s) running: {names}{more}"
 
 
-def stop_text(running: int) -> str:
-    """What a stop does to the run and to the jobs running now."""
+def stop_text(running: Sequence[str], held: Sequence[str] | None) -> str:
+    """What a stop does to the run and to the jobs running now (`held`: those of them it holds)."""
     if not running:
         return "the scheduler stops its executors; the run can be resumed"
-    return (
-        f"KILLS the {running} running job(s); a resume runs them again "
-        "from the start"
-    )
+    return f"KILLS the {len(running)} running job(s); {resume_text(running, held)}"
+
+
+NAMED_HELD = 5
+"""Held jobs named after a stop (the rest are cut to "..."), as `wloadctl run` names them."""
+
+
+def resume_text(running: Sequence[str], held: Sequence[str] | None) -> str:
+    """What a resume does with the running jobs a stop kills: runs them again from the start, but for those
+    that may not run twice (idempotent: false), held until an operator releases them. Said as `wloadctl run`
+    says it of a run it stopped (wloadctl/cli_run.py).
+
+    Args:
+        running: the jobs the stop kills.
+        held: those of them it holds; None when the console does not know which (an older run's shape).
+    """
+    if held is None:
+        return ("a resume runs them again from the start, except any that may not run twice "
+                "(idempotent: false, held until released)")
+    if not held:
+        return "a resume runs them again from the start"
+    names = f"{', '.join(held[:NAMED_HELD])}{' ...' if len(held) > NAMED_HELD else ''}"
+    note = f"({names} idempotent: false, held until released)"
+    again = len(running) - len(held)
+    if again <= 0:
+        return f"a resume runs none of them again {note}"
+    return f"a resume runs {again} of them again from the start {note}"
+
+
+def stopped_line(killed: Sequence[str], held: Sequence[str] | None, where: str) -> str:
+    """What the console says once it stopped the run: the jobs it killed, which of them a resume runs again
+    and which it holds (`held`), and how to resume (`where`: the run's --state-dir option)."""
+    said = f"; it killed {running_text(killed)}; {resume_text(killed, held)}" if killed else ""
+    return f"run stopped{said}; resume it with `wloadctl console {where}`"
+
+
+def held_by_stop(once: Collection[int] | None, index: Mapping[str, int], running: Sequence[str]) -> list[str] | None:
+    """The running jobs a stop of the run holds for an operator, not runs again: those that may not run
+    twice (`once`: their indices; None when not known, and so is the answer)."""
+    if once is None:
+        return None
+    return [j for j in running if index.get(j, -1) in once]
 
 
 STOP_REASON = "stopped from the console (q, s)"
@@ -100,18 +141,19 @@ class StoppingScreen(ModalScreen[None]):
         Binding("ctrl+c", "app.exit('stop-timeout')", "Leave now", priority=True)
     ]
 
-    def __init__(self, running: Sequence[str] = ()) -> None:
+    def __init__(self, running: Sequence[str] = (), held: Sequence[str] | None = ()) -> None:
         super().__init__()
         self.running = list(running)
         """Ids of the jobs that ran when the stop was chosen (the stop kills them)."""
+        self.held = None if held is None else list(held)
+        """Those of them the stop holds until released (idempotent: false); None: not known."""
 
     def compose(self) -> ComposeResult:
         """The wait."""
         with Vertical(id="dialog") as box:
             box.border_title = "stopping"
             killed = (
-                f"\nIt kills {running_text(self.running)}; "
-                "a resume runs them again from the start."
+                f"\nIt kills {running_text(self.running)}; {resume_text(self.running, self.held)}."
                 if self.running
                 else ""
             )
