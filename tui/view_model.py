@@ -35,6 +35,11 @@ DESCENDING_FIRST: frozenset[str] = frozenset(("duration", "attempt"))
 """Sorts the S key and the palette open descending: an operator looks for the longest-running
 and most-tried jobs first."""
 
+NEW_ATTEMPT: frozenset[JobState] = frozenset((S.WAITING, S.READY, S.QUEUED, S.RUNNING))
+"""States of a job whose next attempt waits or runs: the exit status of an earlier one is its history's, not
+the job's (a retry's wait still shows the exit of the attempt it follows)."""
+_NEW_ATTEMPT_VALUES = frozenset(int(s) for s in NEW_ATTEMPT)
+
 _HIGH = bytes((b << 4) & 0xFF for b in range(256))
 """Byte translation moving a value 0-15 to the high half of the byte."""
 _TERMINAL_VALUES = frozenset(int(s) for s in TERMINAL)
@@ -59,7 +64,8 @@ class JobsModel:
     executor: array[int] = field(default_factory=lambda: array("i"))
     """Executor of the latest attempt (-1 none)."""
     exit_code: Sparse[int] = field(default_factory=lambda: Sparse())
-    """Exit status of the latest attempt (None: none yet)."""
+    """Exit status of the latest attempt that reported one (None: none yet), kept as the journal's row keeps
+    it while a new attempt waits or runs: views read `last_exit`."""
     started: Sparse[float] | Times = field(default_factory=lambda: Sparse())
     """When the latest attempt started (None: never); Times once every job's is read (`ensure_all`)."""
     ended: Sparse[float] | Times = field(default_factory=lambda: Sparse())
@@ -386,6 +392,14 @@ class JobsModel:
         end = self.stopped.get(i, end)  # (not known for rows read: the job ended with its attempt)
         return max(0.0, end - start) if end >= start else None
 
+    def last_exit(self, i: int) -> int | None:
+        """Exit status of job i's latest ended attempt; None while a new attempt waits or runs (the model, as
+        the journal's row, still holds the status of the attempt before it: its history's) or when none ended."""
+        if self.state[i] in _NEW_ATTEMPT_VALUES:
+            return None
+        code: int | None = self.exit_code[i]
+        return code
+
     def running_on(self, executor: int) -> list[str]:
         """Ids of the jobs running on one executor (from the journal's view)."""
         return sorted(self.ids[i] for i in self.running if self.executor[i] == executor)
@@ -563,8 +577,9 @@ def job_row(model: JobsModel, i: int, now: float) -> JobRow:
     att = model.attempt[i]
     ex = model.executor[i]
     info = model.reason[i]
-    if not info and model.exit_code[i] not in (None, 0):
-        info = f"exit status {model.exit_code[i]}"
+    code = model.last_exit(i)
+    if not info and code not in (None, 0):
+        info = f"exit status {code}"
     elif st == JobState.RETRY_WAIT and "; retry " in info:
         # When it runs again first: a narrow column cuts the end ("exit status 3; retry 1/3 in 2.2s").
         why, _, retry = info.partition("; retry ")

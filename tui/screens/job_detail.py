@@ -145,8 +145,9 @@ class JobDetailScreen(OperatorScreen):
         st = JobState(model.state[i])
         now = app.clock()
         facts = f"  tier {SlaTier(model.tier[i]).label}  attempt {model.attempt[i]}"
-        if model.exit_code[i] is not None:
-            facts += f"  exit {model.exit_code[i]}"
+        code = model.last_exit(i)
+        if code is not None:
+            facts += f"  exit {code}"
         more = ""
         if model.executor[i] >= 0 and model.attempt[i]:
             where = node_label(model.executor[i])
