@@ -504,3 +504,37 @@ async def test_the_progress_line_keeps_the_succeeded_and_failed_counts_when_narr
         assert part in line, (part, line)
     if width == 200:
         assert "WAIT 236" in line and "READY 11" in line
+
+
+async def test_the_title_counts_every_mark_and_those_the_filter_hides() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        table = app.screen.query_one(JobTable)
+        # Given two marks by the table's own space key
+        await pilot.press("g", "space", "space")
+        await pilot.pause()
+        assert table.marks and str(table.border_title).endswith("2 marked"), table.border_title
+        await pilot.press("escape")
+        await pilot.pause()
+        assert "marked" not in str(table.border_title), table.border_title
+
+        # When the last job is marked and a filter hides it, then three shown jobs are marked
+        await pilot.press("G", "space", "slash")
+        await wait_for(pilot, lambda: isinstance(app.screen, PromptScreen), what="the filter prompt")
+        await pilot.press(*"extract", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), what="the main screen")
+        assert "1 marked, 1 hidden by the filter" in str(table.border_title), table.border_title
+        await pilot.press("g", "space", "space", "space")
+        await pilot.pause()
+
+        # Then the title counts all four and says one is hidden, as the verb's question names it
+        assert "filter: extract  4 marked, 1 hidden by the filter" in str(table.border_title), table.border_title
+        assert "4 marked, 1 hidden by the filter" in screen_text(app)
+        await pilot.press("h")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        said = screen_text(app)
+        assert "hold 1 job(s): cleanup_tmp" in said, said  # (the one hidden: the others have ended)
+        for job in ("extract_core", "extract_cards", "extract_fx"):
+            assert f"not applied: '{job}' is SUCCEEDED" in said, said

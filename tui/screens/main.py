@@ -172,10 +172,11 @@ class MainScreen(OperatorScreen):
         )
         if self.sort_key != "plan" or self.reverse:
             what += f"  sort: {self.sort_key}{' desc' if self.reverse else ''}"
-        table.border_title = fit_title(
-            what + (f"  {len(table.marks)} marked" if table.marks else ""),
-            table.outer_size.width,
-        )
+        if table.marks:
+            # Marks the filter hides are named too: a verb acts on every marked job, shown or not.
+            hidden = table.hidden_marks()
+            what += f"  {len(table.marks)} marked" + (f", {hidden} hidden by the filter" if hidden else "")
+        table.border_title = fit_title(what, table.outer_size.width)
 
     def _reorder_if_dirty(self) -> None:
         if self._order_dirty:
@@ -286,6 +287,9 @@ class MainScreen(OperatorScreen):
     def action_mark(self) -> None:
         """Mark or unmark the job under the cursor (also from another pane)."""
         self.query_one(JobTable).action_mark()
+
+    def on_job_table_marks_changed(self, _event: JobTable.MarksChanged) -> None:
+        """The title counts the marks, whichever key or action changed them."""
         self._reorder_title()
 
     def action_open(self) -> None:

@@ -124,6 +124,14 @@ class JobTable(Widget, can_focus=True):
                 and message.table is self.table
             )
 
+    class MarksChanged(Message):
+        """Jobs were marked or unmarked (the screen's title counts them)."""
+
+        def __init__(self, table: JobTable) -> None:
+            super().__init__()
+            self.table = table
+            """The table."""
+
     class Opened(Message):
         """Enter was pressed on a job."""
 
@@ -198,6 +206,15 @@ class JobTable(Widget, can_focus=True):
         """Forget the marks (after an action used them)."""
         self.marks.clear()
         self.refresh()
+        self.post_message(self.MarksChanged(self))
+
+    def hidden_marks(self) -> int:
+        """How many marked jobs the filter hides (a verb acts on them all the same)."""
+        marks, order = self.marks, self.order
+        if len(marks) <= 16 or isinstance(order, range):
+            return sum(1 for i in marks if i not in order)
+        shown = set(order)  # (one pass, where a search of the order per mark would be one each)
+        return sum(1 for i in marks if i not in shown)
 
     def select_job(self, job: str) -> bool:
         """Move the cursor to `job` if it is shown."""
@@ -263,6 +280,7 @@ class JobTable(Widget, can_focus=True):
         self.marks.symmetric_difference_update({i})
         self.action_move(1)
         self.refresh()
+        self.post_message(self.MarksChanged(self))
 
     def action_open(self) -> None:
         """Open the job under the cursor."""
