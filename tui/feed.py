@@ -27,7 +27,7 @@ from tui.messages import (
 from tui.sla import deadline_at
 from tui.supervise import SchedulerSupervisor
 from tui.view_model import JobsModel
-from wloadctl.client import node_label
+from wloadctl.client import node_label, silent
 from wloadctl.core.dag import Dag
 from wloadctl.core.sla import RISK_WINDOW, risk_window
 from wloadctl.core.states import JobState
@@ -503,11 +503,12 @@ class Feed:
         )
         if header is None:
             return LiveStatus(False, None, 0, None, (), sup)
+        age = max(0.0, now - header.beat)
         return LiveStatus(
             True,
             header.scheduler_pid,
             header.epoch,
-            max(0.0, now - header.beat),
+            age,
             tuple(views),
             sup,
             agents=tuple(
@@ -519,6 +520,7 @@ class Feed:
             ),
             paused=client.pause_reason(header) or "",
             broker_lost=_broker_lost_text(client.broker_lost()),
+            responding=not silent(header, age),
         )
 
 

@@ -104,6 +104,9 @@ class LiveStatus:
     """Why the scheduler does not dispatch now (e.g. a full disk), "" when it does."""
     broker_lost: str = ""
     """The broker the scheduler has lost and since when ("" while it has it, or has none)."""
+    responding: bool = True
+    """Whether the live scheduler beats its board: False once its last beat is older than `wloadctl status`
+    allows (wloadctl.client.silent), when it is stopped or hung and the counts are as of its last beat."""
 
 
 class ModelLoaded(Message):

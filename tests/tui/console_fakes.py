@@ -82,6 +82,7 @@ class Header:
     scheduler_pid: int = 4242
     epoch: int = 2
     done: bool = False
+    lease_until: float = 0.0
 
 
 @dataclass

@@ -450,3 +450,42 @@ async def test_the_job_detail_says_what_the_job_is_from_the_runs_plan(live_run: 
         assert f"defined at:  {plan}:7" in text, text
         assert text.index("waiting for 1 of 1 dependencies") < text.index("what it is:") < text.index("command:")
     live_run.open_gate()
+
+
+async def test_a_scheduler_that_stops_beating_is_shown_not_responding_then_live_again(
+    live_run: LiveRun,
+) -> None:
+    from tui.widgets.run_header import RunHeader
+
+    # Given a live run on the console
+    sup = live_run.supervisor(live_run.plan("slow.yaml"))
+    sup.attach_or_start()
+    assert sup.pid is not None
+    app = live_run.app(sup)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        header = app.screen.query_one(RunHeader)
+        nodes = app.screen.query_one(NodePanel)
+
+        def first_lines() -> tuple[str, str]:
+            return header.render().plain.split("\n")[0], nodes.render().plain.split("\n")[0]
+
+        await wait_for(pilot, lambda: f"LIVE pid {sup.pid}" in first_lines()[0], what="the run live")
+        # When its scheduler is stopped (SIGSTOP): its boards stay, their beat gets old
+        os.kill(sup.pid, signal.SIGSTOP)
+        try:
+            await wait_for(pilot, lambda: "NOT RESPONDING" in first_lines()[0], timeout=60,
+                           what="the header to say the scheduler does not respond")
+            await pilot.pause(0.2)
+            assert not live_status(app).responding
+            # Then header and nodes pane say it does not respond, with its last beat's age, as `status` does
+            top, sched = first_lines()
+            assert f"NOT RESPONDING pid {sup.pid}, last beat " in top and "LIVE" not in top, top
+            assert f"scheduler NOT RESPONDING pid {sup.pid} epoch " in sched, sched
+            assert "(stopped or hung; counts are as of then)" in sched and "LIVE" not in sched, sched
+            assert "NOT RESPONDING" in screen_text(app)
+        finally:
+            os.kill(sup.pid, signal.SIGCONT)
+        # And once it goes on, it is live again
+        await wait_for(pilot, lambda: f"LIVE pid {sup.pid}" in first_lines()[0], timeout=30, what="the run live again")
+        assert "scheduler LIVE" in first_lines()[1]

@@ -63,9 +63,14 @@ class NodePanel(Widget, can_focus=True):
             return out
         out.append("scheduler ")
         over = self.model is not None and self.model.done_count() == len(self.model)
-        if st.live:
+        age = fmt_duration(st.beat_age) if st.beat_age is not None else "?"
+        if st.live and not st.responding:
+            # As `wloadctl status` says it: the boards stay, and what they show is as of the last beat.
+            out.append("NOT RESPONDING", tone_style(self, "bad"))
+            out.append(f" pid {st.scheduler_pid} epoch {st.epoch} last beat {age} ago "
+                       "(stopped or hung; counts are as of then)")
+        elif st.live:
             out.append("LIVE", tone_style(self, "ok"))
-            age = fmt_duration(st.beat_age) if st.beat_age is not None else "?"
             out.append(f" pid {st.scheduler_pid} epoch {st.epoch} beat {age}")
         elif over:
             out.append("none (the run is over)")

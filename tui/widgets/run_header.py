@@ -168,6 +168,11 @@ class RunHeader(Widget):
             out.append("...")
         elif st.error:
             out.append(f"FEED ERROR {st.error}", tone_style(self, "bad"))
+        elif st.live and not st.responding:
+            # Its board is there but it no longer beats (stopped, hung): what is shown is as of its last beat.
+            out.append("NOT RESPONDING", tone_style(self, "bad"))
+            age = fmt_duration(st.beat_age) if st.beat_age is not None else "?"
+            out.append(f" pid {st.scheduler_pid}, last beat {age} ago")
         elif st.live and st.paused:
             # Up, but dispatching nothing until what it waits for (disk space) comes back.
             out.append(f"PAUSED: {st.paused}", tone_style(self, "bad"))
