@@ -134,11 +134,12 @@ def test_a_version_10_journal_gets_the_index_of_a_jobs_actions_and_history_uses_
     # Given a journal of schema 10, whose actions are found by run alone
     con = sqlite3.connect(tmp_path / "journal.db", isolation_level=None)
     con.execute("DROP INDEX actions_job")
+    con.execute("ALTER TABLE now_runs DROP COLUMN states_seq")
     con.execute("PRAGMA user_version = 10")
     con.close()
     # When a writer opens it, then a job's actions are read through their own index
     with Store.open(tmp_path) as st:
-        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11  # type: ignore[attr-defined]
+        assert st.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12  # type: ignore[attr-defined]
         plan = st.conn.execute(  # type: ignore[attr-defined]
             "EXPLAIN QUERY PLAN SELECT ts, user, verb, job, reason, outcome, applied FROM actions"
             " WHERE run = ? AND job = ? ORDER BY seq", (run, "a")).fetchall()
