@@ -105,3 +105,21 @@ async def test_a_live_run_counts_its_elapsed_time_to_now() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         await loaded(pilot)
         assert "12m34s elapsed" in screen_text(app).splitlines()[0]
+
+
+async def test_a_run_whose_scheduler_dies_under_the_console_keeps_the_time_it_was_seen_running() -> None:
+    # Given a live run 12m34s in, its last job having started 10 minutes in
+    from console_fakes import FakeClient
+    from console_helpers import fake_app, loaded, screen_text, wait_for
+
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        assert "12m34s elapsed" in screen_text(app).splitlines()[0]
+        # When its scheduler dies
+        fake.live = False
+        await wait_for(pilot, lambda: "STOPPED" in screen_text(app), what="the stopped run")
+        # Then its elapsed time stays where the console last saw it running: it does not go back to 10m00s
+        head = screen_text(app).splitlines()[0]
+        assert "12m34s elapsed" in head, head

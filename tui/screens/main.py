@@ -87,6 +87,8 @@ class MainScreen(OperatorScreen):
         self._order_dirty = False
         self._model_size = 0
         self._activity: tuple[int, float | None] = (-1, None)
+        self._live_seen: float | None = None
+        """When this console last saw the run's scheduler live (a run it sees stop ran until then, at least)."""
 
     def compose(self) -> ComposeResult:
         """Header, table, panes, footer."""
@@ -203,9 +205,13 @@ class MainScreen(OperatorScreen):
             status is not None and status.live
         )
         stopped_at = None
+        if status is not None and status.live:
+            self._live_seen = now
         if status is not None and not status.live and not finished and app.info is not None:
-            # A run stopped (or crashed) is not running: its elapsed time ends when it stopped.
-            stopped_at = app.info.ended or self._last_activity()
+            # A run stopped (or crashed) is not running: its elapsed time ends when it stopped, no earlier than
+            # this console saw its scheduler live (its last job's start or end may be long before).
+            seen = [t for t in (self._last_activity(), self._live_seen) if t is not None]
+            stopped_at = app.info.ended or (max(seen) if seen else None)
         summary = (
             summarize(model, app.info.started, now, finished, app.info.ended, stopped_at)
             if app.info
@@ -500,10 +506,13 @@ class MainScreen(OperatorScreen):
     def _resume(self) -> None:
         app = self.console
         sup = getattr(app, "supervisor", None)
-        if sup is None or app.readonly:
-            self.notify(
-                "read-only console: it does not start schedulers", severity="warning"
-            )
+        if app.readonly:
+            self.notify("read-only console: it does not start schedulers", severity="warning")
+            return
+        if sup is None:
+            # Opened from the list of runs: it attaches to runs, and neither starts nor stops their schedulers.
+            self.notify(f"opened from the list of runs, this console starts no scheduler: `wloadctl console "
+                        f"--state-dir {app.state_dir}` resumes the run and watches it", severity="warning")
             return
         ev = sup.resume()
         app.add_note(Note(ev.text, ev.level, self.app_clock(), ("scheduler",)))
