@@ -64,7 +64,8 @@ def run_console(args: argparse.Namespace) -> int:
             # A bad plan is told here, as `run` tells it, before any scheduler starts.
             wanted = load_plan(args.plan).name
         supervisor = SchedulerSupervisor(
-            state_dir, args.plan, args.executors, args.slots
+            state_dir, args.plan, args.executors, args.slots,
+            accept_plan_change=args.accept_plan_change,
         )
         refuse_non_directory(state_dir)  # (said first, as `run` says it)
         _need_terminal()  # (before a scheduler is started for it)

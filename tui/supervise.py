@@ -102,6 +102,7 @@ class SchedulerSupervisor:
         max_restarts: int = 5,
         restart_window: float = 300.0,
         clock: Callable[[], float] = time.time,
+        accept_plan_change: bool = False,
     ) -> None:
         self.state_dir = state_dir
         """The run's state directory."""
@@ -116,6 +117,8 @@ class SchedulerSupervisor:
         self.restart_window = restart_window
         """Seconds over which restarts are counted."""
         self.clock = clock
+        self.accept_plan_change = accept_plan_change
+        """Resume the run under the plan given though it changed since the run started (jobs added)."""
         self.proc: subprocess.Popen[bytes] | None = None
         """The scheduler when the console started it."""
         self.pid: int | None = None
@@ -198,6 +201,8 @@ class SchedulerSupervisor:
             cmd += ["--executors", str(self.executors)]
         if self.slots:
             cmd += ["--slots", str(self.slots)]
+        if plan and self.accept_plan_change:
+            cmd.append("--accept-plan-change")
         with open(self.state_dir / LOG_NAME, "ab") as log:
             log.write(
                 f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} console starts: "
@@ -244,9 +249,12 @@ class SchedulerSupervisor:
             if rc is not None:
                 self.reap()
                 tail = log_tail(self.state_dir, start=self.log_from)
+                # Its last line says why (one line, as every error; the rest is in the log).
+                said = tail.strip().splitlines()[-1].removeprefix("wloadctl: ") if tail.strip() else ""
                 raise UsageError(
                     f"the scheduler exited with status {rc} before the run started"
-                    + (f":\n{tail}" if tail else "")
+                    + (f": {said}" if said else ""),
+                    hint=f"see {self.state_dir / LOG_NAME}",
                 )
             time.sleep(0.05)
         raise UsageError(

@@ -399,6 +399,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--readonly", action="store_true")
     p.add_argument("--executors", type=_workers, default=0)
     p.add_argument("--slots", type=_workers, default=0)
+    p.add_argument("--accept-plan-change", action="store_true",
+                   help="resume the directory's run under PLAN changed since it started (jobs added), as `resume` does")
     p = sub.add_parser("scheduler", help="run the scheduler of a state directory's run (used by the console)")
     p.add_argument("plan", metavar="PLAN", nargs="?")
     _state_dir_arg(p)
@@ -407,6 +409,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--standby", action="store_true", help="watch the active scheduler and take over if it dies")
     p.add_argument("--run", metavar="ID", help="with --standby: the run to follow (default: the latest running one)")
     p.add_argument("--business-date", type=_business_date)
+    p.add_argument("--accept-plan-change", action="store_true")
     _heartbeat_args(p)
     _remote_args(p)
     _metrics_arg(p)

@@ -346,7 +346,8 @@ def scheduler_command(a: argparse.Namespace) -> int:
         state_dir = resolve_state_dir(a.state_dir)
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       heartbeat_interval=a.heartbeat_interval, lease_seconds=a.heartbeat_timeout,
-                      say=_say(False), exit_when_stalled=False, broker=broker, agent_timeout=a.agent_timeout)
+                      say=_say(False), exit_when_stalled=False, broker=broker, agent_timeout=a.agent_timeout,
+                      accept_plan_change=a.accept_plan_change)
     if a.run and not a.standby:
         raise UsageError("--run goes with --standby", hint="wloadctl scheduler --standby --run ID ...")
     opts.metrics, server = _metrics(a, opts)
