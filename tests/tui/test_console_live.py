@@ -489,3 +489,25 @@ async def test_a_scheduler_that_stops_beating_is_shown_not_responding_then_live_
         # And once it goes on, it is live again
         await wait_for(pilot, lambda: f"LIVE pid {sup.pid}" in first_lines()[0], timeout=30, what="the run live again")
         assert "scheduler LIVE" in first_lines()[1]
+
+
+async def test_the_job_detail_says_again_what_its_job_waits_for_as_its_upstreams_end(live_run: LiveRun) -> None:
+    from tui.screens.job_detail import JobDetailScreen
+
+    # Given the detail of a job waiting for two upstreams, open before either ended
+    sup = live_run.supervisor(live_run.plan("two_ups.yaml"))
+    sup.attach_or_start()
+    app = live_run.app(sup)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await loaded(pilot)
+        assert app.screen.query_one(JobTable).select_job("final")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), what="the job")
+        await wait_for(pilot, lambda: "waiting for 2 of 2 dependencies" in screen_text(app), what="its first why")
+        # When one of them ends (the job itself does not move)
+        await wait_for(pilot, lambda: state_of(app, "slow") == JobState.SUCCEEDED, timeout=15, what="slow's end")
+        # Then the detail says, with no key pressed, that it waits for the other one only
+        await wait_for(pilot, lambda: "waiting for 1 of 2 dependencies" in screen_text(app), timeout=10,
+                       what="its why asked again")
+        assert state_of(app, "final") == JobState.WAITING
+    live_run.open_gate()

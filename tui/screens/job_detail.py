@@ -22,6 +22,9 @@ from wloadctl.errors import WloadError
 from wloadctl.jobdef import CONSOLE_JOBS, brief_lines
 from wloadctl.logview import Shown
 
+WHY_EVERY = 2.0
+"""Seconds between the detail's questions of `why` while its job has not ended."""
+_ENDED = frozenset(int(s) for s in TERMINAL)
 TAIL_BYTES = 64 * 1024
 """How much of a log is read when it is first shown."""
 LOG_LINES = 2000
@@ -77,6 +80,7 @@ class JobDetailScreen(OperatorScreen):
         """Load what the journal knows and follow the job."""
         self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
         self.set_interval(0.5, self._poll_log)
+        self.set_interval(WHY_EVERY, self._tick)
         self._jobs_changed()
         self.query_one("#facts-box").focus()
 
@@ -105,6 +109,14 @@ class JobDetailScreen(OperatorScreen):
             self.fetch()
             if self.attempt is None:
                 self._log_path = None  # a new attempt has a new log file
+        self._show()
+
+    def _tick(self) -> None:
+        """What the job waits for changes with its upstreams and the clock, not only with its own moves: `why`
+        is asked again while it has not ended, and the times shown (took, a deadline's countdown) move on."""
+        model = self.console.model
+        if model is not None and self.job in model.index and model.state[model.index[self.job]] not in _ENDED:
+            self.fetch()
         self._show()
 
     @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
