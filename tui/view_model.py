@@ -73,6 +73,9 @@ class JobsModel:
     stopped: Sparse[float] = field(default_factory=lambda: Sparse())
     """When the latest attempt stopped running, for the jobs whose `ended` does not say it, where the
     transitions applied tell it: a failed job skipped or set ok later ended at the operator's act."""
+    retry_from: Sparse[float] = field(default_factory=lambda: Sparse())
+    """When each job waiting for its retry last moved to RETRY_WAIT: its delay runs from then (from the attempt's
+    end, or from an operator's release of the job held meanwhile, which journals the rest of the delay)."""
     reason: Sparse[str] = field(default_factory=lambda: Sparse(""))
     """Latest reason recorded for the job (failure, hold, skip)."""
     deadline: dict[int, float] = field(default_factory=dict)
@@ -365,6 +368,10 @@ class JobsModel:
                 self.ended[i] = float(ts)
             else:
                 self.ended.pop(i, None)
+            if to_v == S.RETRY_WAIT:
+                self.retry_from[i] = float(ts)
+            else:
+                self.retry_from.pop(i, None)
             touched.add(i)
         if touched:
             self.version += 1
@@ -560,11 +567,11 @@ wloadctl.core.timers.retry_due_journaled)."""
 def retry_countdown(model: JobsModel, i: int, retry: str, now: float) -> str:
     """`1/3 in 38s` for job i, waiting for its retry: the time left now, not the delay it was given.
 
-    The retry is due at the move to RETRY_WAIT (when the attempt stopped) plus the journaled delay, as
-    the scheduler and `why` have it.
+    The retry is due at the move to RETRY_WAIT (when the attempt stopped, or when an operator released the job
+    held meanwhile) plus the journaled delay, as the scheduler and `why` have it.
     """
     m = _RETRY_IN.match(retry)
-    since = model.stopped.get(i) or model.ended[i]
+    since = model.retry_from.get(i) or model.stopped.get(i) or model.ended[i]
     if m is None or since is None:
         return retry
     left = since + float(m.group(2)) - now

@@ -401,3 +401,20 @@ def test_a_job_waiting_for_its_retry_says_when_first(loaded: tuple[JobsModel, Da
                   "exit status 3; retry 1/3 in 2.2s")])
     # (a narrow INFO column cuts the end: the time to the retry matters most)
     assert job_row(model, i, NOW).info == "due +20m; retry 1/3 in 2.2s; exit status 3"
+
+
+def test_a_retry_released_after_a_hold_counts_down_from_the_release(loaded: tuple[JobsModel, Dag]) -> None:
+    # Given a job that failed at NOW - 20 (its retry in 30 s), held at NOW - 15 and released at NOW - 4 with the
+    # rest of its delay, 11 s, journaled
+    model, _dag = loaded
+    i = model.index["revalue_fx"]
+    seq = model.seq
+    model.apply([(seq + 1, i, int(model.state[i]), int(S.RUNNING), 1, NOW - 30, 0, None, ""),
+                 (seq + 2, i, int(S.RUNNING), int(S.RETRY_WAIT), 1, NOW - 20, 0, 3,
+                  "exit status 3; retry 1/3 in 30.0s"),
+                 (seq + 3, i, int(S.RETRY_WAIT), int(S.HELD), 1, NOW - 15, 0, None, "held by ana"),
+                 (seq + 4, i, int(S.HELD), int(S.RETRY_WAIT), 1, NOW - 4, 0, None,
+                  "released by ana; retry 1/3 in 11.0s")])
+    # Then its row counts down to the retry the scheduler makes 11 s after the release, not 11 s after the failure
+    row = job_row(model, i, NOW)
+    assert row.info.startswith("due +20m; retry 1/3 in 7.0s; released by ana"), row
