@@ -22,6 +22,8 @@ STUCK: frozenset[int] = frozenset(
     )
 )
 """States in which a job with a deadline cannot make it without an operator."""
+CLOSE = "deadline close"
+"""Why a job is at risk by the scheduler's rule (within its risk window, not ended): the AT_RISK of `status`."""
 _OK = frozenset(int(s) for s in OK_STATES)
 _DONE = frozenset(int(s) for s in TERMINAL)
 
@@ -142,7 +144,7 @@ def sla_view(model: JobsModel, now: float) -> SlaView:
                 Due(model.ids[i], at, text, state, "blocked: needs an operator", i)
             )
         elif close:
-            at_risk.append(Due(model.ids[i], at, text, state, "deadline close", i))
+            at_risk.append(Due(model.ids[i], at, text, state, CLOSE, i))
     figures = []
     for t in SlaTier:
         row = model.tier_counts[t]

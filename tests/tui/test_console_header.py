@@ -123,3 +123,21 @@ async def test_a_run_whose_scheduler_dies_under_the_console_keeps_the_time_it_wa
         # Then its elapsed time stays where the console last saw it running: it does not go back to 10m00s
         head = screen_text(app).splitlines()[0]
         assert "12m34s elapsed" in head, head
+
+
+async def test_a_deadline_a_failure_blocks_is_counted_apart_from_at_risk_which_the_scheduler_flags() -> None:
+    # Given a run whose revalue_fx (due in 20 minutes) is blocked by its failed upstream, none in its risk window
+    from console_fakes import FakeClient
+    from console_helpers import fake_app, loaded, screen_text
+
+    from tui.widgets.sla_panel import SlaPanel
+
+    app = fake_app(FakeClient())
+    async with app.run_test(size=(160, 40)) as pilot:
+        await loaded(pilot)
+        head = screen_text(app).splitlines()[0]
+        # Then the header counts it BLOCKED, not AT_RISK (`status` flags no job at risk)
+        assert "1 BLOCKED" in head and "AT_RISK" not in head, head
+        # and the SLA pane, naming it, does not also say there is no open deadline
+        pane = str(app.screen.query_one(SlaPanel).render())
+        assert "revalue_fx" in pane and "no open deadline" not in pane, pane

@@ -21,7 +21,7 @@ from tui.run_figures import held_ids, last_activity, summarize
 from tui.screens.confirm import ActionRequest
 from tui.screens.operator import OperatorScreen
 from tui.screens.prompt import PromptScreen
-from tui.sla import SlaView, flagged, sla_view
+from tui.sla import CLOSE, SlaView, flagged, sla_view
 from tui.view_model import DESCENDING_FIRST, SORT_KEYS, view_order
 from tui.widgets.dag_view import DagView
 from tui.widgets.job_table import JobTable
@@ -221,7 +221,11 @@ class MainScreen(OperatorScreen):
         header.held = held_ids(model, 3) if is_holding(model.counts) else []
         header.approvals = getattr(app, "approvals", 0)
         sla = sla if sla is not None else sla_view(model, now)
-        header.late, header.at_risk = sum(t.late for t in sla.tiers), len(sla.at_risk)
+        header.late = sum(t.late for t in sla.tiers)
+        # AT_RISK as the scheduler flags it (`status` counts the same); jobs with a deadline that need an operator
+        # first are counted apart: the scheduler flags none of them.
+        header.at_risk = sum(1 for d in sla.at_risk if d.why == CLOSE)
+        header.blocked = len(sla.at_risk) - header.at_risk
         header.show(app.info, summary, model.counts, status, now)
 
     def _last_activity(self) -> float | None:

@@ -128,7 +128,9 @@ class RunHeader(Widget):
         self.late = 0
         """Jobs past their deadline: not done, or done after it."""
         self.at_risk = 0
-        """Unfinished jobs whose deadline is in danger."""
+        """Unfinished jobs within their risk window (the scheduler's AT_RISK, as `status` counts them)."""
+        self.blocked = 0
+        """Jobs with a deadline to come that cannot make it without an operator (failed, held, blocked)."""
 
     def show(
         self,
@@ -202,6 +204,8 @@ class RunHeader(Widget):
             out.append(f"  {self.late} LATE", tone_style(self, "bad"))
         if self.at_risk:
             out.append(f"  {self.at_risk} AT_RISK", tone_style(self, "warn"))
+        if self.blocked:
+            out.append(f"  {self.blocked} BLOCKED", tone_style(self, "warn"))  # (the SLA pane names them)
         if self.mode:
             out.append(f"  [{self.mode}]", tone_style(self, "warn"))
         if self.approvals:

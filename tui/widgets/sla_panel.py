@@ -82,6 +82,6 @@ class SlaPanel(Widget, can_focus=True):
                 out.append(f"  {due} in {left} {t.next_due.job}")
         if not v.at_risk and not v.late and any(t.next_due for t in v.tiers):
             out.append("\nevery deadline on track", tone_style(self, "ok"))
-        elif not any(t.next_due for t in v.tiers) and not v.late:
+        elif not any(t.next_due for t in v.tiers) and not v.late and not v.at_risk:
             out.append("\nno open deadline")
         return out
