@@ -853,7 +853,7 @@ class SchedulerCore(JobTable):
                 # upstream named is the one that blocks it.
                 u = self._blocker(d, u)
                 su = self.state[u]
-            held = f"; {still_held(self.holds[d])}" if self.holds and d in self.holds else ""
+            held = f"; {still_held(self.holds[d], ended=True)}" if self.holds and d in self.holds else ""
             self.set_state(d, _UPF, reason=f"upstream {self.ids[u]} {S(su).name}{held}")
         else:
             branch = su == _SKIP and u in self.branches.branch_skipped

@@ -40,8 +40,11 @@ def confirm_wait(job: str) -> str:
     return f"{CONFIRM_WAIT}: `wloadctl approve {job}`"
 
 
-def still_held(text: str) -> str:
-    """The reason of a job held again (or ended) while `text` still holds it."""
+def still_held(text: str, ended: bool = False) -> str:
+    """The reason of a job held again (or, `ended`, ended) while `text` still holds it. An ended job's confirmation
+    is said without its approve, which applies once the job is reopened and HELD again, not now."""
+    if ended and text.startswith(CONFIRM_WAIT):
+        return f"{STILL}{CONFIRM_WAIT} once it is reopened"
     return STILL + text
 
 
