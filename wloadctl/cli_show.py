@@ -98,8 +98,9 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
         print(line)
     if st.get("last_drill"):
         print(f"last drill ({_ts(st['last_drill']['ts'])}, {st['last_drill']['user']}): {st['last_drill']['summary']}")
+    alone = " with no scheduler" if not st.get("live") else ""
     for e in st["executors"]:
-        print(f"  executor {e['executor']}: pid {e['pid']} {e['health']}, beat {e['beat_age']:.1f}s ago, "
+        print(f"  executor {e['executor']}: pid {e['pid']} {e['health']}{alone}, beat {e['beat_age']:.1f}s ago, "
               f"running {e['running']}/{e['slots']}, load {e['load1']}, rss {e['rss_kb'] // 1024} MiB")
     if st.get("broker_lost"):
         lost = st["broker_lost"]

@@ -301,7 +301,8 @@ class RunClient:
             "lease_until": h.lease_until if h else self.run.lease_until,
             "scheduler_beat_age": beat_age,
             "responding": None if not (live or far) else (beat_age is None or not silent(h, beat_age)),
-            "executors": self.executors() if live else [],
+            # A stopped run's executors still alive are listed too: they run on the jobs they had, until those end.
+            "executors": self.executors() if live else [e for e in self.executors() if e["health"] != "dead"],
             "agents": self.agents() if live else [],
             "broker_lost": self.broker_lost() if live else None,
             "counts": counts, "total": sum(counts.values()), "jobs": jobs,
