@@ -62,8 +62,10 @@ def test_why_tells_the_rank_and_the_expected_duration() -> None:
     core = SchedulerCore(make_plan({"a": {"expected": 120.0}, "b": {"deps": ["a"]}, "c": {}}), slots=1)
     w = why(core, core.index["a"], 0.0)
     assert w["critical_path"] == {"rank": 0, "expected": 120.0, "remaining": 121.0, "longest": 121.0}
-    assert any(f"critical path: rank 0 of 0-{RANK_MAX} (0: on the longest path, starts first), expected 2m" in r
-               for r in w["reasons"])
+    assert f"critical path: 2m1s of work from here to the plan's end (on the longest path), the longest being " \
+           f"2m1s; expected 2m itself; rank 0 of 0-{RANK_MAX} (among ready jobs of its tier and priority, the lower " \
+           "starts first)" in w["reasons"], w["reasons"]
+    assert "(on the longest path)" not in str(why(core, core.index["c"], 0.0)["reasons"])
     assert why(core, core.index["c"], 0.0)["critical_path"]["rank"] == RANK_MAX - int(1.0 * RANK_MAX / 121.0)
     assert core.key_base[core.index["c"]] & MASK == 0
 

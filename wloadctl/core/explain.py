@@ -161,10 +161,13 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         reasons.append(late)
     path = critical_path(core, i)
     if path is not None and st in (S.WAITING, S.HELD, S.READY, S.RETRY_WAIT):
-        reasons.append(f"critical path: rank {path['rank']} of 0-{RANK_MAX} (0: on the longest path, starts first), "
-                       "expected "
-                       f"{format_duration(path['expected'])}, {format_duration(path['remaining'])} of work from "
-                       f"here to the end (the longest is {format_duration(path['longest'])})")
+        # Said in durations first: the rank (0 to RANK_MAX, the remaining work scaled to the longest path) only
+        # orders ready jobs of one tier and priority, the most work ahead first.
+        on = " (on the longest path)" if path["remaining"] >= path["longest"] * 0.999 else ""
+        reasons.append(f"critical path: {format_duration(path['remaining'])} of work from here to the plan's end"
+                       f"{on}, the longest being {format_duration(path['longest'])}; expected "
+                       f"{format_duration(path['expected'])} itself; rank {path['rank']} of 0-{RANK_MAX} (among ready "
+                       "jobs of its tier and priority, the lower starts first)")
     return {
         "job": spec.id,
         "state": st.name,
