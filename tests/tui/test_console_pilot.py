@@ -538,3 +538,24 @@ async def test_the_title_counts_every_mark_and_those_the_filter_hides() -> None:
         assert "hold 1 job(s): cleanup_tmp" in said, said  # (the one hidden: the others have ended)
         for job in ("extract_core", "extract_cards", "extract_fx"):
             assert f"not applied: '{job}' is SUCCEEDED" in said, said
+
+
+async def test_the_confirm_keys_line_says_what_keys_do_in_the_reason_field() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        app.screen.query_one(JobTable).select_job("post_interest")
+        await pilot.press("h")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        keys = app.screen.query_one("#keys", Static)
+        assert str(keys.content).startswith("y: hold 1 job(s)"), keys.content
+        # In the reason field, y is a letter of the reason: the line says enter goes on
+        await pilot.press("tab")
+        await wait_for(pilot, lambda: str(keys.content).startswith("enter: hold 1 job(s)"), what="enter's hint")
+        assert "y:" not in str(keys.content)
+        await pilot.press(*"try again tonight")
+        assert isinstance(app.screen, ConfirmScreen) and not fake.sent
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: fake.sent, what="the hold")
+    assert fake.sent == [("hold", ["post_interest"], "try again tonight", False)]

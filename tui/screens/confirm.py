@@ -79,6 +79,14 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
         """Fit the impact to the terminal's height again."""
         self._fit()
 
+    def on_descendant_focus(self, _event: events.DescendantFocus) -> None:
+        """The keys line says what the keys do now (in the reason field, they type)."""
+        self._show()
+
+    def on_descendant_blur(self, _event: events.DescendantBlur) -> None:
+        """Out of the reason field: the keys act again."""
+        self.call_after_refresh(self._show)
+
     def _fit(self) -> None:
         # Rows the dialog takes besides the impact: its border, the reason field and its margin, and the
         # keys (with their margin, and as many lines as they wrap to in the dialog's width).
@@ -100,15 +108,23 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
         box = self.query_one("#dialog")
         box.set_class(imp.destructive, "-destructive")
         keys = []
-        if imp.applies:
-            asked = "request " if imp.second else ""
-            keys.append(f"y: {asked}{imp.verb} {len(imp.applies)} job(s)")
-        keys.append("n/esc: cancel")
-        if imp.verb == "rerun":
-            keys.append("d: downstream")
-        keys.append("tab: reason")
-        if imp.destructive:
-            keys.append("(enter does not confirm)")
+        asked = "request " if imp.second else ""
+        if isinstance(self.focused, Input):
+            # Typing the reason: y, n and d are letters of it, enter is what goes on.
+            if imp.applies and imp.destructive:
+                keys.append(f"enter: keep the reason, then y: {asked}{imp.verb} {len(imp.applies)} job(s)")
+            elif imp.applies:
+                keys.append(f"enter: {asked}{imp.verb} {len(imp.applies)} job(s)")
+            keys.append("esc: cancel")
+        else:
+            if imp.applies:
+                keys.append(f"y: {asked}{imp.verb} {len(imp.applies)} job(s)")
+            keys.append("n/esc: cancel")
+            if imp.verb == "rerun":
+                keys.append("d: downstream")
+            keys.append("tab: reason")
+            if imp.destructive:
+                keys.append("(enter does not confirm)")
         self.keys_text = "  ".join(keys)
         self.query_one("#keys", Static).update(self.keys_text)
         self._fit()
