@@ -559,3 +559,11 @@ async def test_the_confirm_keys_line_says_what_keys_do_in_the_reason_field() -> 
         await pilot.press("enter")
         await wait_for(pilot, lambda: fake.sent, what="the hold")
     assert fake.sent == [("hold", ["post_interest"], "try again tonight", False)]
+
+
+async def test_the_footer_of_an_80_column_terminal_shows_how_to_quit() -> None:
+    app = fake_app(FakeClient())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        footer = screen_text(app).splitlines()[-1]
+        assert "? Help" in footer and "q Quit" in footer, footer

@@ -44,6 +44,8 @@ class MainScreen(OperatorScreen):
     CSS_PATH = "main.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "app.help", "Help", key_display="?"),
+        # (early, so a footer 80 columns wide shows it: the app's own binding would come after every verb)
+        Binding("q", "app.quit_console", "Quit"),
         Binding("slash", "filter", "Filter", key_display="/"),
         Binding("colon", "command_line", "Cmd", key_display=":"),
         *OperatorScreen.VERB_BINDINGS,
