@@ -288,6 +288,7 @@ class JobsModel:
         Returns:
             Whether any job was added.
         """
+        once: list[int] = []
         for jid in ids:
             if jid in self.index:
                 continue
@@ -302,9 +303,11 @@ class JobsModel:
             if self.known is not None:
                 self.known.append(1)  # a new job's row is all in its transitions
             if self.once is not None and parent in self.once:
-                self.once = self.once | {self.index[jid]}  # (an instance is its loop's job, item apart)
+                once.append(self.index[jid])  # (an instance is its loop's job, item apart)
             self.counts[S.WAITING] += 1
             self.tier_counts[t][S.WAITING] += 1
+        if once and self.once is not None:
+            self.once = self.once.union(once)  # (once for them all: a loop may add a hundred thousand)
         if ids:
             self.version += 1
         return bool(ids)
