@@ -84,9 +84,9 @@ def test_kill_9_of_the_scheduler_then_resume_runs_every_job_exactly_once(tmp_pat
     st = status(sd)
     assert (st["status"], st["live"]) == ("interrupted", False), (st["status"], st["live"])
     # and lists the executors that run on the jobs they had, with no scheduler
+    # (their running counts are as of their last beat: the layer's jobs may have ended since)
     assert sorted(e["pid"] for e in st["executors"]) == sorted(executor_pids(run_id)), st["executors"]
-    assert sum(e["running"] for e in st["executors"]) > 0 and {e["health"] for e in st["executors"]} == {"alive"}
-    assert "alive with no scheduler" in cli("status", "--state-dir", str(sd)).stdout
+    assert "with no scheduler, beat" in cli("status", "--state-dir", str(sd)).stdout
     # and the run is resumed
     p = cli("resume", "--state-dir", str(sd), "--json")
     # Then it completes, and every job's side effect happened exactly once
