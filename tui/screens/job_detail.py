@@ -116,8 +116,19 @@ class JobDetailScreen(OperatorScreen):
         is asked again while it has not ended, and the times shown (took, a deadline's countdown) move on."""
         model = self.console.model
         if model is not None and self.job in model.index and model.state[model.index[self.job]] not in _ENDED:
-            self.fetch()
+            self.fetch_why()  # (its history moves with the job itself: asked again when it does)
         self._show()
+
+    @work(thread=True, exclusive=True, group="detail-why", exit_on_error=False)
+    def fetch_why(self) -> None:
+        """Ask `why` alone."""
+        app = self.console
+        try:
+            with app.client_lock:
+                why: dict[str, Any] = app.action_client().why(self.job)
+        except WloadError as e:
+            why = {"reasons": [f"cannot ask: {e.one_line()}"], "verbs": []}
+        app.call_from_thread(self._fetched, why, self.history)
 
     @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
     def fetch(self) -> None:
