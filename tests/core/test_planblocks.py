@@ -246,3 +246,16 @@ def test_every_key_kind_loads_alike_in_both_styles(
     assert used == (not nested)
     assert _lineless(load_plan(block)) == _lineless(load_plan(flow))
     assert sum(j.for_each is None for j in load_plan(block).jobs.values()) > 300  # for_each makes instances
+
+
+@pytest.mark.parametrize("text", [
+    "name: p\njobs:\n  a: {command: x}\n  b: {command: y, depends_on: [a], if: 5}\n",
+    "name: p\njobs:\n  a:\n    command: x\n  b:\n    command: y\n    depends_on: [a]\n    if: 5\n",
+])
+def test_a_number_for_a_condition_is_refused_by_lines_and_by_the_parser_alike(
+    monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    fast, slow, used = _both(monkeypatch, lambda: load_plan_text(text, "p.yaml"))
+    assert used and fast == slow
+    assert fast[0] == "problems" and len(fast[1]) == 1
+    assert fast[1][0].startswith(f"p.yaml:{text.count(chr(10))}: job 'b': if must be text, not the number 5 ")

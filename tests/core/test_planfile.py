@@ -110,6 +110,10 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("long_job_id.yaml", 3, "the job id is 201 characters long (at most 200: an id names the job's files)"),
     ("duplicate_dependency.yaml", 4, "depends on 'open' more than once"),
     ("bad_env.yaml", 6, "env 'REGION' must be text, not a mapping"),
+    # A null value is no value: it never becomes the empty one unsaid
+    ("env_null.yaml", 7, "job 'load': env 'LEDGER' must be text, not nothing (null) (write LEDGER: '' for an empty"),
+    ("env_null.yaml", 8, "job 'load': env 'BRANCH' must be text, not nothing (null)"),
+    ("env_null_flow.yaml", 3, "job 'load': env 'LEDGER' must be text, not nothing (null)"),
     ("bad_env_name.yaml", 6, "'1REGION' is not an environment variable name"),
     ("bad_exit_codes.yaml", 7, "'300-310' is not an exit code or range"),
     ("bad_jitter.yaml", 5, "retries jitter must be between 0 and 1"),
@@ -134,6 +138,10 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("condition_too_deep.yaml", 7, "job 'b': if: 'not not not"),
     ("condition_unknown_field.yaml", 7,
      "job 'report': if: 'jobs.load.exitcode == 0': a job has no field 'exitcode' (did you mean 'exit_code'?"),
+    # A number is no condition, though its text would parse as one that always holds: one a line or one key a line
+    ("condition_number.yaml", 8, "job 'report': if must be text, not the number 5 (write e.g. jobs[\"load\"]"),
+    ("condition_number_flow.yaml", 4, "job 'report': if must be text, not the number 5"),
+    ("condition_number_flow.yaml", 5, "job 'post': until must be text, not the number 1.5"),
     ("condition_own_result.yaml", 7, "job 'report': if reads 'result', which only an until has"),
     ("condition_undeclared_variable.yaml", 6,
      "job 'report': the condition reads undeclared variable 'regoin' (did you mean 'region'? declared: region)"),

@@ -424,11 +424,13 @@ class FieldReader:
                     item[1],
                     "use letters, digits and _, not starting with a digit",
                 )
-            if type(item[0]) in (dict, list):
-                raise FieldError(
-                    f"env '{name}' must be text, not {describe(item[0])}", item[1]
-                )
-            merged[name] = "" if item[0] is None else str(item[2])
+            if item[0] is None or type(item[0]) in (dict, list):
+                # (`A: null` or a bare `A:` is no value: it is not read as the empty one unsaid.
+                # Each wrong value is told, in `extra`.)
+                hint = f"write {name}: '' for an empty value" if item[0] is None else None
+                self.extra.append(FieldError(f"env '{name}' must be text, not {describe(item[0])}", item[1], hint))
+                continue
+            merged[name] = str(item[2])
         return self.share(tuple(merged.items()))
 
     def cwd(self, entry: Entry) -> str | None:
@@ -497,8 +499,14 @@ class FieldReader:
         return integer(entry, "max_iterations", 1, _MAX_ITERATIONS)
 
     def _expression(self, entry: Entry, what: str) -> str | None:
-        if entry[0] is None:
+        value = entry[0]
+        if value is None:
             return None
+        if type(value) is not str and type(value) is not bool:
+            # A number is no condition (`if: 5` would always hold), nor a list or mapping. A boolean's
+            # text stays read as an expression, as it always was: `if: False` (Python's spelling) is
+            # the constant, while `if: false` is told how True and False are written.
+            raise FieldError(f"{what} must be text, not {describe(value)}", entry[1], _EXAMPLES[what])
         text = text_of(entry, what, lenient=True)
         try:
             cond = parse_condition(text)
