@@ -27,6 +27,22 @@ def test_a_moment_no_clock_can_show_is_refused_in_one_line(text: str, said: str)
     assert said in message and "\n" not in message and len(message) < 200
 
 
+def other_digits(text: str, zero: int = 0x660) -> str:
+    """`text` with its digits written in another script: Arabic-Indic (U+0660...), or fullwidth for 0xFF10."""
+    return text.translate({ord("0") + d: zero + d for d in range(10)})
+
+
+@pytest.mark.parametrize("text", [other_digits("01:30"), other_digits("-15m"), "-1" + other_digits("5") + "m",
+                                  other_digits("10", 0xFF10) + ":00", other_digits("2026") + "-12-01T23:40:00"],
+                         ids=["clock", "offset", "one-digit-of-an-offset", "fullwidth-clock", "timestamp"])
+def test_digits_of_other_scripts_are_refused_in_one_line(text: str) -> None:
+    # int() and float() read them as numbers: a moment is written in ASCII digits, as a plan's times are
+    with pytest.raises(UsageError) as caught:
+        parse_when(text, now=NOW)
+    assert str(caught.value) == f"--at {text!r}: digits other than ASCII 0-9 (write e.g. 23:40, " \
+        "2026-12-01T23:40:00 or -15m)"
+
+
 def test_offsets_back_from_now_are_read() -> None:
     assert parse_when("-1h30m", now=NOW) == NOW - 5400
     assert parse_when("-36500d", now=NOW) == NOW - 36500 * 86400

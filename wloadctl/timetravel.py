@@ -20,9 +20,11 @@ from wloadctl.errors import UsageError
 if TYPE_CHECKING:
     from wloadctl.store import RunRow, Store
 
-_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
-_AGO = re.compile(r"^-\s*(\d+(?:\.\d+)?\s*[smhd]?)+$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)")
+# re.ASCII: `\d` matches other scripts' digits too (Arabic-Indic, fullwidth), which int() and float() read
+# as numbers; a moment is written in ASCII digits, as a plan's times are.
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$", re.ASCII)
+_AGO = re.compile(r"^-\s*(\d+(?:\.\d+)?\s*[smhd]?)+$", re.ASCII)
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd]?)", re.ASCII)
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -46,6 +48,9 @@ def parse_when(text: str, now: float | None = None, tz: str | None = None) -> fl
     now = time.time() if now is None else now
     zone = ZoneInfo(tz) if tz else None
     t = text.strip()
+    if not t.isascii() and any(c.isdigit() for c in t):
+        raise UsageError(f"--at {_shown(text)}: digits other than ASCII 0-9 (write e.g. 23:40, "
+                         "2026-12-01T23:40:00 or -15m)")
     if _AGO.match(t):
         back = sum(float(n) * _UNIT[u] for n, u in _PART.findall(t[1:]))
         if not back <= MAX_DURATION:  # an offset of a few hundred digits is infinite
