@@ -104,6 +104,34 @@ def test_verbs_on_a_loop_are_about_its_instances() -> None:
     core.validate()
 
 
+def test_why_of_a_loop_offers_only_the_verbs_it_would_take() -> None:
+    import copy
+
+    from wloadctl.core.explain import why
+
+    core = SchedulerCore(expand_for_each(looped(("eu", "us", "apac"))), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    core.handle(JobsFinishedEvent([(core.index["open"], 1, 0, 0)], 1.0))
+    eu, us, apac, load = (core.index[j] for j in ("load@eu", "load@us", "load@apac", "load"))
+
+    def taken(verb: str) -> bool:
+        tried = copy.deepcopy(core)  # (each verb on a copy of the run: the offer is of this run as it is)
+        reply = next(c for c in tried.handle(OperatorEvent(verb, (load,), 3.0, user="op")) if hasattr(c, "results"))
+        return bool(reply.results[0][1])
+
+    # Given instances that run (one has ended): hold, skip and set-ok are refused, so why offers none of them
+    core.handle(JobsFinishedEvent([(eu, 1, 0, 0)], 2.0))
+    assert state(core, "load") == JobState.WAITING
+    assert why(core, load, 2.0)["verbs"] == []
+    assert not any(taken(v) for v in ("hold", "skip", "set-ok"))
+    # When one fails and the last succeeds, the loop FAILED: what it offers, it takes
+    core.handle(JobExitedEvent(us, 1, 0, 1, 3.0))
+    core.handle(JobsFinishedEvent([(apac, 1, 0, 0)], 3.0))
+    offered = why(core, load, 3.0)["verbs"]
+    assert offered == ["retry", "rerun", "set-ok", "skip"]
+    assert all(taken(v) for v in offered)
+
+
 def test_items_from_a_plan_variable() -> None:
     plan = expand_for_each(looped("vars.regions", {"regions": ["emea", "amer"]}))
     assert [j for j in plan.jobs if j.startswith("load")] == ["load@emea", "load@amer", "load"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from wloadctl.core.branches import UNTIL_SPENT
 from wloadctl.core.codes import RANK_MAX
@@ -15,6 +15,7 @@ from wloadctl.core.verbs import (
     MUTATING_OFFLINE,
     STARTS,
     applicable_verbs,
+    loop_verbs,
     pending_force_verbs,
     pending_hold_verbs,
 )
@@ -168,6 +169,13 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
                        f"{on}, the longest being {format_duration(path['longest'])}; expected "
                        f"{format_duration(path['expected'])} itself; rank {path['rank']} of 0-{RANK_MAX} (among ready "
                        "jobs of its tier and priority, the lower starts first)")
+    verbs = (pending_hold_verbs(st) if spec.until and i in holds and st in ITERATING else
+             pending_force_verbs(st) if forced is not None else
+             applicable_verbs(st, iterating=bool(spec.until)))
+    if i in core.fanout.expanded and forced is None:
+        # A loop's hold, skip, set-ok, retry and rerun are about its instances, which may refuse them (a loop is
+        # never held while they run). (A stopped run's view is made for no loop: its core is the rebuilt one.)
+        verbs = loop_verbs(cast("SchedulerCore", core), i, verbs)
     return {
         "job": spec.id,
         "state": st.name,
@@ -175,9 +183,7 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         "attempt": core.attempt[i],
         "reasons": reasons,
         "blocking": blocking,
-        "verbs": [v for v in (pending_hold_verbs(st) if spec.until and i in holds and st in ITERATING else
-                              pending_force_verbs(st) if forced is not None else
-                              applicable_verbs(st, iterating=bool(spec.until)))
+        "verbs": [v for v in verbs
                   if v != ("release" if spec.confirm else "approve")
                   and not (getattr(core, "cancelled", False) and v in STARTS)  # (nothing starts in a cancelled run)
                   and (stopped is None or v in MUTATING_OFFLINE)],  # (a stopped run takes no kill)

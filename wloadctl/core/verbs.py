@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from wloadctl.core.commands import Reply
@@ -89,6 +89,22 @@ class VerbTarget(Protocol):
 
     def drop_force(self, i: int) -> Forced | None:
         """Job i's pending skip or set-ok is called off; it, if there was one."""
+
+
+class LoopStates(Protocol):
+    """What loop_verbs reads of a core: the jobs' specs and states, and ids' indices."""
+
+    @property
+    def specs(self) -> Sequence[JobSpec]:
+        """Job specs by index."""
+
+    @property
+    def state(self) -> bytearray:
+        """Job states by index."""
+
+    @property
+    def index(self) -> Mapping[str, int]:
+        """Job id -> index."""
 
 
 class JobNames(Protocol):
@@ -274,6 +290,30 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
 _LOOP_VERBS = frozenset({"retry", "rerun", "hold", "skip", "set-ok"})
 """Verbs that, on a loop, are about its instances (the loop runs nothing itself: it ends with them)."""
 
+_ENDING_LOOP = frozenset({"hold", "skip", "set-ok"})
+"""Loop verbs that would stop or end the loop itself: refused while an instance has not ended."""
+
+_AGAIN: dict[str, frozenset[JobState]] = {"retry": frozenset({S.FAILED, S.TIMED_OUT}), "rerun": frozenset(TERMINAL)}
+"""The instances a retry or rerun of a loop runs again: it is refused when none is so."""
+
+
+def loop_takes(verb: str, instances: Iterable[int]) -> bool:
+    """Whether `verb` on an expanded loop whose instances are in states `instances` gets past what the instances
+    decide (_loop_verb): hold, skip and set-ok once they have all ended (the loop's own state decides then), retry
+    while one has failed, rerun while one has ended (with --downstream, also while nothing downstream has started);
+    a verb that is not about its instances is the loop's own."""
+    if verb in _ENDING_LOOP:
+        return all(s in TERMINAL for s in instances)
+    again = _AGAIN.get(verb)
+    return again is None or any(s in again for s in instances)
+
+
+def loop_verbs(core: LoopStates, i: int, verbs: Iterable[str]) -> list[str]:
+    """Those of `verbs` (what loop i's state would take) that its instances let apply (loop_takes): what `why` offers
+    for a loop."""
+    mine = [core.state[k] for k in instances_of(core.specs[i], core.specs, core.index)]
+    return [v for v in verbs if v not in _LOOP_VERBS or loop_takes(v, mine)]
+
 
 def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> tuple[bool, str]:
     """retry or rerun of a loop: of its instances that failed (retry) or of all of them (rerun), the loop then
@@ -282,15 +322,15 @@ def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) 
     verb, job = ev.verb, core.ids[i]
     mine = instances_of(core.specs[i], core.specs, core.index)
     left = [k for k in mine if core.state[k] not in TERMINAL]
-    if verb in ("hold", "skip", "set-ok"):
-        if left:
+    if verb in _ENDING_LOOP:
+        if not loop_takes(verb, (core.state[k] for k in mine)):
             return False, (f"'{job}' is a loop: it ends with its instances, and {len(left)} of them have not ended; "
                            f"{verb} them ('{job}@*') instead")
         st = S(core.state[i])
         if st not in VERB_FROM[verb]:
             return False, refusal(job, st, verb, cancelled=core.cancelled)
         return True, _APPLY[verb](core, i, ev, touched)
-    again = [k for k in mine if core.state[k] in ((S.FAILED, S.TIMED_OUT) if verb == "retry" else TERMINAL)]
+    again = [k for k in mine if core.state[k] in _AGAIN[verb]]
     if again and verb == "rerun" and ev.downstream and (started := _started_downstream(core, i)):
         return False, _started_refusal(core, i, started)
     if not again:
