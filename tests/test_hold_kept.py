@@ -163,7 +163,7 @@ def test_a_held_instance_a_loop_lists_again_stays_held() -> None:
     verb(core, "hold", "load@b", reason="treasury")
     core.handle(JobsFinishedEvent([(core.index["load@a"], 1, 0, 0), (core.index["side"], 1, 0, 0)], 2.0))
     verb(core, "rerun", "list", now=3.0, downstream=True)
-    assert core.state[b] == S.SKIPPED  # (its loop reads its list again)
+    assert core.state[b] == S.WAITING  # (for the list its loop reads again)
     cmds = finish_list(core, {"files": ["a", "b"]})
     assert core.state[b] == S.HELD and core.reasons[b] == "still held by root: treasury (listed again by loop load)"
     assert b not in {i for i, _a in dispatched(cmds)}

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import make_plan
 from tests.integration.helpers import cli, job_states, start, wait_for
-from wloadctl.core.commands import Dispatch, Reply
+from wloadctl.core.commands import Dispatch, Persist, Reply
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import JobExitedEvent, JobsFinishedEvent, OperatorEvent, RunStartedEvent
 from wloadctl.core.explain import why
@@ -145,6 +145,34 @@ def test_an_instance_waiting_for_a_list_its_source_fails_to_give_ends_upstream_f
     assert state(core, "load") == JobState.UPSTREAM_FAILED
     assert state(core, "load@a") == JobState.UPSTREAM_FAILED
     assert "loop load ended UPSTREAM_FAILED without reading its list again" in core.reasons[core.index["load@a"]]
+
+
+def test_an_instance_a_list_read_again_drops_says_it_was_dropped_and_by_what() -> None:
+    # Given a loop over [a, b, c] that failed (b failed), its dependents run
+    core = SchedulerCore(dynamic(), slots=10)
+    core.handle(RunStartedEvent(0.0))
+    finish(core, "list", {"files": ["a", "b", "c"]})
+    finish(core, "load@a")
+    finish(core, "load@b", code=1)
+    finish_all(core, finish(core, "load@c"))
+    assert state(core, "load") == JobState.FAILED
+    b = core.index["load@b"]
+    # When the job the loop reads is rerun with its downstream, b waits for the new list (what it will do is unknown)
+    rerun(core, "list", downstream=True)
+    assert state(core, "load@b") == JobState.WAITING
+    assert why(core, b, core.now)["reasons"][0].startswith("waiting for loop load to read its list again")
+    # And the new list names a alone
+    cmds = finish(core, "list", {"files": ["a"]})
+    assert dispatched(core, cmds) == ["load@a"]
+    # Then b is skipped saying what dropped it, in the journal's transition as well, not what might have been
+    dropped = "dropped by loop load: its list read again (jobs.list.result.files) does not list load@b"
+    assert state(core, "load@b") == JobState.SKIPPED and core.reasons[b] == dropped
+    assert why(core, b, core.now)["reasons"] == [f"skipped: {dropped}"]
+    persisted = [t for c in cmds if isinstance(c, Persist) for t in c.transitions if t[0] == b]
+    assert [(JobState(t[2]), t[7]) for t in persisted] == [(JobState.SKIPPED, dropped)]
+    # And c, which had succeeded, keeps how it ended
+    assert state(core, "load@c") == JobState.SUCCEEDED
+    core.validate()
 
 
 def test_a_loop_over_no_items_succeeds_and_what_waits_for_its_success_or_end_runs() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import subprocess
@@ -105,10 +106,6 @@ def test_verbs_on_a_loop_are_about_its_instances() -> None:
 
 
 def test_why_of_a_loop_offers_only_the_verbs_it_would_take() -> None:
-    import copy
-
-    from wloadctl.core.explain import why
-
     core = SchedulerCore(expand_for_each(looped(("eu", "us", "apac"))), slots=10)
     core.handle(RunStartedEvent(0.0))
     core.handle(JobsFinishedEvent([(core.index["open"], 1, 0, 0)], 1.0))
@@ -147,6 +144,7 @@ def test_a_missing_variable_is_a_plan_error() -> None:
 
 from wloadctl.core.commands import Alert, Dispatch, Persist  # noqa: E402
 from wloadctl.core.events import JobExitedEvent, JobsFinishedEvent, OperatorEvent  # noqa: E402
+from wloadctl.core.explain import why  # noqa: E402
 from wloadctl.core.loops import apply_expansions  # noqa: E402
 from wloadctl.core.plan import DynamicItems  # noqa: E402
 from wloadctl.core.states import DepKind, JobState  # noqa: E402
@@ -302,8 +300,8 @@ def test_a_rerun_of_a_loops_source_with_its_downstream_makes_the_loop_again_from
     # When the job it reads is rerun with its downstream
     cmds = core.handle(OperatorEvent("rerun", (core.index["list"],), 4.0, user="op", downstream=True))
     assert reply_of(cmds) == ("job 'list' will run again with 2 downstream job(s); loop 'load' makes its instances "
-                              "again from the list it reads then (those made before stay as they ended, and run "
-                              "again if listed)")
+                              "again from the list it reads then (those made before that succeeded or run stay as "
+                              "they are, the others wait for it; each runs again if listed)")
     assert [core.ids[i] for i, _ in dispatched(cmds)] == ["list"]
     assert state(core, "load") == JobState.WAITING and state(core, "post") == JobState.WAITING
     assert next(c for c in cmds if isinstance(c, Persist)).added == [(load, 6, (), 0)]
@@ -325,7 +323,7 @@ def test_a_rerun_of_a_loops_source_with_its_downstream_makes_the_loop_again_from
     assert edges(again) == edges(core) and again.fanout.expanded == {load: 2}
 
 
-def test_a_loop_made_again_while_its_instances_run_lets_them_go_and_skips_those_not_succeeded() -> None:
+def test_a_loop_made_again_while_its_instances_run_lets_them_go_and_skips_those_not_succeeded_nor_listed() -> None:
     # Given a loop over [a, b] whose instance a failed while b runs
     core = SchedulerCore(dynamic(handlers=True), slots=10)
     core.handle(RunStartedEvent(0.0))
@@ -336,14 +334,17 @@ def test_a_loop_made_again_while_its_instances_run_lets_them_go_and_skips_those_
     # When the job the loop reads is rerun with its downstream
     cmds = core.handle(OperatorEvent("rerun", (core.index["list"],), 3.0, user="op", downstream=True))
     assert reply_of(cmds).startswith("job 'list' will run again with 1 downstream job(s); loop 'load' makes")
-    # Then the failed instance is skipped (the loop no longer waits for it), the running one runs on
-    assert state(core, "load@a") == JobState.SKIPPED
-    assert core.reasons[a] == "loop load reads its list again: it runs if listed again"
+    # Then the failed instance waits for the new list (the loop no longer waits for it), the running one runs on
+    assert state(core, "load@a") == JobState.WAITING
+    assert why(core, a, 3.0)["reasons"][0].startswith("waiting for loop load to read its list again")
     assert state(core, "load@b") == JobState.QUEUED and core.downstream(b) == [] and core.downstream(a) == []
     core.handle(JobsFinishedEvent([(b, 1, 0, 0)], 4.0))
     assert state(core, "load") == JobState.WAITING, "its end is no longer the loop's"
     cmds = finish_list(core, {"files": ["b"]})
     assert [core.ids[i] for i, _ in dispatched(cmds)] == ["load@b"]
+    # And the failed instance the new list drops is skipped, saying what dropped it
+    assert state(core, "load@a") == JobState.SKIPPED
+    assert core.reasons[a] == "dropped by loop load: its list read again (jobs.list.result.files) does not list load@a"
     cmds = core.handle(JobsFinishedEvent([(b, 2, 0, 0)], 5.0))
     assert state(core, "load") == JobState.SUCCEEDED
     assert sorted(core.ids[i] for i, _ in dispatched(cmds)) == ["after", "post"]

@@ -1027,7 +1027,8 @@ class SchedulerCore(JobTable):
         listed = {inst.id for inst in instances}
         for r in sorted(rerun):
             if self.state[r] == _W and self.ids[r] not in listed:
-                self.set_state(r, _SKIP, reason=f"loop {spec.id} read its list again: it does not list {self.ids[r]}")
+                self.set_state(r, _SKIP, reason=f"dropped by loop {spec.id}: its list read again ({loop.expr}) does "
+                                                f"not list {self.ids[r]}")
         if not instances:
             # A loop over no items has done all its work: it succeeds, and what waits for its success runs.
             self.set_state(d, _OK, reason=f"for_each: {loop.expr} gave 0 items: nothing to run")
@@ -1057,7 +1058,10 @@ class SchedulerCore(JobTable):
                     self.hold_again(k, f"listed again by loop {spec.id}")
                     continue
                 self._make_ready_from(k, reason=f"listed again by loop {spec.id}")
-            elif k in rerun and self.state[k] == _W:  # rerun by an operator, it waited for this list
+            elif k in rerun and self.state[k] == _W:  # it waited for this list (reopened, or rerun by an operator)
+                if k in self.holds:  # (held when the loop read its list again: held still)
+                    self.hold_again(k, f"listed again by loop {spec.id}")
+                    continue
                 self._make_ready_from(k, reason=f"listed again by loop {spec.id}")
         self.recompute(d)  # (an instance listed again may still run: the loop waits for it)
         for k in range(first, self.n):
@@ -1067,8 +1071,10 @@ class SchedulerCore(JobTable):
         """Loop over output d makes its instances again, from the list it reads once its upstreams have ended
         (an upstream it reads runs again with its dependents).
 
-        It no longer waits for the instances it made: their ends are history, and those not ended run only if
-        listed again (those not started are skipped; one running ends on its own).
+        It no longer waits for the instances it made: their ends are history, and one running ends on its own.
+        Those that had not succeeded (failed, or not started) wait for the list, as an instance an operator reruns
+        meanwhile does: they run again if it lists them, and are SKIPPED, dropped by it, if not (reach_loop), so
+        their reason is what the list did, never what it might do.
 
         Returns:
             The instances whose state changed.
@@ -1079,13 +1085,19 @@ class SchedulerCore(JobTable):
         self.specs[d] = self.plan.jobs[spec.id] = base
         self.set_dependents({k: () for k in mine})
         self.fanout.read_again(d, self.n)
-        skipped = [k for k in mine if self.state[k] not in (_OK, _SKIP, _Q, _RUN)]
-        for k in skipped:
+        reopened = [k for k in mine if self.state[k] not in (_OK, _SKIP, _Q, _RUN)]
+        for k in reopened:
             self.drop_force(k)  # (an operator's skip or set-ok that waited: the list decides now)
-            self.set_state(k, _SKIP, reason=f"loop {spec.id} reads its list again: it runs if listed again")
+            if _TERMINAL[self.state[k]] or self.state[k] == _RW:
+                # (as an upstream's rerun reopens a job: the attempts before it are not its retries' to count)
+                self.attempt_base[k] = self.attempt[k]
+            self.timers.retry_due.pop(k, None)
+            self.branches.afresh(k)
+            self.set_state(k, _W, reason=f"loop {spec.id} reads its list again: it runs if listed again")
+            self._wait_for_list(k, d)
         self.recompute(d)
         self.reasons[d] = "reads its list again once its upstreams have ended"
-        return skipped
+        return reopened
 
     def awaits_list(self, k: int) -> int | None:
         """The loop whose list instance k waits for, else None: k is an instance of a loop over output that reads

@@ -10,8 +10,9 @@ from the start (core/loops.expand_for_each): its parent is an expanded loop from
 A rerun with its downstream of what a loop over output reads makes the loop forget its list
 (SchedulerCore.read_list_again): once its upstreams have ended again it reads the list anew, runs
 the instances of items it had made before again, makes those of new items, and waits for these alone.
-An instance an operator reruns meanwhile waits for that list (SchedulerCore.awaits_list) as a job waits for an
-upstream that is rerun: it runs if the list names its item, and is SKIPPED if not.
+An instance an operator reruns meanwhile, and one of the old list that had not succeeded, waits for that list
+(SchedulerCore.awaits_list) as a job waits for an upstream that is rerun: it runs if the list names its item, and is
+SKIPPED, dropped by it, if not.
 """
 
 from __future__ import annotations

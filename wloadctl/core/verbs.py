@@ -508,8 +508,8 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
     if lists:
         named = ", ".join(f"'{core.ids[d]}'" for d in lists[:5]) + (" ..." if len(lists) > 5 else "")
         loop = f"loop {named} makes" if len(lists) == 1 else f"loops {named} make"
-        more += (f"; {loop} its instances again from the list it reads then (those made before stay as they "
-                 "ended, and run again if listed)")
+        more += (f"; {loop} its instances again from the list it reads then (those made before that succeeded or "
+                 "run stay as they are, the others wait for it; each runs again if listed)")
     if core.specs[i].confirm and not core.attempt[i] and core.state[i] in (S.WAITING, S.READY):
         # Never confirmed (cancelled or skipped before its approve): it waits for one again, as at the start.
         core.holds[i] = confirm_wait(core.ids[i])
