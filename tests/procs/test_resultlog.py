@@ -13,7 +13,7 @@ import pytest
 
 from wloadctl.core.states import JobState
 from wloadctl.ipc import protocol as P
-from wloadctl.procs import resultlog, runctx
+from wloadctl.procs import eventlog, resultlog
 from wloadctl.procs.localpool import read_results
 from wloadctl.procs.resultlog import ResultLog
 from wloadctl.procs.runctx import EventLog
@@ -62,7 +62,7 @@ def test_a_results_journal_cut_short_by_a_full_disk_is_never_torn_and_catches_up
 def test_the_event_log_keeps_what_a_full_disk_refuses_and_writes_it_in_order(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     disk = FullDisk()
-    monkeypatch.setattr(runctx, "os", disk.shim())
+    monkeypatch.setattr(eventlog, "os", disk.shim())
     ev = EventLog(tmp_path / "events.jsonl", "r1")
     ev.emit("first")
     assert ev.flush()

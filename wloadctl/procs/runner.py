@@ -47,6 +47,7 @@ from wloadctl.paths import (
     write_journal_note,
     write_summary,
 )
+from wloadctl.procs.eventlog import EventLog, event_log
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.jobtree import detect as detect_tree
 from wloadctl.procs.jobtree import remove_run_groups, unenforced
@@ -69,7 +70,7 @@ from wloadctl.procs.prestart import (
 )
 from wloadctl.procs.recovery import ResultSweeper, reconcile, stopped_with_run
 from wloadctl.procs.reports import ReportReader
-from wloadctl.procs.runctx import HOOK_WAIT, EventLog, RunContext
+from wloadctl.procs.runctx import HOOK_WAIT, RunContext
 from wloadctl.procs.scheduler import HEALTH_INTERVAL, Fenced, SchedulerLoop
 from wloadctl.procs.spawning import remove_dead_spares
 from wloadctl.procs.supervisor import RunObjects, clean_stale, live_standby, shm_at_start, shm_full
@@ -809,7 +810,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     objs = RunObjects.open(run.run_id) if adopt else _fresh_objects(run.run_id, core.capacity(), opts)
     core.room = objs.board.capacity
     _fence_board(objs, epoch, t0 + opts.lease_seconds + START_GRACE, opts.state_dir)
-    events = EventLog(opts.state_dir / "events.jsonl", run.run_id)
+    events = event_log(opts.state_dir / "events.jsonl", run.run_id, core.n)
     if claim is not None:
         claim.announce(events)
     ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds,
