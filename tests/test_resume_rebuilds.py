@@ -18,7 +18,7 @@ from tests.core.test_engine import dispatched, states
 from tests.integration import helpers
 from tests.integration.helpers import cli, evidence_plan, read_evidence, start, status, wait_for
 from wloadctl.core.commands import Persist
-from wloadctl.core.engine import FOLLOW, SchedulerCore
+from wloadctl.core.engine import FOLLOW, MAX_LOST, SchedulerCore
 from wloadctl.core.events import (
     Event,
     ExecutorLostEvent,
@@ -198,6 +198,28 @@ def test_a_job_that_kept_losing_its_executor_before_the_resume_fails_after_as_ma
     core.handle(ExecutorLostEvent(1, 6.3))
     assert states(core)["poison"] == "FAILED", "its fourth: it fails, as it would have without the resume"
     assert core.reasons[0].startswith("executor lost (4 losses under this job: the first 3 ran it again at once")
+
+
+def test_losses_found_by_resumes_of_a_run_gone_down_whole_leave_a_live_loss_its_runs_again() -> None:
+    """MAX_LOST counts the losses a scheduler sees: one a resume finds (the executor went with the whole run, a
+    host's power lost) says nothing of the job, and is journaled in words a later resume does not count."""
+    j = Journal(lambda: SchedulerCore(make_plan({"batch": {}}), slots=1))
+    j(RunStartedEvent(0.0))
+    for k in range(MAX_LOST + 1):
+        # Given a run gone down whole while `batch` ran, each time resumed, the loss found by its recovery
+        j(JobStartedEvent(0, j.core.attempt[0], 1, 100, 10.0 * k + 1))
+        j.core = j.resumed()
+        j(JobExitedEvent(0, j.core.attempt[0], -1, -1, 10.0 * k + 6, lost=True, run_down=True, cause_id="recovery"))
+        assert states(j.core)["batch"] == "QUEUED", f"crash {k + 1}: run again"
+    reasons = [t[6] for t in j.tx[0] if t[1] == JobState.READY and t[6]]
+    assert reasons == [f"was running when the run went down (attempt {k}), its executor lost with it; running it "
+                       "again" for k in range(1, MAX_LOST + 2)]
+    # When its executor dies under it while the scheduler runs
+    j(JobStartedEvent(0, j.core.attempt[0], 1, 100, 60.0))
+    j(ExecutorLostEvent(1, 61.0))
+    # Then that is its first loss: it runs again, and a resume counts that one alone
+    assert states(j.core)["batch"] == "QUEUED" and j.core.lost_count == {0: 1}
+    assert j.resumed().lost_count == {0: 1}
 
 
 def test_a_job_held_for_its_lost_node_takes_the_success_the_node_reports_after_the_resume() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from tests.conftest import make_plan
 from tests.core.test_engine import dispatched, finish, states
-from wloadctl.core.commands import Kill, Reply
+from wloadctl.core.commands import Kill, Reply, RunFinished
 from wloadctl.core.engine import SchedulerCore
-from wloadctl.core.events import JobStartedEvent, OperatorEvent, RunStartedEvent
+from wloadctl.core.events import ExecutorLostEvent, JobStartedEvent, OperatorEvent, RunStartedEvent
 from wloadctl.core.states import JobState
 from wloadctl.core.verbs import applicable_verbs, resolve_jobs
 
@@ -148,6 +148,18 @@ def test_a_cancelled_run_refuses_verbs_that_would_start_jobs_and_ends() -> None:
     finish(core, "a")
     finish(core, "x")
     assert core.is_finished()
+
+
+def test_a_cancelled_run_whose_running_job_loses_its_executor_ends() -> None:
+    """The lost job would be READY again, which nothing dispatches in a cancelled run: the run would never end."""
+    core = chain()
+    core.handle(JobStartedEvent(0, 1, 0, 100, 1.0))
+    op(core, "cancel")
+    finish(core, "x")
+    cmds = core.handle(ExecutorLostEvent(0, 10.0))
+    assert states(core)["a"] == "CANCELLED" and dispatched(cmds) == []
+    assert any(isinstance(c, RunFinished) for c in cmds) and core.is_finished()
+    core.validate()
 
 
 def test_a_cancel_ends_an_until_job_after_its_iteration_and_a_loop_with_its_running_instances() -> None:

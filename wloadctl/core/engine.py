@@ -56,7 +56,7 @@ from wloadctl.core.holds import confirm_wait, still_held
 from wloadctl.core.jobtable import JobTable, PlanArrays
 from wloadctl.core.loops import ITEM_SEP, instances_of, with_instances, without_instances
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
-from wloadctl.core.replay import HELD_LOST, LOST_AGAIN, Journaled, follows_reason
+from wloadctl.core.replay import HELD_LOST, LOST_AGAIN, RUN_DOWN, Journaled, follows_reason
 from wloadctl.core.sla import (
     TIMER_LATE,
     TIMER_NOT_BEFORE,
@@ -77,7 +77,8 @@ _GATE_FORCE, _GATE_DECIDES = C.GATE_FORCE, C.GATE_DECIDES
 FAIR_SCAN = 256
 """Ready jobs looked at per pick to find each group's most urgent one (fair share only)."""
 MAX_LOST = 3
-"""A job whose attempts are lost with their executor this many times fails (it may be what kills them)."""
+"""A job whose attempts are lost with their executor this many times fails (it may be what kills them). Losses a
+resume finds, with the whole run down, do not count (JobExitedEvent.run_down)."""
 FOLLOW = 16
 """Most jobs sent behind one dispatched job as its followers (SchedulerCore.follow)."""
 
@@ -524,13 +525,21 @@ class SchedulerCore(JobTable):
                 self.held_lost[i] = self.attempt[i]
                 return
             lost = self.lost_count.get(i, 0)
-            if policy.on_lost and lost < MAX_LOST:
+            if policy.on_lost and (ev.run_down or lost < MAX_LOST):
                 # The infrastructure failed, not the job: run it again at once, without
                 # spending its retry budget (but not forever: a job that keeps killing its
-                # executor fails after MAX_LOST losses).
-                self.lost_count[i] = lost + 1
+                # executor while a scheduler watches fails after MAX_LOST losses). A loss a
+                # resume finds went with the whole run (a crash of the host): not counted.
+                if ev.run_down:
+                    why_again = f"{RUN_DOWN}{self.attempt[i]}), its executor lost with it; running it again"
+                else:
+                    self.lost_count[i] = lost + 1
+                    why_again = f"{LOST_AGAIN}{self.attempt[i]}; running it again"
                 self.attempt_base[i] = self.attempt_base.get(i, 0) + 1
-                self._make_ready_from(i, reason=f"{LOST_AGAIN}{self.attempt[i]}; running it again")
+                self._make_ready_from(i, reason=why_again)
+                if self.cancelled:
+                    # Nothing starts in a cancelled run: left READY it would keep the run from ever ending.
+                    self.set_state(i, _CANC, reason="run cancelled")
                 return
             if policy.on_lost:
                 why = (f"executor lost ({lost + 1} losses under this job: the first {MAX_LOST} ran it again at once, "

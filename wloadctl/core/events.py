@@ -114,6 +114,9 @@ class JobExitedEvent:
     """With `lost`: not said started, yet it may have started: its executor's reports came through a node (an
     agent) lost with them, or its executor died while starting it (FLAG_STARTING in its journal). A job that may
     not run twice is held, not requeued."""
+    run_down: bool = False
+    """With `lost`: found lost by a resume, its executor gone while no scheduler ran (the whole run went down: a
+    crash or power loss of the host). The loss is the run's, not the job's: it does not count toward MAX_LOST."""
     started: float = 0.0
     """When the attempt started (0 when unknown)."""
     tail: str = ""

@@ -27,6 +27,10 @@ FOLLOWS, FOLLOWS_END = "follows ", ": starts when it succeeds"
 """How the reason of a job sent as a follower (SchedulerCore.follow) begins and ends, the job it follows between."""
 LOST_AGAIN = "executor lost during attempt "
 """How the reason of a job run again at once because its executor was lost under it begins (counted: MAX_LOST)."""
+RUN_DOWN = "was running when the run went down (attempt "
+"""How the reason of a job run again because a resume found its executor gone with the run begins (not counted:
+a loss of the whole run says nothing of the job, and a journal's LOST_AGAIN reasons, read before there was this
+wording, still count as they did)."""
 HELD_LOST = ("its executor was lost while it ran and it may not run twice (idempotent: false): check what it did, "
              "then release it to run it again, or set-ok or skip it")
 """The reason of a job that may not run twice held because its executor or agent was lost while it ran."""

@@ -185,7 +185,8 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
 
     Results the executors journaled are applied; attempts still held by live (adopted)
     executors stay theirs; attempts whose executor is gone are lost: requeued when they
-    never started, otherwise retried under the job's policy (or held when not idempotent).
+    never started, otherwise retried under the job's policy (or held when not idempotent),
+    a loss of the whole run that counts as none of the job's (JobExitedEvent.run_down).
     Jobs a stop of the run was stopping (`stopped`) end as they would have had the stop
     finished: requeued, or held when they may not run twice, not failed.
 
@@ -274,7 +275,7 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
             # Its executor is gone but the job's process group may live on: stopped first.
             pool.kill_lost(copy[1], copy[0])
         feed(JobExitedEvent(i, att, holder[1].executor if holder else -1, -1, time.time(), lost=True,
-                            unheard=starting, cause_id="recovery"))
+                            unheard=starting, run_down=True, cause_id="recovery"))
         if started is None:
             pool.own(i)  # requeued at the same attempt: a late report of the copy lost must not settle the next
         lost += 1
