@@ -1,15 +1,20 @@
-"""A run gone down: a crash of the whole run, then a resume, is no loss of the job's."""
+"""A run gone down: a crash of the whole run, then a resume, is no loss of the job's; and `cancel` of a run whose
+scheduler is gone, on its journal (SQLite or PostgreSQL), settles what it had in flight as a resume would, starts
+nothing, and ends it cancelled."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.integration.helpers import cli, executor_pids, kill_all, start, stop_proc, wait_for
+from tests.integration.helpers import cli, executor_pids, ipc_names, kill_all, start, stop_proc, wait_for
+from wloadctl.procs.health import pid_alive
 
 pytestmark = pytest.mark.ipc
 
@@ -64,6 +69,83 @@ class Night:
             stop_proc(proc)
         if self.run_id:
             kill_all(executor_pids(self.run_id))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def journal(request: pytest.FixtureRequest) -> str | None:
+    return request.getfixturevalue("pg_url") if request.param == "postgres" else None
+
+
+def test_cancel_of_a_run_that_crashed_whole_ends_it_cancelled_with_nothing_left_running(
+        tmp_path: Path, journal: str | None) -> None:
+    night = Night(tmp_path, journal)
+    try:
+        proc = night.start()
+        # Given a run whose scheduler and executors died together while `load` ran (its job shell lives on)
+        night.crash(proc)
+        shell = int(night.pid_file.read_text())
+        assert pid_alive(shell)
+        # When the operator cancels it, with no scheduler
+        p = night.wl("cancel", "--reason", "abandoned tonight")
+        # Then the cancel is applied on the journal and says what became of the job that ran
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert f"run {night.run_id} cancelled (it had no scheduler): 2 job(s) will not start" in p.stdout, p.stdout
+        assert "1 were lost with their executors (what was left of them is stopped)" in p.stdout, p.stdout
+        # and nothing of the run runs any more: the job's shell is stopped, the run's queues and segments gone
+        wait_for(lambda: not pid_alive(shell), what="the lost job's shell stopped")
+        assert ipc_names(night.run_id) == []
+        # And status shows it cancelled, every job cancelled (exit 1, as for any cancelled run)
+        st = night.status()
+        assert (st["status"], st["live"]) == ("cancelled", False), st
+        assert {j["job"]: j["state"] for j in st["jobs"]} == {"load": "CANCELLED", "post": "CANCELLED"}
+        assert night.wl("status").returncode == 1
+        history = night.wl("history", "load").stdout
+        assert "was running when the run went down (attempt 1)" in history, history
+        # And a resume refuses in one line, running nothing
+        p = night.wl("resume")
+        assert p.returncode == 2 and "no unfinished run to resume" in p.stderr, p.stderr
+        assert len(p.stderr.splitlines()) == 1 and night.started() == 1
+        # And the audit trail has the cancel, with its user and reason
+        audit = json.loads(night.wl("audit", "--json").stdout)
+        assert [(a["verb"], a["job"], a["applied"], a["reason"]) for a in audit] == [
+            ("cancel", "*", True, "abandoned tonight")], audit
+        assert audit[0]["user"]
+    finally:
+        night.end()
+
+
+def test_cancel_is_refused_while_executors_of_the_run_still_run_its_jobs_then_applied_once_they_are_stopped(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    night = Night(tmp_path)
+    try:
+        proc = night.start()
+        # Given a run whose scheduler alone was killed -9: its executor runs `load` on
+        night.crash(proc, executors=False)
+        (pid,) = executor_pids(night.run_id)
+        # When the operator cancels it
+        p = night.wl("cancel")
+        # Then the cancel is refused in one line naming the executor and how to stop it, and nothing changed
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert len(p.stderr.splitlines()) == 1, p.stderr
+        assert f"its executor(s) pid {pid} are alive and may still run 1 of its job(s) (load)" in p.stderr, p.stderr
+        assert f"stop them with `kill -TERM {pid}`" in p.stderr, p.stderr
+        st = night.status()
+        assert st["status"] == "interrupted" and {j["job"]: j["state"] for j in st["jobs"]}["load"] == "RUNNING"
+        # When the operator stops the executor as told (it stops its job), and cancels again
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not pid_alive(pid), what="the executor stopped")
+        p = night.wl("cancel")
+        # Then the cancel is applied: the job's end, as its executor journaled it, is taken, and the run is cancelled
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "1 had ended (their executors journaled it)" in p.stdout, p.stdout
+        st = night.status()
+        jobs = {j["job"]: j for j in st["jobs"]}
+        assert st["status"] == "cancelled" and jobs["load"]["state"] == "FAILED", st
+        assert jobs["load"]["reason"] == "killed by signal 15", jobs["load"]
+        audit = json.loads(night.wl("audit", "--json").stdout)
+        assert [(a["verb"], a["applied"]) for a in audit] == [("cancel", False), ("cancel", True)], audit
+    finally:
+        night.end()
 
 
 def test_a_job_running_when_the_whole_run_crashed_again_and_again_runs_again_after_each_resume(

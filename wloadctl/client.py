@@ -375,7 +375,7 @@ class RunClient:
 
         Raises:
             UsageError: unknown verb.
-            ControlError: the verb cannot be applied at all (no live scheduler for kill/cancel).
+            ControlError: the verb cannot be applied at all (no live scheduler for kill).
         """
         if verb not in VERBS and verb not in ("why", "ping", "whoami", "reject", "pending"):
             raise UsageError(f"unknown verb '{verb}'", hint=f"verbs: {', '.join(VERBS)}, why")
@@ -534,7 +534,7 @@ class RunClient:
         return self._link.ask(self.run.run_id, req, REPLY_TIMEOUT if self.leased() else 1.0)
 
     def _offline(self, req: dict[str, Any]) -> dict[str, Any]:
-        from wloadctl.core.commands import Persist
+        from wloadctl.core.commands import Persist, Reply
         from wloadctl.core.events import OperatorEvent
         from wloadctl.core.explain import why as explain
         from wloadctl.core.fanout import expansion_rows
@@ -548,6 +548,14 @@ class RunClient:
         )
         from wloadctl.core.reach import reached
         from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs, unknown_text
+        from wloadctl.ipc.cleanup import remove_run_objects, run_is_alive
+        from wloadctl.offline_cancel import (
+            Settling,
+            cancel_refusal,
+            cancelled_message,
+            live_executor_pids,
+            settle_in_flight,
+        )
 
         verb = req["verb"]
         if verb == "whoami":
@@ -609,6 +617,12 @@ class RunClient:
                     msg = unknown_text(unknown)
                     st.record_action(run.id, req["user"], verb, "; ".join(unknown), req["reason"], msg, False)
                     return {"ok": False, "error": msg, "unknown": unknown, "live": False}
+                if verb == "cancel":
+                    refused = cancel_refusal(core, run, live_executor_pids(executor_health(run.run_id)),
+                                             self._far_home())
+                    if refused is not None:
+                        st.record_action(run.id, req["user"], verb, "*", req["reason"], refused, False)
+                        return {"ok": False, "error": refused, "live": False}
                 second = frozenset(core.plan.four_eyes) | access.load_roles().four_eyes
                 if not req.get("approved") and (verb in second or gated):
                     book = PendingBook.from_actions(st.actions(run.id))
@@ -619,22 +633,33 @@ class RunClient:
                     return {"ok": True, "verb": verb, "pending": p.as_dict(), "results": [], "live": False,
                             "message": second_message(p)}
                 core.paused = True  # nothing is dispatched from here; a resume runs what becomes READY
-                cmds = core.handle(OperatorEvent(verb, tuple(idx), time.time(), user=req["user"],
-                                                 reason=req["reason"], downstream=bool(req["downstream"]),
-                                                 cause_id="op-offline"))
+                # A cancel first settles what the run had in flight, its executors gone, as a resume would.
+                settling = settle_in_flight(st, run, core, self.state_dir) if verb == "cancel" else Settling()
+                cmds = settling.commands + core.handle(OperatorEvent(
+                    verb, tuple(idx), time.time(), user=req["user"], reason=req["reason"],
+                    downstream=bool(req["downstream"]), cause_id="op-offline"))
                 results: list[list[Any]] = []
                 ok = True
+                turns = [c for c in cmds if isinstance(c, Persist)]
+                if turns:
+                    # One turn (a cancel's settling of the jobs in flight and the cancel itself: both or neither).
+                    # (a loop a rerun sends back to read its list again is journaled so)
+                    st.write_turn(run.id, [t for c in turns for t in c.transitions],
+                                  added=[e for c in turns for e in expansion_rows(c.added, core.ids)])
                 for c in cmds:
-                    if isinstance(c, Persist):
-                        # (a loop a rerun sends back to read its list again is journaled so)
-                        st.write_turn(run.id, c.transitions, added=expansion_rows(c.added, core.ids))
-                    if hasattr(c, "results"):
+                    if isinstance(c, Reply):
                         for i, applied, msg in c.results:
                             job = core.ids[i] if i >= 0 else "*"
+                            if verb == "cancel" and applied:
+                                msg = cancelled_message(run, len(c.touched), settling)
                             st.record_action(run.id, req["user"], verb, job, req["reason"], msg, applied)
                             results.append([job, applied, msg])
                             ok = ok and applied
-                if not core.is_finished():
+                if verb == "cancel" and ok and core.is_finished():
+                    st.set_status(run.id, "cancelled", time.time())
+                    if not run_is_alive(run.run_id):
+                        remove_run_objects(run.run_id)  # (left by its crash: nothing of the run will read them)
+                elif not core.is_finished():
                     # Jobs can run again: the run is unfinished, and a resume runs them. A run that ended
                     # holding and holds nothing now is a stopped run like any other.
                     if run.status not in ("running", "interrupted", "held") or (

@@ -147,8 +147,9 @@ VERBS: tuple[str, ...] = tuple(VERB_FROM)
 FOUR_EYES_VERBS: tuple[str, ...] = tuple(v for v in VERBS if v != "approve")
 """Verbs a plan or the roles config may make need a second person's approve (`four_eyes:`)."""
 
-MUTATING_OFFLINE: frozenset[str] = frozenset({"hold", "release", "set-ok", "skip", "retry", "rerun", "approve"})
-"""Verbs that also work on the journal of a run whose scheduler is not live."""
+MUTATING_OFFLINE: frozenset[str] = frozenset({"hold", "release", "set-ok", "skip", "retry", "rerun", "approve",
+                                              "cancel"})
+"""Verbs that also work on the journal of a run whose scheduler is not live (kill alone needs one: it signals)."""
 
 
 def applicable_verbs(state: JobState, iterating: bool = False) -> list[str]:

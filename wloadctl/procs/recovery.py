@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
-from wloadctl.core.events import JobExitedEvent
+from wloadctl.core.events import Event, JobExitedEvent
 from wloadctl.core.states import JobState
 from wloadctl.errors import StoreError, WloadError
 from wloadctl.ipc import protocol as P
 from wloadctl.procs.health import pid_alive
-from wloadctl.procs.localpool import LocalPool, read_results, result_journals
+from wloadctl.procs.jobtree import kill_job_tree
+from wloadctl.procs.localpool import LocalPool, killpg, read_results, result_journals
 from wloadctl.procs.pools import Feed
+from wloadctl.procs.reports import ReportReader
 
 if TYPE_CHECKING:
     from wloadctl.core.engine import SchedulerCore
@@ -218,13 +221,42 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
         time.sleep(SETTLE)
     # Read after the settle: an executor alive writes at its next beat the records a full disk kept waiting (the
     # ends of jobs whose reports the previous scheduler took but could not journal, which it sends no more).
-    journals = [(pid, read_results(path)) for _ex, pid, path in result_journals(pool.state_dir, pool.objs.run_id)]
+    journals = executor_results(pool.state_dir, pool.objs.run_id)
     ahead = journal_behind(core, journals, loss)
     if ahead:
         notes.insert(0, ahead)
+    settled = settle_in_flight(pool, core, feed, journals, alive, mine, stopped)
+    return notes + ([settled.line()] if settled is not None else [])
+
+
+class Settler(Protocol):
+    """What settle_in_flight asks of the pool whose jobs it settles (LocalPool; JournalSettler without one)."""
+
+    def replay(self, r: P.ResultRecord, cause: str) -> Event:
+        """A report read from an executor's journal, booked as if received, as its event."""
+
+    def own(self, i: int) -> None:
+        """Job i's copy in flight is settled here: a predecessor's report of it is not applied."""
+
+    def kill_lost(self, started: P.ResultRecord, executor_pid: int) -> None:
+        """Stop what may live on of a started job whose executor is gone."""
+
+
+def settle_in_flight(pool: Settler, core: SchedulerCore, feed: Feed, journals: list[tuple[int, list[P.ResultRecord]]],
+                     alive: Collection[int] = (), mine: Callable[[int], bool] = lambda _i: True,
+                     stopped: Collection[int] = ()) -> Settled | None:
+    """Settle the jobs the journal shows QUEUED or RUNNING from what the executors' results journals say of them
+    (see reconcile): an end journaled there is applied; an attempt held by a live executor (its pid in `alive`)
+    is left to it; any other is lost with its executor, which the whole run lost with it (no scheduler ran): it
+    runs again under its policy without counting as a loss of the job's (JobExitedEvent.run_down), or is held
+    when it may not run twice, what may live on of it stopped first.
+
+    Returns:
+        How many were settled how (None: none was in flight).
+    """
     inflight = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and mine(i)]
     if not inflight:
-        return notes
+        return None
     want = {(i, core.attempt[i]) for i in inflight}
     seen = AttemptReports()
     for pid, records in journals:
@@ -279,13 +311,64 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
         if started is None:
             pool.own(i)  # requeued at the same attempt: a late report of the copy lost must not settle the next
         lost += 1
-    back_note = f", {returned} handed back unstarted (requeued)" if returned else ""
-    notes.append(f"recovered {len(inflight)} in-flight job(s): {applied} finished while the scheduler was down, "
-                 f"{kept} still running on live executors{back_note}, {lost} lost (requeued, retried under policy, "
-                 "or held when they may not run twice)"
-                 + (f"; {halted} of them were being stopped with the run, and end as stopped with it"
-                    if halted else ""))
-    return notes
+    return Settled(len(inflight), applied, kept, returned, lost, halted)
+
+
+class Settled(NamedTuple):
+    """How settle_in_flight settled the jobs in flight (counts of jobs)."""
+
+    inflight: int
+    """Jobs the journal showed QUEUED or RUNNING."""
+    applied: int
+    """Their end, journaled by their executor, applied."""
+    kept: int
+    """Left to the live executor that runs them."""
+    returned: int
+    """Handed back unstarted by their executor (requeued)."""
+    lost: int
+    """Lost with their executor."""
+    halted: int
+    """Of them, jobs a stop of the run was stopping."""
+
+    def line(self) -> str:
+        """The line a resume tells of them."""
+        back_note = f", {self.returned} handed back unstarted (requeued)" if self.returned else ""
+        return (f"recovered {self.inflight} in-flight job(s): {self.applied} finished while the scheduler was "
+                f"down, {self.kept} still running on live executors{back_note}, {self.lost} lost (requeued, retried "
+                "under policy, or held when they may not run twice)"
+                + (f"; {self.halted} of them were being stopped with the run, and end as stopped with it"
+                   if self.halted else ""))
+
+
+class JournalSettler:
+    """settle_in_flight's pool for a run no scheduler runs (an operator's verb on its journal, wloadctl.client):
+    records become events through the one ReportReader, and what may live on of a lost job is stopped, as a
+    resume would stop it."""
+
+    def __init__(self, run_id: str, reader: ReportReader) -> None:
+        self.run_id = run_id
+        """The run (names its executors' job groups and markers)."""
+        self.reader = reader
+        """Records to events."""
+
+    def replay(self, r: P.ResultRecord, cause: str) -> Event:
+        """The event of a record read from an executor's journal."""
+        ev = self.reader.event(r, cause)
+        assert ev is not None, f"record kind {r.kind} has no event"
+        return ev
+
+    def own(self, i: int) -> None:
+        """Nothing to book: no pool here, and no response queue is read."""
+
+    def kill_lost(self, started: P.ResultRecord, executor_pid: int) -> None:
+        """Stop the process group of a started job whose executor is gone, and what left the group with it."""
+        killpg(started.pid, signal.SIGKILL)
+        kill_job_tree(self.run_id, started.executor, executor_pid, started.task, started.attempt)
+
+
+def executor_results(state_dir: Path, run_id: str) -> list[tuple[int, list[P.ResultRecord]]]:
+    """(executor pid, its records) of every results journal the run's executors left in the state directory."""
+    return [(pid, read_results(path)) for _ex, pid, path in result_journals(state_dir, run_id)]
 
 
 class ResultSweeper:
