@@ -47,7 +47,7 @@ from wloadctl.paths import (
     write_journal_note,
     write_summary,
 )
-from wloadctl.procs.eventlog import EventLog, event_log
+from wloadctl.procs.eventlog import EventLog
 from wloadctl.procs.health import pid_alive
 from wloadctl.procs.jobtree import detect as detect_tree
 from wloadctl.procs.jobtree import remove_run_groups, unenforced
@@ -810,7 +810,7 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
     objs = RunObjects.open(run.run_id) if adopt else _fresh_objects(run.run_id, core.capacity(), opts)
     core.room = objs.board.capacity
     _fence_board(objs, epoch, t0 + opts.lease_seconds + START_GRACE, opts.state_dir)
-    events = event_log(opts.state_dir / "events.jsonl", run.run_id, core.n)
+    events = EventLog(opts.state_dir / "events.jsonl", run.run_id)
     if claim is not None:
         claim.announce(events)
     ctx = RunContext(run, plan, opts.state_dir, epoch, events, opts.executors, opts.slots, opts.lease_seconds,
