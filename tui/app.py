@@ -14,6 +14,7 @@ from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.command import CommandPalette
+from textual.notifications import Notification, Notify
 from textual.reactive import var
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
@@ -34,7 +35,7 @@ from tui.runs_view import RunLike
 from tui.screens.main import MainScreen
 from tui.screens.runs import RunSource, RunsScreen
 from tui.supervise import SchedulerSupervisor
-from tui.toasts import guard_toasts
+from tui.toasts import guard_toasts, make_room, toast_area
 from tui.view_model import JobsModel
 from wloadctl.client import RunClient
 from wloadctl.core.dag import Dag
@@ -370,6 +371,21 @@ class ConsoleApp(App[str]):
         del self.notes[:-50]
         self.notes_version += 1
         self.notify(note.text, severity=note.level, markup=False)  # type: ignore[arg-type]
+
+    def on_notify(self, event: Notify) -> None:
+        """Before a toast is shown (Textual shows it after this handler): when the screen has no room left
+        for it, the oldest toasts go (tui/toasts.py)."""
+        self.fit_toasts(event.notification)
+
+    def fit_toasts(self, new: Notification | None = None) -> None:
+        """Take down the oldest toasts that, with `new`, would not fit where the screen has them stand;
+        a screen shown over toasts already up calls it once laid out (the newest stays)."""
+        area = toast_area(self.screen)
+        if area is None:
+            return
+        first, last = area
+        for old in make_room(list(self._notifications), new, last - first + 1, self.size.width):
+            self._unnotify(old)  # (the rack takes its toast down)
 
     def _maybe_loaded(self) -> None:
         if self.model is not None and self.status is not None:

@@ -11,9 +11,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Input, Static
+from textual.widgets import Footer, Input, Static
 
 from tui.impact import Impact
+from tui.toasts import fit_when_shown
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
 
     CSS_PATH = "dialogs.tcss"
     AUTO_FOCUS = ""  # keys y/n/d act at once; tab reaches the reason field
+    TOAST_BELOW = "#dialog"
+    """The toasts stand below the dialog (tui/toasts.py)."""
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "confirm", "Yes"),
         Binding("n,escape", "cancel", "No"),
@@ -70,10 +73,16 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
                 placeholder="reason, for the audit trail (optional)", id="reason"
             )
             yield Static(id="keys")
+        # Its own footer: the screen's below, seen through the backdrop, would offer its keys.
+        yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         """Fill the dialog."""
         self._show()
+
+    def on_screen_resume(self) -> None:
+        """The toasts already up keep to this screen's room for them."""
+        fit_when_shown(self)
 
     def on_resize(self, _event: events.Resize) -> None:
         """Fit the impact to the terminal's height again."""
@@ -89,11 +98,12 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
 
     def _fit(self) -> None:
         # Rows the dialog takes besides the impact: its border, the reason field and its margin, and the
-        # keys (with their margin, and as many lines as they wrap to in the dialog's width).
+        # keys (with their margin, and as many lines as they wrap to in the dialog's width); the footer
+        # takes the screen's last row.
         keys = self.keys_text
         inner = max(1, min(self.app.size.width, 84) - 4)
         key_rows = max(1, -(-len(keys) // inner))
-        room = self.app.size.height - (2 + 4 + 1 + key_rows)
+        room = self.app.size.height - (2 + 4 + 1 + key_rows) - 1
         self.query_one("#impact-box").styles.max_height = max(1, room)
 
     def _show(self) -> None:
@@ -189,6 +199,8 @@ class SettleScreen(ModalScreen[bool]):
     """The confirmation of an approve or a reject of what waits for one: what it does, y / n."""
 
     CSS_PATH = "dialogs.tcss"
+    TOAST_BELOW = "#dialog"
+    """The toasts stand below the dialog (tui/toasts.py)."""
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
@@ -209,6 +221,11 @@ class SettleScreen(ModalScreen[bool]):
             box.border_title = f"{self.verb} {self.key} - confirm"
             yield Static("\n".join(self.lines), id="impact", markup=False)
             yield Static(f"y: {self.verb} {self.key}  n/esc: cancel", id="keys", markup=False)
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_screen_resume(self) -> None:
+        """The toasts already up keep to this screen's room for them."""
+        fit_when_shown(self)
 
     def action_answer(self, yes: bool) -> None:
         """Send it (y) or not."""

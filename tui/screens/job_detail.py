@@ -15,6 +15,8 @@ from textual.widgets import Footer, Log, Static
 
 from tui.labels import SHORT, clip_id, fit_title, fmt_clock, fmt_duration
 from tui.screens.operator import OperatorScreen
+from tui.toasts import fit_when_shown
+from tui.widgets.cut import CutLines
 from tui.widgets.tones import state_style, tone_classes
 from wloadctl.client import node_label
 from wloadctl.core.states import ACTIVE, TERMINAL, JobState, SlaTier
@@ -35,6 +37,8 @@ class JobDetailScreen(OperatorScreen):
     """The detail of one job; the verbs act on it."""
 
     CSS_PATH = "job_detail.tcss"
+    TOAST_PANE = "#log"
+    """The pane the toasts stand in (tui/toasts.py)."""
     COMPONENT_CLASSES = tone_classes()
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
@@ -83,6 +87,10 @@ class JobDetailScreen(OperatorScreen):
         self.set_interval(WHY_EVERY, self._tick)
         self._jobs_changed()
         self.query_one("#facts-box").focus()
+
+    def on_screen_resume(self) -> None:
+        """The toasts already up keep to this screen's room for them."""
+        fit_when_shown(self)
 
     def on_resize(self) -> None:
         """Cut the title's id anew for the new width."""
@@ -175,14 +183,15 @@ class JobDetailScreen(OperatorScreen):
         if model.executor[i] >= 0 and model.attempt[i]:
             where = node_label(model.executor[i])
             more = f"  {'agent' if where.startswith('a') else 'executor'} {where}"
-        # The state, attempt and exit always show: a long id is cut in its middle to leave them room.
+        # The state, attempt and exit always show: a long id is cut in its middle to leave them room. Where
+        # the job runs shows when it fits whole; a title still too long is cut, marked `~`.
         width = self.size.width or self.app.size.width
         room = width - 3 - len(st.name) - len(facts)
         title = Text(no_wrap=True, overflow="crop")
         title.append(f" {clip_id(self.job, max(room, 12))}  ", "bold")
         title.append(st.name, state_style(self, st))
-        title.append(facts + more)
-        self.query_one("#title", Static).update(title)
+        title.append(facts + (more if title.cell_len + len(facts) + len(more) <= width else ""))
+        self.query_one("#title", Static).update(CutLines(title))
         lines: list[str] = []
         took = fmt_duration(model.duration(i, now))
         lines.append(
@@ -244,9 +253,8 @@ class JobDetailScreen(OperatorScreen):
         lines.append("")
         lines.append("what it is:")
         lines.extend(self.definition or ["  reading the plan..."])
-        self.query_one("#facts", Static).update(
-            Text("\n".join(lines), no_wrap=True, overflow="crop")
-        )
+        # (a line too long for the box, a long id's, is cut marked `~`: the box scrolls down, not across)
+        self.query_one("#facts", Static).update(CutLines(Text("\n".join(lines))))
         shown = self.attempt or model.attempt[i]
         log = self.query_one("#log", Log)
         width = log.outer_size.width

@@ -42,6 +42,8 @@ class MainScreen(OperatorScreen):
     """What the night shift watches."""
 
     CSS_PATH = "main.tcss"
+    TOAST_PANE = "#panes"
+    """The pane the toasts stand in (tui/toasts.py)."""
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "app.help", "Help", key_display="?"),
         # (early, so a footer 80 columns wide shows it: the app's own binding would come after every verb)

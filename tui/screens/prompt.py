@@ -11,7 +11,9 @@ from textual.binding import Binding, BindingsMap, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.validation import ValidationResult, Validator
-from textual.widgets import Input, Static
+from textual.widgets import Footer, Input, Static
+
+from tui.toasts import fit_when_shown, move_above
 
 
 class ParseValidator(Validator):
@@ -48,6 +50,8 @@ class PromptScreen(ModalScreen[str | None]):
     """
 
     CSS_PATH = "dialogs.tcss"
+    TOAST_ABOVE = "#prompt"
+    """The toasts stand above the prompt, not over it (tui/toasts.py)."""
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(
@@ -84,6 +88,8 @@ class PromptScreen(ModalScreen[str | None]):
                 validate_on=["changed", "submitted"],
             )
             yield Static(self.hint, id="hint", markup=False)
+        # Its own footer: the screen's below would offer keys that type into the line here.
+        yield Footer(compact=True, show_command_palette=False)
 
     async def on_mount(self) -> None:
         """Label the line, focus it and type into it the keys that came before it."""
@@ -93,6 +99,11 @@ class PromptScreen(ModalScreen[str | None]):
         while self._early and not self._done:
             await self._type(self._early.pop(0))
         self._ready = True
+
+    def on_resize(self) -> None:
+        """Once laid out, the toasts move above the prompt and keep to the room there."""
+        self.call_after_refresh(move_above, self, self.query_one("#prompt"))
+        fit_when_shown(self)
 
     async def type_ahead(self, event: events.Key | events.Paste) -> bool:
         """Take a key that reached the console but not the line; False: leave it to the bindings.

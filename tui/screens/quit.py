@@ -11,7 +11,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Footer, Static
+
+from tui.toasts import fit_when_shown
 
 
 class QuitScreen(ModalScreen[str | None]):
@@ -19,6 +21,8 @@ class QuitScreen(ModalScreen[str | None]):
 
     CSS_PATH = "dialogs.tcss"
     AUTO_FOCUS = ""
+    TOAST_BELOW = "#dialog"
+    """The toasts stand below the dialog (tui/toasts.py)."""
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "choose('detach')", "Detach"),
         Binding("s", "choose('stop')", "Stop run"),
@@ -61,6 +65,22 @@ class QuitScreen(ModalScreen[str | None]):
                 id="question",
                 markup=False,
             )
+        # Its own footer: the main screen's, seen through the backdrop, would offer its keys.
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_screen_resume(self) -> None:
+        """The toasts already up keep to this screen's room for them."""
+        fit_when_shown(self)
+
+    def on_resize(self) -> None:
+        """Fit the footer to the terminal's height once the question is laid out."""
+        self.call_after_refresh(self._fit_footer)
+
+    def _fit_footer(self) -> None:
+        """A terminal too short for the whole question gives the footer's row to it: the question names
+        its keys too, and says what they do."""
+        needed = self.query_one("#question").outer_size.height + 2  # (the dialog's border)
+        self.query_one(Footer).display = needed < self.size.height
 
     def action_choose(self, choice: str) -> None:
         """Answer."""
@@ -137,6 +157,8 @@ class StoppingScreen(ModalScreen[None]):
 
     CSS_PATH = "dialogs.tcss"
     AUTO_FOCUS = ""
+    TOAST_BELOW = "#dialog"
+    """The toasts stand below the dialog (tui/toasts.py)."""
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+c", "app.exit('stop-timeout')", "Leave now", priority=True)
     ]
@@ -164,6 +186,11 @@ class StoppingScreen(ModalScreen[None]):
                 id="question",
                 markup=False,
             )
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_screen_resume(self) -> None:
+        """The toasts already up keep to this screen's room for them."""
+        fit_when_shown(self)
 
     def on_mount(self) -> None:
         """Start stopping."""

@@ -8,8 +8,9 @@ from rich.text import Text
 from textual.widget import Widget
 
 from tui.dag_layout import DagLayout, important_job, layout, render
-from tui.labels import clip_id, fmt_duration
+from tui.labels import clip, clip_id, fmt_duration
 from tui.view_model import JobsModel
+from tui.widgets.cut import cut_lines
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
 from wloadctl.core.dag import Dag
 from wloadctl.core.states import JobState
@@ -26,6 +27,37 @@ def dag_title(job: str | None, width: int) -> str:
     if not width:
         return f"1 dag: {job}"
     return f"1 dag: {clip_id(job, width - 6 - len('1 dag: '))}"  # corners, a blank either side
+
+
+def dag_info(place: int | None, total: int, expected: str, guess: bool, remaining: str, width: int) -> str:
+    """The line on the centre job, said as fully as `width` columns allow: its critical-path place, its
+    expected time and the time from its start to the run's end always show; the words that explain them
+    go first as the pane narrows (the help explains them), and only a line too narrow even for the
+    shortest is cut, marked `~`.
+
+    Args:
+        place: its place in critical-path order (1 starts first); None when unknown.
+        total: jobs of the plan (what the place is out of).
+        expected: its expected time, formatted.
+        guess: the expected time is a default, the job having no `expected:` and no history.
+        remaining: the time from its start to the end of the run along its longest path, formatted.
+        width: columns the line has.
+    """
+    forms = (
+        (f"critical-path place {place} of {total} (1 starts first), " if place else "")
+        + f"expected {expected}{' (no history)' if guess else ''}, {remaining} to the end",
+        (f"critical-path place {place} of {total}, " if place else "")
+        + f"expected {expected}{' (no history)' if guess else ''}, {remaining} to the end",
+        (f"crit-path {place}/{total}, " if place else "")
+        + f"expected {expected}{' (guess)' if guess else ''}, {remaining} to end",
+        (f"path {place}/{total}  " if place else "")
+        + f"exp {expected}{'?' if guess else ''}  {remaining} to end",
+        (f"{place}/{total} " if place else "") + f"exp {expected}{'?' if guess else ''} {remaining} to end",
+    )
+    for form in forms:
+        if len(form) <= width:
+            return form
+    return clip(forms[-1], width)
 
 
 class DagView(Widget, can_focus=True):
@@ -146,17 +178,18 @@ class DagView(Widget, can_focus=True):
         if 0 <= i < len(m.remaining) and i < len(m.expected):
             if self._place[0] != (i, len(m.remaining)):
                 self._place = ((i, len(m.remaining)), m.critical_place(i))
-            place = self._place[1]
-            first = f"critical-path place {place} of {len(m.remaining)} (1 starts first), " if place else ""
-            guess = " (no history)" if m.expected_is_guess(i) else ""
-            out.append(
-                f"{first}expected {fmt_duration(m.expected[i])}{guess}, "
-                f"{fmt_duration(m.remaining[i])} to the end\n",
-                tone_style(self, "idle"),
+            info = dag_info(
+                self._place[1],
+                len(m.remaining),
+                fmt_duration(m.expected[i]),
+                m.expected_is_guess(i),
+                fmt_duration(m.remaining[i]),
+                self.size.width,
             )
+            out.append(info + "\n", tone_style(self, "idle"))
         out.append(
             f"levels {depth} (+/-)  * critical path  [ ] selected"
             + (f"  ({', '.join(more)})" if more else ""),
             tone_style(self, "idle"),
         )
-        return out
+        return cut_lines(out, self.size.width)  # (a narrow pane: the legend cut, marked)

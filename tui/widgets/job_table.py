@@ -37,10 +37,16 @@ class Column:
 
 INFO_ROOM = 16
 """Columns INFO keeps however long the ids are (when the table is wide enough to have it)."""
+INFO_WIDE = 40
+"""Columns INFO keeps on a wide table before the ids longer than ID_CUT are cut."""
+ID_CUT = 48
+"""Columns of an id a table 100 columns wide or more always has room for (INFO takes the rest)."""
 
 
 def columns_for(width: int, id_width: int) -> list[Column]:
-    """The columns fitting `width`: the id takes what it needs, the info the rest."""
+    """The columns fitting `width`: the id takes what it needs (its critical-path mark too), the info
+    the rest. A long id shows whole once the table is wide enough to leave INFO its INFO_WIDE columns
+    as well (a 73-character id from 160 columns on); narrower, it is cut in its middle, marked `~`."""
     wide = width >= 130
     cols = [
         Column("state", "STATE", 15 if wide else 7),
@@ -55,7 +61,9 @@ def columns_for(width: int, id_width: int) -> list[Column]:
     room = max(8, width - fixed)
     # A long id is shortened (with ~) before INFO loses its room: the exit status, the holder and the
     # retry timer of every job are worth more than the middle of one id.
-    idw = max(8, min(room, max(id_width, 12), 48 if width >= 100 else room, max(12, room - INFO_ROOM - 1)))
+    want = max(id_width + 1, 12)  # (+1: the `*` of a job on the critical path)
+    cap = max(ID_CUT, room - INFO_WIDE - 1) if width >= 100 else room
+    idw = max(8, min(room, want, cap, max(12, room - INFO_ROOM - 1)))
     cols[1] = Column("id", "JOB", idw)
     info = width - fixed - idw - 1
     if info >= 8:

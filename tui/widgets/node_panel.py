@@ -8,6 +8,7 @@ from textual.widget import Widget
 from tui.labels import clip, fmt_clock, fmt_duration
 from tui.messages import LiveStatus, Note
 from tui.view_model import JobsModel
+from tui.widgets.cut import cut_lines
 from tui.widgets.tones import HEALTH_TONE, TONE_CSS, tone_classes, tone_style
 
 
@@ -117,4 +118,4 @@ class NodePanel(Widget, can_focus=True):
                 tone = {"error": "bad", "warning": "warn"}.get(n.level, "idle")
                 out.append(f"\n{fmt_clock(n.ts)} ", "")
                 out.append(n.text, tone_style(self, tone))
-        return out
+        return cut_lines(out, self.size.width)  # (a job's id or a note too long for the pane: cut, marked)

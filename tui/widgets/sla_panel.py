@@ -7,6 +7,7 @@ from textual.widget import Widget
 
 from tui.labels import SHORT, fmt_clock, fmt_duration
 from tui.sla import SlaView
+from tui.widgets.cut import cut_lines
 from tui.widgets.tones import TONE_CSS, state_style, tone_classes, tone_style
 
 RISK_WHY = {"blocked: needs an operator": "blocked", "deadline close": "close"}
@@ -84,4 +85,4 @@ class SlaPanel(Widget, can_focus=True):
             out.append("\nevery deadline on track", tone_style(self, "ok"))
         elif not any(t.next_due for t in v.tiers) and not v.late and not v.at_risk:
             out.append("\nno open deadline")
-        return out
+        return cut_lines(out, self.size.width)  # (a job's id too long for the pane: cut, marked)
