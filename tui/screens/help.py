@@ -124,11 +124,11 @@ def help_entries(app_bindings: Iterable[BindingType] = (), runs_first: bool = Fa
     out.append(
         Entry(
             "Operator verbs: on the marked jobs, or the one under the cursor. Each shows its impact "
-            "(jobs, downstream, critical, deadlines) and asks; kill, set-ok, skip and rerun need y."
+            "(jobs, downstream, critical, deadlines) and asks; kill, set-ok, skip and rerun need y. "
+            "A read-only console has none; each verb lands in the run's audit trail."
         )
     )
     out += [_key(key, f"{verb}: the jobs {EFFECT[verb]}") for verb, key in VERB_KEYS.items()]
-    out.append(_key("", "not in a read-only console; each lands in the run's audit trail"))
     out.append(BLANK)
     for title, bindings in sections:
         out += [Entry(title), *(_key(k, d) for k, d in _keys(bindings)), BLANK]
