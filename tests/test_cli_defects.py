@@ -283,76 +283,65 @@ def test_a_trigger_stopped_by_sigterm_while_it_waits_says_so_and_exits_130(tmp_p
 
 
 @pytest.mark.ipc
-def test_a_trigger_whose_run_is_stopped_by_sigterm_stops_with_it(tmp_path: Path) -> None:
-    sd, go, out = tmp_path / "sd", tmp_path / "go", tmp_path / "ev"
-    plan = _write(tmp_path / "p.yaml", {"name": "minute", "schedule": {
-        "cron": "* * * * *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
-        "jobs": {"a": {"command": _gated("a", go, out)}}})
-    # Given a trigger (not --once) whose run, started at the next minute, is running its job
-    proc = _trigger(plan, sd)
-    try:
-        wait_for(lambda: "a" in read_evidence(out), timeout=90, what="a started")
-        # When the trigger is stopped by SIGTERM
-        proc.send_signal(signal.SIGTERM)
-        text, err = proc.communicate(timeout=60)
-    finally:
-        go.touch()
-        stop_proc(proc, group=True)
-    # Then the run stops (resumable) and the trigger with it, exiting 130, rather than waiting for the next minute
-    assert proc.returncode == 130, err
-    assert text.startswith("run ") and text.endswith(": interrupted\n"), text
-    assert err.splitlines()[-1].endswith("goes on; no more runs of 'minute' are triggered"), err
-    assert status(sd)["status"] == "interrupted"
-
-
-@pytest.mark.ipc
-def test_a_trigger_stopped_by_sigterm_as_its_run_starts_stops_the_run(tmp_path: Path) -> None:
+def test_triggers_at_their_fire_a_run_stopped_by_sigterm_a_sigterm_as_the_run_starts_a_plan_made_invalid(
+        tmp_path: Path) -> None:
+    """Three triggers of a cron of every minute, side by side so that they wait for the same minute."""
     import time
 
-    sd = tmp_path / "sd"
-    plan = _write(tmp_path / "p.yaml", {"name": "startwin", "schedule": {
-        "cron": "* * * * *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
+    every_day = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    # Given a trigger (not --once) whose run, started at the next minute, will be running its job
+    a_sd, go, ev = tmp_path / "a" / "sd", tmp_path / "a" / "go", tmp_path / "a" / "ev"
+    a_plan = _write(tmp_path / "a" / "p.yaml", {"name": "minute", "schedule": {"cron": "* * * * *",
+                                                                             "business_days": every_day},
+                                                "jobs": {"a": {"command": _gated("a", go, ev)}}})
+    # And a trigger --once of a plan of thousands of jobs (its run takes a moment to start, as a night's plan does)
+    b_sd = tmp_path / "b" / "sd"
+    b_plan = _write(tmp_path / "b" / "p.yaml", {"name": "startwin", "schedule": {
+        "cron": "* * * * *", "business_days": every_day},
         "jobs": {"a": {"command": "sleep 20"},
-                 # (thousands of jobs: the run takes a moment to start, as a night's plan does)
                  **{f"j{k}": {"command": "true", "depends_on": ["a"]} for k in range(5000)}}})
-    proc = _trigger(plan, sd, "--once")
+    # And a trigger --once whose plan is edited into an invalid one before the fire
+    c_sd = tmp_path / "c" / "sd"
+    c_spec = {"name": "edited", "schedule": {"cron": "* * * * *", "business_days": every_day},
+              "jobs": {"a": {"command": "true"}}}
+    c_plan = _write(tmp_path / "c" / "p.yaml", c_spec)
+    procs = [_trigger(a_plan, a_sd), _trigger(b_plan, b_sd, "--once"), _trigger(c_plan, c_sd, "--once")]
+    pa, pb, pc = procs
     try:
-        assert proc.stderr is not None
-        waiting = proc.stderr.readline()
-        at = dt.datetime.fromisoformat(waiting.split(" at ")[1].split(" (")[0])
-        # When SIGTERM comes just as the fire starts the run (before the run's own handler is in place)
+        assert pb.stderr is not None and pc.stderr is not None
+        b_waiting, c_waiting = pb.stderr.readline(), pc.stderr.readline()
+        assert c_waiting.startswith("wloadctl: next run of 'edited' at "), c_waiting
+        _write(c_plan, {**c_spec, "jobs": {"a": {"command": "true", "depends_on": ["nosuch"]}}})
+        # When SIGTERM comes just as the fire starts b's run (before the run's own handler is in place)
+        at = dt.datetime.fromisoformat(b_waiting.split(" at ")[1].split(" (")[0])
         time.sleep(max(0.0, at.timestamp() - time.time()) + 0.03)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        pb.send_signal(signal.SIGTERM)
+        # And a's trigger is stopped by SIGTERM while its run runs its job
+        wait_for(lambda: "a" in read_evidence(ev), timeout=90, what="a started")
+        pa.send_signal(signal.SIGTERM)
+        a_out, a_err = pa.communicate(timeout=60)
+        b_out, b_err = pb.communicate(timeout=60)
+        c_out, c_err = pc.communicate(timeout=90)
     finally:
-        stop_proc(proc, group=True)
-    # Then the run stops (resumable) and the trigger with it, exiting 130: it is not run to its end
-    assert proc.returncode == 130, (out, err)
-    assert out.startswith("run ") and out.endswith(": interrupted\n"), out
-    assert status(sd)["status"] == "interrupted"
-
-
-def test_a_trigger_whose_plan_became_invalid_says_its_run_was_not_started(tmp_path: Path) -> None:
-    sd = tmp_path / "sd"
-    spec = {"name": "edited", "schedule": {
-        "cron": "* * * * *", "business_days": ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]},
-        "jobs": {"a": {"command": "true"}}}
-    plan = _write(tmp_path / "p.yaml", spec)
-    proc = _trigger(plan, sd, "--once")
-    try:
-        assert proc.stderr is not None
-        waiting = proc.stderr.readline()
-        assert waiting.startswith("wloadctl: next run of 'edited' at "), waiting
-        # When the plan is edited into an invalid one before the fire
-        _write(plan, {**spec, "jobs": {"a": {"command": "true", "depends_on": ["nosuch"]}}})
-        out, err = proc.communicate(timeout=90)
-    finally:
-        stop_proc(proc, group=True)
-    # Then at the fire it says what is wrong, and that the run was not started and no more will be
-    assert proc.returncode == 2, err
-    assert "depends on unknown job 'nosuch'" in err, err
-    assert "(business date " in err and "was not started; no more runs are triggered" in err, err
-    assert out == "" and not (sd / "journal.db").exists()
+        go.touch()
+        for proc in procs:
+            stop_proc(proc, group=True)
+    # Then a's run stops (resumable) and its trigger with it, exiting 130, rather than waiting for the next minute
+    assert pa.returncode == 130, a_err
+    assert a_out.startswith("run ") and a_out.endswith(": interrupted\n"), a_out
+    assert a_err.splitlines()[-1].endswith("goes on; no more runs of 'minute' are triggered"), a_err
+    assert status(a_sd)["status"] == "interrupted"
+    # And b's run stops (resumable) and the trigger with it, exiting 130: it is not run to its end
+    assert pb.returncode == 130, (b_out, b_err)
+    assert b_out.startswith("run ") and b_out.endswith(": interrupted\n"), b_out
+    assert status(b_sd)["status"] == "interrupted"
+    # And c's trigger says at the fire what is wrong, and that the run was not started and no more will be
+    assert pc.returncode == 2, c_err
+    assert "depends on unknown job 'nosuch'" in c_err, c_err
+    assert "(business date " in c_err and "was not started; no more runs are triggered" in c_err, c_err
+    assert c_out == "" and not (c_sd / "journal.db").exists()
 
 
 @pytest.mark.ipc

@@ -104,6 +104,7 @@ def test_cancel_of_a_run_that_crashed_whole_ends_it_cancelled_with_nothing_left_
         # And a resume refuses in one line, running nothing
         p = night.wl("resume")
         assert p.returncode == 2 and "no unfinished run to resume" in p.stderr, p.stderr
+        assert "ended cancelled at " in p.stderr and p.stderr.count("\n") == 1, p.stderr  # how, in its one line
         assert len(p.stderr.splitlines()) == 1 and night.started() == 1
         # And the audit trail has the cancel, with its user and reason
         audit = json.loads(night.wl("audit", "--json").stdout)

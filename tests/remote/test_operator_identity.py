@@ -217,6 +217,7 @@ def test_a_verb_a_scheduler_took_and_did_not_answer_is_never_taken_for_one_nobod
             listener.subscribe(Subjects(options.prefix).op("r1") + ".>")
             listener.subscribe(Subjects(options.prefix).op("r1"))
             wait_for(lambda: listener.connected, what="the listener connected")
+            assert listener.flush()  # (the server has the subscriptions before the verb is asked)
             # Then a verb that changes the run may have been applied: said so, never None (applied again offline)
             with pytest.raises(Unanswered):
                 ops.ask("r1", {"verb": "hold", "jobs": ["a"], "reason": ""}, timeout=1.0)

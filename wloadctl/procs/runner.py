@@ -381,6 +381,14 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
                                  f"was started in {home or 'another state directory'}",
                                  hint="resume it from that state directory (`wloadctl resume --state-dir DIR` on its "
                                       "host)")
+            if prev is not None and (plan is None or prev.plan_name == plan.name):
+                # Its last run ended: say how, and how one of its jobs runs again (a rerun reopens the run).
+                when = f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(prev.ended))}" if prev.ended else ""
+                raise UsageError(f"no unfinished run to resume in {opts.state_dir}: its last run {prev.run_id} of plan "
+                                 f"'{prev.plan_name}' ended {prev.status}{when}",
+                                 hint=f"start a new one with `wloadctl run PLAN {run_place(opts.state_dir)}`, or run "
+                                      f"jobs of that one again with `wloadctl rerun JOB {run_place(opts.state_dir)}` "
+                                      "then resume")
             raise UsageError(f"no unfinished run to resume in {opts.state_dir}",
                              hint=f"start one with `wloadctl run PLAN {run_place(opts.state_dir)}`")
         if prev and prev.status in UNFINISHED:
