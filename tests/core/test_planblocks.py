@@ -259,3 +259,20 @@ def test_a_number_for_a_condition_is_refused_by_lines_and_by_the_parser_alike(
     assert used and fast == slow
     assert fast[0] == "problems" and len(fast[1]) == 1
     assert fast[1][0].startswith(f"p.yaml:{text.count(chr(10))}: job 'b': if must be text, not the number 5 ")
+
+
+@pytest.mark.parametrize("style", ["flow", "block"])
+def test_yaml_booleans_are_the_conditions_constants_however_spelled(monkeypatch: pytest.MonkeyPatch,
+                                                                     style: str) -> None:
+    # (`if: true` was refused, "unknown name 'true'", while `if: True`, the same YAML value, held: `if: false` is
+    # how a job is turned off without taking it out of the plan)
+    spellings = {"t1": "true", "t2": "True", "t3": "yes", "t4": "on", "f1": "false", "f2": "FALSE", "f3": "no"}
+    if style == "flow":
+        body = "".join(f"  {j}: {{command: x, if: {v}}}\n" for j, v in spellings.items())
+    else:
+        body = "".join(f"  {j}:\n    command: x\n    if: {v}\n" for j, v in spellings.items())
+    text = "name: p\njobs:\n" + body
+    fast, slow, used = _both(monkeypatch, lambda: load_plan_text(text, "p.yaml"))
+    assert used and fast == slow
+    plan = load_plan_text(text, "p.yaml")
+    assert {j: plan.jobs[j].condition for j in spellings} == {j: str(j[0] == "t") for j in spellings}

@@ -33,6 +33,7 @@ from tests.integration.helpers import (
 )
 from wloadctl.core.durations import parse_duration
 from wloadctl.errors import NoJournalYet
+from wloadctl.ipc.cleanup import remove_run_objects, run_is_alive
 from wloadctl.ipc.naming import ROLE_EXECUTORS, object_name
 from wloadctl.ipc.shm import ExecutorBoard
 from wloadctl.store import Store
@@ -753,18 +754,24 @@ def test_a_resume_over_a_journal_that_lost_idempotent_runs_says_so_and_runs_them
 def test_a_new_run_over_a_journal_that_lost_its_runs_refuses(tmp_path: Path, no_ipc_leaks: None) -> None:
     # (with journal.db-wal removed before any checkpoint the journal held no run, and `run` did every job again)
     sd, out, run_id = _crash_with_an_old_journal(tmp_path, idempotent=False)
-    for name in ("journal.db", "journal.db-wal", "journal.db-shm"):
-        (sd / name).unlink(missing_ok=True)
-    before = out.read_text()
-    p = cli("run", str(tmp_path / "plan.yaml"), "--state-dir", str(sd), timeout=60)
-    assert p.returncode == 3, p.stdout + p.stderr
-    assert (f"{sd} holds what the executors of run {run_id} recorded, but its journal {sd / 'journal.db'} has no "
-            "such run") in p.stderr
-    assert "journal.db-wal removed or damaged?" in p.stderr and "restore journal.db and journal.db-wal" in p.stderr
-    assert out.read_text() == before
-    # Moved away on purpose, a new run starts there
-    os.rename(sd / "executors", tmp_path / "old-executors")
-    (tmp_path / "go0").touch()
-    (tmp_path / "go1").touch()
-    assert cli("run", str(tmp_path / "plan.yaml"), "--state-dir", str(sd), timeout=60).returncode == 0
+    try:
+        for name in ("journal.db", "journal.db-wal", "journal.db-shm"):
+            (sd / name).unlink(missing_ok=True)
+        before = out.read_text()
+        p = cli("run", str(tmp_path / "plan.yaml"), "--state-dir", str(sd), timeout=60)
+        assert p.returncode == 3, p.stdout + p.stderr
+        assert (f"{sd} holds what the executors of run {run_id} recorded, but its journal {sd / 'journal.db'} has "
+                "no such run") in p.stderr
+        assert "journal.db-wal removed or damaged?" in p.stderr and "restore journal.db and journal.db-wal" in p.stderr
+        assert out.read_text() == before
+        # Moved away on purpose, a new run starts there
+        os.rename(sd / "executors", tmp_path / "old-executors")
+        (tmp_path / "go0").touch()
+        (tmp_path / "go1").touch()
+        assert cli("run", str(tmp_path / "plan.yaml"), "--state-dir", str(sd), timeout=60).returncode == 0
+    finally:
+        # The crashed run's queues and segments: no journal names it any more (no_ipc_leaks cannot see it), and a
+        # start within seconds of its crash keeps them, as those of a run that may be starting (DEFAULT_GRACE).
+        assert not run_is_alive(run_id)
+        remove_run_objects(run_id)
 

@@ -502,12 +502,15 @@ class FieldReader:
         value = entry[0]
         if value is None:
             return None
-        if type(value) is not str and type(value) is not bool:
-            # A number is no condition (`if: 5` would always hold), nor a list or mapping. A boolean's
-            # text stays read as an expression, as it always was: `if: False` (Python's spelling) is
-            # the constant, while `if: false` is told how True and False are written.
+        if type(value) is bool:
+            # YAML's booleans (true, false, True, yes, off...) are the condition's constants, whatever their
+            # spelling: `if: false` turns a job off (SKIPPED) without taking it out of the plan.
+            text = "True" if value else "False"
+        elif type(value) is not str:
+            # A number is no condition (`if: 5` would always hold), nor a list or mapping.
             raise FieldError(f"{what} must be text, not {describe(value)}", entry[1], _EXAMPLES[what])
-        text = text_of(entry, what, lenient=True)
+        else:
+            text = text_of(entry, what, lenient=True)
         try:
             cond = parse_condition(text)
             check_comparisons(cond)
