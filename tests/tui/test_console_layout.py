@@ -256,6 +256,19 @@ async def test_under_a_confirmation_and_a_prompt_the_footer_shows_their_keys() -
         assert "Filter" not in footer_line(app)
 
 
+async def test_the_job_details_footer_holds_every_verb_at_80_columns() -> None:
+    # (`[ Prev attempt ] Next attempt` took the room: the footer ended `R R`, kill, set-ok and skip cut off)
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "post_interest")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), 5, "the job detail")
+        footer = await wait_for(pilot, lambda: "Back" in footer_line(app) and footer_line(app), 5, "its footer")
+        assert footer.rstrip().endswith("x Kill o OK s Skip"), footer
+        assert "[] Attempt" in footer
+
+
 # -- long ids --------------------------------------------------------------------------
 
 

@@ -80,7 +80,7 @@ def _keys(bindings: list[BindingType]) -> list[tuple[str, str]]:
             k.replace("question_mark", "?").replace("slash", "/").replace("colon", ":")
             for k in b.key.split(",")
         )
-        out.append((keys, b.description))
+        out.append((keys, b.tooltip or b.description))  # (the tooltip: what a short footer word stands for)
     return out
 
 

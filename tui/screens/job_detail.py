@@ -42,9 +42,11 @@ class JobDetailScreen(OperatorScreen):
     COMPONENT_CLASSES = tone_classes()
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
-        Binding("f", "follow", "Follow log"),
-        Binding("left_square_bracket", "attempt(-1)", "Prev attempt", key_display="["),
-        Binding("right_square_bracket", "attempt(1)", "Next attempt", key_display="]"),
+        Binding("f", "follow", "Follow", tooltip="follow the log as it grows (or stop)"),
+        # (one footer entry for both, so that the footer holds every verb at 80 columns; help names each)
+        Binding("left_square_bracket", "attempt(-1)", "Attempt", key_display="[]",
+                tooltip="the log of the attempt before ([) or after (])"),
+        Binding("right_square_bracket", "attempt(1)", "", key_display="]", show=False),
         Binding("w", "refresh_why", "Refresh why", show=False),
         *OperatorScreen.VERB_BINDINGS,
     ]
