@@ -42,6 +42,7 @@ def test_published_messages_reach_a_subscriber_in_order_through_the_wake_descrip
     link: BrokerLink, peer: BrokerLink
 ) -> None:
     sid = link.subscribe("t.>", source="tests")
+    assert link.flush()  # (the server has the subscription before the peer publishes)
     peer.publish("t.a", b"1")
     peer.publish("t.b", b"2")
     peer.publish("other", b"x")
@@ -59,6 +60,7 @@ def test_published_messages_reach_a_subscriber_in_order_through_the_wake_descrip
 
 def test_request_gets_the_reply_and_none_without_responders(link: BrokerLink, peer: BrokerLink) -> None:
     peer.subscribe(S.ctl("n1"))
+    assert peer.flush()
     server = _serve(peer, 1, b"pong")
     assert link.request(S.ctl("n1"), b"ping", timeout=5.0) == b"pong:ping"
     server.join()
@@ -71,6 +73,7 @@ def test_gather_collects_a_reply_from_every_listener(nats_server: NatsServer, li
         servers = []
         for i, a in enumerate(agents):
             a.subscribe(S.ask)
+            assert a.flush()
             servers.append(_serve(a, 1, f"a{i}".encode()))
         replies = link.gather(S.ask, b"hear?", wait=5.0, max_replies=2)
         for t in servers:
