@@ -289,3 +289,23 @@ def test_why_of_a_job_running_when_the_run_stopped_offers_no_kill_and_says_it_ma
     said = why(core, 0, 2.0, stopped)
     assert said["verbs"] == []  # (kill needs a live scheduler; hold, skip and the like do not apply to it)
     assert said["reasons"][1] == f"{stopped}; it learns then whether this attempt ended meanwhile"
+
+
+def test_a_set_ok_of_a_failed_job_says_what_reopened_its_blocked_downstream() -> None:
+    # (they read "upstream rerun", though nothing was rerun)
+    from wloadctl.core.branches import UNTIL_AGAIN
+    from wloadctl.core.commands import Persist
+    from wloadctl.core.replay import iterations_journaled
+
+    core = chain()
+    finish(core, "a", code=1)
+    assert states(core)["b"] == "UPSTREAM_FAILED"
+    _rep, cmds = op(core, "set-ok", "a")
+    b = core.index["b"]
+    reopened = [t for c in cmds if isinstance(c, Persist) for t in c.transitions if t[0] == b and t[2] == S.WAITING]
+    assert [t[7] for t in reopened] == ["reopened: upstream a set ok by ana"]
+    assert states(core)["b"] == "QUEUED"
+    # And a replay of the journal starts an `until` loop afresh there, as the engine did (afresh)
+    journaled = [(S.RUNNING, S.WAITING, 1, 1.0, 0, 0, f"{UNTIL_AGAIN}2/5"),
+                 (S.UPSTREAM_FAILED, S.WAITING, 1, 9.0, -1, None, reopened[0][7])]
+    assert iterations_journaled(journaled[:1]) == 2 and iterations_journaled(journaled) == 0

@@ -12,9 +12,13 @@ UNTIL_AGAIN = "until not met after iteration "
 """How the journal's reason for an `until` job sent round again begins: `...iteration N/MAX`."""
 UNTIL_UNJUDGED = "until: "
 """How the reason of an `until` job failed because its condition could not be evaluated begins."""
-FRESH_STARTS = ("rerun", "upstream rerun", "listed again by loop ")
+FRESH_STARTS = ("rerun", "upstream rerun", "listed again by loop ", "reopened: ")
 """How the reasons of transitions that start a job afresh begin (an operator's rerun, a rerun upstream, a loop's
-instance listed again): its `until` counts its iterations from none again, as in a fresh run."""
+instance listed again, a job an upstream's set-ok or skip reopened): its `until` counts its iterations from none
+again, as in a fresh run."""
+REOPENED_BY = "reopened: upstream "
+"""How the reason of a job reopened by an operator's set-ok or skip of a finished upstream begins (then the
+upstream's id and the verb)."""
 CONDITION_FALSE = "condition false: "
 """How the reason of a job whose `if` came out false begins (its branch not taken)."""
 BRANCH_NOT_TAKEN = "branch not taken: "

@@ -109,7 +109,7 @@ def iterations_journaled(transitions: Iterable[tuple]) -> int:
     n = 0
     for t in transitions:
         frm, to, reason = t[0], t[1], t[6] or ""
-        if (to == S.WAITING and S(frm) in _REOPENED and reason.startswith(FRESH_STARTS[:2])) or \
+        if (to == S.WAITING and S(frm) in _REOPENED and reason.startswith(FRESH_STARTS[:2] + FRESH_STARTS[3:])) or \
                 reason.startswith(FRESH_STARTS[2]):
             n = 0
         elif reason.startswith(UNTIL_AGAIN):

@@ -8,6 +8,7 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
+from wloadctl.core.branches import REOPENED_BY
 from wloadctl.core.commands import Reply
 from wloadctl.core.events import OperatorEvent
 from wloadctl.core.fanout import FanOut
@@ -451,7 +452,8 @@ def _started_refusal(core: VerbTarget, i: int, started: list[int]) -> str:
             "them again after it")
 
 
-def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_blocked: bool) -> list[int]:
+def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_blocked: bool,
+            why: str = "upstream rerun") -> list[int]:
     """Send job i's finished descendants `jobs` back to WAITING, then settle them upstream-first.
 
     Unless only the blocked ones go back, those waiting for a retry go back too (their next attempt would run
@@ -465,7 +467,7 @@ def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_
         if only_blocked and st != S.UPSTREAM_FAILED and not (st == S.FAILED and d in core.fanout.expanded):
             continue
         if st in TERMINAL or (st == S.RETRY_WAIT and not only_blocked):
-            core.set_state(d, S.WAITING, reason="upstream rerun")
+            core.set_state(d, S.WAITING, reason=why)
             core.timers.retry_due.pop(d, None)
             core.attempt_base[d] = core.attempt[d]
             core.afresh(d)
@@ -567,7 +569,9 @@ def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: 
     touched.append(i)
     if was_terminal:
         # Its dependents already counted it; the ones it had blocked get a fresh look.
-        _reopen(core, i, _descendants(core, i), touched, only_blocked=True)
+        verb = "set ok" if to == S.SUCCEEDED else "skipped"
+        _reopen(core, i, _descendants(core, i), touched, only_blocked=True,
+                why=f"{REOPENED_BY}{core.ids[i]} {verb} by {ev.user or 'an operator'}")
     else:
         core.timers.retry_due.pop(i, None)
         core.resolve(i)
