@@ -380,6 +380,8 @@ class ConsoleApp(App[str]):
     def fit_toasts(self, new: Notification | None = None) -> None:
         """Take down the oldest toasts that, with `new`, would not fit where the screen has them stand;
         a screen shown over toasts already up calls it once laid out (the newest stays)."""
+        if not self.screen_stack:
+            return  # (a notice that comes as the console starts or ends: no screen to fit it on)
         area = toast_area(self.screen)
         if area is None:
             return

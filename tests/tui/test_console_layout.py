@@ -269,6 +269,14 @@ async def test_the_job_details_footer_holds_every_verb_at_80_columns() -> None:
         assert "[] Attempt" in footer
 
 
+def test_a_notice_while_no_screen_is_up_is_left_to_textual() -> None:
+    # (a notice that came as a console started or ended raised ScreenStackError in the fitting of toasts, and the
+    # console died with it)
+    app = fake_app()
+    assert not app.screen_stack
+    app.fit_toasts(None)
+
+
 # -- long ids --------------------------------------------------------------------------
 
 
