@@ -29,11 +29,6 @@ def _some(names: list[str]) -> str:
     return ", ".join(names[:NAMED]) + (f" and {len(names) - NAMED} more" if len(names) > NAMED else "")
 
 
-def in_flight(core: SchedulerCore) -> list[int]:
-    """The jobs the run's journal shows QUEUED or RUNNING: sent to an executor when the run stopped."""
-    return [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING)]
-
-
 def cancel_refusal(core: SchedulerCore, run: RunRow, executor_pids: list[int], far_host: str | None) -> str | None:
     """Why a cancel cannot be applied on the journal of a run that has no live scheduler (None: it can).
 
@@ -49,7 +44,9 @@ def cancel_refusal(core: SchedulerCore, run: RunRow, executor_pids: list[int], f
     """
     if run.status not in OPEN:
         return f"run {run.run_id} has ended ({run.status}): there is nothing to cancel"
-    busy = in_flight(core)
+    from wloadctl.procs.recovery import in_flight  # (the cancel's alone: other offline verbs need none of it)
+
+    busy = in_flight(core.state)
     if not busy:
         return None
     names = [core.ids[i] for i in busy]
@@ -99,13 +96,13 @@ def settle_in_flight(store: Store, run: RunRow, core: SchedulerCore, state_dir: 
         StoreError: the run's journal lost turns that recorded jobs which may not run twice (journal_behind).
     """
     from wloadctl.paths import result_path
-    from wloadctl.procs.recovery import JournalSettler, executor_results, journal_behind, stopped_with_run
+    from wloadctl.procs.recovery import JournalSettler, executor_results, in_flight, journal_behind, stopped_with_run
     from wloadctl.procs.recovery import settle_in_flight as settle
     from wloadctl.procs.reports import ReportReader
     from wloadctl.procs.runctx import read_result
 
     out = Settling()
-    busy = in_flight(core)
+    busy = in_flight(core.state)
     if not busy:
         return out
     core.paused = True

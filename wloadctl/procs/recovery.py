@@ -126,7 +126,7 @@ def stopped_with_run(store: Store, run: int, core: SchedulerCore, actions: list[
     if not stops:
         return set()
     last = max(stops)
-    inflight = _in_flight(core.state)
+    inflight = in_flight(core.state)
     out: set[int] = set()
     for i, transitions in store.transitions_of_jobs(run, inflight).items():
         sent = [t[3] for t in transitions if t[1] == JobState.QUEUED and t[2] == core.attempt[i]]
@@ -254,7 +254,7 @@ def settle_in_flight(pool: Settler, core: SchedulerCore, feed: Feed, journals: l
     Returns:
         How many were settled how (None: none was in flight).
     """
-    inflight = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING) and mine(i)]
+    inflight = [i for i in in_flight(core.state) if mine(i)]
     if not inflight:
         return None
     want = {(i, core.attempt[i]) for i in inflight}
@@ -422,7 +422,7 @@ class ResultSweeper:
         # A slot lists at most MAX_RUNNING_TASKS jobs: a longer list is cut and proves nothing.
         complete = {s.executor for s in slots if s.running <= P.MAX_RUNNING_TASKS}
         suspects: set[tuple[int, int]] = set()
-        for i in _in_flight(core.state):
+        for i in in_flight(core.state):
             key = (i, core.attempt[i])
             if core.state[i] == JobState.RUNNING and (key in listed or core.executor[i] not in complete):
                 continue
@@ -476,7 +476,7 @@ class ResultSweeper:
             self.emit("report_recovered", self.ids[i], att, kinds=fed)
 
 
-def _in_flight(state: bytearray) -> list[int]:
+def in_flight(state: bytearray) -> list[int]:
     """Indices of QUEUED and RUNNING jobs (a C-speed scan: in flight is a few jobs among many)."""
     out: list[int] = []
     for st in (JobState.QUEUED, JobState.RUNNING):
