@@ -311,10 +311,14 @@ def loop_takes(verb: str, instances: Iterable[int]) -> bool:
 
 
 def loop_verbs(core: LoopStates, i: int, verbs: Iterable[str]) -> list[str]:
-    """Those of `verbs` (what loop i's state would take) that its instances let apply (loop_takes): what `why` offers
-    for a loop."""
+    """Those of `verbs` (what loop i's state would take) that its instances let apply (loop_takes), with the retry and
+    rerun its instances take in any state of the loop: what `why` offers for a loop, in VERBS' order."""
     mine = [core.state[k] for k in instances_of(core.specs[i], core.specs, core.index)]
-    return [v for v in verbs if v not in _LOOP_VERBS or loop_takes(v, mine)]
+    offered = {v for v in verbs if v not in _LOOP_VERBS or loop_takes(v, mine)}
+    # A retry or rerun of a loop is of its instances, whatever the loop's own state: a loop still waiting for some
+    # instances takes a retry of one that failed (and a rerun of one that ended) as a loop that has ended does.
+    offered.update(v for v in _AGAIN if loop_takes(v, mine))
+    return [v for v in VERBS if v in offered]
 
 
 def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> tuple[bool, str]:
