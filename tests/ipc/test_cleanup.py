@@ -32,13 +32,13 @@ from wloadctl.ipc.shm import (
     StateBoard,
     TailRing,
     list_objects,
-    pid_alive,
     remove_run_objects,
     run_ids_present,
     run_is_alive,
     stale_runs,
     survey_runs,
 )
+from wloadctl.procs.health import pid_alive
 
 
 @pytest.fixture(scope="module")

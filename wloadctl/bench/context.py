@@ -132,7 +132,7 @@ def clean_stale_scratch() -> list[str]:
         The directories removed.
     """
     from wloadctl.bench.runs import run_processes
-    from wloadctl.ipc.shm import pid_alive
+    from wloadctl.procs.health import pid_alive
 
     gone = []
     for d in Path(tempfile.gettempdir()).glob(SCRATCH_PREFIX + "*"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import struct
 import zlib
 from collections import deque
-from types import TracebackType
 
 from wloadctl.errors import ProtocolError, TransportError
 from wloadctl.ipc import SegmentBackend, SegmentLike
@@ -17,7 +16,7 @@ from wloadctl.ipc.protocol import (
     read_identity,
     write_identity,
 )
-from wloadctl.ipc.segment import Segment
+from wloadctl.ipc.segment import OnSegment, Segment
 
 DEFAULT_ARENA_SIZE = 16 * 1024 * 1024
 """Default arena segment size: room for tens of thousands of typical payloads."""
@@ -27,7 +26,7 @@ ARENA_STEP = 256 * 1024
 (a run that never needs its whole arena never takes it from /dev/shm)."""
 
 
-class PayloadArena:
+class PayloadArena(OnSegment):
     """Payloads written by one scheduler and read by any executor, by offset.
 
     The writer allocates in a ring: each payload goes after the newest live one, and
@@ -94,25 +93,6 @@ class PayloadArena:
         segment = backend.create(name, size, reserve=SEGMENT_DATA + ARENA_STEP)
         write_identity(segment.buf, ARENA_MAGIC, size - SEGMENT_DATA, 0)
         return cls(segment)
-
-    @classmethod
-    def open(cls, name: str, *, backend: SegmentBackend = Segment) -> PayloadArena:
-        """Open an existing arena (executors do this to read payloads).
-
-        Raises:
-            TransportError: If it does not exist or is not an arena.
-        """
-        segment = backend.open(name)
-        try:
-            return cls(segment)
-        except TransportError:
-            segment.close()
-            raise
-
-    @property
-    def segment(self) -> SegmentLike:
-        """The underlying segment."""
-        return self._segment
 
     @property
     def capacity(self) -> int:
@@ -281,21 +261,3 @@ class PayloadArena:
             epoch=record.epoch,
         )
 
-    def close(self) -> None:
-        """Unmap the segment. Idempotent."""
-        self._segment.close()
-
-    def unlink(self) -> None:
-        """Remove the segment's name."""
-        self._segment.unlink()
-
-    def __enter__(self) -> PayloadArena:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

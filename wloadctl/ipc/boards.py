@@ -23,8 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from types import TracebackType
-from typing import NamedTuple, Self
+from typing import NamedTuple
 
 from wloadctl.errors import ProtocolError, TransportError
 from wloadctl.ipc import SegmentBackend, SegmentLike, SharedBuffer
@@ -50,7 +49,7 @@ from wloadctl.ipc.protocol import (
     unpack_executor_slot,
     write_identity,
 )
-from wloadctl.ipc.segment import Segment
+from wloadctl.ipc.segment import OnSegment, Segment
 
 READ_TRIES = 1000
 """Attempts at a consistent read (about half a second) before giving up; a writer that
@@ -109,42 +108,13 @@ def _seq_read(
     )
 
 
-class _Board:
-    """Shared plumbing: the segment, close/unlink and the context manager."""
+class _Board(OnSegment):
+    """What both boards share: the segment, and how hard a reader tries for a consistent read."""
 
     def __init__(self, segment: SegmentLike) -> None:
-        self._segment = segment
+        super().__init__(segment)
         self.read_tries = READ_TRIES
         """Attempts at a consistent read before a TransportError."""
-
-    @property
-    def segment(self) -> SegmentLike:
-        """The underlying segment."""
-        return self._segment
-
-    @property
-    def name(self) -> str:
-        """The segment's name."""
-        return self._segment.name
-
-    def close(self) -> None:
-        """Unmap the segment. Idempotent."""
-        self._segment.close()
-
-    def unlink(self) -> None:
-        """Remove the segment's name."""
-        self._segment.unlink()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class BoardSnapshot(NamedTuple):
@@ -202,20 +172,6 @@ class StateBoard(_Board):
             return None
         finally:
             board.close()
-
-    @classmethod
-    def open(cls, name: str, *, backend: SegmentBackend = Segment) -> StateBoard:
-        """Open an existing board (readers, or a scheduler taking over).
-
-        Raises:
-            TransportError: If it does not exist or is not a state board.
-        """
-        segment = backend.open(name)
-        try:
-            return cls(segment)
-        except TransportError:
-            segment.close()
-            raise
 
     @property
     def capacity(self) -> int:
@@ -362,20 +318,6 @@ class ExecutorBoard(_Board):
         segment = backend.create(name, SEGMENT_DATA + n_slots * EXECUTOR_SLOT_SIZE)
         write_identity(segment.buf, EXECUTOR_BOARD_MAGIC, n_slots, EXECUTOR_SLOT_SIZE)
         return cls(segment)
-
-    @classmethod
-    def open(cls, name: str, *, backend: SegmentBackend = Segment) -> ExecutorBoard:
-        """Open an existing board (executors to write, schedulers to read).
-
-        Raises:
-            TransportError: If it does not exist or is not an executor board.
-        """
-        segment = backend.open(name)
-        try:
-            return cls(segment)
-        except TransportError:
-            segment.close()
-            raise
 
     @property
     def n_slots(self) -> int:

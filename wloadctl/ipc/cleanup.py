@@ -26,6 +26,7 @@ from wloadctl.ipc.naming import (
     parse_name,
 )
 from wloadctl.ipc.segment import unlink_segment
+from wloadctl.procs.health import pid_alive
 
 MQUEUE_DIR = "/dev/mqueue"
 """Where Linux shows POSIX queues, when the mqueue filesystem is mounted."""
@@ -126,25 +127,6 @@ def remove_run_objects(run_id: str) -> list[str]:
         if unlink(obj.name):
             removed.append(obj.label)
     return removed
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists and is not a zombie."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return True
-    # The state letter follows the command name, which may itself contain ") ".
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
 
 
 def run_is_alive(run_id: str) -> bool:

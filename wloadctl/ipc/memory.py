@@ -13,7 +13,6 @@ import os
 import threading
 import time
 from collections import deque
-from types import TracebackType
 
 from wloadctl.errors import TransportError
 from wloadctl.ipc import (
@@ -22,6 +21,7 @@ from wloadctl.ipc import (
     MAX_WAIT,
     deadline,
 )
+from wloadctl.ipc.handles import Named
 
 _EVENTFD_FULL = 0xFFFFFFFFFFFFFFFE
 """The largest eventfd counter: at this value the descriptor has no room to write."""
@@ -55,7 +55,7 @@ class _QueueState:
             os.eventfd_write(self.fd, _EVENTFD_FULL if n >= self.max_messages else n)
 
 
-class MemoryQueue:
+class MemoryQueue(Named):
     """A bounded in-process queue with the interface of `mq.MessageQueue`."""
 
     def __init__(self, name: str, state: _QueueState) -> None:
@@ -108,11 +108,6 @@ class MemoryQueue:
                 f"cannot {action} message queue {self._name}: it is closed"
             )
         return self._state
-
-    @property
-    def name(self) -> str:
-        """The queue's name."""
-        return self._name
 
     @property
     def fd(self) -> int:
@@ -221,19 +216,8 @@ class MemoryQueue:
         if state is not None:
             _retire(state)
 
-    def __enter__(self) -> MemoryQueue:
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class MemorySegment:
+class MemorySegment(Named):
     """A named bytearray with the interface of `shm.Segment`."""
 
     def __init__(self, name: str, data: bytearray) -> None:
@@ -273,11 +257,6 @@ class MemorySegment:
         return cls(name, data)
 
     @property
-    def name(self) -> str:
-        """The segment's name."""
-        return self._name
-
-    @property
     def size(self) -> int:
         """Size in bytes."""
         return self._size
@@ -306,16 +285,6 @@ class MemorySegment:
         with _registry_lock:
             _segments.pop(self._name, None)
 
-    def __enter__(self) -> MemorySegment:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def registered_names() -> list[str]:

@@ -7,7 +7,6 @@ import os
 import resource
 import select
 import time
-from types import TracebackType
 
 import posix_ipc
 
@@ -18,6 +17,7 @@ from wloadctl.ipc import (
     MAX_WAIT,
     deadline,
 )
+from wloadctl.ipc.handles import Named, unlink_posix
 from wloadctl.ipc.naming import object_name
 
 _CLEANUP_HINT = "remove stale ones with `wloadctl cleanup`"
@@ -87,7 +87,7 @@ def _error(name: str, action: str, exc: BaseException) -> TransportError:
     return TransportError(f"cannot {action} message queue {name}: {exc}")
 
 
-class MessageQueue:
+class MessageQueue(Named):
     """A handle on a POSIX message queue, used without ever blocking indefinitely.
 
     The queue descriptor is put in non-blocking mode: sends and receives either happen
@@ -152,11 +152,6 @@ class MessageQueue:
         except (posix_ipc.Error, OSError, ValueError) as exc:
             raise _error(name, "open", exc) from None
         return cls(name, mq)
-
-    @property
-    def name(self) -> str:
-        """The queue's POSIX name."""
-        return self._name
 
     @property
     def fd(self) -> int:
@@ -292,17 +287,6 @@ class MessageQueue:
         """Remove the queue's name; open handles keep working. Missing is fine."""
         unlink_queue(self._name)
 
-    def __enter__(self) -> MessageQueue:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"MessageQueue({self._name!r}{', closed' if self.closed else ''})"
 
@@ -316,13 +300,7 @@ def unlink_queue(name: str) -> bool:
     Raises:
         TransportError: If it exists but may not be removed by this user.
     """
-    try:
-        posix_ipc.unlink_message_queue(name)
-    except posix_ipc.ExistentialError:
-        return False
-    except (posix_ipc.Error, OSError) as exc:
-        raise _error(name, "unlink", exc) from None
-    return True
+    return unlink_posix(name, posix_ipc.unlink_message_queue, _error)
 
 
 MSG_HEADER = 48

@@ -5,11 +5,13 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-from types import TracebackType
+from typing import Self
 
 import posix_ipc
 
 from wloadctl.errors import TransportError
+from wloadctl.ipc import SegmentBackend, SegmentLike
+from wloadctl.ipc.handles import Closing, Named, unlink_posix
 from wloadctl.ipc.naming import object_name
 
 _CLEANUP_HINT = (
@@ -66,7 +68,7 @@ def mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-class Segment:
+class Segment(Named):
     """A mapped POSIX shared-memory segment; `buf` is the mmap itself.
 
     The mmap is handed out rather than a memoryview of it, because an mmap cannot be
@@ -164,11 +166,6 @@ class Segment:
         return cls(name, mm, fd)
 
     @property
-    def name(self) -> str:
-        """The segment's POSIX name."""
-        return self._name
-
-    @property
     def size(self) -> int:
         """Size in bytes."""
         return self._size
@@ -197,17 +194,6 @@ class Segment:
         """Remove the segment's name; mappings stay valid. A missing name is fine."""
         unlink_segment(self._name)
 
-    def __enter__(self) -> Segment:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"Segment({self._name!r}, {self._size})"
 
@@ -221,10 +207,47 @@ def unlink_segment(name: str) -> bool:
     Raises:
         TransportError: If it exists but may not be removed by this user.
     """
-    try:
-        posix_ipc.unlink_shared_memory(name)
-    except posix_ipc.ExistentialError:
-        return False
-    except (posix_ipc.Error, OSError) as exc:
-        raise _error(name, "unlink", exc) from None
-    return True
+    return unlink_posix(name, posix_ipc.unlink_shared_memory, _error)
+
+
+class OnSegment(Closing):
+    """A layout over one segment (the payload arena, the boards, the tail ring): `create` makes the segment and
+    writes the layout's identity, `open` attaches to one, and the constructor checks that identity."""
+
+    _segment: SegmentLike
+
+    def __init__(self, segment: SegmentLike) -> None:
+        """Attach to a segment that holds this layout (subclasses check its identity)."""
+        self._segment = segment
+
+    @classmethod
+    def open(cls, name: str, *, backend: SegmentBackend = Segment) -> Self:
+        """Attach to an existing segment of this layout (executors, readers, or a scheduler taking over).
+
+        Raises:
+            TransportError: If it does not exist or does not hold this layout.
+        """
+        segment = backend.open(name)
+        try:
+            return cls(segment)
+        except TransportError:
+            segment.close()
+            raise
+
+    @property
+    def segment(self) -> SegmentLike:
+        """The underlying segment."""
+        return self._segment
+
+    @property
+    def name(self) -> str:
+        """The segment's name."""
+        return self._segment.name
+
+    def close(self) -> None:
+        """Unmap the segment. Idempotent."""
+        self._segment.close()
+
+    def unlink(self) -> None:
+        """Remove the segment's name."""
+        self._segment.unlink()

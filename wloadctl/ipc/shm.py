@@ -19,7 +19,6 @@ from wloadctl.ipc.boards import (
 from wloadctl.ipc.cleanup import (
     IpcObject,
     list_objects,
-    pid_alive,
     remove_run_objects,
     run_ids_present,
     run_is_alive,
@@ -48,7 +47,6 @@ __all__ = [
     "StateBoard",
     "TailRing",
     "list_objects",
-    "pid_alive",
     "remove_run_objects",
     "run_ids_present",
     "run_is_alive",

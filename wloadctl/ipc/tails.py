@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from types import TracebackType
 
 from wloadctl.errors import ProtocolError, TransportError
 from wloadctl.ipc import SegmentBackend, SegmentLike
@@ -17,14 +16,14 @@ from wloadctl.ipc.protocol import (
     read_identity,
     write_identity,
 )
-from wloadctl.ipc.segment import Segment
+from wloadctl.ipc.segment import OnSegment, Segment
 
 DEFAULT_PART_SIZE = 256 * 1024
 """Bytes per executor: about sixty full tails before the oldest is overwritten."""
 _ALIGN = 8
 
 
-class TailRing:
+class TailRing(OnSegment):
     """Per-executor rings of output tails, one partition per executor index.
 
     Each executor writes only its own partition, oldest entries overwritten first; the
@@ -82,25 +81,6 @@ class TailRing:
         segment = backend.create(name, SEGMENT_DATA + n_executors * part_size)
         write_identity(segment.buf, TAIL_MAGIC, n_executors, part_size)
         return cls(segment)
-
-    @classmethod
-    def open(cls, name: str, *, backend: SegmentBackend = Segment) -> TailRing:
-        """Open an existing ring.
-
-        Raises:
-            TransportError: If it does not exist or is not a tail ring.
-        """
-        segment = backend.open(name)
-        try:
-            return cls(segment)
-        except TransportError:
-            segment.close()
-            raise
-
-    @property
-    def segment(self) -> SegmentLike:
-        """The underlying segment."""
-        return self._segment
 
     @property
     def n_executors(self) -> int:
@@ -191,24 +171,6 @@ class TailRing:
         data = bytes(buf[start : start + length])
         return data if zlib.crc32(data) == crc else None
 
-    def close(self) -> None:
-        """Unmap the segment. Idempotent."""
-        self._segment.close()
-
-    def unlink(self) -> None:
-        """Remove the segment's name."""
-        self._segment.unlink()
-
-    def __enter__(self) -> TailRing:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _whole_characters(tail: bytes) -> bytes:

@@ -17,7 +17,11 @@ def process_rss_kb(pid: int | None = None) -> int:
 
 
 def pid_alive(pid: int | None) -> bool:
-    """Whether a process with this pid exists (zombies count as gone)."""
+    """Whether a process with this pid exists and is not a zombie (what decides whether a run's queues and
+    segments may be removed, and whether a scheduler, executor or agent is still there).
+
+    A process whose state cannot be read is taken for alive: it answered the signal test.
+    """
     if not pid or pid <= 0:
         return False
     try:
@@ -25,9 +29,14 @@ def pid_alive(pid: int | None) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        return True  # exists, owned by someone else
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return not os.path.isdir("/proc/self")  # gone since the signal test (unless no /proc is mounted)
+    except OSError:
+        return True
+    # The state letter follows the command name, which may itself hold ") ".
+    end = stat.rfind(b")")
+    return stat[end + 2:end + 3] != b"Z"
