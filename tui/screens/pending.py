@@ -9,18 +9,16 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from tui.impact import VERB_KEYS, impact, is_moot
 from tui.messages import Note
 from tui.screens.confirm import SettleScreen
+from tui.screens.reading import ReadingScreen
 from tui.view_model import JobsModel
 from wloadctl.core.foureyes import request_words
 from wloadctl.errors import WloadError
 
-REFRESH = 1.0
-"""Seconds between readings of the journal."""
 COLUMNS = (" ", "ID", "VERB", "JOBS", "ASKED BY", "AT", "REASON")
 """The table's columns (the first holds the `>` of the row under the cursor, as in the job table)."""
 
@@ -44,9 +42,12 @@ def pending_rows(data: dict[str, Any], model: JobsModel | None = None) -> list[t
     return rows
 
 
-class PendingScreen(Screen[None]):
+class PendingScreen(ReadingScreen):
     """What waits for an operator's approve; `a` approves the row under the cursor, `r` rejects a request;
     j/k move as everywhere else."""
+
+    READER = "pending"
+    EMPTY: ClassVar[dict[str, Any]] = {"requests": (), "confirm": ()}
 
     CSS_PATH = "pending.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -65,7 +66,6 @@ class PendingScreen(Screen[None]):
         """Row keys in table order (request ids and job ids)."""
         self.rows: list[tuple[str, tuple[str, ...]]] = []
         """The rows shown (a request that became moot is shown again)."""
-        self._client: Any = None
 
     def compose(self) -> ComposeResult:
         """The table, a line of help, the footer."""
@@ -79,22 +79,7 @@ class PendingScreen(Screen[None]):
     def on_mount(self) -> None:
         """Columns, then read now and every second."""
         self.query_one(DataTable).add_columns(*COLUMNS)
-        self._read()
-        self.set_interval(REFRESH, self._read)
-
-    def on_unmount(self) -> None:
-        """Release the journal."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    @work(thread=True, exclusive=True, group="pending", exit_on_error=False)
-    def _read(self) -> None:
-        if self._client is None:
-            self._client = self.app.open_client()  # type: ignore[attr-defined]
-        reader = getattr(self._client, "pending", None)
-        data = reader() if reader is not None else {"requests": [], "confirm": []}
-        self.app.call_from_thread(self._show, data)
+        super().on_mount()
 
     def _show(self, data: dict[str, Any]) -> None:
         self.data = data

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from tui.screens.reading import ReadingScreen
 from wloadctl.pipeview import render
 
-REFRESH = 1.0
-"""Seconds between readings (the scheduler publishes about once a second)."""
 
-
-class PipelineScreen(Screen[None]):
+class PipelineScreen(ReadingScreen):
     """What `wloadctl top` shows, refreshed every second; Escape returns to the jobs."""
+
+    READER = "pipeline"
 
     CSS_PATH = "pipeline.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -28,7 +26,6 @@ class PipelineScreen(Screen[None]):
         super().__init__()
         self.view: dict[str, Any] | None = None
         """The latest reading."""
-        self._client: Any = None
 
     def compose(self) -> ComposeResult:
         """The figures and the footer."""
@@ -36,25 +33,6 @@ class PipelineScreen(Screen[None]):
         body.border_title = "pipeline"
         yield body
         yield Footer(compact=True, show_command_palette=False)
-
-    def on_mount(self) -> None:
-        """Read now and every second."""
-        self._read()
-        self.set_interval(REFRESH, self._read)
-
-    def on_unmount(self) -> None:
-        """Release the journal."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-
-    @work(thread=True, exclusive=True, group="pipeline", exit_on_error=False)
-    def _read(self) -> None:
-        if self._client is None:
-            self._client = self.app.open_client()  # type: ignore[attr-defined]
-        reader = getattr(self._client, "pipeline", None)
-        view = reader() if reader is not None else None
-        self.app.call_from_thread(self._show, view)
 
     def _show(self, view: dict[str, Any] | None) -> None:
         self.view = view
