@@ -364,6 +364,21 @@ def test_problems_beyond_the_cap_are_counted(tmp_path: Path) -> None:
     assert lines[-1].startswith(f"<string>: and {6000 - shown:,} more problem(s)")
 
 
+def test_only_the_first_unknown_dependencies_get_a_suggestion_each_name_once() -> None:
+    # Given 40 jobs, each with a misspelt upstream (a suggestion compares with every id: for thousands of unknown
+    # names in a big plan that took minutes), and one misspelling named twice
+    jobs = "".join(f"  load_{i:02d}: {{command: 'true'}}\n"
+                   f"  post_{i:02d}: {{command: 'true', depends_on: [lod_{i:02d}]}}\n" for i in range(40))
+    jobs += "  again: {command: 'true', depends_on: [lod_00]}\n"
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: typos\njobs:\n" + jobs)
+    hints = [p.hint for p in caught.value.problems if "unknown job" in p.message]
+    # Then the first 20 names get theirs, the rest are said to be no job of the plan, and a name has one answer
+    assert hints[:20] == [f"did you mean 'load_{i:02d}'?" for i in range(20)]
+    assert hints[20:40] == [f"no job 'lod_{i:02d}' in this plan" for i in range(20, 40)]
+    assert hints[40] == "did you mean 'load_00'?"
+
+
 def test_a_huge_unknown_key_is_named_short_and_an_unclosed_mapping_at_the_end_on_its_line() -> None:
     with pytest.raises(PlanError) as caught:
         load_plan_text("name: p\njobs:\n  a: {command: x, " + "x" * 1000 + ": 1}\n")

@@ -26,6 +26,9 @@ _ALL_IDS = re.compile(r"[A-Za-z0-9_.:-]+(?: [A-Za-z0-9_.:-]+)*")
 _SHORT_COMMAND = 4096
 # Suggesting a close id compares with every id; past this many it costs too much.
 _SUGGEST_LIMIT = 20000
+_SUGGESTED = 20
+"""Unknown dependency names given a `did you mean` (each costs a comparison with every id: a plan that names
+thousands of unknown jobs, a renamed one say, would take minutes to refuse; the first ones shown say enough)."""
 _COMMAND, _ENV, _CWD, _TYPE = attrgetter("command"), attrgetter("env"), attrgetter("cwd"), attrgetter("type")
 
 
@@ -239,17 +242,21 @@ def _resolve(jobs: JobsReader) -> None:
     """Fill in forward references; report and drop the ones that name no job."""
     up, up_off, ids = jobs.up, jobs.up_off, jobs.ids
     missing = False
+    hints: dict[str, str] = {}  # by unknown name: many jobs may name the same one
     for pos, name, where, jid in jobs.pending:
         i = jobs.index.get(name)
         if i is not None:
             up[pos] = i
             continue
         missing = True
-        hint = f"no job '{name}' in this plan"
-        if len(ids) <= _SUGGEST_LIMIT:
-            close = difflib.get_close_matches(name, ids, n=1)
-            if close:
-                hint = f"did you mean '{close[0]}'?"
+        hint = hints.get(name)
+        if hint is None:
+            hint = f"no job '{name}' in this plan"
+            if len(ids) <= _SUGGEST_LIMIT and len(hints) < _SUGGESTED:
+                close = difflib.get_close_matches(name, ids, n=1)
+                if close:
+                    hint = f"did you mean '{close[0]}'?"
+            hints[name] = hint
         jobs.report(
             where_line(where), f"depends on unknown job '{name}'", hint, job=jid
         )
