@@ -379,6 +379,27 @@ def test_only_the_first_unknown_dependencies_get_a_suggestion_each_name_once() -
     assert hints[40] == "did you mean 'load_00'?"
 
 
+def test_conditions_must_read_upstream_jobs_near_or_far_however_many_read_the_same_one() -> None:
+    # Given a chain a -> b -> c -> d -> e, a side job, and conditions reading a direct upstream (b), a far one read
+    # by one job (c reads a), one read by several (d and e read a: its downstream is worked out once for them),
+    # and jobs that are not upstream (e reads side; side reads b)
+    plan = """name: reads
+jobs:
+  a: {command: 'true'}
+  b: {command: 'true', depends_on: [a]}
+  c: {command: 'true', depends_on: [b], if: 'jobs.b.exit_code == 0 and jobs.a.exit_code == 0'}
+  d: {command: 'true', depends_on: [c], if: jobs.a.exit_code == 0}
+  e: {command: 'true', depends_on: [d], if: 'jobs.a.exit_code == 0 and jobs.side.exit_code == 0'}
+  side: {command: 'true', if: jobs.b.exit_code == 0}
+"""
+    with pytest.raises(PlanError) as caught:
+        load_plan_text(plan)
+    # Then only the two that read a job not upstream of them are refused, each naming the job it reads
+    assert [(p.job, p.message) for p in caught.value.problems] == [
+        ("e", "the condition reads job 'side', which is not upstream of it"),
+        ("side", "the condition reads job 'b', which is not upstream of it")]
+
+
 def test_a_huge_unknown_key_is_named_short_and_an_unclosed_mapping_at_the_end_on_its_line() -> None:
     with pytest.raises(PlanError) as caught:
         load_plan_text("name: p\njobs:\n  a: {command: x, " + "x" * 1000 + ": 1}\n")
