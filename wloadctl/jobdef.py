@@ -11,6 +11,7 @@ import shlex
 from typing import Any
 
 from wloadctl.core.durations import format_duration
+from wloadctl.core.outputcap import format_size
 from wloadctl.core.plan import NO_RETRY, DynamicItems, JobSpec, Plan
 
 CONSOLE_JOBS = 200_000
@@ -37,7 +38,7 @@ def definition(plan: Plan, job: str) -> dict[str, Any] | None:
             out["dep_kinds"] = [k.name.lower() for k in spec.dep_kinds]
     out["sla"] = spec.sla.label
     plain = JobSpec("", None)
-    for name in ("priority", "timeout", "expected", "cwd", "deadline", "not_before", "condition", "until",
+    for name in ("priority", "timeout", "max_output", "expected", "cwd", "deadline", "not_before", "condition", "until",
                  "group", "pool", "agent", "cpu", "memory", "run_as", "confirm", "preemptible", "item"):
         value = getattr(spec, name)
         if value != getattr(plain, name):
@@ -60,7 +61,8 @@ def definition(plan: Plan, job: str) -> dict[str, Any] | None:
     if r != NO_RETRY:
         out["retries"] = {"count": r.count, "delay": r.delay, "backoff": r.backoff, "max_delay": r.max_delay,
                           "jitter": r.jitter, "exit_codes": [list(x) for x in r.exit_codes] if r.exit_codes else None,
-                          "on_timeout": r.on_timeout, "on_signal": r.on_signal, "on_lost": r.on_lost}
+                          "on_timeout": r.on_timeout, "on_signal": r.on_signal, "on_lost": r.on_lost,
+                          "on_max_output": r.on_max_output}
     return out
 
 
@@ -80,6 +82,10 @@ def definition_lines(d: dict[str, Any]) -> list[str]:
         facts.append(f"priority {d['priority']}")
     if d.get("timeout"):
         facts.append(f"timeout {format_duration(d['timeout'])}")
+    if "max_output" in d:
+        # (only a cap other than the built-in default is in the dict: None is none at all)
+        cap = d["max_output"]
+        facts.append("max_output none" if cap is None else f"max_output {format_size(cap)}")
     if d.get("expected"):
         facts.append(f"expected {format_duration(d['expected'])}")
     r = d.get("retries")

@@ -191,6 +191,11 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("cwd_nul.yaml", 3, "job 'load': cwd holds a NUL byte"),
     ("on_failure_nul.yaml", 2, "on_failure holds a NUL byte"),
     ("exit_codes_empty.yaml", 5, "job 'load': exit_codes must not be empty: it would retry no exit code"),
+    ("max_output_not_a_size.yaml", 5, "job 'extract': max_output: '12 parsecs' is not a size"),
+    ("max_output_negative.yaml", 3, "job 'extract': max_output must be more than zero, not -1"),
+    ("max_output_zero.yaml", 5, "job 'extract': max_output must be more than zero, not 0"),
+    ("max_output_list.yaml", 5, "job 'extract': max_output must be a size, not a list"),
+    ("max_output_defaults.yaml", 3, "defaults: max_output: '1 GB please' is not a size"),
     # A resource or group declared wrong spoils neither the others nor the reports of the jobs
     ("undeclared_beside_wrong.yaml", 2, "resource 'tape' must be a whole number of at least 1, not the number 0"),
     ("undeclared_beside_wrong.yaml", 2, "resource 'printer' must be a whole number of at least 1, not the text 'two'"),

@@ -55,6 +55,7 @@ from wloadctl.core.holding import HOST_CPU, HOST_MEMORY, LOCAL_PLACE, Needs, Res
 from wloadctl.core.holds import confirm_wait, still_held
 from wloadctl.core.jobtable import JobTable, PlanArrays
 from wloadctl.core.loops import ITEM_SEP, instances_of, with_instances, without_instances
+from wloadctl.core.outputcap import cut_reason, format_size
 from wloadctl.core.plan import DynamicItems, JobSpec, Plan
 from wloadctl.core.replay import HELD_LOST, LOST_AGAIN, RUN_DOWN, Journaled, follows_reason
 from wloadctl.core.sla import (
@@ -464,7 +465,7 @@ class SchedulerCore(JobTable):
             self.branches.record(i, None if ev.signal else ev.exit_code, ev.result)
         unusable = ev.result.problem if isinstance(ev.result, UnusableResult) else None
         if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.lost and not ev.spawn_failed and \
-                unusable is None:
+                unusable is None and not ev.output_cut:
             kill = self.kill_reason.pop(i, None)
             if kill is not None and not kill[1] and i in self.branches.untils:
                 # An operator's kill of an `until` loop, heard after its iteration had exited 0: the loop stops
@@ -551,6 +552,11 @@ class SchedulerCore(JobTable):
             if ev.signal == signal.SIGKILL:
                 # (its end came the grace period later: told, so that the time it ran does not read as a mistake)
                 why += ": it went on after SIGTERM and was killed (SIGKILL) once its grace period was over"
+            if ev.output_cut:  # (its output passed the cap too, before the timeout's stop had ended it)
+                cap = spec.max_output
+                why += f"; its log was cut at max_output {format_size(cap)}" if cap else "; its log was cut"
+        elif ev.output_cut:
+            why, retryable = cut_reason(spec.max_output, ev.signal, ev.exit_code), policy.on_max_output
         elif ev.spawn_failed:
             why, retryable = "could not start: " + (ev.tail.strip().splitlines() or ["?"])[-1], False
         elif ev.signal:
@@ -577,7 +583,7 @@ class SchedulerCore(JobTable):
         """The end of an attempt held when its node was lost (see held_lost): the node came back with it. An exit 0
         is the job's success; any other end leaves it held for the operator, who now knows how it ended."""
         del self.held_lost[i]
-        if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.spawn_failed:
+        if ev.exit_code == 0 and not ev.signal and not ev.timed_out and not ev.spawn_failed and not ev.output_cut:
             self.branches.record(i, 0, ev.result)
             # Stamped with when it is heard: the job was held until now, whenever it had ended.
             ago = f" ({ev.now - ev.ended:.0f}s before)" if ev.ended and ev.now - ev.ended >= 1 else ""

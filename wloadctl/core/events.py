@@ -104,6 +104,9 @@ class JobExitedEvent:
     """Signal that killed it, 0 if none."""
     timed_out: bool = False
     """The executor killed it for running past its timeout."""
+    output_cut: bool = False
+    """Its output passed its `max_output`: the executor stopped it (unless it had ended first) and cut its log
+    back to the cap."""
     lost: bool = False
     """Its executor died or the scheduler crashed with it in flight; the outcome is unknown."""
     spawn_failed: bool = False

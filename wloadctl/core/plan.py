@@ -33,6 +33,8 @@ class RetryPolicy:
     """Retry an attempt killed by a signal (other than an operator kill)."""
     on_lost: bool = True
     """Retry an attempt whose executor died (only for idempotent jobs)."""
+    on_max_output: bool = True
+    """Retry an attempt whose output passed its `max_output` (it was stopped, its log cut back)."""
 
     def retries_exit(self, code: int) -> bool:
         """Whether a non-zero exit `code` may be retried under this policy."""
@@ -57,6 +59,9 @@ and its pointer): the OS's ARG_MAX of 2 MiB, less 256 KiB kept for the executor'
 WLOADCTL_* variables of the run. The payload arena (16 MiB) holds any payload under this."""
 DEFAULT_MAX_ITEMS = 1000
 """Most instances a `for_each` over an upstream's output may make unless the plan says otherwise."""
+DEFAULT_MAX_OUTPUT = 1 << 30
+"""Bytes of output an attempt may write to its log unless the plan says otherwise (`max_output`, 1 GiB): a
+runaway job must not fill the disk that holds the run's journal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,9 @@ class JobSpec:
     """Higher runs first within a tier."""
     timeout: float | None = None
     """Seconds before the whole process group is killed; None = no limit."""
+    max_output: int | None = DEFAULT_MAX_OUTPUT
+    """Bytes an attempt's output log may reach: past them the job is stopped as a timeout stops it, and its log
+    cut back to them; None = no cap."""
     retry: RetryPolicy = NO_RETRY
     """Retry policy (often shared with the plan's defaults)."""
     resources: tuple[tuple[str, int], ...] = ()

@@ -16,6 +16,7 @@ from wloadctl.core.durations import (
     parse_deadline,
     parse_duration,
 )
+from wloadctl.core.outputcap import NO_CAP, SIZE_FORMS, parse_size
 from wloadctl.core.plan import DEFAULT_MAX_ITEMS, JOB_TYPES, NO_RETRY, DynamicItems, RetryPolicy
 from wloadctl.core.planvalues import (
     FieldError,
@@ -40,6 +41,7 @@ JOB_KEYS: tuple[str, ...] = (
     "sla",
     "priority",
     "timeout",
+    "max_output",
     "retries",
     "resources",
     "env",
@@ -80,6 +82,7 @@ RETRY_KEYS: tuple[str, ...] = (
     "on_timeout",
     "on_signal",
     "on_lost",
+    "on_max_output",
 )
 """Keys of a `retries` mapping."""
 
@@ -306,6 +309,26 @@ class FieldReader:
             return None
         return duration(entry, "timeout", positive=True)
 
+    def max_output(self, entry: Entry) -> int | None:
+        """`max_output`: bytes of output an attempt may write (`64KiB`, `100MB`, `1GiB`), or none/unlimited."""
+        value, line, text = entry
+        if type(value) is str and value.strip().lower() in NO_CAP:
+            return None
+        if type(value) is str:
+            try:
+                size = parse_size(value)
+            except ValueError as err:
+                raise FieldError(f"max_output: {err}", line, SIZE_FORMS) from None
+        elif type(value) is int:
+            size = value
+        else:
+            # (null too: a key left empty is no clear wish to lift the cap, which is written `none`)
+            raise FieldError(f"max_output must be a size, not {describe(value)}", line, SIZE_FORMS)
+        if size <= 0:
+            raise FieldError(f"max_output must be more than zero, not {text if text is not None else value}",
+                             line, "give a size such as 64KiB, or write none for no cap")
+        return size
+
     def retries(self, entry: Entry) -> RetryPolicy:
         """`retries`: a count (the defaults' policy with that count), or a policy."""
         if type(entry[0]) is not dict:
@@ -351,7 +374,7 @@ class FieldReader:
             kw["jitter"] = number(fields["jitter"], "retries jitter", 0.0, 1.0)
         if "exit_codes" in fields:
             kw["exit_codes"] = self.exit_codes(fields["exit_codes"])
-        for key in ("on_timeout", "on_signal", "on_lost"):
+        for key in ("on_timeout", "on_signal", "on_lost", "on_max_output"):
             if key in fields:
                 kw[key] = boolean(fields[key], f"retries {key}")
         return self.share(RetryPolicy(**kw))

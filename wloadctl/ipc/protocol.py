@@ -88,6 +88,9 @@ FLAG_STARTING = 32
 """On an acceptance written to the executor's results journal only (never sent): the task's process is being
 started now. An executor that dies before it journals the start leaves this behind, so whoever settles its
 tasks knows the job may have started (held if it may not run twice), where a plain acceptance says it never did."""
+FLAG_OUTPUT_CUT = 64
+"""ResultRecord.flags (on an exit): the job's output passed its payload's `max_output`; the executor stopped it
+(unless it had ended first) and cut its log back to the cap."""
 
 HEADER = struct.Struct("<2sBBHH")
 """The 8-byte header of every queue message."""
@@ -421,6 +424,8 @@ class Payload:
     """Seconds before the process group is killed, or None."""
     log_path: str = ""
     """File that receives the job's stdout and stderr."""
+    max_output: int | None = None
+    """Bytes the log may reach before the job is stopped and its log cut back to them, or None for no cap."""
     extra: dict[str, str] = field(default_factory=dict)
     """Fields added by later releases; unknown keys are kept, not dropped."""
 
@@ -443,6 +448,8 @@ def encode_payload(p: Payload) -> bytes:
         obj["t"] = p.timeout
     if p.log_path:
         obj["l"] = p.log_path
+    if p.max_output is not None:
+        obj["o"] = p.max_output
     if p.extra:
         obj["x"] = p.extra
     try:
@@ -492,6 +499,9 @@ def decode_payload(b: bytes | bytearray | memoryview) -> Payload:
         raise ProtocolError(f"payload of job {job!r}: timeout must be a number")
     if not isinstance(log_path, str):
         raise ProtocolError(f"payload of job {job!r}: log path must be a string")
+    cap = obj.get("o")
+    if cap is not None and (type(cap) is not int or cap <= 0):
+        raise ProtocolError(f"payload of job {job!r}: max_output must be a positive whole number of bytes")
     return Payload(
         job=job,
         command=command,
@@ -499,6 +509,7 @@ def decode_payload(b: bytes | bytearray | memoryview) -> Payload:
         cwd=cwd,
         timeout=None if timeout is None else float(timeout),
         log_path=log_path,
+        max_output=cap,
         extra=_str_map(obj.get("x", {}), "x"),
     )
 

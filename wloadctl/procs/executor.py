@@ -29,13 +29,22 @@ from wloadctl.procs.health import process_rss_kb
 from wloadctl.procs.jobtree import WARM_IDLE, JobTrees, detect, waiting_warmer
 from wloadctl.procs.prestart import AWAIT_FLAG, ORPHAN_TIMEOUT, await_go
 from wloadctl.procs.resultlog import NO_SPACE, ResultLog, say
-from wloadctl.procs.spawning import LogFile, Spawned, Spawner, keep_descriptors_from_jobs, nul_byte_in, reap, tail_of
+from wloadctl.procs.spawning import (
+    LogFile,
+    Spawned,
+    Spawner,
+    cut_log,
+    keep_descriptors_from_jobs,
+    nul_byte_in,
+    reap,
+    tail_of,
+)
 from wloadctl.procs.userfiles import JobFiles
 
 BEAT_INTERVAL = 0.25
 """Seconds between heartbeats on the executor board."""
 KILL_GRACE = 3.0
-"""Seconds between SIGTERM and SIGKILL when a job's group is stopped for its timeout."""
+"""Seconds between SIGTERM and SIGKILL when a job's group is stopped for its timeout or its max_output."""
 TAIL_BYTES = 4096
 """Output kept in shared memory per finished attempt (the whole output is in the log file)."""
 SILENT_START = 5.0
@@ -119,9 +128,14 @@ class Running:
     deadline: float | None = None
     """When its timeout expires (monotonic clock)."""
     kill_at: float | None = None
-    """When SIGKILL follows the SIGTERM of a timeout (monotonic clock)."""
+    """When SIGKILL follows the SIGTERM of a stop, for its timeout, its max_output or this executor's end
+    (monotonic clock)."""
     timed_out: bool = False
     """Its timeout expired and it was told to stop."""
+    max_output: int | None = None
+    """Bytes its log may reach (the payload's max_output; None: no cap)."""
+    over_output: bool = False
+    """Its log passed `max_output` at a beat and it was told to stop."""
     cpu: float = 0.0
     """CPUs it holds on this executor."""
     memory: int = 0
@@ -550,8 +564,8 @@ class Executor:
         pidfd = os.pidfd_open(proc.pid)
         self.trees.leaders.add(proc.pid)
         began = time.monotonic()
-        r = Running(rec, proc, pidfd, now, began, log, began + p.timeout if p.timeout else None, cpu=cpu,
-                    memory=mem, files=files)
+        r = Running(rec, proc, pidfd, now, began, log, began + p.timeout if p.timeout else None,
+                    max_output=p.max_output, cpu=cpu, memory=mem, files=files)
         if self.follow:
             f = self.follow.get((rec.task, rec.attempt))
             if f is not None:
@@ -582,7 +596,7 @@ class Executor:
         self.last_run = ended - r.began
         os.close(pidfd)
         now = time.time()
-        if r.timed_out:
+        if r.timed_out or r.over_output:
             _killpg(r.proc.pid, signal.SIGKILL)  # stragglers of the group go too
         # Whatever the job left, in its group or out of it, ends with it.
         self.trees.leaders.discard(r.proc.pid)
@@ -591,14 +605,19 @@ class Executor:
             r.files.collect()  # before the exit report: the scheduler reads the result when it gets it
         sig = -rc if rc < 0 else 0
         code = 128 + sig if sig else rc
+        # Cut before the tail is read, which then ends with the line that says so. (Stopped, as the job's reason
+        # tells it, when it ended by a signal: one seen past its cap only as it exited on its own was not.)
+        cut = r.max_output is not None and cut_log(r.log, r.max_output, r.over_output and sig != 0)
         named = self.spawner.publish_log(r.log)
         tail = tail_of(r.log.fd, r.log.path, TAIL_BYTES) if named else b""
         self.spawner.return_log(r.log)
         off, length = self.tails.write(self.index, r.rec.task, r.rec.attempt, tail) if tail else (0, 0)
-        flags = (P.FLAG_TIMED_OUT if r.timed_out else 0) | (P.FLAG_TAIL if tail else 0)
+        flags = (P.FLAG_TIMED_OUT if r.timed_out else 0) | (P.FLAG_TAIL if tail else 0) | \
+            (P.FLAG_OUTPUT_CUT if cut else 0)
         self.done += 1
         f = self.follow.pop((r.rec.task, r.rec.attempt), None) if self.follow else None
-        succeeded = f is not None and code == 0 and not r.timed_out and not self.stop and not self._paused()
+        succeeded = f is not None and code == 0 and not r.timed_out and not cut and not self.stop and \
+            not self._paused()
         self._emit(P.ResultRecord(P.RES_EXITED, flags, self.index, r.rec.task, r.rec.attempt, sig, code,
                                   r.rec.epoch, r.proc.pid, r.started, now, off, length),
                    quiet=succeeded and _sole(f[1]))  # type: ignore[index]
@@ -618,8 +637,27 @@ class Executor:
             if r.kill_at is not None and now >= r.kill_at:
                 _killpg(r.proc.pid, signal.SIGKILL)
                 r.kill_at = now + KILL_GRACE
-            elif r.deadline is not None and not r.timed_out and now >= r.deadline:
+            elif r.deadline is not None and not r.timed_out and not r.over_output and now >= r.deadline:
                 r.timed_out = True
+                _killpg(r.proc.pid, signal.SIGTERM)
+                r.kill_at = now + KILL_GRACE
+
+    def _check_output(self, now: float) -> None:
+        """Stop the jobs whose log has passed their max_output, as a timeout stops a job: SIGTERM to its group now,
+        SIGKILL after KILL_GRACE (`now` on the monotonic clock). Each is cut back to its cap once it is reaped.
+
+        Read at each beat: between two beats a job writes what it can in BEAT_INTERVAL (and in KILL_GRACE, if it
+        ignores SIGTERM), and the cut gives that back when it ends."""
+        for r in self.running.values():
+            cap = r.max_output
+            if cap is None or r.kill_at is not None:
+                continue  # (no cap, or it is being stopped already: its timeout, or this executor's stop)
+            try:
+                size = os.fstat(r.log.fd).st_size
+            except OSError:
+                continue
+            if size > cap:
+                r.over_output = True
                 _killpg(r.proc.pid, signal.SIGTERM)
                 r.kill_at = now + KILL_GRACE
 
@@ -697,6 +735,7 @@ class Executor:
         for r in self.running.values():
             if not r.log.named:
                 self.spawner.publish_log(r.log)
+        self._check_output(time.monotonic())
         tasks = tuple((r.rec.task, r.rec.attempt) for r in self.running.values())[:16]
         self.eboard.write(self.index, P.ExecutorSlot(
             executor=self.index, pid=os.getpid(), state=1, beat=now, load1=os.getloadavg()[0],
@@ -718,6 +757,8 @@ class Executor:
             if r.files is not None:
                 r.files.collect()
             os.close(r.pidfd)
+            if r.max_output is not None:
+                cut_log(r.log, r.max_output, stopped=True)  # (stopped with the others, if not for its output)
             self.spawner.publish_log(r.log)
             os.close(r.log.fd)
         self.running.clear()

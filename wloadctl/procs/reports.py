@@ -54,6 +54,7 @@ class ReportReader:
                               r.ended, signal=r.signal, timed_out=bool(r.flags & P.FLAG_TIMED_OUT),
                               spawn_failed=bool(r.flags & P.FLAG_SPAWN_FAILED), lost=bool(r.flags & P.FLAG_LOST),
                               returned=bool(r.flags & P.FLAG_RETURNED),
+                              output_cut=bool(r.flags & P.FLAG_OUTPUT_CUT),
                               started=r.started, tail=tail,
                               result=result if i in self.want else None, cause_id=cause)
 

@@ -271,7 +271,7 @@ class RunContext:
         if spec.unfit is not None:
             extra["unfit"] = spec.unfit  # the executor refuses to start it (core/loops.make_instance)
         return P.Payload(job=spec.id, command=command, env=env, cwd=cwd, timeout=spec.timeout,
-                         log_path=log_name(logs, spec.id, attempt), extra=extra)
+                         log_path=log_name(logs, spec.id, attempt), max_output=spec.max_output, extra=extra)
 
     def result_of(self, job: str, attempt: int) -> dict[str, object]:
         """What an attempt wrote to its result file."""

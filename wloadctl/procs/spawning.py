@@ -35,7 +35,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 
+from wloadctl.core.outputcap import cut_note
 from wloadctl.procs.jobtree import joining
+from wloadctl.procs.resultlog import say
 
 LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 """How a log file is opened: appended to, created when missing, never inherited as such."""
@@ -427,6 +429,47 @@ def reap(sp: Spawned) -> int:
     if sp.proc is not None:
         sp.proc.returncode = rc  # reaped here: Popen must never wait for this pid again
     return rc
+
+
+def cut_log(log: LogFile, cap: int, stopped: bool) -> bool:
+    """Cut a job's log that passed its max_output back to `cap` bytes, and say so on a line of its own at its end.
+
+    Called once the job is reaped: whatever it wrote, the disk keeps at most the cap and that line.
+
+    Args:
+        log: the job's output file (still open; write-only, appending).
+        cap: its max_output in bytes.
+        stopped: the executor stopped the job for it (else the job had ended before it was seen).
+
+    Returns:
+        Whether the log had passed its cap (it is then cut, unless the file system refused: said on stderr).
+    """
+    try:
+        if os.fstat(log.fd).st_size <= cap:
+            return False
+    except OSError:
+        return False
+    try:
+        os.ftruncate(log.fd, cap)
+        os.write(log.fd, f"{_line_break(log.path, cap)}{cut_note(cap, stopped)}\n".encode())
+    except OSError as e:
+        say(f"cannot cut the log {log.path} back to its max_output: {e.strerror or e}")
+    return True
+
+
+def _line_break(path: str, size: int) -> str:
+    """What puts a line appended to the file at `path`, `size` bytes long, on a line of its own: "" when its
+    last byte ends a line, else a line break (also when it cannot be read: the descriptor is write-only)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return "\n"
+    try:
+        return "" if os.pread(fd, 1, size - 1) == b"\n" else "\n"
+    except OSError:
+        return "\n"
+    finally:
+        os.close(fd)
 
 
 def tail_of(log_fd: int, path: str, limit: int) -> bytes:
