@@ -23,6 +23,7 @@ from wloadctl.core.planfile import load_plan_text
 from wloadctl.core.states import JobState
 from wloadctl.ipc import protocol as P
 from wloadctl.ipc.cleanup import remove_run_objects
+from wloadctl.procs.executor import KILL_GRACE
 from wloadctl.procs.spawning import LOG_FLAGS, LogFile, cut_log
 from wloadctl.store import Store
 
@@ -60,7 +61,7 @@ def test_a_job_past_its_max_output_is_stopped_its_log_cut_and_it_fails_saying_wh
     plan = tmp_path / "p.yaml"
     plan.write_text(yaml.safe_dump({"name": "maxout", "defaults": {"max_output": "64KiB"}, "jobs": {
         "runaway": {"command": ENDLESS},
-        # (SIGTERM ignored: it is killed once the grace is over)
+        # (SIGTERM ignored: it is killed as soon as it has written twice its cap, not after the grace period)
         "stubborn": {"command": f"trap '' TERM; {ENDLESS}", "max_output": "32KiB"},
         "retried": {"command": ENDLESS, "retries": {"count": 1, "delay": "0s"}},
         "not_retried": {"command": ENDLESS, "retries": {"count": 1, "delay": "0s", "on_max_output": False}},
@@ -79,8 +80,11 @@ def test_a_job_past_its_max_output_is_stopped_its_log_cut_and_it_fails_saying_wh
                                "unlimited": "SUCCEEDED"}
     jobs = {j["job"]: j for j in status(sd)["jobs"]}
     assert jobs["runaway"]["reason"] == "output passed max_output 64.0 KiB: stopped"
+    # (killed at the beat that found it past twice its cap after its SIGTERM, not after the grace period: it
+    # writes that much within a beat, so it ends well before KILL_GRACE)
     assert jobs["stubborn"]["reason"] == ("output passed max_output 32.0 KiB: stopped; it went on after SIGTERM and "
-                                          "was killed (SIGKILL) once its grace period was over")
+                                          "was killed (SIGKILL)")
+    assert jobs["stubborn"]["ended"] - jobs["stubborn"]["started"] < KILL_GRACE - 0.5
     assert jobs["not_retried"]["reason"] == "output passed max_output 64.0 KiB: stopped"
     assert jobs["retried"]["reason"] == "output passed max_output 64.0 KiB: stopped"
     assert (jobs["retried"]["attempt"], jobs["not_retried"]["attempt"]) == (2, 1)

@@ -63,8 +63,8 @@ def cut_reason(cap: int | None, sig: int, exit_code: int) -> str:
     if not sig:
         return f"{what} (the job exited with status {exit_code} before it could be stopped)"
     if sig == signal.SIGKILL:
-        # (as for a timeout: its end came the grace period later, told so that the wait does not read as a mistake)
-        return f"{what}: stopped; it went on after SIGTERM and was killed (SIGKILL) once its grace period was over"
+        # (its grace period over, or sooner once it had written twice its cap: told, so the SIGKILL reads as meant)
+        return f"{what}: stopped; it went on after SIGTERM and was killed (SIGKILL)"
     if sig != signal.SIGTERM:
         return f"{what}; the job ended by signal {sig}"
     return f"{what}: stopped"

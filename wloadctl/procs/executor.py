@@ -646,17 +646,21 @@ class Executor:
         """Stop the jobs whose log has passed their max_output, as a timeout stops a job: SIGTERM to its group now,
         SIGKILL after KILL_GRACE (`now` on the monotonic clock). Each is cut back to its cap once it is reaped.
 
-        Read at each beat: between two beats a job writes what it can in BEAT_INTERVAL (and in KILL_GRACE, if it
-        ignores SIGTERM), and the cut gives that back when it ends."""
+        Read at each beat: between two beats a job writes what it can in BEAT_INTERVAL, and the cut gives that
+        back when it ends. One that goes on writing after its SIGTERM, past twice its cap, is killed (SIGKILL) at
+        that beat, not after the grace: at disk speed a grace of KILL_GRACE is gigabytes."""
         for r in self.running.values():
             cap = r.max_output
-            if cap is None or r.kill_at is not None:
+            if cap is None or (r.kill_at is not None and not r.over_output):
                 continue  # (no cap, or it is being stopped already: its timeout, or this executor's stop)
             try:
                 size = os.fstat(r.log.fd).st_size
             except OSError:
                 continue
-            if size > cap:
+            if r.over_output:
+                if size > 2 * cap:
+                    _killpg(r.proc.pid, signal.SIGKILL)
+            elif size > cap:
                 r.over_output = True
                 _killpg(r.proc.pid, signal.SIGTERM)
                 r.kill_at = now + KILL_GRACE
