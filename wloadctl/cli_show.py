@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 _BAD = ("FAILED", "TIMED_OUT", "UPSTREAM_FAILED")
 _ENDED_SHORT = ("cancelled", "held")
 """Run statuses of a run that ended without its jobs done (`run` exits 1 for them too)."""
+HELD_SHOWN = 10
+"""Held jobs the held line of `status` names (the job lines below it list them, --json's `held` the first 50)."""
 
 
 def status_exit(st: dict[str, Any]) -> int:
@@ -90,8 +92,9 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     held = [j for j in st.get("held", []) if j not in st.get("confirm", [])]
     if held:
         n = st["counts"].get("HELD", 0) - len(st.get("confirm", []))
-        more = " ..." if n > len(held) else ""
-        print(f"held ({n}), released with `wloadctl release JOB`: {', '.join(held)}{more}")
+        shown = held[:HELD_SHOWN]
+        more = f" and {n - len(shown):,} more" if n > len(shown) else ""
+        print(f"held ({n:,}), released with `wloadctl release JOB`: {', '.join(shown)}{more}")
     for line in pending_lines({"confirm": st.get("confirm"), "requests": st.get("pending")}):
         print(line)
     for line in flag_lines(st.get("flags") or {}):

@@ -63,13 +63,14 @@ def test_held_run_waits_for_release_from_another_process_then_exits_0(
 
 
 def test_exit_on_hold_ends_the_run_held_with_exit_1(tmp_path: Path, no_ipc_leaks: None) -> None:
+    posts = [f"post{k:02d}" for k in range(12)]
     plan = evidence_plan(tmp_path / "plan.yaml", tmp_path / "ev", {
-        "extract": {"gate": str(tmp_path / "go")}, "post": {"depends_on": ["extract"]}})
+        "extract": {"gate": str(tmp_path / "go")}, **{p: {"depends_on": ["extract"]} for p in posts}})
     sd = tmp_path / "sd"
     proc = _run(str(plan), "--state-dir", str(sd), "--exit-on-hold")
     try:
         wait_for(lambda: _status(sd).get("live"), what="the scheduler up")
-        assert cli("hold", "post", "--state-dir", str(sd)).returncode == 0
+        assert cli("hold", "post*", "--state-dir", str(sd)).returncode == 0
         (tmp_path / "go").touch()
         _out, err = proc.communicate(timeout=30)
     finally:
@@ -77,7 +78,10 @@ def test_exit_on_hold_ends_the_run_held_with_exit_1(tmp_path: Path, no_ipc_leaks
         stop_proc(proc)
     assert proc.returncode == 1, err
     st = status(sd)
-    assert st["status"] == "held" and st["held"] == ["post"]
+    assert st["status"] == "held" and st["held"] == posts
+    # And the text names the first ten held and counts the rest, in one line however many are held
+    text = cli("status", "--state-dir", str(sd)).stdout
+    assert f"held (12), released with `wloadctl release JOB`: {', '.join(posts[:10])} and 2 more\n" in text
 
 
 def test_ctrl_c_stops_a_holding_run_and_says_how_to_resume(tmp_path: Path, no_ipc_leaks: None) -> None:
