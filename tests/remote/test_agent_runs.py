@@ -750,3 +750,24 @@ def test_a_dispatch_delivered_again_after_its_task_ran_is_not_run_again(
         assert mark.read_text() == "x\n"
     finally:
         link.close()
+
+
+def test_a_quick_job_on_an_agent_is_heard_started_before_its_end(tmp_path: Path, nats_server: NatsServer) -> None:
+    """An agent reports a job that printed and ended at once in one batch with its start: the start is heard
+    first, so its history shows the run and its start time is kept (not "never ran")."""
+    node = Node("quick", nats_server.url, tmp_path / "quick", ["etl"]).start()
+    try:
+        wait_for(lambda: _alive(nats_server.url, "quick"), timeout=30, what="the agent beating")
+        jobs = {f"q{k}": {"pool": "etl", "command": f"echo q{k}"} for k in range(4)}
+        plan = plan_file(tmp_path / "p.yaml", tmp_path / "unused", jobs)
+        sd = tmp_path / "sd"
+        p = cli("run", str(plan), "--state-dir", str(sd), "--broker", nats_server.url, "--json", timeout=120)
+        assert p.returncode == 0, p.stderr
+        for job in jobs:
+            history = cli("history", job, "--state-dir", str(sd)).stdout
+            assert history.startswith(f"{job}: SUCCEEDED after 1 attempt(s)"), history
+            assert "QUEUED -> RUNNING on agent quick" in history, history
+        rows = json.loads(cli("status", "--state-dir", str(sd), "--json").stdout)["jobs"]
+        assert all(r["started"] for r in rows), rows
+    finally:
+        node.stop()

@@ -535,6 +535,12 @@ class AgentPool:
                 k = self.pending_kill.pop(i, None)
                 if k is not None:
                     self._send_kill(node, i, k.attempt, signal.SIGTERM if k.graceful else signal.SIGKILL)
+                # Heard now, in the batch's order: a job that printed and ended at once comes with its start
+                # in one batch, and its end (with its tail, fed above) must not reach the engine first.
+                heard = reader.event(r, cause, node=node.index)
+                if heard is not None:
+                    feed(heard)
+                continue
             plain.append(r)
         for ev in reader.batch(plain, cause, time.time(), node=node.index):
             feed(ev)
