@@ -771,3 +771,59 @@ def test_a_quick_job_on_an_agent_is_heard_started_before_its_end(tmp_path: Path,
         assert all(r["started"] for r in rows), rows
     finally:
         node.stop()
+
+
+def test_an_agent_of_another_release_leaves_its_dispatches_to_others_and_a_run_names_it(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    """Schedulers and agents of two releases share a broker during an upgrade: an agent that cannot read a
+    dispatch gives it back (refused for good, its job would wait for ever), and a run says which agent beats in
+    messages it cannot read, where before it ignored it without a word."""
+    from tests.remote.conftest import collect
+    from wloadctl.ipc import protocol as P
+    from wloadctl.remote import messages as M
+    from wloadctl.remote import wire
+
+    subj = Subjects()
+    node = Node("n1", nats_server.url, tmp_path / "n1", ["etl"]).start()
+    link = BrokerLink.open(BrokerOptions(nats_server.url), name="other-release")
+    try:
+        wait_for(lambda: _alive(nats_server.url, "n1"), timeout=30, what="the agent beating")
+        # Given a run whose job waits on n1, and an agent "old" of another release beating on the broker
+        gate = tmp_path / "go"
+        plan = plan_file(tmp_path / "p.yaml", tmp_path / "evidence", {"only": {"pool": "etl", "gate": gate}})
+        sd = tmp_path / "sd"
+        proc = run_bg(plan, sd, nats_server.url)
+        beat = json.loads(M.Heartbeat("old", ["etl"], 0, 2, 0.0, 0, 0.0, 0, 0, 0, [], 0, 0.0, 1, "h", "0",
+                                      time.time()).encode())
+        beat["v"] = M.VERSION + 1
+
+        def named() -> bool:
+            link.publish(subj.hb("old"), json.dumps(beat).encode())
+            return (sd / "events.jsonl").exists() and '"agent_foreign"' in (sd / "events.jsonl").read_text()
+
+        # Then the run says so, once
+        wait_for(named, timeout=30, every=0.3, what="the agent of another release named")
+        gate.touch()
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 0, stderr
+        said = f"agent old (pools etl) beats in broker messages of version {M.VERSION + 1}"
+        assert stderr.count(said) == 1, stderr
+        # When a dispatch of that release comes to n1's pool
+        task = P.TaskRecord(0, 1, P.TASK_NOOP, 0, 1, 0, 0)
+        data = bytearray(wire.encode_dispatch(1, "r-old", "r-old", [task], [b""]))
+        data[2] = wire.VERSION + 1  # (the header's version byte)
+        link.js_publish(subj.dispatch_pool("etl"), bytes(data))
+        # Then n1 says once that it leaves it to the agents of that release
+        wait_for(lambda: "left to agents of the release that sent them" in node.output(), timeout=20,
+                 what="n1's line")
+        node.stop()
+        assert node.output().count("left to agents of the release that sent them") == 1, node.output()
+        # and an agent of that release still gets it
+        link.pull(subj.dispatch_stream, subj.pool_consumer("etl"), subj.dispatch_pool("etl"), window=1,
+                  source="old")
+        got = collect(link, 1, timeout=10)
+        assert [wire.foreign_version(m.data) for m in got] == [wire.VERSION + 1]
+        got[0].term()
+    finally:
+        link.close()
+        node.stop()

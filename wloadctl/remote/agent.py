@@ -54,6 +54,9 @@ run's agent timeout (agents.MIN_AGENT_TIMEOUT at least): an executor must stop s
 the beats it reads late (every executor.BEAT_INTERVAL, and its turns of starting jobs, executor.START_SLICE)."""
 MAX_LOG_SLICE = 512 * 1024
 """Most bytes of a log one reply carries (it must fit a broker message)."""
+FOREIGN_DELAY = 1.0
+"""Seconds before a dispatch of another release an agent gave back is delivered again (to any agent of the place:
+one of that release takes it)."""
 
 
 def node_run_id(name: str) -> str:
@@ -107,6 +110,8 @@ class Agent:
     """Lines for its log."""
     boot: str = field(default_factory=lambda: secrets.token_hex(8))
     """Drawn as it starts, said in every beat: its scheduler tells two agents of one name apart by it."""
+    foreign: set[int] = field(default_factory=set)
+    """Versions of the broker messages of another release it was sent (said once each)."""
 
     def open(self) -> None:
         """Make or reattach the node's queues, segments and executors, read the journal, start pulling."""
@@ -315,9 +320,22 @@ class Agent:
                 elif msg.jetstream:
                     self._dispatch(msg)
             except WloadError as e:
+                if msg.jetstream and (version := wire.foreign_version(msg.data)) is not None:
+                    self._leave_foreign(msg, version)
+                    continue
                 self.note(f"bad message on {msg.subject}: {e.one_line()}")
                 if msg.jetstream:
                     msg.term()  # never delivered again: it can never be read
+
+    def _leave_foreign(self, msg: Msg, version: int) -> None:
+        """A dispatch of another wloadctl release: given back for an agent of that release, never refused for
+        good (a run would wait for ever on a job that no agent will ever be sent again); said once a version."""
+        msg.nak(FOREIGN_DELAY)
+        if version not in self.foreign:
+            self.foreign.add(version)
+            self.note(f"dispatches on {msg.subject} come in broker message version {version} (this agent reads "
+                      f"{wire.VERSION}): left to agents of the release that sent them (schedulers and agents must "
+                      "come from the same wloadctl release)")
 
     def _dispatch(self, msg: Msg) -> None:
         batch = wire.decode_dispatch(msg.data)

@@ -165,6 +165,8 @@ class AgentPool:
         """When this pool began (a place without agents is looked for under other prefixes a while later)."""
         self.looked_elsewhere: set[str] = set()
         """Places without agents already looked for under other prefixes (once each)."""
+        self.foreign: set[str] = set()
+        """Agents heard beating in another release's messages (said once each)."""
         self.places = {place_of(s) for s in specs} - {LOCAL_PLACE}
         """The remote places this plan uses."""
         self.beat = beat
@@ -553,8 +555,24 @@ class AgentPool:
         try:
             hb = M.Heartbeat.decode(data)
         except WloadError:
+            self._foreign_beat(data)
             return
         self._hear(hb, time.time() if heard is None else heard)
+
+    def _foreign_beat(self, data: bytes) -> None:
+        """A beat of an agent of another wloadctl release: it takes none of this run's work (nor this run any of
+        its), which its jobs' waiting would not tell; said once an agent."""
+        body = M.foreign_body(data)
+        if body is None or not isinstance(name := body.get("agent"), str) or name in self.foreign:
+            return
+        self.foreign.add(name)
+        pools = body.get("pools")
+        serves = f" (pools {', '.join(map(str, pools))})" if isinstance(pools, list) and pools else ""
+        reason = (f"agent {name}{serves} beats in broker messages of version {body['v']!r} (this scheduler reads "
+                  f"{M.VERSION}): it takes none of this run's jobs (schedulers and agents must come from the same "
+                  "wloadctl release)")
+        self.say("agent_foreign", {"agent": name, "reason": reason})
+        self.note(reason)
 
     def _hear(self, hb: M.Heartbeat, heard: float) -> None:
         node = self.nodes.get(hb.agent) or self._add(hb.agent)

@@ -95,6 +95,16 @@ def split(raw: bytes | bytearray | memoryview) -> tuple[bytes, bytes]:
     return text, rest
 
 
+def foreign_body(raw: bytes | bytearray | memoryview) -> dict[str, Any] | None:
+    """A JSON body of another release (its `"v"` not VERSION) as parsed, for saying who sent it; None when the
+    body is of this release or no JSON object at all."""
+    try:
+        obj = json.loads(split(raw)[0])
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) and "v" in obj and obj["v"] != VERSION else None
+
+
 def _load(text: bytes) -> dict[str, Any]:
     try:
         obj = json.loads(text)

@@ -170,6 +170,18 @@ def encode_dispatch(
     return b"".join((head, a, b, _pack(_TASK_FIELDS, flat, count, "task"), *payloads))
 
 
+def foreign_version(data: bytes | bytearray | memoryview) -> int | None:
+    """The version of a wloadctl broker message of another release than this one (None: this release's, or
+    not a wloadctl broker message at all).
+
+    Such a message is sound for a process of its release: one that cannot read it leaves it to them.
+    """
+    if len(data) < HEAD.size:
+        return None
+    magic, version = HEAD.unpack_from(data)[:2]
+    return version if magic == MAGIC and version != VERSION else None
+
+
 def _open(data: bytes | bytearray | memoryview, kind: int) -> tuple[int, int, str, str, int]:
     """Check a batch's header; return (epoch, count, first name, run id, body offset)."""
     size = len(data)
