@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -86,10 +87,17 @@ def test_jobs_of_an_agent_started_again_without_its_state_are_lost_and_a_kill_of
 
 def test_two_live_agents_of_one_name_are_said_and_the_jobs_of_the_one_that_dies_are_lost(
         tmp_path: Path, nats_server: NatsServer) -> None:
-    # Given two agents named twin on two hosts (cloned machines) and a job pinned to twin
+    # Given two agents named twin on two hosts (cloned machines: the second started while the first was frozen,
+    # so it saw no live agent of the name) and a job pinned to twin
     a = Node("twin", nats_server.url, tmp_path / "host-a", []).start()
-    b = Node("twin", nats_server.url, tmp_path / "host-b", []).start()
+    b = Node("twin", nats_server.url, tmp_path / "host-b", [])
     try:
+        wait_for(lambda: "serving" in a.output(), timeout=30, what="the first twin serving")
+        a.signal_agent(signal.SIGSTOP)
+        b.start()
+        # (both write the log of their name)
+        wait_for(lambda: b.output().count("serving") == 2, timeout=30, what="the second twin serving")
+        a.signal_agent(signal.SIGCONT)
         wait_for(lambda: _alive(nats_server.url, "twin"), timeout=30, what="twin beating")
         out = tmp_path / "evidence"
         gate = tmp_path / "go"

@@ -301,3 +301,29 @@ def test_an_agent_of_a_name_that_beats_from_another_host_is_refused_until_that_o
         assert "already runs" not in again.output()
     finally:
         again.stop()
+
+
+def test_an_agent_of_a_name_beating_with_the_same_host_name_and_pid_from_another_namespace_is_refused(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    """Two containers sharing their host's name (each agent pid 1), or a machine cloned with its host name: a
+    beat of the same host name and pid is not this host's own agent gone, and the second is refused."""
+    from tests.integration.helpers import wait_for
+    from tests.remote.nodes import Node
+
+    name = f"twin{os.getpid()}"
+    first = Node(name, nats_server.url, tmp_path / "a", ["etl"]).start()
+    second = Node(name, nats_server.url, tmp_path / "b", ["etl"])
+    try:
+        wait_for(lambda: "serving" in first.output(), timeout=60, what="the first agent serving")
+        # When an agent of that name starts in a namespace of its own on a host of the same name, as pid 1 too
+        second.start()
+        assert second.proc is not None
+        second.proc.wait(30)
+        # Then it is refused in one line, and the first one goes on
+        assert second.proc.returncode == 2, second.output()
+        assert f"agent {name} already runs on host " in second.output(), second.output()
+        assert "(pid 1;" in second.output(), second.output()
+        assert first.proc is not None and first.proc.poll() is None
+    finally:
+        second.stop()
+        first.stop()

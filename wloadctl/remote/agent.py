@@ -40,7 +40,7 @@ from wloadctl.remote.broker import BrokerOptions, Subjects, ensure_streams
 from wloadctl.remote.failpoints import AgentFailpoint
 from wloadctl.remote.link import BrokerLink, LinkWatch
 from wloadctl.remote.node import Held, NodeBook, NodeJournal, ran_to_an_exit, remember_ran
-from wloadctl.remote.nodelock import refuse_live_twin
+from wloadctl.remote.nodelock import host_identity, refuse_live_twin
 from wloadctl.remote.pulling import Msg, Puller
 
 BEAT = 1.0
@@ -627,7 +627,7 @@ class Agent:
                          jobs_held=len(self.book.held), held=held, epoch_seen=max(self.epochs.values(), default=0),
                          heard_active=self.heard_active, pid=os.getpid(), host=socket.gethostname(),
                          version=_version(), sent=now, prefetch=self.opts.prefetch, stopped=stopped,
-                         boot=self.boot)
+                         boot=self.boot, host_id=host_identity())
         data = hb.encode()
         if not self.link.connected:
             return None

@@ -164,6 +164,9 @@ class Heartbeat(Body):
     """Its last word, kept in the agents bucket: it stopped cleanly (listed STOPPED, not LOST)."""
     boot: str = ""
     """A random id the agent drew as it started: two agents beating under one name have two."""
+    host_id: str = ""
+    """Which kernel and pid namespace the agent runs in (nodelock.host_identity; empty when unknown): its host
+    name and pid alone do not tell a cloned machine, or two containers of one host, from the agent's own host."""
 
 
 @dataclass(slots=True)

@@ -13,8 +13,8 @@ successor to lock again.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
-import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -31,6 +31,22 @@ TWIN_WATCH = 2.5
 every second)."""
 TWIN_STALE = 30.0
 """A beat of the name older than this (by this host's clock) is not watched: its agent is long gone."""
+
+
+@functools.cache
+def host_identity() -> str:
+    """This process's kernel (its boot id) and pid namespace, as `BOOT/pid:[INODE]`; empty where either cannot be
+    read.
+
+    A pid is this host's only within both: a machine cloned with its host name, or a container sharing the
+    host's name (its agent pid 1, as in every other such container), shows the same name and pid as another.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return ""
 
 
 def lock_path(name: str, directory: str = SHM_DIR) -> str:
@@ -131,7 +147,8 @@ def refuse_live_twin(link: BrokerLink, bucket: str, name: str, *, now: Callable[
     if first is None or first[1].stopped or now() - first[1].sent > TWIN_STALE:
         return
     rev, hb = first
-    if hb.host == socket.gethostname() and (hb.pid == os.getpid() or not pid_alive(hb.pid)):
+    here = host_identity()
+    if here and hb.host_id == here and (hb.pid == os.getpid() or not pid_alive(hb.pid)):
         return  # this host's agent of the name, gone (killed, and this one is its successor)
     until = now() + watch
     while now() < until:
