@@ -755,6 +755,8 @@ class RunClient:
         if rep.get("unanswered"):
             out["reasons"] = [f"read from the journal, which may be behind: {rep['unanswered']}",
                               *out.get("reasons", [])]
+        if out.get("state") == "RUNNING" and (silent := self._silent_agent(job)) is not None:
+            out["reasons"] = [*out.get("reasons", []), silent]
         if out.get("state") == "RUNNING" and (lost := self.broker_lost()) is not None:
             row = self.job_row(job)  # (its executor: a node index when it runs on an agent)
             if row is not None and row[4] is not None and row[4] in self.agent_names():
@@ -763,6 +765,18 @@ class RunClient:
                                   f"the broker {lost['broker']} does not answer since {since}: its agent is as last "
                                   "heard; the job's end (or a kill asked for meanwhile) goes through once it is back"]
         return out
+
+    def _silent_agent(self, job: str) -> str | None:
+        """What `why` adds of a running job whose agent the live scheduler judges SUSPECT (None: it has none)."""
+        row = self.job_row(job)
+        if row is None or row[4] is None:
+            return None
+        for a in self.agents():
+            if a.get("index") == row[4] and a.get("state") == "SUSPECT":
+                return (f"agent {a.get('agent')} is SUSPECT: not heard for {float(a.get('age') or 0):.1f}s; silent "
+                        "for the run's agent timeout, it is LOST and this attempt goes back to the job's policy "
+                        "(retried elsewhere, or held for an operator when it may not run twice)")
+        return None
 
     def _undispatched(self) -> str | None:
         """What the journal's `why` says first of a job waiting to be dispatched when no scheduler holds the

@@ -17,6 +17,7 @@ from tests.integration.helpers import ENV, cli, executor_pids, job_states, read_
 from tests.remote.conftest import NatsServer, _alive
 from tests.remote.ghost import Ghost
 from tests.remote.nodes import Node
+from wloadctl.client import RunClient
 from wloadctl.procs.jobtree import detect, run_group
 from wloadctl.remote.broker import BrokerOptions, Subjects
 from wloadctl.remote.link import BrokerLink
@@ -338,6 +339,12 @@ def test_a_paused_agent_is_declared_lost_its_job_runs_elsewhere_and_its_late_cop
     # When that agent is frozen past the agent timeout
     paused.signal_agent(signal.SIGSTOP)
     try:
+        # Then, while it is only silent, why says so of the job it runs
+        def said() -> bool:
+            with RunClient(sd) as c:
+                return any(f"agent {first} is SUSPECT: not heard for" in r for r in c.why("slow")["reasons"])
+
+        wait_for(said, timeout=30, every=0.05, what="why naming the silent agent")
         wait_for(lambda: len(agents_of(out).get("slow", [])) >= 2, timeout=60, what="slow started again elsewhere")
     finally:
         paused.signal_agent(signal.SIGCONT)
