@@ -84,6 +84,51 @@ def test_gather_collects_a_reply_from_every_listener(nats_server: NatsServer, li
             a.close()
 
 
+def test_a_standby_waits_for_every_agent_name_when_two_agents_answer_under_one(
+        nats_server: NatsServer, link: BrokerLink, peer: BrokerLink) -> None:
+    """Two agents sharing a name answer twice: the standby's ask (and its inventory after a takeover, which
+    waits the same way) must not take the second answer for that of another agent still to answer."""
+    import time
+
+    from tests.remote.test_wire import _beat
+    from wloadctl.remote import messages as M
+    from wloadctl.remote.witness import AgentWitness
+
+    # Given a standby that heard agents "twin" and "n2" beat
+    witness = AgentWitness(link, S)
+    assert link.flush()
+    for name in ("twin", "n2"):
+        peer.publish(S.hb(name), _beat(agent=name).encode())
+    deadline = time.monotonic() + 10
+    while witness.expected() < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert witness.expected() == 2
+    # and two agents answering as "twin" at once, and n2 a moment later
+    agents = [BrokerLink.open(BrokerOptions(nats_server.url), name=f"a{i}") for i in range(3)]
+    try:
+        threads = []
+        for a, name, delay in zip(agents, ("twin", "twin", "n2"), (0.0, 0.0, 0.3), strict=True):
+            a.subscribe(S.ask)
+            assert a.flush()
+
+            def answer(a: BrokerLink = a, name: str = name, delay: float = delay) -> None:
+                for m in collect(a, 1, timeout=10.0):
+                    time.sleep(delay)
+                    a.respond(m, M.Reply(name, True, heard_active=None).encode())
+
+            threads.append(threading.Thread(target=answer))
+            threads[-1].start()
+        # When it asks whether they still hear the active scheduler
+        verdict = witness.ask("r1", 1, timeout=1.5, wait=5.0)
+        for t in threads:
+            t.join()
+        # Then n2's answer is among those it judges by
+        assert sorted(set(verdict.asked)) == ["n2", "twin"], verdict
+    finally:
+        for a in agents:
+            a.close()
+
+
 def test_pulled_work_is_gone_once_acked_and_redelivered_when_not(link: BrokerLink) -> None:
     # Given two tasks on a pool's work queue
     for body in (b"t1", b"t2"):

@@ -428,7 +428,7 @@ class Standby:
             if self.far:
                 _say_local_jobs(store, row, opts)
 
-        return Claim(epoch, old_pid, announce, agents=len(verdict.asked) if self.far else 0, link=link,
+        return Claim(epoch, old_pid, announce, agents=len(set(verdict.asked)) if self.far else 0, link=link,
                      plan=self.plan if self.plan is not None and self.plan.digest == row.plan_digest else None)
 
     def _broker_ready(self, store: Store, row: RunRow) -> bool:

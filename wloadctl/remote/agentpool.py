@@ -282,8 +282,8 @@ class AgentPool:
         Args:
             feed: Where the events go.
             wait: Longest wait for the agents' inventories, and again for the stored results.
-            expect: Agents known to be about (a takeover asked them just before): the inventory
-                stops waiting once that many answered.
+            expect: Agents known to be about, by name (a takeover asked them just before): the inventory
+                stops waiting once that many names answered.
             renew: keeps this scheduler's lease while the stored results are read (raises Fenced).
         """
         core = self.core
@@ -298,7 +298,8 @@ class AgentPool:
         held: dict[tuple[int, int], str] = {}
         # (The epoch asked with: an agent that answers refuses from then on the older copies still in the stream.)
         ask = M.InventoryRequest(self.run_id, epoch=self.epoch)
-        for raw in self.link.gather(self.subjects.ask, ask.encode(), wait=wait, max_replies=expect):
+        for raw in self.link.gather(self.subjects.ask, ask.encode(), wait=wait, max_replies=expect,
+                                    sender=M.reply_agent):
             try:
                 rep = M.Reply.decode(raw)
                 for t in rep.tasks():

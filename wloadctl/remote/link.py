@@ -37,7 +37,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
@@ -466,7 +466,8 @@ class BrokerLink:
 
         return self._call(ask(), timeout + 2.0, f"request on {subject}")
 
-    def gather(self, subject: str, data: bytes, wait: float = 1.0, max_replies: int = 0) -> list[bytes]:
+    def gather(self, subject: str, data: bytes, wait: float = 1.0, max_replies: int = 0,
+               sender: Callable[[bytes], str | None] | None = None) -> list[bytes]:
         """Send a request to every listener and collect replies for `wait` seconds.
 
         Args:
@@ -474,6 +475,8 @@ class BrokerLink:
             data: The request body.
             wait: Seconds to collect replies.
             max_replies: Stop early after this many (0: no limit).
+            sender: Who sent a reply (None: nobody to count); with it, `max_replies` counts distinct senders,
+                so two listeners answering as one (two agents sharing a name) do not stand for another.
         """
         nc, _ = self._client()
 
@@ -488,8 +491,9 @@ class BrokerLink:
             try:
                 await nc.publish(subject, data, reply=inbox)
                 replies: list[bytes] = []
+                senders: set[str] = set()
                 deadline = time.monotonic() + wait
-                while not max_replies or len(replies) < max_replies:
+                while not max_replies or (len(senders) if sender else len(replies)) < max_replies:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
@@ -497,6 +501,8 @@ class BrokerLink:
                         replies.append(await asyncio.wait_for(q.get(), left))
                     except TimeoutError:
                         break
+                    if sender is not None and (who := sender(replies[-1])) is not None:
+                        senders.add(who)
                 return replies
             finally:
                 await sub.unsubscribe()

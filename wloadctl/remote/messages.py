@@ -321,6 +321,14 @@ class Reply(Body):
         return out
 
 
+def reply_agent(raw: bytes | bytearray | memoryview) -> str | None:
+    """The agent that sent a reply (None when it is not a reply this release reads)."""
+    try:
+        return Reply.decode(raw).agent
+    except ProtocolError:
+        return None
+
+
 Request = KillRequest | InventoryRequest | LogsRequest | HearRequest
 REQUESTS: dict[str, type[Body]] = {c.op: c for c in (KillRequest, InventoryRequest, LogsRequest, HearRequest)}
 """Request classes by their "op"."""

@@ -72,7 +72,7 @@ class AgentWitness:
         return at if seen >= epoch else 0.0
 
     def expected(self) -> int:
-        """How many agents beat lately (the ask stops waiting once that many answered)."""
+        """How many agents beat lately, by name (the ask stops waiting once that many names answered)."""
         self.listen()
         now = time.time()
         return sum(1 for t in self.known.values() if now - t <= KNOWN_FOR)
@@ -93,7 +93,7 @@ class AgentWitness:
         expect = self.expected()
         try:
             raws = self.link.gather(self.subjects.ask, M.HearRequest(epoch, run_id).encode(), wait=wait,
-                                    max_replies=expect)
+                                    max_replies=expect, sender=M.reply_agent)
         except WloadError:
             return Hearing((), ())
         now = time.time()
