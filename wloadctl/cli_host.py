@@ -25,7 +25,7 @@ def memory_mib(text: str, flag: str = "--memory") -> int:
         if t and t[-1] in units:
             return int(float(t[:-1]) * units[t[-1]])
         return int(float(t))
-    except ValueError:
+    except (ValueError, OverflowError):  # (OverflowError: "inf")
         raise UsageError(f"{flag} must be MiB or a size like 4G, not {text!r}") from None
 
 

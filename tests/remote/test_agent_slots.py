@@ -116,3 +116,16 @@ def test_slots_an_agents_executors_cannot_share_evenly_are_refused_and_odd_slots
     assert caught.value.hint == "give --slots 2 or 4, or --executors 1, 3"
     p = cli("agent", "--broker", "nats://127.0.0.1:1", "--name", "odd", "--slots", "3", "--executors", "2")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "cannot be shared evenly" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    (["--cpus", "-2"], "--cpus -2: give 0 or more (0: no limit)"),
+    (["--cpus", "nan"], "--cpus nan: give 0 or more (0: no limit)"),
+    (["--memory", "-5"], "--memory -5: give 0 or more (0: no limit)"),
+    (["--memory", "inf"], "--memory must be MiB or a size like 4G, not 'inf'"),
+])
+def test_an_agent_offering_a_negative_or_endless_capacity_is_refused_in_one_line(given: list[str], said: str) -> None:
+    """(`--cpus -2` started an agent whose every job claiming cpu failed to start; `--memory inf` ended in an
+    internal error)"""
+    p = cli("agent", "--broker", "nats://127.0.0.1:1", "--name", "neg", *given)
+    assert p.returncode == 2 and p.stderr == f"wloadctl: {said}\n", p.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import socket
@@ -65,10 +66,15 @@ def agent_command(a: argparse.Namespace) -> int:
     if not 1 <= a.slots <= MOST_SLOTS or (a.executors is not None and not 1 <= a.executors <= MOST_EXECUTORS):
         raise UsageError(f"--slots must be 1 to {MOST_SLOTS} and --executors 1 to {MOST_EXECUTORS}")
     a.executors = executors_for(a.slots, a.executors)
+    memory = memory_mib(a.memory)
+    for flag, value, shown in (("--cpus", a.cpus, f"{a.cpus:g}"), ("--memory", memory, a.memory)):
+        if not (value >= 0 and math.isfinite(value)):
+            # (a negative offer failed every job claiming it, after the agent had started serving)
+            raise UsageError(f"{flag} {shown}: give 0 or more (0: no limit)")
     state_dir = Path(a.state_dir) if a.state_dir else \
         Path(os.environ.get("WLOADCTL_HOME", Path.home() / ".local" / "state" / "wloadctl")) / f"agent-{name}"
     opts = AgentOptions(BrokerOptions.from_args(a), name, pools, state_dir, slots=a.slots, executors=a.executors,
-                        cpus=a.cpus, memory=memory_mib(a.memory))
+                        cpus=a.cpus, memory=memory)
     if a.metrics:
         from wloadctl.metrics import parse_address
 
