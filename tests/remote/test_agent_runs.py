@@ -834,3 +834,38 @@ def test_an_agent_of_another_release_leaves_its_dispatches_to_others_and_a_run_n
     finally:
         link.close()
         node.stop()
+
+
+def test_a_job_judged_lost_by_a_resume_its_frozen_agent_did_not_answer_is_stopped_there_once_it_wakes(
+        tmp_path: Path, nats_server: NatsServer, nodes: dict[str, Node]) -> None:
+    """An agent that cannot answer a resume's inventory in time (frozen, swamped) has its running jobs judged lost
+    and run again elsewhere; when it wakes, its copy must not run on beside the new one."""
+    from tests.remote.test_agent_names import _runs
+
+    out = tmp_path / "evidence"
+    gate = tmp_path / "go"
+    plan = plan_file(tmp_path / "p.yaml", out, {"slow": {"pool": "etl", "gate": gate}})
+    sd = tmp_path / "sd"
+    # Given a run whose job runs on an agent, and whose scheduler is killed -9
+    first = run_bg(plan, sd, nats_server.url, "--agent-timeout", "30")
+    wait_for(lambda: job_states(sd).get("slow") == "RUNNING", timeout=60, what="slow heard running")
+    ran = nodes[agents_of(out)["slow"][0][1]]
+    first.kill()
+    first.communicate(timeout=30)
+    # When that agent is frozen while the run is resumed, and wakes once the job started again elsewhere
+    ran.signal_agent(signal.SIGSTOP)
+    try:
+        again = subprocess.Popen([sys.executable, "-m", "wloadctl", "resume", "--state-dir", str(sd), "--broker",
+                                  nats_server.url, "--json", "--executors", "1", "--agent-timeout", "30"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        RUNS.append(again)
+        wait_for(lambda: len(agents_of(out).get("slow", [])) >= 2, timeout=60, what="slow started again")
+    finally:
+        ran.signal_agent(signal.SIGCONT)
+    # Then its copy there is stopped, and the job ends once, where it runs now
+    wait_for(lambda: not _runs(ran, str(gate)), timeout=30, what="the woken agent's copy stopped")
+    gate.touch()
+    stdout, stderr = again.communicate(timeout=120)
+    assert again.returncode == 0, stderr
+    assert json.loads(stdout)["jobs"] == {"slow": "SUCCEEDED"}
+    assert [k for k, _a in agents_of(out)["slow"]] == ["start", "start", "end"]

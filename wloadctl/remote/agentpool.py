@@ -340,6 +340,12 @@ class AgentPool:
                 feed(JobAcceptedEvent(i, core.attempt[i], node.index, time.time(), cause_id="recovery"))
                 kept += 1
             elif core.state[i] == JobState.RUNNING:
+                ran_on = self.by_index.get(core.executor[i])
+                if ran_on is not None:
+                    # Its agent did not answer in time (frozen, slow): if it is alive after all, its beats list
+                    # this attempt, and the copy is killed, as a lost agent's are when it comes back, rather
+                    # than run on beside the copy the job's policy starts now.
+                    ran_on.stale.add((i, core.attempt[i]))
                 feed(JobExitedEvent(i, core.attempt[i], -1, -1, time.time(), lost=True, cause_id="recovery"))
                 lost += 1
             elif self.specs[i].idempotent:
