@@ -213,6 +213,9 @@ def test_kill_9_of_an_agent_host_mid_job_retries_its_jobs_elsewhere_and_nothing_
     cut = [j for j, lines in ev.items() if len(lines) == 3]
     assert cut, "some job was running on n1 when it died"
     assert all(lines[0] == ("start", "n1") and lines[-1] == ("end", "n2") for j, lines in ev.items() if j in cut)
+    # and the run said so on the operator's terminal, as it does of a local executor lost
+    assert "wloadctl: agent n1 silent for " in stderr and ": LOST, " in stderr, stderr
+    assert "job(s) were on it: they run again, or are held when they may not run twice" in stderr, stderr
 
 
 def test_broker_stopped_and_started_mid_run_loses_nothing(

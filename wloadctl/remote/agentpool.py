@@ -641,6 +641,11 @@ class AgentPool:
                     f"agent {node.name} silent for {now - node.heard:.1f}s"
                 self.say("agent_stopped" if st == AgentState.STOPPED else "agent_lost",
                          {"agent": node.name, "jobs": len(node.stale), "reason": why})
+                if st == AgentState.LOST or node.stale:
+                    # Told on the operator's terminal too, as a local executor lost is.
+                    self.note(f"{why}: {'LOST' if st == AgentState.LOST else 'STOPPED'}, "
+                              f"{len(node.stale)} of this run's job(s) were on it: they run again, or are held "
+                              "when they may not run twice")
                 feed(ExecutorLostEvent(node.index, now, why, cause_id=cause, unheard=True))
                 self._may_have_taken(node, now)
             node.state = st
