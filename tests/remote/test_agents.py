@@ -327,3 +327,21 @@ def test_an_agent_of_a_name_beating_with_the_same_host_name_and_pid_from_another
     finally:
         second.stop()
         first.stop()
+
+
+def test_an_agent_without_a_state_directory_keeps_it_under_xdg_state_home(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    """(Without $WLOADCTL_HOME it went under ~/.local/state whatever $XDG_STATE_HOME said.)"""
+    from tests.integration.helpers import ENV, wait_for
+
+    env = {k: v for k, v in ENV.items() if k != "WLOADCTL_HOME"} | {"XDG_STATE_HOME": str(tmp_path / "xdg")}
+    log = tmp_path / "agent.out"
+    with open(log, "wb") as out:
+        p = subprocess.Popen([sys.executable, "-m", "wloadctl", "agent", "--broker", nats_server.url, "--name",
+                              f"xdg{os.getpid()}"], stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for(lambda: "serving" in log.read_text(), timeout=60, what="the agent serving")
+        assert f"(state dir {tmp_path}/xdg/wloadctl/agent-xdg{os.getpid()})" in log.read_text(), log.read_text()
+    finally:
+        p.terminate()
+        p.wait(30)
