@@ -343,7 +343,15 @@ def scheduler_command(a: argparse.Namespace) -> int:
         # A standby on another host: the run's files are not here; its own go to a directory of its own.
         state_dir = default_state_dir("standby")
     else:
-        state_dir = resolve_state_dir(a.state_dir)
+        try:
+            state_dir = resolve_state_dir(a.state_dir)
+        except UsageError:
+            if a.standby and broker is None and journal_url() is not None:
+                # (A standby without a broker watches the active through the boards of this host, where no run is.)
+                raise UsageError("a standby without --broker watches a scheduler of this host, and no run's state "
+                                 "directory is here", hint="on another host than the active, give the run's "
+                                 "--broker URL too; on the active's host, its --state-dir DIR") from None
+            raise
     opts = RunOptions(state_dir=state_dir, executors=a.executors, slots=a.slots, business_date=a.business_date,
                       heartbeat_interval=a.heartbeat_interval, lease_seconds=a.heartbeat_timeout,
                       say=_say(False), exit_when_stalled=False, broker=broker, agent_timeout=a.agent_timeout,

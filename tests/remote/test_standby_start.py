@@ -25,6 +25,18 @@ def test_a_standby_whose_journal_cannot_be_reached_fails_at_once_in_one_line(
     assert p.stderr.startswith(f"wloadctl: cannot reach the journal {journal}")
 
 
+def test_a_standby_on_another_host_given_no_broker_says_what_it_lacks_in_one_line(
+        tmp_path: Path, pg_url: str) -> None:
+    """(The README's `scheduler --standby --broker URL --journal URL` without its --broker, on a host with no run of
+    its own, said "no run found" and to start one: the journal had the run.)"""
+    p = cli("scheduler", "--standby", "--journal", pg_url, env={"WLOADCTL_HOME": str(tmp_path / "host-b")},
+            timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("wloadctl: a standby without --broker watches a scheduler of this host"), p.stderr
+    assert "give the run's --broker URL too" in p.stderr, p.stderr
+
+
 def test_a_standby_with_no_run_to_watch_says_once_that_it_waits_for_one(
         tmp_path: Path, nats_server: NatsServer, pg_url: str) -> None:
     # Given a journal with no run yet, and a standby started against it
