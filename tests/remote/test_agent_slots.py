@@ -129,3 +129,15 @@ def test_an_agent_offering_a_negative_or_endless_capacity_is_refused_in_one_line
     internal error)"""
     p = cli("agent", "--broker", "nats://127.0.0.1:1", "--name", "neg", *given)
     assert p.returncode == 2 and p.stderr == f"wloadctl: {said}\n", p.stderr
+
+
+def test_an_agent_whose_state_directory_cannot_be_made_is_refused_in_one_line(
+        tmp_path: Path, nats_server: NatsServer) -> None:
+    """(A file where the directory should be, or a path under /proc, ended in an internal error once the broker
+    had answered.)"""
+    (tmp_path / "afile").touch()
+    for sd, why in ((tmp_path / "afile", "it is not a directory"), (Path("/proc/wloadctl-none"), "No such file")):
+        p = cli("agent", "--broker", nats_server.url, "--name", "nodir", "--state-dir", str(sd))
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith(f"wloadctl: cannot use {sd} as a state directory: {why}"), p.stderr
+        assert p.stderr.count("\n") == 1, p.stderr

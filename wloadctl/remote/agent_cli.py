@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wloadctl.errors import UsageError, WloadError
-from wloadctl.paths import state_dir_text, state_root
+from wloadctl.paths import make_state_dir, state_dir_text, state_root
 from wloadctl.procs.prestart import MOST_EXECUTORS, MOST_SLOTS
 from wloadctl.remote.broker import BrokerOptions, add_broker_args, check_name
 
@@ -71,6 +71,7 @@ def agent_command(a: argparse.Namespace) -> int:
             # (a negative offer failed every job claiming it, after the agent had started serving)
             raise UsageError(f"{flag} {shown}: give 0 or more (0: no limit)")
     state_dir = Path(a.state_dir) if a.state_dir else state_root() / f"agent-{name}"
+    make_state_dir(state_dir)  # (before the broker is dialled: a path it cannot use ended in an internal error)
     opts = AgentOptions(BrokerOptions.from_args(a), name, pools, state_dir, slots=a.slots, executors=a.executors,
                         cpus=a.cpus, memory=memory)
     if a.metrics:
