@@ -71,7 +71,6 @@ def agent_command(a: argparse.Namespace) -> int:
             # (a negative offer failed every job claiming it, after the agent had started serving)
             raise UsageError(f"{flag} {shown}: give 0 or more (0: no limit)")
     state_dir = Path(a.state_dir) if a.state_dir else state_root() / f"agent-{name}"
-    make_state_dir(state_dir)  # (before the broker is dialled: a path it cannot use ended in an internal error)
     opts = AgentOptions(BrokerOptions.from_args(a), name, pools, state_dir, slots=a.slots, executors=a.executors,
                         cpus=a.cpus, memory=memory)
     if a.metrics:
@@ -81,6 +80,7 @@ def agent_command(a: argparse.Namespace) -> int:
     # Before anything of the node's is touched: a second agent of this name would take over the first's queues.
     lock = NodeLock.take(name, str(state_dir.absolute()))
     try:
+        make_state_dir(state_dir)  # (before the broker is dialled: a path it cannot use ended in an internal error)
         return _serve(a, opts)
     finally:
         lock.release()
