@@ -496,20 +496,14 @@ def resolve_state_dir(given: str | None) -> Path:
 
 
 def _journal_of_dir(given: str | None) -> None:
-    """With no journal given, a state directory named alone whose runs went to a server journal (its
-    journal.url, and no SQLite journal of its own) is read in that journal, as its runs were."""
-    from wloadctl.paths import named_state_dir, read_journal_note
+    """With no journal given, a state directory named (--state-dir, $WLOADCTL_STATE_DIR) whose runs went to a
+    server journal is read in that journal (paths.adopt_journal_of); `run` and `trigger` do the same with their
+    plan's own directory once they know it."""
+    from wloadctl.paths import adopt_journal_of, named_state_dir
 
     named = named_state_dir(given)
-    if not named:
-        return  # (a command with no state directory, `validate` say, loads no journal code)
-    from wloadctl.store import DB_NAME, JOURNAL_ENV, journal_url
-
-    if journal_url() is not None or (Path(named) / DB_NAME).exists():
-        return
-    url = read_journal_note(Path(named))
-    if url is not None:
-        os.environ[JOURNAL_ENV] = url
+    if named:  # (a command with no state directory, `validate` say, loads no journal code)
+        adopt_journal_of(Path(named))
 
 
 def _reader_dir(given: str | None) -> Path | None:
@@ -862,10 +856,7 @@ def _main(argv: list[str]) -> int:
 
         os.environ[JOURNAL_ENV] = args.journal
     else:
-        try:
-            _journal_of_dir(getattr(args, "state_dir", None))
-        except OSError:
-            pass  # (a directory this user cannot read: the command says so in its one line)
+        _journal_of_dir(getattr(args, "state_dir", None))
     real_stdout = sys.stdout
     if real_stdout is not None:
         sys.stdout = GuardedStdout(real_stdout)  # a reader gone: the command goes on, exits with its own code

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from wloadctl.core.sla import flag_lines
 from wloadctl.core.states import TERMINAL, JobState, is_holding
 from wloadctl.errors import StoreFull, UsageError
+from wloadctl.paths import adopt_journal_of
 from wloadctl.procs.prestart import DEFAULT_PREFETCH, Prestarted, counts_problem
 from wloadctl.procs.runner import RunOptions, RunOutcome, start_or_resume
 from wloadctl.procs.scheduler import SchedulerLoop
@@ -213,6 +214,7 @@ def run_command(a: argparse.Namespace, early: Prestarted | None = None) -> int:
     if a.cmd == "run" and not a.state_dir:
         loaded = load_plan(a.plan)  # a bad plan fails here, before anything is created
         state_dir = default_state_dir(loaded.name)
+        adopt_journal_of(state_dir)  # (a journal given, or the directory's own journal.db, wins)
     elif a.cmd == "run":
         state_dir = Path(a.state_dir)
     else:
@@ -423,6 +425,8 @@ def trigger_command(a: argparse.Namespace) -> int:
 
     named = named_state_dir(a.state_dir)
     state_dir = Path(named) if named else default_state_dir(plan.name)
+    if not named:
+        adopt_journal_of(state_dir)
     say = _say(False)
     old = signal.signal(signal.SIGTERM, on_signal)
     code = 0

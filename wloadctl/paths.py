@@ -240,6 +240,23 @@ def read_journal_note(state_dir: Path) -> str | None:
         return None
 
 
+def adopt_journal_of(state_dir: Path) -> None:
+    """With no journal given, a state directory whose runs went to a server journal (its journal.url, and no SQLite
+    journal of its own) is read and run in that journal, as its runs were: its URL becomes this process's journal
+    (and that of the processes it starts). A run in it would otherwise start a SQLite journal beside that one,
+    and `status` of the directory then read this new run, not the runs of the server journal."""
+    from wloadctl.store import DB_NAME, JOURNAL_ENV, journal_url
+
+    try:
+        if journal_url() is not None or (state_dir / DB_NAME).exists():
+            return
+    except OSError:
+        return  # (a directory this user cannot read: the command says so in its one line)
+    url = read_journal_note(state_dir)
+    if url is not None:
+        os.environ[JOURNAL_ENV] = url
+
+
 STOP_NOTE = "stop.json"
 """Who stops a scheduler with SIGTERM and why, left for it to journal (a signal carries no words)."""
 

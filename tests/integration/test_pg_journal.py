@@ -334,3 +334,25 @@ def test_a_second_run_of_a_business_date_another_directory_left_unfinished_is_re
     # and the resume from directory a goes on with it
     go.touch()
     assert cli("resume", "--state-dir", str(a), "--journal", pg_url, timeout=120).returncode == 0
+
+
+def test_a_run_in_a_plans_own_directory_whose_runs_are_in_postgresql_is_journaled_there_too(
+        tmp_path: Path, pg_url: str) -> None:
+    # Given a plan run once with --journal in its own state directory (none named: the state root's)
+    plan = tmp_path / "p.yaml"
+    plan.write_text("name: nightly\njobs:\n  a: {command: 'true'}\n")
+    env = {"WLOADCTL_HOME": str(tmp_path / "root"), "WLOADCTL_STATE_DIR": "", "WLOADCTL_JOURNAL": ""}
+    first = cli("run", str(plan), "--journal", pg_url, "--json", env=env)
+    assert first.returncode == 0, first.stderr
+    sd = tmp_path / "root" / "nightly"
+    assert (sd / "journal.url").exists() and not (sd / "journal.db").exists()
+    # When it is run again without --journal
+    second = cli("run", str(plan), "--json", env=env)
+    # Then that run goes to the same journal, not to a SQLite journal started beside it
+    assert second.returncode == 0, second.stderr
+    assert not (sd / "journal.db").exists()
+    st = json.loads(cli("status", "--journal", pg_url, "--json", env=env).stdout)
+    assert st["run"] == json.loads(second.stdout)["run"] != json.loads(first.stdout)["run"]
+    # And a read of the directory, named alone, reads that journal
+    named = json.loads(cli("status", "--state-dir", str(sd), "--json", env=env).stdout)
+    assert named["run"] == st["run"]
