@@ -149,6 +149,47 @@ def test_cancel_is_refused_while_executors_of_the_run_still_run_its_jobs_then_ap
         night.end()
 
 
+def test_an_executor_whose_reports_filled_the_queue_of_a_dead_scheduler_stops_at_sigterm_and_the_cancel_applies(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    """The response queue holds two messages: no one reads it without a scheduler, so reports of jobs that
+    ended meanwhile stay unsent; they are in the executor's results journal, which the cancel (or a resume)
+    reads, so they must not keep a stopped executor alive until its orphan timeout."""
+    sd, gate, starts = tmp_path / "sd", tmp_path / "gate", tmp_path / "starts"
+    plan = tmp_path / "ends.yaml"
+    jobs = {f"j{k}": {"command": f"echo {k} >> {starts}; while [ ! -e {gate} ]; do sleep 0.05; done; "
+                                 f"sleep {k * 0.3}; echo {k} >> {tmp_path / 'ends'}"} for k in range(1, 5)}
+    plan.write_text(yaml.safe_dump({"name": "ends", "jobs": jobs}, sort_keys=False))
+    proc = start("run", str(plan), "--state-dir", str(sd), "--executors", "1", "--slots", "4")
+    run_id = ""
+    try:
+        # Given a run whose scheduler alone was killed -9 while its four jobs ran (their starts journaled)
+        wait_for(lambda: all(j["state"] == "RUNNING" for j in json.loads(
+            cli("status", "--json", "--state-dir", str(sd)).stdout)["jobs"]), what="the four jobs running")
+        run_id = json.loads(cli("status", "--json", "--state-dir", str(sd)).stdout)["run"]
+        kill_all([proc.pid])
+        proc.wait()
+        # and whose jobs then ended one after another, their reports more than the response queue holds
+        gate.touch()
+        wait_for(lambda: (tmp_path / "ends").exists() and len((tmp_path / "ends").read_text().split()) == 4,
+                 what="the four jobs ended")
+        (pid,) = executor_pids(run_id)
+        wait_for(lambda: "running 0/4" in cli("status", "--state-dir", str(sd)).stdout, what="the executor idle")
+        # When the operator stops the executor, as the cancel's refusal says to
+        os.kill(pid, signal.SIGTERM)
+        # Then it exits (not 120 s after it last heard its scheduler), and the cancel takes the four ends
+        wait_for(lambda: not pid_alive(pid), timeout=30, what="the executor stopped")
+        p = cli("cancel", "--state-dir", str(sd))
+        assert p.returncode == 0 and "4 had ended (their executors journaled it)" in p.stdout, p.stdout + p.stderr
+        st = json.loads(cli("status", "--json", "--state-dir", str(sd)).stdout)
+        assert st["status"] == "cancelled", st
+        assert {j["job"]: j["state"] for j in st["jobs"]} == {f"j{k}": "SUCCEEDED" for k in range(1, 5)}, st
+    finally:
+        gate.touch()
+        stop_proc(proc)
+        if run_id:
+            kill_all(executor_pids(run_id))
+
+
 def test_a_job_running_when_the_whole_run_crashed_again_and_again_runs_again_after_each_resume(
         tmp_path: Path, no_ipc_leaks: None) -> None:
     """MAX_LOST (3) stops a job that kills its executor while a scheduler watches; a run that went down whole

@@ -318,7 +318,11 @@ class Executor:
                 # (what it holds ahead is not started without a scheduler: SILENT_START)
                 if now - self.heard > self.orphan_timeout and not self.running:
                     break
-            if self.stop and not self.running and not self.outbox:
+            # Told to stop, it waits for its reports to be sent, unless the response queue is full while no
+            # scheduler beats: no one reads it then (a scheduler killed -9), and the reports are in its results
+            # journal (_flush journals first), which a resume or an offline cancel reads.
+            if self.stop and not self.running and (
+                    not self.outbox or (self.rsp_full and now - self.heard > self.silent_start)):
                 break
 
     def _header(self) -> P.BoardHeader | None:
