@@ -85,6 +85,11 @@ def test_cancel_of_a_run_that_crashed_whole_ends_it_cancelled_with_nothing_left_
         night.crash(proc)
         shell = int(night.pid_file.read_text())
         assert pid_alive(shell)
+        # And a verb on the job it ran is refused naming the resume, not a kill that needs a live scheduler
+        p = night.wl("rerun", "load")
+        assert p.returncode == 1 and "kill" not in p.stdout + p.stderr, p.stdout + p.stderr
+        assert "no verb applies to it while the run has no scheduler: `wloadctl resume` learns whether this " \
+               "attempt ended meanwhile" in p.stdout + p.stderr, p.stdout + p.stderr
         # When the operator cancels it, with no scheduler
         p = night.wl("cancel", "--reason", "abandoned tonight")
         # Then the cancel is applied on the journal and says what became of the job that ran
@@ -109,8 +114,8 @@ def test_cancel_of_a_run_that_crashed_whole_ends_it_cancelled_with_nothing_left_
         # And the audit trail has the cancel, with its user and reason
         audit = json.loads(night.wl("audit", "--json").stdout)
         assert [(a["verb"], a["job"], a["applied"], a["reason"]) for a in audit] == [
-            ("cancel", "*", True, "abandoned tonight")], audit
-        assert audit[0]["user"]
+            ("rerun", "load", False, ""), ("cancel", "*", True, "abandoned tonight")], audit
+        assert audit[1]["user"]
     finally:
         night.end()
 

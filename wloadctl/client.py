@@ -637,7 +637,7 @@ class RunClient:
                 settling = settle_in_flight(st, run, core, self.state_dir) if verb == "cancel" else Settling()
                 cmds = settling.commands + core.handle(OperatorEvent(
                     verb, tuple(idx), time.time(), user=req["user"], reason=req["reason"],
-                    downstream=bool(req["downstream"]), cause_id="op-offline"))
+                    downstream=bool(req["downstream"]), cause_id="op-offline", offline=True))
                 results: list[list[Any]] = []
                 ok = True
                 turns = [c for c in cmds if isinstance(c, Persist)]

@@ -309,3 +309,25 @@ def test_a_set_ok_of_a_failed_job_says_what_reopened_its_blocked_downstream() ->
     journaled = [(S.RUNNING, S.WAITING, 1, 1.0, 0, 0, f"{UNTIL_AGAIN}2/5"),
                  (S.UPSTREAM_FAILED, S.WAITING, 1, 9.0, -1, None, reopened[0][7])]
     assert iterations_journaled(journaled[:1]) == 2 and iterations_journaled(journaled) == 0
+
+
+def test_a_verb_refused_on_the_journal_of_a_stopped_run_names_no_kill_for_a_job_that_was_running() -> None:
+    # (kill needs a live scheduler: offered there, it was refused in its turn, and why offers none)
+    from wloadctl.core.events import JobStartedEvent as Started
+
+    core = chain()
+    finish(core, "a")
+    core.handle(Started(1, core.attempt[1], 0, 100, 1.0))
+    offline = OperatorEvent("rerun", (core.index["b"],), 9.0, user="ana", offline=True)
+    reply = next(c for c in core.handle(offline) if isinstance(c, Reply))
+    assert reply.results[0][2] == ("job 'b' is RUNNING: rerun does not apply; no verb applies to it while the run "
+                                   "has no scheduler: `wloadctl resume` learns whether this attempt ended meanwhile")
+    # And a rerun of its upstream with the downstream says the resume learns how b ended, not to kill it now
+    offline = OperatorEvent("rerun", (core.index["a"],), 9.0, user="ana", downstream=True, offline=True)
+    msg = next(c for c in core.handle(offline) if isinstance(c, Reply)).results[0][2]
+    assert msg.startswith("job 'a' not rerun: downstream job(s) 'b' (RUNNING) had started when the run stopped"), msg
+    assert "`wloadctl resume` learns whether they ended (`wloadctl kill` applies to them then)" in msg, msg
+    assert states(core) == {"a": "SUCCEEDED", "b": "RUNNING", "c": "WAITING", "x": "QUEUED"}
+    # While a live run's refusal still names the kill
+    rep, _ = op(core, "rerun", "b")
+    assert rep.results[0][2] == "job 'b' is RUNNING: rerun does not apply; kill would apply"

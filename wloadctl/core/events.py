@@ -238,6 +238,9 @@ class OperatorEvent:
     """For rerun: also rerun everything that depends on the jobs."""
     cause_id: str = "op"
     """Identifier carried into the rows this event causes."""
+    offline: bool = False
+    """Applied on the journal of a run with no live scheduler, where kill (it signals) does not apply: a refusal
+    names only the verbs that do."""
 
 
 Event = (

@@ -170,12 +170,21 @@ def pending_force_verbs(state: JobState) -> list[str]:
     return [*sorted(CALLS_OFF), *applicable_verbs(state)]
 
 
-def refusal(job: str, state: JobState, verb: str, confirm: bool = False, cancelled: bool = False) -> str:
+def refusal(job: str, state: JobState, verb: str, confirm: bool = False, cancelled: bool = False,
+            offline: bool = False) -> str:
     """The message for a verb that does not apply: names the job, its state and what would apply (`confirm`: a
-    confirmation job, let go by approve, not release; `cancelled`: a live cancelled run, where nothing starts)."""
+    confirmation job, let go by approve, not release; `cancelled`: a live cancelled run, where nothing starts;
+    `offline`: a run with no live scheduler, whose journal takes no kill, and whose job QUEUED or RUNNING may
+    have ended meanwhile: its resume learns how)."""
     others = [v for v in applicable_verbs(state) if v != ("release" if confirm else "approve")
-              and not (cancelled and v in STARTS)]
-    would = f"; {', '.join(others)} would apply" if others else "; no verb applies to it now"
+              and not (cancelled and v in STARTS) and not (offline and v not in MUTATING_OFFLINE)]
+    if others:
+        would = f"; {', '.join(others)} would apply"
+    elif offline and state in (S.QUEUED, S.RUNNING):
+        would = ("; no verb applies to it while the run has no scheduler: `wloadctl resume` learns whether this "
+                 "attempt ended meanwhile")
+    else:
+        would = "; no verb applies to it now"
     return f"job '{job}' is {state.name}: {verb} does not apply{would}"
 
 
@@ -272,7 +281,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             results.append((i, True, f"job '{core.ids[i]}' released: its hold after this iteration is called off"))
             continue
         if st not in VERB_FROM[verb]:
-            msg = refusal(core.ids[i], st, verb, core.specs[i].confirm, core.cancelled)
+            msg = refusal(core.ids[i], st, verb, core.specs[i].confirm, core.cancelled, ev.offline)
             if i in core.forcing:
                 msg += f" (its {core.forcing[i].verb} waits for its upstreams: release or rerun calls it off)"
             results.append((i, False, msg))
@@ -282,7 +291,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             results.append((i, False, _confirm_refusal(core, i, verb)))
             continue
         if verb == "rerun" and ev.downstream and (started := _started_downstream(core, i)):
-            results.append((i, False, _started_refusal(core, i, started)))
+            results.append((i, False, _started_refusal(core, i, started, ev.offline)))
             continue
         msg = _APPLY[verb](core, i, ev, touched)
         results.append((i, True, msg))
@@ -334,11 +343,11 @@ def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) 
                            f"{verb} them ('{job}@*') instead")
         st = S(core.state[i])
         if st not in VERB_FROM[verb]:
-            return False, refusal(job, st, verb, cancelled=core.cancelled)
+            return False, refusal(job, st, verb, cancelled=core.cancelled, offline=ev.offline)
         return True, _APPLY[verb](core, i, ev, touched)
     again = [k for k in mine if core.state[k] in _AGAIN[verb]]
     if again and verb == "rerun" and ev.downstream and (started := _started_downstream(core, i)):
-        return False, _started_refusal(core, i, started)
+        return False, _started_refusal(core, i, started, ev.offline)
     if not again:
         what = "failed instance" if verb == "retry" else "ended instance"
         return False, f"loop '{job}' has no {what} to {verb}" + (f" ({len(left)} have not ended)" if left else "")
@@ -446,14 +455,19 @@ def _started_downstream(core: VerbTarget, i: int) -> list[int]:
     return [d for d in desc if core.state[d] in (S.QUEUED, S.RUNNING) and d not in free]
 
 
-def _started_refusal(core: VerbTarget, i: int, started: list[int]) -> str:
-    """Why a rerun with its downstream is refused while some of that downstream has started (nothing changed)."""
+def _started_refusal(core: VerbTarget, i: int, started: list[int], offline: bool = False) -> str:
+    """Why a rerun with its downstream is refused while some of that downstream has started (nothing changed);
+    `offline`: a run with no live scheduler, where no kill applies and only a resume learns how they ended."""
     job, names = core.ids[i], [core.ids[d] for d in started]
     shown = ", ".join(f"'{n}' ({S(core.state[d]).name})" for n, d in zip(names[:5], started, strict=False))
     more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    again = f"then `wloadctl rerun {job} --downstream` runs them again after it"
+    if offline:
+        return (f"job '{job}' not rerun: downstream job(s) {shown}{more} had started when the run stopped and would "
+                f"not wait for it; `wloadctl resume` learns whether they ended (`wloadctl kill` applies to them "
+                f"then); {again}")
     return (f"job '{job}' not rerun: downstream job(s) {shown}{more} have started and would not wait for it; let "
-            f"them end, or `wloadctl kill {' '.join(names[:5])}`, then `wloadctl rerun {job} --downstream` runs "
-            "them again after it")
+            f"them end, or `wloadctl kill {' '.join(names[:5])}`, {again}")
 
 
 def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_blocked: bool,
