@@ -550,6 +550,7 @@ class RunClient:
         from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs, unknown_text
         from wloadctl.ipc.cleanup import remove_run_objects, run_is_alive
         from wloadctl.offline_cancel import (
+            OPEN,
             Settling,
             cancel_refusal,
             cancelled_message,
@@ -584,8 +585,15 @@ class RunClient:
             return {"ok": True, "why": [explain(core, i, time.time(), self._undispatched()) for i in idx[:20]],
                     "live": False}
         if verb not in MUTATING_OFFLINE:
+            place = run_place(self.state_dir)
+            if self.run.status not in OPEN:
+                # (a resume of it would be refused: nothing of an ended run runs, to be killed or otherwise)
+                raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has ended "
+                                   f"({self.run.status}): none of its jobs runs",
+                                   hint=f"`wloadctl rerun JOB {place}`, then `wloadctl resume {place}`, runs a job "
+                                        "again")
             raise ControlError(f"{verb} needs a live scheduler and run {self.run.run_id} has none",
-                               hint=f"resume the run with `wloadctl resume {run_place(self.state_dir)}`")
+                               hint=f"resume the run with `wloadctl resume {place}`")
         # The state directory's scheduler lock keeps a starting scheduler out; a run of another
         # host (server journal) has none here, and its journal's epoch guards its writes.
         try:

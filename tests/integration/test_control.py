@@ -89,9 +89,13 @@ def test_refused_verbs_name_the_job_its_state_and_what_would_apply(tmp_path: Pat
     p = cli("release", "a", "--state-dir", sd)
     assert p.returncode == 1
     assert "refused: job 'a' is SUCCEEDED: release does not apply; rerun would apply" in p.stderr
+    # (a resume of the ended run would be refused: the kill does not send the operator there)
     p = cli("kill", "b", "--state-dir", sd)
-    assert p.returncode == 1 and "needs a live scheduler" in p.stderr
-    assert f"`wloadctl resume --state-dir {sd}`" in p.stderr
+    assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+    assert "kill needs a live scheduler and run " in p.stderr and " has ended (failed): none of its jobs runs" \
+        in p.stderr, p.stderr
+    assert f"`wloadctl rerun JOB --state-dir {sd}`, then `wloadctl resume --state-dir {sd}`, runs a job again" \
+        in p.stderr, p.stderr
     p = cli("hold", "nosuchjob", "--state-dir", sd)
     assert p.returncode == 1 and "unknown job(s): nosuchjob" in p.stderr
     p = cli("hold", "zz*", "nosuchjob", "--state-dir", sd)
