@@ -218,3 +218,38 @@ def test_a_jobs_index_is_found_by_the_shapes_line_offsets_or_by_counting_lines(
     assert [index_of_id(tmp_path, "r1", j) for j in ids] == list(range(50))
     assert index_of_id(tmp_path, "r1", "job_") is None and index_of_id(tmp_path, "r1", "ob_3") is None
     assert index_of_id(tmp_path, "nope", "job_0") is None
+
+
+def test_a_loop_over_a_list_reads_as_a_loop_its_instances_unended_refuse_hold_skip_and_set_ok(
+        state_dir: Path) -> None:
+    # (the run's facts flag loops over an upstream's output alone: one over a plan list read as a plain job, offering
+    # the verbs its instances refuse and missing its loop line)
+    from wloadctl.core.planfile import load_plan_text
+
+    plan = load_plan_text("name: t\njobs:\n  open: {command: 'true'}\n"
+                          "  fan: {command: 'echo {item}', depends_on: [open], for_each: [emea, amer]}\n"
+                          "  post: {command: 'true', depends_on: [fan]}\n")
+
+    def asked(sd: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(`why fan` as the CLI asks it, as a core rebuilt from the whole journal says it)"""
+        with RunClient(sd) as c:
+            rep = c.control("why", ["fan"])
+            assert rep["ok"], rep
+            core = journal_core(c.store, c.run)
+            return rep["why"][0], explain(core, core.index["fan"], time.time(), c._undispatched())
+
+    # Given a run stopped while the loop's instances wait
+    r = Journaled(state_dir, plan)
+    r.end("open", 0)
+    r.stop("interrupted")
+    # Then `why` of the loop says it is one, and offers none of the verbs its unended instances refuse
+    said, full = asked(state_dir)
+    assert said == full
+    assert said["verbs"] == [] and any("a for_each over [emea, amer]" in x for x in said["reasons"]), said
+    # And, once the run has gone on and ended, that it was a loop
+    r.store = Store.open(state_dir)
+    for job in ("fan@emea", "fan@amer", "post"):
+        r.end(job, 0)
+    r.stop("succeeded")
+    said, full = asked(state_dir)
+    assert said == full and said["reasons"][0].endswith("(a for_each over [emea, amer])"), said

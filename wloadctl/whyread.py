@@ -42,7 +42,7 @@ def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float,
 
     Returns:
         One explain.why answer per job; None when the journal cannot answer so (the run's scheduler kept
-        no facts of its plan, a plan changed since they were kept, loops over output): rebuild the core then.
+        no facts of its plan, a plan changed since they were kept, loops): rebuild the core then.
     """
     if store.expansions(run.id):
         return None  # loop instances are no job of the plan the facts were kept of
@@ -57,6 +57,10 @@ def why_of_stopped(store: Store, run: RunRow, idx: list[int], now: float,
     if states is None:
         return None
     ids = store.ids_at(run.id, [*idx, *ups])
+    if any(ids[u].startswith(f"{ids[i]}@") for i in idx for u in facts[i].ups):
+        # A loop over a list: its instances (`JOB@item`) are its upstreams. Its answer reads them and the list (what
+        # they let it take, its for_each), which the facts do not keep (they flag loops over output alone).
+        return None
     # Jobs in these states are explained without their reason: their attempts may come from the flat rows.
     plain = [i for i in idx if states[i] in _NO_REASON]
     attempts = store.attempts_at(run.id, plain) if plain else {}
