@@ -374,6 +374,9 @@ def test_a_finished_runs_journal_on_a_read_only_mount_is_read(tmp_path: Path) ->
     assert all(p.returncode == 0 and p.stderr == "" for p in said.values()), {k: p.stderr for k, p in said.items()}
     assert "(succeeded)" in said["status"].stdout and "2 jobs" in said["status"].stdout, said["status"].stdout
     assert "a: READY" in said["history"].stdout, said["history"].stdout
+    # And `why` of a job the run has not is refused as unknown, though the refusal cannot be audited there
+    p = _in_read_only_mount(src, "why", "nosuch", "--state-dir", "{ro}")
+    assert p.returncode == 1 and p.stderr == "wloadctl: unknown job(s): nosuch\n", p.stderr
     # and a verb that would change it is refused in one line
     p = _in_read_only_mount(src, "skip", "a", "--state-dir", "{ro}")
     assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1, p.stderr

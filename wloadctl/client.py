@@ -20,6 +20,7 @@ from wloadctl.errors import (
     ControlError,
     NoReply,
     ProtocolError,
+    StoreError,
     TransportError,
     Unanswered,
     UsageError,
@@ -706,8 +707,11 @@ class RunClient:
                 idx.append(i)
         if unknown:
             msg = f"unknown job(s): {', '.join(unknown)}"
-            with Store.open(self.state_dir, create=False) as w:
-                w.record_action(run.id, req["user"], "why", "; ".join(unknown), req["reason"], msg, False)
+            try:
+                with Store.open(self.state_dir, create=False) as w:
+                    w.record_action(run.id, req["user"], "why", "; ".join(unknown), req["reason"], msg, False)
+            except StoreError:
+                pass  # a journal this user cannot write (a read-only copy, a full disk) keeps no row of a read verb
             return {"ok": False, "error": msg, "unknown": unknown, "live": False}
         out = why_of_stopped(st, run, idx[:20], time.time(), self._undispatched())
         return None if out is None else {"ok": True, "why": out, "live": False}
