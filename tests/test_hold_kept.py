@@ -103,6 +103,7 @@ def test_a_skip_or_set_ok_of_the_held_job_itself_ends_its_hold() -> None:
     core = held_chain()
     verb(core, "skip", "approve")
     assert core.index["approve"] not in core.holds
+    verb(core, "set-ok", "prep")  # (a rerun behind prep FAILED is refused: it would not run)
     rep, _ = verb(core, "rerun", "approve")
     assert rep.results[0][2] == "job 'approve' will run again"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.conftest import make_plan
 from tests.core.test_engine import dispatched, finish, states
-from wloadctl.core.commands import Kill, Reply, RunFinished
+from wloadctl.core.commands import Kill, Persist, Reply, RunFinished
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import ExecutorLostEvent, JobStartedEvent, OperatorEvent, RunStartedEvent
 from wloadctl.core.states import JobState
@@ -331,3 +331,36 @@ def test_a_verb_refused_on_the_journal_of_a_stopped_run_names_no_kill_for_a_job_
     # While a live run's refusal still names the kill
     rep, _ = op(core, "rerun", "b")
     assert rep.results[0][2] == "job 'b' is RUNNING: rerun does not apply; kill would apply"
+
+
+def test_a_rerun_or_retry_of_a_job_whose_upstream_did_not_succeed_is_refused_naming_what_lets_it_run() -> None:
+    # (it was applied, said "will run again", and the job ended UPSTREAM_FAILED again at once without running)
+    core = chain()
+    finish(core, "a")
+    finish(core, "b", code=1)
+    # Given b FAILED, then its upstream a rerun and failed: c UPSTREAM_FAILED behind b
+    op(core, "rerun", "a")
+    finish(core, "a", code=1)
+    assert states(core) == {"a": "FAILED", "b": "FAILED", "c": "UPSTREAM_FAILED", "x": "QUEUED"}
+    # When b is retried, or rerun with its downstream
+    for verb, downstream in (("retry", False), ("rerun", True)):
+        rep, cmds = op(core, verb, "b", downstream=downstream)
+        # Then it is refused, nothing changed, naming the upstream and the verbs that let it run
+        said = "retried" if verb == "retry" else "rerun"
+        assert rep.results == [(1, False, f"job 'b' not {said}: its upstream 'a' is FAILED, so it would end "
+                                          "UPSTREAM_FAILED again without running; `wloadctl retry a` (or rerun, "
+                                          "set-ok) lets it run after that one")], rep.results
+        assert states(core) == {"a": "FAILED", "b": "FAILED", "c": "UPSTREAM_FAILED", "x": "QUEUED"}
+        assert not [c for c in cmds if isinstance(c, Persist) and c.transitions]
+    # And once a is retried, its blocked downstream waits for it again
+    op(core, "retry", "a")
+    assert states(core)["c"] == "UPSTREAM_FAILED" and states(core)["b"] == "FAILED"
+    rep, _ = op(core, "retry", "b")
+    assert rep.results[0][1] and states(core)["b"] == "WAITING"
+    core.validate()
+    # And named with the upstream that blocks it, in either order, it goes again with it
+    core = chain()
+    finish(core, "a", code=1)
+    rep, _ = op(core, "rerun", "b", "a", downstream=True)
+    assert [r[1] for r in rep.results] == [True, True], rep.results
+    assert states(core) == {"a": "QUEUED", "b": "WAITING", "c": "WAITING", "x": "QUEUED"}

@@ -17,7 +17,7 @@ from wloadctl.core.holds import confirm_wait, held_by
 from wloadctl.core.loops import instances_of
 from wloadctl.core.plan import DynamicItems, JobSpec
 from wloadctl.core.reach import descendants as _descendants
-from wloadctl.core.states import TERMINAL, JobState
+from wloadctl.core.states import TERMINAL, DepKind, JobState
 from wloadctl.core.timers import Timers
 
 S = JobState
@@ -259,7 +259,13 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
                                        "`wloadctl resume` run it") for i in ev.jobs])
     reset: set[int] = set()  # the jobs in `touched[:counted]`
     counted = 0
-    for i in ev.jobs:
+    order = list(ev.jobs)
+    if verb in ("retry", "rerun"):
+        # Jobs an upstream's end blocks come last: a job named with them may be that upstream, or reopen it, first
+        # (`rerun 'rep*' open --downstream`).
+        blocked = {i for i in order if core.state[i] != S.RETRY_WAIT and _failed_upstream(core, i) is not None}
+        order = [i for i in order if i not in blocked] + [i for i in order if i in blocked]
+    for i in order:
         st = S(core.state[i])
         reset.update(touched[counted:])
         counted = len(touched)
@@ -292,6 +298,9 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             continue
         if verb == "rerun" and ev.downstream and (started := _started_downstream(core, i)):
             results.append((i, False, _started_refusal(core, i, started, ev.offline)))
+            continue
+        if verb in ("retry", "rerun") and st != S.RETRY_WAIT and (up := _failed_upstream(core, i)) is not None:
+            results.append((i, False, _failed_upstream_refusal(core, i, verb, up)))
             continue
         msg = _APPLY[verb](core, i, ev, touched)
         results.append((i, True, msg))
@@ -453,6 +462,32 @@ def _started_downstream(core: VerbTarget, i: int) -> list[int]:
     desc = _descendants(core, i)
     free = {k for d in _lists_again(core, i, desc) for k in instances_of(core.specs[d], core.specs, core.index)}
     return [d for d in desc if core.state[d] in (S.QUEUED, S.RUNNING) and d not in free]
+
+
+def _failed_upstream(core: VerbTarget, i: int) -> int | None:
+    """An upstream whose end job i needs success from and did not get (FAILED, TIMED_OUT, UPSTREAM_FAILED,
+    CANCELLED): job i, sent back to wait, would end UPSTREAM_FAILED again at once, without running. None: none."""
+    spec = core.specs[i]
+    for k, dep in enumerate(spec.depends_on):
+        u = core.index[dep]
+        if spec.kind_of(k) == DepKind.SUCCESS and core.state[u] in _NO_SUCCESS:
+            return u
+    return None
+
+
+_NO_SUCCESS = frozenset({S.FAILED, S.TIMED_OUT, S.UPSTREAM_FAILED, S.CANCELLED})
+"""Ends of an upstream that block a dependent on its success (SKIPPED passes it on, as success does)."""
+
+
+def _failed_upstream_refusal(core: VerbTarget, i: int, verb: str, u: int) -> str:
+    """Why a retry or rerun of job i is refused while its upstream u's end blocks it (nothing changed): the verbs
+    that would let u, then i, run."""
+    job, up, st = core.ids[i], core.ids[u], S(core.state[u])
+    first, *others = [v for v in ("retry", "rerun", "set-ok") if st in VERB_FROM[v]]
+    also = f" (or {', '.join(others)})" if others else ""
+    return (f"job '{job}' not {'retried' if verb == 'retry' else 'rerun'}: its upstream '{up}' is {st.name}, so it "
+            f"would end UPSTREAM_FAILED again without running; `wloadctl {first} {up}`{also} lets it run after that "
+            "one")
 
 
 def _started_refusal(core: VerbTarget, i: int, started: list[int], offline: bool = False) -> str:
