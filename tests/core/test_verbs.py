@@ -7,6 +7,7 @@ from tests.core.test_engine import dispatched, finish, states
 from wloadctl.core.commands import Kill, Persist, Reply, RunFinished
 from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import ExecutorLostEvent, JobStartedEvent, OperatorEvent, RunStartedEvent
+from wloadctl.core.explain import why
 from wloadctl.core.states import JobState
 from wloadctl.core.verbs import applicable_verbs, resolve_jobs
 
@@ -342,6 +343,10 @@ def test_a_rerun_or_retry_of_a_job_whose_upstream_did_not_succeed_is_refused_nam
     op(core, "rerun", "a")
     finish(core, "a", code=1)
     assert states(core) == {"a": "FAILED", "b": "FAILED", "c": "UPSTREAM_FAILED", "x": "QUEUED"}
+    # (and why offers neither verb of b and c, as it offers both of a)
+    for job, offered in (("b", ["set-ok", "skip"]), ("c", ["set-ok", "skip"]), ("a", ["retry", "rerun", "set-ok",
+                                                                                      "skip"])):
+        assert why(core, core.index[job], core.now)["verbs"] == offered, job
     # When b is retried, or rerun with its downstream
     for verb, downstream in (("retry", False), ("rerun", True)):
         rep, cmds = op(core, verb, "b", downstream=downstream)

@@ -15,6 +15,7 @@ from wloadctl.core.verbs import (
     MUTATING_OFFLINE,
     STARTS,
     applicable_verbs,
+    failed_upstream,
     loop_verbs,
     pending_force_verbs,
     pending_hold_verbs,
@@ -176,6 +177,9 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         # A loop's hold, skip, set-ok, retry and rerun are about its instances, which may refuse them (a loop is
         # never held while they run). (A stopped run's view is made for no loop: its core is the rebuilt one.)
         verbs = loop_verbs(cast("SchedulerCore", core), i, verbs)
+    elif st != S.RETRY_WAIT and failed_upstream(cast("SchedulerCore", core), i) is not None:
+        # Sent back to wait, it would end UPSTREAM_FAILED again without running: refused, so not offered.
+        verbs = [v for v in verbs if v not in ("retry", "rerun")]
     return {
         "job": spec.id,
         "state": st.name,

@@ -263,7 +263,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
     if verb in ("retry", "rerun"):
         # Jobs an upstream's end blocks come last: a job named with them may be that upstream, or reopen it, first
         # (`rerun 'rep*' open --downstream`).
-        blocked = {i for i in order if core.state[i] != S.RETRY_WAIT and _failed_upstream(core, i) is not None}
+        blocked = {i for i in order if core.state[i] != S.RETRY_WAIT and failed_upstream(core, i) is not None}
         order = [i for i in order if i not in blocked] + [i for i in order if i in blocked]
     for i in order:
         st = S(core.state[i])
@@ -299,7 +299,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         if verb == "rerun" and ev.downstream and (started := _started_downstream(core, i)):
             results.append((i, False, _started_refusal(core, i, started, ev.offline)))
             continue
-        if verb in ("retry", "rerun") and st != S.RETRY_WAIT and (up := _failed_upstream(core, i)) is not None:
+        if verb in ("retry", "rerun") and st != S.RETRY_WAIT and (up := failed_upstream(core, i)) is not None:
             results.append((i, False, _failed_upstream_refusal(core, i, verb, up)))
             continue
         msg = _APPLY[verb](core, i, ev, touched)
@@ -464,7 +464,7 @@ def _started_downstream(core: VerbTarget, i: int) -> list[int]:
     return [d for d in desc if core.state[d] in (S.QUEUED, S.RUNNING) and d not in free]
 
 
-def _failed_upstream(core: VerbTarget, i: int) -> int | None:
+def failed_upstream(core: VerbTarget, i: int) -> int | None:
     """An upstream whose end job i needs success from and did not get (FAILED, TIMED_OUT, UPSTREAM_FAILED,
     CANCELLED): job i, sent back to wait, would end UPSTREAM_FAILED again at once, without running. None: none."""
     spec = core.specs[i]
