@@ -176,6 +176,25 @@ def test_an_empty_journal_left_long_ago_is_not_taken_for_a_run_starting(tmp_path
     assert "is empty and has been for over 60s" in _one_line(p.stderr)
 
 
+def test_an_empty_journal_whose_scheduler_died_making_it_is_not_taken_for_a_run_starting(tmp_path: Path) -> None:
+    # Given the empty journal and the lock of a scheduler killed -9 as it started (its pid names the lock)
+    sd = tmp_path / "sd"
+    sd.mkdir()
+    (sd / "journal.db").touch()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (sd / "scheduler.lock").write_text(str(dead.pid))
+    # Then a read says at once that no run is starting there, and how to start one
+    p = cli("status", "--state-dir", str(sd))
+    assert p.returncode == 3
+    line = _one_line(p.stderr)
+    assert f"is empty: the scheduler that was making it (pid {dead.pid}) is gone" in line, line
+    # And a run there starts afresh
+    plan = tmp_path / "p.yaml"
+    plan.write_text("name: p\njobs:\n  a: {command: 'true'}\n")
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 0
+
+
 @pytest.mark.parametrize("verb", [["status"], ["history", "a"], ["hold", "a"], ["resume"], ["logs", "a"]])
 def test_a_file_given_as_the_state_directory_is_said_to_be_no_directory(tmp_path: Path, verb: list[str]) -> None:
     afile = tmp_path / "afile"

@@ -23,6 +23,8 @@ JOURNAL_PATH_BYTES = 504
 """The longest path of journal.db SQLite opens (its file names, with -journal after, stay within 512 bytes)."""
 EMPTY_JOURNAL_STALE = 60.0
 """Seconds after which a journal file still without tables is no run's first moment but a file left empty."""
+
+
 SQLITE_FULL = 13
 """SQLite's primary result code for a write refused for want of disk space."""
 
@@ -37,6 +39,19 @@ WAL_CHECKPOINT_MIN = 64
 """Pages the log may always grow to before a checkpoint, however small the disk."""
 CHECKPOINT_WAIT_MS = 100
 """Milliseconds a checkpoint after a full disk waits for readers (the loop must not stall on a console)."""
+
+
+def _starter_gone(d: Path) -> int | None:
+    """The pid of the scheduler that last took state directory d's lock (scheduler.lock names it) when that
+    process is gone (None: alive, or none named): an empty journal it left is being made by no one."""
+    from wloadctl.procs.health import pid_alive
+
+    try:
+        pid = int((d / "scheduler.lock").read_text(encoding="utf-8").strip())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return None if pid_alive(pid) else pid
+
 
 
 def write_error(e: sqlite3.Error, path: Path) -> StoreError:
@@ -316,6 +331,11 @@ class SqliteStore(Store):
                         raise StoreError(f"run journal {path} is empty and has been for over "
                                          f"{EMPTY_JOURNAL_STALE:.0f}s: no run is starting there",
                                          hint="move it away to start afresh there")
+                gone = _starter_gone(d)
+                if gone is not None:
+                    raise StoreError(f"run journal {path} is empty: the scheduler that was making it (pid {gone}) is "
+                                     "gone, so no run is starting there",
+                                     hint=f"`wloadctl run PLAN --state-dir {d}` starts a run there afresh")
                 raise NoJournalYet(f"no run recorded in {d} yet: its journal is being made",
                                    hint="a run is starting there; try again in a moment")
             if version > SCHEMA_VERSION:
