@@ -424,6 +424,11 @@ def test_a_journal_in_its_first_moment_is_not_called_corrupt(tmp_path: Path) -> 
     assert len(p.stderr.strip().splitlines()) == 1 and "no run recorded in" in p.stderr, p.stderr
     with Store.open(sd) as st:
         assert st.latest_run() is None
+    # (and once it has its tables and no run, the one line says how to start one in that directory)
+    p = subprocess.run([sys.executable, "-m", "wloadctl", "status", "--state-dir", str(sd)],
+                       capture_output=True, text=True, timeout=60)
+    hint = f"start one with `wloadctl run PLAN --state-dir {sd}`"
+    assert p.stderr.strip() == f"wloadctl: no run recorded in {sd} ({hint})"
 
 
 def test_readers_racing_a_journals_creation_find_it_empty_or_whole(tmp_path: Path) -> None:

@@ -1199,7 +1199,8 @@ def _no_run_error(given: Path | None, where: str) -> UsageError:
 
     url = journal_url()
     if given is None or url is None:
-        return UsageError(f"no run recorded in {given or where}", hint="start one with `wloadctl run PLAN`")
+        there = f" --state-dir {given}" if given is not None else ""
+        return UsageError(f"no run recorded in {given or where}", hint=f"start one with `wloadctl run PLAN{there}`")
     with Store.open(None, create=False, readonly=True) as st:
         other = st.latest_run()
     if other is None:
