@@ -410,3 +410,15 @@ def test_an_empty_job_id_is_refused_in_one_line_before_any_run_is_read(tmp_path:
     assert got.returncode == 2, got.stderr
     assert got.stderr.count("\n") == 1 and "an empty job id names no job" in got.stderr, got.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_an_agent_no_longer_beating_shows_its_figures_as_last_heard_in_status() -> None:
+    # (a LOST agent's "running 2/2, holds 2" read as jobs still there, though they had been run elsewhere since)
+    from wloadctl.cli_show import agent_line
+
+    row = {"agent": "n1", "pools": ["eu"], "slots_used": 2, "slots": 2, "load1": 0.5, "jobs_held": 2, "age": 31.0}
+    assert agent_line({**row, "state": "ALIVE"}) == (
+        "  agent n1: ALIVE, pools eu, running 2/2, load 0.50, holds 2, beat 31.0s ago")
+    for state in ("SUSPECT", "LOST", "STOPPED"):
+        assert agent_line({**row, "state": state}) == (
+            f"  agent n1: {state}, pools eu, as last heard: running 2/2, load 0.50, holds 2, beat 31.0s ago")

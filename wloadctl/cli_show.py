@@ -57,6 +57,15 @@ def _ts(t: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
 
 
+def agent_line(g: dict[str, Any]) -> str:
+    """An agent's line of `status`. The figures of one no longer beating (SUSPECT, LOST, STOPPED) are its last
+    beat's, and said so: a LOST agent's jobs have been run elsewhere since, though it last held them."""
+    age = f"{g['age']:.1f}s ago" if g.get("age") is not None else "never"
+    last = "as last heard: " if g["state"] in ("SUSPECT", "LOST", "STOPPED") else ""
+    return (f"  agent {g['agent']}: {g['state']}, pools {','.join(g['pools']) or '-'}, {last}"
+            f"running {g['slots_used']}/{g['slots']}, load {g['load1']:.2f}, holds {g['jobs_held']}, beat {age}")
+
+
 def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl status`."""
     try:
@@ -111,9 +120,7 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
               f"({max(0.0, time.time() - lost['since']):.0f}s): the agents are as last heard, their jobs' ends "
               "reach the run once it is back (the scheduler reconnects)")
     for g in st.get("agents", []):
-        age = f"{g['age']:.1f}s ago" if g.get("age") is not None else "never"
-        print(f"  agent {g['agent']}: {g['state']}, pools {','.join(g['pools']) or '-'}, "
-              f"running {g['slots_used']}/{g['slots']}, load {g['load1']:.2f}, holds {g['jobs_held']}, beat {age}")
+        print(agent_line(g))
         if g.get("duplicates"):
             print(f"    {len(g['duplicates'])} agents run under the name {g['agent']}: {'; '.join(g['duplicates'])} "
                   "(give each its own --name)")
