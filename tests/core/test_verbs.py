@@ -343,10 +343,12 @@ def test_a_rerun_or_retry_of_a_job_whose_upstream_did_not_succeed_is_refused_nam
     op(core, "rerun", "a")
     finish(core, "a", code=1)
     assert states(core) == {"a": "FAILED", "b": "FAILED", "c": "UPSTREAM_FAILED", "x": "QUEUED"}
-    # (and why offers neither verb of b and c, as it offers both of a)
+    # (and why offers neither verb of b and c, as it offers both of a, nor does a refusal of another verb name them)
     for job, offered in (("b", ["set-ok", "skip"]), ("c", ["set-ok", "skip"]), ("a", ["retry", "rerun", "set-ok",
                                                                                       "skip"])):
         assert why(core, core.index[job], core.now)["verbs"] == offered, job
+    rep, _ = op(core, "hold", "c")
+    assert rep.results == [(2, False, "job 'c' is UPSTREAM_FAILED: hold does not apply; set-ok, skip would apply")]
     # When b is retried, or rerun with its downstream
     for verb, downstream in (("retry", False), ("rerun", True)):
         rep, cmds = op(core, verb, "b", downstream=downstream)

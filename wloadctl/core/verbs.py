@@ -171,13 +171,15 @@ def pending_force_verbs(state: JobState) -> list[str]:
 
 
 def refusal(job: str, state: JobState, verb: str, confirm: bool = False, cancelled: bool = False,
-            offline: bool = False) -> str:
+            offline: bool = False, blocked: bool = False) -> str:
     """The message for a verb that does not apply: names the job, its state and what would apply (`confirm`: a
     confirmation job, let go by approve, not release; `cancelled`: a live cancelled run, where nothing starts;
     `offline`: a run with no live scheduler, whose journal takes no kill, and whose job QUEUED or RUNNING may
-    have ended meanwhile: its resume learns how)."""
+    have ended meanwhile: its resume learns how; `blocked`: an upstream's end blocks the job, so no retry or rerun
+    of it is taken: failed_upstream)."""
     others = [v for v in applicable_verbs(state) if v != ("release" if confirm else "approve")
-              and not (cancelled and v in STARTS) and not (offline and v not in MUTATING_OFFLINE)]
+              and not (cancelled and v in STARTS) and not (offline and v not in MUTATING_OFFLINE)
+              and not (blocked and v in ("retry", "rerun"))]
     if others:
         would = f"; {', '.join(others)} would apply"
     elif offline and state in (S.QUEUED, S.RUNNING):
@@ -287,7 +289,8 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             results.append((i, True, f"job '{core.ids[i]}' released: its hold after this iteration is called off"))
             continue
         if st not in VERB_FROM[verb]:
-            msg = refusal(core.ids[i], st, verb, core.specs[i].confirm, core.cancelled, ev.offline)
+            msg = refusal(core.ids[i], st, verb, core.specs[i].confirm, core.cancelled, ev.offline,
+                          blocked=st != S.RETRY_WAIT and failed_upstream(core, i) is not None)
             if i in core.forcing:
                 msg += f" (its {core.forcing[i].verb} waits for its upstreams: release or rerun calls it off)"
             results.append((i, False, msg))
