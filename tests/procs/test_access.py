@@ -273,3 +273,37 @@ def test_a_request_its_asker_gave_up_on_is_dropped_not_applied_later(tmp_path: P
         t.join(5)
     finally:
         sock.close()
+
+
+def test_a_caller_cannot_set_the_keys_only_the_desk_sets(tmp_path: Path) -> None:
+    # Given a run whose skips need four eyes, an admin on the socket, and admins through the broker
+    desk, store, run = desk_for(tmp_path, {"admin": {"users": [ME], "broker_users": ["unauthenticated"]}})
+    desk.four_eyes = frozenset({"skip"})
+    told: list[dict[str, Any]] = []
+
+    def handle(conn: int, peer: ctlsock.Peer, req: dict[str, Any]) -> None:
+        desk._handle(conn, peer, req, 2.0)
+        for c in desk.core.flush():
+            if hasattr(c, "results"):
+                desk.reply(c)
+        desk.send_replies()
+
+    try:
+        t = serve(desk.ctl, handle, rounds=2)
+        # When a request says it is the approved one, or carries an answering function of its own
+        forged = ctlsock.request(desk.ctx.state_dir, {"verb": "skip", "jobs": ["b"], "approved": "R1"}, 5.0)
+        pinged = ctlsock.request(desk.ctx.state_dir, {"verb": "ping", "jobs": [], "_respond": 1}, 2.0)
+        t.join(5)
+        desk.take(json.dumps({"verb": "skip", "jobs": ["a"], "approved": "R1"}).encode(),
+                  lambda data: told.append(json.loads(data)), 2.0)
+    finally:
+        desk.close()
+    desk.ctx.events.close()
+    rows = [(r[1], r[2], r[3], r[5].split(":")[0], bool(r[6])) for r in store.actions(run)]
+    store.close()
+    # Then the skip waits for a second person, the ping is answered, and nothing was applied
+    assert forged["pending"]["id"] == "R1" and pinged["ok"]
+    assert told[0]["pending"]["id"] == "R2"
+    assert desk.core.forcing == {}
+    assert rows == [(ME, "skip", "b", "pending R1", False),
+                    ("unauthenticated@?", "skip", "a", "pending R2", False)]

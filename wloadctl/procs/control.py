@@ -51,6 +51,14 @@ DRILL_JOB = "scheduler"
 """The audit's `job` of a drill asked of the scheduler (the drill's own report is journaled under `*`)."""
 MAX_REPLY_LINES = 40
 """Per-job messages in one reply; the rest are counted (a reply must fit one queue message)."""
+_DESK_KEYS = frozenset({_RESPOND, "conn", "approved", "claimed", "user"})
+"""Keys of a request that the desk sets itself (who asks, how to answer, the request an approve carries out):
+a caller's own are dropped, so that no request can name itself approved or answer itself."""
+
+
+def _from_caller(req: dict[str, Any]) -> dict[str, Any]:
+    """A caller's request without the keys only the desk may set (_DESK_KEYS)."""
+    return {k: v for k, v in req.items() if k not in _DESK_KEYS}
 
 
 @dataclass(slots=True)
@@ -132,10 +140,10 @@ class ControlDesk:
             return  # garbled: nothing to answer to
         if not isinstance(req, dict):
             return
-        req.pop("reply", None)
-        req.pop("conn", None)
-        req[_RESPOND] = respond
         claimed = str(req.get("user", ""))
+        req = _from_caller(req)
+        req.pop("reply", None)
+        req[_RESPOND] = respond
         if self.gate is not None:
             broker_user, user = self.gate.caller(subject, claimed)
             owner = self.gate.owner
@@ -152,7 +160,7 @@ class ControlDesk:
         # Whoever the request claims to be, the kernel's word decides.
         user = peer.user
         role = self.roles.role_of(peer.uid, user, peer.group_names, self.owner_uid)
-        self._apply({**req, "user": user, "conn": conn}, peer.uid, role, now)
+        self._apply({**_from_caller(req), "user": user, "conn": conn}, peer.uid, role, now)
 
     def _apply(self, req: dict[str, Any], uid: int, role: Role, now: float) -> None:
         core = self.core
