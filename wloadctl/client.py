@@ -521,9 +521,18 @@ class RunClient:
                 "verbs": access.allowed_verbs(role), "four_eyes": sorted(access.load_roles().four_eyes)}
 
     def _local_role(self) -> access.Role:
+        """This user's role in the run without its scheduler: from the roles config and the plan's `roles:`, which
+        add up as they do for the live scheduler."""
         me = ctlsock.this_process()
         owner = self.state_dir.stat().st_uid if self.state_dir.is_dir() else me.uid
-        return access.load_roles().role_of(me.uid, me.user, me.group_names, owner)
+        if me.uid in (0, owner):
+            return access.Role.ADMIN  # (whatever the mapping says: its plan need not be read)
+        try:
+            plan = run_plan(self.store, self.run)
+        except WloadError:
+            plan = None  # (a journal with no readable plan: the roles config alone)
+        roles = access.load_roles(plan.roles if plan else None, self.run.plan_path or "plan")
+        return roles.role_of(me.uid, me.user, me.group_names, owner)
 
     def _ask_broker(self, req: dict[str, Any]) -> dict[str, Any] | None:
         """A verb by request/reply to the scheduler holding the lease; None when none answered."""
@@ -565,9 +574,12 @@ class RunClient:
         role = self._local_role()
         if role < access.needed(verb):
             msg = access.refusal(verb, req["user"], role)
-            with Store.open(self.state_dir, create=False) as st:
-                st.record_action(self.run.id, req["user"], verb, "; ".join(req["jobs"]) or "*", req["reason"],
-                                 msg, False)
+            try:
+                with Store.open(self.state_dir, create=False) as st:
+                    st.record_action(self.run.id, req["user"], verb, "; ".join(req["jobs"]) or "*", req["reason"],
+                                     msg, False)
+            except StoreError:
+                pass  # a journal this user may not write keeps no row of the refusal, which is said all the same
             return {"ok": False, "error": msg, "refused": True, "live": False}
         if verb in ("approve", "reject", "pending"):
             settled = self._offline_settle(req)

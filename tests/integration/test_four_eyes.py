@@ -233,6 +233,26 @@ def test_on_a_stopped_run_another_admin_approves_from_the_journal(shared_dir: Pa
         (owner, "set-ok", False), ("root", "approve", True), ("root", "set-ok", True)]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root (setpriv)")
+def test_on_a_stopped_run_a_viewer_of_the_plans_roles_is_refused_by_role_on_a_journal_it_cannot_write(
+        shared_dir: Path) -> None:
+    viewer = SECOND[1]
+    plan = evidence_plan(shared_dir / "plan.yaml", shared_dir / "sd" / "ev", {"a": {"exit": 3}},
+                         extra={"four_eyes": ["set-ok"], "roles": {"viewer": {"users": [viewer]}}})
+    plan.chmod(0o644)
+    sd = shared_dir / "sd"
+    # Given a finished run of root's with a set-ok waiting for a second person
+    assert cli("run", str(plan), "--state-dir", str(sd)).returncode == 1
+    assert cli("set-ok", "a", "--state-dir", str(sd)).stdout.startswith("R1:")
+    # When a viewer by the plan's roles approves it on the journal, which it may read but not write
+    p = as_user(viewer, "approve", "R1", "--state-dir", str(sd))
+    # Then it is refused by its role, in one line, and nothing changed
+    assert p.returncode == 1 and p.stderr == f"wloadctl: approve needs the admin role; {viewer} has viewer\n", p.stderr
+    assert "pending R1: set-ok a asked by" in as_user(viewer, "status", "--state-dir", str(sd)).stdout
+    assert job_states(sd)["a"] == "FAILED"
+    assert [r["id"] for r in json.loads(cli("pending", "--state-dir", str(sd), "--json").stdout)["requests"]] == ["R1"]
+
+
 def ledger_plan(d: Path, gate: Path) -> Path:
     """load -> post_ledger (idempotent: false, its reruns and retries need four eyes); `other` waits for `gate`."""
     return evidence_plan(d / "plan.yaml", d / "ev", {
