@@ -113,3 +113,15 @@ def test_fires_that_came_while_the_last_run_ran_are_made_up_for_by_one_run_of_th
     # And a trigger just started makes up for nothing
     assert due_fire(daily, dt.datetime(2027, 3, 3, 19, 0, tzinfo=utc), None, "UTC") == (
         dt.datetime(2027, 3, 4, 18, 0, tzinfo=utc), [])
+
+
+def test_a_day_off_whose_last_hour_comes_twice_is_crossed_once() -> None:
+    # Santiago's clocks go back at midnight: Saturday 2027-04-03 has 23:00-23:59 twice. Going on from the first
+    # pass of its last minute met its second pass, again a day off, for ever (`trigger` hung at 100 % CPU).
+    s = Schedule("30 * * * *")
+    got = next_triggers(s, dt.datetime(2027, 4, 2, 22, 0), 3, "America/Santiago")
+    assert [t.isoformat() for t in got] == [
+        "2027-04-02T22:30:00-03:00", "2027-04-02T23:30:00-03:00", "2027-04-05T00:30:00-04:00"]
+    due, missed = due_fire(Schedule("0 23 * * *"), dt.datetime(2027, 4, 3, 3, 0, tzinfo=dt.UTC), None,
+                           "America/Santiago")
+    assert due is not None and due.isoformat() == "2027-04-05T23:00:00-04:00" and missed == []

@@ -91,11 +91,23 @@ def next_triggers(schedule: Schedule, after: dt.datetime, count: int = 1, tz: st
         if not is_business_day(when.date(), schedule):
             # The rest of the day fires on no business day either: go on from its last minute, so a cron of
             # every minute crosses weekends and holidays a day at a time, not 1,440 steps a day.
-            it = croniter(schedule.cron, when.replace(hour=23, minute=59, second=0, microsecond=0, fold=0))
+            it = croniter(schedule.cron, last_minute_of(when))
             continue
         if not repeated_wall_time(when):
             out.append(when)
     return out
+
+
+def last_minute_of(when: dt.datetime) -> dt.datetime:
+    """The last minute of `when`'s calendar day in its zone, reckoned back from the next day's start: where the
+    clocks go back at midnight (Santiago, Beirut) the day's 23:00-23:59 comes twice and this is its second pass,
+    so a search that goes on from it never meets that day again (from the first pass it would, for ever)."""
+    zone = when.tzinfo
+    midnight = dt.datetime.combine(when.date() + dt.timedelta(days=1), dt.time(), zone)
+    last = (midnight.astimezone(dt.UTC) - dt.timedelta(minutes=1)).astimezone(zone)
+    # A zone whose clocks jump over midnight itself has no such minute on this date: go on from `when`, a fire
+    # at a time (slower, never back).
+    return last if last.date() == when.date() and last > when else when
 
 
 def due_fire(schedule: Schedule, now: dt.datetime, last: dt.datetime | None,
