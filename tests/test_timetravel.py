@@ -81,3 +81,18 @@ def test_a_moment_in_the_future_is_refused_in_one_line() -> None:
         parse_when("2026-12-07T07:08:00", now=MORNING, tz="Pacific/Pago_Pago")
     assert str(caught.value) == ("--at '2026-12-07T07:08:00': that is in the future (it is "
                                  "2026-12-07T07:07:00-11:00 now); give a moment of the past")
+
+
+LONDON = ZoneInfo("Europe/London")
+
+
+def test_a_clock_time_on_a_night_the_clocks_change_is_the_latest_pass_or_the_jump() -> None:
+    # 2026-10-25: 01:00-01:59 comes twice. At 01:45 of its second pass, 01:30 is the one a quarter of an hour
+    # ago (GMT), not the first pass an hour and a quarter ago (BST); 01:50 has come only once (BST).
+    now = dt.datetime(2026, 10, 25, 1, 45, tzinfo=LONDON, fold=1).timestamp()
+    assert parse_when("01:30", now=now, tz="Europe/London") == now - 900
+    assert parse_when("01:50", now=now, tz="Europe/London") == \
+        dt.datetime(2026, 10, 25, 0, 50, tzinfo=dt.UTC).timestamp()
+    # 2026-03-29 goes from 01:00 to 02:00: 01:30 is the moment of the jump, as a deadline or trigger reads it
+    now = dt.datetime(2026, 3, 29, 3, 0, tzinfo=LONDON).timestamp()
+    assert iso(parse_when("01:30", now=now, tz="Europe/London"), "Europe/London") == "2026-03-29T02:00:00+01:00"

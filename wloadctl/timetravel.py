@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from wloadctl.core.durations import MAX_DURATION
+from wloadctl.core.sla import host_zone, wall_instant
 from wloadctl.core.states import JobState
 from wloadctl.errors import UsageError
 
@@ -61,13 +62,7 @@ def parse_when(text: str, now: float | None = None, tz: str | None = None) -> fl
         h, mi, se = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
         if h > 23 or mi > 59 or se > 59:
             raise UsageError(f"--at {_shown(text)}: no such clock time")
-        today = dt.datetime.fromtimestamp(now, zone).date()
-        for ago in (0, 1):
-            # (a zone of None makes a naive time, which timestamp() reads as the host's local time)
-            when = dt.datetime.combine(today - dt.timedelta(days=ago), dt.time(h, mi, se), zone).timestamp()
-            if when <= now:
-                break
-        return when
+        return latest_clock_time(h, mi, se, now, zone or host_zone())
     try:
         moment = dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
@@ -80,6 +75,22 @@ def parse_when(text: str, now: float | None = None, tz: str | None = None) -> fl
     if when > now:
         raise UsageError(f"--at {_shown(text)}: that is in the future (it is {iso(now, tz)} now); "
                          "give a moment of the past")
+    return when
+
+
+def latest_clock_time(h: int, mi: int, se: int, now: float, zone: dt.tzinfo) -> float:
+    """The latest moment not after `now` at which the wall clock of `zone` shows h:mi:se: today's or yesterday's,
+    the second pass of a time the clocks going back repeat when that one has come, and for a time the clocks skip
+    going forward the moment they jump past it (as deadlines and triggers read it)."""
+    today = dt.datetime.fromtimestamp(now, zone).date()
+    for ago in (0, 1):
+        day = today - dt.timedelta(days=ago)
+        base = dt.datetime.combine(day, dt.time(h, mi, se), zone)
+        first, second = base.timestamp(), base.replace(fold=1).timestamp()
+        passes = [second, first] if first < second else [wall_instant(day, h, mi, se, zone)]
+        for when in passes:
+            if when <= now:
+                return when
     return when
 
 
