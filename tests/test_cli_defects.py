@@ -422,3 +422,11 @@ def test_an_agent_no_longer_beating_shows_its_figures_as_last_heard_in_status() 
     for state in ("SUSPECT", "LOST", "STOPPED"):
         assert agent_line({**row, "state": state}) == (
             f"  agent n1: {state}, pools eu, as last heard: running 2/2, load 0.50, holds 2, beat 31.0s ago")
+
+
+@pytest.mark.parametrize("at", ["", " "])
+def test_status_at_a_blank_moment_is_refused_not_read_as_the_live_status(tmp_path: Path, at: str) -> None:
+    # `--at "$WHEN"` with WHEN unset printed the run as it stands now, exit 0, as if that were the answer
+    got = cli("status", "--state-dir", str(tmp_path / "none"), "--at", at)
+    assert got.returncode == 2 and got.stdout == "", got.stdout
+    assert got.stderr.count("\n") == 1 and f"argument --at: {at!r} names no moment" in got.stderr, got.stderr

@@ -56,6 +56,15 @@ def _invalid_choice(message: str) -> str:
     return f"{what} '{m[2]}' ({guess}choose from {', '.join(choices)})"
 
 
+def _moment(text: str) -> str:
+    """`status --at`: a moment as written (read against the run's zone later); blank names none, and is refused
+    rather than taken for no --at at all (the live status, as if it were the answer)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} names no moment: write a clock time (23:40), an ISO timestamp "
+                                         "(2026-12-01T23:40:00) or an offset back from now (-15m)")
+    return text
+
+
 def _business_date(text: str) -> str:
     """`--business-date`: a calendar date written YYYY-MM-DD (what jobs see as $WLOADCTL_BUSINESS_DATE)."""
     import datetime as dt
@@ -323,8 +332,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true", help="list every job, not only the unfinished and failed")
-    p.add_argument("--at", metavar="TIME", help="the run as it stood then, from the journal: a clock time (23:40, the "
-                   "latest not to come, in the plan's timezone), an ISO timestamp, or an offset back from now (-15m)")
+    p.add_argument("--at", metavar="TIME", type=_moment,
+                   help="the run as it stood then, from the journal: a clock time (23:40, the latest not to come, "
+                   "in the plan's timezone), an ISO timestamp, or an offset back from now (-15m)")
     p = sub.add_parser("top", help="the live pipeline: queues, arena, latencies, journal, loop, executors, agents")
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true", help="one reading as a JSON object")
@@ -604,7 +614,7 @@ def _start_ahead(a: argparse.Namespace) -> Prestarted | None:
 
 
 def cmd_status(a: argparse.Namespace) -> int:
-    if a.at:
+    if a.at is not None:
         from wloadctl.cli_ops import show_status_at
 
         return show_status_at(a, _reader_dir(a.state_dir))
