@@ -229,6 +229,10 @@ BAD_PLANS: list[tuple[str, int | None, str]] = [
     ("deadline_without_colon.yaml", 5, "job 'load': deadline: '2330' is not a time; use HH:MM"),
     ("deadline_without_colon.yaml", 5, "(did you mean '23:30'?)"),
     ("weekday_misspelt.yaml", 4, "'mondayish' is not a weekday"),
+    # An item that is no word is said as what it is, a YAML boolean as it is written: never Python's repr
+    ("weekday_not_a_scalar.yaml", 4, "a list is not a weekday (mon, tue"),
+    ("weekday_boolean.yaml", 4, "'no' is not a weekday"),
+    ("holidays_not_scalars.yaml", 4, "holidays nothing (null), a list, 'yes' are not dates (write YYYY-MM-DD)"),
     ("not_before_too_far.yaml", 5, "job 'load': not_before: '+100000d' is longer than the 100 years"),
     # Digits of other scripts, which Python reads as numbers, are no part of a plan's numbers
     ("memory_other_digits.yaml", 5, "job 'load': memory must be MiB or a size like 512M or 4G, not the text "

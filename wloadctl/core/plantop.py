@@ -134,11 +134,11 @@ def read_schedule(entry: Entry) -> Schedule:
         picked = []
         full = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
         for item in raw[0]:
-            word = str(item[0]).strip().lower()
+            word = str(item[0]).strip().lower() if type(item[0]) is str else ""
             # A weekday's three letters or its whole name; `mondayish` or `t` is no weekday.
             name = word[:3] if word in full else word
             if name not in WEEKDAYS:
-                raise FieldError(f"'{item[0]}' is not a weekday", item[1], ", ".join(WEEKDAYS))
+                raise FieldError(f"{_as_written(item)} is not a weekday", item[1], ", ".join(WEEKDAYS))
             picked.append(WEEKDAYS.index(name))
         days = tuple(sorted(set(picked)))
     holidays: list[str] = []
@@ -148,15 +148,16 @@ def read_schedule(entry: Entry) -> Schedule:
             raise FieldError("holidays must be a list of dates", raw[1], "write [2026-12-25, 2027-01-01]")
         bad: list[tuple[str, int]] = []
         for item in raw[0]:
-            text = str(item[0])
             try:
-                holidays.append(dt.date.fromisoformat(text).isoformat())
+                if type(item[0]) not in (str, int):
+                    raise ValueError(item[0])
+                holidays.append(dt.date.fromisoformat(str(item[0])).isoformat())
             except ValueError:
-                bad.append((text, item[1]))
+                bad.append((_as_written(item), item[1]))
         if bad:
             # Every one named at once: a list of holidays is typed in one go, and fixed in one go.
-            what = f"holiday '{bad[0][0]}' is not a date" if len(bad) == 1 else \
-                f"holidays {', '.join(repr(t) for t, _l in bad)} are not dates"
+            what = f"holiday {bad[0][0]} is not a date" if len(bad) == 1 else \
+                f"holidays {', '.join(t for t, _l in bad)} are not dates"
             raise FieldError(what, bad[0][1], "write YYYY-MM-DD")
     schedule = Schedule(cron, days, tuple(holidays))
     if not fires_on_business_days(schedule):
@@ -164,6 +165,13 @@ def read_schedule(entry: Entry) -> Schedule:
         raise FieldError(f"cron '{cron}' never fires on a business day ({names})", fields["cron"][1],
                          "check the cron's days and months against business_days")
     return schedule
+
+
+def _as_written(item: Entry) -> str:
+    """An item of a list as a message quotes it: a scalar as the plan writes it (`yes`, not YAML's true), else
+    what it is (a list, nothing (null))."""
+    value, _line, text = item
+    return f"'{text}'" if text is not None and value is not None else describe(value)
 
 
 def read_timezone(entry: Entry) -> str:
