@@ -156,9 +156,9 @@ def test_max_output_reads_the_same_in_every_plan_style() -> None:
         plan = load_plan_text(text, "p.yaml")
         assert plan.read_by_lines is by_lines
         assert {j: s.max_output for j, s in plan.jobs.items()} == want
-    # And a plan that says nothing caps each attempt at 1 GiB
+    # And a plan that says nothing caps each attempt at 4 GiB
     plain = load_plan_text("name: p\njobs:\n  a: {command: x}\n", "p.yaml")
-    assert plain.jobs["a"].max_output == DEFAULT_MAX_OUTPUT == 1 << 30
+    assert plain.jobs["a"].max_output == DEFAULT_MAX_OUTPUT == 4 << 30
 
 
 def test_bad_max_output_values_are_refused_with_one_line_each_and_nothing_runs(tmp_path: Path) -> None:

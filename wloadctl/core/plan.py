@@ -59,9 +59,10 @@ and its pointer): the OS's ARG_MAX of 2 MiB, less 256 KiB kept for the executor'
 WLOADCTL_* variables of the run. The payload arena (16 MiB) holds any payload under this."""
 DEFAULT_MAX_ITEMS = 1000
 """Most instances a `for_each` over an upstream's output may make unless the plan says otherwise."""
-DEFAULT_MAX_OUTPUT = 1 << 30
-"""Bytes of output an attempt may write to its log unless the plan says otherwise (`max_output`, 1 GiB): a
-runaway job must not fill the disk that holds the run's journal."""
+DEFAULT_MAX_OUTPUT = 4 << 30
+"""Bytes of output an attempt may write to its log unless the plan says otherwise (`max_output`, 4 GiB): a
+runaway job must not fill the disk that holds the run's journal, and a job that prints a gigabyte on purpose (a
+verbose extract) must not fail for it."""
 
 
 @dataclass(frozen=True, slots=True)
