@@ -60,6 +60,10 @@ if TYPE_CHECKING:
     from wloadctl.procs.control import ControlDesk
     from wloadctl.store.base import Store
 
+TAKEOVER_INVENTORY_WAIT = 3.0
+"""Longest wait of a takeover for the inventories of the agents it knows to be about (each one's answer ends it
+sooner): one that has not answered by then has its in-flight jobs judged lost and sent again."""
+
 _GONE = (AgentState.LOST, AgentState.STOPPED)
 """An agent no longer there to run what was placed on it: silent past its timeout, or stopped cleanly."""
 
@@ -291,6 +295,9 @@ class AgentPool:
             # A takeover: the run goes on at once, on the agents' slots as their last beats say (a
             # fresh start hears them beat instead, so its first work spreads as their slots appear).
             self._known_agents()
+            # The inventory stops waiting once every agent known to be about has answered: a longer wait costs
+            # nothing then, and spares a slow agent (a loaded host) its running jobs judged lost and run twice.
+            wait = max(wait, TAKEOVER_INVENTORY_WAIT)
         inflight = [i for i in range(core.n) if core.state[i] in (JobState.QUEUED, JobState.RUNNING)
                     and place_of(self.specs[i]) != LOCAL_PLACE]
         if not inflight:
