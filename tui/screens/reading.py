@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from textual import work
@@ -20,6 +21,8 @@ class ReadingScreen(Screen[None]):
     """The client method that reads what the screen shows."""
     EMPTY: ClassVar[Any] = None
     """What `_show` gets from a client without that reader."""
+    _show: Callable[[Any], None]
+    """Shows a reading, on the UI thread: each screen's own method."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -44,6 +47,3 @@ class ReadingScreen(Screen[None]):
         data = reader() if reader is not None else self.EMPTY
         self.app.call_from_thread(self._show, data)
 
-    def _show(self, data: Any) -> None:
-        """Show a reading (on the UI thread)."""
-        raise NotImplementedError(f"{type(self).__name__} shows no reading")
