@@ -751,13 +751,19 @@ def test_a_resume_over_a_journal_that_lost_idempotent_runs_says_so_and_runs_them
     assert ipc_names(run_id) == []
 
 
-def test_a_new_run_over_a_journal_that_lost_its_runs_refuses(tmp_path: Path, no_ipc_leaks: None) -> None:
+def test_a_new_run_or_a_resume_over_a_journal_that_lost_its_runs_refuses(tmp_path: Path, no_ipc_leaks: None) -> None:
     # (with journal.db-wal removed before any checkpoint the journal held no run, and `run` did every job again)
     sd, out, run_id = _crash_with_an_old_journal(tmp_path, idempotent=False)
     try:
-        for name in ("journal.db", "journal.db-wal", "journal.db-shm"):
+        for name in ("journal.db-wal", "journal.db-shm"):
             (sd / name).unlink(missing_ok=True)
+        (sd / "journal.db").write_bytes(b"")  # as a write-ahead log removed before the first checkpoint leaves it
         before = out.read_text()
+        # (resume said there was no unfinished run there, and to start one with `run`)
+        p = cli("resume", "--state-dir", str(sd), timeout=60)
+        assert p.returncode == 3, p.stdout + p.stderr
+        assert f"{sd} holds what the executors of run {run_id} recorded" in p.stderr
+        assert "journal.db-wal removed or damaged?" in p.stderr and "no unfinished run" not in p.stderr
         p = cli("run", str(tmp_path / "plan.yaml"), "--state-dir", str(sd), timeout=60)
         assert p.returncode == 3, p.stdout + p.stderr
         assert (f"{sd} holds what the executors of run {run_id} recorded, but its journal {sd / 'journal.db'} has "

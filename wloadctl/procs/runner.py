@@ -381,6 +381,9 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
                                  f"was started in {home or 'another state directory'}",
                                  hint="resume it from that state directory (`wloadctl resume --state-dir DIR` on its "
                                       "host)")
+            # A run the journal lost (its write-ahead log removed before a checkpoint) is the one to resume: say
+            # so, as a new run there does, rather than that there is none or that an older one ended.
+            _refuse_lost_runs(store, opts.state_dir)
             if prev is not None and (plan is None or prev.plan_name == plan.name):
                 # Its last run ended: say how, and how one of its jobs runs again (a rerun reopens the run).
                 when = f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(prev.ended))}" if prev.ended else ""
