@@ -133,3 +133,44 @@ def test_a_full_quota_refuses_the_run_in_one_line_and_leaves_nothing(tmp_path: P
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
+
+
+_HIDDEN_HOLDER = r"""
+import json, os, resource, subprocess, sys
+import posix_ipc
+limit, plan, sd = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+resource.setrlimit(resource.RLIMIT_MSGQUEUE, (limit, resource.getrlimit(resource.RLIMIT_MSGQUEUE)[1]))
+# A queue another process made and removed, still open here: charged to the quota, listed nowhere
+held = posix_ipc.MessageQueue("/held-elsewhere", posix_ipc.O_CREX, max_messages=1, max_message_size=limit // 2)
+held.unlink()
+p = subprocess.run([sys.executable, "-m", "wloadctl", "run", plan, "--state-dir", sd, "--executors", "1"],
+                   capture_output=True, text=True, timeout=60)
+print(json.dumps({"rc": p.returncode, "stderr": p.stderr, "holder": os.getpid()}))
+"""
+
+
+def test_a_quota_held_by_queues_listed_nowhere_refuses_the_run_before_its_journal(tmp_path: Path) -> None:
+    # (the room was judged from /dev/mqueue alone: the run was journaled, then its queues were refused, and an
+    # interrupted run that never started stayed in the state directory, with a message pointing at cleanup)
+    # Given a quota of its own (an IPC namespace) with room for one run, half of it held by a removed queue
+    # another process keeps open
+    ns = ["unshare", "-U", "-r", "-i", "-m"]
+    if subprocess.run([*ns, "true"], capture_output=True).returncode != 0:
+        pytest.skip("no user and IPC namespaces here (unshare -U -r -i -m)")
+    limit = 3 * queue_charge(1, MIN_MESSAGE)
+    plan, sd = _plan(tmp_path / "p.yaml", "hidden", "true"), tmp_path / "sd"
+    script = tmp_path / "holder.py"
+    script.write_text(_HIDDEN_HOLDER)
+    # When a run starts there
+    p = subprocess.run([*ns, "sh", "-c", 'mount -t mqueue none /dev/mqueue && exec "$0" "$@"', sys.executable,
+                        str(script), str(limit), str(plan), str(sd)],
+                       capture_output=True, text=True, timeout=90, env=_env(tmp_path / "home"))
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    # Then it is refused in one line that says where the quota went, and nothing of it is journaled
+    assert got["rc"] == 3, got["stderr"]
+    lines = got["stderr"].strip().splitlines()
+    assert len(lines) == 1, got["stderr"]
+    assert "held by queues listed nowhere: removed while a process keeps them open" in lines[0]
+    assert f"pid {got['holder']}" in lines[0] and "Traceback" not in got["stderr"]
+    assert not (sd / "journal.db").exists()

@@ -7,6 +7,7 @@ import os
 import resource
 import select
 import time
+from collections.abc import Sequence
 
 import posix_ipc
 
@@ -319,6 +320,38 @@ def queue_charge(max_messages: int, max_message_size: int) -> int:
     """
     return (max_messages * (max_message_size + MSG_HEADER)
             + min(max_messages, MQ_PRIO_MAX) * TREE_NODE)
+
+
+def queues_fit(shapes: Sequence[tuple[int, int]], run_id: str) -> bool:
+    """Whether queues of these (max_messages, max_message_size) shapes can all be made now.
+
+    The kernel answers: each is made under the run's name with a probe role, its name removed at once,
+    and all are closed before returning, so nothing stays (a crash in between leaves names `cleanup`
+    finds). Its count of the user's quota holds queues no listing shows: removed ones a process still
+    has open, and those of another IPC namespace.
+
+    Raises:
+        TransportError: A failure other than the quota (a name taken, a size out of range, too many
+            open files).
+    """
+    made: list[posix_ipc.MessageQueue] = []
+    try:
+        for i, (messages, size) in enumerate(shapes):
+            name = object_name(run_id, f"probe{i}")
+            try:
+                mq = posix_ipc.MessageQueue(name, posix_ipc.O_CREX, mode=0o600,
+                                            max_messages=messages, max_message_size=size)
+            except (posix_ipc.Error, OSError, ValueError) as exc:
+                err = _error(name, "create", exc)
+                if "(ulimit -q)" in err.message:
+                    return False
+                raise err from None
+            made.append(mq)
+            mq.unlink()
+    finally:
+        for mq in made:
+            mq.close()
+    return True
 
 
 def queue_shape(name: str) -> tuple[int, int] | None:

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from wloadctl.errors import TransportError
 from wloadctl.ipc.cleanup import MQUEUE_DIR, SHM_DIR, scan_objects
-from wloadctl.ipc.mq import queue_charge, queue_shape
+from wloadctl.ipc.mq import queue_charge, queue_shape, queues_fit
 from wloadctl.ipc.naming import QUEUE_ROLES, object_name
-from wloadctl.ipc.quota import KernelLimits, most_charge
+from wloadctl.ipc.quota import KernelLimits, RunShapes, most_charge
 from wloadctl.procs.jobtree import WARM_ENV, WARM_IDLE, detect, mount_favors, warm_interval
 
 Verdict = Literal["ok", "low", "exhausted"]
@@ -113,11 +113,15 @@ def runs_holding_queues() -> list[str]:
     return [r for r in runs if any(queue_shape(object_name(r, role)) is not None for role in QUEUE_ROLES)]
 
 
-def queue_room(need: int | None = None) -> None:
+def queue_room(need: int | None = None, probe: RunShapes | None = None, probe_id: str = "") -> None:
     """Check that a new run's queues fit the user's queue quota now.
 
     Args:
         need: Bytes the run's queues take (the largest run's by default).
+        probe: The run's queue shapes: made for a moment under `probe_id`'s name (a run id), so that
+            the kernel's count decides, with the queues no listing shows (removed ones a process
+            keeps open, those of another IPC namespace).
+        probe_id: The run id the probe's names carry.
 
     Raises:
         TransportError: One line naming the limit, how many runs hold queues and how to raise it.
@@ -130,6 +134,40 @@ def queue_room(need: int | None = None) -> None:
     used = sum(queue_charge(m, s) for m, s in shapes)
     if used + need > limits.quota:
         raise quota_full(limits, used, need)
+    if probe is not None and not queues_fit(
+            [(q.messages, q.size) for q in (probe.request, probe.response)], probe_id):
+        raise quota_full(limits, used, need)
+
+
+def hidden_queue_holders() -> list[int]:
+    """Pids of this user's processes holding queues whose names were removed (charged to the quota until
+    closed, listed nowhere)."""
+    try:
+        if not os.path.ismount(MQUEUE_DIR):
+            return []  # (a descriptor's device is what tells a queue from a removed file)
+        dev = os.stat(MQUEUE_DIR).st_dev
+    except OSError:
+        return []
+    pids: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        fds = f"/proc/{entry}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:
+            continue  # gone, or another user's
+        for fd in names:
+            try:
+                target = os.readlink(f"{fds}/{fd}")
+                if not target.endswith(" (deleted)") or target.count("/") != 1:
+                    continue
+                if os.stat(f"{fds}/{fd}").st_dev == dev:
+                    pids.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return pids
 
 
 def quota_full(limits: KernelLimits | None = None, used: int | None = None, need: int | None = None,
@@ -141,6 +179,17 @@ def quota_full(limits: KernelLimits | None = None, used: int | None = None, need
     need = most_charge(limits) if need is None else need
     holders = len(runs_holding_queues())
     raise_to = f" (hard limit {limits.hard})" if limits.hard is not None else ""
+    if limits.quota is not None and used + need <= limits.quota:
+        # The queues this user can list leave room: the kernel counts others, which no cleanup can remove.
+        held = hidden_queue_holders()
+        by = f" (pid {' '.join(map(str, held[:10]))})" if held else ""
+        return TransportError(
+            f"cannot start the run: the message-queue quota (ulimit -q {limits.quota} bytes) is full: "
+            f"{holders} run(s) hold queues now ({used} bytes listed in {MQUEUE_DIR}), and the rest is held by "
+            f"queues listed nowhere: removed while a process keeps them open{by}, or made in another IPC "
+            f"namespace; a run needs {need} more",
+            hint="end the processes that hold them (`wloadctl cleanup` cannot: they have no name left), or "
+                 f"raise it with `ulimit -q BYTES`{raise_to} or `msgqueue` in /etc/security/limits.conf")
     return TransportError(
         f"cannot start the run: the message-queue quota (ulimit -q {limits.quota} bytes) is full: "
         f"{holders} run(s) hold queues now ({used} bytes), a run needs {need} more",

@@ -1146,7 +1146,10 @@ def _room_for(plan: Plan, opts: RunOptions) -> None:
     """
     for line in clean_stale_lines():
         opts.say(line)
-    queue_room(run_shapes(len(plan.jobs)).charge)
+    shapes = run_shapes(len(plan.jobs))
+    # (made for a moment: the kernel's count holds queues no listing shows, which refused the run only after
+    # its journal was made, leaving an interrupted run that never started)
+    queue_room(shapes.charge, probe=shapes, probe_id=opts.run_id or f"probe-{os.getpid()}")
     if 0 < shm_free() < shm_at_start(len(plan.jobs)):
         raise shm_full(f"a run of plan '{plan.name}'", shm_at_start(len(plan.jobs)))
 
