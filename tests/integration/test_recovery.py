@@ -759,6 +759,11 @@ def test_a_new_run_or_a_resume_over_a_journal_that_lost_its_runs_refuses(tmp_pat
             (sd / name).unlink(missing_ok=True)
         (sd / "journal.db").write_bytes(b"")  # as a write-ahead log removed before the first checkpoint leaves it
         before = out.read_text()
+        # (status said the journal was empty because the scheduler making it was gone, and to start a run afresh)
+        p = cli("status", "--state-dir", str(sd), timeout=60)
+        assert p.returncode == 3, p.stdout + p.stderr
+        assert f"{sd} holds what the executors of run {run_id} recorded" in p.stderr
+        assert "journal.db-wal removed or damaged?" in p.stderr and "afresh" in p.stderr and "Traceback" not in p.stderr
         # (resume said there was no unfinished run there, and to start one with `run`)
         p = cli("resume", "--state-dir", str(sd), timeout=60)
         assert p.returncode == 3, p.stdout + p.stderr

@@ -53,6 +53,15 @@ def _starter_gone(d: Path) -> int | None:
     return None if pid_alive(pid) else pid
 
 
+def _runs_recorded_by_executors(d: Path) -> list[str]:
+    """The runs whose executors journaled a job's start in state directory d, sorted (one whose executors
+    started nothing may be a start cut short)."""
+    from wloadctl.ipc.protocol import RES_STARTED
+    from wloadctl.procs.localpool import read_results, result_journals, runs_with_result_journals
+
+    return [r for r in sorted(runs_with_result_journals(d))
+            if any(rec.kind == RES_STARTED for _ex, _pid, p in result_journals(d, r) for rec in read_results(p))]
+
 
 def write_error(e: sqlite3.Error, path: Path) -> StoreError:
     """The StoreError of a failed write: StoreFull when the disk is full (the write may be retried).
@@ -332,6 +341,14 @@ class SqliteStore(Store):
                                          f"{EMPTY_JOURNAL_STALE:.0f}s: no run is starting there",
                                          hint="move it away to start afresh there")
                 gone = _starter_gone(d)
+                lost = _runs_recorded_by_executors(d) if gone is not None else []
+                if lost:
+                    # Not a start cut short: a journal that lost its runs, which `run` refuses to do again.
+                    raise StoreError(f"run journal {path} is empty, but {d} holds what the executors of run {lost[0]}"
+                                     " recorded: the journal lost its records (its write-ahead log journal.db-wal "
+                                     "removed or damaged?)",
+                                     hint="restore journal.db and journal.db-wal from a backup; to start afresh "
+                                          f"here on purpose, move {d / 'executors'} away")
                 if gone is not None:
                     raise StoreError(f"run journal {path} is empty: the scheduler that was making it (pid {gone}) is "
                                      "gone, so no run is starting there",
