@@ -751,6 +751,23 @@ def test_a_resume_over_a_journal_that_lost_idempotent_runs_says_so_and_runs_them
     assert ipc_names(run_id) == []
 
 
+def test_a_quiet_resume_over_a_journal_that_lost_idempotent_runs_still_says_they_run_again(
+        tmp_path: Path, no_ipc_leaks: None) -> None:
+    # (under --quiet the jobs ran a second time with nothing said, on the terminal or in the run's events, and
+    # their history shows one attempt)
+    sd, _out, run_id = _crash_with_an_old_journal(tmp_path, idempotent=True)
+    (tmp_path / "go1").touch()
+    p = cli("resume", "--state-dir", str(sd), "--quiet", timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    note = ("2 job(s) ran attempts the journal does not hold (its last turns were lost: a power failure, or a "
+            "damaged journal.db-wal?): they run again")
+    assert note in p.stderr and "Traceback" not in p.stderr
+    events = [json.loads(line) for line in (sd / "events.jsonl").read_text().splitlines()]
+    assert [e["note"] for e in events if e["event"] == "journal_behind"] == [note]
+    reap_orphans(run_id)
+    assert ipc_names(run_id) == []
+
+
 def test_a_new_run_or_a_resume_over_a_journal_that_lost_its_runs_refuses(tmp_path: Path, no_ipc_leaks: None) -> None:
     # (with journal.db-wal removed before any checkpoint the journal held no run, and `run` did every job again)
     sd, out, run_id = _crash_with_an_old_journal(tmp_path, idempotent=False)

@@ -183,7 +183,8 @@ def journal_behind(core: SchedulerCore, journals: list[tuple[int, list[P.ResultR
 
 
 def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
-              mine: Callable[[int], bool] = lambda _i: True, stopped: Collection[int] = ()) -> list[str]:
+              mine: Callable[[int], bool] = lambda _i: True, stopped: Collection[int] = (),
+              warn: Callable[[str], None] | None = None) -> list[str]:
     """Settle every job the journal shows QUEUED or RUNNING, before dispatching anything.
 
     Results the executors journaled are applied; attempts still held by live (adopted)
@@ -200,6 +201,8 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
         loss: how the run's journal could have lost turns, and what to restore (`Store.loss`).
         mine: whether a job runs on this host (jobs of agents are the agent pool's to recover).
         stopped: jobs in flight that a stop of the run was stopping (stopped_with_run).
+        warn: where the finding that jobs the journal lost run again goes, when it must not pass unseen
+            (among the notes when None).
 
     Returns:
         One line per notable finding, for the operator.
@@ -223,7 +226,9 @@ def reconcile(pool: LocalPool, feed: Feed, adopt: bool, loss: JournalLoss,
     # ends of jobs whose reports the previous scheduler took but could not journal, which it sends no more).
     journals = executor_results(pool.state_dir, pool.objs.run_id)
     ahead = journal_behind(core, journals, loss)
-    if ahead:
+    if ahead and warn is not None:
+        warn(ahead)
+    elif ahead:
         notes.insert(0, ahead)
     settled = settle_in_flight(pool, core, feed, journals, alive, mine, stopped)
     return notes + ([settled.line()] if settled is not None else [])

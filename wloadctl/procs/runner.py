@@ -495,6 +495,13 @@ def start_or_resume(plan_path: str | None, opts: RunOptions, resume_only: bool =
         lock.release()
 
 
+def _journal_behind(note: str, warn: Callable[[str], None], events: EventLog) -> None:
+    """Jobs the journal lost (its last turns) run again: said even under `--quiet`, and kept in the run's events,
+    since nothing else of the run then shows that they ran twice."""
+    warn(note)
+    events.emit("journal_behind", note=note)
+
+
 def _said_to(events: EventLog, opts: RunOptions) -> Callable[[str, dict[str, object]], None]:
     """Where the local pool's reports go: the run's events; an executor lost is told on the operator's
     terminal too (its jobs are retried or held: `status` and `history` say which)."""
@@ -876,7 +883,8 @@ def _drive_with(store: Store, run: RunRow, plan: Plan, opts: RunOptions, resumed
             _restore_outcomes(store, run, ctx, core)
             core.cancelled = run_cancelled(actions)
             notes = reconcile(local, core.feed, adopt, store.loss, mine=local.serves,
-                              stopped=stopped_with_run(store, run.id, core, actions))
+                              stopped=stopped_with_run(store, run.id, core, actions),
+                              warn=lambda note: _journal_behind(note, ctx.warn, events))
             if remote is not None:
                 notes += remote.recover(core.feed, expect=claim.agents if claim is not None else 0,
                                         renew=loop.keep_lease)
