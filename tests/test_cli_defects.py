@@ -412,6 +412,30 @@ def test_an_empty_job_id_is_refused_in_one_line_before_any_run_is_read(tmp_path:
     assert not (tmp_path / "none").exists()
 
 
+@pytest.mark.parametrize(("argv", "said"), [
+    (["hold", "ok", "ab\udce9"], "argument JOB: the job id is not UTF-8 text (byte 0xe9 at character 3)"),
+    (["why", "\udcff"], "argument JOB: the job id is not UTF-8 text (byte 0xff at character 1)"),
+    (["logs", "\udcff"], "argument JOB: the job id is not UTF-8 text (byte 0xff at character 1)"),
+    (["kill", "ok", "--reason", "caf\udce9"], "argument --reason: the reason is not UTF-8 text (byte 0xe9 at"),
+    (["reject", "R\udcff"], "argument ID: the request id is not UTF-8 text (byte 0xff at character 2)"),
+    (["hold", "x" * 300], "(300 characters) is longer than any job id (at most 200 characters)"),
+])
+def test_a_job_id_or_reason_no_request_can_carry_is_refused_as_bad_input(
+        tmp_path: Path, argv: list[str], said: str) -> None:
+    # (bytes of a Latin-1 shell ended in "internal error: UnicodeEncodeError ... surrogates not allowed", exit 3,
+    # on a run that had a scheduler or a journal; an id of megabytes in the control socket's size limit, exit 3)
+    got = cli(*argv, "--state-dir", str(tmp_path / "none"))
+    assert got.returncode == 2, got.stderr
+    assert got.stderr.count("\n") == 1 and said in got.stderr, got.stderr
+
+
+def test_the_command_line_knows_the_longest_job_id_the_plan_allows() -> None:
+    from wloadctl.cli import JOB_ID_LIMIT
+    from wloadctl.core.plan import JOB_ID_MAX
+
+    assert JOB_ID_LIMIT == JOB_ID_MAX
+
+
 def test_an_agent_no_longer_beating_shows_its_figures_as_last_heard_in_status() -> None:
     # (a LOST agent's "running 2/2, holds 2" read as jobs still there, though they had been run elsewhere since)
     from wloadctl.cli_show import agent_line

@@ -30,6 +30,9 @@ GEN_MAX_JOBS = 100_000_000
 PROBLEM_LINES = 20
 """A plan's problems printed at most (validate --json lists every one)."""
 VERB_COMMANDS = ("hold", "release", "retry", "rerun", "kill", "set-ok", "skip")
+JOB_ID_LIMIT = 200
+"""The longest job id (wloadctl.core.plan.JOB_ID_MAX, which a test holds this to: the plan model is not loaded
+to parse a command line)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -123,10 +126,40 @@ def _one_or_more(text: str, what: str, below: str) -> int:
     return v
 
 
+def _utf8(text: str, what: str) -> str:
+    """`text` of an argument when it is UTF-8; else refused, naming the first byte that is not (a shell in a
+    Latin-1 locale passes `é` as 0xe9, which Python keeps as a lone surrogate no request or journal row can carry).
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raw = text[e.start].encode("utf-8", "surrogateescape") if "\udc80" <= text[e.start] <= "\udcff" else b""
+        byte = f"byte 0x{raw[0]:02x}" if raw else "a character"
+        raise argparse.ArgumentTypeError(f"{what} is not UTF-8 text ({byte} at character {e.start + 1}): write "
+                                         "it in UTF-8 (LANG=C.UTF-8 or another UTF-8 locale)") from None
+    return text
+
+
+def _reason(text: str) -> str:
+    """`--reason`: free text, journaled with the action, so UTF-8."""
+    return _utf8(text, "the reason")
+
+
+def _request_id(text: str) -> str:
+    """`reject ID`: a request id (R1, R2, ...), UTF-8 as what it is compared with."""
+    return _utf8(text, "the request id")
+
+
 def _job_arg(text: str) -> str:
-    """A job id or glob of a verb: not empty (`hold ''` names no job, and a glob of nothing matches none)."""
+    """A job id or glob of a verb: not empty (`hold ''` names no job, and a glob of nothing matches none), UTF-8,
+    and, when it is an id, no longer than a job id may be (no journal lookup, nor a request of megabytes that
+    the control socket refuses as if the scheduler had failed)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty job id names no job: give a job id or a glob such as 'load_*'")
+    _utf8(text, "the job id")
+    if len(text) > JOB_ID_LIMIT and not any(c in text for c in "*?["):
+        raise argparse.ArgumentTypeError(f"'{text[:40]}...' ({len(text):,} characters) is longer than any job id "
+                                         f"(at most {JOB_ID_LIMIT} characters)")
     return text
 
 
@@ -344,7 +377,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for verb in VERB_COMMANDS:
         p = sub.add_parser(verb, help=f"{verb} jobs (ids or globs)")
         p.add_argument("jobs", nargs="+", metavar="JOB", type=_job_arg)
-        p.add_argument("--reason", default="")
+        p.add_argument("--reason", default="", type=_reason)
         _state_dir_arg(p)
         _verb_broker_arg(p)
         p.add_argument("--json", action="store_true")
@@ -353,13 +386,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("approve", help="apply another person's pending request (ID), or let jobs waiting for "
                        "confirmation start (JOB)")
     p.add_argument("jobs", nargs="+", metavar="ID|JOB", type=_job_arg)
-    p.add_argument("--reason", default="")
+    p.add_argument("--reason", default="", type=_reason)
     _state_dir_arg(p)
     _verb_broker_arg(p)
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("reject", help="drop a pending request (ID) that needs a second person")
-    p.add_argument("jobs", nargs=1, metavar="ID")
-    p.add_argument("--reason", default="")
+    p.add_argument("jobs", nargs=1, metavar="ID", type=_request_id)
+    p.add_argument("--reason", default="", type=_reason)
     _state_dir_arg(p)
     _verb_broker_arg(p)
     p.add_argument("--json", action="store_true")
@@ -368,7 +401,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("cancel", help="drain the run: nothing new starts")
-    p.add_argument("--reason", default="")
+    p.add_argument("--reason", default="", type=_reason)
     _state_dir_arg(p)
     _verb_broker_arg(p)
     p.add_argument("--json", action="store_true")
@@ -384,7 +417,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         _state_dir_arg(p)
         p.add_argument("--json", action="store_true")
     p = sub.add_parser("logs", help="a job's output")
-    p.add_argument("job", metavar="JOB")
+    p.add_argument("job", metavar="JOB", type=_job_arg)
     p.add_argument("--attempt", type=_attempt, help="which attempt (default: the latest)")
     p.add_argument("--tail", "-n", type=_how_many, metavar="N", help="its last N lines only")
     form = p.add_mutually_exclusive_group()
