@@ -21,6 +21,7 @@ from wloadctl.core.explain import why as explain
 from wloadctl.core.plan import Plan, RetryPolicy
 from wloadctl.core.plancodec import encode_plan
 from wloadctl.core.states import JobState
+from wloadctl.errors import ControlError
 from wloadctl.paths import write_ids
 from wloadctl.runshape import index_of_id, shape_of_core, write_shape
 from wloadctl.store import JOURNAL_ENV, RunRow, Store
@@ -193,6 +194,21 @@ def test_a_finished_run_answers_without_a_rebuilt_core_and_unknown_jobs_are_refu
         rep = c.control("why", ["nope"])
         assert rep["ok"] is False and rep["error"] == "unknown job(s): nope"
         assert c.store.actions(c.run.id)[-1][2:6] == ("why", "nope", "", "unknown job(s): nope")
+
+
+def test_a_misspelt_job_id_is_answered_with_the_job_it_was_likely_meant_to_be(state_dir: Path) -> None:
+    # (every verb said only "unknown job 'load_acount'", and the operator had to list the run to find the id)
+    r = Journaled(state_dir, make_plan({"load_accounts": {}, "post_ledger": {"deps": ["load_accounts"]}}))
+    r.end("load_accounts", 0)
+    r.stop("interrupted")
+    with RunClient(state_dir) as c:
+        for read in (c.why, c.history, c.log_file, c.definition, c.lineage):
+            with pytest.raises(ControlError, match=r"\(did you mean 'load_accounts'\?\)$"):
+                read("load_acount")
+        rep = c.control("hold", ["Post_Ledger", "nothing_like_it", "zz*"])
+        assert rep["ok"] is False
+        assert rep["error"] == ("unknown job(s): Post_Ledger (did you mean 'post_ledger'?), nothing_like_it; "
+                                "no job matches 'zz*'")
 
 
 def test_a_run_without_kept_facts_is_explained_from_its_plan(state_dir: Path) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from wloadctl import access
 from wloadctl.core.replay import attempts_ran
 from wloadctl.core.states import TERMINAL, JobState, is_holding
+from wloadctl.core.verbs import close_job, unknown_text
 from wloadctl.errors import (
     ControlError,
     NoReply,
@@ -378,6 +379,16 @@ class RunClient:
             UsageError: unknown verb.
             ControlError: the verb cannot be applied at all (no live scheduler for kill).
         """
+        rep = self._control(verb, jobs, reason, downstream)
+        unknown = rep.get("unknown")
+        if unknown and rep.get("error") == unknown_text(unknown):
+            # The close id of each misspelt one, found here rather than in the scheduler's turn: comparing with
+            # every id of a big run takes a while, and only the operator who mistyped waits for it.
+            rep["error"] = unknown_text(unknown, self.refresh_ids())
+        return rep
+
+    def _control(self, verb: str, jobs: list[str], reason: str, downstream: bool) -> dict[str, Any]:
+        """control() through whichever way reaches the run: the broker, the scheduler's socket, the journal."""
         if verb not in VERBS and verb not in ("why", "ping", "whoami", "reject", "pending"):
             raise UsageError(f"unknown verb '{verb}'", hint=f"verbs: {', '.join(VERBS)}, why")
         if verb in VERBS:
@@ -557,7 +568,7 @@ class RunClient:
             uncovered_refusal,
         )
         from wloadctl.core.reach import reached
-        from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs, unknown_text
+        from wloadctl.core.verbs import MUTATING_OFFLINE, resolve_jobs
         from wloadctl.ipc.cleanup import remove_run_objects, run_is_alive
         from wloadctl.offline_cancel import (
             OPEN,
@@ -768,10 +779,18 @@ class RunClient:
 
     # -- reading ----------------------------------------------------------------------------
 
+    def unknown_job(self, job: str) -> ControlError:
+        """The error of a job id the run does not have, with the id it was likely meant to be."""
+        meant = close_job(job, self.refresh_ids())
+        return ControlError(f"unknown job '{job}' in run {self.run.run_id}",
+                            hint=f"did you mean '{meant}'?" if meant else None)
+
     def why(self, job: str) -> dict[str, Any]:
         """Why a job is not running now (asks the live scheduler, else reads the journal)."""
         rep = self.control("why", [job])
         if not rep.get("ok") or not rep.get("why"):
+            if rep.get("unknown") and not rep.get("error"):
+                raise ControlError(unknown_text(rep["unknown"], self.refresh_ids()))
             raise ControlError(rep.get("error") or f"unknown job '{job}'")
         out = dict(rep["why"][0])
         if out.get("state") == "READY" and not (rep.get("live") is False and self._undispatched()):
@@ -815,7 +834,7 @@ class RunClient:
         """Every transition and operator action of one job."""
         story = self.store.job_story(self.run.id, job, self.index_of(job))
         if story is None:
-            raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+            raise self.unknown_job(job)
         row, transitions = story
         names = [s.name for s in JobState]
         tx = [{"from": names[f], "to": names[t], "attempt": a, "ts": ts, "executor": ex, "exit_code": code,
@@ -836,7 +855,7 @@ class RunClient:
         """
         row = self.job_row(job)
         if row is None:
-            raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+            raise self.unknown_job(job)
         att = attempt or row[3]
         if att <= 0 and row[2] in TERMINAL:
             raise ControlError(f"job '{job}' ran no process of its own (state {JobState(row[2]).name}), so it has "
@@ -975,14 +994,14 @@ class RunClient:
 
         d = definition(self.plan(), job)
         if d is None:
-            raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+            raise self.unknown_job(job)
         return d
 
     def lineage(self, job: str) -> dict[str, Any]:
         """Upstream and downstream of a job."""
         dag = self.plan_dag()
         if job not in dag.index:
-            raise ControlError(f"unknown job '{job}' in run {self.run.run_id}")
+            raise self.unknown_job(job)
         return {"job": job, "upstream": sorted(dag.ancestors(job)), "downstream": sorted(dag.descendants(job))}
 
     def pipeline(self) -> dict[str, Any]:

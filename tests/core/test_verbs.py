@@ -9,7 +9,7 @@ from wloadctl.core.engine import SchedulerCore
 from wloadctl.core.events import ExecutorLostEvent, JobStartedEvent, OperatorEvent, RunStartedEvent
 from wloadctl.core.explain import why
 from wloadctl.core.states import JobState
-from wloadctl.core.verbs import applicable_verbs, resolve_jobs
+from wloadctl.core.verbs import SUGGEST_AMONG, applicable_verbs, close_job, resolve_jobs, unknown_text
 
 S = JobState
 
@@ -208,6 +208,21 @@ def test_glob_resolution_and_unknown_names() -> None:
     found, unknown = resolve_jobs(core, ["load_*", "nope", "post"])
     assert [core.ids[i] for i in found] == ["load_eu", "load_us", "post"]
     assert unknown == ["nope"]
+
+
+def test_a_misspelt_id_is_told_with_the_close_one_and_a_glob_or_a_far_one_with_none() -> None:
+    ids = ["load_eu", "load_us", "post", "fx@emea", "fx@amer"]
+    assert close_job("laod_eu", ids) == "load_eu"
+    assert close_job("POST", ids) == "post"
+    assert close_job("fx@eme", ids) == "fx@emea"
+    assert close_job("load_*", ids) is None and close_job("zzzzzz", ids) is None and close_job("x", []) is None
+    assert unknown_text(["laod_eu", "zzzzzz", "q*"], ids) == (
+        "unknown job(s): laod_eu (did you mean 'load_eu'?), zzzzzz; no job matches 'q*'")
+    assert unknown_text(["laod_eu"]) == "unknown job(s): laod_eu"
+    # A run too big to compare with every id is compared with those of about its length, if they are few enough
+    big = [f"job_{i:06d}" for i in range(SUGGEST_AMONG + 1)] + ["a_much_longer_name_than_that"]
+    assert close_job("a_much_longer_name_than_tht", big) == "a_much_longer_name_than_that"
+    assert close_job("jb_000042", big) is None and close_job("JOB_000042", big) == "job_000042"
 
 
 def test_applicable_verbs() -> None:

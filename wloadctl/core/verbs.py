@@ -3,6 +3,7 @@ explained."""
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -209,11 +210,39 @@ def resolve_jobs(core: JobNames, names: list[str]) -> tuple[list[int], list[str]
     return found, unknown
 
 
-def unknown_text(unknown: list[str]) -> str:
-    """What resolve_jobs found nothing for, in words: ids that name no job, patterns that match none."""
-    ids = [n for n in unknown if not any(c in n for c in "*?[")]
-    globs = [n for n in unknown if n not in ids]
-    parts = [f"unknown job(s): {', '.join(ids)}"] if ids else []
+SUGGEST_AMONG = 20_000
+"""Job ids a misspelt one is compared with for a `did you mean` (about 0.4 s here; 200,000 would take 4 s): in a
+bigger run only ids within two characters of its length are, when they are no more than this."""
+
+
+def close_job(name: str, ids: Sequence[str]) -> str | None:
+    """The job id an unknown one was likely meant to be (`wait_long`: `waits_long`; `OK_JOB`: `ok_job`), or None.
+
+    Args:
+        name: the id as given (a glob gets none: it names no one job).
+        ids: the run's job ids, loop instances included.
+    """
+    if any(c in name for c in "*?[") or not ids:
+        return None
+    folded = name.casefold()
+    same = next((j for j in ids if len(j) == len(name) and j.casefold() == folded), None)
+    if same is not None:
+        return same
+    among = ids if len(ids) <= SUGGEST_AMONG else [j for j in ids if abs(len(j) - len(name)) <= 2]
+    if len(among) > SUGGEST_AMONG:
+        return None
+    close = difflib.get_close_matches(name, among, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_text(unknown: list[str], ids: Sequence[str] = ()) -> str:
+    """What resolve_jobs found nothing for, in words: ids that name no job (with the close one of `ids`, when
+    given, each might have been meant for), patterns that match none."""
+    named = [n for n in unknown if not any(c in n for c in "*?[")]
+    globs = [n for n in unknown if n not in named]
+    meant = {n: close_job(n, ids) for n in named[:5]}
+    ids_ = [n + (f" (did you mean '{meant[n]}'?)" if meant.get(n) else "") for n in named]
+    parts = [f"unknown job(s): {', '.join(ids_)}"] if ids_ else []
     parts += [f"no job matches {', '.join(repr(g) for g in globs)}"] if globs else []
     return "; ".join(parts)
 
