@@ -436,6 +436,26 @@ def test_the_command_line_knows_the_longest_job_id_the_plan_allows() -> None:
     assert JOB_ID_LIMIT == JOB_ID_MAX
 
 
+def test_status_text_says_why_a_succeeded_job_succeeded_as_json_and_why_do(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # (`status --all` showed a job an operator set ok as a bare SUCCEEDED, as if it had run; --json and `why` said
+    # "set ok by ann", and a SKIPPED job's reason was shown)
+    from tests.conftest import make_plan
+    from tests.test_why_read import Journaled
+    from wloadctl.cli import main
+    from wloadctl.core.events import OperatorEvent
+
+    r = Journaled(tmp_path, make_plan({"a": {}, "b": {"deps": ["a"]}, "c": {"deps": ["a"]}}))
+    r.end("a", 1)
+    r.feed(OperatorEvent("set-ok", (r.core.index["b"],), 4.0, user="ann", cause_id="op-1"))
+    r.feed(OperatorEvent("skip", (r.core.index["c"],), 4.0, user="ann", cause_id="op-2"))
+    r.stop("failed")
+    for form in ([], ["--at", "-0s"]):
+        assert main(["status", "--all", "--state-dir", str(tmp_path), *form]) == 1
+        lines = capsys.readouterr().out.splitlines()
+        assert "  SUCCEEDED       b  set ok by ann" in lines and "  SKIPPED         c  skipped by ann" in lines, lines
+
+
 def test_an_agent_no_longer_beating_shows_its_figures_as_last_heard_in_status() -> None:
     # (a LOST agent's "running 2/2, holds 2" read as jobs still there, though they had been run elsewhere since)
     from wloadctl.cli_show import agent_line

@@ -46,7 +46,7 @@ def _top_lines(c: RunClient) -> list[str]:
 
 def show_status_at(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl status --at TIME`: every job's state at that moment, rebuilt from the journal."""
-    from wloadctl.cli_show import status_exit
+    from wloadctl.cli_show import job_line, status_exit
 
     with RunClient(state_dir) as c:
         st = c.status_at(a.at)
@@ -62,8 +62,7 @@ def show_status_at(a: argparse.Namespace, state_dir: Path | None) -> int:
     print(f"{st['total']} jobs: " + "  ".join(f"{k} {v}" for k, v in st["counts"].items()))
     shown = [j for j in st["jobs"] if a.all or j["state"] not in _QUIET]
     for j in shown[: None if a.all else 200]:
-        extra = f"  {j['reason']}" if j["reason"] and j["state"] != "SUCCEEDED" else ""
-        print(f"  {j['state']:<15} {j['job']}{extra}")
+        print(job_line(j))
     if not a.all and len(shown) > 200:
         print("  ... more (use --all or --json)")
     return code

@@ -66,7 +66,7 @@ class LineLog:
             if loop.watch is not None:
                 names = [s.name for s in JobState]
                 for i, to, reason in loop.watch:
-                    why = f"  ({reason})" if reason and to != JobState.SUCCEEDED else ""
+                    why = f"  ({reason})" if reason else ""
                     self.out.write(f"{time.strftime('%H:%M:%S')} {names[to]:<15} {core.ids[i]}{why}\n")
                 loop.watch.clear()
             elif final or now - self.last >= 5.0:

@@ -66,6 +66,12 @@ def agent_line(g: dict[str, Any]) -> str:
             f"running {g['slots_used']}/{g['slots']}, load {g['load1']:.2f}, holds {g['jobs_held']}, beat {age}")
 
 
+def job_line(j: dict[str, Any]) -> str:
+    """A job's line of `status` and `status --at`: its state, id and reason, a SUCCEEDED one's too (`set ok by
+    ann`: it never ran; `all 3 instance(s) finished`), as --json and `why` give it."""
+    return f"  {j['state']:<15} {j['job']}" + (f"  {j['reason']}" if j.get("reason") else "")
+
+
 def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
     """`wloadctl status`."""
     try:
@@ -126,8 +132,7 @@ def show_status(a: argparse.Namespace, state_dir: Path | None) -> int:
                   "(give each its own --name)")
     shown = st["jobs"]
     for j in shown[:200 if not a.all else None]:
-        extra = f"  {j.get('reason', '')}" if j.get("reason") and j["state"] != "SUCCEEDED" else ""
-        print(f"  {j['state']:<15} {j['job']}{extra}")
+        print(job_line(j))
     if not a.all and len(shown) > 200:
         print("  ... more (use --all or --json)")
     return status_exit(st)
