@@ -236,6 +236,27 @@ def test_a_jobs_index_is_found_by_the_shapes_line_offsets_or_by_counting_lines(
     assert index_of_id(tmp_path, "nope", "job_0") is None
 
 
+def test_logs_of_a_loop_over_a_list_name_its_instances_whether_it_has_ended_or_not(state_dir: Path) -> None:
+    # (only a loop over an upstream's output was told its instances have the logs; one over a list ended read
+    # as any job that never ran, and one whose instances run as "has not run yet")
+    from wloadctl.core.planfile import load_plan_text
+
+    plan = load_plan_text("name: t\njobs:\n  fan: {command: 'echo {item}', for_each: [emea, amer]}\n")
+    told = "(its for_each instances fan@ITEM have theirs)"
+    r = Journaled(state_dir, plan)
+    r.end("fan@emea", 0)
+    r.stop("interrupted")
+    with RunClient(state_dir) as c, pytest.raises(ControlError, match=r"\(state WAITING\), so it has no log ") as e:
+        c.log_file("fan")
+    assert e.value.message.endswith(told)
+    r.store = Store.open(state_dir)
+    r.end("fan@amer", 0)
+    r.stop("succeeded")
+    with RunClient(state_dir) as c, pytest.raises(ControlError, match=r"\(state SUCCEEDED\), so it has no log ") as e:
+        c.log_file("fan")
+    assert e.value.message.endswith(told)
+
+
 def test_a_loop_over_a_list_reads_as_a_loop_its_instances_unended_refuse_hold_skip_and_set_ok(
         state_dir: Path) -> None:
     # (the run's facts flag loops over an upstream's output alone: one over a plan list read as a plain job, offering

@@ -857,10 +857,12 @@ class RunClient:
         if row is None:
             raise self.unknown_job(job)
         att = attempt or row[3]
-        if att <= 0 and row[2] in TERMINAL:
+        # (a loop over a list, as one over an upstream's output, has its instances' ids: a WAITING loop whose
+        # instances run has no log of its own either)
+        loop = att <= 0 and any(i.startswith(f"{job}@") for i in self.refresh_ids())
+        if att <= 0 and (row[2] in TERMINAL or loop):
             raise ControlError(f"job '{job}' ran no process of its own (state {JobState(row[2]).name}), so it has "
-                               "no log" + (f" (its for_each instances {job}@ITEM have theirs)"
-                                           if any(p == job for p, _i in self.store.expansions(self.run.id)) else ""))
+                               "no log" + (f" (its for_each instances {job}@ITEM have theirs)" if loop else ""))
         if att <= 0:
             raise ControlError(f"job '{job}' has not run yet (state {JobState(row[2]).name})")
         if att > row[3]:
