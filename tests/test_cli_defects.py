@@ -429,6 +429,23 @@ def test_a_job_id_or_reason_no_request_can_carry_is_refused_as_bad_input(
     assert got.stderr.count("\n") == 1 and said in got.stderr, got.stderr
 
 
+@pytest.mark.parametrize(("argv", "said"), [
+    (["status", "--jsn"], "wloadctl status: error: unrecognized arguments: --jsn; did you mean --json?"),
+    (["rerun", "a", "--downstrem"], "unrecognized arguments: --downstrem; did you mean --downstream?"),
+    (["hold", "a", "--reasn=late"], "unrecognized arguments: --reasn=late; did you mean --reason?"),
+    (["status", "--frobnicate"], "wloadctl status: error: unrecognized arguments: --frobnicate (see"),
+])
+def test_a_misspelt_option_is_refused_with_the_close_one(
+        argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # (`status --jsn` was told only "unrecognized arguments", where a misspelt command gets its `did you mean`)
+    from wloadctl.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and said in err, err
+
+
 def test_the_command_line_knows_the_longest_job_id_the_plan_allows() -> None:
     from wloadctl.cli import JOB_ID_LIMIT
     from wloadctl.core.plan import JOB_ID_MAX

@@ -867,6 +867,19 @@ def _command_parser(parser: argparse.ArgumentParser, cmd: str) -> argparse.Argum
     return parser
 
 
+def _close_option(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """`; did you mean --json?` for the first unrecognized option that is close to one of the command's."""
+    import difflib
+
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    for word in extra:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.6)
+            if close:
+                return f"; did you mean {close[0]}?"
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `wloadctl` console script."""
     try:
@@ -892,7 +905,8 @@ def _main(argv: list[str]) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         # Told by the command's own parser, as its other usage errors are: `wloadctl logs: error: ...`.
-        _command_parser(parser, args.cmd).error(f"unrecognized arguments: {' '.join(extra)}")
+        own = _command_parser(parser, args.cmd)
+        own.error(f"unrecognized arguments: {' '.join(extra)}{_close_option(own, extra)}")
     if getattr(args, "journal", None):
         # The process's journal, inherited by the schedulers and executors it starts.
         from wloadctl.store import JOURNAL_ENV
