@@ -209,6 +209,9 @@ def test_a_misspelt_job_id_is_answered_with_the_job_it_was_likely_meant_to_be(st
         assert rep["ok"] is False
         assert rep["error"] == ("unknown job(s): Post_Ledger (did you mean 'post_ledger'?), nothing_like_it; "
                                 "no job matches 'zz*'")
+        # A verb applied on the journal answers with the keys a live scheduler's reply has (`touched` was missing)
+        rep = c.control("rerun", ["load_accounts"])
+        assert rep["ok"] and rep["touched"] == 1 and rep["results"][0][:2] == ["load_accounts", True], rep
 
 
 def test_a_run_without_kept_facts_is_explained_from_its_plan(state_dir: Path) -> None:

@@ -672,6 +672,7 @@ class RunClient:
                     downstream=bool(req["downstream"]), cause_id="op-offline", offline=True))
                 results: list[list[Any]] = []
                 ok = True
+                touched = sum(len(c.touched) for c in cmds if isinstance(c, Reply))
                 turns = [c for c in cmds if isinstance(c, Persist)]
                 if turns:
                     # One turn (a cancel's settling of the jobs in flight and the cancel itself: both or neither).
@@ -700,7 +701,8 @@ class RunClient:
                     if verb in ("retry", "rerun", "set-ok", "skip", "release") and ok:
                         results.append(["*", True, "the run has no live scheduler: `wloadctl resume "
                                         f"{run_place(self.state_dir)}` will run what is now due"])
-                return {"ok": ok, "verb": verb, "results": results, "live": False}
+                # (`touched` as a live scheduler's reply counts them: a script reads the same keys either way)
+                return {"ok": ok, "verb": verb, "results": results, "touched": touched, "live": False}
         finally:
             lock.close()
 
