@@ -673,21 +673,27 @@ class RunClient:
                 results: list[list[Any]] = []
                 ok = True
                 touched = sum(len(c.touched) for c in cmds if isinstance(c, Reply))
-                turns = [c for c in cmds if isinstance(c, Persist)]
-                if turns:
-                    # One turn (a cancel's settling of the jobs in flight and the cancel itself: both or neither).
-                    # (a loop a rerun sends back to read its list again is journaled so)
-                    st.write_turn(run.id, [t for c in turns for t in c.transitions],
-                                  added=[e for c in turns for e in expansion_rows(c.added, core.ids)])
+                rows: list[tuple] = []
+                now = time.time()
                 for c in cmds:
                     if isinstance(c, Reply):
                         for i, applied, msg in c.results:
                             job = core.ids[i] if i >= 0 else "*"
                             if verb == "cancel" and applied:
                                 msg = cancelled_message(run, len(c.touched), settling)
-                            st.record_action(run.id, req["user"], verb, job, req["reason"], msg, applied)
+                            rows.append((now, req["user"], verb, job, req["reason"], msg, applied))
                             results.append([job, applied, msg])
                             ok = ok and applied
+                turns = [c for c in cmds if isinstance(c, Persist)]
+                if turns:
+                    # One turn (a cancel's settling of the jobs in flight and the cancel itself: both or neither),
+                    # its audit rows in the same transaction, as a live scheduler journals a verb: a crash keeps
+                    # both or neither, and a glob over thousands of jobs costs one commit, not one each.
+                    # (a loop a rerun sends back to read its list again is journaled so)
+                    st.write_turn(run.id, [t for c in turns for t in c.transitions],
+                                  added=[e for c in turns for e in expansion_rows(c.added, core.ids)], actions=rows)
+                else:
+                    st.record_actions(run.id, rows)
                 if verb == "cancel" and ok and core.is_finished():
                     st.set_status(run.id, "cancelled", time.time())
                     if not run_is_alive(run.run_id):
