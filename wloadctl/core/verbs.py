@@ -41,6 +41,7 @@ class VerbTarget(Protocol):
     timers: Timers
     holds: dict[int, str]
     forcing: dict[int, Forced]
+    counts: array[int]
 
     @property
     def index(self) -> Mapping[str, int]:
@@ -571,14 +572,26 @@ def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_
     return lists
 
 
+def _blocked_reach(core: VerbTarget, i: int) -> list[int]:
+    """Job i's descendants, for a verb of i that reopens the blocked ones among them and names the held ones: none
+    to walk when the run has no job blocked (UPSTREAM_FAILED, a loop over output failed by an instance) or held.
+    (A retry, rerun, skip or set-ok of a glob walked each job's whole downstream whatever the run held: quadratic,
+    `rerun 's0*'` over 4,750 succeeded jobs of a 30,000-job run took minutes of the scheduler's turn.)"""
+    counts = core.counts
+    if counts[S.UPSTREAM_FAILED] or counts[S.HELD] or any(core.state[d] == S.FAILED for d in core.fanout.expanded):
+        return _descendants(core, i)
+    return []
+
+
 def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what: str) -> str:
     core.attempt_base[i] = core.attempt[i]
     core.set_state(i, S.WAITING, reason=_why(what, ev))
     if what == "rerun":
         core.afresh(i)  # (a retry goes on with the job's `until` loop where its failed iteration left it)
-    desc = _descendants(core, i)
+    only_blocked = not (ev.downstream and ev.verb == "rerun")
+    desc = _blocked_reach(core, i) if only_blocked else _descendants(core, i)
     before = len(touched)
-    lists = _reopen(core, i, desc, touched, only_blocked=not (ev.downstream and ev.verb == "rerun"))
+    lists = _reopen(core, i, desc, touched, only_blocked=only_blocked)
     # Dependents that had counted this job (or a reopened one) as done must count it again.
     again = {i, *touched[before:]}
     for u in again:
@@ -655,7 +668,7 @@ def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: 
     if was_terminal:
         # Its dependents already counted it; the ones it had blocked get a fresh look.
         verb = "set ok" if to == S.SUCCEEDED else "skipped"
-        _reopen(core, i, _descendants(core, i), touched, only_blocked=True,
+        _reopen(core, i, _blocked_reach(core, i), touched, only_blocked=True,
                 why=f"{REOPENED_BY}{core.ids[i]} {verb} by {ev.user or 'an operator'}")
     else:
         core.timers.retry_due.pop(i, None)
