@@ -473,6 +473,25 @@ def test_status_text_says_why_a_succeeded_job_succeeded_as_json_and_why_do(
         assert "  SUCCEEDED       b  set ok by ann" in lines and "  SKIPPED         c  skipped by ann" in lines, lines
 
 
+def test_history_says_which_of_a_jobs_actions_were_refused_as_audit_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # (a refused `release` of a job waiting for confirmation read "root release (no reason): job 'gate' waits for
+    # confirmation: ..." in history, as if applied; only audit and --json said it was refused)
+    from tests.conftest import make_plan
+    from tests.test_why_read import Journaled
+    from wloadctl.cli import main
+
+    r = Journaled(tmp_path, make_plan({"a": {}, "b": {"deps": ["a"]}}))
+    r.stop("interrupted")
+    assert main(["hold", "b", "--state-dir", str(tmp_path)]) == 0
+    assert main(["hold", "b", "--state-dir", str(tmp_path)]) == 1
+    capsys.readouterr()
+    assert main(["history", "b", "--state-dir", str(tmp_path)]) == 0
+    acts = [line.split(" hold ", 1)[1] for line in capsys.readouterr().out.splitlines() if " hold (" in line]
+    assert acts == ["(no reason): job 'b' held",
+                    "(no reason): refused: job 'b' is HELD: hold does not apply; release, set-ok, skip would apply"]
+
+
 def test_an_agent_no_longer_beating_shows_its_figures_as_last_heard_in_status() -> None:
     # (a LOST agent's "running 2/2, holds 2" read as jobs still there, though they had been run elsewhere since)
     from wloadctl.cli_show import agent_line

@@ -215,8 +215,10 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
     elif a.cmd == "history":
         print(history_headline(data))
         # Operators' actions among the transitions, in time order (an action before the transitions it made).
+        # (one refused says so, as `audit` does: "waits for confirmation" read as a release that had worked)
         lines = [(x["ts"], f"  {_ts(x['ts'])} {x['user']} {x['verb']} ({x['reason'] or 'no reason'}): "
-                           f"{x['outcome']}") for x in data["actions"]]
+                           + ("" if (word := action_word(x)) == "applied" else f"{word}: ") + x["outcome"])
+                 for x in data["actions"]]
         ran_on: dict[int, int] = {}
         for t in data["transitions"]:
             code = f" exit {t['exit_code']}" if t["exit_code"] is not None else ""
@@ -245,13 +247,18 @@ def show_read(a: argparse.Namespace, state_dir: Path | None) -> int:
         if not data:
             print(f"no operator actions in run {c.run.run_id}")
         for x in data:
-            if x["verb"] == "drill":
-                ok = "passed" if x["applied"] else "failed"
-            else:
-                ok = "applied" if x["applied"] else "pending" if x["outcome"].startswith("pending R") else "refused"
-            print(printable(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {ok}: {x['outcome']}"
+            print(printable(f"{_ts(x['ts'])} {x['user']:<10} {x['verb']:<8} {x['job']:<30} {action_word(x)}: "
+                            f"{x['outcome']}"
                             + (f"  reason: {x['reason']}" if x["reason"] else "")))
     return 0
+
+
+def action_word(x: dict[str, Any]) -> str:
+    """How an operator's action ended, as `audit` and `history` say it: applied, pending (a second person's approve),
+    refused; a drill passed or failed."""
+    if x["verb"] == "drill":
+        return "passed" if x["applied"] else "failed"
+    return "applied" if x["applied"] else "pending" if x["outcome"].startswith("pending R") else "refused"
 
 
 def _agent_words(text: str, agents: dict[int, str]) -> str:
