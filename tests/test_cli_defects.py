@@ -492,6 +492,27 @@ def test_history_says_which_of_a_jobs_actions_were_refused_as_audit_does(
                     "(no reason): refused: job 'b' is HELD: hold does not apply; release, set-ok, skip would apply"]
 
 
+def test_a_holding_run_that_is_cancelled_says_so_not_that_it_was_released(tmp_path: Path) -> None:
+    # (`run` printed "released: the run goes on" as a cancel ended its holding, then the held job CANCELLED)
+    from types import SimpleNamespace
+
+    from tests.conftest import make_plan
+    from wloadctl.cli_run import HoldNotice
+    from wloadctl.core.engine import SchedulerCore
+    from wloadctl.core.events import OperatorEvent, RunStartedEvent
+
+    said: list[str] = []
+    core = SchedulerCore(make_plan({"a": {}}), slots=1)
+    core.handle(OperatorEvent("hold", (0,), 0.0, user="ann"))
+    core.handle(RunStartedEvent(0.0))
+    notice, loop = HoldNotice(said.append, tmp_path), SimpleNamespace(core=core)
+    notice(loop)  # type: ignore[arg-type]
+    core.handle(OperatorEvent("cancel", (), 1.0, user="ann"))
+    notice(loop)  # type: ignore[arg-type]
+    assert said[0].startswith("holding: 1 held job(s) wait for release: a") and said[1:] == [
+        "cancelled: the held jobs will not run"], said
+
+
 def test_an_agent_no_longer_beating_shows_its_figures_as_last_heard_in_status() -> None:
     # (a LOST agent's "running 2/2, holds 2" read as jobs still there, though they had been run elsewhere since)
     from wloadctl.cli_show import agent_line

@@ -134,7 +134,8 @@ class HoldNotice:
                              f"(`wloadctl approve JOB {run_place(self.state_dir)}`)")
             self.say(f"holding: {'; '.join(parts)}; Ctrl-C stops the run")
         elif self.holding and not now:
-            self.say("released: the run goes on")
+            # (a cancel ends the holding too: its held jobs end CANCELLED, which is no release)
+            self.say("cancelled: the held jobs will not run" if core.cancelled else "released: the run goes on")
         self.holding = now
 
 
