@@ -87,3 +87,17 @@ async def test_a_read_only_console_lists_but_does_not_approve() -> None:
         await pilot.press("a")
         await pilot.pause(0.1)
         assert client.sent == [] and screen.keys == ["R1", "post_eod"]
+
+
+async def test_the_approvals_screen_says_nothing_waits_when_nothing_does_from_its_first_reading() -> None:
+    client = ApprovalsClient(requests=[], confirm=[])
+    app = fake_app(client)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("A")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, PendingScreen) and app.screen.data is not None
+                                and app.screen, what="the approvals screen's first reading")
+        await pilot.pause()
+        assert screen.keys == []
+        assert "nothing waits for approve" in screen_text(app)
+        assert "waiting for approve" not in screen_text(app)

@@ -82,12 +82,13 @@ class PendingScreen(ReadingScreen):
         super().on_mount()
 
     def _show(self, data: dict[str, Any]) -> None:
+        first = self.data is None
         self.data = data
         table = self.query_one(DataTable)
         rows = pending_rows(data, getattr(self.app, "model", None))
         keys = [k for k, _ in rows]
-        if keys == self.keys and rows == self.rows:
-            return
+        if keys == self.keys and rows == self.rows and not first:
+            return  # (the first reading always shows: an empty one must still say that nothing waits)
         self.rows = rows
         row = table.cursor_row
         table.clear()
