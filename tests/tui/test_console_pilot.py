@@ -148,6 +148,26 @@ async def test_enter_in_the_reason_field_does_not_confirm_a_destructive_verb() -
     assert fake.sent == [("kill", ["load_gl"], "stuck", False)]
 
 
+
+async def test_going_back_into_the_reason_field_adds_to_the_reason_rather_than_replacing_it() -> None:
+    fake = FakeClient()
+    app = fake_app(fake)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        app.screen.query_one(JobTable).select_job("load_gl")
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        # Given a reason typed and kept (enter leaves the field)
+        await pilot.press("tab", *"stuck", "enter")
+        await pilot.pause()
+        # When the operator goes back into the field to add to it
+        await pilot.press("tab", *" on a lock", "enter")
+        await pilot.pause()
+        # Then the first key did not replace what was there
+        await pilot.press("y")
+        await wait_for(pilot, lambda: fake.sent, what="the kill")
+    assert fake.sent == [("kill", ["load_gl"], "stuck on a lock", False)]
+
 async def test_rerun_with_downstream_is_a_choice_in_the_dialog() -> None:
     fake = FakeClient()
     app = fake_app(fake)

@@ -69,8 +69,12 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
             # The impact scrolls within what the screen leaves: the reason field and the keys stay in view.
             with ImpactBox(id="impact-box"):
                 yield Static(id="impact", markup=False)
+            # Not selected on focus: an operator back in the field to add to the reason would
+            # replace it all with the first key.
             yield Input(
-                placeholder="reason, for the audit trail (optional)", id="reason"
+                placeholder="reason, for the audit trail (optional)",
+                id="reason",
+                select_on_focus=False,
             )
             yield Static(id="keys")
         # Its own footer: the screen's below, seen through the backdrop, would offer its keys.
