@@ -124,6 +124,26 @@ async def test_toasts_stand_above_a_prompt_line_not_over_it() -> None:
         assert "e.g. rerun load_gl" in screen_text(app)
 
 
+async def test_toasts_move_up_when_the_prompt_grows_with_its_error() -> None:
+    app = fake_app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await loaded(pilot)
+        app.notify("no job matches nosuchjob", timeout=30)
+        await pilot.press("colon")
+        await wait_for(pilot, lambda: app.screen.query("#prompt"), 5, "the prompt")
+        await pilot.pause(0.2)
+        before = app.screen.query_one("#prompt").region
+        # When what is typed is wrong, the prompt's hint says why over several lines
+        await pilot.press(*"frobnicate")
+        await wait_for(pilot, lambda: app.screen.query_one("#prompt").region.y < before.y, 5, "the prompt to grow")
+        await pilot.pause(0.2)
+        # Then the toast stands above the grown prompt, not over the line typed in
+        prompt = app.screen.query_one("#prompt").region
+        shown = toasts(app)
+        assert shown and all(t.region.bottom <= prompt.y for t in shown), (prompt, screen_text(app))
+        assert "frobnicate" in screen_text(app)
+
+
 def test_the_oldest_toasts_make_room_for_a_new_one() -> None:
     class N:
         def __init__(self, message: str, title: str = "") -> None:

@@ -102,6 +102,9 @@ class PromptScreen(ModalScreen[str | None]):
 
     def on_resize(self) -> None:
         """Once laid out, the toasts move above the prompt and keep to the room there."""
+        self._toasts_above()
+
+    def _toasts_above(self) -> None:
         self.call_after_refresh(move_above, self, self.query_one("#prompt"))
         fit_when_shown(self)
 
@@ -145,6 +148,8 @@ class PromptScreen(ModalScreen[str | None]):
         else:
             hint.update(self.hint)
             hint.remove_class("-error")
+        # The hint takes as many lines as its words need: the prompt grows or shrinks, its toasts follow.
+        self._toasts_above()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """Return valid text; keep the prompt open on invalid text."""
