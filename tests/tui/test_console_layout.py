@@ -18,6 +18,7 @@ from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen, help_entries, wrap_entries
 from tui.screens.job_detail import JobDetailScreen
 from tui.screens.main import MainScreen
+from tui.screens.pipeline import PipelineScreen
 from tui.screens.quit import QuitScreen
 from tui.toasts import make_room, toast_rows
 from tui.widgets.dag_view import dag_info
@@ -369,3 +370,33 @@ def test_the_id_column_grows_to_a_long_id_when_info_keeps_its_room() -> None:
     assert widths(130)[0] == 48 and widths(130)[1] >= 35
     assert widths(80) == (25, 16)
     assert {c.title: c.width for c in columns_for(78, 13)}["JOB"] == 14  # room for post_interest*
+
+
+
+class PipelineClient(console_fakes.FakeClient):
+    """A fake run that publishes pipeline figures, as `wloadctl top` reads them."""
+
+    def pipeline(self) -> dict[str, Any]:
+        stats = {"p50": 0.0002, "p99": 0.0086, "n": 50}
+        return {"run": self.run.run_id, "live": True, "scheduler_pid": 4242, "epoch": 1, "age": 0.1,
+                "stale": False, "queues": {"request": {"depth": 0, "max": 2, "batches_per_s": 0.1, "backlog": 0},
+                                           "response": {"depth": 0, "max": 2, "batches_per_s": 0.3}},
+                "arena": {"used": 0, "capacity": 16 << 20, "live": 0},
+                "latency": {"ready_to_dispatch": stats, "finish_to_dependent_start": stats},
+                "journal": {"commit": stats, "commits_per_s": 0.3, "rows_per_commit": 1.7},
+                "loop": {"turn": stats, "turns_per_s": 4.5}, "executors": [], "agents": []}
+
+
+async def test_the_pipeline_pane_cuts_a_line_too_wide_for_it_rather_than_wrapping_it() -> None:
+    app = fake_app(PipelineClient())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("P")
+        await wait_for(pilot, lambda: isinstance(app.screen, PipelineScreen) and app.screen.view,
+                       what="the pipeline figures")
+        await pilot.pause()
+        lines = [line.strip("| ") for line in screen_text(app).splitlines()]
+        journal = next(line for line in lines if line.startswith("journal commit"))
+        # The figures' line wider than the pane ends in the cut mark; nothing of it wraps to a line of its own
+        assert journal.endswith("~"), journal
+        assert lines[lines.index(journal) + 1].startswith("loop turn"), lines

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Static
 
 from tui.screens.reading import ReadingScreen
+from tui.widgets.cut import CutLines
 from wloadctl.pipeview import render
 
 
@@ -37,7 +39,9 @@ class PipelineScreen(ReadingScreen):
     def _show(self, view: dict[str, Any] | None) -> None:
         self.view = view
         text = "\n".join(render(view)) if view is not None else "this run publishes no pipeline figures"
-        self.query_one("#figures", Static).update(text)
+        # The figures are columns: a line wider than the pane is cut (marked `~`), not wrapped onto a line of
+        # its own that reads as another figure.
+        self.query_one("#figures", Static).update(CutLines(Text(text)))
 
     def action_close(self) -> None:
         """Back to the jobs."""
