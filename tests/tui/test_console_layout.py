@@ -400,3 +400,24 @@ async def test_the_pipeline_pane_cuts_a_line_too_wide_for_it_rather_than_wrappin
         # The figures' line wider than the pane ends in the cut mark; nothing of it wraps to a line of its own
         assert journal.endswith("~"), journal
         assert lines[lines.index(journal) + 1].startswith("loop turn"), lines
+
+
+class LongWhyClient(console_fakes.FakeClient):
+    """A fake run whose `why` says, at the end of a long sentence, when the job goes on."""
+
+    def why(self, job: str) -> dict[str, Any]:
+        return {**super().why(job), "reasons": [
+            "in retry delay after attempt 3: exit status 4; retry 3/3 in 252.7s; becomes READY in 150.9s"]}
+
+
+async def test_at_80_columns_the_detail_wraps_why_a_job_waits_rather_than_cutting_its_end() -> None:
+    app = fake_app(LongWhyClient())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await select(pilot, "post_interest")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen.why, 5, "the why")
+        await pilot.pause(0.1)
+        text = screen_text(app)
+        assert "becomes READY in 150.9s" in text, text
+        assert "in retry delay after attempt 3" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -223,11 +224,13 @@ class JobDetailScreen(OperatorScreen):
         if why is None:
             lines.append("  asking...")
         else:
-            lines.extend(
-                f"  {r}" for r in why.get("reasons", []) or ["(no reason given)"]
-            )
+            # The reasons are sentences whose end says most (when a retry comes, what a job waits for): they
+            # wrap to the box, where an id too long for it is cut.
+            room = self.query_one("#facts", Static).size.width - 1  # (-1: the box's scrollbar, once it shows)
+            for r in why.get("reasons", []) or ["(no reason given)"]:
+                lines.extend(_wrapped(f"  {r}", room))
             verbs = why.get("verbs", [])
-            lines.append(f"  verbs that apply: {', '.join(verbs) if verbs else 'none'}")
+            lines.extend(_wrapped(f"  verbs that apply: {', '.join(verbs) if verbs else 'none'}", room))
         hist = self.history
         if hist:
             lines.append("")
@@ -415,6 +418,21 @@ def fmt_bytes(n: int) -> str:
     if n < 1024 * 1024:
         return f"{n / 1024:.0f} KB"
     return f"{n / 1024 / 1024:.1f} MB"
+
+
+def _wrapped(line: str, width: int) -> list[str]:
+    """`line` wrapped to `width` columns at its blanks, its further lines indented two more columns under its
+    first (a width not known yet, before the layout: the line whole).
+
+    Args:
+        line: the text, indented as its first line stands.
+        width: the columns there are.
+    """
+    if width < 20:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
+    return textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False, drop_whitespace=True) or [line]
 
 
 def _states(jobs: list[str], model: Any, limit: int = 8) -> str:
