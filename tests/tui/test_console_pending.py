@@ -7,7 +7,9 @@ from typing import Any
 
 from console_fakes import T0, FakeClient
 from console_helpers import fake_app, loaded, screen_text, wait_for
+from textual.geometry import Spacing
 from textual.widgets import DataTable
+from textual.widgets._toast import Toast
 
 from tui.screens.main import MainScreen
 from tui.screens.pending import PendingScreen
@@ -101,3 +103,21 @@ async def test_the_approvals_screen_says_nothing_waits_when_nothing_does_from_it
         assert screen.keys == []
         assert "nothing waits for approve" in screen_text(app)
         assert "waiting for approve" not in screen_text(app)
+
+
+async def test_a_toast_on_the_approvals_screen_stands_inside_its_table_clear_of_the_note() -> None:
+    client = ApprovalsClient()
+    app = fake_app(client)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await loaded(pilot)
+        await pilot.press("A")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, PendingScreen) and app.screen.keys
+                                and app.screen, what="the approvals screen")
+        app.notify("approve post_eod: job 'post_eod' confirmed, now READY", timeout=30)
+        toast = await wait_for(pilot, lambda: (t := list(screen.query(Toast))) and t[0].region and t[0].region,
+                               5, "the toast")
+        note = screen.query_one("#pending-note").region
+        table = screen.query_one(DataTable).region
+        assert not toast.overlaps(note), (toast, note, screen_text(app))
+        assert table.shrink(Spacing(1, 1, 1, 1)).contains_region(toast), (toast, table)
+        assert "by any admin" in screen_text(app)

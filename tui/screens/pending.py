@@ -15,6 +15,7 @@ from tui.impact import VERB_KEYS, impact, is_moot
 from tui.messages import Note
 from tui.screens.confirm import SettleScreen
 from tui.screens.reading import ReadingScreen
+from tui.toasts import fit_when_shown
 from tui.view_model import JobsModel
 from wloadctl.core.foureyes import request_words
 from wloadctl.errors import WloadError
@@ -47,6 +48,8 @@ class PendingScreen(ReadingScreen):
     j/k move as everywhere else."""
 
     READER = "pending"
+    TOAST_PANE = "#pending"
+    """The toasts stand inside the table's box (tui/toasts.py)."""
     EMPTY: ClassVar[dict[str, Any]] = {"requests": (), "confirm": ()}
 
     CSS_PATH = "pending.tcss"
@@ -68,18 +71,24 @@ class PendingScreen(ReadingScreen):
         """The rows shown (a request that became moot is shown again)."""
 
     def compose(self) -> ComposeResult:
-        """The table, a line of help, the footer."""
+        """A line of help, the table, the footer."""
+        # The note above the table: the table is the lowest pane, where the toasts stand (below it, they
+        # covered the note).
+        yield Static("a request is approved by someone other than who asked for it; "
+                     "a job waiting for confirmation, by any admin", id="pending-note")
         table: DataTable[str] = DataTable(id="pending", cursor_type="row", zebra_stripes=True)
         table.border_title = "waiting for approve"
         yield table
-        yield Static("a request is approved by another person than the one who asked; "
-                     "a confirmation job by any admin", id="pending-note")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
         """Columns, then read now and every second."""
         self.query_one(DataTable).add_columns(*COLUMNS)
         super().on_mount()
+
+    def on_screen_resume(self) -> None:
+        """The toasts already up keep to this screen's room for them."""
+        fit_when_shown(self)
 
     def _show(self, data: dict[str, Any]) -> None:
         first = self.data is None
