@@ -398,8 +398,13 @@ class JobsModel:
             return max(0.0, now - start)
         end = self.ended[i]
         if end is None:
-            return None  # not ended: waiting for a retry, held, reopened
-        end = self.stopped.get(i, end)  # (not known for rows read: the job ended with its attempt)
+            # The job has not ended; its attempt has when it waits for a retry (`stopped`, for transitions
+            # followed). Else (held, reopened, a row read) how long it ran is not known here.
+            end = self.stopped.get(i)
+            if end is None or st != S.RETRY_WAIT:
+                return None
+        else:
+            end = self.stopped.get(i, end)  # (not known for rows read: the job ended with its attempt)
         return max(0.0, end - start) if end >= start else None
 
     def last_exit(self, i: int) -> int | None:

@@ -8,6 +8,8 @@ from console_fakes import FakeClient
 from console_helpers import fake_app, loaded, screen_text, wait_for
 
 from tui.app import ConsoleApp
+from tui.screens.job_detail import JobDetailScreen
+from tui.widgets.job_table import JobTable
 from wloadctl.core.states import JobState
 
 LONG_ID = "nightly_reconciliation_" + "x" * 177
@@ -71,3 +73,25 @@ async def test_the_retry_countdown_moves_with_the_clock(source: str) -> None:
         await wait_for(pilot, lambda: "retry 1/3 in 26s" in row(), 5, "the countdown")
         clock[0] += 30
         await wait_for(pilot, lambda: "retry 1/3 due now" in row(), 5, "the retry due")
+
+
+@pytest.mark.usefixtures("retrying")
+async def test_a_job_waiting_for_its_retry_shows_how_long_its_attempt_ran_and_when_it_ended() -> None:
+    # Given the console following load_fx_rates from RUNNING (started T0+700) to RETRY_WAIT at T0+740, its
+    # row without an end (as the journal's is)
+    fake = RetryRowClient()
+    k = fake.ids_list.index("load_fx_rates")
+    fake.transitions = [(*t[:2], int(JobState.RUNNING), *t[3:]) if t[1] == k else t for t in fake.transitions]
+    app = fake_app(fake)
+    async with app.run_test(size=(130, 30)) as pilot:
+        await loaded(pilot)
+        # Then its row has the attempt's duration beside its start
+        row = next(ln for ln in screen_text(app).splitlines() if "load_fx_rates" in ln)
+        assert " 40s " in row, row
+        # And so has its detail, with when the attempt ended
+        assert app.screen.query_one(JobTable).select_job("load_fx_rates")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), 5, "the detail")
+        await pilot.pause(0.1)
+        line = next(ln for ln in screen_text(app).splitlines() if "started " in ln)
+        assert "took 40s" in line and "ended -" not in line, line

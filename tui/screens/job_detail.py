@@ -197,9 +197,12 @@ class JobDetailScreen(OperatorScreen):
         self.query_one("#title", Static).update(CutLines(title))
         lines: list[str] = []
         took = fmt_duration(model.duration(i, now))
+        ended = model.ended[i]
+        if ended is None and st == JobState.RETRY_WAIT:
+            ended = model.stopped.get(i)  # (its attempt ended; the job waits to run again)
         lines.append(
             f"started {fmt_clock(model.started[i]) or '-'}  "
-            f"ended {fmt_clock(model.ended[i]) or '-'}"
+            f"ended {fmt_clock(ended) or '-'}"
             f"  took {took or '-'}"
             + ("  (critical path)" if i in model.critical else "")
         )
