@@ -77,6 +77,12 @@ async def test_the_timeline_scrubs_by_event_and_minute_with_the_panes_following_
         await shown(lambda m: m.counts[S.WAITING] < 4, "the first event")
         assert tl.scrub.index() == 1 and tl.model.counts[S.SUCCEEDED] < 4
         first = tl.scrub.at
+        # The keys the footer shows, < and >, step too
+        await pilot.press("less_than_sign")
+        await shown(lambda m: m.counts[S.WAITING] == 4, "an event back with <")
+        await pilot.press("greater_than_sign")
+        await shown(lambda m: m.counts[S.WAITING] < 4, "an event on with >")
+        assert tl.scrub.index() == 1
         # The DAG and SLA panes show the past model at that moment
         assert tl.query_one(DagView).model is tl.model and tl.query_one(SlaPanel).now == first
         assert "TIMELINE (read-only)" in screen_text(app)

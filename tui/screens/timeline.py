@@ -33,8 +33,9 @@ class TimelineScreen(Screen[None]):
 
     CSS_PATH = "timeline.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("left,comma", "event(-1)", "Event back", key_display="<"),
-        Binding("right,full_stop", "event(1)", "Event on", key_display=">"),
+        # < and > as the footer shows them, and the same keys unshifted (, and .) as less to type.
+        Binding("left,less_than_sign,comma", "event(-1)", "Event back", key_display="<"),
+        Binding("right,greater_than_sign,full_stop", "event(1)", "Event on", key_display=">"),
         Binding("shift+left,left_square_bracket", "minute(-1)", "Minute back", key_display="["),
         Binding("shift+right,right_square_bracket", "minute(1)", "Minute on", key_display="]"),
         Binding("home", "start", "Start", show=False),
