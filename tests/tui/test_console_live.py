@@ -505,6 +505,7 @@ async def test_the_job_detail_says_again_what_its_job_waits_for_as_its_upstreams
         await wait_for(pilot, lambda: isinstance(app.screen, JobDetailScreen), what="the job")
         await wait_for(pilot, lambda: "waiting for 2 of 2 dependencies" in screen_text(app), what="its first why")
         # When one of them ends (the job itself does not move)
+        Path(f"{live_run.gate}.slow").touch()
         await wait_for(pilot, lambda: state_of(app, "slow") == JobState.SUCCEEDED, timeout=15, what="slow's end")
         # Then the detail says, with no key pressed, that it waits for the other one only
         await wait_for(pilot, lambda: "waiting for 1 of 2 dependencies" in screen_text(app), timeout=10,
