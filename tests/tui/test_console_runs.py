@@ -239,3 +239,11 @@ def test_the_console_without_a_terminal_is_refused_in_one_line_and_starts_nothin
         and p.stderr.count("\n") == 1, p.stderr
     if "PLAN" in where:
         assert not sd.exists()  # no scheduler was started for it
+
+
+async def test_an_empty_list_says_how_a_run_comes_to_be_in_it() -> None:
+    app = ConsoleApp(None, runs_source=lambda: [], runs_root="/srv/wloadctl", clock=lambda: NOW, poll=0.02)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await listed(pilot)
+        await pilot.pause()
+        assert "no runs here yet: `wloadctl console PLAN` starts one" in screen_text(app)

@@ -109,6 +109,8 @@ class RunsScreen(Screen[None]):
                 if r.run == current.run:
                     table.move_cursor(row=k)
         table.border_subtitle = f"{len(self.runs)} runs"
+        # An empty list says how a run comes to be in it, rather than leave a bare header row.
+        table.border_title = "" if self.runs else "no runs here yet: `wloadctl console PLAN` starts one"
         self.loaded = True
 
     def on_resize(self) -> None:
