@@ -141,3 +141,20 @@ async def test_a_deadline_a_failure_blocks_is_counted_apart_from_at_risk_which_t
         # and the SLA pane, naming it, does not also say there is no open deadline
         pane = str(app.screen.query_one(SlaPanel).render())
         assert "revalue_fx" in pane and "no open deadline" not in pane, pane
+
+
+async def test_a_holding_run_names_its_held_jobs_in_the_room_its_deadline_flag_leaves_at_80_columns() -> None:
+    # Given a live run that only waits for held jobs, one of whose deadlines is at risk
+    counts = counts_of(HELD=5, WAITING=2, SUCCEEDED=41)
+    app = HeaderApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        header = app.query_one(RunHeader)
+        header.held = ["report_aml", "report_sanctions", "statements_emea"]
+        header.at_risk = 1
+        header.show(RunInfo("r1", "night-shift", "2023-11-14", NOW - 60, "/nonexistent"),
+                    RunSummary(48, 41, 41, 0, 0, 268.0, None), counts, LiveStatus(True, 4242, 1, 0.1), NOW)
+        await pilot.pause()
+        line = str(header.render().plain.split("\n")[0])
+    # Then the flag shows, and the names that did not fit before it are marked
+    assert "HOLDING 5 held: report_aml ...  1 AT_RISK" in line, line
+    assert len(line) <= 78, line

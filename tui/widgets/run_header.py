@@ -96,6 +96,26 @@ def progress_parts(
     return 0, done_text, " ", kept, ""
 
 
+def held_words(n: int, held: list[str], room: int) -> str:
+    """` 5 held: a, b ...`: the held jobs named as many as fit in `room` columns, ` ...` after them when
+    some are not named (none fits: ` 5 held ...`).
+
+    Args:
+        n: how many jobs are held.
+        held: the first of them, by id.
+        room: the columns the words may take.
+    """
+    head = f" {n} held"
+    names: list[str] = []
+    for k, job in enumerate(held):
+        more = " ..." if n > k + 1 else ""
+        if len(head) + len(": ") + len(", ".join([*names, job])) + len(more) > room:
+            break
+        names.append(job)
+    more = " ..." if n > len(names) else ""
+    return f"{head}: {', '.join(names)}{more}" if names else f"{head}{more}"
+
+
 class RunHeader(Widget):
     """Two lines at the top of the main screen."""
 
@@ -159,6 +179,18 @@ class RunHeader(Widget):
             if st is not None and st.error:
                 out.append(f"\n{st.error}", tone_style(self, "bad"))
             return out
+        # Deadlines in danger, as `status` names them, whatever the scheduler's state (after it).
+        flags = Text()
+        if self.late:
+            flags.append(f"  {self.late} LATE", tone_style(self, "bad"))
+        if self.at_risk:
+            flags.append(f"  {self.at_risk} AT_RISK", tone_style(self, "warn"))
+        if self.blocked:
+            flags.append(f"  {self.blocked} BLOCKED", tone_style(self, "warn"))  # (the SLA pane names them)
+        if self.mode:
+            flags.append(f"  [{self.mode}]", tone_style(self, "warn"))
+        if self.approvals:
+            flags.append(f"  {self.approvals} wait for approve (A)", tone_style(self, "warn"))
         # A long name (up to 200 bytes; CJK takes two columns a character) leaves half the line to the state.
         out.append(clip(info.plan_name, max(12, self.size.width // 2)), "bold")
         if info.latest:
@@ -180,11 +212,12 @@ class RunHeader(Widget):
             out.append(f"PAUSED: {st.paused}", tone_style(self, "bad"))
             out.append(f" pid {st.scheduler_pid}")
         elif st.live and is_holding(self.counts):
-            # Up, but nothing moves until an operator releases a held job.
+            # Up, but nothing moves until an operator releases a held job. The jobs' names take the room the
+            # deadlines' flags leave: those must show at 80 columns, a name more need not.
             n = self.counts[JobState.HELD]
-            more = " ..." if n > len(self.held) else ""
             out.append("HOLDING", tone_style(self, "warn"))
-            out.append(f" {n} held: {', '.join(self.held)}{more}")
+            room = self.size.width - out.cell_len - flags.cell_len
+            out.append(held_words(n, self.held, room))
         elif st.live:
             out.append("LIVE", tone_style(self, "ok"))
             out.append(f" pid {st.scheduler_pid}")
@@ -199,17 +232,7 @@ class RunHeader(Widget):
         else:
             # Stopped on purpose, or crashed and about to be restarted by the console.
             out.append("STOPPED, NO SCHEDULER", tone_style(self, "bad"))
-        # Deadlines in danger, as `status` names them, whatever the scheduler's state.
-        if self.late:
-            out.append(f"  {self.late} LATE", tone_style(self, "bad"))
-        if self.at_risk:
-            out.append(f"  {self.at_risk} AT_RISK", tone_style(self, "warn"))
-        if self.blocked:
-            out.append(f"  {self.blocked} BLOCKED", tone_style(self, "warn"))  # (the SLA pane names them)
-        if self.mode:
-            out.append(f"  [{self.mode}]", tone_style(self, "warn"))
-        if self.approvals:
-            out.append(f"  {self.approvals} wait for approve (A)", tone_style(self, "warn"))
+        out.append_text(flags)
         # The rest goes in while it fits, most useful first: narrow loses the run id (or the business date
         # of an earlier run).
         room = self.size.width - out.cell_len
