@@ -158,3 +158,20 @@ async def test_a_holding_run_names_its_held_jobs_in_the_room_its_deadline_flag_l
     # Then the flag shows, and the names that did not fit before it are marked
     assert "HOLDING 5 held: report_aml ...  1 AT_RISK" in line, line
     assert len(line) <= 78, line
+
+
+async def test_the_time_to_go_shows_only_after_the_elapsed_time_it_follows() -> None:
+    # Given a header whose flags leave no room for the elapsed time at 80 columns
+    counts = counts_of(HELD=5, WAITING=2, SUCCEEDED=41)
+    app = HeaderApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        header = app.query_one(RunHeader)
+        header.held = ["report_aml", "report_sanctions", "statements_emea"]
+        header.at_risk, header.blocked = 1, 1
+        header.show(RunInfo("r1", "night-shift", "2023-11-14", NOW - 60, "/nonexistent"),
+                    RunSummary(48, 41, 41, 0, 0, 268.0, None), counts, LiveStatus(True, 4242, 1, 0.1), NOW)
+        await pilot.pause()
+        line = str(header.render().plain.split("\n")[0])
+    # Then neither shows: not ", ? to go" after the flags as if they had a time to go
+    assert "1 AT_RISK  1 BLOCKED" in line and "elapsed" not in line, line
+    assert "to go" not in line, line

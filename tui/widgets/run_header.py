@@ -246,9 +246,10 @@ class RunHeader(Widget):
             )
         extras.append(f"  run {info.run_id}" if info.latest else f"  bd {info.business_date}")
         for part in extras:
-            if len(part) <= room:
-                out.append(part)
-                room -= len(part)
+            if len(part) > room:
+                break  # (what comes after a part left out would read as its: ", ? to go" alone)
+            out.append(part)
+            room -= len(part)
         out.append("\n")
         bar, done, sep, parts, more = progress_parts(
             self.counts, s.done, s.total, s.percent, self.size.width
