@@ -519,6 +519,18 @@ def test_anchors_and_merge_keys() -> None:
     assert plan.jobs["load_frankfurt"].sla is SlaTier.STANDARD
 
 
+def test_a_merge_key_in_jobs_merges_jobs_and_the_jobs_own_ids_win() -> None:
+    plan = load_plan_text(
+        "name: p\nvariables:\n  shared: &common\n    a: {command: x}\n    b: {command: old}\n"
+        "jobs:\n  b: {command: y, depends_on: [a]}\n  <<: *common\n  c: {command: z, depends_on: [b]}\n"
+    )
+    assert {jid: (j.command, j.depends_on) for jid, j in plan.jobs.items()} == {
+        "a": ("x", ()),
+        "b": ("y", ("a",)),
+        "c": ("z", ("b",)),
+    }
+
+
 def test_forward_references_resolve() -> None:
     plan = load_plan(DATA / "good" / "forward_references.yaml")
     assert Dag(plan).topo_order() == ["load", "post", "close"]

@@ -247,15 +247,21 @@ class JobsReader:
         up_extend, up_off_append = up.extend, self.up_off.append
         make = MAKE_SPEC
         mark_line = _MARK_LINE
+        merges: list[Entry] = []
         while True:
             ev = next_event()
             if ev.__class__ is not ScalarEvent:
                 if ev.__class__ is MappingEndEvent:
+                    if merges:
+                        self._merge_jobs(reader, merges)
                     return
                 self._skip_key(reader, ev, None)
                 continue
             jid = ev.value
             jline = mark_line(ev) + 1
+            if jid == "<<" and ev.implicit[0]:
+                merges.append(node(next_event()))
+                continue
             ev = next_event()
             if (
                 ev.__class__ is not MappingStartEvent
@@ -350,6 +356,15 @@ class JobsReader:
             index[jid] = len(ids)
             ids_append(jid)
             jobs[jid] = make(*vals)
+
+    def _merge_jobs(self, reader: TreeReader, merges: list[Entry]) -> None:
+        """Add the jobs that `<<` merge keys of the jobs mapping give, but those its own keys give.
+
+        As YAML merges: a job id written in the mapping itself wins over a merged one, wherever the `<<` is.
+        """
+        for jid, job in reader.merged({}, merges).items():
+            if jid not in self.index:
+                self.add_entry(jid, job[1], job)
 
     def _skip_key(self, reader: TreeReader, ev: YamlEvent, jid: str | None) -> None:
         """Consume and report a key that is a list or mapping, with its value."""
