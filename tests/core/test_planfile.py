@@ -531,6 +531,17 @@ def test_a_merge_key_in_jobs_merges_jobs_and_the_jobs_own_ids_win() -> None:
     }
 
 
+@pytest.mark.parametrize("style", ["flow", "block"])
+def test_an_alias_of_an_anchored_job_id_is_that_id(style: str) -> None:
+    jobs = (
+        "  &up a: {command: x}\n  b: {command: y, depends_on: [*up]}\n"
+        if style == "flow"
+        else "  &up a:\n    command: x\n  b:\n    command: y\n    depends_on:\n      - *up\n"
+    )
+    plan = load_plan_text("name: p\njobs:\n" + jobs)
+    assert plan.jobs["b"].depends_on == ("a",)
+
+
 def test_forward_references_resolve() -> None:
     plan = load_plan(DATA / "good" / "forward_references.yaml")
     assert Dag(plan).topo_order() == ["load", "post", "close"]

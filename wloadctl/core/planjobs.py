@@ -259,9 +259,13 @@ class JobsReader:
                 continue
             jid = ev.value
             jline = mark_line(ev) + 1
-            if jid == "<<" and ev.implicit[0]:
-                merges.append(node(next_event()))
-                continue
+            if ev.anchor is not None or jid == "<<":
+                if ev.anchor is not None:
+                    # (an alias of the id, in a depends_on, is that id)
+                    reader.anchors[ev.anchor] = (jid, jline, jid)
+                if jid == "<<" and ev.implicit[0]:
+                    merges.append(node(next_event()))
+                    continue
             ev = next_event()
             if (
                 ev.__class__ is not MappingStartEvent
