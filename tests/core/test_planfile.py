@@ -317,6 +317,38 @@ def test_hints_suggest_the_closest_key() -> None:
     assert "depends_on" in problem.hint
 
 
+@pytest.mark.parametrize(
+    ("where", "key", "meant"),
+    [
+        ("job", "COMMAND", "command"),
+        ("job", "Depends-On", "depends_on"),
+        ("job", "cmd", "command"),
+        ("job", "requires", "depends_on"),
+        ("job", "needs", "depends_on"),
+        ("top", "tasks", "jobs"),
+        ("defaults", "cmd", None),
+        ("schedule", "crn", "cron"),
+    ],
+)
+def test_a_key_in_other_case_or_as_other_schedulers_name_it_is_told_its_name_here(
+    where: str, key: str, meant: str | None
+) -> None:
+    body = {
+        "job": f"jobs:\n  a: {{command: x, {key}: 1}}\n",
+        "top": f"{key}: 1\njobs:\n  a: {{command: x}}\n",
+        "defaults": f"defaults: {{{key}: 1}}\njobs:\n  a: {{command: x}}\n",
+        "schedule": f"schedule: {{cron: '0 1 * * 1', {key}: 1}}\njobs:\n  a: {{command: x}}\n",
+    }[where]
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: p\n" + body)
+    (hint,) = [p.hint for p in caught.value.problems if key in p.message]
+    assert hint is not None
+    if meant is None:
+        assert "did you mean" not in hint
+    else:
+        assert hint.startswith(f"did you mean '{meant}'?")
+
+
 def test_a_wrong_command_is_not_also_reported_missing() -> None:
     messages = [p.message for p in problems_of(DATA / "bad" / "command_number.yaml")]
     assert not any("has no command" in m for m in messages)

@@ -82,7 +82,7 @@ CASES: list[tuple[Callable[[Path], bytes], int, str]] = [
     (not_utf8, 2, "plan.yaml:3: the file is not UTF-8 text (byte 0xff at byte offset 35)"),
     (binary, 2, "plan.yaml"),
     (million_one_line, 0, "ok (1000000 jobs)"),
-    (one_mistake_everywhere, 2, "unknown key 'after' (accepted: command"),
+    (one_mistake_everywhere, 2, "unknown key 'after' (did you mean 'depends_on'? accepted: command"),
 ]
 
 

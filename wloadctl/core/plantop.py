@@ -6,7 +6,7 @@ import datetime as dt
 import unicodedata
 
 from wloadctl.core.plan import Schedule
-from wloadctl.core.planvalues import FieldError, key_text, mapping, positive_number, text_of
+from wloadctl.core.planvalues import FieldError, key_hint, key_text, mapping, positive_number, text_of
 from wloadctl.core.yamltree import Entry, describe
 
 ROLE_NAMES = ("viewer", "operator", "admin")
@@ -109,15 +109,19 @@ def read_share(entry: Entry) -> float:
     return positive_number(entry, "share", "a weight such as 1 (the default) or 2")
 
 
+_SCHEDULE_KEYS = ("cron", "business_days", "holidays")
+"""The keys a `schedule` takes."""
+
+
 def read_schedule(entry: Entry) -> Schedule:
     """`schedule`: {cron, business_days, holidays}."""
     from wloadctl.core.calendar import CRON_FIELDS, WEEKDAYS, fires_on_business_days, valid_cron
 
     fields = mapping(entry, "schedule")
     for key in fields:
-        if key not in ("cron", "business_days", "holidays"):
+        if key not in _SCHEDULE_KEYS:
             raise FieldError(f"unknown key '{key_text(key)}' in schedule", fields[key][1],
-                             "keys: cron, business_days, holidays")
+                             key_hint(key, _SCHEDULE_KEYS))
     if "cron" not in fields:
         raise FieldError("schedule needs a cron expression", entry[1], "write cron: '30 18 * * 1-5'")
     cron = text_of(fields["cron"], "cron")

@@ -37,8 +37,32 @@ def key_text(key: str) -> str:
     return key if len(key) <= KEY_SHOWN else f"{key[:60]}...({len(key)} characters)"
 
 
+KEY_SYNONYMS: dict[str, str] = {
+    "cmd": "command",
+    "script": "command",
+    "run": "command",
+    "exec": "command",
+    "requires": "depends_on",
+    "needs": "depends_on",
+    "after": "depends_on",
+    "deps": "depends_on",
+    "depends": "depends_on",
+    "dependencies": "depends_on",
+    "upstream": "depends_on",
+    "environment": "env",
+    "retry": "retries",
+    "tasks": "jobs",
+    "steps": "jobs",
+}
+"""Keys other schedulers and CI files use for what a plan calls otherwise (run: is a command in CI files):
+the spelling is no near miss of the plan's key, so the closest spelling would point elsewhere (cmd: to cwd)."""
+
+
 def key_hint(key: str, accepted: tuple[str, ...]) -> str:
     """The hint for an unknown key: the accepted keys and the closest one.
+
+    A key in other letter case, or with `-` for `_` (`COMMAND`, `depends-on`), is that key; a name other
+    schedulers use (KEY_SYNONYMS) is the plan's; else the closest spelling.
 
     Args:
         key: the key as written.
@@ -47,8 +71,16 @@ def key_hint(key: str, accepted: tuple[str, ...]) -> str:
     Returns:
         "did you mean 'x'? accepted: a, b, c" (without the guess when none is close).
     """
+    close: list[str] = []
     # (a key of megabytes is no misspelling, and comparing it with each would take seconds)
-    close = difflib.get_close_matches(key, accepted, n=1, cutoff=0.6) if len(key) <= KEY_SHOWN else []
+    if len(key) <= KEY_SHOWN:
+        folded = key.strip().lower().replace("-", "_")
+        meant = folded if folded in accepted else KEY_SYNONYMS.get(folded)
+        if meant is None:
+            close = difflib.get_close_matches(folded, accepted, n=1, cutoff=0.6)
+        elif meant in accepted:
+            close = [meant]
+        # (else a key another scheduler uses for what is not taken here: the closest spelling would mislead)
     guess = f"did you mean '{close[0]}'? " if close else ""
     return f"{guess}accepted: {', '.join(accepted)}"
 
