@@ -3,6 +3,7 @@ that are never replaced, long scalars, bytes that are not UTF-8, and loops over 
 
 from __future__ import annotations
 
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -235,3 +236,17 @@ def test_validate_and_run_name_the_type_of_a_dependency_kind_that_is_no_word(tmp
         assert p.returncode == 2, p.stderr
         assert p.stderr.strip().splitlines() == said and "Traceback" not in p.stderr, p.stderr
     assert not sd.exists()
+
+
+# -- 7. long lists and long runs of blank lines: read in time in proportion ------------------------------------
+
+
+def test_an_upstream_listed_twice_at_the_end_of_a_long_fan_in_is_found_in_time_in_proportion() -> None:
+    # (each id was looked for among all the ids before it: 20,000 upstreams took seconds, 100,000 minutes)
+    ids = [f"j{i}" for i in range(20_000)]
+    text = ("name: p\njobs:\n" + "".join(f"  {j}: {{type: noop}}\n" for j in ids)
+            + f"  z: {{type: noop, depends_on: [{', '.join(ids)}, j19999]}}\n")
+    started = time.monotonic()
+    said = problems(text)
+    assert time.monotonic() - started < 2  # (in square time: 5 s and more)
+    assert said == ["plan.yaml:20003: job 'z': depends on 'j19999' more than once (list each upstream once)"]

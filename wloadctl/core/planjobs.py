@@ -606,7 +606,13 @@ class JobsReader:
 
     def report_twice(self, jid: str, line: int, names: list[str]) -> None:
         """Report the first upstream id that `names` lists twice."""
-        dup = next(n for i, n in enumerate(names) if n in names[:i])
+        # (a set, not the names before each: a fan-in of many thousands of upstreams is checked in one pass)
+        seen: set[str] = set()
+        dup = names[0]
+        for dup in names:
+            if dup in seen:
+                break
+            seen.add(dup)
         self.report(
             line,
             f"depends on '{dup}' more than once",
