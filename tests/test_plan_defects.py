@@ -250,3 +250,12 @@ def test_an_upstream_listed_twice_at_the_end_of_a_long_fan_in_is_found_in_time_i
     said = problems(text)
     assert time.monotonic() - started < 2  # (in square time: 5 s and more)
     assert said == ["plan.yaml:20003: job 'z': depends on 'j19999' more than once (list each upstream once)"]
+
+
+def test_an_item_listed_twice_at_the_end_of_a_long_for_each_is_found_in_time_in_proportion() -> None:
+    items = ", ".join(f"i{k}" for k in range(40_000))
+    started = time.monotonic()
+    said = problems(f"name: p\njobs:\n  a: {{command: 'echo {{item}}', for_each: [{items}, i39999]}}\n")
+    assert time.monotonic() - started < 2  # (in square time: half a minute)
+    assert said == ["plan.yaml:3: job 'a': for_each lists the item 'i39999' twice (each item makes one instance: "
+                    "list it once)"]

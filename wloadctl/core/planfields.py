@@ -589,7 +589,13 @@ class FieldReader:
                 raise FieldError(f"for_each items must be text or numbers, not {describe(item[0])}", item[1])
             items.append(str(item[0]))
         if len(set(items)) != len(items):
-            twice = next(x for k, x in enumerate(items) if x in items[:k])
+            # (a set, not the items before each: a list of many thousands is checked in one pass)
+            seen: set[str] = set()
+            twice = items[0]
+            for twice in items:
+                if twice in seen:
+                    break
+                seen.add(twice)
             raise FieldError(f"for_each lists the item {twice!r} twice", line,
                              "each item makes one instance: list it once")
         return tuple(items)
