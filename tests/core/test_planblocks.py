@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,17 @@ def test_chunks_cut_between_jobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     fast, slow, used = _both(monkeypatch, lambda: load_plan(path))
     assert used and fast[0] == "plan" and len(fast[1]) == 20000
     assert fast == slow
+
+
+def test_a_long_run_of_blank_lines_inside_a_job_is_read_in_time_in_proportion(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (each blank line looked ahead over all the ones after it: 10,000 of them took a minute and a half)
+    text = ("name: p\njobs:\n  a:\n    command: x\n" + "\n  # between\n   \n" * 2000
+            + "    sla: high\n  b:\n    command: y\n    depends_on: [a]\n    timout: 1\n")
+    started = time.monotonic()
+    fast, slow, used = _both(monkeypatch, lambda: load_plan_text(text, "p.yaml"))
+    assert time.monotonic() - started < 2  # (in square time: over ten seconds)
+    assert used and fast == slow
+    assert fast[1][0].startswith("p.yaml:6009: job 'b': unknown key 'timout'")
 
 
 def _lineless(plan: Plan) -> Plan:

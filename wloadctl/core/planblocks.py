@@ -272,8 +272,9 @@ class _BlockReader:
                 nxt = text[ahead : ahead + deep + 1]
                 if ahead >= end or (len(nxt) > deep and nxt[deep] != " "):
                     break
-                line += 1
-                pos = nl + 1
+                # All of them at once: looking ahead again from each would take time in the square of their count.
+                line += text.count("\n", pos, ahead)
+                pos = ahead
                 continue
             width = len(row) - len(row.lstrip(" "))
             if width <= deep:
