@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from wloadctl.core import planfile
+from wloadctl.core import planfile, planlines
 from wloadctl.core.plan import Plan
 from wloadctl.core.planfile import load_plan, load_plan_text
 from wloadctl.core.planlines import JobLines
@@ -148,6 +148,17 @@ def test_a_long_run_of_blank_lines_inside_a_job_is_read_in_time_in_proportion(mo
     assert time.monotonic() - started < 2  # (in square time: over ten seconds)
     assert used and fast == slow
     assert fast[1][0].startswith("p.yaml:6009: job 'b': unknown key 'timout'")
+
+
+def test_a_job_many_reads_long_is_read_in_time_in_proportion(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (the text held since the last whole job was searched and copied again at each read: a job of 400,000
+    # upstream lines took seconds more than its size; small reads show it at a small size)
+    monkeypatch.setattr(planlines, "_CHUNK", 256)
+    text = "name: p\njobs:\n  a:\n    command:\n" + "      - echo\n" * 20_000 + "  b:\n    command: x\n"
+    started = time.monotonic()
+    plan = load_plan_text(text)
+    assert time.monotonic() - started < 1  # (in square time: seconds)
+    assert plan.read_by_lines and len(plan.jobs["a"].command) == 20_000 and plan.jobs["b"].line == 20_005
 
 
 def _lineless(plan: Plan) -> Plan:

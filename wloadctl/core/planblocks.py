@@ -117,18 +117,30 @@ class _BlockReader:
         """Read every chunk of text (each ending at a line break but maybe the last)."""
         start = "\n" + self.indent
         skip = len(start)
-        tail = ""
+        # The text after the last cut, in pieces: it holds no line that starts a job (but maybe its last line
+        # break, whose next line was not read yet), so only its last `skip` characters (`edge`) and the new chunk
+        # are searched, and it is joined only once cut. (Searching and copying it whole at each chunk took time in
+        # the square of a job's length: a job of 400,000 upstreams took seconds.)
+        held: list[str] = []
+        edge = ""
         for chunk in chunks:
-            text = tail + chunk
+            window = edge + chunk
             # Cut after the last whole job: before the last line that starts one.
-            cut = text.rfind(start)
-            while cut >= 0 and (cut + skip >= len(text) or text[cut + skip] in " #\n"):
-                cut = text.rfind(start, 0, cut)
+            cut = window.rfind(start)
+            while cut >= 0 and (cut + skip >= len(window) or window[cut + skip] in " #\n"):
+                cut = window.rfind(start, 0, cut)
             if cut < 0:
-                tail = text
+                held.append(chunk)
+                edge = window[-skip:]
                 continue
+            held.append(chunk)
+            text = "".join(held)
+            cut += len(text) - len(window)
             self._text(text[: cut + 1])
-            tail = text[cut + 1 :]
+            rest = text[cut + 1 :]
+            held = [rest]
+            edge = rest[-skip:]
+        tail = "".join(held)
         if tail:
             self._text(tail if tail.endswith("\n") else tail + "\n")
         if not self.count:
