@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 
 from wloadctl.core.durations import (
@@ -71,18 +72,26 @@ def key_hint(key: str, accepted: tuple[str, ...]) -> str:
     Returns:
         "did you mean 'x'? accepted: a, b, c" (without the guess when none is close).
     """
-    close: list[str] = []
     # (a key of megabytes is no misspelling, and comparing it with each would take seconds)
-    if len(key) <= KEY_SHOWN:
-        folded = key.strip().lower().replace("-", "_")
-        meant = folded if folded in accepted else KEY_SYNONYMS.get(folded)
-        if meant is None:
-            close = difflib.get_close_matches(folded, accepted, n=1, cutoff=0.6)
-        elif meant in accepted:
-            close = [meant]
-        # (else a key another scheduler uses for what is not taken here: the closest spelling would mislead)
-    guess = f"did you mean '{close[0]}'? " if close else ""
+    meant = _meant_key(key, accepted) if len(key) <= KEY_SHOWN else None
+    guess = f"did you mean '{meant}'? " if meant else ""
     return f"{guess}accepted: {', '.join(accepted)}"
+
+
+@functools.lru_cache(maxsize=256)
+def _meant_key(key: str, accepted: tuple[str, ...]) -> str | None:
+    """The accepted key that `key` likely means, or None.
+
+    Kept for the keys asked last: a generator's misspelt key is in every job, and comparing it with each
+    accepted key again for each of 200,000 jobs took twenty seconds.
+    """
+    folded = key.strip().lower().replace("-", "_")
+    meant = folded if folded in accepted else KEY_SYNONYMS.get(folded)
+    if meant is None:
+        close = difflib.get_close_matches(folded, accepted, n=1, cutoff=0.6)
+        return close[0] if close else None
+    # (a key another scheduler uses for what is not taken here: the closest spelling would mislead)
+    return meant if meant in accepted else None
 
 
 def choice_hint(word: str, accepted: tuple[str, ...] | list[str]) -> str:
