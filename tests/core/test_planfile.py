@@ -349,6 +349,16 @@ def test_a_key_in_other_case_or_as_other_schedulers_name_it_is_told_its_name_her
         assert hint.startswith(f"did you mean '{meant}'?")
 
 
+@pytest.mark.parametrize(
+    "deps", ["\n      - a\n      -\n", " [a, '']\n", "\n      a: done\n      '': done\n"]
+)
+def test_an_empty_item_in_depends_on_is_said_to_be_empty_not_an_unknown_job(deps: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: p\njobs:\n  a: {command: x}\n  b:\n    command: y\n    depends_on:" + deps, "p.yaml")
+    (line,) = caught.value.lines()
+    assert line.startswith("p.yaml:") and "job 'b': depends_on lists an empty item (remove it" in line
+
+
 def test_a_wrong_command_is_not_also_reported_missing() -> None:
     messages = [p.message for p in problems_of(DATA / "bad" / "command_number.yaml")]
     assert not any("has no command" in m for m in messages)

@@ -249,6 +249,11 @@ def _resolve(jobs: JobsReader) -> None:
             up[pos] = i
             continue
         missing = True
+        if not name:
+            # (a `-` with nothing after it in a depends_on list, or ''): "unknown job ''" would name no mistake
+            jobs.report(where_line(where), "depends_on lists an empty item",
+                        "remove it, or write the id of the upstream job", job=jid)
+            continue
         hint = hints.get(name)
         if hint is None:
             hint = f"no job '{name}' in this plan"
