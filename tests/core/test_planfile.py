@@ -359,6 +359,15 @@ def test_an_empty_item_in_depends_on_is_said_to_be_empty_not_an_unknown_job(deps
     assert line.startswith("p.yaml:") and "job 'b': depends_on lists an empty item (remove it" in line
 
 
+@pytest.mark.parametrize("where", ["jobs:\n  a: {command: x, retries: {cout: 2}}\n",
+                                   "defaults: {retries: {cuont: 2}}\njobs:\n  a: {command: x}\n"])
+def test_a_misspelt_retries_count_is_one_line_not_also_a_missing_count(where: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: p\n" + where, "p.yaml")
+    (line,) = caught.value.lines()
+    assert "in retries (did you mean 'count'?" in line
+
+
 def test_a_wrong_command_is_not_also_reported_missing() -> None:
     messages = [p.message for p in problems_of(DATA / "bad" / "command_number.yaml")]
     assert not any("has no command" in m for m in messages)

@@ -19,6 +19,7 @@ from wloadctl.core.durations import (
 from wloadctl.core.outputcap import NO_CAP, SIZE_FORMS, parse_size
 from wloadctl.core.plan import DEFAULT_MAX_ITEMS, JOB_TYPES, NO_RETRY, DynamicItems, RetryPolicy
 from wloadctl.core.planvalues import (
+    KEY_SHOWN,
     FieldError,
     amounts,
     boolean,
@@ -28,6 +29,7 @@ from wloadctl.core.planvalues import (
     key_hint,
     key_text,
     mapping,
+    meant_key,
     number,
     text_of,
 )
@@ -346,6 +348,9 @@ class FieldReader:
                 )
             )
         if "count" not in fields:
+            if any(len(k) <= KEY_SHOWN and meant_key(k, RETRY_KEYS) == "count" for k in extra):
+                # (the misspelt count is told as such above: "needs a count" would be a second line for it)
+                return self.default_retry
             raise FieldError(
                 "retries needs a count",
                 entry[1],

@@ -73,14 +73,14 @@ def key_hint(key: str, accepted: tuple[str, ...]) -> str:
         "did you mean 'x'? accepted: a, b, c" (without the guess when none is close).
     """
     # (a key of megabytes is no misspelling, and comparing it with each would take seconds)
-    meant = _meant_key(key, accepted) if len(key) <= KEY_SHOWN else None
+    meant = meant_key(key, accepted) if len(key) <= KEY_SHOWN else None
     guess = f"did you mean '{meant}'? " if meant else ""
     return f"{guess}accepted: {', '.join(accepted)}"
 
 
 @functools.lru_cache(maxsize=256)
-def _meant_key(key: str, accepted: tuple[str, ...]) -> str | None:
-    """The accepted key that `key` likely means, or None.
+def meant_key(key: str, accepted: tuple[str, ...]) -> str | None:
+    """The accepted key that `key` (at most KEY_SHOWN long) likely means, or None.
 
     Kept for the keys asked last: a generator's misspelt key is in every job, and comparing it with each
     accepted key again for each of 200,000 jobs took twenty seconds.
