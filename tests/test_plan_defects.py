@@ -127,6 +127,17 @@ def test_a_long_description_on_its_own_line_takes_memory_in_proportion() -> None
     assert peak < 20 * size  # the text, its bytes and a few copies; not hundreds of bytes a character
 
 
+@pytest.mark.parametrize(("where", "said"), [
+    ("jobs:\n  b: {command: x, depends_on: [LONG]}\n", "plan.yaml:3: job 'b': depends on unknown job 'aaaa"),
+    ("jobs:\n  b: {command: x, sla: LONG}\n", "plan.yaml:3: job 'b': unknown SLA tier 'aaaa"),
+    ("timezone: LONG\njobs:\n  b: {command: x}\n", "plan.yaml:2: unknown time zone 'aaaa"),
+])
+def test_a_long_value_refused_is_clipped_in_its_line(where: str, said: str) -> None:
+    # (the value was quoted whole: a value of 100,000 characters made a line of 100,000 characters)
+    (line,) = problems("name: p\n" + where.replace("LONG", "a" * 100_000))
+    assert line.startswith(said) and "a" * 60 + "...(100000 characters)'" in line and len(line) < 300
+
+
 def test_running_out_of_memory_while_loading_is_one_line_naming_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
     def exhausted(*_args: object, **_kw: object) -> None:
         raise MemoryError

@@ -8,6 +8,7 @@ import gc
 import hashlib
 import io
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +59,11 @@ from wloadctl.errors import PlanError, WloadError
 
 MAX_PROBLEMS = 1000
 """Problems listed in full; past this, one closing line counts the ones left out."""
+
+_LONG_LINE = 500
+"""A problem's line longer than this echoes a long value of the plan: its long quoted parts are clipped."""
+_QUOTED = re.compile(r"'([^'\n]{81,})'")
+"""A quoted part of a message too long to show whole."""
 
 _BLANK = JobSpec(id="", command=None)
 _SETTINGS = ("defaults", "resources")
@@ -211,7 +217,7 @@ def _load(source: Callable[[], Any], digest: Any, path: str) -> Plan:
     if problems or plan is None:
         if not problems:
             problems = [WloadError("the plan could not be read", file=path)]
-        shown = sorted(problems, key=lambda p: p.line or 0)[:MAX_PROBLEMS]
+        shown = [_shortened(p) for p in sorted(problems, key=lambda p: p.line or 0)[:MAX_PROBLEMS]]
         more = max(0, len(problems) - MAX_PROBLEMS)
         if more:
             shown.append(WloadError(f"{more} more problems not shown", file=path))
@@ -224,6 +230,22 @@ def _load(source: Callable[[], Any], digest: Any, path: str) -> Plan:
         )
     plan = dataclasses.replace(plan, digest=digest.hexdigest(), read_by_lines=by_lines)
     return expand_for_each(plan) if any(j.for_each is not None for j in plan.jobs.values()) else plan
+
+
+def _shortened(problem: WloadError) -> WloadError:
+    """`problem`, with each long quoted value clipped as `describe` clips text when its line would be long.
+
+    Most messages quote the value they refuse ('unknown SLA tier ...', 'depends on unknown job ...'): a value of
+    megabytes made a line of megabytes, which no one reads and which floods a terminal or a log.
+    """
+    if len(problem.one_line()) > _LONG_LINE:
+        def clip(m: re.Match[str]) -> str:
+            return f"'{m[1][:60]}...({len(m[1])} characters)'"
+
+        problem.message = _QUOTED.sub(clip, problem.message)
+        if problem.hint is not None:
+            problem.hint = _QUOTED.sub(clip, problem.hint)
+    return problem
 
 
 class _PlanBuilder:
