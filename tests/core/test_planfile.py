@@ -1096,3 +1096,13 @@ def test_yaml_the_reader_cannot_read_is_told_once_not_again_by_what_was_to_come_
         load_plan_text(text)
     lines = e.value.lines()
     assert len(lines) == 1 and said in lines[0], lines
+
+
+@pytest.mark.parametrize("jobs", ["  -rf:\n    command: x\n  b: {command: y, depends_on: [-rf]}\n",
+                                  "  a-b: {command: x}\n  '-x': {command: y}\n"])
+def test_a_job_id_starting_with_a_dash_is_refused_as_a_command_line_would_read_it_as_an_option(jobs: str) -> None:
+    with pytest.raises(PlanError) as caught:
+        load_plan_text("name: p\njobs:\n" + jobs, "p.yaml")
+    (line,) = caught.value.lines()
+    assert line.startswith("p.yaml:") and "is not a valid job id: it starts with '-'" in line
+    load_plan_text("name: p\njobs:\n  a-b: {command: x}\n  _x: {command: y}\n  x-: {command: z}\n", "p.yaml")

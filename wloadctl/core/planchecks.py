@@ -438,7 +438,8 @@ def _check_ids(jobs: JobsReader) -> None:
     ids = jobs.ids
     joined = " ".join(ids)
     if _ALL_IDS.fullmatch(joined) and joined.count(" ") == len(ids) - 1 and max(map(len, ids), default=0) <= \
-            JOB_ID_MAX and "." not in jobs.jobs and ".." not in jobs.jobs:
+            JOB_ID_MAX and "." not in jobs.jobs and ".." not in jobs.jobs and not joined.startswith("-") and \
+            " -" not in joined:
         return
     for jid in ids:
         if not JOB_ID.fullmatch(jid):
@@ -454,6 +455,11 @@ def _check_ids(jobs: JobsReader) -> None:
         elif jid in (".", ".."):
             jobs.report(jobs.jobs[jid].line, f"'{jid}' is not a valid job id",
                         "an id names the job's files, and this one names a folder: add a letter or a digit", job=jid)
+        elif jid.startswith("-"):
+            # (`wloadctl hold -x` reads it as an option, and a file named `-x` is one to `rm` or `tail`)
+            jobs.report(jobs.jobs[jid].line, f"'{jid}' is not a valid job id: it starts with '-'",
+                        "a command line would take it for an option: start it with a letter, a digit or '_'",
+                        job=jid)
         elif len(jid) > JOB_ID_MAX:
             jobs.report(jobs.jobs[jid].line, f"the job id is {len(jid)} characters long",
                         f"at most {JOB_ID_MAX}: an id names the job's files", job=jid[:40] + "...")
