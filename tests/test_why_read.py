@@ -321,3 +321,32 @@ def test_a_loop_over_a_list_reads_as_a_loop_its_instances_unended_refuse_hold_sk
     r.stop("succeeded")
     said, full = asked(state_dir)
     assert said == full and said["reasons"][0].endswith("(a for_each over [emea, amer])"), said
+
+
+def test_status_says_the_time_left_of_a_retry_delay_as_why_does_not_the_delay_it_was_given(state_dir: Path) -> None:
+    # Given a stopped run whose job failed 5 s ago and waits 60 s (backoff and jitter aside) for its retry
+    t0 = time.time() - 5.0
+    r = Journaled(state_dir, make_plan({"flaky": {"retry": RetryPolicy(count=2, delay=60.0)}}))
+    r.end("flaky", 1, now=t0)
+    given = r.core.reasons[0]
+    delay = float(given.rsplit(" in ", 1)[1].rstrip("s"))
+    r.stop("interrupted")
+    with RunClient(state_dir) as c:
+        # When status, --at a moment of the wait, and why are read
+        job = c.status()["jobs"][0]
+        then = c.status_at(t0 + 1.0)["jobs"][0]
+        why = c._why_read({"jobs": ["flaky"], "user": "ann", "reason": ""})
+    # Then status gives the time left now (the figure why gives), not the delay journaled 5 s ago
+    assert why is not None
+    ready = next(line for line in why["why"][0]["reasons"] if "becomes READY" in line)
+    left = float(ready.rsplit("becomes READY in ", 1)[1].rstrip("s"))
+    said = job["reason"]
+    assert said.startswith("exit status 1; retry 1/2 in ") and said != given, said
+    assert abs(float(said.rsplit(" in ", 1)[1].rstrip("s")) - left) <= 0.2, (said, ready)
+    assert abs(job["retry_due"] - (t0 + delay)) < 0.01
+    # and --at a moment gives the time left at that moment
+    assert then["reason"] == f"exit status 1; retry 1/2 in {delay - 1.0:.1f}s", then
+    # and once the delay is over it says the retry is due
+    with RunClient(state_dir) as c:
+        late = c.status_at(t0 + delay + 1.0)["jobs"][0]
+    assert late["reason"] == "exit status 1; retry 1/2 due now", late

@@ -34,6 +34,7 @@ from wloadctl.ipc.naming import ROLE_BOARD, ROLE_EXECUTORS, object_name
 from wloadctl.ipc.shm import ExecutorBoard, StateBoard
 from wloadctl.procs.health import pid_alive
 from wloadctl.runplan import run_plan
+from wloadctl.whyread import retry_now
 
 __all__ = ["RunClient", "node_label", "pid_alive", "resolve_state_dir", "run_plan", "state_dir_for_plan"]
 from wloadctl.paths import ids_path, log_path, named_state_dir, read_ids, read_journal_note, refuse_non_directory
@@ -281,6 +282,7 @@ class RunClient:
                         if row is not None:
                             job.update(attempt=row[1], exit_code=row[3], started=row[4], ended=row[5],
                                        reason=row[6])
+                    retry_now(self.store, self.run.id, dict(zip(found, jobs, strict=True)), time.time())
         else:
             counts = {names[s]: n for s, n in self.store.state_counts(self.run.id)}
             if with_jobs:
@@ -288,6 +290,7 @@ class RunClient:
                                            limit=limit)
                 jobs = [{"job": r[1], "state": names[r[2]], "attempt": r[3], "exit_code": r[5],
                          "started": r[6], "ended": r[7], "reason": r[8]} for r in rows]
+                retry_now(self.store, self.run.id, {r[0]: j for r, j in zip(rows, jobs, strict=True)}, time.time())
         holding = live and h is not None and is_holding(h.counts)
         beat_age = round(max(0.0, time.time() - h.beat), 3) if live and h is not None else None
         return {

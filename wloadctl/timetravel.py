@@ -17,6 +17,7 @@ from wloadctl.core.durations import MAX_DURATION
 from wloadctl.core.sla import host_zone, wall_instant
 from wloadctl.core.states import JobState
 from wloadctl.errors import UsageError
+from wloadctl.whyread import retry_now
 
 if TYPE_CHECKING:
     from wloadctl.store import RunRow, Store
@@ -135,6 +136,8 @@ def status_at(store: Store, run: RunRow, when: float, ids: list[str], tz: str | 
         counts[name] = counts.get(name, 0) + 1
         jobs.append({"job": jid, "state": name, "attempt": attempt, "exit_code": code, "started": started,
                      "ended": ended, "reason": reason})
+    # (a job waiting for its retry at `when` says the time it had left then: whyread.retry_now)
+    retry_now(store, run.id, dict(enumerate(jobs)), when)
     before = when < run.started
     after_end = run.ended is not None and when > run.ended
     return {"run": run.run_id, "plan": run.plan_name, "business_date": run.business_date, "at": round(when, 3),

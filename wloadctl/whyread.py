@@ -8,6 +8,9 @@ transition and no reason is read, else their rows through the turn index), the c
 READY job, and the facts the run's scheduler kept of its plan (store/facts.py). core/whyview.py
 makes of them the part of a core that core/explain.py reads, so the answer is the one the rebuilt
 core gives.
+
+It also says, for `status` and `status --at`, how long a job waiting for its retry still waits (retry_now), as
+`why` says it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from wloadctl.core.explain import why as explain
 from wloadctl.core.plan import JobSpec
 from wloadctl.core.sla import instant
 from wloadctl.core.states import JobState
-from wloadctl.core.timers import retry_due_journaled
+from wloadctl.core.timers import retry_due_journaled, retry_reason_at
 from wloadctl.core.whyview import JobSight, JobView
 from wloadctl.store import RunRow, Store
 
@@ -109,3 +112,25 @@ def _found(states: bytearray, state: int) -> list[int]:
         out.append(k)
         k = states.find(state, k + 1)
     return out
+
+
+def retry_now(store: Store, run: int, jobs: dict[int, dict[str, Any]], now: float) -> None:
+    """Say of each job waiting for its retry when it runs again, as seen at `now` (`why` says the same): its
+    reason gets the time left in place of the delay it was journaled with (core/timers.py retry_reason_at),
+    and `retry_due` the moment it is due (None: the journal does not say). One read of the journal for them all.
+
+    Args:
+        store: the run's journal.
+        run: the run's key.
+        jobs: job rows as `status --json` gives them, by job index (changed in place).
+        now: the moment the rows are of (`status --at` passes its moment).
+    """
+    waiting = [i for i, j in jobs.items() if j["state"] == "RETRY_WAIT"]
+    if not waiting:
+        return
+    for i, moves in store.transitions_of_jobs(run, waiting).items():
+        due = retry_due_journaled(t for t in moves if t[3] <= now)
+        job = jobs[i]
+        job["retry_due"] = due
+        if job.get("reason"):
+            job["reason"] = retry_reason_at(job["reason"], due, now)

@@ -10,6 +10,7 @@ from wloadctl.core.critical import rank_of
 from wloadctl.core.durations import format_duration
 from wloadctl.core.holding import HOST_CPU, HOST_UNLIMITED, LOCAL_PLACE
 from wloadctl.core.states import JobState, SlaTier
+from wloadctl.core.timers import retry_left
 from wloadctl.core.verbs import (
     ITERATING,
     MUTATING_OFFLINE,
@@ -111,9 +112,10 @@ def why(core: SchedulerCore | JobView, i: int, now: float, stopped: str | None =
         if stopped is not None:
             reasons.append(stopped)
         due = core.timers.retry_due.get(i)
-        left = f" in {max(0.0, due - now):.1f}s" if due else ""
-        reasons.append(f"in retry delay after attempt {core.attempt[i]}: {core.reasons.get(i, '')}; "
-                       f"becomes READY{left}")
+        # (the time left as `status` gives it: core/timers.py retry_left, "in 5.7s" or "due now")
+        left = retry_left(due, now) if due else ""
+        ready = f"becomes READY {left}" if left.startswith("in ") else "becomes READY" + (left and f" ({left})")
+        reasons.append(f"in retry delay after attempt {core.attempt[i]}: {core.reasons.get(i, '')}; {ready}")
     elif st == S.QUEUED and stopped is not None:
         reasons.append(stopped)  # no executor takes it before a scheduler runs the run again
     elif st == S.QUEUED and i in (following := getattr(core, "following", {})):

@@ -26,7 +26,7 @@ TIER_RETRY_FACTOR: dict[SlaTier, float] = {
 """Retry delays are multiplied by the job's tier factor: urgent work is retried sooner."""
 
 
-_RETRY_IN = re.compile(r"; retry \d+/\d+ in (\d+(?:\.\d+)?)s$")
+_RETRY_IN = re.compile(r"; retry \d+/\d+ (in (\d+(?:\.\d+)?)s)$")
 """The end of a RETRY_WAIT transition's reason (retry_reason): the delay it waits."""
 
 
@@ -47,8 +47,37 @@ def retry_due_journaled(transitions: Iterable[tuple]) -> float | None:
     for t in transitions:
         if t[1] == S.RETRY_WAIT:
             m = _RETRY_IN.search(t[6] or "")
-            due = t[3] + float(m.group(1)) if m else None
+            due = t[3] + float(m.group(2)) if m else None
     return due
+
+
+def retry_left(due: float, now: float) -> str:
+    """When a job in RETRY_WAIT becomes READY, seen at `now`, as `why` and `status` both say it: "in 5.7s"
+    while its delay runs, "due now" once it is over (it becomes READY at its scheduler's next turn, or when a
+    scheduler runs the run again).
+
+    Args:
+        due: when its delay ends (epoch seconds).
+        now: the moment it is seen at.
+    """
+    left = due - now
+    return f"in {left:.1f}s" if left >= 0.05 else "due now"
+
+
+def retry_reason_at(reason: str, due: float | None, now: float) -> str:
+    """A RETRY_WAIT reason (retry_reason) as it stands at `now`: the time left (retry_left) in place of the
+    delay it was given when it was journaled, "exit status 1; retry 2/2 in 10.7s" becoming "... in 5.7s" five
+    seconds on. The reason as given when it names no delay or `due` is None (the journal does not say).
+
+    Args:
+        reason: the reason journaled with the job's move to RETRY_WAIT.
+        due: when its delay ends (retry_due_journaled).
+        now: the moment it is seen at.
+    """
+    m = _RETRY_IN.search(reason)
+    if m is None or due is None:
+        return reason
+    return reason[: m.start(1)] + retry_left(due, now)
 
 
 class Timers:
