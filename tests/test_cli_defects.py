@@ -20,6 +20,7 @@ import yaml
 from tests.integration.helpers import ENV, cli, job_states, read_evidence, status, stop_proc, wait_for
 from wloadctl.core.calendar import HORIZON, business_date_of, next_triggers
 from wloadctl.core.plan import Schedule
+from wloadctl.pipeview import WIDTH, render
 
 NY = "America/New_York"
 EVERY_DAY = (0, 1, 2, 3, 4, 5, 6)
@@ -531,3 +532,31 @@ def test_status_at_a_blank_moment_is_refused_not_read_as_the_live_status(tmp_pat
     got = cli("status", "--state-dir", str(tmp_path / "none"), "--at", at)
     assert got.returncode == 2 and got.stdout == "", got.stdout
     assert got.stderr.count("\n") == 1 and f"argument --at: {at!r} names no moment" in got.stderr, got.stderr
+
+
+def test_every_line_of_top_fits_76_columns_with_large_figures_and_keeps_them() -> None:
+    # Given a busy run's pipeline figures: slow percentiles, millions of samples, thousands per second
+    slow = {"p50": 0.9999, "p99": 99.99, "n": 12_345_678}
+    started = {"started": 12_345_678, "started_per_s": 12_345.6, "dispatch_to_start": {"p50": 0.0002, "p99": 99.99}}
+    view = {"run": "20261208-012538-8cc55a", "live": True, "scheduler_pid": 4_194_304, "epoch": 12, "age": 12.3,
+            "stale": True, "scheduler_host": None,
+            "queues": {"request": {"depth": 999, "max": 999, "batches_per_s": 12_345.6, "backlog": 1_234_567},
+                       "response": {"depth": 999, "max": 999, "batches_per_s": 12_345.6}},
+            "arena": {"used": 1023 << 20, "capacity": 1 << 30, "live": 1_234_567},
+            "latency": {"ready_to_dispatch": slow, "finish_to_dependent_start": slow},
+            "journal": {"commit": slow, "commits_per_s": 98_765.4, "rows_per_commit": 4096.0},
+            "loop": {"turn": slow, "turns_per_s": 12_345.6},
+            "executors": [{"executor": 15, "pid": 4_194_304, "health": "stalled", "running": 1024, "slots": 1024,
+                           **started}],
+            "agents": [{"agent": "build-host-7", "state": "SUSPECT", "slots_used": 1024, "slots": 1024,
+                        "jobs_held": 12_345, "load1": 12.34, **started}]}
+    # When they are rendered for `top` and the console's pipeline pane
+    lines = render(view)
+    # Then every line fits the pane's 76 columns
+    assert all(len(line) <= WIDTH for line in lines), [(len(line), line) for line in lines if len(line) > WIDTH]
+    # and the journal's line still says its percentiles, samples, commits per second and rows per commit
+    journal = next(line for line in lines if line.startswith("journal commit"))
+    assert journal.split()[2:] == ["p50", "999.9ms", "p99", "99.99s", "n", "12.3M", "99k/s,", "4096", "rows/commit"]
+    assert lines[1] == "  (live, pid 4194304, epoch 12; figures 12.3s old, STALE)", lines
+    assert lines[-1].split() == ["build-host-7", "SUSPECT", "1024/1024", "12345", "12.34", "12.3M", "12k",
+                                 "0.2ms/99.99s"], lines

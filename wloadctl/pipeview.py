@@ -91,16 +91,39 @@ def pipeline_view(client: RunReader, now: float | None = None) -> dict[str, Any]
     }
 
 
+WIDTH = 76
+"""Columns every line of the figures fits, large counts too (but the first, naming the scheduler's host): `top` at
+80 columns and the console's pipeline pane, 76 inside its border."""
+
+
 def _ms(v: float | None) -> str:
-    """Seconds as milliseconds, or '-'."""
+    """Seconds as milliseconds below one, else seconds ('-': none); at most 7 characters below 10,000 s."""
     if v is None:
         return "-"
-    return f"{v * 1000:.1f}ms" if v < 10 else f"{v:.1f}s"
+    return f"{v * 1000:.1f}ms" if v < 0.99995 else f"{v:.2f}s" if v < 100 else f"{v:.0f}s"
 
 
-def _pct(s: dict[str, Any] | None) -> str:
+def _count(n: int) -> str:
+    """A count in at most 5 characters: exact below 100,000, else in thousands (k) or millions (M)."""
+    if n < 100_000:
+        return str(n)
+    return f"{n / 1000:.0f}k" if n < 999_500 else f"{n / 1e6:.1f}M"
+
+
+def _rate(v: float) -> str:
+    """A rate or mean in at most 4 characters: one decimal below 100, whole below 10,000, else k or M."""
+    if v < 100:
+        return f"{v:.1f}"
+    if v < 10_000:
+        return f"{v:.0f}"
+    return f"{v / 1000:.0f}k" if v < 999_500 else f"{v / 1e6:.1f}M"
+
+
+def _pct(label: str, s: dict[str, Any] | None, more: str) -> str:
+    """A latency's line: its label, p50, p99 and samples (51 columns), then `more` (at most 24)."""
     s = s or {}
-    return f"p50 {_ms(s.get('p50')):>8}  p99 {_ms(s.get('p99')):>8}  n {s.get('n', 0)}"
+    return (f"{label:<19}p50 {_ms(s.get('p50')):>7} p99 {_ms(s.get('p99')):>7} n {_count(s.get('n', 0)):<5}  "
+            f"{more}").rstrip()
 
 
 def _size(b: int | None) -> str:
@@ -117,12 +140,13 @@ def _size(b: int | None) -> str:
 
 def render(view: dict[str, Any]) -> list[str]:
     """The view as lines of text (the same lines in `top` and the console's pane)."""
-    # At most 80 columns with a run id's 22 characters and a 7-digit pid: the first line of `top` fits a terminal.
     host = view.get("scheduler_host")
     on = f" on {host}" if host else ""
     live = f"live, pid {view['scheduler_pid']}{on}, epoch {view['epoch']}" if view["live"] else "not live"
     age = "no figures yet" if view["age"] is None else f"figures {view['age']:.1f}s old"
-    lines = [f"run {view['run']}  ({live}; {age}{', STALE' if view['stale'] and view['live'] else ''})"]
+    head, said = f"run {view['run']}", f"({live}; {age}{', STALE' if view['stale'] and view['live'] else ''})"
+    # (a run id's 22 characters, a 7-digit pid and a stale age fit 76 but for a host's name: then two lines)
+    lines = [f"{head}  {said}"] if len(head) + 2 + len(said) <= WIDTH else [head, f"  {said}"]
     if view.get("from_journal"):
         until = time.strftime("%H:%M:%S", time.localtime(view["lease_until"]))
         lines.append(f"scheduler on {host}: read from the journal (lease until {until})")
@@ -141,15 +165,15 @@ def render(view: dict[str, Any]) -> list[str]:
                      f"({100.0 * (a.get('used') or 0) / cap:.1f}%), {a.get('live', 0)} payload(s)")
     lat = view.get("latency") or {}
     if lat:
-        lines.append(f"ready->dispatch       {_pct(lat.get('ready_to_dispatch'))}   (last minute)")
-        lines.append(f"finish->dep. start    {_pct(lat.get('finish_to_dependent_start'))}")
+        lines.append(_pct("ready->dispatch", lat.get("ready_to_dispatch"), "(last minute)"))
+        lines.append(_pct("finish->dep. start", lat.get("finish_to_dependent_start"), ""))
     j = view.get("journal") or {}
     if j:
-        lines.append(f"journal commit        {_pct(j.get('commit'))}   {j.get('commits_per_s', 0.0):.1f}/s, "
-                     f"{j.get('rows_per_commit', 0.0):.1f} rows/commit")
+        lines.append(_pct("journal commit", j.get("commit"), f"{_rate(j.get('commits_per_s', 0.0))}/s, "
+                          f"{_rate(j.get('rows_per_commit', 0.0))} rows/commit"))
     lp = view.get("loop") or {}
     if lp:
-        lines.append(f"loop turn             {_pct(lp.get('turn'))}   {lp.get('turns_per_s', 0.0):.1f} turns/s")
+        lines.append(_pct("loop turn", lp.get("turn"), f"{_rate(lp.get('turns_per_s', 0.0))} turns/s"))
     if view["executors"]:
         lines.append("EX  PID      HEALTH   RUN/SLOTS  STARTED  START/S  DISPATCH->START p50/p99")
         for e in view["executors"]:
@@ -157,11 +181,12 @@ def render(view: dict[str, Any]) -> list[str]:
             lines.append(f"{e['executor']:<3} {e['pid']:<8} {e['health']:<8} {e['running']:>4}/{e['slots']:<5} "
                          f"{e['started']:>8} {e['started_per_s']:>8.1f}  {_ms(d.get('p50'))}/{_ms(d.get('p99'))}")
     if view["agents"]:
-        lines.append("AGENT            STATE    RUN/SLOTS  HOLDS  LOAD   STARTED  START/S  DISPATCH->START p50/p99")
+        # (a name past 12 characters pushes its row on rather than lose its end)
+        lines.append("AGENT        STATE   RUN/SLOTS HOLDS  LOAD STARTED START/S D->START p50/p99")
         for g in view["agents"]:
             d = g.get("dispatch_to_start") or {}
-            lines.append(f"{g.get('agent', '?')!s:<16} {g.get('state', '?')!s:<8} "
-                         f"{g.get('slots_used', 0):>4}/{g.get('slots', 0):<5} {g.get('jobs_held', 0):>5}  "
-                         f"{float(g.get('load1', 0.0)):<5.2f} {g.get('started', 0):>8} "
-                         f"{float(g.get('started_per_s', 0.0)):>8.1f}  {_ms(d.get('p50'))}/{_ms(d.get('p99'))}")
+            lines.append(f"{g.get('agent', '?')!s:<12} {g.get('state', '?')!s:<7} "
+                         f"{g.get('slots_used', 0):>4}/{g.get('slots', 0):<4} {_count(g.get('jobs_held', 0)):>5} "
+                         f"{float(g.get('load1', 0.0)):>5.2f} {_count(g.get('started', 0)):>7} "
+                         f"{_rate(float(g.get('started_per_s', 0.0))):>7} {_ms(d.get('p50'))}/{_ms(d.get('p99'))}")
     return lines

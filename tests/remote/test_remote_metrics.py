@@ -48,7 +48,7 @@ def test_an_agent_and_its_scheduler_serve_metrics_of_the_remote_job(tmp_path: Pa
         row = wait_for(agent_row, timeout=30, what="the agent's figures in top")
         assert row["dispatch_to_start"]["n"] == 1 and row["dispatch_to_start"]["p50"] is not None, row
         text = cli("top", "--state-dir", str(tmp_path / "sd")).stdout
-        assert "DISPATCH->START" in text.split("AGENT", 1)[1] and "m1" in text, text
+        assert "D->START p50/p99" in text.split("AGENT", 1)[1] and "m1" in text, text
         gate.touch()
         stdout, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 0, stderr

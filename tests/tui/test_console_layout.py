@@ -378,7 +378,9 @@ class PipelineClient(console_fakes.FakeClient):
 
     def pipeline(self) -> dict[str, Any]:
         stats = {"p50": 0.0002, "p99": 0.0086, "n": 50}
+        # (its scheduler's host named so long that its line is wider than the pane)
         return {"run": self.run.run_id, "live": True, "scheduler_pid": 4242, "epoch": 1, "age": 0.1,
+                "scheduler_host": "scheduler-7.batch-cluster-north.datacenter-2.example.org",
                 "stale": False, "queues": {"request": {"depth": 0, "max": 2, "batches_per_s": 0.1, "backlog": 0},
                                            "response": {"depth": 0, "max": 2, "batches_per_s": 0.3}},
                 "arena": {"used": 0, "capacity": 16 << 20, "live": 0},
@@ -396,10 +398,10 @@ async def test_the_pipeline_pane_cuts_a_line_too_wide_for_it_rather_than_wrappin
                        what="the pipeline figures")
         await pilot.pause()
         lines = [line.strip("| ") for line in screen_text(app).splitlines()]
-        journal = next(line for line in lines if line.startswith("journal commit"))
-        # The figures' line wider than the pane ends in the cut mark; nothing of it wraps to a line of its own
-        assert journal.endswith("~"), journal
-        assert lines[lines.index(journal) + 1].startswith("loop turn"), lines
+        said = next(line for line in lines if line.startswith("(live, pid 4242 on scheduler-7"))
+        # The line wider than the pane ends in the cut mark; nothing of it wraps to a line of its own
+        assert said.endswith("~"), said
+        assert lines[lines.index(said) + 1].startswith("request queue"), lines
 
 
 class LongWhyClient(console_fakes.FakeClient):
