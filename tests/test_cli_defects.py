@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.integration.helpers import ENV, cli, job_states, read_evidence, status, stop_proc, wait_for
+from wloadctl.cli_show import NOT_RESPONDING_EXIT, status_exit
 from wloadctl.core.calendar import HORIZON, business_date_of, next_triggers
 from wloadctl.core.plan import Schedule
 from wloadctl.pipeview import WIDTH, render
@@ -560,3 +561,13 @@ def test_every_line_of_top_fits_76_columns_with_large_figures_and_keeps_them() -
     assert lines[1] == "  (live, pid 4194304, epoch 12; figures 12.3s old, STALE)", lines
     assert lines[-1].split() == ["build-host-7", "SUSPECT", "1024/1024", "12345", "12.34", "12.3M", "12k",
                                  "0.2ms/99.99s"], lines
+
+
+def test_status_of_a_live_run_whose_scheduler_does_not_respond_exits_3_in_every_form() -> None:
+    # (the status --json a SIGSTOPped scheduler's run gives: live, its beat past its lease)
+    live = {"live": True, "status": "running", "counts": {"RUNNING": 1, "FAILED": 1}, "responding": True}
+    assert status_exit(live) == 0
+    assert status_exit({**live, "responding": False}) == NOT_RESPONDING_EXIT == 3
+    # a run not going on has no scheduler to judge: its outcome says, as before
+    ended = {"live": False, "status": "finished", "counts": {"FAILED": 1}, "responding": None}
+    assert status_exit(ended) == 1 and status_exit({**ended, "counts": {"SUCCEEDED": 1}}) == 0

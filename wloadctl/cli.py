@@ -361,7 +361,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--slots", type=_workers, default=0)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("status", help="state of a run, live or finished")
+    p = sub.add_parser("status", help="state of a run, live or finished",
+                       epilog="exit 1 when the run is not going on and a job failed, timed out or is upstream-failed, "
+                       "or it was cancelled or ended holding; 3 when its scheduler is NOT RESPONDING (stopped or "
+                       "hung) or the journal cannot be read; else 0 (--json and --at too)")
     _state_dir_arg(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--all", action="store_true", help="list every job, not only the unfinished and failed")

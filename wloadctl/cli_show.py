@@ -30,10 +30,18 @@ HELD_SHOWN = 10
 """Held jobs the held line of `status` names (the job lines below it list them, --json's `held` the first 50)."""
 
 
+NOT_RESPONDING_EXIT = 3
+"""`status` of a live run whose scheduler does not respond (stopped or hung): the runtime failure's code, as a
+status that cannot read the journal and a verb the scheduler does not answer exit."""
+
+
 def status_exit(st: dict[str, Any]) -> int:
     """The exit code of `status` in every form (text, --json, --at), from the run's status as `status --json`
     gives it: 1 when the run is not going on (finished, interrupted) and a job FAILED, TIMED_OUT or was
-    UPSTREAM_FAILED, or it was cancelled or ended holding (as `run` exits), else 0."""
+    UPSTREAM_FAILED, or it was cancelled or ended holding (as `run` exits); 3 (NOT_RESPONDING_EXIT) when it is
+    going on but its scheduler does not respond (its beat is older than its lease allows); else 0."""
+    if st.get("responding") is False:
+        return NOT_RESPONDING_EXIT
     return 1 if not st["live"] and (any(st["counts"].get(b) for b in _BAD) or st.get("status") in _ENDED_SHORT) \
         else 0
 

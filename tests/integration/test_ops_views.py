@@ -177,8 +177,10 @@ def test_status_says_when_a_live_scheduler_stops_responding_and_when_it_is_back(
         # Then status says so, with the age of its last beat, past its lease, in JSON and in text
         assert frozen["live"] and frozen["scheduler_beat_age"] >= 3.0
         assert frozen["lease_until"] < time.time()
-        text = cli("status", "--state-dir", str(sd), timeout=30).stdout.splitlines()[0]
+        said = cli("status", "--state-dir", str(sd), timeout=30)
+        text = said.stdout.splitlines()[0]
         assert f"NOT RESPONDING: scheduler pid {p.pid}, epoch 1, last beat " in text, text
+        assert said.returncode == 3, said  # (as a status that cannot read the journal exits)
         assert "s ago (stopped or hung; counts are as of then)" in text and "(live" not in text, text
         # And once it goes on, it is live and responding again
         os.kill(p.pid, signal.SIGCONT)
