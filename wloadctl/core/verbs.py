@@ -41,7 +41,9 @@ class VerbTarget(Protocol):
     timers: Timers
     holds: dict[int, str]
     forcing: dict[int, Forced]
-    counts: array[int]
+    @property
+    def counts(self) -> Sequence[int]:
+        """Jobs in each state, by state value (read only here)."""
 
     @property
     def index(self) -> Mapping[str, int]:
