@@ -273,7 +273,7 @@ def test_logs_json_gives_the_attempt_its_file_and_its_output(tmp_path: Path, no_
     assert p.returncode == 0 and json.loads(p.stdout)["note"] == "printed nothing" and p.stderr == "", p.stderr
     # Usage errors name the command, as its other ones do
     for extra, said in ((["--json", "--follow"], "argument --follow/-f: not allowed with argument --json"),
-                        (["--jsn"], "unrecognized arguments: --jsn")):
+                        (["--jsn"], "unrecognized arguments: --jsn; did you mean --json?")):
         p = cli("logs", "talk", "--state-dir", sd, *extra)
         assert (p.returncode, p.stderr) == (2, f"wloadctl logs: error: {said} (see `wloadctl logs --help`)\n")
 
