@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from array import array
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -41,6 +42,10 @@ class VerbTarget(Protocol):
     timers: Timers
     holds: dict[int, str]
     forcing: dict[int, Forced]
+    down: array[int]
+    down_start: array[int]
+    _tx: list[tuple]
+
     @property
     def counts(self) -> Sequence[int]:
         """Jobs in each state, by state value (read only here)."""
@@ -291,6 +296,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         return Reply(verb, [(i, False, f"the run is cancelled: nothing new starts in it, so '{core.ids[i]}' would "
                                        f"not run; once the run has ended, `wloadctl rerun {core.ids[i]}` and "
                                        "`wloadctl resume` run it") for i in ev.jobs])
+    walks = Walks(core)
     reset: set[int] = set()  # the jobs in `touched[:counted]`
     counted = 0
     order = list(ev.jobs)
@@ -311,7 +317,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
             results.append((i, True, f"job '{core.ids[i]}' goes again with this {verb}: now {st.name}"))
             continue
         if i in core.fanout.expanded and verb in _LOOP_VERBS:
-            results.append((i, *_loop_verb(core, i, ev, touched)))
+            results.append((i, *_loop_verb(core, i, ev, touched, walks)))
             continue
         if verb == "hold" and st in ITERATING and core.specs[i].until:
             results.append((i, True, _hold_iterating(core, i, ev)))
@@ -337,7 +343,7 @@ def apply_verb(core: VerbTarget, ev: OperatorEvent) -> Reply:
         if verb in ("retry", "rerun") and st != S.RETRY_WAIT and (up := failed_upstream(core, i)) is not None:
             results.append((i, False, _failed_upstream_refusal(core, i, verb, up)))
             continue
-        msg = _APPLY[verb](core, i, ev, touched)
+        msg = _APPLY[verb](core, i, ev, touched, walks)
         results.append((i, True, msg))
     return Reply(verb, results, touched)
 
@@ -374,7 +380,7 @@ def loop_verbs(core: LoopStates, i: int, verbs: Iterable[str]) -> list[str]:
     return [v for v in VERBS if v in offered]
 
 
-def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> tuple[bool, str]:
+def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], walks: Walks) -> tuple[bool, str]:
     """retry or rerun of a loop: of its instances that failed (retry) or of all of them (rerun), the loop then
     waiting for them again; hold, skip or set-ok of a loop whose instances have not all ended is refused (it
     would end while they run), the instances being named instead. (applied, message)"""
@@ -388,7 +394,7 @@ def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) 
         st = S(core.state[i])
         if st not in VERB_FROM[verb]:
             return False, refusal(job, st, verb, cancelled=core.cancelled, offline=ev.offline)
-        return True, _APPLY[verb](core, i, ev, touched)
+        return True, _APPLY[verb](core, i, ev, touched, walks)
     again = [k for k in mine if core.state[k] in _AGAIN[verb]]
     if again and verb == "rerun" and ev.downstream and (started := _started_downstream(core, i)):
         return False, _started_refusal(core, i, started, ev.offline)
@@ -396,9 +402,9 @@ def _loop_verb(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) 
         what = "failed instance" if verb == "retry" else "ended instance"
         return False, f"loop '{job}' has no {what} to {verb}" + (f" ({len(left)} have not ended)" if left else "")
     for k in again:
-        _again(core, k, ev, touched, verb)
+        _again(core, k, ev, touched, verb, walks)
     if core.state[i] in TERMINAL:  # (a failed loop was reopened with its instances; a succeeded one is now)
-        _again(core, i, ev, touched, verb)
+        _again(core, i, ev, touched, verb, walks)
     return True, f"loop '{job}' will run again: {len(again)} of its {len(mine)} instance(s)"
 
 
@@ -420,7 +426,7 @@ def _why(text: str, ev: OperatorEvent) -> str:
     return f"{text}{who}{because}"
 
 
-def _hold(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _hold(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], walks: Walks | None = None) -> str:
     if core.state[i] != S.RETRY_WAIT:
         core.timers.retry_due.pop(i, None)  # (a retry delay it left another way is none its release waits out)
     core.holds[i] = held_by(ev.user, ev.reason)  # (the operator's until released, whatever reopens it meanwhile)
@@ -459,7 +465,7 @@ def _settle(core: VerbTarget, i: int, touched: list[int]) -> None:
     touched.append(i)
 
 
-def _release(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _release(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], walks: Walks | None = None) -> str:
     core.holds.pop(i, None)
     due = core.timers.retry_due.pop(i, None)
     if due is not None and due > ev.now and core.state[i] == S.HELD:
@@ -476,7 +482,7 @@ def _release(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) ->
     return f"job '{core.ids[i]}' released, now {S(core.state[i]).name}"
 
 
-def _approve(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _approve(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], walks: Walks | None = None) -> str:
     core.holds.pop(i, None)
     core.set_state(i, S.WAITING, reason=_why("confirmed", ev))
     _settle(core, i, touched)
@@ -574,24 +580,180 @@ def _reopen(core: VerbTarget, i: int, jobs: list[int], touched: list[int], only_
     return lists
 
 
-def _blocked_reach(core: VerbTarget, i: int) -> list[int]:
-    """Job i's descendants, for a verb of i that reopens the blocked ones among them and names the held ones: none
-    to walk when the run has no job blocked (UPSTREAM_FAILED, a loop over output failed by an instance) or held.
-    (A retry, rerun, skip or set-ok of a glob walked each job's whole downstream whatever the run held: quadratic,
-    `rerun 's0*'` over 4,750 succeeded jobs of a 30,000-job run took minutes of the scheduler's turn.)"""
-    counts = core.counts
-    if counts[S.UPSTREAM_FAILED] or counts[S.HELD] or any(core.state[d] == S.FAILED for d in core.fanout.expanded):
-        return _descendants(core, i)
-    return []
+FULL_WALKS = 8
+"""Walks of a job's whole downstream one request makes before the rest go only where a blocked or held job is
+(Walks.blocked_reach): a verb of a few jobs pays for no map of where those are."""
+
+REACH_AMONG = 64
+"""Most jobs blocked, held or failed a request maps its named jobs' reach to (Walks.reach): beyond, it walks."""
+
+REACH_MADE = 4
+"""Most times one request maps that reach (each job newly blocked or held makes it again): beyond, it walks."""
+
+_NOTED = frozenset({S.UPSTREAM_FAILED, S.HELD, S.FAILED})
+"""States of the jobs a retry, rerun, skip or set-ok reopens among its downstream (UPSTREAM_FAILED, a loop over
+output failed by an instance) or names (HELD): with every job in `holds`, the jobs a walk must reach."""
 
 
-def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what: str) -> str:
+class Walks:
+    """The downstream walks of one operator request, each reaching only the jobs that lead to a blocked or held one.
+
+    A retry, rerun, skip or set-ok of a job reopens the blocked jobs downstream of it and names the held ones. A
+    glob naming thousands of jobs walked each one's whole downstream: quadratic, `rerun 's0*'` over 4,750 jobs of a
+    30,000-job run with one job held took minutes of the scheduler's turn. After the first FULL_WALKS, each walk
+    enters only `near`: the jobs from which a job blocked, held or in `holds` can be reached (themselves among
+    them), made once per request by a walk upstream from those jobs, and grown, before each walk, from the
+    transitions the request has made meanwhile (the core's `_tx`, kept until the next Persist) into such a state.
+    `near` holds every upstream of its jobs, so every path from a named job to one of them runs inside it: the walk
+    reaches the same such jobs, in the same order (nearest first, then as the edges go), as a whole walk would.
+    When those jobs are few (REACH_AMONG), one walk of `near` maps which of them each job reaches (`reach`): a named
+    job that reaches one of them at most takes it from the map, with no walk (two or more: a walk says their order).
+    A loop that expands or reads its list again changes the edges: `near` and `reach` are made again then.
+
+    Jobs blocked downstream of many named jobs are still reopened (and blocked again, while what blocks them has
+    not run again) once for each of them, as they were: that work is the verb's, not the walk's.
+    """
+
+    def __init__(self, core: VerbTarget) -> None:
+        self.core = core
+        """The core the request acts on."""
+        self.walked = 0
+        """Walks made so far in this request."""
+        self.near: set[int] | None = None
+        """Jobs from which a job blocked or held (or in `holds`) can be reached; None: not made yet."""
+        self.seen = 0
+        """Transitions of `_tx` already looked at for `near`."""
+        self.bit: dict[int, int] = {}
+        """The jobs `near` was made upstream from (blocked, held, failed or in `holds` when it was), each's bit."""
+        self.reach: dict[int, int] | None = None
+        """Per job of `near`, the bits of those jobs downstream of it (None: to be made again); made only when they
+        are few (REACH_AMONG), and at most REACH_MADE times a request."""
+        self.made = 0
+        """Times `reach` was made in this request."""
+        self.edges: tuple[int, object, object] = (-1, None, None)
+        """The core's job count and edge arrays `near` was made from (held: a new array is never taken for them)."""
+
+    def blocked_reach(self, i: int) -> list[int]:
+        """Job i's descendants a verb of i reopens (blocked) or names (held) among, nearest first; every one of those
+        is in it, with, once pruned, only jobs from which such a one can be reached.
+
+        None to walk when the run has no job blocked (UPSTREAM_FAILED, a loop over output failed by an instance) or
+        held (a glob naming thousands of jobs of such a run walks none)."""
+        core = self.core
+        counts = core.counts
+        if not (counts[S.UPSTREAM_FAILED] or counts[S.HELD]
+                or any(core.state[d] == S.FAILED for d in core.fanout.expanded)):
+            return []
+        self.walked += 1
+        if self.walked <= FULL_WALKS:
+            return _descendants(core, i)
+        near = self._near()
+        few = self._few(i)
+        if few is not None:
+            return few
+        seen = {i}
+        order: list[int] = []
+        todo = deque((i,))
+        while todo:
+            u = todo.popleft()
+            for d in core.downstream(u):
+                if d in near and d not in seen:
+                    seen.add(d)
+                    order.append(d)
+                    todo.append(d)
+        return order
+
+    def _near(self) -> set[int]:
+        core = self.core
+        edges = (core.n, core.down, core.down_start)
+        tx = core._tx
+        n, down, start = self.edges
+        if self.near is None or core.n != n or core.down is not down or core.down_start is not start:
+            self.near, self.edges, self.seen, self.bit, self.reach = set(), edges, len(tx), {}, None
+            state = core.state
+            self._add([*(d for s in _NOTED for d in _positions(state, s)), *core.holds])
+            return self.near
+        fresh = [row[0] for row in tx[self.seen:] if row[2] in _NOTED]
+        self.seen = len(tx)
+        self._add(fresh)
+        return self.near
+
+    def _few(self, i: int) -> list[int] | None:
+        """The jobs downstream of i that a walk is for (blocked, held, or in `holds`) when there is at most one (no
+        order to keep among them), read from `reach`; None: there may be more, or `reach` is not made."""
+        if self.reach is None:
+            if len(self.bit) > REACH_AMONG or self.made >= REACH_MADE:
+                return None
+            self.reach = self._reach()
+            self.made += 1
+        mask = self.reach.get(i, 0) & ~(1 << self.bit[i] if i in self.bit else 0)
+        if mask.bit_count() > REACH_AMONG:
+            return None
+        core = self.core
+        state, holds = core.state, core.holds
+        jobs = [d for d, b in self.bit.items() if mask >> b & 1 and (state[d] in _NOTED or d in holds)]
+        return jobs if len(jobs) <= 1 else None
+
+    def _reach(self) -> dict[int, int]:
+        """Per job of `near`, the bits of the jobs of `bit` downstream of it (itself included): one walk of `near`."""
+        near, bit, downstream = self.near, self.bit, self.core.downstream
+        assert near is not None
+        reach: dict[int, int] = {}
+        kids: dict[int, list[int]] = {}
+        for root in near:
+            todo = [root]
+            while todo:
+                x = todo[-1]
+                if x in reach:
+                    todo.pop()
+                    continue
+                if x not in kids:
+                    kids[x] = [d for d in downstream(x) if d in near]
+                    todo.extend(d for d in kids[x] if d not in reach)
+                    continue
+                mask = 1 << bit[x] if x in bit else 0
+                for d in kids.pop(x):
+                    mask |= reach[d]
+                reach[x] = mask
+                todo.pop()
+        return reach
+
+    def _add(self, jobs: list[int]) -> None:
+        """Put `jobs` and every job upstream of them in `near` (a job in it already has its upstreams in it), and
+        give each of `jobs` a bit of `reach` (made again then, as it no longer says where they all are)."""
+        near, upstream, bit = self.near, self.core.upstream, self.bit
+        assert near is not None
+        for d in jobs:
+            if d not in bit:
+                bit[d] = len(bit)
+                self.reach = None
+        todo = [d for d in jobs if d not in near]
+        near.update(todo)
+        while todo:
+            for u in upstream(todo.pop()):
+                if u not in near:
+                    near.add(u)
+                    todo.append(u)
+
+
+def _positions(state: bytearray, value: int) -> list[int]:
+    """The jobs in state `value` (a find per job in it: a run has few blocked, held or failed jobs)."""
+    out: list[int] = []
+    at = state.find(value)
+    while at >= 0:
+        out.append(at)
+        at = state.find(value, at + 1)
+    return out
+
+
+def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what: str,
+           walks: Walks | None = None) -> str:
     core.attempt_base[i] = core.attempt[i]
     core.set_state(i, S.WAITING, reason=_why(what, ev))
     if what == "rerun":
         core.afresh(i)  # (a retry goes on with the job's `until` loop where its failed iteration left it)
     only_blocked = not (ev.downstream and ev.verb == "rerun")
-    desc = _blocked_reach(core, i) if only_blocked else _descendants(core, i)
+    desc = (walks or Walks(core)).blocked_reach(i) if only_blocked else _descendants(core, i)
     before = len(touched)
     lists = _reopen(core, i, desc, touched, only_blocked=only_blocked)
     # Dependents that had counted this job (or a reopened one) as done must count it again.
@@ -636,7 +798,7 @@ def _again(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], what
     return f"job '{core.ids[i]}' will run again{more}"
 
 
-def _retry(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _retry(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], walks: Walks | None = None) -> str:
     if core.state[i] == S.RETRY_WAIT:
         # Its policy's next attempt, now: the operator cuts the delay short (the cause was fixed, say).
         due = core.timers.retry_due.pop(i, None)
@@ -645,20 +807,21 @@ def _retry(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> s
         touched.append(i)
         left = f" ({due - ev.now:.0f}s of its delay cut)" if due is not None and due > ev.now else ""
         return f"job '{core.ids[i]}' retries now{left}"
-    return _again(core, i, ev, touched, "retry")
+    return _again(core, i, ev, touched, "retry", walks)
 
 
-def _rerun(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
-    return _again(core, i, ev, touched, "rerun")
+def _rerun(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], walks: Walks | None = None) -> str:
+    return _again(core, i, ev, touched, "rerun", walks)
 
 
-def _kill(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
+def _kill(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], walks: Walks | None = None) -> str:
     core.kill(i, _why("killed", ev))
     touched.append(i)
     return f"job '{core.ids[i]}' is being killed"
 
 
-def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: JobState) -> str:
+def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: JobState,
+           walks: Walks | None = None) -> str:
     was_terminal = core.state[i] in TERMINAL
     core.holds.pop(i, None)  # (the operator decided about this very job)
     if not was_terminal and core.unmet[i] > 0 and core.awaits_list(i) is None:
@@ -670,7 +833,7 @@ def _force(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], to: 
     if was_terminal:
         # Its dependents already counted it; the ones it had blocked get a fresh look.
         verb = "set ok" if to == S.SUCCEEDED else "skipped"
-        _reopen(core, i, _blocked_reach(core, i), touched, only_blocked=True,
+        _reopen(core, i, (walks or Walks(core)).blocked_reach(i), touched, only_blocked=True,
                 why=f"{REOPENED_BY}{core.ids[i]} {verb} by {ev.user or 'an operator'}")
     else:
         core.timers.retry_due.pop(i, None)
@@ -711,12 +874,12 @@ def _call_off(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -
     return f"job '{job}': {what}; now {S(core.state[i]).name}"
 
 
-def _set_ok(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
-    return _force(core, i, ev, touched, S.SUCCEEDED)
+def _set_ok(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], walks: Walks | None = None) -> str:
+    return _force(core, i, ev, touched, S.SUCCEEDED, walks)
 
 
-def _skip(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int]) -> str:
-    return _force(core, i, ev, touched, S.SKIPPED)
+def _skip(core: VerbTarget, i: int, ev: OperatorEvent, touched: list[int], walks: Walks | None = None) -> str:
+    return _force(core, i, ev, touched, S.SKIPPED, walks)
 
 
 _APPLY = {
