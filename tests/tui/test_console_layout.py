@@ -10,6 +10,7 @@ from typing import Any
 import console_fakes
 import pytest
 from console_helpers import fake_app, loaded, screen_text, wait_for
+from textual.binding import Binding
 from textual.geometry import Region, Spacing
 from textual.widget import Widget
 from textual.widgets._toast import Toast
@@ -288,6 +289,20 @@ async def test_the_job_details_footer_holds_every_verb_at_80_columns() -> None:
         footer = await wait_for(pilot, lambda: "Back" in footer_line(app) and footer_line(app), 5, "its footer")
         assert footer.rstrip().endswith("x Kill o OK s Skip"), footer
         assert "[] Attempt" in footer
+
+
+async def test_at_60_columns_the_footer_shows_whole_bindings_only() -> None:
+    # (the footer was cropped where the terminal ended: `... t Retry R Reru`, no `~`)
+    app = fake_app()
+    async with app.run_test(size=(60, 15)) as pilot:
+        await loaded(pilot)
+        footer = await wait_for(pilot, lambda: "/ Filter" in footer_line(app) and footer_line(app), 5, "the footer")
+        shown = [f"{b.key_display or b.key} {b.description}" for b in MainScreen.BINDINGS
+                 if isinstance(b, Binding) and b.show]
+        words = footer.split()
+        pairs = [" ".join(words[k:k + 2]) for k in range(0, len(words), 2)]
+        assert pairs and pairs == shown[: len(pairs)], footer
+        assert len(pairs) < len(shown)  # (60 columns do not hold them all: some are left out, whole)
 
 
 def test_a_notice_while_no_screen_is_up_is_left_to_textual() -> None:

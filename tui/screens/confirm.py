@@ -11,10 +11,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from tui.impact import Impact
 from tui.toasts import fit_when_shown
+from tui.widgets.keys_footer import KeysFooter
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class ConfirmScreen(ModalScreen[ActionRequest | None]):
             )
             yield Static(id="keys")
         # Its own footer: the screen's below, seen through the backdrop, would offer its keys.
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         """Fill the dialog."""
@@ -225,7 +226,7 @@ class SettleScreen(ModalScreen[bool]):
             box.border_title = f"{self.verb} {self.key} - confirm"
             yield Static("\n".join(self.lines), id="impact", markup=False)
             yield Static(f"y: {self.verb} {self.key}  n/esc: cancel", id="keys", markup=False)
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def on_screen_resume(self) -> None:
         """The toasts already up keep to this screen's room for them."""

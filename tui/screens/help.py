@@ -15,13 +15,13 @@ from textual.containers import VerticalScroll
 from textual.geometry import Size
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Footer
 
 from tui.commands import VERB_HELP, VIEW_COMMANDS
 from tui.filters import STATE_GROUPS, TROUBLE
 from tui.impact import EFFECT, VERB_KEYS
 from tui.labels import TINY, legend
 from tui.toasts import fit_when_shown
+from tui.widgets.keys_footer import KeysFooter
 
 KEY = 16
 """Columns of the key column (a description starts after it and a blank)."""
@@ -234,7 +234,7 @@ class HelpScreen(ModalScreen[None]):
             box.border_title = "help - esc closes"
             yield HelpText(help_entries(self.app_bindings, self.runs_first))
         # Its own footer: the screen below's would show keys that do nothing here.
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def on_screen_resume(self) -> None:
         """The toasts already up keep to this screen's room for them."""

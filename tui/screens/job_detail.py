@@ -12,12 +12,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Log, Static
+from textual.widgets import Log, Static
 
 from tui.labels import SHORT, clip_id, fit_title, fmt_clock, fmt_duration
 from tui.screens.operator import OperatorScreen
 from tui.toasts import fit_when_shown
 from tui.widgets.cut import CutLines
+from tui.widgets.keys_footer import KeysFooter
 from tui.widgets.tones import state_style, tone_classes
 from wloadctl.client import node_label
 from wloadctl.core.states import ACTIVE, TERMINAL, JobState, SlaTier
@@ -81,7 +82,7 @@ class JobDetailScreen(OperatorScreen):
         log = Log(max_lines=LOG_LINES, id="log", auto_scroll=True)
         log.border_title = "log"
         yield log
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         """Load what the journal knows and follow the job."""

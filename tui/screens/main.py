@@ -10,7 +10,6 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widget import Widget
-from textual.widgets import Footer
 
 from tui.commands import Command, CommandError, parse_command
 from tui.filters import TROUBLE, JobFilter, parse_filter
@@ -25,6 +24,7 @@ from tui.sla import CLOSE, SlaView, flagged, sla_view
 from tui.view_model import DESCENDING_FIRST, SORT_KEYS, view_order
 from tui.widgets.dag_view import DagView
 from tui.widgets.job_table import JobTable
+from tui.widgets.keys_footer import KeysFooter
 from tui.widgets.node_panel import NodePanel
 from tui.widgets.run_header import RunHeader
 from tui.widgets.sla_panel import SlaPanel
@@ -110,7 +110,7 @@ class MainScreen(OperatorScreen):
             sla = SlaPanel(id="sla")
             sla.border_title = "3 sla"
             yield sla
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def app_clock(self) -> float:
         """The console's clock (frozen in snapshot tests)."""

@@ -9,7 +9,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from tui.impact import VERB_KEYS, impact, is_moot
 from tui.messages import Note
@@ -17,6 +17,7 @@ from tui.screens.confirm import SettleScreen
 from tui.screens.reading import ReadingScreen
 from tui.toasts import fit_when_shown
 from tui.view_model import JobsModel
+from tui.widgets.keys_footer import KeysFooter
 from wloadctl.core.foureyes import request_words
 from wloadctl.errors import WloadError
 
@@ -79,7 +80,7 @@ class PendingScreen(ReadingScreen):
         table: DataTable[str] = DataTable(id="pending", cursor_type="row", zebra_stripes=True)
         table.border_title = "waiting for approve"
         yield table
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         """Columns, then read now and every second."""

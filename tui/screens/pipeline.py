@@ -7,10 +7,11 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tui.screens.reading import ReadingScreen
 from tui.widgets.cut import CutLines
+from tui.widgets.keys_footer import KeysFooter
 from wloadctl.pipeview import render
 
 
@@ -34,7 +35,7 @@ class PipelineScreen(ReadingScreen):
         body = Static("reading the pipeline figures...", id="figures")
         body.border_title = "pipeline"
         yield body
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def _show(self, view: dict[str, Any] | None) -> None:
         self.view = view

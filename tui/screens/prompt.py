@@ -11,9 +11,10 @@ from textual.binding import Binding, BindingsMap, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.validation import ValidationResult, Validator
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from tui.toasts import fit_when_shown, move_above
+from tui.widgets.keys_footer import KeysFooter
 
 
 class ParseValidator(Validator):
@@ -89,7 +90,7 @@ class PromptScreen(ModalScreen[str | None]):
             )
             yield Static(self.hint, id="hint", markup=False)
         # Its own footer: the screen's below would offer keys that type into the line here.
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     async def on_mount(self) -> None:
         """Label the line, focus it and type into it the keys that came before it."""

@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from tui.toasts import fit_when_shown
+from tui.widgets.keys_footer import KeysFooter
 
 
 class QuitScreen(ModalScreen[str | None]):
@@ -66,7 +67,7 @@ class QuitScreen(ModalScreen[str | None]):
                 markup=False,
             )
         # Its own footer: the main screen's, seen through the backdrop, would offer its keys.
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def on_screen_resume(self) -> None:
         """The toasts already up keep to this screen's room for them."""
@@ -186,7 +187,7 @@ class StoppingScreen(ModalScreen[None]):
                 id="question",
                 markup=False,
             )
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def on_screen_resume(self) -> None:
         """The toasts already up keep to this screen's room for them."""

@@ -10,9 +10,10 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from tui.runs_view import COLUMNS, LIVE, RunLike, columns_fitting, find_run, host_risk, run_row
+from tui.widgets.keys_footer import KeysFooter
 
 REFRESH = 2.0
 """Seconds between readings of the run list."""
@@ -58,7 +59,7 @@ class RunsScreen(Screen[None]):
         table: DataTable[Any] = RunsTable(id="runs", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         """Read the list now and every few seconds."""

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tui.idlist import IdList
 from tui.labels import SHORT, clip
@@ -18,6 +18,7 @@ from tui.scrub import Scrub
 from tui.sla import sla_view
 from tui.view_model import JobsModel
 from tui.widgets.dag_view import DagView
+from tui.widgets.keys_footer import KeysFooter
 from tui.widgets.sla_panel import SlaPanel
 from wloadctl.core.states import JobState
 
@@ -64,7 +65,7 @@ class TimelineScreen(Screen[None]):
             sla = SlaPanel(id="sla")
             sla.border_title = "sla (past)"
             yield sla
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         """Read the run's moments, then show the latest."""
