@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 from tui.idlist import IdList
 from tui.impact import VERB_KEYS
-from tui.view_model import SORT_KEYS
+from tui.view_model import SORT_HEADINGS, SORT_KEYS, sort_key_named
 
 VIEW_COMMANDS: dict[str, str] = {
     "filter": "filter TEXT: show matching jobs (same syntax as /); no text clears it",
-    "sort": f"sort KEY [desc]: sort the table by {', '.join(SORT_KEYS)}",
+    "sort": f"sort KEY [desc]: sort the table by {', '.join(SORT_KEYS)} "
+    f"(or a column's heading: {', '.join(h.lower() for k, h in SORT_HEADINGS.items() if h.lower() != k)})",
     "job": "job ID: open a job's detail",
     "goto": "goto ID: put the cursor on a job",
     "dag": "dag N: show N levels around the job (1-4)",
@@ -88,13 +89,11 @@ def parse_command(text: str) -> Command:
         known = ", ".join([*VERB_KEYS, *VIEW_COMMANDS])
         raise CommandError(f"unknown command '{words[0]}'; commands: {known}")
     if name == "sort":
-        if (
-            not args
-            or args[0] not in SORT_KEYS
-            or len(args) > 2
-            or (len(args) == 2 and args[1] not in ("asc", "desc"))
-        ):
+        key = sort_key_named(args[0]) if args else None
+        order = args[1].lower() if len(args) == 2 else "asc"
+        if key is None or len(args) > 2 or order not in ("asc", "desc"):
             raise CommandError(VIEW_COMMANDS["sort"])
+        args = [key, order] if len(args) == 2 else [key]
     elif name in ("job", "goto", "run") and len(args) != 1:
         raise CommandError(VIEW_COMMANDS[name])
     elif name == "dag" and (

@@ -31,6 +31,34 @@ SORT_KEYS: tuple[str, ...] = (
 """Columns the job table sorts by; `plan` is the plan's own order. Ascending is the smallest value
 first (state: trouble first; tier: critical first); jobs without a value come last either way."""
 
+SORT_HEADINGS: dict[str, str] = {
+    "state": "STATE",
+    "id": "JOB",
+    "tier": "TIER",
+    "attempt": "ATT",
+    "start": "START",
+    "duration": "DUR",
+    "executor": "EX",
+}
+"""The job table's column headings, by the sort key each column stands for (the heading names its
+sort too: an operator types `sort dur` reading DUR)."""
+
+
+def sort_key_named(word: str) -> str | None:
+    """The sort key `word` names: one of SORT_KEYS or a column's heading, in any case (None: neither).
+
+    Args:
+        word: what the operator typed after `sort`.
+
+    Returns:
+        The sort key, or None.
+    """
+    w = word.lower()
+    if w in SORT_KEYS:
+        return w
+    return next((key for key, heading in SORT_HEADINGS.items() if heading.lower() == w), None)
+
+
 DESCENDING_FIRST: frozenset[str] = frozenset(("duration", "attempt"))
 """Sorts the S key and the palette open descending: an operator looks for the longest-running
 and most-tried jobs first."""

@@ -228,6 +228,25 @@ async def test_command_line_runs_verbs_on_globs_and_sorts() -> None:
     assert fake.sent == [("hold", ["post_*", "gl_close"], "", False)]
 
 
+@pytest.mark.parametrize(
+    ("typed", "key", "title"),
+    [("sort dur", "duration", "DUR^"), ("sort JOB desc", "id", "JOBv"), ("sort Ex", "executor", "E^"),
+     ("sort ATT", "attempt", "AT^"), ("sort duration DESC", "duration", "DURv")],
+)
+async def test_sort_takes_a_columns_heading_as_its_name(typed: str, key: str, title: str) -> None:
+    # (`:sort dur` was refused under a column headed DUR: only `duration` was accepted)
+    app = fake_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("colon")
+        await paste(pilot, typed)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, MainScreen), 5, "the command to be taken")
+        table = app.screen.query_one(JobTable)
+        assert (table.sort_key, table.reverse) == (key, typed.lower().endswith("desc"))
+        assert f"sort: {key}" in screen_text(app) and title in screen_text(app)
+
+
 async def test_the_sort_arrow_and_title_say_the_order_the_rows_are_in() -> None:
     app = fake_app()
     async with app.run_test(size=(80, 24)) as pilot:

@@ -321,6 +321,7 @@ def test_commands_parse_with_helpful_errors() -> None:
     )
     assert parse_command("ok a").name == "set-ok" and parse_command("q").name == "quit"
     assert parse_command("sort duration desc").args == ("duration", "desc")
+    assert parse_command("sort DUR").args == ("duration",)
     for bad, fragment in (
         ("", "type a command"),
         ("launch", "unknown command 'launch'"),

@@ -16,7 +16,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from tui.labels import SHORT, TONE, clip, clip_id, pad
-from tui.view_model import JobsModel, job_row
+from tui.view_model import SORT_HEADINGS, JobsModel, job_row
 
 TONES = ("ok", "bad", "run", "warn", "idle")
 
@@ -49,13 +49,13 @@ def columns_for(width: int, id_width: int) -> list[Column]:
     as well (a 73-character id from 160 columns on); narrower, it is cut in its middle, marked `~`."""
     wide = width >= 130
     cols = [
-        Column("state", "STATE", 15 if wide else 7),
-        Column("id", "JOB", 0),
-        Column("tier", "TIER", 4),
-        Column("attempt", "ATT", 3, True),
-        Column("start", "START", 8),
-        Column("duration", "DUR", 6, True),
-        Column("executor", "EX", 2, True),
+        Column("state", SORT_HEADINGS["state"], 15 if wide else 7),
+        Column("id", SORT_HEADINGS["id"], 0),
+        Column("tier", SORT_HEADINGS["tier"], 4),
+        Column("attempt", SORT_HEADINGS["attempt"], 3, True),
+        Column("start", SORT_HEADINGS["start"], 8),
+        Column("duration", SORT_HEADINGS["duration"], 6, True),
+        Column("executor", SORT_HEADINGS["executor"], 2, True),
     ]
     fixed = 2 + sum(c.width + 1 for c in cols if c.key != "id")
     room = max(8, width - fixed)
@@ -64,7 +64,7 @@ def columns_for(width: int, id_width: int) -> list[Column]:
     want = max(id_width + 1, 12)  # (+1: the `*` of a job on the critical path)
     cap = max(ID_CUT, room - INFO_WIDE - 1) if width >= 100 else room
     idw = max(8, min(room, want, cap, max(12, room - INFO_ROOM - 1)))
-    cols[1] = Column("id", "JOB", idw)
+    cols[1] = Column("id", SORT_HEADINGS["id"], idw)
     info = width - fixed - idw - 1
     if info >= 8:
         cols.append(Column("", "INFO", info))
