@@ -369,6 +369,18 @@ async def test_help_lists_every_verb_key_and_the_state_legend() -> None:
         assert isinstance(app.screen, MainScreen)
 
 
+async def test_help_lists_mark_once() -> None:
+    # (it was listed twice: `space Mark` under the job table, `spc Mark` under the main screen)
+    app = fake_app()
+    async with app.run_test(size=(120, 60)) as pilot:
+        await loaded(pilot)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        marks = [line.strip(" |").split() for line in screen_text(app).splitlines()
+                 if line.rstrip(" |").endswith(" Mark")]
+        assert marks == [["space", "Mark"]], marks
+
+
 async def test_every_screen_is_ascii_at_80x24() -> None:
     app = fake_app(supervised=True)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -103,9 +103,13 @@ def help_entries(app_bindings: Iterable[BindingType] = (), runs_first: bool = Fa
          *(b for b in RunsTable.BINDINGS if isinstance(b, Binding) and b.key in ("g", "G", "ctrl+d", "ctrl+u")),
          *RunsScreen.BINDINGS],
     )
+    # The table's keys work on the main screen: a main-screen binding of the same action (there for the footer,
+    # such as `spc Mark`) is listed once, under the table.
+    table_actions = {b.action for b in JobTable.BINDINGS if isinstance(b, Binding)}
     sections: list[tuple[str, list[BindingType]]] = [
         ("Moving in the job table (vim keys and arrows)", list(JobTable.BINDINGS)),
-        ("Main screen", list(MainScreen.BINDINGS)),
+        ("Main screen", [b for b in MainScreen.BINDINGS
+                         if not (isinstance(b, Binding) and b.action in table_actions)]),
         ("Job detail (enter on a job)", list(JobDetailScreen.BINDINGS)),
         (
             "Anywhere",
