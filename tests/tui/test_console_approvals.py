@@ -85,3 +85,25 @@ async def test_j_and_k_move_in_the_approvals_screen_and_r_rejects() -> None:
         await pilot.press("r")
         await wait_for(pilot, lambda: not isinstance(app.screen, PendingScreen), what="the reject's confirmation")
         assert "reject R1" in screen_text(app)
+
+
+LONG_REASON = "the batch hangs on a lock that the GL close holds; kill it so that the close can go on tonight"
+
+
+async def test_the_approvals_screen_cuts_a_long_reason_marked_with_a_tilde() -> None:
+    # (REASON ran past the table's edge, cut there with no `~`)
+    client = RequestsClient()
+    client.requests[0]["reason"] = LONG_REASON
+    app = fake_app(client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await loaded(pilot)
+        await pilot.press("A")
+        screen = await wait_for(pilot, lambda: isinstance(app.screen, PendingScreen) and app.screen.keys
+                                and app.screen, what="the approvals screen")
+        table = screen.query_one(DataTable)
+        reason = str(table.get_row("R1")[6])
+        assert reason.endswith("~") and LONG_REASON.startswith(reason[:-1]), reason
+        assert str(table.get_row("R2")[6]) == "slow"  # (a short one stays whole)
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        line = next(line for line in screen_text(app).splitlines() if "R1" in line)
+        assert reason in line, line

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -12,6 +13,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Static
 
 from tui.impact import VERB_KEYS, impact, is_moot
+from tui.labels import clip
 from tui.messages import Note
 from tui.screens.confirm import SettleScreen
 from tui.screens.reading import ReadingScreen
@@ -44,6 +46,26 @@ def pending_rows(data: dict[str, Any], model: JobsModel | None = None) -> list[t
     return rows
 
 
+def fit_reasons(rows: list[tuple[str, tuple[str, ...]]], width: int) -> list[tuple[str, tuple[str, ...]]]:
+    """The rows with each REASON (the last column) cut, marked `~`, to the room the other columns leave it in a
+    table `width` columns wide, as the job table cuts its cells (a DataTable pads each column a blank either side).
+
+    Args:
+        rows: (key, cells) as pending_rows gives them.
+        width: the table's columns inside its border (0 or less: not laid out yet, the rows stay whole).
+
+    Returns:
+        The rows, their reasons cut where they would not fit.
+    """
+    if width <= 0 or not rows:
+        return rows
+    others = sum(max(cell_len(COLUMNS[c]), *(cell_len(cells[c]) for _, cells in rows)) + 2
+                 for c in range(len(COLUMNS) - 1))
+    # (the heading keeps its width however narrow the table: below that the table scrolls, as it did)
+    room = max(cell_len(COLUMNS[-1]), width - others - 2)
+    return [(key, (*cells[:-1], clip(cells[-1], room))) for key, cells in rows]
+
+
 class PendingScreen(ReadingScreen):
     """What waits for an operator's approve; `a` approves the row under the cursor, `r` rejects a request;
     j/k move as everywhere else."""
@@ -70,6 +92,7 @@ class PendingScreen(ReadingScreen):
         """Row keys in table order (request ids and job ids)."""
         self.rows: list[tuple[str, tuple[str, ...]]] = []
         """The rows shown (a request that became moot is shown again)."""
+        self._width = 0
 
     def compose(self) -> ComposeResult:
         """A line of help, the table, the footer."""
@@ -97,18 +120,26 @@ class PendingScreen(ReadingScreen):
         table = self.query_one(DataTable)
         rows = pending_rows(data, getattr(self.app, "model", None))
         keys = [k for k, _ in rows]
-        if keys == self.keys and rows == self.rows and not first:
+        width = table.scrollable_content_region.width
+        if keys == self.keys and rows == self.rows and width == self._width and not first:
             return  # (the first reading always shows: an empty one must still say that nothing waits)
-        self.rows = rows
+        self.rows, self._width = rows, width
         row = table.cursor_row
-        table.clear()
-        for key, cells in rows:
+        # The columns too: a DataTable's column keeps the width of the widest cell it ever held.
+        table.clear(columns=True)
+        table.add_columns(*COLUMNS)
+        for key, cells in fit_reasons(rows, width):
             table.add_row(*cells, key=key)
         self.keys = keys
         if keys:
             table.move_cursor(row=min(row, len(keys) - 1))
         self._mark()
         table.border_title = f"waiting for approve ({len(keys)})" if keys else "nothing waits for approve"
+
+    def on_resize(self) -> None:
+        """The reasons are cut to the new width."""
+        if self.data is not None:
+            self.call_after_refresh(self._show, self.data)
 
     def on_data_table_row_highlighted(self, _event: DataTable.RowHighlighted) -> None:
         """The `>` follows the cursor."""
