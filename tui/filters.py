@@ -75,28 +75,30 @@ class JobFilter:
         return lambda j: pat in j.lower()
 
 
-def _state_by_word(word: str) -> frozenset[JobState]:
+def _state_by_word(word: str) -> frozenset[JobState] | None:
+    """The states a word names (a state's name or short label, or a group); None: none."""
     w = word.strip().lower().replace("-", "_")
     for s in JobState:
         if w in (s.name.lower(), SHORT[s].lower()):
             return frozenset({s})
-    if w in STATE_GROUPS:
-        return STATE_GROUPS[w]
-    choices = ", ".join(s.name.lower() for s in JobState)
-    raise FilterError(
-        f"'{word}' is not a state; use one of {choices}, "
-        f"or a group: {', '.join(STATE_GROUPS)}"
-    )
+    return STATE_GROUPS.get(w)
 
 
-def _tier_by_word(word: str) -> SlaTier:
+def _tier_by_word(word: str) -> SlaTier | None:
+    """The SLA tier a word names (its label or short label); None: none."""
     w = word.strip().lower()
     for t in SlaTier:
         if w in (t.label, TIER_SHORT[t]):
             return t
-    raise FilterError(
-        f"'{word}' is not an SLA tier; use one of {', '.join(t.label for t in SlaTier)}"
-    )
+    return None
+
+
+def _unknown(words: list[str], what: str, whats: str, accepted: str) -> list[str]:
+    """One problem naming every word of a kind that is not known, and what would be accepted."""
+    if not words:
+        return []
+    named = ", ".join(f"'{w}'" for w in words)
+    return [f"{named} {'is not ' + what if len(words) == 1 else 'are not ' + whats}; use {accepted}"]
 
 
 SLA_FLAGS = ("risk", "late")
@@ -119,41 +121,59 @@ def parse_filter(text: str) -> JobFilter:
         The filter (empty text gives the empty filter).
 
     Raises:
-        FilterError: an unknown state or tier, an empty value, or two id patterns.
+        FilterError: unknown states, tiers or SLA flags, an empty value, or two id patterns: every one of
+            them in one message.
     """
     pattern = ""
     states: set[int] = set()
     tiers: set[int] = set()
     sla: set[str] = set()
+    bad_states: list[str] = []
+    bad_tiers: list[str] = []
+    bad_flags: list[str] = []
+    problems: list[str] = []  # (the other kinds: a word without a value, a second pattern)
     for word in text.split():
         key, sep, value = word.partition(":")
         key = key.lower()
         if sep and key == "sla":
-            for v in value.lower().split(","):
-                if v and v not in SLA_FLAGS:
-                    raise FilterError(f"'{v}' is not an SLA flag; use risk or late")
-            sla.update(v for v in value.lower().split(",") if v)
-            if not sla:
-                raise FilterError(f"'{word}' has no value; e.g. sla:risk or sla:late")
+            flags = [v for v in value.lower().split(",") if v]
+            bad_flags += [v for v in flags if v not in SLA_FLAGS]
+            sla.update(v for v in flags if v in SLA_FLAGS)
+            if not flags:
+                problems.append(f"'{word}' has no value; e.g. sla:risk or sla:late")
         elif sep and key in ("state", "s", "tier", "t"):
             if not value.strip(","):
-                raise FilterError(
-                    f"'{word}' has no value; e.g. state:failed or tier:critical"
-                )
+                problems.append(f"'{word}' has no value; e.g. state:failed or tier:critical")
             for v in value.split(","):
                 if not v:
                     continue
                 if key in ("state", "s"):
-                    states.update(int(s) for s in _state_by_word(v))
+                    named = _state_by_word(v)
+                    if named is None:
+                        bad_states.append(v)
+                    else:
+                        states.update(int(s) for s in named)
                 else:
-                    tiers.add(int(_tier_by_word(v)))
+                    tier = _tier_by_word(v)
+                    if tier is None:
+                        bad_tiers.append(v)
+                    else:
+                        tiers.add(int(tier))
         elif pattern:
-            raise FilterError(
-                f"one id pattern at a time: '{pattern}' and '{word}'; "
-                "use a glob like 'load_*'"
-            )
+            problems.append(f"one id pattern at a time: '{pattern}' and '{word}'; use a glob like 'load_*'")
         else:
             pattern = word
+    problems = [
+        *_unknown(bad_states, "a state", "states", "one of " + ", ".join(s.name.lower() for s in JobState)
+                  + f", or a group: {', '.join(STATE_GROUPS)}"),
+        *_unknown(bad_tiers, "an SLA tier", "SLA tiers", "one of " + ", ".join(t.label for t in SlaTier)),
+        *_unknown(bad_flags, "an SLA flag", "SLA flags", "risk or late"),
+        *problems,
+    ]
+    if problems:
+        # Every problem at once, on one line (the prompt shows one message): fixing one word at a time
+        # would take the operator a round trip per word.
+        raise FilterError(" | ".join(problems))
     return JobFilter(
         pattern,
         frozenset(states),

@@ -73,6 +73,26 @@ async def test_filter_by_state_shows_an_error_for_a_bad_one_and_esc_clears_it() 
         assert len(table.order) == 14
 
 
+async def test_a_filter_with_several_bad_words_names_them_all_in_one_line() -> None:
+    # (only the first bad word was reported: the operator fixed one, to be told of the next)
+    app = fake_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await loaded(pilot)
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: isinstance(app.screen, PromptScreen), what="the filter prompt")
+        await paste(pilot, "state:broken,gone tier:urgent sla:soon")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, PromptScreen)
+        said = str(app.screen.query_one("#hint", Static).content)
+        assert "\n" not in said
+        for fragment in ("'broken', 'gone' are not states", "'urgent' is not an SLA tier",
+                         "'soon' is not an SLA flag"):
+            assert fragment in said, said
+        words = lambda text: " ".join(text.replace("|", " ").split())  # noqa: E731  (the box's sides too)
+        assert words(said) in words(screen_text(app))  # shown whole, wrapped in the prompt
+
+
 async def test_marked_jobs_go_to_one_verb_and_refused_ones_are_not_sent() -> None:
     fake = FakeClient()
     app = fake_app(fake)

@@ -60,6 +60,8 @@ def test_filter_groups_and_short_labels() -> None:
         ("tier:urgent", "'urgent' is not an SLA tier; use one of critical"),
         ("state:", "has no value"),
         ("a* b*", "one id pattern at a time"),
+        ("state:broken,gone tier:urgent sla:", "'broken', 'gone' are not states; .* [|] 'urgent' is not an SLA tier; "
+         ".* [|] 'sla:' has no value"),
     ],
 )
 def test_bad_filters_say_what_would_be_accepted(text: str, fragment: str) -> None:
