@@ -305,6 +305,23 @@ async def test_at_60_columns_the_footer_shows_whole_bindings_only() -> None:
         assert len(pairs) < len(shown)  # (60 columns do not hold them all: some are left out, whole)
 
 
+@pytest.mark.parametrize(("size", "rows", "panes"), [((60, 15), 5, 4), ((60, 13), 4, 3), ((80, 24), 10, 8)])
+async def test_on_a_short_terminal_the_lower_panes_give_the_table_their_lines(
+    size: tuple[int, int], rows: int, panes: int
+) -> None:
+    # (at 60x15 the panes kept their 7 lines and the table showed 2 jobs; 80x24 looks as it did)
+    app = fake_app()
+    async with app.run_test(size=size) as pilot:
+        await loaded(pilot)
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        top = next(k for k, line in enumerate(lines) if line.startswith("+- jobs"))
+        bottom = next(k for k in range(top + 1, len(lines)) if lines[k].startswith("+-"))
+        shown = [line for line in lines[top + 2 : bottom] if line.strip("| ")]  # (+2: the border, the heading)
+        assert len(shown) == rows, screen_text(app)
+        assert app.screen.query_one("#panes").outer_size.height == panes
+
+
 def test_a_notice_while_no_screen_is_up_is_left_to_textual() -> None:
     # (a notice that came as a console started or ended raised ScreenStackError in the fitting of toasts, and the
     # console died with it)

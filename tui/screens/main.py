@@ -34,6 +34,10 @@ PANES = ("dag", "nodes", "sla")
 """The lower panes, in tab order."""
 NARROW = 140
 """Below this width the lower panes take turns instead of standing side by side."""
+TABLE_ROWS = 5
+"""Job rows the table keeps on a short terminal: the lower panes give up lines for them first."""
+PANES_LEAST = 3
+"""Lines the lower panes keep however short the terminal (their borders and one line)."""
 REORDER_EVERY = 0.5
 """Seconds between re-sorts/re-filters of a large table while states change under it."""
 
@@ -335,6 +339,19 @@ class MainScreen(OperatorScreen):
         for p in PANES:
             self.query_one(f"#{p}").border_subtitle = "1 2 3: panes" if narrow else ""
         self.call_after_refresh(self._reorder_title)  # cut to the new width
+        self.call_after_refresh(self._fit_panes)
+
+    def _fit_panes(self) -> None:
+        """On a short terminal the lower panes shrink below their usual minimum, down to PANES_LEAST, so the
+        table keeps TABLE_ROWS job rows (at 60x15 their 7 lines left it 2); taller, main.tcss rules alone."""
+        panes = self.query_one("#panes")
+        fixed = sum(w.outer_size.height for w in (self.query_one(RunHeader), self.query_one(KeysFooter)))
+        room = self.size.height - fixed - (TABLE_ROWS + 3)  # (+3: the table's border and its heading)
+        least = panes.styles.base.min_height  # (main.tcss's, whatever the lines set here)
+        if least is not None and room < least.value:
+            panes.styles.min_height = panes.styles.max_height = max(PANES_LEAST, room)
+        else:
+            panes.styles.min_height = panes.styles.max_height = None  # (back to main.tcss's)
 
     def _show_pane(self, name: str) -> None:
         self.active_pane = name
