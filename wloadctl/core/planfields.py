@@ -25,6 +25,7 @@ from wloadctl.core.planvalues import (
     boolean,
     choice_hint,
     duration,
+    first_repeated,
     integer,
     key_hint,
     key_text,
@@ -594,13 +595,7 @@ class FieldReader:
                 raise FieldError(f"for_each items must be text or numbers, not {describe(item[0])}", item[1])
             items.append(str(item[0]))
         if len(set(items)) != len(items):
-            # (a set, not the items before each: a list of many thousands is checked in one pass)
-            seen: set[str] = set()
-            twice = items[0]
-            for twice in items:
-                if twice in seen:
-                    break
-                seen.add(twice)
+            twice = first_repeated(items)
             raise FieldError(f"for_each lists the item {twice!r} twice", line,
                              "each item makes one instance: list it once")
         return tuple(items)

@@ -19,7 +19,7 @@ from yaml.events import (
 from wloadctl.core.durations import closed_window, format_duration
 from wloadctl.core.plan import DynamicItems, JobSpec
 from wloadctl.core.planfields import JOB_KEYS, SLA_NAMES, FieldReader
-from wloadctl.core.planvalues import FieldError, key_hint, key_text
+from wloadctl.core.planvalues import FieldError, first_repeated, key_hint, key_text
 from wloadctl.core.yamltree import (
     Entry,
     TreeReader,
@@ -606,13 +606,7 @@ class JobsReader:
 
     def report_twice(self, jid: str, line: int, names: list[str]) -> None:
         """Report the first upstream id that `names` lists twice."""
-        # (a set, not the names before each: a fan-in of many thousands of upstreams is checked in one pass)
-        seen: set[str] = set()
-        dup = names[0]
-        for dup in names:
-            if dup in seen:
-                break
-            seen.add(dup)
+        dup = first_repeated(names)
         self.report(
             line,
             f"depends on '{dup}' more than once",

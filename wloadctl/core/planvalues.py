@@ -239,3 +239,15 @@ def amounts(entry: Entry, what: str, problems: list[FieldError]) -> list[tuple[s
             continue
         out.append((name, value, item[1]))
     return out
+
+
+def first_repeated(items: list[str]) -> str:
+    """The first item of `items` that an earlier one repeats (its first item when none does).
+
+    A set, not the items before each: a list of many thousands is checked in one pass."""
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return items[0]
